@@ -1,0 +1,1 @@
+"""Job entrypoints: ``python -m jobs.<name>``, locally or through ``ray job submit``."""

@@ -1,0 +1,86 @@
+"""Command-line glue shared by every job: ``--config PRESET``, named flags, ``key.sub=value`` overrides.
+
+Named flags are sugar for overrides: ``--alpha 3`` is ``alpha=3``, and both go through the same coercion.
+Bad input never shows a traceback: :func:`run_job` prints one line naming it and returns exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from sembridge_ray.config import Config, ConfigError, apply_overrides, field_docs, load_preset, merge
+from sembridge_ray.errors import InputError
+
+C = TypeVar("C", bound=Config)
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Flag:
+    """A named flag mapped onto a config key; ``const`` makes it a switch (``--dry-run`` -> ``dry_run=true``)."""
+
+    name: str
+    key: str
+    const: str | None = None
+    help: str = ""
+
+
+def resolve_preset(name: str, preset_dir: Path, prefix: str = "") -> Path:
+    """A path as given, else ``<preset_dir>/<prefix><name>.yaml``, else ``<preset_dir>/<name>.yaml``."""
+    for candidate in (Path(name), preset_dir / f"{prefix}{name}.yaml", preset_dir / f"{name}.yaml"):
+        if candidate.is_file():
+            return candidate
+    known = sorted(p.stem for p in preset_dir.glob(f"{prefix}*.yaml"))
+    raise ConfigError(f"config preset {name!r} not found (known: {', '.join(known) or 'none'})")
+
+
+def parse_config(
+    cls: type[C],
+    argv: Sequence[str] | None,
+    *,
+    flags: Sequence[Flag] = (),
+    preset_dir: Path,
+    prefix: str = "",
+    default_preset: str | None = None,
+    description: str = "",
+) -> C:
+    """Parse a job's command line into its frozen config."""
+    epilog = "config keys (override with key=value):\n" + "\n".join(
+        f"  {k:<32} {v}" for k, v in field_docs(cls).items()
+    )
+    parser = argparse.ArgumentParser(
+        description=description, epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--config", default=default_preset, help=f"preset name under {preset_dir} or a path")
+    for flag in flags:
+        if flag.const is None:
+            parser.add_argument(flag.name, dest=flag.key, default=None, help=flag.help or f"sets {flag.key}")
+        else:
+            parser.add_argument(flag.name, dest=flag.key, action="store_const", const=flag.const, default=None,
+                                help=flag.help or f"sets {flag.key}={flag.const}")
+    parser.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
+    args = parser.parse_args(argv)
+    data = cls().to_dict()
+    if args.config:
+        data = merge(data, load_preset(resolve_preset(args.config, preset_dir, prefix)))
+    named = [f"{f.key}={getattr(args, f.key)}" for f in flags if getattr(args, f.key) is not None]
+    return cls.from_dict(apply_overrides(data, [*args.overrides, *named]))
+
+
+def run_job(main: Callable[[], int]) -> int:
+    """Run a job's body; bad input becomes one line on stderr and exit code 2, never a traceback."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return main()
+    except InputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,178 @@
+"""Typed, frozen job configs. Values layer as dataclass defaults < YAML preset < ``key.sub=value`` overrides.
+
+Every value, from YAML or the command line, goes through :func:`coerce` with the field's annotation, so ``no``
+stays the string "no" in a ``str`` field and ``3e-5`` becomes a float in a ``float`` field. Unknown keys raise
+:class:`ConfigError` naming the key. Workers receive ``cfg.to_dict()`` and rebuild it with ``from_dict``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal, Self, TypeVar
+
+import yaml
+
+from sembridge_ray.errors import InputError
+
+_TRUE, _FALSE, _NONE = {"true", "yes", "on", "1"}, {"false", "no", "off", "0"}, {"null", "none", "~", ""}
+
+
+class ConfigError(InputError):
+    """A bad preset, override or value; the message names the offending key."""
+
+
+def coerce(value: Any, tp: Any, key: str = "") -> Any:
+    """Convert a YAML/CLI value (usually a string) to the annotated type ``tp``."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        is_none = value is None or (isinstance(value, str) and value.strip().lower() in _NONE)
+        if is_none and type(None) in args:
+            return None
+        errors = []
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return coerce(value, arg, key)
+            except ConfigError as err:
+                errors.append(str(err))
+        raise ConfigError(errors[0] if errors else f"{key}: cannot be None")
+    if origin is Literal:
+        for option in args:
+            try:
+                if coerce(value, type(option), key) == option:
+                    return option
+            except ConfigError:
+                continue
+        raise ConfigError(f"{key}: {value!r} is not one of {list(args)}")
+    if origin is tuple:
+        items = [v for v in value.split(",") if v.strip()] if isinstance(value, str) else list(value)
+        item_tp = args[0] if args else str
+        return tuple(coerce(v.strip() if isinstance(v, str) else v, item_tp, key) for v in items)
+    if dataclasses.is_dataclass(tp):
+        if isinstance(value, tp):
+            return value
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
+        return _build(tp, value, prefix=f"{key}.")
+    return _scalar(value, tp, key)
+
+
+def _scalar(value: Any, tp: Any, key: str) -> Any:
+    if value is None:
+        raise ConfigError(f"{key}: a value is required")
+    text = str(value).strip()
+    try:
+        if tp is bool:
+            if isinstance(value, bool) or text.lower() in _TRUE | _FALSE:
+                return value if isinstance(value, bool) else text.lower() in _TRUE
+            raise ValueError(text)
+        if tp is int:
+            return int(value) if isinstance(value, int) and not isinstance(value, bool) else int(text)
+        if tp is float:
+            return float(text)
+        if tp is str:
+            return text if isinstance(value, str) else str(value)
+    except ValueError:
+        raise ConfigError(f"{key}: {value!r} is not a valid {tp.__name__}") from None
+    raise ConfigError(f"{key}: unsupported field type {tp!r}")
+
+
+def _build(cls: type, data: Mapping[str, Any], prefix: str = "") -> Any:
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    for name in data:
+        if name not in names:
+            raise ConfigError(f"unknown config key {prefix}{name!s}")
+    return cls(**{name: coerce(data[name], hints[name], f"{prefix}{name}") for name in data})
+
+
+class Config:
+    """Mixin for frozen dataclass configs: ``to_dict``/``from_dict`` and nested ``replace``."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return _plain(dataclasses.asdict(self))  # type: ignore[call-overload]
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Self:
+        return _build(cls, data)
+
+    def with_overrides(self, overrides: Sequence[str]) -> Self:
+        """A copy with ``key.sub=value`` overrides applied (types coerced, unknown keys rejected)."""
+        return type(self).from_dict(apply_overrides(self.to_dict(), overrides))
+
+
+C = TypeVar("C", bound=Config)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """Set ``a.b=value`` entries in a nested dict (a copy); values stay strings until coerced."""
+    out = _plain(data)
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"override {item!r} is not of the form key.sub=value")
+        *parents, leaf = key.strip().split(".")
+        node = out
+        for part in parents:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"unknown config key {key}: {part} is not a section")
+            node = child
+        node[leaf] = value
+    return out
+
+
+def load_preset(path: Path) -> dict[str, Any]:
+    """Read a YAML preset with every scalar kept as a string (no YAML 1.1 ``no`` -> False surprises)."""
+    if not path.is_file():
+        raise ConfigError(f"config preset not found: {path}")
+    data = yaml.load(path.read_text(encoding="utf-8"), Loader=yaml.BaseLoader) or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config preset {path} must hold a mapping")
+    return data
+
+
+def merge(base: Mapping[str, Any], delta: Mapping[str, Any]) -> dict[str, Any]:
+    """Deep-merge ``delta`` into ``base`` (presets list only their deltas)."""
+    out = dict(base)
+    for key, value in delta.items():
+        both = isinstance(value, Mapping) and isinstance(out.get(key), Mapping)
+        out[key] = merge(out[key], value) if both else value
+    return out
+
+
+def write_config(cfg: Config, path: Path) -> None:
+    """Write the resolved config as YAML (strings that YAML would misread are quoted by safe_dump)."""
+    from sembridge_ray.outputs import atomic_write_text
+
+    atomic_write_text(path, yaml.safe_dump(cfg.to_dict(), sort_keys=False, allow_unicode=True))
+
+
+def read_config(cls: type[C], path: Path) -> C:
+    return cls.from_dict(load_preset(path))
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """Dotted key -> 'type = default' lines for ``--help``, recursing into nested configs."""
+    out: dict[str, str] = {}
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        tp = hints[f.name]
+        if dataclasses.is_dataclass(tp):
+            out.update({f"{f.name}.{k}": v for k, v in field_docs(tp).items()})  # type: ignore[arg-type]
+            continue
+        default = f.default if f.default is not dataclasses.MISSING else "(required)"
+        name = getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+        out[f.name] = f"{name} = {default!r}"
+    return out

@@ -1,0 +1,45 @@
+"""SemEval STS 2012-2016 pairs (``score<TAB>s1<TAB>s2``, 0-5, no header; unscored lines are dropped)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from sembridge_ray.data.sick import Pair
+from sembridge_ray.errors import InputError
+
+
+def read_sts(path: Path) -> list[Pair]:
+    """Read one STS file; a wrong column count or a non-numeric score is an error naming ``file:line``."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"STS file not found: {path}")
+    pairs = []
+    with open(path, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            line = line.rstrip("\r\n")
+            if not line.strip():
+                continue
+            fields = line.split("\t")
+            if len(fields) != 3:
+                raise InputError(f"{path}:{lineno}: expected 3 tab-separated columns, got {len(fields)}")
+            score, a, b = fields
+            if not score.strip():
+                continue  # pairs the organisers did not score
+            try:
+                value = float(score)
+            except ValueError:
+                raise InputError(f"{path}:{lineno}: score {score!r} is not a number") from None
+            pairs.append(Pair(f"{path.parent.name}/{path.name}:{lineno}", a, b, value))
+    return pairs
+
+
+def sts_files(sts_dir: Path, years: Sequence[int]) -> list[Path]:
+    """The scored ``*.tsv`` files of the given years, in a stable order."""
+    files = []
+    for year in years:
+        year_dir = Path(sts_dir) / str(year)
+        if not year_dir.is_dir():
+            raise InputError(f"STS year directory not found: {year_dir}")
+        files.extend(sorted(year_dir.glob("*.tsv")))
+    return files

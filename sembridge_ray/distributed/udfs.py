@@ -1,0 +1,40 @@
+"""Ray Data callable classes: load once in ``__init__``, call pure functions in ``__call__``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from sembridge_ray.data.schema import ID, TEXT
+from sembridge_ray.placement import pick_device
+from sembridge_ray.sparse.encode import sparse_rows, sparse_table
+
+
+class SparseEncodeUDF:
+    """Ray Data actor: holds a SparseEncoder on its device; turns a batch of (id, text) into sparse rows."""
+
+    def __init__(self, model_dir: str, max_length: int, top_k: int | None = None) -> None:
+        from sembridge_ray.sparse.model import load_sparse_encoder
+
+        self.model = load_sparse_encoder(model_dir, device=pick_device(), max_length=max_length)
+        self.top_k = top_k
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> pa.Table:
+        texts = [str(t) for t in batch[TEXT]]
+        emb = self.model.encode(texts, batch_size=max(1, len(texts)), convert_to_tensor=True, show_progress_bar=False)
+        indices, values = sparse_rows(emb, self.top_k)
+        return sparse_table([str(i) for i in batch[ID]], indices, values)
+
+
+def actor_pool_args(placement: Any, batch_size: int) -> dict[str, Any]:
+    """``map_batches`` keyword arguments for an actor pool of ``placement.workers`` actors."""
+    import ray
+
+    return {
+        "compute": ray.data.ActorPoolStrategy(size=placement.workers),
+        "num_cpus": placement.cpus_per_worker,
+        "num_gpus": placement.gpus_per_worker,
+        "batch_size": batch_size,
+    }

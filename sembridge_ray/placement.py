@@ -1,0 +1,57 @@
+"""How many Ray workers to start, with which resources: plain arithmetic, testable without Ray."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from sembridge_ray.config import Config
+
+
+@dataclass(frozen=True)
+class ResourceConfig(Config):
+    """Resources a job asks Ray for."""
+
+    workers: int = 2
+    """Actors (Ray Data pools) or training workers (Ray Train)."""
+    gpus_per_worker: float | None = None
+    """GPUs per worker; None = 1 when the cluster has GPUs, else 0 (CPU)."""
+    cpus_per_worker: float = 1.0
+    reserve_cpus: int = 1
+    """CPUs never given to actors, so Ray Data's read/write tasks can run (an all-CPU actor pool deadlocks)."""
+
+
+@dataclass(frozen=True)
+class Placement:
+    workers: int
+    cpus_per_worker: float
+    gpus_per_worker: float
+
+    @property
+    def use_gpu(self) -> bool:
+        return self.gpus_per_worker > 0
+
+
+def plan_placement(res: ResourceConfig, cluster_cpus: float, cluster_gpus: float, reserve: bool = True) -> Placement:
+    """Fit ``res`` into a cluster; GPUs when present (unless 0 is asked), CPU otherwise, never zero workers.
+
+    ``reserve`` holds ``res.reserve_cpus`` back (Ray Data pools need it; Ray Train needs none).
+    """
+    gpus = res.gpus_per_worker if res.gpus_per_worker is not None else (1.0 if cluster_gpus >= 1 else 0.0)
+    if gpus > cluster_gpus:
+        gpus = 0.0  # asked for GPUs the cluster does not have: fall back to CPU rather than hang
+    if gpus > 0:
+        fit = math.floor(cluster_gpus / gpus + 1e-9)
+    else:
+        spare = cluster_cpus - (res.reserve_cpus if reserve else 0)
+        fit = math.floor(spare / res.cpus_per_worker + 1e-9) if res.cpus_per_worker > 0 else res.workers
+    return Placement(workers=max(1, min(res.workers, fit)), cpus_per_worker=res.cpus_per_worker, gpus_per_worker=gpus)
+
+
+def pick_device() -> str:
+    """``TORCH_DEVICE`` when set (tests rerun on a lent GPU with it), else cuda when available, else cpu."""
+    import os
+
+    import torch
+
+    return os.environ.get("TORCH_DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu")

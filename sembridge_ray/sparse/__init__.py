@@ -1,0 +1,1 @@
+"""SPLADE-style sparse encoders: pooling, regularisers, losses, the training loop (no Ray inside)."""

@@ -1,0 +1,61 @@
+"""Shared fixtures: offline settings, the test device, and the tiny models built once per session."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+# Local Ray clusters started by tests bind to loopback only (see sembridge_ray/distributed/__init__.py).
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
+REPO = Path(__file__).resolve().parent.parent
+# Real third-party files (tokenizers, MIRACL topics, WordNet) live beside the checkout; tests that need them skip
+# where they are absent. SEMBRIDGE_SHARED_DATA points elsewhere.
+SHARED_DATA = Path(os.environ.get("SEMBRIDGE_SHARED_DATA", REPO.parent / "shared" / "data"))
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--device", default=None, help="torch device for the unit suite (also TORCH_DEVICE)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    device = config.getoption("--device")
+    if device:
+        os.environ["TORCH_DEVICE"] = device
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if Path(item.path).parent.name == "ray":
+            item.add_marker(pytest.mark.ray)
+
+
+@pytest.fixture(scope="session")
+def device() -> str:
+    from sembridge_ray.placement import pick_device
+
+    return pick_device()
+
+
+@pytest.fixture(scope="session")
+def fixtures_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Every tiny model and tokenizer of ``sembridge_ray.testing``, built once (about 6 s)."""
+    from sembridge_ray.testing import build_all
+
+    root = tmp_path_factory.mktemp("fixtures")
+    build_all(root)
+    return root
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"shared data not found at {SHARED_DATA}")
+    return SHARED_DATA

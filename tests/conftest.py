@@ -55,6 +55,15 @@ def fixtures_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def sick_beir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A BEIR directory built from the bundled SICK pairs (first 400 pairs of each split)."""
+    from sembridge_ray.data.sick import write_sick_beir
+    from sembridge_ray.resources import SICK_DIR
+
+    return write_sick_beir(SICK_DIR, tmp_path_factory.mktemp("sick") / "beir", limit=400)
+
+
+@pytest.fixture(scope="session")
 def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"shared data not found at {SHARED_DATA}")

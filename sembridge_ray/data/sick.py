@@ -54,3 +54,39 @@ def read_sick_split(sick_dir: Path, split: str) -> list[Pair]:
     if split not in SICK_FILES:
         raise InputError(f"unknown SICK split {split!r} (known: {', '.join(SICK_FILES)})")
     return read_sick(Path(sick_dir) / SICK_FILES[split])
+
+
+def write_sick_beir(sick_dir: Path, out_dir: Path, min_score: float = 4.0, limit: int | None = None) -> Path:
+    """A BEIR-layout retrieval set from real SICK judgements.
+
+    Queries are sentence A, documents are sentence B (both deduplicated, ids ``q<n>``/``d<n>`` in first-seen
+    order). A pair with relatedness >= ``min_score`` makes B relevant to A: grade 2 from 4.5, else 1 (graded, so
+    nDCG's gains matter). ``qrels/train.tsv`` comes from train+trial, ``qrels/test.tsv`` from test; ``limit``
+    keeps the first n pairs of each split (smoke runs).
+    """
+    import json
+
+    from sembridge_ray.outputs import atomic_path
+
+    splits = {"train": read_sick_split(sick_dir, "train") + read_sick_split(sick_dir, "trial"),
+              "test": read_sick_split(sick_dir, "test")}
+    queries: dict[str, str] = {}
+    docs: dict[str, str] = {}
+    qrels: dict[str, list[tuple[str, str, int]]] = {}
+    for split, pairs in splits.items():
+        qrels[split] = []
+        for pair in pairs[:limit]:
+            qid = queries.setdefault(pair.a, f"q{len(queries)}")
+            did = docs.setdefault(pair.b, f"d{len(docs)}")
+            if pair.score >= min_score:
+                qrels[split].append((qid, did, 2 if pair.score >= 4.5 else 1))
+    with atomic_path(Path(out_dir)) as tmp:
+        (tmp / "qrels").mkdir(parents=True)
+        lines = [json.dumps({"_id": i, "title": "", "text": t}, ensure_ascii=False) for t, i in docs.items()]
+        (tmp / "corpus.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        lines = [json.dumps({"_id": i, "text": t}, ensure_ascii=False) for t, i in queries.items()]
+        (tmp / "queries.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        for split, rows in qrels.items():
+            body = "".join(f"{q}\t{d}\t{g}\n" for q, d, g in sorted(set(rows)))
+            (tmp / "qrels" / f"{split}.tsv").write_text("query-id\tcorpus-id\tscore\n" + body, encoding="utf-8")
+    return Path(out_dir)

@@ -1,0 +1,100 @@
+"""Training pairs: ``query``, ``positive`` and optional ``negative_1..k`` columns, materialised to Parquet once.
+
+From a Parquet file of pairs they are read as they are; from a retrieval dataset (see ``data.retrieval``) each
+judged query with a relevant document gives one row (its best-graded positive, lowest doc id on ties), with up to
+``hard_negatives`` judged non-relevant documents (MIRACL ships annotator-judged negatives). Qrels naming unknown
+queries or documents are counted and skipped, with a warning.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from sembridge_ray.data.retrieval import RetrievalData, load_retrieval
+from sembridge_ray.data.schema import ID, NEGATIVE_PREFIX, POSITIVE, QUERY, TEXT
+from sembridge_ray.errors import InputError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PairStats:
+    rows: int
+    unknown_queries: int = 0
+    unknown_docs: int = 0
+    without_negatives: int = 0
+
+
+def negative_columns(k: int) -> list[str]:
+    return [f"{NEGATIVE_PREFIX}_{i}" for i in range(1, k + 1)]
+
+
+def read_pairs(path: Path) -> pa.Table:
+    """A Parquet file with ``query``, ``positive`` and optional ``negative…`` string columns."""
+    try:
+        table = pq.read_table(path)
+    except (OSError, pa.ArrowInvalid) as err:
+        raise InputError(f"cannot read pairs Parquet {path}: {err}") from None
+    missing = [c for c in (QUERY, POSITIVE) if c not in table.column_names]
+    if missing:
+        raise InputError(f"pairs file {path} lacks column(s) {', '.join(missing)}")
+    keep = [QUERY, POSITIVE, *sorted(c for c in table.column_names if c.startswith(NEGATIVE_PREFIX))]
+    return table.select(keep)
+
+
+def pairs_from_retrieval(data: RetrievalData, hard_negatives: int = 0, batch: int = 50_000) -> tuple[pa.Table, PairStats]:
+    """One row per judged query with a relevant document; streams the corpus once for the needed texts."""
+    plan: list[tuple[str, str, list[str]]] = []
+    unknown_q = 0
+    for qid in sorted(data.qrels):
+        docs = data.qrels[qid]
+        pos = sorted((d for d, g in docs.items() if g > 0), key=lambda d: (-docs[d], d))
+        if not pos:
+            continue
+        if qid not in data.queries:
+            unknown_q += 1
+            continue
+        plan.append((qid, pos[0], sorted(d for d, g in docs.items() if g <= 0)[:hard_negatives]))
+    needed = {d for _, p, negs in plan for d in (p, *negs)}
+    texts: dict[str, str] = {}
+    for table in data.corpus.batches(batch):
+        for doc_id, text in zip(table.column(ID).to_pylist(), table.column(TEXT).to_pylist(), strict=True):
+            if doc_id in needed:
+                texts[doc_id] = text
+    rows: dict[str, list[str]] = {QUERY: [], POSITIVE: [], **{c: [] for c in negative_columns(hard_negatives)}}
+    unknown_d = without_neg = 0
+    for qid, pos, negs in plan:
+        negs = [d for d in negs if d in texts]
+        if pos not in texts:
+            unknown_d += 1
+            continue
+        if len(negs) < hard_negatives:
+            without_neg += 1
+            continue
+        rows[QUERY].append(data.queries[qid])
+        rows[POSITIVE].append(texts[pos])
+        for col, doc in zip(negative_columns(hard_negatives), negs, strict=True):
+            rows[col].append(texts[doc])
+    stats = PairStats(len(rows[QUERY]), unknown_q, unknown_d, without_neg)
+    if unknown_q or unknown_d or without_neg:
+        log.warning("%s/%s: skipped %d qrels queries not in the topics, %d positives not in the corpus, "
+                    "%d queries with fewer than %d judged negatives", data.name, data.split, unknown_q, unknown_d,
+                    without_neg, hard_negatives)
+    return pa.table(rows), stats
+
+
+def training_pairs(spec: str, split: str = "train", hard_negatives: int = 0) -> tuple[pa.Table, PairStats]:
+    """Pairs for a dataset spec or a ``.parquet`` pairs file; an empty result is an error naming the spec."""
+    if spec.endswith(".parquet") or (Path(spec).is_file() and not Path(spec).is_dir()):
+        table = read_pairs(Path(spec))
+        stats = PairStats(table.num_rows)
+    else:
+        table, stats = pairs_from_retrieval(load_retrieval(spec, split), hard_negatives)
+    if table.num_rows == 0:
+        raise InputError(f"training set {spec!r} ({split}) is empty")
+    return table, stats

@@ -1,6 +1,20 @@
 """sembridge_ray: SemBridge vocabulary transfer for sparse retrievers, and the MaLSTM reproduction, on Ray.
 
-Importing the package never imports Ray: Ray lives only in ``sembridge_ray.distributed`` and ``jobs``.
+Importing the package never imports Ray (Ray lives only in ``sembridge_ray.distributed`` and ``jobs``), and
+it loads torch only when ``bridge_weights`` is first used.
 """
 
+from __future__ import annotations
+
+from typing import Any
+
 __version__ = "0.1.0"
+__all__ = ["bridge_weights"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "bridge_weights":
+        from sembridge_ray.embed_init.weighting import bridge_weights
+
+        return bridge_weights
+    raise AttributeError(f"module 'sembridge_ray' has no attribute {name!r}")

@@ -38,3 +38,38 @@ def actor_pool_args(placement: Any, batch_size: int) -> dict[str, Any]:
         "num_gpus": placement.gpus_per_worker,
         "batch_size": batch_size,
     }
+
+
+class BridgeEncodeUDF:
+    """Ray Data actor: holds the bridge sentence-transformers model; (id, text) -> (id, vector)."""
+
+    def __init__(self, name: str, batch_size: int, trust_remote_code: bool = False) -> None:
+        from sembridge_ray.embed_init.bridge import load_bridge
+
+        self.name, self.batch_size = name, batch_size
+        self.model = load_bridge(name, device=pick_device(), trust_remote_code=trust_remote_code)
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        from sembridge_ray.embed_init.bridge import VECTOR, encode_strings
+
+        vecs = encode_strings(self.model, batch.column(TEXT).to_pylist(), self.batch_size, self.name)
+        return pa.table({ID: batch.column(ID), VECTOR: pa.array(list(vecs), pa.list_(pa.float32()))})
+
+
+class InitRowsUDF:
+    """Ray Data actor: holds the source bridge matrix and E_s (from the object store, put once); computes the
+    weights and composed rows of a batch of bridged target tokens."""
+
+    def __init__(self, context: list[Any]) -> None:
+        import ray
+
+        self.ctx = ray.get(context[0])
+        self.device = pick_device()
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        from sembridge_ray.embed_init.bridge import VECTOR
+        from sembridge_ray.embed_init.pipeline import compute_rows, rows_table
+
+        ids = batch.column(ID).to_numpy()
+        vecs = np.stack(batch.column(VECTOR).to_numpy(zero_copy_only=False)).astype(np.float32)
+        return rows_table(compute_rows(self.ctx, ids, vecs, device=self.device))

@@ -1,0 +1,55 @@
+"""The paper's experiment as data: source encoders, target-language tokenizers, the bridge and datasets (hub ids).
+
+Target tokenizers: the SemBridge authors name only the Korean one (``monologg/kobigbird-bert-base``, from their
+example). The others are our choices of widely used monolingual tokenizers, documented here and in the README.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+BRIDGE = "BAAI/bge-m3"
+
+SOURCE_MODELS = {
+    "splade-v3": "naver/splade-v3",
+    "splade-pp-en-v1": "prithivida/Splade_PP_en_v1",
+    "opensearch-v1": "opensearch-project/opensearch-neural-sparse-encoding-v1",
+    "granite-30m-sparse": "ibm-granite/granite-embedding-30m-sparse",
+}
+
+
+@dataclass(frozen=True)
+class Language:
+    code: str
+    tokenizer: str
+    why: str
+    webfaq: str  # PaDaS-Lab/webfaq-retrieval config prefix (ISO 639-3)
+    miracl: str  # miracl/miracl language
+
+
+LANGUAGES = {
+    "ar": Language("ar", "aubmindlab/araelectra-base-discriminator",
+                   "our choice: AraBERT family, 64k WordPiece, works on raw (unsegmented) text", "ara", "ar"),
+    "zh": Language("zh", "google-bert/bert-base-chinese", "our choice: the standard Chinese BERT vocabulary",
+                   "zho", "zh"),
+    "hi": Language("hi", "l3cube-pune/hindi-bert-scratch",
+                   "our choice: a Hindi BERT trained from scratch on monolingual Hindi", "hin", "hi"),
+    "ko": Language("ko", "monologg/kobigbird-bert-base", "the SemBridge authors' Korean example", "kor", "ko"),
+    "ru": Language("ru", "DeepPavlov/rubert-base-cased", "our choice: the widely used Russian BERT", "rus", "ru"),
+}
+
+DATASETS = {"webfaq": "PaDaS-Lab/webfaq-retrieval", "miracl": "miracl/miracl + miracl/miracl-corpus"}
+
+
+def slug(name: str) -> str:
+    """A filesystem-safe short name: a catalog key as is, else the hub id's/path's last part."""
+    for key, hub in SOURCE_MODELS.items():
+        if name in (key, hub):
+            return key
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name.rstrip("/").split("/")[-1]).strip("-") or "model"
+
+
+def cell_name(model: str, language: str, method: str = "sembridge", alpha: float = 4.0) -> str:
+    """Deterministic cell directory name, e.g. ``splade-v3__ko__sembridge__a4``."""
+    return f"{slug(model)}__{language}__{method}__a{alpha:g}"

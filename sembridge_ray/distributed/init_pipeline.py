@@ -1,0 +1,105 @@
+"""Ray side of the init job: bridge encoding and the weights stage as Ray Data actor pools, and the paper grid."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import ray
+
+from sembridge_ray import catalog
+from sembridge_ray.data.schema import ID
+from sembridge_ray.distributed import cluster
+from sembridge_ray.distributed.udfs import BridgeEncodeUDF, InitRowsUDF, actor_pool_args
+from sembridge_ray.embed_init.bridge import VECTOR
+from sembridge_ray.embed_init.config import InitConfig
+from sembridge_ray.embed_init.pipeline import (
+    InitResult,
+    NewRows,
+    RowsContext,
+    Stages,
+    initialise,
+    rows_from_tables,
+)
+from sembridge_ray.errors import InputError
+from sembridge_ray.outputs import is_complete
+
+log = logging.getLogger(__name__)
+
+
+def ray_stages(cfg: InitConfig) -> Stages:
+    """Both heavy stages as actor pools sized by ``cfg.resources`` (one GPU per actor when present). Ray is
+    joined on first use, so bad input fails before any cluster starts."""
+
+    def encode(table: pa.Table) -> np.ndarray:
+        plan = cluster.placement(cfg.resources)
+        # One block per encoder batch, cut at the same positions as in-process: a string's vector then does not
+        # depend on which other strings shared its (length-sorted, padded) batch.
+        size = cfg.bridge_batch_size
+        ds = ray.data.from_arrow([table.slice(i, size) for i in range(0, table.num_rows, size)])
+        out = ds.map_batches(BridgeEncodeUDF, fn_constructor_kwargs={
+            "name": cfg.bridge_model, "batch_size": size, "trust_remote_code": cfg.trust_remote_code,
+        }, batch_format="pyarrow", **{**actor_pool_args(plan, size), "batch_size": None})
+        result = pa.concat_tables(ray.get(out.to_arrow_refs()))
+        order = {int(i): n for n, i in enumerate(result.column(ID).to_numpy())}
+        rows = [order[int(i)] for i in table.column(ID).to_numpy()]  # actor pools do not keep row order
+        return np.stack(result.column(VECTOR).to_numpy(zero_copy_only=False)[rows]).astype(np.float32)
+
+    def rows(ctx: RowsContext, target_ids: np.ndarray, new_vecs: np.ndarray) -> NewRows:
+        plan = cluster.placement(cfg.resources)
+        ctx_ref = ray.put(ctx)  # source bridge matrix + E_s: in the object store once, shared by every actor
+        table = pa.table({ID: pa.array(target_ids.astype(np.int64)),
+                          VECTOR: pa.array(list(new_vecs), pa.list_(pa.float32()))})
+        ds = ray.data.from_arrow(table).repartition(max(2 * plan.workers, len(target_ids) // cfg.rows_batch_size + 1))
+        out = ds.map_batches(InitRowsUDF, fn_constructor_kwargs={"context": [ctx_ref]}, batch_format="pyarrow",
+                             **actor_pool_args(plan, cfg.rows_batch_size))
+        return rows_from_tables(ray.get(out.to_arrow_refs()), len(ctx.inputs))
+
+    return Stages(encode=encode, rows=rows)
+
+
+def run_init(cfg: InitConfig) -> InitResult | None:
+    """One initialisation through Ray; ``None`` when the output is already complete (skipped)."""
+    if not (cfg.source_model and cfg.target_tokenizer and cfg.output):
+        raise InputError("--source-model, --target-tokenizer and --output are required (or --grid paper)")
+    if is_complete(Path(cfg.output)):
+        log.info("%s is complete; skipping", cfg.output)
+        return None
+    return initialise(cfg, ray_stages(cfg))
+
+
+def grid_cells(cfg: InitConfig) -> list[InitConfig]:
+    """The paper catalog: every source model x language, bridge BAAI/bge-m3, one directory per cell."""
+    if cfg.grid != "paper":
+        raise InputError(f"unknown grid {cfg.grid!r} (known: paper)")
+    if not cfg.output:
+        raise InputError("--output ROOT is required with --grid")
+    cells = []
+    for model in catalog.SOURCE_MODELS.values():
+        for lang in catalog.LANGUAGES.values():
+            name = catalog.cell_name(model, lang.code, cfg.method, cfg.alpha)
+            cells.append(replace(cfg, source_model=model, target_tokenizer=lang.tokenizer, bridge_model=catalog.BRIDGE,
+                                 output=str(Path(cfg.output) / name), grid=""))
+    return cells
+
+
+def grid_plan(cells: list[InitConfig]) -> list[dict[str, Any]]:
+    return [{"cell": Path(c.output).name, "source_model": c.source_model, "target_tokenizer": c.target_tokenizer,
+             "bridge_model": c.bridge_model, "method": c.method, "alpha": c.alpha,
+             "status": "done" if is_complete(Path(c.output)) else "todo"} for c in cells]
+
+
+def run_grid(cfg: InitConfig) -> dict[str, str]:
+    """Every unfinished cell in turn (finished ones are skipped); a failing cell is recorded, not fatal."""
+    failures: dict[str, str] = {}
+    for cell in grid_cells(cfg):
+        try:
+            run_init(cell)
+        except (InputError, OSError, RuntimeError, ValueError) as err:
+            failures[Path(cell.output).name] = f"{type(err).__name__}: {err}"
+            log.error("cell %s failed: %s", Path(cell.output).name, err)
+    return failures

@@ -1,0 +1,1 @@
+"""SemBridge embedding initialisation: vocabulary partition, exact entmax weights, composition, baselines."""

@@ -1,0 +1,61 @@
+"""The new-token rule of each method. All methods share the specials, the overlap and the bias policy, so
+comparisons isolate this rule.
+
+| method      | rule for a bridged target token                                                            |
+|-------------|---------------------------------------------------------------------------------------------|
+| sembridge   | α-entmax over the cosines to every source token, in the bridge space (α=4)                  |
+| focus       | sparsemax over the overlapping tokens only, in the bridge space (FOCUS uses fastText there) |
+| wechsel     | softmax(cos / 0.1) over the 10 nearest source tokens                                        |
+| mean        | the mean source row                                                                         |
+| random      | N(mean, std) per dimension of the source rows, seeded                                       |
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from sembridge_ray.embed_init.config import InitConfig
+from sembridge_ray.embed_init.weighting import bridge_weights
+
+
+def remap_columns(weights: torch.Tensor, columns: torch.Tensor, m: int) -> torch.Tensor:
+    """CSR over a candidate subset -> CSR over all ``m`` source ids (``columns`` ascending keeps rows sorted)."""
+    cols = columns[weights.col_indices()]
+    return torch.sparse_csr_tensor(weights.crow_indices(), cols, weights.values(), size=(weights.shape[0], m),
+                                   check_invariants=False)
+
+
+def method_weights(
+    cfg: InitConfig, new_vecs: torch.Tensor, source_vecs: torch.Tensor, candidates: torch.Tensor,
+    overlap_sources: torch.Tensor, device: str | None = None,
+) -> torch.Tensor:
+    """CSR (n, |Vs|) weights of the similarity-based methods. ``candidates``: source ids allowed in the bridge
+    (ascending); ``overlap_sources``: source ids copied into the target (FOCUS's anchors; all candidates if none)."""
+    m = len(source_vecs)
+    if cfg.method == "focus":
+        anchors = overlap_sources if len(overlap_sources) else candidates
+        w = bridge_weights(new_vecs, source_vecs[anchors], alpha=2.0, device=device)
+        return remap_columns(w, anchors, m)
+    if cfg.method == "wechsel":
+        w = bridge_weights(new_vecs, source_vecs[candidates], alpha=1.0, temperature=cfg.wechsel_temperature,
+                           top_k=cfg.wechsel_top_k, device=device)
+        return remap_columns(w, candidates, m)
+    if cfg.method == "sembridge":
+        top_k = cfg.softmax_top_k if cfg.alpha == 1 else None
+        w = bridge_weights(new_vecs, source_vecs[candidates], alpha=cfg.alpha, temperature=cfg.temperature,
+                           top_k=top_k, device=device)
+        return remap_columns(w, candidates, m)
+    raise ValueError(f"method {cfg.method!r} has no similarity weights")
+
+
+def explicit_rows(method: str, n: int, source: torch.Tensor, seed: int) -> torch.Tensor:
+    """Rows for ``mean`` (the mean source row) and ``random`` (N(mean, std) per dimension, seeded)."""
+    mean = source.double().mean(0)
+    if method == "mean":
+        return mean.to(source.dtype).expand(n, -1).clone()
+    if method == "random":
+        std = source.double().std(0)
+        noise = np.random.default_rng(seed).standard_normal((n, source.shape[1]))
+        return (mean + torch.from_numpy(noise) * std).to(source.dtype)
+    raise ValueError(f"method {method!r} has no explicit rows")

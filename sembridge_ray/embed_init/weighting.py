@@ -1,0 +1,185 @@
+"""Exact, chunked α-entmax bridge weights: ``w_i = α-entmax(cos(new_i, source))`` as a sparse CSR matrix.
+
+Why not call ``entmax_bisect`` on full rows (the released reference): it holds N × M scores, runs 50 bisection
+passes over all M columns per row, and in fp32 it is off by up to 4e-3 at α=4 (the weight at the support boundary
+is a cube root of a tiny margin). Here, per chunk of rows:
+
+1. one fp32 GEMM gives the scores, and ``topk`` keeps k candidates per row;
+2. the candidates' cosines are recomputed in float64 and the threshold τ is solved on them with the ``entmax``
+   package itself (``sparsemax`` for α=2, ``entmax15`` for α=1.5, ``entmax_bisect`` otherwise);
+3. α-entmax's support is a prefix of the sorted scores, so if the k-th candidate lies below τ by more than the
+   fp32 GEMM's error bound, no column outside the candidates can enter the support and the row is exact.
+   Rows that fail are redone alone with 4× more candidates, up to the full row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from entmax import entmax15, entmax_bisect, sparsemax
+
+# fp32 cosine error bound for unit vectors (|error| <= D * 2^-24 worst case; we allow 2 * 1e-5 over the k-th
+# candidate): a candidate set is certified only if its k-th score clears the threshold by this much.
+FP32_SCORE_ERROR = 1e-5
+_CHUNK_BYTES = 32 << 20  # fp32 scores held per chunk: flat memory whatever N is
+
+
+@dataclass(frozen=True)
+class _Vectors:
+    """Rows as given (any float dtype), their fp32 unit version for the GEMM, and float64 norms."""
+
+    raw: torch.Tensor
+    unit32: torch.Tensor
+    norm64: torch.Tensor
+
+    @classmethod
+    def of(cls, x: torch.Tensor, name: str, device: torch.device) -> _Vectors:
+        if x.dim() != 2:
+            raise ValueError(f"{name} must be 2-D (rows, dim), got shape {tuple(x.shape)}")
+        x = x.detach().to(device=device)
+        if not x.is_floating_point():
+            x = x.float()
+        if not bool(torch.isfinite(x).all()):
+            raise ValueError(f"{name} contains non-finite values (NaN or inf)")
+        norm64 = torch.linalg.vector_norm(x, dim=1, dtype=torch.float64).clamp_min(1e-12)
+        return cls(x, torch.nn.functional.normalize(x.float(), dim=1), norm64)
+
+    def unit64(self, idx: torch.Tensor) -> torch.Tensor:
+        """Float64 unit vectors of rows ``idx`` (any shape), normalised in float64 from the given values."""
+        return self.raw[idx].double() / self.norm64[idx].unsqueeze(-1)
+
+
+_PREPARED: list[tuple[tuple[Any, ...], _Vectors]] = []  # one entry: the last source matrix seen
+
+
+def _prepared_source(source_vecs: torch.Tensor, device: torch.device) -> _Vectors:
+    """The source side (check, fp32 unit rows, float64 norms) is the same for every batch a worker handles:
+    prepare it once per tensor (keyed by storage, shape and in-place version)."""
+    key = (source_vecs.data_ptr(), tuple(source_vecs.shape), source_vecs.stride(), source_vecs.dtype,
+           source_vecs.device, source_vecs._version, device)
+    if not _PREPARED or _PREPARED[0][0] != key:
+        _PREPARED[:] = [(key, _Vectors.of(source_vecs, "source_vecs", device))]
+    return _PREPARED[0][1]
+
+
+def initial_k(alpha: float) -> int:
+    """Candidates per row before certification: α=4 supports are 2-6 wide, α=2 up to ~60 (FINDINGS.md)."""
+    return 16 if alpha >= 3 else 64 if alpha >= 1.5 else 512
+
+
+def entmax_rows(scores: torch.Tensor, alpha: float) -> torch.Tensor:
+    """α-entmax over the last dim of float64 ``scores`` (B, k), via the entmax package (exact sort-based forms
+    where they exist)."""
+    if alpha == 2.0:
+        return sparsemax(scores, dim=-1)
+    if alpha == 1.5:
+        return entmax15(scores, dim=-1)
+    return entmax_bisect(scores, alpha=alpha, dim=-1, n_iter=60)
+
+
+def _threshold(scores: torch.Tensor, probs: torch.Tensor, alpha: float) -> torch.Tensor:
+    """τ from the top (always supported) entry: p_1^(α-1) = (α-1) s_1 - τ."""
+    return (alpha - 1) * scores[:, 0] - probs[:, 0] ** (alpha - 1)
+
+
+def _solve(
+    scores32: torch.Tensor, new64: torch.Tensor, src: _Vectors, alpha: float, temperature: float, k: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Candidates (B, k) -> (probs f64, source ids, certified mask), both sorted by float64 score descending."""
+    m = scores32.shape[1]
+    k = min(k, m)
+    idx = scores32.topk(k, dim=1).indices
+    exact = torch.einsum("bd,bkd->bk", new64, src.unit64(idx)) / temperature
+    exact, order = exact.sort(dim=1, descending=True, stable=True)
+    idx = idx.gather(1, order)
+    probs = entmax_rows(exact, alpha)
+    if k == m:
+        return probs, idx, torch.ones(len(idx), dtype=torch.bool, device=idx.device)
+    margin = _threshold(exact, probs, alpha) - (alpha - 1) * (exact[:, -1] + 2 * FP32_SCORE_ERROR / temperature)
+    return probs, idx, (probs[:, -1] == 0) & (margin >= 0)
+
+
+Triplets = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # (row, source id, float64 weight), flattened
+
+
+def _kept(rows: torch.Tensor, idx: torch.Tensor, probs: torch.Tensor) -> Triplets:
+    keep = probs > 0
+    return rows[:, None].expand_as(idx)[keep], idx[keep], probs[keep]
+
+
+def _chunk_weights(new: _Vectors, rows: slice, src: _Vectors, alpha: float, temperature: float) -> Triplets:
+    """The exact α-entmax support of each row of a chunk, as flattened triplets (rows relative to the chunk)."""
+    scores32 = new.unit32[rows] @ src.unit32.T  # (B, M) fp32: the one GEMM
+    new64 = new.unit64(torch.arange(rows.start, rows.stop, device=scores32.device))
+    parts = []
+    pending = torch.arange(len(scores32), device=scores32.device)
+    k = initial_k(alpha)
+    while len(pending):
+        probs, idx, ok = _solve(scores32[pending], new64[pending], src, alpha, temperature, k)
+        parts.append(_kept(pending[ok], idx[ok], probs[ok]))
+        pending, k = pending[~ok], k * 4  # only the rows that failed, with more candidates
+    return tuple(torch.cat(col) for col in zip(*parts, strict=True))  # type: ignore[return-value]
+
+
+def bridge_weights(
+    new_vecs: torch.Tensor,
+    source_vecs: torch.Tensor,
+    alpha: float = 4.0,
+    *,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    device: str | torch.device | None = None,
+) -> torch.Tensor:
+    """Convex weights over source tokens for each new token: sparse CSR (N, M), float32, rows summing to 1.
+
+    ``alpha > 1``: exact α-entmax of the cosine similarities (``temperature`` divides them; 1 by default, as in
+    the paper). ``alpha == 2`` equals ``entmax.sparsemax``. ``alpha == 1``: softmax(cos / temperature) over the
+    ``top_k`` most similar source tokens (all of them when None: dense rows), as WECHSEL does with k=10, T=0.1.
+    Cosines are computed in row chunks on ``device`` (default: where ``new_vecs`` lives); N × M is never held.
+    Non-finite input raises ``ValueError``.
+    """
+    if alpha < 1:
+        raise ValueError(f"alpha must be >= 1, got {alpha}")
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    dev = torch.device(device) if device is not None else new_vecs.device
+    new, src = _Vectors.of(new_vecs, "new_vecs", dev), _prepared_source(source_vecs, dev)
+    if new.raw.shape[1] != src.raw.shape[1]:
+        raise ValueError(f"dimension mismatch: new_vecs {new.raw.shape[1]} vs source_vecs {src.raw.shape[1]}")
+    n, m = len(new.raw), len(src.raw)
+    chunk = max(1, _CHUNK_BYTES // (4 * max(m, 1)))
+    parts = []
+    for start in range(0, n, chunk):
+        block = slice(start, min(start + chunk, n))
+        if alpha == 1:
+            rows, cols, vals = _softmax_rows(new, block, src, temperature, top_k)
+        else:
+            rows, cols, vals = _chunk_weights(new, block, src, alpha, temperature)
+        parts.append((rows.cpu() + start, cols.cpu(), vals.cpu()))
+    return _to_csr(parts, n, m)
+
+
+def _softmax_rows(new: _Vectors, rows: slice, src: _Vectors, temperature: float, top_k: int | None) -> Triplets:
+    scores32 = new.unit32[rows] @ src.unit32.T
+    k = min(top_k or scores32.shape[1], scores32.shape[1])
+    idx = scores32.topk(k, dim=1).indices
+    new64 = new.unit64(torch.arange(rows.start, rows.stop, device=scores32.device))
+    probs = torch.softmax(torch.einsum("bd,bkd->bk", new64, src.unit64(idx)) / temperature, dim=1)
+    return _kept(torch.arange(len(scores32), device=scores32.device), idx, probs)
+
+
+def _to_csr(parts: list[Triplets], n: int, m: int) -> torch.Tensor:
+    """Triplets -> CSR with columns ascending in each row and each row renormalised to sum to 1."""
+    if parts:
+        rows, cols, vals = (torch.cat(col) for col in zip(*parts, strict=True))
+    else:
+        rows, cols, vals = (torch.zeros(0, dtype=dt) for dt in (torch.int64, torch.int64, torch.float64))
+    order = torch.argsort(rows * m + cols)
+    rows, cols, vals = rows[order], cols[order], vals[order]
+    sums = torch.zeros(n, dtype=torch.float64).index_add_(0, rows, vals)
+    vals = vals / sums[rows]
+    crow = torch.zeros(n + 1, dtype=torch.int64)
+    torch.cumsum(torch.bincount(rows, minlength=n), 0, out=crow[1:])
+    return torch.sparse_csr_tensor(crow, cols, vals.to(torch.float32), size=(n, m), check_invariants=False)

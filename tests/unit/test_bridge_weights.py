@@ -1,0 +1,117 @@
+"""bridge_weights against full-row float64 entmax (the entmax package as oracle) on adversarial inputs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from entmax import entmax_bisect, sparsemax
+
+import sembridge_ray
+from sembridge_ray.embed_init import weighting
+
+TOL = 5e-4
+
+
+def oracle(new: torch.Tensor, src: torch.Tensor, alpha: float, temperature: float = 1.0) -> torch.Tensor:
+    cos = torch.nn.functional.normalize(new.double(), dim=1) @ torch.nn.functional.normalize(src.double(), dim=1).T
+    if alpha == 2:
+        return sparsemax(cos / temperature, dim=1)
+    return entmax_bisect(cos / temperature, alpha=alpha, dim=1, n_iter=100)
+
+
+def check(w: torch.Tensor, expected: torch.Tensor) -> None:
+    assert w.layout == torch.sparse_csr and w.dtype == torch.float32
+    dense = w.to_dense().double()
+    assert bool((dense >= 0).all())
+    torch.testing.assert_close(dense.sum(1), torch.ones(len(dense), dtype=torch.float64), atol=1e-6, rtol=0)
+    assert (dense - expected).abs().max().item() < TOL
+
+
+def randn(*shape: int, seed: int = 0) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("alpha", [1.2, 1.5, 2.0, 3.0, 4.0, 8.0])
+@pytest.mark.parametrize(("n", "m", "d"), [(1, 1, 3), (7, 17, 5), (33, 300, 16), (5, 2000, 2)])
+def test_matches_full_row_float64_entmax(alpha: float, n: int, m: int, d: int) -> None:
+    new, src = randn(n, d, seed=n), randn(m, d, seed=m)
+    check(sembridge_ray.bridge_weights(new, src, alpha), oracle(new, src, alpha))
+
+
+@pytest.mark.parametrize("alpha", [2.0, 4.0])
+def test_ties_that_exceed_k(alpha: float) -> None:
+    """40 exact copies of the nearest source vector: the support (all 40) is wider than the first k=16."""
+    src = randn(500, 8, seed=1)
+    src[100:140] = src[7]
+    new = torch.stack([src[7] + 1e-3 * randn(8, seed=2), randn(8, seed=3)])
+    w = sembridge_ray.bridge_weights(new, src, alpha)
+    check(w, oracle(new, src, alpha))
+    assert int((w.to_dense()[0] > 0).sum()) >= 41
+
+
+def test_uniform_row_spreads_over_every_source_token() -> None:
+    src = randn(100, 4)
+    w = sembridge_ray.bridge_weights(torch.zeros(1, 4), src, 4.0)  # zero vector: every cosine is 0
+    torch.testing.assert_close(w.to_dense(), torch.full((1, 100), 0.01))
+
+
+def test_near_tied_wide_support_in_low_dimension() -> None:
+    src = torch.nn.functional.normalize(randn(3000, 2, seed=5), dim=1)  # many near-equal cosines
+    new = randn(20, 2, seed=6)
+    for alpha in (1.5, 4.0):
+        check(sembridge_ray.bridge_weights(new, src, alpha), oracle(new, src, alpha))
+
+
+def test_alpha_2_equals_sparsemax_and_temperature_divides() -> None:
+    new, src = randn(50, 16, seed=8), randn(400, 16, seed=9)
+    check(sembridge_ray.bridge_weights(new, src, 2.0), oracle(new, src, 2.0))
+    check(sembridge_ray.bridge_weights(new, src, 4.0, temperature=0.5), oracle(new, src, 4.0, 0.5))
+
+
+def test_softmax_over_top_k_with_temperature() -> None:
+    new, src = randn(10, 16, seed=10), randn(300, 16, seed=11)
+    w = sembridge_ray.bridge_weights(new, src, 1.0, temperature=0.1, top_k=10).to_dense().double()
+    cos = torch.nn.functional.normalize(new.double(), dim=1) @ torch.nn.functional.normalize(src.double(), dim=1).T
+    top = cos.topk(10, dim=1)
+    expected = torch.zeros_like(cos).scatter(1, top.indices, torch.softmax(top.values / 0.1, dim=1))
+    assert (w - expected).abs().max().item() < 1e-6
+
+
+def test_full_softmax_is_dense() -> None:
+    new, src = randn(3, 4), randn(20, 4, seed=1)
+    w = sembridge_ray.bridge_weights(new, src, 1.0)
+    cos = torch.nn.functional.normalize(new.double(), dim=1) @ torch.nn.functional.normalize(src.double(), dim=1).T
+    torch.testing.assert_close(w.to_dense().double(), torch.softmax(cos, dim=1), atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_non_finite_input_raises(bad: float) -> None:
+    new = randn(3, 4)
+    new[1, 2] = bad
+    with pytest.raises(ValueError, match="non-finite"):
+        sembridge_ray.bridge_weights(new, randn(10, 4))
+    with pytest.raises(ValueError, match="non-finite"):
+        sembridge_ray.bridge_weights(randn(3, 4), new)
+
+
+def test_chunking_does_not_change_the_result(monkeypatch: pytest.MonkeyPatch) -> None:
+    new, src = randn(100, 8, seed=12), randn(1000, 8, seed=13)
+    whole = sembridge_ray.bridge_weights(new, src, 4.0).to_dense()
+    monkeypatch.setattr(weighting, "_CHUNK_BYTES", 7 * 4 * 1000)  # 7 rows per chunk
+    assert torch.equal(sembridge_ray.bridge_weights(new, src, 4.0).to_dense(), whole)
+
+
+def test_only_failing_rows_are_recomputed(monkeypatch: pytest.MonkeyPatch) -> None:
+    src = randn(400, 8, seed=14)
+    src[200:240] = src[3]  # row 0 needs more than 16 candidates; the others do not
+    new = torch.cat([src[3:4] + 1e-4, randn(30, 8, seed=15)])
+    calls: list[int] = []
+    real = weighting._solve
+
+    def spy(scores32: torch.Tensor, *args: object) -> object:
+        calls.append(len(scores32))
+        return real(scores32, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(weighting, "_solve", spy)
+    check(sembridge_ray.bridge_weights(new, src, 4.0), oracle(new, src, 4.0))
+    assert calls[0] == 31 and all(c < 31 for c in calls[1:]) and len(calls) > 1

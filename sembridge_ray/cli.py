@@ -65,7 +65,7 @@ def parse_config(
             parser.add_argument(flag.name, dest=flag.key, action="store_const", const=flag.const, default=None,
                                 help=flag.help or f"sets {flag.key}={flag.const}")
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)  # key=value overrides may sit between flags
     data = cls().to_dict()
     if args.config:
         data = merge(data, load_preset(resolve_preset(args.config, preset_dir, prefix)))

@@ -45,7 +45,8 @@ def test_job_cli_smoke_and_bad_input(
     printed = capsys.readouterr().out
     assert "top-3 source tokens" in printed
     assert json.loads((tmp_path / "out" / "init_report.json").read_text())["alpha"] == 2.0
-    bad = [*args[:2], str(tmp_path / "missing-model"), *args[4:6], str(tmp_path / "out2"), *args[8:]]
+    bad = [a.replace(str(fixtures_root / "bert-mlm"), str(tmp_path / "missing-model")).replace("/out", "/out2")
+           for a in args]
     assert init_embeddings.main(bad) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "missing-model" in err[0]

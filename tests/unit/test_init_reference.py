@@ -213,3 +213,14 @@ def test_missing_inputs_are_named(fixtures_root: Path, tmp_path: Path) -> None:
         initialise(replace(cfg, source_model=str(fixtures_root / "bert-mlm"), bridge_model=str(tmp_path / "no-bridge"),
                            cache_dir=str(tmp_path / "c")))
     assert not (tmp_path / "o" / "_SUCCESS").exists()
+
+
+def test_non_finite_bridge_vectors_are_an_error() -> None:
+    from sembridge_ray.embed_init.bridge import encode_strings
+
+    class NanBridge:
+        def encode(self, strings: list[str], **_: Any) -> np.ndarray:
+            return np.full((len(strings), 4), np.nan, dtype=np.float32)
+
+    with pytest.raises(InputError, match="bridge model 'nan-bridge' returned non-finite vectors"):
+        encode_strings(NanBridge(), ["a", "b"], 2, "nan-bridge")

@@ -1,0 +1,70 @@
+"""Cells of the reproduction grid and where each stage of a cell writes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from sembridge_ray import catalog
+
+SIMILARITY_METHODS = ("sembridge",)  # the only method with an α; baselines get one cell each
+STAGES = ("zero_shot", "finetuned")
+
+
+def parse_alpha(text: str) -> float:
+    """``4`` -> 4.0; ``softmax`` -> 1.0 (softmax over the nearest source tokens)."""
+    return 1.0 if str(text).strip().lower() == "softmax" else float(text)
+
+
+@dataclass(frozen=True)
+class Cell:
+    model: str
+    language: str
+    method: str
+    alpha: float | None  # None for the baselines, which have no α
+
+    @property
+    def name(self) -> str:
+        base = f"{catalog.slug(self.model)}__{self.language}__{self.method}"
+        return base if self.alpha is None else f"{base}__a{self.alpha:g}"
+
+    @property
+    def alpha_label(self) -> str:
+        return "" if self.alpha is None else ("softmax" if self.alpha == 1 else f"{self.alpha:g}")
+
+
+def expand(models: tuple[str, ...], languages: tuple[str, ...], methods: tuple[str, ...],
+           alphas: tuple[str, ...]) -> list[Cell]:
+    """Every (model, language, method, α) cell, in a deterministic order; baselines once, without α."""
+    cells = []
+    for model in models:
+        for lang in languages:
+            for method in methods:
+                if method in SIMILARITY_METHODS:
+                    cells.extend(Cell(model, lang, method, parse_alpha(a)) for a in alphas)
+                else:
+                    cells.append(Cell(model, lang, method, None))
+    return cells
+
+
+@dataclass(frozen=True)
+class CellPaths:
+    root: Path
+
+    @property
+    def init(self) -> Path:
+        return self.root / "init"
+
+    @property
+    def model(self) -> Path:
+        return self.init / "model"
+
+    def eval(self, dataset: str, stage: str) -> Path:
+        return self.root / dataset / stage
+
+    def finetune(self, dataset: str) -> Path:
+        return self.root / dataset / "finetune"
+
+
+def cell_paths(output: Path, cell: Cell) -> CellPaths:
+    return CellPaths(Path(output) / "cells" / cell.name)

@@ -1,0 +1,81 @@
+"""results.csv and results.md, rebuilt from the finished stage directories (so they are always consistent)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from sembridge_ray.outputs import atomic_write_text, is_complete
+from sembridge_ray.reproduce.cells import STAGES, Cell, cell_paths
+
+COLUMNS = ["model", "language", "dataset", "method", "alpha", "stage", "ndcg@10", "r@100", "rr@10",
+           "active_dims_q", "active_dims_d", "flops", "train_seconds", "train_steps", "cell"]
+METRIC_KEYS = {"ndcg@10": "nDCG@10", "r@100": "R@100", "rr@10": "RR@10", "active_dims_q": "mean_active_dims_query",
+               "active_dims_d": "mean_active_dims_doc", "flops": "flops_per_pair"}
+FINETUNE_SUMMARY = "finetune.json"
+
+
+def _json(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def collect(output: Path, cells: Sequence[Cell], datasets: Sequence[str]) -> list[dict[str, Any]]:
+    """One row per finished (cell, dataset, stage)."""
+    rows = []
+    for cell in cells:
+        paths = cell_paths(output, cell)
+        for dataset in datasets:
+            for stage in STAGES:
+                folder = paths.eval(dataset, stage)
+                if not is_complete(folder):
+                    continue
+                metrics = _json(folder / "metrics.json")
+                train = _json(paths.finetune(dataset) / FINETUNE_SUMMARY) if stage == "finetuned" else {}
+                rows.append({
+                    "model": cell.model, "language": cell.language, "dataset": dataset, "method": cell.method,
+                    "alpha": cell.alpha_label, "stage": stage,
+                    **{col: metrics.get(key, "") for col, key in METRIC_KEYS.items()},
+                    "train_seconds": train.get("train_seconds", train.get("seconds", "")),
+                    "train_steps": train.get("steps", ""), "cell": cell.name,
+                })
+    return rows
+
+
+def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=COLUMNS)
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_write_text(path, buf.getvalue())
+
+
+def _fmt(value: Any) -> str:
+    return f"{value:.3f}" if isinstance(value, float) and not math.isnan(value) else "–"
+
+
+def markdown(rows: list[dict[str, Any]], languages: Sequence[str], failures: dict[str, str] | None = None) -> str:
+    """Paper-style tables: one per (dataset, stage); rows model x method(α); columns languages + average."""
+    out = ["# Results (nDCG@10)", ""]
+    groups: dict[tuple[str, str], dict[tuple[str, str, str], dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
+    for r in rows:
+        groups[(r["dataset"], r["stage"])][(r["model"], r["method"], r["alpha"])][r["language"]] = float(r["ndcg@10"])
+    for (dataset, stage), table in sorted(groups.items(), key=lambda kv: (kv[0][0], STAGES.index(kv[0][1]))):
+        out += [f"## {dataset} — {stage.replace('_', '-')}", "",
+                "| model | method | " + " | ".join(languages) + " | avg |",
+                "|---|---|" + "---:|" * (len(languages) + 1)]
+        for (model, method, alpha), scores in sorted(table.items()):
+            values = [scores.get(lang, math.nan) for lang in languages]
+            done = [v for v in values if not math.isnan(v)]
+            avg = sum(done) / len(done) if len(done) == len(values) else math.nan
+            label = f"{method} (α={alpha})" if alpha else method
+            out.append(f"| {model} | {label} | " + " | ".join(_fmt(v) for v in values) + f" | {_fmt(avg)} |")
+        out.append("")
+    if failures:
+        out += ["## Failed cells", ""] + [f"- `{name}`: {err}" for name, err in sorted(failures.items())] + [""]
+    return "\n".join(out)

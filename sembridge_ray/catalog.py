@@ -53,3 +53,27 @@ def slug(name: str) -> str:
 def cell_name(model: str, language: str, method: str = "sembridge", alpha: float = 4.0) -> str:
     """Deterministic cell directory name, e.g. ``splade-v3__ko__sembridge__a4``."""
     return f"{slug(model)}__{language}__{method}__a{alpha:g}"
+
+
+# Rough sizes for the dry run's compute estimate (passages, training queries). MIRACL: its README and the topics
+# files. WebFAQ: ara from the dataset card; the others are order-of-magnitude placeholders of the same size.
+CORPUS_SIZES = {
+    "miracl": {"ar": 2_061_414, "zh": 4_934_368, "hi": 506_264, "ko": 1_486_752, "ru": 9_543_918},
+    "webfaq": {"ar": 142_664, "zh": 150_000, "hi": 150_000, "ko": 150_000, "ru": 150_000},
+}
+TRAIN_QUERIES = {
+    "miracl": {"ar": 3_495, "zh": 1_312, "hi": 1_169, "ko": 868, "ru": 4_683},
+    "webfaq": {"ar": 132_664, "zh": 130_000, "hi": 130_000, "ko": 130_000, "ru": 130_000},
+}
+
+
+def dataset_hub_ids(dataset: str, language: str) -> str:
+    """What a dataset spec loads from the hub, for plans and reports."""
+    lang = LANGUAGES.get(language)
+    if dataset == "webfaq":
+        code = lang.webfaq if lang else language
+        return f"PaDaS-Lab/webfaq-retrieval ({code}-corpus, {code}-queries, {code}-qrels)"
+    if dataset == "miracl":
+        code = lang.miracl if lang else language
+        return f"miracl/miracl (miracl-v1.0-{code} topics+qrels), miracl/miracl-corpus (miracl-corpus-v1.0-{code})"
+    return dataset

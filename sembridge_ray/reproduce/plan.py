@@ -1,0 +1,45 @@
+"""The dry run: every cell with its hub ids and a rough compute estimate. Contacts nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sembridge_ray import catalog
+from sembridge_ray.reproduce.cells import Cell
+
+# Throughputs on one modern GPU (A100-class, bf16), rough: what the estimate divides by.
+BRIDGE_STRINGS_PER_S = 3_000  # BGE-M3 on short token strings
+DOCS_PER_S = 1_000  # BERT-base SPLADE at 256 tokens
+SECONDS_PER_STEP = 0.35  # batch 64 x (64 + 256) tokens, BERT-base, bf16, incl. FLOPs regulariser
+
+
+def cell_estimate(cell: Cell, datasets: Sequence[str], epochs: float, batch: int) -> dict[str, float]:
+    """GPU-seconds per stage of one cell (init, evaluations, fine-tuning)."""
+    init = 2 * 60_000 / BRIDGE_STRINGS_PER_S  # ~30k source + ~30k target strings (source side cached per model)
+    evals = sum(2 * catalog.CORPUS_SIZES.get(d, {}).get(cell.language, 0) / DOCS_PER_S for d in datasets)
+    train = sum(epochs * catalog.TRAIN_QUERIES.get(d, {}).get(cell.language, 0) / batch * SECONDS_PER_STEP
+                for d in datasets)
+    return {"init_s": init, "eval_s": evals, "finetune_s": train}
+
+
+def plan(cells: Sequence[Cell], datasets: Sequence[str], bridge: str, epochs: float, batch: int,
+         gpus_per_cell: float, max_concurrent: int) -> dict[str, Any]:
+    rows = []
+    total = 0.0
+    for cell in cells:
+        est = cell_estimate(cell, datasets, epochs, batch)
+        gpu_s = sum(est.values()) * gpus_per_cell
+        total += gpu_s
+        lang = catalog.LANGUAGES.get(cell.language)
+        rows.append({
+            "cell": cell.name, "model": cell.model, "language": cell.language, "method": cell.method,
+            "alpha": cell.alpha_label, "target_tokenizer": lang.tokenizer if lang else cell.language,
+            "bridge_model": bridge, "datasets": {d: catalog.dataset_hub_ids(d, cell.language) for d in datasets},
+            "estimate_gpu_hours": round(gpu_s / 3600, 2),
+        })
+    concurrent = max(1, max_concurrent)
+    return {"cells": rows, "total_cells": len(rows), "estimate_gpu_hours": round(total / 3600, 1),
+            "estimate_wall_hours_at_concurrency": {str(concurrent): round(total / 3600 / concurrent / gpus_per_cell, 1)},
+            "assumptions": {"bridge_strings_per_s": BRIDGE_STRINGS_PER_S, "docs_per_s": DOCS_PER_S,
+                            "seconds_per_step": SECONDS_PER_STEP, "note": "rough; one A100-class GPU per cell"}}

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from entmax import entmax_bisect
 
-from sembridge_ray.embed_init.weighting import _CHUNK_BYTES, bridge_weights
+from sembridge_ray.embed_init.weighting import _CHUNK_BYTES, bridge_weights, screen_dtype
 
 
 def synthetic(n: int, m: int, d: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -125,6 +125,7 @@ def run(new: torch.Tensor, src: torch.Tensor, alpha: float, ref_rows: int, vecto
         "max_abs_err_vs_float64": {"ours": float((ours_dense - exact).abs().max()),
                                    "reference_fp32": float((ref.double() - exact).abs().max())},
         "support": {"mean": round(float(support.mean()), 2), "max": int(support.max())},
+        "screening_gemm": str(screen_dtype(new.device)).replace("torch.", ""),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         f"rss_growth_mb_{memory_rows}_rows": round(fresh_process_growth_mb(memory_rows, vectors, src.shape, alpha), 1),
     }

@@ -12,6 +12,13 @@ from sembridge_ray.embed_init import weighting
 TOL = 5e-4
 
 
+@pytest.fixture(autouse=True, params=[torch.float32, torch.bfloat16], ids=["screen-fp32", "screen-bf16"])
+def screen(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> torch.dtype:
+    """Every test runs with both candidate-screening GEMMs: exactness must not depend on which one is used."""
+    monkeypatch.setattr(weighting, "SCREEN_DTYPE", request.param)
+    return request.param
+
+
 def oracle(new: torch.Tensor, src: torch.Tensor, alpha: float, temperature: float = 1.0) -> torch.Tensor:
     cos = torch.nn.functional.normalize(new.double(), dim=1) @ torch.nn.functional.normalize(src.double(), dim=1).T
     if alpha == 2:

@@ -103,14 +103,14 @@ def _threshold(scores: torch.Tensor, probs: torch.Tensor, alpha: float) -> torch
 
 
 def _solve(
-    scores32: torch.Tensor, new64: torch.Tensor, src: _Vectors, alpha: float, temperature: float, k: int,
+    scores: torch.Tensor, new64: torch.Tensor, src: _Vectors, alpha: float, temperature: float, k: int,
     error: float,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Candidates (B, k) -> (probs f64, source ids, certified mask), both sorted by float64 score descending.
+    """Screening scores (B, M) -> (probs f64 (B, k), source ids, certified mask), sorted by float64 score.
     ``error`` bounds the screening scores' error (see :func:`score_error`)."""
-    m = scores32.shape[1]
+    m = scores.shape[1]
     k = min(k, m)
-    idx = scores32.topk(k, dim=1).indices
+    idx = scores.topk(k, dim=1).indices
     exact = torch.einsum("bd,bkd->bk", new64, src.unit64(idx)) / temperature
     exact, order = exact.sort(dim=1, descending=True, stable=True)
     idx = idx.gather(1, order)
@@ -132,14 +132,15 @@ def _kept(rows: torch.Tensor, idx: torch.Tensor, probs: torch.Tensor) -> Triplet
 def _chunk_weights(new: _Vectors, rows: slice, src: _Vectors, alpha: float, temperature: float) -> Triplets:
     """The exact α-entmax support of each row of a chunk, as flattened triplets (rows relative to the chunk)."""
     screen = src.screen
-    scores32 = (new.unit32[rows].to(screen.dtype) @ screen.T).float()  # (B, M): the one GEMM
-    new64 = new.unit64(torch.arange(rows.start, rows.stop, device=scores32.device))
+    scores = new.unit32[rows].to(screen.dtype) @ screen.T  # (B, M) in the screening dtype: the one GEMM
+    new64 = new.unit64(torch.arange(rows.start, rows.stop, device=scores.device))
     error = score_error(screen.dtype, screen.shape[1])
     parts = []
-    pending = torch.arange(len(scores32), device=scores32.device)
+    pending = torch.arange(len(scores), device=scores.device)
     k = initial_k(alpha)
     while len(pending):
-        probs, idx, ok = _solve(scores32[pending], new64[pending], src, alpha, temperature, k, error)
+        block = scores if len(pending) == len(scores) else scores[pending]  # no copy in the first round
+        probs, idx, ok = _solve(block, new64[pending], src, alpha, temperature, k, error)
         parts.append(_kept(pending[ok], idx[ok], probs[ok]))
         pending, k = pending[~ok], k * 4  # only the rows that failed, with more candidates
     return tuple(torch.cat(col) for col in zip(*parts, strict=True))  # type: ignore[return-value]

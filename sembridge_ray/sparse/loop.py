@@ -122,7 +122,8 @@ def train(model: torch.nn.Module, batches: Iterable[PairBatch], optimizer: torch
         amp = torch.autocast(device_type, dtype=torch.bfloat16) if plan.bf16 else contextlib.nullcontext()
         with amp:
             reps = model(batch.query, *batch.docs)
-        parts = splade_objective(reps[0].float(), [r.float() for r in reps[1:]], weights, comm)
+        reps = [_full_precision(r) for r in reps]  # the loss is never computed in bf16
+        parts = splade_objective(reps[0], reps[1:], weights, comm)
         optimizer.zero_grad(set_to_none=True)
         parts["loss"].backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), plan.clip_norm) if plan.clip_norm > 0 else None
@@ -131,7 +132,7 @@ def train(model: torch.nn.Module, batches: Iterable[PairBatch], optimizer: torch
         metrics = None
         if step % plan.log_every == 0 or step == plan.total_steps:
             now = time.perf_counter()
-            means = comm.mean(torch.stack([v.detach().float() for v in parts.values()]))  # one collective
+            means = comm.mean(torch.stack([v.detach().double() for v in parts.values()]))  # one collective
             metrics = {"step": step, **dict(zip(parts, means.tolist(), strict=True)),
                        "lambda_q": weights.lambda_q, "lambda_d": weights.lambda_d, "lr": lr,
                        "examples_per_s": plan.global_batch * (step - last_logged) / max(now - clock, 1e-9)}
@@ -139,6 +140,10 @@ def train(model: torch.nn.Module, batches: Iterable[PairBatch], optimizer: torch
                 metrics["grad_norm"] = float(grad_norm)
             clock, last_logged = now, step
         yield step, metrics
+
+
+def _full_precision(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.float() if tensor.dtype in (torch.bfloat16, torch.float16) else tensor
 
 
 def capture_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer,

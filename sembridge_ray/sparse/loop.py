@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -39,7 +39,7 @@ class LoopPlan:
 
     total_steps: int
     global_batch: int
-    loss: LossConfig = LossConfig()
+    loss: LossConfig = field(default_factory=LossConfig)
     clip_norm: float = 1.0
     bf16: bool = False
     log_every: int = 10

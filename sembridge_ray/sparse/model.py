@@ -126,3 +126,14 @@ class SpladeEncoder(torch.nn.Module):
 
     def forward(self, *features: dict[str, torch.Tensor]) -> list[torch.Tensor]:
         return [self.encode(f) for f in features]
+
+
+def check_mlm(name: str, trust_remote_code: bool = False) -> None:
+    """Fail fast, naming ``name``, when it is not a loadable masked-LM directory or hub id (config + tokenizer)."""
+    from transformers import AutoConfig
+
+    load_tokenizer(name, trust_remote_code=trust_remote_code)
+    try:
+        AutoConfig.from_pretrained(name, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError, KeyError) as err:
+        raise InputError(f"cannot load masked-LM model {name!r}: {_first_line(err)}") from None

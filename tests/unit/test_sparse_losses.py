@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sembridge_ray.sparse.losses import LossWeights, infonce, splade_objective
 from sembridge_ray.sparse.loop import lr_factor
+from sembridge_ray.sparse.losses import LossWeights, infonce, splade_objective
 from sembridge_ray.sparse.regularizers import active_dims, anti_collapse, flops, quadratic_warmup
 
 

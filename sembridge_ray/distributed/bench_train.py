@@ -7,6 +7,7 @@ steady-state examples/s: the first logging window (start-up, first batch) is lef
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -68,11 +69,12 @@ def plain_run(cfg: FinetuneConfig, threads: int) -> list[dict[str, float]]:
 
 
 def steady_rate(metrics: list[dict[str, float]], batch: int) -> float:
-    """Examples/s over every logging window but the first."""
-    windows = list(zip(metrics, [{"step": 0}, *metrics], strict=False))[1:]
-    examples = [batch * (m["step"] - prev["step"]) for m, prev in windows]
-    seconds = [n / m["examples_per_s"] for n, (m, _) in zip(examples, windows, strict=True)]
-    return sum(examples) / sum(seconds)
+    """Examples/s over every logging window but the first (which holds start-up and the first batch)."""
+    examples = seconds = 0.0
+    for prev, cur in itertools.pairwise(metrics):
+        count = batch * (cur["step"] - prev["step"])
+        examples, seconds = examples + count, seconds + count / cur["examples_per_s"]
+    return examples / seconds
 
 
 def compare_overhead(steps: int = 40, batch: int = 32, workers: int = 1, cpus_per_worker: float = 2,

@@ -67,7 +67,9 @@ def run_finetune(cfg: FinetuneConfig) -> FinetuneResult:
     out = Path(cfg.output)
     if is_complete(out):
         log.info("%s is complete; skipping (delete its _SUCCESS to redo)", out)
-        return FinetuneResult(**{**json.loads((out / SUMMARY).read_text(encoding="utf-8")), "skipped": True})
+        summary = json.loads((out / SUMMARY).read_text(encoding="utf-8"))
+        fields = set(FinetuneResult.__dataclass_fields__) - {"skipped"}
+        return FinetuneResult(**{k: v for k, v in summary.items() if k in fields}, skipped=True)
     check_mlm(cfg.model)
     start_output(out)
     write_config(cfg, out / "config.yaml")

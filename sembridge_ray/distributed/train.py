@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 import ray
 import ray.train
 import torch
+import torch.distributed as dist
 from ray.train.torch import TorchTrainer
 
 from sembridge_ray.config import write_config
@@ -148,6 +149,7 @@ def train_func(config: dict[str, Any]) -> None:
                                       and torch.cuda.is_bf16_supported())
     plan = loop.LoopPlan(total, cfg.optim.batch_size, cfg.loss, cfg.optim.clip_norm, bf16, cfg.log_every)
     comm = TorchCollective() if world > 1 else LocalCollective()
+    last_report = time.monotonic()
     for step, metrics in loop.train(model, batches, optimizer, scheduler, plan, start=start, comm=comm):
         if metrics is not None:
             history.append(metrics)
@@ -158,8 +160,18 @@ def train_func(config: dict[str, Any]) -> None:
         if step % cfg.checkpoint_every == 0 or step == total:
             state = loop.capture_state(encoder, optimizer, scheduler, step)
             _report_checkpoint(metrics or {"step": step}, state, history, rank)
-        elif metrics is not None:
+            last_report = time.monotonic()
+        elif metrics is not None and _due(last_report, cfg.report_every_s, world, device):
             ray.train.report(metrics)
+            last_report = time.monotonic()
+
+
+def _due(since: float, every_s: float, world: int, device: torch.device) -> bool:
+    """Whether rank 0's clock says a report is due; every rank follows it (reports are a barrier in Ray Train)."""
+    flag = torch.tensor([float(time.monotonic() - since >= every_s)], device=device)
+    if world > 1:
+        dist.broadcast(flag, src=0)
+    return bool(flag.item())
 
 
 def _restore(checkpoint: ray.train.Checkpoint | None, encoder: torch.nn.Module, optimizer: torch.optim.Optimizer,

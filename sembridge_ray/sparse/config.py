@@ -71,6 +71,9 @@ class FinetuneConfig(Config):
     max_failures: int = 3
     """Worker-group restarts from the latest checkpoint before the run fails."""
     log_every: int = 10
+    report_every_s: float = 10.0
+    """Least seconds between metric reports to Ray Train on logged steps (checkpoint steps always report). Ray
+    Train V2 takes in one report per 2 s health check, and a faster report blocks the training step until then."""
     optim: OptimConfig = field(default_factory=OptimConfig)
     loss: LossConfig = field(default_factory=LossConfig)
     resources: ResourceConfig = field(default_factory=ResourceConfig)
@@ -93,7 +96,7 @@ class FinetuneConfig(Config):
 
 # Settings that change nothing a run computes: a rerun that differs only in these resumes the same run.
 _NOT_TRAJECTORY = ("output", "storage", "checkpoint_every", "keep_checkpoints", "max_failures", "log_every",
-                   "resources")
+                   "report_every_s", "resources")
 
 
 def run_name(cfg: FinetuneConfig) -> str:

@@ -88,13 +88,19 @@ def compare_memory(case: MemoryCase, chunk: int, workdir: Path) -> dict[str, Any
         done = subprocess.run(cmd, check=True, capture_output=True, text=True)
         runs[name] = json.loads(done.stdout.strip().splitlines()[-1])
     naive, chunked = (torch.load(workdir / f"grads-{n}.pt") for n in ("naive", "chunked"))
-    diff = max(float((naive[k] - chunked[k]).abs().max()) for k in naive)
-    scale = max(float(v.abs().max()) for v in naive.values())
+    diffs = {k: float((naive[k] - chunked[k]).abs().max()) for k in naive}
+    # fp32 sums the vocabulary projection's gradient over B·T tokens in another order (per slice), so compare to
+    # each tensor's scale as well: an absolute 1e-5 is below fp32 resolution for gradients of ~100.
+    relative = {k: diffs[k] / max(float(naive[k].abs().max()), 1e-30) for k in naive}
+    worst = max(diffs, key=lambda k: diffs[k])
     return {"case": asdict(case), **runs,
             "peak_ratio": round(runs["chunked"]["peak_rss_mb"] / runs["naive"]["peak_rss_mb"], 3),
             "step_increase_ratio": round(runs["chunked"]["step_rss_increase_mb"]
                                          / runs["naive"]["step_rss_increase_mb"], 3),
-            "grad_max_abs_diff": diff, "grad_max_abs": scale}
+            "grad_max_abs_diff": diffs[worst], "grad_max_abs_diff_tensor": worst,
+            "grad_max_abs_of_that_tensor": float(naive[worst].abs().max()),
+            "grad_max_relative_diff": max(relative.values()),
+            "grad_tensors_within_1e-5_abs": sum(d <= 1e-5 for d in diffs.values()), "grad_tensors": len(diffs)}
 
 
 def main(argv: list[str] | None = None) -> int:

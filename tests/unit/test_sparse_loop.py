@@ -125,3 +125,11 @@ def test_pair_batches_split_a_global_batch_by_rank_and_skip_without_tokenising()
     out = list(pair_batches(raw, tokenizer, 8, 8, rank=0, world=2, skip=1))
     assert len(out) == 2 and len(out[1].docs) == 2
     assert ["x0", "x1"] in seen and ["a", "b"] in seen and ["q0", "q1"] not in seen
+
+
+def test_bf16_autocast_runs_and_keeps_the_loss_in_fp32(fixtures_root) -> None:
+    model, tok, optimizer, scheduler = _setup(fixtures_root, 1)
+    plan = LoopPlan(total_steps=1, global_batch=3, bf16=True, log_every=1)
+    ((step, metrics),) = list(train(model, pair_batches(_raw_batches()[:1], tok, 16, 16), optimizer, scheduler, plan))
+    assert step == 1 and metrics is not None and all(torch.isfinite(torch.tensor(v)) for v in metrics.values())
+    assert next(model.parameters()).dtype == torch.float32

@@ -11,6 +11,7 @@ PRESET_DIR = Path(__file__).resolve().parent.parent / "jobs" / "configs"
 JOB_CONFIGS = {
     "demo": "sembridge_ray.demo:DemoConfig",
     "init": "sembridge_ray.embed_init.config:InitConfig",
+    "finetune": "sembridge_ray.sparse.config:FinetuneConfig",
 }
 
 

@@ -11,6 +11,7 @@ import torch
 from transformers import AutoModelForMaskedLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from sembridge_ray.errors import InputError
+from sembridge_ray.sparse.pooling import splade_pool, splade_pool_chunked
 
 log = logging.getLogger(__name__)
 
@@ -84,3 +85,55 @@ def load_sparse_encoder(path: str, device: str = "cpu", max_length: int | None =
     if max_length is not None:
         model.max_seq_length = max_length
     return model.eval()
+
+
+# Masked-LM classes whose head is one module mapping hidden states (B, T, H) to logits (B, T, V).
+_HEAD_ATTRS = ("cls", "lm_head")
+_ENCODER_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+def mlm_head_name(mlm: PreTrainedModel) -> str | None:
+    """The attribute holding the module that maps hidden states to vocabulary logits (BERT ``cls``, RoBERTa/XLM-R
+    ``lm_head``), or None for an architecture without one (such a model is pooled over its full logits)."""
+    return next((n for n in _HEAD_ATTRS if isinstance(getattr(mlm, n, None), torch.nn.Module)), None)
+
+
+class SpladeEncoder(torch.nn.Module):
+    """A masked LM with SPLADE max pooling, for training: ``forward(*features) -> [(B, V) per features dict]``.
+
+    Encoding several inputs (queries, positives, negatives) in one ``forward`` keeps a DDP wrapper to one call per
+    step. Pooling runs the MLM head in sequence slices of ``chunk`` tokens with recomputation, so the (B, T, V)
+    logits never exist at once; the vectors equal the SparseEncoder's (MLM logits + SpladePooling max/relu).
+    """
+
+    def __init__(self, mlm: PreTrainedModel, chunk: int = 32) -> None:
+        super().__init__()
+        self.mlm = mlm
+        self.chunk = chunk
+        self.head_name = mlm_head_name(mlm)  # a name, not the module: it must not appear twice in state_dict()
+        if self.head_name is None:
+            log.warning("%s has no single MLM head module: pooling over its full logits (more memory)",
+                        type(mlm).__name__)
+
+    def encode(self, features: dict[str, torch.Tensor]) -> torch.Tensor:
+        """features (input_ids (B, T), attention_mask (B, T), …) -> (B, V)."""
+        inputs = {k: v for k, v in features.items() if k in _ENCODER_INPUTS}
+        mask = features["attention_mask"]
+        if self.head_name is None:
+            return splade_pool(self.mlm(**inputs).logits, mask)
+        hidden = self.mlm.base_model(**inputs).last_hidden_state                     # (B, T, H)
+        return splade_pool_chunked(hidden, mask, getattr(self.mlm, self.head_name), self.chunk)
+
+    def forward(self, *features: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+        return [self.encode(f) for f in features]
+
+
+def check_mlm(name: str, trust_remote_code: bool = False) -> None:
+    """Fail fast, naming ``name``, when it is not a loadable masked-LM directory or hub id (config + tokenizer)."""
+    from transformers import AutoConfig
+
+    load_tokenizer(name, trust_remote_code=trust_remote_code)
+    try:
+        AutoConfig.from_pretrained(name, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError, KeyError) as err:
+        raise InputError(f"cannot load masked-LM model {name!r}: {_first_line(err)}") from None

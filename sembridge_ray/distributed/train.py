@@ -1,0 +1,227 @@
+"""Ray side of fine-tuning: training stream (Parquet) -> Ray Data -> TorchTrainer (DDP) -> SparseEncoder directory.
+
+Resume semantics. The Ray Train run is named by a digest of the settings that shape the trajectory
+(``sparse.config.run_name``) and stored under ``storage`` (default ``<output>/checkpoints``). Rerunning the same
+command after the driver died finds that run, logs ``resumed from step N``, and every worker restores the model,
+AdamW, the schedule, its RNG and the data position (step N of the stream) from the latest checkpoint. Lost workers
+are restarted from it by ``FailureConfig(max_failures)`` within one run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import ray
+import ray.train
+import torch
+import torch.distributed as dist
+from ray.train.torch import TorchTrainer
+
+from sembridge_ray.config import write_config
+from sembridge_ray.data.stream import StreamInfo, materialise_stream
+from sembridge_ray.distributed import cluster
+from sembridge_ray.errors import InputError
+from sembridge_ray.outputs import (
+    atomic_write_json,
+    atomic_write_text,
+    is_complete,
+    start_output,
+    write_success,
+)
+from sembridge_ray.sparse import loop
+from sembridge_ray.sparse.collective import LocalCollective, TorchCollective
+from sembridge_ray.sparse.config import FinetuneConfig, run_name
+from sembridge_ray.sparse.model import SpladeEncoder, check_mlm, load_mlm, save_sparse_encoder
+
+log = logging.getLogger(__name__)
+STATE, METRICS, SUMMARY, DATA_DIR, CHECKPOINT_DIR = "state.pt", "metrics.jsonl", "finetune.json", "data", "checkpoints"
+
+
+@dataclass(frozen=True)
+class FinetuneResult:
+    output: str
+    steps: int
+    run_name: str = ""
+    storage: str = ""
+    resumed_from: int | None = None
+    workers: int = 0
+    seconds: float = 0.0
+    final: dict[str, float] = field(default_factory=dict)
+    skipped: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.steps > 0
+
+
+def run_finetune(cfg: FinetuneConfig) -> FinetuneResult:
+    """Fine-tune ``cfg.model`` on ``cfg.train`` into ``cfg.output``; skip a finished output, resume a broken one."""
+    cfg.validate()
+    out = Path(cfg.output)
+    if is_complete(out):
+        log.info("%s is complete; skipping (delete its _SUCCESS to redo)", out)
+        summary = json.loads((out / SUMMARY).read_text(encoding="utf-8"))
+        fields = set(FinetuneResult.__dataclass_fields__) - {"skipped"}
+        return FinetuneResult(**{k: v for k, v in summary.items() if k in fields}, skipped=True)
+    check_mlm(cfg.model)
+    start_output(out)
+    write_config(cfg, out / "config.yaml")
+    stream, info = materialise_stream(StreamInfo(cfg.train, cfg.split, cfg.hard_negatives, cfg.optim.batch_size,
+                                                 cfg.optim.epochs, cfg.optim.max_steps, cfg.seed), out / DATA_DIR)
+    plan = cluster.placement(cfg.resources, reserve=False)  # Train workers need no CPU held back for Ray Data
+    if cfg.optim.batch_size % plan.workers:
+        raise InputError(f"batch size {cfg.optim.batch_size} does not split over {plan.workers} workers")
+    storage, name = cfg.storage or str((out / CHECKPOINT_DIR).resolve()), run_name(cfg)
+    resumed = latest_step(storage, name)
+    if resumed is not None:
+        log.info("resumed from step %d (run %s in %s)", resumed, name, storage)
+    start = time.perf_counter()
+    result = _trainer(cfg, stream, info.total_steps, plan, storage, name).fit()
+    final = export_checkpoint(result.checkpoint, cfg, out, info.total_steps)
+    summary = FinetuneResult(str(out), info.total_steps, name, storage, resumed, plan.workers,
+                             round(time.perf_counter() - start, 2), final)
+    atomic_write_json(out / SUMMARY, {**asdict(summary), "stream": asdict(info)})
+    write_success(out, exclude=(CHECKPOINT_DIR, DATA_DIR))
+    return summary
+
+
+def _trainer(cfg: FinetuneConfig, stream: Path, total_steps: int, plan: Any, storage: str, name: str) -> TorchTrainer:
+    ctx = ray.data.DataContext.get_current()
+    ctx.enable_progress_bars = False
+    # One block per row group, kept in order: every worker reads the same global batches (see data/stream.py).
+    # from_arrow needs no read tasks, which could not be scheduled when the workers hold every CPU.
+    parquet = pq.ParquetFile(stream)
+    dataset = ray.data.from_arrow([parquet.read_row_group(i) for i in range(parquet.num_row_groups)])
+    resources = {"CPU": plan.cpus_per_worker, **({"GPU": plan.gpus_per_worker} if plan.use_gpu else {})}
+    return TorchTrainer(
+        train_func,
+        train_loop_config={"cfg": cfg.to_dict(), "total_steps": total_steps},
+        scaling_config=ray.train.ScalingConfig(num_workers=plan.workers, use_gpu=plan.use_gpu,
+                                               resources_per_worker=resources),
+        run_config=ray.train.RunConfig(
+            name=name, storage_path=storage,
+            checkpoint_config=ray.train.CheckpointConfig(num_to_keep=cfg.keep_checkpoints),
+            failure_config=ray.train.FailureConfig(max_failures=cfg.max_failures)),
+        datasets={"train": dataset},
+        dataset_config=ray.train.DataConfig(datasets_to_split=[],
+                                            execution_options=ray.data.ExecutionOptions(preserve_order=True)),
+    )
+
+
+def latest_step(storage: str, name: str) -> int | None:
+    """The step of the run's latest registered checkpoint (what Ray Train restores), or None for a new run."""
+    try:
+        result = ray.train.Result.from_path(f"{storage.rstrip('/')}/{name}")
+    except (RuntimeError, OSError, ValueError):
+        return None
+    if result.checkpoint is None or not result.metrics:
+        return None
+    return int(result.metrics["step"])
+
+
+def train_func(config: dict[str, Any]) -> None:
+    """Ray Train worker: glue between Ray (checkpoints, dataset shard, reporting) and ``sparse.loop``."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    cfg, total = FinetuneConfig.from_dict(config["cfg"]), int(config["total_steps"])
+    ctx = ray.train.get_context()
+    rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    device = ray.train.torch.get_device()
+    mlm, tokenizer = load_mlm(cfg.model)
+    model = ray.train.torch.prepare_model(SpladeEncoder(mlm, chunk=cfg.pool_chunk))
+    encoder = getattr(model, "module", model)
+    optimizer, scheduler = loop.build_optimizer(model, cfg.optim, total)
+    start, history = _restore(ray.train.get_checkpoint(), encoder, optimizer, scheduler, rank, cfg.seed)
+    if start and rank == 0:
+        log.info("resumed from step %d of %d", start, total)
+    raw = ray.train.get_dataset_shard("train").iter_batches(
+        batch_size=cfg.optim.batch_size, batch_format="numpy", drop_last=True)
+    batches = loop.pair_batches(raw, tokenizer, cfg.max_query_length, cfg.max_doc_length, rank=rank, world=world,
+                                skip=start, device=device)
+    bf16 = cfg.optim.bf16 == "on" or (cfg.optim.bf16 == "auto" and device.type == "cuda"
+                                      and torch.cuda.is_bf16_supported())
+    plan = loop.LoopPlan(total, cfg.optim.batch_size, cfg.loss, cfg.optim.clip_norm, bf16, cfg.log_every)
+    comm = TorchCollective() if world > 1 else LocalCollective()
+    last_report = time.monotonic()
+    for step, metrics in loop.train(model, batches, optimizer, scheduler, plan, start=start, comm=comm):
+        if metrics is not None:
+            history.append(metrics)
+            if rank == 0:
+                log.info("step %d/%d loss %.4f infonce %.4f flops q %.2f d %.2f dims q %.0f d %.0f lr %.2e %.1f ex/s",
+                         step, total, metrics["loss"], metrics["infonce"], metrics["flops_q"], metrics["flops_d"],
+                         metrics["active_dims_q"], metrics["active_dims_d"], metrics["lr"], metrics["examples_per_s"])
+        if step % cfg.checkpoint_every == 0 or step == total:
+            state = loop.capture_state(encoder, optimizer, scheduler, step)
+            _report_checkpoint(metrics or {"step": step}, state, history, rank)
+            last_report = time.monotonic()
+        elif metrics is not None and _due(last_report, cfg.report_every_s, world, device):
+            ray.train.report(metrics)
+            last_report = time.monotonic()
+
+
+def _due(since: float, every_s: float, world: int, device: torch.device) -> bool:
+    """Whether rank 0's clock says a report is due; every rank follows it (reports are a barrier in Ray Train)."""
+    flag = torch.tensor([float(time.monotonic() - since >= every_s)], device=device)
+    if world > 1:
+        dist.broadcast(flag, src=0)
+    return bool(flag.item())
+
+
+def _restore(checkpoint: ray.train.Checkpoint | None, encoder: torch.nn.Module, optimizer: torch.optim.Optimizer,
+             scheduler: Any, rank: int, seed: int) -> tuple[int, list[dict[str, float]]]:
+    """(start step, metrics history) from a checkpoint, or (0, []) with this rank's RNG seeded."""
+    torch.manual_seed(seed * 1_000_003 + rank)
+    if checkpoint is None:
+        return 0, []
+    with checkpoint.as_directory() as ckpt:
+        state = torch.load(Path(ckpt) / STATE, map_location="cpu")
+        start = loop.restore_state(state, encoder, optimizer, scheduler)
+        rng = Path(ckpt) / f"rng-rank{rank}.pt"
+        if rng.is_file():  # absent when resuming with more workers than before
+            loop.set_rng_state(torch.load(rng))
+        lines = (Path(ckpt) / METRICS).read_text(encoding="utf-8").splitlines()
+    return start, [json.loads(line) for line in lines if line]
+
+
+def _report_checkpoint(metrics: dict[str, float], state: dict[str, Any], history: list[dict[str, float]],
+                       rank: int) -> None:
+    """Every rank saves its RNG; rank 0 adds the state and the metrics so far. Ray merges them into one dir."""
+    with tempfile.TemporaryDirectory() as tmp:
+        torch.save(loop.rng_state(), Path(tmp) / f"rng-rank{rank}.pt")
+        if rank == 0:
+            torch.save(state, Path(tmp) / STATE)
+            (Path(tmp) / METRICS).write_text("".join(json.dumps(m) + "\n" for m in history), encoding="utf-8")
+        ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(tmp),
+                         checkpoint_dir_name=f"step_{state['step']:08d}")
+
+
+def export_checkpoint(checkpoint: ray.train.Checkpoint | None, cfg: FinetuneConfig, out: Path,
+                      total_steps: int) -> dict[str, float]:
+    """Write the final checkpoint's model into ``out`` as a SparseEncoder directory, and its metrics.jsonl."""
+    if checkpoint is None:
+        raise RuntimeError("the training run reported no checkpoint")
+    with checkpoint.as_directory() as ckpt:
+        state = torch.load(Path(ckpt) / STATE, map_location="cpu")
+        metrics_text = (Path(ckpt) / METRICS).read_text(encoding="utf-8")
+    if state["step"] != total_steps:
+        raise RuntimeError(f"the latest checkpoint is at step {state['step']}, not the last step {total_steps}")
+    mlm, tokenizer = load_mlm(cfg.model)
+    encoder = SpladeEncoder(mlm)
+    encoder.load_state_dict(state["model"])
+    with tempfile.TemporaryDirectory(dir=out, prefix=".tmp-model") as staging:
+        save_sparse_encoder(encoder.mlm, tokenizer, Path(staging) / "model")
+        for item in (Path(staging) / "model").iterdir():  # the output directory is the SparseEncoder directory
+            target = out / item.name
+            if target.is_dir():
+                shutil.rmtree(target)
+            item.replace(target)
+    atomic_write_text(out / METRICS, metrics_text)
+    lines = [json.loads(line) for line in metrics_text.splitlines() if line]
+    return lines[-1] if lines else {}

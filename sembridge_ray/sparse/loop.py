@@ -1,0 +1,176 @@
+"""The SPLADE fine-tuning loop: framework-free (no Ray, no DDP inside); tests feed it a list of tiny batches.
+
+``train`` yields ``(step, metrics)`` after every optimiser step (``metrics`` on logged steps, else None). The
+caller owns checkpointing: ``capture_state`` / ``restore_state`` round-trip the model, AdamW, the schedule and the
+step; ``pair_batches(..., skip=step)`` puts the data stream at the same position, so a resumed run takes exactly
+the steps an uninterrupted one would have taken.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from sembridge_ray.data.schema import NEGATIVE_PREFIX, POSITIVE, QUERY
+from sembridge_ray.sparse.collective import Collective, LocalCollective
+from sembridge_ray.sparse.config import LossConfig, OptimConfig
+from sembridge_ray.sparse.losses import LossWeights, splade_objective
+from sembridge_ray.sparse.regularizers import quadratic_warmup
+
+Features = dict[str, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class PairBatch:
+    """One worker's share of a step: tokenised queries and [positives, hard negatives…], row-aligned."""
+
+    query: Features
+    docs: list[Features]
+
+
+@dataclass(frozen=True)
+class LoopPlan:
+    """What the loop needs to know beyond the model and the data."""
+
+    total_steps: int
+    global_batch: int
+    loss: LossConfig = field(default_factory=LossConfig)
+    clip_norm: float = 1.0
+    bf16: bool = False
+    log_every: int = 10
+
+
+def tokenize_pairs(rows: Mapping[str, Sequence[str]], tokenizer: Any, max_query_length: int, max_doc_length: int,
+                   device: str | torch.device = "cpu") -> PairBatch:
+    """Columns ``query``, ``positive``, ``negative_1..k`` (equal-length string sequences) -> a PairBatch."""
+    def encode(texts: Sequence[str], max_length: int) -> Features:
+        enc = tokenizer([str(t) for t in texts], padding=True, truncation=True, max_length=max_length,
+                        return_tensors="pt")
+        return {k: v.to(device) for k, v in enc.items()}
+
+    negatives = sorted((c for c in rows if c.startswith(NEGATIVE_PREFIX)), key=lambda c: int(c.rsplit("_", 1)[1]))
+    docs = [encode(rows[POSITIVE], max_doc_length), *(encode(rows[c], max_doc_length) for c in negatives)]
+    return PairBatch(encode(rows[QUERY], max_query_length), docs)
+
+
+def worker_rows(rows: Mapping[str, Sequence[Any]], rank: int, world: int) -> dict[str, Sequence[Any]]:
+    """Rows [rank · b, (rank + 1) · b) of a global batch of world · b rows: this worker's share."""
+    size = len(next(iter(rows.values())))
+    if size % world:
+        raise ValueError(f"a global batch of {size} rows does not split over {world} workers")
+    share = size // world
+    return {k: v[rank * share:(rank + 1) * share] for k, v in rows.items()}
+
+
+def pair_batches(raw: Iterable[Mapping[str, Sequence[Any]]], tokenizer: Any, max_query_length: int,
+                 max_doc_length: int, *, rank: int = 0, world: int = 1, skip: int = 0,
+                 device: str | torch.device = "cpu") -> Iterator[PairBatch]:
+    """Global batches of raw text (in step order) -> this worker's tokenised batches, from global batch ``skip``.
+
+    Skipped batches are not tokenised. Every worker reads the same global batches and keeps its slice, so the
+    batch of step s is the same for any number of workers and after any resume.
+    """
+    for index, rows in enumerate(raw):
+        if index >= skip:
+            yield tokenize_pairs(worker_rows(rows, rank, world), tokenizer, max_query_length, max_doc_length, device)
+
+
+def lr_factor(step: int, total_steps: int, warmup_ratio: float) -> float:
+    """Learning-rate multiplier of 1-based update ``step``: linear warm-up to 1, then linear decay towards 0."""
+    warmup = max(0, round(warmup_ratio * total_steps))
+    if step <= warmup:
+        return step / warmup
+    return max(0.0, (total_steps - step + 1) / max(1, total_steps - warmup))
+
+
+def build_optimizer(model: torch.nn.Module, optim: OptimConfig,
+                    total_steps: int) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
+    """AdamW and its schedule (``lr_factor``); build after the model is on its device."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=optim.lr, weight_decay=optim.weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda done: lr_factor(done + 1, total_steps, optim.warmup_ratio))
+    return optimizer, scheduler
+
+
+def step_weights(step: int, plan: LoopPlan) -> LossWeights:
+    warm = quadratic_warmup(step, plan.total_steps, plan.loss.flops_warmup)
+    return LossWeights(plan.loss.lambda_q * warm, plan.loss.lambda_d * warm, plan.loss.anti_collapse)
+
+
+def train(model: torch.nn.Module, batches: Iterable[PairBatch], optimizer: torch.optim.Optimizer,
+          scheduler: torch.optim.lr_scheduler.LRScheduler, plan: LoopPlan, *, start: int = 0,
+          comm: Collective | None = None) -> Iterator[tuple[int, dict[str, float] | None]]:
+    """Run steps ``start + 1 .. plan.total_steps`` over ``batches`` (which begin at step ``start + 1``).
+
+    ``model(*features)`` returns one (b, V) tensor per features dict (see ``SpladeEncoder``). Yields
+    ``(step, metrics)``; metrics (global over workers) on every ``log_every``-th and on the last step.
+    """
+    comm = comm or LocalCollective()
+    device_type = next(model.parameters()).device.type
+    model.train()
+    clock, last_logged = time.perf_counter(), start
+    for step, batch in enumerate(batches, start=start + 1):
+        if step > plan.total_steps:
+            break
+        weights = step_weights(step, plan)
+        lr = scheduler.get_last_lr()[0]
+        amp = torch.autocast(device_type, dtype=torch.bfloat16) if plan.bf16 else contextlib.nullcontext()
+        with amp:
+            reps = model(batch.query, *batch.docs)
+        reps = [_full_precision(r) for r in reps]  # the loss is never computed in bf16
+        parts = splade_objective(reps[0], reps[1:], weights, comm)
+        optimizer.zero_grad(set_to_none=True)
+        parts["loss"].backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), plan.clip_norm) if plan.clip_norm > 0 else None
+        optimizer.step()
+        scheduler.step()
+        metrics = None
+        if step % plan.log_every == 0 or step == plan.total_steps:
+            now = time.perf_counter()
+            means = comm.mean(torch.stack([v.detach().double() for v in parts.values()]))  # one collective
+            metrics = {"step": step, **dict(zip(parts, means.tolist(), strict=True)),
+                       "lambda_q": weights.lambda_q, "lambda_d": weights.lambda_d, "lr": lr,
+                       "examples_per_s": plan.global_batch * (step - last_logged) / max(now - clock, 1e-9)}
+            if grad_norm is not None:
+                metrics["grad_norm"] = float(grad_norm)
+            clock, last_logged = now, step
+        yield step, metrics
+
+
+def _full_precision(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.float() if tensor.dtype in (torch.bfloat16, torch.float16) else tensor
+
+
+def capture_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                  scheduler: torch.optim.lr_scheduler.LRScheduler, step: int) -> dict[str, Any]:
+    """Everything but the data position and the RNG that a resume needs (tensors are references, not copies)."""
+    return {"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict()}
+
+
+def restore_state(state: Mapping[str, Any], model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                  scheduler: torch.optim.lr_scheduler.LRScheduler) -> int:
+    """Load a ``capture_state`` dict into live objects (the optimiser state follows the parameters' device)."""
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    return int(state["step"])
+
+
+def rng_state() -> dict[str, Any]:
+    """This process's torch RNG streams (dropout): each worker saves and restores its own."""
+    state: dict[str, Any] = {"cpu": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: Mapping[str, Any]) -> None:
+    torch.set_rng_state(state["cpu"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])

@@ -1,0 +1,87 @@
+"""Resume after a simulated driver death: the whole process group is killed after the first checkpoint."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from sembridge_ray.config import read_config
+from sembridge_ray.outputs import is_complete
+from sembridge_ray.sparse.config import FinetuneConfig, run_name
+from tests.conftest import REPO
+
+STEPS = 8
+
+
+def _job(out: Path, fixtures_root: Path, sick_beir: Path) -> list[str]:
+    return [sys.executable, "-m", "jobs.finetune", "--config", "smoke", "--model", str(fixtures_root / "bert-mlm"),
+            "--train", str(sick_beir), "--output", str(out), "--max-steps", str(STEPS), "--checkpoint-every", "2",
+            "--batch-size", "4"]
+
+
+def _env() -> dict[str, str]:
+    # Its own in-process cluster, which dies with its process group. Ray Train V2 takes in one report per health
+    # check (2 s by default); a shorter interval keeps the checkpoint-every-2-steps runs of this test short.
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5"}
+    env.pop("RAY_ADDRESS", None)
+    return env
+
+
+def _session(sid: int) -> list[int]:
+    ps = subprocess.run(["ps", "-eo", "pid=,sid="], capture_output=True, text=True).stdout.split()
+    return [int(p) for p, s in zip(ps[::2], ps[1::2], strict=True) if int(s) == sid]
+
+
+def _kill_session(sid: int) -> None:
+    """SIGKILL the driver's process group (driver, GCS, raylet), then the Ray workers it started: they run in
+    process groups of their own within the driver's session."""
+    os.killpg(sid, signal.SIGKILL)
+    time.sleep(1)
+    deadline = time.time() + 20
+    while (left := _session(sid)) and time.time() < deadline:
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.5)
+
+
+def _latest(out: Path) -> int | None:
+    from sembridge_ray.distributed.train import latest_step
+
+    if not (out / "config.yaml").is_file():
+        return None
+    return latest_step(str((out / "checkpoints").resolve()), run_name(read_config(FinetuneConfig, out / "config.yaml")))
+
+
+def test_a_killed_run_resumes_from_its_checkpoint_and_ends_at_max_steps(fixtures_root, sick_beir,
+                                                                        tmp_path) -> None:
+    out = tmp_path / "ft"
+    cmd = _job(out, fixtures_root, sick_beir)
+    with open(tmp_path / "first.log", "w") as log:
+        first = subprocess.Popen(cmd, cwd=REPO, env=_env(), start_new_session=True, stdout=log, stderr=log)
+        deadline = time.time() + 240
+        try:
+            while _latest(out) is None and time.time() < deadline and first.poll() is None:
+                time.sleep(0.5)
+        finally:
+            _kill_session(first.pid)
+            first.wait()
+    killed_at = _latest(out)
+    assert killed_at is not None, (tmp_path / "first.log").read_text()[-3000:]
+    assert killed_at < STEPS, "the run finished before it could be killed"
+    assert not is_complete(out)
+
+    second = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300)
+    log_text = second.stdout + second.stderr
+    assert second.returncode == 0, log_text[-3000:]
+    assert f"resumed from step {killed_at}" in log_text
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == list(range(1, STEPS + 1))
+    summary = json.loads((out / "finetune.json").read_text())
+    assert summary["resumed_from"] == killed_at and summary["steps"] == STEPS and is_complete(out)

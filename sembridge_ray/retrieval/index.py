@@ -85,8 +85,9 @@ def build_shard(docs: SparseBatch, ranks: np.ndarray, vocab_size: int) -> Shard:
     """Document-major rows (n, V) -> a term-major :class:`Shard` (the transpose, as an inverted index)."""
     if docs.rows != len(ranks):
         raise ValueError(f"{docs.rows} documents but {len(ranks)} ranks")
-    csr = sp.csr_matrix((docs.values, docs.indices, docs.indptr), shape=(docs.rows, vocab_size))
-    csc = csr.tocsc()
+    # int32 offsets where they fit: scipy would otherwise widen every index of the shard to int64
+    indptr = docs.indptr.astype(np.int32) if docs.indptr[-1] < np.iinfo(np.int32).max else docs.indptr
+    csc = sp.csr_matrix((docs.values, docs.indices, indptr), shape=(docs.rows, vocab_size)).tocsc()
     return Shard(csc.indptr.astype(np.int64), csc.indices.astype(np.int32, copy=False),
                  csc.data.astype(np.float32, copy=False), np.ascontiguousarray(ranks, dtype=np.int64))
 
@@ -99,17 +100,24 @@ def score_batch(shard: Shard, queries: SparseBatch) -> np.ndarray:
     each score's summation order (ascending query term) independent of the shard.
     """
     scores = np.zeros((queries.rows, shard.n_docs), dtype=np.float32)
-    indptr, docs, weights = shard.indptr, shard.docs, shard.weights
+    indptr, docs, weights = shard.indptr, _canonical(shard.docs), _canonical(shard.weights)
+    terms, values = _canonical(queries.indices), _canonical(queries.values)
     for row in range(queries.rows):
         acc = scores[row]
         lo, hi = queries.indptr[row], queries.indptr[row + 1]
-        for term, weight in zip(queries.indices[lo:hi], queries.values[lo:hi], strict=True):
+        for term, weight in zip(terms[lo:hi], values[lo:hi], strict=True):
             if term >= shard.vocab_size:
                 continue  # a term no document of this vocabulary has
             start, stop = indptr[term], indptr[term + 1]
             if stop > start:
                 np.add.at(acc, docs[start:stop], weights[start:stop] * weight)
     return scores
+
+
+def _canonical(array: np.ndarray) -> np.ndarray:
+    """A zero-copy view with numpy's own dtype object. Unpickled arrays (Ray's object store) carry fresh dtype
+    instances (numpy#6422), and with those ``np.add.at`` leaves its fast indexed loop: ~30x slower, measured."""
+    return array.view(array.dtype.type)
 
 
 def topk_rows(scores: np.ndarray, ranks: np.ndarray, k: int) -> TopK:

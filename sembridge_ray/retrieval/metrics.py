@@ -9,6 +9,7 @@ and RR@10 to the MS MARCO evaluator (ties by document id ascending, as our run's
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 import ir_measures
 import numpy as np
@@ -20,7 +21,7 @@ PRIMARY = nDCG @ 10
 MEASURES = (PRIMARY, R @ 100, RR @ 10)
 
 
-def retrieval_metrics(qrels: Qrels, run: Run, measures: Iterable[object] = MEASURES) -> dict[str, float]:
+def retrieval_metrics(qrels: Qrels, run: Run, measures: Iterable[Any] = MEASURES) -> dict[str, float]:
     """{measure name in ir-measures notation: mean over every qrels query}; missing queries count as 0."""
     measures = list(measures)
     per_query: dict[str, dict[str, float]] = {str(m): {} for m in measures}

@@ -42,10 +42,11 @@ def sparse_batch(table: pa.Table) -> SparseBatch:
 
 
 def read_vectors(files: Sequence[Path]) -> tuple[list[str], SparseBatch]:
-    """All rows of (small) vector files: ids and CSR rows."""
+    """All rows of (small) vector files, sorted by id: ids and CSR rows."""
     table = pa.concat_tables([pq.read_table(f) for f in files]) if files else None
     if table is None or table.num_rows == 0:
         return [], SparseBatch(np.zeros(1, np.int64), np.zeros(0, np.int32), np.zeros(0, np.float32))
+    table = table.sort_by(ID)
     return table.column(ID).to_pylist(), sparse_batch(table)
 
 
@@ -107,3 +108,13 @@ def read_run(path: Path) -> dict[str, dict[str, float]]:
             if len(fields) == 6:
                 run.setdefault(fields[0], {})[fields[2]] = float(fields[4])
     return run
+
+
+def stage_corpus(batches: Iterator[pa.Table], directory: Path, rows_per_file: int) -> int:
+    """Write a streamed (id, text) corpus as Parquet files of ``rows_per_file`` rows; returns the row count."""
+    directory.mkdir(parents=True, exist_ok=True)
+    total = 0
+    for number, table in enumerate(batches):
+        pq.write_table(table, directory / f"part-{number:06d}.parquet")
+        total += table.num_rows
+    return total

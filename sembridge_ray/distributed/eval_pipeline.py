@@ -30,6 +30,7 @@ from sembridge_ray.distributed.search import ShardedIndex
 from sembridge_ray.distributed.udfs import SparseEncodeUDF, actor_pool_args
 from sembridge_ray.errors import InputError
 from sembridge_ray.outputs import atomic_path, atomic_write_json, is_complete, start_output, write_success
+from sembridge_ray.placement import Placement
 from sembridge_ray.retrieval.config import EvaluateConfig
 from sembridge_ray.retrieval.index import PAD, Shard, TopK, build_shard, rank_ids, shard_bounds
 from sembridge_ray.retrieval.metrics import retrieval_metrics, sparsity_stats, term_counts, unknown_judgements
@@ -112,7 +113,8 @@ def encode_corpus(cfg: EvaluateConfig, model: str, data: RetrievalData, key: str
         rows = stage_corpus(data.corpus.batches(cfg.stage_rows), tmp / "staged", cfg.stage_rows)
         if rows == 0:
             raise InputError(f"dataset {cfg.dataset!r}: the corpus ({data.corpus.name}) is empty")
-        encode(ray.data.read_parquet(str(tmp / "staged")), tmp / VECTORS, cfg, model, "document")
+        plan = cluster.placement(cfg.resources)  # connects first: Ray Data alone would ray.init() anywhere
+        encode(ray.data.read_parquet(str(tmp / "staged")), tmp / VECTORS, cfg, model, "document", plan)
         shutil.rmtree(tmp / "staged")
         return {"rows": rows}
 
@@ -128,7 +130,8 @@ def encode_queries(cfg: EvaluateConfig, model: str, data: RetrievalData, qids: l
         if qids:
             table = pa.table({ID: qids, TEXT: [data.queries[q] for q in qids]})
             plan = cluster.placement(cfg.resources)
-            encode(ray.data.from_arrow(table).repartition(max(2, plan.workers)), tmp / VECTORS, cfg, model, "query")
+            dataset = ray.data.from_arrow(table).repartition(max(2, plan.workers))
+            encode(dataset, tmp / VECTORS, cfg, model, "query", plan)
         return {"rows": len(qids)}
 
     return cached(_cache(cfg) / f"queries-{entry}", build)
@@ -138,9 +141,8 @@ def _cache(cfg: EvaluateConfig) -> Path:
     return Path(cfg.cache_dir) if cfg.cache_dir else Path(cfg.output) / "cache"
 
 
-def encode(ds: ray.data.Dataset, dest: Path, cfg: EvaluateConfig, model: str, role: str) -> None:
+def encode(ds: ray.data.Dataset, dest: Path, cfg: EvaluateConfig, model: str, role: str, plan: Placement) -> None:
     """(id, text) rows -> sparse Parquet (id, indices, values) through a pool of encoder actors (GPU if any)."""
-    plan = cluster.placement(cfg.resources)
     query = role == "query"
     kwargs = {"model_dir": model, "role": role, "max_length": cfg.query_max_length if query else cfg.doc_max_length,
               "top_k": cfg.query_top_k if query else cfg.doc_top_k}

@@ -11,6 +11,7 @@ import logging
 import resource
 from collections import deque
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -36,9 +37,20 @@ class ShardActor:
         return shard_topk(self.shard, queries, k)
 
     def stats(self) -> dict[str, Any]:
-        """Documents, shard bytes, and this process's peak resident memory (including the shard's shared pages)."""
+        """Documents, shard size, and this process's memory: peak resident, and now private (anon) vs shared
+        (the shard's object-store pages), from /proc where the OS has it."""
         peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        return {"docs": self.shard.n_docs, "shard_mb": self.shard.nbytes / 2**20, "peak_rss_mb": peak_kib / 1024}
+        return {"docs": self.shard.n_docs, "shard_mb": self.shard.nbytes / 2**20, "peak_rss_mb": peak_kib / 1024,
+                **_proc_memory()}
+
+
+def _proc_memory() -> dict[str, float]:
+    fields = {"RssAnon:": "private_mb", "RssShmem:": "shared_mb"}
+    try:
+        lines = Path("/proc/self/status").read_text().splitlines()
+    except OSError:
+        return {}
+    return {fields[p[0]]: int(p[1]) / 1024 for p in (line.split() for line in lines) if p and p[0] in fields}
 
 
 class ShardedIndex:

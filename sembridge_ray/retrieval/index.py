@@ -93,25 +93,41 @@ def build_shard(docs: SparseBatch, ranks: np.ndarray, vocab_size: int) -> Shard:
 
 
 def score_batch(shard: Shard, queries: SparseBatch) -> np.ndarray:
-    """queries (B, V) sparse × shard (V, n) term-major -> scores (B, n) float32, exactly.
-
-    One vectorised scatter-add per (query, term): the Python loop runs Σ nnz(q) times, each over a whole posting
-    list, so its overhead is a few percent even for short lists. ``np.add.at`` adds in the given order, which keeps
-    each score's summation order (ascending query term) independent of the shard.
-    """
+    """queries (B, V) sparse × shard (V, n) term-major -> scores (B, n) float32, exactly (the reference path)."""
     scores = np.zeros((queries.rows, shard.n_docs), dtype=np.float32)
-    indptr, docs, weights = shard.indptr, _canonical(shard.docs), _canonical(shard.weights)
-    terms, values = _canonical(queries.indices), _canonical(queries.values)
     for row in range(queries.rows):
-        acc = scores[row]
-        lo, hi = queries.indptr[row], queries.indptr[row + 1]
-        for term, weight in zip(terms[lo:hi], values[lo:hi], strict=True):
-            if term >= shard.vocab_size:
-                continue  # a term no document of this vocabulary has
-            start, stop = indptr[term], indptr[term + 1]
-            if stop > start:
-                np.add.at(acc, docs[start:stop], weights[start:stop] * weight)
+        accumulate(scores[row], shard, queries.slice(row, row + 1))
     return scores
+
+
+GATHER = 1 << 16
+"""Postings gathered into one scatter-add: short lists are batched, so the Python loop stays short even for dense
+queries; a list longer than a quarter of this is scattered straight from its slice (no gather copy)."""
+
+
+def accumulate(acc: np.ndarray, shard: Shard, query: SparseBatch) -> None:
+    """acc (n,) += one query (1, V) × shard (V, n), term by term in ascending term order.
+
+    Consecutive short posting lists are gathered (up to :data:`GATHER` entries) into one ``np.add.at``; a long
+    list is scattered from its slice. ``np.add.at`` adds in the given order, so every score sums its products in
+    the query's term order whichever shard holds the document, and whatever the grouping.
+    """
+    terms, values = _canonical(query.indices), _canonical(query.values)
+    inside = terms < shard.vocab_size  # a term no document of this vocabulary has scores nothing
+    terms, values = terms[inside], values[inside]
+    starts, stops = shard.indptr[terms], shard.indptr[terms + 1]
+    lengths = stops - starts
+    long = lengths > GATHER // 4
+    cuts = np.flatnonzero(np.diff(np.cumsum(lengths) // GATHER)) + 1
+    cuts = np.union1d(cuts, np.concatenate([np.flatnonzero(long), np.flatnonzero(long) + 1]))
+    docs, weights = _canonical(shard.docs), _canonical(shard.weights)
+    for lo, hi in itertools.pairwise([0, *cuts.tolist(), len(terms)]):
+        if hi - lo == 1:
+            np.add.at(acc, docs[starts[lo] : stops[lo]], weights[starts[lo] : stops[lo]] * values[lo])
+        elif hi > lo:
+            size = lengths[lo:hi]
+            pos = np.repeat(starts[lo:hi] - (np.cumsum(size) - size), size) + np.arange(size.sum())
+            np.add.at(acc, docs[pos], weights[pos] * np.repeat(values[lo:hi], size))
 
 
 def _canonical(array: np.ndarray) -> np.ndarray:
@@ -120,25 +136,47 @@ def _canonical(array: np.ndarray) -> np.ndarray:
     return array.view(array.dtype.type)
 
 
-def topk_rows(scores: np.ndarray, ranks: np.ndarray, k: int) -> TopK:
-    """scores (B, n), ranks (n,) -> the k best per row by (score desc, rank asc), positive scores only.
+def row_topk(scores: np.ndarray, ranks: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """scores (n,), ranks (n,) -> the min(k, n) best (scores, ranks), unordered; ties at the cut go to low ranks.
 
-    ``torch.topk`` finds k + 1 candidates in O(n); only a row whose k-th and (k+1)-th values tie (and are > 0)
-    is redone over every document with that score, so ties at the cut are resolved by rank, not by chance.
+    ``torch.topk`` finds k + 1 candidates in O(n). Only when the k-th and (k+1)-th values tie (and are > 0) is the
+    row redone over every document with at least that score, so the cut is decided by rank, not by chance.
     """
-    b, n = scores.shape
-    width = min(k + 1, n)
-    if width == 0:
+    width = min(k + 1, len(scores))
+    values, where = (t.numpy() for t in torch.topk(torch.from_numpy(scores), width))
+    if width > k and values[k - 1] == values[k] > 0:
+        cand = np.flatnonzero(scores >= values[k - 1])
+        where = cand[np.lexsort((ranks[cand], -scores[cand]))]
+        values = scores[where]
+    keep = min(k, len(scores))
+    return values[:keep], ranks[where[:keep]]
+
+
+def topk_rows(scores: np.ndarray, ranks: np.ndarray, k: int) -> TopK:
+    """scores (B, n), ranks (n,) -> the k best per row by (score desc, rank asc), positive scores only."""
+    rows = [row_topk(row, ranks, k) for row in scores]
+    return _stack(rows, len(scores), min(k, scores.shape[1]), k)
+
+
+def shard_topk(shard: Shard, queries: SparseBatch, k: int) -> TopK:
+    """The exact top-k of a query batch within one shard: (B, k) scores and global ranks.
+
+    Query by query into one reused (n,) accumulator: the shard's score memory is 4 bytes per document, and the
+    top-k reads a row that is still in cache (a (B, n) block would be page-faulted in and read back from memory).
+    """
+    acc = np.empty(shard.n_docs, dtype=np.float32)
+    rows = []
+    for row in range(queries.rows):
+        acc.fill(0.0)
+        accumulate(acc, shard, queries.slice(row, row + 1))
+        rows.append(row_topk(acc, shard.ranks, k))
+    return _stack(rows, queries.rows, min(k, shard.n_docs), k)
+
+
+def _stack(rows: list[tuple[np.ndarray, np.ndarray]], b: int, keep: int, k: int) -> TopK:
+    if keep == 0:
         return _pad(np.zeros((b, 0), np.float32), np.zeros((b, 0), np.int64), k)
-    values, where = (t.numpy() for t in torch.topk(torch.from_numpy(scores), width, dim=1))
-    keep = min(k, n)
-    top_s, top_r = values[:, :keep], ranks[where[:, :keep]]
-    if width > k:
-        for row in np.flatnonzero((values[:, k - 1] == values[:, k]) & (values[:, k] > 0)):
-            cand = np.flatnonzero(scores[row] >= values[row, k - 1])
-            order = np.lexsort((ranks[cand], -scores[row, cand]))[:k]
-            top_s[row], top_r[row] = scores[row, cand[order]], ranks[cand[order]]
-    return _sort_pad(top_s, top_r, k)
+    return _sort_pad(np.stack([s for s, _ in rows]), np.stack([r for _, r in rows]), k)
 
 
 def _sort_pad(scores: np.ndarray, ranks: np.ndarray, k: int) -> TopK:
@@ -154,11 +192,6 @@ def _pad(scores: np.ndarray, ranks: np.ndarray, k: int) -> TopK:
     if extra <= 0:
         return TopK(scores, ranks)
     return TopK(np.pad(scores, ((0, 0), (0, extra))), np.pad(ranks, ((0, 0), (0, extra)), constant_values=PAD))
-
-
-def shard_topk(shard: Shard, queries: SparseBatch, k: int) -> TopK:
-    """The exact top-k of a query batch within one shard: (B, k) scores and global ranks."""
-    return topk_rows(score_batch(shard, queries), shard.ranks, k)
 
 
 def merge_topk(parts: list[TopK], k: int) -> TopK:

@@ -32,6 +32,8 @@ class BenchConfig(Config):
     top_k: int = 10
     workers: int = 2
     query_batch_size: int = 32
+    repeats: int = 3
+    """Timed runs of each side, alternating; the best of each is reported (all are listed)."""
     scipy_queries: int = 100
     """Queries also timed with a plain scipy ``(Q @ D.T).toarray()`` product (0 = skip)."""
     seed: int = 0

@@ -117,7 +117,8 @@ def test_encoding_through_ray_equals_in_process(ray_cluster: cluster.ClusterInfo
     texts = ["A man is playing a guitar", "The kids are running in the park", "Nobody is riding a horse"] * 3
     table = pa.table({ID: [f"t{i}" for i in range(len(texts))], TEXT: texts})
     cfg = EvaluateConfig(doc_top_k=5, doc_max_length=8, encode_batch_size=4, resources=ResourceConfig(workers=2))
-    encode(ray.data.from_arrow(table).repartition(3), tmp_path / "enc", cfg, model, "document")
+    plan = cluster.placement(cfg.resources)
+    encode(ray.data.from_arrow(table).repartition(3), tmp_path / "enc", cfg, model, "document", plan)
     ids, got = read_vectors(parquet_files(tmp_path / "enc"))
     enc = load_sparse_encoder(model, max_length=8)
     idx, val = sparse_rows(enc.encode_document(texts, convert_to_tensor=True), top_k=5)

@@ -8,6 +8,7 @@ import pytest
 import scipy.sparse as sp
 
 from sembridge_ray.errors import InputError
+from sembridge_ray.retrieval import index
 from sembridge_ray.retrieval.index import (
     PAD,
     SparseBatch,
@@ -81,6 +82,17 @@ def test_scores_equal_scipy_product_bit_for_bit() -> None:
     docs = rng.random((300, 50)) * (rng.random((300, 50)) < 0.2)
     queries = rng.random((7, 50)) * (rng.random((7, 50)) < 0.3)
     shard = build_shard(batch(docs), np.arange(300), 50)
+    expected = (sp.csr_matrix(queries.astype(np.float32)) @ sp.csr_matrix(docs.astype(np.float32)).T).toarray()
+    np.testing.assert_array_equal(score_batch(shard, batch(queries)), expected)
+
+
+@pytest.mark.parametrize("gather", [1, 8, 40, 1 << 16])
+def test_gathered_and_sliced_postings_score_alike(gather: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(index, "GATHER", gather)  # small values send long lists down the slice path
+    rng = np.random.default_rng(gather)
+    docs = rng.random((500, 60)) * (rng.random((500, 60)) < np.linspace(0.01, 0.9, 60))
+    queries = rng.random((9, 60)) * (rng.random((9, 60)) < 0.5)
+    shard = build_shard(batch(docs), np.arange(500), 60)
     expected = (sp.csr_matrix(queries.astype(np.float32)) @ sp.csr_matrix(docs.astype(np.float32)).T).toarray()
     np.testing.assert_array_equal(score_batch(shard, batch(queries)), expected)
 

@@ -59,9 +59,8 @@ def run_evaluate(cfg: EvaluateConfig) -> dict[str, Any]:
         return json.loads((out / METRICS).read_text(encoding="utf-8"))
     start_output(out)
     write_config(cfg, out / CONFIG)
-    cache = Path(cfg.cache_dir) if cfg.cache_dir else out / "cache"
     clock = _Clock()
-    (model, model_fp), (spec, data_fp) = resolve_model(cfg.model, cache), resolve_dataset(cfg.dataset, cache)
+    (model, model_fp), (spec, data_fp) = resolve_model(cfg.model, _cache(cfg)), resolve_dataset(cfg.dataset, _cache(cfg))
     data = load_retrieval(spec, cfg.split)
     if not data.qrels:
         raise InputError(f"dataset {cfg.dataset!r}: split {data.split!r} has no qrels")

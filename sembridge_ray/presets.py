@@ -12,6 +12,7 @@ JOB_CONFIGS = {
     "demo": "sembridge_ray.demo:DemoConfig",
     "init": "sembridge_ray.embed_init.config:InitConfig",
     "finetune": "sembridge_ray.sparse.config:FinetuneConfig",
+    "evaluate": "sembridge_ray.retrieval.config:EvaluateConfig",
 }
 
 

@@ -15,15 +15,19 @@ from sembridge_ray.sparse.encode import sparse_rows, sparse_table
 class SparseEncodeUDF:
     """Ray Data actor: holds a SparseEncoder on its device; turns a batch of (id, text) into sparse rows."""
 
-    def __init__(self, model_dir: str, max_length: int, top_k: int | None = None) -> None:
+    def __init__(self, model_dir: str, max_length: int, top_k: int | None = None, role: str | None = None) -> None:
+        """``role`` "query" or "document" encodes with ``encode_query``/``encode_document`` (the model's prompts
+        or router for that side, where it has them); None uses plain ``encode``."""
         from sembridge_ray.sparse.model import load_sparse_encoder
 
         self.model = load_sparse_encoder(model_dir, device=pick_device(), max_length=max_length)
         self.top_k = top_k
+        self.encode = {None: self.model.encode, "query": self.model.encode_query,
+                       "document": self.model.encode_document}[role]
 
     def __call__(self, batch: dict[str, np.ndarray]) -> pa.Table:
         texts = [str(t) for t in batch[TEXT]]
-        emb = self.model.encode(texts, batch_size=max(1, len(texts)), convert_to_tensor=True, show_progress_bar=False)
+        emb = self.encode(texts, batch_size=max(1, len(texts)), convert_to_tensor=True, show_progress_bar=False)
         indices, values = sparse_rows(emb, self.top_k)
         return sparse_table([str(i) for i in batch[ID]], indices, values)
 

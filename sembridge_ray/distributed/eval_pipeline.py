@@ -1,0 +1,199 @@
+"""Ray side of ``jobs.evaluate``: encode (Ray Data actor pool, cached) -> exact sharded search -> run + metrics.
+
+    run_evaluate(cfg) -> metrics dict          (what jobs.evaluate and the reproduction driver call)
+
+Outputs in ``cfg.output``: ``run.trec``, ``metrics.json``, ``config.yaml``, and ``_SUCCESS`` last. A rerun with
+the same config skips a complete directory; any other rerun reuses the cached encodings and only searches again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import ray
+
+from sembridge_ray.config import read_config, write_config
+from sembridge_ray.data.retrieval import RetrievalData, load_retrieval
+from sembridge_ray.data.schema import ID, TEXT
+from sembridge_ray.distributed import cluster
+from sembridge_ray.distributed.search import ShardedIndex
+from sembridge_ray.distributed.udfs import SparseEncodeUDF, actor_pool_args
+from sembridge_ray.errors import InputError
+from sembridge_ray.outputs import atomic_path, atomic_write_json, is_complete, start_output, write_success
+from sembridge_ray.placement import Placement
+from sembridge_ray.retrieval.config import EvaluateConfig
+from sembridge_ray.retrieval.index import PAD, Shard, TopK, build_shard, rank_ids, shard_bounds
+from sembridge_ray.retrieval.metrics import retrieval_metrics, sparsity_stats, term_counts, unknown_judgements
+from sembridge_ray.retrieval.sources import VECTORS, cached, resolve_dataset, resolve_model
+from sembridge_ray.retrieval.store import (
+    fingerprint,
+    iter_row_ranges,
+    parquet_files,
+    read_ids,
+    read_run,
+    read_vectors,
+    run_lines,
+    stage_corpus,
+)
+
+log = logging.getLogger(__name__)
+ENCODING_VERSION = 1
+RUN, METRICS, CONFIG = "run.trec", "metrics.json", "config.yaml"
+
+
+def run_evaluate(cfg: EvaluateConfig) -> dict[str, Any]:
+    """Encode, retrieve and score one (model, dataset, split); returns what ``metrics.json`` holds."""
+    out = _check(cfg)
+    if is_complete(out) and _same_config(out, cfg):
+        log.info("%s is complete with this config; skipping (delete its _SUCCESS to redo)", out)
+        return json.loads((out / METRICS).read_text(encoding="utf-8"))
+    start_output(out)
+    write_config(cfg, out / CONFIG)
+    clock = _Clock()
+    (model, model_fp), (spec, data_fp) = resolve_model(cfg.model, _cache(cfg)), resolve_dataset(cfg.dataset, _cache(cfg))
+    data = load_retrieval(spec, cfg.split)
+    if not data.qrels:
+        raise InputError(f"dataset {cfg.dataset!r}: split {data.split!r} has no qrels")
+    docs, docs_hit = encode_corpus(cfg, model, data, fingerprint(model_fp, data_fp))
+    clock.lap("encode_docs")
+    qids = sorted(q for q in data.qrels if q in data.queries)
+    queries, queries_hit = encode_queries(cfg, model, data, qids, fingerprint(model_fp, data_fp, data.split))
+    clock.lap("encode_queries")
+    metrics = search_and_score(cfg, docs, queries, data, out / RUN, clock)
+    metrics |= {"cache": {"docs": docs_hit, "queries": queries_hit}, "seconds": clock.laps, "model": cfg.model,
+                "dataset": cfg.dataset, "split": data.split, "top_k": cfg.top_k}
+    atomic_write_json(out / METRICS, metrics)
+    write_success(out, exclude=("cache",))
+    return metrics
+
+
+def _check(cfg: EvaluateConfig) -> Path:
+    for key in ("model", "dataset", "output"):
+        if not getattr(cfg, key):
+            raise InputError(f"--{key} is required")
+    if cfg.top_k < 1 or cfg.query_batch_size < 1:
+        raise InputError("top_k and query_batch_size must be at least 1")
+    return Path(cfg.output)
+
+
+def _same_config(out: Path, cfg: EvaluateConfig) -> bool:
+    try:
+        return read_config(EvaluateConfig, out / CONFIG) == cfg
+    except (InputError, OSError):
+        return False
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.start, self.laps = time.perf_counter(), dict[str, float]()
+
+    def lap(self, name: str) -> float:
+        now = time.perf_counter()
+        self.laps[name] = round(now - self.start, 2)
+        self.start = now
+        return self.laps[name]
+
+
+def encode_corpus(cfg: EvaluateConfig, model: str, data: RetrievalData, key: str) -> tuple[Path, bool]:
+    """The corpus's sparse vectors (cached): staged to Parquet by the driver, encoded by the actor pool."""
+    entry = fingerprint("docs", ENCODING_VERSION, key, cfg.doc_max_length, cfg.doc_top_k)
+
+    def build(tmp: Path) -> dict[str, Any]:
+        rows = stage_corpus(data.corpus.batches(cfg.stage_rows), tmp / "staged", cfg.stage_rows)
+        if rows == 0:
+            raise InputError(f"dataset {cfg.dataset!r}: the corpus ({data.corpus.name}) is empty")
+        plan = cluster.placement(cfg.resources)  # connects first: Ray Data alone would ray.init() anywhere
+        encode(ray.data.read_parquet(str(tmp / "staged")), tmp / VECTORS, cfg, model, "document", plan)
+        shutil.rmtree(tmp / "staged")
+        return {"rows": rows}
+
+    return cached(_cache(cfg) / f"docs-{entry}", build)
+
+
+def encode_queries(cfg: EvaluateConfig, model: str, data: RetrievalData, qids: list[str], key: str
+                   ) -> tuple[Path, bool]:
+    """The vectors of the qrels queries that have text (cached)."""
+    entry = fingerprint("queries", ENCODING_VERSION, key, cfg.query_max_length, cfg.query_top_k, qids)
+
+    def build(tmp: Path) -> dict[str, Any]:
+        if qids:
+            table = pa.table({ID: qids, TEXT: [data.queries[q] for q in qids]})
+            plan = cluster.placement(cfg.resources)
+            dataset = ray.data.from_arrow(table).repartition(max(2, plan.workers))
+            encode(dataset, tmp / VECTORS, cfg, model, "query", plan)
+        return {"rows": len(qids)}
+
+    return cached(_cache(cfg) / f"queries-{entry}", build)
+
+
+def _cache(cfg: EvaluateConfig) -> Path:
+    return Path(cfg.cache_dir) if cfg.cache_dir else Path(cfg.output) / "cache"
+
+
+def encode(ds: ray.data.Dataset, dest: Path, cfg: EvaluateConfig, model: str, role: str, plan: Placement) -> None:
+    """(id, text) rows -> sparse Parquet (id, indices, values) through a pool of encoder actors (GPU if any)."""
+    query = role == "query"
+    kwargs = {"model_dir": model, "role": role, "max_length": cfg.query_max_length if query else cfg.doc_max_length,
+              "top_k": cfg.query_top_k if query else cfg.doc_top_k}
+    encoded = ds.map_batches(SparseEncodeUDF, fn_constructor_kwargs=kwargs, batch_format="numpy",
+                             **actor_pool_args(plan, cfg.encode_batch_size))
+    with atomic_path(dest) as tmp:
+        encoded.write_parquet(str(tmp))
+
+
+def search_and_score(cfg: EvaluateConfig, docs: Path, queries: Path, data: RetrievalData, run_path: Path,
+                     clock: _Clock) -> dict[str, Any]:
+    """Index the corpus in shard actors, search every encoded query, write the run, score it."""
+    files = parquet_files(docs)
+    ranks, sorted_ids = rank_ids(read_ids(files))
+    qids, qvec = read_vectors(parquet_files(queries))
+    plan = cluster.placement(dataclasses.replace(cfg.resources, gpus_per_worker=0.0), reserve=False)
+    bounds = shard_bounds(len(ranks), cfg.shard_size, plan.workers)
+    doc_df = np.zeros(0, np.int64)
+
+    def shards() -> Iterator[Shard]:
+        nonlocal doc_df
+        for (start, stop), rows in zip(bounds, iter_row_ranges(files, bounds), strict=True):
+            doc_df = _add(doc_df, term_counts(rows.indices, 0))
+            yield build_shard(rows, ranks[start:stop], int(rows.indices.max(initial=-1)) + 1)
+
+    # more shards than workers: the actors share the workers' CPUs (each still holds one shard)
+    index = ShardedIndex.start(shards(), plan.cpus_per_worker * min(1.0, plan.workers / len(bounds)))
+    clock.lap("index")
+    try:
+        top, actors = index.search(qvec, cfg.top_k, cfg.query_batch_size), index.stats()
+    finally:
+        index.shutdown()
+    with atomic_path(run_path) as tmp, open(tmp, "w", encoding="utf-8") as fh:
+        fh.writelines(run_lines(qids, top, sorted_ids, cfg.run_tag))
+    clock.lap("search")
+    return _metrics(data, run_path, sorted_ids, top, len(qids), term_counts(qvec.indices, 0), doc_df) | {
+        "shards": len(bounds), "actors": actors}
+
+
+def _add(total: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    size = max(len(total), len(counts))
+    return np.pad(total, (0, size - len(total))) + np.pad(counts, (0, size - len(counts)))
+
+
+def _metrics(data: RetrievalData, run_path: Path, sorted_ids: pa.Array, top: TopK, n_queries: int,
+             query_df: np.ndarray, doc_df: np.ndarray) -> dict[str, Any]:
+    judged = pa.array(sorted({d for docs in data.qrels.values() for d in docs}), pa.string())
+    missing = set(pc.filter(judged, pc.invert(pc.is_in(judged, value_set=sorted_ids))).to_pylist())
+    if missing:
+        log.warning("%d qrels documents are not in the corpus (counted in metrics.json)", len(missing))
+    return retrieval_metrics(data.qrels, read_run(run_path)) | {
+        "num_queries": len(data.qrels), "queries_without_text": len(data.qrels) - n_queries,
+        "queries_with_results": int(np.sum(top.ranks[:, 0] != PAD)) if len(top.ranks) else 0,
+        "num_docs": len(sorted_ids), **sparsity_stats(query_df, n_queries, doc_df, len(sorted_ids)),
+        **unknown_judgements(data.qrels, missing)}

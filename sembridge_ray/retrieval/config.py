@@ -1,0 +1,45 @@
+"""The evaluation job's typed config (``python -m jobs.evaluate``; presets ``jobs/configs/evaluate_*.yaml``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sembridge_ray.config import Config
+from sembridge_ray.placement import ResourceConfig
+
+
+@dataclass(frozen=True)
+class EvaluateConfig(Config):
+    """Encode a corpus and its queries with a sparse encoder, retrieve exactly, score with ir-measures."""
+
+    model: str = ""
+    """SparseEncoder directory or hub id (``fixture:<name>`` = a tiny fixture of ``sembridge_ray.testing``)."""
+    dataset: str = ""
+    """``webfaq:<lang>``, ``miracl:<lang>[@DIR]``, a BEIR-layout directory, or ``sick`` (SICK test as BEIR)."""
+    split: str = "test"
+    """Qrels split (MIRACL has no public test judgements: ``test`` means ``dev`` there)."""
+    output: str = ""
+    """Output directory: run.trec, metrics.json, config.yaml, _SUCCESS."""
+    top_k: int = 100
+    """Documents retrieved per query."""
+    shard_size: int = 0
+    """Documents per index shard, one Ray actor each; 0 = one shard per worker."""
+    doc_top_k: int | None = None
+    """Keep each document's k largest weights (pruning); None = all."""
+    query_top_k: int | None = None
+    """Keep each query's k largest weights; None = all."""
+    query_max_length: int = 64
+    """Query tokens (as in fine-tuning)."""
+    doc_max_length: int = 256
+    """Document tokens (as in fine-tuning)."""
+    encode_batch_size: int = 64
+    """Texts per encoder call (per actor)."""
+    query_batch_size: int = 32
+    """Queries per scoring call; a shard actor holds a (batch, shard_size) float32 score block."""
+    cache_dir: str = ""
+    """Where encodings are cached by fingerprint (model files, dataset, split, lengths, pruning); "" = <output>/cache."""
+    stage_rows: int = 5000
+    """Corpus rows per staged Parquet file (the unit of work the encoder pool receives)."""
+    run_tag: str = "sembridge_ray"
+    """The last column of run.trec."""
+    resources: ResourceConfig = field(default_factory=ResourceConfig)

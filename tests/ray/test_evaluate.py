@@ -1,0 +1,131 @@
+"""jobs.evaluate end to end on Ray: the tiny bert-mlm fixture over real SICK sentences in a BEIR directory."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import pytrec_eval
+import ray
+
+from sembridge_ray.data.retrieval import load_beir
+from sembridge_ray.data.schema import ID, TEXT
+from sembridge_ray.distributed import cluster
+from sembridge_ray.distributed.eval_pipeline import encode, run_evaluate
+from sembridge_ray.outputs import SUCCESS
+from sembridge_ray.placement import ResourceConfig
+from sembridge_ray.retrieval.config import EvaluateConfig
+from sembridge_ray.retrieval.store import parquet_files, read_run, read_vectors
+from sembridge_ray.sparse.encode import sparse_rows
+from sembridge_ray.sparse.model import load_sparse_encoder
+
+
+@pytest.fixture(scope="module")
+def dataset(sick_beir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """SICK as BEIR, plus judgements naming two documents the corpus lacks and a query that has no text."""
+    root = tmp_path_factory.mktemp("eval") / "sick"
+    shutil.copytree(sick_beir, root)
+    with open(root / "qrels" / "test.tsv", "a", encoding="utf-8") as fh:
+        fh.write("q0\tnot-a-doc\t1\nq1\talso-missing\t0\nq-no-text\td0\t2\n")
+    return root
+
+
+@pytest.fixture(scope="module")
+def first_run(ray_cluster: cluster.ClusterInfo, fixtures_root: Path, dataset: Path,
+              tmp_path_factory: pytest.TempPathFactory) -> tuple[EvaluateConfig, dict]:
+    out = tmp_path_factory.mktemp("eval-out")
+    cfg = EvaluateConfig(model=str(fixtures_root / "bert-mlm"), dataset=str(dataset), output=str(out / "run1"),
+                         shard_size=90, cache_dir=str(out / "cache"), query_batch_size=16,
+                         resources=ResourceConfig(workers=2))
+    return cfg, run_evaluate(cfg)
+
+
+def brute_force_scores(model_dir: Path, dataset: Path) -> tuple[list[str], list[str], np.ndarray]:
+    """Exact float64 scores of every query against every document, encoded in-process by the same encoder."""
+    data = load_beir(dataset, "test")
+    qids = sorted(q for q in data.qrels if q in data.queries)
+    corpus = pa.concat_tables(list(data.corpus.batches(1000)))
+    query_enc = load_sparse_encoder(str(model_dir), max_length=64)
+    doc_enc = load_sparse_encoder(str(model_dir), max_length=256)
+    q = query_enc.encode_query([data.queries[i] for i in qids], convert_to_tensor=True).to_dense().double()
+    d = doc_enc.encode_document(corpus.column(TEXT).to_pylist(), convert_to_tensor=True).to_dense().double()
+    return qids, corpus.column(ID).to_pylist(), (q @ d.T).numpy()
+
+
+def test_outputs_and_metric_keys(first_run: tuple[EvaluateConfig, dict]) -> None:
+    cfg, metrics = first_run
+    out = Path(cfg.output)
+    assert {p.name for p in out.iterdir()} >= {"run.trec", "metrics.json", "config.yaml", SUCCESS}
+    assert json.loads((out / "metrics.json").read_text()) == metrics
+    assert {"nDCG@10", "R@100", "RR@10", "num_queries", "mean_active_dims_query", "mean_active_dims_doc",
+            "flops_per_pair"} <= set(metrics)
+    assert metrics["shards"] >= 4 and metrics["cache"] == {"docs": False, "queries": False}
+    assert metrics["unknown_qrels_docs"] == 2 and metrics["unknown_qrels_relevant"] == 1
+    assert metrics["queries_without_text"] == 1
+    assert 0 < metrics["nDCG@10"] < 1 and metrics["flops_per_pair"] > 0
+    assert all(len(line.split()) == 6 for line in (out / "run.trec").read_text().splitlines())
+
+
+def test_ndcg_equals_trec_eval_on_its_own_run_over_all_qrels_queries(
+        first_run: tuple[EvaluateConfig, dict], dataset: Path) -> None:
+    cfg, metrics = first_run
+    qrels = load_beir(dataset, "test").qrels
+    run = read_run(Path(cfg.output) / "run.trec")
+    per_query = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10", "recall.100"}).evaluate(run)
+    for measure, key in (("nDCG@10", "ndcg_cut_10"), ("R@100", "recall_100")):
+        expected = sum(per_query.get(q, {}).get(key, 0.0) for q in qrels) / len(qrels)
+        assert metrics[measure] == pytest.approx(expected, abs=1e-12)
+    assert metrics["num_queries"] == len(qrels)
+
+
+def test_top10_equals_brute_force_up_to_ties(first_run: tuple[EvaluateConfig, dict], fixtures_root: Path,
+                                             dataset: Path) -> None:
+    cfg, _ = first_run
+    run = read_run(Path(cfg.output) / "run.trec")
+    qids, doc_ids, scores = brute_force_scores(fixtures_root / "bert-mlm", dataset)
+    for qid, row in zip(qids, scores, strict=True):
+        got = sorted(run.get(qid, {}).items(), key=lambda x: (-x[1], x[0]))[:10]
+        best = np.sort(row[row > 0])[::-1][:10]
+        np.testing.assert_allclose([s for _, s in got], best, rtol=1e-5, atol=1e-6)
+        if len(best) == 0:
+            continue
+        tol = 1e-5 * best[-1]  # documents clearly above the 10th score must all be there
+        must = {doc_ids[i] for i in np.flatnonzero(row > best[-1] + tol)}
+        assert must <= {d for d, _ in got}
+        assert all(abs(s - row[doc_ids.index(d)]) <= 1e-5 * max(1.0, s) for d, s in got)
+
+
+def test_rerun_skips_and_rescoring_reuses_the_cache(first_run: tuple[EvaluateConfig, dict]) -> None:
+    cfg, metrics = first_run
+    stamp = (Path(cfg.output) / SUCCESS).stat().st_mtime_ns
+    assert run_evaluate(cfg) == metrics
+    assert (Path(cfg.output) / SUCCESS).stat().st_mtime_ns == stamp
+    other = EvaluateConfig.from_dict(cfg.to_dict() | {"output": cfg.output + "-k20", "top_k": 20, "shard_size": 0})
+    again = run_evaluate(other)
+    assert again["cache"] == {"docs": True, "queries": True}
+    assert again["nDCG@10"] == pytest.approx(metrics["nDCG@10"], abs=1e-12)  # top-20 holds the top-10
+
+
+def test_encoding_through_ray_equals_in_process(ray_cluster: cluster.ClusterInfo, fixtures_root: Path,
+                                               tmp_path: Path) -> None:
+    model = str(fixtures_root / "bert-mlm")
+    texts = ["A man is playing a guitar", "The kids are running in the park", "Nobody is riding a horse"] * 3
+    table = pa.table({ID: [f"t{i}" for i in range(len(texts))], TEXT: texts})
+    cfg = EvaluateConfig(doc_top_k=5, doc_max_length=8, encode_batch_size=4, resources=ResourceConfig(workers=2))
+    plan = cluster.placement(cfg.resources)
+    encode(ray.data.from_arrow(table).repartition(3), tmp_path / "enc", cfg, model, "document", plan)
+    ids, got = read_vectors(parquet_files(tmp_path / "enc"))
+    enc = load_sparse_encoder(model, max_length=8)
+    idx, val = sparse_rows(enc.encode_document(texts, convert_to_tensor=True), top_k=5)
+    assert pq.read_table(parquet_files(tmp_path / "enc")[0]).schema.field("indices").type == pa.list_(pa.int32())
+    row_of = {doc: row for row, doc in enumerate(ids)}
+    for n in range(len(texts)):
+        lo, hi = got.indptr[row_of[f"t{n}"]], got.indptr[row_of[f"t{n}"] + 1]
+        np.testing.assert_array_equal(got.indices[lo:hi], idx[n])
+        np.testing.assert_allclose(got.values[lo:hi], val[n], rtol=1e-5, atol=1e-6)
+        assert len(idx[n]) == 5

@@ -10,6 +10,7 @@ from sembridge_ray.config import Config, load_preset, merge
 PRESET_DIR = Path(__file__).resolve().parent.parent / "jobs" / "configs"
 JOB_CONFIGS = {
     "demo": "sembridge_ray.demo:DemoConfig",
+    "malstm": "sembridge_ray.siamese.config:MalstmConfig",
 }
 
 

@@ -37,7 +37,8 @@ def run_restarts(data: Prepared, cfg: MalstmConfig) -> list[RestartResult]:
     task = ray.remote(_train_task).options(num_cpus=plan.cpus_per_worker, num_gpus=0)
     data_ref = ray.put(data)
     threads = max(1, int(plan.cpus_per_worker))
-    pending, done = [], {}
+    pending: list[ray.ObjectRef] = []
+    done: dict[ray.ObjectRef, RestartResult] = {}
     for seed in range(cfg.seed, cfg.seed + cfg.seeds):
         if len(pending) >= plan.workers:
             ready, pending = ray.wait(pending, num_returns=1)

@@ -18,11 +18,11 @@ class MaLSTM(nn.Module):
     """
 
     def __init__(self, embeddings: torch.Tensor, hidden: int = 50, forget_bias: float = 1.5,
-                 init_std: float = 0.1, generator: torch.Generator | None = None) -> None:
+                 init_sigma: float = 0.2, generator: torch.Generator | None = None) -> None:
         super().__init__()
         self.embed = nn.Embedding.from_pretrained(embeddings.float(), freeze=True, padding_idx=PAD)
         self.lstm = nn.LSTM(embeddings.shape[1], hidden, batch_first=True)
-        init_lstm(self.lstm, forget_bias, init_std, generator)
+        init_lstm(self.lstm, forget_bias, init_sigma, generator)
 
     def encode(self, ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """ids (B, T) long, lengths (B,) -> hidden state at each sentence's true last token (B, H).
@@ -67,17 +67,17 @@ def pad_to(ids: torch.Tensor, width: int) -> torch.Tensor:
     return nn.functional.pad(ids, (0, width - ids.shape[1]), value=PAD)
 
 
-def init_lstm(lstm: nn.LSTM, forget_bias: float, std: float, generator: torch.Generator | None) -> None:
-    """Small normal weights, zero biases except the forget gate's 1.5 (the authors' code).
+def init_lstm(lstm: nn.LSTM, forget_bias: float, sigma: float, generator: torch.Generator | None) -> None:
+    """The authors' initialisation: N(0, σ²) scaled by 1/√H for the recurrent weights and by 1/(H·D)^¼ for the input
+    weights (σ = 0.2 gives std 0.028 and 0.017 at H = 50, D = 384); biases U(−0.5, 0.5) with the forget gate at 1.5.
 
-    PyTorch orders the gates (input, forget, cell, output) and adds two biases; the forget bias goes in ``bias_ih``.
+    PyTorch orders the gates (input, forget, cell, output) and adds two biases; the biases go in ``bias_ih``.
     """
-    hidden = lstm.hidden_size
+    hidden, dim = lstm.hidden_size, lstm.input_size
     with torch.no_grad():
-        for name, param in lstm.named_parameters():
-            if name.startswith("weight"):
-                param.copy_(torch.randn(param.shape, generator=generator) * std)
-            else:
-                param.zero_()
-                if name.startswith("bias_ih"):
-                    param[hidden:2 * hidden] = forget_bias
+        lstm.weight_hh_l0.copy_(torch.randn(lstm.weight_hh_l0.shape, generator=generator) * sigma / hidden**0.5)
+        lstm.weight_ih_l0.copy_(torch.randn(lstm.weight_ih_l0.shape, generator=generator) * sigma
+                                / (hidden * dim) ** 0.25)
+        lstm.bias_hh_l0.zero_()
+        lstm.bias_ih_l0.copy_(torch.rand(4 * hidden, generator=generator) - 0.5)
+        lstm.bias_ih_l0[hidden:2 * hidden] = forget_bias

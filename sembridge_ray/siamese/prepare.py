@@ -79,8 +79,9 @@ def prepare(cfg: MalstmConfig) -> Prepared:
         augmented, counts["augment_gate"] = augment_training(train, thesaurus, vectors, vocab.index, cfg.augment, rng)
     counts["augmented"] = len(augmented)
     log.info("data: %s", counts)
-    enc = lambda pairs: encode_pairs(pairs, vocab) if pairs is not None else None  # noqa: E731
-    return Prepared(vectors.matrix, enc(train + augmented), enc(val), enc(test), enc(sts_train), enc(sts_val), counts)
+    sts = [encode_pairs(p, vocab) if p is not None else None for p in (sts_train, sts_val)]
+    return Prepared(vectors.matrix, encode_pairs(train + augmented, vocab), encode_pairs(val, vocab),
+                    encode_pairs(test, vocab), sts[0], sts[1], counts)
 
 
 def load_thesaurus(cfg: AugmentConfig, train: list[TokenPair]) -> tuple[dict[str, list[str]], str]:
@@ -100,8 +101,8 @@ def word_vectors(cfg: MalstmConfig, words: list[str], rng: np.random.Generator) 
         found = read_word2vec(path, words)
     else:
         found = encode_minilm(words, Path(cfg.vectors.cache_dir).expanduser())
-    return assemble_matrix(words, found, rng, cfg.vectors.oov_std, cfg.vectors.normalize, cfg.vectors.center,
-                           source=cfg.vectors.source)
+    v = cfg.vectors
+    return assemble_matrix(words, found, rng, v.oov_std, v.normalize, v.center, v.scale, source=v.source)
 
 
 def oov_stats(vectors: WordVectors, vocab: Vocabulary, pairs: list[TokenPair]) -> dict[str, float]:

@@ -116,21 +116,21 @@ def _read_cache(path: Path) -> dict[str, np.ndarray | None]:
 
 
 def _write_cache(path: Path, known: dict[str, np.ndarray | None]) -> None:
-    dim = next(v.shape[0] for v in known.values() if v is not None) if any(
-        v is not None for v in known.values()) else 1
+    dim = next((v.shape[0] for v in known.values() if v is not None), 1)
     words = list(known)
-    vectors = np.stack([known[w] if known[w] is not None else np.zeros(dim, np.float32) for w in words])
+    zero = np.zeros(dim, np.float32)
+    vectors = np.stack([v if (v := known[w]) is not None else zero for w in words])
     with atomic_path(path) as tmp, open(tmp, "wb") as fh:
         np.savez(fh, words=np.array(words), vectors=vectors, oov=np.array([known[w] is None for w in words]))
 
 
 def assemble_matrix(words: Sequence[str], found: dict[str, np.ndarray], rng: np.random.Generator,
-                    oov_std: float = 0.01, normalize: bool = True, center: bool = False,
+                    oov_std: float = 0.01, normalize: bool = True, center: bool = False, scale: float = 1.0,
                     source: str = "") -> WordVectors:
     """Rows for ``words`` (row i+1 = words[i]) from ``found`` -> WordVectors with (V+1, D) float32.
 
     ``center`` subtracts the mean known vector (MiniLM word vectors share a large common direction, so their raw
-    cosines sit around 0.2-0.4 even for unrelated words); ``normalize`` then scales known rows to unit length.
+    cosines sit around 0.2-0.4 even for unrelated words); ``normalize`` then scales known rows to length ``scale``.
     Out-of-vocabulary rows are N(0, oov_std²) per component, drawn from ``rng`` in word order.
     """
     if not found:
@@ -148,6 +148,6 @@ def assemble_matrix(words: Sequence[str], found: dict[str, np.ndarray], rng: np.
     if center:
         matrix[known] -= matrix[known].mean(axis=0)
     if normalize:
-        matrix[known] /= np.linalg.norm(matrix[known], axis=1, keepdims=True) + 1e-12
+        matrix[known] *= scale / (np.linalg.norm(matrix[known], axis=1, keepdims=True) + 1e-12)
     matrix[oov] = rng.normal(0.0, oov_std, size=(int(oov.sum()), dim)).astype(np.float32)
     return WordVectors(matrix, oov, source)

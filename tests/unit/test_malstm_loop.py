@@ -3,6 +3,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+import pytest
 import torch
 
 from sembridge_ray.data.sick import Pair
@@ -37,10 +38,11 @@ def _setup(seed: int = 0) -> tuple[MaLSTM, object, object]:
 CFG = TrainConfig(hidden=8, batch_size=16, max_epochs=15, patience=15)
 
 
-def test_training_lowers_validation_mse_and_keeps_the_best_epoch() -> None:
+@pytest.mark.parametrize("weight_ema", [0.0, 0.9])
+def test_training_lowers_validation_mse_and_keeps_the_best_epoch(weight_ema: float) -> None:
     model, train, val = _setup()
     before = float(np.mean((predict(model, val) - val.score) ** 2))
-    result = fit(model, train, val, CFG, torch.Generator().manual_seed(0))
+    result = fit(model, train, val, replace(CFG, weight_ema=weight_ema), torch.Generator().manual_seed(0))
     after = float(np.mean((predict(model, val) - val.score) ** 2))
     assert after < before and after == result.best_val_mse == min(result.val_curve)
     assert result.val_curve[result.best_epoch - 1] == result.best_val_mse

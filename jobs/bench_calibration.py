@@ -14,8 +14,9 @@ import sys
 
 import numpy as np
 
+from sembridge_ray.data.schema import GOLD, RAW
 from sembridge_ray.siamese.calibration import compare_with_statsmodels, synthetic_scores
-from sembridge_ray.siamese.report import GOLD, RAW, read_tsv
+from sembridge_ray.siamese.report import read_tsv
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from sembridge_ray.data.schema import CALIBRATED, GOLD, PAIR_ID, RAW
 from sembridge_ray.outputs import atomic_path, atomic_write_text
 
-PAIR_ID, GOLD, RAW, CALIBRATED = "pair_ID", "gold", "raw", "calibrated"
 PAPER = {
     "MaLSTM": {"pearson": 0.8822, "spearman": 0.8345, "mse": 0.2286},
     "Tree-LSTM": {"pearson": 0.8676},
@@ -85,7 +85,8 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     if report.get("ensemble"):
         lines.append(_row("mean of the restarts' predictions, calibrated (not the paper's method)",
                           report["ensemble"]["test"][CALIBRATED]))
-    lines += ["", "Validation (30% of SICK train+trial, never trained on): "
+    lines += ["", "Validation (30% of SICK train+trial, never trained on; its calibrated figures are the calibrator's "
+              "in-sample fit, its leave-one-out MSE is under Calibration): "
               + "; ".join(f"{k} r {_fmt(v['pearson'])}, MSE {_fmt(v['mse'])}" for k, v in
                           report["validation"].items()), ""]
     lines += ["## Data", "", *(f"- {k}: {v}" for k, v in report["data"].items()), ""]

@@ -10,10 +10,11 @@ import pytest
 import yaml
 
 from jobs import malstm as job
+from sembridge_ray.data.schema import CALIBRATED, GOLD, PAIR_ID, RAW
 from sembridge_ray.distributed import cluster
 from sembridge_ray.outputs import is_complete
 from sembridge_ray.siamese.calibration import fit_calibrator
-from sembridge_ray.siamese.report import CALIBRATED, GOLD, PAIR_ID, RAW, metrics, read_tsv
+from sembridge_ray.siamese.report import metrics, read_tsv
 
 
 @pytest.fixture(scope="module")

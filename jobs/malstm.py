@@ -1,5 +1,5 @@
 """MaLSTM (Mueller & Thyagarajan, AAAI 2016) on SICK: thesaurus augmentation, STS pretraining, restarts as parallel
-Ray tasks, statsmodels calibration. ``--preset NAME`` is ``--config NAME``; the default preset is ``paper``.
+parallel Ray tasks, statsmodels calibration. ``--preset NAME`` is ``--config NAME``; the default preset is ``paper``.
 
     ray job submit --runtime-env cluster/runtime_env.yaml --working-dir . -- python -m jobs.malstm --output /abs/out
 Smoke (2 CPUs, ~2 min):  python -m jobs.malstm --preset smoke --output /tmp/malstm_smoke

@@ -1,4 +1,4 @@
-"""MaLSTM (Mueller & Thyagarajan, AAAI 2016) on SICK: thesaurus augmentation, STS pretraining, restarts as parallel
+"""MaLSTM (Mueller & Thyagarajan, AAAI 2016) on SICK: STS pretraining, optional thesaurus augmentation, restarts as
 parallel Ray tasks, statsmodels calibration. ``--preset NAME`` is ``--config NAME``; the default preset is ``paper``.
 
     ray job submit --runtime-env cluster/runtime_env.yaml --working-dir . -- python -m jobs.malstm --output /abs/out

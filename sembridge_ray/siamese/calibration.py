@@ -10,6 +10,7 @@ the same objective, evaluated exactly but vectorised (:func:`loo_mse`), and hand
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,8 +48,10 @@ class LooObjective:
         self.x, self.y = x[self.order], y[self.order]
         self.blocks = [slice(s, min(self.n, s + block)) for s in range(0, self.n, block)]
         self.centres = [float(self.x[b].mean()) for b in self.blocks]
-        self.d2 = {(i, j): np.square(self.x[bi, None] - self.x[None, bj])
-                   for i, bi in enumerate(self.blocks) for j, bj in enumerate(self.blocks) if i <= j}
+        pairs = [(i, j) for i in range(len(self.blocks)) for j in range(i, len(self.blocks))]
+        self.d2 = {(i, j): np.square(self.x[self.blocks[i], None] - self.x[None, self.blocks[j]]) for i, j in pairs}
+        # bases[(i, j)]: block j's points seen from block i's centre (none of it depends on h)
+        self.bases = {(i, j): self._basis(self.blocks[j], self.centres[i]) for a, b in pairs for i, j in ((a, b), (b, a))}
 
     def _basis(self, rows: slice, centre: float) -> np.ndarray:
         """(b, 5) = [1, u, u², y, uy] for the points in ``rows``, u = x − centre."""
@@ -65,9 +68,9 @@ class LooObjective:
             k = np.exp(d2 * (-0.5 / (h * h)))                                 # (b_i, b_j)
             if i == j:
                 np.fill_diagonal(k, 0.0)                                      # leave i out
-            moments[bi] += k @ self._basis(bj, self.centres[i])
+            moments[bi] += k @ self.bases[(i, j)]
             if i != j:
-                moments[bj] += k.T @ self._basis(bi, self.centres[j])
+                moments[bj] += k.T @ self.bases[(j, i)]
         moments *= 1.0 / (_SQRT_2PI * (self.n - 1) * h)
         u = self.x - np.concatenate([np.full(b.stop - b.start, c) for b, c in zip(self.blocks, self.centres,
                                                                                    strict=True)])
@@ -79,7 +82,8 @@ class LooObjective:
         size = u * u * a0 + 2 * np.abs(u * a1) + a2
         redo = np.flatnonzero(~((size <= _CANCELLATION * s2) & (s0 * s2 - s1 * s1 > s0 * s2 / _DEGENERATE)))
         normal = np.stack([np.stack([s0, s1], -1), np.stack([s1, s2], -1)], -2)   # (n, 2, 2)
-        est = (np.linalg.pinv(normal) @ np.stack([t0, t1], -1)[..., None])[:, 0, 0]
+        with np.errstate(all="ignore"):  # a huge h makes the normal matrix singular; pinv copes, as in statsmodels
+            est = (np.linalg.pinv(normal) @ np.stack([t0, t1], -1)[..., None])[:, 0, 0]
         est[redo] = self._direct(redo, h)
         out = np.empty(self.n)
         out[self.order] = est
@@ -127,32 +131,62 @@ class Bandwidth:
     evaluations: int
 
 
-def search_bandwidth(x: np.ndarray, y: np.ndarray, xtol: float = 1e-7) -> Bandwidth:
-    """Minimise :func:`loo_mse` over h: a log₂ grid around the reference bandwidth (widened while the best point
-    sits on an edge), then Brent's method in log h inside the best grid cell."""
+def search_bandwidth(x: np.ndarray, y: np.ndarray, xtol: float = 1e-6) -> Bandwidth:
+    """Minimise :func:`loo_mse` over h, in log h, within [h0·2⁻¹⁶, h0·2⁴⁰] (at the top the weights are equal to float
+    precision: the global linear fit, which the objective approaches from above as h grows).
+
+    1. Downhill from statsmodels' own start h0 (the normal-reference rule) to the local minimum there, as its
+       Nelder-Mead does: bracket from (h0, 1.05·h0), then Brent's method to ``xtol``.
+    2. A log₂ grid h0·2ᵏ, k = −4..4, to find other basins (widened while its best point sits on an edge and beats
+       step 1); when a grid point beats step 1, Brent's method refines that grid cell too.
+    The result is the best point evaluated, so it is never worse than any point either step saw.
+    """
     objective = LooObjective(x, y)
     seen: dict[float, float] = {}
 
     def f(log_h: float) -> float:
         if log_h not in seen:
-            seen[log_h] = objective(math.exp(log_h))
+            value = objective(math.exp(log_h))
+            seen[log_h] = value if math.isfinite(value) else math.inf
         return seen[log_h]
 
     h0 = reference_bandwidth(x)
     if not h0 > 0:
         raise ValueError("calibration needs at least two distinct predictions")
-    grid = [math.log(h0) + k * math.log(2) for k in range(-4, 5)]
+    start, step = math.log(h0), math.log(2)
+    bounds = (start - 16 * step, start + 40 * step)
+    _refine(f, _downhill(f, start, start + math.log(1.05), bounds), xtol)
+    local = min(seen, key=seen.__getitem__)
+    grid = [start + k * step for k in range(-4, 5)]
     for _ in range(12):
         best = min(range(len(grid)), key=lambda i: f(grid[i]))
-        if 0 < best < len(grid) - 1:
+        if 0 < best < len(grid) - 1 or f(grid[best]) >= f(local):
             break
-        grid = [grid[0] - math.log(2), *grid] if best == 0 else [*grid, grid[-1] + math.log(2)]
+        grid = [grid[0] - step, *grid] if best == 0 else [*grid, grid[-1] + step]
     best = min(range(len(grid)), key=lambda i: f(grid[i]))
-    lo, hi = grid[max(0, best - 1)], grid[min(len(grid) - 1, best + 1)]
-    res = optimize.minimize_scalar(f, bounds=(lo, hi), method="bounded", options={"xatol": xtol})
-    log_h = min(seen, key=seen.__getitem__)  # the bounded search never returns worse than a point it saw
-    del res
+    if f(grid[best]) < f(local):
+        _refine(f, (grid[max(0, best - 1)], grid[best], grid[min(len(grid) - 1, best + 1)]), xtol)
+    log_h = min(seen, key=seen.__getitem__)
     return Bandwidth(math.exp(log_h), seen[log_h], len(seen))
+
+
+def _downhill(f: Callable[[float], float], a: float, b: float,
+              bounds: tuple[float, float]) -> tuple[float, float, float]:
+    """(a, b, c) with f(b) <= f(a), f(c), walking downhill from a past b with golden-ratio steps; stops at a bound."""
+    if f(b) > f(a):
+        a, b = b, a
+    while True:
+        c = min(max(b + 1.618 * (b - a), bounds[0]), bounds[1])
+        if f(c) >= f(b) or c in bounds:
+            return a, b, c
+        a, b = b, c
+
+
+def _refine(f: Callable[[float], float], triple: tuple[float, float, float], xtol: float) -> None:
+    """Brent's method (bounded) inside the outer points of ``triple``; every point it tries lands in f's cache."""
+    lo, hi = min(triple[0], triple[2]), max(triple[0], triple[2])
+    if hi > lo:
+        optimize.minimize_scalar(f, bounds=(lo, hi), method="bounded", options={"xatol": xtol})
 
 
 def fit_calibrator(pred: np.ndarray, gold: np.ndarray, h: float | None = None) -> KernelReg:

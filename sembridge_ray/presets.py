@@ -13,6 +13,7 @@ JOB_CONFIGS = {
     "init": "sembridge_ray.embed_init.config:InitConfig",
     "finetune": "sembridge_ray.sparse.config:FinetuneConfig",
     "evaluate": "sembridge_ray.retrieval.config:EvaluateConfig",
+    "malstm": "sembridge_ray.siamese.config:MalstmConfig",
 }
 
 

@@ -17,3 +17,6 @@ PROVENANCE_SCHEMA = pa.schema([
     (TARGET_ID, pa.int32()), (TOKEN, pa.string()), (KIND, pa.string()),
     (SOURCE_IDS, pa.list_(pa.int32())), (WEIGHTS, pa.list_(pa.float32())),
 ])
+
+# MaLSTM predictions (TSV): predictions.tsv has all four, val_predictions.tsv the first three.
+PAIR_ID, GOLD, RAW, CALIBRATED = "pair_ID", "gold", "raw", "calibrated"

@@ -1,0 +1,122 @@
+"""The MaLSTM job's typed, frozen config. The dataclass defaults are the paper's recipe as the authors ran it
+(``jobs/configs/malstm_faithful.yaml`` adds nothing); ``malstm_paper.yaml``, the job's default preset, lists the
+measured deltas for the offline vectors; ``malstm_smoke.yaml`` shrinks every stage."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from sembridge_ray.config import Config
+from sembridge_ray.placement import ResourceConfig
+
+
+@dataclass(frozen=True)
+class VectorConfig(Config):
+    """Fixed word vectors."""
+
+    source: str = "minilm"
+    """``minilm`` (offline: each word through the bundled all-MiniLM-L6-v2, 384-d) or ``word2vec:PATH`` (the
+    paper's GoogleNews 300-d, or any word2vec file, binary or text)."""
+    normalize: bool = True
+    """Scale known vectors to length ``scale`` (all-MiniLM-L6-v2 already outputs unit vectors; word2vec does not)."""
+    scale: float = 1.0
+    """Norm of the known vectors after normalising (GoogleNews word2vec vectors have norms of about 2-3)."""
+    center: bool = False
+    """Subtract the mean known vector first (before the cosine gate and the model see them)."""
+    oov_std: float = 0.01
+    """Per-component std of the seeded random vectors of out-of-vocabulary words."""
+    cache_dir: str = "~/.cache/sembridge_ray/word_vectors"
+    """Where MiniLM word vectors are cached, per word (only new words are encoded)."""
+
+
+@dataclass(frozen=True)
+class AugmentConfig(Config):
+    """Thesaurus augmentation of the SICK training part (never the validation split)."""
+
+    enabled: bool = True
+    passes: int = 10
+    min_cosine: float = 0.6
+    """The paper's gate: a substitution needs word-vector cosine >= this."""
+    target_pairs: int = 0
+    """> 0: raise the gate (never below ``min_cosine``) until at most this many new pairs remain; 0 = fixed gate."""
+    thesaurus: Literal["auto", "wordnet", "bundled"] = "auto"
+    """``auto``: WordNet 3.0 through nltk when it is found, else the bundled thesaurus of the SICK training vocabulary."""
+    wordnet_dir: str = ""
+    """Extra nltk data directory to search for WordNet (besides ``NLTK_DATA`` and nltk's defaults)."""
+
+
+@dataclass(frozen=True)
+class TrainConfig(Config):
+    """One training stage (STS pretraining or SICK training)."""
+
+    hidden: int = 50
+    batch_size: int = 32
+    lr: float = 1.0
+    rho: float = 0.95
+    eps: float = 1e-6
+    clip_norm: float = 1.0
+    """Gradient-norm clipping threshold."""
+    max_epochs: int = 300
+    patience: int = 30
+    """Stop after this many epochs without a new best (smoothed) validation loss."""
+    stop_on: Literal["mse", "pearson"] = "mse"
+    """Early-stopping loss on validation: the raw MSE, or 1 − Pearson r (what survives calibration)."""
+    smoothing: float = 0.0
+    """Exponential moving average factor for the stopping criterion (0 = the raw validation loss)."""
+    min_delta: float = 0.0
+    weight_ema: float = 0.0
+    """> 0: evaluate and keep an exponential moving average of the weights with this per-step decay (Polyak
+    averaging; not in the paper). 0 = the optimiser's own iterates, as the paper."""
+    forget_bias: float = 1.5
+    init_sigma: float = 0.2
+    """σ of the authors' initialisation (see ``model.init_lstm``)."""
+
+
+@dataclass(frozen=True)
+class PretrainConfig(Config):
+    """STS pretraining, with its own validation split and early stopping."""
+
+    enabled: bool = True
+    years: tuple[int, ...] = (2012, 2013)
+    """STS years in the pool; 2012 + 2013 is the paper's "SemEval 2013 STS" as far as it is redistributable."""
+    max_epochs: int = 100
+    patience: int = 10
+    limit: int = 0
+    """Use only the first N pool pairs (0 = all; smoke runs)."""
+
+
+@dataclass(frozen=True)
+class CalibrationConfig(Config):
+    enabled: bool = True
+    bandwidth: Literal["loo", "cv_ls"] = "loo"
+    """``loo``: the vectorised exact leave-one-out search; ``cv_ls``: statsmodels' own (slow) search."""
+
+
+@dataclass(frozen=True)
+class MalstmConfig(Config):
+    """MaLSTM on SICK (Mueller & Thyagarajan, AAAI 2016)."""
+
+    output: str = "outputs/malstm"
+    sick: str = ""
+    """SICK 2014 directory (``SICK_train.txt``, ``SICK_trial.txt``, ``SICK_test_annotated.txt``); empty = bundled."""
+    sts: str = ""
+    """STS directory with one folder per year; empty = bundled."""
+    seeds: int = 4
+    """Restarts, run as parallel Ray tasks; the best by validation MSE is reported."""
+    seed: int = 0
+    """First restart's seed (restart k uses seed + k)."""
+    data_seed: int = 0
+    """Seeds the validation splits, the augmentation draws and the OOV vectors (shared by every restart)."""
+    val_fraction: float = 0.3
+    limit_train: int = 0
+    """Use only the first N SICK train+trial pairs (0 = all 5,000; smoke runs)."""
+    ensemble: bool = False
+    """Also report the mean of all restarts' predictions (calibrated on validation): not the paper's method."""
+    vectors: VectorConfig = field(default_factory=VectorConfig)
+    augment: AugmentConfig = field(default_factory=AugmentConfig)
+    pretrain: PretrainConfig = field(default_factory=PretrainConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    calibration: CalibrationConfig = field(default_factory=CalibrationConfig)
+    resources: ResourceConfig = field(default_factory=lambda: ResourceConfig(workers=2, reserve_cpus=0))
+    """``workers``: restarts trained at once, each a one-CPU Ray task."""

@@ -1,0 +1,171 @@
+"""Training and prediction for the MaLSTM, free of Ray: Adadelta, gradient-norm clipping, early stopping."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+
+import numpy as np
+import torch
+from torch import nn
+
+from sembridge_ray.siamese.config import MalstmConfig, TrainConfig
+from sembridge_ray.siamese.data import EncodedPairs
+from sembridge_ray.siamese.model import MaLSTM, to_score, to_target
+from sembridge_ray.siamese.prepare import Prepared
+
+log = logging.getLogger(__name__)
+Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+def batches(data: EncodedPairs, size: int, order: np.ndarray | None = None) -> Iterator[Batch]:
+    """(ids_a (B, Ta), len_a (B,), ids_b (B, Tb), len_b (B,), score (B,)) in ``order``, trimmed to each batch's
+    longest sentence."""
+    order = np.arange(len(data)) if order is None else order
+    for start in range(0, len(order), size):
+        idx = order[start:start + size]
+        la, lb = data.len_a[idx], data.len_b[idx]
+        yield (torch.from_numpy(data.ids_a[idx, : max(1, la.max())]), torch.from_numpy(la),
+               torch.from_numpy(data.ids_b[idx, : max(1, lb.max())]), torch.from_numpy(lb),
+               torch.from_numpy(data.score[idx]).float())
+
+
+@torch.no_grad()
+def predict(model: MaLSTM, data: EncodedPairs, batch_size: int = 512) -> np.ndarray:
+    """Scores on the 1-5 scale (N,) float64, in ``data``'s order."""
+    model.eval()
+    out = [to_score(model(a, la, b, lb)) for a, la, b, lb, _ in batches(data, batch_size)]
+    return torch.cat(out).double().numpy()
+
+
+def mse(pred: np.ndarray, gold: np.ndarray) -> float:
+    return float(np.mean((pred - gold) ** 2))
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """The best epoch (1-based; 0 = the starting weights) by the stopping metric, that epoch's validation MSE, and
+    the stopping metric's curve."""
+
+    best_epoch: int
+    best_val_mse: float
+    epochs_run: int
+    val_curve: tuple[float, ...]
+    seconds: float
+
+
+def fit(model: MaLSTM, train: EncodedPairs, val: EncodedPairs, cfg: TrainConfig,
+        generator: torch.Generator, stage: str = "train") -> FitResult:
+    """Train ``model`` in place and leave it at its best validation epoch.
+
+    Early stopping watches an exponential moving average of the validation MSE (``cfg.smoothing``; 0 = the raw
+    value), because the raw curve jumps between epochs; the weights kept are those of the best *raw* epoch.
+    With ``cfg.weight_ema`` > 0 the weights evaluated (and kept) are an exponential moving average of the
+    optimiser's iterates (Polyak averaging), updated after every step.
+    """
+    params: list[torch.Tensor] = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.Adadelta(params, lr=cfg.lr, rho=cfg.rho, eps=cfg.eps)
+    averaged = [p.detach().clone() for p in params] if cfg.weight_ema > 0 else None
+    pred = predict(model, val)
+    best_state, best_loss, best_epoch = _trainable_state(params), stopping_loss(pred, val.score, cfg.stop_on), 0
+    best_mse, smooth, since, curve = mse(pred, val.score), best_loss, 0, []
+    best_smooth, start, epoch = best_loss, time.perf_counter(), 0
+    for epoch in range(1, cfg.max_epochs + 1):
+        train_epoch(model, params, opt, train, cfg, generator, averaged)
+        with _swapped(params, averaged):
+            pred = predict(model, val)
+            loss = stopping_loss(pred, val.score, cfg.stop_on)
+            if loss < best_loss:
+                best_state, best_loss, best_mse, best_epoch = _trainable_state(params), loss, mse(pred, val.score), epoch
+        curve.append(loss)
+        smooth = cfg.smoothing * smooth + (1 - cfg.smoothing) * loss
+        if smooth < best_smooth - cfg.min_delta:
+            best_smooth, since = smooth, 0
+        else:
+            since += 1
+        if epoch % 10 == 0:
+            log.info("%s epoch %d: val %s %.4f (best %.4f at %d)", stage, epoch, cfg.stop_on, loss, best_loss,
+                     best_epoch)
+        if since >= cfg.patience or not math.isfinite(loss):
+            break
+    _load(params, best_state)
+    return FitResult(best_epoch, best_mse, epoch, tuple(curve), time.perf_counter() - start)
+
+
+def stopping_loss(pred: np.ndarray, gold: np.ndarray, metric: str) -> float:
+    """Lower is better: the raw MSE, or 1 − Pearson r (what a calibrated model's MSE depends on: a monotone
+    recalibration removes the raw scores' offset and scale, not their correlation)."""
+    if metric == "mse":
+        return mse(pred, gold)
+    r = float(np.corrcoef(pred, gold)[0, 1])
+    return 1.0 - r if math.isfinite(r) else math.inf
+
+
+def train_epoch(model: MaLSTM, params: list[torch.Tensor], opt: torch.optim.Optimizer, train: EncodedPairs,
+                cfg: TrainConfig, generator: torch.Generator, averaged: list[torch.Tensor] | None) -> None:
+    """One shuffled pass: MSE on (y − 1)/4, gradient-norm clipping, then the running weight average if any."""
+    model.train()
+    order = torch.randperm(len(train), generator=generator).numpy()
+    for ids_a, len_a, ids_b, len_b, score in batches(train, cfg.batch_size, order):
+        loss = nn.functional.mse_loss(model(ids_a, len_a, ids_b, len_b), to_target(score))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(params, cfg.clip_norm)
+        opt.step()
+        if averaged is not None:
+            with torch.no_grad():
+                for avg, p in zip(averaged, params, strict=True):
+                    avg.lerp_(p, 1.0 - cfg.weight_ema)
+
+
+def _trainable_state(params: list[torch.Tensor]) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in params]
+
+
+@torch.no_grad()
+def _load(params: list[torch.Tensor], weights: list[torch.Tensor]) -> None:
+    for p, w in zip(params, weights, strict=True):
+        p.copy_(w)
+
+
+@contextlib.contextmanager
+def _swapped(params: list[torch.Tensor], weights: list[torch.Tensor] | None) -> Iterator[None]:
+    """Temporarily load ``weights`` into ``params`` (nothing when None)."""
+    if weights is None:
+        yield
+        return
+    saved = _trainable_state(params)
+    _load(params, weights)
+    try:
+        yield
+    finally:
+        _load(params, saved)
+
+
+@dataclass(frozen=True)
+class RestartResult:
+    """One restart: its best model's raw predictions on validation (N_val,) and test (N_test,), and how it got there."""
+
+    seed: int
+    val_pred: np.ndarray
+    test_pred: np.ndarray
+    val_mse: float
+    pretrain: FitResult | None
+    train: FitResult
+
+
+def train_restart(data: Prepared, cfg: MalstmConfig, seed: int) -> RestartResult:
+    """Pretrain on STS (when ``data`` has it), then train on SICK from those weights; everything seeded by ``seed``."""
+    generator = torch.Generator().manual_seed(seed)
+    t = cfg.train
+    model = MaLSTM(torch.tensor(data.embeddings), t.hidden, t.forget_bias, t.init_sigma, generator)
+    pre = None
+    if data.sts_train is not None and data.sts_val is not None:
+        stage = replace(t, max_epochs=cfg.pretrain.max_epochs, patience=cfg.pretrain.patience)
+        pre = fit(model, data.sts_train, data.sts_val, stage, generator, stage=f"seed {seed} pretrain")
+    result = fit(model, data.train, data.val, t, generator, stage=f"seed {seed} train")
+    return RestartResult(seed, predict(model, data.val), predict(model, data.test), result.best_val_mse, pre, result)

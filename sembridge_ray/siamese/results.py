@@ -1,0 +1,110 @@
+"""From the restarts' predictions to the job's artefacts: pick the best restart by validation MSE, calibrate it on
+validation, write the TSVs, and compute every reported metric from the TSVs as written."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sembridge_ray.outputs import atomic_write_json
+from sembridge_ray.siamese import report as rep
+from sembridge_ray.siamese.calibration import calibrate, fit_calibrator, search_bandwidth
+from sembridge_ray.siamese.config import MalstmConfig
+from sembridge_ray.siamese.loop import RestartResult
+from sembridge_ray.siamese.prepare import Prepared
+
+log = logging.getLogger(__name__)
+
+
+def calibrated(cfg: MalstmConfig, val_pred: np.ndarray, val_gold: np.ndarray,
+               *preds: np.ndarray) -> tuple[list[np.ndarray], dict[str, Any], Any]:
+    """Fit the calibrator on validation only and apply it to ``preds``: (calibrated arrays, calibration record,
+    fitted KernelReg or None). With calibration off, predictions pass through unchanged."""
+    if not cfg.calibration.enabled:
+        return list(preds), {"enabled": False, "bandwidth": None, "loo_mse": None, "n": len(val_pred)}, None
+    start = time.perf_counter()
+    if cfg.calibration.bandwidth == "loo":
+        bw = search_bandwidth(val_pred, val_gold)
+        model = fit_calibrator(val_pred, val_gold, bw.h)
+        h, loo, evaluations = bw.h, bw.loo_mse, bw.evaluations
+    else:
+        model = fit_calibrator(val_pred, val_gold)
+        h = float(abs(model.bw[0]))
+        loo, evaluations = float(model.cv_loo(np.array([h]), model._est_loc_linear)), None
+    record = {"enabled": True, "bandwidth": h, "loo_mse": loo, "n": len(val_pred), "method": cfg.calibration.bandwidth,
+              "evaluations": evaluations, "seconds": round(time.perf_counter() - start, 3)}
+    return [calibrate(model, p) for p in preds], record, model
+
+
+def restart_record(r: RestartResult, data: Prepared, cfg: MalstmConfig) -> dict[str, Any]:
+    """One restart's line in report.json (its own calibration, fitted on its own validation predictions)."""
+    (_val_cal, test_cal), cal, _ = calibrated(cfg, r.val_pred, data.val.score, r.val_pred, r.test_pred)
+    return {
+        "seed": r.seed, "val_mse": r.val_mse,
+        "validation": {"raw": rep.metrics(r.val_pred, data.val.score)},
+        "test": {"raw": rep.metrics(r.test_pred, data.test.score), "calibrated": rep.metrics(test_cal, data.test.score)},
+        "bandwidth": cal["bandwidth"], "best_epoch": r.train.best_epoch, "epochs_run": r.train.epochs_run,
+        "seconds": round(r.train.seconds + (r.pretrain.seconds if r.pretrain else 0.0), 1),
+        "pretrain": None if r.pretrain is None else {
+            "best_epoch": r.pretrain.best_epoch, "epochs_run": r.pretrain.epochs_run,
+            "best_val_mse": r.pretrain.best_val_mse},
+    }
+
+
+def write_results(out: Path, cfg: MalstmConfig, data: Prepared, results: Sequence[RestartResult],
+                  seconds: dict[str, float], started: float) -> dict[str, Any]:
+    """predictions.tsv, val_predictions.tsv, the plots, report.json and report.md; returns the report.
+
+    ``seconds`` holds the earlier stages' times; ``started`` (a ``time.perf_counter()``) dates the whole job.
+    """
+    best = min(results, key=lambda r: r.val_mse)
+    (val_cal, test_cal), calibration, model = calibrated(cfg, best.val_pred, data.val.score, best.val_pred,
+                                                         best.test_pred)
+    rep.write_tsv(out / "val_predictions.tsv", data.val.pair_ids, {rep.GOLD: data.val.score, rep.RAW: best.val_pred})
+    rep.write_tsv(out / "predictions.tsv", data.test.pair_ids,
+                  {rep.GOLD: data.test.score, rep.RAW: best.test_pred, rep.CALIBRATED: test_cal})
+    _, test_cols = rep.read_tsv(out / "predictions.tsv")
+    _, val_cols = rep.read_tsv(out / "val_predictions.tsv")
+    validation = rep.split_metrics(val_cols)
+    test = rep.split_metrics(test_cols)
+    if not cfg.calibration.enabled:
+        test.pop(rep.CALIBRATED)
+    else:
+        validation[rep.CALIBRATED] = rep.metrics(val_cal, data.val.score)
+    seeds = [restart_record(r, data, cfg) for r in results]
+    summary = {f"test_{kind}_{m}": rep.mean_std([s["test"][kind][m] for s in seeds])
+               for kind in test for m in ("pearson", "spearman", "mse")}
+    summary["val_mse"] = rep.mean_std([s["val_mse"] for s in seeds])
+    report: dict[str, Any] = {
+        "test": test, "validation": validation, "calibration": calibration,
+        "data": {**data.counts, "vectors": cfg.vectors.source}, "best_seed": best.seed, "seeds": seeds,
+        "seed_summary": summary, "ensemble": ensemble(cfg, data, results, out) if cfg.ensemble else None,
+        "paper": rep.PAPER, "seconds": seconds,
+    }
+    if model is not None:
+        grid = np.linspace(min(best.val_pred.min(), 1.0), max(best.val_pred.max(), 5.0), 200)
+        rep.plot_calibration(out / "calibration.png", best.val_pred, data.val.score, grid, calibrate(model, grid))
+    rep.plot_scatter(out / "scatter.png", data.test.score,
+                     {rep.RAW: best.test_pred, **({rep.CALIBRATED: test_cal} if model is not None else {})})
+    seconds["total"] = round(time.perf_counter() - started, 1)
+    atomic_write_json(out / "report.json", report)
+    rep.write_markdown(out / "report.md", report)
+    return report
+
+
+def ensemble(cfg: MalstmConfig, data: Prepared, results: Sequence[RestartResult], out: Path) -> dict[str, Any]:
+    """Not the paper's method: the mean of every restart's raw predictions, calibrated on validation like a single
+    model; written to ensemble_predictions.tsv."""
+    val = np.mean([r.val_pred for r in results], axis=0)
+    test = np.mean([r.test_pred for r in results], axis=0)
+    (test_cal,), calibration, _ = calibrated(cfg, val, data.val.score, test)
+    rep.write_tsv(out / "ensemble_predictions.tsv", data.test.pair_ids,
+                  {rep.GOLD: data.test.score, rep.RAW: test, rep.CALIBRATED: test_cal})
+    _, cols = rep.read_tsv(out / "ensemble_predictions.tsv")
+    return {"restarts": len(results), "test": rep.split_metrics(cols),
+            "validation": {"raw": rep.metrics(val, data.val.score)}, "calibration": calibration}

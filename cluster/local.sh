@@ -73,9 +73,9 @@ run_demo() {
   echo "[local.sh] submitting the demo to $RAY_ADDRESS (output: $out)"
   ray job submit --address "$RAY_ADDRESS" --runtime-env cluster/runtime_env.yaml --working-dir . \
     -- python -m jobs.demo --output "$out" "$@"
-  [ -f "$out/_SUCCESS" ] || { echo "error: the demo job did not complete ($out/_SUCCESS missing)" >&2; exit 1; }
+  [ -f "$out/results.csv" ] || { echo "error: the demo job wrote no results ($out/results.csv missing)" >&2; exit 1; }
   echo "[local.sh] demo complete: $out"
-  if [ -f "$out/summary.md" ]; then cat "$out/summary.md"; elif [ -f "$out/summary.json" ]; then cat "$out/summary.json"; fi
+  [ -f "$out/results.md" ] && cat "$out/results.md"
 }
 
 case "${1:-}" in

@@ -73,6 +73,16 @@ def parse_config(
     return cls.from_dict(apply_overrides(data, [*args.overrides, *named]))
 
 
+def flag_value(argv: Sequence[str], name: str, default: str) -> str:
+    """The value of ``name VALUE`` or ``name=VALUE`` in ``argv`` (e.g. ``--preset`` also picking a preset file)."""
+    for i, arg in enumerate(argv):
+        if arg.startswith(f"{name}="):
+            return arg.split("=", 1)[1]
+        if arg == name and i + 1 < len(argv):
+            return argv[i + 1]
+    return default
+
+
 def run_job(main: Callable[[], int]) -> int:
     """Run a job's body; bad input becomes one line on stderr and exit code 2, never a traceback."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

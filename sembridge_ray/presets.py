@@ -9,11 +9,11 @@ from sembridge_ray.config import Config, load_preset, merge
 
 PRESET_DIR = Path(__file__).resolve().parent.parent / "jobs" / "configs"
 JOB_CONFIGS = {
-    "demo": "sembridge_ray.demo:DemoConfig",
     "init": "sembridge_ray.embed_init.config:InitConfig",
     "finetune": "sembridge_ray.sparse.config:FinetuneConfig",
     "evaluate": "sembridge_ray.retrieval.config:EvaluateConfig",
     "malstm": "sembridge_ray.siamese.config:MalstmConfig",
+    "reproduce": "sembridge_ray.reproduce.config:ReproduceConfig",
 }
 
 

@@ -56,20 +56,22 @@ def read_sick_split(sick_dir: Path, split: str) -> list[Pair]:
     return read_sick(Path(sick_dir) / SICK_FILES[split])
 
 
-def write_sick_beir(sick_dir: Path, out_dir: Path, min_score: float = 4.0, limit: int | None = None) -> Path:
+def write_sick_beir(sick_dir: Path, out_dir: Path, min_score: float = 4.0, limit: int | None = None,
+                    splits: tuple[str, ...] = ("train", "test")) -> Path:
     """A BEIR-layout retrieval set from real SICK judgements.
 
     Queries are sentence A, documents are sentence B (both deduplicated, ids ``q<n>``/``d<n>`` in first-seen
     order). A pair with relatedness >= ``min_score`` makes B relevant to A: grade 2 from 4.5, else 1 (graded, so
     nDCG's gains matter). ``qrels/train.tsv`` comes from train+trial, ``qrels/test.tsv`` from test; ``limit``
-    keeps the first n pairs of each split (smoke runs).
+    keeps the first n pairs of each split (smoke runs); ``splits`` picks which splits feed the corpus and qrels.
     """
     import json
 
     from sembridge_ray.outputs import atomic_path
 
-    splits = {"train": read_sick_split(sick_dir, "train") + read_sick_split(sick_dir, "trial"),
-              "test": read_sick_split(sick_dir, "test")}
+    readers = {"train": lambda: read_sick_split(sick_dir, "train") + read_sick_split(sick_dir, "trial"),
+               "test": lambda: read_sick_split(sick_dir, "test")}
+    splits = {name: readers[name]() for name in splits}
     queries: dict[str, str] = {}
     docs: dict[str, str] = {}
     qrels: dict[str, list[tuple[str, str, int]]] = {}

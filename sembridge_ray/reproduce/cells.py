@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from sembridge_ray import catalog
 
@@ -45,6 +46,11 @@ def expand(models: tuple[str, ...], languages: tuple[str, ...], methods: tuple[s
                 else:
                     cells.append(Cell(model, lang, method, None))
     return cells
+
+
+def config_cells(cfg: Any) -> list[Cell]:
+    """The cells a ReproduceConfig describes."""
+    return expand(cfg.models, cfg.languages, cfg.methods, cfg.alphas)
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from sembridge_ray import catalog
-from sembridge_ray.reproduce.cells import Cell
+from sembridge_ray.reproduce.cells import Cell, config_cells
 
 # Throughputs on one modern GPU (A100-class, bf16), rough: what the estimate divides by.
 BRIDGE_STRINGS_PER_S = 3_000  # BGE-M3 on short token strings
@@ -23,18 +23,17 @@ def cell_estimate(cell: Cell, datasets: Sequence[str], epochs: float, batch: int
     return {"init_s": init, "eval_s": evals, "finetune_s": train}
 
 
-def plan(cells: Sequence[Cell], datasets: Sequence[str], bridge: str, epochs: float, batch: int,
-         gpus_per_cell: float, max_concurrent: int) -> dict[str, Any]:
+def plan(cells: Sequence[Cell], datasets: Sequence[str], tokenizers: dict[str, str], bridge: str, epochs: float,
+         batch: int, gpus_per_cell: float, max_concurrent: int) -> dict[str, Any]:
     rows = []
     total = 0.0
     for cell in cells:
         est = cell_estimate(cell, datasets, epochs, batch)
         gpu_s = sum(est.values()) * gpus_per_cell
         total += gpu_s
-        lang = catalog.LANGUAGES.get(cell.language)
         rows.append({
             "cell": cell.name, "model": cell.model, "language": cell.language, "method": cell.method,
-            "alpha": cell.alpha_label, "target_tokenizer": lang.tokenizer if lang else cell.language,
+            "alpha": cell.alpha_label, "target_tokenizer": tokenizers[cell.language],
             "bridge_model": bridge, "datasets": {d: catalog.dataset_hub_ids(d, cell.language) for d in datasets},
             "estimate_gpu_hours": round(gpu_s / 3600, 2),
         })
@@ -43,3 +42,14 @@ def plan(cells: Sequence[Cell], datasets: Sequence[str], bridge: str, epochs: fl
             "estimate_wall_hours_at_concurrency": {str(concurrent): round(total / 3600 / concurrent / gpus_per_cell, 1)},
             "assumptions": {"bridge_strings_per_s": BRIDGE_STRINGS_PER_S, "docs_per_s": DOCS_PER_S,
                             "seconds_per_step": SECONDS_PER_STEP, "note": "rough; one A100-class GPU per cell"}}
+
+
+def dry_run(cfg: Any) -> dict[str, Any]:
+    """The plan of a ReproduceConfig: every cell, its hub ids, and the estimate. Imports no Ray, contacts nothing."""
+    if cfg.preset == "demo":  # the miniature builds its target tokenizer itself
+        tokenizers = {lang: f"{cfg.output}/assets/target-bpe (built: byte-level BPE)" for lang in cfg.languages}
+    else:
+        tokenizers = cfg.tokenizer_per_language()
+    optim = cfg.finetune.optim
+    return plan(config_cells(cfg), cfg.datasets, tokenizers, cfg.init.bridge_model, optim.epochs, optim.batch_size,
+                cfg.gpus_per_cell, cfg.max_concurrent or 1)

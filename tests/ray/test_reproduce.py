@@ -1,0 +1,69 @@
+"""The reproduction driver on the paper preset's code path, with local stand-ins for the hub: fixture paths for the
+source model, bridge and target tokenizer, and a MIRACL mirror built from real SICK pairs. Two cells run as
+concurrent Ray tasks; one of them fails and must not stop the other."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+from pathlib import Path
+
+from jobs import reproduce
+from sembridge_ray.data.retrieval import read_qrels
+
+
+def miracl_mirror(sick_beir: Path, root: Path, lang: str = "ko") -> Path:
+    """MIRACL's mirror layout (topics/qrels TSV per split, gzipped JSONL corpus) from a BEIR directory."""
+    base = root / lang
+    (base / "corpus").mkdir(parents=True)
+    queries = {}
+    for line in (sick_beir / "queries.jsonl").read_text(encoding="utf-8").splitlines():
+        row = json.loads(line)
+        queries[row["_id"]] = row["text"]
+    for beir_split, split in (("train", "train"), ("test", "dev")):
+        qrels = read_qrels(sick_beir / "qrels" / f"{beir_split}.tsv")
+        topics = "".join(f"{q}\t{queries[q]}\n" for q in sorted(qrels))
+        (base / f"topics.miracl-v1.0-{lang}-{split}.tsv").write_text(topics, encoding="utf-8")
+        judged = "".join(f"{q} Q0 {d} {g}\n" for q in sorted(qrels) for d, g in sorted(qrels[q].items()))
+        (base / f"qrels.miracl-v1.0-{lang}-{split}.tsv").write_text(judged, encoding="utf-8")
+    with gzip.open(base / "corpus" / "docs-0.jsonl.gz", "wt", encoding="utf-8") as fh:
+        for line in (sick_beir / "corpus.jsonl").read_text(encoding="utf-8").splitlines():
+            row = json.loads(line)
+            fh.write(json.dumps({"docid": row["_id"], "title": "", "text": row["text"]}) + "\n")
+    return root
+
+
+def test_paper_path_runs_cells_concurrently_records_failures_and_resumes(ray_cluster, fixtures_root, sick_beir,
+                                                                        tmp_path, capsys) -> None:
+    out = tmp_path / "paper"
+    good, missing = str(fixtures_root / "bert-mlm"), str(tmp_path / "no-such-model")
+    args = ["--preset", "paper", "--output", str(out), "--models", f"{good},{missing}", "--languages", "ko",
+            "--datasets", "miracl", "--methods", "sembridge", "--alphas", "4", "--max-concurrent", "2",
+            f"miracl_mirror={miracl_mirror(sick_beir, tmp_path / 'mirror')}",
+            f"target_tokenizers=ko={fixtures_root / 'tok-wordpiece'}", f"init.bridge_model={fixtures_root / 'bridge'}",
+            "init.resources.workers=1", "evaluate.resources.workers=1", "evaluate.doc_top_k=64",
+            "finetune.resources.workers=1", "finetune.optim.batch_size=8", "finetune.optim.max_steps=2",
+            "finetune.max_query_length=32", "finetune.max_doc_length=64", "finetune.log_every=1"]
+    assert reproduce.main(args) == 1  # one cell failed
+    assert "# Results (nDCG@10)" in capsys.readouterr().out
+    summary = json.loads((out / "failures.json").read_text(encoding="utf-8"))
+    failed = [name for name in summary if "no-such-model" in name]
+    assert len(failed) == 1 and "no-such-model" in summary[failed[0]]
+    assert (out / "cells" / failed[0] / "error.txt").is_file()
+
+    rows = list(csv.DictReader((out / "results.csv").open(encoding="utf-8")))
+    assert {(r["method"], r["alpha"], r["stage"], r["dataset"], r["language"]) for r in rows} == {
+        ("sembridge", "4", "zero_shot", "miracl", "ko"), ("sembridge", "4", "finetuned", "miracl", "ko")}
+    for row in rows:  # the table is the evaluation job's own metrics.json
+        metrics = json.loads((out / "cells" / row["cell"] / "miracl" / row["stage"] / "metrics.json").read_text())
+        assert float(row["ndcg@10"]) == metrics["nDCG@10"] and 0.0 <= metrics["nDCG@10"] <= 1.0
+    assert next(r for r in rows if r["stage"] == "finetuned")["train_steps"] == "2"
+    table = (out / "results.md").read_text(encoding="utf-8")
+    assert "## miracl — zero-shot" in table and "## Failed cells" in table and failed[0] in table
+    assert {p.name for p in (out / "plots").glob("*.png")} >= {"learning_bert-mlm_ko_miracl.png", "support_sizes.png"}
+
+    stamps = {p: p.stat().st_mtime_ns for p in (out / "cells").glob("*/miracl/*/metrics.json")}
+    assert reproduce.main(args) == 1  # rerun: finished stages are skipped, the failing cell is retried
+    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
+

@@ -1,0 +1,88 @@
+"""The reproduction driver's plan: cells, names, the dry run's hub ids; and the cluster configs match its flags."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+
+from jobs import reproduce
+from sembridge_ray import catalog
+from sembridge_ray.cli import parse_config
+from sembridge_ray.presets import PRESET_DIR
+from sembridge_ray.reproduce.cells import expand, parse_alpha
+from sembridge_ray.reproduce.config import ReproduceConfig
+from tests.conftest import REPO
+
+
+def test_cells_are_deterministic_and_baselines_have_no_alpha() -> None:
+    cells = expand(("naver/splade-v3",), ("ko", "ar"), ("sembridge", "focus"), ("2", "4", "softmax"))
+    assert [c.name for c in cells] == [
+        "splade-v3__ko__sembridge__a2", "splade-v3__ko__sembridge__a4", "splade-v3__ko__sembridge__a1",
+        "splade-v3__ko__focus", "splade-v3__ar__sembridge__a2", "splade-v3__ar__sembridge__a4",
+        "splade-v3__ar__sembridge__a1", "splade-v3__ar__focus"]
+    assert parse_alpha("softmax") == 1.0 and cells[2].alpha_label == "softmax"
+
+
+def test_paper_dry_run_names_every_hub_id(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert reproduce.main(["--preset", "paper", "--dry-run", "--output", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    plan = json.loads(text)
+    assert plan["total_cells"] == 4 * 5 * 5  # 4 models x 5 languages x (sembridge α=4 + 4 baselines)
+    for hub in [*catalog.SOURCE_MODELS.values(), "BAAI/bge-m3", *(lang.tokenizer for lang in catalog.LANGUAGES.values()),
+                "PaDaS-Lab/webfaq-retrieval", "miracl/miracl", "miracl/miracl-corpus"]:
+        assert hub in text
+    assert {c["language"] for c in plan["cells"]} == {"ar", "zh", "hi", "ko", "ru"}
+    assert plan["estimate_gpu_hours"] > 0 and not list(tmp_path.iterdir())  # contacted and wrote nothing
+
+
+def test_flags_override_the_preset(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["--preset", "paper", "--dry-run", "--output", str(tmp_path), "--models", "naver/splade-v3",
+            "--languages", "ko", "--datasets", "miracl", "--methods", "sembridge", "--alphas", "2,3,4,softmax"]
+    assert reproduce.main(args) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert [c["alpha"] for c in plan["cells"]] == ["2", "3", "4", "softmax"]
+    assert all(set(c["datasets"]) == {"miracl"} for c in plan["cells"])
+
+
+def test_demo_preset_loads() -> None:
+    cfg = parse_config(ReproduceConfig, ["--config", "demo"], preset_dir=PRESET_DIR, prefix="reproduce_")
+    assert cfg.preset == "demo" and cfg.init.bridge_model == "minilm" and not cfg.init.copy_overlap
+    assert set(cfg.methods) >= {"sembridge", "focus", "wechsel", "mean", "random"} and cfg.alphas == ("4", "2")
+
+
+def _entrypoint_config(entrypoint: str, output: Path) -> ReproduceConfig:
+    words = shlex.split(entrypoint)
+    assert words[:3] == ["python", "-m", "jobs.reproduce"]
+    args = [w if not w.startswith("/") else str(output) for w in words[3:]]
+    return parse_config(ReproduceConfig, args, flags=reproduce.FLAGS, preset_dir=PRESET_DIR, prefix="reproduce_",
+                        default_preset="paper")
+
+
+def test_kuberay_rayjob_matches_the_driver(tmp_path: Path) -> None:
+    job = yaml.safe_load((REPO / "cluster" / "kuberay-rayjob.yaml").read_text())
+    assert job["kind"] == "RayJob" and job["spec"]["shutdownAfterJobFinishes"] is True
+    cfg = _entrypoint_config(job["spec"]["entrypoint"], tmp_path)
+    assert cfg.preset == "paper"
+    groups = job["spec"]["rayClusterSpec"]["workerGroupSpecs"]
+    gpus = sum(int(g["replicas"]) * int(g["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"])
+               for g in groups)
+    assert gpus >= cfg.gpus_per_cell * cfg.max_concurrent  # the concurrency the entrypoint asks for fits
+    assert job["spec"]["rayClusterSpec"]["headGroupSpec"]["rayStartParams"]["dashboard-host"] == "0.0.0.0"
+
+
+def test_aws_launcher_installs_the_package_on_gpu_workers() -> None:
+    launcher = yaml.safe_load((REPO / "cluster" / "aws-gpu.yaml").read_text())
+    worker = launcher["available_node_types"]["gpu_worker"]
+    assert worker["resources"]["GPU"] >= 1 and worker["max_workers"] >= worker["min_workers"] >= 1
+    assert any("pip install" in c and "sembridge_ray" in c for c in launcher["setup_commands"])
+    assert launcher["head_node_type"] in launcher["available_node_types"]
+
+
+def test_runtime_env_keeps_outputs_and_venv_out() -> None:
+    env = yaml.safe_load((REPO / "cluster" / "runtime_env.yaml").read_text())
+    assert env["working_dir"] == "."
+    assert {".venv/", "outputs/"} <= set(env["excludes"]) and any("__pycache__" in e for e in env["excludes"])

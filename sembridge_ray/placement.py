@@ -19,6 +19,10 @@ class ResourceConfig(Config):
     cpus_per_worker: float = 1.0
     reserve_cpus: int = 1
     """CPUs never given to actors, so Ray Data's read/write tasks can run (an all-CPU actor pool deadlocks)."""
+    threads_per_worker: int = 0
+    """Torch threads in each Ray Data actor; 0 = its CPU share (Ray sets OMP_NUM_THREADS to it). On a CPU-only
+    machine whose pool is smaller than its cores (one actor on 2 CPUs), the cores the reservation leaves idle
+    can compute too."""
 
 
 @dataclass(frozen=True)

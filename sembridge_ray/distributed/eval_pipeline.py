@@ -29,11 +29,25 @@ from sembridge_ray.distributed import cluster
 from sembridge_ray.distributed.search import ShardedIndex
 from sembridge_ray.distributed.udfs import SparseEncodeUDF, actor_pool_args
 from sembridge_ray.errors import InputError
-from sembridge_ray.outputs import atomic_path, atomic_write_json, is_complete, start_output, write_success
+from sembridge_ray.outputs import (
+    atomic_path,
+    atomic_write_json,
+    atomic_write_text,
+    is_complete,
+    start_output,
+    write_success,
+)
 from sembridge_ray.placement import Placement
 from sembridge_ray.retrieval.config import EvaluateConfig
 from sembridge_ray.retrieval.index import PAD, Shard, TopK, build_shard, rank_ids, shard_bounds
-from sembridge_ray.retrieval.metrics import retrieval_metrics, sparsity_stats, term_counts, unknown_judgements
+from sembridge_ray.retrieval.metrics import (
+    mean_metrics,
+    per_query_metrics,
+    per_query_tsv,
+    sparsity_stats,
+    term_counts,
+    unknown_judgements,
+)
 from sembridge_ray.retrieval.sources import VECTORS, cached, resolve_dataset, resolve_model
 from sembridge_ray.retrieval.store import (
     fingerprint,
@@ -48,7 +62,7 @@ from sembridge_ray.retrieval.store import (
 
 log = logging.getLogger(__name__)
 ENCODING_VERSION = 1
-RUN, METRICS, CONFIG = "run.trec", "metrics.json", "config.yaml"
+RUN, METRICS, CONFIG, PER_QUERY = "run.trec", "metrics.json", "config.yaml", "per_query.tsv"
 
 
 def run_evaluate(cfg: EvaluateConfig) -> dict[str, Any]:
@@ -144,7 +158,7 @@ def encode(ds: ray.data.Dataset, dest: Path, cfg: EvaluateConfig, model: str, ro
     """(id, text) rows -> sparse Parquet (id, indices, values) through a pool of encoder actors (GPU if any)."""
     query = role == "query"
     kwargs = {"model_dir": model, "role": role, "max_length": cfg.query_max_length if query else cfg.doc_max_length,
-              "top_k": cfg.query_top_k if query else cfg.doc_top_k}
+              "top_k": cfg.query_top_k if query else cfg.doc_top_k, "threads": cfg.resources.threads_per_worker}
     encoded = ds.map_batches(SparseEncodeUDF, fn_constructor_kwargs=kwargs, batch_format="numpy",
                              **actor_pool_args(plan, cfg.encode_batch_size))
     with atomic_path(dest) as tmp:
@@ -192,7 +206,9 @@ def _metrics(data: RetrievalData, run_path: Path, sorted_ids: pa.Array, top: Top
     missing = set(pc.filter(judged, pc.invert(pc.is_in(judged, value_set=sorted_ids))).to_pylist())
     if missing:
         log.warning("%d qrels documents are not in the corpus (counted in metrics.json)", len(missing))
-    return retrieval_metrics(data.qrels, read_run(run_path)) | {
+    per_query = per_query_metrics(data.qrels, read_run(run_path))
+    atomic_write_text(run_path.parent / PER_QUERY, per_query_tsv(per_query))
+    return mean_metrics(per_query) | {
         "num_queries": len(data.qrels), "queries_without_text": len(data.qrels) - n_queries,
         "queries_with_results": int(np.sum(top.ranks[:, 0] != PAD)) if len(top.ranks) else 0,
         "num_docs": len(sorted_ids), **sparsity_stats(query_df, n_queries, doc_df, len(sorted_ids)),

@@ -43,6 +43,7 @@ def ray_stages(cfg: InitConfig) -> Stages:
         ds = ray.data.from_arrow([table.slice(i, size) for i in range(0, table.num_rows, size)])
         out = ds.map_batches(BridgeEncodeUDF, fn_constructor_kwargs={
             "name": cfg.bridge_model, "batch_size": size, "trust_remote_code": cfg.trust_remote_code,
+            "threads": cfg.resources.threads_per_worker,
         }, batch_format="pyarrow", **{**actor_pool_args(plan, size), "batch_size": None})
         result = pa.concat_tables(ray.get(out.to_arrow_refs()))
         order = {int(i): n for n, i in enumerate(result.column(ID).to_numpy())}
@@ -55,7 +56,7 @@ def ray_stages(cfg: InitConfig) -> Stages:
         table = pa.table({ID: pa.array(target_ids.astype(np.int64)),
                           VECTOR: pa.array(list(new_vecs), pa.list_(pa.float32()))})
         ds = ray.data.from_arrow(table).repartition(max(2 * plan.workers, len(target_ids) // cfg.rows_batch_size + 1))
-        out = ds.map_batches(InitRowsUDF, fn_constructor_kwargs={"context": [ctx_ref]}, batch_format="pyarrow",
+        out = ds.map_batches(InitRowsUDF, fn_constructor_kwargs={"context": [ctx_ref], "threads": cfg.resources.threads_per_worker}, batch_format="pyarrow",
                              **actor_pool_args(plan, cfg.rows_batch_size))
         return rows_from_tables(ray.get(out.to_arrow_refs()), len(ctx.inputs))
 

@@ -27,12 +27,13 @@ from sembridge_ray.distributed.train import run_finetune
 from sembridge_ray.outputs import atomic_write_json, atomic_write_text, is_complete
 from sembridge_ray.placement import ResourceConfig
 from sembridge_ray.reproduce import cells as cellmod
-from sembridge_ray.reproduce import demo, plots, results
+from sembridge_ray.reproduce import compare, demo, plots, results
 from sembridge_ray.reproduce.cells import Cell, cell_paths
 from sembridge_ray.reproduce.config import ReproduceConfig
 
 log = logging.getLogger(__name__)
 DEMO_MODEL, DEMO_LANGUAGE, DEMO_DATASET = "minilm-splade", "en-bpe", "sick"
+SOURCE_EVAL = "source-eval"
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,9 @@ def demo_assets(cfg: ReproduceConfig) -> Assets:
                     lr=cfg.demo.source_lr)
     run_finetune(replace(cfg.finetune, model=str(untrained), train=str(source_pairs), output=str(source),
                          optim=optim))
+    # The source with its own tokenizer on the same queries: the level a transfer would ideally recover.
+    run_evaluate(replace(cfg.evaluate, model=str(source), dataset=str(beir), split=cfg.eval_split,
+                         output=str(root / SOURCE_EVAL), cache_dir=str(Path(cfg.output) / "cache" / "eval")))
     return Assets({DEMO_MODEL: str(source)}, {DEMO_LANGUAGE: str(target)},
                   {(DEMO_DATASET, DEMO_LANGUAGE): (str(beir), str(sick_train))})
 
@@ -111,19 +115,27 @@ def run_cell(cfg: ReproduceConfig, cell: Cell, assets: Assets, gpus: float) -> d
     return {"cell": cell.name, "ok": True}
 
 
-def refresh(cfg: ReproduceConfig, failures: dict[str, str] | None = None, with_plots: bool = False) -> list[dict[str, Any]]:
-    """Rewrite results.csv / results.md (and the plots) from the finished stage directories."""
+def refresh(cfg: ReproduceConfig, failures: dict[str, str] | None = None, final: bool = False) -> list[dict[str, Any]]:
+    """Rewrite results.csv / results.md (at the end also comparisons.csv and the plots) from the finished stages."""
     out = Path(cfg.output)
     cells = cellmod.config_cells(cfg)
     if failures is None:
         failures = json.loads((out / "failures.json").read_text()) if (out / "failures.json").is_file() else {}
     rows = results.collect(out, cells, cfg.datasets)
     results.write_csv(rows, out / "results.csv")
-    atomic_write_text(out / "results.md", results.markdown(rows, cfg.languages, failures))
-    if with_plots:
+    text = results.markdown(rows, cfg.languages, failures)
+    if final:
+        paired = compare.comparisons(out, cells, cfg.datasets)
+        compare.write_csv(paired, out / "comparisons.csv")
+        text += "\n" + compare.markdown(paired)
         plots.learning_curves(out, cells, cfg.datasets, rows, out / "plots")
         plots.alpha_ablation(rows, out / "plots")
         plots.support_histograms(out, cells, out / "plots")
+    source = out / "assets" / SOURCE_EVAL / "metrics.json"
+    if is_complete(source.parent):
+        ndcg = json.loads(source.read_text(encoding="utf-8"))["nDCG@10"]
+        text += f"\nThe source encoder with its own tokenizer (before the swap) scores nDCG@10 {ndcg:.3f} here.\n"
+    atomic_write_text(out / "results.md", text)
     return rows
 
 
@@ -159,7 +171,7 @@ def run_reproduce(cfg: ReproduceConfig) -> dict[str, Any]:
     for o in outcomes:
         if not o["ok"]:
             atomic_write_text(out / "cells" / o["cell"] / "error.txt", o["error"] + "\n\n" + o["traceback"])
-    refresh(cfg, failures, with_plots=True)
+    refresh(cfg, failures, final=True)
     return {"cells": len(cells), "ran": len(todo), "failures": failures}
 
 

@@ -12,14 +12,24 @@ from sembridge_ray.placement import pick_device
 from sembridge_ray.sparse.encode import sparse_rows, sparse_table
 
 
+def use_threads(threads: int) -> None:
+    """``threads`` > 0: this actor's torch thread count (see ``ResourceConfig.threads_per_worker``)."""
+    if threads > 0:
+        import torch
+
+        torch.set_num_threads(threads)
+
+
 class SparseEncodeUDF:
     """Ray Data actor: holds a SparseEncoder on its device; turns a batch of (id, text) into sparse rows."""
 
-    def __init__(self, model_dir: str, max_length: int, top_k: int | None = None, role: str | None = None) -> None:
+    def __init__(self, model_dir: str, max_length: int, top_k: int | None = None, role: str | None = None,
+                 threads: int = 0) -> None:
         """``role`` "query" or "document" encodes with ``encode_query``/``encode_document`` (the model's prompts
         or router for that side, where it has them); None uses plain ``encode``."""
         from sembridge_ray.sparse.model import load_sparse_encoder
 
+        use_threads(threads)
         self.model = load_sparse_encoder(model_dir, device=pick_device(), max_length=max_length)
         self.top_k = top_k
         self.encode = {None: self.model.encode, "query": self.model.encode_query,
@@ -47,9 +57,10 @@ def actor_pool_args(placement: Any, batch_size: int) -> dict[str, Any]:
 class BridgeEncodeUDF:
     """Ray Data actor: holds the bridge sentence-transformers model; (id, text) -> (id, vector)."""
 
-    def __init__(self, name: str, batch_size: int, trust_remote_code: bool = False) -> None:
+    def __init__(self, name: str, batch_size: int, trust_remote_code: bool = False, threads: int = 0) -> None:
         from sembridge_ray.embed_init.bridge import load_bridge
 
+        use_threads(threads)
         self.name, self.batch_size = name, batch_size
         self.model = load_bridge(name, device=pick_device(), trust_remote_code=trust_remote_code)
 
@@ -64,9 +75,10 @@ class InitRowsUDF:
     """Ray Data actor: holds the source bridge matrix and E_s (from the object store, put once); computes the
     weights and composed rows of a batch of bridged target tokens."""
 
-    def __init__(self, context: list[Any]) -> None:
+    def __init__(self, context: list[Any], threads: int = 0) -> None:
         import ray
 
+        use_threads(threads)
         self.ctx = ray.get(context[0])
         self.device = pick_device()
 

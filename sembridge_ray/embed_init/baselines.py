@@ -31,7 +31,8 @@ def method_weights(
     overlap_sources: torch.Tensor, device: str | None = None,
 ) -> torch.Tensor:
     """CSR (n, |Vs|) weights of the similarity-based methods. ``candidates``: source ids allowed in the bridge
-    (ascending); ``overlap_sources``: source ids copied into the target (FOCUS's anchors; all candidates if none)."""
+    (ascending); ``overlap_sources``: source ids some target token matches, copied or not (FOCUS's anchors; all candidates if
+    none). With ``copy_overlap=false`` the anchors still restrict FOCUS, which would otherwise equal α=2."""
     m = len(source_vecs)
     if cfg.method == "focus":
         anchors = overlap_sources if len(overlap_sources) else candidates

@@ -56,7 +56,7 @@ class RowsContext:
     cfg: dict[str, Any]
     source_vecs: torch.Tensor  # (|Vs rows|, D); zero rows for ids without a string
     candidates: torch.Tensor  # source ids the bridge may use, ascending
-    overlap_sources: torch.Tensor  # source ids copied into the target (FOCUS anchors), ascending
+    overlap_sources: torch.Tensor  # source ids matched by a target token, copied or not (FOCUS anchors), ascending
     inputs: torch.Tensor  # E_s (|Vs rows|, d)
     outputs: torch.Tensor | None
     bias: torch.Tensor | None
@@ -169,7 +169,7 @@ def _new_rows(cfg: InitConfig, part: Partition, ctx_parts: dict[str, Any], stage
     position = {int(i): n for n, i in enumerate(tgt_strings.column("id").to_numpy())}
     new_vecs = tgt_vecs[[position[int(i)] for i in rest]] if len(rest) else np.zeros((0, tgt_vecs.shape[1]), np.float32)
     timings["bridge_encode_s"] = time.perf_counter() - start
-    overlap_sources = torch.tensor(sorted({s for s, _ in part.overlap.values()}), dtype=torch.long)
+    overlap_sources = torch.tensor(part.anchors, dtype=torch.long)
     ctx = RowsContext(cfg.to_dict(), src_vecs, candidates, overlap_sources, e_in, e_out, bias)
     start = time.perf_counter()
     new = stages.rows(ctx, rest, new_vecs)

@@ -154,6 +154,8 @@ class Partition:
     overlap: dict[int, tuple[int, str]]  # target id -> (source id, rule)
     rest: list[int]
     unused: list[int] = field(default_factory=list)
+    anchors: list[int] = field(default_factory=list)
+    """Source ids that some target token matches by the rules, copied or not (FOCUS's anchor set), ascending."""
 
 
 def partition_vocab(
@@ -178,17 +180,20 @@ def partition_vocab(
     size = max(max(vocab.values()) + 1, len(target))
     overlap: dict[int, tuple[int, str]] = {}
     rest: list[int] = []
+    anchors: set[int] = set()
     for token, tid in sorted(vocab.items(), key=lambda kv: kv[1]):
         if tid in specials:
             continue
         canon = canonical(token, tgt_family)
-        hit = _match(index, canon, rules) if copy_overlap else None
-        if hit is None:
+        hit = _match(index, canon, rules)
+        if hit is not None:
+            anchors.add(hit[0])
+        if hit is None or not copy_overlap:
             rest.append(tid)
         else:
             overlap[tid] = hit
     used = set(vocab.values())
-    return Partition(size, specials, overlap, rest, [i for i in range(size) if i not in used])
+    return Partition(size, specials, overlap, rest, [i for i in range(size) if i not in used], sorted(anchors))
 
 
 def _match(index: VocabIndex, canon: str, rules: list[str]) -> tuple[int, str] | None:

@@ -19,13 +19,13 @@ METHODS = ("sembridge", "focus", "wechsel", "mean", "random")
 class DemoSettings(Config):
     """The offline miniature: a MiniLM SPLADE source, a byte-level BPE target, SICK as retrieval."""
 
-    test_pairs: int = 1200
+    test_pairs: int = 800
     """SICK test pairs whose sentences form the retrieval set (queries A, documents B)."""
     target_vocab: int = 8000
     """Size of the cased byte-level BPE target vocabulary (trained on the bundled SICK + STS text)."""
     mlm_bias: float = -2.5
     """Constant decoder bias of the fresh MLM head (0 makes ~29.5k of 30.5k dimensions fire: FINDINGS.md)."""
-    source_steps: int = 80
+    source_steps: int = 30
     source_batch: int = 32
     source_lr: float = 5e-5
 

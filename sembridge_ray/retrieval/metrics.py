@@ -21,8 +21,8 @@ PRIMARY = nDCG @ 10
 MEASURES = (PRIMARY, R @ 100, RR @ 10)
 
 
-def retrieval_metrics(qrels: Qrels, run: Run, measures: Iterable[Any] = MEASURES) -> dict[str, float]:
-    """{measure name in ir-measures notation: mean over every qrels query}; missing queries count as 0."""
+def per_query_metrics(qrels: Qrels, run: Run, measures: Iterable[Any] = MEASURES) -> dict[str, dict[str, float]]:
+    """{measure name: {qrels query id: value}} for every qrels query (0 for a query with no retrieved document)."""
     measures = list(measures)
     per_query: dict[str, dict[str, float]] = {str(m): {} for m in measures}
     judged_run = {q: dict(docs) for q, docs in run.items() if q in qrels and docs}
@@ -30,8 +30,26 @@ def retrieval_metrics(qrels: Qrels, run: Run, measures: Iterable[Any] = MEASURES
         qrels_dict = {q: dict(docs) for q, docs in qrels.items()}
         for metric in ir_measures.iter_calc(measures, qrels_dict, judged_run):
             per_query[str(metric.measure)][metric.query_id] = float(metric.value)
-    n = len(qrels)
-    return {name: (sum(values.get(q, 0.0) for q in qrels) / n if n else 0.0) for name, values in per_query.items()}
+    return {name: {q: values.get(q, 0.0) for q in qrels} for name, values in per_query.items()}
+
+
+def mean_metrics(per_query: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+    """{measure: mean over the queries} of :func:`per_query_metrics`' output."""
+    return {name: (sum(values.values()) / len(values) if values else 0.0) for name, values in per_query.items()}
+
+
+def retrieval_metrics(qrels: Qrels, run: Run, measures: Iterable[Any] = MEASURES) -> dict[str, float]:
+    """{measure name in ir-measures notation: mean over every qrels query}; missing queries count as 0."""
+    return mean_metrics(per_query_metrics(qrels, run, measures))
+
+
+def per_query_tsv(per_query: Mapping[str, Mapping[str, float]]) -> str:
+    """``query_id`` and one column per measure, a row per qrels query (sorted), for paired comparisons."""
+    names = list(per_query)
+    qids = sorted(next(iter(per_query.values()), {}))
+    lines = ["\t".join(["query_id", *names])]
+    lines += ["\t".join([q, *(repr(per_query[n][q]) for n in names)]) for q in qids]
+    return "\n".join(lines) + "\n"
 
 
 def term_counts(indices: np.ndarray, vocab_size: int) -> np.ndarray:

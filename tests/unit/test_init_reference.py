@@ -200,6 +200,15 @@ def test_empty_overlap_is_reported(fixtures_root: Path, out: Path) -> None:
     result = run(fixtures_root, out, "bert-mlm", "tok-unigram", copy_overlap=False)
     rep = json.loads((result / "init_report.json").read_text())
     assert rep["overlap_empty"] is True and rep["kinds"].get("overlap", 0) == 0
+    # FOCUS keeps its anchors (the tokens that would have been copied), so it does not collapse to sparsemax (α=2).
+    copied = pq.read_table(run(fixtures_root, out, "bert-mlm", "tok-unigram") / "provenance.parquet")
+    anchors = {s[0] for s, k in zip(copied.column("source_ids").to_pylist(), copied.column("kind").to_pylist(),
+                                    strict=True) if k == "overlap"}
+    focus = pq.read_table(run(fixtures_root, out, "bert-mlm", "tok-unigram", copy_overlap=False, method="focus")
+                          / "provenance.parquet")
+    used = {i for ids, k in zip(focus.column("source_ids").to_pylist(), focus.column("kind").to_pylist(), strict=True)
+            if k == "bridge" for i in ids}
+    assert used and used <= anchors
 
 
 def test_missing_inputs_are_named(fixtures_root: Path, tmp_path: Path) -> None:

@@ -10,6 +10,8 @@ import pytrec_eval
 
 from sembridge_ray.retrieval.metrics import (
     flops_per_pair,
+    per_query_metrics,
+    per_query_tsv,
     retrieval_metrics,
     sparsity_stats,
     term_counts,
@@ -44,6 +46,16 @@ def test_ndcg_and_recall_equal_pytrec_eval_over_every_qrels_query() -> None:
     dcg = 1 / math.log2(3) + 2 / math.log2(4)
     idcg = 2 + 1 / math.log2(3) + 1 / math.log2(4)
     assert got["nDCG@10"] == pytest.approx((dcg / idcg + 0 + 0 + 0) / 4)
+
+
+def test_per_query_values_equal_pytrec_eval_and_cover_every_qrels_query() -> None:
+    got = per_query_metrics(QRELS, RUN)["nDCG@10"]
+    expected = pytrec_eval.RelevanceEvaluator(QRELS, {"ndcg_cut.10"}).evaluate(RUN)
+    assert set(got) == set(QRELS)
+    for q in QRELS:
+        assert got[q] == pytest.approx(expected.get(q, {}).get("ndcg_cut_10", 0.0), abs=1e-12)
+    lines = per_query_tsv(per_query_metrics(QRELS, RUN)).splitlines()
+    assert lines[0] == "query_id\tnDCG@10\tR@100\tRR@10" and [row.split("\t")[0] for row in lines[1:]] == sorted(QRELS)
 
 
 def test_rr_at_10_is_reciprocal_rank_cut_at_10() -> None:

@@ -66,6 +66,7 @@ def test_match_rules_order_and_flags() -> None:
     assert only_exact.overlap[ttok("1")] == (stok("1"), "exact") and ttok("The") in only_exact.rest
     none = partition_vocab(source, target, copy_overlap=False)
     assert not none.overlap and len(none.rest) == 5 and len(none.specials) == 5
+    assert none.anchors == part.anchors == sorted({s for s, _ in part.overlap.values()})  # FOCUS's anchors
     with pytest.raises(ValueError, match="unknown match rule"):
         partition_vocab(source, target, rules=["exact", "fuzz"])
 

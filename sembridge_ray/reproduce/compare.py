@@ -1,0 +1,96 @@
+"""Paired comparisons of methods on the same queries: is a difference in nDCG@10 more than query sampling noise?
+
+Within one (model, language, dataset, stage), every cell is compared with the reference cell (SemBridge at the
+first α of the run) on the per-query nDCG@10 that the evaluation job writes to ``per_query.tsv``: the mean
+difference, a 95% paired bootstrap interval (``scipy.stats.bootstrap``) and a two-sided paired randomisation
+p-value (``scipy.stats.permutation_test`` flipping the sign of each query's difference).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+from sembridge_ray.outputs import atomic_write_text
+from sembridge_ray.reproduce.cells import STAGES, Cell, cell_paths
+
+COLUMNS = ["model", "language", "dataset", "stage", "method", "alpha", "reference", "n_queries", "mean_diff",
+           "ci_low", "ci_high", "p_value"]
+PER_QUERY, MEASURE = "per_query.tsv", "nDCG@10"
+
+
+def read_per_query(path: Path, measure: str = MEASURE) -> dict[str, float]:
+    with open(path, encoding="utf-8", newline="") as fh:
+        return {row["query_id"]: float(row[measure]) for row in csv.DictReader(fh, delimiter="\t")}
+
+
+def paired_test(method: np.ndarray, reference: np.ndarray, resamples: int = 10_000, seed: int = 0) -> dict[str, float]:
+    """Mean of ``method - reference``, its 95% paired bootstrap CI, and the sign-flip randomisation p-value."""
+    diff = np.asarray(method, np.float64) - np.asarray(reference, np.float64)
+    mean = float(diff.mean())
+    if not np.any(diff):
+        return {"mean_diff": 0.0, "ci_low": 0.0, "ci_high": 0.0, "p_value": 1.0}
+    rng = np.random.default_rng(seed)
+    ci = stats.bootstrap((diff,), np.mean, n_resamples=resamples, confidence_level=0.95, method="percentile",
+                         random_state=rng, batch=1000).confidence_interval
+    perm = stats.permutation_test((diff,), np.mean, permutation_type="samples", n_resamples=resamples,
+                                  alternative="two-sided", random_state=rng, batch=1000)
+    return {"mean_diff": mean, "ci_low": float(ci.low), "ci_high": float(ci.high), "p_value": float(perm.pvalue)}
+
+
+def comparisons(output: Path, cells: Sequence[Cell], datasets: Sequence[str]) -> list[dict[str, Any]]:
+    """One row per non-reference cell with a finished evaluation whose reference is finished too."""
+    rows = []
+    for dataset in datasets:
+        for stage in STAGES:
+            groups: dict[tuple[str, str], list[Cell]] = {}
+            for cell in cells:
+                groups.setdefault((cell.model, cell.language), []).append(cell)
+            for (model, language), members in groups.items():
+                reference = next((c for c in members if c.method == "sembridge"), None)
+                ref_file = cell_paths(output, reference).eval(dataset, stage) / PER_QUERY if reference else None
+                if ref_file is None or not ref_file.is_file():
+                    continue
+                ref = read_per_query(ref_file)
+                qids = sorted(ref)
+                for cell in members:
+                    path = cell_paths(output, cell).eval(dataset, stage) / PER_QUERY
+                    if cell == reference or not path.is_file():
+                        continue
+                    other = read_per_query(path)
+                    if sorted(other) != qids:  # different qrels: nothing to pair
+                        continue
+                    test = paired_test(np.array([other[q] for q in qids]), np.array([ref[q] for q in qids]))
+                    rows.append({"model": model, "language": language, "dataset": dataset, "stage": stage,
+                                 "method": cell.method, "alpha": cell.alpha_label, "reference": reference.name,
+                                 "n_queries": len(qids), **test})
+    return rows
+
+
+def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=COLUMNS)
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_write_text(path, buf.getvalue())
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    """A results.md section: each method against the reference, per dataset, stage, model and language."""
+    if not rows:
+        return ""
+    out = ["## Paired comparisons (nDCG@10, method − SemBridge reference, per query)", "",
+           "| dataset | stage | model | language | method | Δ | 95% CI | p |", "|---|---|---|---|---|---:|---|---:|"]
+    for r in rows:
+        label = f"{r['method']} (α={r['alpha']})" if r["alpha"] else r["method"]
+        out.append(f"| {r['dataset']} | {r['stage'].replace('_', '-')} | {r['model']} | {r['language']} | {label} | "
+                   f"{r['mean_diff']:+.3f} | [{r['ci_low']:+.3f}, {r['ci_high']:+.3f}] | {r['p_value']:.3f} |")
+    out += ["", f"Reference: SemBridge at the first α of the run; {rows[0]['n_queries']} queries in the first row. "
+            "Bootstrap: 10,000 paired resamples; p: two-sided sign-flip randomisation test.", ""]
+    return "\n".join(out)

@@ -96,7 +96,9 @@ def support_histograms(output: Path, cells: Sequence[Cell], plots: Path) -> list
         hist = json.loads(report.read_text()).get("support_histogram", {}) if report.is_file() else {}
         if hist:
             sizes = sorted(int(k) for k in hist)
-            ax.step(sizes, [hist[str(s)] for s in sizes], where="mid", label=f"{_label(cell)} ({cell.language})")
+            # markers: a method with one support size (wechsel: always top_k) is a single point
+            ax.step(sizes, [hist[str(s)] for s in sizes], where="mid", marker="o", markersize=3,
+                    label=f"{_label(cell)} ({cell.language})")
             drawn = True
     if not drawn:
         plt.close(fig)

@@ -77,3 +77,32 @@ def test_duplicate_query_id_is_an_error(tmp_path: Path, sick_beir: Path) -> None
     (root / "queries.jsonl").write_text('{"_id": "q1", "text": "a"}\n{"_id": "q1", "text": "b"}\n')
     with pytest.raises(InputError, match="query id 'q1' appears twice"):
         load_beir(root, "test")
+
+
+def test_webfaq_loader_reads_the_hub_layout_through_datasets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hub configs ``kor-{corpus,queries,qrels}`` stood in by in-memory ``datasets.Dataset``s."""
+    import datasets
+
+    tables = {
+        ("kor-qrels", "test"): [{"query-id": "q1", "corpus-id": "d2", "score": 1.0},
+                                {"query-id": "q2", "corpus-id": "d1", "score": 1.0}],
+        ("kor-queries", "test"): [{"_id": "q1", "text": "질문 하나"}, {"_id": "q2", "text": "질문 둘"},
+                                  {"_id": "q3", "text": "판정 없음"}],
+        ("kor-corpus", "corpus"): [{"_id": f"d{i}", "title": f"제목 {i}", "text": f"답 {i}"} for i in range(3)],
+    }
+    calls = []
+
+    def load_dataset(repo: str, config: str, split: str) -> datasets.Dataset:
+        calls.append((repo, config, split))
+        if (config, split) not in tables:
+            raise ValueError(f"no {config}[{split}]")
+        return datasets.Dataset.from_list(tables[(config, split)])
+
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    data = load_retrieval("webfaq:ko", "test")
+    assert {repo for repo, _, _ in calls} == {"PaDaS-Lab/webfaq-retrieval"}
+    assert data.qrels == {"q1": {"d2": 1}, "q2": {"d1": 1}} and set(data.queries) == {"q1", "q2"}
+    docs = pa.concat_tables(data.corpus.batches(2))
+    assert docs.column(ID).to_pylist() == ["d0", "d1", "d2"] and "제목 1" in docs.column(TEXT).to_pylist()[1]
+    with pytest.raises(InputError, match=r"webfaq-retrieval kor-qrels\[dev\]"):
+        load_retrieval("webfaq:ko", "dev")

@@ -29,7 +29,8 @@ def main(argv: list[str] | None = None) -> int:
         report = run_bench(cfg)
         print(json.dumps(report, indent=2))
         print(f"single process {report['single_process_qps']} q/s | Ray x{cfg.workers} {report['ray_qps']} q/s | "
-              f"speed-up {report['speedup']}x | identical top-{cfg.top_k}: {report['identical_top_k']}")
+              f"speed-up {report['speedup']}x (scipy brute force: {report.get('speedup_vs_scipy', '-')}x) | "
+              f"identical top-{cfg.top_k}: {report['identical_top_k']}")
         if cfg.output:
             atomic_write_json(cfg.output, report)
         return 0 if report["identical_top_k"] else 1

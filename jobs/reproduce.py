@@ -4,7 +4,7 @@ zero-shot eval -> fine-tune -> eval; results.csv, results.md, plots/.
     ray job submit --runtime-env cluster/runtime_env.yaml --working-dir . -- python -m jobs.reproduce \
         --preset paper --output /shared/outputs/paper --gpus-per-cell 1
     python -m jobs.reproduce --preset paper --output ROOT --dry-run      # the plan, contacting nothing
-Offline miniature (2 CPUs, ~10 min): python -m jobs.reproduce --preset demo --output outputs/demo
+Offline miniature (2 CPUs, ~12 min): python -m jobs.reproduce --preset demo --output outputs/demo
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
                            default_preset=flag_value(args, "--preset", "paper"), description=__doc__)
         if not cfg.output:
             raise InputError("--output ROOT is required")
-        if cfg.dry_run:
+        if cfg.dry_run:  # pure: imports no Ray, contacts nothing
             from sembridge_ray.reproduce.plan import dry_run
 
             print(json.dumps(dry_run(cfg), indent=2))
@@ -40,8 +40,7 @@ def main(argv: list[str] | None = None) -> int:
         from sembridge_ray.distributed.reproduce import run_reproduce
 
         summary = run_reproduce(cfg)
-        print(Path(cfg.output, "results.md").read_text(encoding="utf-8"))
-        print(json.dumps(summary, indent=2))
+        print(Path(cfg.output, "results.md").read_text(encoding="utf-8") + "\n" + json.dumps(summary, indent=2))
         return 1 if summary["failures"] else 0
 
     return run_job(body)

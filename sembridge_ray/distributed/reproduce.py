@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import traceback
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -25,11 +24,11 @@ from sembridge_ray.distributed.eval_pipeline import run_evaluate
 from sembridge_ray.distributed.init_pipeline import run_init
 from sembridge_ray.distributed.train import run_finetune
 from sembridge_ray.outputs import atomic_write_json, atomic_write_text, is_complete
-from sembridge_ray.placement import ResourceConfig
 from sembridge_ray.reproduce import cells as cellmod
 from sembridge_ray.reproduce import compare, demo, plots, results
 from sembridge_ray.reproduce.cells import Cell, cell_paths
 from sembridge_ray.reproduce.config import ReproduceConfig
+from sembridge_ray.reproduce.plan import cell_resources, concurrency
 
 log = logging.getLogger(__name__)
 DEMO_MODEL, DEMO_LANGUAGE, DEMO_DATASET = "minilm-splade", "en-bpe", "sick"
@@ -83,13 +82,6 @@ def demo_assets(cfg: ReproduceConfig) -> Assets:
                          output=str(root / SOURCE_EVAL), cache_dir=str(Path(cfg.output) / "cache" / "eval")))
     return Assets({DEMO_MODEL: str(source)}, {DEMO_LANGUAGE: str(target)},
                   {(DEMO_DATASET, DEMO_LANGUAGE): (str(beir), str(sick_train))})
-
-
-def cell_resources(cfg: ReproduceConfig, base: ResourceConfig, gpus: float) -> ResourceConfig:
-    """With GPUs, a cell uses ``gpus_per_cell`` workers of one GPU each; without, the configured resources."""
-    if gpus <= 0:
-        return base
-    return replace(base, workers=max(1, math.floor(cfg.gpus_per_cell)), gpus_per_worker=1.0)
 
 
 def run_cell(cfg: ReproduceConfig, cell: Cell, assets: Assets, gpus: float) -> dict[str, Any]:
@@ -146,12 +138,6 @@ def _guarded(cfg: ReproduceConfig, cell: Cell, assets: Assets, gpus: float) -> d
         log.error("cell %s failed: %s", cell.name, err)
         return {"cell": cell.name, "ok": False, "error": f"{type(err).__name__}: {err}",
                 "traceback": traceback.format_exc(limit=8)}
-
-
-def concurrency(cfg: ReproduceConfig, gpus: float) -> int:
-    if cfg.max_concurrent > 0:
-        return cfg.max_concurrent
-    return max(1, math.floor(gpus / cfg.gpus_per_cell)) if gpus > 0 and cfg.gpus_per_cell > 0 else 1
 
 
 def run_reproduce(cfg: ReproduceConfig) -> dict[str, Any]:

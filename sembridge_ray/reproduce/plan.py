@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from sembridge_ray import catalog
+from sembridge_ray.placement import ResourceConfig
 from sembridge_ray.reproduce.cells import Cell, config_cells
 
 # Throughputs on one modern GPU (A100-class, bf16), rough: what the estimate divides by.
@@ -53,3 +56,20 @@ def dry_run(cfg: Any) -> dict[str, Any]:
     optim = cfg.finetune.optim
     return plan(config_cells(cfg), cfg.datasets, tokenizers, cfg.init.bridge_model, optim.epochs, optim.batch_size,
                 cfg.gpus_per_cell, cfg.max_concurrent or 1)
+
+
+def concurrency(cfg: Any, gpus: float) -> int:
+    """Cells at once: ``max_concurrent`` when set, else the cluster's GPUs / ``gpus_per_cell`` (at least 1)."""
+    if cfg.max_concurrent > 0:
+        return cfg.max_concurrent
+    return max(1, math.floor(gpus / cfg.gpus_per_cell)) if gpus > 0 and cfg.gpus_per_cell > 0 else 1
+
+
+def cell_resources(cfg: Any, base: ResourceConfig, gpus: float) -> ResourceConfig:
+    """A stage's resources inside a cell: on a GPU cluster, ``gpus_per_cell`` GPUs (whole GPUs as one worker each, a
+    fraction as one worker with that share); without GPUs, the stage's configured resources."""
+    if gpus <= 0 or cfg.gpus_per_cell <= 0:
+        return base
+    if cfg.gpus_per_cell < 1:
+        return replace(base, workers=1, gpus_per_worker=cfg.gpus_per_cell)
+    return replace(base, workers=math.floor(cfg.gpus_per_cell), gpus_per_worker=1.0)

@@ -86,3 +86,22 @@ def test_runtime_env_keeps_outputs_and_venv_out() -> None:
     env = yaml.safe_load((REPO / "cluster" / "runtime_env.yaml").read_text())
     assert env["working_dir"] == "."
     assert {".venv/", "outputs/"} <= set(env["excludes"]) and any("__pycache__" in e for e in env["excludes"])
+
+
+@pytest.mark.parametrize(("gpus_per_cell", "gpus", "max_concurrent", "width", "workers", "gpus_per_worker"), [
+    (1.0, 8, 0, 8, 1, 1.0),      # one GPU per cell, as many cells as GPUs
+    (2.0, 8, 0, 4, 2, 1.0),      # two single-GPU DDP workers per cell
+    (0.5, 2, 0, 4, 1, 0.5),      # two cells share a GPU
+    (1.0, 8, 3, 3, 1, 1.0),      # --max-concurrent wins
+    (1.0, 0, 0, 1, 2, None),     # no GPUs: one cell at a time, the stage's own resources
+])
+def test_concurrency_and_cell_resources(gpus_per_cell: float, gpus: float, max_concurrent: int, width: int,
+                                        workers: int, gpus_per_worker: float | None) -> None:
+    from sembridge_ray.placement import ResourceConfig
+    from sembridge_ray.reproduce.plan import cell_resources, concurrency
+
+    cfg = ReproduceConfig(gpus_per_cell=gpus_per_cell, max_concurrent=max_concurrent)
+    assert concurrency(cfg, gpus) == width
+    res = cell_resources(cfg, ResourceConfig(workers=2), gpus)
+    assert (res.workers, res.gpus_per_worker) == (workers, gpus_per_worker)
+    assert width * gpus_per_cell <= gpus or max_concurrent or gpus == 0  # the cells fit the GPUs

@@ -118,7 +118,7 @@ def refresh(cfg: ReproduceConfig, failures: dict[str, str] | None = None, final:
     text = results.markdown(rows, cfg.languages, failures)
     if final:
         paired = compare.comparisons(out, cells, cfg.datasets)
-        compare.write_csv(paired, out / "comparisons.csv")
+        results.write_csv(paired, out / "comparisons.csv", compare.COLUMNS)
         text += "\n" + compare.markdown(paired)
         plots.learning_curves(out, cells, cfg.datasets, rows, out / "plots")
         plots.alpha_ablation(rows, out / "plots")

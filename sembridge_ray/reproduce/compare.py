@@ -9,7 +9,6 @@ p-value (``scipy.stats.permutation_test`` flipping the sign of each query's diff
 from __future__ import annotations
 
 import csv
-import io
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,6 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from sembridge_ray.outputs import atomic_write_text
 from sembridge_ray.reproduce.cells import STAGES, Cell, cell_paths
 
 COLUMNS = ["model", "language", "dataset", "stage", "method", "alpha", "reference", "n_queries", "mean_diff",
@@ -46,39 +44,37 @@ def paired_test(method: np.ndarray, reference: np.ndarray, resamples: int = 10_0
 
 def comparisons(output: Path, cells: Sequence[Cell], datasets: Sequence[str]) -> list[dict[str, Any]]:
     """One row per non-reference cell with a finished evaluation whose reference is finished too."""
+    groups: dict[tuple[str, str], list[Cell]] = {}
+    for cell in cells:
+        groups.setdefault((cell.model, cell.language), []).append(cell)
     rows = []
     for dataset in datasets:
         for stage in STAGES:
-            groups: dict[tuple[str, str], list[Cell]] = {}
-            for cell in cells:
-                groups.setdefault((cell.model, cell.language), []).append(cell)
-            for (model, language), members in groups.items():
-                reference = next((c for c in members if c.method == "sembridge"), None)
-                ref_file = cell_paths(output, reference).eval(dataset, stage) / PER_QUERY if reference else None
-                if ref_file is None or not ref_file.is_file():
-                    continue
-                ref = read_per_query(ref_file)
-                qids = sorted(ref)
-                for cell in members:
-                    path = cell_paths(output, cell).eval(dataset, stage) / PER_QUERY
-                    if cell == reference or not path.is_file():
-                        continue
-                    other = read_per_query(path)
-                    if sorted(other) != qids:  # different qrels: nothing to pair
-                        continue
-                    test = paired_test(np.array([other[q] for q in qids]), np.array([ref[q] for q in qids]))
-                    rows.append({"model": model, "language": language, "dataset": dataset, "stage": stage,
-                                 "method": cell.method, "alpha": cell.alpha_label, "reference": reference.name,
-                                 "n_queries": len(qids), **test})
+            for members in groups.values():
+                rows += _against_reference(output, members, dataset, stage)
     return rows
 
 
-def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=COLUMNS)
-    writer.writeheader()
-    writer.writerows(rows)
-    atomic_write_text(path, buf.getvalue())
+def _against_reference(output: Path, members: list[Cell], dataset: str, stage: str) -> list[dict[str, Any]]:
+    """Every cell of one (model, language) against its first SemBridge cell, on one dataset and stage."""
+    reference = next((c for c in members if c.method == "sembridge"), None)
+    if reference is None or not (ref_file := cell_paths(output, reference).eval(dataset, stage) / PER_QUERY).is_file():
+        return []
+    ref = read_per_query(ref_file)
+    qids = sorted(ref)
+    rows = []
+    for cell in members:
+        path = cell_paths(output, cell).eval(dataset, stage) / PER_QUERY
+        if cell == reference or not path.is_file():
+            continue
+        other = read_per_query(path)
+        if sorted(other) != qids:  # different qrels: nothing to pair
+            continue
+        test = paired_test(np.array([other[q] for q in qids]), np.array([ref[q] for q in qids]))
+        rows.append({"model": cell.model, "language": cell.language, "dataset": dataset, "stage": stage,
+                     "method": cell.method, "alpha": cell.alpha_label, "reference": reference.name,
+                     "n_queries": len(qids), **test})
+    return rows
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:

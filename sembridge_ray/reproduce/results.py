@@ -47,9 +47,10 @@ def collect(output: Path, cells: Sequence[Cell], datasets: Sequence[str]) -> lis
     return rows
 
 
-def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
+def write_csv(rows: list[dict[str, Any]], path: Path, columns: Sequence[str] = COLUMNS) -> None:
+    """``rows`` as CSV with a header of ``columns``, written atomically."""
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=COLUMNS)
+    writer = csv.DictWriter(buf, fieldnames=list(columns))
     writer.writeheader()
     writer.writerows(rows)
     atomic_write_text(path, buf.getvalue())

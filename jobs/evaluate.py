@@ -19,7 +19,8 @@ from sembridge_ray.retrieval.config import EvaluateConfig
 
 FLAGS = [Flag("--model", "model"), Flag("--dataset", "dataset"), Flag("--split", "split"),
          Flag("--output", "output"), Flag("--top-k", "top_k"), Flag("--workers", "resources.workers"),
-         Flag("--shard-size", "shard_size"), Flag("--doc-top-k", "doc_top_k")]
+         Flag("--shard-size", "shard_size"), Flag("--doc-top-k", "doc_top_k"),
+         Flag("--overwrite", "overwrite", const="true")]
 
 
 def main(argv: list[str] | None = None) -> int:

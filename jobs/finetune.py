@@ -25,7 +25,8 @@ FLAGS = [Flag("--model", "model"), Flag("--train", "train"), Flag("--output", "o
          Flag("--max-steps", "optim.max_steps"), Flag("--lambda-q", "loss.lambda_q"),
          Flag("--lambda-d", "loss.lambda_d"), Flag("--checkpoint-every", "checkpoint_every"),
          Flag("--bf16", "optim.bf16"), Flag("--max-query-length", "max_query_length"),
-         Flag("--max-doc-length", "max_doc_length")]
+         Flag("--max-doc-length", "max_doc_length"),
+         Flag("--overwrite", "overwrite", const="true")]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,7 +20,8 @@ FLAGS = [Flag("--source-model", "source_model"), Flag("--target-tokenizer", "tar
          Flag("--bridge-model", "bridge_model"), Flag("--output", "output"), Flag("--alpha", "alpha"),
          Flag("--method", "method"), Flag("--bias", "bias"), Flag("--match", "match"), Flag("--seed", "seed"),
          Flag("--grid", "grid"), Flag("--dry-run", "dry_run", const="true"), Flag("--workers", "resources.workers"),
-         Flag("--trust-remote-code", "trust_remote_code", const="true")]
+         Flag("--trust-remote-code", "trust_remote_code", const="true"),
+         Flag("--overwrite", "overwrite", const="true")]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,10 +38,9 @@ def main(argv: list[str] | None = None) -> int:
             failures = pipe.run_grid(cfg)
             print(json.dumps({"cells": len(cells), "failures": failures}, indent=2))
             return 1 if failures else 0
-        result = pipe.run_init(cfg)
-        if result is not None:
-            print(sample_table(result.report["samples"]))
-            print(json.dumps({k: result.report[k] for k in ("kinds", "match_rules", "support_histogram", "timings")}))
+        report = pipe.run_init(cfg).report
+        print(sample_table(report["samples"]))
+        print(json.dumps({k: report[k] for k in ("kinds", "match_rules", "support_histogram", "timings")}))
         return 0
 
     return run_job(body)

@@ -24,6 +24,7 @@ FLAGS = [
     Flag("--sick", "sick", help="SICK 2014 directory (default: bundled)"),
     Flag("--sts", "sts", help="STS directory with one folder per year (default: bundled)"),
     Flag("--sts-years", "pretrain.years", help="STS years to pretrain on, e.g. 2012,2013,2014,2015,2016"),
+    Flag("--overwrite", "overwrite", const="true", help="replace an output written with other settings"),
 ]
 
 

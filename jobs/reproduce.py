@@ -21,7 +21,8 @@ from sembridge_ray.reproduce.config import ReproduceConfig
 FLAGS = [Flag("--preset", "preset"), Flag("--output", "output"), Flag("--dry-run", "dry_run", const="true"),
          Flag("--models", "models"), Flag("--languages", "languages"), Flag("--datasets", "datasets"),
          Flag("--methods", "methods"), Flag("--alphas", "alphas"), Flag("--max-concurrent", "max_concurrent"),
-         Flag("--gpus-per-cell", "gpus_per_cell")]
+         Flag("--gpus-per-cell", "gpus_per_cell"),
+         Flag("--overwrite", "overwrite", const="true")]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,7 +7,9 @@ Bad input never shows a traceback: :func:`run_job` prints one line naming it and
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
+import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -83,14 +85,66 @@ def flag_value(argv: Sequence[str], name: str, default: str) -> str:
     return default
 
 
+# Errors of the environment, not of the code: one line and exit 2, like bad input.
+ENVIRONMENT_ERRNOS = {
+    errno.ENOSPC: "disk full", errno.EDQUOT: "disk quota exceeded", errno.EROFS: "read-only file system",
+    errno.EACCES: "permission denied", errno.EPERM: "operation not permitted", errno.ENOTDIR: "not a directory",
+    errno.EISDIR: "is a directory", errno.EEXIST: "already exists", errno.ENAMETOOLONG: "name too long",
+    errno.EFBIG: "file too large",
+}
+_OS_ERROR = re.compile(r"\(os error (\d+)\)")  # how Rust libraries (safetensors, tokenizers) report errno
+
+
+def _causes(err: BaseException) -> list[BaseException]:
+    """What an exception wraps: its explicit ``__cause__``, a Ray task error's ``cause``, a Ray Train failure's
+    per-worker errors, an exception group's members (not the implicit ``__context__``: an error raised while
+    handling another is a new failure)."""
+    found = [getattr(err, "cause", None), err.__cause__]
+    failures = getattr(err, "worker_failures", None)
+    if isinstance(failures, dict):
+        found.extend(failures.values())
+    found.extend(getattr(err, "exceptions", None) or ())
+    return [e for e in found if isinstance(e, BaseException)]
+
+
+def user_error(err: BaseException) -> str | None:
+    """The one-line message of an error caused by the user's input or environment, wherever it sits in the chain
+    of causes (Ray wraps what its workers raise); None when it is a bug."""
+    stack, seen = [err], set()
+    while stack:
+        current = stack.pop(0)
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        wrapped = _causes(current)
+        if getattr(current, "cause", None) is not None:  # a Ray wrapper: also an instance of what it wraps
+            stack = wrapped + stack
+            continue
+        if isinstance(current, InputError):
+            return str(current)
+        code = current.errno if isinstance(current, OSError) else None
+        if code is None and (match := _OS_ERROR.search(str(current))):
+            code = int(match.group(1))
+        if code in ENVIRONMENT_ERRNOS:
+            where = getattr(current, "filename", None) or ""
+            text = current.strerror if isinstance(current, OSError) and current.strerror else str(current)
+            return f"{where + ': ' if where else ''}{text.splitlines()[0]} ({ENVIRONMENT_ERRNOS[code]})"
+        stack.extend(wrapped)
+    return None
+
+
 def run_job(main: Callable[[], int]) -> int:
-    """Run a job's body; bad input becomes one line on stderr and exit code 2, never a traceback."""
+    """Run a job's body. Bad input and environment errors (disk full, read-only, permission) become one line on
+    stderr and exit code 2, also when a Ray worker raised them; a traceback and exit 1 are left for bugs."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         return main()
-    except InputError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Exception as err:
+        message = user_error(err)
+        if message is None:
+            raise
+        print(f"error: {message}", file=sys.stderr)
+        return 2

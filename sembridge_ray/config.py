@@ -11,12 +11,14 @@ import dataclasses
 import types
 import typing
 from collections.abc import Mapping, Sequence
+from functools import cache
 from pathlib import Path
-from typing import Any, Literal, Self, TypeVar
+from typing import Any, ClassVar, Literal, Self, TypeVar
 
 import yaml
 
 from sembridge_ray.errors import InputError
+from sembridge_ray.identity import RunIdentity, flatten, without
 
 _TRUE, _FALSE, _NONE = {"true", "yes", "on", "1"}, {"false", "no", "off", "0"}, {"null", "none", "~", ""}
 
@@ -86,11 +88,52 @@ def _build(cls: type, data: Mapping[str, Any], prefix: str = "") -> Any:
     for name in data:
         if name not in names:
             raise ConfigError(f"unknown config key {prefix}{name!s}")
-    return cls(**{name: coerce(data[name], hints[name], f"{prefix}{name}") for name in data})
+    try:
+        return cls(**{name: coerce(data[name], hints[name], f"{prefix}{name}") for name in data})
+    except ConfigError as err:  # a nested config's own check names its key without the section
+        if prefix and not str(err).startswith(prefix):
+            raise ConfigError(f"{prefix}{err}") from None
+        raise
+
+
+def require(ok: bool, key: str, value: Any, rule: str) -> None:
+    """Raise :class:`ConfigError` ``key=value: rule`` unless ``ok``."""
+    if not ok:
+        raise ConfigError(f"{key}={value!r}: {rule}")
+
+
+@cache
+def _literal_fields(cls: type) -> tuple[tuple[str, tuple[Any, ...]], ...]:
+    hints = typing.get_type_hints(cls)
+    return tuple((f.name, typing.get_args(hints[f.name])) for f in dataclasses.fields(cls)
+                 if typing.get_origin(hints[f.name]) is Literal)
 
 
 class Config:
-    """Mixin for frozen dataclass configs: ``to_dict``/``from_dict`` and nested ``replace``."""
+    """Mixin for frozen dataclass configs: validation when built, ``to_dict``/``from_dict``, overrides, identity.
+
+    A config checks itself when it is constructed (``__post_init__``): ``Literal`` fields against their choices,
+    then the class's own :meth:`check` for ranges. ``NOT_IDENTITY`` lists the dotted keys that change nothing a run
+    computes (paths of inputs, which enter the identity by content, the output, workers, caches, log cadence).
+    """
+
+    NOT_IDENTITY: ClassVar[tuple[str, ...]] = ()
+
+    def __post_init__(self) -> None:
+        for name, choices in _literal_fields(type(self)):
+            value = getattr(self, name)
+            require(value in choices, name, value, f"must be one of {list(choices)}")
+        self.check()
+
+    def check(self) -> None:
+        """Raise :class:`ConfigError` naming the first value out of range (subclasses)."""
+
+    def identity_settings(self) -> dict[str, Any]:
+        """The flattened settings that shape a run's result (see :mod:`sembridge_ray.identity`)."""
+        return without(flatten(self.to_dict()), self.NOT_IDENTITY)
+
+    def identity(self, job: str, inputs: dict[str, str]) -> RunIdentity:
+        return RunIdentity(job=job, settings=self.identity_settings(), inputs=inputs)
 
     def to_dict(self) -> dict[str, Any]:
         return _plain(dataclasses.asdict(self))  # type: ignore[call-overload]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from sembridge_ray.config import Config
+from sembridge_ray.config import Config, require
 
 
 @dataclass(frozen=True)
@@ -23,6 +23,14 @@ class ResourceConfig(Config):
     """Torch threads in each Ray Data actor; 0 = its CPU share (Ray sets OMP_NUM_THREADS to it). On a CPU-only
     machine whose pool is smaller than its cores (one actor on 2 CPUs), the cores the reservation leaves idle
     can compute too."""
+
+    def check(self) -> None:
+        require(self.workers >= 1, "workers", self.workers, "must be >= 1")
+        require(self.cpus_per_worker > 0, "cpus_per_worker", self.cpus_per_worker, "must be > 0")
+        gpus = self.gpus_per_worker
+        require(gpus is None or gpus >= 0, "gpus_per_worker", gpus, "must be >= 0 (or null: 1 when there are GPUs)")
+        require(self.reserve_cpus >= 0, "reserve_cpus", self.reserve_cpus, "must be >= 0")
+        require(self.threads_per_worker >= 0, "threads_per_worker", self.threads_per_worker, "must be >= 0")
 
 
 @dataclass(frozen=True)

@@ -234,6 +234,26 @@ def load_retrieval(spec: str, split: str) -> RetrievalData:
     raise InputError(f"dataset {spec!r} is neither webfaq:<lang>, miracl:<lang>[@DIR] nor a BEIR directory")
 
 
+def dataset_identity(spec: str) -> str:
+    """The identity of what a dataset spec reads (see :mod:`sembridge_ray.identity`); a bad spec names itself."""
+    from sembridge_ray.identity import hub_identity, path_identity
+
+    kind, sep, rest = spec.partition(":")
+    if sep and kind == "webfaq":
+        return hub_identity("PaDaS-Lab/webfaq-retrieval", "dataset")
+    if sep and kind == "miracl":
+        lang, at, mirror = rest.partition("@")
+        if at:
+            base = Path(mirror).expanduser() / lang
+            if not base.is_dir():
+                raise InputError(f"MIRACL mirror {mirror}: no {lang} directory ({base})")
+            return f"miracl:{lang}@{path_identity(base)}"
+        return f"{hub_identity('miracl/miracl', 'dataset')}+{hub_identity('miracl/miracl-corpus', 'dataset')}"
+    if Path(spec).expanduser().exists():
+        return path_identity(Path(spec))
+    raise InputError(f"dataset {spec!r} not found (neither webfaq:<lang>, miracl:<lang>[@DIR] nor a local path)")
+
+
 def positives(qrels: Qrels) -> Qrels:
     """Only the relevant judgements (grade > 0)."""
     return {q: {d: g for d, g in docs.items() if g > 0} for q, docs in qrels.items() if any(g > 0 for g in docs.values())}

@@ -2,8 +2,9 @@
 
     run_evaluate(cfg) -> metrics dict          (what jobs.evaluate and the reproduction driver call)
 
-Outputs in ``cfg.output``: ``run.trec``, ``metrics.json``, ``config.yaml``, and ``_SUCCESS`` last. A rerun with
-the same config skips a complete directory; any other rerun reuses the cached encodings and only searches again.
+Outputs in ``cfg.output``: ``run.trec``, ``metrics.json``, ``per_query.tsv``, ``config.yaml``, ``identity.json``
+and ``_SUCCESS`` last, under the output contract of :mod:`sembridge_ray.outputs`. Encodings are cached by the
+identities of the model and dataset, so a new output for an encoded (model, dataset) only searches again.
 """
 
 from __future__ import annotations
@@ -20,24 +21,17 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import ray
 
-from sembridge_ray.config import read_config, write_config
+from sembridge_ray.config import write_config
 from sembridge_ray.data.retrieval import RetrievalData, load_retrieval
 from sembridge_ray.data.schema import ID, TEXT
 from sembridge_ray.distributed import cluster
 from sembridge_ray.distributed.search import ShardedIndex
-from sembridge_ray.distributed.udfs import SparseEncodeUDF, actor_pool_args
+from sembridge_ray.distributed.udfs import PATH, SparseEncodeUDF, actor_pool_args
 from sembridge_ray.errors import InputError
-from sembridge_ray.outputs import (
-    atomic_path,
-    atomic_write_json,
-    atomic_write_text,
-    is_complete,
-    start_output,
-    write_success,
-)
-from sembridge_ray.placement import Placement
+from sembridge_ray.outputs import atomic_path, atomic_write_json, atomic_write_text, claim_output
 from sembridge_ray.retrieval.config import EvaluateConfig
 from sembridge_ray.retrieval.index import PAD, Shard, TopK, build_shard, rank_ids, shard_bounds
 from sembridge_ray.retrieval.metrics import (
@@ -65,46 +59,36 @@ ENCODING_VERSION = 1
 RUN, METRICS, CONFIG, PER_QUERY = "run.trec", "metrics.json", "config.yaml", "per_query.tsv"
 
 
-def run_evaluate(cfg: EvaluateConfig) -> dict[str, Any]:
-    """Encode, retrieve and score one (model, dataset, split); returns what ``metrics.json`` holds."""
-    out = _check(cfg)
-    if is_complete(out) and _same_config(out, cfg):
-        log.info("%s is complete with this config; skipping (delete its _SUCCESS to redo)", out)
-        return json.loads((out / METRICS).read_text(encoding="utf-8"))
-    start_output(out)
-    write_config(cfg, out / CONFIG)
-    clock = _Clock()
-    (model, model_fp), (spec, data_fp) = resolve_model(cfg.model, _cache(cfg)), resolve_dataset(cfg.dataset, _cache(cfg))
+def run_evaluate(cfg: EvaluateConfig, inputs: dict[str, str] | None = None) -> dict[str, Any]:
+    """Encode, retrieve and score one (model, dataset, split); returns what ``metrics.json`` holds.
+
+    Everything is resolved and checked before the output is touched; ``inputs`` (the model's and dataset's
+    identities) may be given by a caller that planned them (``jobs.reproduce``).
+    """
+    cfg.require_inputs()
+    (model, model_id), (spec, data_id) = resolve_model(cfg.model), resolve_dataset(cfg.dataset)
     data = load_retrieval(spec, cfg.split)
     if not data.qrels:
         raise InputError(f"dataset {cfg.dataset!r}: split {data.split!r} has no qrels")
-    docs, docs_hit = encode_corpus(cfg, model, data, fingerprint(model_fp, data_fp))
-    clock.lap("encode_docs")
-    qids = sorted(q for q in data.qrels if q in data.queries)
-    queries, queries_hit = encode_queries(cfg, model, data, qids, fingerprint(model_fp, data_fp, data.split))
-    clock.lap("encode_queries")
-    metrics = search_and_score(cfg, docs, queries, data, out / RUN, clock)
-    metrics |= {"cache": {"docs": docs_hit, "queries": queries_hit}, "seconds": clock.laps, "model": cfg.model,
-                "dataset": cfg.dataset, "split": data.split, "top_k": cfg.top_k}
-    atomic_write_json(out / METRICS, metrics)
-    write_success(out, exclude=("cache",))
+    identity = cfg.identity("evaluate", inputs or {"model": model_id, "dataset": data_id})
+    out = Path(cfg.output)
+    with claim_output(out, identity, cfg.overwrite) as claim:
+        if claim.done:
+            return json.loads((out / METRICS).read_text(encoding="utf-8"))
+        write_config(cfg, out / CONFIG)
+        clock = _Clock()
+        key = fingerprint(identity.inputs["model"], identity.inputs["dataset"])
+        docs, docs_hit = encode_corpus(cfg, model, data, key)
+        clock.lap("encode_docs")
+        qids = sorted(q for q in data.qrels if q in data.queries)
+        queries, queries_hit = encode_queries(cfg, model, data, qids, fingerprint(key, data.split))
+        clock.lap("encode_queries")
+        metrics = search_and_score(cfg, docs, queries, data, out / RUN, clock)
+        metrics |= {"cache": {"docs": docs_hit, "queries": queries_hit}, "seconds": clock.laps, "model": cfg.model,
+                    "dataset": cfg.dataset, "split": data.split, "top_k": cfg.top_k}
+        atomic_write_json(out / METRICS, metrics)
+        claim.finish(exclude=("cache",))
     return metrics
-
-
-def _check(cfg: EvaluateConfig) -> Path:
-    for key in ("model", "dataset", "output"):
-        if not getattr(cfg, key):
-            raise InputError(f"--{key} is required")
-    if cfg.top_k < 1 or cfg.query_batch_size < 1:
-        raise InputError("top_k and query_batch_size must be at least 1")
-    return Path(cfg.output)
-
-
-def _same_config(out: Path, cfg: EvaluateConfig) -> bool:
-    try:
-        return read_config(EvaluateConfig, out / CONFIG) == cfg
-    except (InputError, OSError):
-        return False
 
 
 class _Clock:
@@ -120,14 +104,15 @@ class _Clock:
 
 def encode_corpus(cfg: EvaluateConfig, model: str, data: RetrievalData, key: str) -> tuple[Path, bool]:
     """The corpus's sparse vectors (cached): staged to Parquet by the driver, encoded by the actor pool."""
-    entry = fingerprint("docs", ENCODING_VERSION, key, cfg.doc_max_length, cfg.doc_top_k)
+    entry = fingerprint("docs", ENCODING_VERSION, key, cfg.doc_max_length, cfg.doc_top_k, cfg.stage_rows,
+                        cfg.encode_batch_size)
 
     def build(tmp: Path) -> dict[str, Any]:
-        rows = stage_corpus(data.corpus.batches(cfg.stage_rows), tmp / "staged", cfg.stage_rows)
+        files = stage_corpus(data.corpus.batches(cfg.stage_rows), tmp / "staged")
+        rows = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
         if rows == 0:
             raise InputError(f"dataset {cfg.dataset!r}: the corpus ({data.corpus.name}) is empty")
-        plan = cluster.placement(cfg.resources)  # connects first: Ray Data alone would ray.init() anywhere
-        encode(ray.data.read_parquet(str(tmp / "staged")), tmp / VECTORS, cfg, model, "document", plan)
+        encode(files, tmp / VECTORS, cfg, model, "document")
         shutil.rmtree(tmp / "staged")
         return {"rows": rows}
 
@@ -137,14 +122,15 @@ def encode_corpus(cfg: EvaluateConfig, model: str, data: RetrievalData, key: str
 def encode_queries(cfg: EvaluateConfig, model: str, data: RetrievalData, qids: list[str], key: str
                    ) -> tuple[Path, bool]:
     """The vectors of the qrels queries that have text (cached)."""
-    entry = fingerprint("queries", ENCODING_VERSION, key, cfg.query_max_length, cfg.query_top_k, qids)
+    entry = fingerprint("queries", ENCODING_VERSION, key, cfg.query_max_length, cfg.query_top_k, qids,
+                        cfg.stage_rows, cfg.encode_batch_size)
 
     def build(tmp: Path) -> dict[str, Any]:
         if qids:
             table = pa.table({ID: qids, TEXT: [data.queries[q] for q in qids]})
-            plan = cluster.placement(cfg.resources)
-            dataset = ray.data.from_arrow(table).repartition(max(2, plan.workers))
-            encode(dataset, tmp / VECTORS, cfg, model, "query", plan)
+            batches = (table.slice(i, cfg.stage_rows) for i in range(0, len(qids), cfg.stage_rows))
+            encode(stage_corpus(batches, tmp / "staged"), tmp / VECTORS, cfg, model, "query")
+            shutil.rmtree(tmp / "staged")
         return {"rows": len(qids)}
 
     return cached(_cache(cfg) / f"queries-{entry}", build)
@@ -154,13 +140,21 @@ def _cache(cfg: EvaluateConfig) -> Path:
     return Path(cfg.cache_dir) if cfg.cache_dir else Path(cfg.output) / "cache"
 
 
-def encode(ds: ray.data.Dataset, dest: Path, cfg: EvaluateConfig, model: str, role: str, plan: Placement) -> None:
-    """(id, text) rows -> sparse Parquet (id, indices, values) through a pool of encoder actors (GPU if any)."""
+def encode(files: list[Path], dest: Path, cfg: EvaluateConfig, model: str, role: str) -> None:
+    """Staged (id, text) Parquet files -> sparse Parquet (id, indices, values) through a pool of encoder actors.
+
+    Each actor call takes one whole staged file and encodes it in batches of ``encode_batch_size``, so which texts
+    share a (padded) batch depends only on the file, never on how Ray cuts or schedules blocks: the vectors are
+    the same bit for bit on one node or many.
+    """
+    plan = cluster.placement(cfg.resources)  # connects first: Ray Data alone would ray.init() anywhere
     query = role == "query"
     kwargs = {"model_dir": model, "role": role, "max_length": cfg.query_max_length if query else cfg.doc_max_length,
-              "top_k": cfg.query_top_k if query else cfg.doc_top_k, "threads": cfg.resources.threads_per_worker}
-    encoded = ds.map_batches(SparseEncodeUDF, fn_constructor_kwargs=kwargs, batch_format="numpy",
-                             **actor_pool_args(plan, cfg.encode_batch_size))
+              "top_k": cfg.query_top_k if query else cfg.doc_top_k, "batch_size": cfg.encode_batch_size,
+              "threads": cfg.resources.threads_per_worker}
+    paths = ray.data.from_items([{PATH: str(f)} for f in files], override_num_blocks=max(1, len(files)))
+    encoded = paths.map_batches(SparseEncodeUDF, fn_constructor_kwargs=kwargs, batch_format="pyarrow",
+                                **actor_pool_args(plan, 1))
     with atomic_path(dest) as tmp:
         encoded.write_parquet(str(tmp))
 

@@ -55,22 +55,21 @@ def ray_stages(cfg: InitConfig) -> Stages:
         ctx_ref = ray.put(ctx)  # source bridge matrix + E_s: in the object store once, shared by every actor
         table = pa.table({ID: pa.array(target_ids.astype(np.int64)),
                           VECTOR: pa.array(list(new_vecs), pa.list_(pa.float32()))})
-        ds = ray.data.from_arrow(table).repartition(max(2 * plan.workers, len(target_ids) // cfg.rows_batch_size + 1))
-        out = ds.map_batches(InitRowsUDF, fn_constructor_kwargs={"context": [ctx_ref], "threads": cfg.resources.threads_per_worker}, batch_format="pyarrow",
-                             **actor_pool_args(plan, cfg.rows_batch_size))
+        # One block per batch of rows, cut by position: a row's cosines come from the same GEMM shapes whatever
+        # the cluster, so the weights are the same bit for bit on one node or many.
+        size = cfg.rows_batch_size
+        ds = ray.data.from_arrow([table.slice(i, size) for i in range(0, max(1, table.num_rows), size)])
+        kwargs = {"context": [ctx_ref], "threads": cfg.resources.threads_per_worker}
+        out = ds.map_batches(InitRowsUDF, fn_constructor_kwargs=kwargs, batch_format="pyarrow",
+                             **{**actor_pool_args(plan, size), "batch_size": None})
         return rows_from_tables(ray.get(out.to_arrow_refs()), len(ctx.inputs))
 
     return Stages(encode=encode, rows=rows)
 
 
-def run_init(cfg: InitConfig) -> InitResult | None:
-    """One initialisation through Ray; ``None`` when the output is already complete (skipped)."""
-    if not (cfg.source_model and cfg.target_tokenizer and cfg.output):
-        raise InputError("--source-model, --target-tokenizer and --output are required (or --grid paper)")
-    if is_complete(Path(cfg.output)):
-        log.info("%s is complete; skipping", cfg.output)
-        return None
-    return initialise(cfg, ray_stages(cfg))
+def run_init(cfg: InitConfig, inputs: dict[str, str] | None = None) -> InitResult:
+    """One initialisation through Ray (inputs checked in the driver first; a finished output is skipped)."""
+    return initialise(cfg, ray_stages(cfg), inputs)
 
 
 def grid_cells(cfg: InitConfig) -> list[InitConfig]:

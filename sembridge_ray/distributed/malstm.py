@@ -13,11 +13,15 @@ import ray
 
 from sembridge_ray.config import write_config
 from sembridge_ray.distributed import cluster
-from sembridge_ray.outputs import is_complete, start_output, write_success
+from sembridge_ray.identity import path_identity
+from sembridge_ray.outputs import claim_output
+from sembridge_ray.resources import SICK_DIR, STS_DIR
+from sembridge_ray.siamese import augment as aug
 from sembridge_ray.siamese.config import MalstmConfig
 from sembridge_ray.siamese.loop import RestartResult, train_restart
 from sembridge_ray.siamese.prepare import Prepared, prepare
 from sembridge_ray.siamese.results import write_results
+from sembridge_ray.siamese.vectors import parse_source, vectors_identity
 
 log = logging.getLogger(__name__)
 
@@ -48,19 +52,32 @@ def run_restarts(data: Prepared, cfg: MalstmConfig) -> list[RestartResult]:
     return sorted(done.values(), key=lambda r: r.seed)
 
 
+def input_identities(cfg: MalstmConfig) -> dict[str, str]:
+    """The data, vectors and thesaurus the run reads, identified by content (checked to exist first)."""
+    parse_source(cfg.vectors.source)  # a missing vectors file fails before anything slow
+    inputs = {"sick": path_identity(Path(cfg.sick) if cfg.sick else SICK_DIR)}
+    if cfg.pretrain.enabled:
+        inputs["sts"] = path_identity(Path(cfg.sts) if cfg.sts else STS_DIR)
+    inputs["vectors"] = vectors_identity(cfg.vectors.source)
+    if cfg.augment.enabled:
+        wordnet = aug.load_wordnet(cfg.augment.wordnet_dir) if cfg.augment.thesaurus != "bundled" else None
+        inputs["thesaurus"] = "wordnet-3.0" if wordnet is not None else path_identity(aug.BUNDLED_THESAURUS)
+    return inputs
+
+
 def run_malstm(cfg: MalstmConfig) -> dict[str, Any]:
     out = Path(cfg.output)
-    if is_complete(out):
-        log.info("%s is complete; skipping (delete its _SUCCESS to redo)", out)
-        return json.loads((out / "report.json").read_text(encoding="utf-8"))
-    start = time.perf_counter()
-    data = prepare(cfg)  # bad input fails here, before the output directory is touched
-    prepared = time.perf_counter()
-    start_output(out)
-    write_config(cfg, out / "config.yaml")
-    results = run_restarts(data, cfg)
-    trained = time.perf_counter()
-    seconds = {"prepare": round(prepared - start, 1), "train": round(trained - prepared, 1)}
-    report = write_results(out, cfg, data, results, seconds, start)
-    write_success(out, best_seed=report["best_seed"], seconds=report["seconds"])
+    identity = cfg.identity("malstm", input_identities(cfg))
+    with claim_output(out, identity, cfg.overwrite) as claim:
+        if claim.done:
+            return json.loads((out / "report.json").read_text(encoding="utf-8"))
+        start = time.perf_counter()
+        data = prepare(cfg)
+        prepared = time.perf_counter()
+        write_config(cfg, out / "config.yaml")
+        results = run_restarts(data, cfg)
+        trained = time.perf_counter()
+        seconds = {"prepare": round(prepared - start, 1), "train": round(trained - prepared, 1)}
+        report = write_results(out, cfg, data, results, seconds, start)
+        claim.finish(best_seed=report["best_seed"], seconds=report["seconds"])
     return report

@@ -1,8 +1,11 @@
-"""Ray side of the reproduction: prepare assets, run cells (inline or as concurrent Ray tasks), tables, plots.
+"""Ray side of the reproduction: plan every stage, check them all against what is on disk, then run the cells
+(inline or as concurrent Ray tasks) and write the tables and plots.
 
 A cell initialises once; then for each dataset it evaluates zero-shot, fine-tunes on the training split and
-evaluates again. Every stage has its own output directory with ``_SUCCESS``, so a rerun skips finished stages and
-resumes unfinished ones (fine-tuning resumes from its last checkpoint). A failing cell is recorded with its error
+evaluates again. Every stage has its own output directory under the output contract (:mod:`sembridge_ray.outputs`):
+before any work, every planned stage is compared with what its directory holds, and stages whose settings changed
+are listed and refused unless ``--overwrite``. A rerun then skips finished stages and resumes unfinished ones
+(fine-tuning from its last checkpoint). A cell whose inputs are missing, or that fails, is recorded with its error
 and does not stop the others.
 """
 
@@ -11,7 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import traceback
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,29 +22,58 @@ import ray
 
 from sembridge_ray import catalog
 from sembridge_ray.config import write_config
+from sembridge_ray.data.retrieval import dataset_identity
 from sembridge_ray.distributed import cluster
 from sembridge_ray.distributed.eval_pipeline import run_evaluate
 from sembridge_ray.distributed.init_pipeline import run_init
 from sembridge_ray.distributed.train import run_finetune
-from sembridge_ray.outputs import atomic_write_json, atomic_write_text, is_complete
+from sembridge_ray.embed_init.bridge import check_bridge
+from sembridge_ray.errors import InputError
+from sembridge_ray.identity import model_identity
+from sembridge_ray.locks import OutputLock
+from sembridge_ray.outputs import atomic_write_json, atomic_write_text, conflict, is_complete, is_done
 from sembridge_ray.reproduce import cells as cellmod
 from sembridge_ray.reproduce import compare, demo, plots, results
-from sembridge_ray.reproduce.cells import Cell, cell_paths
 from sembridge_ray.reproduce.config import ReproduceConfig
-from sembridge_ray.reproduce.plan import cell_resources, concurrency
+from sembridge_ray.reproduce.plan import concurrency
+from sembridge_ray.reproduce.stages import Assets, Stage, cell_stages, source_stages
 
 log = logging.getLogger(__name__)
 DEMO_MODEL, DEMO_LANGUAGE, DEMO_DATASET = "minilm-splade", "en-bpe", "sick"
 SOURCE_EVAL = "source-eval"
 
 
-@dataclass(frozen=True)
-class Assets:
-    """Where a cell's inputs come from: model paths, target tokenizers, (eval, train) dataset specs."""
+@dataclass
+class Plan:
+    """Every stage to run, in order: the demo's asset stages first, then the cells'; cells that could not be
+    planned (a missing input) with their error."""
 
-    models: dict[str, str]
-    tokenizers: dict[str, str]
-    specs: dict[tuple[str, str], tuple[str, str]]  # (dataset, language) -> (eval spec, train spec)
+    assets: list[Stage] = field(default_factory=list)
+    cells: dict[str, list[Stage]] = field(default_factory=dict)
+    failures: dict[str, str] = field(default_factory=dict)
+
+    def all_stages(self) -> list[tuple[str, Stage]]:
+        return [("assets", s) for s in self.assets] + [(c, s) for c, stages in self.cells.items() for s in stages]
+
+
+class Identities:
+    """Input identities, computed once per name (a grid asks for the same models and datasets many times)."""
+
+    def __init__(self, known: dict[str, str]) -> None:
+        self.memo = dict(known)
+
+    def __call__(self, kind: str, name: str) -> str:
+        key = f"{kind}:{name}"
+        if name in self.memo:
+            return self.memo[name]
+        if key not in self.memo:
+            if kind == "dataset":
+                self.memo[key] = dataset_identity(name)
+            elif kind == "bridge":
+                self.memo[key] = check_bridge(name)
+            else:
+                self.memo[key] = model_identity(name)
+        return self.memo[key]
 
 
 def paper_assets(cfg: ReproduceConfig) -> Assets:
@@ -51,60 +83,79 @@ def paper_assets(cfg: ReproduceConfig) -> Assets:
         specs[("webfaq", lang)] = (f"webfaq:{lang}",) * 2
         specs[("miracl", lang)] = (f"miracl:{lang}{mirror}",) * 2
     models = {m: catalog.SOURCE_MODELS.get(m, m) for m in cfg.models}
-    return Assets(models, cfg.tokenizer_per_language(), specs)
+    return Assets(models=models, tokenizers=cfg.tokenizer_per_language(), specs=specs)
 
 
-def demo_assets(cfg: ReproduceConfig) -> Assets:
-    """Build (once) the miniature's source encoder, target tokenizer and data under ``<output>/assets``."""
+def demo_files(cfg: ReproduceConfig) -> dict[str, Path]:
+    """Build (once) the miniature's deterministic inputs under ``<output>/assets``: the retrieval set, training
+    pairs, the target tokenizer and the untrained MiniLM SPLADE."""
     root = Path(cfg.output) / "assets"
-    beir = root / "sick-beir"
-    if not (beir / "corpus.jsonl").is_file():
-        demo.build_retrieval_set(beir, cfg.demo.test_pairs)
-    sick_train = root / "sick-train-pairs.parquet"
-    if not sick_train.is_file():
-        demo.write_pairs(demo.sick_pairs(), sick_train)
-    source_pairs = root / "source-pairs.parquet"
-    if not source_pairs.is_file():
-        demo.write_pairs(demo.sick_pairs() + demo.sts_pairs(), source_pairs)
-    target = root / "target-bpe"
-    if not (target / "tokenizer.json").is_file():
-        demo.build_target_tokenizer(target, cfg.demo.target_vocab)
-    untrained = root / "minilm-splade-untrained"
-    if not (untrained / "config.json").is_file():
-        demo.build_minilm_splade(untrained, cfg.demo.mlm_bias)
-    source = root / "minilm-splade"
-    optim = replace(cfg.finetune.optim, max_steps=cfg.demo.source_steps, batch_size=cfg.demo.source_batch,
-                    lr=cfg.demo.source_lr)
-    run_finetune(replace(cfg.finetune, model=str(untrained), train=str(source_pairs), output=str(source),
-                         optim=optim))
-    # The source with its own tokenizer on the same queries: the level a transfer would ideally recover.
-    run_evaluate(replace(cfg.evaluate, model=str(source), dataset=str(beir), split=cfg.eval_split,
-                         output=str(root / SOURCE_EVAL), cache_dir=str(Path(cfg.output) / "cache" / "eval")))
-    return Assets({DEMO_MODEL: str(source)}, {DEMO_LANGUAGE: str(target)},
-                  {(DEMO_DATASET, DEMO_LANGUAGE): (str(beir), str(sick_train))})
+    files = {"beir": root / "sick-beir", "sick_train": root / "sick-train-pairs.parquet",
+             "source_pairs": root / "source-pairs.parquet", "target": root / "target-bpe",
+             "untrained": root / "minilm-splade-untrained"}
+    if not (files["beir"] / "corpus.jsonl").is_file():
+        demo.build_retrieval_set(files["beir"], cfg.demo.test_pairs)
+    if not files["sick_train"].is_file():
+        demo.write_pairs(demo.sick_pairs(), files["sick_train"])
+    if not files["source_pairs"].is_file():
+        demo.write_pairs(demo.sick_pairs() + demo.sts_pairs(), files["source_pairs"])
+    if not (files["target"] / "tokenizer.json").is_file():
+        demo.build_target_tokenizer(files["target"], cfg.demo.target_vocab)
+    if not (files["untrained"] / "config.json").is_file():
+        demo.build_minilm_splade(files["untrained"], cfg.demo.mlm_bias)
+    return files
 
 
-def run_cell(cfg: ReproduceConfig, cell: Cell, assets: Assets, gpus: float) -> dict[str, Any]:
-    """All stages of one cell; finished stages are skipped. Rebuilds the results tables after each stage."""
-    paths = cell_paths(Path(cfg.output), cell)
-    init = replace(cfg.init, source_model=assets.models[cell.model], target_tokenizer=assets.tokenizers[cell.language],
-                   method=cell.method, alpha=cell.alpha if cell.alpha is not None else cfg.init.alpha,
-                   output=str(paths.init), resources=cell_resources(cfg, cfg.init.resources, gpus))
-    run_init(init)
-    refresh(cfg)
-    for dataset in cfg.datasets:
-        eval_spec, train_spec = assets.specs[(dataset, cell.language)]
-        evaluate = replace(cfg.evaluate, dataset=eval_spec, split=cfg.eval_split,
-                           cache_dir=str(Path(cfg.output) / "cache" / "eval"),
-                           resources=cell_resources(cfg, cfg.evaluate.resources, gpus))
-        run_evaluate(replace(evaluate, model=str(paths.model), output=str(paths.eval(dataset, "zero_shot"))))
-        refresh(cfg)
-        finetune = replace(cfg.finetune, model=str(paths.model), train=train_spec, output=str(paths.finetune(dataset)),
-                           resources=cell_resources(cfg, cfg.finetune.resources, gpus))
-        run_finetune(finetune)
-        run_evaluate(replace(evaluate, model=str(paths.finetune(dataset)), output=str(paths.eval(dataset, "finetuned"))))
-        refresh(cfg)
-    return {"cell": cell.name, "ok": True}
+def plan(cfg: ReproduceConfig, gpus: float) -> Plan:
+    """Every stage of every cell, with identities; no stage runs here."""
+    result = Plan()
+    if cfg.preset == "demo":
+        files = demo_files(cfg)
+        identify = Identities({})
+        source, source_eval = source_stages(cfg, files["untrained"], files["source_pairs"], files["beir"], identify)
+        result.assets = [source, source_eval]
+        identify.memo[source.cfg.output] = source.ref  # type: ignore[attr-defined]
+        assets = Assets(models={DEMO_MODEL: source.cfg.output},  # type: ignore[attr-defined]
+                        tokenizers={DEMO_LANGUAGE: str(files["target"])},
+                        specs={(DEMO_DATASET, DEMO_LANGUAGE): (str(files["beir"]), str(files["sick_train"]))})
+    else:
+        assets, identify = paper_assets(cfg), Identities({})
+    for cell in cellmod.config_cells(cfg):
+        try:
+            result.cells[cell.name] = cell_stages(cfg, cell, assets, gpus, identify)
+        except InputError as err:
+            log.error("cell %s cannot run: %s", cell.name, err)
+            result.failures[cell.name] = f"{type(err).__name__}: {err}"
+    return result
+
+
+def check_plan(cfg: ReproduceConfig, planned: Plan) -> None:
+    """Refuse, listing them, when stages on disk were run with other settings (unless ``overwrite``)."""
+    changed = []
+    for cell, stage in planned.all_stages():
+        detail = conflict(stage.output, stage.identity)
+        if detail is not None:
+            changed.append(f"{cell}/{stage.name} ({detail})")
+    if changed and not cfg.overwrite:
+        shown = "; ".join(changed[:6]) + (f"; and {len(changed) - 6} more" if len(changed) > 6 else "")
+        raise InputError(f"{len(changed)} finished or started stages have other settings: {shown}; rerun with "
+                         "--overwrite to redo them (and what depends on them), or choose another --output")
+    if changed:
+        log.warning("--overwrite: %d stages with other settings will be redone", len(changed))
+
+
+def run_stage(stage: Stage) -> None:
+    runner = {"init": run_init, "finetune": run_finetune, "evaluate": run_evaluate}[stage.job]
+    runner(stage.cfg, stage.inputs)  # type: ignore[operator]
+
+
+def run_cell(cfg: ReproduceConfig, name: str, stages: list[Stage]) -> dict[str, Any]:
+    """All stages of one cell in order; finished ones are skipped. Rebuilds the results tables after each."""
+    for stage in stages:
+        run_stage(stage)
+        if stage.job == "evaluate" or stage.name == "init":
+            refresh(cfg)
+    return {"cell": name, "ok": True}
 
 
 def refresh(cfg: ReproduceConfig, failures: dict[str, str] | None = None, final: bool = False) -> list[dict[str, Any]]:
@@ -131,54 +182,51 @@ def refresh(cfg: ReproduceConfig, failures: dict[str, str] | None = None, final:
     return rows
 
 
-def _guarded(cfg: ReproduceConfig, cell: Cell, assets: Assets, gpus: float) -> dict[str, Any]:
+def _guarded(cfg: ReproduceConfig, name: str, stages: list[Stage]) -> dict[str, Any]:
     try:
-        return run_cell(cfg, cell, assets, gpus)
+        return run_cell(cfg, name, stages)
     except Exception as err:  # a failing cell is recorded and must not stop the others
-        log.error("cell %s failed: %s", cell.name, err)
-        return {"cell": cell.name, "ok": False, "error": f"{type(err).__name__}: {err}",
+        log.error("cell %s failed: %s", name, err)
+        return {"cell": name, "ok": False, "error": f"{type(err).__name__}: {err}",
                 "traceback": traceback.format_exc(limit=8)}
 
 
 def run_reproduce(cfg: ReproduceConfig) -> dict[str, Any]:
-    """Run every cell (skipping finished stages); returns {"cells": n, "failures": {cell: error}}."""
+    """Plan and check every stage, then run every cell (skipping finished stages); returns {"cells", "ran",
+    "failures": {cell: error}}."""
     out = Path(cfg.output)
     out.mkdir(parents=True, exist_ok=True)
-    write_config(cfg, out / "config.yaml")
-    info = cluster.connect()
-    assets = demo_assets(cfg) if cfg.preset == "demo" else paper_assets(cfg)
-    cells = cellmod.config_cells(cfg)
-    todo = [c for c in cells if not _cell_done(cfg, c)]
-    width = concurrency(cfg, info.gpus)
-    log.info("%d cells (%d unfinished), %d at a time", len(cells), len(todo), width)
-    outcomes = _run_inline(cfg, todo, assets, info.gpus) if width == 1 else _run_tasks(cfg, todo, assets, info.gpus, width)
-    failures = {o["cell"]: o["error"] for o in outcomes if not o["ok"]}
-    atomic_write_json(out / "failures.json", failures)
-    for o in outcomes:
-        if not o["ok"]:
-            atomic_write_text(out / "cells" / o["cell"] / "error.txt", o["error"] + "\n\n" + o["traceback"])
-    refresh(cfg, failures, final=True)
-    return {"cells": len(cells), "ran": len(todo), "failures": failures}
+    with OutputLock(out):
+        info = cluster.connect()
+        planned = plan(cfg, info.gpus)
+        check_plan(cfg, planned)
+        write_config(cfg, out / "config.yaml")
+        for stage in planned.assets:
+            run_stage(stage)
+        todo = {c: s for c, s in planned.cells.items() if not all(is_done(x.output, x.identity) for x in s)}
+        width = concurrency(cfg, info.gpus)
+        log.info("%d cells (%d unfinished, %d not runnable), %d at a time", len(planned.cells) + len(planned.failures),
+                 len(todo), len(planned.failures), width)
+        items = list(todo.items())
+        outcomes = [_guarded(cfg, c, s) for c, s in items] if width == 1 else _run_tasks(cfg, items, width)
+        failures = dict(planned.failures) | {o["cell"]: o["error"] for o in outcomes if not o["ok"]}
+        atomic_write_json(out / "failures.json", failures)
+        for name, error in failures.items():
+            detail = next((o["traceback"] for o in outcomes if o["cell"] == name and "traceback" in o), "")
+            atomic_write_text(out / "cells" / name / "error.txt", error + "\n\n" + detail)
+        refresh(cfg, failures, final=True)
+    return {"cells": len(planned.cells) + len(planned.failures), "ran": len(todo), "failures": failures}
 
 
-def _cell_done(cfg: ReproduceConfig, cell: Cell) -> bool:
-    paths = cell_paths(Path(cfg.output), cell)
-    stages = [paths.init, *(paths.eval(d, s) for d in cfg.datasets for s in cellmod.STAGES)]
-    return all(is_complete(p) for p in stages)
-
-
-def _run_inline(cfg: ReproduceConfig, cells: list[Cell], assets: Assets, gpus: float) -> list[dict[str, Any]]:
-    return [_guarded(cfg, cell, assets, gpus) for cell in cells]
-
-
-def _run_tasks(cfg: ReproduceConfig, cells: list[Cell], assets: Assets, gpus: float, width: int) -> list[dict[str, Any]]:
+def _run_tasks(cfg: ReproduceConfig, cells: list[tuple[str, list[Stage]]], width: int) -> list[dict[str, Any]]:
     """Cells as Ray tasks, at most ``width`` in flight; each task drives its own actor pools and trainers."""
     task = ray.remote(num_cpus=0, max_retries=0)(_guarded)
     pending, done = list(cells), []
     running: list[Any] = []
     while pending or running:
         while pending and len(running) < width:
-            running.append(task.remote(cfg, pending.pop(0), assets, gpus))
+            name, stages = pending.pop(0)
+            running.append(task.remote(cfg, name, stages))
         ready, running = ray.wait(running, num_returns=1)
         done.extend(ray.get(ready))
     return done

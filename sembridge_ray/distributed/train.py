@@ -26,19 +26,15 @@ import torch.distributed as dist
 from ray.train.torch import TorchTrainer
 
 from sembridge_ray.config import write_config
+from sembridge_ray.data.retrieval import dataset_identity
 from sembridge_ray.data.stream import StreamInfo, materialise_stream
 from sembridge_ray.distributed import cluster
 from sembridge_ray.errors import InputError
-from sembridge_ray.outputs import (
-    atomic_write_json,
-    atomic_write_text,
-    is_complete,
-    start_output,
-    write_success,
-)
+from sembridge_ray.identity import RunIdentity, model_identity
+from sembridge_ray.outputs import atomic_write_json, atomic_write_text, claim_output
 from sembridge_ray.sparse import loop
 from sembridge_ray.sparse.collective import LocalCollective, TorchCollective
-from sembridge_ray.sparse.config import FinetuneConfig, run_name
+from sembridge_ray.sparse.config import FinetuneConfig
 from sembridge_ray.sparse.model import SpladeEncoder, check_mlm, load_mlm, save_sparse_encoder
 
 log = logging.getLogger(__name__)
@@ -62,35 +58,49 @@ class FinetuneResult:
         return self.steps > 0
 
 
-def run_finetune(cfg: FinetuneConfig) -> FinetuneResult:
-    """Fine-tune ``cfg.model`` on ``cfg.train`` into ``cfg.output``; skip a finished output, resume a broken one."""
-    cfg.validate()
-    out = Path(cfg.output)
-    if is_complete(out):
-        log.info("%s is complete; skipping (delete its _SUCCESS to redo)", out)
-        summary = json.loads((out / SUMMARY).read_text(encoding="utf-8"))
-        fields = set(FinetuneResult.__dataclass_fields__) - {"skipped"}
-        return FinetuneResult(**{k: v for k, v in summary.items() if k in fields}, skipped=True)
+def input_identities(cfg: FinetuneConfig) -> dict[str, str]:
+    """Check the model and the training data exist (before anything is written) and identify them."""
+    cfg.require_inputs()
+    inputs = {"model": model_identity(cfg.model), "train": dataset_identity(cfg.train)}
     check_mlm(cfg.model)
-    start_output(out)
-    write_config(cfg, out / "config.yaml")
-    stream, info = materialise_stream(StreamInfo(cfg.train, cfg.split, cfg.hard_negatives, cfg.optim.batch_size,
-                                                 cfg.optim.epochs, cfg.optim.max_steps, cfg.seed), out / DATA_DIR)
-    plan = cluster.placement(cfg.resources, reserve=False)  # Train workers need no CPU held back for Ray Data
-    if cfg.optim.batch_size % plan.workers:
-        raise InputError(f"batch size {cfg.optim.batch_size} does not split over {plan.workers} workers")
-    storage, name = cfg.storage or str((out / CHECKPOINT_DIR).resolve()), run_name(cfg)
-    resumed = latest_step(storage, name)
-    if resumed is not None:
-        log.info("resumed from step %d (run %s in %s)", resumed, name, storage)
-    start = time.perf_counter()
-    result = _trainer(cfg, stream, info.total_steps, plan, storage, name).fit()
-    final = export_checkpoint(result.checkpoint, cfg, out, info.total_steps)
-    summary = FinetuneResult(str(out), info.total_steps, name, storage, resumed, plan.workers,
-                             round(time.perf_counter() - start, 2), final)
-    atomic_write_json(out / SUMMARY, {**asdict(summary), "stream": asdict(info)})
-    write_success(out, exclude=(CHECKPOINT_DIR, DATA_DIR))
+    return inputs
+
+
+def run_finetune(cfg: FinetuneConfig, inputs: dict[str, str] | None = None) -> FinetuneResult:
+    """Fine-tune ``cfg.model`` on ``cfg.train`` into ``cfg.output``; skip a finished output, resume a broken one.
+
+    ``inputs`` (identities of the model and the training data) may come from a caller that planned them.
+    """
+    identity = cfg.identity("finetune", inputs or input_identities(cfg))
+    out = Path(cfg.output)
+    with claim_output(out, identity, cfg.overwrite) as claim:
+        if claim.done:
+            summary = json.loads((out / SUMMARY).read_text(encoding="utf-8"))
+            fields = set(FinetuneResult.__dataclass_fields__) - {"skipped"}
+            return FinetuneResult(**{k: v for k, v in summary.items() if k in fields}, skipped=True)
+        stream, info = materialise_stream(StreamInfo(cfg.train, cfg.split, cfg.hard_negatives, cfg.optim.batch_size,
+                                                     cfg.optim.epochs, cfg.optim.max_steps, cfg.seed), out / DATA_DIR)
+        write_config(cfg, out / "config.yaml")
+        plan = cluster.placement(cfg.resources, reserve=False)  # Train workers need no CPU held back for Ray Data
+        if cfg.optim.batch_size % plan.workers:
+            raise InputError(f"batch size {cfg.optim.batch_size} does not split over {plan.workers} workers")
+        storage, name = cfg.storage or str((out / CHECKPOINT_DIR).resolve()), run_name(identity)
+        resumed = latest_step(storage, name)
+        if resumed is not None:
+            log.info("resumed from step %d (run %s in %s)", resumed, name, storage)
+        start = time.perf_counter()
+        result = _trainer(cfg, stream, info.total_steps, plan, storage, name).fit()
+        final = export_checkpoint(result.checkpoint, cfg, out, info.total_steps)
+        summary = FinetuneResult(str(out), info.total_steps, name, storage, resumed, plan.workers,
+                                 round(time.perf_counter() - start, 2), final)
+        atomic_write_json(out / SUMMARY, {**asdict(summary), "stream": asdict(info)})
+        claim.finish(exclude=(CHECKPOINT_DIR, DATA_DIR))
     return summary
+
+
+def run_name(identity: RunIdentity) -> str:
+    """The Ray Train run name: the run's fingerprint, so the same settings and inputs resume the same run."""
+    return f"finetune-{identity.fingerprint[:16]}"
 
 
 def _trainer(cfg: FinetuneConfig, stream: Path, total_steps: int, plan: Any, storage: str, name: str) -> TorchTrainer:

@@ -11,6 +11,8 @@ from sembridge_ray.data.schema import ID, TEXT
 from sembridge_ray.placement import pick_device
 from sembridge_ray.sparse.encode import sparse_rows, sparse_table
 
+PATH = "path"
+
 
 def use_threads(threads: int) -> None:
     """``threads`` > 0: this actor's torch thread count (see ``ResourceConfig.threads_per_worker``)."""
@@ -21,25 +23,36 @@ def use_threads(threads: int) -> None:
 
 
 class SparseEncodeUDF:
-    """Ray Data actor: holds a SparseEncoder on its device; turns a batch of (id, text) into sparse rows."""
+    """Ray Data actor: holds a SparseEncoder on its device; turns staged (id, text) Parquet files into sparse rows.
 
-    def __init__(self, model_dir: str, max_length: int, top_k: int | None = None, role: str | None = None,
-                 threads: int = 0) -> None:
+    Each call gets file paths (one per row of the batch) and encodes every file whole, in batches of
+    ``batch_size`` texts (sentence-transformers sorts a call's texts by length, so batches pad little): the
+    result depends on the file alone, not on Ray's block boundaries.
+    """
+
+    def __init__(self, model_dir: str, max_length: int, batch_size: int, top_k: int | None = None,
+                 role: str | None = None, threads: int = 0) -> None:
         """``role`` "query" or "document" encodes with ``encode_query``/``encode_document`` (the model's prompts
         or router for that side, where it has them); None uses plain ``encode``."""
         from sembridge_ray.sparse.model import load_sparse_encoder
 
         use_threads(threads)
         self.model = load_sparse_encoder(model_dir, device=pick_device(), max_length=max_length)
-        self.top_k = top_k
+        self.top_k, self.batch_size = top_k, batch_size
         self.encode = {None: self.model.encode, "query": self.model.encode_query,
                        "document": self.model.encode_document}[role]
 
-    def __call__(self, batch: dict[str, np.ndarray]) -> pa.Table:
-        texts = [str(t) for t in batch[TEXT]]
-        emb = self.encode(texts, batch_size=max(1, len(texts)), convert_to_tensor=True, show_progress_bar=False)
-        indices, values = sparse_rows(emb, self.top_k)
-        return sparse_table([str(i) for i in batch[ID]], indices, values)
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        import pyarrow.parquet as pq
+
+        parts = []
+        for path in batch.column(PATH).to_pylist():
+            table = pq.read_table(path, columns=[ID, TEXT])
+            texts = [str(t) for t in table.column(TEXT).to_pylist()]
+            emb = self.encode(texts, batch_size=self.batch_size, convert_to_tensor=True, show_progress_bar=False)
+            indices, values = sparse_rows(emb, self.top_k)
+            parts.append(sparse_table([str(i) for i in table.column(ID).to_pylist()], indices, values))
+        return pa.concat_tables(parts)
 
 
 def actor_pool_args(placement: Any, batch_size: int) -> dict[str, Any]:

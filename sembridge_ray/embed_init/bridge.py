@@ -32,6 +32,18 @@ def resolve_bridge(name: str) -> str:
     return name
 
 
+def check_bridge(name: str) -> str:
+    """The bridge model's identity, after checking it is a sentence-transformers or transformers model (a local
+    directory with ``modules.json`` or ``config.json``, or a hub id); fails here, in the driver, not in an actor."""
+    from sembridge_ray.identity import model_identity
+
+    resolved = resolve_bridge(name)
+    path = Path(resolved).expanduser()
+    if path.exists() and not any((path / f).is_file() for f in ("modules.json", "config.json")):
+        raise InputError(f"bridge model {name!r} is not a model directory (no modules.json or config.json in {path})")
+    return model_identity(resolved, "bridge model")
+
+
 def load_bridge(name: str, device: str = "cpu", trust_remote_code: bool = False) -> Any:
     from sentence_transformers import SentenceTransformer
 

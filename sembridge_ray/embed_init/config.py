@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
-from sembridge_ray.config import Config
+from sembridge_ray.config import Config, require
+from sembridge_ray.embed_init.methods import MethodName, unused_settings
+from sembridge_ray.embed_init.vocab import MATCH_RULES
 from sembridge_ray.placement import ResourceConfig
 
-Method = Literal["sembridge", "focus", "wechsel", "mean", "random"]
+GRIDS = ("", "paper")
 
 
 @dataclass(frozen=True)
@@ -23,7 +26,7 @@ class InitConfig(Config):
     """Bridge sentence-transformers model; ``minilm`` = the bundled all-MiniLM-L6-v2 (offline)."""
     output: str = ""
     """Output directory (one model); with ``grid`` the root holding one directory per cell."""
-    method: Method = "sembridge"
+    method: MethodName = "sembridge"
     alpha: float = 4.0
     """α of α-entmax for sembridge (2 = sparsemax, 1 = softmax over the ``softmax_top_k`` nearest)."""
     temperature: float = 1.0
@@ -50,4 +53,28 @@ class InitConfig(Config):
     grid: str = ""
     """``paper``: every catalog cell (4 models x 5 languages) under ``output``."""
     dry_run: bool = False
+    overwrite: bool = False
+    """Replace an output written with other settings (otherwise such a rerun is refused)."""
     resources: ResourceConfig = field(default_factory=ResourceConfig)
+
+    NOT_IDENTITY: ClassVar[tuple[str, ...]] = (
+        "source_model", "target_tokenizer", "bridge_model",  # identified by content (inputs)
+        "output", "cache_dir", "trust_remote_code", "grid", "dry_run", "overwrite", "resources",
+    )
+
+    def check(self) -> None:
+        require(math.isfinite(self.alpha) and self.alpha >= 1, "alpha", self.alpha,
+                "must be >= 1 (1 = softmax over the softmax_top_k nearest, 2 = sparsemax, 4 = the paper)")
+        require(self.temperature > 0, "temperature", self.temperature, "must be > 0")
+        require(self.wechsel_temperature > 0, "wechsel_temperature", self.wechsel_temperature, "must be > 0")
+        for key in ("softmax_top_k", "wechsel_top_k", "bridge_batch_size", "rows_batch_size"):
+            require(getattr(self, key) >= 1, key, getattr(self, key), "must be >= 1")
+        require(self.samples >= 0, "samples", self.samples, "must be >= 0")
+        unknown = [m for m in self.match if m not in MATCH_RULES]
+        require(not unknown, "match", ",".join(self.match), f"unknown rule {unknown[0] if unknown else ''!r} "
+                f"(known: {', '.join(MATCH_RULES)})")
+        require(self.grid in GRIDS, "grid", self.grid, "must be empty or 'paper'")
+
+    def identity_settings(self) -> dict[str, Any]:
+        settings = super().identity_settings()
+        return {k: v for k, v in settings.items() if k not in unused_settings(self.method)}

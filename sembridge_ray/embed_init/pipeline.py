@@ -7,6 +7,7 @@ for bit.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -24,6 +25,7 @@ from sembridge_ray.embed_init import report
 from sembridge_ray.embed_init.baselines import explicit_rows, method_weights
 from sembridge_ray.embed_init.bridge import (
     cached_vectors,
+    check_bridge,
     encode_strings,
     load_bridge,
     model_fingerprint,
@@ -39,13 +41,16 @@ from sembridge_ray.embed_init.combine import (
     weighted_rows,
 )
 from sembridge_ray.embed_init.config import InitConfig
+from sembridge_ray.embed_init.methods import method
 from sembridge_ray.embed_init.transplant import target_model, write_target_model
 from sembridge_ray.embed_init.vocab import Partition, partition_vocab
-from sembridge_ray.outputs import atomic_path, atomic_write_json, start_output, write_success
+from sembridge_ray.errors import InputError
+from sembridge_ray.identity import model_identity
+from sembridge_ray.outputs import atomic_path, atomic_write_json, claim_output, preflight
 from sembridge_ray.sparse.model import load_mlm, load_tokenizer, mlm_embeddings
 
 log = logging.getLogger(__name__)
-SIMILARITY_METHODS = ("sembridge", "focus", "wechsel")
+REPORT = "init_report.json"
 _UNUSED_SOURCE = ("[unused", "madeupword", "[UNUSED")
 
 
@@ -139,6 +144,19 @@ def in_process_stages(cfg: InitConfig) -> Stages:
 class InitResult:
     output: Path
     report: dict[str, Any]
+    skipped: bool = False
+    """The output was already complete with the same settings."""
+
+
+def input_identities(cfg: InitConfig) -> dict[str, str]:
+    """Check that every input exists (before anything is loaded or written) and identify it by content."""
+    if not (cfg.source_model and cfg.target_tokenizer and cfg.output):
+        raise InputError("--source-model, --target-tokenizer and --output are required (or --grid paper)")
+    inputs = {"source_model": model_identity(cfg.source_model, "source model"),
+              "target_tokenizer": model_identity(cfg.target_tokenizer, "target tokenizer")}
+    if method(cfg.method).uses_bridge:
+        inputs["bridge_model"] = check_bridge(cfg.bridge_model)
+    return inputs
 
 
 def _source_vectors(cfg: InitConfig, source_tok: Any, rows: int, stages: Stages, key: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -158,7 +176,7 @@ def _new_rows(cfg: InitConfig, part: Partition, ctx_parts: dict[str, Any], stage
               target_tok: Any, timings: dict[str, float]) -> NewRows:
     e_in, e_out, bias = ctx_parts["inputs"], ctx_parts["outputs"], ctx_parts["bias"]
     rest = np.asarray(part.rest, dtype=np.int64)
-    if cfg.method not in SIMILARITY_METHODS:
+    if not method(cfg.method).uses_bridge:
         rows = explicit_rows(cfg.method, len(rest), e_in, cfg.seed)
         out_rows = None if e_out is None else explicit_rows(cfg.method, len(rest), e_out, cfg.seed + 1)
         return NewRows(rest, rows, None, out_rows, None)
@@ -177,40 +195,50 @@ def _new_rows(cfg: InitConfig, part: Partition, ctx_parts: dict[str, Any], stage
     return new
 
 
-def initialise(cfg: InitConfig, stages: Stages | None = None) -> InitResult:
-    """Run the whole initialisation into ``cfg.output`` (model dir, provenance, report, config, _SUCCESS)."""
+def initialise(cfg: InitConfig, stages: Stages | None = None, inputs: dict[str, str] | None = None) -> InitResult:
+    """Run the whole initialisation into ``cfg.output`` (model dir, provenance, report, config, _SUCCESS).
+
+    Inputs are checked and loaded before the output is claimed (:func:`~sembridge_ray.outputs.claim_output`):
+    bad input leaves an existing output untouched. ``inputs`` (identities) may come from a caller that planned
+    them (``jobs.reproduce``).
+    """
     stages = stages or in_process_stages(cfg)
+    identity = cfg.identity("init", inputs or input_identities(cfg))
+    out = Path(cfg.output)
+    if preflight(out, identity, cfg.overwrite):
+        return InitResult(out, json.loads((out / REPORT).read_text(encoding="utf-8")), skipped=True)
     timings: dict[str, float] = {}
     start = time.perf_counter()
     model, source_tok = load_mlm(cfg.source_model, cfg.trust_remote_code)
     target_tok = load_tokenizer(cfg.target_tokenizer, cfg.trust_remote_code)
-    part = partition_vocab(source_tok, target_tok, cfg.match, copy_overlap=cfg.copy_overlap)
-    timings["load_and_partition_s"] = time.perf_counter() - start
-    e_in, e_out, bias = (t.detach().clone() if t is not None else None for t in mlm_embeddings(model))
-    bridge_fp = model_fingerprint(cfg.bridge_model) if cfg.method in SIMILARITY_METHODS else ""
-    keys = {"source": f"{bridge_fp}-{tokenizer_fingerprint(source_tok)}",
-            "target": f"{bridge_fp}-{tokenizer_fingerprint(target_tok)}"}
-    parts = {"inputs": e_in, "outputs": e_out, "bias": bias, "source_tok": source_tok}
-    new = _new_rows(cfg, part, parts, stages, keys, target_tok, timings)
+    with claim_output(out, identity, cfg.overwrite) as claim:
+        if claim.done:  # another run finished it meanwhile
+            return InitResult(out, json.loads((out / REPORT).read_text(encoding="utf-8")), skipped=True)
+        part = partition_vocab(source_tok, target_tok, cfg.match, copy_overlap=cfg.copy_overlap)
+        timings["load_and_partition_s"] = time.perf_counter() - start
+        e_in, e_out, bias = (t.detach().clone() if t is not None else None for t in mlm_embeddings(model))
+        bridge_fp = model_fingerprint(cfg.bridge_model) if method(cfg.method).uses_bridge else ""
+        keys = {"source": f"{bridge_fp}-{tokenizer_fingerprint(source_tok)}",
+                "target": f"{bridge_fp}-{tokenizer_fingerprint(target_tok)}"}
+        parts = {"inputs": e_in, "outputs": e_out, "bias": bias, "source_tok": source_tok}
+        new = _new_rows(cfg, part, parts, stages, keys, target_tok, timings)
 
-    start = time.perf_counter()
-    fill = e_in.mean(0)
-    inputs = compose(part, e_in, new.inputs, new.target_ids, fill)
-    outputs = None if e_out is None else compose(part, e_out, new.outputs, new.target_ids, e_out.mean(0))
-    new_bias = None if bias is None else compose_bias(part, new, bias, cfg.bias)
-    model = target_model(model, target_tok, part.size, inputs, outputs, new_bias)
-    out = start_output(Path(cfg.output))
-    write_config(cfg, out / "config.yaml")
-    with atomic_path(out / "model") as tmp:
-        write_target_model(model, target_tok, tmp)
-    tokens = {i: t for t, i in target_tok.get_vocab().items()}
-    prov = provenance(part, new, tokens)
-    with atomic_path(out / "provenance.parquet") as tmp:
-        pq.write_table(prov, tmp)
-    timings["compose_and_write_s"] = time.perf_counter() - start
-    rep = _report(cfg, part, prov, source_tok, timings, bridge_fp, keys)
-    atomic_write_json(out / "init_report.json", rep)
-    write_success(out)
+        start = time.perf_counter()
+        inputs_rows = compose(part, e_in, new.inputs, new.target_ids, e_in.mean(0))
+        outputs = None if e_out is None else compose(part, e_out, new.outputs, new.target_ids, e_out.mean(0))
+        new_bias = None if bias is None else compose_bias(part, new, bias, cfg.bias)
+        model = target_model(model, target_tok, part.size, inputs_rows, outputs, new_bias)
+        write_config(cfg, out / "config.yaml")
+        with atomic_path(out / "model") as tmp:
+            write_target_model(model, target_tok, tmp)
+        tokens = {i: t for t, i in target_tok.get_vocab().items()}
+        prov = provenance(part, new, tokens)
+        with atomic_path(out / "provenance.parquet") as tmp:
+            pq.write_table(prov, tmp)
+        timings["compose_and_write_s"] = time.perf_counter() - start
+        rep = _report(cfg, part, prov, source_tok, timings, bridge_fp, keys)
+        atomic_write_json(out / REPORT, rep)
+        claim.finish()
     return InitResult(out, rep)
 
 

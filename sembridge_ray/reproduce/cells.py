@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from sembridge_ray import catalog
+from sembridge_ray.embed_init.methods import METHODS
 
-SIMILARITY_METHODS = ("sembridge",)  # the only method with an α; baselines get one cell each
 STAGES = ("zero_shot", "finetuned")
 
 
@@ -41,7 +41,7 @@ def expand(models: tuple[str, ...], languages: tuple[str, ...], methods: tuple[s
     for model in models:
         for lang in languages:
             for method in methods:
-                if method in SIMILARITY_METHODS:
+                if METHODS[method].has_alpha:  # one cell per α; the others once, without α
                     cells.extend(Cell(model, lang, method, parse_alpha(a)) for a in alphas)
                 else:
                     cells.append(Cell(model, lang, method, None))

@@ -6,13 +6,14 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from sembridge_ray import catalog
-from sembridge_ray.config import Config
+from sembridge_ray.config import Config, require
 from sembridge_ray.embed_init.config import InitConfig
+from sembridge_ray.embed_init.methods import METHOD_NAMES
 from sembridge_ray.errors import InputError
 from sembridge_ray.retrieval.config import EvaluateConfig
 from sembridge_ray.sparse.config import FinetuneConfig
 
-METHODS = ("sembridge", "focus", "wechsel", "mean", "random")
+DATASETS = ("webfaq", "miracl", "sick")
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,7 @@ class ReproduceConfig(Config):
     models: tuple[str, ...] = tuple(catalog.SOURCE_MODELS.values())
     languages: tuple[str, ...] = tuple(catalog.LANGUAGES)
     datasets: tuple[str, ...] = ("webfaq", "miracl")
-    methods: tuple[str, ...] = METHODS
+    methods: tuple[str, ...] = METHOD_NAMES
     alphas: tuple[str, ...] = ("4",)
     """α values for sembridge cells; ``softmax`` = α 1 (the ablation is 2,3,4,softmax)."""
     max_concurrent: int = 0
@@ -55,6 +56,26 @@ class ReproduceConfig(Config):
     finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
     evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
     demo: DemoSettings = field(default_factory=DemoSettings)
+    overwrite: bool = False
+    """Redo the stages whose settings changed since they ran (otherwise the run is refused, listing them);
+    finished stages with unchanged settings are still skipped."""
+
+    def check(self) -> None:
+        from sembridge_ray.reproduce.cells import parse_alpha
+
+        unknown = [m for m in self.methods if m not in METHOD_NAMES]
+        require(not unknown, "methods", ",".join(self.methods), f"unknown method {unknown[:1]} (known: "
+                f"{', '.join(METHOD_NAMES)})")
+        for alpha in self.alphas:
+            try:
+                value = parse_alpha(alpha)
+            except ValueError:
+                value = float("nan")
+            require(value >= 1, "alphas", ",".join(self.alphas), f"{alpha!r} is not a number >= 1 or 'softmax'")
+        bad = [d for d in self.datasets if d not in DATASETS]
+        require(not bad, "datasets", ",".join(self.datasets), f"unknown dataset {bad[:1]} (known: {', '.join(DATASETS)})")
+        require(self.max_concurrent >= 0, "max_concurrent", self.max_concurrent, "must be >= 0 (0 = by GPUs)")
+        require(self.gpus_per_cell >= 0, "gpus_per_cell", self.gpus_per_cell, "must be >= 0")
 
     def tokenizer_per_language(self) -> dict[str, str]:
         """The catalog's target tokenizer per language, unless ``target_tokenizers`` overrides it."""

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
-from sembridge_ray.config import Config
+from sembridge_ray.config import Config, require
+from sembridge_ray.errors import InputError
 from sembridge_ray.placement import ResourceConfig
 
 
@@ -42,4 +44,28 @@ class EvaluateConfig(Config):
     """Corpus rows per staged Parquet file (the unit of work the encoder pool receives)."""
     run_tag: str = "sembridge_ray"
     """The last column of run.trec."""
+    overwrite: bool = False
+    """Replace an output written with other settings (otherwise such a rerun is refused)."""
     resources: ResourceConfig = field(default_factory=ResourceConfig)
+
+    # The search is exact, so shards and query batches change no result; inputs are identified by content.
+    NOT_IDENTITY: ClassVar[tuple[str, ...]] = (
+        "model", "dataset", "output", "cache_dir", "shard_size", "query_batch_size", "overwrite", "resources",
+    )
+
+    def check(self) -> None:
+        for key in ("top_k", "query_max_length", "doc_max_length", "encode_batch_size", "query_batch_size",
+                    "stage_rows"):
+            require(getattr(self, key) >= 1, key, getattr(self, key), "must be >= 1")
+        require(self.shard_size >= 0, "shard_size", self.shard_size, "must be >= 0 (0 = one shard per worker)")
+        for key in ("doc_top_k", "query_top_k"):
+            value = getattr(self, key)
+            require(value is None or value >= 1, key, value, "must be >= 1 or null (no pruning)")
+        require(bool(self.run_tag) and not any(c.isspace() for c in self.run_tag), "run_tag", self.run_tag,
+                "must be one word (it is a TREC run column)")
+
+    def require_inputs(self) -> None:
+        """Raise :class:`InputError` naming the first required setting that is missing."""
+        for name in ("model", "dataset", "output"):
+            if not getattr(self, name):
+                raise InputError(f"--{name} is required")

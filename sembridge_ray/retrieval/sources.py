@@ -1,7 +1,7 @@
 """What an evaluation reads, resolved and fingerprinted: the model, the dataset, and cached encodings.
 
-Encodings are cached under ``<cache>/<kind>-<fingerprint>/vectors/``. The fingerprint covers the model's files
-(their content; a hub model's commit), the dataset spec (a local directory's file sizes and times), the split
+Encodings are cached under ``<cache>/<kind>-<fingerprint>/vectors/``. The fingerprint covers the model and the
+dataset by their identities (:mod:`sembridge_ray.identity`: content, or the run that wrote them), the split
 (queries only: one corpus encoding serves every split), the maximum length and the pruning. An entry is complete
 when its ``_SUCCESS`` manifest lists every vector file with its size; sizes, not hashes, because hashing a
 multi-GB encoding on every rerun would cost more than the check is worth.
@@ -15,9 +15,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from sembridge_ray.data.retrieval import dataset_identity
 from sembridge_ray.errors import InputError
+from sembridge_ray.identity import hub_identity, looks_like_hub_id, path_identity
 from sembridge_ray.outputs import SUCCESS, atomic_path, is_complete, write_success
-from sembridge_ray.retrieval.store import directory_digest, parquet_files
+from sembridge_ray.retrieval.store import parquet_files
 
 log = logging.getLogger(__name__)
 VECTORS = "vectors"
@@ -25,47 +27,41 @@ FIXTURE_PREFIX = "fixture:"
 SICK_SPEC = "sick"
 
 
-def resolve_model(spec: str, cache: Path) -> tuple[str, str]:
-    """A model spec -> (what encoder actors load, a fingerprint of its files). A missing model names itself."""
+# Inputs derived from bundled data (the tiny fixtures, SICK as BEIR) are built once here, never in an output.
+DERIVED = Path("~/.cache/sembridge_ray").expanduser()
+
+
+def resolve_model(spec: str) -> tuple[str, str]:
+    """A model spec -> (what encoder actors load, its identity). A missing model names itself."""
     if spec.startswith(FIXTURE_PREFIX):
         from sembridge_ray.testing import FIXTURES, build_fixture
 
         name = spec[len(FIXTURE_PREFIX):]
         if name not in FIXTURES:
             raise InputError(f"model {spec!r}: no such fixture (known: {', '.join(FIXTURES)})")
-        spec = str(build_fixture(name, cache / "fixtures"))
-    path = Path(spec)
+        spec = str(build_fixture(name, DERIVED / "fixtures"))
+    path = Path(spec).expanduser()
     if path.is_dir():
         if not any((path / name).is_file() for name in ("modules.json", "config.json")):
             raise InputError(f"model {spec!r} is not a model directory (no modules.json or config.json)")
-        return str(path.resolve()), directory_digest(path)
-    if path.exists() or spec.startswith(("/", ".", "~")) or spec.count("/") != 1:
+        return str(path.resolve()), path_identity(path)
+    if path.exists() or not looks_like_hub_id(spec):
         raise InputError(f"model {spec!r} not found")
-    return spec, f"hub:{spec}@{_hub_commit(spec)}"
+    return spec, hub_identity(spec)
 
 
-def _hub_commit(repo: str) -> str:
-    from huggingface_hub import snapshot_download
-
-    try:
-        return Path(snapshot_download(repo)).name  # .../snapshots/<commit>; from the cache when offline
-    except Exception as err:  # the hub client raises many types; all mean "cannot have this model"
-        raise InputError(f"model {repo!r} not found (not a directory; hub: {type(err).__name__})") from None
-
-
-def resolve_dataset(spec: str, cache: Path) -> tuple[str, str]:
-    """A dataset spec -> (what ``load_retrieval`` reads, a fingerprint). ``sick`` builds the SICK test set as BEIR."""
+def resolve_dataset(spec: str) -> tuple[str, str]:
+    """A dataset spec -> (what ``load_retrieval`` reads, its identity). ``sick`` builds the SICK test set as BEIR."""
     if spec == SICK_SPEC:
         from sembridge_ray.data.sick import write_sick_beir
         from sembridge_ray.resources import SICK_DIR
 
-        target = cache / "sick-beir"
+        target = DERIVED / "datasets" / "sick-beir-v1"
         if not (target / "qrels" / "test.tsv").is_file():
-            write_sick_beir(SICK_DIR, target)
-        return str(target), "sick-beir:v1"
-    if Path(spec).is_dir():
-        return spec, f"{Path(spec).resolve()}:{directory_digest(Path(spec), contents=False)}"
-    return spec, spec
+            with atomic_path(target) as tmp:
+                write_sick_beir(SICK_DIR, tmp)
+        return str(target), path_identity(target)
+    return spec, dataset_identity(spec)
 
 
 def cached(entry: Path, build: Callable[[Path], dict[str, Any]]) -> tuple[Path, bool]:

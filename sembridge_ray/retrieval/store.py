@@ -17,7 +17,6 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from sembridge_ray.data.schema import ID, INDICES, VALUES
-from sembridge_ray.outputs import sha256_file
 from sembridge_ray.retrieval.index import PAD, SparseBatch, TopK
 
 
@@ -75,16 +74,6 @@ def fingerprint(*parts: object) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:20]
 
 
-def directory_digest(path: Path, contents: bool = True) -> str:
-    """Hash of every file under ``path``: its relative name and its content (or only size and mtime)."""
-    digest = hashlib.sha256()
-    for item in sorted(p for p in Path(path).rglob("*") if p.is_file()):
-        stat = item.stat()
-        token = sha256_file(item) if contents else f"{stat.st_size}:{stat.st_mtime_ns}"
-        digest.update(f"{item.relative_to(path)}\0{token}\n".encode())
-    return digest.hexdigest()
-
-
 def format_score(score: float) -> str:
     """Nine significant digits: every float32 round-trips, so trec_eval sees the order we computed."""
     return f"{float(score):.9g}"
@@ -110,11 +99,11 @@ def read_run(path: Path) -> dict[str, dict[str, float]]:
     return run
 
 
-def stage_corpus(batches: Iterator[pa.Table], directory: Path, rows_per_file: int) -> int:
-    """Write a streamed (id, text) corpus as Parquet files of ``rows_per_file`` rows; returns the row count."""
+def stage_corpus(batches: Iterator[pa.Table], directory: Path) -> list[Path]:
+    """Write a streamed (id, text) corpus as one Parquet file per batch; returns the files, in order."""
     directory.mkdir(parents=True, exist_ok=True)
-    total = 0
+    files = []
     for number, table in enumerate(batches):
-        pq.write_table(table, directory / f"part-{number:06d}.parquet")
-        total += table.num_rows
-    return total
+        files.append(directory / f"part-{number:06d}.parquet")
+        pq.write_table(table, files[-1])
+    return files

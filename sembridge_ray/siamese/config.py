@@ -5,9 +5,9 @@ measured deltas for the offline vectors; ``malstm_smoke.yaml`` shrinks every sta
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
-from sembridge_ray.config import Config
+from sembridge_ray.config import Config, require
 from sembridge_ray.placement import ResourceConfig
 
 
@@ -29,6 +29,10 @@ class VectorConfig(Config):
     cache_dir: str = "~/.cache/sembridge_ray/word_vectors"
     """Where MiniLM word vectors are cached, per word (only new words are encoded)."""
 
+    def check(self) -> None:
+        require(self.scale > 0, "scale", self.scale, "must be > 0")
+        require(self.oov_std >= 0, "oov_std", self.oov_std, "must be >= 0")
+
 
 @dataclass(frozen=True)
 class AugmentConfig(Config):
@@ -44,6 +48,11 @@ class AugmentConfig(Config):
     """``auto``: WordNet 3.0 through nltk when it is found, else the bundled thesaurus of the SICK training vocabulary."""
     wordnet_dir: str = ""
     """Extra nltk data directory to search for WordNet (besides ``NLTK_DATA`` and nltk's defaults)."""
+
+    def check(self) -> None:
+        require(self.passes >= 0, "passes", self.passes, "must be >= 0")
+        require(-1 <= self.min_cosine <= 1, "min_cosine", self.min_cosine, "must be in [-1, 1]")
+        require(self.target_pairs >= 0, "target_pairs", self.target_pairs, "must be >= 0 (0 = fixed gate)")
 
 
 @dataclass(frozen=True)
@@ -72,6 +81,18 @@ class TrainConfig(Config):
     init_sigma: float = 0.2
     """σ of the authors' initialisation (see ``model.init_lstm``)."""
 
+    def check(self) -> None:
+        for key in ("hidden", "batch_size", "max_epochs", "patience"):
+            require(getattr(self, key) >= 1, key, getattr(self, key), "must be >= 1")
+        for key in ("eps", "init_sigma"):
+            require(getattr(self, key) > 0, key, getattr(self, key), "must be > 0")
+        require(self.lr >= 0, "lr", self.lr, "must be >= 0 (0 freezes the weights)")
+        require(0 < self.rho < 1, "rho", self.rho, "must be in (0, 1)")
+        require(self.clip_norm >= 0, "clip_norm", self.clip_norm, "must be >= 0")
+        require(self.min_delta >= 0, "min_delta", self.min_delta, "must be >= 0")
+        for key in ("smoothing", "weight_ema"):
+            require(0 <= getattr(self, key) < 1, key, getattr(self, key), "must be in [0, 1)")
+
 
 @dataclass(frozen=True)
 class PretrainConfig(Config):
@@ -84,6 +105,13 @@ class PretrainConfig(Config):
     patience: int = 10
     limit: int = 0
     """Use only the first N pool pairs (0 = all; smoke runs)."""
+
+    def check(self) -> None:
+        bad = [y for y in self.years if y not in range(2012, 2017)]
+        require(not bad, "years", ",".join(map(str, self.years)), "STS years are 2012-2016")
+        for key in ("max_epochs", "patience"):
+            require(getattr(self, key) >= 1, key, getattr(self, key), "must be >= 1")
+        require(self.limit >= 0, "limit", self.limit, "must be >= 0 (0 = all)")
 
 
 @dataclass(frozen=True)
@@ -113,6 +141,8 @@ class MalstmConfig(Config):
     """Use only the first N SICK train+trial pairs (0 = all 5,000; smoke runs)."""
     ensemble: bool = False
     """Also report the mean of all restarts' predictions (calibrated on validation): not the paper's method."""
+    overwrite: bool = False
+    """Replace an output written with other settings (otherwise such a rerun is refused)."""
     vectors: VectorConfig = field(default_factory=VectorConfig)
     augment: AugmentConfig = field(default_factory=AugmentConfig)
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
@@ -120,3 +150,19 @@ class MalstmConfig(Config):
     calibration: CalibrationConfig = field(default_factory=CalibrationConfig)
     resources: ResourceConfig = field(default_factory=lambda: ResourceConfig(workers=2, reserve_cpus=0))
     """``workers``: restarts trained at once, each a one-CPU Ray task."""
+
+    NOT_IDENTITY: ClassVar[tuple[str, ...]] = (
+        "output", "sick", "sts", "vectors.cache_dir", "augment.wordnet_dir", "overwrite", "resources",
+    )
+
+    def check(self) -> None:
+        require(self.seeds >= 1, "seeds", self.seeds, "must be >= 1")
+        require(0 < self.val_fraction < 1, "val_fraction", self.val_fraction, "must be in (0, 1)")
+        require(self.limit_train >= 0, "limit_train", self.limit_train, "must be >= 0 (0 = all)")
+
+    def identity_settings(self) -> dict[str, Any]:
+        settings = super().identity_settings()
+        kind, sep, _path = self.vectors.source.partition(":")
+        if sep:  # word2vec:PATH: the file enters the identity by content, as an input
+            settings["vectors.source"] = kind
+        return settings

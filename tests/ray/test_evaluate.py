@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -12,16 +13,18 @@ import pyarrow.parquet as pq
 import pytest
 import pytrec_eval
 
+from jobs import evaluate
 from sembridge_ray.data.retrieval import load_beir
 from sembridge_ray.data.schema import ID, TEXT
 from sembridge_ray.distributed import cluster
 from sembridge_ray.distributed.eval_pipeline import encode, run_evaluate
-from sembridge_ray.outputs import SUCCESS
+from sembridge_ray.outputs import SUCCESS, is_complete
 from sembridge_ray.placement import ResourceConfig
 from sembridge_ray.retrieval.config import EvaluateConfig
 from sembridge_ray.retrieval.store import parquet_files, read_run, read_vectors, stage_corpus
 from sembridge_ray.sparse.encode import sparse_rows
 from sembridge_ray.sparse.model import load_sparse_encoder
+from tests.unit.test_outputs import snapshot
 
 
 @pytest.fixture(scope="module")
@@ -108,6 +111,41 @@ def test_rerun_skips_and_rescoring_reuses_the_cache(first_run: tuple[EvaluateCon
     again = run_evaluate(other)
     assert again["cache"] == {"docs": True, "queries": True}
     assert again["nDCG@10"] == pytest.approx(metrics["nDCG@10"], abs=1e-12)  # top-20 holds the top-10
+
+
+def _artefacts(out: Path) -> dict[str, object]:
+    """What a run produced, minus what may differ between runs (timings, cache hits, actor memory, paths)."""
+    metrics = json.loads((out / "metrics.json").read_text())
+    for key in ("seconds", "cache", "actors", "shards"):
+        metrics.pop(key)
+    return {"run.trec": (out / "run.trec").read_bytes(), "per_query.tsv": (out / "per_query.tsv").read_bytes(),
+            "metrics": metrics, "identity.json": (out / "identity.json").read_bytes()}
+
+
+def test_reruns_other_settings_overwrite_copies_and_determinism(
+        first_run: tuple[EvaluateConfig, dict], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg, _ = first_run
+    out = tmp_path / "copy"
+    shutil.copytree(cfg.output, out)
+    before = snapshot(out)
+    base = ["--model", cfg.model, "--dataset", cfg.dataset, "--output", str(out), f"cache_dir={cfg.cache_dir}",
+            "query_batch_size=16"]
+    assert evaluate.main(base) == 0  # a copied output is the same run: skipped
+    assert snapshot(out) == before
+
+    assert evaluate.main([*base, "--top-k", "20"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "top_k: 100 → 20" in err[0] and "--overwrite" in err[0]
+    assert snapshot(out) == before
+
+    # a fresh, independent run (new cache, other shards, one worker) gives byte-identical artefacts
+    fresh = EvaluateConfig.from_dict(cfg.to_dict() | {"output": str(tmp_path / "fresh"), "shard_size": 0,
+                                                      "cache_dir": str(tmp_path / "cache2")})
+    run_evaluate(replace(fresh, resources=ResourceConfig(workers=1)))
+    assert _artefacts(tmp_path / "fresh") == _artefacts(Path(cfg.output))
+
+    assert evaluate.main([*base, "--top-k", "20", "--overwrite"]) == 0
+    assert json.loads((out / "metrics.json").read_text())["top_k"] == 20 and is_complete(out)
 
 
 def test_encoding_through_ray_equals_in_process(ray_cluster: cluster.ClusterInfo, fixtures_root: Path,

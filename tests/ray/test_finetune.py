@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 from sembridge_ray.outputs import is_complete
 from sembridge_ray.sparse.config import FinetuneConfig, LossConfig, OptimConfig
+from tests.conftest import REPO
 
 METRIC_KEYS = {"step", "loss", "infonce", "flops_q", "flops_d", "lambda_q", "lambda_d", "active_dims_q",
                "active_dims_d", "lr", "examples_per_s"}
@@ -40,3 +45,37 @@ def test_two_worker_run_writes_a_sparse_encoder_and_per_step_metrics(ray_cluster
                                                                                       "step_00000004"]
     again = run_finetune(cfg)
     assert again.skipped and again.steps == 4
+
+
+def test_one_writer_per_output_then_other_settings_refused_and_overwrite_redone(
+        ray_cluster, fixtures_root, sick_beir, tmp_path, capsys) -> None:
+    import yaml
+
+    from jobs import finetune
+
+    out = tmp_path / "ft"
+    args = ["--config", "smoke", "--model", str(fixtures_root / "bert-mlm"), "--train", str(sick_beir),
+            "--output", str(out), "--max-steps", "4", "--checkpoint-every", "2"]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
+    env.pop("RAY_ADDRESS", None)
+    with open(tmp_path / "first.log", "w") as log:
+        first = subprocess.Popen([sys.executable, "-m", "jobs.finetune", *args, "--lr", "1e-4"], cwd=REPO, env=env,
+                                 stdout=log, stderr=log)
+        deadline = time.time() + 120
+        while not (out / ".lock").exists() and first.poll() is None and time.time() < deadline:
+            time.sleep(0.2)
+        assert (out / ".lock").exists(), (tmp_path / "first.log").read_text()[-2000:]
+        assert finetune.main([*args, "--lr", "3e-4"]) == 2  # refused at once, before any work
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"is locked by pid {first.pid} on host" in err[0]
+        assert first.wait(timeout=600) == 0, (tmp_path / "first.log").read_text()[-3000:]
+    assert is_complete(out) and yaml.safe_load((out / "config.yaml").read_text())["optim"]["lr"] == 1e-4
+
+    assert finetune.main([*args, "--lr", "3e-4"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "optim.lr: 0.0001 → 0.0003" in err[0]
+    assert finetune.main([*args, "--lr", "3e-4", "--max-steps", "2", "--overwrite"]) == 0
+    assert yaml.safe_load((out / "config.yaml").read_text())["optim"]["lr"] == 3e-4 and is_complete(out)
+    runs = list((out / "checkpoints").glob("finetune-*"))
+    assert len(runs) == 1 and sorted(p.name for p in runs[0].glob("step_*")) == ["step_00000002"]
+    assert [m["step"] for m in _metrics(out)] == [1, 2]

@@ -67,3 +67,16 @@ def test_paper_path_runs_cells_concurrently_records_failures_and_resumes(ray_clu
     assert reproduce.main(args) == 1  # rerun: finished stages are skipped, the failing cell is retried
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
 
+
+    changed = [*args, "finetune.optim.lr=2e-4"]
+    assert reproduce.main(changed) == 2  # checked before any work: the changed stages are listed
+    err = capsys.readouterr().err.strip().splitlines()
+    good_cell = next(p.name for p in (out / "cells").iterdir() if "no-such-model" not in p.name)
+    assert len(err) == 1 and f"{good_cell}/miracl/finetune (optim.lr: 2e-05 → 0.0002)" in err[0]
+    assert f"{good_cell}/miracl/finetuned (inputs.model" in err[0] and "--overwrite" in err[0]
+    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
+    assert reproduce.main([*changed, "--overwrite"]) == 1
+    zero_shot = out / "cells" / good_cell / "miracl" / "zero_shot" / "metrics.json"
+    assert zero_shot.stat().st_mtime_ns == stamps[zero_shot]  # unchanged stages are still skipped
+    tuned = out / "cells" / good_cell / "miracl" / "finetune" / "config.yaml"
+    assert "lr: 0.0002" in tuned.read_text()

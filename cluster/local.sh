@@ -2,12 +2,17 @@
 # Local workflow for sembridge_ray (see cluster/README.md).
 #
 #   bash cluster/local.sh test [pytest args]   set up .venv, run the default pytest selection (exit code = pytest's)
-#   bash cluster/local.sh demo [job args]      set up .venv, start a loopback Ray head unless RAY_ADDRESS is set,
-#                                              submit the demo with `ray job submit`, print its result
+#   bash cluster/local.sh demo [job args]      set up .venv, start a private loopback Ray head unless RAY_ADDRESS is
+#                                              set, submit the demo with `ray job submit`, print its result
+#   bash cluster/local.sh job -- CMD [ARGS]    the same head, any entrypoint (e.g. -- python -m jobs.evaluate ...)
 #   bash cluster/local.sh setup                only create or refresh .venv
 #
+# The private head: its own --temp-dir and free ports, in a session of its own; on exit exactly its processes are
+# stopped (never `ray stop`, which stops every Ray cluster of the user on the machine). Without RAY_ADDRESS the
+# script never submits to a head it did not start. Submissions wait until the head's job agent accepts them.
+#
 # Environment: PYTHON (interpreter for the venv, >= 3.11), DEMO_OUTPUT (default outputs/demo),
-# RAY_ADDRESS (submit to that cluster instead of a local head), HF_HUB_OFFLINE (default 1 here: nothing is fetched).
+# RAY_ADDRESS (submit to that cluster instead), HF_HUB_OFFLINE (default 1 here: nothing is fetched).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -20,7 +25,7 @@ export RAY_USAGE_STATS_ENABLED=0 PIP_DISABLE_PIP_VERSION_CHECK=1
 torch_spec() {
   # Without a CUDA GPU, pin the CPU build: an unpinned torch resolves to a multi-GB CUDA wheel.
   if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
-    echo "torch>=2.5,<2.15"
+    echo "torch>=2.6,<2.15"
   else
     echo "torch==2.13.0"
   fi
@@ -33,14 +38,14 @@ setup() {
   local spec stamp want
   spec="$(torch_spec)"
   stamp="$VENV/.sembridge-installed"
-  want="$(cat pyproject.toml | sha256sum | cut -d' ' -f1) $spec"
+  want="$(sha256sum pyproject.toml | cut -d' ' -f1) $spec"
   if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && "$VENV/bin/python" -c 'import sembridge_ray' 2>/dev/null; then
     echo "[local.sh] .venv is up to date"
     return
   fi
   echo "[local.sh] installing sembridge-ray[dev] with $spec into .venv"
   local start=$SECONDS
-  "$VENV/bin/python" -m pip install -q "$spec" -e ".[dev]" 2>&1 | grep -v "location is ignored" || true
+  "$VENV/bin/python" -m pip install -q "$spec" -e ".[dev]" 2>&1 | grep -vi "location .* is ignored" || true
   "$VENV/bin/python" -c 'import sembridge_ray, torch, ray' \
     || { echo "error: installation into $VENV failed" >&2; exit 1; }
   echo "$want" > "$stamp"
@@ -52,35 +57,105 @@ run_tests() {
   exec "$VENV/bin/python" -m pytest "$@"
 }
 
-run_demo() {
+HEAD_PID="" HEAD_DIR=""
+
+stop_head() {
+  # SIGTERM the `ray start --block` process (it stops the head's processes), then kill whatever of its session is
+  # left: those are this script's processes and nobody else's.
+  [ -n "$HEAD_PID" ] || return 0
+  echo "[local.sh] stopping the private Ray head (pid $HEAD_PID)"
+  kill -TERM "$HEAD_PID" 2>/dev/null || true
+  for _ in $(seq 1 100); do kill -0 "$HEAD_PID" 2>/dev/null || break; sleep 0.2; done
+  local left
+  for _ in $(seq 1 50); do
+    left="$(ps -eo pid=,sid= | awk -v s="$HEAD_PID" '$2 == s {print $1}')"
+    [ -n "$left" ] || break
+    kill -KILL $left 2>/dev/null || true
+    sleep 0.2
+  done
+  rm -rf "$HEAD_DIR"
+  HEAD_PID=""
+}
+
+start_head() {
+  # Loopback only: Ray would resolve 127.0.0.1 to the external interface without the first variable.
+  export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 RAY_AUTH_MODE="${RAY_AUTH_MODE:-disabled}"
+  HEAD_DIR="$(mktemp -d /tmp/sbr-XXXXXX)"   # short: Ray's socket paths live under it
+  local ports gcs dash
+  ports="$("$VENV/bin/python" - <<'EOF'
+import socket
+socks = [socket.socket() for _ in range(7)]
+for s in socks:
+    s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in socks))
+EOF
+)"
+  read -r gcs dash client agent_http agent_grpc runtime_env metrics <<< "$ports"
+  # The head's workers see RAY_ADDRESS of this head, so Ray's helpers never pick another instance on the machine.
+  RAY_ADDRESS="127.0.0.1:$gcs" setsid "$VENV/bin/ray" start --head --block --temp-dir "$HEAD_DIR" \
+    --node-ip-address=127.0.0.1 --dashboard-host=127.0.0.1 --port="$gcs" --dashboard-port="$dash" \
+    --ray-client-server-port="$client" --dashboard-agent-listen-port="$agent_http" \
+    --dashboard-agent-grpc-port="$agent_grpc" --runtime-env-agent-port="$runtime_env" \
+    --metrics-export-port="$metrics" --disable-usage-stats >"$HEAD_DIR/head.log" 2>&1 &
+  HEAD_PID=$!
+  trap stop_head EXIT
+  export RAY_ADDRESS="http://127.0.0.1:$dash"
+  echo "[local.sh] started a private Ray head at 127.0.0.1:$gcs (jobs: $RAY_ADDRESS, temp dir $HEAD_DIR)"
+}
+
+wait_for_jobs() {
+  # The job agent comes up after the head answers; a submission before that fails with "No available agent".
+  local delay=0.5 deadline=$((SECONDS + ${RAY_HEAD_TIMEOUT_S:-180}))
+  until "$VENV/bin/ray" job list --address "$RAY_ADDRESS" >/dev/null 2>&1; do
+    if [ -n "$HEAD_PID" ] && ! kill -0 "$HEAD_PID" 2>/dev/null; then
+      echo "error: the Ray head exited; its log: $HEAD_DIR/head.log" >&2; tail -20 "$HEAD_DIR/head.log" >&2; exit 1
+    fi
+    [ $SECONDS -lt $deadline ] || { echo "error: no Ray job agent at $RAY_ADDRESS after waiting" >&2; exit 1; }
+    sleep "$delay"; delay="$(awk -v d="$delay" 'BEGIN {print (d * 2 > 5) ? 5 : d * 2}')"
+  done
+}
+
+submit() {
+  # Retried with backoff while the agent is not ready yet; any other failure is the job's own exit code.
+  local attempt log rc
+  log="$(mktemp)"
+  for attempt in 1 2 3 4 5; do
+    set +e
+    "$VENV/bin/ray" job submit --address "$RAY_ADDRESS" --runtime-env cluster/runtime_env.yaml --working-dir . \
+      -- "$@" 2>&1 | tee "$log"
+    rc=${PIPESTATUS[0]}
+    set -e
+    if [ "$rc" -ne 0 ] && grep -q "No available agent" "$log"; then
+      echo "[local.sh] the head's job agent is not ready (attempt $attempt); retrying"
+      sleep $((attempt * 2)); continue
+    fi
+    rm -f "$log"; return "$rc"
+  done
+  rm -f "$log"; return "$rc"
+}
+
+with_cluster() {
   setup
   export PATH="$VENV/bin:$PATH"   # the job's `python` is the head's: this venv
-  local dash="${RAY_DASHBOARD_PORT:-8265}"
-  if [ -z "${RAY_ADDRESS:-}" ]; then
-    # Loopback only: Ray would resolve 127.0.0.1 to the external interface without the first variable.
-    export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 RAY_AUTH_MODE="${RAY_AUTH_MODE:-disabled}"
-    if ray status --address 127.0.0.1:6379 >/dev/null 2>&1; then
-      echo "[local.sh] reusing the local Ray head at 127.0.0.1:6379"
-    else
-      ray start --head --node-ip-address=127.0.0.1 --dashboard-host=127.0.0.1 --port=6379 \
-        --dashboard-port="$dash" --disable-usage-stats >/dev/null
-      trap 'echo "[local.sh] stopping the local Ray head"; ray stop >/dev/null 2>&1 || true' EXIT
-    fi
-    export RAY_ADDRESS="http://127.0.0.1:$dash"
-  fi
+  if [ -z "${RAY_ADDRESS:-}" ]; then start_head; fi
+  wait_for_jobs
+  echo "[local.sh] submitting to $RAY_ADDRESS: $*"
+  submit "$@"
+}
+
+run_demo() {
   local out="${DEMO_OUTPUT:-outputs/demo}"
   case "$out" in /*) ;; *) out="$ROOT/$out" ;; esac   # the job runs in a copy of the working dir
-  echo "[local.sh] submitting the demo to $RAY_ADDRESS (output: $out)"
-  ray job submit --address "$RAY_ADDRESS" --runtime-env cluster/runtime_env.yaml --working-dir . \
-    -- python -m jobs.demo --output "$out" "$@"
+  with_cluster python -m jobs.demo --output "$out" "$@"
   [ -f "$out/results.csv" ] || { echo "error: the demo job wrote no results ($out/results.csv missing)" >&2; exit 1; }
   echo "[local.sh] demo complete: $out"
-  [ -f "$out/results.md" ] && cat "$out/results.md"
 }
 
 case "${1:-}" in
   test) shift; run_tests "$@" ;;
   demo) shift; run_demo "$@" ;;
+  job) shift; [ "${1:-}" = "--" ] && shift; [ $# -gt 0 ] || { echo "usage: local.sh job -- CMD [ARGS]" >&2; exit 2; }
+       with_cluster "$@" ;;
   setup) setup ;;
-  *) echo "usage: bash cluster/local.sh {test|demo|setup} [args]" >&2; exit 2 ;;
+  *) echo "usage: bash cluster/local.sh {test|demo|job|setup} [args]" >&2; exit 2 ;;
 esac

@@ -95,9 +95,9 @@ def _causes(err: BaseException) -> list[BaseException]:
     return [e for e in found if isinstance(e, BaseException)]
 
 
-def user_error(err: BaseException) -> str | None:
-    """The one-line message of an error caused by the user's input or environment, wherever it sits in the chain
-    of causes (Ray wraps what its workers raise); None when it is a bug."""
+def find_user_error(err: BaseException) -> BaseException | None:
+    """The error caused by the user's input or environment, wherever it sits in the chain of causes (Ray wraps
+    what its workers raise); None when it is a bug."""
     stack, seen = [err], set()
     while stack:
         current = stack.pop(0)
@@ -108,15 +108,21 @@ def user_error(err: BaseException) -> str | None:
         if getattr(current, "cause", None) is not None:  # a Ray wrapper: also an instance of what it wraps
             stack = wrapped + stack
             continue
-        if isinstance(current, InputError):
-            return str(current)
-        code = environment_errno(current)
-        if code is not None:
-            where = getattr(current, "filename", None) or ""
-            text = current.strerror if isinstance(current, OSError) and current.strerror else str(current)
-            return f"{where + ': ' if where else ''}{text.splitlines()[0]} ({ENVIRONMENT_ERRNOS[code]})"
+        if isinstance(current, InputError) or environment_errno(current) is not None:
+            return current
         stack.extend(wrapped)
     return None
+
+
+def user_error(err: BaseException) -> str | None:
+    """The one-line message of :func:`find_user_error`'s error (None for a bug)."""
+    found = find_user_error(err)
+    if found is None or isinstance(found, InputError):
+        return None if found is None else str(found)
+    code = environment_errno(found)
+    where = getattr(found, "filename", None) or ""
+    text = found.strerror if isinstance(found, OSError) and found.strerror else str(found)
+    return f"{where + ': ' if where else ''}{text.strip().splitlines()[0]} ({ENVIRONMENT_ERRNOS[code or 0]})"
 
 
 def run_job(main: Callable[[], int]) -> int:

@@ -17,12 +17,14 @@ ENVIRONMENT_ERRNOS = {
     errno.EISDIR: "is a directory", errno.EEXIST: "already exists", errno.ENAMETOOLONG: "name too long",
     errno.EFBIG: "file too large",
 }
-_OS_ERROR = re.compile(r"\(os error (\d+)\)")  # how Rust libraries (safetensors, tokenizers) report errno
+# How libraries that raise no OSError report an errno: Rust's "(os error 28)" (safetensors, tokenizers), and
+# Arrow's "[errno 28]" (pyarrow filesystems, which Ray Train uploads checkpoints with).
+_OS_ERROR = re.compile(r"\(os error (\d+)\)|\[errno (\d+)\]", re.IGNORECASE)
 
 
 def environment_errno(err: BaseException) -> int | None:
     """The errno of an error the environment caused (see :data:`ENVIRONMENT_ERRNOS`), else None."""
     code = err.errno if isinstance(err, OSError) else None
     if code is None and (match := _OS_ERROR.search(str(err))):
-        code = int(match.group(1))
+        code = int(match.group(1) or match.group(2))
     return code if code in ENVIRONMENT_ERRNOS else None

@@ -1,17 +1,32 @@
-"""Connecting to Ray: ``RAY_ADDRESS`` when set (a ``ray job submit`` driver or a user's cluster), else a
-local in-process cluster bound to loopback and sized to this machine."""
+"""Connecting to Ray: ``RAY_ADDRESS`` when set (a ``ray job submit`` driver or a user's cluster), else a local
+in-process cluster bound to loopback, sized to this machine, and owned by this process:
+
+- its workers see ``RAY_ADDRESS`` of this cluster (a job-level runtime env) and its dashboard runs on a free
+  loopback port, so Ray's own helpers that look a cluster up (Ray Train's placement-group cleaner) find this one,
+  never another Ray instance of the user on the machine;
+- it is shut down when the process exits, and every process it started is waited for (killed after
+  :data:`REAP_TIMEOUT_S`), so nothing of the job outlives it.
+"""
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import logging
 import os
+import signal
+import socket
+import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import ray
 
 from sembridge_ray.placement import Placement, ResourceConfig, plan_placement
 
 log = logging.getLogger(__name__)
+REAP_TIMEOUT_S = 15.0
+_owned = False
 
 
 @dataclass(frozen=True)
@@ -19,23 +34,94 @@ class ClusterInfo:
     cpus: float
     gpus: float
     address: str
+    nodes: int = 1
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def connect(num_cpus: int | None = None) -> ClusterInfo:
-    """Join the cluster at ``RAY_ADDRESS``, or start a local one on 127.0.0.1 (no dashboard)."""
+    """Join the cluster at ``RAY_ADDRESS``, or start a local one on 127.0.0.1 (no dashboard) that this process owns."""
+    global _owned
     if not ray.is_initialized():
         address = os.environ.get("RAY_ADDRESS")
         if address:
             ray.init(address=address, log_to_driver=True)
         else:
-            # A fresh local cluster, never an unrelated `ray start` head found in /tmp/ray; it binds to
-            # loopback (see sembridge_ray/distributed/__init__.py).
-            ray.init(address="local", num_cpus=num_cpus or os.cpu_count(), include_dashboard=False)
+            # A fresh local cluster, never an unrelated `ray start` head found in /tmp/ray; it binds to loopback
+            # (see sembridge_ray/distributed/__init__.py). Its GCS port is chosen here so the workers can be told.
+            # The dashboard (on a free loopback port) serves the state API that Ray Train's placement-group
+            # cleaner polls; without it, the cleaner would query whatever listens on the default port.
+            port = _free_port()
+            previous = os.environ.get("RAY_GCS_SERVER_PORT")
+            os.environ["RAY_GCS_SERVER_PORT"] = str(port)
+            try:
+                ray.init(address="local", num_cpus=num_cpus or os.cpu_count(), include_dashboard=True,
+                         dashboard_host="127.0.0.1", dashboard_port=_free_port(),
+                         runtime_env={"env_vars": {"RAY_ADDRESS": f"127.0.0.1:{port}"}})
+            finally:
+                if previous is None:
+                    os.environ.pop("RAY_GCS_SERVER_PORT", None)
+                else:
+                    os.environ["RAY_GCS_SERVER_PORT"] = previous
+            _owned = True
+            atexit.register(shutdown)
     res = ray.cluster_resources()
     info = ClusterInfo(cpus=res.get("CPU", 0.0), gpus=res.get("GPU", 0.0),
-                       address=ray.get_runtime_context().gcs_address)
-    log.info("Ray cluster at %s: %g CPUs, %g GPUs", info.address, info.cpus, info.gpus)
+                       address=ray.get_runtime_context().gcs_address,
+                       nodes=sum(1 for n in ray.nodes() if n.get("Alive")))
+    log.info("Ray cluster at %s: %d node(s), %g CPUs, %g GPUs", info.address, info.nodes, info.cpus, info.gpus)
     return info
+
+
+def shutdown() -> None:
+    """Disconnect; a cluster this process started is shut down and its processes are waited for."""
+    global _owned
+    if not ray.is_initialized():
+        return
+    started = _descendants(os.getpid()) if _owned else []
+    ray.shutdown()
+    if _owned:
+        _reap(started)
+    _owned = False
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every live process below ``pid`` (Ray's GCS, raylet, and the workers the raylet started)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def _reap(pids: list[int], timeout: float = REAP_TIMEOUT_S) -> None:
+    """Wait for ``pids`` to exit; kill the ones still there after ``timeout`` (they are this job's own)."""
+    deadline = time.monotonic() + timeout
+    while (left := [p for p in pids if _alive(p)]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for pid in left:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    if left:
+        log.warning("killed %d Ray processes of this job that outlived the shutdown", len(left))
 
 
 def placement(res: ResourceConfig, reserve: bool = True) -> Placement:

@@ -1,13 +1,19 @@
 """Exact sparse search on Ray: one actor per term-major shard; the driver merges the shards' top-k lists.
 
-Each shard is put in the object store once and read zero-copy by its actor, which keeps the reference (so the
-shard stays pinned while the actor lives). Query batches are put once and sent to every shard; up to ``window``
-batches are in flight, so the actors keep working while the driver merges earlier batches.
+Each shard is put in the object store once and read zero-copy by its actor. Query batches are put once and sent to
+every shard; up to ``window`` batches are in flight, so the actors keep working while the driver merges earlier
+batches.
+
+Faults: the driver keeps every shard's reference, so a shard actor that dies (OOM, a lost node) is restarted by Ray
+(``max_restarts``) and its pending calls are retried (``max_task_retries``); if it cannot be restarted any more,
+the driver starts a new actor from the same shard and asks again. Answers are exact and deterministic, so a
+disturbed search returns exactly what an undisturbed one does.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import resource
 from collections import deque
 from collections.abc import Iterable
@@ -22,7 +28,10 @@ from sembridge_ray.retrieval.index import Shard, SparseBatch, TopK, merge_topk, 
 log = logging.getLogger(__name__)
 
 
-@ray.remote
+RESTARTS = 3
+
+
+@ray.remote(max_restarts=RESTARTS, max_task_retries=RESTARTS)
 class ShardActor:
     """Holds one shard (zero-copy from the object store) and answers top-k queries against it."""
 
@@ -35,6 +44,9 @@ class ShardActor:
 
     def topk(self, queries: SparseBatch, k: int) -> TopK:
         return shard_topk(self.shard, queries, k)
+
+    def pid(self) -> int:
+        return os.getpid()
 
     def stats(self) -> dict[str, Any]:
         """Documents, shard size, and this process's memory: peak resident, and now private (anon) vs shared
@@ -56,40 +68,69 @@ def _proc_memory() -> dict[str, float]:
 class ShardedIndex:
     """A corpus split into shards held by Ray actors; :meth:`search` is an exact top-k over all of them."""
 
-    def __init__(self, actors: list[Any], n_docs: int) -> None:
-        self.actors = actors
+    def __init__(self, refs: list[ray.ObjectRef], n_docs: int, num_cpus: float) -> None:
+        self.refs = refs  # held for the index's lifetime: a restarted actor reads its shard again
         self.n_docs = n_docs
+        self.num_cpus = num_cpus
+        self.actors = [self._actor(ref) for ref in refs]
+
+    def _actor(self, ref: ray.ObjectRef) -> Any:
+        return ShardActor.options(num_cpus=self.num_cpus).remote([ref], max(1, int(self.num_cpus)))  # type: ignore[attr-defined]
 
     @classmethod
     def start(cls, shards: Iterable[Shard], num_cpus: float = 1.0) -> ShardedIndex:
         """Put each shard in the object store (the caller may drop it at once) and start its actor."""
-        actors, n_docs = [], 0
+        refs, n_docs = [], 0
         for shard in shards:
             n_docs += shard.n_docs
-            actor = ShardActor.options(num_cpus=num_cpus)  # type: ignore[attr-defined]
-            actors.append(actor.remote([ray.put(shard)], max(1, int(num_cpus))))
-        index = cls(actors, n_docs)
+            refs.append(ray.put(shard))
+        index = cls(refs, n_docs, num_cpus)
         index.stats()  # wait until every actor holds its shard
         return index
 
+    def _ask(self, shard: int, method: str, *args: Any) -> ray.ObjectRef:
+        return getattr(self.actors[shard], method).remote(*args)
+
+    def _get(self, refs: list[ray.ObjectRef], method: str, *args: Any) -> list[Any]:
+        """Every shard's answer; a shard whose actor is gone for good gets a new actor and is asked again."""
+        out: list[Any] = []
+        for shard, ref in enumerate(refs):
+            for attempt in range(RESTARTS + 1):
+                try:
+                    out.append(ray.get(ref))
+                    break
+                except ray.exceptions.RayActorError as err:
+                    if attempt == RESTARTS:
+                        raise
+                    log.warning("shard %d: its actor died for good (%s); starting a new one", shard,
+                                type(err).__name__)
+                    self.actors[shard] = self._actor(self.refs[shard])
+                    ref = self._ask(shard, method, *args)
+        return out
+
     def search(self, queries: SparseBatch, k: int, batch_size: int = 32, window: int = 4) -> TopK:
         """queries (Q, V) -> the exact top-k over every shard: scores (Q, k), global ranks (Q, k)."""
-        pending: deque[list[ray.ObjectRef]] = deque()
+        pending: deque[tuple[ray.ObjectRef, list[ray.ObjectRef]]] = deque()
         merged: list[TopK] = []
         for start in range(0, queries.rows, batch_size):
             batch = ray.put(queries.slice(start, min(start + batch_size, queries.rows)))
-            pending.append([actor.topk.remote(batch, k) for actor in self.actors])
+            pending.append((batch, [self._ask(i, "topk", batch, k) for i in range(len(self.actors))]))
             if len(pending) >= window:
-                merged.append(merge_topk(ray.get(pending.popleft()), k))
-        merged.extend(merge_topk(ray.get(refs), k) for refs in pending)
+                batch, refs = pending.popleft()
+                merged.append(merge_topk(self._get(refs, "topk", batch, k), k))
+        merged.extend(merge_topk(self._get(refs, "topk", batch, k), k) for batch, refs in pending)
         if not merged:
             return TopK(np.zeros((0, k), np.float32), np.zeros((0, k), np.int64))
         return TopK(np.concatenate([m.scores for m in merged]), np.concatenate([m.ranks for m in merged]))
 
     def stats(self) -> list[dict[str, Any]]:
-        return ray.get([actor.stats.remote() for actor in self.actors])
+        return self._get([self._ask(i, "stats") for i in range(len(self.actors))], "stats")
+
+    def pids(self) -> list[int]:
+        """Each shard actor's process id (fault-injection tests kill them)."""
+        return self._get([self._ask(i, "pid") for i in range(len(self.actors))], "pid")
 
     def shutdown(self) -> None:
         for actor in self.actors:
             ray.kill(actor)
-        self.actors = []
+        self.actors, self.refs = [], []

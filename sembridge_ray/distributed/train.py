@@ -9,11 +9,14 @@ are restarted from it by ``FailureConfig(max_failures)`` within one run.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,20 +28,29 @@ import torch
 import torch.distributed as dist
 from ray.train.torch import TorchTrainer
 
+from sembridge_ray.cli import find_user_error
 from sembridge_ray.config import write_config
 from sembridge_ray.data.retrieval import dataset_identity
 from sembridge_ray.data.stream import StreamInfo, materialise_stream
 from sembridge_ray.distributed import cluster
-from sembridge_ray.errors import InputError
+from sembridge_ray.errors import InputError, environment_errno
 from sembridge_ray.identity import RunIdentity, model_identity
 from sembridge_ray.outputs import atomic_write_json, atomic_write_text, claim_output
 from sembridge_ray.sparse import loop
+from sembridge_ray.sparse.checkpoints import (
+    METRICS,
+    PREFIX,
+    checkpoint_name,
+    complete_checkpoints,
+    load_part,
+    write_part,
+)
 from sembridge_ray.sparse.collective import LocalCollective, TorchCollective
 from sembridge_ray.sparse.config import FinetuneConfig
 from sembridge_ray.sparse.model import SpladeEncoder, check_mlm, load_mlm, save_sparse_encoder
 
 log = logging.getLogger(__name__)
-STATE, METRICS, SUMMARY, DATA_DIR, CHECKPOINT_DIR = "state.pt", "metrics.jsonl", "finetune.json", "data", "checkpoints"
+SUMMARY, DATA_DIR, CHECKPOINT_DIR = "finetune.json", "data", "checkpoints"
 
 
 @dataclass(frozen=True)
@@ -88,9 +100,10 @@ def run_finetune(cfg: FinetuneConfig, inputs: dict[str, str] | None = None) -> F
         resumed = latest_step(storage, name)
         if resumed is not None:
             log.info("resumed from step %d (run %s in %s)", resumed, name, storage)
+        storage_note(storage, cfg.storage)
         start = time.perf_counter()
-        result = _trainer(cfg, stream, info.total_steps, plan, storage, name).fit()
-        final = export_checkpoint(result.checkpoint, cfg, out, info.total_steps)
+        result = _fit(cfg, stream, info.total_steps, plan, storage, name)
+        final = export_checkpoint(result.checkpoint, cfg, out, info.total_steps, f"{storage.rstrip('/')}/{name}")
         summary = FinetuneResult(str(out), info.total_steps, name, storage, resumed, plan.workers,
                                  round(time.perf_counter() - start, 2), final)
         atomic_write_json(out / SUMMARY, {**asdict(summary), "stream": asdict(info)})
@@ -103,6 +116,28 @@ def run_name(identity: RunIdentity) -> str:
     return f"finetune-{identity.fingerprint[:16]}"
 
 
+def _fit(cfg: FinetuneConfig, stream: Path, total_steps: int, plan: Any, storage: str, name: str
+         ) -> ray.train.Result:
+    """Train, restarting the worker group from the newest complete checkpoint after a failure, at most
+    ``max_failures`` times. An error of the input or the environment (disk full, read-only, permission) is not
+    retried: it would fail the same way, so it ends the run at once, its checkpoints kept for a later resume."""
+    for attempt in range(cfg.max_failures + 1):
+        try:
+            return _trainer(cfg, stream, total_steps, plan, storage, name).fit()
+        except ray.train.TrainingFailedError as err:
+            cause = find_user_error(err)
+            code = environment_errno(cause) if cause is not None else None
+            if code is not None and not getattr(cause, "filename", None):
+                raise OSError(code, f"cannot write checkpoints: {os.strerror(code)}", storage) from err
+            if cause is not None or attempt == cfg.max_failures:
+                raise
+            resume = latest_step(storage, name)
+            log.warning("training failed (attempt %d of %d): %s; restarting from %s", attempt + 1,
+                        cfg.max_failures + 1, str(err).strip().splitlines()[0],
+                        f"step {resume}" if resume is not None else "the start")
+    raise AssertionError("unreachable")
+
+
 def _trainer(cfg: FinetuneConfig, stream: Path, total_steps: int, plan: Any, storage: str, name: str) -> TorchTrainer:
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = False
@@ -111,25 +146,64 @@ def _trainer(cfg: FinetuneConfig, stream: Path, total_steps: int, plan: Any, sto
     parquet = pq.ParquetFile(stream)
     dataset = ray.data.from_arrow([parquet.read_row_group(i) for i in range(parquet.num_row_groups)])
     resources = {"CPU": plan.cpus_per_worker, **({"GPU": plan.gpus_per_worker} if plan.use_gpu else {})}
+    run_dir = f"{storage.rstrip('/')}/{name}"
     return TorchTrainer(
         train_func,
-        train_loop_config={"cfg": cfg.to_dict(), "total_steps": total_steps},
+        train_loop_config={"cfg": cfg.to_dict(), "total_steps": total_steps, "run_dir": run_dir},
         scaling_config=ray.train.ScalingConfig(num_workers=plan.workers, use_gpu=plan.use_gpu,
                                                resources_per_worker=resources),
         run_config=ray.train.RunConfig(
             name=name, storage_path=storage,
             checkpoint_config=ray.train.CheckpointConfig(num_to_keep=cfg.keep_checkpoints),
-            failure_config=ray.train.FailureConfig(max_failures=cfg.max_failures)),
+            failure_config=ray.train.FailureConfig(max_failures=0)),  # restarts: see _fit
         datasets={"train": dataset},
         dataset_config=ray.train.DataConfig(datasets_to_split=[],
                                             execution_options=ray.data.ExecutionOptions(preserve_order=True)),
     )
 
 
-def latest_step(storage: str, name: str) -> int | None:
-    """The step of the run's latest registered checkpoint (what Ray Train restores), or None for a new run."""
+# Filesystems every node of a cluster sees; checkpoints anywhere else exist only on the node that wrote them.
+SHARED_FILESYSTEMS = ("nfs", "nfs4", "lustre", "gpfs", "ceph", "cephfs", "beegfs", "glusterfs", "fuse.juicefs",
+                      "fuse.s3fs", "fuse.gcsfuse", "9p", "virtiofs")
+
+
+def storage_note(storage: str, configured: str) -> None:
+    """One warning line when a multi-node cluster would keep checkpoints on a node-local disk."""
+    nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
+    if nodes <= 1 or "://" in storage or filesystem_type(Path(storage)) in SHARED_FILESYSTEMS:
+        return
+    where = "storage=" + configured if configured else "the default <output>/checkpoints"
+    log.warning("%d-node cluster: checkpoints go to %s on a %s filesystem, which other nodes may not see; set "
+                "storage= to shared storage (NFS, Lustre, …) or object storage (s3://, gs://) to resume on any node",
+                nodes, where, filesystem_type(Path(storage)) or "local")
+
+
+def filesystem_type(path: Path) -> str:
+    """The type of the filesystem holding ``path`` (from /proc/mounts; "" where unknown)."""
+    path = path.resolve()
+    while not path.exists():
+        path = path.parent
+    best, kind = "", ""
     try:
-        result = ray.train.Result.from_path(f"{storage.rstrip('/')}/{name}")
+        mounts = Path("/proc/mounts").read_text().splitlines()
+    except OSError:
+        return ""
+    for line in mounts:
+        parts = line.split()
+        if len(parts) >= 3 and path.is_relative_to(parts[1]) and len(parts[1]) > len(best):
+            best, kind = parts[1], parts[2]
+    return kind
+
+
+def latest_step(storage: str, name: str) -> int | None:
+    """The step a restart would resume from: the newest complete checkpoint (on a path), else the newest one Ray
+    Train registered (object storage), or None for a new run."""
+    run_dir = f"{storage.rstrip('/')}/{name}"
+    found = complete_checkpoints(Path(run_dir))
+    if found:
+        return found[0][0]
+    try:
+        result = ray.train.Result.from_path(run_dir)
     except (RuntimeError, OSError, ValueError):
         return None
     if result.checkpoint is None or not result.metrics:
@@ -148,7 +222,14 @@ def train_func(config: dict[str, Any]) -> None:
     model = ray.train.torch.prepare_model(SpladeEncoder(mlm, chunk=cfg.pool_chunk))
     encoder = getattr(model, "module", model)
     optimizer, scheduler = loop.build_optimizer(model, cfg.optim, total)
-    start, history = _restore(ray.train.get_checkpoint(), encoder, optimizer, scheduler, rank, cfg.seed)
+    torch.manual_seed(cfg.seed * 1_000_003 + rank)
+    start, history = 0, []
+    with _restore_dir(config["run_dir"]) as ckpt:
+        if ckpt is not None:
+            state, rng, history = load_part(ckpt, rank)
+            start = loop.restore_state(state, encoder, optimizer, scheduler)
+            if rng is not None:
+                loop.set_rng_state(rng)
     if start and rank == 0:
         log.info("resumed from step %d of %d", start, total)
     raw = ray.train.get_dataset_shard("train").iter_batches(
@@ -169,7 +250,7 @@ def train_func(config: dict[str, Any]) -> None:
                          metrics["active_dims_q"], metrics["active_dims_d"], metrics["lr"], metrics["examples_per_s"])
         if step % cfg.checkpoint_every == 0 or step == total:
             state = loop.capture_state(encoder, optimizer, scheduler, step)
-            _report_checkpoint(metrics or {"step": step}, state, history, rank)
+            _report_checkpoint(metrics or {"step": step}, state, history, rank, world)
             last_report = time.monotonic()
         elif metrics is not None and _due(last_report, cfg.report_every_s, world, device):
             ray.train.report(metrics)
@@ -184,42 +265,43 @@ def _due(since: float, every_s: float, world: int, device: torch.device) -> bool
     return bool(flag.item())
 
 
-def _restore(checkpoint: ray.train.Checkpoint | None, encoder: torch.nn.Module, optimizer: torch.optim.Optimizer,
-             scheduler: Any, rank: int, seed: int) -> tuple[int, list[dict[str, float]]]:
-    """(start step, metrics history) from a checkpoint, or (0, []) with this rank's RNG seeded."""
-    torch.manual_seed(seed * 1_000_003 + rank)
-    if checkpoint is None:
-        return 0, []
-    with checkpoint.as_directory() as ckpt:
-        state = torch.load(Path(ckpt) / STATE, map_location="cpu")
-        start = loop.restore_state(state, encoder, optimizer, scheduler)
-        rng = Path(ckpt) / f"rng-rank{rank}.pt"
-        if rng.is_file():  # absent when resuming with more workers than before
-            loop.set_rng_state(torch.load(rng))
-        lines = (Path(ckpt) / METRICS).read_text(encoding="utf-8").splitlines()
-    return start, [json.loads(line) for line in lines if line]
+@contextlib.contextmanager
+def _restore_dir(run_dir: str) -> Iterator[Path | None]:
+    """The newest complete checkpoint in the run's storage, or the one Ray Train registered when it is newer (or
+    the storage is not a path this worker sees); None for a fresh run."""
+    found = complete_checkpoints(Path(run_dir))
+    registered = ray.train.get_checkpoint()
+    step = int(Path(registered.path).name[len(PREFIX):]) if registered is not None else -1
+    if found and found[0][0] >= step:
+        yield found[0][1]
+    elif registered is not None:
+        with registered.as_directory() as local:
+            yield Path(local)
+    else:
+        yield None
 
 
 def _report_checkpoint(metrics: dict[str, float], state: dict[str, Any], history: list[dict[str, float]],
-                       rank: int) -> None:
-    """Every rank saves its RNG; rank 0 adds the state and the metrics so far. Ray merges them into one dir."""
+                       rank: int, world: int) -> None:
+    """Every rank saves its part (rank 0 the state and the metrics so far); Ray merges them into one directory."""
     with tempfile.TemporaryDirectory() as tmp:
-        torch.save(loop.rng_state(), Path(tmp) / f"rng-rank{rank}.pt")
-        if rank == 0:
-            torch.save(state, Path(tmp) / STATE)
-            (Path(tmp) / METRICS).write_text("".join(json.dumps(m) + "\n" for m in history), encoding="utf-8")
+        write_part(Path(tmp), rank, world, loop.rng_state(), state if rank == 0 else None,
+                   "".join(json.dumps(m) + "\n" for m in history) if rank == 0 else None)
         ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(tmp),
-                         checkpoint_dir_name=f"step_{state['step']:08d}")
+                         checkpoint_dir_name=checkpoint_name(state["step"]))
 
 
-def export_checkpoint(checkpoint: ray.train.Checkpoint | None, cfg: FinetuneConfig, out: Path,
-                      total_steps: int) -> dict[str, float]:
+def export_checkpoint(checkpoint: ray.train.Checkpoint | None, cfg: FinetuneConfig, out: Path, total_steps: int,
+                      run_dir: str) -> dict[str, float]:
     """Write the final checkpoint's model into ``out`` as a SparseEncoder directory, and its metrics.jsonl."""
-    if checkpoint is None:
+    found = dict(complete_checkpoints(Path(run_dir)))
+    if total_steps in found:
+        state, _, history = load_part(found[total_steps], 0)
+    elif checkpoint is not None:
+        with checkpoint.as_directory() as ckpt:
+            state, _, history = load_part(Path(ckpt), 0)
+    else:
         raise RuntimeError("the training run reported no checkpoint")
-    with checkpoint.as_directory() as ckpt:
-        state = torch.load(Path(ckpt) / STATE, map_location="cpu")
-        metrics_text = (Path(ckpt) / METRICS).read_text(encoding="utf-8")
     if state["step"] != total_steps:
         raise RuntimeError(f"the latest checkpoint is at step {state['step']}, not the last step {total_steps}")
     mlm, tokenizer = load_mlm(cfg.model)
@@ -232,6 +314,5 @@ def export_checkpoint(checkpoint: ray.train.Checkpoint | None, cfg: FinetuneConf
             if target.is_dir():
                 shutil.rmtree(target)
             item.replace(target)
-    atomic_write_text(out / METRICS, metrics_text)
-    lines = [json.loads(line) for line in metrics_text.splitlines() if line]
-    return lines[-1] if lines else {}
+    atomic_write_text(out / METRICS, "".join(json.dumps(m) + "\n" for m in history))
+    return history[-1] if history else {}

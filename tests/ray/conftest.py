@@ -11,8 +11,6 @@ from sembridge_ray.distributed import cluster  # sets the loopback environment b
 
 @pytest.fixture(scope="module")
 def ray_cluster() -> Iterator[cluster.ClusterInfo]:
-    import ray
-
     info = cluster.connect(num_cpus=2)
     yield info
-    ray.shutdown()
+    cluster.shutdown()

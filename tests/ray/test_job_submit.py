@@ -55,12 +55,18 @@ def head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict[s
 
 
 def _submit(head: tuple[str, dict[str, str]], code: str) -> subprocess.CompletedProcess[str]:
+    """Submit, retrying with backoff while the new head's job agent is not up yet (a loaded machine)."""
     address, env = head
-    return subprocess.run(
-        [RAY, "job", "submit", "--address", address, "--runtime-env", "cluster/runtime_env.yaml",
-         "--working-dir", ".", "--", "python", "-c", code],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
-    )
+    for attempt in range(6):
+        result = subprocess.run(
+            [RAY, "job", "submit", "--address", address, "--runtime-env", "cluster/runtime_env.yaml",
+             "--working-dir", ".", "--", "python", "-c", code],
+            cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+        )
+        if "No available agent" not in result.stdout + result.stderr:
+            return result
+        time.sleep(2 ** attempt)
+    return result
 
 
 def test_submitted_job_imports_the_package_and_sees_the_cluster(head: tuple[str, dict[str, str]]) -> None:

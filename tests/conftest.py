@@ -33,7 +33,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if Path(item.path).parent.name == "ray":
+        if Path(item.path).parent.name in ("ray", "chaos"):
             item.add_marker(pytest.mark.ray)
 
 

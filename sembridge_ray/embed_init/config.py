@@ -39,6 +39,15 @@ class InitConfig(Config):
     """False sends every non-special token through the bridge (the low-overlap, cross-lingual setting)."""
     exclude_special_sources: bool = False
     """Drop special and [unused*] source tokens from the bridge candidates (the reference keeps them)."""
+    position_aware: bool = False
+    """Match word-initial and continuation pieces within their own class first (docs/position-aware.md), for
+    every similarity method. False: the released string rule, byte for byte."""
+    position_marker: bool = True
+    """With ``position_aware``: bridge continuation pieces as ``##`` + text in both vocabularies."""
+    position_penalty: float = 0.1
+    """With ``position_aware``: subtracted from the cosine of a candidate of the other position class before
+    α-entmax/softmax (0 = no prior; above 2 + the support radius it is a hard mask that falls back to every
+    candidate only when a class has none)."""
     seed: int = 0
     samples: int = 50
     """Target tokens shown with their top-3 source tokens (the paper's Table 3)."""

@@ -1,0 +1,134 @@
+"""Position-aware bridging: word-initial and continuation pieces are matched within their own class first.
+
+Why: the released string rule ``decode([id]).strip()`` erases the word position on byte-level BPE and
+SentencePiece vocabularies (``Ġing`` and ``ing`` both become "ing", as do ``▁Haus`` and ``Haus``), while a
+WordPiece source keeps it (``##ing`` decodes to "##ing"). A target continuation piece then has the *word-initial*
+source token as its string-identical nearest neighbour, and α=4's narrow supports give it all the mass.
+
+Every token gets a position class from its canonical form (``vocab.canonical``: each family's own marker, WordPiece
+``##``, SentencePiece ``▁``, byte-level ``Ġ``):
+
+| class          | canonical form                                                               |
+|----------------|-------------------------------------------------------------------------------|
+| word-initial   | starts with ``▁``                                                             |
+| continuation   | any other form with a letter or digit                                         |
+| neutral        | punctuation, symbols or space only, byte pieces ``<0xNN>``, any ``raw`` family |
+
+Punctuation is neutral because WordPiece pre-tokenizers isolate it: a WordPiece ``##.`` is never produced, so its
+row is untrained, while a byte-level ``.`` (glued to the previous word) is one of the most frequent pieces.
+
+The rule kept (see docs/position-aware.md for the measured alternatives) has two parts:
+
+1. **Marked strings**: a continuation piece is bridged as ``"##" + text`` in both vocabularies, the form a WordPiece
+   source already has under the released rule; word-initial and neutral strings are unchanged. The target ``ing``
+   and the source ``##ing`` then have the same bridge string.
+2. **A class prior**: before α-entmax, ``penalty`` is subtracted from the cosine of every candidate of the other
+   (non-neutral) class. A cross-class candidate can still win, and then takes the mass, when it beats the best
+   in-class cosine by more than ``penalty``: that is the fallback when a class has no good candidate. Neutral rows
+   have no prior, and neutral candidates are never penalised.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+import torch
+
+from sembridge_ray.embed_init.vocab import WORD_START, Family, VocabIndex, canonical, tokenizer_family
+
+INITIAL, CONTINUATION, NEUTRAL = 0, 1, 2
+CLASS_NAMES = ("word_initial", "continuation", "neutral")
+MARKER = "##"
+RULE_VERSION_MARKED = "decode-strip-or-raw-v1+continuation-marker-##"
+_BYTES = re.compile(r"^(<0x[0-9A-Fa-f]{2}>)+$")
+
+
+def position_class(canon: str) -> int:
+    """The position class of a canonical form (table in the module docstring)."""
+    if _BYTES.match(canon):
+        return NEUTRAL
+    body = canon.removeprefix(WORD_START)
+    if not any(ch.isalnum() for ch in body):
+        return NEUTRAL
+    return INITIAL if canon.startswith(WORD_START) else CONTINUATION
+
+
+def vocab_classes(vocab: dict[str, int], family: Family, size: int, specials: set[int] | None = None) -> np.ndarray:
+    """(size,) int8 position class by id; ids not in ``vocab``, ``specials`` and every id of a ``raw`` family are
+    neutral (a raw vocabulary has no position marker to read)."""
+    out = np.full(size, NEUTRAL, dtype=np.int8)
+    if family == "raw":
+        return out
+    skip = specials or set()
+    for token, token_id in vocab.items():
+        if token_id < size and token_id not in skip:
+            out[token_id] = position_class(canonical(token, family))
+    return out
+
+
+def marked_string(text: str, cls: int) -> str:
+    """The bridge string of a token under the marked rule: ``"##" + text`` for continuation pieces (a WordPiece
+    piece's decoded text already starts with ``##``), ``text`` otherwise."""
+    return MARKER + text.removeprefix(MARKER) if cls == CONTINUATION else text
+
+
+def class_offsets(new_class: int, source_classes: torch.Tensor, penalty: float) -> torch.Tensor | None:
+    """(M,) float64 additive prior on the cosines for rows of class ``new_class``: ``-penalty`` on candidates of
+    the other non-neutral class, 0 elsewhere; None for neutral rows or ``penalty == 0`` (no prior)."""
+    if new_class == NEUTRAL or penalty == 0:
+        return None
+    other = (source_classes != new_class) & (source_classes != NEUTRAL)
+    return torch.where(other, -float(penalty), 0.0).to(torch.float64)
+
+
+RowWeights = Callable[[torch.Tensor, "torch.Tensor | None"], torch.Tensor]
+"""(row indices (r,), offsets (M,) or None) -> CSR (r, M) weights of those rows with that prior."""
+
+
+def class_weights(weights: RowWeights, new_classes: torch.Tensor, source_classes: torch.Tensor,
+                  penalty: float) -> torch.Tensor:
+    """CSR (n, M): each position class's rows weighted with its own prior (:func:`class_offsets`), reassembled
+    in row order. ``new_classes`` (n,) and ``source_classes`` (M,) hold classes of the rows and candidates."""
+    parts = []
+    for cls in (INITIAL, CONTINUATION, NEUTRAL):
+        rows = torch.nonzero(new_classes == cls).flatten()
+        if len(rows):
+            parts.append((rows, weights(rows, class_offsets(cls, source_classes, penalty))))
+    return stack_rows(parts, len(new_classes), len(source_classes))
+
+
+def stack_rows(parts: list[tuple[torch.Tensor, torch.Tensor]], n: int, m: int) -> torch.Tensor:
+    """CSR blocks of rows (row ids (r,), CSR (r, M)) that together cover ``range(n)`` once -> one CSR (n, M)."""
+    rows, cols, vals = [torch.zeros(0, dtype=torch.int64)], [torch.zeros(0, dtype=torch.int64)], [torch.zeros(0)]
+    for ids, w in parts:
+        crow = w.crow_indices()
+        rows.append(torch.repeat_interleave(ids.to(torch.int64), crow[1:] - crow[:-1]))
+        cols.append(w.col_indices().to(torch.int64))
+        vals.append(w.values().float())
+    row, col, val = torch.cat(rows), torch.cat(cols), torch.cat(vals)
+    order = torch.argsort(row * m + col)
+    crow = torch.zeros(n + 1, dtype=torch.int64)
+    torch.cumsum(torch.bincount(row, minlength=n), 0, out=crow[1:])
+    return torch.sparse_csr_tensor(crow, col[order], val[order], size=(n, m), check_invariants=False)
+
+
+def tokenizer_classes(tokenizer: Any, size: int) -> np.ndarray:
+    """(size,) position class by id of a tokenizer's vocabulary (special tokens neutral)."""
+    return vocab_classes(tokenizer.get_vocab(), tokenizer_family(tokenizer), size, set(tokenizer.all_special_ids))
+
+
+def exact_counterparts(source: Any, target: Any, target_ids: Iterable[int]) -> dict[int, int]:
+    """Target id -> the source id with the same canonical form (the partition's exact rule; specials excluded),
+    for the ``target_ids`` that have one."""
+    index = VocabIndex.build(source.get_vocab(), tokenizer_family(source), exclude=source.all_special_ids)
+    family = tokenizer_family(target)
+    tokens = {i: t for t, i in target.get_vocab().items()}
+    out = {}
+    for tid in target_ids:
+        hit = index.exact.get(canonical(tokens[int(tid)], family)) if int(tid) in tokens else None
+        if hit is not None:
+            out[int(tid)] = hit
+    return out

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sembridge_ray.data.schema import ID, TEXT
-from sembridge_ray.embed_init.position import marked_string
+from sembridge_ray.embed_init.position import NEUTRAL, marked_string
 from sembridge_ray.embed_init.vocab import bridge_string, tokenizer_family
 from sembridge_ray.errors import InputError
 from sembridge_ray.outputs import atomic_path, sha256_file
@@ -57,7 +57,8 @@ def vocab_strings(tokenizer: Any, classes: np.ndarray | None = None) -> pa.Table
     pairs = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
     texts = [bridge_string(tokenizer, i, tok) for tok, i in pairs]
     if classes is not None:
-        texts = [marked_string(t, int(classes[i])) for t, (_, i) in zip(texts, pairs, strict=True)]
+        texts = [marked_string(t, int(classes[i]) if i < len(classes) else NEUTRAL)
+                 for t, (_, i) in zip(texts, pairs, strict=True)]
     return pa.table({ID: pa.array([i for _, i in pairs], pa.int32()), TEXT: texts})
 
 

@@ -81,7 +81,7 @@ def class_offsets(new_class: int, source_classes: torch.Tensor, penalty: float) 
     if new_class == NEUTRAL or penalty == 0:
         return None
     other = (source_classes != new_class) & (source_classes != NEUTRAL)
-    return torch.where(other, -float(penalty), 0.0).to(torch.float64)
+    return other.to(torch.float64) * -float(penalty)  # built in float64: -0.3 stays -0.3, not fp32's -0.30000001
 
 
 RowWeights = Callable[[torch.Tensor, "torch.Tensor | None"], torch.Tensor]
@@ -121,14 +121,21 @@ def tokenizer_classes(tokenizer: Any, size: int) -> np.ndarray:
 
 
 def exact_counterparts(source: Any, target: Any, target_ids: Iterable[int]) -> dict[int, int]:
-    """Target id -> the source id with the same canonical form (the partition's exact rule; specials excluded),
-    for the ``target_ids`` that have one."""
+    """Target id -> its source counterpart, for the ``target_ids`` that have one: the source token with the same
+    canonical form (the partition's exact rule), else with the same canonical form up to case (an uncased source
+    has ``the`` for a cased target's ``The``). The word position is part of the form either way; specials excluded."""
     index = VocabIndex.build(source.get_vocab(), tokenizer_family(source), exclude=source.all_special_ids)
+    folded: dict[str, int] = {}
+    for canon, sid in sorted(index.exact.items(), key=lambda kv: (kv[0] != kv[0].lower(), kv[1])):
+        folded.setdefault(canon.lower(), sid)  # an already lower-case form first, then the lowest id
     family = tokenizer_family(target)
     tokens = {i: t for t, i in target.get_vocab().items()}
     out = {}
-    for tid in target_ids:
-        hit = index.exact.get(canonical(tokens[int(tid)], family)) if int(tid) in tokens else None
+    for tid in map(int, target_ids):
+        if tid not in tokens:
+            continue
+        canon = canonical(tokens[tid], family)
+        hit = index.exact.get(canon, folded.get(canon.lower()))
         if hit is not None:
-            out[int(tid)] = hit
+            out[tid] = hit
     return out

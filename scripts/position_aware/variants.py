@@ -14,17 +14,21 @@ Variants are ``name=key:value;key:value`` InitConfig overrides, or one of the na
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import sys
 import typing
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import numpy as np
 
 from sembridge_ray.config import coerce, read_config
+from sembridge_ray.embed_init import position
 from sembridge_ray.embed_init.config import InitConfig
 from sembridge_ray.outputs import atomic_write_json, atomic_write_text
 from sembridge_ray.reproduce.compare import paired_test, read_per_query
@@ -34,17 +38,35 @@ log = logging.getLogger("position_aware.variants")
 ON = {"position_aware": True}
 VARIANTS: dict[str, dict[str, Any]] = {
     "faithful": {},
-    "marker": {**ON, "position_marker": True, "position_penalty": 0.0},
-    **{f"prior-{p:g}": {**ON, "position_marker": False, "position_penalty": p} for p in (0.05, 0.1, 0.2, 0.35, 0.5)},
-    "mask": {**ON, "position_marker": False, "position_penalty": 4.0},
-    **{f"marker+prior-{p:g}": {**ON, "position_marker": True, "position_penalty": p} for p in (0.05, 0.1, 0.2)},
-    "marker+mask": {**ON, "position_marker": True, "position_penalty": 4.0},
+    "marker": {**ON, "position_marker": "##", "position_penalty": 0.0},
+    "marker-hyphen": {**ON, "position_marker": "-", "position_penalty": 0.0},
+    "marker-symbols-classed": {**ON, "position_marker": "##", "position_penalty": 0.0},  # see PATCHES
+    **{f"prior-{p:g}": {**ON, "position_marker": "", "position_penalty": p} for p in (0.05, 0.1, 0.2, 0.35, 0.5)},
+    "mask": {**ON, "position_marker": "", "position_penalty": 4.0},
+    **{f"marker+prior-{p:g}": {**ON, "position_marker": "##", "position_penalty": p} for p in (0.05, 0.1, 0.2)},
+    "marker+mask": {**ON, "position_marker": "##", "position_penalty": 4.0},
     "alpha2": {"alpha": 2.0},
+    "alpha2+marker": {"alpha": 2.0, **ON},
+    "softmax": {"alpha": 1.0},
+    "softmax+marker": {"alpha": 1.0, **ON},
     "focus": {"method": "focus"},
+    "focus+marker": {"method": "focus", **ON},
     "wechsel": {"method": "wechsel"},
+    "wechsel+marker": {"method": "wechsel", **ON},
     "random": {"method": "random"},
     "mean": {"method": "mean"},
 }
+
+
+def _symbols_classed(canon: str) -> int:
+    """The ablation of the neutral class: punctuation and symbols get a position class like words do."""
+    if position._BYTES.match(canon) or canon == position.WORD_START:
+        return position.NEUTRAL
+    return position.INITIAL if canon.startswith(position.WORD_START) else position.CONTINUATION
+
+
+# Ablations that are no config option: patched in this (the driver) process, where classes and strings are made.
+PATCHES: dict[str, Callable[[str], int]] = {"marker-symbols-classed": _symbols_classed}
 STAGES = ("zero_shot", "finetuned")
 
 
@@ -159,7 +181,10 @@ def main(argv: list[str] | None = None) -> int:
     rows = json.loads(done.read_text(encoding="utf-8")) if done.is_file() else []  # earlier invocations' variants
     for text in args.variants.split(","):
         name, overrides = parse_variant(text)
-        row = run_variant(cfg, assets, args.out, name, overrides, target, args.finetune)
+        with contextlib.ExitStack() as stack:
+            if name in PATCHES:
+                stack.enter_context(mock.patch.object(position, "position_class", PATCHES[name]))
+            row = run_variant(cfg, assets, args.out, name, overrides, target, args.finetune)
         rows = [r for r in rows if r["variant"] != name] + [row]
         atomic_write_json(done, rows)
     paired = compare_all(args.out, rows, args.reference)

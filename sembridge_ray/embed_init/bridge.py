@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sembridge_ray.data.schema import ID, TEXT
-from sembridge_ray.embed_init.position import NEUTRAL, marked_string
+from sembridge_ray.embed_init.position import NEUTRAL, WORDPIECE_PREFIX, marked_string
 from sembridge_ray.embed_init.vocab import bridge_string, tokenizer_family
 from sembridge_ray.errors import InputError
 from sembridge_ray.outputs import atomic_path, sha256_file
@@ -51,13 +51,14 @@ def encode_strings(model: Any, strings: list[str], batch_size: int, name: str = 
     return vecs
 
 
-def vocab_strings(tokenizer: Any, classes: np.ndarray | None = None) -> pa.Table:
+def vocab_strings(tokenizer: Any, classes: np.ndarray | None = None, marker: str = "##") -> pa.Table:
     """(id, text) for every vocabulary id, ascending: the strings the bridge embeds. With ``classes`` (position
-    class by id, ``position.vocab_classes``) continuation pieces are marked (``position.marked_string``)."""
+    class by id, ``position.vocab_classes``) continuation pieces carry ``marker`` (``position.marked_string``)."""
     pairs = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
     texts = [bridge_string(tokenizer, i, tok) for tok, i in pairs]
     if classes is not None:
-        texts = [marked_string(t, int(classes[i]) if i < len(classes) else NEUTRAL)
+        own = WORDPIECE_PREFIX if tokenizer_family(tokenizer) == "wordpiece" else ""
+        texts = [marked_string(t, int(classes[i]) if i < len(classes) else NEUTRAL, marker, own)
                  for t, (_, i) in zip(texts, pairs, strict=True)]
     return pa.table({ID: pa.array([i for _, i in pairs], pa.int32()), TEXT: texts})
 

@@ -42,9 +42,10 @@ class InitConfig(Config):
     position_aware: bool = False
     """Match word-initial and continuation pieces within their own class first (docs/position-aware.md), for
     every similarity method. False: the released string rule, byte for byte."""
-    position_marker: bool = True
-    """With ``position_aware``: bridge continuation pieces as ``##`` + text in both vocabularies."""
-    position_penalty: float = 0.1
+    position_marker: str = "##"
+    """With ``position_aware``: continuation pieces are bridged as this + their text, in both vocabularies ("" =
+    strings unchanged). ``##`` is what a WordPiece source's pieces already read under the released rule."""
+    position_penalty: float = 0.0
     """With ``position_aware``: subtracted from the cosine of a candidate of the other position class before
     α-entmax/softmax (0 = no prior; above 2 + the support radius it is a hard mask that falls back to every
     candidate only when a class has none)."""

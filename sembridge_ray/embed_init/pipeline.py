@@ -183,8 +183,8 @@ def _bridge_side(cfg: InitConfig, source_tok: Any, target_tok: Any, sizes: dict[
         strings[side] = released = vocab_strings(tok)
         rule = RULE_VERSION
         if cfg.position_aware and cfg.position_marker:
-            strings[side] = vocab_strings(tok, classes[side])
-            rule = RULE_VERSION if strings[side].equals(released) else position.RULE_VERSION_MARKED
+            strings[side] = vocab_strings(tok, classes[side], cfg.position_marker)
+            rule = RULE_VERSION if strings[side].equals(released) else position.marked_rule(cfg.position_marker)
         keys[side] = f"{fp}-{tokenizer_fingerprint(tok, rule)}"
     return _Bridge(fp, strings, keys, classes)
 

@@ -41,8 +41,7 @@ from sembridge_ray.embed_init.vocab import WORD_START, Family, VocabIndex, canon
 
 INITIAL, CONTINUATION, NEUTRAL = 0, 1, 2
 CLASS_NAMES = ("word_initial", "continuation", "neutral")
-MARKER = "##"
-RULE_VERSION_MARKED = "decode-strip-or-raw-v1+continuation-marker-##"
+WORDPIECE_PREFIX = "##"
 _BYTES = re.compile(r"^(<0x[0-9A-Fa-f]{2}>)+$")
 
 
@@ -69,10 +68,16 @@ def vocab_classes(vocab: dict[str, int], family: Family, size: int, specials: se
     return out
 
 
-def marked_string(text: str, cls: int) -> str:
-    """The bridge string of a token under the marked rule: ``"##" + text`` for continuation pieces (a WordPiece
-    piece's decoded text already starts with ``##``), ``text`` otherwise."""
-    return MARKER + text.removeprefix(MARKER) if cls == CONTINUATION else text
+def marked_string(text: str, cls: int, marker: str = "##", own_prefix: str = "") -> str:
+    """The bridge string of a token under the marked rule: ``marker`` + text for continuation pieces, ``text``
+    otherwise. ``own_prefix``: the family's marker that the released string already carries (WordPiece's ``##``:
+    ``##ing`` decodes to "##ing"), replaced by ``marker``."""
+    return marker + text.removeprefix(own_prefix) if cls == CONTINUATION else text
+
+
+def marked_rule(marker: str) -> str:
+    """The string rule's name in bridge-cache keys (``bridge.tokenizer_fingerprint``)."""
+    return f"decode-strip-or-raw-v1+continuation-marker-{marker}"
 
 
 def class_offsets(new_class: int, source_classes: torch.Tensor, penalty: float) -> torch.Tensor | None:

@@ -58,8 +58,10 @@ def test_classes_from_each_family_marker() -> None:
 
 
 def test_marked_strings() -> None:
-    assert marked_string("ing", C) == "##ing"
-    assert marked_string("##ing", C) == "##ing"  # a WordPiece piece decodes with its marker already
+    assert marked_string("ing", C) == "##ing" and marked_string("ing", C, "-") == "-ing"
+    assert marked_string("##ing", C, "##", own_prefix="##") == "##ing"  # WordPiece: decoded with its own marker
+    assert marked_string("##ing", C, "-", own_prefix="##") == "-ing"
+    assert marked_string("##x", C) == "####x"  # a byte-level piece that reads "##x" keeps its text
     assert marked_string("play", W) == "play" and marked_string(".", N) == "."
 
 
@@ -212,8 +214,10 @@ def test_a_continuation_piece_weights_its_counterpart(fixtures_root: Path, out: 
 def test_marked_strings_and_cache_keys(fixtures_root: Path, out: Path) -> None:
     _, released = run(fixtures_root, out, "bert-mlm", "tok-bytebpe")
     _, marked = run(fixtures_root, out, "bert-mlm", "tok-bytebpe", position_aware=True)
-    prior_only, _ = run(fixtures_root, out, "bert-mlm", "tok-bytebpe", position_aware=True, position_marker=False)
+    prior_only, unmarked = run(fixtures_root, out, "bert-mlm", "tok-bytebpe", position_aware=True,
+                               position_marker="", position_penalty=0.5)
     fps = [r["fingerprints"] for r in (released, marked)]
+    assert unmarked["fingerprints"] == released["fingerprints"]  # the prior alone leaves the strings as they are
     assert fps[0]["source_tokenizer"] == fps[1]["source_tokenizer"]  # WordPiece strings already carry ##: shared cache
     assert fps[0]["target_tokenizer"] != fps[1]["target_tokenizer"]  # byte-level strings change: their own key
     assert (out / "cache" / f"{fps[1]['bridge_model']}-{fps[1]['target_tokenizer']}.parquet").is_file()

@@ -35,24 +35,21 @@ from sembridge_ray.reproduce.compare import paired_test, read_per_query
 from sembridge_ray.reproduce.config import ReproduceConfig
 
 log = logging.getLogger("position_aware.variants")
-ON = {"position_aware": True}
-VARIANTS: dict[str, dict[str, Any]] = {
+ON = {"position_aware": True, "position_penalty": 0.0}
+HASH, HYPHEN = {**ON, "position_marker": "##"}, {**ON, "position_marker": "-"}
+VARIANTS: dict[str, dict[str, Any]] = {  # every marker spelled out, so that a rerun measures what docs/ reports
     "faithful": {},
-    "marker": {**ON, "position_marker": "##", "position_penalty": 0.0},
-    "marker-hyphen": {**ON, "position_marker": "-", "position_penalty": 0.0},
-    "marker-symbols-classed": {**ON, "position_marker": "##", "position_penalty": 0.0},  # see PATCHES
+    "improved": {"position_aware": True},  # the defaults: must equal marker-hyphen
+    "marker": HASH,
+    "marker-hyphen": HYPHEN,
+    "marker-symbols-classed": HASH,  # see PATCHES
     **{f"prior-{p:g}": {**ON, "position_marker": "", "position_penalty": p} for p in (0.05, 0.1, 0.2, 0.35, 0.5)},
     "mask": {**ON, "position_marker": "", "position_penalty": 4.0},
-    **{f"marker+prior-{p:g}": {**ON, "position_marker": "##", "position_penalty": p} for p in (0.05, 0.1, 0.2)},
-    "marker+mask": {**ON, "position_marker": "##", "position_penalty": 4.0},
-    "alpha2": {"alpha": 2.0},
-    "alpha2+marker": {"alpha": 2.0, **ON},
-    "softmax": {"alpha": 1.0},
-    "softmax+marker": {"alpha": 1.0, **ON},
-    "focus": {"method": "focus"},
-    "focus+marker": {"method": "focus", **ON},
-    "wechsel": {"method": "wechsel"},
-    "wechsel+marker": {"method": "wechsel", **ON},
+    **{f"marker+prior-{p:g}": {**HASH, "position_penalty": p} for p in (0.05, 0.1, 0.2)},
+    "marker+mask": {**HASH, "position_penalty": 4.0},
+    **{f"{name}{suffix}": {**base, **rule} for name, base in (
+        ("alpha2", {"alpha": 2.0}), ("softmax", {"alpha": 1.0}), ("focus", {"method": "focus"}),
+        ("wechsel", {"method": "wechsel"})) for suffix, rule in (("", {}), ("+marker", HASH), ("+hyphen", HYPHEN))},
     "random": {"method": "random"},
     "mean": {"method": "mean"},
 }

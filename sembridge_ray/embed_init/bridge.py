@@ -51,12 +51,13 @@ def encode_strings(model: Any, strings: list[str], batch_size: int, name: str = 
     return vecs
 
 
-def vocab_strings(tokenizer: Any, classes: np.ndarray | None = None, marker: str = "##") -> pa.Table:
+def vocab_strings(tokenizer: Any, classes: np.ndarray | None = None, marker: str = "") -> pa.Table:
     """(id, text) for every vocabulary id, ascending: the strings the bridge embeds. With ``classes`` (position
-    class by id, ``position.vocab_classes``) continuation pieces carry ``marker`` (``position.marked_string``)."""
+    class by id, ``position.vocab_classes``) and a ``marker``, continuation pieces carry the marker
+    (``position.marked_string``)."""
     pairs = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
     texts = [bridge_string(tokenizer, i, tok) for tok, i in pairs]
-    if classes is not None:
+    if classes is not None and marker:
         own = WORDPIECE_PREFIX if tokenizer_family(tokenizer) == "wordpiece" else ""
         texts = [marked_string(t, int(classes[i]) if i < len(classes) else NEUTRAL, marker, own)
                  for t, (_, i) in zip(texts, pairs, strict=True)]

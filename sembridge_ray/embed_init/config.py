@@ -42,9 +42,9 @@ class InitConfig(Config):
     position_aware: bool = False
     """Match word-initial and continuation pieces within their own class first (docs/position-aware.md), for
     every similarity method. False: the released string rule, byte for byte."""
-    position_marker: str = "##"
-    """With ``position_aware``: continuation pieces are bridged as this + their text, in both vocabularies ("" =
-    strings unchanged). ``##`` is what a WordPiece source's pieces already read under the released rule."""
+    position_marker: str = "-"
+    """With ``position_aware``: continuation pieces are bridged as this + their text, in both vocabularies
+    (``ing`` and ``##ing`` -> "-ing"); "" leaves the strings as they are."""
     position_penalty: float = 0.0
     """With ``position_aware``: subtracted from the cosine of a candidate of the other position class before
     α-entmax/softmax (0 = no prior; above 2 + the support radius it is a hard mask that falls back to every

@@ -68,7 +68,7 @@ def vocab_classes(vocab: dict[str, int], family: Family, size: int, specials: se
     return out
 
 
-def marked_string(text: str, cls: int, marker: str = "##", own_prefix: str = "") -> str:
+def marked_string(text: str, cls: int, marker: str, own_prefix: str = "") -> str:
     """The bridge string of a token under the marked rule: ``marker`` + text for continuation pieces, ``text``
     otherwise. ``own_prefix``: the family's marker that the released string already carries (WordPiece's ``##``:
     ``##ing`` decodes to "##ing"), replaced by ``marker``."""

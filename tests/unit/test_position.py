@@ -58,11 +58,11 @@ def test_classes_from_each_family_marker() -> None:
 
 
 def test_marked_strings() -> None:
-    assert marked_string("ing", C) == "##ing" and marked_string("ing", C, "-") == "-ing"
+    assert marked_string("ing", C, "##") == "##ing" and marked_string("ing", C, "-") == "-ing"
     assert marked_string("##ing", C, "##", own_prefix="##") == "##ing"  # WordPiece: decoded with its own marker
     assert marked_string("##ing", C, "-", own_prefix="##") == "-ing"
-    assert marked_string("##x", C) == "####x"  # a byte-level piece that reads "##x" keeps its text
-    assert marked_string("play", W) == "play" and marked_string(".", N) == "."
+    assert marked_string("##x", C, "##") == "####x"  # a byte-level piece that reads "##x" keeps its text
+    assert marked_string("play", W, "-") == "play" and marked_string(".", N, "-") == "."
 
 
 def test_class_offsets_penalise_only_the_other_non_neutral_class() -> None:
@@ -212,30 +212,31 @@ def test_a_continuation_piece_weights_its_counterpart(fixtures_root: Path, out: 
 
 
 def test_marked_strings_and_cache_keys(fixtures_root: Path, out: Path) -> None:
-    _, released = run(fixtures_root, out, "bert-mlm", "tok-bytebpe")
-    _, marked = run(fixtures_root, out, "bert-mlm", "tok-bytebpe", position_aware=True)
-    prior_only, unmarked = run(fixtures_root, out, "bert-mlm", "tok-bytebpe", position_aware=True,
-                               position_marker="", position_penalty=0.5)
-    fps = [r["fingerprints"] for r in (released, marked)]
-    assert unmarked["fingerprints"] == released["fingerprints"]  # the prior alone leaves the strings as they are
-    assert fps[0]["source_tokenizer"] == fps[1]["source_tokenizer"]  # WordPiece strings already carry ##: shared cache
-    assert fps[0]["target_tokenizer"] != fps[1]["target_tokenizer"]  # byte-level strings change: their own key
-    assert (out / "cache" / f"{fps[1]['bridge_model']}-{fps[1]['target_tokenizer']}.parquet").is_file()
-    tok = AutoTokenizer.from_pretrained(fixtures_root / "tok-bytebpe")
-    classes = tokenizer_classes(tok, len(tok))
-    texts = dict(zip(*vocab_strings(tok, classes).to_pydict().values(), strict=True))
-    assert texts[tok.convert_tokens_to_ids("ing")] == "##ing" and texts[tok.convert_tokens_to_ids("Ġthe")] == "the"
-    assert prior_only.num_rows == len(tok)
+    """A cache key names the strings: a vocabulary whose strings the rule changes gets its own key, one whose
+    strings stay the same keeps the released key (and the vectors already cached under it)."""
+    fps = {marker: run(fixtures_root, out, "bert-mlm", "tok-bytebpe", position_aware=True, position_marker=marker)[1][
+        "fingerprints"] for marker in ("-", "##")}
+    released = run(fixtures_root, out, "bert-mlm", "tok-bytebpe")[1]["fingerprints"]
+    prior_only = run(fixtures_root, out, "bert-mlm", "tok-bytebpe", position_aware=True, position_marker="",
+                     position_penalty=0.5)[1]["fingerprints"]
+    assert prior_only == released  # the prior alone leaves the strings as they are
+    assert fps["##"]["source_tokenizer"] == released["source_tokenizer"]  # WordPiece's ##ing already reads "##ing"
+    assert len({fps["-"]["source_tokenizer"], fps["##"]["source_tokenizer"]}) == 2  # "-ing": other strings, other key
+    assert len({f["target_tokenizer"] for f in (released, fps["-"], fps["##"])}) == 3  # byte-level: changed by both
+    for f in fps.values():
+        assert (out / "cache" / f"{f['bridge_model']}-{f['target_tokenizer']}.parquet").is_file()
 
 
-def test_real_tokenizers_mark_the_same_piece_the_same_way(shared_data: Path) -> None:
+@pytest.mark.parametrize("marker", ["-", "##"])
+def test_real_tokenizers_mark_the_same_piece_the_same_way(shared_data: Path, marker: str) -> None:
     bert = AutoTokenizer.from_pretrained(shared_data / "tokenizers" / "bert-base-uncased")
     roberta = AutoTokenizer.from_pretrained(shared_data / "tokenizers" / "roberta-base")
     strings = {}
     for name, tok in (("bert", bert), ("roberta", roberta)):
         ids = [tok.convert_tokens_to_ids(t) for t in (("##ing", "ing", "##.") if name == "bert" else ("ing", "Ġing", "."))]
         classes = tokenizer_classes(tok, max(tok.get_vocab().values()) + 1)  # roberta-base's ids have holes
-        table = vocab_strings(tok, classes).to_pydict()
+        table = vocab_strings(tok, classes, marker).to_pydict()
         strings[name] = [table["text"][table["id"].index(i)] for i in ids]
         assert [int(classes[i]) for i in ids] == [C, W, N]
-    assert strings["bert"][:2] == strings["roberta"][:2] == ["##ing", "ing"]
+    assert strings["bert"][:2] == strings["roberta"][:2] == [f"{marker}ing", "ing"]
+    assert strings["roberta"][2] == "."  # neutral: as released (BERT's "##." is never produced, so stays apart)

@@ -47,8 +47,8 @@ class InitConfig(Config):
     (``ing`` and ``##ing`` -> "-ing"); "" leaves the strings as they are."""
     position_penalty: float = 0.0
     """With ``position_aware``: subtracted from the cosine of a candidate of the other position class before
-    α-entmax/softmax (0 = no prior; above 2 + the support radius it is a hard mask that falls back to every
-    candidate only when a class has none)."""
+    α-entmax/softmax. 0 (no prior) is the kept rule: the marker alone; above 2 + the support radius it is a hard
+    mask that falls back to every candidate only when a class has none."""
     seed: int = 0
     samples: int = 50
     """Target tokens shown with their top-3 source tokens (the paper's Table 3)."""

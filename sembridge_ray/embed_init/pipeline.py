@@ -254,7 +254,7 @@ def _report(cfg: InitConfig, part: Partition, prov: pa.Table, source_tok: Any, t
             bridge: _Bridge, counterparts: dict[int, int]) -> dict[str, Any]:
     source_tokens = {i: t for t, i in source_tok.get_vocab().items()}
     bridge_fp, keys = bridge.fingerprint, bridge.keys
-    rule = {"position_aware": cfg.position_aware}
+    rule: dict[str, Any] = {"position_aware": cfg.position_aware}
     if cfg.position_aware:
         rule |= {"position_marker": cfg.position_marker, "position_penalty": cfg.position_penalty}
     return {

@@ -17,15 +17,19 @@ Every token gets a position class from its canonical form (``vocab.canonical``: 
 Punctuation is neutral because WordPiece pre-tokenizers isolate it: a WordPiece ``##.`` is never produced, so its
 row is untrained, while a byte-level ``.`` (glued to the previous word) is one of the most frequent pieces.
 
-The rule kept (see docs/position-aware.md for the measured alternatives) has two parts:
+The rule kept (``position_aware=true``; docs/position-aware.md has the measured alternatives):
 
-1. **Marked strings**: a continuation piece is bridged as ``"##" + text`` in both vocabularies, the form a WordPiece
-   source already has under the released rule; word-initial and neutral strings are unchanged. The target ``ing``
-   and the source ``##ing`` then have the same bridge string.
-2. **A class prior**: before α-entmax, ``penalty`` is subtracted from the cosine of every candidate of the other
-   (non-neutral) class. A cross-class candidate can still win, and then takes the mass, when it beats the best
-   in-class cosine by more than ``penalty``: that is the fallback when a class has no good candidate. Neutral rows
-   have no prior, and neutral candidates are never penalised.
+- **Marked strings.** A continuation piece is bridged as ``marker + text`` in *both* vocabularies (a byte-level
+  or SentencePiece ``ing`` and a WordPiece ``##ing`` all become "-ing" with the default marker ``-``);
+  word-initial and neutral strings are the released ones. The target ``ing`` and the source ``##ing`` then read the same, and a target
+  continuation piece is compared with source continuation pieces on equal terms. There is no threshold to fall
+  back across classes: the bridge model's own cosine decides, so a cross-class candidate still wins when it is
+  the closer string despite the marker.
+- **An optional class prior** (``position_penalty``, 0 by default: it added nothing on top of the marker): the
+  penalty is subtracted from the cosine of every candidate of the other non-neutral class before α-entmax or
+  softmax. A cross-class candidate then wins only when it beats the best in-class cosine by more than the
+  penalty; above 2 plus the support radius it is a hard mask that falls back to every candidate only when a
+  class has none. Neutral rows get no prior, and neutral candidates are never penalised.
 """
 
 from __future__ import annotations

@@ -12,10 +12,13 @@ comparisons isolate this rule.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 
 from sembridge_ray.embed_init.config import InitConfig
+from sembridge_ray.embed_init.position import class_weights
 from sembridge_ray.embed_init.weighting import bridge_weights
 
 
@@ -29,25 +32,36 @@ def remap_columns(weights: torch.Tensor, columns: torch.Tensor, m: int) -> torch
 def method_weights(
     cfg: InitConfig, new_vecs: torch.Tensor, source_vecs: torch.Tensor, candidates: torch.Tensor,
     overlap_sources: torch.Tensor, device: str | None = None,
+    classes: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """CSR (n, |Vs|) weights of the similarity-based methods. ``candidates``: source ids allowed in the bridge
     (ascending); ``overlap_sources``: source ids some target token matches, copied or not (FOCUS's anchors; all candidates if
-    none). With ``copy_overlap=false`` the anchors still restrict FOCUS, which would otherwise equal α=2."""
+    none). With ``copy_overlap=false`` the anchors still restrict FOCUS, which would otherwise equal α=2.
+    ``classes``: position classes of the new rows (n,) and of every source id (|Vs|,); with ``position_aware``
+    each class's rows get their own prior (``embed_init.position``)."""
     m = len(source_vecs)
     if cfg.method == "focus":
-        anchors = overlap_sources if len(overlap_sources) else candidates
-        w = bridge_weights(new_vecs, source_vecs[anchors], alpha=2.0, device=device)
-        return remap_columns(w, anchors, m)
-    if cfg.method == "wechsel":
-        w = bridge_weights(new_vecs, source_vecs[candidates], alpha=1.0, temperature=cfg.wechsel_temperature,
-                           top_k=cfg.wechsel_top_k, device=device)
-        return remap_columns(w, candidates, m)
-    if cfg.method == "sembridge":
-        top_k = cfg.softmax_top_k if cfg.alpha == 1 else None
-        w = bridge_weights(new_vecs, source_vecs[candidates], alpha=cfg.alpha, temperature=cfg.temperature,
-                           top_k=top_k, device=device)
-        return remap_columns(w, candidates, m)
-    raise ValueError(f"method {cfg.method!r} has no similarity weights")
+        pool = overlap_sources if len(overlap_sources) else candidates
+        kwargs: dict[str, Any] = {"alpha": 2.0}
+    elif cfg.method == "wechsel":
+        pool = candidates
+        kwargs = {"alpha": 1.0, "temperature": cfg.wechsel_temperature, "top_k": cfg.wechsel_top_k}
+    elif cfg.method == "sembridge":
+        pool = candidates
+        kwargs = {"alpha": cfg.alpha, "temperature": cfg.temperature,
+                  "top_k": cfg.softmax_top_k if cfg.alpha == 1 else None}
+    else:
+        raise ValueError(f"method {cfg.method!r} has no similarity weights")
+    pool_vecs = source_vecs[pool]
+    if not (cfg.position_aware and classes is not None):
+        return remap_columns(bridge_weights(new_vecs, pool_vecs, device=device, **kwargs), pool, m)
+    new_classes, source_classes = classes
+
+    def rows(ids: torch.Tensor, offsets: torch.Tensor | None) -> torch.Tensor:
+        return bridge_weights(new_vecs[ids], pool_vecs, device=device, offsets=offsets, **kwargs)
+
+    w = class_weights(rows, new_classes, source_classes[pool], cfg.position_penalty)
+    return remap_columns(w, pool, m)
 
 
 def explicit_rows(method: str, n: int, source: torch.Tensor, seed: int) -> torch.Tensor:

@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sembridge_ray.data.schema import ID, TEXT
+from sembridge_ray.embed_init.position import NEUTRAL, WORDPIECE_PREFIX, marked_string
 from sembridge_ray.embed_init.vocab import bridge_string, tokenizer_family
 from sembridge_ray.errors import InputError
 from sembridge_ray.outputs import atomic_path, sha256_file
@@ -62,17 +63,24 @@ def encode_strings(model: Any, strings: list[str], batch_size: int, name: str = 
     return vecs
 
 
-def vocab_strings(tokenizer: Any) -> pa.Table:
-    """(id, text) for every vocabulary id, ascending: the strings the bridge embeds."""
+def vocab_strings(tokenizer: Any, classes: np.ndarray | None = None, marker: str = "") -> pa.Table:
+    """(id, text) for every vocabulary id, ascending: the strings the bridge embeds. With ``classes`` (position
+    class by id, ``position.vocab_classes``) and a ``marker``, continuation pieces carry the marker
+    (``position.marked_string``)."""
     pairs = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
-    return pa.table({ID: pa.array([i for _, i in pairs], pa.int32()),
-                     TEXT: [bridge_string(tokenizer, i, tok) for tok, i in pairs]})
+    texts = [bridge_string(tokenizer, i, tok) for tok, i in pairs]
+    if classes is not None and marker:
+        own = WORDPIECE_PREFIX if tokenizer_family(tokenizer) == "wordpiece" else ""
+        texts = [marked_string(t, int(classes[i]) if i < len(classes) else NEUTRAL, marker, own)
+                 for t, (_, i) in zip(texts, pairs, strict=True)]
+    return pa.table({ID: pa.array([i for _, i in pairs], pa.int32()), TEXT: texts})
 
 
-def tokenizer_fingerprint(tokenizer: Any) -> str:
-    """Content hash of a tokenizer's vocabulary, family and special tokens (not of its file layout)."""
+def tokenizer_fingerprint(tokenizer: Any, rule: str = RULE_VERSION) -> str:
+    """Content hash of a tokenizer's vocabulary, family and special tokens (not of its file layout), and of the
+    string ``rule`` (so the bridge caches of two rules never share a key)."""
     payload = json.dumps([sorted(tokenizer.get_vocab().items()), tokenizer_family(tokenizer),
-                          tokenizer.all_special_tokens, RULE_VERSION], ensure_ascii=False)
+                          tokenizer.all_special_tokens, rule], ensure_ascii=False)
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:16]
 
 

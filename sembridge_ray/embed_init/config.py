@@ -42,6 +42,16 @@ class InitConfig(Config):
     """False sends every non-special token through the bridge (the low-overlap, cross-lingual setting)."""
     exclude_special_sources: bool = False
     """Drop special and [unused*] source tokens from the bridge candidates (the reference keeps them)."""
+    position_aware: bool = False
+    """Match word-initial and continuation pieces within their own class first (docs/position-aware.md), for
+    every similarity method. False: the released string rule, byte for byte."""
+    position_marker: str = "-"
+    """With ``position_aware``: continuation pieces are bridged as this + their text, in both vocabularies
+    (``ing`` and ``##ing`` -> "-ing"); "" leaves the strings as they are."""
+    position_penalty: float = 0.0
+    """With ``position_aware``: subtracted from the cosine of a candidate of the other position class before
+    α-entmax/softmax. 0 (no prior) is the kept rule: the marker alone; above 2 + the support radius it is a hard
+    mask that falls back to every candidate only when a class has none."""
     seed: int = 0
     samples: int = 50
     """Target tokens shown with their top-3 source tokens (the paper's Table 3)."""
@@ -74,7 +84,11 @@ class InitConfig(Config):
         require(not unknown, "match", ",".join(self.match), f"unknown rule {unknown[0] if unknown else ''!r} "
                 f"(known: {', '.join(MATCH_RULES)})")
         require(self.grid in GRIDS, "grid", self.grid, "must be empty or 'paper'")
+        require(self.position_penalty >= 0, "position_penalty", self.position_penalty, "must be >= 0")
 
     def identity_settings(self) -> dict[str, Any]:
         settings = super().identity_settings()
-        return {k: v for k, v in settings.items() if k not in unused_settings(self.method)}
+        unused = set(unused_settings(self.method))
+        if not self.position_aware:
+            unused |= {"position_marker", "position_penalty"}
+        return {k: v for k, v in settings.items() if k not in unused}

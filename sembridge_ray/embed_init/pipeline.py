@@ -21,9 +21,10 @@ import pyarrow.parquet as pq
 import torch
 
 from sembridge_ray.config import write_config
-from sembridge_ray.embed_init import report
+from sembridge_ray.embed_init import position, report
 from sembridge_ray.embed_init.baselines import explicit_rows, method_weights
 from sembridge_ray.embed_init.bridge import (
+    RULE_VERSION,
     cached_vectors,
     check_bridge,
     encode_strings,
@@ -65,13 +66,18 @@ class RowsContext:
     inputs: torch.Tensor  # E_s (|Vs rows|, d)
     outputs: torch.Tensor | None
     bias: torch.Tensor | None
+    source_classes: torch.Tensor | None = None  # position class by source id (position_aware only)
+    target_classes: torch.Tensor | None = None  # position class by target id (position_aware only)
 
 
 def compute_rows(ctx: RowsContext, target_ids: np.ndarray, new_vecs: np.ndarray, device: str | None = None) -> NewRows:
     """Weights and composed rows for bridged target ids (the hot stage; shard it freely by rows)."""
     cfg = InitConfig.from_dict(ctx.cfg)
+    classes = None
+    if ctx.source_classes is not None and ctx.target_classes is not None:
+        classes = (ctx.target_classes[torch.as_tensor(target_ids, dtype=torch.long)], ctx.source_classes)
     w = method_weights(cfg, torch.from_numpy(new_vecs), ctx.source_vecs, ctx.candidates, ctx.overlap_sources,
-                       device=device)
+                       device=device, classes=classes)
     return NewRows(
         target_ids=target_ids, weights=w, inputs=weighted_rows(w, ctx.inputs),
         outputs=None if ctx.outputs is None else weighted_rows(w, ctx.outputs),
@@ -159,9 +165,9 @@ def input_identities(cfg: InitConfig) -> dict[str, str]:
     return inputs
 
 
-def _source_vectors(cfg: InitConfig, source_tok: Any, rows: int, stages: Stages, key: str) -> tuple[torch.Tensor, torch.Tensor]:
+def _source_vectors(cfg: InitConfig, source_tok: Any, rows: int, stages: Stages, key: str,
+                    strings: pa.Table) -> tuple[torch.Tensor, torch.Tensor]:
     """Bridge vectors by source id (zero rows where no string) and the candidate ids."""
-    strings = vocab_strings(source_tok)
     vecs = cached_vectors(Path(cfg.cache_dir), key, strings, stages.encode)
     ids = strings.column("id").to_numpy()
     out = torch.zeros(rows, vecs.shape[1], dtype=torch.float32)
@@ -172,8 +178,37 @@ def _source_vectors(cfg: InitConfig, source_tok: Any, rows: int, stages: Stages,
     return out, torch.tensor(sorted(keep), dtype=torch.long)
 
 
-def _new_rows(cfg: InitConfig, part: Partition, ctx_parts: dict[str, Any], stages: Stages, keys: dict[str, str],
-              target_tok: Any, timings: dict[str, float]) -> NewRows:
+@dataclass(frozen=True)
+class _Bridge:
+    """The bridge side of one init: strings and cache keys per vocabulary, position classes by id."""
+
+    fingerprint: str
+    strings: dict[str, pa.Table]
+    keys: dict[str, str]
+    classes: dict[str, np.ndarray]
+
+
+def _bridge_side(cfg: InitConfig, source_tok: Any, target_tok: Any, sizes: dict[str, int]) -> _Bridge:
+    """Bridge strings under the configured rule, and their cache keys: a key names the strings, so a vocabulary
+    whose marked strings equal its released ones (a WordPiece one) keeps the released key and cache."""
+    toks = {"source": source_tok, "target": target_tok}
+    classes = {side: position.tokenizer_classes(tok, sizes[side]) for side, tok in toks.items()}
+    if not method(cfg.method).uses_bridge:
+        return _Bridge("", {}, {side: f"-{tokenizer_fingerprint(tok)}" for side, tok in toks.items()}, classes)
+    fp = model_fingerprint(cfg.bridge_model)
+    strings, keys = {}, {}
+    for side, tok in toks.items():
+        strings[side] = released = vocab_strings(tok)
+        rule = RULE_VERSION
+        if cfg.position_aware and cfg.position_marker:
+            strings[side] = vocab_strings(tok, classes[side], cfg.position_marker)
+            rule = RULE_VERSION if strings[side].equals(released) else position.marked_rule(cfg.position_marker)
+        keys[side] = f"{fp}-{tokenizer_fingerprint(tok, rule)}"
+    return _Bridge(fp, strings, keys, classes)
+
+
+def _new_rows(cfg: InitConfig, part: Partition, ctx_parts: dict[str, Any], stages: Stages, bridge: _Bridge,
+              timings: dict[str, float]) -> NewRows:
     e_in, e_out, bias = ctx_parts["inputs"], ctx_parts["outputs"], ctx_parts["bias"]
     rest = np.asarray(part.rest, dtype=np.int64)
     if not method(cfg.method).uses_bridge:
@@ -181,14 +216,16 @@ def _new_rows(cfg: InitConfig, part: Partition, ctx_parts: dict[str, Any], stage
         out_rows = None if e_out is None else explicit_rows(cfg.method, len(rest), e_out, cfg.seed + 1)
         return NewRows(rest, rows, None, out_rows, None)
     start = time.perf_counter()
-    src_vecs, candidates = _source_vectors(cfg, ctx_parts["source_tok"], len(e_in), stages, keys["source"])
-    tgt_strings = vocab_strings(target_tok)
-    tgt_vecs = cached_vectors(Path(cfg.cache_dir), keys["target"], tgt_strings, stages.encode)
-    position = {int(i): n for n, i in enumerate(tgt_strings.column("id").to_numpy())}
-    new_vecs = tgt_vecs[[position[int(i)] for i in rest]] if len(rest) else np.zeros((0, tgt_vecs.shape[1]), np.float32)
+    src_vecs, candidates = _source_vectors(cfg, ctx_parts["source_tok"], len(e_in), stages, bridge.keys["source"],
+                                           bridge.strings["source"])
+    tgt_strings = bridge.strings["target"]
+    tgt_vecs = cached_vectors(Path(cfg.cache_dir), bridge.keys["target"], tgt_strings, stages.encode)
+    row_of = {int(i): n for n, i in enumerate(tgt_strings.column("id").to_numpy())}
+    new_vecs = tgt_vecs[[row_of[int(i)] for i in rest]] if len(rest) else np.zeros((0, tgt_vecs.shape[1]), np.float32)
     timings["bridge_encode_s"] = time.perf_counter() - start
     overlap_sources = torch.tensor(part.anchors, dtype=torch.long)
-    ctx = RowsContext(cfg.to_dict(), src_vecs, candidates, overlap_sources, e_in, e_out, bias)
+    classes = [torch.from_numpy(bridge.classes[side]) if cfg.position_aware else None for side in ("source", "target")]
+    ctx = RowsContext(cfg.to_dict(), src_vecs, candidates, overlap_sources, e_in, e_out, bias, *classes)
     start = time.perf_counter()
     new = stages.rows(ctx, rest, new_vecs)
     timings["weights_s"] = time.perf_counter() - start
@@ -217,11 +254,9 @@ def initialise(cfg: InitConfig, stages: Stages | None = None, inputs: dict[str, 
         part = partition_vocab(source_tok, target_tok, cfg.match, copy_overlap=cfg.copy_overlap)
         timings["load_and_partition_s"] = time.perf_counter() - start
         e_in, e_out, bias = (t.detach().clone() if t is not None else None for t in mlm_embeddings(model))
-        bridge_fp = model_fingerprint(cfg.bridge_model) if method(cfg.method).uses_bridge else ""
-        keys = {"source": f"{bridge_fp}-{tokenizer_fingerprint(source_tok)}",
-                "target": f"{bridge_fp}-{tokenizer_fingerprint(target_tok)}"}
+        bridge = _bridge_side(cfg, source_tok, target_tok, {"source": len(e_in), "target": part.size})
         parts = {"inputs": e_in, "outputs": e_out, "bias": bias, "source_tok": source_tok}
-        new = _new_rows(cfg, part, parts, stages, keys, target_tok, timings)
+        new = _new_rows(cfg, part, parts, stages, bridge, timings)
 
         start = time.perf_counter()
         inputs_rows = compose(part, e_in, new.inputs, new.target_ids, e_in.mean(0))
@@ -236,20 +271,26 @@ def initialise(cfg: InitConfig, stages: Stages | None = None, inputs: dict[str, 
         with atomic_path(out / "provenance.parquet") as tmp:
             pq.write_table(prov, tmp)
         timings["compose_and_write_s"] = time.perf_counter() - start
-        rep = _report(cfg, part, prov, source_tok, timings, bridge_fp, keys)
+        counterparts = position.exact_counterparts(source_tok, target_tok, part.rest)
+        rep = _report(cfg, part, prov, source_tok, timings, bridge, counterparts)
         atomic_write_json(out / REPORT, rep)
         claim.finish()
     return InitResult(out, rep)
 
 
 def _report(cfg: InitConfig, part: Partition, prov: pa.Table, source_tok: Any, timings: dict[str, float],
-            bridge_fp: str, keys: dict[str, str]) -> dict[str, Any]:
+            bridge: _Bridge, counterparts: dict[int, int]) -> dict[str, Any]:
     source_tokens = {i: t for t, i in source_tok.get_vocab().items()}
+    bridge_fp, keys = bridge.fingerprint, bridge.keys
+    rule: dict[str, Any] = {"position_aware": cfg.position_aware}
+    if cfg.position_aware:
+        rule |= {"position_marker": cfg.position_marker, "position_penalty": cfg.position_penalty}
     return {
         "method": cfg.method, "alpha": cfg.alpha, "bias": cfg.bias, "match": list(cfg.match),
-        "copy_overlap": cfg.copy_overlap, "exclude_special_sources": cfg.exclude_special_sources,
+        "copy_overlap": cfg.copy_overlap, "exclude_special_sources": cfg.exclude_special_sources, **rule,
         **report.counts(part, prov),
         "support_histogram": report.support_histogram(prov),
+        "position": report.position_stats(prov, bridge.classes["target"], counterparts),
         "timings": {k: round(v, 3) for k, v in timings.items()},
         "fingerprints": {"source_model": model_fingerprint(cfg.source_model), "bridge_model": bridge_fp,
                          "source_tokenizer": keys["source"].split("-")[-1],

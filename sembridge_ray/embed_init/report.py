@@ -1,4 +1,5 @@
-"""init_report.json: counts, support sizes, timings, fingerprints, and the paper's Table 3 sample."""
+"""init_report.json: counts, support sizes (overall and per position class), the exact counterparts that get no
+weight, timings, fingerprints, and the paper's Table 3 sample."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from sembridge_ray.data.schema import KIND, SOURCE_IDS, TARGET_ID, TOKEN, WEIGHTS
+from sembridge_ray.embed_init.position import CLASS_NAMES
 from sembridge_ray.embed_init.vocab import Partition
 
 
@@ -50,3 +52,25 @@ def sample_table(samples: list[dict[str, Any]]) -> str:
         tops = ", ".join(f"{t['token']} ({t['weight']:.3f})" for t in s["top"])
         lines.append(f"{s['token'][:20]:<20} {tops}")
     return "\n".join(lines)
+
+
+def position_stats(prov: pa.Table, classes: np.ndarray, counterparts: dict[int, int]) -> dict[str, Any]:
+    """Per position class of the bridged target tokens (``position.CLASS_NAMES``): how many have an exact source
+    counterpart (same canonical form), how many of those put zero weight on it and that share, and the support-size
+    histogram. ``classes``: class by target id; ``counterparts``: target id -> source id."""
+    stats: dict[str, Any] = {name: {"with_counterpart": 0, "zero_weight": 0} for name in CLASS_NAMES}
+    sizes: dict[str, Counter[int]] = {name: Counter() for name in CLASS_NAMES}
+    columns = (prov.column(c).to_pylist() for c in (TARGET_ID, KIND, SOURCE_IDS))
+    for tid, kind, ids in zip(*columns, strict=True):
+        if kind != "bridge":
+            continue
+        name = CLASS_NAMES[int(classes[tid])]
+        sizes[name][len(ids)] += 1
+        if tid in counterparts:
+            stats[name]["with_counterpart"] += 1
+            stats[name]["zero_weight"] += counterparts[tid] not in ids
+    total = {key: sum(s[key] for s in stats.values()) for key in ("with_counterpart", "zero_weight")}
+    for entry in [*stats.values(), total]:
+        entry["zero_weight_share"] = round(entry["zero_weight"] / entry["with_counterpart"], 4) if entry["with_counterpart"] else None
+    return {"exact_counterpart": {**stats, "all": total},
+            "support_histogram": {name: {str(k): v for k, v in sorted(c.items())} for name, c in sizes.items()}}

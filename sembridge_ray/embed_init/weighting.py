@@ -104,14 +104,18 @@ def _threshold(scores: torch.Tensor, probs: torch.Tensor, alpha: float) -> torch
 
 def _solve(
     scores: torch.Tensor, new64: torch.Tensor, src: _Vectors, alpha: float, temperature: float, k: int,
-    error: float,
+    error: float, offsets: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Screening scores (B, M) -> (probs f64 (B, k), source ids, certified mask), sorted by float64 score.
-    ``error`` bounds the screening scores' error (see :func:`score_error`)."""
+    ``error`` bounds the screening scores' error (see :func:`score_error`); ``offsets`` (M,) float64 are added
+    to the cosines (already included in ``scores``)."""
     m = scores.shape[1]
     k = min(k, m)
     idx = scores.topk(k, dim=1).indices
-    exact = torch.einsum("bd,bkd->bk", new64, src.unit64(idx)) / temperature
+    exact = torch.einsum("bd,bkd->bk", new64, src.unit64(idx))
+    if offsets is not None:
+        exact = exact + offsets[idx]
+    exact = exact / temperature
     exact, order = exact.sort(dim=1, descending=True, stable=True)
     idx = idx.gather(1, order)
     probs = entmax_rows(exact, alpha)
@@ -129,18 +133,22 @@ def _kept(rows: torch.Tensor, idx: torch.Tensor, probs: torch.Tensor) -> Triplet
     return rows[:, None].expand_as(idx)[keep], idx[keep], probs[keep]
 
 
-def _chunk_weights(new: _Vectors, rows: slice, src: _Vectors, alpha: float, temperature: float) -> Triplets:
+def _chunk_weights(new: _Vectors, rows: slice, src: _Vectors, alpha: float, temperature: float,
+                   offsets: torch.Tensor | None = None) -> Triplets:
     """The exact α-entmax support of each row of a chunk, as flattened triplets (rows relative to the chunk)."""
     screen = src.screen
     scores = new.unit32[rows].to(screen.dtype) @ screen.T  # (B, M) in the screening dtype: the one GEMM
     new64 = new.unit64(torch.arange(rows.start, rows.stop, device=scores.device))
     error = score_error(screen.dtype, screen.shape[1])
+    if offsets is not None:  # added in fp32 (not bf16): one more rounding of a value below 1 + max|offset|
+        scores = scores.float() + offsets.float()
+        error += 2.0**-24 * (1 + float(offsets.abs().max()))
     parts = []
     pending = torch.arange(len(scores), device=scores.device)
     k = initial_k(alpha)
     while len(pending):
         block = scores if len(pending) == len(scores) else scores[pending]  # no copy in the first round
-        probs, idx, ok = _solve(block, new64[pending], src, alpha, temperature, k, error)
+        probs, idx, ok = _solve(block, new64[pending], src, alpha, temperature, k, error, offsets)
         parts.append(_kept(pending[ok], idx[ok], probs[ok]))
         pending, k = pending[~ok], k * 4  # only the rows that failed, with more candidates
     return tuple(torch.cat(col) for col in zip(*parts, strict=True))  # type: ignore[return-value]
@@ -154,14 +162,16 @@ def bridge_weights(
     temperature: float = 1.0,
     top_k: int | None = None,
     device: str | torch.device | None = None,
+    offsets: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Convex weights over source tokens for each new token: sparse CSR (N, M), float32, rows summing to 1.
 
     ``alpha > 1``: exact α-entmax of the cosine similarities (``temperature`` divides them; 1 by default, as in
     the paper). ``alpha == 2`` equals ``entmax.sparsemax``. ``alpha == 1``: softmax(cos / temperature) over the
     ``top_k`` most similar source tokens (all of them when None: dense rows), as WECHSEL does with k=10, T=0.1.
-    Cosines are computed in row chunks on ``device`` (default: where ``new_vecs`` lives); N × M is never held.
-    Non-finite input raises ``ValueError``.
+    ``offsets`` (M,): an additive prior on the cosines, the same for every row (before ``temperature``; see
+    ``embed_init.position``). Cosines are computed in row chunks on ``device`` (default: where ``new_vecs``
+    lives); N × M is never held. Non-finite input raises ``ValueError``.
     """
     if alpha < 1:
         raise ValueError(f"alpha must be >= 1, got {alpha}")
@@ -172,24 +182,34 @@ def bridge_weights(
     if new.raw.shape[1] != src.raw.shape[1]:
         raise ValueError(f"dimension mismatch: new_vecs {new.raw.shape[1]} vs source_vecs {src.raw.shape[1]}")
     n, m = len(new.raw), len(src.raw)
+    if offsets is not None:
+        if offsets.shape != (m,) or not bool(torch.isfinite(offsets).all()):
+            raise ValueError(f"offsets must be finite with shape ({m},), got {tuple(offsets.shape)}")
+        offsets = offsets.to(device=dev, dtype=torch.float64)
     chunk = max(1, _CHUNK_BYTES // (4 * max(m, 1)))
     parts = []
     for start in range(0, n, chunk):
         block = slice(start, min(start + chunk, n))
         if alpha == 1:
-            rows, cols, vals = _softmax_rows(new, block, src, temperature, top_k)
+            rows, cols, vals = _softmax_rows(new, block, src, temperature, top_k, offsets)
         else:
-            rows, cols, vals = _chunk_weights(new, block, src, alpha, temperature)
+            rows, cols, vals = _chunk_weights(new, block, src, alpha, temperature, offsets)
         parts.append((rows.cpu() + start, cols.cpu(), vals.cpu()))
     return _to_csr(parts, n, m)
 
 
-def _softmax_rows(new: _Vectors, rows: slice, src: _Vectors, temperature: float, top_k: int | None) -> Triplets:
+def _softmax_rows(new: _Vectors, rows: slice, src: _Vectors, temperature: float, top_k: int | None,
+                  offsets: torch.Tensor | None = None) -> Triplets:
     scores32 = new.unit32[rows] @ src.unit32.T
+    if offsets is not None:
+        scores32 = scores32 + offsets.float()
     k = min(top_k or scores32.shape[1], scores32.shape[1])
     idx = scores32.topk(k, dim=1).indices
     new64 = new.unit64(torch.arange(rows.start, rows.stop, device=scores32.device))
-    probs = torch.softmax(torch.einsum("bd,bkd->bk", new64, src.unit64(idx)) / temperature, dim=1)
+    exact = torch.einsum("bd,bkd->bk", new64, src.unit64(idx))
+    if offsets is not None:
+        exact = exact + offsets[idx]
+    probs = torch.softmax(exact / temperature, dim=1)
     return _kept(torch.arange(len(scores32), device=scores32.device), idx, probs)
 
 

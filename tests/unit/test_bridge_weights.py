@@ -122,3 +122,16 @@ def test_only_failing_rows_are_recomputed(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr(weighting, "_solve", spy)
     check(sembridge_ray.bridge_weights(new, src, 4.0), oracle(new, src, 4.0))
     assert calls[0] == 31 and all(c < 31 for c in calls[1:]) and len(calls) > 1
+
+
+@pytest.mark.parametrize("alpha", [1.5, 2.0, 4.0])
+def test_offsets_are_added_to_the_cosines(alpha: float) -> None:
+    """A column prior (position-aware bridging) against the oracle on cos + offsets, a penalty near the support
+    radius included; with both screening GEMMs (the autouse fixture)."""
+    new, src = randn(40, 8, seed=16), randn(600, 8, seed=17)
+    offsets = -0.34 * (torch.arange(600) % 3 == 0).double()
+    cos = torch.nn.functional.normalize(new.double(), dim=1) @ torch.nn.functional.normalize(src.double(), dim=1).T
+    expected = sparsemax(cos + offsets, dim=1) if alpha == 2 else entmax_bisect(cos + offsets, alpha=alpha, dim=1, n_iter=100)
+    check(sembridge_ray.bridge_weights(new, src, alpha, offsets=offsets), expected)
+    with pytest.raises(ValueError, match="offsets"):
+        sembridge_ray.bridge_weights(new, src, alpha, offsets=offsets[:5])

@@ -1,0 +1,195 @@
+"""Measure init variants on a miniature setting: init (through Ray) -> zero-shot eval [-> fine-tune -> eval], then
+every variant against the reference variant, paired over queries (bootstrap CI, sign-flip p), with the
+counterpart and support statistics of each init.
+
+The assets come from a demo reproduction run (``python -m jobs.reproduce --preset demo --output ROOT``): its
+``config.yaml`` gives the init/evaluate/finetune settings and ``ROOT/assets`` the source model and SICK data.
+
+    PYTHONPATH=. python scripts/position_aware/variants.py --demo /tmp/position-demo --out /tmp/position-exp \\
+        --variants faithful,marker,prior-0.1 [--finetune] [--target /path/to/tokenizer --setting NAME]
+
+Variants are ``name=key:value;key:value`` InitConfig overrides, or one of the names in ``VARIANTS``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import sys
+import typing
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import numpy as np
+
+from sembridge_ray.config import coerce, read_config
+from sembridge_ray.embed_init import position
+from sembridge_ray.embed_init.config import InitConfig
+from sembridge_ray.outputs import atomic_write_json, atomic_write_text
+from sembridge_ray.reproduce.compare import paired_test, read_per_query
+from sembridge_ray.reproduce.config import ReproduceConfig
+
+log = logging.getLogger("position_aware.variants")
+ON = {"position_aware": True, "position_penalty": 0.0}
+HASH, HYPHEN = {**ON, "position_marker": "##"}, {**ON, "position_marker": "-"}
+VARIANTS: dict[str, dict[str, Any]] = {  # every marker spelled out, so that a rerun measures what docs/ reports
+    "faithful": {},
+    "improved": {"position_aware": True},  # the defaults: must equal marker-hyphen
+    "marker": HASH,
+    "marker-hyphen": HYPHEN,
+    "marker-symbols-classed": HASH,  # see PATCHES
+    **{f"prior-{p:g}": {**ON, "position_marker": "", "position_penalty": p} for p in (0.05, 0.1, 0.2, 0.35, 0.5)},
+    "mask": {**ON, "position_marker": "", "position_penalty": 4.0},
+    **{f"marker+prior-{p:g}": {**HASH, "position_penalty": p} for p in (0.05, 0.1, 0.2)},
+    "marker+mask": {**HASH, "position_penalty": 4.0},
+    **{f"{name}{suffix}": {**base, **rule} for name, base in (
+        ("alpha2", {"alpha": 2.0}), ("softmax", {"alpha": 1.0}), ("focus", {"method": "focus"}),
+        ("wechsel", {"method": "wechsel"})) for suffix, rule in (("", {}), ("+marker", HASH), ("+hyphen", HYPHEN))},
+    "random": {"method": "random"},
+    "mean": {"method": "mean"},
+}
+
+
+def _symbols_classed(canon: str) -> int:
+    """The ablation of the neutral class: punctuation and symbols get a position class like words do."""
+    if position._BYTES.match(canon) or canon == position.WORD_START:
+        return position.NEUTRAL
+    return position.INITIAL if canon.startswith(position.WORD_START) else position.CONTINUATION
+
+
+# Ablations that are no config option: patched in this (the driver) process, where classes and strings are made.
+PATCHES: dict[str, Callable[[str], int]] = {"marker-symbols-classed": _symbols_classed}
+STAGES = ("zero_shot", "finetuned")
+
+
+def parse_variant(text: str) -> tuple[str, dict[str, Any]]:
+    """``name`` (from VARIANTS) or ``name=key:value;key:value`` (InitConfig fields, coerced by their types)."""
+    name, _, spec = text.partition("=")
+    if not spec:
+        return name, VARIANTS[name]
+    hints = typing.get_type_hints(InitConfig)
+    out: dict[str, Any] = {}
+    for item in spec.split(";"):
+        key, _, value = item.partition(":")
+        out[key] = coerce(value, hints[key], key)
+    return name, out
+
+
+def run_variant(cfg: ReproduceConfig, assets: Any, out: Path, name: str, overrides: dict[str, Any],
+                target: str, finetune: bool) -> dict[str, Any]:
+    """One variant's init, zero-shot eval and (optionally) fine-tune + eval; returns its report and metrics."""
+    from sembridge_ray.distributed.eval_pipeline import run_evaluate
+    from sembridge_ray.distributed.init_pipeline import run_init
+    from sembridge_ray.distributed.train import run_finetune
+
+    root = out / name
+    (model_name,), (eval_spec, train_spec) = assets.models, next(iter(assets.specs.values()))
+    init = replace(cfg.init, source_model=assets.models[model_name], target_tokenizer=target,
+                   output=str(root / "init"), **overrides)
+    run_init(init)
+    evaluate = replace(cfg.evaluate, dataset=eval_spec, split=cfg.eval_split,
+                       cache_dir=str(out / "cache" / "eval"))
+    metrics = {"zero_shot": run_evaluate(replace(evaluate, model=str(root / "init" / "model"),
+                                                 output=str(root / "zero_shot")))}
+    if finetune:
+        run_finetune(replace(cfg.finetune, model=str(root / "init" / "model"), train=train_spec,
+                             output=str(root / "finetune")))
+        metrics["finetuned"] = run_evaluate(replace(evaluate, model=str(root / "finetune"),
+                                                    output=str(root / "finetuned")))
+    rep = json.loads((root / "init" / "init_report.json").read_text(encoding="utf-8"))
+    return {"variant": name, "overrides": overrides, "position": rep.get("position"),
+            "support_histogram": rep.get("support_histogram"),
+            **{stage: m["nDCG@10"] for stage, m in metrics.items()}}
+
+
+def compare_all(out: Path, rows: list[dict[str, Any]], reference: str) -> list[dict[str, Any]]:
+    """Each variant minus the reference, per stage, paired over queries."""
+    result = []
+    for stage in STAGES:
+        ref_file = out / reference / stage / "per_query.tsv"
+        if not ref_file.is_file():
+            continue
+        ref = read_per_query(ref_file)
+        qids = sorted(ref)
+        for row in rows:
+            path = out / row["variant"] / stage / "per_query.tsv"
+            if row["variant"] == reference or not path.is_file():
+                continue
+            other = read_per_query(path)
+            test = paired_test(np.array([other[q] for q in qids]), np.array([ref[q] for q in qids]))
+            result.append({"variant": row["variant"], "stage": stage, "reference": reference, **test})
+    return result
+
+
+def markdown(rows: list[dict[str, Any]], paired: list[dict[str, Any]], setting: str) -> str:
+    tests = {(p["variant"], p["stage"]): p for p in paired}
+    lines = [f"## {setting}", "", "| variant | zero-shot | Δ [95% CI] p | fine-tuned | Δ [95% CI] p | "
+             "zero weight on counterpart: word-initial / continuation | mean support: word-initial / continuation |",
+             "|---|---:|---|---:|---|---|---|"]
+    for r in rows:
+        cells = [r["variant"]]
+        for stage in STAGES:
+            cells.append(f"{r[stage]:.3f}" if stage in r else "")
+            t = tests.get((r["variant"], stage))
+            cells.append(f"{t['mean_diff']:+.3f} [{t['ci_low']:+.3f}, {t['ci_high']:+.3f}] {t['p_value']:.3f}" if t else "")
+        pos = r.get("position") or {}
+        cp, hist = pos.get("exact_counterpart", {}), pos.get("support_histogram", {})
+        cells.append(" / ".join(_share(cp.get(c)) for c in ("word_initial", "continuation")))
+        cells.append(" / ".join(_mean_support(hist.get(c)) for c in ("word_initial", "continuation")))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _share(entry: dict[str, Any] | None) -> str:
+    if not entry or entry.get("zero_weight_share") is None:
+        return "-"
+    return f"{entry['zero_weight_share']:.1%} ({entry['zero_weight']}/{entry['with_counterpart']})"
+
+
+def _mean_support(hist: dict[str, int] | None) -> str:
+    if not hist:
+        return "-"
+    n = sum(hist.values())
+    return f"{sum(int(k) * v for k, v in hist.items()) / n:.2f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--demo", type=Path, required=True, help="a demo reproduction's output root")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--variants", default="faithful,marker")
+    parser.add_argument("--reference", default="faithful")
+    parser.add_argument("--target", default="", help="target tokenizer (default: the demo's)")
+    parser.add_argument("--setting", default="demo")
+    parser.add_argument("--finetune", action="store_true")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from sembridge_ray.distributed.reproduce import demo_assets
+
+    cfg = read_config(ReproduceConfig, args.demo / "config.yaml")
+    assets = demo_assets(cfg)  # already built: every stage is skipped
+    target = args.target or next(iter(assets.tokenizers.values()))
+    done = args.out / "variants.json"
+    rows = json.loads(done.read_text(encoding="utf-8")) if done.is_file() else []  # earlier invocations' variants
+    for text in args.variants.split(","):
+        name, overrides = parse_variant(text)
+        with contextlib.ExitStack() as stack:
+            if name in PATCHES:
+                stack.enter_context(mock.patch.object(position, "position_class", PATCHES[name]))
+            row = run_variant(cfg, assets, args.out, name, overrides, target, args.finetune)
+        rows = [r for r in rows if r["variant"] != name] + [row]
+        atomic_write_json(done, rows)
+    paired = compare_all(args.out, rows, args.reference)
+    atomic_write_json(args.out / "comparisons.json", paired)
+    atomic_write_text(args.out / "variants.md", markdown(rows, paired, args.setting))
+    print((args.out / "variants.md").read_text(encoding="utf-8"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -11,14 +11,18 @@ from __future__ import annotations
 import argparse
 import sys
 
-from sembridge_ray.embed_init import bench
+from sembridge_ray.bench import bridge_weights as bench
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--vectors", help="folder with new.npy and source.npy (real bridge vectors)")
-    parser.add_argument("--write-real", nargs=2, metavar=("SOURCE_TOK", "TARGET_TOK"),
-                        help="first write --vectors from these tokenizers with the bundled MiniLM bridge")
+    parser.add_argument(
+        "--write-real",
+        nargs=2,
+        metavar=("SOURCE_TOK", "TARGET_TOK"),
+        help="first write --vectors from these tokenizers with the bundled MiniLM bridge",
+    )
     parser.add_argument("--alpha", type=float, default=4.0)
     parser.add_argument("--new", type=int, default=4000, help="new tokens timed for our path and the GEMM")
     parser.add_argument("--source", type=int, default=30522, help="synthetic source tokens")

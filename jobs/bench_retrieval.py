@@ -11,26 +11,32 @@ from __future__ import annotations
 import json
 import sys
 
-from sembridge_ray.cli import Flag, parse_config, run_job
-from sembridge_ray.presets import PRESET_DIR
-from sembridge_ray.retrieval.synthetic import BenchConfig
+from sembridge_ray.bench.synthetic import BenchConfig
+from sembridge_ray.cli import parse_config, run_job
+from sembridge_ray.jobs import Flag
 
-FLAGS = [Flag("--docs", "docs"), Flag("--queries", "queries"), Flag("--workers", "workers"),
-         Flag("--top-k", "top_k"), Flag("--output", "output")]
+FLAGS = [
+    Flag(name="--docs", key="docs"),
+    Flag(name="--queries", key="queries"),
+    Flag(name="--workers", key="workers"),
+    Flag(name="--top-k", key="top_k"),
+    Flag(name="--output", key="output"),
+]
 
 
 def main(argv: list[str] | None = None) -> int:
     def body() -> int:
-        cfg = parse_config(BenchConfig, argv, flags=FLAGS, preset_dir=PRESET_DIR, prefix="bench_retrieval_",
-                           description=__doc__)
+        cfg, _ = parse_config(BenchConfig, argv, flags=FLAGS, job="bench_retrieval", description=__doc__ or "")
         from sembridge_ray.distributed.bench_retrieval import run_bench
         from sembridge_ray.outputs import atomic_write_json
 
         report = run_bench(cfg)
         print(json.dumps(report, indent=2))
-        print(f"single process {report['single_process_qps']} q/s | Ray x{cfg.workers} {report['ray_qps']} q/s | "
-              f"speed-up {report['speedup']}x (scipy brute force: {report.get('speedup_vs_scipy', '-')}x) | "
-              f"identical top-{cfg.top_k}: {report['identical_top_k']}")
+        print(
+            f"single process {report['single_process_qps']} q/s | Ray x{cfg.workers} {report['ray_qps']} q/s | "
+            f"speed-up {report['speedup']}x (scipy brute force: {report.get('speedup_vs_scipy', '-')}x) | "
+            f"identical top-{cfg.top_k}: {report['identical_top_k']}"
+        )
         if cfg.output:
             atomic_write_json(cfg.output, report)
         return 0 if report["identical_top_k"] else 1

@@ -31,15 +31,18 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.memory or args.overhead):
         parser.error("choose --memory and/or --overhead")
     if args.memory:
-        from sembridge_ray.sparse.bench import MemoryCase, compare_memory
+        from sembridge_ray.bench.pooling import MemoryCase, compare_memory
 
         with tempfile.TemporaryDirectory() as tmp:
             print(json.dumps({"memory": compare_memory(MemoryCase(), args.chunk, Path(tmp))}, indent=2))
     if args.overhead:
         from sembridge_ray.distributed.bench_train import compare_overhead
 
-        print(json.dumps({"overhead": compare_overhead(args.steps, args.batch, args.workers,
-                                                       args.cpus_per_worker)}, indent=2))
+        print(
+            json.dumps(
+                {"overhead": compare_overhead(args.steps, args.batch, args.workers, args.cpus_per_worker)}, indent=2
+            )
+        )
     return 0
 
 

@@ -1,6 +1,7 @@
-"""The offline miniature of the SemBridge experiment: ``jobs.reproduce --preset demo`` (see its docstring).
+"""The offline miniature of the SemBridge experiment: ``jobs.reproduce --preset demo`` (see its help).
 
-    ray job submit --runtime-env cluster/runtime_env.yaml --working-dir . -- python -m jobs.demo --output "$PWD/outputs/demo"
+    ray job submit --runtime-env cluster/runtime_env.yaml --working-dir . \
+        -- python -m jobs.demo --output "$PWD/outputs/demo"
 Or simply:  bash cluster/local.sh demo     (output in $DEMO_OUTPUT, default outputs/demo)
 """
 
@@ -8,11 +9,11 @@ from __future__ import annotations
 
 import sys
 
-from jobs import reproduce
+from sembridge_ray.cli import run
 
 
 def main(argv: list[str] | None = None) -> int:
-    return reproduce.main(["--preset", "demo", *(sys.argv[1:] if argv is None else argv)])
+    return run("reproduce", ["--preset", "demo", *(sys.argv[1:] if argv is None else argv)], prog="python -m jobs.demo")
 
 
 if __name__ == "__main__":

@@ -29,12 +29,23 @@ class Language:
 
 
 LANGUAGES = {
-    "ar": Language("ar", "aubmindlab/araelectra-base-discriminator",
-                   "our choice: AraBERT family, 64k WordPiece, works on raw (unsegmented) text", "ara", "ar"),
-    "zh": Language("zh", "google-bert/bert-base-chinese", "our choice: the standard Chinese BERT vocabulary",
-                   "zho", "zh"),
-    "hi": Language("hi", "l3cube-pune/hindi-bert-scratch",
-                   "our choice: a Hindi BERT trained from scratch on monolingual Hindi", "hin", "hi"),
+    "ar": Language(
+        "ar",
+        "aubmindlab/araelectra-base-discriminator",
+        "our choice: AraBERT family, 64k WordPiece, works on raw (unsegmented) text",
+        "ara",
+        "ar",
+    ),
+    "zh": Language(
+        "zh", "google-bert/bert-base-chinese", "our choice: the standard Chinese BERT vocabulary", "zho", "zh"
+    ),
+    "hi": Language(
+        "hi",
+        "l3cube-pune/hindi-bert-scratch",
+        "our choice: a Hindi BERT trained from scratch on monolingual Hindi",
+        "hin",
+        "hi",
+    ),
     "ko": Language("ko", "monologg/kobigbird-bert-base", "the SemBridge authors' Korean example", "kor", "ko"),
     "ru": Language("ru", "DeepPavlov/rubert-base-cased", "our choice: the widely used Russian BERT", "rus", "ru"),
 }

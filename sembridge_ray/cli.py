@@ -1,43 +1,125 @@
-"""Command-line glue shared by every job: ``--config PRESET``, named flags, ``key.sub=value`` overrides.
+"""The command line of every job: ``sembridge <job> [--preset NAME] [flags] [key.sub=value ...]``.
 
-Named flags are sugar for overrides: ``--alpha 3`` is ``alpha=3``, and both go through the same coercion.
-Bad input never shows a traceback: :func:`run_job` prints one line naming it and returns exit code 2.
+Values layer as dataclass defaults < preset < ``key.sub=value`` overrides and named flags (sugar for overrides:
+``--alpha 3`` is ``alpha=3``; both go through the same coercion). ``--help`` explains every flag from the config
+field's docstring, lists the allowed values, and shows the defaults of the preset that will run. ``--print-config``
+prints the resolved config as YAML and exits; that file, given back with ``--config``, gives the same config.
+
+Bad input and environment errors never show a traceback: :func:`run_job` prints one line naming them and returns
+exit code 2, also when a Ray worker raised them. A traceback and exit 1 mean a bug.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
+import textwrap
+import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from sembridge_ray.config import Config, ConfigError, apply_overrides, field_docs, load_preset, merge
+import yaml
+
+from sembridge_ray.config import (
+    Config,
+    ConfigError,
+    apply_overrides,
+    field_info,
+    load_preset,
+    merge,
+    suggestion,
+)
 from sembridge_ray.errors import ENVIRONMENT_ERRNOS, InputError, environment_errno
+from sembridge_ray.jobs import JOBS, PRESET_DIR, Flag, job_spec, presets
 
 C = TypeVar("C", bound=Config)
 log = logging.getLogger(__name__)
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
-@dataclass(frozen=True)
-class Flag:
-    """A named flag mapped onto a config key; ``const`` makes it a switch (``--dry-run`` -> ``dry_run=true``)."""
-
-    name: str
-    key: str
-    const: str | None = None
-    help: str = ""
-
-
-def resolve_preset(name: str, preset_dir: Path, prefix: str = "") -> Path:
-    """A path as given, else ``<preset_dir>/<prefix><name>.yaml``, else ``<preset_dir>/<name>.yaml``."""
-    for candidate in (Path(name), preset_dir / f"{prefix}{name}.yaml", preset_dir / f"{name}.yaml"):
+def resolve_preset(name: str, job: str) -> Path:
+    """A YAML path as given, else ``sembridge_ray/presets/<job>_<name>.yaml``."""
+    for candidate in (Path(name), PRESET_DIR / f"{job}_{name}.yaml"):
         if candidate.is_file():
             return candidate
-    known = sorted(p.stem for p in preset_dir.glob(f"{prefix}*.yaml"))
-    raise ConfigError(f"config preset {name!r} not found (known: {', '.join(known) or 'none'})")
+    known = presets(job)
+    raise ConfigError(
+        f"preset {name!r} not found for {job or 'this job'} (known: {', '.join(known) or 'none'}; or give a YAML file)"
+    )
+
+
+def _first_paragraph(doc: str) -> str:
+    return " ".join(doc.split("\n\n", 1)[0].split())
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, tuple | list):
+        return ",".join(str(v) for v in value) or "(none)"
+    return "(none)" if value is None or value == "" else str(value)
+
+
+def build_parser(
+    cls: type[Config],
+    flags: Sequence[Flag],
+    values: dict[str, Any],
+    *,
+    job: str,
+    preset: str | None,
+    prog: str,
+    description: str,
+) -> argparse.ArgumentParser:
+    """The job's parser: flag help from the config's docstrings, choices, and the defaults in ``values``."""
+    info = field_info(cls, values)
+    source = f"preset {preset!r}" if preset else "the built-in defaults"
+    keys = [f"config keys (key=value; defaults of {source}):"]
+    for key, fi in info.items():
+        line = f"  {key} = {_show(fi.default)}   [{fi.type_name}]"
+        if fi.choices:
+            line += f" one of: {', '.join(map(str, fi.choices))}"
+        keys.append(line)
+        if fi.doc:
+            keys += textwrap.wrap(_first_paragraph(fi.doc), 110, initial_indent=" " * 6, subsequent_indent=" " * 6)
+    parser = argparse.ArgumentParser(
+        prog=prog, description=description, epilog="\n".join(keys), formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    known = presets(job)
+    parser.add_argument(
+        "--preset",
+        "--config",
+        dest="preset",
+        metavar="NAME|YAML",
+        help=f"preset to start from: {', '.join(known) or 'none'}, or a YAML file (e.g. the output of "
+        f"--print-config); default: {preset or 'none'}",
+    )
+    for flag in flags:
+        fi = info[flag.key]
+        text = _first_paragraph(fi.doc) or f"sets {flag.key}"
+        names = [flag.name, *flag.aliases]
+        if flag.const is not None:
+            parser.add_argument(
+                *names,
+                dest=flag.key,
+                action="store_const",
+                const=flag.const,
+                default=None,
+                help=f"{text} ({flag.key}={flag.const})",
+            )
+            continue
+        metavar = "{" + ",".join(map(str, fi.choices)) + "}" if fi.choices else flag.name.lstrip("-").upper()
+        parser.add_argument(
+            *names,
+            dest=flag.key,
+            default=None,
+            metavar=metavar,
+            help=f"{text} (key {flag.key}; default: {_show(fi.default)})",
+        )
+    parser.add_argument("--print-config", action="store_true", help="print the resolved config as YAML and exit")
+    parser.add_argument("--log-level", choices=LOG_LEVELS, default="INFO", help="this job's log level (default: INFO)")
+    parser.add_argument("overrides", nargs="*", metavar="key=value", help="any config key (see below)")
+    return parser
 
 
 def parse_config(
@@ -45,42 +127,44 @@ def parse_config(
     argv: Sequence[str] | None,
     *,
     flags: Sequence[Flag] = (),
-    preset_dir: Path,
-    prefix: str = "",
+    job: str = "",
     default_preset: str | None = None,
+    prog: str | None = None,
     description: str = "",
-) -> C:
-    """Parse a job's command line into its frozen config."""
-    epilog = "config keys (override with key=value):\n" + "\n".join(
-        f"  {k:<32} {v}" for k, v in field_docs(cls).items()
-    )
-    parser = argparse.ArgumentParser(
-        description=description, epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--config", default=default_preset, help=f"preset name under {preset_dir} or a path")
-    for flag in flags:
-        if flag.const is None:
-            parser.add_argument(flag.name, dest=flag.key, default=None, help=flag.help or f"sets {flag.key}")
-        else:
-            parser.add_argument(flag.name, dest=flag.key, action="store_const", const=flag.const, default=None,
-                                help=flag.help or f"sets {flag.key}={flag.const}")
-    parser.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
-    args = parser.parse_intermixed_args(argv)  # key=value overrides may sit between flags
+) -> tuple[C, argparse.Namespace]:
+    """A job's command line -> (its frozen config, the parsed options: ``print_config``, ``log_level``)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    first = argparse.ArgumentParser(add_help=False)
+    first.add_argument("--preset", "--config", dest="preset", default=default_preset)
+    preset = first.parse_known_args(argv)[0].preset
     data = cls().to_dict()
-    if args.config:
-        data = merge(data, load_preset(resolve_preset(args.config, preset_dir, prefix)))
-    named = [f"{f.key}={getattr(args, f.key)}" for f in flags if getattr(args, f.key) is not None]
-    return cls.from_dict(apply_overrides(data, [*args.overrides, *named]))
+    if preset:
+        data = merge(data, load_preset(resolve_preset(preset, job)))
+    parser = build_parser(
+        cls, flags, data, job=job, preset=preset, prog=prog or f"python -m jobs.{job}", description=description
+    )
+    args = parser.parse_intermixed_args(argv)  # key=value overrides may sit between flags
+    given: dict[str, str] = {}
+    for item in args.overrides:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"argument {item!r} is not a flag nor a key=value override{suggestion(key, cls)}")
+        given[key.strip()] = value
+    for flag in flags:
+        value = getattr(args, flag.key)
+        if value is None:
+            continue
+        if flag.key in given and given[flag.key] != value:
+            raise ConfigError(f"{flag.key} is set twice: {flag.name} {value} and {flag.key}={given[flag.key]}")
+        given[flag.key] = value
+    return cls.from_dict(apply_overrides(data, [f"{k}={v}" for k, v in given.items()])), args
 
 
-def flag_value(argv: Sequence[str], name: str, default: str) -> str:
-    """The value of ``name VALUE`` or ``name=VALUE`` in ``argv`` (e.g. ``--preset`` also picking a preset file)."""
-    for i, arg in enumerate(argv):
-        if arg.startswith(f"{name}="):
-            return arg.split("=", 1)[1]
-        if arg == name and i + 1 < len(argv):
-            return argv[i + 1]
-    return default
+def dump_config(cfg: Config) -> str:
+    return yaml.safe_dump(cfg.to_dict(), sort_keys=False, allow_unicode=True)
+
+
+# ---- errors -------------------------------------------------------------------------------------------------
 
 
 def _causes(err: BaseException) -> list[BaseException]:
@@ -125,10 +209,45 @@ def user_error(err: BaseException) -> str | None:
     return f"{where + ': ' if where else ''}{text.strip().splitlines()[0]} ({ENVIRONMENT_ERRNOS[code or 0]})"
 
 
-def run_job(main: Callable[[], int]) -> int:
+# ---- running a job ------------------------------------------------------------------------------------------
+
+# Third-party messages that say nothing a user of these jobs can act on.
+_QUIET_LOGGERS = (
+    "transformers",
+    "sentence_transformers",
+    "huggingface_hub",
+    "datasets",
+    "filelock",
+    "urllib3",
+    "matplotlib",
+    "PIL",
+)
+_QUIET_WARNINGS = (
+    "Sparse CSR tensor support is in beta",
+    "The given NumPy array is not writable",
+    "Converting a tensor with requires_grad",
+    "TypedStorage is deprecated",
+)
+
+
+def quiet_third_parties() -> None:
+    """Demote known third-party noise (hub progress bars, model-load reports, beta-feature warnings) to WARNING."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    for name in _QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
+    for text in _QUIET_WARNINGS:
+        warnings.filterwarnings("ignore", message=f".*{text}.*")
+
+
+def run_job(main: Callable[[], int], level: str = "INFO") -> int:
     """Run a job's body. Bad input and environment errors (disk full, read-only, permission) become one line on
     stderr and exit code 2, also when a Ray worker raised them; a traceback and exit 1 are left for bugs."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=getattr(logging, level), format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True
+    )
+    quiet_third_parties()
     try:
         return main()
     except KeyboardInterrupt:
@@ -140,3 +259,62 @@ def run_job(main: Callable[[], int]) -> int:
             raise
         print(f"error: {message}", file=sys.stderr)
         return 2
+
+
+def _level(argv: Sequence[str]) -> str:
+    for i, arg in enumerate(argv):
+        if arg.startswith("--log-level="):
+            return arg.split("=", 1)[1].upper()
+        if arg == "--log-level" and i + 1 < len(argv):
+            return argv[i + 1].upper()
+    return "INFO"
+
+
+def run(job: str, argv: Sequence[str] | None = None, prog: str | None = None) -> int:
+    """Parse, run and report one job; the exit code (0 ok, 1 failures recorded, 2 bad input or environment)."""
+    spec = job_spec(job)
+    args = list(sys.argv[1:] if argv is None else argv)
+    level = _level(args)
+    if level not in LOG_LEVELS:
+        level = "INFO"
+
+    def body() -> int:
+        cfg, options = parse_config(
+            spec.config,
+            args,
+            flags=spec.flags,
+            job=spec.name,
+            default_preset=spec.default_preset,
+            prog=prog or f"python -m jobs.{spec.entry}",
+            description=spec.description,
+        )
+        if options.print_config:
+            print(dump_config(cfg), end="")
+            return 0
+        result = spec.run(cfg)
+        print(spec.report(result))
+        ok = getattr(result, "ok", True) and not getattr(result, "failures", None)
+        return 0 if ok else 1
+
+    return run_job(body, level)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``sembridge <job> [args]``: every job behind one command (the console script)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help") or args[0] not in JOBS:
+        lines = [
+            "usage: sembridge <job> [--preset NAME] [flags] [key=value ...]   (sembridge <job> --help)",
+            "",
+            "jobs:",
+        ]
+        lines += [f"  {name:<10} {_first_paragraph(job_spec(name).description)}" for name in JOBS]
+        print("\n".join(lines), file=sys.stdout if args[:1] in (["-h"], ["--help"]) else sys.stderr)
+        if args and args[0] not in ("-h", "--help"):
+            print(f"error: unknown job {args[0]!r}", file=sys.stderr)
+        return 0 if args[:1] in (["-h"], ["--help"]) else 2
+    return run(args[0], args[1:], prog=f"sembridge {args[0]}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -7,7 +7,13 @@ stays the string "no" in a ``str`` field and ``3e-5`` becomes a float in a ``flo
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import difflib
+import inspect
+import itertools
+import logging
+import textwrap
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -20,6 +26,7 @@ import yaml
 from sembridge_ray.errors import InputError
 from sembridge_ray.identity import RunIdentity, flatten, without
 
+log = logging.getLogger(__name__)
 _TRUE, _FALSE, _NONE = {"true", "yes", "on", "1"}, {"false", "no", "off", "0"}, {"null", "none", "~", ""}
 
 
@@ -85,9 +92,15 @@ def _scalar(value: Any, tp: Any, key: str) -> Any:
 def _build(cls: type, data: Mapping[str, Any], prefix: str = "") -> Any:
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
+    aliases: dict[str, str] = getattr(cls, "ALIASES", {})
+    data = dict(data)
+    for old, new in aliases.items():
+        if old in data:
+            log.warning("config key %s%s is now %s%s (the old name goes in the next release)", prefix, old, prefix, new)
+            data.setdefault(new, data.pop(old))
     for name in data:
         if name not in names:
-            raise ConfigError(f"unknown config key {prefix}{name!s}")
+            raise ConfigError(f"unknown config key {prefix}{name!s}{suggestion(name, cls, prefix)}")
     try:
         return cls(**{name: coerce(data[name], hints[name], f"{prefix}{name}") for name in data})
     except ConfigError as err:  # a nested config's own check names its key without the section
@@ -105,8 +118,19 @@ def require(ok: bool, key: str, value: Any, rule: str) -> None:
 @cache
 def _literal_fields(cls: type) -> tuple[tuple[str, tuple[Any, ...]], ...]:
     hints = typing.get_type_hints(cls)
-    return tuple((f.name, typing.get_args(hints[f.name])) for f in dataclasses.fields(cls)
-                 if typing.get_origin(hints[f.name]) is Literal)
+    return tuple(
+        (f.name, typing.get_args(hints[f.name]))
+        for f in dataclasses.fields(cls)
+        if typing.get_origin(hints[f.name]) is Literal
+    )
+
+
+def suggestion(name: str, cls: type, prefix: str = "") -> str:
+    """ "; did you mean X?" for an unknown key: a key of the same name in a section, else the closest key."""
+    keys = [prefix + k for k in dotted_keys(cls)]
+    same = [k for k in keys if k.rsplit(".", 1)[-1] == name]
+    close = same or difflib.get_close_matches(prefix + name, keys, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]}?" if close else ""
 
 
 class Config:
@@ -118,6 +142,8 @@ class Config:
     """
 
     NOT_IDENTITY: ClassVar[tuple[str, ...]] = ()
+    ALIASES: ClassVar[dict[str, str]] = {}
+    """Old key -> new key, accepted with a warning for one release."""
 
     def __post_init__(self) -> None:
         for name, choices in _literal_fields(type(self)):
@@ -206,16 +232,69 @@ def read_config(cls: type[C], path: Path) -> C:
     return cls.from_dict(load_preset(path))
 
 
-def field_docs(cls: type) -> dict[str, str]:
-    """Dotted key -> 'type = default' lines for ``--help``, recursing into nested configs."""
-    out: dict[str, str] = {}
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FieldInfo:
+    """What ``--help`` says about one config key."""
+
+    type_name: str
+    default: Any
+    doc: str
+    choices: tuple[Any, ...] = ()
+
+
+@cache
+def attribute_docs(cls: type) -> dict[str, str]:
+    """Field name -> the docstring written under it in the class body (PEP 257 attribute docstrings)."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    except (OSError, TypeError, SyntaxError):
+        return {}
+    body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+    docs = {}
+    for node, following in itertools.pairwise(body):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and isinstance(following, ast.Expr)
+            and isinstance(following.value, ast.Constant)
+            and isinstance(following.value.value, str)
+        ):
+            docs[node.target.id] = inspect.cleandoc(following.value.value)
+    return docs
+
+
+def choices_of(field: dataclasses.Field[Any], tp: Any) -> tuple[Any, ...]:
+    """The allowed values of a field: a ``Literal``'s, or ``metadata={"choices": ...}`` (for tuples of names)."""
+    if typing.get_origin(tp) is Literal:
+        return typing.get_args(tp)
+    return tuple(field.metadata.get("choices", ()))
+
+
+def field_info(cls: type, values: Mapping[str, Any] | None = None) -> dict[str, FieldInfo]:
+    """Dotted key -> its type, default (from ``values`` when given: a preset's effective values), docstring and
+    choices, recursing into nested configs."""
+    out: dict[str, FieldInfo] = {}
     hints = typing.get_type_hints(cls)
+    docs = attribute_docs(cls)
     for f in dataclasses.fields(cls):
         tp = hints[f.name]
         if dataclasses.is_dataclass(tp):
-            out.update({f"{f.name}.{k}": v for k, v in field_docs(tp).items()})  # type: ignore[arg-type]
+            nested = (values or {}).get(f.name)
+            inner = field_info(tp, nested if isinstance(nested, Mapping) else None)  # type: ignore[arg-type]
+            out.update({f"{f.name}.{k}": v for k, v in inner.items()})
             continue
-        default = f.default if f.default is not dataclasses.MISSING else "(required)"
+        if values is not None and f.name in values:
+            default = values[f.name]
+        elif f.default is not dataclasses.MISSING:
+            default = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        else:
+            default = None
         name = getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
-        out[f.name] = f"{name} = {default!r}"
+        out[f.name] = FieldInfo(type_name=name, default=default, doc=docs.get(f.name, ""), choices=choices_of(f, tp))
     return out
+
+
+def dotted_keys(cls: type) -> list[str]:
+    return list(field_info(cls))

@@ -12,9 +12,15 @@ class InputError(ValueError):
 
 
 ENVIRONMENT_ERRNOS = {
-    errno.ENOSPC: "disk full", errno.EDQUOT: "disk quota exceeded", errno.EROFS: "read-only file system",
-    errno.EACCES: "permission denied", errno.EPERM: "operation not permitted", errno.ENOTDIR: "not a directory",
-    errno.EISDIR: "is a directory", errno.EEXIST: "already exists", errno.ENAMETOOLONG: "name too long",
+    errno.ENOSPC: "disk full",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EROFS: "read-only file system",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted",
+    errno.ENOTDIR: "not a directory",
+    errno.EISDIR: "is a directory",
+    errno.EEXIST: "already exists",
+    errno.ENAMETOOLONG: "name too long",
     errno.EFBIG: "file too large",
 }
 # How libraries that raise no OSError report an errno: Rust's "(os error 28)" (safetensors, tokenizers), and

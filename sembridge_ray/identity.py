@@ -63,7 +63,9 @@ class RunIdentity:
         for prefix, new_map, old_map in (("", self.settings, old.settings), ("inputs.", self.inputs, old.inputs)):
             for key in sorted(set(new_map) | set(old_map)):
                 if new_map.get(key, _MISSING) != old_map.get(key, _MISSING):
-                    out.append(f"{prefix}{key}: {_show(old_map.get(key, _MISSING))} → {_show(new_map.get(key, _MISSING))}")
+                    out.append(
+                        f"{prefix}{key}: {_show(old_map.get(key, _MISSING))} → {_show(new_map.get(key, _MISSING))}"
+                    )
         if self.job != old.job:
             out.insert(0, f"job: {old.job} → {self.job}")
         return out
@@ -108,8 +110,9 @@ def path_identity(path: Path) -> str:
         return run
     root = path.resolve()
     files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file() and ".git" not in p.parts)
-    listing = tuple((str(f.relative_to(root)) if f != root else f.name, f.stat().st_size, f.stat().st_mtime_ns)
-                    for f in files)
+    listing = tuple(
+        (str(f.relative_to(root)) if f != root else f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files
+    )
     return _content_digest(str(root), listing)
 
 

@@ -49,8 +49,7 @@ class Holder:
 
     @classmethod
     def me(cls) -> Holder:
-        return cls(os.getpid(), socket.gethostname(), time.time(), _proc_start(os.getpid()),
-                   " ".join(sys.argv)[:300])
+        return cls(os.getpid(), socket.gethostname(), time.time(), _proc_start(os.getpid()), " ".join(sys.argv)[:300])
 
     def describe(self) -> str:
         when = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(self.started))
@@ -115,8 +114,10 @@ def check_unlocked(out_dir: Path) -> None:
 
 def _locked_message(out_dir: Path, holder: Holder | None) -> str:
     who = holder.describe() if holder else "a run whose lock is being written"
-    return (f"output {out_dir} is locked by {who}: another run is writing it; wait for it, or remove "
-            f"{Path(out_dir) / LOCK} if that run is gone")
+    return (
+        f"output {out_dir} is locked by {who}: another run is writing it; wait for it, or remove "
+        f"{Path(out_dir) / LOCK} if that run is gone"
+    )
 
 
 class OutputLock:

@@ -1,8 +1,8 @@
 """The output contract every job and every stage of ``jobs.reproduce`` follows.
 
 - **Atomic artefacts.** Files and directories are written to a temporary sibling and renamed into place.
-- **A run's identity.** ``identity.json``, written when a run starts, holds its :class:`~sembridge_ray.identity.RunIdentity`
-  (the settings and inputs that shape the result, and their fingerprint).
+- **A run's identity.** ``identity.json``, written when a run starts, holds its
+  :class:`~sembridge_ray.identity.RunIdentity` (the settings and inputs that shape the result, and their fingerprint).
 - **A manifest, last.** ``_SUCCESS`` lists the sha256 of every artefact and the run's fingerprint; a directory is
   complete only when every listed file is present with the same checksum.
 - **Reruns.** :func:`claim_output` decides: same fingerprint and a verifying manifest -> skip; an unfinished run
@@ -202,8 +202,10 @@ def check_output_path(out_dir: Path) -> None:
         raise InputError(f"output {out_dir}: {existing} is a file, not a directory")
     if not os.access(existing, os.W_OK | os.X_OK):
         readonly = os.statvfs(existing).f_flag & os.ST_RDONLY
-        raise InputError(f"output {out_dir}: {existing} is not writable "
-                         f"({'read-only file system' if readonly else 'permission denied'})")
+        raise InputError(
+            f"output {out_dir}: {existing} is not writable "
+            f"({'read-only file system' if readonly else 'permission denied'})"
+        )
 
 
 def _entries(out_dir: Path) -> set[str]:
@@ -242,8 +244,10 @@ def refusal(out_dir: Path, new: RunIdentity) -> str | None:
     if _foreign(Path(out_dir)):
         return f"output {out_dir} is {detail}; choose an empty or new directory"
     state = "finished" if read_manifest(out_dir) else "unfinished"
-    return f"output {out_dir} holds a {state} run with other settings ({detail}); rerun with --overwrite to " \
-           "replace it, or choose another output"
+    return (
+        f"output {out_dir} holds a {state} run with other settings ({detail}); rerun with --overwrite to "
+        "replace it, or choose another output"
+    )
 
 
 @dataclass

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from sembridge_ray.config import Config, require
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ResourceConfig(Config):
     """Resources a job asks Ray for."""
 
@@ -33,7 +33,7 @@ class ResourceConfig(Config):
         require(self.threads_per_worker >= 0, "threads_per_worker", self.threads_per_worker, "must be >= 0")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Placement:
     workers: int
     cpus_per_worker: float

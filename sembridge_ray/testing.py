@@ -74,7 +74,9 @@ def wordpiece_tokenizer(text: list[str], vocab_size: int, lowercase: bool) -> Be
     tok.train_from_iterator(text, trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=BERT_SPECIALS))
     cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
     tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)]
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)],
     )
     return BertTokenizerFast(tokenizer_object=tok, do_lower_case=lowercase, model_max_length=128)
 
@@ -110,16 +112,28 @@ def _seeded(seed: int) -> Iterator[None]:
 
 
 def tiny_bert_mlm(tokenizer: PreTrainedTokenizerBase, seed: int = 0) -> BertForMaskedLM:
-    config = BertConfig(vocab_size=len(tokenizer), max_position_embeddings=256, pad_token_id=tokenizer.pad_token_id,
-                        tie_word_embeddings=True, **TINY)
+    config = BertConfig(
+        vocab_size=len(tokenizer),
+        max_position_embeddings=256,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=True,
+        **TINY,
+    )
     with _seeded(seed):
         return BertForMaskedLM(config).eval()
 
 
 def tiny_roberta_mlm(tokenizer: PreTrainedTokenizerBase, seed: int = 0) -> RobertaForMaskedLM:
-    config = RobertaConfig(vocab_size=len(tokenizer), max_position_embeddings=258, type_vocab_size=1,
-                           pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
-                           eos_token_id=tokenizer.eos_token_id, tie_word_embeddings=True, **TINY)
+    config = RobertaConfig(
+        vocab_size=len(tokenizer),
+        max_position_embeddings=258,
+        type_vocab_size=1,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        tie_word_embeddings=True,
+        **TINY,
+    )
     with _seeded(seed):
         return RobertaForMaskedLM(config).eval()
 

@@ -29,10 +29,10 @@ import numpy as np
 
 from sembridge_ray.config import coerce, read_config
 from sembridge_ray.embed_init import position
-from sembridge_ray.embed_init.config import InitConfig
+from sembridge_ray.jobs.init import InitConfig
+from sembridge_ray.jobs.reproduce import ReproduceConfig
 from sembridge_ray.outputs import atomic_write_json, atomic_write_text
 from sembridge_ray.reproduce.compare import paired_test, read_per_query
-from sembridge_ray.reproduce.config import ReproduceConfig
 
 log = logging.getLogger("position_aware.variants")
 ON = {"position_aware": True, "position_penalty": 0.0}
@@ -47,9 +47,16 @@ VARIANTS: dict[str, dict[str, Any]] = {  # every marker spelled out, so that a r
     "mask": {**ON, "position_marker": "", "position_penalty": 4.0},
     **{f"marker+prior-{p:g}": {**HASH, "position_penalty": p} for p in (0.05, 0.1, 0.2)},
     "marker+mask": {**HASH, "position_penalty": 4.0},
-    **{f"{name}{suffix}": {**base, **rule} for name, base in (
-        ("alpha2", {"alpha": 2.0}), ("softmax", {"alpha": 1.0}), ("focus", {"method": "focus"}),
-        ("wechsel", {"method": "wechsel"})) for suffix, rule in (("", {}), ("+marker", HASH), ("+hyphen", HYPHEN))},
+    **{
+        f"{name}{suffix}": {**base, **rule}
+        for name, base in (
+            ("alpha2", {"alpha": 2.0}),
+            ("softmax", {"alpha": 1.0}),
+            ("focus", {"method": "focus"}),
+            ("wechsel", {"method": "wechsel"}),
+        )
+        for suffix, rule in (("", {}), ("+marker", HASH), ("+hyphen", HYPHEN))
+    },
     "random": {"method": "random"},
     "mean": {"method": "mean"},
 }
@@ -80,31 +87,43 @@ def parse_variant(text: str) -> tuple[str, dict[str, Any]]:
     return name, out
 
 
-def run_variant(cfg: ReproduceConfig, assets: Any, out: Path, name: str, overrides: dict[str, Any],
-                target: str, finetune: bool) -> dict[str, Any]:
+def run_variant(
+    cfg: ReproduceConfig, assets: Any, out: Path, name: str, overrides: dict[str, Any], target: str, finetune: bool
+) -> dict[str, Any]:
     """One variant's init, zero-shot eval and (optionally) fine-tune + eval; returns its report and metrics."""
-    from sembridge_ray.distributed.eval_pipeline import run_evaluate
-    from sembridge_ray.distributed.init_pipeline import run_init
-    from sembridge_ray.distributed.train import run_finetune
+    from sembridge_ray.distributed.evaluate import run_evaluate
+    from sembridge_ray.distributed.finetune import run_finetune
+    from sembridge_ray.distributed.init import run_init
 
     root = out / name
     (model_name,), (eval_spec, train_spec) = assets.models, next(iter(assets.specs.values()))
-    init = replace(cfg.init, source_model=assets.models[model_name], target_tokenizer=target,
-                   output=str(root / "init"), **overrides)
+    init = replace(
+        cfg.init,
+        source_model=assets.models[model_name],
+        target_tokenizer=target,
+        output=str(root / "init"),
+        **overrides,
+    )
     run_init(init)
-    evaluate = replace(cfg.evaluate, dataset=eval_spec, split=cfg.eval_split,
-                       cache_dir=str(out / "cache" / "eval"))
-    metrics = {"zero_shot": run_evaluate(replace(evaluate, model=str(root / "init" / "model"),
-                                                 output=str(root / "zero_shot")))}
+    evaluate = replace(cfg.evaluate, dataset=eval_spec, split=cfg.eval_split, cache_dir=str(out / "cache" / "eval"))
+    metrics = {
+        "zero_shot": run_evaluate(replace(evaluate, model=str(root / "init" / "model"), output=str(root / "zero_shot")))
+    }
     if finetune:
-        run_finetune(replace(cfg.finetune, model=str(root / "init" / "model"), train=train_spec,
-                             output=str(root / "finetune")))
-        metrics["finetuned"] = run_evaluate(replace(evaluate, model=str(root / "finetune"),
-                                                    output=str(root / "finetuned")))
+        run_finetune(
+            replace(cfg.finetune, model=str(root / "init" / "model"), train=train_spec, output=str(root / "finetune"))
+        )
+        metrics["finetuned"] = run_evaluate(
+            replace(evaluate, model=str(root / "finetune"), output=str(root / "finetuned"))
+        )
     rep = json.loads((root / "init" / "init_report.json").read_text(encoding="utf-8"))
-    return {"variant": name, "overrides": overrides, "position": rep.get("position"),
-            "support_histogram": rep.get("support_histogram"),
-            **{stage: m["nDCG@10"] for stage, m in metrics.items()}}
+    return {
+        "variant": name,
+        "overrides": overrides,
+        "position": rep.get("position"),
+        "support_histogram": rep.get("support_histogram"),
+        **{stage: m["nDCG@10"] for stage, m in metrics.items()},
+    }
 
 
 def compare_all(out: Path, rows: list[dict[str, Any]], reference: str) -> list[dict[str, Any]]:
@@ -128,15 +147,21 @@ def compare_all(out: Path, rows: list[dict[str, Any]], reference: str) -> list[d
 
 def markdown(rows: list[dict[str, Any]], paired: list[dict[str, Any]], setting: str) -> str:
     tests = {(p["variant"], p["stage"]): p for p in paired}
-    lines = [f"## {setting}", "", "| variant | zero-shot | Δ [95% CI] p | fine-tuned | Δ [95% CI] p | "
-             "zero weight on counterpart: word-initial / continuation | mean support: word-initial / continuation |",
-             "|---|---:|---|---:|---|---|---|"]
+    lines = [
+        f"## {setting}",
+        "",
+        "| variant | zero-shot | Δ [95% CI] p | fine-tuned | Δ [95% CI] p | "
+        "zero weight on counterpart: word-initial / continuation | mean support: word-initial / continuation |",
+        "|---|---:|---|---:|---|---|---|",
+    ]
     for r in rows:
         cells = [r["variant"]]
         for stage in STAGES:
             cells.append(f"{r[stage]:.3f}" if stage in r else "")
             t = tests.get((r["variant"], stage))
-            cells.append(f"{t['mean_diff']:+.3f} [{t['ci_low']:+.3f}, {t['ci_high']:+.3f}] {t['p_value']:.3f}" if t else "")
+            cells.append(
+                f"{t['mean_diff']:+.3f} [{t['ci_low']:+.3f}, {t['ci_high']:+.3f}] {t['p_value']:.3f}" if t else ""
+            )
         pos = r.get("position") or {}
         cp, hist = pos.get("exact_counterpart", {}), pos.get("support_histogram", {})
         cells.append(" / ".join(_share(cp.get(c)) for c in ("word_initial", "continuation")))

@@ -47,7 +47,9 @@ def read_pairs(path: Path) -> pa.Table:
     return table.select(keep)
 
 
-def pairs_from_retrieval(data: RetrievalData, hard_negatives: int = 0, batch: int = 50_000) -> tuple[pa.Table, PairStats]:
+def pairs_from_retrieval(
+    data: RetrievalData, hard_negatives: int = 0, batch: int = 50_000
+) -> tuple[pa.Table, PairStats]:
     """One row per judged query with a relevant document; streams the corpus once for the needed texts."""
     plan: list[tuple[str, str, list[str]]] = []
     unknown_q = 0
@@ -82,9 +84,16 @@ def pairs_from_retrieval(data: RetrievalData, hard_negatives: int = 0, batch: in
             rows[col].append(texts[doc])
     stats = PairStats(len(rows[QUERY]), unknown_q, unknown_d, without_neg)
     if unknown_q or unknown_d or without_neg:
-        log.warning("%s/%s: skipped %d qrels queries not in the topics, %d positives not in the corpus, "
-                    "%d queries with fewer than %d judged negatives", data.name, data.split, unknown_q, unknown_d,
-                    without_neg, hard_negatives)
+        log.warning(
+            "%s/%s: skipped %d qrels queries not in the topics, %d positives not in the corpus, "
+            "%d queries with fewer than %d judged negatives",
+            data.name,
+            data.split,
+            unknown_q,
+            unknown_d,
+            without_neg,
+            hard_negatives,
+        )
     return pa.table(rows), stats
 
 

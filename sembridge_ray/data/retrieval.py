@@ -31,10 +31,42 @@ from sembridge_ray.errors import InputError
 log = logging.getLogger(__name__)
 Qrels = dict[str, dict[str, int]]
 CORPUS_SCHEMA = pa.schema([(ID, pa.string()), (TEXT, pa.string())])
-WEBFAQ_LANGS = {"ar": "ara", "zh": "zho", "hi": "hin", "ko": "kor", "ru": "rus", "en": "eng", "de": "deu",
-                "fr": "fra", "es": "spa", "ja": "jpn", "fa": "fas", "it": "ita", "pt": "por", "tr": "tur"}
-MIRACL_CORPUS_FILES = {"ar": 5, "bn": 1, "en": 66, "es": 21, "fa": 5, "fi": 4, "fr": 30, "hi": 2, "id": 3,
-                       "ja": 14, "ko": 3, "ru": 20, "sw": 1, "te": 2, "th": 2, "zh": 10, "de": 32, "yo": 1}
+WEBFAQ_LANGS = {
+    "ar": "ara",
+    "zh": "zho",
+    "hi": "hin",
+    "ko": "kor",
+    "ru": "rus",
+    "en": "eng",
+    "de": "deu",
+    "fr": "fra",
+    "es": "spa",
+    "ja": "jpn",
+    "fa": "fas",
+    "it": "ita",
+    "pt": "por",
+    "tr": "tur",
+}
+MIRACL_CORPUS_FILES = {
+    "ar": 5,
+    "bn": 1,
+    "en": 66,
+    "es": 21,
+    "fa": 5,
+    "fi": 4,
+    "fr": 30,
+    "hi": 2,
+    "id": 3,
+    "ja": 14,
+    "ko": 3,
+    "ru": 20,
+    "sw": 1,
+    "te": 2,
+    "th": 2,
+    "zh": 10,
+    "de": 32,
+    "yo": 1,
+}
 
 
 @dataclass(frozen=True)
@@ -168,8 +200,10 @@ def load_miracl(lang: str, split: str, mirror: Path | None = None) -> RetrievalD
     else:
         queries = read_tsv_topics(_hub_file("miracl/miracl", f"miracl-v1.0-{lang}/topics/{topics}"))
         judged = read_qrels(_hub_file("miracl/miracl", f"miracl-v1.0-{lang}/qrels/{qrels}"))
-        doc_files = [_hub_file("miracl/miracl-corpus", f"miracl-corpus-v1.0-{lang}/docs-{i}.jsonl.gz")
-                     for i in range(MIRACL_CORPUS_FILES.get(lang, 0))]
+        doc_files = [
+            _hub_file("miracl/miracl-corpus", f"miracl-corpus-v1.0-{lang}/docs-{i}.jsonl.gz")
+            for i in range(MIRACL_CORPUS_FILES.get(lang, 0))
+        ]
 
     def batches(n: int) -> Iterator[pa.Table]:
         if not doc_files:
@@ -198,8 +232,9 @@ def load_webfaq(lang: str, split: str) -> RetrievalData:
         try:
             return datasets.load_dataset("PaDaS-Lab/webfaq-retrieval", f"{code}-{config}", split=hub_split)
         except Exception as err:  # datasets raises many types; all mean "cannot have this data"
-            raise InputError(f"cannot load PaDaS-Lab/webfaq-retrieval {code}-{config}[{hub_split}]: "
-                             f"{type(err).__name__}") from None
+            raise InputError(
+                f"cannot load PaDaS-Lab/webfaq-retrieval {code}-{config}[{hub_split}]: {type(err).__name__}"
+            ) from None
 
     qrels: Qrels = {}
     for row in hub("qrels", split):
@@ -217,8 +252,13 @@ def load_webfaq(lang: str, split: str) -> RetrievalData:
             texts = [doc_text(t, x) for t, x in zip(chunk["title"], chunk["text"], strict=True)]
             yield pa.table({ID: [str(i) for i in chunk["_id"]], TEXT: texts}, schema=CORPUS_SCHEMA)
 
-    return RetrievalData(f"webfaq:{lang}", split, {q: queries[q] for q in queries if q in qrels} or queries,
-                         qrels, Corpus(f"webfaq-corpus:{code}", batches))
+    return RetrievalData(
+        f"webfaq:{lang}",
+        split,
+        {q: queries[q] for q in queries if q in qrels} or queries,
+        qrels,
+        Corpus(f"webfaq-corpus:{code}", batches),
+    )
 
 
 def load_retrieval(spec: str, split: str) -> RetrievalData:
@@ -256,4 +296,6 @@ def dataset_identity(spec: str) -> str:
 
 def positives(qrels: Qrels) -> Qrels:
     """Only the relevant judgements (grade > 0)."""
-    return {q: {d: g for d, g in docs.items() if g > 0} for q, docs in qrels.items() if any(g > 0 for g in docs.values())}
+    return {
+        q: {d: g for d, g in docs.items() if g > 0} for q, docs in qrels.items() if any(g > 0 for g in docs.values())
+    }

@@ -56,8 +56,13 @@ def read_sick_split(sick_dir: Path, split: str) -> list[Pair]:
     return read_sick(Path(sick_dir) / SICK_FILES[split])
 
 
-def write_sick_beir(sick_dir: Path, out_dir: Path, min_score: float = 4.0, limit: int | None = None,
-                    splits: tuple[str, ...] = ("train", "test")) -> Path:
+def write_sick_beir(
+    sick_dir: Path,
+    out_dir: Path,
+    min_score: float = 4.0,
+    limit: int | None = None,
+    splits: tuple[str, ...] = ("train", "test"),
+) -> Path:
     """A BEIR-layout retrieval set from real SICK judgements.
 
     Queries are sentence A, documents are sentence B (both deduplicated, ids ``q<n>``/``d<n>`` in first-seen
@@ -69,8 +74,10 @@ def write_sick_beir(sick_dir: Path, out_dir: Path, min_score: float = 4.0, limit
 
     from sembridge_ray.outputs import atomic_path
 
-    readers = {"train": lambda: read_sick_split(sick_dir, "train") + read_sick_split(sick_dir, "trial"),
-               "test": lambda: read_sick_split(sick_dir, "test")}
+    readers = {
+        "train": lambda: read_sick_split(sick_dir, "train") + read_sick_split(sick_dir, "trial"),
+        "test": lambda: read_sick_split(sick_dir, "test"),
+    }
     splits = {name: readers[name]() for name in splits}
     queries: dict[str, str] = {}
     docs: dict[str, str] = {}

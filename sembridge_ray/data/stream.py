@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 STREAM_FILE, STREAM_INFO = "train_stream.parquet", "train_stream.json"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StreamInfo:
     """What was materialised, and the settings it was materialised for (a rerun reuses a matching stream)."""
 
@@ -74,13 +74,23 @@ def materialise_stream(request: StreamInfo, out_dir: Path) -> tuple[Path, Stream
     pairs, stats = training_pairs(request.spec, request.split, request.hard_negatives)
     per_epoch = pairs.num_rows // request.batch_size
     if per_epoch == 0:
-        raise InputError(f"training set {request.spec!r} has {pairs.num_rows} pairs, fewer than one global "
-                         f"batch of {request.batch_size}")
+        raise InputError(
+            f"training set {request.spec!r} has {pairs.num_rows} pairs, fewer than one global "
+            f"batch of {request.batch_size}"
+        )
     total = per_epoch * request.epochs
     total = total if request.max_steps is None else min(total, request.max_steps)
-    info = StreamInfo(**{**_settings(request), "pairs": pairs.num_rows, "steps_per_epoch": per_epoch,
-                         "total_steps": total, "unknown_queries": stats.unknown_queries,
-                         "unknown_docs": stats.unknown_docs, "without_negatives": stats.without_negatives})
+    info = StreamInfo(
+        **{
+            **_settings(request),
+            "pairs": pairs.num_rows,
+            "steps_per_epoch": per_epoch,
+            "total_steps": total,
+            "unknown_queries": stats.unknown_queries,
+            "unknown_docs": stats.unknown_docs,
+            "without_negatives": stats.without_negatives,
+        }
+    )
     with atomic_path(path) as tmp:
         pq.write_table(training_stream(pairs, request.batch_size, total, request.seed), tmp, row_group_size=8192)
     atomic_write_json(info_path, asdict(info))

@@ -23,15 +23,17 @@ import torch
 from sembridge_ray.data.schema import POSITIVE, QUERY
 from sembridge_ray.data.sick import read_sick_split
 from sembridge_ray.data.stream import StreamInfo, materialise_stream
+from sembridge_ray.jobs.finetune import FinetuneConfig, OptimConfig
 from sembridge_ray.placement import ResourceConfig
 from sembridge_ray.resources import SICK_DIR
 from sembridge_ray.sparse import loop
-from sembridge_ray.sparse.config import FinetuneConfig, OptimConfig
 from sembridge_ray.sparse.model import SpladeEncoder, load_mlm, load_tokenizer, save_sparse_encoder
 
 log = logging.getLogger(__name__)
 # The real bert-base-uncased tokenizer beside the checkout (as in tests/conftest.py), else the tiny fixture's.
-SHARED_DATA = Path(os.environ.get("SEMBRIDGE_SHARED_DATA", Path(__file__).resolve().parents[2].parent / "shared" / "data"))
+SHARED_DATA = Path(
+    os.environ.get("SEMBRIDGE_SHARED_DATA", Path(__file__).resolve().parents[2].parent / "shared" / "data")
+)
 SHARED_TOKENIZER = SHARED_DATA / "tokenizers" / "bert-base-uncased"
 
 
@@ -41,8 +43,14 @@ def bench_model(out: Path, tokenizer_dir: Path, hidden: int = 256, layers: int =
 
     tok = load_tokenizer(str(tokenizer_dir))
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=len(tok), hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=4,
-                        intermediate_size=4 * hidden, pad_token_id=tok.pad_token_id)
+    config = BertConfig(
+        vocab_size=len(tok),
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        intermediate_size=4 * hidden,
+        pad_token_id=tok.pad_token_id,
+    )
     save_sparse_encoder(BertForMaskedLM(config), tok, out)
     return out
 
@@ -56,9 +64,18 @@ def sick_pairs(out: Path) -> Path:
 def plain_run(cfg: FinetuneConfig, threads: int) -> list[dict[str, float]]:
     """The same steps as the Ray run, in this process: no Ray, no DDP, no checkpoints."""
     torch.set_num_threads(threads)
-    stream, info = materialise_stream(StreamInfo(cfg.train, cfg.split, cfg.hard_negatives, cfg.optim.batch_size,
-                                                 cfg.optim.epochs, cfg.optim.max_steps, cfg.seed),
-                                      Path(cfg.output) / "data")
+    stream, info = materialise_stream(
+        StreamInfo(
+            spec=cfg.train,
+            split=cfg.split,
+            hard_negatives=cfg.hard_negatives,
+            batch_size=cfg.optim.batch_size,
+            epochs=cfg.optim.epochs,
+            max_steps=cfg.optim.max_steps,
+            seed=cfg.seed,
+        ),
+        Path(cfg.output) / "data",
+    )
     mlm, tok = load_mlm(cfg.model)
     model = SpladeEncoder(mlm, chunk=cfg.pool_chunk)
     optimizer, scheduler = loop.build_optimizer(model, cfg.optim, info.total_steps)
@@ -77,9 +94,15 @@ def steady_rate(metrics: list[dict[str, float]], batch: int) -> float:
     return examples / seconds
 
 
-def compare_overhead(steps: int = 40, batch: int = 32, workers: int = 1, cpus_per_worker: float = 2,
-                     log_every: int = 5, workdir: Path | None = None) -> dict[str, Any]:
-    from sembridge_ray.distributed.train import run_finetune
+def compare_overhead(
+    steps: int = 40,
+    batch: int = 32,
+    workers: int = 1,
+    cpus_per_worker: float = 2,
+    log_every: int = 5,
+    workdir: Path | None = None,
+) -> dict[str, Any]:
+    from sembridge_ray.distributed.finetune import run_finetune
 
     work = Path(workdir or tempfile.mkdtemp(prefix="bench-train-"))
     tokenizer = SHARED_TOKENIZER if SHARED_TOKENIZER.is_dir() else None
@@ -87,15 +110,29 @@ def compare_overhead(steps: int = 40, batch: int = 32, workers: int = 1, cpus_pe
         from sembridge_ray.testing import build_fixture
 
         tokenizer = build_fixture("bert-mlm", work / "fixtures")
-    cfg = FinetuneConfig(model=str(bench_model(work / "model", tokenizer)), train=str(sick_pairs(work / "pairs.parquet")),
-                         output=str(work / "plain"), max_query_length=32, max_doc_length=64, log_every=log_every,
-                         checkpoint_every=steps, optim=OptimConfig(batch_size=batch, max_steps=steps),
-                         resources=ResourceConfig(workers=workers, cpus_per_worker=cpus_per_worker))
+    cfg = FinetuneConfig(
+        model=str(bench_model(work / "model", tokenizer)),
+        train=str(sick_pairs(work / "pairs.parquet")),
+        output=str(work / "plain"),
+        max_query_length=32,
+        max_doc_length=64,
+        log_every=log_every,
+        checkpoint_every=steps,
+        optim=OptimConfig(batch_size=batch, max_steps=steps),
+        resources=ResourceConfig(workers=workers, cpus_per_worker=cpus_per_worker),
+    )
     plain = steady_rate(plain_run(cfg, threads=max(1, round(cpus_per_worker * workers))), batch)
     ray_cfg = replace(cfg, output=str(work / "ray"))
     run_finetune(ray_cfg)
     lines = (work / "ray" / "metrics.jsonl").read_text().splitlines()
     ray_rate = steady_rate([json.loads(x) for x in lines], batch)
-    return {"steps": steps, "batch": batch, "workers": workers, "cpus_per_worker": cpus_per_worker,
-            "tokenizer": str(tokenizer), "plain_examples_per_s": round(plain, 2),
-            "ray_examples_per_s": round(ray_rate, 2), "overhead_pct": round(100 * (1 - ray_rate / plain), 2)}
+    return {
+        "steps": steps,
+        "batch": batch,
+        "workers": workers,
+        "cpus_per_worker": cpus_per_worker,
+        "tokenizer": str(tokenizer),
+        "plain_examples_per_s": round(plain, 2),
+        "ray_examples_per_s": round(ray_rate, 2),
+        "overhead_pct": round(100 * (1 - ray_rate / plain), 2),
+    }

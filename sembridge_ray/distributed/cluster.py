@@ -59,9 +59,14 @@ def connect(num_cpus: int | None = None) -> ClusterInfo:
             previous = os.environ.get("RAY_GCS_SERVER_PORT")
             os.environ["RAY_GCS_SERVER_PORT"] = str(port)
             try:
-                ray.init(address="local", num_cpus=num_cpus or os.cpu_count(), include_dashboard=True,
-                         dashboard_host="127.0.0.1", dashboard_port=_free_port(),
-                         runtime_env={"env_vars": {"RAY_ADDRESS": f"127.0.0.1:{port}"}})
+                ray.init(
+                    address="local",
+                    num_cpus=num_cpus or os.cpu_count(),
+                    include_dashboard=True,
+                    dashboard_host="127.0.0.1",
+                    dashboard_port=_free_port(),
+                    runtime_env={"env_vars": {"RAY_ADDRESS": f"127.0.0.1:{port}"}},
+                )
             finally:
                 if previous is None:
                     os.environ.pop("RAY_GCS_SERVER_PORT", None)
@@ -70,9 +75,12 @@ def connect(num_cpus: int | None = None) -> ClusterInfo:
             _owned = True
             atexit.register(shutdown)
     res = ray.cluster_resources()
-    info = ClusterInfo(cpus=res.get("CPU", 0.0), gpus=res.get("GPU", 0.0),
-                       address=ray.get_runtime_context().gcs_address,
-                       nodes=sum(1 for n in ray.nodes() if n.get("Alive")))
+    info = ClusterInfo(
+        cpus=res.get("CPU", 0.0),
+        gpus=res.get("GPU", 0.0),
+        address=ray.get_runtime_context().gcs_address,
+        nodes=sum(1 for n in ray.nodes() if n.get("Alive")),
+    )
     log.info("Ray cluster at %s: %d node(s), %g CPUs, %g GPUs", info.address, info.nodes, info.cpus, info.gpus)
     return info
 
@@ -129,5 +137,7 @@ def placement(res: ResourceConfig, reserve: bool = True) -> Placement:
     info = connect()
     plan = plan_placement(res, info.cpus, info.gpus, reserve=reserve)
     if plan.workers < res.workers or (res.gpus_per_worker and not plan.use_gpu):
-        log.warning("asked for %d workers (gpus/worker %s); the cluster fits %s", res.workers, res.gpus_per_worker, plan)
+        log.warning(
+            "asked for %d workers (gpus/worker %s); the cluster fits %s", res.workers, res.gpus_per_worker, plan
+        )
     return plan

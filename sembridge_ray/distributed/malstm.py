@@ -14,16 +14,17 @@ import ray
 from sembridge_ray.config import write_config
 from sembridge_ray.distributed import cluster
 from sembridge_ray.identity import path_identity
+from sembridge_ray.jobs.malstm import MalstmConfig, MalstmResult
 from sembridge_ray.outputs import claim_output
 from sembridge_ray.resources import SICK_DIR, STS_DIR
 from sembridge_ray.siamese import augment as aug
-from sembridge_ray.siamese.config import MalstmConfig
 from sembridge_ray.siamese.loop import RestartResult, train_restart
 from sembridge_ray.siamese.prepare import Prepared, prepare
 from sembridge_ray.siamese.results import write_results
 from sembridge_ray.siamese.vectors import parse_source, vectors_identity
 
 log = logging.getLogger(__name__)
+REPORT = "report.json"
 
 
 def _train_task(data: Prepared, cfg: dict[str, Any], seed: int, threads: int) -> RestartResult:
@@ -65,12 +66,12 @@ def input_identities(cfg: MalstmConfig) -> dict[str, str]:
     return inputs
 
 
-def run_malstm(cfg: MalstmConfig) -> dict[str, Any]:
+def run_malstm(cfg: MalstmConfig) -> MalstmResult:
     out = Path(cfg.output)
     identity = cfg.identity("malstm", input_identities(cfg))
     with claim_output(out, identity, cfg.overwrite) as claim:
         if claim.done:
-            return json.loads((out / "report.json").read_text(encoding="utf-8"))
+            return MalstmResult.from_report(str(out), json.loads((out / REPORT).read_text(encoding="utf-8")), True)
         start = time.perf_counter()
         data = prepare(cfg)
         prepared = time.perf_counter()
@@ -80,4 +81,4 @@ def run_malstm(cfg: MalstmConfig) -> dict[str, Any]:
         seconds = {"prepare": round(prepared - start, 1), "train": round(trained - prepared, 1)}
         report = write_results(out, cfg, data, results, seconds, start)
         claim.finish(best_seed=report["best_seed"], seconds=report["seconds"])
-    return report
+    return MalstmResult.from_report(str(out), report)

@@ -24,17 +24,17 @@ from sembridge_ray import catalog
 from sembridge_ray.config import write_config
 from sembridge_ray.data.retrieval import dataset_identity
 from sembridge_ray.distributed import cluster
-from sembridge_ray.distributed.eval_pipeline import run_evaluate
-from sembridge_ray.distributed.init_pipeline import run_init
-from sembridge_ray.distributed.train import run_finetune
+from sembridge_ray.distributed.evaluate import run_evaluate
+from sembridge_ray.distributed.finetune import run_finetune
+from sembridge_ray.distributed.init import run_init
 from sembridge_ray.embed_init.bridge import check_bridge
 from sembridge_ray.errors import InputError
 from sembridge_ray.identity import model_identity
+from sembridge_ray.jobs.reproduce import CellOutcome, ReproduceConfig, ReproduceResult
 from sembridge_ray.locks import OutputLock
 from sembridge_ray.outputs import atomic_write_json, atomic_write_text, conflict, is_complete, is_done
 from sembridge_ray.reproduce import cells as cellmod
 from sembridge_ray.reproduce import compare, demo, plots, results
-from sembridge_ray.reproduce.config import ReproduceConfig
 from sembridge_ray.reproduce.plan import concurrency
 from sembridge_ray.reproduce.stages import Assets, Stage, cell_stages, source_stages
 
@@ -90,9 +90,13 @@ def demo_files(cfg: ReproduceConfig) -> dict[str, Path]:
     """Build (once) the miniature's deterministic inputs under ``<output>/assets``: the retrieval set, training
     pairs, the target tokenizer and the untrained MiniLM SPLADE."""
     root = Path(cfg.output) / "assets"
-    files = {"beir": root / "sick-beir", "sick_train": root / "sick-train-pairs.parquet",
-             "source_pairs": root / "source-pairs.parquet", "target": root / "target-bpe",
-             "untrained": root / "minilm-splade-untrained"}
+    files = {
+        "beir": root / "sick-beir",
+        "sick_train": root / "sick-train-pairs.parquet",
+        "source_pairs": root / "source-pairs.parquet",
+        "target": root / "target-bpe",
+        "untrained": root / "minilm-splade-untrained",
+    }
     if not (files["beir"] / "corpus.jsonl").is_file():
         demo.build_retrieval_set(files["beir"], cfg.demo.test_pairs)
     if not files["sick_train"].is_file():
@@ -115,9 +119,11 @@ def plan(cfg: ReproduceConfig, gpus: float) -> Plan:
         source, source_eval = source_stages(cfg, files["untrained"], files["source_pairs"], files["beir"], identify)
         result.assets = [source, source_eval]
         identify.memo[source.cfg.output] = source.ref  # type: ignore[attr-defined]
-        assets = Assets(models={DEMO_MODEL: source.cfg.output},  # type: ignore[attr-defined]
-                        tokenizers={DEMO_LANGUAGE: str(files["target"])},
-                        specs={(DEMO_DATASET, DEMO_LANGUAGE): (str(files["beir"]), str(files["sick_train"]))})
+        assets = Assets(
+            models={DEMO_MODEL: source.cfg.output},  # type: ignore[attr-defined]
+            tokenizers={DEMO_LANGUAGE: str(files["target"])},
+            specs={(DEMO_DATASET, DEMO_LANGUAGE): (str(files["beir"]), str(files["sick_train"]))},
+        )
     else:
         assets, identify = paper_assets(cfg), Identities({})
     for cell in cellmod.config_cells(cfg):
@@ -138,8 +144,10 @@ def check_plan(cfg: ReproduceConfig, planned: Plan) -> None:
             changed.append(f"{cell}/{stage.name} ({detail})")
     if changed and not cfg.overwrite:
         shown = "; ".join(changed[:6]) + (f"; and {len(changed) - 6} more" if len(changed) > 6 else "")
-        raise InputError(f"{len(changed)} finished or started stages have other settings: {shown}; rerun with "
-                         "--overwrite to redo them (and what depends on them), or choose another --output")
+        raise InputError(
+            f"{len(changed)} finished or started stages have other settings: {shown}; rerun with "
+            "--overwrite to redo them (and what depends on them), or choose another --output"
+        )
     if changed:
         log.warning("--overwrite: %d stages with other settings will be redone", len(changed))
 
@@ -149,13 +157,13 @@ def run_stage(stage: Stage) -> None:
     runner(stage.cfg, stage.inputs)  # type: ignore[operator]
 
 
-def run_cell(cfg: ReproduceConfig, name: str, stages: list[Stage]) -> dict[str, Any]:
+def run_cell(cfg: ReproduceConfig, name: str, stages: list[Stage]) -> CellOutcome:
     """All stages of one cell in order; finished ones are skipped. Rebuilds the results tables after each."""
     for stage in stages:
         run_stage(stage)
         if stage.job == "evaluate" or stage.name == "init":
             refresh(cfg)
-    return {"cell": name, "ok": True}
+    return CellOutcome(cell=name, ok=True)
 
 
 def refresh(cfg: ReproduceConfig, failures: dict[str, str] | None = None, final: bool = False) -> list[dict[str, Any]]:
@@ -182,18 +190,18 @@ def refresh(cfg: ReproduceConfig, failures: dict[str, str] | None = None, final:
     return rows
 
 
-def _guarded(cfg: ReproduceConfig, name: str, stages: list[Stage]) -> dict[str, Any]:
+def _guarded(cfg: ReproduceConfig, name: str, stages: list[Stage]) -> CellOutcome:
     try:
         return run_cell(cfg, name, stages)
     except Exception as err:  # a failing cell is recorded and must not stop the others
         log.error("cell %s failed: %s", name, err)
-        return {"cell": name, "ok": False, "error": f"{type(err).__name__}: {err}",
-                "traceback": traceback.format_exc(limit=8)}
+        return CellOutcome(
+            cell=name, ok=False, error=f"{type(err).__name__}: {err}", traceback=traceback.format_exc(limit=8)
+        )
 
 
-def run_reproduce(cfg: ReproduceConfig) -> dict[str, Any]:
-    """Plan and check every stage, then run every cell (skipping finished stages); returns {"cells", "ran",
-    "failures": {cell: error}}."""
+def run_reproduce(cfg: ReproduceConfig) -> ReproduceResult:
+    """Plan and check every stage, then run every cell (skipping finished stages)."""
     out = Path(cfg.output)
     out.mkdir(parents=True, exist_ok=True)
     with OutputLock(out):
@@ -205,20 +213,27 @@ def run_reproduce(cfg: ReproduceConfig) -> dict[str, Any]:
             run_stage(stage)
         todo = {c: s for c, s in planned.cells.items() if not all(is_done(x.output, x.identity) for x in s)}
         width = concurrency(cfg, info.gpus)
-        log.info("%d cells (%d unfinished, %d not runnable), %d at a time", len(planned.cells) + len(planned.failures),
-                 len(todo), len(planned.failures), width)
+        log.info(
+            "%d cells (%d unfinished, %d not runnable), %d at a time",
+            len(planned.cells) + len(planned.failures),
+            len(todo),
+            len(planned.failures),
+            width,
+        )
         items = list(todo.items())
         outcomes = [_guarded(cfg, c, s) for c, s in items] if width == 1 else _run_tasks(cfg, items, width)
-        failures = dict(planned.failures) | {o["cell"]: o["error"] for o in outcomes if not o["ok"]}
+        failures = dict(planned.failures) | {o.cell: o.error for o in outcomes if not o.ok}
         atomic_write_json(out / "failures.json", failures)
         for name, error in failures.items():
-            detail = next((o["traceback"] for o in outcomes if o["cell"] == name and "traceback" in o), "")
+            detail = next((o.traceback for o in outcomes if o.cell == name), "")
             atomic_write_text(out / "cells" / name / "error.txt", error + "\n\n" + detail)
         refresh(cfg, failures, final=True)
-    return {"cells": len(planned.cells) + len(planned.failures), "ran": len(todo), "failures": failures}
+    return ReproduceResult(
+        output=str(out), cells=len(planned.cells) + len(planned.failures), ran=len(todo), failures=failures
+    )
 
 
-def _run_tasks(cfg: ReproduceConfig, cells: list[tuple[str, list[Stage]]], width: int) -> list[dict[str, Any]]:
+def _run_tasks(cfg: ReproduceConfig, cells: list[tuple[str, list[Stage]]], width: int) -> list[CellOutcome]:
     """Cells as Ray tasks, at most ``width`` in flight; each task drives its own actor pools and trainers."""
     task = ray.remote(num_cpus=0, max_retries=0)(_guarded)
     pending, done = list(cells), []

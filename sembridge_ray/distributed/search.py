@@ -52,8 +52,12 @@ class ShardActor:
         """Documents, shard size, and this process's memory: peak resident, and now private (anon) vs shared
         (the shard's object-store pages), from /proc where the OS has it."""
         peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        return {"docs": self.shard.n_docs, "shard_mb": self.shard.nbytes / 2**20, "peak_rss_mb": peak_kib / 1024,
-                **_proc_memory()}
+        return {
+            "docs": self.shard.n_docs,
+            "shard_mb": self.shard.nbytes / 2**20,
+            "peak_rss_mb": peak_kib / 1024,
+            **_proc_memory(),
+        }
 
 
 def _proc_memory() -> dict[str, float]:
@@ -102,8 +106,7 @@ class ShardedIndex:
                 except ray.exceptions.RayActorError as err:
                     if attempt == RESTARTS:
                         raise
-                    log.warning("shard %d: its actor died for good (%s); starting a new one", shard,
-                                type(err).__name__)
+                    log.warning("shard %d: its actor died for good (%s); starting a new one", shard, type(err).__name__)
                     self.actors[shard] = self._actor(self.refs[shard])
                     ref = self._ask(shard, method, *args)
         return out

@@ -30,8 +30,15 @@ class SparseEncodeUDF:
     result depends on the file alone, not on Ray's block boundaries.
     """
 
-    def __init__(self, model_dir: str, max_length: int, batch_size: int, top_k: int | None = None,
-                 role: str | None = None, threads: int = 0) -> None:
+    def __init__(
+        self,
+        model_dir: str,
+        max_length: int,
+        batch_size: int,
+        top_k: int | None = None,
+        role: str | None = None,
+        threads: int = 0,
+    ) -> None:
         """``role`` "query" or "document" encodes with ``encode_query``/``encode_document`` (the model's prompts
         or router for that side, where it has them); None uses plain ``encode``."""
         from sembridge_ray.sparse.model import load_sparse_encoder
@@ -39,8 +46,11 @@ class SparseEncodeUDF:
         use_threads(threads)
         self.model = load_sparse_encoder(model_dir, device=pick_device(), max_length=max_length)
         self.top_k, self.batch_size = top_k, batch_size
-        self.encode = {None: self.model.encode, "query": self.model.encode_query,
-                       "document": self.model.encode_document}[role]
+        self.encode = {
+            None: self.model.encode,
+            "query": self.model.encode_query,
+            "document": self.model.encode_document,
+        }[role]
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         import pyarrow.parquet as pq

@@ -17,26 +17,31 @@ from typing import Any
 import numpy as np
 import torch
 
-from sembridge_ray.embed_init.config import InitConfig
 from sembridge_ray.embed_init.position import class_weights
 from sembridge_ray.embed_init.weighting import bridge_weights
+from sembridge_ray.jobs.init import InitConfig
 
 
 def remap_columns(weights: torch.Tensor, columns: torch.Tensor, m: int) -> torch.Tensor:
     """CSR over a candidate subset -> CSR over all ``m`` source ids (``columns`` ascending keeps rows sorted)."""
     cols = columns[weights.col_indices()]
-    return torch.sparse_csr_tensor(weights.crow_indices(), cols, weights.values(), size=(weights.shape[0], m),
-                                   check_invariants=False)
+    return torch.sparse_csr_tensor(
+        weights.crow_indices(), cols, weights.values(), size=(weights.shape[0], m), check_invariants=False
+    )
 
 
 def method_weights(
-    cfg: InitConfig, new_vecs: torch.Tensor, source_vecs: torch.Tensor, candidates: torch.Tensor,
-    overlap_sources: torch.Tensor, device: str | None = None,
+    cfg: InitConfig,
+    new_vecs: torch.Tensor,
+    source_vecs: torch.Tensor,
+    candidates: torch.Tensor,
+    overlap_sources: torch.Tensor,
+    device: str | None = None,
     classes: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """CSR (n, |Vs|) weights of the similarity-based methods. ``candidates``: source ids allowed in the bridge
-    (ascending); ``overlap_sources``: source ids some target token matches, copied or not (FOCUS's anchors; all candidates if
-    none). With ``copy_overlap=false`` the anchors still restrict FOCUS, which would otherwise equal α=2.
+    (ascending); ``overlap_sources``: source ids some target token matches, copied or not (FOCUS's anchors; all
+    candidates if none). With ``copy_overlap=false`` the anchors still restrict FOCUS, which would otherwise equal α=2.
     ``classes``: position classes of the new rows (n,) and of every source id (|Vs|,); with ``position_aware``
     each class's rows get their own prior (``embed_init.position``)."""
     m = len(source_vecs)
@@ -48,8 +53,11 @@ def method_weights(
         kwargs = {"alpha": 1.0, "temperature": cfg.wechsel_temperature, "top_k": cfg.wechsel_top_k}
     elif cfg.method == "sembridge":
         pool = candidates
-        kwargs = {"alpha": cfg.alpha, "temperature": cfg.temperature,
-                  "top_k": cfg.softmax_top_k if cfg.alpha == 1 else None}
+        kwargs = {
+            "alpha": cfg.alpha,
+            "temperature": cfg.temperature,
+            "top_k": cfg.softmax_top_k if cfg.alpha == 1 else None,
+        }
     else:
         raise ValueError(f"method {cfg.method!r} has no similarity weights")
     pool_vecs = source_vecs[pool]

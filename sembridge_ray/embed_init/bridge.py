@@ -71,16 +71,20 @@ def vocab_strings(tokenizer: Any, classes: np.ndarray | None = None, marker: str
     texts = [bridge_string(tokenizer, i, tok) for tok, i in pairs]
     if classes is not None and marker:
         own = WORDPIECE_PREFIX if tokenizer_family(tokenizer) == "wordpiece" else ""
-        texts = [marked_string(t, int(classes[i]) if i < len(classes) else NEUTRAL, marker, own)
-                 for t, (_, i) in zip(texts, pairs, strict=True)]
+        texts = [
+            marked_string(t, int(classes[i]) if i < len(classes) else NEUTRAL, marker, own)
+            for t, (_, i) in zip(texts, pairs, strict=True)
+        ]
     return pa.table({ID: pa.array([i for _, i in pairs], pa.int32()), TEXT: texts})
 
 
 def tokenizer_fingerprint(tokenizer: Any, rule: str = RULE_VERSION) -> str:
     """Content hash of a tokenizer's vocabulary, family and special tokens (not of its file layout), and of the
     string ``rule`` (so the bridge caches of two rules never share a key)."""
-    payload = json.dumps([sorted(tokenizer.get_vocab().items()), tokenizer_family(tokenizer),
-                          tokenizer.all_special_tokens, rule], ensure_ascii=False)
+    payload = json.dumps(
+        [sorted(tokenizer.get_vocab().items()), tokenizer_family(tokenizer), tokenizer.all_special_tokens, rule],
+        ensure_ascii=False,
+    )
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:16]
 
 

@@ -49,15 +49,17 @@ def weighted_rows(weights: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
     return out.to(source.dtype)
 
 
-def compose(part: Partition, source: torch.Tensor, new_rows: torch.Tensor, target_ids: np.ndarray,
-            fill: torch.Tensor) -> torch.Tensor:
+def compose(
+    part: Partition, source: torch.Tensor, new_rows: torch.Tensor, target_ids: np.ndarray, fill: torch.Tensor
+) -> torch.Tensor:
     """Target matrix (|Vt|, ...) from a source one (|Vs|, ...): copies for specials and overlap, ``new_rows`` at
     ``target_ids``, ``fill`` elsewhere (unused ids)."""
     out = fill.to(source.dtype).expand(part.size, *source.shape[1:]).clone()
     copies = {**part.overlap, **part.specials}
     if copies:
         out[torch.tensor(list(copies), dtype=torch.long)] = source[
-            torch.tensor([s for s, _ in copies.values()], dtype=torch.long)]
+            torch.tensor([s for s, _ in copies.values()], dtype=torch.long)
+        ]
     if len(target_ids):
         out[torch.as_tensor(target_ids, dtype=torch.long)] = new_rows.to(source.dtype)
     return out
@@ -92,10 +94,13 @@ def provenance(part: Partition, new: NewRows, tokens: dict[int, str]) -> pa.Tabl
         cols, vals = csr_lists(new.weights)
         for tid, c, v in zip(new.target_ids.tolist(), cols, vals, strict=True):
             kinds[tid], ids[tid], ws[tid] = "bridge", c, v
-    return pa.table({
-        TARGET_ID: pa.array(np.arange(part.size, dtype=np.int32)),
-        TOKEN: pa.array([tokens.get(i, "") for i in range(part.size)], pa.string()),
-        KIND: pa.array(kinds, pa.string()),
-        SOURCE_IDS: pa.array([a.tolist() for a in ids], pa.list_(pa.int32())),
-        WEIGHTS: pa.array([a.tolist() for a in ws], pa.list_(pa.float32())),
-    }, schema=PROVENANCE_SCHEMA)
+    return pa.table(
+        {
+            TARGET_ID: pa.array(np.arange(part.size, dtype=np.int32)),
+            TOKEN: pa.array([tokens.get(i, "") for i in range(part.size)], pa.string()),
+            KIND: pa.array(kinds, pa.string()),
+            SOURCE_IDS: pa.array([a.tolist() for a in ids], pa.list_(pa.int32())),
+            WEIGHTS: pa.array([a.tolist() for a in ws], pa.list_(pa.float32())),
+        },
+        schema=PROVENANCE_SCHEMA,
+    )

@@ -31,10 +31,13 @@ class InitMethod:
 METHODS: dict[str, InitMethod] = {
     m.name: m
     for m in (
-        InitMethod(name="sembridge", uses_bridge=True, has_alpha=True, settings=("alpha", "temperature", "softmax_top_k")),
+        InitMethod(
+            name="sembridge", uses_bridge=True, has_alpha=True, settings=("alpha", "temperature", "softmax_top_k")
+        ),
         InitMethod(name="focus", uses_bridge=True, has_alpha=False),
-        InitMethod(name="wechsel", uses_bridge=True, has_alpha=False,
-                   settings=("wechsel_top_k", "wechsel_temperature")),
+        InitMethod(
+            name="wechsel", uses_bridge=True, has_alpha=False, settings=("wechsel_top_k", "wechsel_temperature")
+        ),
         InitMethod(name="mean", uses_bridge=False, has_alpha=False),
         InitMethod(name="random", uses_bridge=False, has_alpha=False),
     )

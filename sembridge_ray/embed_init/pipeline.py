@@ -1,7 +1,7 @@
 """The init job's driver logic, without Ray: partition, bridge vectors, new rows, composition, artefacts.
 
 The two heavy stages are injected (:class:`Stages`): in this process for tests and small runs, or as Ray Data
-actor pools (``sembridge_ray.distributed.init_pipeline``). Both call the same pure functions, so they agree bit
+actor pools (``sembridge_ray.distributed.init``). Both call the same pure functions, so they agree bit
 for bit.
 """
 
@@ -41,12 +41,12 @@ from sembridge_ray.embed_init.combine import (
     provenance,
     weighted_rows,
 )
-from sembridge_ray.embed_init.config import InitConfig
 from sembridge_ray.embed_init.methods import method
 from sembridge_ray.embed_init.transplant import target_model, write_target_model
 from sembridge_ray.embed_init.vocab import Partition, partition_vocab
 from sembridge_ray.errors import InputError
 from sembridge_ray.identity import model_identity
+from sembridge_ray.jobs.init import InitConfig, InitResult
 from sembridge_ray.outputs import atomic_path, atomic_write_json, claim_output, preflight
 from sembridge_ray.sparse.model import load_mlm, load_tokenizer, mlm_embeddings
 
@@ -76,10 +76,19 @@ def compute_rows(ctx: RowsContext, target_ids: np.ndarray, new_vecs: np.ndarray,
     classes = None
     if ctx.source_classes is not None and ctx.target_classes is not None:
         classes = (ctx.target_classes[torch.as_tensor(target_ids, dtype=torch.long)], ctx.source_classes)
-    w = method_weights(cfg, torch.from_numpy(new_vecs), ctx.source_vecs, ctx.candidates, ctx.overlap_sources,
-                       device=device, classes=classes)
+    w = method_weights(
+        cfg,
+        torch.from_numpy(new_vecs),
+        ctx.source_vecs,
+        ctx.candidates,
+        ctx.overlap_sources,
+        device=device,
+        classes=classes,
+    )
     return NewRows(
-        target_ids=target_ids, weights=w, inputs=weighted_rows(w, ctx.inputs),
+        target_ids=target_ids,
+        weights=w,
+        inputs=weighted_rows(w, ctx.inputs),
         outputs=None if ctx.outputs is None else weighted_rows(w, ctx.outputs),
         bias=None if ctx.bias is None else weighted_rows(w, ctx.bias.unsqueeze(1)).squeeze(1),
     )
@@ -91,10 +100,12 @@ ROW_IDS, ROW_COLS, ROW_WEIGHTS, ROW_IN, ROW_OUT, ROW_BIAS = "id", "source_ids", 
 def rows_table(new: NewRows) -> pa.Table:
     """NewRows as Arrow (what Ray actors send back); exact inverse: :func:`rows_from_tables`."""
     cols, vals = csr_lists(new.weights)
-    data = {ROW_IDS: pa.array(new.target_ids.astype(np.int64)),
-            ROW_COLS: pa.array([c.tolist() for c in cols], pa.list_(pa.int32())),
-            ROW_WEIGHTS: pa.array([v.tolist() for v in vals], pa.list_(pa.float32())),
-            ROW_IN: pa.array(list(new.inputs.numpy()), pa.list_(pa.from_numpy_dtype(new.inputs.numpy().dtype)))}
+    data = {
+        ROW_IDS: pa.array(new.target_ids.astype(np.int64)),
+        ROW_COLS: pa.array([c.tolist() for c in cols], pa.list_(pa.int32())),
+        ROW_WEIGHTS: pa.array([v.tolist() for v in vals], pa.list_(pa.float32())),
+        ROW_IN: pa.array(list(new.inputs.numpy()), pa.list_(pa.from_numpy_dtype(new.inputs.numpy().dtype))),
+    }
     if new.outputs is not None:
         data[ROW_OUT] = pa.array(list(new.outputs.numpy()), pa.list_(pa.from_numpy_dtype(new.outputs.numpy().dtype)))
     if new.bias is not None:
@@ -107,13 +118,21 @@ def rows_from_tables(tables: list[pa.Table], m: int) -> NewRows:
     table = pa.concat_tables(tables).sort_by(ROW_IDS)
     sizes = np.array([len(c) for c in table.column(ROW_COLS).to_pylist()], dtype=np.int64)
     crow = torch.from_numpy(np.concatenate([[0], np.cumsum(sizes)]))
-    weights = torch.sparse_csr_tensor(crow, torch.from_numpy(_flat(table, ROW_COLS, np.int64)),
-                                      torch.from_numpy(_flat(table, ROW_WEIGHTS, np.float32)),
-                                      size=(table.num_rows, m), check_invariants=False)
+    weights = torch.sparse_csr_tensor(
+        crow,
+        torch.from_numpy(_flat(table, ROW_COLS, np.int64)),
+        torch.from_numpy(_flat(table, ROW_WEIGHTS, np.float32)),
+        size=(table.num_rows, m),
+        check_invariants=False,
+    )
     names = table.column_names
-    return NewRows(table.column(ROW_IDS).to_numpy(), _stack(table, ROW_IN), weights,
-                   _stack(table, ROW_OUT) if ROW_OUT in names else None,
-                   torch.from_numpy(table.column(ROW_BIAS).to_numpy()) if ROW_BIAS in names else None)
+    return NewRows(
+        table.column(ROW_IDS).to_numpy(),
+        _stack(table, ROW_IN),
+        weights,
+        _stack(table, ROW_OUT) if ROW_OUT in names else None,
+        torch.from_numpy(table.column(ROW_BIAS).to_numpy()) if ROW_BIAS in names else None,
+    )
 
 
 def _flat(table: pa.Table, name: str, dtype: Any) -> np.ndarray:
@@ -140,41 +159,44 @@ def in_process_stages(cfg: InitConfig) -> Stages:
             holder["model"] = load_bridge(cfg.bridge_model, trust_remote_code=cfg.trust_remote_code)
         texts, size = table.column("text").to_pylist(), cfg.bridge_batch_size
         # Batch boundaries fixed by position, as in the Ray stage: vectors must not depend on the batching.
-        return np.concatenate([encode_strings(holder["model"], texts[i : i + size], size, cfg.bridge_model)
-                               for i in range(0, len(texts), size)] or [np.zeros((0, 0), np.float32)])
+        return np.concatenate(
+            [
+                encode_strings(holder["model"], texts[i : i + size], size, cfg.bridge_model)
+                for i in range(0, len(texts), size)
+            ]
+            or [np.zeros((0, 0), np.float32)]
+        )
 
     return Stages(encode=encode, rows=compute_rows)
-
-
-@dataclass(frozen=True)
-class InitResult:
-    output: Path
-    report: dict[str, Any]
-    skipped: bool = False
-    """The output was already complete with the same settings."""
 
 
 def input_identities(cfg: InitConfig) -> dict[str, str]:
     """Check that every input exists (before anything is loaded or written) and identify it by content."""
     if not (cfg.source_model and cfg.target_tokenizer and cfg.output):
         raise InputError("--source-model, --target-tokenizer and --output are required (or --grid paper)")
-    inputs = {"source_model": model_identity(cfg.source_model, "source model"),
-              "target_tokenizer": model_identity(cfg.target_tokenizer, "target tokenizer")}
+    inputs = {
+        "source_model": model_identity(cfg.source_model, "source model"),
+        "target_tokenizer": model_identity(cfg.target_tokenizer, "target tokenizer"),
+    }
     if method(cfg.method).uses_bridge:
         inputs["bridge_model"] = check_bridge(cfg.bridge_model)
     return inputs
 
 
-def _source_vectors(cfg: InitConfig, source_tok: Any, rows: int, stages: Stages, key: str,
-                    strings: pa.Table) -> tuple[torch.Tensor, torch.Tensor]:
+def _source_vectors(
+    cfg: InitConfig, source_tok: Any, rows: int, stages: Stages, key: str, strings: pa.Table
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Bridge vectors by source id (zero rows where no string) and the candidate ids."""
     vecs = cached_vectors(Path(cfg.cache_dir), key, strings, stages.encode)
     ids = strings.column("id").to_numpy()
     out = torch.zeros(rows, vecs.shape[1], dtype=torch.float32)
     out[torch.from_numpy(ids.astype(np.int64))] = torch.from_numpy(vecs)
-    keep = [int(i) for i, t in zip(ids, source_tok.convert_ids_to_tokens(ids.tolist()), strict=True)
-            if not cfg.exclude_special_sources
-            or (int(i) not in set(source_tok.all_special_ids) and not str(t).startswith(_UNUSED_SOURCE))]
+    keep = [
+        int(i)
+        for i, t in zip(ids, source_tok.convert_ids_to_tokens(ids.tolist()), strict=True)
+        if not cfg.exclude_special_sources
+        or (int(i) not in set(source_tok.all_special_ids) and not str(t).startswith(_UNUSED_SOURCE))
+    ]
     return out, torch.tensor(sorted(keep), dtype=torch.long)
 
 
@@ -207,8 +229,14 @@ def _bridge_side(cfg: InitConfig, source_tok: Any, target_tok: Any, sizes: dict[
     return _Bridge(fp, strings, keys, classes)
 
 
-def _new_rows(cfg: InitConfig, part: Partition, ctx_parts: dict[str, Any], stages: Stages, bridge: _Bridge,
-              timings: dict[str, float]) -> NewRows:
+def _new_rows(
+    cfg: InitConfig,
+    part: Partition,
+    ctx_parts: dict[str, Any],
+    stages: Stages,
+    bridge: _Bridge,
+    timings: dict[str, float],
+) -> NewRows:
     e_in, e_out, bias = ctx_parts["inputs"], ctx_parts["outputs"], ctx_parts["bias"]
     rest = np.asarray(part.rest, dtype=np.int64)
     if not method(cfg.method).uses_bridge:
@@ -216,8 +244,9 @@ def _new_rows(cfg: InitConfig, part: Partition, ctx_parts: dict[str, Any], stage
         out_rows = None if e_out is None else explicit_rows(cfg.method, len(rest), e_out, cfg.seed + 1)
         return NewRows(rest, rows, None, out_rows, None)
     start = time.perf_counter()
-    src_vecs, candidates = _source_vectors(cfg, ctx_parts["source_tok"], len(e_in), stages, bridge.keys["source"],
-                                           bridge.strings["source"])
+    src_vecs, candidates = _source_vectors(
+        cfg, ctx_parts["source_tok"], len(e_in), stages, bridge.keys["source"], bridge.strings["source"]
+    )
     tgt_strings = bridge.strings["target"]
     tgt_vecs = cached_vectors(Path(cfg.cache_dir), bridge.keys["target"], tgt_strings, stages.encode)
     row_of = {int(i): n for n, i in enumerate(tgt_strings.column("id").to_numpy())}
@@ -243,14 +272,16 @@ def initialise(cfg: InitConfig, stages: Stages | None = None, inputs: dict[str, 
     identity = cfg.identity("init", inputs or input_identities(cfg))
     out = Path(cfg.output)
     if preflight(out, identity, cfg.overwrite):
-        return InitResult(out, json.loads((out / REPORT).read_text(encoding="utf-8")), skipped=True)
+        return InitResult.from_report(str(out), json.loads((out / REPORT).read_text(encoding="utf-8")), skipped=True)
     timings: dict[str, float] = {}
     start = time.perf_counter()
     model, source_tok = load_mlm(cfg.source_model, cfg.trust_remote_code)
     target_tok = load_tokenizer(cfg.target_tokenizer, cfg.trust_remote_code)
     with claim_output(out, identity, cfg.overwrite) as claim:
         if claim.done:  # another run finished it meanwhile
-            return InitResult(out, json.loads((out / REPORT).read_text(encoding="utf-8")), skipped=True)
+            return InitResult.from_report(
+                str(out), json.loads((out / REPORT).read_text(encoding="utf-8")), skipped=True
+            )
         part = partition_vocab(source_tok, target_tok, cfg.match, copy_overlap=cfg.copy_overlap)
         timings["load_and_partition_s"] = time.perf_counter() - start
         e_in, e_out, bias = (t.detach().clone() if t is not None else None for t in mlm_embeddings(model))
@@ -275,27 +306,45 @@ def initialise(cfg: InitConfig, stages: Stages | None = None, inputs: dict[str, 
         rep = _report(cfg, part, prov, source_tok, timings, bridge, counterparts)
         atomic_write_json(out / REPORT, rep)
         claim.finish()
-    return InitResult(out, rep)
+    return InitResult.from_report(str(out), rep)
 
 
-def _report(cfg: InitConfig, part: Partition, prov: pa.Table, source_tok: Any, timings: dict[str, float],
-            bridge: _Bridge, counterparts: dict[int, int]) -> dict[str, Any]:
+def _report(
+    cfg: InitConfig,
+    part: Partition,
+    prov: pa.Table,
+    source_tok: Any,
+    timings: dict[str, float],
+    bridge: _Bridge,
+    counterparts: dict[int, int],
+) -> dict[str, Any]:
     source_tokens = {i: t for t, i in source_tok.get_vocab().items()}
     bridge_fp, keys = bridge.fingerprint, bridge.keys
     rule: dict[str, Any] = {"position_aware": cfg.position_aware}
     if cfg.position_aware:
         rule |= {"position_marker": cfg.position_marker, "position_penalty": cfg.position_penalty}
     return {
-        "method": cfg.method, "alpha": cfg.alpha, "bias": cfg.bias, "match": list(cfg.match),
-        "copy_overlap": cfg.copy_overlap, "exclude_special_sources": cfg.exclude_special_sources, **rule,
+        "method": cfg.method,
+        "alpha": cfg.alpha,
+        "bias": cfg.bias,
+        "match": list(cfg.match),
+        "copy_overlap": cfg.copy_overlap,
+        "exclude_special_sources": cfg.exclude_special_sources,
+        **rule,
         **report.counts(part, prov),
         "support_histogram": report.support_histogram(prov),
         "position": report.position_stats(prov, bridge.classes["target"], counterparts),
         "timings": {k: round(v, 3) for k, v in timings.items()},
-        "fingerprints": {"source_model": model_fingerprint(cfg.source_model), "bridge_model": bridge_fp,
-                         "source_tokenizer": keys["source"].split("-")[-1],
-                         "target_tokenizer": keys["target"].split("-")[-1]},
-        "models": {"source_model": cfg.source_model, "target_tokenizer": cfg.target_tokenizer,
-                   "bridge_model": cfg.bridge_model},
+        "fingerprints": {
+            "source_model": model_fingerprint(cfg.source_model),
+            "bridge_model": bridge_fp,
+            "source_tokenizer": keys["source"].split("-")[-1],
+            "target_tokenizer": keys["target"].split("-")[-1],
+        },
+        "models": {
+            "source_model": cfg.source_model,
+            "target_tokenizer": cfg.target_tokenizer,
+            "bridge_model": cfg.bridge_model,
+        },
         "samples": report.sample_rows(prov, source_tokens, cfg.samples, cfg.seed),
     }

@@ -21,10 +21,10 @@ The rule kept (``position_aware=true``; docs/position-aware.md has the measured 
 
 - **Marked strings.** A continuation piece is bridged as ``marker + text`` in *both* vocabularies (a byte-level
   or SentencePiece ``ing`` and a WordPiece ``##ing`` all become "-ing" with the default marker ``-``);
-  word-initial and neutral strings are the released ones. The target ``ing`` and the source ``##ing`` then read the same, and a target
-  continuation piece is compared with source continuation pieces on equal terms. There is no threshold to fall
-  back across classes: the bridge model's own cosine decides, so a cross-class candidate still wins when it is
-  the closer string despite the marker.
+  word-initial and neutral strings are the released ones. The target ``ing`` and the source ``##ing`` then read
+  the same, and a target continuation piece is compared with source continuation pieces on equal terms. There is
+  no threshold to fall back across classes: the bridge model's own cosine decides, so a cross-class candidate
+  still wins when it is the closer string despite the marker.
 - **An optional class prior** (``position_penalty``, 0 by default: it added nothing on top of the marker): the
   penalty is subtracted from the cosine of every candidate of the other non-neutral class before α-entmax or
   softmax. A cross-class candidate then wins only when it beats the best in-class cosine by more than the
@@ -97,8 +97,9 @@ RowWeights = Callable[[torch.Tensor, "torch.Tensor | None"], torch.Tensor]
 """(row indices (r,), offsets (M,) or None) -> CSR (r, M) weights of those rows with that prior."""
 
 
-def class_weights(weights: RowWeights, new_classes: torch.Tensor, source_classes: torch.Tensor,
-                  penalty: float) -> torch.Tensor:
+def class_weights(
+    weights: RowWeights, new_classes: torch.Tensor, source_classes: torch.Tensor, penalty: float
+) -> torch.Tensor:
     """CSR (n, M): each position class's rows weighted with its own prior (:func:`class_offsets`), reassembled
     in row order. ``new_classes`` (n,) and ``source_classes`` (M,) hold classes of the rows and candidates."""
     parts = []

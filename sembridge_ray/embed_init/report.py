@@ -31,8 +31,13 @@ def sample_rows(prov: pa.Table, source_tokens: dict[int, str], n: int, seed: int
         ids = prov.column(SOURCE_IDS)[row].as_py()
         ws = prov.column(WEIGHTS)[row].as_py()
         top = sorted(zip(ws, ids, strict=True), key=lambda t: (-t[0], t[1]))[:3]
-        out.append({"target_id": prov.column(TARGET_ID)[row].as_py(), "token": prov.column(TOKEN)[row].as_py(),
-                    "top": [{"source_id": i, "token": source_tokens.get(i, ""), "weight": round(w, 4)} for w, i in top]})
+        out.append(
+            {
+                "target_id": prov.column(TARGET_ID)[row].as_py(),
+                "token": prov.column(TOKEN)[row].as_py(),
+                "top": [{"source_id": i, "token": source_tokens.get(i, ""), "weight": round(w, 4)} for w, i in top],
+            }
+        )
     return out
 
 
@@ -40,9 +45,14 @@ def counts(part: Partition, prov: pa.Table) -> dict[str, Any]:
     kinds = Counter(prov.column(KIND).to_pylist())
     rules = Counter(rule for _, rule in part.overlap.values())
     roles = Counter(role for _, role in part.specials.values())
-    return {"target_size": part.size, "kinds": dict(sorted(kinds.items())), "match_rules": dict(sorted(rules.items())),
-            "special_roles": dict(sorted(roles.items())), "unused_ids": len(part.unused),
-            "overlap_empty": not part.overlap}
+    return {
+        "target_size": part.size,
+        "kinds": dict(sorted(kinds.items())),
+        "match_rules": dict(sorted(rules.items())),
+        "special_roles": dict(sorted(roles.items())),
+        "unused_ids": len(part.unused),
+        "overlap_empty": not part.overlap,
+    }
 
 
 def sample_table(samples: list[dict[str, Any]]) -> str:
@@ -71,6 +81,10 @@ def position_stats(prov: pa.Table, classes: np.ndarray, counterparts: dict[int, 
             stats[name]["zero_weight"] += counterparts[tid] not in ids
     total = {key: sum(s[key] for s in stats.values()) for key in ("with_counterpart", "zero_weight")}
     for entry in [*stats.values(), total]:
-        entry["zero_weight_share"] = round(entry["zero_weight"] / entry["with_counterpart"], 4) if entry["with_counterpart"] else None
-    return {"exact_counterpart": {**stats, "all": total},
-            "support_histogram": {name: {str(k): v for k, v in sorted(c.items())} for name, c in sizes.items()}}
+        entry["zero_weight_share"] = (
+            round(entry["zero_weight"] / entry["with_counterpart"], 4) if entry["with_counterpart"] else None
+        )
+    return {
+        "exact_counterpart": {**stats, "all": total},
+        "support_histogram": {name: {str(k): v for k, v in sorted(c.items())} for name, c in sizes.items()},
+    }

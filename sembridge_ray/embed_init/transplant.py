@@ -12,8 +12,12 @@ from sembridge_ray.sparse.model import save_sparse_encoder
 
 
 def target_model(
-    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, size: int,
-    inputs: torch.Tensor, outputs: torch.Tensor | None, bias: torch.Tensor | None,
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    size: int,
+    inputs: torch.Tensor,
+    outputs: torch.Tensor | None,
+    bias: torch.Tensor | None,
 ) -> PreTrainedModel:
     """Resize ``model`` to ``size`` rows and install the target input/output embeddings and decoder bias.
 

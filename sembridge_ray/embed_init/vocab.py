@@ -70,7 +70,7 @@ def canonical(token: str, family: Family, prefix: str = "##") -> str:
     if _BYTE_FALLBACK.match(token):
         return token
     if family == "wordpiece":
-        return token[len(prefix):] if token.startswith(prefix) and len(token) > len(prefix) else WORD_START + token
+        return token[len(prefix) :] if token.startswith(prefix) and len(token) > len(prefix) else WORD_START + token
     if family == "bytebpe":
         table = _byte_decoder()
         try:

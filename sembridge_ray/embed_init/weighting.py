@@ -75,8 +75,16 @@ _PREPARED: list[tuple[tuple[Any, ...], _Vectors]] = []  # one entry: the last so
 def _prepared_source(source_vecs: torch.Tensor, device: torch.device) -> _Vectors:
     """The source side (check, fp32 unit rows, float64 norms) is the same for every batch a worker handles:
     prepare it once per tensor (keyed by storage, shape and in-place version)."""
-    key = (source_vecs.data_ptr(), tuple(source_vecs.shape), source_vecs.stride(), source_vecs.dtype,
-           source_vecs.device, source_vecs._version, device, screen_dtype(device))
+    key = (
+        source_vecs.data_ptr(),
+        tuple(source_vecs.shape),
+        source_vecs.stride(),
+        source_vecs.dtype,
+        source_vecs.device,
+        source_vecs._version,
+        device,
+        screen_dtype(device),
+    )
     if not _PREPARED or _PREPARED[0][0] != key:
         _PREPARED[:] = [(key, _Vectors.of(source_vecs, "source_vecs", device))]
     return _PREPARED[0][1]
@@ -103,8 +111,14 @@ def _threshold(scores: torch.Tensor, probs: torch.Tensor, alpha: float) -> torch
 
 
 def _solve(
-    scores: torch.Tensor, new64: torch.Tensor, src: _Vectors, alpha: float, temperature: float, k: int,
-    error: float, offsets: torch.Tensor | None = None,
+    scores: torch.Tensor,
+    new64: torch.Tensor,
+    src: _Vectors,
+    alpha: float,
+    temperature: float,
+    k: int,
+    error: float,
+    offsets: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Screening scores (B, M) -> (probs f64 (B, k), source ids, certified mask), sorted by float64 score.
     ``error`` bounds the screening scores' error (see :func:`score_error`); ``offsets`` (M,) float64 are added
@@ -133,8 +147,9 @@ def _kept(rows: torch.Tensor, idx: torch.Tensor, probs: torch.Tensor) -> Triplet
     return rows[:, None].expand_as(idx)[keep], idx[keep], probs[keep]
 
 
-def _chunk_weights(new: _Vectors, rows: slice, src: _Vectors, alpha: float, temperature: float,
-                   offsets: torch.Tensor | None = None) -> Triplets:
+def _chunk_weights(
+    new: _Vectors, rows: slice, src: _Vectors, alpha: float, temperature: float, offsets: torch.Tensor | None = None
+) -> Triplets:
     """The exact α-entmax support of each row of a chunk, as flattened triplets (rows relative to the chunk)."""
     screen = src.screen
     scores = new.unit32[rows].to(screen.dtype) @ screen.T  # (B, M) in the screening dtype: the one GEMM
@@ -198,8 +213,14 @@ def bridge_weights(
     return _to_csr(parts, n, m)
 
 
-def _softmax_rows(new: _Vectors, rows: slice, src: _Vectors, temperature: float, top_k: int | None,
-                  offsets: torch.Tensor | None = None) -> Triplets:
+def _softmax_rows(
+    new: _Vectors,
+    rows: slice,
+    src: _Vectors,
+    temperature: float,
+    top_k: int | None,
+    offsets: torch.Tensor | None = None,
+) -> Triplets:
     scores32 = new.unit32[rows] @ src.unit32.T
     if offsets is not None:
         scores32 = scores32 + offsets.float()

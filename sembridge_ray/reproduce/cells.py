@@ -34,8 +34,9 @@ class Cell:
         return "" if self.alpha is None else ("softmax" if self.alpha == 1 else f"{self.alpha:g}")
 
 
-def expand(models: tuple[str, ...], languages: tuple[str, ...], methods: tuple[str, ...],
-           alphas: tuple[str, ...]) -> list[Cell]:
+def expand(
+    models: tuple[str, ...], languages: tuple[str, ...], methods: tuple[str, ...], alphas: tuple[str, ...]
+) -> list[Cell]:
     """Every (model, language, method, α) cell, in a deterministic order; baselines once, without α."""
     cells = []
     for model in models:

@@ -18,8 +18,20 @@ from scipy import stats
 
 from sembridge_ray.reproduce.cells import STAGES, Cell, cell_paths
 
-COLUMNS = ["model", "language", "dataset", "stage", "method", "alpha", "reference", "n_queries", "mean_diff",
-           "ci_low", "ci_high", "p_value"]
+COLUMNS = [
+    "model",
+    "language",
+    "dataset",
+    "stage",
+    "method",
+    "alpha",
+    "reference",
+    "n_queries",
+    "mean_diff",
+    "ci_low",
+    "ci_high",
+    "p_value",
+]
 PER_QUERY, MEASURE = "per_query.tsv", "nDCG@10"
 
 
@@ -35,10 +47,24 @@ def paired_test(method: np.ndarray, reference: np.ndarray, resamples: int = 10_0
     if not np.any(diff):
         return {"mean_diff": 0.0, "ci_low": 0.0, "ci_high": 0.0, "p_value": 1.0}
     rng = np.random.default_rng(seed)
-    ci = stats.bootstrap((diff,), np.mean, n_resamples=resamples, confidence_level=0.95, method="percentile",
-                         random_state=rng, batch=1000).confidence_interval
-    perm = stats.permutation_test((diff,), np.mean, permutation_type="samples", n_resamples=resamples,
-                                  alternative="two-sided", random_state=rng, batch=1000)
+    ci = stats.bootstrap(
+        (diff,),
+        np.mean,
+        n_resamples=resamples,
+        confidence_level=0.95,
+        method="percentile",
+        random_state=rng,
+        batch=1000,
+    ).confidence_interval
+    perm = stats.permutation_test(
+        (diff,),
+        np.mean,
+        permutation_type="samples",
+        n_resamples=resamples,
+        alternative="two-sided",
+        random_state=rng,
+        batch=1000,
+    )
     return {"mean_diff": mean, "ci_low": float(ci.low), "ci_high": float(ci.high), "p_value": float(perm.pvalue)}
 
 
@@ -71,9 +97,19 @@ def _against_reference(output: Path, members: list[Cell], dataset: str, stage: s
         if sorted(other) != qids:  # different qrels: nothing to pair
             continue
         test = paired_test(np.array([other[q] for q in qids]), np.array([ref[q] for q in qids]))
-        rows.append({"model": cell.model, "language": cell.language, "dataset": dataset, "stage": stage,
-                     "method": cell.method, "alpha": cell.alpha_label, "reference": reference.name,
-                     "n_queries": len(qids), **test})
+        rows.append(
+            {
+                "model": cell.model,
+                "language": cell.language,
+                "dataset": dataset,
+                "stage": stage,
+                "method": cell.method,
+                "alpha": cell.alpha_label,
+                "reference": reference.name,
+                "n_queries": len(qids),
+                **test,
+            }
+        )
     return rows
 
 
@@ -81,12 +117,22 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     """A results.md section: each method against the reference, per dataset, stage, model and language."""
     if not rows:
         return ""
-    out = ["## Paired comparisons (nDCG@10, method − SemBridge reference, per query)", "",
-           "| dataset | stage | model | language | method | Δ | 95% CI | p |", "|---|---|---|---|---|---:|---|---:|"]
+    out = [
+        "## Paired comparisons (nDCG@10, method − SemBridge reference, per query)",
+        "",
+        "| dataset | stage | model | language | method | Δ | 95% CI | p |",
+        "|---|---|---|---|---|---:|---|---:|",
+    ]
     for r in rows:
         label = f"{r['method']} (α={r['alpha']})" if r["alpha"] else r["method"]
-        out.append(f"| {r['dataset']} | {r['stage'].replace('_', '-')} | {r['model']} | {r['language']} | {label} | "
-                   f"{r['mean_diff']:+.3f} | [{r['ci_low']:+.3f}, {r['ci_high']:+.3f}] | {r['p_value']:.3f} |")
-    out += ["", f"Reference: SemBridge at the first α of the run; {rows[0]['n_queries']} queries in the first row. "
-            "Bootstrap: 10,000 paired resamples; p: two-sided sign-flip randomisation test.", ""]
+        out.append(
+            f"| {r['dataset']} | {r['stage'].replace('_', '-')} | {r['model']} | {r['language']} | {label} | "
+            f"{r['mean_diff']:+.3f} | [{r['ci_low']:+.3f}, {r['ci_high']:+.3f}] | {r['p_value']:.3f} |"
+        )
+    out += [
+        "",
+        f"Reference: SemBridge at the first α of the run; {rows[0]['n_queries']} queries in the first row. "
+        "Bootstrap: 10,000 paired resamples; p: two-sided sign-flip randomisation test.",
+        "",
+    ]
     return "\n".join(out)

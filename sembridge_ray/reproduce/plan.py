@@ -21,30 +21,54 @@ def cell_estimate(cell: Cell, datasets: Sequence[str], epochs: float, batch: int
     """GPU-seconds per stage of one cell (init, evaluations, fine-tuning)."""
     init = 2 * 60_000 / BRIDGE_STRINGS_PER_S  # ~30k source + ~30k target strings (source side cached per model)
     evals = sum(2 * catalog.CORPUS_SIZES.get(d, {}).get(cell.language, 0) / DOCS_PER_S for d in datasets)
-    train = sum(epochs * catalog.TRAIN_QUERIES.get(d, {}).get(cell.language, 0) / batch * SECONDS_PER_STEP
-                for d in datasets)
+    train = sum(
+        epochs * catalog.TRAIN_QUERIES.get(d, {}).get(cell.language, 0) / batch * SECONDS_PER_STEP for d in datasets
+    )
     return {"init_s": init, "eval_s": evals, "finetune_s": train}
 
 
-def plan(cells: Sequence[Cell], datasets: Sequence[str], tokenizers: dict[str, str], bridge: str, epochs: float,
-         batch: int, gpus_per_cell: float, max_concurrent: int) -> dict[str, Any]:
+def plan(
+    cells: Sequence[Cell],
+    datasets: Sequence[str],
+    tokenizers: dict[str, str],
+    bridge: str,
+    epochs: float,
+    batch: int,
+    gpus_per_cell: float,
+    max_concurrent: int,
+) -> dict[str, Any]:
     rows = []
     total = 0.0
     for cell in cells:
         est = cell_estimate(cell, datasets, epochs, batch)
         gpu_s = sum(est.values()) * gpus_per_cell
         total += gpu_s
-        rows.append({
-            "cell": cell.name, "model": cell.model, "language": cell.language, "method": cell.method,
-            "alpha": cell.alpha_label, "target_tokenizer": tokenizers[cell.language],
-            "bridge_model": bridge, "datasets": {d: catalog.dataset_hub_ids(d, cell.language) for d in datasets},
-            "estimate_gpu_hours": round(gpu_s / 3600, 2),
-        })
+        rows.append(
+            {
+                "cell": cell.name,
+                "model": cell.model,
+                "language": cell.language,
+                "method": cell.method,
+                "alpha": cell.alpha_label,
+                "target_tokenizer": tokenizers[cell.language],
+                "bridge_model": bridge,
+                "datasets": {d: catalog.dataset_hub_ids(d, cell.language) for d in datasets},
+                "estimate_gpu_hours": round(gpu_s / 3600, 2),
+            }
+        )
     concurrent = max(1, max_concurrent)
-    return {"cells": rows, "total_cells": len(rows), "estimate_gpu_hours": round(total / 3600, 1),
-            "estimate_wall_hours_at_concurrency": {str(concurrent): round(total / 3600 / concurrent / gpus_per_cell, 1)},
-            "assumptions": {"bridge_strings_per_s": BRIDGE_STRINGS_PER_S, "docs_per_s": DOCS_PER_S,
-                            "seconds_per_step": SECONDS_PER_STEP, "note": "rough; one A100-class GPU per cell"}}
+    return {
+        "cells": rows,
+        "total_cells": len(rows),
+        "estimate_gpu_hours": round(total / 3600, 1),
+        "estimate_wall_hours_at_concurrency": {str(concurrent): round(total / 3600 / concurrent / gpus_per_cell, 1)},
+        "assumptions": {
+            "bridge_strings_per_s": BRIDGE_STRINGS_PER_S,
+            "docs_per_s": DOCS_PER_S,
+            "seconds_per_step": SECONDS_PER_STEP,
+            "note": "rough; one A100-class GPU per cell",
+        },
+    }
 
 
 def dry_run(cfg: Any) -> dict[str, Any]:
@@ -54,8 +78,16 @@ def dry_run(cfg: Any) -> dict[str, Any]:
     else:
         tokenizers = cfg.tokenizer_per_language()
     optim = cfg.finetune.optim
-    return plan(config_cells(cfg), cfg.datasets, tokenizers, cfg.init.bridge_model, optim.epochs, optim.batch_size,
-                cfg.gpus_per_cell, cfg.max_concurrent or 1)
+    return plan(
+        config_cells(cfg),
+        cfg.datasets,
+        tokenizers,
+        cfg.init.bridge_model,
+        optim.epochs,
+        optim.batch_size,
+        cfg.gpus_per_cell,
+        cfg.max_concurrent or 1,
+    )
 
 
 def concurrency(cfg: Any, gpus: float) -> int:

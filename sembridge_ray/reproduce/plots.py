@@ -34,8 +34,9 @@ def _steps(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def learning_curves(output: Path, cells: Sequence[Cell], datasets: Sequence[str], rows: list[dict[str, Any]],
-                    plots: Path) -> list[Path]:
+def learning_curves(
+    output: Path, cells: Sequence[Cell], datasets: Sequence[str], rows: list[dict[str, Any]], plots: Path
+) -> list[Path]:
     """Per (model, language, dataset): training loss vs step and nDCG@10 at step 0 and after fine-tuning."""
     ndcg = {(r["cell"], r["dataset"], r["stage"]): float(r["ndcg@10"]) for r in rows}
     groups: dict[tuple[str, str], list[Cell]] = defaultdict(list)
@@ -76,7 +77,9 @@ def alpha_ablation(rows: list[dict[str, Any]], plots: Path) -> list[Path]:
     for r in rows:
         if r["method"] == "sembridge" and r["alpha"]:
             alpha = 1.0 if r["alpha"] == "softmax" else float(r["alpha"])
-            series[(Path(r["model"]).name, r["language"], r["dataset"], r["stage"])].append((alpha, float(r["ndcg@10"])))
+            series[(Path(r["model"]).name, r["language"], r["dataset"], r["stage"])].append(
+                (alpha, float(r["ndcg@10"]))
+            )
     if not any(len(points) > 1 for points in series.values()):
         return []
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -97,13 +100,20 @@ def support_histograms(output: Path, cells: Sequence[Cell], plots: Path) -> list
         if hist:
             sizes = sorted(int(k) for k in hist)
             # markers: a method with one support size (wechsel: always top_k) is a single point
-            ax.step(sizes, [hist[str(s)] for s in sizes], where="mid", marker="o", markersize=3,
-                    label=f"{_label(cell)} ({cell.language})")
+            ax.step(
+                sizes,
+                [hist[str(s)] for s in sizes],
+                where="mid",
+                marker="o",
+                markersize=3,
+                label=f"{_label(cell)} ({cell.language})",
+            )
             drawn = True
     if not drawn:
         plt.close(fig)
         return []
-    ax.set(title="init support sizes", xlabel="source tokens with non-zero weight", ylabel="bridged tokens",
-           xscale="log")
+    ax.set(
+        title="init support sizes", xlabel="source tokens with non-zero weight", ylabel="bridged tokens", xscale="log"
+    )
     ax.legend(fontsize=6)
     return [_save(fig, plots / "support_sizes.png")]

@@ -14,10 +14,31 @@ from typing import Any
 from sembridge_ray.outputs import atomic_write_text, is_complete
 from sembridge_ray.reproduce.cells import STAGES, Cell, cell_paths
 
-COLUMNS = ["model", "language", "dataset", "method", "alpha", "stage", "ndcg@10", "r@100", "rr@10",
-           "active_dims_q", "active_dims_d", "flops", "train_seconds", "train_steps", "cell"]
-METRIC_KEYS = {"ndcg@10": "nDCG@10", "r@100": "R@100", "rr@10": "RR@10", "active_dims_q": "mean_active_dims_query",
-               "active_dims_d": "mean_active_dims_doc", "flops": "flops_per_pair"}
+COLUMNS = [
+    "model",
+    "language",
+    "dataset",
+    "method",
+    "alpha",
+    "stage",
+    "ndcg@10",
+    "r@100",
+    "rr@10",
+    "active_dims_q",
+    "active_dims_d",
+    "flops",
+    "train_seconds",
+    "train_steps",
+    "cell",
+]
+METRIC_KEYS = {
+    "ndcg@10": "nDCG@10",
+    "r@100": "R@100",
+    "rr@10": "RR@10",
+    "active_dims_q": "mean_active_dims_query",
+    "active_dims_d": "mean_active_dims_doc",
+    "flops": "flops_per_pair",
+}
 FINETUNE_SUMMARY = "finetune.json"
 
 
@@ -37,13 +58,20 @@ def collect(output: Path, cells: Sequence[Cell], datasets: Sequence[str]) -> lis
                     continue
                 metrics = _json(folder / "metrics.json")
                 train = _json(paths.finetune(dataset) / FINETUNE_SUMMARY) if stage == "finetuned" else {}
-                rows.append({
-                    "model": cell.model, "language": cell.language, "dataset": dataset, "method": cell.method,
-                    "alpha": cell.alpha_label, "stage": stage,
-                    **{col: metrics.get(key, "") for col, key in METRIC_KEYS.items()},
-                    "train_seconds": train.get("train_seconds", train.get("seconds", "")),
-                    "train_steps": train.get("steps", ""), "cell": cell.name,
-                })
+                rows.append(
+                    {
+                        "model": cell.model,
+                        "language": cell.language,
+                        "dataset": dataset,
+                        "method": cell.method,
+                        "alpha": cell.alpha_label,
+                        "stage": stage,
+                        **{col: metrics.get(key, "") for col, key in METRIC_KEYS.items()},
+                        "train_seconds": train.get("train_seconds", train.get("seconds", "")),
+                        "train_steps": train.get("steps", ""),
+                        "cell": cell.name,
+                    }
+                )
     return rows
 
 
@@ -67,9 +95,12 @@ def markdown(rows: list[dict[str, Any]], languages: Sequence[str], failures: dic
     for r in rows:
         groups[(r["dataset"], r["stage"])][(r["model"], r["method"], r["alpha"])][r["language"]] = float(r["ndcg@10"])
     for (dataset, stage), table in sorted(groups.items(), key=lambda kv: (kv[0][0], STAGES.index(kv[0][1]))):
-        out += [f"## {dataset} — {stage.replace('_', '-')}", "",
-                "| model | method | " + " | ".join(languages) + " | avg |",
-                "|---|---|" + "---:|" * (len(languages) + 1)]
+        out += [
+            f"## {dataset} — {stage.replace('_', '-')}",
+            "",
+            "| model | method | " + " | ".join(languages) + " | avg |",
+            "|---|---|" + "---:|" * (len(languages) + 1),
+        ]
         for (model, method, alpha), scores in sorted(table.items()):
             values = [scores.get(lang, math.nan) for lang in languages]
             done = [v for v in values if not math.isnan(v)]

@@ -17,8 +17,8 @@ from typing import Literal
 from sembridge_ray.config import Config
 from sembridge_ray.embed_init.methods import method
 from sembridge_ray.identity import RunIdentity
+from sembridge_ray.jobs.reproduce import ReproduceConfig
 from sembridge_ray.reproduce.cells import STAGES, Cell, cell_paths
-from sembridge_ray.reproduce.config import ReproduceConfig
 from sembridge_ray.reproduce.plan import cell_resources
 
 Job = Literal["init", "finetune", "evaluate"]
@@ -67,9 +67,16 @@ def cell_stages(cfg: ReproduceConfig, cell: Cell, assets: Assets, gpus: float, i
     """init, then per dataset: zero-shot evaluation, fine-tuning, evaluation of the fine-tuned model."""
     paths = cell_paths(Path(cfg.output), cell)
     source, tokenizer = assets.models[cell.model], assets.tokenizers[cell.language]
-    init_cfg = replace(cfg.init, source_model=source, target_tokenizer=tokenizer, method=cell.method,
-                       alpha=cell.alpha if cell.alpha is not None else cfg.init.alpha, output=str(paths.init),
-                       overwrite=cfg.overwrite, resources=cell_resources(cfg, cfg.init.resources, gpus))
+    init_cfg = replace(
+        cfg.init,
+        source_model=source,
+        target_tokenizer=tokenizer,
+        method=cell.method,
+        alpha=cell.alpha if cell.alpha is not None else cfg.init.alpha,
+        output=str(paths.init),
+        overwrite=cfg.overwrite,
+        resources=cell_resources(cfg, cfg.init.resources, gpus),
+    )
     inputs = {"source_model": identify("model", source), "target_tokenizer": identify("model", tokenizer)}
     if method(cell.method).uses_bridge:
         inputs["bridge_model"] = identify("bridge", init_cfg.bridge_model)
@@ -78,37 +85,82 @@ def cell_stages(cfg: ReproduceConfig, cell: Cell, assets: Assets, gpus: float, i
     model = f"{init.ref}/{paths.model.name}"
     for dataset in cfg.datasets:
         eval_spec, train_spec = assets.specs[(dataset, cell.language)]
-        evaluate = replace(cfg.evaluate, dataset=eval_spec, split=cfg.eval_split, overwrite=cfg.overwrite,
-                           cache_dir=str(Path(cfg.output) / "cache" / "eval"),
-                           resources=cell_resources(cfg, cfg.evaluate.resources, gpus))
+        evaluate = replace(
+            cfg.evaluate,
+            dataset=eval_spec,
+            split=cfg.eval_split,
+            overwrite=cfg.overwrite,
+            cache_dir=str(Path(cfg.output) / "cache" / "eval"),
+            resources=cell_resources(cfg, cfg.evaluate.resources, gpus),
+        )
         data = identify("dataset", eval_spec)
         zero = replace(evaluate, model=str(paths.model), output=str(paths.eval(dataset, STAGES[0])))
-        stages.append(Stage(name=f"{dataset}/{STAGES[0]}", job="evaluate", cfg=zero,
-                            inputs={"model": model, "dataset": data}))
-        ft_cfg = replace(cfg.finetune, model=str(paths.model), train=train_spec, output=str(paths.finetune(dataset)),
-                         overwrite=cfg.overwrite, resources=cell_resources(cfg, cfg.finetune.resources, gpus))
-        finetune = Stage(name=f"{dataset}/finetune", job="finetune", cfg=ft_cfg,
-                         inputs={"model": model, "train": identify("dataset", train_spec)})
+        stages.append(
+            Stage(name=f"{dataset}/{STAGES[0]}", job="evaluate", cfg=zero, inputs={"model": model, "dataset": data})
+        )
+        ft_cfg = replace(
+            cfg.finetune,
+            model=str(paths.model),
+            train=train_spec,
+            output=str(paths.finetune(dataset)),
+            overwrite=cfg.overwrite,
+            resources=cell_resources(cfg, cfg.finetune.resources, gpus),
+        )
+        finetune = Stage(
+            name=f"{dataset}/finetune",
+            job="finetune",
+            cfg=ft_cfg,
+            inputs={"model": model, "train": identify("dataset", train_spec)},
+        )
         tuned = replace(evaluate, model=ft_cfg.output, output=str(paths.eval(dataset, STAGES[1])))
-        stages += [finetune, Stage(name=f"{dataset}/{STAGES[1]}", job="evaluate", cfg=tuned,
-                                   inputs={"model": finetune.ref, "dataset": data})]
+        stages += [
+            finetune,
+            Stage(
+                name=f"{dataset}/{STAGES[1]}",
+                job="evaluate",
+                cfg=tuned,
+                inputs={"model": finetune.ref, "dataset": data},
+            ),
+        ]
     return stages
 
 
-def source_stages(cfg: ReproduceConfig, untrained: Path, pairs: Path, beir: Path, identify: Identify
-                  ) -> tuple[Stage, Stage]:
+def source_stages(
+    cfg: ReproduceConfig, untrained: Path, pairs: Path, beir: Path, identify: Identify
+) -> tuple[Stage, Stage]:
     """The demo's source encoder: a brief fine-tuning of the untrained MiniLM SPLADE, and its evaluation with its
     own tokenizer (the level a transfer would ideally recover)."""
     root = Path(cfg.output) / "assets"
-    optim = replace(cfg.finetune.optim, max_steps=cfg.demo.source_steps, batch_size=cfg.demo.source_batch,
-                    lr=cfg.demo.source_lr)
-    ft_cfg = replace(cfg.finetune, model=str(untrained), train=str(pairs), output=str(root / "minilm-splade"),
-                     optim=optim, overwrite=cfg.overwrite)
-    finetune = Stage(name="assets/source", job="finetune", cfg=ft_cfg,
-                     inputs={"model": identify("model", str(untrained)), "train": identify("dataset", str(pairs))})
-    ev_cfg = replace(cfg.evaluate, model=ft_cfg.output, dataset=str(beir), split=cfg.eval_split,
-                     output=str(root / "source-eval"), cache_dir=str(Path(cfg.output) / "cache" / "eval"),
-                     overwrite=cfg.overwrite)
-    evaluate = Stage(name="assets/source-eval", job="evaluate", cfg=ev_cfg,
-                     inputs={"model": finetune.ref, "dataset": identify("dataset", str(beir))})
+    optim = replace(
+        cfg.finetune.optim, max_steps=cfg.demo.source_steps, batch_size=cfg.demo.source_batch, lr=cfg.demo.source_lr
+    )
+    ft_cfg = replace(
+        cfg.finetune,
+        model=str(untrained),
+        train=str(pairs),
+        output=str(root / "minilm-splade"),
+        optim=optim,
+        overwrite=cfg.overwrite,
+    )
+    finetune = Stage(
+        name="assets/source",
+        job="finetune",
+        cfg=ft_cfg,
+        inputs={"model": identify("model", str(untrained)), "train": identify("dataset", str(pairs))},
+    )
+    ev_cfg = replace(
+        cfg.evaluate,
+        model=ft_cfg.output,
+        dataset=str(beir),
+        split=cfg.eval_split,
+        output=str(root / "source-eval"),
+        cache_dir=str(Path(cfg.output) / "cache" / "eval"),
+        overwrite=cfg.overwrite,
+    )
+    evaluate = Stage(
+        name="assets/source-eval",
+        job="evaluate",
+        cfg=ev_cfg,
+        inputs={"model": finetune.ref, "dataset": identify("dataset", str(beir))},
+    )
     return finetune, evaluate

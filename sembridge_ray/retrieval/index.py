@@ -88,8 +88,12 @@ def build_shard(docs: SparseBatch, ranks: np.ndarray, vocab_size: int) -> Shard:
     # int32 offsets where they fit: scipy would otherwise widen every index of the shard to int64
     indptr = docs.indptr.astype(np.int32) if docs.indptr[-1] < np.iinfo(np.int32).max else docs.indptr
     csc = sp.csr_matrix((docs.values, docs.indices, indptr), shape=(docs.rows, vocab_size)).tocsc()
-    return Shard(csc.indptr.astype(np.int64), csc.indices.astype(np.int32, copy=False),
-                 csc.data.astype(np.float32, copy=False), np.ascontiguousarray(ranks, dtype=np.int64))
+    return Shard(
+        csc.indptr.astype(np.int64),
+        csc.indices.astype(np.int32, copy=False),
+        csc.data.astype(np.float32, copy=False),
+        np.ascontiguousarray(ranks, dtype=np.int64),
+    )
 
 
 def score_batch(shard: Shard, queries: SparseBatch) -> np.ndarray:
@@ -196,8 +200,9 @@ def _pad(scores: np.ndarray, ranks: np.ndarray, k: int) -> TopK:
 
 def merge_topk(parts: list[TopK], k: int) -> TopK:
     """Per-shard top-k lists of the same queries -> the top-k of their union (what one big shard would give)."""
-    return _sort_pad(np.concatenate([p.scores for p in parts], axis=1),
-                     np.concatenate([p.ranks for p in parts], axis=1), k)
+    return _sort_pad(
+        np.concatenate([p.scores for p in parts], axis=1), np.concatenate([p.ranks for p in parts], axis=1), k
+    )
 
 
 def rank_ids(ids: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:

@@ -83,7 +83,9 @@ def unknown_judgements(qrels: Qrels, missing: set[str]) -> dict[str, int]:
     """Counts of qrels entries naming ``missing`` documents (not in the corpus). They are reported, and kept:
     a relevant document the corpus lacks still counts against recall and nDCG, as in trec_eval."""
     entries = [(q, d, g) for q, docs in qrels.items() for d, g in docs.items() if d in missing]
-    return {"unknown_qrels_docs": len({d for _, d, _ in entries}),
-            "unknown_qrels_judgements": len(entries),
-            "unknown_qrels_relevant": sum(1 for *_, g in entries if g > 0),
-            "queries_with_unknown_docs": len({q for q, _, _ in entries})}
+    return {
+        "unknown_qrels_docs": len({d for _, d, _ in entries}),
+        "unknown_qrels_judgements": len(entries),
+        "unknown_qrels_relevant": sum(1 for *_, g in entries if g > 0),
+        "queries_with_unknown_docs": len({q for q, _, _ in entries}),
+    }

@@ -36,7 +36,7 @@ def resolve_model(spec: str) -> tuple[str, str]:
     if spec.startswith(FIXTURE_PREFIX):
         from sembridge_ray.testing import FIXTURES, build_fixture
 
-        name = spec[len(FIXTURE_PREFIX):]
+        name = spec[len(FIXTURE_PREFIX) :]
         if name not in FIXTURES:
             raise InputError(f"model {spec!r}: no such fixture (known: {', '.join(FIXTURES)})")
         spec = str(build_fixture(name, DERIVED / "fixtures"))

@@ -49,8 +49,9 @@ def read_vectors(files: Sequence[Path]) -> tuple[list[str], SparseBatch]:
     return table.column(ID).to_pylist(), sparse_batch(table)
 
 
-def iter_row_ranges(files: Sequence[Path], bounds: Sequence[tuple[int, int]], chunk: int = 65536
-                    ) -> Iterator[SparseBatch]:
+def iter_row_ranges(
+    files: Sequence[Path], bounds: Sequence[tuple[int, int]], chunk: int = 65536
+) -> Iterator[SparseBatch]:
     """One CSR batch per consecutive ``[start, stop)`` range of rows, streaming: one range in memory at a time."""
     stream = (b for f in files for b in pq.ParquetFile(f).iter_batches(batch_size=chunk, columns=[INDICES, VALUES]))
     held: list[pa.RecordBatch] = []

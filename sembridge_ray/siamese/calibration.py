@@ -51,7 +51,9 @@ class LooObjective:
         pairs = [(i, j) for i in range(len(self.blocks)) for j in range(i, len(self.blocks))]
         self.d2 = {(i, j): np.square(self.x[self.blocks[i], None] - self.x[None, self.blocks[j]]) for i, j in pairs}
         # bases[(i, j)]: block j's points seen from block i's centre (none of it depends on h)
-        self.bases = {(i, j): self._basis(self.blocks[j], self.centres[i]) for a, b in pairs for i, j in ((a, b), (b, a))}
+        self.bases = {
+            (i, j): self._basis(self.blocks[j], self.centres[i]) for a, b in pairs for i, j in ((a, b), (b, a))
+        }
 
     def _basis(self, rows: slice, centre: float) -> np.ndarray:
         """(b, 5) = [1, u, u², y, uy] for the points in ``rows``, u = x − centre."""
@@ -65,23 +67,24 @@ class LooObjective:
         moments = np.zeros((self.n, 5))
         for (i, j), d2 in self.d2.items():
             bi, bj = self.blocks[i], self.blocks[j]
-            k = np.exp(d2 * (-0.5 / (h * h)))                                 # (b_i, b_j)
+            k = np.exp(d2 * (-0.5 / (h * h)))  # (b_i, b_j)
             if i == j:
-                np.fill_diagonal(k, 0.0)                                      # leave i out
+                np.fill_diagonal(k, 0.0)  # leave i out
             moments[bi] += k @ self.bases[(i, j)]
             if i != j:
                 moments[bj] += k.T @ self.bases[(j, i)]
         moments *= 1.0 / (_SQRT_2PI * (self.n - 1) * h)
-        u = self.x - np.concatenate([np.full(b.stop - b.start, c) for b, c in zip(self.blocks, self.centres,
-                                                                                   strict=True)])
+        u = self.x - np.concatenate(
+            [np.full(b.stop - b.start, c) for b, c in zip(self.blocks, self.centres, strict=True)]
+        )
         a0, a1, a2, y0, y1 = moments.T
-        s0, s1, s2 = a0, u * a0 - a1, u * u * a0 - 2 * u * a1 + a2              # Σw, Σwd, Σwd²
-        t0, t1 = y0, u * y0 - y1                                               # Σwy, Σwdy
+        s0, s1, s2 = a0, u * a0 - a1, u * u * a0 - 2 * u * a1 + a2  # Σw, Σwd, Σwd²
+        t0, t1 = y0, u * y0 - y1  # Σwy, Σwdy
         # Rows where the expansion cancels, or whose normal matrix is near singular (a bandwidth far below the
         # spacing of the points: pinv then amplifies rounding), are summed term by term instead.
         size = u * u * a0 + 2 * np.abs(u * a1) + a2
         redo = np.flatnonzero(~((size <= _CANCELLATION * s2) & (s0 * s2 - s1 * s1 > s0 * s2 / _DEGENERATE)))
-        normal = np.stack([np.stack([s0, s1], -1), np.stack([s1, s2], -1)], -2)   # (n, 2, 2)
+        normal = np.stack([np.stack([s0, s1], -1), np.stack([s1, s2], -1)], -2)  # (n, 2, 2)
         with np.errstate(all="ignore"):  # a huge h makes the normal matrix singular; pinv copes, as in statsmodels
             est = (np.linalg.pinv(normal) @ np.stack([t0, t1], -1)[..., None])[:, 0, 0]
         est[redo] = self._direct(redo, h)
@@ -92,10 +95,10 @@ class LooObjective:
     def _direct(self, rows: np.ndarray, h: float) -> np.ndarray:
         """ĝ₋ᵢ(xᵢ) for ``rows`` (sorted positions), with statsmodels' own operations in its own order, so that even a
         near-singular fit (pinv amplifying rounding) comes out the same."""
-        x, y = self.x[self.rank], self.y[self.rank]                          # the caller's order
+        x, y = self.x[self.rank], self.y[self.rank]  # the caller's order
         out = np.empty(len(rows))
         for r, i in enumerate(self.order[rows]):
-            exog, endog, at = -np.delete(x, i)[:, None], np.delete(y, i)[:, None], -x[i:i + 1]
+            exog, endog, at = -np.delete(x, i)[:, None], np.delete(y, i)[:, None], -x[i : i + 1]
             ker = (1.0 / np.sqrt(2 * np.pi)) * np.exp(-((exog[:, 0] - at[0]) ** 2) / (h**2 * 2.0))
             ker = (ker / h / float(len(exog)))[:, np.newaxis]
             dx = exog - at
@@ -170,8 +173,9 @@ def search_bandwidth(x: np.ndarray, y: np.ndarray, xtol: float = 1e-6) -> Bandwi
     return Bandwidth(math.exp(log_h), seen[log_h], len(seen))
 
 
-def _downhill(f: Callable[[float], float], a: float, b: float,
-              bounds: tuple[float, float]) -> tuple[float, float, float]:
+def _downhill(
+    f: Callable[[float], float], a: float, b: float, bounds: tuple[float, float]
+) -> tuple[float, float, float]:
     """(a, b, c) with f(b) <= f(a), f(c), walking downhill from a past b with golden-ratio steps; stops at a bound."""
     if f(b) > f(a):
         a, b = b, a
@@ -193,8 +197,9 @@ def fit_calibrator(pred: np.ndarray, gold: np.ndarray, h: float | None = None) -
     """statsmodels ``KernelReg(gold ~ pred, var_type='c', reg_type='ll')``, with bandwidth ``h`` (``None``: its own
     cv_ls search)."""
     bw: object = "cv_ls" if h is None else [h]
-    return KernelReg(endog=np.asarray(gold, float), exog=np.asarray(pred, float), var_type="c", reg_type="ll",
-                     bw=bw, rng=0)
+    return KernelReg(
+        endog=np.asarray(gold, float), exog=np.asarray(pred, float), var_type="c", reg_type="ll", bw=bw, rng=0
+    )
 
 
 def calibrate(model: KernelReg, pred: np.ndarray) -> np.ndarray:
@@ -226,7 +231,16 @@ def compare_with_statsmodels(raw: np.ndarray, gold: np.ndarray) -> dict[str, flo
     tracemalloc.stop()
     oracle = fit_calibrator(raw, gold, 1.0)
     loo_theirs, loo_ours = (float(oracle.cv_loo(np.array([h]), oracle._est_loc_linear)[0]) for h in (theirs, ours.h))
-    return {"n": len(raw), "statsmodels_seconds": round(t1 - t0, 3), "ours_seconds": round(t2 - t1, 3),
-            "speedup": round((t1 - t0) / (t2 - t1), 1), "bandwidth_statsmodels": theirs, "bandwidth_ours": ours.h,
-            "loo_mse_statsmodels": loo_theirs, "loo_mse_ours": loo_ours, "ours_no_worse": loo_ours <= loo_theirs,
-            "ours_evaluations": ours.evaluations, "ours_peak_alloc_mb": round(peak / 2**20, 1)}
+    return {
+        "n": len(raw),
+        "statsmodels_seconds": round(t1 - t0, 3),
+        "ours_seconds": round(t2 - t1, 3),
+        "speedup": round((t1 - t0) / (t2 - t1), 1),
+        "bandwidth_statsmodels": theirs,
+        "bandwidth_ours": ours.h,
+        "loo_mse_statsmodels": loo_theirs,
+        "loo_mse_ours": loo_ours,
+        "ours_no_worse": loo_ours <= loo_theirs,
+        "ours_evaluations": ours.evaluations,
+        "ours_peak_alloc_mb": round(peak / 2**20, 1),
+    }

@@ -120,6 +120,7 @@ def vocabulary(*groups: Iterable[TokenPair]) -> Vocabulary:
 
 def encode_pairs(pairs: Sequence[TokenPair], vocab: Vocabulary) -> EncodedPairs:
     """Token pairs -> padded id arrays (an empty sentence keeps length 0 and encodes as all padding)."""
+
     def pad(sides: list[tuple[str, ...]]) -> tuple[np.ndarray, np.ndarray]:
         lengths = np.array([len(s) for s in sides], dtype=np.int64)
         ids = np.full((len(sides), max(1, int(lengths.max(initial=1)))), PAD, dtype=np.int64)
@@ -129,5 +130,11 @@ def encode_pairs(pairs: Sequence[TokenPair], vocab: Vocabulary) -> EncodedPairs:
 
     ids_a, len_a = pad([p.a for p in pairs])
     ids_b, len_b = pad([p.b for p in pairs])
-    return EncodedPairs(tuple(p.pair_id for p in pairs), ids_a, len_a, ids_b, len_b,
-                        np.array([p.score for p in pairs], dtype=np.float64))
+    return EncodedPairs(
+        tuple(p.pair_id for p in pairs),
+        ids_a,
+        len_a,
+        ids_b,
+        len_b,
+        np.array([p.score for p in pairs], dtype=np.float64),
+    )

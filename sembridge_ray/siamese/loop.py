@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from sembridge_ray.siamese.config import MalstmConfig, TrainConfig
+from sembridge_ray.jobs.malstm import MalstmConfig, TrainConfig
 from sembridge_ray.siamese.data import EncodedPairs
 from sembridge_ray.siamese.model import MaLSTM, to_score, to_target
 from sembridge_ray.siamese.prepare import Prepared
@@ -27,11 +27,15 @@ def batches(data: EncodedPairs, size: int, order: np.ndarray | None = None) -> I
     longest sentence."""
     order = np.arange(len(data)) if order is None else order
     for start in range(0, len(order), size):
-        idx = order[start:start + size]
+        idx = order[start : start + size]
         la, lb = data.len_a[idx], data.len_b[idx]
-        yield (torch.from_numpy(data.ids_a[idx, : max(1, la.max())]), torch.from_numpy(la),
-               torch.from_numpy(data.ids_b[idx, : max(1, lb.max())]), torch.from_numpy(lb),
-               torch.from_numpy(data.score[idx]).float())
+        yield (
+            torch.from_numpy(data.ids_a[idx, : max(1, la.max())]),
+            torch.from_numpy(la),
+            torch.from_numpy(data.ids_b[idx, : max(1, lb.max())]),
+            torch.from_numpy(lb),
+            torch.from_numpy(data.score[idx]).float(),
+        )
 
 
 @torch.no_grad()
@@ -58,8 +62,14 @@ class FitResult:
     seconds: float
 
 
-def fit(model: MaLSTM, train: EncodedPairs, val: EncodedPairs, cfg: TrainConfig,
-        generator: torch.Generator, stage: str = "train") -> FitResult:
+def fit(
+    model: MaLSTM,
+    train: EncodedPairs,
+    val: EncodedPairs,
+    cfg: TrainConfig,
+    generator: torch.Generator,
+    stage: str = "train",
+) -> FitResult:
     """Train ``model`` in place and leave it at its best validation epoch.
 
     Early stopping watches an exponential moving average of the validation MSE (``cfg.smoothing``; 0 = the raw
@@ -80,7 +90,12 @@ def fit(model: MaLSTM, train: EncodedPairs, val: EncodedPairs, cfg: TrainConfig,
             pred = predict(model, val)
             loss = stopping_loss(pred, val.score, cfg.stop_on)
             if loss < best_loss:
-                best_state, best_loss, best_mse, best_epoch = _trainable_state(params), loss, mse(pred, val.score), epoch
+                best_state, best_loss, best_mse, best_epoch = (
+                    _trainable_state(params),
+                    loss,
+                    mse(pred, val.score),
+                    epoch,
+                )
         curve.append(loss)
         smooth = cfg.smoothing * smooth + (1 - cfg.smoothing) * loss
         if smooth < best_smooth - cfg.min_delta:
@@ -88,8 +103,9 @@ def fit(model: MaLSTM, train: EncodedPairs, val: EncodedPairs, cfg: TrainConfig,
         else:
             since += 1
         if epoch % 10 == 0:
-            log.info("%s epoch %d: val %s %.4f (best %.4f at %d)", stage, epoch, cfg.stop_on, loss, best_loss,
-                     best_epoch)
+            log.info(
+                "%s epoch %d: val %s %.4f (best %.4f at %d)", stage, epoch, cfg.stop_on, loss, best_loss, best_epoch
+            )
         if since >= cfg.patience or not math.isfinite(loss):
             break
     _load(params, best_state)
@@ -105,8 +121,15 @@ def stopping_loss(pred: np.ndarray, gold: np.ndarray, metric: str) -> float:
     return 1.0 - r if math.isfinite(r) else math.inf
 
 
-def train_epoch(model: MaLSTM, params: list[torch.Tensor], opt: torch.optim.Optimizer, train: EncodedPairs,
-                cfg: TrainConfig, generator: torch.Generator, averaged: list[torch.Tensor] | None) -> None:
+def train_epoch(
+    model: MaLSTM,
+    params: list[torch.Tensor],
+    opt: torch.optim.Optimizer,
+    train: EncodedPairs,
+    cfg: TrainConfig,
+    generator: torch.Generator,
+    averaged: list[torch.Tensor] | None,
+) -> None:
     """One shuffled pass: MSE on (y − 1)/4, gradient-norm clipping, then the running weight average if any."""
     model.train()
     order = torch.randperm(len(train), generator=generator).numpy()

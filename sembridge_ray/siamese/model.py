@@ -17,8 +17,14 @@ class MaLSTM(nn.Module):
     (one module, so the weights are tied by construction).
     """
 
-    def __init__(self, embeddings: torch.Tensor, hidden: int = 50, forget_bias: float = 1.5,
-                 init_sigma: float = 0.2, generator: torch.Generator | None = None) -> None:
+    def __init__(
+        self,
+        embeddings: torch.Tensor,
+        hidden: int = 50,
+        forget_bias: float = 1.5,
+        init_sigma: float = 0.2,
+        generator: torch.Generator | None = None,
+    ) -> None:
         super().__init__()
         self.embed = nn.Embedding.from_pretrained(embeddings.float(), freeze=True, padding_idx=PAD)
         self.lstm = nn.LSTM(embeddings.shape[1], hidden, batch_first=True)
@@ -29,13 +35,15 @@ class MaLSTM(nn.Module):
 
         Packed sequences make the LSTM stop at each true length, so trailing padding never reaches h.
         """
-        packed = pack_padded_sequence(self.embed(ids), lengths.cpu().clamp(min=1), batch_first=True,
-                                      enforce_sorted=False)
+        packed = pack_padded_sequence(
+            self.embed(ids), lengths.cpu().clamp(min=1), batch_first=True, enforce_sorted=False
+        )
         _, (h_n, _) = self.lstm(packed)
         return h_n[-1]
 
-    def forward(self, ids_a: torch.Tensor, len_a: torch.Tensor, ids_b: torch.Tensor,
-                len_b: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, ids_a: torch.Tensor, len_a: torch.Tensor, ids_b: torch.Tensor, len_b: torch.Tensor
+    ) -> torch.Tensor:
         """ids_a (B, Ta), len_a (B,), ids_b (B, Tb), len_b (B,) -> similarity in (0, 1] (B,) = exp(−‖h_a − h_b‖₁).
 
         Both sides run through the LSTM in one call (a (2B, T) batch): the same weights, half the kernel launches.
@@ -76,8 +84,9 @@ def init_lstm(lstm: nn.LSTM, forget_bias: float, sigma: float, generator: torch.
     hidden, dim = lstm.hidden_size, lstm.input_size
     with torch.no_grad():
         lstm.weight_hh_l0.copy_(torch.randn(lstm.weight_hh_l0.shape, generator=generator) * sigma / hidden**0.5)
-        lstm.weight_ih_l0.copy_(torch.randn(lstm.weight_ih_l0.shape, generator=generator) * sigma
-                                / (hidden * dim) ** 0.25)
+        lstm.weight_ih_l0.copy_(
+            torch.randn(lstm.weight_ih_l0.shape, generator=generator) * sigma / (hidden * dim) ** 0.25
+        )
         lstm.bias_hh_l0.zero_()
         lstm.bias_ih_l0.copy_(torch.rand(4 * hidden, generator=generator) - 0.5)
-        lstm.bias_ih_l0[hidden:2 * hidden] = forget_bias
+        lstm.bias_ih_l0[hidden : 2 * hidden] = forget_bias

@@ -11,9 +11,9 @@ import numpy as np
 
 from sembridge_ray.data.sick import read_sick_split
 from sembridge_ray.errors import InputError
+from sembridge_ray.jobs.malstm import AugmentConfig, MalstmConfig
 from sembridge_ray.resources import SICK_DIR, STS_DIR
 from sembridge_ray.siamese import augment as aug
-from sembridge_ray.siamese.config import AugmentConfig, MalstmConfig
 from sembridge_ray.siamese.data import (
     EncodedPairs,
     TokenPair,
@@ -64,11 +64,16 @@ def prepare(cfg: MalstmConfig) -> Prepared:
     if cfg.pretrain.enabled:
         pool = read_sts_pool(sts_dir, cfg.pretrain.years, cfg.pretrain.limit)
         kept, removed = leak_guard(pool, test_raw)
-        sts_train_raw, sts_val_raw = split_validation(require_pairs("the leak-guarded STS pool", kept),
-                                                      cfg.val_fraction, rng)
+        sts_train_raw, sts_val_raw = split_validation(
+            require_pairs("the leak-guarded STS pool", kept), cfg.val_fraction, rng
+        )
         sts_train, sts_val = tokenize_pairs(sts_train_raw), tokenize_pairs(sts_val_raw)
-        counts.update(sts_pool=len(pool), removed_by_leak_guard=removed, pretrain_train=len(sts_train),
-                      pretrain_validation=len(sts_val))
+        counts.update(
+            sts_pool=len(pool),
+            removed_by_leak_guard=removed,
+            pretrain_train=len(sts_train),
+            pretrain_validation=len(sts_val),
+        )
     thesaurus, counts["thesaurus"] = load_thesaurus(cfg.augment, train) if cfg.augment.enabled else ({}, None)
     candidates = (c for cands in thesaurus.values() for c in cands)
     vocab = Vocabulary([*vocabulary(train, val, test, sts_train or [], sts_val or []).words, *candidates])
@@ -80,8 +85,15 @@ def prepare(cfg: MalstmConfig) -> Prepared:
     counts["augmented"] = len(augmented)
     log.info("data: %s", counts)
     sts = [encode_pairs(p, vocab) if p is not None else None for p in (sts_train, sts_val)]
-    return Prepared(vectors.matrix, encode_pairs(train + augmented, vocab), encode_pairs(val, vocab),
-                    encode_pairs(test, vocab), sts[0], sts[1], counts)
+    return Prepared(
+        vectors.matrix,
+        encode_pairs(train + augmented, vocab),
+        encode_pairs(val, vocab),
+        encode_pairs(test, vocab),
+        sts[0],
+        sts[1],
+        counts,
+    )
 
 
 def load_thesaurus(cfg: AugmentConfig, train: list[TokenPair]) -> tuple[dict[str, list[str]], str]:
@@ -90,7 +102,9 @@ def load_thesaurus(cfg: AugmentConfig, train: list[TokenPair]) -> tuple[dict[str
     if wordnet is not None:
         return aug.build_thesaurus((t for p in train for t in (*p.a, *p.b)), wordnet), "wordnet-3.0"
     if cfg.thesaurus == "wordnet":
-        raise InputError("augment.thesaurus=wordnet but nltk cannot find WordNet (set NLTK_DATA or augment.wordnet_dir)")
+        raise InputError(
+            "augment.thesaurus=wordnet but nltk cannot find WordNet (set NLTK_DATA or augment.wordnet_dir)"
+        )
     log.info("WordNet not found; using the bundled thesaurus %s", aug.BUNDLED_THESAURUS)
     return aug.read_thesaurus(aug.BUNDLED_THESAURUS), "bundled"
 
@@ -114,9 +128,16 @@ def oov_stats(vectors: WordVectors, vocab: Vocabulary, pairs: list[TokenPair]) -
     return {"oov_rate": oov_tokens / max(1, len(tokens)), "oov_type_rate": oov_types / max(1, len(types))}
 
 
-def augment_training(train: list[TokenPair], thesaurus: dict[str, list[str]], vectors: WordVectors,
-                     index: dict[str, int], cfg: AugmentConfig, rng: np.random.Generator) -> tuple[list[TokenPair], float]:
+def augment_training(
+    train: list[TokenPair],
+    thesaurus: dict[str, list[str]],
+    vectors: WordVectors,
+    index: dict[str, int],
+    cfg: AugmentConfig,
+    rng: np.random.Generator,
+) -> tuple[list[TokenPair], float]:
     """New training pairs and the gate used (``cfg.min_cosine``, or the count-calibrated one)."""
+
     def similarity(word: str, candidate: str) -> float:
         return vectors.cosine(index[word], index[candidate])
 

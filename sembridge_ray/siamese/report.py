@@ -26,8 +26,11 @@ PAPER = {
 def metrics(pred: np.ndarray, gold: np.ndarray) -> dict[str, float]:
     """pred (n,), gold (n,) -> Pearson r, Spearman ρ and MSE."""
     pred, gold = np.asarray(pred, dtype=np.float64), np.asarray(gold, dtype=np.float64)
-    return {"pearson": float(stats.pearsonr(pred, gold)[0]), "spearman": float(stats.spearmanr(pred, gold)[0]),
-            "mse": float(np.mean((pred - gold) ** 2))}
+    return {
+        "pearson": float(stats.pearsonr(pred, gold)[0]),
+        "spearman": float(stats.spearmanr(pred, gold)[0]),
+        "mse": float(np.mean((pred - gold) ** 2)),
+    }
 
 
 def write_tsv(path: Path, pair_ids: Sequence[str], columns: Mapping[str, np.ndarray]) -> None:
@@ -45,8 +48,9 @@ def read_tsv(path: Path) -> tuple[list[str], dict[str, np.ndarray]]:
     with open(path, encoding="utf-8", newline="") as fh:
         rows = list(csv.reader(fh, delimiter="\t"))
     header, body = rows[0], rows[1:]
-    return [r[0] for r in body], {name: np.array([float(r[i]) for r in body]) for i, name in
-                                  enumerate(header) if name != PAIR_ID}
+    return [r[0] for r in body], {
+        name: np.array([float(r[i]) for r in body]) for i, name in enumerate(header) if name != PAIR_ID
+    }
 
 
 def split_metrics(columns: Mapping[str, np.ndarray]) -> dict[str, dict[str, float]]:
@@ -72,30 +76,52 @@ def _row(name: str, m: Mapping[str, float]) -> str:
 
 def render_markdown(report: Mapping[str, Any]) -> str:
     """report.md: this run's rows next to the paper's, then the data counts and the calibration."""
-    lines = ["# MaLSTM on SICK 2014 (test, 4,927 pairs)", "", "| model | Pearson r | Spearman ρ | MSE |",
-             "|---|---|---|---|", *(_row(f"{name} (paper)", m) for name, m in PAPER.items())]
+    lines = [
+        "# MaLSTM on SICK 2014 (test, 4,927 pairs)",
+        "",
+        "| model | Pearson r | Spearman ρ | MSE |",
+        "|---|---|---|---|",
+        *(_row(f"{name} (paper)", m) for name, m in PAPER.items()),
+    ]
     n_seeds = len(report["seeds"])
     for kind, m in report["test"].items():
-        lines.append(_row(f"this run, {kind}: restart seed {report['best_seed']}, best of {n_seeds} by validation "
-                          "MSE", m))
+        lines.append(
+            _row(f"this run, {kind}: restart seed {report['best_seed']}, best of {n_seeds} by validation MSE", m)
+        )
     for kind in report["test"]:
         cells = [report["seed_summary"][f"test_{kind}_{k}"] for k in ("pearson", "spearman", "mse")]
-        lines.append(f"| mean ± std over {n_seeds} restarts, {kind} | "
-                     + " | ".join(f"{_fmt(c['mean'])} ± {c['std']:.4f}" for c in cells) + " |")
+        lines.append(
+            f"| mean ± std over {n_seeds} restarts, {kind} | "
+            + " | ".join(f"{_fmt(c['mean'])} ± {c['std']:.4f}" for c in cells)
+            + " |"
+        )
     if report.get("ensemble"):
-        lines.append(_row("mean of the restarts' predictions, calibrated (not the paper's method)",
-                          report["ensemble"]["test"][CALIBRATED]))
-    lines += ["", "Validation (30% of SICK train+trial, never trained on; its calibrated figures are the calibrator's "
-              "in-sample fit, its leave-one-out MSE is under Calibration): "
-              + "; ".join(f"{k} r {_fmt(v['pearson'])}, MSE {_fmt(v['mse'])}" for k, v in
-                          report["validation"].items()), ""]
+        lines.append(
+            _row(
+                "mean of the restarts' predictions, calibrated (not the paper's method)",
+                report["ensemble"]["test"][CALIBRATED],
+            )
+        )
+    lines += [
+        "",
+        "Validation (30% of SICK train+trial, never trained on; its calibrated figures are the calibrator's "
+        "in-sample fit, its leave-one-out MSE is under Calibration): "
+        + "; ".join(f"{k} r {_fmt(v['pearson'])}, MSE {_fmt(v['mse'])}" for k, v in report["validation"].items()),
+        "",
+    ]
     lines += ["## Data", "", *(f"- {k}: {v}" for k, v in report["data"].items()), ""]
     cal = report["calibration"]
     if cal.get("bandwidth") is not None:
-        lines += ["## Calibration", "", f"statsmodels KernelReg (local linear, Gaussian kernel) on {cal['n']} "
-                  f"validation predictions; bandwidth {cal['bandwidth']:.5f} ({cal['method']}), leave-one-out MSE "
-                  f"{cal['loo_mse']:.5f}; test predictions clipped to [1, 5].", "",
-                  "![calibration](calibration.png)", ""]
+        lines += [
+            "## Calibration",
+            "",
+            f"statsmodels KernelReg (local linear, Gaussian kernel) on {cal['n']} "
+            f"validation predictions; bandwidth {cal['bandwidth']:.5f} ({cal['method']}), leave-one-out MSE "
+            f"{cal['loo_mse']:.5f}; test predictions clipped to [1, 5].",
+            "",
+            "![calibration](calibration.png)",
+            "",
+        ]
     lines += ["![scatter](scatter.png)", ""]
     return "\n".join(lines)
 

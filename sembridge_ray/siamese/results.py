@@ -11,18 +11,19 @@ from typing import Any
 
 import numpy as np
 
+from sembridge_ray.jobs.malstm import MalstmConfig
 from sembridge_ray.outputs import atomic_write_json
 from sembridge_ray.siamese import report as rep
 from sembridge_ray.siamese.calibration import calibrate, fit_calibrator, search_bandwidth
-from sembridge_ray.siamese.config import MalstmConfig
 from sembridge_ray.siamese.loop import RestartResult
 from sembridge_ray.siamese.prepare import Prepared
 
 log = logging.getLogger(__name__)
 
 
-def calibrated(cfg: MalstmConfig, val_pred: np.ndarray, val_gold: np.ndarray,
-               *preds: np.ndarray) -> tuple[list[np.ndarray], dict[str, Any], Any]:
+def calibrated(
+    cfg: MalstmConfig, val_pred: np.ndarray, val_gold: np.ndarray, *preds: np.ndarray
+) -> tuple[list[np.ndarray], dict[str, Any], Any]:
     """Fit the calibrator on validation only and apply it to ``preds``: (calibrated arrays, calibration record,
     fitted KernelReg or None). With calibration off, predictions pass through unchanged."""
     if not cfg.calibration.enabled:
@@ -36,8 +37,15 @@ def calibrated(cfg: MalstmConfig, val_pred: np.ndarray, val_gold: np.ndarray,
         model = fit_calibrator(val_pred, val_gold)
         h = float(abs(model.bw[0]))
         loo, evaluations = float(model.cv_loo(np.array([h]), model._est_loc_linear)), None
-    record = {"enabled": True, "bandwidth": h, "loo_mse": loo, "n": len(val_pred), "method": cfg.calibration.bandwidth,
-              "evaluations": evaluations, "seconds": round(time.perf_counter() - start, 3)}
+    record = {
+        "enabled": True,
+        "bandwidth": h,
+        "loo_mse": loo,
+        "n": len(val_pred),
+        "method": cfg.calibration.bandwidth,
+        "evaluations": evaluations,
+        "seconds": round(time.perf_counter() - start, 3),
+    }
     return [calibrate(model, p) for p in preds], record, model
 
 
@@ -45,29 +53,49 @@ def restart_record(r: RestartResult, data: Prepared, cfg: MalstmConfig) -> dict[
     """One restart's line in report.json (its own calibration, fitted on its own validation predictions)."""
     (_val_cal, test_cal), cal, _ = calibrated(cfg, r.val_pred, data.val.score, r.val_pred, r.test_pred)
     return {
-        "seed": r.seed, "val_mse": r.val_mse,
+        "seed": r.seed,
+        "val_mse": r.val_mse,
         "validation": {"raw": rep.metrics(r.val_pred, data.val.score)},
-        "test": {"raw": rep.metrics(r.test_pred, data.test.score), "calibrated": rep.metrics(test_cal, data.test.score)},
-        "bandwidth": cal["bandwidth"], "best_epoch": r.train.best_epoch, "epochs_run": r.train.epochs_run,
+        "test": {
+            "raw": rep.metrics(r.test_pred, data.test.score),
+            "calibrated": rep.metrics(test_cal, data.test.score),
+        },
+        "bandwidth": cal["bandwidth"],
+        "best_epoch": r.train.best_epoch,
+        "epochs_run": r.train.epochs_run,
         "seconds": round(r.train.seconds + (r.pretrain.seconds if r.pretrain else 0.0), 1),
-        "pretrain": None if r.pretrain is None else {
-            "best_epoch": r.pretrain.best_epoch, "epochs_run": r.pretrain.epochs_run,
-            "best_val_mse": r.pretrain.best_val_mse},
+        "pretrain": None
+        if r.pretrain is None
+        else {
+            "best_epoch": r.pretrain.best_epoch,
+            "epochs_run": r.pretrain.epochs_run,
+            "best_val_mse": r.pretrain.best_val_mse,
+        },
     }
 
 
-def write_results(out: Path, cfg: MalstmConfig, data: Prepared, results: Sequence[RestartResult],
-                  seconds: dict[str, float], started: float) -> dict[str, Any]:
+def write_results(
+    out: Path,
+    cfg: MalstmConfig,
+    data: Prepared,
+    results: Sequence[RestartResult],
+    seconds: dict[str, float],
+    started: float,
+) -> dict[str, Any]:
     """predictions.tsv, val_predictions.tsv, the plots, report.json and report.md; returns the report.
 
     ``seconds`` holds the earlier stages' times; ``started`` (a ``time.perf_counter()``) dates the whole job.
     """
     best = min(results, key=lambda r: r.val_mse)
-    (val_cal, test_cal), calibration, model = calibrated(cfg, best.val_pred, data.val.score, best.val_pred,
-                                                         best.test_pred)
+    (val_cal, test_cal), calibration, model = calibrated(
+        cfg, best.val_pred, data.val.score, best.val_pred, best.test_pred
+    )
     rep.write_tsv(out / "val_predictions.tsv", data.val.pair_ids, {rep.GOLD: data.val.score, rep.RAW: best.val_pred})
-    rep.write_tsv(out / "predictions.tsv", data.test.pair_ids,
-                  {rep.GOLD: data.test.score, rep.RAW: best.test_pred, rep.CALIBRATED: test_cal})
+    rep.write_tsv(
+        out / "predictions.tsv",
+        data.test.pair_ids,
+        {rep.GOLD: data.test.score, rep.RAW: best.test_pred, rep.CALIBRATED: test_cal},
+    )
     _, test_cols = rep.read_tsv(out / "predictions.tsv")
     _, val_cols = rep.read_tsv(out / "val_predictions.tsv")
     validation = rep.split_metrics(val_cols)
@@ -77,20 +105,32 @@ def write_results(out: Path, cfg: MalstmConfig, data: Prepared, results: Sequenc
     else:
         validation[rep.CALIBRATED] = rep.metrics(val_cal, data.val.score)
     seeds = [restart_record(r, data, cfg) for r in results]
-    summary = {f"test_{kind}_{m}": rep.mean_std([s["test"][kind][m] for s in seeds])
-               for kind in test for m in ("pearson", "spearman", "mse")}
+    summary = {
+        f"test_{kind}_{m}": rep.mean_std([s["test"][kind][m] for s in seeds])
+        for kind in test
+        for m in ("pearson", "spearman", "mse")
+    }
     summary["val_mse"] = rep.mean_std([s["val_mse"] for s in seeds])
     report: dict[str, Any] = {
-        "test": test, "validation": validation, "calibration": calibration,
-        "data": {**data.counts, "vectors": cfg.vectors.source}, "best_seed": best.seed, "seeds": seeds,
-        "seed_summary": summary, "ensemble": ensemble(cfg, data, results, out) if cfg.ensemble else None,
-        "paper": rep.PAPER, "seconds": seconds,
+        "test": test,
+        "validation": validation,
+        "calibration": calibration,
+        "data": {**data.counts, "vectors": cfg.vectors.source},
+        "best_seed": best.seed,
+        "seeds": seeds,
+        "seed_summary": summary,
+        "ensemble": ensemble(cfg, data, results, out) if cfg.ensemble else None,
+        "paper": rep.PAPER,
+        "seconds": seconds,
     }
     if model is not None:
         grid = np.linspace(min(best.val_pred.min(), 1.0), max(best.val_pred.max(), 5.0), 200)
         rep.plot_calibration(out / "calibration.png", best.val_pred, data.val.score, grid, calibrate(model, grid))
-    rep.plot_scatter(out / "scatter.png", data.test.score,
-                     {rep.RAW: best.test_pred, **({rep.CALIBRATED: test_cal} if model is not None else {})})
+    rep.plot_scatter(
+        out / "scatter.png",
+        data.test.score,
+        {rep.RAW: best.test_pred, **({rep.CALIBRATED: test_cal} if model is not None else {})},
+    )
     seconds["total"] = round(time.perf_counter() - started, 1)
     atomic_write_json(out / "report.json", report)
     rep.write_markdown(out / "report.md", report)
@@ -103,8 +143,15 @@ def ensemble(cfg: MalstmConfig, data: Prepared, results: Sequence[RestartResult]
     val = np.mean([r.val_pred for r in results], axis=0)
     test = np.mean([r.test_pred for r in results], axis=0)
     (test_cal,), calibration, _ = calibrated(cfg, val, data.val.score, test)
-    rep.write_tsv(out / "ensemble_predictions.tsv", data.test.pair_ids,
-                  {rep.GOLD: data.test.score, rep.RAW: test, rep.CALIBRATED: test_cal})
+    rep.write_tsv(
+        out / "ensemble_predictions.tsv",
+        data.test.pair_ids,
+        {rep.GOLD: data.test.score, rep.RAW: test, rep.CALIBRATED: test_cal},
+    )
     _, cols = rep.read_tsv(out / "ensemble_predictions.tsv")
-    return {"restarts": len(results), "test": rep.split_metrics(cols),
-            "validation": {"raw": rep.metrics(val, data.val.score)}, "calibration": calibration}
+    return {
+        "restarts": len(results),
+        "test": rep.split_metrics(cols),
+        "validation": {"raw": rep.metrics(val, data.val.score)},
+        "calibration": calibration,
+    }

@@ -43,7 +43,7 @@ def parse_source(source: str) -> tuple[str, Path | None]:
     if source == MINILM:
         return MINILM, None
     if source.startswith(WORD2VEC):
-        path = Path(source[len(WORD2VEC):]).expanduser()
+        path = Path(source[len(WORD2VEC) :]).expanduser()
         if not path.is_file():
             raise InputError(f"word2vec vectors file not found: {path}")
         return "word2vec", path
@@ -136,9 +136,16 @@ def _write_cache(path: Path, known: dict[str, np.ndarray | None]) -> None:
         np.savez(fh, words=np.array(words), vectors=vectors, oov=np.array([known[w] is None for w in words]))
 
 
-def assemble_matrix(words: Sequence[str], found: dict[str, np.ndarray], rng: np.random.Generator,
-                    oov_std: float = 0.01, normalize: bool = True, center: bool = False, scale: float = 1.0,
-                    source: str = "") -> WordVectors:
+def assemble_matrix(
+    words: Sequence[str],
+    found: dict[str, np.ndarray],
+    rng: np.random.Generator,
+    oov_std: float = 0.01,
+    normalize: bool = True,
+    center: bool = False,
+    scale: float = 1.0,
+    source: str = "",
+) -> WordVectors:
     """Rows for ``words`` (row i+1 = words[i]) from ``found`` -> WordVectors with (V+1, D) float32.
 
     ``center`` subtracts the mean known vector (MiniLM word vectors share a large common direction, so their raw

@@ -26,8 +26,14 @@ def checkpoint_name(step: int) -> str:
     return f"{PREFIX}{step:08d}"
 
 
-def write_part(directory: Path, rank: int, world: int, rng: dict[str, Any], state: dict[str, Any] | None = None,
-               metrics_text: str | None = None) -> None:
+def write_part(
+    directory: Path,
+    rank: int,
+    world: int,
+    rng: dict[str, Any],
+    state: dict[str, Any] | None = None,
+    metrics_text: str | None = None,
+) -> None:
     """This rank's files in ``directory``, then its manifest (rank 0 also writes ``state`` and the metrics)."""
     directory = Path(directory)
     files = {f"rng-rank{rank}.pt": lambda p: torch.save(rng, p)}
@@ -62,7 +68,7 @@ def complete_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
         return []
     found = []
     for directory in root.glob(f"{PREFIX}*"):
-        step = directory.name[len(PREFIX):]
+        step = directory.name[len(PREFIX) :]
         if step.isdigit() and directory.is_dir() and is_complete_checkpoint(directory):
             found.append((int(step), directory))
     return sorted(found, reverse=True)

@@ -32,6 +32,7 @@ def sparse_rows(emb: torch.Tensor, top_k: int | None = None) -> tuple[list[np.nd
 
 def sparse_table(ids: Sequence[str], indices: Sequence[np.ndarray], values: Sequence[np.ndarray]) -> pa.Table:
     """Rows -> a table with ``id`` string, ``indices`` list<int32>, ``values`` list<float32>."""
+
     def lists(arrays: Sequence[np.ndarray], dtype: pa.DataType) -> pa.Array:
         offsets = np.zeros(len(arrays) + 1, dtype=np.int32)
         np.cumsum([len(a) for a in arrays], out=offsets[1:])

@@ -17,8 +17,8 @@ from typing import Any
 import torch
 
 from sembridge_ray.data.schema import NEGATIVE_PREFIX, POSITIVE, QUERY
+from sembridge_ray.jobs.finetune import LossConfig, OptimConfig
 from sembridge_ray.sparse.collective import Collective, LocalCollective
-from sembridge_ray.sparse.config import LossConfig, OptimConfig
 from sembridge_ray.sparse.losses import LossWeights, splade_objective
 from sembridge_ray.sparse.regularizers import quadratic_warmup
 
@@ -45,12 +45,19 @@ class LoopPlan:
     log_every: int = 10
 
 
-def tokenize_pairs(rows: Mapping[str, Sequence[str]], tokenizer: Any, max_query_length: int, max_doc_length: int,
-                   device: str | torch.device = "cpu") -> PairBatch:
+def tokenize_pairs(
+    rows: Mapping[str, Sequence[str]],
+    tokenizer: Any,
+    max_query_length: int,
+    max_doc_length: int,
+    device: str | torch.device = "cpu",
+) -> PairBatch:
     """Columns ``query``, ``positive``, ``negative_1..k`` (equal-length string sequences) -> a PairBatch."""
+
     def encode(texts: Sequence[str], max_length: int) -> Features:
-        enc = tokenizer([str(t) for t in texts], padding=True, truncation=True, max_length=max_length,
-                        return_tensors="pt")
+        enc = tokenizer(
+            [str(t) for t in texts], padding=True, truncation=True, max_length=max_length, return_tensors="pt"
+        )
         return {k: v.to(device) for k, v in enc.items()}
 
     negatives = sorted((c for c in rows if c.startswith(NEGATIVE_PREFIX)), key=lambda c: int(c.rsplit("_", 1)[1]))
@@ -64,12 +71,20 @@ def worker_rows(rows: Mapping[str, Sequence[Any]], rank: int, world: int) -> dic
     if size % world:
         raise ValueError(f"a global batch of {size} rows does not split over {world} workers")
     share = size // world
-    return {k: v[rank * share:(rank + 1) * share] for k, v in rows.items()}
+    return {k: v[rank * share : (rank + 1) * share] for k, v in rows.items()}
 
 
-def pair_batches(raw: Iterable[Mapping[str, Sequence[Any]]], tokenizer: Any, max_query_length: int,
-                 max_doc_length: int, *, rank: int = 0, world: int = 1, skip: int = 0,
-                 device: str | torch.device = "cpu") -> Iterator[PairBatch]:
+def pair_batches(
+    raw: Iterable[Mapping[str, Sequence[Any]]],
+    tokenizer: Any,
+    max_query_length: int,
+    max_doc_length: int,
+    *,
+    rank: int = 0,
+    world: int = 1,
+    skip: int = 0,
+    device: str | torch.device = "cpu",
+) -> Iterator[PairBatch]:
     """Global batches of raw text (in step order) -> this worker's tokenised batches, from global batch ``skip``.
 
     Skipped batches are not tokenised. Every worker reads the same global batches and keeps its slice, so the
@@ -88,12 +103,14 @@ def lr_factor(step: int, total_steps: int, warmup_ratio: float) -> float:
     return max(0.0, (total_steps - step + 1) / max(1, total_steps - warmup))
 
 
-def build_optimizer(model: torch.nn.Module, optim: OptimConfig,
-                    total_steps: int) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
+def build_optimizer(
+    model: torch.nn.Module, optim: OptimConfig, total_steps: int
+) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
     """AdamW and its schedule (``lr_factor``); build after the model is on its device."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=optim.lr, weight_decay=optim.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda done: lr_factor(done + 1, total_steps, optim.warmup_ratio))
+        optimizer, lambda done: lr_factor(done + 1, total_steps, optim.warmup_ratio)
+    )
     return optimizer, scheduler
 
 
@@ -102,9 +119,16 @@ def step_weights(step: int, plan: LoopPlan) -> LossWeights:
     return LossWeights(plan.loss.lambda_q * warm, plan.loss.lambda_d * warm, plan.loss.anti_collapse)
 
 
-def train(model: torch.nn.Module, batches: Iterable[PairBatch], optimizer: torch.optim.Optimizer,
-          scheduler: torch.optim.lr_scheduler.LRScheduler, plan: LoopPlan, *, start: int = 0,
-          comm: Collective | None = None) -> Iterator[tuple[int, dict[str, float] | None]]:
+def train(
+    model: torch.nn.Module,
+    batches: Iterable[PairBatch],
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    plan: LoopPlan,
+    *,
+    start: int = 0,
+    comm: Collective | None = None,
+) -> Iterator[tuple[int, dict[str, float] | None]]:
     """Run steps ``start + 1 .. plan.total_steps`` over ``batches`` (which begin at step ``start + 1``).
 
     ``model(*features)`` returns one (b, V) tensor per features dict (see ``SpladeEncoder``). Yields
@@ -133,9 +157,14 @@ def train(model: torch.nn.Module, batches: Iterable[PairBatch], optimizer: torch
         if step % plan.log_every == 0 or step == plan.total_steps:
             now = time.perf_counter()
             means = comm.mean(torch.stack([v.detach().double() for v in parts.values()]))  # one collective
-            metrics = {"step": step, **dict(zip(parts, means.tolist(), strict=True)),
-                       "lambda_q": weights.lambda_q, "lambda_d": weights.lambda_d, "lr": lr,
-                       "examples_per_s": plan.global_batch * (step - last_logged) / max(now - clock, 1e-9)}
+            metrics = {
+                "step": step,
+                **dict(zip(parts, means.tolist(), strict=True)),
+                "lambda_q": weights.lambda_q,
+                "lambda_d": weights.lambda_d,
+                "lr": lr,
+                "examples_per_s": plan.global_batch * (step - last_logged) / max(now - clock, 1e-9),
+            }
             if grad_norm is not None:
                 metrics["grad_norm"] = float(grad_norm)
             clock, last_logged = now, step
@@ -146,15 +175,24 @@ def _full_precision(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.float() if tensor.dtype in (torch.bfloat16, torch.float16) else tensor
 
 
-def capture_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                  scheduler: torch.optim.lr_scheduler.LRScheduler, step: int) -> dict[str, Any]:
+def capture_state(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: torch.optim.lr_scheduler.LRScheduler, step: int
+) -> dict[str, Any]:
     """Everything but the data position and the RNG that a resume needs (tensors are references, not copies)."""
-    return {"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-            "scheduler": scheduler.state_dict()}
+    return {
+        "step": step,
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict(),
+    }
 
 
-def restore_state(state: Mapping[str, Any], model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                  scheduler: torch.optim.lr_scheduler.LRScheduler) -> int:
+def restore_state(
+    state: Mapping[str, Any],
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+) -> int:
     """Load a ``capture_state`` dict into live objects (the optimiser state follows the parameters' device)."""
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])

@@ -26,8 +26,8 @@ def infonce(queries: torch.Tensor, docs: Sequence[torch.Tensor], offset: int = 0
     Scores are dot products times ``scale`` (1 for SPLADE). With ``b == B`` and ``offset == 0`` this is the
     single-process in-batch loss; a worker passes its local queries, the gathered documents and its rank · b.
     """
-    candidates = torch.cat(list(docs), dim=0)                                         # (B · (1 + k), V)
-    scores = scale * queries @ candidates.T                                           # (b, B · (1 + k))
+    candidates = torch.cat(list(docs), dim=0)  # (B · (1 + k), V)
+    scores = scale * queries @ candidates.T  # (b, B · (1 + k))
     labels = torch.arange(offset, offset + queries.shape[0], device=queries.device)
     return F.cross_entropy(scores, labels)
 

@@ -16,9 +16,7 @@ from sembridge_ray.sparse.pooling import splade_pool, splade_pool_chunked
 log = logging.getLogger(__name__)
 
 
-def load_mlm(
-    name: str, trust_remote_code: bool = False
-) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+def load_mlm(name: str, trust_remote_code: bool = False) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load an MLM and its tokenizer from a hub id or directory; failure is an :class:`InputError` naming it."""
     try:
         tokenizer = AutoTokenizer.from_pretrained(name, trust_remote_code=trust_remote_code)
@@ -47,8 +45,9 @@ def build_sparse_encoder(mlm_dir: Path, device: str = "cpu", **kwargs: Any) -> A
 
     # SpladePooling's "relu" already applies log1p; its "log1p_relu" would apply it twice.
     pooling = SpladePooling(pooling_strategy="max", activation_function="relu")
-    return SparseEncoder(modules=[Transformer(str(mlm_dir), transformer_task="fill-mask", **kwargs), pooling],
-                         device=device)
+    return SparseEncoder(
+        modules=[Transformer(str(mlm_dir), transformer_task="fill-mask", **kwargs), pooling], device=device
+    )
 
 
 def save_sparse_encoder(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out_dir: Path) -> None:
@@ -112,8 +111,9 @@ class SpladeEncoder(torch.nn.Module):
         self.chunk = chunk
         self.head_name = mlm_head_name(mlm)  # a name, not the module: it must not appear twice in state_dict()
         if self.head_name is None:
-            log.warning("%s has no single MLM head module: pooling over its full logits (more memory)",
-                        type(mlm).__name__)
+            log.warning(
+                "%s has no single MLM head module: pooling over its full logits (more memory)", type(mlm).__name__
+            )
 
     def encode(self, features: dict[str, torch.Tensor]) -> torch.Tensor:
         """features (input_ids (B, T), attention_mask (B, T), …) -> (B, V)."""
@@ -121,7 +121,7 @@ class SpladeEncoder(torch.nn.Module):
         mask = features["attention_mask"]
         if self.head_name is None:
             return splade_pool(self.mlm(**inputs).logits, mask)
-        hidden = self.mlm.base_model(**inputs).last_hidden_state                     # (B, T, H)
+        hidden = self.mlm.base_model(**inputs).last_hidden_state  # (B, T, H)
         return splade_pool_chunked(hidden, mask, getattr(self.mlm, self.head_name), self.chunk)
 
     def forward(self, *features: dict[str, torch.Tensor]) -> list[torch.Tensor]:

@@ -45,8 +45,9 @@ def splade_pool_chunked(hidden: torch.Tensor, mask: torch.Tensor, head: Head, ch
         return splade_pool(head(hidden), mask)
     pooled: torch.Tensor | None = None
     for start in range(0, seq, chunk):
-        part = checkpoint(_pool_slice, hidden[:, start:start + chunk], mask[:, start:start + chunk], head,
-                          use_reentrant=False)  # non-reentrant: composes with DDP hooks and autocast
+        part = checkpoint(
+            _pool_slice, hidden[:, start : start + chunk], mask[:, start : start + chunk], head, use_reentrant=False
+        )  # non-reentrant: composes with DDP hooks and autocast
         # Ties across slices can only happen at 0, where relu passes no gradient, so maximum's split is moot.
         pooled = part if pooled is None else torch.maximum(pooled, part)
     assert pooled is not None

@@ -50,9 +50,16 @@ class SimCluster:
         keep = ray._private.utils.write_ray_address
         ray._private.utils.write_ray_address = lambda *a, **k: None
         try:
-            self.cluster = Cluster(initialize_head=True, head_node_args={
-                "num_cpus": 0, "gcs_server_port": port, "dashboard_port": _free_port(),
-                "dashboard_host": "127.0.0.1", "temp_dir": str(tmp / "ray")})
+            self.cluster = Cluster(
+                initialize_head=True,
+                head_node_args={
+                    "num_cpus": 0,
+                    "gcs_server_port": port,
+                    "dashboard_port": _free_port(),
+                    "dashboard_host": "127.0.0.1",
+                    "temp_dir": str(tmp / "ray"),
+                },
+            )
         finally:
             ray._private.utils.write_ray_address = keep
         self.nodes = [self.add() for _ in range(workers)]
@@ -86,8 +93,9 @@ def _start(args: list[str], address: str | None, log: Path) -> subprocess.Popen:
     env.pop("RAY_ADDRESS", None)
     if address:
         env["RAY_ADDRESS"] = address
-    return subprocess.Popen([sys.executable, "-m", *args], cwd=REPO, env=env, stdout=open(log, "w"),
-                            stderr=subprocess.STDOUT)
+    return subprocess.Popen(
+        [sys.executable, "-m", *args], cwd=REPO, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT
+    )
 
 
 def _job(args: list[str], address: str | None, log: Path, timeout: float = 1200) -> None:
@@ -112,48 +120,93 @@ def _exists(pattern: str, root: Path) -> Callable[[], bool]:
     return lambda: any(root.glob(pattern))
 
 
-def test_smoke_evaluation_on_three_nodes_equals_in_process_and_survives_a_lost_node(sim: SimCluster,
-                                                                                    tmp_path: Path) -> None:
+def test_smoke_evaluation_on_three_nodes_equals_in_process_and_survives_a_lost_node(
+    sim: SimCluster, tmp_path: Path
+) -> None:
     base = ["jobs.evaluate", "--config", "smoke"]
     _job([*base, "--output", str(tmp_path / "local")], None, tmp_path / "local.log")
     _job([*base, "--output", str(tmp_path / "nodes")], sim.address, tmp_path / "nodes.log")
     expected = (tmp_path / "local" / "run.trec").read_bytes()
     assert (tmp_path / "nodes" / "run.trec").read_bytes() == expected
     # the corpus is being encoded (its staging directory exists) when a node goes
-    _disturbed(sim, [*base, "--output", str(tmp_path / "lost")], tmp_path / "lost.log",
-               _exists("cache/.tmp-docs-*/staged/*.parquet", tmp_path / "lost"))
+    _disturbed(
+        sim,
+        [*base, "--output", str(tmp_path / "lost")],
+        tmp_path / "lost.log",
+        _exists("cache/.tmp-docs-*/staged/*.parquet", tmp_path / "lost"),
+    )
     assert (tmp_path / "lost" / "run.trec").read_bytes() == expected
-    assert json.loads((tmp_path / "lost" / "metrics.json").read_text())["nDCG@10"] == \
-        json.loads((tmp_path / "local" / "metrics.json").read_text())["nDCG@10"]
+    assert (
+        json.loads((tmp_path / "lost" / "metrics.json").read_text())["nDCG@10"]
+        == json.loads((tmp_path / "local" / "metrics.json").read_text())["nDCG@10"]
+    )
 
 
 def _init_args(fixtures_root: Path, out: Path, cache: Path) -> list[str]:
-    return ["jobs.init_embeddings", "--source-model", str(fixtures_root / "roberta-mlm"), "--target-tokenizer",
-            str(fixtures_root / "tok-unigram"), "--bridge-model", str(fixtures_root / "bridge"), "--output", str(out),
-            f"cache_dir={cache}", "bridge_batch_size=64", "rows_batch_size=200", "--workers", "2"]
+    return [
+        "jobs.init_embeddings",
+        "--source-model",
+        str(fixtures_root / "roberta-mlm"),
+        "--target-tokenizer",
+        str(fixtures_root / "tok-unigram"),
+        "--bridge-model",
+        str(fixtures_root / "bridge"),
+        "--output",
+        str(out),
+        f"cache_dir={cache}",
+        "bridge_batch_size=64",
+        "rows_batch_size=200",
+        "--workers",
+        "2",
+    ]
 
 
-def test_init_survives_a_lost_node_with_identical_artefacts(sim: SimCluster, fixtures_root: Path,
-                                                            tmp_path: Path) -> None:
+def test_init_survives_a_lost_node_with_identical_artefacts(
+    sim: SimCluster, fixtures_root: Path, tmp_path: Path
+) -> None:
     _job(_init_args(fixtures_root, tmp_path / "local", tmp_path / "c1"), None, tmp_path / "local.log")
     # the source side's bridge vectors are cached: the target side and the weights stage are running
-    _disturbed(sim, _init_args(fixtures_root, tmp_path / "lost", tmp_path / "c2"), tmp_path / "lost.log",
-               _exists("*.parquet", tmp_path / "c2"))
+    _disturbed(
+        sim,
+        _init_args(fixtures_root, tmp_path / "lost", tmp_path / "c2"),
+        tmp_path / "lost.log",
+        _exists("*.parquet", tmp_path / "c2"),
+    )
     for name in ("model/model.safetensors", "provenance.parquet"):
         assert (tmp_path / "lost" / name).read_bytes() == (tmp_path / "local" / name).read_bytes(), name
     assert is_complete(tmp_path / "lost")
 
 
 def _ft_args(fixtures_root: Path, sick_beir: Path, out: Path) -> list[str]:
-    return ["jobs.finetune", "--config", "smoke", "--model", str(fixtures_root / "bert-mlm"), "--train",
-            str(sick_beir), "--output", str(out), "--workers", "2", "--max-steps", "8", "--checkpoint-every", "2"]
+    return [
+        "jobs.finetune",
+        "--config",
+        "smoke",
+        "--model",
+        str(fixtures_root / "bert-mlm"),
+        "--train",
+        str(sick_beir),
+        "--output",
+        str(out),
+        "--workers",
+        "2",
+        "--max-steps",
+        "8",
+        "--checkpoint-every",
+        "2",
+    ]
 
 
-def test_finetune_on_two_nodes_survives_a_lost_node_with_identical_weights(sim: SimCluster, fixtures_root: Path,
-                                                                          sick_beir: Path, tmp_path: Path) -> None:
+def test_finetune_on_two_nodes_survives_a_lost_node_with_identical_weights(
+    sim: SimCluster, fixtures_root: Path, sick_beir: Path, tmp_path: Path
+) -> None:
     _job(_ft_args(fixtures_root, sick_beir, tmp_path / "local"), None, tmp_path / "local.log")
-    _disturbed(sim, _ft_args(fixtures_root, sick_beir, tmp_path / "lost"), tmp_path / "lost.log",
-               _exists("checkpoints/finetune-*/step_00000004/complete-rank*.json", tmp_path / "lost"))
+    _disturbed(
+        sim,
+        _ft_args(fixtures_root, sick_beir, tmp_path / "lost"),
+        tmp_path / "lost.log",
+        _exists("checkpoints/finetune-*/step_00000004/complete-rank*.json", tmp_path / "lost"),
+    )
     log = (tmp_path / "lost.log").read_text()
     assert "training failed (attempt 1 of 4)" in log and "restarting from step" in log
     a, b = load_file(tmp_path / "lost" / "model.safetensors"), load_file(tmp_path / "local" / "model.safetensors")
@@ -162,22 +215,52 @@ def test_finetune_on_two_nodes_survives_a_lost_node_with_identical_weights(sim: 
     assert steps == list(range(1, 9))
 
 
-def test_two_cell_reproduction_survives_a_lost_node_with_the_same_results(sim: SimCluster, fixtures_root: Path,
-                                                                         sick_beir: Path, tmp_path: Path) -> None:
+def test_two_cell_reproduction_survives_a_lost_node_with_the_same_results(
+    sim: SimCluster, fixtures_root: Path, sick_beir: Path, tmp_path: Path
+) -> None:
     mirror = miracl_mirror(sick_beir, tmp_path / "mirror")
 
     def args(out: Path) -> list[str]:
-        return ["jobs.reproduce", "--preset", "paper", "--output", str(out), "--models", str(fixtures_root / "bert-mlm"),
-                "--languages", "ko", "--datasets", "miracl", "--methods", "sembridge,mean", "--alphas", "4",
-                "--max-concurrent", "1", f"miracl_mirror={mirror}", f"target_tokenizers=ko={fixtures_root / 'tok-wordpiece'}",
-                f"init.bridge_model={fixtures_root / 'bridge'}", "init.resources.workers=1", "evaluate.resources.workers=1",
-                "evaluate.doc_top_k=64", "finetune.resources.workers=1", "finetune.optim.batch_size=8",
-                "finetune.optim.max_steps=4", "finetune.checkpoint_every=2", "finetune.max_query_length=32",
-                "finetune.max_doc_length=64", "finetune.log_every=1"]
+        return [
+            "jobs.reproduce",
+            "--preset",
+            "paper",
+            "--output",
+            str(out),
+            "--models",
+            str(fixtures_root / "bert-mlm"),
+            "--languages",
+            "ko",
+            "--datasets",
+            "miracl",
+            "--methods",
+            "sembridge,mean",
+            "--alphas",
+            "4",
+            "--max-concurrent",
+            "1",
+            f"miracl_mirror={mirror}",
+            f"target_tokenizers=ko={fixtures_root / 'tok-wordpiece'}",
+            f"init.bridge_model={fixtures_root / 'bridge'}",
+            "init.resources.workers=1",
+            "evaluate.resources.workers=1",
+            "evaluate.doc_top_k=64",
+            "finetune.resources.workers=1",
+            "finetune.optim.batch_size=8",
+            "finetune.optim.max_steps=4",
+            "finetune.checkpoint_every=2",
+            "finetune.max_query_length=32",
+            "finetune.max_doc_length=64",
+            "finetune.log_every=1",
+        ]
 
     _job(args(tmp_path / "local"), None, tmp_path / "local.log")
-    _disturbed(sim, args(tmp_path / "lost"), tmp_path / "lost.log",
-               _exists("cells/*/miracl/zero_shot/_SUCCESS", tmp_path / "lost"))
+    _disturbed(
+        sim,
+        args(tmp_path / "lost"),
+        tmp_path / "lost.log",
+        _exists("cells/*/miracl/zero_shot/_SUCCESS", tmp_path / "lost"),
+    )
 
     def rows(out: Path) -> list[dict[str, str]]:
         keep = ("model", "language", "dataset", "method", "alpha", "stage", "ndcg@10", "r@100", "rr@10", "train_steps")

@@ -29,9 +29,12 @@ def test_actor_pool_writes_list_columns_equal_to_in_process(
     table = pa.table({ID: [f"t{i}" for i in range(len(texts))], TEXT: texts})
     files = stage_corpus((table.slice(i, 15) for i in range(0, len(texts), 15)), tmp_path / "staged")
     ds = ray.data.from_items([{PATH: str(f)} for f in files], override_num_blocks=len(files))
-    out = ds.map_batches(SparseEncodeUDF, fn_constructor_kwargs={"model_dir": model, "max_length": 32,
-                                                                  "batch_size": 16},
-                         batch_format="pyarrow", **actor_pool_args(plan, 1))
+    out = ds.map_batches(
+        SparseEncodeUDF,
+        fn_constructor_kwargs={"model_dir": model, "max_length": 32, "batch_size": 16},
+        batch_format="pyarrow",
+        **actor_pool_args(plan, 1),
+    )
     out.write_parquet(str(tmp_path / "enc"))
 
     table = pq.read_table(tmp_path / "enc")

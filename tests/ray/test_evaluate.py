@@ -17,10 +17,10 @@ from jobs import evaluate
 from sembridge_ray.data.retrieval import load_beir
 from sembridge_ray.data.schema import ID, TEXT
 from sembridge_ray.distributed import cluster
-from sembridge_ray.distributed.eval_pipeline import encode, run_evaluate
+from sembridge_ray.distributed.evaluate import encode, run_evaluate
+from sembridge_ray.jobs.evaluate import EvaluateConfig
 from sembridge_ray.outputs import SUCCESS, is_complete
 from sembridge_ray.placement import ResourceConfig
-from sembridge_ray.retrieval.config import EvaluateConfig
 from sembridge_ray.retrieval.store import parquet_files, read_run, read_vectors, stage_corpus
 from sembridge_ray.sparse.encode import sparse_rows
 from sembridge_ray.sparse.model import load_sparse_encoder
@@ -38,12 +38,19 @@ def dataset(sick_beir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def first_run(ray_cluster: cluster.ClusterInfo, fixtures_root: Path, dataset: Path,
-              tmp_path_factory: pytest.TempPathFactory) -> tuple[EvaluateConfig, dict]:
+def first_run(
+    ray_cluster: cluster.ClusterInfo, fixtures_root: Path, dataset: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[EvaluateConfig, dict]:
     out = tmp_path_factory.mktemp("eval-out")
-    cfg = EvaluateConfig(model=str(fixtures_root / "bert-mlm"), dataset=str(dataset), output=str(out / "run1"),
-                         shard_size=90, cache_dir=str(out / "cache"), query_batch_size=16,
-                         resources=ResourceConfig(workers=2))
+    cfg = EvaluateConfig(
+        model=str(fixtures_root / "bert-mlm"),
+        dataset=str(dataset),
+        output=str(out / "run1"),
+        shard_size=90,
+        cache_dir=str(out / "cache"),
+        query_batch_size=16,
+        resources=ResourceConfig(workers=2),
+    )
     return cfg, run_evaluate(cfg)
 
 
@@ -64,8 +71,15 @@ def test_outputs_and_metric_keys(first_run: tuple[EvaluateConfig, dict]) -> None
     out = Path(cfg.output)
     assert {p.name for p in out.iterdir()} >= {"run.trec", "metrics.json", "config.yaml", SUCCESS}
     assert json.loads((out / "metrics.json").read_text()) == metrics
-    assert {"nDCG@10", "R@100", "RR@10", "num_queries", "mean_active_dims_query", "mean_active_dims_doc",
-            "flops_per_pair"} <= set(metrics)
+    assert {
+        "nDCG@10",
+        "R@100",
+        "RR@10",
+        "num_queries",
+        "mean_active_dims_query",
+        "mean_active_dims_doc",
+        "flops_per_pair",
+    } <= set(metrics)
     assert metrics["shards"] >= 4 and metrics["cache"] == {"docs": False, "queries": False}
     assert metrics["unknown_qrels_docs"] == 2 and metrics["unknown_qrels_relevant"] == 1
     assert metrics["queries_without_text"] == 1
@@ -74,7 +88,8 @@ def test_outputs_and_metric_keys(first_run: tuple[EvaluateConfig, dict]) -> None
 
 
 def test_ndcg_equals_trec_eval_on_its_own_run_over_all_qrels_queries(
-        first_run: tuple[EvaluateConfig, dict], dataset: Path) -> None:
+    first_run: tuple[EvaluateConfig, dict], dataset: Path
+) -> None:
     cfg, metrics = first_run
     qrels = load_beir(dataset, "test").qrels
     run = read_run(Path(cfg.output) / "run.trec")
@@ -85,8 +100,9 @@ def test_ndcg_equals_trec_eval_on_its_own_run_over_all_qrels_queries(
     assert metrics["num_queries"] == len(qrels)
 
 
-def test_top10_equals_brute_force_up_to_ties(first_run: tuple[EvaluateConfig, dict], fixtures_root: Path,
-                                             dataset: Path) -> None:
+def test_top10_equals_brute_force_up_to_ties(
+    first_run: tuple[EvaluateConfig, dict], fixtures_root: Path, dataset: Path
+) -> None:
     cfg, _ = first_run
     run = read_run(Path(cfg.output) / "run.trec")
     qids, doc_ids, scores = brute_force_scores(fixtures_root / "bert-mlm", dataset)
@@ -118,18 +134,31 @@ def _artefacts(out: Path) -> dict[str, object]:
     metrics = json.loads((out / "metrics.json").read_text())
     for key in ("seconds", "cache", "actors", "shards"):
         metrics.pop(key)
-    return {"run.trec": (out / "run.trec").read_bytes(), "per_query.tsv": (out / "per_query.tsv").read_bytes(),
-            "metrics": metrics, "identity.json": (out / "identity.json").read_bytes()}
+    return {
+        "run.trec": (out / "run.trec").read_bytes(),
+        "per_query.tsv": (out / "per_query.tsv").read_bytes(),
+        "metrics": metrics,
+        "identity.json": (out / "identity.json").read_bytes(),
+    }
 
 
 def test_reruns_other_settings_overwrite_copies_and_determinism(
-        first_run: tuple[EvaluateConfig, dict], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    first_run: tuple[EvaluateConfig, dict], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     cfg, _ = first_run
     out = tmp_path / "copy"
     shutil.copytree(cfg.output, out)
     before = snapshot(out)
-    base = ["--model", cfg.model, "--dataset", cfg.dataset, "--output", str(out), f"cache_dir={cfg.cache_dir}",
-            "query_batch_size=16"]
+    base = [
+        "--model",
+        cfg.model,
+        "--dataset",
+        cfg.dataset,
+        "--output",
+        str(out),
+        f"cache_dir={cfg.cache_dir}",
+        "query_batch_size=16",
+    ]
     assert evaluate.main(base) == 0  # a copied output is the same run: skipped
     assert snapshot(out) == before
 
@@ -139,8 +168,9 @@ def test_reruns_other_settings_overwrite_copies_and_determinism(
     assert snapshot(out) == before
 
     # a fresh, independent run (new cache, other shards, one worker) gives byte-identical artefacts
-    fresh = EvaluateConfig.from_dict(cfg.to_dict() | {"output": str(tmp_path / "fresh"), "shard_size": 0,
-                                                      "cache_dir": str(tmp_path / "cache2")})
+    fresh = EvaluateConfig.from_dict(
+        cfg.to_dict() | {"output": str(tmp_path / "fresh"), "shard_size": 0, "cache_dir": str(tmp_path / "cache2")}
+    )
     run_evaluate(replace(fresh, resources=ResourceConfig(workers=1)))
     assert _artefacts(tmp_path / "fresh") == _artefacts(Path(cfg.output))
 
@@ -148,12 +178,13 @@ def test_reruns_other_settings_overwrite_copies_and_determinism(
     assert json.loads((out / "metrics.json").read_text())["top_k"] == 20 and is_complete(out)
 
 
-def test_encoding_through_ray_equals_in_process(ray_cluster: cluster.ClusterInfo, fixtures_root: Path,
-                                               tmp_path: Path) -> None:
+def test_encoding_through_ray_equals_in_process(
+    ray_cluster: cluster.ClusterInfo, fixtures_root: Path, tmp_path: Path
+) -> None:
     model = str(fixtures_root / "bert-mlm")
     texts = ["A man is playing a guitar", "The kids are running in the park", "Nobody is riding a horse"] * 3
     table = pa.table({ID: [f"t{i}" for i in range(len(texts))], TEXT: texts})
-    cfg = EvaluateConfig(doc_top_k=5, doc_max_length=8, encode_batch_size=4, resources=ResourceConfig(workers=2))
+    cfg = EvaluateConfig(doc_top_k=5, max_doc_length=8, encode_batch_size=4, resources=ResourceConfig(workers=2))
     files = stage_corpus((table.slice(i, 4) for i in range(0, len(texts), 4)), tmp_path / "staged")
     encode(files, tmp_path / "enc", cfg, model, "document")
     ids, got = read_vectors(parquet_files(tmp_path / "enc"))

@@ -19,12 +19,12 @@ import ray
 import torch
 from safetensors.torch import load_file
 
+from sembridge_ray.bench.synthetic import sparse_vectors, zipf_probs
 from sembridge_ray.distributed import cluster
 from sembridge_ray.distributed.search import ShardedIndex
+from sembridge_ray.jobs.finetune import FinetuneConfig, OptimConfig
 from sembridge_ray.outputs import is_complete
 from sembridge_ray.retrieval.index import build_shard, shard_bounds
-from sembridge_ray.retrieval.synthetic import sparse_vectors, zipf_probs
-from sembridge_ray.sparse.config import FinetuneConfig, OptimConfig
 from tests.conftest import REPO
 
 
@@ -73,11 +73,26 @@ def test_a_killed_shard_actor_is_restarted_and_the_answers_are_identical(ray_clu
 
 
 def test_a_job_leaves_no_ray_process_behind(ray_cluster, fixtures_root: Path, tmp_path: Path) -> None:
-    cmd = [sys.executable, "-m", "jobs.init_embeddings", "--source-model", str(fixtures_root / "bert-mlm"),
-           "--target-tokenizer", str(fixtures_root / "tok-wordpiece"), "--bridge-model", str(fixtures_root / "bridge"),
-           "--output", str(tmp_path / "out"), f"cache_dir={tmp_path / 'cache'}", "--workers", "1", "samples=2"]
-    proc = subprocess.Popen(cmd, cwd=REPO, env=_env(), start_new_session=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "jobs.init_embeddings",
+        "--source-model",
+        str(fixtures_root / "bert-mlm"),
+        "--target-tokenizer",
+        str(fixtures_root / "tok-wordpiece"),
+        "--bridge-model",
+        str(fixtures_root / "bridge"),
+        "--output",
+        str(tmp_path / "out"),
+        f"cache_dir={tmp_path / 'cache'}",
+        "--workers",
+        "1",
+        "samples=2",
+    ]
+    proc = subprocess.Popen(
+        cmd, cwd=REPO, env=_env(), start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     log = proc.communicate(timeout=600)[0]
     assert proc.returncode == 0, log[-3000:]
     assert _session(proc.pid) == [], "Ray processes of the job outlived it"
@@ -86,7 +101,7 @@ def test_a_job_leaves_no_ray_process_behind(ray_cluster, fixtures_root: Path, tm
 
 @pytest.fixture(scope="module")
 def undisturbed(ray_cluster, fixtures_root: Path, sick_beir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from sembridge_ray.distributed.train import run_finetune
+    from sembridge_ray.distributed.finetune import run_finetune
 
     out = tmp_path_factory.mktemp("ft") / "undisturbed"
     run_finetune(_ft_cfg(fixtures_root, sick_beir, out))
@@ -94,15 +109,23 @@ def undisturbed(ray_cluster, fixtures_root: Path, sick_beir: Path, tmp_path_fact
 
 
 def _ft_cfg(fixtures_root: Path, sick_beir: Path, out: Path, **kw: object) -> FinetuneConfig:
-    return FinetuneConfig(model=str(fixtures_root / "bert-mlm"), train=str(sick_beir), output=str(out),
-                          max_query_length=32, max_doc_length=64, checkpoint_every=2, log_every=1,
-                          optim=OptimConfig(batch_size=8, max_steps=10, lr=1e-4), **kw)  # type: ignore[arg-type]
+    return FinetuneConfig(
+        model=str(fixtures_root / "bert-mlm"),
+        train=str(sick_beir),
+        output=str(out),
+        max_query_length=32,
+        max_doc_length=64,
+        checkpoint_every=2,
+        log_every=1,
+        optim=OptimConfig(batch_size=8, max_steps=10, lr=1e-4),
+        **kw,
+    )  # type: ignore[arg-type]
 
 
-def test_a_killed_train_worker_costs_at_most_checkpoint_every_steps(undisturbed: Path, fixtures_root: Path,
-                                                                     sick_beir: Path, tmp_path: Path,
-                                                                     caplog: pytest.LogCaptureFixture) -> None:
-    from sembridge_ray.distributed.train import run_finetune
+def test_a_killed_train_worker_costs_at_most_checkpoint_every_steps(
+    undisturbed: Path, fixtures_root: Path, sick_beir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from sembridge_ray.distributed.finetune import run_finetune
 
     out = tmp_path / "disturbed"
     killed: dict[str, int] = {}
@@ -140,15 +163,28 @@ def _metrics(out: Path) -> list[dict]:
     return [json.loads(line) for line in _lines(out / "metrics.jsonl")]
 
 
-def test_a_full_disk_under_the_checkpoints_fails_fast_with_one_line(ray_cluster, fixtures_root: Path,
-                                                                   sick_beir: Path, tmp_path: Path) -> None:
+def test_a_full_disk_under_the_checkpoints_fails_fast_with_one_line(
+    ray_cluster, fixtures_root: Path, sick_beir: Path, tmp_path: Path
+) -> None:
     mount = tmp_path / "small"
     mount.mkdir()
     if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], capture_output=True).returncode:
         pytest.skip("cannot mount a tmpfs here (needs root)")
     try:
-        cmd = [sys.executable, "-m", "jobs.finetune", "--config", "smoke", "--model", str(fixtures_root / "bert-mlm"),
-               "--train", str(sick_beir), "--output", str(tmp_path / "ft"), f"storage={mount}"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "jobs.finetune",
+            "--config",
+            "smoke",
+            "--model",
+            str(fixtures_root / "bert-mlm"),
+            "--train",
+            str(sick_beir),
+            "--output",
+            str(tmp_path / "ft"),
+            f"storage={mount}",
+        ]
         start = time.perf_counter()
         proc = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
         errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
@@ -168,8 +204,14 @@ def test_local_sh_uses_a_private_head_and_leaves_other_clusters_alone(ray_cluste
     raylets = _processes(r"raylet/raylet")
     code = "import sembridge_ray.distributed.cluster as c; print('JOB_SAW', c.connect().address)"
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    proc = subprocess.run(["bash", "cluster/local.sh", "job", "--", "python", "-c", code], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        ["bash", "cluster/local.sh", "job", "--", "python", "-c", code],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     seen = re.search(r"JOB_SAW (\S+)", proc.stdout).group(1)  # type: ignore[union-attr]
     assert seen != ours and seen.startswith("127.0.0.1:")

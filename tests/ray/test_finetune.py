@@ -9,27 +9,47 @@ import sys
 import time
 from pathlib import Path
 
+from sembridge_ray.jobs.finetune import FinetuneConfig, LossConfig, OptimConfig
 from sembridge_ray.outputs import is_complete
-from sembridge_ray.sparse.config import FinetuneConfig, LossConfig, OptimConfig
 from tests.conftest import REPO
 
-METRIC_KEYS = {"step", "loss", "infonce", "flops_q", "flops_d", "lambda_q", "lambda_d", "active_dims_q",
-               "active_dims_d", "lr", "examples_per_s"}
+METRIC_KEYS = {
+    "step",
+    "loss",
+    "infonce",
+    "flops_q",
+    "flops_d",
+    "lambda_q",
+    "lambda_d",
+    "active_dims_q",
+    "active_dims_d",
+    "lr",
+    "examples_per_s",
+}
 
 
 def _metrics(out: Path) -> list[dict]:
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 
-def test_two_worker_run_writes_a_sparse_encoder_and_per_step_metrics(ray_cluster, fixtures_root, sick_beir,
-                                                                     tmp_path) -> None:
+def test_two_worker_run_writes_a_sparse_encoder_and_per_step_metrics(
+    ray_cluster, fixtures_root, sick_beir, tmp_path
+) -> None:
     from sentence_transformers import SparseEncoder
 
-    from sembridge_ray.distributed.train import run_finetune
+    from sembridge_ray.distributed.finetune import run_finetune
 
-    cfg = FinetuneConfig(model=str(fixtures_root / "bert-mlm"), train=str(sick_beir), output=str(tmp_path / "ft"),
-                         max_query_length=32, max_doc_length=64, checkpoint_every=2, log_every=1,
-                         optim=OptimConfig(batch_size=8, max_steps=4, lr=1e-4), loss=LossConfig(lambda_q=1e-3))
+    cfg = FinetuneConfig(
+        model=str(fixtures_root / "bert-mlm"),
+        train=str(sick_beir),
+        output=str(tmp_path / "ft"),
+        max_query_length=32,
+        max_doc_length=64,
+        checkpoint_every=2,
+        log_every=1,
+        optim=OptimConfig(batch_size=8, max_steps=4, lr=1e-4),
+        loss=LossConfig(lambda_q=1e-3),
+    )
     result = run_finetune(cfg)
     out = Path(result.output)
     assert result.ok and result.workers == 2 and result.steps == 4 and result.resumed_from is None
@@ -41,26 +61,39 @@ def test_two_worker_run_writes_a_sparse_encoder_and_per_step_metrics(ray_cluster
     emb = model.encode(["a man is playing a guitar"], convert_to_tensor=True)
     assert emb.shape[-1] == 2000 and emb.to_dense().count_nonzero() > 0
     assert (out / "config.yaml").is_file() and is_complete(out)
-    assert sorted(p.name for p in (out / "checkpoints").glob("finetune-*/step_*")) == ["step_00000002",
-                                                                                      "step_00000004"]
+    assert sorted(p.name for p in (out / "checkpoints").glob("finetune-*/step_*")) == ["step_00000002", "step_00000004"]
     again = run_finetune(cfg)
     assert again.skipped and again.steps == 4
 
 
 def test_one_writer_per_output_then_other_settings_refused_and_overwrite_redone(
-        ray_cluster, fixtures_root, sick_beir, tmp_path, capsys) -> None:
+    ray_cluster, fixtures_root, sick_beir, tmp_path, capsys
+) -> None:
     import yaml
 
     from jobs import finetune
 
     out = tmp_path / "ft"
-    args = ["--config", "smoke", "--model", str(fixtures_root / "bert-mlm"), "--train", str(sick_beir),
-            "--output", str(out), "--max-steps", "4", "--checkpoint-every", "2"]
+    args = [
+        "--config",
+        "smoke",
+        "--model",
+        str(fixtures_root / "bert-mlm"),
+        "--train",
+        str(sick_beir),
+        "--output",
+        str(out),
+        "--max-steps",
+        "4",
+        "--checkpoint-every",
+        "2",
+    ]
     env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
     env.pop("RAY_ADDRESS", None)
     with open(tmp_path / "first.log", "w") as log:
-        first = subprocess.Popen([sys.executable, "-m", "jobs.finetune", *args, "--lr", "1e-4"], cwd=REPO, env=env,
-                                 stdout=log, stderr=log)
+        first = subprocess.Popen(
+            [sys.executable, "-m", "jobs.finetune", *args, "--lr", "1e-4"], cwd=REPO, env=env, stdout=log, stderr=log
+        )
         deadline = time.time() + 120
         while not (out / ".lock").exists() and first.poll() is None and time.time() < deadline:
             time.sleep(0.2)

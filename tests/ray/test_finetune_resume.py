@@ -18,9 +18,25 @@ STEPS = 8
 
 
 def _job(out: Path, fixtures_root: Path, sick_beir: Path) -> list[str]:
-    return [sys.executable, "-m", "jobs.finetune", "--config", "smoke", "--model", str(fixtures_root / "bert-mlm"),
-            "--train", str(sick_beir), "--output", str(out), "--max-steps", str(STEPS), "--checkpoint-every", "2",
-            "--batch-size", "4"]
+    return [
+        sys.executable,
+        "-m",
+        "jobs.finetune",
+        "--config",
+        "smoke",
+        "--model",
+        str(fixtures_root / "bert-mlm"),
+        "--train",
+        str(sick_beir),
+        "--output",
+        str(out),
+        "--max-steps",
+        str(STEPS),
+        "--checkpoint-every",
+        "2",
+        "--batch-size",
+        "4",
+    ]
 
 
 def _env() -> dict[str, str]:
@@ -50,7 +66,7 @@ def _kill_session(sid: int) -> None:
 
 
 def _latest(out: Path) -> int | None:
-    from sembridge_ray.distributed.train import latest_step, run_name
+    from sembridge_ray.distributed.finetune import latest_step, run_name
 
     identity = read_identity(out)
     if identity is None:
@@ -58,8 +74,7 @@ def _latest(out: Path) -> int | None:
     return latest_step(str((out / "checkpoints").resolve()), run_name(identity))
 
 
-def test_a_killed_run_resumes_from_its_checkpoint_and_ends_at_max_steps(fixtures_root, sick_beir,
-                                                                        tmp_path) -> None:
+def test_a_killed_run_resumes_from_its_checkpoint_and_ends_at_max_steps(fixtures_root, sick_beir, tmp_path) -> None:
     out = tmp_path / "ft"
     cmd = _job(out, fixtures_root, sick_beir)
     with open(tmp_path / "first.log", "w") as log:

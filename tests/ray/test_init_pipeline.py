@@ -12,41 +12,69 @@ from safetensors.torch import load_file
 
 from jobs import init_embeddings
 from sembridge_ray.distributed import cluster
-from sembridge_ray.distributed.init_pipeline import run_init
-from sembridge_ray.embed_init.config import InitConfig
+from sembridge_ray.distributed.init import run_init
 from sembridge_ray.embed_init.pipeline import initialise
+from sembridge_ray.jobs.init import InitConfig
 from sembridge_ray.placement import ResourceConfig
 
 
-@pytest.mark.parametrize(("src", "tgt", "method"), [("roberta-mlm", "tok-unigram", "sembridge"),
-                                                     ("bert-mlm", "tok-bytebpe", "focus")])
+@pytest.mark.parametrize(
+    ("src", "tgt", "method"), [("roberta-mlm", "tok-unigram", "sembridge"), ("bert-mlm", "tok-bytebpe", "focus")]
+)
 def test_ray_pipeline_equals_in_process_bit_for_bit(
     ray_cluster: cluster.ClusterInfo, fixtures_root: Path, tmp_path: Path, src: str, tgt: str, method: str
 ) -> None:
-    cfg = InitConfig(source_model=str(fixtures_root / src), target_tokenizer=str(fixtures_root / tgt),
-                     bridge_model=str(fixtures_root / "bridge"), method=method, rows_batch_size=200,
-                     bridge_batch_size=64, cache_dir=str(tmp_path / "cache-ray"), resources=ResourceConfig(workers=2))
+    cfg = InitConfig(
+        source_model=str(fixtures_root / src),
+        target_tokenizer=str(fixtures_root / tgt),
+        bridge_model=str(fixtures_root / "bridge"),
+        method=method,
+        rows_batch_size=200,
+        bridge_batch_size=64,
+        cache_dir=str(tmp_path / "cache-ray"),
+        resources=ResourceConfig(workers=2),
+    )
     via_ray = run_init(replace(cfg, output=str(tmp_path / "ray")))
     local = initialise(replace(cfg, output=str(tmp_path / "local"), cache_dir=str(tmp_path / "cache-local")))
     assert not via_ray.skipped
-    a, b = load_file(tmp_path / "ray" / "model" / "model.safetensors"), load_file(local.output / "model" / "model.safetensors")
+    a, b = (
+        load_file(tmp_path / "ray" / "model" / "model.safetensors"),
+        load_file(local.output / "model" / "model.safetensors"),
+    )
     assert a.keys() == b.keys() and all(a[k].equal(b[k]) for k in a)
-    assert pq.read_table(tmp_path / "ray" / "provenance.parquet").equals(pq.read_table(local.output / "provenance.parquet"))
+    assert pq.read_table(tmp_path / "ray" / "provenance.parquet").equals(
+        pq.read_table(local.output / "provenance.parquet")
+    )
     assert run_init(replace(cfg, output=str(tmp_path / "ray"))).skipped  # complete: skipped
 
 
 def test_job_cli_smoke_and_bad_input(
     ray_cluster: cluster.ClusterInfo, fixtures_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    args = ["--source-model", str(fixtures_root / "bert-mlm"), "--target-tokenizer", str(fixtures_root / "tok-wordpiece"),
-            "--bridge-model", str(fixtures_root / "bridge"), "--output", str(tmp_path / "out"), "--alpha", "2",
-            f"cache_dir={tmp_path / 'cache'}", "samples=3", "--workers", "1"]
+    args = [
+        "--source-model",
+        str(fixtures_root / "bert-mlm"),
+        "--target-tokenizer",
+        str(fixtures_root / "tok-wordpiece"),
+        "--bridge-model",
+        str(fixtures_root / "bridge"),
+        "--output",
+        str(tmp_path / "out"),
+        "--alpha",
+        "2",
+        f"cache_dir={tmp_path / 'cache'}",
+        "samples=3",
+        "--workers",
+        "1",
+    ]
     assert init_embeddings.main(args) == 0
     printed = capsys.readouterr().out
     assert "top-3 source tokens" in printed
     assert json.loads((tmp_path / "out" / "init_report.json").read_text())["alpha"] == 2.0
-    bad = [a.replace(str(fixtures_root / "bert-mlm"), str(tmp_path / "missing-model")).replace("/out", "/out2")
-           for a in args]
+    bad = [
+        a.replace(str(fixtures_root / "bert-mlm"), str(tmp_path / "missing-model")).replace("/out", "/out2")
+        for a in args
+    ]
     assert init_embeddings.main(bad) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "missing-model" in err[0]

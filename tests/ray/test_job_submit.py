@@ -31,13 +31,30 @@ def head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict[s
     if not shutil.which(RAY):
         pytest.skip("ray CLI not found")
     gcs, dash = _free_port(), _free_port()
-    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "disabled",
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env = {
+        **os.environ,
+        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+        "RAY_AUTH_MODE": "disabled",
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
     env.pop("RAY_ADDRESS", None)
     proc = subprocess.Popen(
-        [RAY, "start", "--head", "--block", "--node-ip-address=127.0.0.1", "--dashboard-host=127.0.0.1",
-         f"--port={gcs}", f"--dashboard-port={dash}", "--num-cpus=1", "--disable-usage-stats"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        [
+            RAY,
+            "start",
+            "--head",
+            "--block",
+            "--node-ip-address=127.0.0.1",
+            "--dashboard-host=127.0.0.1",
+            f"--port={gcs}",
+            f"--dashboard-port={dash}",
+            "--num-cpus=1",
+            "--disable-usage-stats",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
     address = f"http://127.0.0.1:{dash}"
     deadline = time.time() + 90
@@ -59,19 +76,38 @@ def _submit(head: tuple[str, dict[str, str]], code: str) -> subprocess.Completed
     address, env = head
     for attempt in range(6):
         result = subprocess.run(
-            [RAY, "job", "submit", "--address", address, "--runtime-env", "cluster/runtime_env.yaml",
-             "--working-dir", ".", "--", "python", "-c", code],
-            cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+            [
+                RAY,
+                "job",
+                "submit",
+                "--address",
+                address,
+                "--runtime-env",
+                "cluster/runtime_env.yaml",
+                "--working-dir",
+                ".",
+                "--",
+                "python",
+                "-c",
+                code,
+            ],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
         if "No available agent" not in result.stdout + result.stderr:
             return result
-        time.sleep(2 ** attempt)
+        time.sleep(2**attempt)
     return result
 
 
 def test_submitted_job_imports_the_package_and_sees_the_cluster(head: tuple[str, dict[str, str]]) -> None:
-    code = ("import os, ray, sembridge_ray, sembridge_ray.distributed.cluster as c; info = c.connect(); "
-            "print('PKG', sembridge_ray.__version__, 'CPUS', info.cpus, 'ADDR', info.address)")
+    code = (
+        "import os, ray, sembridge_ray, sembridge_ray.distributed.cluster as c; info = c.connect(); "
+        "print('PKG', sembridge_ray.__version__, 'CPUS', info.cpus, 'ADDR', info.address)"
+    )
     result = _submit(head, code)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     line = next(ln for ln in result.stdout.splitlines() if ln.startswith("PKG"))

@@ -24,15 +24,25 @@ def smoke_run(ray_cluster: cluster.ClusterInfo, tmp_path_factory: pytest.TempPat
     out = tmp_path_factory.mktemp("malstm") / "out"
     cache = tmp_path_factory.mktemp("vectors")
     # the bundled thesaurus keeps the run independent of whether nltk finds WordNet here
-    assert job.main(["--preset", "smoke", "--output", str(out), f"vectors.cache_dir={cache}",
-                     "augment.thesaurus=bundled"]) == 0
+    assert (
+        job.main(["--preset", "smoke", "--output", str(out), f"vectors.cache_dir={cache}", "augment.thesaurus=bundled"])
+        == 0
+    )
     return out
 
 
 def test_smoke_run_writes_every_artefact_and_success_last(smoke_run: Path) -> None:
     names = {p.name for p in smoke_run.iterdir()}
-    assert {"report.json", "report.md", "predictions.tsv", "val_predictions.tsv", "calibration.png", "scatter.png",
-            "config.yaml", "_SUCCESS"} <= names
+    assert {
+        "report.json",
+        "report.md",
+        "predictions.tsv",
+        "val_predictions.tsv",
+        "calibration.png",
+        "scatter.png",
+        "config.yaml",
+        "_SUCCESS",
+    } <= names
     manifest = json.loads((smoke_run / "_SUCCESS").read_text())
     assert set(manifest["files"]) == names - {"_SUCCESS"}
     assert is_complete(smoke_run)
@@ -57,8 +67,9 @@ def test_report_keys_follow_the_contract(smoke_run: Path) -> None:
         assert set(report[split]) == {RAW, CALIBRATED}
         assert all(set(m) == {"pearson", "spearman", "mse"} for m in report[split].values())
     assert {"bandwidth", "loo_mse", "n"} <= set(report["calibration"]) and report["calibration"]["n"] == 150
-    assert {"sick_train", "sick_validation", "augmented", "pretrain_train", "removed_by_leak_guard",
-            "oov_rate"} <= set(report["data"])
+    assert {"sick_train", "sick_validation", "augmented", "pretrain_train", "removed_by_leak_guard", "oov_rate"} <= set(
+        report["data"]
+    )
     assert [s["seed"] for s in report["seeds"]] == [0, 1]
     assert report["best_seed"] == min(report["seeds"], key=lambda s: s["val_mse"])["seed"]
     assert report["paper"]["MaLSTM"] == {"pearson": 0.8822, "spearman": 0.8345, "mse": 0.2286}
@@ -75,11 +86,18 @@ def test_calibration_bandwidth_is_no_worse_than_statsmodels_cv_ls(smoke_run: Pat
 
 
 def test_a_copied_output_skips_other_settings_are_refused_and_overwrite_redoes(
-        smoke_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    smoke_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     copy = tmp_path / "copy"
     shutil.copytree(smoke_run, copy)
-    same = ["--preset", "smoke", "--output", str(copy), "augment.thesaurus=bundled",
-            f"vectors.cache_dir={tmp_path / 'vectors'}"]
+    same = [
+        "--preset",
+        "smoke",
+        "--output",
+        str(copy),
+        "augment.thesaurus=bundled",
+        f"vectors.cache_dir={tmp_path / 'vectors'}",
+    ]
     before = snapshot(copy)
     assert job.main(same) == 0  # a moved or copied output is the same run: skipped
     assert snapshot(copy) == before

@@ -34,17 +34,41 @@ def miracl_mirror(sick_beir: Path, root: Path, lang: str = "ko") -> Path:
     return root
 
 
-def test_paper_path_runs_cells_concurrently_records_failures_and_resumes(ray_cluster, fixtures_root, sick_beir,
-                                                                        tmp_path, capsys) -> None:
+def test_paper_path_runs_cells_concurrently_records_failures_and_resumes(
+    ray_cluster, fixtures_root, sick_beir, tmp_path, capsys
+) -> None:
     out = tmp_path / "paper"
     good, missing = str(fixtures_root / "bert-mlm"), str(tmp_path / "no-such-model")
-    args = ["--preset", "paper", "--output", str(out), "--models", f"{good},{missing}", "--languages", "ko",
-            "--datasets", "miracl", "--methods", "sembridge", "--alphas", "4", "--max-concurrent", "2",
-            f"miracl_mirror={miracl_mirror(sick_beir, tmp_path / 'mirror')}",
-            f"target_tokenizers=ko={fixtures_root / 'tok-wordpiece'}", f"init.bridge_model={fixtures_root / 'bridge'}",
-            "init.resources.workers=1", "evaluate.resources.workers=1", "evaluate.doc_top_k=64",
-            "finetune.resources.workers=1", "finetune.optim.batch_size=8", "finetune.optim.max_steps=2",
-            "finetune.max_query_length=32", "finetune.max_doc_length=64", "finetune.log_every=1"]
+    args = [
+        "--preset",
+        "paper",
+        "--output",
+        str(out),
+        "--models",
+        f"{good},{missing}",
+        "--languages",
+        "ko",
+        "--datasets",
+        "miracl",
+        "--methods",
+        "sembridge",
+        "--alphas",
+        "4",
+        "--max-concurrent",
+        "2",
+        f"miracl_mirror={miracl_mirror(sick_beir, tmp_path / 'mirror')}",
+        f"target_tokenizers=ko={fixtures_root / 'tok-wordpiece'}",
+        f"init.bridge_model={fixtures_root / 'bridge'}",
+        "init.resources.workers=1",
+        "evaluate.resources.workers=1",
+        "evaluate.doc_top_k=64",
+        "finetune.resources.workers=1",
+        "finetune.optim.batch_size=8",
+        "finetune.optim.max_steps=2",
+        "finetune.max_query_length=32",
+        "finetune.max_doc_length=64",
+        "finetune.log_every=1",
+    ]
     assert reproduce.main(args) == 1  # one cell failed
     assert "# Results (nDCG@10)" in capsys.readouterr().out
     summary = json.loads((out / "failures.json").read_text(encoding="utf-8"))
@@ -54,7 +78,9 @@ def test_paper_path_runs_cells_concurrently_records_failures_and_resumes(ray_clu
 
     rows = list(csv.DictReader((out / "results.csv").open(encoding="utf-8")))
     assert {(r["method"], r["alpha"], r["stage"], r["dataset"], r["language"]) for r in rows} == {
-        ("sembridge", "4", "zero_shot", "miracl", "ko"), ("sembridge", "4", "finetuned", "miracl", "ko")}
+        ("sembridge", "4", "zero_shot", "miracl", "ko"),
+        ("sembridge", "4", "finetuned", "miracl", "ko"),
+    }
     for row in rows:  # the table is the evaluation job's own metrics.json
         metrics = json.loads((out / "cells" / row["cell"] / "miracl" / row["stage"] / "metrics.json").read_text())
         assert float(row["ndcg@10"]) == metrics["nDCG@10"] and 0.0 <= metrics["nDCG@10"] <= 1.0
@@ -66,7 +92,6 @@ def test_paper_path_runs_cells_concurrently_records_failures_and_resumes(ray_clu
     stamps = {p: p.stat().st_mtime_ns for p in (out / "cells").glob("*/miracl/*/metrics.json")}
     assert reproduce.main(args) == 1  # rerun: finished stages are skipped, the failing cell is retried
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
-
 
     changed = [*args, "finetune.optim.lr=2e-4"]
     assert reproduce.main(changed) == 2  # checked before any work: the changed stages are listed

@@ -131,7 +131,9 @@ def test_offsets_are_added_to_the_cosines(alpha: float) -> None:
     new, src = randn(40, 8, seed=16), randn(600, 8, seed=17)
     offsets = -0.34 * (torch.arange(600) % 3 == 0).double()
     cos = torch.nn.functional.normalize(new.double(), dim=1) @ torch.nn.functional.normalize(src.double(), dim=1).T
-    expected = sparsemax(cos + offsets, dim=1) if alpha == 2 else entmax_bisect(cos + offsets, alpha=alpha, dim=1, n_iter=100)
+    expected = (
+        sparsemax(cos + offsets, dim=1) if alpha == 2 else entmax_bisect(cos + offsets, alpha=alpha, dim=1, n_iter=100)
+    )
     check(sembridge_ray.bridge_weights(new, src, alpha, offsets=offsets), expected)
     with pytest.raises(ValueError, match="offsets"):
         sembridge_ray.bridge_weights(new, src, alpha, offsets=offsets[:5])

@@ -14,8 +14,13 @@ FLAGS = [Flag("--steps", "steps"), Flag("--lr", "optim.lr"), Flag("--off", "enab
 
 def test_layers_defaults_preset_overrides_flags(tmp_path: Path) -> None:
     (tmp_path / "job_small.yaml").write_text("steps: 5\nname: preset\noptim:\n  lr: 1e-3\n")
-    cfg = parse_config(Job, ["--config", "small", "name=cli", "--lr", "3e-5", "answer=no", "--off"], flags=FLAGS,
-                       preset_dir=tmp_path, prefix="job_")
+    cfg = parse_config(
+        Job,
+        ["--config", "small", "name=cli", "--lr", "3e-5", "answer=no", "--off"],
+        flags=FLAGS,
+        preset_dir=tmp_path,
+        prefix="job_",
+    )
     assert (cfg.steps, cfg.name, cfg.optim.lr, cfg.enabled, cfg.answer) == (5, "cli", 3e-5, False, "no")
 
 

@@ -32,18 +32,33 @@ def test_no_stays_a_string_and_scientific_becomes_float() -> None:
     assert cfg.optim.lr == pytest.approx(3e-5) and isinstance(cfg.optim.lr, float)
 
 
-@pytest.mark.parametrize(("text", "tp", "expected"), [
-    ("no", bool, False), ("on", bool, True), ("7", int, 7), ("null", int | None, None), ("3", int | None, 3),
-    ("1,2,3", tuple[int, ...], (1, 2, 3)), ("off", Literal["auto", "on", "off"], "off"), ("1e3", float, 1000.0),
-])
+@pytest.mark.parametrize(
+    ("text", "tp", "expected"),
+    [
+        ("no", bool, False),
+        ("on", bool, True),
+        ("7", int, 7),
+        ("null", int | None, None),
+        ("3", int | None, 3),
+        ("1,2,3", tuple[int, ...], (1, 2, 3)),
+        ("off", Literal["auto", "on", "off"], "off"),
+        ("1e3", float, 1000.0),
+    ],
+)
 def test_coerce_through_annotations(text: str, tp: object, expected: object) -> None:
     assert coerce(text, tp, "k") == expected
 
 
-@pytest.mark.parametrize(("override", "message"), [
-    ("optim.momentum=1", "optim.momentum"), ("nope=1", "nope"), ("steps=ten", "steps"), ("bf16=maybe", "bf16"),
-    ("missing-equals", "key.sub=value"),
-])
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("optim.momentum=1", "optim.momentum"),
+        ("nope=1", "nope"),
+        ("steps=ten", "steps"),
+        ("bf16=maybe", "bf16"),
+        ("missing-equals", "key.sub=value"),
+    ],
+)
 def test_bad_overrides_name_the_key(override: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         Job().with_overrides([override])

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from jobs.evaluate import main
-from sembridge_ray.presets import PRESET_DIR, load_preset_file
-from sembridge_ray.retrieval.config import EvaluateConfig
+from sembridge_ray.jobs import PRESET_DIR, load_preset_file
+from sembridge_ray.jobs.evaluate import EvaluateConfig
 
 
 def beir(root: Path, corpus: list[dict], queries: list[dict], qrels: str) -> Path:
@@ -49,8 +49,9 @@ def test_split_without_qrels_is_named(tmp_path: Path, model: Path, capsys: pytes
     data = beir(tmp_path / "d", [{"_id": "d1", "text": "x"}], [{"_id": "q1", "text": "x"}], "")
     code, err = run(capsys, "--model", str(model), "--dataset", str(data), "--output", str(tmp_path / "o"))
     assert code == 2 and "split 'test' has no qrels" in err
-    code, err = run(capsys, "--model", str(model), "--dataset", str(data), "--split", "dev", "--output",
-                    str(tmp_path / "o"))
+    code, err = run(
+        capsys, "--model", str(model), "--dataset", str(data), "--split", "dev", "--output", str(tmp_path / "o")
+    )
     assert code == 2 and "no qrels for split 'dev'" in err
 
 
@@ -65,8 +66,27 @@ def test_flags_map_onto_the_config() -> None:
     from jobs.evaluate import FLAGS
     from sembridge_ray.cli import parse_config
 
-    cfg = parse_config(EvaluateConfig, ["--model", "m", "--dataset", "miracl:ar", "--output", "o", "--top-k", "50",
-                                        "--workers", "3", "--shard-size", "1000", "--doc-top-k", "128"],
-                       flags=FLAGS, preset_dir=PRESET_DIR, prefix="evaluate_")
+    cfg = parse_config(
+        EvaluateConfig,
+        [
+            "--model",
+            "m",
+            "--dataset",
+            "miracl:ar",
+            "--output",
+            "o",
+            "--top-k",
+            "50",
+            "--workers",
+            "3",
+            "--shard-size",
+            "1000",
+            "--doc-top-k",
+            "128",
+        ],
+        flags=FLAGS,
+        preset_dir=PRESET_DIR,
+        prefix="evaluate_",
+    )
     assert (cfg.top_k, cfg.resources.workers, cfg.shard_size, cfg.doc_top_k, cfg.split) == (50, 3, 1000, 128, "test")
     assert load_preset_file(PRESET_DIR / "evaluate_smoke.yaml").model == "fixture:bert-mlm"

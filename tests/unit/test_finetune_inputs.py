@@ -14,8 +14,8 @@ from jobs.finetune import main
 from sembridge_ray.data.schema import POSITIVE, QUERY
 from sembridge_ray.data.stream import StreamInfo, materialise_stream, training_stream
 from sembridge_ray.errors import InputError
+from sembridge_ray.jobs.finetune import FinetuneConfig
 from sembridge_ray.outputs import SUCCESS
-from sembridge_ray.sparse.config import FinetuneConfig
 
 
 def _run(capsys, *argv: str) -> tuple[int, str]:
@@ -26,29 +26,75 @@ def _run(capsys, *argv: str) -> tuple[int, str]:
 def test_flags_map_onto_the_config(capsys) -> None:
     from jobs.finetune import FLAGS
     from sembridge_ray.cli import parse_config
-    from sembridge_ray.presets import PRESET_DIR
+    from sembridge_ray.jobs import PRESET_DIR
 
-    cfg = parse_config(FinetuneConfig, ["--model", "m", "--train", "t", "--output", "o", "--workers", "3",
-                                        "--gpus-per-worker", "0.5", "--batch-size", "48", "--lr", "3e-5",
-                                        "--epochs", "2", "--max-steps", "7", "--lambda-q", "1e-4",
-                                        "--lambda-d", "2e-4", "--checkpoint-every", "5", "--bf16", "off",
-                                        "--max-query-length", "32", "--max-doc-length", "128", "seed=3"],
-                       flags=FLAGS, preset_dir=PRESET_DIR, prefix="finetune_")
+    cfg = parse_config(
+        FinetuneConfig,
+        [
+            "--model",
+            "m",
+            "--train",
+            "t",
+            "--output",
+            "o",
+            "--workers",
+            "3",
+            "--gpus-per-worker",
+            "0.5",
+            "--batch-size",
+            "48",
+            "--lr",
+            "3e-5",
+            "--epochs",
+            "2",
+            "--max-steps",
+            "7",
+            "--lambda-q",
+            "1e-4",
+            "--lambda-d",
+            "2e-4",
+            "--checkpoint-every",
+            "5",
+            "--bf16",
+            "off",
+            "--max-query-length",
+            "32",
+            "--max-doc-length",
+            "128",
+            "seed=3",
+        ],
+        flags=FLAGS,
+        preset_dir=PRESET_DIR,
+        prefix="finetune_",
+    )
     assert (cfg.resources.workers, cfg.resources.gpus_per_worker, cfg.optim.batch_size) == (3, 0.5, 48)
     assert (cfg.optim.lr, cfg.optim.epochs, cfg.optim.max_steps, cfg.optim.bf16) == (3e-5, 2, 7, "off")
     assert (cfg.loss.lambda_q, cfg.loss.lambda_d, cfg.checkpoint_every) == (1e-4, 2e-4, 5)
     assert (cfg.max_query_length, cfg.max_doc_length, cfg.seed) == (32, 128, 3)
     defaults = FinetuneConfig()
     assert (defaults.optim.lr, defaults.optim.batch_size, defaults.optim.epochs, defaults.optim.warmup_ratio) == (
-        2e-5, 64, 1, 0.1)
+        2e-5,
+        64,
+        1,
+        0.1,
+    )
     assert (defaults.loss.lambda_q, defaults.loss.lambda_d, defaults.loss.anti_collapse) == (5e-5, 3e-5, 0.0)
 
 
 def test_identity_ignores_settings_that_do_not_change_the_result() -> None:
     inputs = {"model": "sha256:m", "train": "sha256:t"}
     base = FinetuneConfig(model="m", train="t", output="a")
-    same = base.with_overrides(["output=b", "model=elsewhere", "checkpoint_every=7", "resources.workers=4",
-                                "storage=s3://bucket/x", "max_failures=9", "overwrite=true"])
+    same = base.with_overrides(
+        [
+            "output=b",
+            "model=elsewhere",
+            "checkpoint_every=7",
+            "resources.workers=4",
+            "storage=s3://bucket/x",
+            "max_failures=9",
+            "overwrite=true",
+        ]
+    )
     assert same.identity("finetune", inputs) == base.identity("finetune", inputs)
     changed = base.with_overrides(["optim.lr=1e-4"]).identity("finetune", inputs)
     assert changed.fingerprint != base.identity("finetune", inputs).fingerprint
@@ -66,15 +112,23 @@ def test_a_missing_required_flag_is_one_line_and_exit_2(capsys, missing: str) ->
 
 
 def test_a_missing_model_names_it(capsys, tmp_path: Path, sick_beir: Path) -> None:
-    code, line = _run(capsys, "--model", str(tmp_path / "nope"), "--train", str(sick_beir), "--output",
-                      str(tmp_path / "out"))
+    code, line = _run(
+        capsys, "--model", str(tmp_path / "nope"), "--train", str(sick_beir), "--output", str(tmp_path / "out")
+    )
     assert code == 2 and "nope" in line and "not found" in line
     assert not (tmp_path / "out" / SUCCESS).exists()
 
 
 def test_missing_data_names_it(capsys, tmp_path: Path, fixtures_root: Path) -> None:
-    code, line = _run(capsys, "--model", str(fixtures_root / "bert-mlm"), "--train", str(tmp_path / "absent"),
-                      "--output", str(tmp_path / "out"))
+    code, line = _run(
+        capsys,
+        "--model",
+        str(fixtures_root / "bert-mlm"),
+        "--train",
+        str(tmp_path / "absent"),
+        "--output",
+        str(tmp_path / "out"),
+    )
     assert code == 2 and "absent" in line and line.startswith("error: dataset")
     assert not (tmp_path / "out" / SUCCESS).exists()
 
@@ -82,15 +136,21 @@ def test_missing_data_names_it(capsys, tmp_path: Path, fixtures_root: Path) -> N
 def test_an_empty_training_set_names_it(capsys, tmp_path: Path, fixtures_root: Path) -> None:
     empty = tmp_path / "empty.parquet"
     pq.write_table(pa.table({QUERY: pa.array([], pa.string()), POSITIVE: pa.array([], pa.string())}), empty)
-    code, line = _run(capsys, "--model", str(fixtures_root / "bert-mlm"), "--train", str(empty), "--output",
-                      str(tmp_path / "out"))
+    code, line = _run(
+        capsys, "--model", str(fixtures_root / "bert-mlm"), "--train", str(empty), "--output", str(tmp_path / "out")
+    )
     assert code == 2 and line == f"error: training set {str(empty)!r} (train) is empty"
     assert not (tmp_path / "out").exists()  # a failed first run leaves nothing behind
 
 
 def test_fewer_pairs_than_one_batch_is_an_error(tmp_path: Path, sick_beir: Path) -> None:
     with pytest.raises(InputError, match="fewer than one global batch of 4096"):
-        materialise_stream(StreamInfo(str(sick_beir), "train", 0, 4096, 1, None, 0), tmp_path)
+        materialise_stream(
+            StreamInfo(
+                spec=str(sick_beir), split="train", hard_negatives=0, batch_size=4096, epochs=1, max_steps=None, seed=0
+            ),
+            tmp_path,
+        )
 
 
 def _beir_with_unknown_ids(root: Path) -> Path:
@@ -99,8 +159,14 @@ def _beir_with_unknown_ids(root: Path) -> Path:
     queries = [{"_id": f"q{i}", "text": f"query {i}"} for i in range(4)]
     (root / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
     (root / "queries.jsonl").write_text("".join(json.dumps(q) + "\n" for q in queries))
-    rows = ["query-id\tcorpus-id\tscore", "q0\td0\t1", "q1\td1\t1", "q2\td2\t1", "q3\tghost-doc\t1",
-            "ghost-query\td3\t1"]
+    rows = [
+        "query-id\tcorpus-id\tscore",
+        "q0\td0\t1",
+        "q1\td1\t1",
+        "q2\td2\t1",
+        "q3\tghost-doc\t1",
+        "ghost-query\td3\t1",
+    ]
     (root / "qrels" / "train.tsv").write_text("\n".join(rows) + "\n")
     return root
 
@@ -108,7 +174,10 @@ def _beir_with_unknown_ids(root: Path) -> Path:
 def test_qrels_naming_unknown_docs_or_queries_are_counted_warnings(tmp_path: Path, caplog) -> None:
     beir = _beir_with_unknown_ids(tmp_path / "beir")
     with caplog.at_level(logging.WARNING):
-        _, info = materialise_stream(StreamInfo(str(beir), "train", 0, 2, 1, None, 0), tmp_path / "data")
+        _, info = materialise_stream(
+            StreamInfo(spec=str(beir), split="train", hard_negatives=0, batch_size=2, epochs=1, max_steps=None, seed=0),
+            tmp_path / "data",
+        )
     assert (info.pairs, info.unknown_docs, info.unknown_queries, info.total_steps) == (3, 1, 1, 1)
     assert "1 qrels queries not in the topics, 1 positives not in the corpus" in caplog.text
 
@@ -118,9 +187,11 @@ def test_the_stream_is_seeded_whole_batches_per_epoch_and_reused(tmp_path: Path,
     stream = training_stream(pairs, batch_size=4, steps=5, seed=1)
     assert stream.num_rows == 20
     first, second = stream.column(QUERY).to_pylist()[:8], stream.column(QUERY).to_pylist()[8:16]
-    assert len(set(first)) == 8 and len(set(second)) == 8 and first != second   # epoch 2 reshuffles
+    assert len(set(first)) == 8 and len(set(second)) == 8 and first != second  # epoch 2 reshuffles
     assert training_stream(pairs, 4, 5, seed=1).equals(stream)
-    request = StreamInfo(str(sick_beir), "train", 0, 8, 2, 5, 0)
+    request = StreamInfo(
+        spec=str(sick_beir), split="train", hard_negatives=0, batch_size=8, epochs=2, max_steps=5, seed=0
+    )
     path, info = materialise_stream(request, tmp_path)
     stamp = path.stat().st_mtime_ns
     assert info.total_steps == 5 and pq.read_metadata(path).num_rows == 40

@@ -17,18 +17,23 @@ from entmax import entmax_bisect, sparsemax
 from sentence_transformers import SentenceTransformer, SparseEncoder
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
-from sembridge_ray.embed_init.config import InitConfig
 from sembridge_ray.embed_init.pipeline import initialise
 from sembridge_ray.errors import InputError
+from sembridge_ray.jobs.init import InitConfig
 from sembridge_ray.outputs import is_complete
 
-COMBOS = [("bert-mlm", "tok-unigram"), ("roberta-mlm", "tok-wordpiece"), ("bert-mlm", "tok-bytebpe"),
-          ("roberta-mlm", "tok-unigram")]
+COMBOS = [
+    ("bert-mlm", "tok-unigram"),
+    ("roberta-mlm", "tok-wordpiece"),
+    ("bert-mlm", "tok-bytebpe"),
+    ("roberta-mlm", "tok-unigram"),
+]
 ROLES = ("cls", "sep", "pad", "mask", "unk", "bos", "eos")
 FALLBACK = {"bos": "cls", "eos": "sep", "cls": "bos", "sep": "eos"}
 
 
 # ---- the reference: written from the rules in the issue, sharing no code with sembridge_ray.embed_init ----
+
 
 def ref_canonical(tok: Any, token: str) -> str:
     kind = type(tok).__name__
@@ -97,11 +102,17 @@ def ref_weights(bridge: Any, src: Any, tgt: Any, rest: list[int], alpha: float) 
 
 # ---- the system under test ----
 
+
 @functools.cache
 def run(root: Path, out: Path, src: str, tgt: str, **overrides: Any) -> Path:
-    cfg = InitConfig(source_model=str(root / src), target_tokenizer=str(root / tgt), bridge_model=str(root / "bridge"),
-                     output=str(out / "-".join([src, tgt, *map(str, overrides.values())])),
-                     cache_dir=str(out / "cache"), samples=5)
+    cfg = InitConfig(
+        source_model=str(root / src),
+        target_tokenizer=str(root / tgt),
+        bridge_model=str(root / "bridge"),
+        output=str(out / "-".join([src, tgt, *map(str, overrides.values())])),
+        cache_dir=str(out / "cache"),
+        samples=5,
+    )
     return initialise(replace(cfg, **overrides)).output
 
 
@@ -119,7 +130,10 @@ def test_written_model_matches_the_reference(fixtures_root: Path, out: Path, src
     result = run(fixtures_root, out, src, tgt)
     model, tok = load(result)
     source = AutoModelForMaskedLM.from_pretrained(fixtures_root / src)
-    s_tok, t_tok = AutoTokenizer.from_pretrained(fixtures_root / src), AutoTokenizer.from_pretrained(fixtures_root / tgt)
+    s_tok, t_tok = (
+        AutoTokenizer.from_pretrained(fixtures_root / src),
+        AutoTokenizer.from_pretrained(fixtures_root / tgt),
+    )
     assert tok.get_vocab() == t_tok.get_vocab() and model.config.vocab_size == len(t_tok)
     copies, rest = ref_partition(s_tok, t_tok)
     e_s = source.get_input_embeddings().weight.detach().double()
@@ -136,15 +150,22 @@ def test_written_model_matches_the_reference(fixtures_root: Path, out: Path, src
     assert (model.get_output_embeddings().bias.detach().double() - b_exp).abs().max().item() < 1e-4
     assert model.get_output_embeddings().weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()
     assert model.config.pad_token_id == tok.pad_token_id
-    vec = SparseEncoder(str(result / "model"), device="cpu").encode(["A man is playing a guitar"], convert_to_tensor=True)
+    vec = SparseEncoder(str(result / "model"), device="cpu").encode(
+        ["A man is playing a guitar"], convert_to_tensor=True
+    )
     assert vec.shape == (1, len(t_tok)) and int((vec.to_dense() > 0).sum()) > 0
 
 
 def test_provenance_and_report(fixtures_root: Path, out: Path) -> None:
     result = run(fixtures_root, out, "bert-mlm", "tok-unigram")
     prov = pq.read_table(result / "provenance.parquet")
-    assert [f.type for f in prov.schema] == [pa.int32(), pa.string(), pa.string(), pa.list_(pa.int32()),
-                                             pa.list_(pa.float32())]
+    assert [f.type for f in prov.schema] == [
+        pa.int32(),
+        pa.string(),
+        pa.string(),
+        pa.list_(pa.int32()),
+        pa.list_(pa.float32()),
+    ]
     kinds = prov.column("kind").to_pylist()
     assert set(kinds) <= {"overlap", "special", "bridge", "random"} and prov.num_rows == 1500
     for k, w in zip(kinds, prov.column("weights").to_pylist(), strict=True):
@@ -152,7 +173,9 @@ def test_provenance_and_report(fixtures_root: Path, out: Path) -> None:
     import json
 
     rep = json.loads((result / "init_report.json").read_text())
-    assert rep["kinds"]["bridge"] == kinds.count("bridge") and sum(rep["support_histogram"].values()) == kinds.count("bridge")
+    assert rep["kinds"]["bridge"] == kinds.count("bridge") and sum(rep["support_histogram"].values()) == kinds.count(
+        "bridge"
+    )
     assert {"method", "alpha", "bias", "timings", "fingerprints", "samples", "match_rules"} <= set(rep)
     assert len(rep["samples"]) == 5 and all(len(s["top"]) <= 3 for s in rep["samples"])
     assert is_complete(result)
@@ -171,16 +194,28 @@ def test_bias_policies(fixtures_root: Path, out: Path) -> None:
 
 
 def test_baselines(fixtures_root: Path, out: Path) -> None:
-    prov = {m: pq.read_table(run(fixtures_root, out, "bert-mlm", "tok-unigram", method=m) / "provenance.parquet")
-            for m in ("focus", "wechsel", "mean", "random")}
+    prov = {
+        m: pq.read_table(run(fixtures_root, out, "bert-mlm", "tok-unigram", method=m) / "provenance.parquet")
+        for m in ("focus", "wechsel", "mean", "random")
+    }
     base = pq.read_table(run(fixtures_root, out, "bert-mlm", "tok-unigram") / "provenance.parquet")
-    overlap_sources = {s[0] for s, k in zip(base.column("source_ids").to_pylist(), base.column("kind").to_pylist(),
-                                            strict=True) if k == "overlap"}
-    for ids, kind in zip(prov["focus"].column("source_ids").to_pylist(), prov["focus"].column("kind").to_pylist(), strict=True):
+    overlap_sources = {
+        s[0]
+        for s, k in zip(base.column("source_ids").to_pylist(), base.column("kind").to_pylist(), strict=True)
+        if k == "overlap"
+    }
+    for ids, kind in zip(
+        prov["focus"].column("source_ids").to_pylist(), prov["focus"].column("kind").to_pylist(), strict=True
+    ):
         if kind == "bridge":
             assert set(ids) <= overlap_sources
-    sizes = {len(i) for i, k in zip(prov["wechsel"].column("source_ids").to_pylist(), prov["wechsel"].column("kind").to_pylist(),
-                                    strict=True) if k == "bridge"}
+    sizes = {
+        len(i)
+        for i, k in zip(
+            prov["wechsel"].column("source_ids").to_pylist(), prov["wechsel"].column("kind").to_pylist(), strict=True
+        )
+        if k == "bridge"
+    }
     assert sizes == {10}
     assert prov["mean"].column("kind").to_pylist() == prov["random"].column("kind").to_pylist()
     e_s = AutoModelForMaskedLM.from_pretrained(fixtures_root / "bert-mlm").get_input_embeddings().weight.detach()
@@ -202,25 +237,45 @@ def test_empty_overlap_is_reported(fixtures_root: Path, out: Path) -> None:
     assert rep["overlap_empty"] is True and rep["kinds"].get("overlap", 0) == 0
     # FOCUS keeps its anchors (the tokens that would have been copied), so it does not collapse to sparsemax (α=2).
     copied = pq.read_table(run(fixtures_root, out, "bert-mlm", "tok-unigram") / "provenance.parquet")
-    anchors = {s[0] for s, k in zip(copied.column("source_ids").to_pylist(), copied.column("kind").to_pylist(),
-                                    strict=True) if k == "overlap"}
-    focus = pq.read_table(run(fixtures_root, out, "bert-mlm", "tok-unigram", copy_overlap=False, method="focus")
-                          / "provenance.parquet")
-    used = {i for ids, k in zip(focus.column("source_ids").to_pylist(), focus.column("kind").to_pylist(), strict=True)
-            if k == "bridge" for i in ids}
+    anchors = {
+        s[0]
+        for s, k in zip(copied.column("source_ids").to_pylist(), copied.column("kind").to_pylist(), strict=True)
+        if k == "overlap"
+    }
+    focus = pq.read_table(
+        run(fixtures_root, out, "bert-mlm", "tok-unigram", copy_overlap=False, method="focus") / "provenance.parquet"
+    )
+    used = {
+        i
+        for ids, k in zip(focus.column("source_ids").to_pylist(), focus.column("kind").to_pylist(), strict=True)
+        if k == "bridge"
+        for i in ids
+    }
     assert used and used <= anchors
 
 
 def test_missing_inputs_are_named(fixtures_root: Path, tmp_path: Path) -> None:
-    cfg = InitConfig(source_model=str(tmp_path / "nope"), target_tokenizer=str(fixtures_root / "tok-unigram"),
-                     bridge_model=str(fixtures_root / "bridge"), output=str(tmp_path / "o"))
+    cfg = InitConfig(
+        source_model=str(tmp_path / "nope"),
+        target_tokenizer=str(fixtures_root / "tok-unigram"),
+        bridge_model=str(fixtures_root / "bridge"),
+        output=str(tmp_path / "o"),
+    )
     with pytest.raises(InputError, match="nope"):
         initialise(cfg)
     with pytest.raises(InputError, match="nothing-here"):
-        initialise(replace(cfg, source_model=str(fixtures_root / "bert-mlm"), target_tokenizer=str(tmp_path / "nothing-here")))
+        initialise(
+            replace(cfg, source_model=str(fixtures_root / "bert-mlm"), target_tokenizer=str(tmp_path / "nothing-here"))
+        )
     with pytest.raises(InputError, match="bridge model"):
-        initialise(replace(cfg, source_model=str(fixtures_root / "bert-mlm"), bridge_model=str(tmp_path / "no-bridge"),
-                           cache_dir=str(tmp_path / "c")))
+        initialise(
+            replace(
+                cfg,
+                source_model=str(fixtures_root / "bert-mlm"),
+                bridge_model=str(tmp_path / "no-bridge"),
+                cache_dir=str(tmp_path / "c"),
+            )
+        )
     assert not (tmp_path / "o" / "_SUCCESS").exists()
 
 

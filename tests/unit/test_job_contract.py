@@ -19,52 +19,74 @@ import yaml
 from jobs import evaluate, finetune, init_embeddings
 from sembridge_ray.cli import run_job, user_error
 from sembridge_ray.config import ConfigError
-from sembridge_ray.embed_init.config import InitConfig
 from sembridge_ray.embed_init.pipeline import initialise
 from sembridge_ray.errors import InputError
 from sembridge_ray.identity import RunIdentity
+from sembridge_ray.jobs.evaluate import EvaluateConfig
+from sembridge_ray.jobs.finetune import FinetuneConfig, OptimConfig
+from sembridge_ray.jobs.init import InitConfig
+from sembridge_ray.jobs.malstm import MalstmConfig
+from sembridge_ray.jobs.reproduce import ReproduceConfig
 from sembridge_ray.outputs import SUCCESS, claim_output, is_complete
 from sembridge_ray.placement import ResourceConfig
-from sembridge_ray.reproduce.config import ReproduceConfig
-from sembridge_ray.retrieval.config import EvaluateConfig
-from sembridge_ray.siamese.config import MalstmConfig
-from sembridge_ray.sparse.config import FinetuneConfig, OptimConfig
 from tests.conftest import REPO
 from tests.unit.test_outputs import snapshot
 
 
-@pytest.mark.parametrize(("build", "message"), [
-    (lambda: InitConfig(alpha=0.5), "alpha=0.5: must be >= 1"),
-    (lambda: InitConfig(temperature=0.0), "temperature=0.0: must be > 0"),
-    (lambda: InitConfig(match=("exact", "phonetic")), "unknown rule 'phonetic'"),
-    (lambda: InitConfig(method="magic"), "method='magic': must be one of"),  # type: ignore[arg-type]
-    (lambda: ResourceConfig(workers=0), "workers=0: must be >= 1"),
-    (lambda: FinetuneConfig(optim=OptimConfig(lr=-1.0)), "lr=-1.0: must be > 0"),
-    (lambda: FinetuneConfig.from_dict({"optim": {"lr": "-1"}}), "optim.lr=-1.0: must be > 0"),
-    (lambda: FinetuneConfig(max_doc_length=0), "max_doc_length=0: must be >= 1"),
-    (lambda: EvaluateConfig(top_k=0), "top_k=0: must be >= 1"),
-    (lambda: EvaluateConfig(run_tag="two words"), "must be one word"),
-    (lambda: MalstmConfig(seeds=0), "seeds=0: must be >= 1"),
-    (lambda: MalstmConfig.from_dict({"train": {"rho": "1.5"}}), "train.rho=1.5: must be in (0, 1)"),
-    (lambda: ReproduceConfig(methods=("sembridge", "nope")), "unknown method ['nope']"),
-    (lambda: ReproduceConfig(alphas=("0.5",)), "'0.5' is not a number >= 1"),
-])
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: InitConfig(alpha=0.5), "alpha=0.5: must be >= 1"),
+        (lambda: InitConfig(temperature=0.0), "temperature=0.0: must be > 0"),
+        (lambda: InitConfig(match=("exact", "phonetic")), "unknown rule 'phonetic'"),
+        (lambda: InitConfig(method="magic"), "method='magic': must be one of"),  # type: ignore[arg-type]
+        (lambda: ResourceConfig(workers=0), "workers=0: must be >= 1"),
+        (lambda: FinetuneConfig(optim=OptimConfig(lr=-1.0)), "lr=-1.0: must be > 0"),
+        (lambda: FinetuneConfig.from_dict({"optim": {"lr": "-1"}}), "optim.lr=-1.0: must be > 0"),
+        (lambda: FinetuneConfig(max_doc_length=0), "max_doc_length=0: must be >= 1"),
+        (lambda: EvaluateConfig(top_k=0), "top_k=0: must be >= 1"),
+        (lambda: EvaluateConfig(run_tag="two words"), "must be one word"),
+        (lambda: MalstmConfig(seeds=0), "seeds=0: must be >= 1"),
+        (lambda: MalstmConfig.from_dict({"train": {"rho": "1.5"}}), "train.rho=1.5: must be in (0, 1)"),
+        (lambda: ReproduceConfig(methods=("sembridge", "nope")), "unknown method ['nope']"),
+        (lambda: ReproduceConfig(alphas=("0.5",)), "'0.5' is not a number >= 1"),
+    ],
+)
 def test_configs_reject_out_of_range_values_when_built(build, message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
         build()
 
 
 def test_bad_alpha_fails_in_the_driver_in_under_5_s_without_ray(tmp_path: Path) -> None:
-    code = ("import sys, jobs.init_embeddings as job; rc = job.main(sys.argv[1:]); "
-            "print('ray imported' if 'ray' in sys.modules else 'no ray'); sys.exit(rc)")
+    code = (
+        "import sys, jobs.init_embeddings as job; rc = job.main(sys.argv[1:]); "
+        "print('ray imported' if 'ray' in sys.modules else 'no ray'); sys.exit(rc)"
+    )
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", code, "--source-model", "m", "--target-tokenizer", "t",
-                           "--output", str(tmp_path / "out"), "--alpha", "0.5"],
-                          cwd=REPO, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            code,
+            "--source-model",
+            "m",
+            "--target-tokenizer",
+            "t",
+            "--output",
+            str(tmp_path / "out"),
+            "--alpha",
+            "0.5",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert time.perf_counter() - start < 5
     assert proc.returncode == 2 and proc.stdout.strip() == "no ray"
-    assert proc.stderr.strip().splitlines() == ["error: alpha=0.5: must be >= 1 (1 = softmax over the "
-                                                "softmax_top_k nearest, 2 = sparsemax, 4 = the paper)"]
+    assert proc.stderr.strip().splitlines() == [
+        "error: alpha=0.5: must be >= 1 (1 = softmax over the softmax_top_k nearest, 2 = sparsemax, 4 = the paper)"
+    ]
     assert not (tmp_path / "out").exists()
 
 
@@ -88,11 +110,15 @@ def test_user_errors_are_found_inside_ray_wrappers_and_bugs_are_not() -> None:
     wrapped = RuntimeError("map_batches failed")
     wrapped.__cause__ = RayTaskErrorLike(OSError(errno.ENOSPC, "No space left on device", "/out/cache/x.parquet"))
     assert user_error(wrapped) == "/out/cache/x.parquet: No space left on device (disk full)"
-    rust = RuntimeError("Error while serializing: IoError(Os { code: 30, kind: ReadOnlyFilesystem, message: "
-                        "\"Read-only file system\" }) (os error 30)")
+    rust = RuntimeError(
+        "Error while serializing: IoError(Os { code: 30, kind: ReadOnlyFilesystem, message: "
+        '"Read-only file system" }) (os error 30)'
+    )
     assert user_error(TrainingFailedLike({1: rust})).endswith("(read-only file system)")
-    assert user_error(PermissionError(errno.EACCES, "Permission denied", "/shared/out")) == \
-        "/shared/out: Permission denied (permission denied)"
+    assert (
+        user_error(PermissionError(errno.EACCES, "Permission denied", "/shared/out"))
+        == "/shared/out: Permission denied (permission denied)"
+    )
     assert user_error(KeyError("step")) is None and user_error(FileNotFoundError(errno.ENOENT, "gone")) is None
     bug = RuntimeError("bug while handling")
     bug.__context__ = InputError("an earlier, handled problem")
@@ -104,9 +130,14 @@ def test_user_errors_are_found_inside_ray_wrappers_and_bugs_are_not() -> None:
 
 @pytest.fixture()
 def init_cfg(fixtures_root: Path, tmp_path: Path) -> InitConfig:
-    return InitConfig(source_model=str(fixtures_root / "bert-mlm"), target_tokenizer=str(fixtures_root / "tok-wordpiece"),
-                      bridge_model=str(fixtures_root / "bridge"), output=str(tmp_path / "init"),
-                      cache_dir=str(tmp_path / "cache"), samples=3)
+    return InitConfig(
+        source_model=str(fixtures_root / "bert-mlm"),
+        target_tokenizer=str(fixtures_root / "tok-wordpiece"),
+        bridge_model=str(fixtures_root / "bridge"),
+        output=str(tmp_path / "init"),
+        cache_dir=str(tmp_path / "cache"),
+        samples=3,
+    )
 
 
 def test_init_rerun_with_other_settings_is_refused_and_overwrite_redoes(init_cfg: InitConfig) -> None:
@@ -122,12 +153,16 @@ def test_init_rerun_with_other_settings_is_refused_and_overwrite_redoes(init_cfg
     assert not redone.skipped and redone.report["method"] == "focus" and is_complete(out)
 
 
-def test_a_failed_rerun_leaves_the_finished_output_byte_identical(init_cfg: InitConfig, tmp_path: Path,
-                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_failed_rerun_leaves_the_finished_output_byte_identical(
+    init_cfg: InitConfig, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = initialise(init_cfg).output
     before = snapshot(out)
-    for bad in ({"target_tokenizer": str(tmp_path / "missing-tokenizer")}, {"bridge_model": str(tmp_path)},
-                {"source_model": "/nonexistent/model"}):
+    for bad in (
+        {"target_tokenizer": str(tmp_path / "missing-tokenizer")},
+        {"bridge_model": str(tmp_path)},
+        {"source_model": "/nonexistent/model"},
+    ):
         with pytest.raises(InputError):
             initialise(replace(init_cfg, **bad))
         assert snapshot(out) == before
@@ -137,12 +172,19 @@ def test_a_failed_rerun_leaves_the_finished_output_byte_identical(init_cfg: Init
     assert snapshot(out) == before
 
 
-def test_a_bad_bridge_model_is_one_line_from_the_driver(init_cfg: InitConfig, tmp_path: Path,
-                                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_bad_bridge_model_is_one_line_from_the_driver(
+    init_cfg: InitConfig, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     not_a_model = tmp_path / "not-a-model"
     not_a_model.mkdir()
-    args = ["--source-model", init_cfg.source_model, "--target-tokenizer", init_cfg.target_tokenizer,
-            "--output", init_cfg.output]
+    args = [
+        "--source-model",
+        init_cfg.source_model,
+        "--target-tokenizer",
+        init_cfg.target_tokenizer,
+        "--output",
+        init_cfg.output,
+    ]
     for bridge, reason in ((str(not_a_model), "is not a model directory"), ("no-org/no-such-bridge", "not found")):
         assert init_embeddings.main([*args, "--bridge-model", bridge]) == 2
         err = capsys.readouterr().err.strip().splitlines()
@@ -150,15 +192,33 @@ def test_a_bad_bridge_model_is_one_line_from_the_driver(init_cfg: InitConfig, tm
     assert not Path(init_cfg.output).exists()
 
 
-def test_output_path_that_is_a_file_is_one_line(init_cfg: InitConfig, tmp_path: Path,
-                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_output_path_that_is_a_file_is_one_line(
+    init_cfg: InitConfig, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     (tmp_path / "a-file").write_text("x")
-    args = ["--source-model", init_cfg.source_model, "--target-tokenizer", init_cfg.target_tokenizer,
-            "--bridge-model", init_cfg.bridge_model]
+    args = [
+        "--source-model",
+        init_cfg.source_model,
+        "--target-tokenizer",
+        init_cfg.target_tokenizer,
+        "--bridge-model",
+        init_cfg.bridge_model,
+    ]
     assert init_embeddings.main([*args, "--output", str(tmp_path / "a-file")]) == 2
     assert capsys.readouterr().err.strip() == f"error: output {tmp_path / 'a-file'} exists and is not a directory"
-    assert finetune.main(["--model", init_cfg.source_model, "--train", str(tmp_path / "a-file"),
-                          "--output", str(tmp_path / "a-file" / "sub")]) == 2
+    assert (
+        finetune.main(
+            [
+                "--model",
+                init_cfg.source_model,
+                "--train",
+                str(tmp_path / "a-file"),
+                "--output",
+                str(tmp_path / "a-file" / "sub"),
+            ]
+        )
+        == 2
+    )
     assert "is a file, not a directory" in capsys.readouterr().err
 
 
@@ -167,14 +227,16 @@ def run_init_job(cfg: InitConfig) -> int:
     return run_job(lambda: 0 if initialise(cfg) else 1)
 
 
-def test_read_only_and_full_filesystems_are_one_line(init_cfg: InitConfig, monkeypatch: pytest.MonkeyPatch,
-                                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_read_only_and_full_filesystems_are_one_line(
+    init_cfg: InitConfig, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     real_access = os.access
     parent = Path(init_cfg.output).parent
     monkeypatch.setattr(os, "access", lambda p, m: False if str(p) == str(parent) else real_access(p, m))
     assert run_init_job(init_cfg) == 2
-    assert capsys.readouterr().err.strip() == (f"error: output {init_cfg.output}: {parent} "
-                                               "is not writable (permission denied)")
+    assert capsys.readouterr().err.strip() == (
+        f"error: output {init_cfg.output}: {parent} is not writable (permission denied)"
+    )
     monkeypatch.undo()
 
     import sembridge_ray.embed_init.pipeline as pipeline
@@ -192,14 +254,17 @@ def test_read_only_and_full_filesystems_are_one_line(init_cfg: InitConfig, monke
 
 def _mount_tmpfs(path: Path, options: str) -> bool:
     path.mkdir(parents=True, exist_ok=True)
-    return subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)],
-                          capture_output=True).returncode == 0
+    return (
+        subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True).returncode == 0
+    )
 
 
-@pytest.mark.parametrize(("options", "expected"), [("ro,size=1m", "(read-only file system)"),
-                                                   ("size=96k", "(disk full)")])
-def test_real_read_only_and_full_filesystems(init_cfg: InitConfig, tmp_path: Path, options: str, expected: str,
-                                             capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("options", "expected"), [("ro,size=1m", "(read-only file system)"), ("size=96k", "(disk full)")]
+)
+def test_real_read_only_and_full_filesystems(
+    init_cfg: InitConfig, tmp_path: Path, options: str, expected: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     mount = tmp_path / "mnt"
     if not _mount_tmpfs(mount, options):
         pytest.skip("cannot mount a tmpfs here (needs root); the injected-error test covers the message")
@@ -225,14 +290,16 @@ def test_model_weights_are_readable_by_others(init_cfg: InitConfig) -> None:
 
 def test_two_runs_give_byte_identical_artefacts(init_cfg: InitConfig, tmp_path: Path) -> None:
     a = snapshot(initialise(init_cfg).output)
-    b = snapshot(initialise(replace(init_cfg, output=str(tmp_path / "again"),
-                                    cache_dir=str(tmp_path / "cache2"))).output)
+    b = snapshot(
+        initialise(replace(init_cfg, output=str(tmp_path / "again"), cache_dir=str(tmp_path / "cache2"))).output
+    )
     reports = [json.loads(x.pop("init_report.json")) for x in (a, b)]
     configs = [yaml.safe_load(x.pop("config.yaml")) for x in (a, b)]  # they name their own output and cache
     a.pop(SUCCESS), b.pop(SUCCESS)  # holds a finish time
     assert a == b
     assert [{k: v for k, v in c.items() if k not in ("output", "cache_dir")} for c in configs] == [
-        {k: v for k, v in configs[0].items() if k not in ("output", "cache_dir")}] * 2
+        {k: v for k, v in configs[0].items() if k not in ("output", "cache_dir")}
+    ] * 2
     for report in reports:
         report.pop("timings")
     assert reports[0] == reports[1]
@@ -240,13 +307,21 @@ def test_two_runs_give_byte_identical_artefacts(init_cfg: InitConfig, tmp_path: 
 
 def test_a_run_identity_differs_only_in_what_shapes_the_result() -> None:
     cfg = InitConfig(source_model="a", target_tokenizer="b", output="o")
-    same = replace(cfg, output="elsewhere", source_model="moved/copy", cache_dir="/tmp/c", overwrite=True,
-                   resources=ResourceConfig(workers=7))
+    same = replace(
+        cfg,
+        output="elsewhere",
+        source_model="moved/copy",
+        cache_dir="/tmp/c",
+        overwrite=True,
+        resources=ResourceConfig(workers=7),
+    )
     inputs = {"source_model": "sha256:1", "target_tokenizer": "sha256:2", "bridge_model": "sha256:3"}
     assert cfg.identity("init", inputs) == same.identity("init", inputs)
     mean = replace(cfg, method="mean")
     assert replace(mean, alpha=2.0).identity_settings() == mean.identity_settings()  # mean has no α
-    assert RunIdentity(job="init", settings={"a": 1}).fingerprint != RunIdentity(job="init", settings={"a": 2}).fingerprint
+    assert (
+        RunIdentity(job="init", settings={"a": 1}).fingerprint != RunIdentity(job="init", settings={"a": 2}).fingerprint
+    )
 
 
 def test_claim_is_the_only_way_in(tmp_path: Path) -> None:

@@ -9,8 +9,14 @@ from sembridge_ray.siamese import augment as aug
 from sembridge_ray.siamese.data import TokenPair
 
 THESAURUS = {"man": ["guy", "valet"], "playing": ["play"], "guitar": ["axe"], "dog": ["hound"], "runs": ["sprints"]}
-COSINE = {("man", "guy"): 0.9, ("man", "valet"): 0.2, ("playing", "play"): 0.8, ("guitar", "axe"): 0.7,
-          ("dog", "hound"): 0.95, ("runs", "sprints"): 0.5}
+COSINE = {
+    ("man", "guy"): 0.9,
+    ("man", "valet"): 0.2,
+    ("playing", "play"): 0.8,
+    ("guitar", "axe"): 0.7,
+    ("dog", "hound"): 0.95,
+    ("runs", "sprints"): 0.5,
+}
 
 
 def similarity(word: str, candidate: str) -> float:
@@ -77,8 +83,15 @@ class _Synset:
 
 class _WordNet:
     def synsets(self, word: str) -> list[_Synset]:
-        return {"riding": [_Synset("riding.n.01"), _Synset("riding.n.02"), _Synset("ride.v.01"),
-                           _Synset("ride.v.02"), _Synset("drive.v.07")]}.get(word, [])
+        return {
+            "riding": [
+                _Synset("riding.n.01"),
+                _Synset("riding.n.02"),
+                _Synset("ride.v.01"),
+                _Synset("ride.v.02"),
+                _Synset("drive.v.07"),
+            ]
+        }.get(word, [])
 
 
 def test_wordnet_candidates_are_deduplicated_head_lemmas_minus_the_word() -> None:

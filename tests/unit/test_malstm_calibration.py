@@ -40,8 +40,12 @@ def test_loo_predictions_equal_statsmodels_term_by_term() -> None:
     raw, gold = _data(60, seed=1)
     oracle = _oracle(raw, gold)
     h = 0.25
-    expected = [oracle._est_loc_linear(np.array([h]), np.delete(gold, i)[:, None], -np.delete(raw, i)[:, None],
-                                       -raw[i:i + 1])[0].item() for i in range(60)]
+    expected = [
+        oracle._est_loc_linear(
+            np.array([h]), np.delete(gold, i)[:, None], -np.delete(raw, i)[:, None], -raw[i : i + 1]
+        )[0].item()
+        for i in range(60)
+    ]
     np.testing.assert_allclose(loo_predictions(raw, gold, h), expected, rtol=1e-11)
 
 
@@ -65,7 +69,7 @@ def _varied(seed: int) -> tuple[np.ndarray, np.ndarray]:
 def test_bandwidth_search_is_no_worse_than_statsmodels_cv_ls(seed: int) -> None:
     raw, gold = _varied(seed)
     ours = search_bandwidth(raw, gold)
-    theirs = fit_calibrator(raw, gold)          # statsmodels' own cv_ls
+    theirs = fit_calibrator(raw, gold)  # statsmodels' own cv_ls
     oracle = _oracle(raw, gold)
     their_loo = oracle.cv_loo(np.abs(theirs.bw), oracle._est_loc_linear)[0]
     our_loo = oracle.cv_loo(np.array([ours.h]), oracle._est_loc_linear)[0]
@@ -86,4 +90,4 @@ def test_calibrated_predictions_are_kernelreg_fits_clipped() -> None:
 
 def test_reference_bandwidth_is_statsmodels_starting_point() -> None:
     raw, _ = _data(100)
-    assert reference_bandwidth(raw) == pytest.approx(1.06 * raw.std() * 100 ** -0.2)
+    assert reference_bandwidth(raw) == pytest.approx(1.06 * raw.std() * 100**-0.2)

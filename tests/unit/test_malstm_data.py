@@ -26,15 +26,20 @@ HEADER = "pair_ID\tsentence_A\tsentence_B\trelatedness_score\tentailment_judgmen
 
 def test_tokenize_splits_whitespace_and_punctuation_and_keeps_case() -> None:
     assert tokenize("A man, isn't  playing.") == ["A", "man", ",", "isn", "'", "t", "playing", "."]
-    assert normalise("A man is Playing a guitar.") == normalise("a man  is playing a guitar") == \
-        "a man is playing a guitar"
+    assert (
+        normalise("A man is Playing a guitar.")
+        == normalise("a man  is playing a guitar")
+        == "a man is playing a guitar"
+    )
 
 
 def test_leak_guard_drops_test_pairs_in_either_order_after_normalising() -> None:
     test = [Pair("1", "A man is playing a guitar", "A woman is slicing an onion", 3.0)]
-    pool = [Pair("s:1", "a woman is slicing an onion.", "A man is  playing a guitar .", 4.0),  # swapped
-            Pair("s:2", "A man is playing a guitar.", "A woman is slicing an onion", 4.0),   # same order
-            Pair("s:3", "A man is playing a guitar.", "A woman is slicing a tomato", 2.0)]   # not the pair
+    pool = [
+        Pair("s:1", "a woman is slicing an onion.", "A man is  playing a guitar .", 4.0),  # swapped
+        Pair("s:2", "A man is playing a guitar.", "A woman is slicing an onion", 4.0),  # same order
+        Pair("s:3", "A man is playing a guitar.", "A woman is slicing a tomato", 2.0),
+    ]  # not the pair
     kept, removed = leak_guard(pool, test)
     assert removed == 2 and [p.pair_id for p in kept] == ["s:3"]
 
@@ -73,12 +78,16 @@ def _sick_copy(tmp_path: Path, train_extra: str = "", trial: str | None = None) 
     return d
 
 
-@pytest.mark.parametrize(("extra", "message"), [
-    ("99999\tonly\tthree\n", r"SICK_train.txt:4502: expected 5 columns"),
-    ("99999\ta\tb\tfour\tNEUTRAL\n", r"SICK_train.txt:4502: relatedness_score 'four'"),
-])
-def test_malformed_sick_row_fails_the_job_with_file_and_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                             extra: str, message: str) -> None:
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ("99999\tonly\tthree\n", r"SICK_train.txt:4502: expected 5 columns"),
+        ("99999\ta\tb\tfour\tNEUTRAL\n", r"SICK_train.txt:4502: relatedness_score 'four'"),
+    ],
+)
+def test_malformed_sick_row_fails_the_job_with_file_and_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: str, message: str
+) -> None:
     out = tmp_path / "out"
     code = job.main(["--preset", "smoke", "--output", str(out), "--sick", str(_sick_copy(tmp_path, extra))])
     err = capsys.readouterr().err.strip()
@@ -91,8 +100,9 @@ def test_malformed_sts_row_fails_the_job_with_file_and_line(tmp_path: Path, caps
     sts = tmp_path / "sts" / "2012"
     sts.mkdir(parents=True)
     (sts / "x.test.tsv").write_text("4.0\ta\tb\nfive\tc\td\n")
-    code = job.main(["--preset", "smoke", "--output", str(tmp_path / "o"), "--sts", str(tmp_path / "sts"),
-                     "--sts-years", "2012"])
+    code = job.main(
+        ["--preset", "smoke", "--output", str(tmp_path / "o"), "--sts", str(tmp_path / "sts"), "--sts-years", "2012"]
+    )
     assert code == 2 and "x.test.tsv:2: score 'five'" in capsys.readouterr().err
 
 
@@ -112,5 +122,9 @@ def test_empty_split_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[s
 
 
 def test_preset_flag_is_the_config_flag() -> None:
-    assert job.preset_alias(["--preset", "smoke", "--preset=paper", "x=1"]) == ["--config", "smoke", "--config=paper",
-                                                                               "x=1"]
+    assert job.preset_alias(["--preset", "smoke", "--preset=paper", "x=1"]) == [
+        "--config",
+        "smoke",
+        "--config=paper",
+        "x=1",
+    ]

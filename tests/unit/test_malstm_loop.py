@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from sembridge_ray.data.sick import Pair
-from sembridge_ray.siamese.config import TrainConfig
+from sembridge_ray.jobs.malstm import TrainConfig
 from sembridge_ray.siamese.data import encode_pairs, tokenize_pairs, vocabulary
 from sembridge_ray.siamese.loop import fit, predict
 from sembridge_ray.siamese.model import MaLSTM

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from sembridge_ray.data.schema import CALIBRATED, GOLD, RAW
-from sembridge_ray.siamese.config import MalstmConfig
+from sembridge_ray.jobs.malstm import MalstmConfig
 from sembridge_ray.siamese.data import EncodedPairs
 from sembridge_ray.siamese.loop import FitResult, RestartResult
 from sembridge_ray.siamese.prepare import Prepared
@@ -21,8 +21,9 @@ from sembridge_ray.siamese.results import write_results
 def _pairs(n: int, rng: np.random.Generator, prefix: str) -> EncodedPairs:
     ids = np.ones((n, 1), dtype=np.int64)
     lengths = np.ones(n, dtype=np.int64)
-    return EncodedPairs(tuple(f"{prefix}{i}" for i in range(n)), ids, lengths, ids, lengths,
-                        np.round(rng.uniform(1, 5, n), 1))
+    return EncodedPairs(
+        tuple(f"{prefix}{i}" for i in range(n)), ids, lengths, ids, lengths, np.round(rng.uniform(1, 5, n), 1)
+    )
 
 
 def _restart(seed: int, data: Prepared, noise: float, rng: np.random.Generator) -> RestartResult:
@@ -30,16 +31,28 @@ def _restart(seed: int, data: Prepared, noise: float, rng: np.random.Generator) 
         return np.clip(2 + 0.5 * (gold - 3) + rng.normal(0, noise, len(gold)), 1, 5)
 
     val, test = pred(data.val.score), pred(data.test.score)
-    fit = FitResult(best_epoch=3, best_val_mse=float(np.mean((val - data.val.score) ** 2)), epochs_run=5,
-                    val_curve=(1.0,), seconds=0.1)
+    fit = FitResult(
+        best_epoch=3,
+        best_val_mse=float(np.mean((val - data.val.score) ** 2)),
+        epochs_run=5,
+        val_curve=(1.0,),
+        seconds=0.1,
+    )
     return RestartResult(seed, val, test, fit.best_val_mse, None, fit)
 
 
 @pytest.fixture
 def data() -> Prepared:
     rng = np.random.default_rng(0)
-    return Prepared(np.zeros((2, 3), np.float32), _pairs(20, rng, "t"), _pairs(120, rng, "v"), _pairs(300, rng, "x"),
-                    None, None, {"sick_train": 20, "sick_validation": 120, "sick_test": 300, "augmented": 0})
+    return Prepared(
+        np.zeros((2, 3), np.float32),
+        _pairs(20, rng, "t"),
+        _pairs(120, rng, "v"),
+        _pairs(300, rng, "x"),
+        None,
+        None,
+        {"sick_train": 20, "sick_validation": 120, "sick_test": 300, "augmented": 0},
+    )
 
 
 def _run(tmp_path: Path, data: Prepared, cfg: MalstmConfig) -> dict:  # type: ignore[type-arg]
@@ -57,7 +70,9 @@ def test_best_restart_by_validation_mse_and_exact_recomputation(tmp_path: Path, 
     assert report["seed_summary"]["test_calibrated_pearson"]["n"] == 3
     ens = read_tsv(tmp_path / "ensemble_predictions.tsv")[1]
     assert report["ensemble"]["test"][CALIBRATED] == metrics(ens[CALIBRATED], ens[GOLD])
-    assert {"report.md", "calibration.png", "scatter.png", "val_predictions.tsv"} <= {p.name for p in tmp_path.iterdir()}
+    assert {"report.md", "calibration.png", "scatter.png", "val_predictions.tsv"} <= {
+        p.name for p in tmp_path.iterdir()
+    }
 
 
 def test_without_calibration_the_calibrated_column_repeats_raw(tmp_path: Path, data: Prepared) -> None:

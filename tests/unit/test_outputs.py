@@ -36,8 +36,9 @@ def snapshot(root: Path) -> dict[str, bytes]:
 
 
 def ident(**settings: object) -> RunIdentity:
-    return RunIdentity(job="test", settings={"alpha": 4.0, "method": "sembridge", **settings},
-                       inputs={"model": "sha256:abc"})
+    return RunIdentity(
+        job="test", settings={"alpha": 4.0, "method": "sembridge", **settings}, inputs={"model": "sha256:abc"}
+    )
 
 
 def finished(out: Path, identity: RunIdentity, text: str = "result") -> Path:
@@ -126,7 +127,10 @@ def test_an_unfinished_run_with_the_same_identity_resumes_and_keeps_its_work(tmp
     with claim_output(out, ident()) as claim:
         assert claim.resumed and not claim.done
         assert (out / "checkpoint.txt").read_text() == "step 4"
-    with pytest.raises(SettingsChanged, match="unfinished run with other settings"), claim_output(out, ident(alpha=3.0)):
+    with (
+        pytest.raises(SettingsChanged, match="unfinished run with other settings"),
+        claim_output(out, ident(alpha=3.0)),
+    ):
         pass
 
 
@@ -140,19 +144,25 @@ def test_foreign_directories_are_never_written_or_cleared(tmp_path: Path) -> Non
     (tmp_path / "home").mkdir()
     (tmp_path / "home" / "thesis.tex").write_text("precious")
     for overwrite in (False, True):
-        with pytest.raises(InputError, match="not written by sembridge_ray"), \
-                claim_output(tmp_path / "home", ident(), overwrite=overwrite):
+        with (
+            pytest.raises(InputError, match="not written by sembridge_ray"),
+            claim_output(tmp_path / "home", ident(), overwrite=overwrite),
+        ):
             pass
     assert snapshot(tmp_path / "home") == {"thesis.tex": b"precious"}
 
 
 def test_output_path_problems_name_the_path(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x")
-    with pytest.raises(InputError, match=r"output .*file exists and is not a directory"), \
-            claim_output(tmp_path / "file", ident()):
+    with (
+        pytest.raises(InputError, match=r"output .*file exists and is not a directory"),
+        claim_output(tmp_path / "file", ident()),
+    ):
         pass
-    with pytest.raises(InputError, match=r"file is a file, not a directory"), \
-            claim_output(tmp_path / "file" / "sub", ident()):
+    with (
+        pytest.raises(InputError, match=r"file is a file, not a directory"),
+        claim_output(tmp_path / "file" / "sub", ident()),
+    ):
         pass
 
 
@@ -174,8 +184,17 @@ def _dead_pid() -> int:
 def _write_lock(out: Path, pid: int, host: str, age_s: float = 0.0) -> None:
     out.mkdir(parents=True, exist_ok=True)
     lock = out / LOCK
-    lock.write_text(json.dumps({"pid": pid, "host": host, "started": time.time() - age_s, "proc_start": "",
-                                "command": "python -m jobs.finetune"}))
+    lock.write_text(
+        json.dumps(
+            {
+                "pid": pid,
+                "host": host,
+                "started": time.time() - age_s,
+                "proc_start": "",
+                "command": "python -m jobs.finetune",
+            }
+        )
+    )
     os.utime(lock, (time.time() - age_s, time.time() - age_s))
 
 

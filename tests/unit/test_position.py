@@ -19,7 +19,6 @@ from transformers import AutoTokenizer
 
 from sembridge_ray.data.schema import PROVENANCE_SCHEMA
 from sembridge_ray.embed_init.bridge import vocab_strings
-from sembridge_ray.embed_init.config import InitConfig
 from sembridge_ray.embed_init.pipeline import Stages, compute_rows, initialise
 from sembridge_ray.embed_init.position import (
     CONTINUATION,
@@ -35,14 +34,30 @@ from sembridge_ray.embed_init.position import (
 )
 from sembridge_ray.embed_init.report import position_stats
 from sembridge_ray.embed_init.weighting import bridge_weights
+from sembridge_ray.jobs.init import InitConfig
 
 W, C, N = INITIAL, CONTINUATION, NEUTRAL  # word-initial, continuation, neutral
 
 
-@pytest.mark.parametrize(("canon", "expected"), [
-    ("▁play", W), ("ing", C), ("▁1999", W), ("99", C), ("▁.", N), (".", N), ("'", N), ("▁", N), ("<0xC3>", N),
-    ("<0xE4><0xB8>", N), ("'s", C), ("▁Haus", W), ("中", C), ("▁中", W),
-])
+@pytest.mark.parametrize(
+    ("canon", "expected"),
+    [
+        ("▁play", W),
+        ("ing", C),
+        ("▁1999", W),
+        ("99", C),
+        ("▁.", N),
+        (".", N),
+        ("'", N),
+        ("▁", N),
+        ("<0xC3>", N),
+        ("<0xE4><0xB8>", N),
+        ("'s", C),
+        ("▁Haus", W),
+        ("中", C),
+        ("▁中", W),
+    ],
+)
 def test_position_class_of_canonical_forms(canon: str, expected: int) -> None:
     assert position_class(canon) == expected
 
@@ -89,18 +104,28 @@ def _oracle_row(cos: torch.Tensor, alpha: float, temperature: float, top_k: int 
     return entmax_bisect(scores, alpha=alpha, dim=0, n_iter=100)
 
 
-@pytest.mark.parametrize(("alpha", "temperature", "top_k"), [(4.0, 1.0, None), (2.0, 1.0, None), (1.5, 1.0, None),
-                                                             (1.0, 0.1, 10)])
+@pytest.mark.parametrize(
+    ("alpha", "temperature", "top_k"), [(4.0, 1.0, None), (2.0, 1.0, None), (1.5, 1.0, None), (1.0, 0.1, 10)]
+)
 @pytest.mark.parametrize("penalty", [0.1, 0.35, 4.0])
-def test_class_prior_equals_full_row_entmax_of_adjusted_cosines(alpha: float, temperature: float, top_k: int | None,
-                                                                penalty: float) -> None:
+def test_class_prior_equals_full_row_entmax_of_adjusted_cosines(
+    alpha: float, temperature: float, top_k: int | None, penalty: float
+) -> None:
     gen = torch.Generator().manual_seed(0)
     new, src = torch.randn(30, 6, generator=gen), torch.randn(300, 6, generator=gen)
     new_cls = torch.randint(0, 3, (30,), generator=gen)
     src_cls = torch.randint(0, 3, (300,), generator=gen)
     src_cls[:40] = C  # the continuation class is never empty here; the empty case is tested below
-    got = class_weights(lambda ids, off: bridge_weights(new[ids], src, alpha, temperature=temperature, top_k=top_k,
-                                                        offsets=off), new_cls, src_cls, penalty).to_dense().double()
+    got = (
+        class_weights(
+            lambda ids, off: bridge_weights(new[ids], src, alpha, temperature=temperature, top_k=top_k, offsets=off),
+            new_cls,
+            src_cls,
+            penalty,
+        )
+        .to_dense()
+        .double()
+    )
     cos = torch.nn.functional.normalize(new.double(), dim=1) @ torch.nn.functional.normalize(src.double(), dim=1).T
     for i in range(len(new)):  # the prior, written out: -penalty where both classes are non-neutral and differ
         other = (src_cls != new_cls[i]) & (src_cls != N) & (new_cls[i] != N)
@@ -112,19 +137,32 @@ def test_a_hard_mask_falls_back_to_every_candidate_when_the_class_is_empty() -> 
     gen = torch.Generator().manual_seed(1)
     new, src = torch.randn(5, 4, generator=gen), torch.randn(50, 4, generator=gen)
     no_continuations = torch.full((50,), W)
-    w = class_weights(lambda ids, off: bridge_weights(new[ids], src, 4.0, offsets=off),
-                      torch.full((5,), C), no_continuations, 4.0)
+    w = class_weights(
+        lambda ids, off: bridge_weights(new[ids], src, 4.0, offsets=off), torch.full((5,), C), no_continuations, 4.0
+    )
     torch.testing.assert_close(w.to_dense(), bridge_weights(new, src, 4.0).to_dense())  # one offset for all: no-op
 
 
 def test_position_stats_on_a_hand_made_provenance() -> None:
     rows = [  # target id, kind, source ids
-        (0, "special", [0]), (1, "bridge", [10, 11]), (2, "bridge", [12]), (3, "bridge", [13, 14, 15]),
-        (4, "bridge", [16, 17]), (5, "overlap", [18]), (6, "bridge", [19]),
+        (0, "special", [0]),
+        (1, "bridge", [10, 11]),
+        (2, "bridge", [12]),
+        (3, "bridge", [13, 14, 15]),
+        (4, "bridge", [16, 17]),
+        (5, "overlap", [18]),
+        (6, "bridge", [19]),
     ]
-    prov = pa.table({"target_id": [r[0] for r in rows], "token": [""] * 7, "kind": [r[1] for r in rows],
-                     "source_ids": [r[2] for r in rows], "weights": [[1.0 / len(r[2])] * len(r[2]) for r in rows]},
-                    schema=PROVENANCE_SCHEMA)
+    prov = pa.table(
+        {
+            "target_id": [r[0] for r in rows],
+            "token": [""] * 7,
+            "kind": [r[1] for r in rows],
+            "source_ids": [r[2] for r in rows],
+            "weights": [[1.0 / len(r[2])] * len(r[2]) for r in rows],
+        },
+        schema=PROVENANCE_SCHEMA,
+    )
     classes = np.array([N, W, W, C, C, C, N], np.int8)
     counterparts = {1: 11, 2: 99, 3: 15, 4: 99, 5: 18, 6: 19}  # 2 and 4 miss theirs; 5 is copied, not bridged
     stats = position_stats(prov, classes, counterparts)
@@ -134,11 +172,15 @@ def test_position_stats_on_a_hand_made_provenance() -> None:
         "neutral": {"with_counterpart": 1, "zero_weight": 0, "zero_weight_share": 0.0},
         "all": {"with_counterpart": 5, "zero_weight": 2, "zero_weight_share": 0.4},
     }
-    assert stats["support_histogram"] == {"word_initial": {"1": 1, "2": 1}, "continuation": {"2": 1, "3": 1},
-                                          "neutral": {"1": 1}}
+    assert stats["support_histogram"] == {
+        "word_initial": {"1": 1, "2": 1},
+        "continuation": {"2": 1, "3": 1},
+        "neutral": {"1": 1},
+    }
 
 
 # ---- the whole init, with a character n-gram bridge: fast, deterministic, and string-identical means cosine 1 ----
+
 
 def ngram_vectors(strings: list[str], dim: int = 256) -> np.ndarray:
     """Hashed counts of a string's 1- to 3-grams (with boundary marks), L2-normalised: (n, dim) float32."""
@@ -147,21 +189,31 @@ def ngram_vectors(strings: list[str], dim: int = 256) -> np.ndarray:
         padded = f"<{text}>"
         for n in (1, 2, 3):
             for i in range(len(padded) - n + 1):
-                out[row, int.from_bytes(hashlib.blake2b(padded[i:i + n].encode(), digest_size=4).digest()) % dim] += 1
+                out[row, int.from_bytes(hashlib.blake2b(padded[i : i + n].encode(), digest_size=4).digest()) % dim] += 1
     return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
 
 
 NGRAM_STAGES = Stages(encode=lambda table: ngram_vectors(table.column("text").to_pylist()), rows=compute_rows)
-FAMILY_COMBOS = {"bytebpe": ("bert-mlm", "tok-bytebpe"), "sentencepiece": ("bert-mlm", "tok-unigram"),
-                 "wordpiece": ("roberta-mlm", "tok-wordpiece")}
+FAMILY_COMBOS = {
+    "bytebpe": ("bert-mlm", "tok-bytebpe"),
+    "sentencepiece": ("bert-mlm", "tok-unigram"),
+    "wordpiece": ("roberta-mlm", "tok-wordpiece"),
+}
 
 
 @functools.cache
 def run(root: Path, out: Path, src: str, tgt: str, **overrides: Any) -> tuple[pa.Table, dict[str, Any]]:
-    cfg = InitConfig(source_model=str(root / src), target_tokenizer=str(root / tgt), bridge_model=str(root / "bridge"),
-                     output=str(out / "-".join([src, tgt, *map(str, overrides.values())])),
-                     cache_dir=str(out / "cache"), samples=3, copy_overlap=False, exclude_special_sources=True,
-                     **overrides)
+    cfg = InitConfig(
+        source_model=str(root / src),
+        target_tokenizer=str(root / tgt),
+        bridge_model=str(root / "bridge"),
+        output=str(out / "-".join([src, tgt, *map(str, overrides.values())])),
+        cache_dir=str(out / "cache"),
+        samples=3,
+        copy_overlap=False,
+        exclude_special_sources=True,
+        **overrides,
+    )
     result = initialise(cfg, NGRAM_STAGES)
     return pq.read_table(result.output / "provenance.parquet"), result.report
 
@@ -192,10 +244,14 @@ def zero_weight(prov: pa.Table, counterparts: dict[int, int]) -> list[int]:
 
 
 @pytest.mark.parametrize("family", list(FAMILY_COMBOS))
-@pytest.mark.parametrize("method", [{}, {"alpha": 2.0}, {"alpha": 1.0}, {"method": "focus"}, {"method": "wechsel"}],
-                         ids=["alpha4", "alpha2", "softmax", "focus", "wechsel"])
-def test_a_continuation_piece_weights_its_counterpart(fixtures_root: Path, out: Path, family: str,
-                                                      method: dict[str, Any]) -> None:
+@pytest.mark.parametrize(
+    "method",
+    [{}, {"alpha": 2.0}, {"alpha": 1.0}, {"method": "focus"}, {"method": "wechsel"}],
+    ids=["alpha4", "alpha2", "softmax", "focus", "wechsel"],
+)
+def test_a_continuation_piece_weights_its_counterpart(
+    fixtures_root: Path, out: Path, family: str, method: dict[str, Any]
+) -> None:
     src, tgt = FAMILY_COMBOS[family]
     pairs = continuation_counterparts(*(AutoTokenizer.from_pretrained(fixtures_root / n) for n in (src, tgt)))
     assert len(pairs) > 50
@@ -214,11 +270,16 @@ def test_a_continuation_piece_weights_its_counterpart(fixtures_root: Path, out: 
 def test_marked_strings_and_cache_keys(fixtures_root: Path, out: Path) -> None:
     """A cache key names the strings: a vocabulary whose strings the rule changes gets its own key, one whose
     strings stay the same keeps the released key (and the vectors already cached under it)."""
-    fps = {marker: run(fixtures_root, out, "bert-mlm", "tok-bytebpe", position_aware=True, position_marker=marker)[1][
-        "fingerprints"] for marker in ("-", "##")}
+    fps = {
+        marker: run(fixtures_root, out, "bert-mlm", "tok-bytebpe", position_aware=True, position_marker=marker)[1][
+            "fingerprints"
+        ]
+        for marker in ("-", "##")
+    }
     released = run(fixtures_root, out, "bert-mlm", "tok-bytebpe")[1]["fingerprints"]
-    prior_only = run(fixtures_root, out, "bert-mlm", "tok-bytebpe", position_aware=True, position_marker="",
-                     position_penalty=0.5)[1]["fingerprints"]
+    prior_only = run(
+        fixtures_root, out, "bert-mlm", "tok-bytebpe", position_aware=True, position_marker="", position_penalty=0.5
+    )[1]["fingerprints"]
     assert prior_only == released  # the prior alone leaves the strings as they are
     assert fps["##"]["source_tokenizer"] == released["source_tokenizer"]  # WordPiece's ##ing already reads "##ing"
     assert len({fps["-"]["source_tokenizer"], fps["##"]["source_tokenizer"]}) == 2  # "-ing": other strings, other key
@@ -233,7 +294,9 @@ def test_real_tokenizers_mark_the_same_piece_the_same_way(shared_data: Path, mar
     roberta = AutoTokenizer.from_pretrained(shared_data / "tokenizers" / "roberta-base")
     strings = {}
     for name, tok in (("bert", bert), ("roberta", roberta)):
-        ids = [tok.convert_tokens_to_ids(t) for t in (("##ing", "ing", "##.") if name == "bert" else ("ing", "Ġing", "."))]
+        ids = [
+            tok.convert_tokens_to_ids(t) for t in (("##ing", "ing", "##.") if name == "bert" else ("ing", "Ġing", "."))
+        ]
         classes = tokenizer_classes(tok, max(tok.get_vocab().values()) + 1)  # roberta-base's ids have holes
         table = vocab_strings(tok, classes, marker).to_pydict()
         strings[name] = [table["text"][table["id"].index(i)] for i in ids]

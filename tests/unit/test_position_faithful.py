@@ -37,8 +37,8 @@ from transformers import BertTokenizerFast, XLMRobertaTokenizerFast
 
 from sembridge_ray import testing
 from sembridge_ray.embed_init.bridge import vocab_strings
-from sembridge_ray.embed_init.config import InitConfig
 from sembridge_ray.embed_init.pipeline import initialise
+from sembridge_ray.jobs.init import InitConfig
 from sembridge_ray.sparse.model import load_tokenizer
 
 DATA = Path(__file__).resolve().parent.parent / "data"
@@ -69,8 +69,9 @@ def _pin(tok: Any, key: str, vocabs: dict[str, Any], **kwargs: Any) -> Any:
         spec["model"]["vocab"] = {t: i for i, t in enumerate(stored)}
     else:  # Unigram: [piece, score] in id order
         spec["model"]["vocab"] = vocabs.setdefault(key, vocab)
-    return type(tok)(tokenizer_object=Tokenizer.from_str(json.dumps(spec)), model_max_length=tok.model_max_length,
-                     **kwargs)
+    return type(tok)(
+        tokenizer_object=Tokenizer.from_str(json.dumps(spec)), model_max_length=tok.model_max_length, **kwargs
+    )
 
 
 @contextlib.contextmanager
@@ -80,8 +81,12 @@ def pinned_fixtures(root: Path, vocabs: dict[str, Any]) -> Iterator[Path]:
     wordpiece, unigram = testing.wordpiece_tokenizer, testing.unigram_tokenizer
 
     def pinned_wordpiece(text: list[str], vocab_size: int, lowercase: bool) -> BertTokenizerFast:
-        return _pin(wordpiece(text, vocab_size, lowercase), f"wordpiece-{vocab_size}-{lowercase}", vocabs,
-                    do_lower_case=lowercase)
+        return _pin(
+            wordpiece(text, vocab_size, lowercase),
+            f"wordpiece-{vocab_size}-{lowercase}",
+            vocabs,
+            do_lower_case=lowercase,
+        )
 
     def pinned_unigram(text: list[str], vocab_size: int) -> XLMRobertaTokenizerFast:
         return _pin(unigram(text, vocab_size), f"unigram-{vocab_size}", vocabs)
@@ -104,8 +109,16 @@ def _strings_sha(path: Path) -> str:
 def snapshot(root: Path, out: Path, case: str, **extra: Any) -> dict[str, Any]:
     """Initialise one case on the fixtures under ``root`` and reduce its artefacts to comparable arrays."""
     src, tgt, overrides = CASES[case]
-    cfg = InitConfig(source_model=str(root / src), target_tokenizer=str(root / tgt), bridge_model=str(root / "bridge"),
-                     output=str(out / case), cache_dir=str(out / "cache"), samples=3, **overrides, **extra)
+    cfg = InitConfig(
+        source_model=str(root / src),
+        target_tokenizer=str(root / tgt),
+        bridge_model=str(root / "bridge"),
+        output=str(out / case),
+        cache_dir=str(out / "cache"),
+        samples=3,
+        **overrides,
+        **extra,
+    )
     result = initialise(cfg)
     prov = pq.read_table(result.output / "provenance.parquet").to_pydict()
     rows = [i for i, k in enumerate(prov["kind"]) if k == "bridge"]
@@ -160,8 +173,9 @@ def stable_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 @pytest.mark.parametrize("case", list(CASES))
 @pytest.mark.parametrize("explicit", [False, True], ids=["default", "position_aware=false"])
-def test_faithful_rule_is_unchanged_bit_for_bit(stable_root: Path, tmp_path: Path, golden: dict[str, Any],
-                                                case: str, explicit: bool) -> None:
+def test_faithful_rule_is_unchanged_bit_for_bit(
+    stable_root: Path, tmp_path: Path, golden: dict[str, Any], case: str, explicit: bool
+) -> None:
     got = snapshot(stable_root, tmp_path, case, **({"position_aware": False} if explicit else {}))
     want = golden[case]
     assert got["strings"] == want["strings"].tolist()  # the released string rule, exactly

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from sembridge_ray.config import Config
-from sembridge_ray.presets import JOB_CONFIGS, PRESET_DIR, load_preset_file
+from sembridge_ray.jobs import JOB_CONFIGS, PRESET_DIR, load_preset_file
 
 PRESETS = sorted(PRESET_DIR.glob("*.yaml"))
 

@@ -12,18 +12,24 @@ import yaml
 from jobs import reproduce
 from sembridge_ray import catalog
 from sembridge_ray.cli import parse_config
-from sembridge_ray.presets import PRESET_DIR
+from sembridge_ray.jobs import PRESET_DIR
+from sembridge_ray.jobs.reproduce import ReproduceConfig
 from sembridge_ray.reproduce.cells import expand, parse_alpha
-from sembridge_ray.reproduce.config import ReproduceConfig
 from tests.conftest import REPO
 
 
 def test_cells_are_deterministic_and_baselines_have_no_alpha() -> None:
     cells = expand(("naver/splade-v3",), ("ko", "ar"), ("sembridge", "focus"), ("2", "4", "softmax"))
     assert [c.name for c in cells] == [
-        "splade-v3__ko__sembridge__a2", "splade-v3__ko__sembridge__a4", "splade-v3__ko__sembridge__a1",
-        "splade-v3__ko__focus", "splade-v3__ar__sembridge__a2", "splade-v3__ar__sembridge__a4",
-        "splade-v3__ar__sembridge__a1", "splade-v3__ar__focus"]
+        "splade-v3__ko__sembridge__a2",
+        "splade-v3__ko__sembridge__a4",
+        "splade-v3__ko__sembridge__a1",
+        "splade-v3__ko__focus",
+        "splade-v3__ar__sembridge__a2",
+        "splade-v3__ar__sembridge__a4",
+        "splade-v3__ar__sembridge__a1",
+        "splade-v3__ar__focus",
+    ]
     assert parse_alpha("softmax") == 1.0 and cells[2].alpha_label == "softmax"
 
 
@@ -32,16 +38,37 @@ def test_paper_dry_run_names_every_hub_id(tmp_path: Path, capsys: pytest.Capture
     text = capsys.readouterr().out
     plan = json.loads(text)
     assert plan["total_cells"] == 4 * 5 * 5  # 4 models x 5 languages x (sembridge α=4 + 4 baselines)
-    for hub in [*catalog.SOURCE_MODELS.values(), "BAAI/bge-m3", *(lang.tokenizer for lang in catalog.LANGUAGES.values()),
-                "PaDaS-Lab/webfaq-retrieval", "miracl/miracl", "miracl/miracl-corpus"]:
+    for hub in [
+        *catalog.SOURCE_MODELS.values(),
+        "BAAI/bge-m3",
+        *(lang.tokenizer for lang in catalog.LANGUAGES.values()),
+        "PaDaS-Lab/webfaq-retrieval",
+        "miracl/miracl",
+        "miracl/miracl-corpus",
+    ]:
         assert hub in text
     assert {c["language"] for c in plan["cells"]} == {"ar", "zh", "hi", "ko", "ru"}
     assert plan["estimate_gpu_hours"] > 0 and not list(tmp_path.iterdir())  # contacted and wrote nothing
 
 
 def test_flags_override_the_preset(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    args = ["--preset", "paper", "--dry-run", "--output", str(tmp_path), "--models", "naver/splade-v3",
-            "--languages", "ko", "--datasets", "miracl", "--methods", "sembridge", "--alphas", "2,3,4,softmax"]
+    args = [
+        "--preset",
+        "paper",
+        "--dry-run",
+        "--output",
+        str(tmp_path),
+        "--models",
+        "naver/splade-v3",
+        "--languages",
+        "ko",
+        "--datasets",
+        "miracl",
+        "--methods",
+        "sembridge",
+        "--alphas",
+        "2,3,4,softmax",
+    ]
     assert reproduce.main(args) == 0
     plan = json.loads(capsys.readouterr().out)
     assert [c["alpha"] for c in plan["cells"]] == ["2", "3", "4", "softmax"]
@@ -58,8 +85,9 @@ def _entrypoint_config(entrypoint: str, output: Path) -> ReproduceConfig:
     words = shlex.split(entrypoint)
     assert words[:3] == ["python", "-m", "jobs.reproduce"]
     args = [w if not w.startswith("/") else str(output) for w in words[3:]]
-    return parse_config(ReproduceConfig, args, flags=reproduce.FLAGS, preset_dir=PRESET_DIR, prefix="reproduce_",
-                        default_preset="paper")
+    return parse_config(
+        ReproduceConfig, args, flags=reproduce.FLAGS, preset_dir=PRESET_DIR, prefix="reproduce_", default_preset="paper"
+    )
 
 
 def test_kuberay_rayjob_matches_the_driver(tmp_path: Path) -> None:
@@ -68,8 +96,10 @@ def test_kuberay_rayjob_matches_the_driver(tmp_path: Path) -> None:
     cfg = _entrypoint_config(job["spec"]["entrypoint"], tmp_path)
     assert cfg.preset == "paper"
     groups = job["spec"]["rayClusterSpec"]["workerGroupSpecs"]
-    gpus = sum(int(g["replicas"]) * int(g["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"])
-               for g in groups)
+    gpus = sum(
+        int(g["replicas"]) * int(g["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"])
+        for g in groups
+    )
     assert gpus >= cfg.gpus_per_cell * cfg.max_concurrent  # the concurrency the entrypoint asks for fits
     assert job["spec"]["rayClusterSpec"]["headGroupSpec"]["rayStartParams"]["dashboard-host"] == "0.0.0.0"
 
@@ -88,15 +118,19 @@ def test_runtime_env_keeps_outputs_and_venv_out() -> None:
     assert {".venv/", "outputs/"} <= set(env["excludes"]) and any("__pycache__" in e for e in env["excludes"])
 
 
-@pytest.mark.parametrize(("gpus_per_cell", "gpus", "max_concurrent", "width", "workers", "gpus_per_worker"), [
-    (1.0, 8, 0, 8, 1, 1.0),      # one GPU per cell, as many cells as GPUs
-    (2.0, 8, 0, 4, 2, 1.0),      # two single-GPU DDP workers per cell
-    (0.5, 2, 0, 4, 1, 0.5),      # two cells share a GPU
-    (1.0, 8, 3, 3, 1, 1.0),      # --max-concurrent wins
-    (1.0, 0, 0, 1, 2, None),     # no GPUs: one cell at a time, the stage's own resources
-])
-def test_concurrency_and_cell_resources(gpus_per_cell: float, gpus: float, max_concurrent: int, width: int,
-                                        workers: int, gpus_per_worker: float | None) -> None:
+@pytest.mark.parametrize(
+    ("gpus_per_cell", "gpus", "max_concurrent", "width", "workers", "gpus_per_worker"),
+    [
+        (1.0, 8, 0, 8, 1, 1.0),  # one GPU per cell, as many cells as GPUs
+        (2.0, 8, 0, 4, 2, 1.0),  # two single-GPU DDP workers per cell
+        (0.5, 2, 0, 4, 1, 0.5),  # two cells share a GPU
+        (1.0, 8, 3, 3, 1, 1.0),  # --max-concurrent wins
+        (1.0, 0, 0, 1, 2, None),  # no GPUs: one cell at a time, the stage's own resources
+    ],
+)
+def test_concurrency_and_cell_resources(
+    gpus_per_cell: float, gpus: float, max_concurrent: int, width: int, workers: int, gpus_per_worker: float | None
+) -> None:
     from sembridge_ray.placement import ResourceConfig
     from sembridge_ray.reproduce.plan import cell_resources, concurrency
 

@@ -23,8 +23,12 @@ def test_paired_p_value_equals_exact_sign_flip_enumeration() -> None:
     got = compare.paired_test(method, reference)
     assert got["p_value"] == pytest.approx(exact)
     assert got["mean_diff"] == pytest.approx(diff.mean()) and got["ci_low"] <= diff.mean() <= got["ci_high"]
-    assert compare.paired_test(reference, reference) == {"mean_diff": 0.0, "ci_low": 0.0, "ci_high": 0.0,
-                                                         "p_value": 1.0}
+    assert compare.paired_test(reference, reference) == {
+        "mean_diff": 0.0,
+        "ci_low": 0.0,
+        "ci_high": 0.0,
+        "p_value": 1.0,
+    }
 
 
 def test_large_consistent_gain_has_an_interval_above_zero() -> None:
@@ -36,8 +40,9 @@ def test_large_consistent_gain_has_an_interval_above_zero() -> None:
 
 def _stage(folder: Path, ndcg: dict[str, float]) -> None:
     folder.mkdir(parents=True)
-    (folder / "metrics.json").write_text(json.dumps({"nDCG@10": float(np.mean(list(ndcg.values()))), "R@100": 0.5,
-                                                     "RR@10": 0.4}))
+    (folder / "metrics.json").write_text(
+        json.dumps({"nDCG@10": float(np.mean(list(ndcg.values()))), "R@100": 0.5, "RR@10": 0.4})
+    )
     lines = ["query_id\tnDCG@10"] + [f"{q}\t{v!r}" for q, v in sorted(ndcg.items())]
     (folder / "per_query.tsv").write_text("\n".join(lines) + "\n")
     write_success(folder)
@@ -45,17 +50,25 @@ def _stage(folder: Path, ndcg: dict[str, float]) -> None:
 
 def test_tables_and_comparisons_from_stage_directories(tmp_path: Path) -> None:
     cells = expand(("m",), ("ko",), ("sembridge", "mean"), ("4", "2"))
-    scores = {"m__ko__sembridge__a4": [0.8, 0.6, 0.4], "m__ko__sembridge__a2": [0.7, 0.6, 0.4],
-              "m__ko__mean": [0.1, 0.0, 0.2]}
+    scores = {
+        "m__ko__sembridge__a4": [0.8, 0.6, 0.4],
+        "m__ko__sembridge__a2": [0.7, 0.6, 0.4],
+        "m__ko__mean": [0.1, 0.0, 0.2],
+    }
     for cell in cells:
         _stage(cell_paths(tmp_path, cell).eval("miracl", "zero_shot"), dict(zip("abc", scores[cell.name], strict=True)))
     rows = results.collect(tmp_path, cells, ["miracl"])
     assert [(r["method"], r["alpha"], r["stage"]) for r in rows] == [
-        ("sembridge", "4", "zero_shot"), ("sembridge", "2", "zero_shot"), ("mean", "", "zero_shot")]
+        ("sembridge", "4", "zero_shot"),
+        ("sembridge", "2", "zero_shot"),
+        ("mean", "", "zero_shot"),
+    ]
     table = results.markdown(rows, ["ko"])
     assert "| m | sembridge (α=4) | 0.600 | 0.600 |" in table and "| m | mean | 0.100 | 0.100 |" in table
     paired = compare.comparisons(tmp_path, cells, ["miracl"])
     assert [(r["method"], r["alpha"], r["reference"]) for r in paired] == [
-        ("sembridge", "2", "m__ko__sembridge__a4"), ("mean", "", "m__ko__sembridge__a4")]
+        ("sembridge", "2", "m__ko__sembridge__a4"),
+        ("mean", "", "m__ko__sembridge__a4"),
+    ]
     assert paired[1]["mean_diff"] == pytest.approx(np.mean([0.1 - 0.8, 0.0 - 0.6, 0.2 - 0.4]))
     assert "| miracl | zero-shot | m | ko | mean | -0.500 |" in compare.markdown(paired)

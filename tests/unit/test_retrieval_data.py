@@ -22,7 +22,9 @@ def test_sick_beir_follows_the_judgements(sick_beir: Path) -> None:
     data = load_beir(sick_beir, "test")
     pairs = read_sick_split(SICK_DIR, "test")[:400]
     relevant = {(p.a, p.b) for p in pairs if p.score >= 4.0}
-    corpus = {i: t for b in data.corpus.batches(100) for i, t in zip(b[ID].to_pylist(), b[TEXT].to_pylist(), strict=True)}
+    corpus = {
+        i: t for b in data.corpus.batches(100) for i, t in zip(b[ID].to_pylist(), b[TEXT].to_pylist(), strict=True)
+    }
     judged = {(data.queries[q], corpus[d]) for q, docs in data.qrels.items() for d, g in docs.items() if g > 0}
     assert judged == relevant
     grades = {g for docs in data.qrels.values() for g in docs.values()}
@@ -60,7 +62,9 @@ def test_miracl_mirror_with_a_corpus_gives_pairs_with_judged_negatives(shared_da
 
 
 def test_pairs_parquet_and_errors(tmp_path: Path, sick_beir: Path) -> None:
-    pq.write_table(pa.table({"query": ["a"], "positive": ["b"], "negative_1": ["c"], "extra": [1]}), tmp_path / "p.parquet")
+    pq.write_table(
+        pa.table({"query": ["a"], "positive": ["b"], "negative_1": ["c"], "extra": [1]}), tmp_path / "p.parquet"
+    )
     table, _ = training_pairs(str(tmp_path / "p.parquet"))
     assert table.column_names == ["query", "positive", "negative_1"]
     with pytest.raises(InputError, match="neither"):
@@ -84,10 +88,15 @@ def test_webfaq_loader_reads_the_hub_layout_through_datasets(monkeypatch: pytest
     import datasets
 
     tables = {
-        ("kor-qrels", "test"): [{"query-id": "q1", "corpus-id": "d2", "score": 1.0},
-                                {"query-id": "q2", "corpus-id": "d1", "score": 1.0}],
-        ("kor-queries", "test"): [{"_id": "q1", "text": "질문 하나"}, {"_id": "q2", "text": "질문 둘"},
-                                  {"_id": "q3", "text": "판정 없음"}],
+        ("kor-qrels", "test"): [
+            {"query-id": "q1", "corpus-id": "d2", "score": 1.0},
+            {"query-id": "q2", "corpus-id": "d1", "score": 1.0},
+        ],
+        ("kor-queries", "test"): [
+            {"_id": "q1", "text": "질문 하나"},
+            {"_id": "q2", "text": "질문 둘"},
+            {"_id": "q3", "text": "판정 없음"},
+        ],
         ("kor-corpus", "corpus"): [{"_id": f"d{i}", "title": f"제목 {i}", "text": f"답 {i}"} for i in range(3)],
     }
     calls = []

@@ -35,8 +35,9 @@ def reference_topk(scores: np.ndarray, ids: list[str], k: int) -> list[list[tupl
     return out
 
 
-def search(dense_docs: np.ndarray, dense_q: np.ndarray, ids: list[str], k: int, shard_size: int
-           ) -> list[list[tuple[float, str]]]:
+def search(
+    dense_docs: np.ndarray, dense_q: np.ndarray, ids: list[str], k: int, shard_size: int
+) -> list[list[tuple[float, str]]]:
     ranks, sorted_ids = rank_ids(pa.array(ids))
     docs = batch(dense_docs)
     parts = []
@@ -45,8 +46,10 @@ def search(dense_docs: np.ndarray, dense_q: np.ndarray, ids: list[str], k: int, 
         parts.append(shard_topk(shard, batch(dense_q), k))
     top = merge_topk(parts, k)
     names = sorted_ids.to_pylist()
-    return [[(float(s), names[r]) for s, r in zip(srow, rrow, strict=True) if r != PAD]
-            for srow, rrow in zip(top.scores, top.ranks, strict=True)]
+    return [
+        [(float(s), names[r]) for s, r in zip(srow, rrow, strict=True) if r != PAD]
+        for srow, rrow in zip(top.scores, top.ranks, strict=True)
+    ]
 
 
 def random_sparse(rng: np.random.Generator, rows: int, vocab: int, density: float) -> np.ndarray:

@@ -81,10 +81,14 @@ def test_flops_and_active_dims_by_hand() -> None:
     overlaps = [len({0, 1} & d) for d in ({1, 2}, {2}, {0, 1, 2})] + [len({1} & d) for d in ({1, 2}, {2}, {0, 1, 2})]
     assert flops_per_pair(q_df, 2, d_df, 3) == pytest.approx(np.mean(overlaps))
     assert sparsity_stats(q_df, 2, d_df, 3) == pytest.approx(
-        {"mean_active_dims_query": 1.5, "mean_active_dims_doc": 2.0, "flops_per_pair": 5 / 6})
+        {"mean_active_dims_query": 1.5, "mean_active_dims_doc": 2.0, "flops_per_pair": 5 / 6}
+    )
 
 
 def test_unknown_judgements_are_counted() -> None:
     assert unknown_judgements(QRELS, {"z", "p"}) == {
-        "unknown_qrels_docs": 2, "unknown_qrels_judgements": 2, "unknown_qrels_relevant": 1,
-        "queries_with_unknown_docs": 2}
+        "unknown_qrels_docs": 2,
+        "unknown_qrels_judgements": 2,
+        "unknown_qrels_relevant": 1,
+        "queries_with_unknown_docs": 2,
+    }

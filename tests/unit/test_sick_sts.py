@@ -25,9 +25,13 @@ def test_unscored_sts_lines_are_dropped() -> None:
     assert len(read_sts(STS_DIR / "2015" / "belief.test.tsv")) == 375
 
 
-@pytest.mark.parametrize(("line", "message"), [
-    ("1\tonly two\t3.0\n", ":2: expected 5 columns"), ("1\ta\tb\tfour\tNEUTRAL\n", ":2: relatedness_score 'four'"),
-])
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("1\tonly two\t3.0\n", ":2: expected 5 columns"),
+        ("1\ta\tb\tfour\tNEUTRAL\n", ":2: relatedness_score 'four'"),
+    ],
+)
 def test_malformed_sick_row_names_file_and_line(tmp_path: Path, line: str, message: str) -> None:
     path = tmp_path / "SICK_train.txt"
     path.write_text("pair_ID\tsentence_A\tsentence_B\trelatedness_score\tentailment_judgment\n" + line)

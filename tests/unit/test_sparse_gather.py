@@ -8,12 +8,17 @@ from pathlib import Path
 import torch
 import torch.multiprocessing as mp
 
-from sembridge_ray.sparse.config import LossConfig
+from sembridge_ray.jobs.finetune import LossConfig
 from sembridge_ray.sparse.loop import LoopPlan, PairBatch, train
 
 GLOBAL, HIDDEN, VOCAB, NEGATIVES = 8, 6, 40, 1
-PLAN = LoopPlan(total_steps=1, global_batch=GLOBAL, loss=LossConfig(lambda_q=0.3, lambda_d=0.2, flops_warmup=0),
-                clip_norm=1e9, log_every=1)
+PLAN = LoopPlan(
+    total_steps=1,
+    global_batch=GLOBAL,
+    loss=LossConfig(lambda_q=0.3, lambda_d=0.2, flops_warmup=0),
+    clip_norm=1e9,
+    log_every=1,
+)
 
 
 class ToyEncoder(torch.nn.Module):
@@ -21,8 +26,9 @@ class ToyEncoder(torch.nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.weight = torch.nn.Parameter(torch.randn(HIDDEN, VOCAB, generator=torch.Generator().manual_seed(0),
-                                                     dtype=torch.float64))
+        self.weight = torch.nn.Parameter(
+            torch.randn(HIDDEN, VOCAB, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+        )
 
     def forward(self, *features: dict[str, torch.Tensor]) -> list[torch.Tensor]:
         return [torch.log1p(torch.relu(f["x"] @ self.weight)) for f in features]

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from sembridge_ray.data.schema import POSITIVE, QUERY
-from sembridge_ray.sparse.config import LossConfig, OptimConfig
+from sembridge_ray.jobs.finetune import LossConfig, OptimConfig
 from sembridge_ray.sparse.loop import (
     LoopPlan,
     build_optimizer,
@@ -23,16 +23,39 @@ from sembridge_ray.sparse.loop import (
 )
 from sembridge_ray.sparse.model import SpladeEncoder, load_mlm
 
-METRIC_KEYS = {"step", "loss", "infonce", "flops_q", "flops_d", "lambda_q", "lambda_d", "active_dims_q",
-               "active_dims_d", "lr", "examples_per_s"}
-QUERIES = ["a man is playing a guitar", "a dog runs in the grass", "two kids sit on a bench", "a woman cooks",
-           "the sun is shining", "a cat sleeps on a sofa"]
-DOCS = ["someone plays guitar", "the dog is running outside", "children are sitting", "a lady is cooking food",
-        "it is a sunny day", "the kitten is asleep"]
+METRIC_KEYS = {
+    "step",
+    "loss",
+    "infonce",
+    "flops_q",
+    "flops_d",
+    "lambda_q",
+    "lambda_d",
+    "active_dims_q",
+    "active_dims_d",
+    "lr",
+    "examples_per_s",
+}
+QUERIES = [
+    "a man is playing a guitar",
+    "a dog runs in the grass",
+    "two kids sit on a bench",
+    "a woman cooks",
+    "the sun is shining",
+    "a cat sleeps on a sofa",
+]
+DOCS = [
+    "someone plays guitar",
+    "the dog is running outside",
+    "children are sitting",
+    "a lady is cooking food",
+    "it is a sunny day",
+    "the kitten is asleep",
+]
 
 
 def _raw_batches(size: int = 3) -> list[dict[str, list[str]]]:
-    return [{QUERY: QUERIES[i:i + size], POSITIVE: DOCS[i:i + size]} for i in range(0, len(QUERIES), size)]
+    return [{QUERY: QUERIES[i : i + size], POSITIVE: DOCS[i : i + size]} for i in range(0, len(QUERIES), size)]
 
 
 def _setup(fixtures_root, total: int, lr: float = 1e-3):
@@ -72,8 +95,9 @@ def test_the_loop_logs_every_nth_step_and_the_last() -> None:
     from sembridge_ray.sparse.loop import PairBatch
 
     g = torch.Generator().manual_seed(0)
-    batches = [PairBatch({"x": torch.randn(2, 4, generator=g)}, [{"x": torch.randn(2, 4, generator=g)}])
-               for _ in range(7)]
+    batches = [
+        PairBatch({"x": torch.randn(2, 4, generator=g)}, [{"x": torch.randn(2, 4, generator=g)}]) for _ in range(7)
+    ]
     toy = Toy()
     optimizer, scheduler = build_optimizer(toy, OptimConfig(), 7)
     plan = LoopPlan(total_steps=7, global_batch=2, log_every=3)
@@ -83,24 +107,26 @@ def test_the_loop_logs_every_nth_step_and_the_last() -> None:
 
 def test_a_resumed_run_takes_exactly_the_same_steps(fixtures_root) -> None:
     total, cut = 4, 2
-    raw = _raw_batches(size=2)[:2] * 2                       # 4 global batches of 2 pairs
+    raw = _raw_batches(size=2)[:2] * 2  # 4 global batches of 2 pairs
     torch.manual_seed(5)
     model, tok, optimizer, scheduler = _setup(fixtures_root, total)
     straight = [m for _, m in train(model, pair_batches(raw, tok, 16, 16), optimizer, scheduler, _plan(total))]
 
     torch.manual_seed(5)
     model, tok, optimizer, scheduler = _setup(fixtures_root, total)
-    first = list(itertools.islice(train(model, pair_batches(raw, tok, 16, 16), optimizer, scheduler, _plan(total)),
-                                  cut))
+    first = list(
+        itertools.islice(train(model, pair_batches(raw, tok, 16, 16), optimizer, scheduler, _plan(total)), cut)
+    )
     buffer = io.BytesIO()
     torch.save({**capture_state(model, optimizer, scheduler, cut), "rng": rng_state()}, buffer)
-    torch.manual_seed(99)                                     # a new process would have a different stream
+    torch.manual_seed(99)  # a new process would have a different stream
     model, tok, optimizer, scheduler = _setup(fixtures_root, total)
     state = torch.load(io.BytesIO(buffer.getvalue()))
     start = restore_state(state, model, optimizer, scheduler)
     set_rng_state(state["rng"])
-    rest = list(train(model, pair_batches(raw, tok, 16, 16, skip=start), optimizer, scheduler, _plan(total),
-                      start=start))
+    rest = list(
+        train(model, pair_batches(raw, tok, 16, 16, skip=start), optimizer, scheduler, _plan(total), start=start)
+    )
     assert start == cut and [s for s, _ in rest] == [3, 4]
     resumed = [m for _, m in first] + [m for _, m in rest]
     for a, b in zip(straight, resumed, strict=True):
@@ -117,11 +143,16 @@ def test_pair_batches_split_a_global_batch_by_rank_and_skip_without_tokenising()
 
     def tokenizer(texts, **_):
         seen.append(list(texts))
-        return {"input_ids": torch.zeros(len(texts), 2, dtype=torch.long),
-                "attention_mask": torch.ones(len(texts), 2, dtype=torch.long)}
+        return {
+            "input_ids": torch.zeros(len(texts), 2, dtype=torch.long),
+            "attention_mask": torch.ones(len(texts), 2, dtype=torch.long),
+        }
 
-    raw = [rows, {QUERY: ["x0", "x1", "x2", "x3"], POSITIVE: ["y0", "y1", "y2", "y3"]},
-           {QUERY: ["z0", "z1", "z2", "z3"], POSITIVE: ["w0", "w1", "w2", "w3"], "negative_1": list("abcd")}]
+    raw = [
+        rows,
+        {QUERY: ["x0", "x1", "x2", "x3"], POSITIVE: ["y0", "y1", "y2", "y3"]},
+        {QUERY: ["z0", "z1", "z2", "z3"], POSITIVE: ["w0", "w1", "w2", "w3"], "negative_1": list("abcd")},
+    ]
     out = list(pair_batches(raw, tokenizer, 8, 8, rank=0, world=2, skip=1))
     assert len(out) == 2 and len(out[1].docs) == 2
     assert ["x0", "x1"] in seen and ["a", "b"] in seen and ["q0", "q1"] not in seen

@@ -70,8 +70,12 @@ def test_objective_equals_splade_loss_on_a_real_encoder(st_model) -> None:
     features = [st_model.preprocess(t) for t in (queries, docs, negs)]
     st_model.train()
     params = [p for p in st_model.parameters() if p.requires_grad]
-    splade = SpladeLoss(st_model, SparseMultipleNegativesRankingLoss(st_model), document_regularizer_weight=3e-2,
-                        query_regularizer_weight=5e-2)
+    splade = SpladeLoss(
+        st_model,
+        SparseMultipleNegativesRankingLoss(st_model),
+        document_regularizer_weight=3e-2,
+        query_regularizer_weight=5e-2,
+    )
     theirs = splade(features, None)
     total_theirs = sum(theirs.values())
     grads_theirs = torch.autograd.grad(total_theirs, params)

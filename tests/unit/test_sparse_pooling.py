@@ -14,7 +14,7 @@ def _inputs(seed: int, batch: int = 3, seq: int = 10, hidden: int = 8, vocab: in
     g = torch.Generator().manual_seed(seed)
     h = torch.randn(batch, seq, hidden, generator=g, dtype=torch.float64, requires_grad=True)
     mask = torch.ones(batch, seq, dtype=torch.long)
-    mask[0, 6:] = 0   # padded rows of different lengths
+    mask[0, 6:] = 0  # padded rows of different lengths
     mask[2, 2:] = 0
     head = torch.nn.Sequential(torch.nn.Linear(hidden, hidden), torch.nn.GELU(), torch.nn.Linear(hidden, vocab))
     torch.manual_seed(seed)

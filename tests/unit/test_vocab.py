@@ -20,18 +20,29 @@ from sembridge_ray.embed_init.vocab import (
 )
 
 
-@pytest.mark.parametrize(("token", "family", "expected"), [
-    ("##ing", "wordpiece", "ing"), ("play", "wordpiece", "▁play"), ("##", "wordpiece", "▁##"),
-    ("Ġcapital", "bytebpe", "▁capital"), ("capital", "bytebpe", "capital"), ("Ċ", "bytebpe", "\n"),
-    ("Ã", "bytebpe", "<0xC3>"), ("ÃĤ", "bytebpe", "Â"),  # a lone UTF-8 lead byte is a byte, not the text "Ã"
-    ("▁Haus", "sentencepiece", "▁Haus"), ("<0x0A>", "sentencepiece", "<0x0A>"), ("<0x0A>", "wordpiece", "<0x0A>"),
-])
+@pytest.mark.parametrize(
+    ("token", "family", "expected"),
+    [
+        ("##ing", "wordpiece", "ing"),
+        ("play", "wordpiece", "▁play"),
+        ("##", "wordpiece", "▁##"),
+        ("Ġcapital", "bytebpe", "▁capital"),
+        ("capital", "bytebpe", "capital"),
+        ("Ċ", "bytebpe", "\n"),
+        ("Ã", "bytebpe", "<0xC3>"),
+        ("ÃĤ", "bytebpe", "Â"),  # a lone UTF-8 lead byte is a byte, not the text "Ã"
+        ("▁Haus", "sentencepiece", "▁Haus"),
+        ("<0x0A>", "sentencepiece", "<0x0A>"),
+        ("<0x0A>", "wordpiece", "<0x0A>"),
+    ],
+)
 def test_canonical_forms(token: str, family: str, expected: str) -> None:
     assert canonical(token, family) == expected  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize(("canon", "expected"), [("▁123", True), ("?!", True), ("▁", True), ("$", True),
-                                                 ("▁a1", False), ("", False)])
+@pytest.mark.parametrize(
+    ("canon", "expected"), [("▁123", True), ("?!", True), ("▁", True), ("$", True), ("▁a1", False), ("", False)]
+)
 def test_symbols(canon: str, expected: bool) -> None:
     assert is_symbol(canon) is expected
 
@@ -39,8 +50,14 @@ def test_symbols(canon: str, expected: bool) -> None:
 def wordpiece(vocab: list[str], cls: type = BertTokenizerFast) -> PreTrainedTokenizerFast:
     tok = Tokenizer(models.WordPiece({t: i for i, t in enumerate(vocab)}, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    return cls(tokenizer_object=tok, unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]", pad_token="[PAD]",
-               mask_token="[MASK]")
+    return cls(
+        tokenizer_object=tok,
+        unk_token="[UNK]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        pad_token="[PAD]",
+        mask_token="[MASK]",
+    )
 
 
 def test_fuzzy_prefers_own_canonical_form_then_lowest_id() -> None:
@@ -76,14 +93,20 @@ def test_roles_map_across_families(fixtures_root: Path) -> None:
     uni = AutoTokenizer.from_pretrained(fixtures_root / "tok-unigram")
     part = partition_vocab(bert, uni)
     names = {uni.convert_ids_to_tokens(t): (bert.convert_ids_to_tokens(s), r) for t, (s, r) in part.specials.items()}
-    assert names == {"<s>": ("[CLS]", "cls"), "</s>": ("[SEP]", "sep"), "<pad>": ("[PAD]", "pad"),
-                     "<mask>": ("[MASK]", "mask"), "<unk>": ("[UNK]", "unk")}
+    assert names == {
+        "<s>": ("[CLS]", "cls"),
+        "</s>": ("[SEP]", "sep"),
+        "<pad>": ("[PAD]", "pad"),
+        "<mask>": ("[MASK]", "mask"),
+        "<unk>": ("[UNK]", "unk"),
+    }
 
 
 def test_every_target_id_lands_in_exactly_one_group(fixtures_root: Path) -> None:
     for src, tgt in [("bert-mlm", "tok-bytebpe"), ("roberta-mlm", "tok-wordpiece"), ("roberta-mlm", "tok-unigram")]:
-        part = partition_vocab(AutoTokenizer.from_pretrained(fixtures_root / src),
-                               AutoTokenizer.from_pretrained(fixtures_root / tgt))
+        part = partition_vocab(
+            AutoTokenizer.from_pretrained(fixtures_root / src), AutoTokenizer.from_pretrained(fixtures_root / tgt)
+        )
         groups = [set(part.specials), set(part.overlap), set(part.rest), set(part.unused)]
         assert sum(len(g) for g in groups) == part.size == len(set().union(*groups))
 
@@ -121,7 +144,9 @@ def real_partition(root: Path, src: str, tgt: str) -> Partition:
 
 
 @pytest.mark.parametrize(("src", "tgt", "token", "expected", "how"), REAL_SPOT_CHECKS)
-def test_real_tokenizers_spot_checks(shared_data: Path, src: str, tgt: str, token: str, expected: str, how: str) -> None:
+def test_real_tokenizers_spot_checks(
+    shared_data: Path, src: str, tgt: str, token: str, expected: str, how: str
+) -> None:
     s, t = real(shared_data, src), real(shared_data, tgt)
     part = real_partition(shared_data, src, tgt)
     tid = t.convert_tokens_to_ids(token)

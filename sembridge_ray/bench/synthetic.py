@@ -18,7 +18,7 @@ from sembridge_ray.retrieval.index import SparseBatch
 BERT_VOCAB = 30522
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BenchConfig(Config):
     """``python -m jobs.bench_retrieval``: sharded Ray search vs a single-process brute force on the same data."""
 
@@ -47,8 +47,9 @@ def zipf_probs(vocab_size: int, exponent: float, rng: np.random.Generator) -> np
     return (p / p.sum())[rng.permutation(vocab_size)]
 
 
-def sparse_vectors(rows: int, draws: int, probs: np.ndarray, rng: np.random.Generator, chunk: int = 50_000
-                   ) -> SparseBatch:
+def sparse_vectors(
+    rows: int, draws: int, probs: np.ndarray, rng: np.random.Generator, chunk: int = 50_000
+) -> SparseBatch:
     """rows vectors of ``draws`` terms drawn from ``probs`` (deduplicated, ascending) with weights in [0.05, 3]."""
     cdf = np.cumsum(probs)
     cdf[-1] = 1.0

@@ -16,7 +16,6 @@ from sembridge_ray.data.schema import ID
 from sembridge_ray.distributed import cluster
 from sembridge_ray.distributed.udfs import BridgeEncodeUDF, InitRowsUDF, actor_pool_args
 from sembridge_ray.embed_init.bridge import VECTOR
-from sembridge_ray.embed_init.config import InitConfig
 from sembridge_ray.embed_init.pipeline import (
     InitResult,
     NewRows,
@@ -26,6 +25,7 @@ from sembridge_ray.embed_init.pipeline import (
     rows_from_tables,
 )
 from sembridge_ray.errors import InputError
+from sembridge_ray.jobs.init import InitConfig
 from sembridge_ray.outputs import is_complete
 
 log = logging.getLogger(__name__)
@@ -41,10 +41,17 @@ def ray_stages(cfg: InitConfig) -> Stages:
         # depend on which other strings shared its (length-sorted, padded) batch.
         size = cfg.bridge_batch_size
         ds = ray.data.from_arrow([table.slice(i, size) for i in range(0, table.num_rows, size)])
-        out = ds.map_batches(BridgeEncodeUDF, fn_constructor_kwargs={
-            "name": cfg.bridge_model, "batch_size": size, "trust_remote_code": cfg.trust_remote_code,
-            "threads": cfg.resources.threads_per_worker,
-        }, batch_format="pyarrow", **{**actor_pool_args(plan, size), "batch_size": None})
+        out = ds.map_batches(
+            BridgeEncodeUDF,
+            fn_constructor_kwargs={
+                "name": cfg.bridge_model,
+                "batch_size": size,
+                "trust_remote_code": cfg.trust_remote_code,
+                "threads": cfg.resources.threads_per_worker,
+            },
+            batch_format="pyarrow",
+            **{**actor_pool_args(plan, size), "batch_size": None},
+        )
         result = pa.concat_tables(ray.get(out.to_arrow_refs()))
         order = {int(i): n for n, i in enumerate(result.column(ID).to_numpy())}
         rows = [order[int(i)] for i in table.column(ID).to_numpy()]  # actor pools do not keep row order
@@ -53,15 +60,20 @@ def ray_stages(cfg: InitConfig) -> Stages:
     def rows(ctx: RowsContext, target_ids: np.ndarray, new_vecs: np.ndarray) -> NewRows:
         plan = cluster.placement(cfg.resources)
         ctx_ref = ray.put(ctx)  # source bridge matrix + E_s: in the object store once, shared by every actor
-        table = pa.table({ID: pa.array(target_ids.astype(np.int64)),
-                          VECTOR: pa.array(list(new_vecs), pa.list_(pa.float32()))})
+        table = pa.table(
+            {ID: pa.array(target_ids.astype(np.int64)), VECTOR: pa.array(list(new_vecs), pa.list_(pa.float32()))}
+        )
         # One block per batch of rows, cut by position: a row's cosines come from the same GEMM shapes whatever
         # the cluster, so the weights are the same bit for bit on one node or many.
         size = cfg.rows_batch_size
         ds = ray.data.from_arrow([table.slice(i, size) for i in range(0, max(1, table.num_rows), size)])
         kwargs = {"context": [ctx_ref], "threads": cfg.resources.threads_per_worker}
-        out = ds.map_batches(InitRowsUDF, fn_constructor_kwargs=kwargs, batch_format="pyarrow",
-                             **{**actor_pool_args(plan, size), "batch_size": None})
+        out = ds.map_batches(
+            InitRowsUDF,
+            fn_constructor_kwargs=kwargs,
+            batch_format="pyarrow",
+            **{**actor_pool_args(plan, size), "batch_size": None},
+        )
         return rows_from_tables(ray.get(out.to_arrow_refs()), len(ctx.inputs))
 
     return Stages(encode=encode, rows=rows)
@@ -82,15 +94,32 @@ def grid_cells(cfg: InitConfig) -> list[InitConfig]:
     for model in catalog.SOURCE_MODELS.values():
         for lang in catalog.LANGUAGES.values():
             name = catalog.cell_name(model, lang.code, cfg.method, cfg.alpha)
-            cells.append(replace(cfg, source_model=model, target_tokenizer=lang.tokenizer, bridge_model=catalog.BRIDGE,
-                                 output=str(Path(cfg.output) / name), grid=""))
+            cells.append(
+                replace(
+                    cfg,
+                    source_model=model,
+                    target_tokenizer=lang.tokenizer,
+                    bridge_model=catalog.BRIDGE,
+                    output=str(Path(cfg.output) / name),
+                    grid="",
+                )
+            )
     return cells
 
 
 def grid_plan(cells: list[InitConfig]) -> list[dict[str, Any]]:
-    return [{"cell": Path(c.output).name, "source_model": c.source_model, "target_tokenizer": c.target_tokenizer,
-             "bridge_model": c.bridge_model, "method": c.method, "alpha": c.alpha,
-             "status": "done" if is_complete(Path(c.output)) else "todo"} for c in cells]
+    return [
+        {
+            "cell": Path(c.output).name,
+            "source_model": c.source_model,
+            "target_tokenizer": c.target_tokenizer,
+            "bridge_model": c.bridge_model,
+            "method": c.method,
+            "alpha": c.alpha,
+            "status": "done" if is_complete(Path(c.output)) else "todo",
+        }
+        for c in cells
+    ]
 
 
 def run_grid(cfg: InitConfig) -> dict[str, str]:

@@ -1,17 +1,27 @@
-"""The MaLSTM job's typed, frozen config. The dataclass defaults are the paper's recipe as the authors ran it
-(``jobs/configs/malstm_faithful.yaml`` adds nothing); ``malstm_paper.yaml``, the job's default preset, lists the
-measured deltas for the offline vectors; ``malstm_smoke.yaml`` shrinks every stage."""
+"""The ``malstm`` job's contract: MaLSTM (Mueller & Thyagarajan, AAAI 2016) on SICK: STS pretraining, optional
+thesaurus augmentation, restarts as parallel Ray tasks, statsmodels local-linear calibration.
+
+    sembridge malstm --output /shared/malstm                    # the default preset, ``paper``
+    python -m jobs.malstm --preset smoke --output /tmp/malstm-smoke    # every stage on a sliver, 2 CPUs
+
+The dataclass defaults are the paper's recipe as the authors ran it (preset ``faithful`` adds nothing); ``paper``,
+the default preset, lists the measured deltas for the offline vectors; ``smoke`` shrinks every stage. Writes
+``report.json``, ``report.md`` with its plots, ``predictions.tsv``, ``val_predictions.tsv``, ``config.yaml``,
+``identity.json`` and ``_SUCCESS``.
+"""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from sembridge_ray.config import Config, require
+from sembridge_ray.jobs import Flag, JobSpec
 from sembridge_ray.placement import ResourceConfig
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class VectorConfig(Config):
     """Fixed word vectors."""
 
@@ -34,7 +44,7 @@ class VectorConfig(Config):
         require(self.oov_std >= 0, "oov_std", self.oov_std, "must be >= 0")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class AugmentConfig(Config):
     """Thesaurus augmentation of the SICK training part (never the validation split)."""
 
@@ -45,7 +55,8 @@ class AugmentConfig(Config):
     target_pairs: int = 0
     """> 0: raise the gate (never below ``min_cosine``) until at most this many new pairs remain; 0 = fixed gate."""
     thesaurus: Literal["auto", "wordnet", "bundled"] = "auto"
-    """``auto``: WordNet 3.0 through nltk when it is found, else the bundled thesaurus of the SICK training vocabulary."""
+    """``auto``: WordNet 3.0 through nltk when it is found, else the bundled thesaurus of the SICK training
+    vocabulary."""
     wordnet_dir: str = ""
     """Extra nltk data directory to search for WordNet (besides ``NLTK_DATA`` and nltk's defaults)."""
 
@@ -55,7 +66,7 @@ class AugmentConfig(Config):
         require(self.target_pairs >= 0, "target_pairs", self.target_pairs, "must be >= 0 (0 = fixed gate)")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TrainConfig(Config):
     """One training stage (STS pretraining or SICK training)."""
 
@@ -94,7 +105,7 @@ class TrainConfig(Config):
             require(0 <= getattr(self, key) < 1, key, getattr(self, key), "must be in [0, 1)")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PretrainConfig(Config):
     """STS pretraining, with its own validation split and early stopping."""
 
@@ -114,14 +125,14 @@ class PretrainConfig(Config):
         require(self.limit >= 0, "limit", self.limit, "must be >= 0 (0 = all)")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CalibrationConfig(Config):
     enabled: bool = True
     bandwidth: Literal["loo", "cv_ls"] = "loo"
     """``loo``: the vectorised exact leave-one-out search; ``cv_ls``: statsmodels' own (slow) search."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MalstmConfig(Config):
     """MaLSTM on SICK (Mueller & Thyagarajan, AAAI 2016)."""
 
@@ -152,7 +163,13 @@ class MalstmConfig(Config):
     """``workers``: restarts trained at once, each a one-CPU Ray task."""
 
     NOT_IDENTITY: ClassVar[tuple[str, ...]] = (
-        "output", "sick", "sts", "vectors.cache_dir", "augment.wordnet_dir", "overwrite", "resources",
+        "output",
+        "sick",
+        "sts",
+        "vectors.cache_dir",
+        "augment.wordnet_dir",
+        "overwrite",
+        "resources",
     )
 
     def check(self) -> None:
@@ -166,3 +183,61 @@ class MalstmConfig(Config):
         if sep:  # word2vec:PATH: the file enters the identity by content, as an input
             settings["vectors.source"] = kind
         return settings
+
+
+@dataclass(frozen=True, kw_only=True)
+class MalstmResult:
+    """The reported restart's scores on SICK test (``report.json`` holds every restart and the calibration)."""
+
+    output: str
+    best_seed: int
+    test: dict[str, dict[str, float]]
+    """``raw`` and ``calibrated`` -> pearson, spearman, mse."""
+    validation: dict[str, dict[str, float]]
+    skipped: bool = False
+
+    @classmethod
+    def from_report(cls, output: str, report: dict[str, Any], skipped: bool = False) -> MalstmResult:
+        return cls(
+            output=output,
+            best_seed=report["best_seed"],
+            test=report["test"],
+            validation=report["validation"],
+            skipped=skipped,
+        )
+
+
+FLAGS = (
+    Flag(name="--output", key="output"),
+    Flag(name="--vectors", key="vectors.source"),
+    Flag(name="--seeds", key="seeds"),
+    Flag(name="--no-augment", key="augment.enabled", const="false"),
+    Flag(name="--no-pretrain", key="pretrain.enabled", const="false"),
+    Flag(name="--no-calibrate", key="calibration.enabled", const="false"),
+    Flag(name="--sick", key="sick"),
+    Flag(name="--sts", key="sts"),
+    Flag(name="--sts-years", key="pretrain.years"),
+    Flag(name="--overwrite", key="overwrite", const="true"),
+)
+
+
+def run(cfg: MalstmConfig) -> MalstmResult:
+    from sembridge_ray.distributed.malstm import run_malstm
+
+    return run_malstm(cfg)
+
+
+def report(result: MalstmResult) -> str:
+    return json.dumps({"output": result.output, "best_seed": result.best_seed, "test": result.test})
+
+
+JOB = JobSpec(
+    name="malstm",
+    entry="malstm",
+    config=MalstmConfig,
+    flags=FLAGS,
+    run=run,
+    report=report,
+    default_preset="paper",
+    description=__doc__ or "",
+)

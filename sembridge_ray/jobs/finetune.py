@@ -1,28 +1,43 @@
-"""The fine-tuning job's frozen config: InfoNCE + FLOPs on a SparseEncoder, batch 64, lr 2e-5, 1 epoch."""
+"""The ``finetune`` job's contract: fine-tune a SparseEncoder with InfoNCE + FLOPs on Ray Train (DDP), checkpointed
+and resumable; the paper's recipe is batch 64, lr 2e-5, bf16, 1 epoch.
+
+    sembridge finetune --preset paper --model /shared/init/ar/model --train webfaq:ar --output /shared/ft/ar \\
+        --workers 4
+    python -m jobs.finetune --preset smoke --output /tmp/ft-smoke       # the bundled MiniLM SPLADE, 2 CPUs
+
+Writes ``model/`` (SparseEncoder + model card), ``metrics.jsonl`` (one line per logged step), ``finetune.json``,
+``checkpoints/``, ``data/`` (the materialised training stream), ``config.yaml``, ``identity.json`` and ``_SUCCESS``.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import ClassVar, Literal
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar, Literal
 
 from sembridge_ray.config import Config, require
 from sembridge_ray.errors import InputError
+from sembridge_ray.jobs import Flag, JobSpec
 from sembridge_ray.placement import ResourceConfig
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class OptimConfig(Config):
     """AdamW with a linear warm-up then linear decay; the batch is global (split across workers)."""
 
     lr: float = 2e-5
+    """Peak learning rate of AdamW."""
     warmup_ratio: float = 0.1
     """Fraction of the steps with a linear learning-rate warm-up (then linear decay to 0)."""
     weight_decay: float = 0.0
+    """AdamW's decoupled weight decay."""
     clip_norm: float = 1.0
     """Gradient clipping (global L2 norm); 0 disables it."""
     batch_size: int = 64
-    """Global batch: each of N workers takes batch_size / N pairs; in-batch negatives span all of them."""
+    """GLOBAL batch (all workers together, not per device): each of N workers takes batch_size / N pairs, and
+    in-batch negatives span all of them."""
     epochs: int = 1
+    """Passes over the training pairs (one permutation each, seeded)."""
     max_steps: int | None = None
     """Caps the number of optimiser steps (None = epochs × pairs // batch_size)."""
     bf16: Literal["auto", "on", "off"] = "auto"
@@ -38,17 +53,20 @@ class OptimConfig(Config):
         require(self.max_steps is None or self.max_steps >= 1, "max_steps", self.max_steps, "must be >= 1 or null")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LossConfig(Config):
     """InfoNCE (dot product, scale 1, in-batch + optional hard negatives) + λ-weighted FLOPs."""
 
     lambda_q: float = 5e-5
+    """Weight of the FLOPs regulariser on queries."""
     lambda_d: float = 3e-5
+    """Weight of the FLOPs regulariser on documents."""
     flops_warmup: float = 1 / 3
     """λq and λd grow quadratically from 0 over this fraction of the steps."""
     anti_collapse: float = 0.0
     """Weight of (1/Σq)² + (1/Σd)² (0 = off); for freshly swapped vocabularies whose vectors empty out."""
     scale: float = 1.0
+    """Multiplies the dot products in InfoNCE (1 = plain dot product, as SPLADE)."""
 
     def check(self) -> None:
         for key in ("lambda_q", "lambda_d", "anti_collapse"):
@@ -57,7 +75,7 @@ class LossConfig(Config):
         require(self.scale > 0, "scale", self.scale, "must be > 0")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FinetuneConfig(Config):
     """Fine-tune a SparseEncoder directory on a retrieval training set with Ray Train (DDP)."""
 
@@ -68,10 +86,13 @@ class FinetuneConfig(Config):
     output: str = ""
     """Output directory: the fine-tuned SparseEncoder, metrics.jsonl, config.yaml, checkpoints/, _SUCCESS."""
     split: str = "train"
+    """Split of a retrieval dataset whose judgements make the training pairs."""
     hard_negatives: int = 0
     """Judged non-relevant documents per query used as extra negatives (0 = in-batch negatives only)."""
     max_query_length: int = 64
+    """Query tokens (the same key as in evaluation)."""
     max_doc_length: int = 256
+    """Document tokens (the same key as in evaluation)."""
     pool_chunk: int = 32
     """Tokens per slice of the chunked SPLADE pooling (0 = whole sequence at once: more memory)."""
     seed: int = 0
@@ -79,14 +100,18 @@ class FinetuneConfig(Config):
     checkpoint_every: int = 500
     """Checkpoint every K steps (and at the end)."""
     keep_checkpoints: int = 2
+    """Checkpoints Ray Train keeps (the newest ones)."""
     storage: str = ""
     """Where checkpoints go: a path or a URI Ray supports (s3://, gs://); empty = <output>/checkpoints."""
     max_failures: int = 3
     """Worker-group restarts from the latest checkpoint before the run fails."""
     log_every: int = 10
+    """Log and record metrics every K steps."""
     report_every_s: float = 10.0
     """Least seconds between metric reports to Ray Train on logged steps (checkpoint steps always report). Ray
     Train V2 takes in one report per 2 s health check, and a faster report blocks the training step until then."""
+    push_to_hub: str = ""
+    """After a successful run, upload the model to this hub repository (``org/name``; needs a token and network)."""
     overwrite: bool = False
     """Replace an output written with other settings (otherwise such a rerun is refused)."""
     optim: OptimConfig = field(default_factory=OptimConfig)
@@ -96,8 +121,17 @@ class FinetuneConfig(Config):
     # Identified by content (inputs), or changing nothing a run computes: a rerun that differs only in these
     # resumes the same run.
     NOT_IDENTITY: ClassVar[tuple[str, ...]] = (
-        "model", "train", "output", "storage", "checkpoint_every", "keep_checkpoints", "max_failures",
-        "report_every_s", "overwrite", "resources",
+        "model",
+        "train",
+        "output",
+        "storage",
+        "checkpoint_every",
+        "keep_checkpoints",
+        "max_failures",
+        "report_every_s",
+        "push_to_hub",
+        "overwrite",
+        "resources",
     )
 
     def check(self) -> None:
@@ -113,8 +147,73 @@ class FinetuneConfig(Config):
                 raise InputError(f"--{name} is required")
 
 
-def plan_steps(rows: int, batch_size: int, epochs: int, max_steps: int | None) -> tuple[int, int]:
-    """(steps per epoch, total steps): full global batches only; ``max_steps`` caps the total."""
-    per_epoch = rows // batch_size
-    total = per_epoch * epochs
-    return per_epoch, total if max_steps is None else min(total, max_steps)
+@dataclass(frozen=True, kw_only=True)
+class FinetuneResult:
+    """What a fine-tuning run produced (``finetune.json`` holds it, with the training stream's statistics)."""
+
+    output: str
+    model: str
+    """The fine-tuned SparseEncoder directory: ``SparseEncoder(model)``."""
+    steps: int
+    run_name: str = ""
+    storage: str = ""
+    resumed_from: int | None = None
+    workers: int = 0
+    seconds: float = 0.0
+    final: dict[str, float] = field(default_factory=dict)
+    """The metrics of the last logged step."""
+    skipped: bool = False
+    """The output was already complete with the same settings."""
+
+    @property
+    def ok(self) -> bool:
+        return self.steps > 0
+
+    @classmethod
+    def from_summary(cls, summary: dict[str, Any], skipped: bool = False) -> FinetuneResult:
+        names = set(cls.__dataclass_fields__) - {"skipped"}
+        return cls(**{k: v for k, v in summary.items() if k in names}, skipped=skipped)
+
+
+FLAGS = (
+    Flag(name="--model", key="model"),
+    Flag(name="--train", key="train"),
+    Flag(name="--output", key="output"),
+    Flag(name="--workers", key="resources.workers"),
+    Flag(name="--gpus-per-worker", key="resources.gpus_per_worker"),
+    Flag(name="--batch-size", key="optim.batch_size"),
+    Flag(name="--lr", key="optim.lr"),
+    Flag(name="--epochs", key="optim.epochs"),
+    Flag(name="--max-steps", key="optim.max_steps"),
+    Flag(name="--lambda-q", key="loss.lambda_q"),
+    Flag(name="--lambda-d", key="loss.lambda_d"),
+    Flag(name="--checkpoint-every", key="checkpoint_every"),
+    Flag(name="--bf16", key="optim.bf16"),
+    Flag(name="--max-query-length", key="max_query_length"),
+    Flag(name="--max-doc-length", key="max_doc_length"),
+    Flag(name="--push-to-hub", key="push_to_hub"),
+    Flag(name="--overwrite", key="overwrite", const="true"),
+)
+
+
+def run(cfg: FinetuneConfig) -> FinetuneResult:
+    from sembridge_ray.distributed.finetune import run_finetune
+
+    return run_finetune(cfg)
+
+
+def report(result: FinetuneResult) -> str:
+    final = ", ".join(f"{k} {v:.4g}" for k, v in result.final.items() if k in ("loss", "infonce", "active_dims_d"))
+    done = "already complete" if result.skipped else f"{result.steps} steps in {result.seconds:.0f} s"
+    return json.dumps(asdict(result), indent=2) + f"\n{done} ({final})\nmodel: {result.model}"
+
+
+JOB = JobSpec(
+    name="finetune",
+    entry="finetune",
+    config=FinetuneConfig,
+    flags=FLAGS,
+    run=run,
+    report=report,
+    description=__doc__ or "",
+)

@@ -1,6 +1,6 @@
 """Peak memory of one SPLADE training step, plain vs chunked pooling (each variant in its own process).
 
-    python -m sembridge_ray.sparse.bench --chunk 32 --grads /tmp/g.pt    # one variant; prints JSON
+    python -m sembridge_ray.bench.pooling --chunk 32 --grads /tmp/g.pt    # one variant; prints JSON
 ``jobs.bench_train --memory`` runs both variants and compares their peaks and gradients.
 """
 
@@ -58,9 +58,16 @@ def measure_step(case: MemoryCase, chunk: int, grads_path: Path | None = None) -
     from transformers import BertConfig, BertForMaskedLM
 
     torch.manual_seed(case.seed)
-    config = BertConfig(vocab_size=case.vocab, hidden_size=case.hidden, num_hidden_layers=case.layers,
-                        num_attention_heads=2, intermediate_size=4 * case.hidden, max_position_embeddings=512,
-                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    config = BertConfig(
+        vocab_size=case.vocab,
+        hidden_size=case.hidden,
+        num_hidden_layers=case.layers,
+        num_attention_heads=2,
+        intermediate_size=4 * case.hidden,
+        max_position_embeddings=512,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
     model = SpladeEncoder(BertForMaskedLM(config), chunk=chunk).to(getattr(torch, case.dtype)).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5)
     g = torch.Generator().manual_seed(case.seed + 1)
@@ -75,13 +82,28 @@ def measure_step(case: MemoryCase, chunk: int, grads_path: Path | None = None) -
     optimizer.step()
     seconds = time.perf_counter() - start
     peak = _peak_rss_mb()
-    return {"chunk": chunk, "peak_rss_mb": round(peak, 1), "step_rss_increase_mb": round(peak - before, 1),
-            "rss_before_step_mb": round(before, 1), "seconds": round(seconds, 2), "loss": float(parts["loss"])}
+    return {
+        "chunk": chunk,
+        "peak_rss_mb": round(peak, 1),
+        "step_rss_increase_mb": round(peak - before, 1),
+        "rss_before_step_mb": round(before, 1),
+        "seconds": round(seconds, 2),
+        "loss": float(parts["loss"]),
+    }
 
 
 def _run_variant(case: MemoryCase, chunk: int, grads: Path) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "sembridge_ray.sparse.bench", "--chunk", str(chunk), "--grads", str(grads),
-           "--case", json.dumps(asdict(case))]
+    cmd = [
+        sys.executable,
+        "-m",
+        "sembridge_ray.bench.pooling",
+        "--chunk",
+        str(chunk),
+        "--grads",
+        str(grads),
+        "--case",
+        json.dumps(asdict(case)),
+    ]
     done = subprocess.run(cmd, check=True, capture_output=True, text=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -90,9 +112,14 @@ def _grad_diffs(a: Path, b: Path) -> dict[str, Any]:
     naive, chunked = torch.load(a), torch.load(b)
     diffs = {k: float((naive[k].double() - chunked[k].double()).abs().max()) for k in naive}
     worst = max(diffs, key=lambda k: diffs[k])
-    return {"max_abs_diff": diffs[worst], "tensor": worst, "tensor_max_abs": float(naive[worst].abs().max()),
-            "max_abs_diff_over_largest_grad": diffs[worst] / max(float(v.abs().max()) for v in naive.values()),
-            "tensors_within_1e-5": sum(d <= 1e-5 for d in diffs.values()), "tensors": len(diffs)}
+    return {
+        "max_abs_diff": diffs[worst],
+        "tensor": worst,
+        "tensor_max_abs": float(naive[worst].abs().max()),
+        "max_abs_diff_over_largest_grad": diffs[worst] / max(float(v.abs().max()) for v in naive.values()),
+        "tensors_within_1e-5": sum(d <= 1e-5 for d in diffs.values()),
+        "tensors": len(diffs),
+    }
 
 
 def compare_memory(case: MemoryCase, chunk: int, workdir: Path) -> dict[str, Any]:
@@ -103,20 +130,28 @@ def compare_memory(case: MemoryCase, chunk: int, workdir: Path) -> dict[str, Any
     smaller batch shows the paths agree up to rounding, and a float64 run of the full step (chunked; it equals
     the plain path there) measures how far each fp32 path is from the exact gradients.
     """
-    runs = {name: _run_variant(case, size, workdir / f"grads-{name}.pt")
-            for name, size in (("naive", 0), ("chunked", chunk))}
+    runs = {
+        name: _run_variant(case, size, workdir / f"grads-{name}.pt")
+        for name, size in (("naive", 0), ("chunked", chunk))
+    }
     small = replace(case, batch=8, dtype="float64")
     for name, size in (("naive64", 0), ("chunked64", chunk)):
         _run_variant(small, size, workdir / f"grads-{name}.pt")
     _run_variant(replace(case, dtype="float64"), chunk, workdir / "grads-reference.pt")  # the exact gradients
-    return {"case": asdict(case), **runs,
-            "peak_ratio": round(runs["chunked"]["peak_rss_mb"] / runs["naive"]["peak_rss_mb"], 3),
-            "step_increase_ratio": round(runs["chunked"]["step_rss_increase_mb"]
-                                         / runs["naive"]["step_rss_increase_mb"], 3),
-            "grads_fp32": _grad_diffs(workdir / "grads-naive.pt", workdir / "grads-chunked.pt"),
-            "grads_float64_batch8": _grad_diffs(workdir / "grads-naive64.pt", workdir / "grads-chunked64.pt"),
-            "fp32_error_vs_float64": {name: _grad_diffs(workdir / "grads-reference.pt", workdir / f"grads-{name}.pt")
-                                      for name in ("naive", "chunked")}}
+    return {
+        "case": asdict(case),
+        **runs,
+        "peak_ratio": round(runs["chunked"]["peak_rss_mb"] / runs["naive"]["peak_rss_mb"], 3),
+        "step_increase_ratio": round(
+            runs["chunked"]["step_rss_increase_mb"] / runs["naive"]["step_rss_increase_mb"], 3
+        ),
+        "grads_fp32": _grad_diffs(workdir / "grads-naive.pt", workdir / "grads-chunked.pt"),
+        "grads_float64_batch8": _grad_diffs(workdir / "grads-naive64.pt", workdir / "grads-chunked64.pt"),
+        "fp32_error_vs_float64": {
+            name: _grad_diffs(workdir / "grads-reference.pt", workdir / f"grads-{name}.pt")
+            for name in ("naive", "chunked")
+        },
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,6 @@
 """Ray side of ``jobs.evaluate``: encode (Ray Data actor pool, cached) -> exact sharded search -> run + metrics.
 
-    run_evaluate(cfg) -> metrics dict          (what jobs.evaluate and the reproduction driver call)
+    run_evaluate(cfg) -> EvaluateResult        (what the evaluate job and the reproduction driver call)
 
 Outputs in ``cfg.output``: ``run.trec``, ``metrics.json``, ``per_query.tsv``, ``config.yaml``, ``identity.json``
 and ``_SUCCESS`` last, under the output contract of :mod:`sembridge_ray.outputs`. Encodings are cached by the
@@ -31,8 +31,8 @@ from sembridge_ray.distributed import cluster
 from sembridge_ray.distributed.search import ShardedIndex
 from sembridge_ray.distributed.udfs import PATH, SparseEncodeUDF, actor_pool_args
 from sembridge_ray.errors import InputError
+from sembridge_ray.jobs.evaluate import EvaluateConfig, EvaluateResult
 from sembridge_ray.outputs import atomic_path, atomic_write_json, atomic_write_text, claim_output
-from sembridge_ray.retrieval.config import EvaluateConfig
 from sembridge_ray.retrieval.index import PAD, Shard, TopK, build_shard, rank_ids, shard_bounds
 from sembridge_ray.retrieval.metrics import (
     mean_metrics,
@@ -59,7 +59,7 @@ ENCODING_VERSION = 1
 RUN, METRICS, CONFIG, PER_QUERY = "run.trec", "metrics.json", "config.yaml", "per_query.tsv"
 
 
-def run_evaluate(cfg: EvaluateConfig, inputs: dict[str, str] | None = None) -> dict[str, Any]:
+def run_evaluate(cfg: EvaluateConfig, inputs: dict[str, str] | None = None) -> EvaluateResult:
     """Encode, retrieve and score one (model, dataset, split); returns what ``metrics.json`` holds.
 
     Everything is resolved and checked before the output is touched; ``inputs`` (the model's and dataset's
@@ -74,7 +74,7 @@ def run_evaluate(cfg: EvaluateConfig, inputs: dict[str, str] | None = None) -> d
     out = Path(cfg.output)
     with claim_output(out, identity, cfg.overwrite) as claim:
         if claim.done:
-            return json.loads((out / METRICS).read_text(encoding="utf-8"))
+            return EvaluateResult.from_metrics(str(out), json.loads((out / METRICS).read_text(encoding="utf-8")), True)
         write_config(cfg, out / CONFIG)
         clock = _Clock()
         key = fingerprint(identity.inputs["model"], identity.inputs["dataset"])
@@ -84,11 +84,17 @@ def run_evaluate(cfg: EvaluateConfig, inputs: dict[str, str] | None = None) -> d
         queries, queries_hit = encode_queries(cfg, model, data, qids, fingerprint(key, data.split))
         clock.lap("encode_queries")
         metrics = search_and_score(cfg, docs, queries, data, out / RUN, clock)
-        metrics |= {"cache": {"docs": docs_hit, "queries": queries_hit}, "seconds": clock.laps, "model": cfg.model,
-                    "dataset": cfg.dataset, "split": data.split, "top_k": cfg.top_k}
+        metrics |= {
+            "cache": {"docs": docs_hit, "queries": queries_hit},
+            "seconds": clock.laps,
+            "model": cfg.model,
+            "dataset": cfg.dataset,
+            "split": data.split,
+            "top_k": cfg.top_k,
+        }
         atomic_write_json(out / METRICS, metrics)
         claim.finish(exclude=("cache",))
-    return metrics
+    return EvaluateResult.from_metrics(str(out), metrics)
 
 
 class _Clock:
@@ -104,8 +110,9 @@ class _Clock:
 
 def encode_corpus(cfg: EvaluateConfig, model: str, data: RetrievalData, key: str) -> tuple[Path, bool]:
     """The corpus's sparse vectors (cached): staged to Parquet by the driver, encoded by the actor pool."""
-    entry = fingerprint("docs", ENCODING_VERSION, key, cfg.doc_max_length, cfg.doc_top_k, cfg.stage_rows,
-                        cfg.encode_batch_size)
+    entry = fingerprint(
+        "docs", ENCODING_VERSION, key, cfg.max_doc_length, cfg.doc_top_k, cfg.stage_rows, cfg.encode_batch_size
+    )
 
     def build(tmp: Path) -> dict[str, Any]:
         files = stage_corpus(data.corpus.batches(cfg.stage_rows), tmp / "staged")
@@ -119,11 +126,20 @@ def encode_corpus(cfg: EvaluateConfig, model: str, data: RetrievalData, key: str
     return cached(_cache(cfg) / f"docs-{entry}", build)
 
 
-def encode_queries(cfg: EvaluateConfig, model: str, data: RetrievalData, qids: list[str], key: str
-                   ) -> tuple[Path, bool]:
+def encode_queries(
+    cfg: EvaluateConfig, model: str, data: RetrievalData, qids: list[str], key: str
+) -> tuple[Path, bool]:
     """The vectors of the qrels queries that have text (cached)."""
-    entry = fingerprint("queries", ENCODING_VERSION, key, cfg.query_max_length, cfg.query_top_k, qids,
-                        cfg.stage_rows, cfg.encode_batch_size)
+    entry = fingerprint(
+        "queries",
+        ENCODING_VERSION,
+        key,
+        cfg.max_query_length,
+        cfg.query_top_k,
+        qids,
+        cfg.stage_rows,
+        cfg.encode_batch_size,
+    )
 
     def build(tmp: Path) -> dict[str, Any]:
         if qids:
@@ -149,18 +165,25 @@ def encode(files: list[Path], dest: Path, cfg: EvaluateConfig, model: str, role:
     """
     plan = cluster.placement(cfg.resources)  # connects first: Ray Data alone would ray.init() anywhere
     query = role == "query"
-    kwargs = {"model_dir": model, "role": role, "max_length": cfg.query_max_length if query else cfg.doc_max_length,
-              "top_k": cfg.query_top_k if query else cfg.doc_top_k, "batch_size": cfg.encode_batch_size,
-              "threads": cfg.resources.threads_per_worker}
+    kwargs = {
+        "model_dir": model,
+        "role": role,
+        "max_length": cfg.max_query_length if query else cfg.max_doc_length,
+        "top_k": cfg.query_top_k if query else cfg.doc_top_k,
+        "batch_size": cfg.encode_batch_size,
+        "threads": cfg.resources.threads_per_worker,
+    }
     paths = ray.data.from_items([{PATH: str(f)} for f in files], override_num_blocks=max(1, len(files)))
-    encoded = paths.map_batches(SparseEncodeUDF, fn_constructor_kwargs=kwargs, batch_format="pyarrow",
-                                **actor_pool_args(plan, 1))
+    encoded = paths.map_batches(
+        SparseEncodeUDF, fn_constructor_kwargs=kwargs, batch_format="pyarrow", **actor_pool_args(plan, 1)
+    )
     with atomic_path(dest) as tmp:
         encoded.write_parquet(str(tmp))
 
 
-def search_and_score(cfg: EvaluateConfig, docs: Path, queries: Path, data: RetrievalData, run_path: Path,
-                     clock: _Clock) -> dict[str, Any]:
+def search_and_score(
+    cfg: EvaluateConfig, docs: Path, queries: Path, data: RetrievalData, run_path: Path, clock: _Clock
+) -> dict[str, Any]:
     """Index the corpus in shard actors, search every encoded query, write the run, score it."""
     files = parquet_files(docs)
     ranks, sorted_ids = rank_ids(read_ids(files))
@@ -186,7 +209,9 @@ def search_and_score(cfg: EvaluateConfig, docs: Path, queries: Path, data: Retri
         fh.writelines(run_lines(qids, top, sorted_ids, cfg.run_tag))
     clock.lap("search")
     return _metrics(data, run_path, sorted_ids, top, len(qids), term_counts(qvec.indices, 0), doc_df) | {
-        "shards": len(bounds), "actors": actors}
+        "shards": len(bounds),
+        "actors": actors,
+    }
 
 
 def _add(total: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -194,8 +219,15 @@ def _add(total: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return np.pad(total, (0, size - len(total))) + np.pad(counts, (0, size - len(counts)))
 
 
-def _metrics(data: RetrievalData, run_path: Path, sorted_ids: pa.Array, top: TopK, n_queries: int,
-             query_df: np.ndarray, doc_df: np.ndarray) -> dict[str, Any]:
+def _metrics(
+    data: RetrievalData,
+    run_path: Path,
+    sorted_ids: pa.Array,
+    top: TopK,
+    n_queries: int,
+    query_df: np.ndarray,
+    doc_df: np.ndarray,
+) -> dict[str, Any]:
     judged = pa.array(sorted({d for docs in data.qrels.values() for d in docs}), pa.string())
     missing = set(pc.filter(judged, pc.invert(pc.is_in(judged, value_set=sorted_ids))).to_pylist())
     if missing:
@@ -203,7 +235,10 @@ def _metrics(data: RetrievalData, run_path: Path, sorted_ids: pa.Array, top: Top
     per_query = per_query_metrics(data.qrels, read_run(run_path))
     atomic_write_text(run_path.parent / PER_QUERY, per_query_tsv(per_query))
     return mean_metrics(per_query) | {
-        "num_queries": len(data.qrels), "queries_without_text": len(data.qrels) - n_queries,
+        "num_queries": len(data.qrels),
+        "queries_without_text": len(data.qrels) - n_queries,
         "queries_with_results": int(np.sum(top.ranks[:, 0] != PAD)) if len(top.ranks) else 0,
-        "num_docs": len(sorted_ids), **sparsity_stats(query_df, n_queries, doc_df, len(sorted_ids)),
-        **unknown_judgements(data.qrels, missing)}
+        "num_docs": len(sorted_ids),
+        **sparsity_stats(query_df, n_queries, doc_df, len(sorted_ids)),
+        **unknown_judgements(data.qrels, missing),
+    }

@@ -13,11 +13,10 @@ import contextlib
 import json
 import logging
 import os
-import shutil
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +34,8 @@ from sembridge_ray.data.stream import StreamInfo, materialise_stream
 from sembridge_ray.distributed import cluster
 from sembridge_ray.errors import InputError, environment_errno
 from sembridge_ray.identity import RunIdentity, model_identity
-from sembridge_ray.outputs import atomic_write_json, atomic_write_text, claim_output
+from sembridge_ray.jobs.finetune import FinetuneConfig, FinetuneResult
+from sembridge_ray.outputs import atomic_path, atomic_write_json, atomic_write_text, claim_output
 from sembridge_ray.sparse import loop
 from sembridge_ray.sparse.checkpoints import (
     METRICS,
@@ -46,28 +46,10 @@ from sembridge_ray.sparse.checkpoints import (
     write_part,
 )
 from sembridge_ray.sparse.collective import LocalCollective, TorchCollective
-from sembridge_ray.sparse.config import FinetuneConfig
 from sembridge_ray.sparse.model import SpladeEncoder, check_mlm, load_mlm, save_sparse_encoder
 
 log = logging.getLogger(__name__)
-SUMMARY, DATA_DIR, CHECKPOINT_DIR = "finetune.json", "data", "checkpoints"
-
-
-@dataclass(frozen=True)
-class FinetuneResult:
-    output: str
-    steps: int
-    run_name: str = ""
-    storage: str = ""
-    resumed_from: int | None = None
-    workers: int = 0
-    seconds: float = 0.0
-    final: dict[str, float] = field(default_factory=dict)
-    skipped: bool = False
-
-    @property
-    def ok(self) -> bool:
-        return self.steps > 0
+SUMMARY, DATA_DIR, CHECKPOINT_DIR, MODEL_DIR = "finetune.json", "data", "checkpoints", "model"
 
 
 def input_identities(cfg: FinetuneConfig) -> dict[str, str]:
@@ -87,11 +69,19 @@ def run_finetune(cfg: FinetuneConfig, inputs: dict[str, str] | None = None) -> F
     out = Path(cfg.output)
     with claim_output(out, identity, cfg.overwrite) as claim:
         if claim.done:
-            summary = json.loads((out / SUMMARY).read_text(encoding="utf-8"))
-            fields = set(FinetuneResult.__dataclass_fields__) - {"skipped"}
-            return FinetuneResult(**{k: v for k, v in summary.items() if k in fields}, skipped=True)
-        stream, info = materialise_stream(StreamInfo(cfg.train, cfg.split, cfg.hard_negatives, cfg.optim.batch_size,
-                                                     cfg.optim.epochs, cfg.optim.max_steps, cfg.seed), out / DATA_DIR)
+            return FinetuneResult.from_summary(json.loads((out / SUMMARY).read_text(encoding="utf-8")), skipped=True)
+        stream, info = materialise_stream(
+            StreamInfo(
+                spec=cfg.train,
+                split=cfg.split,
+                hard_negatives=cfg.hard_negatives,
+                batch_size=cfg.optim.batch_size,
+                epochs=cfg.optim.epochs,
+                max_steps=cfg.optim.max_steps,
+                seed=cfg.seed,
+            ),
+            out / DATA_DIR,
+        )
         write_config(cfg, out / "config.yaml")
         plan = cluster.placement(cfg.resources, reserve=False)  # Train workers need no CPU held back for Ray Data
         if cfg.optim.batch_size % plan.workers:
@@ -104,8 +94,17 @@ def run_finetune(cfg: FinetuneConfig, inputs: dict[str, str] | None = None) -> F
         start = time.perf_counter()
         result = _fit(cfg, stream, info.total_steps, plan, storage, name)
         final = export_checkpoint(result.checkpoint, cfg, out, info.total_steps, f"{storage.rstrip('/')}/{name}")
-        summary = FinetuneResult(str(out), info.total_steps, name, storage, resumed, plan.workers,
-                                 round(time.perf_counter() - start, 2), final)
+        summary = FinetuneResult(
+            output=str(out),
+            model=str(out / MODEL_DIR),
+            steps=info.total_steps,
+            run_name=name,
+            storage=storage,
+            resumed_from=resumed,
+            workers=plan.workers,
+            seconds=round(time.perf_counter() - start, 2),
+            final=final,
+        )
         atomic_write_json(out / SUMMARY, {**asdict(summary), "stream": asdict(info)})
         claim.finish(exclude=(CHECKPOINT_DIR, DATA_DIR))
     return summary
@@ -116,8 +115,7 @@ def run_name(identity: RunIdentity) -> str:
     return f"finetune-{identity.fingerprint[:16]}"
 
 
-def _fit(cfg: FinetuneConfig, stream: Path, total_steps: int, plan: Any, storage: str, name: str
-         ) -> ray.train.Result:
+def _fit(cfg: FinetuneConfig, stream: Path, total_steps: int, plan: Any, storage: str, name: str) -> ray.train.Result:
     """Train, restarting the worker group from the newest complete checkpoint after a failure, at most
     ``max_failures`` times. An error of the input or the environment (disk full, read-only, permission) is not
     retried: it would fail the same way, so it ends the run at once, its checkpoints kept for a later resume."""
@@ -132,9 +130,13 @@ def _fit(cfg: FinetuneConfig, stream: Path, total_steps: int, plan: Any, storage
             if cause is not None or attempt == cfg.max_failures:
                 raise
             resume = latest_step(storage, name)
-            log.warning("training failed (attempt %d of %d): %s; restarting from %s", attempt + 1,
-                        cfg.max_failures + 1, str(err).strip().splitlines()[0],
-                        f"step {resume}" if resume is not None else "the start")
+            log.warning(
+                "training failed (attempt %d of %d): %s; restarting from %s",
+                attempt + 1,
+                cfg.max_failures + 1,
+                str(err).strip().splitlines()[0],
+                f"step {resume}" if resume is not None else "the start",
+            )
     raise AssertionError("unreachable")
 
 
@@ -150,21 +152,38 @@ def _trainer(cfg: FinetuneConfig, stream: Path, total_steps: int, plan: Any, sto
     return TorchTrainer(
         train_func,
         train_loop_config={"cfg": cfg.to_dict(), "total_steps": total_steps, "run_dir": run_dir},
-        scaling_config=ray.train.ScalingConfig(num_workers=plan.workers, use_gpu=plan.use_gpu,
-                                               resources_per_worker=resources),
+        scaling_config=ray.train.ScalingConfig(
+            num_workers=plan.workers, use_gpu=plan.use_gpu, resources_per_worker=resources
+        ),
         run_config=ray.train.RunConfig(
-            name=name, storage_path=storage,
+            name=name,
+            storage_path=storage,
             checkpoint_config=ray.train.CheckpointConfig(num_to_keep=cfg.keep_checkpoints),
-            failure_config=ray.train.FailureConfig(max_failures=0)),  # restarts: see _fit
+            failure_config=ray.train.FailureConfig(max_failures=0),
+        ),  # restarts: see _fit
         datasets={"train": dataset},
-        dataset_config=ray.train.DataConfig(datasets_to_split=[],
-                                            execution_options=ray.data.ExecutionOptions(preserve_order=True)),
+        dataset_config=ray.train.DataConfig(
+            datasets_to_split=[], execution_options=ray.data.ExecutionOptions(preserve_order=True)
+        ),
     )
 
 
 # Filesystems every node of a cluster sees; checkpoints anywhere else exist only on the node that wrote them.
-SHARED_FILESYSTEMS = ("nfs", "nfs4", "lustre", "gpfs", "ceph", "cephfs", "beegfs", "glusterfs", "fuse.juicefs",
-                      "fuse.s3fs", "fuse.gcsfuse", "9p", "virtiofs")
+SHARED_FILESYSTEMS = (
+    "nfs",
+    "nfs4",
+    "lustre",
+    "gpfs",
+    "ceph",
+    "cephfs",
+    "beegfs",
+    "glusterfs",
+    "fuse.juicefs",
+    "fuse.s3fs",
+    "fuse.gcsfuse",
+    "9p",
+    "virtiofs",
+)
 
 
 def storage_note(storage: str, configured: str) -> None:
@@ -173,9 +192,13 @@ def storage_note(storage: str, configured: str) -> None:
     if nodes <= 1 or "://" in storage or filesystem_type(Path(storage)) in SHARED_FILESYSTEMS:
         return
     where = "storage=" + configured if configured else "the default <output>/checkpoints"
-    log.warning("%d-node cluster: checkpoints go to %s on a %s filesystem, which other nodes may not see; set "
-                "storage= to shared storage (NFS, Lustre, …) or object storage (s3://, gs://) to resume on any node",
-                nodes, where, filesystem_type(Path(storage)) or "local")
+    log.warning(
+        "%d-node cluster: checkpoints go to %s on a %s filesystem, which other nodes may not see; set "
+        "storage= to shared storage (NFS, Lustre, …) or object storage (s3://, gs://) to resume on any node",
+        nodes,
+        where,
+        filesystem_type(Path(storage)) or "local",
+    )
 
 
 def filesystem_type(path: Path) -> str:
@@ -233,11 +256,14 @@ def train_func(config: dict[str, Any]) -> None:
     if start and rank == 0:
         log.info("resumed from step %d of %d", start, total)
     raw = ray.train.get_dataset_shard("train").iter_batches(
-        batch_size=cfg.optim.batch_size, batch_format="numpy", drop_last=True)
-    batches = loop.pair_batches(raw, tokenizer, cfg.max_query_length, cfg.max_doc_length, rank=rank, world=world,
-                                skip=start, device=device)
-    bf16 = cfg.optim.bf16 == "on" or (cfg.optim.bf16 == "auto" and device.type == "cuda"
-                                      and torch.cuda.is_bf16_supported())
+        batch_size=cfg.optim.batch_size, batch_format="numpy", drop_last=True
+    )
+    batches = loop.pair_batches(
+        raw, tokenizer, cfg.max_query_length, cfg.max_doc_length, rank=rank, world=world, skip=start, device=device
+    )
+    bf16 = cfg.optim.bf16 == "on" or (
+        cfg.optim.bf16 == "auto" and device.type == "cuda" and torch.cuda.is_bf16_supported()
+    )
     plan = loop.LoopPlan(total, cfg.optim.batch_size, cfg.loss, cfg.optim.clip_norm, bf16, cfg.log_every)
     comm = TorchCollective() if world > 1 else LocalCollective()
     last_report = time.monotonic()
@@ -245,9 +271,19 @@ def train_func(config: dict[str, Any]) -> None:
         if metrics is not None:
             history.append(metrics)
             if rank == 0:
-                log.info("step %d/%d loss %.4f infonce %.4f flops q %.2f d %.2f dims q %.0f d %.0f lr %.2e %.1f ex/s",
-                         step, total, metrics["loss"], metrics["infonce"], metrics["flops_q"], metrics["flops_d"],
-                         metrics["active_dims_q"], metrics["active_dims_d"], metrics["lr"], metrics["examples_per_s"])
+                log.info(
+                    "step %d/%d loss %.4f infonce %.4f flops q %.2f d %.2f dims q %.0f d %.0f lr %.2e %.1f ex/s",
+                    step,
+                    total,
+                    metrics["loss"],
+                    metrics["infonce"],
+                    metrics["flops_q"],
+                    metrics["flops_d"],
+                    metrics["active_dims_q"],
+                    metrics["active_dims_d"],
+                    metrics["lr"],
+                    metrics["examples_per_s"],
+                )
         if step % cfg.checkpoint_every == 0 or step == total:
             state = loop.capture_state(encoder, optimizer, scheduler, step)
             _report_checkpoint(metrics or {"step": step}, state, history, rank, world)
@@ -271,7 +307,7 @@ def _restore_dir(run_dir: str) -> Iterator[Path | None]:
     the storage is not a path this worker sees); None for a fresh run."""
     found = complete_checkpoints(Path(run_dir))
     registered = ray.train.get_checkpoint()
-    step = int(Path(registered.path).name[len(PREFIX):]) if registered is not None else -1
+    step = int(Path(registered.path).name[len(PREFIX) :]) if registered is not None else -1
     if found and found[0][0] >= step:
         yield found[0][1]
     elif registered is not None:
@@ -281,19 +317,30 @@ def _restore_dir(run_dir: str) -> Iterator[Path | None]:
         yield None
 
 
-def _report_checkpoint(metrics: dict[str, float], state: dict[str, Any], history: list[dict[str, float]],
-                       rank: int, world: int) -> None:
+def _report_checkpoint(
+    metrics: dict[str, float], state: dict[str, Any], history: list[dict[str, float]], rank: int, world: int
+) -> None:
     """Every rank saves its part (rank 0 the state and the metrics so far); Ray merges them into one directory."""
     with tempfile.TemporaryDirectory() as tmp:
-        write_part(Path(tmp), rank, world, loop.rng_state(), state if rank == 0 else None,
-                   "".join(json.dumps(m) + "\n" for m in history) if rank == 0 else None)
-        ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(tmp),
-                         checkpoint_dir_name=checkpoint_name(state["step"]))
+        write_part(
+            Path(tmp),
+            rank,
+            world,
+            loop.rng_state(),
+            state if rank == 0 else None,
+            "".join(json.dumps(m) + "\n" for m in history) if rank == 0 else None,
+        )
+        ray.train.report(
+            metrics,
+            checkpoint=ray.train.Checkpoint.from_directory(tmp),
+            checkpoint_dir_name=checkpoint_name(state["step"]),
+        )
 
 
-def export_checkpoint(checkpoint: ray.train.Checkpoint | None, cfg: FinetuneConfig, out: Path, total_steps: int,
-                      run_dir: str) -> dict[str, float]:
-    """Write the final checkpoint's model into ``out`` as a SparseEncoder directory, and its metrics.jsonl."""
+def export_checkpoint(
+    checkpoint: ray.train.Checkpoint | None, cfg: FinetuneConfig, out: Path, total_steps: int, run_dir: str
+) -> dict[str, float]:
+    """Write the final checkpoint's model into ``out/model`` as a SparseEncoder directory, and its metrics.jsonl."""
     found = dict(complete_checkpoints(Path(run_dir)))
     if total_steps in found:
         state, _, history = load_part(found[total_steps], 0)
@@ -307,12 +354,7 @@ def export_checkpoint(checkpoint: ray.train.Checkpoint | None, cfg: FinetuneConf
     mlm, tokenizer = load_mlm(cfg.model)
     encoder = SpladeEncoder(mlm)
     encoder.load_state_dict(state["model"])
-    with tempfile.TemporaryDirectory(dir=out, prefix=".tmp-model") as staging:
-        save_sparse_encoder(encoder.mlm, tokenizer, Path(staging) / "model")
-        for item in (Path(staging) / "model").iterdir():  # the output directory is the SparseEncoder directory
-            target = out / item.name
-            if target.is_dir():
-                shutil.rmtree(target)
-            item.replace(target)
+    with atomic_path(out / MODEL_DIR) as tmp:  # the same layout as the init job's: <output>/model
+        save_sparse_encoder(encoder.mlm, tokenizer, tmp)
     atomic_write_text(out / METRICS, "".join(json.dumps(m) + "\n" for m in history))
     return history[-1] if history else {}

@@ -45,8 +45,11 @@ def write_real_vectors(folder: Path, source_tok: str, target_tok: str, bridge: s
     model = load_bridge(bridge)
     rest = set(partition_vocab(src, tgt).rest)
     strings = vocab_strings(tgt)
-    new = [t for i, t in zip(strings.column("id").to_pylist(), strings.column("text").to_pylist(), strict=True)
-           if i in rest]
+    new = [
+        t
+        for i, t in zip(strings.column("id").to_pylist(), strings.column("text").to_pylist(), strict=True)
+        if i in rest
+    ]
     folder.mkdir(parents=True, exist_ok=True)
     np.save(folder / "source.npy", encode_strings(model, vocab_strings(src).column("text").to_pylist(), 512))
     np.save(folder / "new.npy", encode_strings(model, new, 512))
@@ -95,15 +98,18 @@ def fresh_process_growth_mb(rows: int, vectors: str | None, shape: tuple[int, ..
     """:func:`rss_growth_mb` of bridge_weights on ``rows`` new tokens in a fresh process, so that memory freed
     earlier in this one (and kept by the allocator) cannot hide growth."""
     load = f"b.load_vectors(Path({vectors!r}))" if vectors else f"b.synthetic({rows}, {shape[0]}, {shape[1]})"
-    code = (f"from pathlib import Path; from sembridge_ray.embed_init import bench as b; new, src = {load}; "
-            f"new = new.repeat(({rows} + len(new) - 1) // len(new), 1)[:{rows}].clone(); "
-            f"print(b.rss_growth_mb(lambda: b.bridge_weights(new, src, {alpha})))")
+    code = (
+        f"from pathlib import Path; from sembridge_ray.bench import bridge_weights as bench as b; new, src = {load}; "
+        f"new = new.repeat(({rows} + len(new) - 1) // len(new), 1)[:{rows}].clone(); "
+        f"print(b.rss_growth_mb(lambda: b.bridge_weights(new, src, {alpha})))"
+    )
     out = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True, check=True)
     return float(out.stdout.strip().splitlines()[-1])
 
 
-def run(new: torch.Tensor, src: torch.Tensor, alpha: float, ref_rows: int, vectors: str | None,
-        memory_rows: int) -> dict[str, Any]:
+def run(
+    new: torch.Tensor, src: torch.Tensor, alpha: float, ref_rows: int, vectors: str | None, memory_rows: int
+) -> dict[str, Any]:
     n = len(new)
     start = time.perf_counter()
     w = bridge_weights(new, src, alpha)
@@ -117,13 +123,22 @@ def run(new: torch.Tensor, src: torch.Tensor, alpha: float, ref_rows: int, vecto
     ours_dense = w.to_dense()[:ref_rows].double()
     support = torch.diff(w.crow_indices()).float()
     return {
-        "alpha": alpha, "new_tokens": n, "source_tokens": len(src), "dim": new.shape[1],
+        "alpha": alpha,
+        "new_tokens": n,
+        "source_tokens": len(src),
+        "dim": new.shape[1],
         "vectors": vectors or "synthetic",
-        "ms_per_token": {"ours": round(ours * 1e3, 4), "reference_loop": round(ref_t * 1e3, 4),
-                         "bare_gemm": round(gemm * 1e3, 4)},
-        "speedup_vs_reference": round(ref_t / ours, 1), "ratio_to_bare_gemm": round(ours / gemm, 2),
-        "max_abs_err_vs_float64": {"ours": float((ours_dense - exact).abs().max()),
-                                   "reference_fp32": float((ref.double() - exact).abs().max())},
+        "ms_per_token": {
+            "ours": round(ours * 1e3, 4),
+            "reference_loop": round(ref_t * 1e3, 4),
+            "bare_gemm": round(gemm * 1e3, 4),
+        },
+        "speedup_vs_reference": round(ref_t / ours, 1),
+        "ratio_to_bare_gemm": round(ours / gemm, 2),
+        "max_abs_err_vs_float64": {
+            "ours": float((ours_dense - exact).abs().max()),
+            "reference_fp32": float((ref.double() - exact).abs().max()),
+        },
         "support": {"mean": round(float(support.mean()), 2), "max": int(support.max())},
         "screening_gemm": str(screen_dtype(new.device)).replace("torch.", ""),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),

@@ -1,0 +1,228 @@
+"""The ``init`` job's contract: initialise a target-language sparse encoder from a source one (SemBridge or a
+baseline), as a Ray Data job.
+
+    sembridge init --source-model naver/splade-v3 --target-tokenizer monologg/kobigbird-bert-base \\
+        --bridge-model BAAI/bge-m3 --output /shared/init/splade-v3-ko
+    python -m jobs.init_embeddings --preset smoke --output /tmp/init-smoke        # the bundled MiniLM, 2 CPUs
+
+Writes ``model/`` (a SentenceTransformers SparseEncoder with its model card), ``provenance.parquet``,
+``init_report.json``, ``config.yaml``, ``identity.json`` and ``_SUCCESS``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+from sembridge_ray.config import Config, require
+from sembridge_ray.embed_init.methods import MethodName, unused_settings
+from sembridge_ray.embed_init.vocab import MATCH_RULES
+from sembridge_ray.jobs import Flag, JobSpec
+from sembridge_ray.placement import ResourceConfig
+
+
+@dataclass(frozen=True, kw_only=True)
+class InitConfig(Config):
+    """Initialise a target-language sparse encoder from a source one."""
+
+    source_model: str = ""
+    """Source SparseEncoder/MLM: hub id, directory, or a bundled name (``minilm-splade``); tied embeddings
+    expected, an untied output layer is handled."""
+    target_tokenizer: str = ""
+    """Target tokenizer: hub id, directory, or a bundled name (``sick-bpe``)."""
+    bridge_model: str = "BAAI/bge-m3"
+    """Bridge sentence-transformers model: hub id, directory, or ``minilm`` (the bundled all-MiniLM-L6-v2)."""
+    output: str = ""
+    """Output directory (the model in ``<output>/model``); with ``grid`` the root holding one directory per cell."""
+    method: MethodName = "sembridge"
+    """How bridged tokens are initialised (sembridge, or the focus/wechsel/mean/random baselines)."""
+    alpha: float = 4.0
+    """α of α-entmax for sembridge (2 = sparsemax, 1 = softmax over the ``softmax_top_k`` nearest)."""
+    temperature: float = 1.0
+    """Divides the cosines before α-entmax (1 = none, as in the paper)."""
+    softmax_top_k: int = 100
+    """α=1 (softmax ablation) keeps this many nearest source tokens; full rows would be dense."""
+    wechsel_top_k: int = 10
+    """WECHSEL: nearest source tokens kept for its softmax."""
+    wechsel_temperature: float = 0.1
+    """WECHSEL: divides the cosines before its softmax."""
+    bias: Literal["remap", "index", "zero"] = "remap"
+    """MLM decoder bias: remap (same weights, copies for overlap/specials), index (HF resize), zero."""
+    match: tuple[str, ...] = field(default=("exact", "fuzzy", "symbols"), metadata={"choices": MATCH_RULES})
+    """String rules that make a target token copy a source row, tried in order (comma-separated)."""
+    copy_overlap: bool = True
+    """False sends every non-special token through the bridge (the low-overlap, cross-lingual setting)."""
+    exclude_special_sources: bool = False
+    """Drop special and [unused*] source tokens from the bridge candidates (the reference keeps them)."""
+    position_aware: bool = False
+    """Match word-initial and continuation pieces within their own class first (docs/position-aware.md), for
+    every similarity method. False: the released string rule, byte for byte."""
+    position_marker: str = "-"
+    """With ``position_aware``: continuation pieces are bridged as this + their text, in both vocabularies
+    (``ing`` and ``##ing`` -> "-ing"); "" leaves the strings as they are."""
+    position_penalty: float = 0.0
+    """With ``position_aware``: subtracted from the cosine of a candidate of the other position class before
+    α-entmax/softmax. 0 (no prior) is the kept rule: the marker alone; above 2 + the support radius it is a hard
+    mask that falls back to every candidate only when a class has none."""
+    seed: int = 0
+    """Seeds the random baseline and the sample of target tokens in the report."""
+    samples: int = 50
+    """Target tokens shown with their top-3 source tokens (the paper's Table 3)."""
+    bridge_batch_size: int = 256
+    """Token strings per bridge-encoder batch (per actor)."""
+    rows_batch_size: int = 1024
+    """Bridged target tokens per weights batch (per actor)."""
+    cache_dir: str = "~/.cache/sembridge_ray/bridge"
+    """Bridge vectors cached as Parquet per (bridge model, tokenizer) fingerprint."""
+    trust_remote_code: bool = False
+    """Let transformers run code shipped with a hub model (off unless you trust its repository)."""
+    grid: Literal["", "paper"] = ""
+    """``paper``: every catalog cell (4 models x 5 languages) under ``output``."""
+    dry_run: bool = False
+    """With ``grid``: print the cells and their hub ids, run nothing."""
+    push_to_hub: str = ""
+    """After a successful run, upload the model to this hub repository (``org/name``; needs a token and network)."""
+    overwrite: bool = False
+    """Replace an output written with other settings (otherwise such a rerun is refused)."""
+    resources: ResourceConfig = field(default_factory=ResourceConfig)
+
+    NOT_IDENTITY: ClassVar[tuple[str, ...]] = (
+        "source_model",
+        "target_tokenizer",
+        "bridge_model",  # identified by content (inputs)
+        "output",
+        "cache_dir",
+        "trust_remote_code",
+        "grid",
+        "dry_run",
+        "push_to_hub",
+        "overwrite",
+        "resources",
+    )
+
+    def check(self) -> None:
+        require(
+            math.isfinite(self.alpha) and self.alpha >= 1,
+            "alpha",
+            self.alpha,
+            "must be >= 1 (1 = softmax over the softmax_top_k nearest, 2 = sparsemax, 4 = the paper)",
+        )
+        require(self.temperature > 0, "temperature", self.temperature, "must be > 0")
+        require(self.wechsel_temperature > 0, "wechsel_temperature", self.wechsel_temperature, "must be > 0")
+        for key in ("softmax_top_k", "wechsel_top_k", "bridge_batch_size", "rows_batch_size"):
+            require(getattr(self, key) >= 1, key, getattr(self, key), "must be >= 1")
+        require(self.samples >= 0, "samples", self.samples, "must be >= 0")
+        unknown = [m for m in self.match if m not in MATCH_RULES]
+        require(
+            not unknown,
+            "match",
+            ",".join(self.match),
+            f"unknown rule {unknown[0] if unknown else ''!r} (known: {', '.join(MATCH_RULES)})",
+        )
+        require(self.position_penalty >= 0, "position_penalty", self.position_penalty, "must be >= 0")
+
+    def identity_settings(self) -> dict[str, Any]:
+        settings = super().identity_settings()
+        unused = set(unused_settings(self.method))
+        if not self.position_aware:
+            unused |= {"position_marker", "position_penalty"}
+        return {k: v for k, v in settings.items() if k not in unused}
+
+
+@dataclass(frozen=True, kw_only=True)
+class InitResult:
+    """What an init run produced (``init_report.json`` holds the full report)."""
+
+    output: str
+    model: str
+    """The SparseEncoder directory: ``SparseEncoder(model)``."""
+    method: str
+    alpha: float | None
+    kinds: dict[str, int]
+    """Target tokens per kind: overlap (copied), special, bridge, random."""
+    support_histogram: dict[str, int]
+    samples: list[dict[str, Any]]
+    timings: dict[str, float]
+    skipped: bool = False
+    """The output was already complete with the same settings."""
+
+    @classmethod
+    def from_report(cls, output: str, report: dict[str, Any], skipped: bool = False) -> InitResult:
+        return cls(
+            output=output,
+            model=f"{output}/model",
+            method=report["method"],
+            alpha=report["alpha"] if report["method"] == "sembridge" else None,
+            kinds=report["kinds"],
+            support_histogram=report["support_histogram"],
+            samples=report["samples"],
+            timings=report["timings"],
+            skipped=skipped,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class InitGridResult:
+    """``--grid paper``: every cell's directory, and the cells that failed (cell -> error)."""
+
+    cells: list[str]
+    failures: dict[str, str]
+    plan: list[dict[str, Any]] | None = None
+    """With ``--dry-run``: the cells that would run, with their hub ids."""
+
+
+FLAGS = (
+    Flag(name="--source-model", key="source_model"),
+    Flag(name="--target-tokenizer", key="target_tokenizer"),
+    Flag(name="--bridge-model", key="bridge_model"),
+    Flag(name="--output", key="output"),
+    Flag(name="--method", key="method"),
+    Flag(name="--alpha", key="alpha"),
+    Flag(name="--bias", key="bias"),
+    Flag(name="--match", key="match"),
+    Flag(name="--seed", key="seed"),
+    Flag(name="--position-aware", key="position_aware", const="true"),
+    Flag(name="--grid", key="grid"),
+    Flag(name="--dry-run", key="dry_run", const="true"),
+    Flag(name="--workers", key="resources.workers"),
+    Flag(name="--trust-remote-code", key="trust_remote_code", const="true"),
+    Flag(name="--push-to-hub", key="push_to_hub"),
+    Flag(name="--overwrite", key="overwrite", const="true"),
+)
+
+
+def run(cfg: InitConfig) -> InitResult | InitGridResult:
+    from sembridge_ray.distributed import init
+
+    if cfg.grid:
+        cells = init.grid_cells(cfg)
+        if cfg.dry_run:
+            return InitGridResult(cells=[c.output for c in cells], failures={}, plan=init.grid_plan(cells))
+        return InitGridResult(cells=[c.output for c in cells], failures=init.run_grid(cfg))
+    return init.run_init(cfg)
+
+
+def report(result: InitResult | InitGridResult) -> str:
+    from sembridge_ray.embed_init.report import sample_table
+
+    if isinstance(result, InitGridResult):
+        body = result.plan if result.plan is not None else {"cells": len(result.cells), "failures": result.failures}
+        return json.dumps(body, indent=2)
+    counts = ", ".join(f"{n} {kind}" for kind, n in sorted(result.kinds.items()))
+    return (
+        f"{sample_table(result.samples)}\n\ntarget tokens: {counts}\n"
+        f'model: {result.model}   (SparseEncoder("{result.model}"))'
+    )
+
+
+JOB = JobSpec(
+    name="init",
+    entry="init_embeddings",
+    config=InitConfig,
+    flags=FLAGS,
+    run=run,
+    report=report,
+    description=__doc__ or "",
+)

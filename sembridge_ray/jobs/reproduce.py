@@ -1,0 +1,195 @@
+"""The ``reproduce`` job's contract: the SemBridge paper's grid (or its offline miniature): cells of (model,
+language, method, α), each init → per dataset zero-shot evaluation → fine-tuning → evaluation, cells as concurrent
+Ray tasks; ``results.csv``, ``results.md``, ``comparisons.csv`` and ``plots/``.
+
+    sembridge reproduce --preset paper --output /shared/outputs/paper --gpus-per-cell 1
+    sembridge reproduce --preset paper --output ROOT --dry-run       # the plan and its GPU-hour estimate
+    python -m jobs.reproduce --preset demo --output outputs/demo      # the offline miniature (2 CPUs, ~12 min)
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from sembridge_ray import catalog
+from sembridge_ray.config import Config, require
+from sembridge_ray.embed_init.methods import METHOD_NAMES
+from sembridge_ray.errors import InputError
+from sembridge_ray.jobs import Flag, JobSpec
+from sembridge_ray.jobs.evaluate import EvaluateConfig
+from sembridge_ray.jobs.finetune import FinetuneConfig
+from sembridge_ray.jobs.init import InitConfig
+
+DATASETS = ("webfaq", "miracl", "sick")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DemoSettings(Config):
+    """The offline miniature: a MiniLM SPLADE source, a byte-level BPE target, SICK as retrieval."""
+
+    test_pairs: int = 800
+    """SICK test pairs whose sentences form the retrieval set (queries A, documents B)."""
+    target_vocab: int = 8000
+    """Size of the cased byte-level BPE target vocabulary (trained on the bundled SICK + STS text)."""
+    mlm_bias: float = -2.5
+    """Constant decoder bias of the fresh MLM head (0 makes ~29.5k of 30.5k dimensions fire: FINDINGS.md)."""
+    source_steps: int = 30
+    """InfoNCE + FLOPs steps that make the MiniLM SPLADE source a retriever."""
+    source_batch: int = 32
+    """Batch of the source's training."""
+    source_lr: float = 5e-5
+    """Learning rate of the source's training."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReproduceConfig(Config):
+    """One cell per (model, language, method, α); per dataset: zero-shot eval, fine-tune, eval."""
+
+    preset: Literal["paper", "demo"] = "paper"
+    """``paper``: the hub's models, tokenizers and datasets; ``demo``: the offline miniature built from bundled data."""
+    output: str = ""
+    """Root of the grid: one directory per cell and stage, the tables and the plots."""
+    dry_run: bool = False
+    """Print the plan (every cell, its hub ids, a GPU-hour estimate) and run nothing."""
+    models: tuple[str, ...] = tuple(catalog.SOURCE_MODELS.values())
+    """Source encoders: catalog keys, hub ids or directories (comma-separated)."""
+    languages: tuple[str, ...] = tuple(catalog.LANGUAGES)
+    """Target languages (catalog codes, or any code with ``target_tokenizers``)."""
+    datasets: tuple[str, ...] = field(default=("webfaq", "miracl"), metadata={"choices": DATASETS})
+    """Datasets each cell is evaluated and fine-tuned on."""
+    methods: tuple[str, ...] = field(default=METHOD_NAMES, metadata={"choices": METHOD_NAMES})
+    """Initialisation methods (one cell each; sembridge once per α)."""
+    alphas: tuple[str, ...] = ("4",)
+    """α values for sembridge cells; ``softmax`` = α 1 (the ablation is 2,3,4,softmax)."""
+    max_concurrent: int = 0
+    """Cells at once; 0 = the cluster's GPUs / gpus_per_cell (at least 1)."""
+    gpus_per_cell: float = 1.0
+    """GPUs each cell's stages ask for (a fraction shares a GPU between cells)."""
+    miracl_mirror: str = ""
+    """A local MIRACL mirror (``<lang>/topics…tsv``, ``qrels…tsv``, ``corpus/*.jsonl.gz``); empty = the hub."""
+    target_tokenizers: tuple[str, ...] = ()
+    """Per-language overrides of the catalog's target tokenizer, ``lang=HUB_ID_OR_PATH`` (e.g. a local mirror)."""
+    eval_split: str = "test"
+    """Split evaluated (MIRACL's public judgements: ``test`` means ``dev`` there)."""
+    init: InitConfig = field(default_factory=lambda: InitConfig(bridge_model=catalog.BRIDGE))
+    finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
+    evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
+    demo: DemoSettings = field(default_factory=DemoSettings)
+    overwrite: bool = False
+    """Redo the stages whose settings changed since they ran (otherwise the run is refused, listing them);
+    finished stages with unchanged settings are still skipped."""
+
+    def check(self) -> None:
+        from sembridge_ray.reproduce.cells import parse_alpha
+
+        unknown = [m for m in self.methods if m not in METHOD_NAMES]
+        require(
+            not unknown,
+            "methods",
+            ",".join(self.methods),
+            f"unknown method {unknown[:1]} (known: {', '.join(METHOD_NAMES)})",
+        )
+        for alpha in self.alphas:
+            try:
+                value = parse_alpha(alpha)
+            except ValueError:
+                value = float("nan")
+            require(value >= 1, "alphas", ",".join(self.alphas), f"{alpha!r} is not a number >= 1 or 'softmax'")
+        bad = [d for d in self.datasets if d not in DATASETS]
+        require(
+            not bad, "datasets", ",".join(self.datasets), f"unknown dataset {bad[:1]} (known: {', '.join(DATASETS)})"
+        )
+        require(self.max_concurrent >= 0, "max_concurrent", self.max_concurrent, "must be >= 0 (0 = by GPUs)")
+        require(self.gpus_per_cell >= 0, "gpus_per_cell", self.gpus_per_cell, "must be >= 0")
+
+    def tokenizer_per_language(self) -> dict[str, str]:
+        """The catalog's target tokenizer per language, unless ``target_tokenizers`` overrides it."""
+        overrides = {}
+        for item in self.target_tokenizers:
+            lang, sep, name = item.partition("=")
+            if not sep or not name.strip():
+                raise InputError(f"target_tokenizers item {item!r}: expected lang=HUB_ID_OR_PATH")
+            overrides[lang.strip()] = name.strip()
+        unknown = [lang for lang in self.languages if lang not in overrides and lang not in catalog.LANGUAGES]
+        if unknown:
+            raise InputError(
+                f"language {unknown[0]!r} is not in the catalog ({', '.join(catalog.LANGUAGES)}); "
+                "name its tokenizer with target_tokenizers=LANG=HUB_ID_OR_PATH"
+            )
+        return {lang: overrides.get(lang) or catalog.LANGUAGES[lang].tokenizer for lang in self.languages}
+
+
+@dataclass(frozen=True, kw_only=True)
+class CellOutcome:
+    """How one cell ended: ``ok``, or its error (and the traceback, written to ``cells/<cell>/error.txt``)."""
+
+    cell: str
+    ok: bool
+    error: str = ""
+    traceback: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReproduceResult:
+    """What a reproduction run did: cells planned and run, failures, and where the tables are."""
+
+    output: str
+    cells: int
+    ran: int
+    failures: dict[str, str]
+    """cell -> error."""
+    plan: dict[str, Any] | None = None
+    """With ``dry_run``: the plan (nothing ran)."""
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+
+FLAGS = (
+    Flag(name="--output", key="output"),
+    Flag(name="--dry-run", key="dry_run", const="true"),
+    Flag(name="--models", key="models"),
+    Flag(name="--languages", key="languages"),
+    Flag(name="--datasets", key="datasets"),
+    Flag(name="--methods", key="methods"),
+    Flag(name="--alphas", key="alphas"),
+    Flag(name="--max-concurrent", key="max_concurrent"),
+    Flag(name="--gpus-per-cell", key="gpus_per_cell"),
+    Flag(name="--overwrite", key="overwrite", const="true"),
+)
+
+
+def run(cfg: ReproduceConfig) -> ReproduceResult:
+    if not cfg.output:
+        raise InputError("--output ROOT is required")
+    if cfg.dry_run:  # pure: imports no Ray, contacts nothing
+        from sembridge_ray.reproduce.plan import dry_run
+
+        return ReproduceResult(output=cfg.output, cells=0, ran=0, failures={}, plan=dry_run(cfg))
+    from sembridge_ray.distributed.reproduce import run_reproduce
+
+    return run_reproduce(cfg)
+
+
+def report(result: ReproduceResult) -> str:
+    if result.plan is not None:
+        return json.dumps(result.plan, indent=2)
+    tables = Path(result.output, "results.md").read_text(encoding="utf-8")
+    summary = {"cells": result.cells, "ran": result.ran, "failures": result.failures}
+    return tables + "\n" + json.dumps(summary, indent=2)
+
+
+JOB = JobSpec(
+    name="reproduce",
+    entry="reproduce",
+    config=ReproduceConfig,
+    flags=FLAGS,
+    run=run,
+    report=report,
+    default_preset="paper",
+    description=__doc__ or "",
+)

@@ -97,7 +97,7 @@ def _build(cls: type, data: Mapping[str, Any], prefix: str = "") -> Any:
     for old, new in aliases.items():
         if old in data:
             log.warning("config key %s%s is now %s%s (the old name goes in the next release)", prefix, old, prefix, new)
-            data.setdefault(new, data.pop(old))
+            data[new] = data.pop(old)
     for name in data:
         if name not in names:
             raise ConfigError(f"unknown config key {prefix}{name!s}{suggestion(name, cls, prefix)}")

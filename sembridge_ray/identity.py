@@ -169,7 +169,11 @@ def looks_like_hub_id(spec: str) -> bool:
 
 
 def model_identity(spec: str, what: str = "model") -> str:
-    """A model, tokenizer or bridge given as a local directory or a hub id; anything else names itself."""
+    """A model, tokenizer or bridge given as a local directory, a hub id or a bundled name; anything else names
+    itself."""
+    from sembridge_ray.bundled import resolve
+
+    spec = resolve(spec)
     path = Path(spec).expanduser()
     if path.exists():
         return path_identity(path)

@@ -17,6 +17,7 @@ class ResourceConfig(Config):
     gpus_per_worker: float | None = None
     """GPUs per worker; None = 1 when the cluster has GPUs, else 0 (CPU)."""
     cpus_per_worker: float = 1.0
+    """CPUs Ray reserves for each worker."""
     reserve_cpus: int = 1
     """CPUs never given to actors, so Ray Data's read/write tasks can run (an all-CPU actor pool deadlocks)."""
     threads_per_worker: int = 0

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
-from tokenizers.implementations import ByteLevelBPETokenizer, SentencePieceUnigramTokenizer
+from tokenizers.implementations import SentencePieceUnigramTokenizer
 from transformers import (
     BertConfig,
     BertForMaskedLM,
@@ -38,10 +38,10 @@ from transformers import (
     PreTrainedTokenizerBase,
     RobertaConfig,
     RobertaForMaskedLM,
-    RobertaTokenizerFast,
     XLMRobertaTokenizerFast,
 )
 
+from sembridge_ray.bundled import ROBERTA_SPECIALS, byte_bpe_tokenizer
 from sembridge_ray.data.sick import read_sick_split
 from sembridge_ray.data.sts import read_sts, sts_files
 from sembridge_ray.outputs import atomic_path
@@ -50,7 +50,6 @@ from sembridge_ray.sparse.model import save_sparse_encoder
 
 log = logging.getLogger(__name__)
 BERT_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-ROBERTA_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
 TINY = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64}
 
 
@@ -79,12 +78,6 @@ def wordpiece_tokenizer(text: list[str], vocab_size: int, lowercase: bool) -> Be
         special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)],
     )
     return BertTokenizerFast(tokenizer_object=tok, do_lower_case=lowercase, model_max_length=128)
-
-
-def byte_bpe_tokenizer(text: list[str], vocab_size: int) -> RobertaTokenizerFast:
-    bpe = ByteLevelBPETokenizer(add_prefix_space=False)
-    bpe.train_from_iterator(text, vocab_size=vocab_size, min_frequency=2, special_tokens=ROBERTA_SPECIALS)
-    return RobertaTokenizerFast(tokenizer_object=bpe._tokenizer, model_max_length=128)
 
 
 def unigram_tokenizer(text: list[str], vocab_size: int) -> XLMRobertaTokenizerFast:

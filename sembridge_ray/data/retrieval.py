@@ -263,6 +263,9 @@ def load_webfaq(lang: str, split: str) -> RetrievalData:
 
 def load_retrieval(spec: str, split: str) -> RetrievalData:
     """Resolve a dataset spec (see the module docstring) to one split; bad specs name themselves."""
+    from sembridge_ray.bundled import resolve
+
+    spec = resolve(spec)
     kind, sep, rest = spec.partition(":")
     if sep and kind == "webfaq" and rest:
         return load_webfaq(rest, split)
@@ -276,8 +279,10 @@ def load_retrieval(spec: str, split: str) -> RetrievalData:
 
 def dataset_identity(spec: str) -> str:
     """The identity of what a dataset spec reads (see :mod:`sembridge_ray.identity`); a bad spec names itself."""
+    from sembridge_ray.bundled import resolve
     from sembridge_ray.identity import hub_identity, path_identity
 
+    spec = resolve(spec)
     kind, sep, rest = spec.partition(":")
     if sep and kind == "webfaq":
         return hub_identity("PaDaS-Lab/webfaq-retrieval", "dataset")

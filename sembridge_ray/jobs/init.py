@@ -145,6 +145,8 @@ class InitResult:
     support_histogram: dict[str, int]
     samples: list[dict[str, Any]]
     timings: dict[str, float]
+    report: dict[str, Any]
+    """Everything ``init_report.json`` holds."""
     skipped: bool = False
     """The output was already complete with the same settings."""
 
@@ -159,6 +161,7 @@ class InitResult:
             support_histogram=report["support_histogram"],
             samples=report["samples"],
             timings=report["timings"],
+            report=report,
             skipped=skipped,
         )
 

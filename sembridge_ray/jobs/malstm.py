@@ -49,7 +49,9 @@ class AugmentConfig(Config):
     """Thesaurus augmentation of the SICK training part (never the validation split)."""
 
     enabled: bool = True
+    """Add thesaurus-substituted copies of the training pairs (the paper does)."""
     passes: int = 10
+    """Substitution passes over the training pairs (each may add one new pair per pair)."""
     min_cosine: float = 0.6
     """The paper's gate: a substitution needs word-vector cosine >= this."""
     target_pairs: int = 0
@@ -71,13 +73,19 @@ class TrainConfig(Config):
     """One training stage (STS pretraining or SICK training)."""
 
     hidden: int = 50
+    """LSTM hidden size (the paper's 50)."""
     batch_size: int = 32
+    """Pairs per Adadelta step."""
     lr: float = 1.0
+    """Adadelta's step multiplier (1.0 is Adadelta as published)."""
     rho: float = 0.95
+    """Adadelta's decay of the squared-gradient averages."""
     eps: float = 1e-6
+    """Adadelta's epsilon."""
     clip_norm: float = 1.0
     """Gradient-norm clipping threshold."""
     max_epochs: int = 300
+    """Epochs at most."""
     patience: int = 30
     """Stop after this many epochs without a new best (smoothed) validation loss."""
     stop_on: Literal["mse", "pearson"] = "mse"
@@ -85,10 +93,12 @@ class TrainConfig(Config):
     smoothing: float = 0.0
     """Exponential moving average factor for the stopping criterion (0 = the raw validation loss)."""
     min_delta: float = 0.0
+    """Least improvement of the stopping loss that counts as a new best."""
     weight_ema: float = 0.0
     """> 0: evaluate and keep an exponential moving average of the weights with this per-step decay (Polyak
     averaging; not in the paper). 0 = the optimiser's own iterates, as the paper."""
     forget_bias: float = 1.5
+    """Initial bias of the LSTM's forget gate."""
     init_sigma: float = 0.2
     """σ of the authors' initialisation (see ``model.init_lstm``)."""
 
@@ -110,10 +120,13 @@ class PretrainConfig(Config):
     """STS pretraining, with its own validation split and early stopping."""
 
     enabled: bool = True
+    """Pretrain on STS before training on SICK (the paper does)."""
     years: tuple[int, ...] = (2012, 2013)
     """STS years in the pool; 2012 + 2013 is the paper's "SemEval 2013 STS" as far as it is redistributable."""
     max_epochs: int = 100
+    """Pretraining epochs at most."""
     patience: int = 10
+    """Stop pretraining after this many epochs without a new best validation loss."""
     limit: int = 0
     """Use only the first N pool pairs (0 = all; smoke runs)."""
 
@@ -127,7 +140,10 @@ class PretrainConfig(Config):
 
 @dataclass(frozen=True, kw_only=True)
 class CalibrationConfig(Config):
+    """Local-linear calibration of the raw scores, fitted on validation (statsmodels ``KernelReg``)."""
+
     enabled: bool = True
+    """Calibrate (the paper does; it raises Pearson r, never Spearman ρ)."""
     bandwidth: Literal["loo", "cv_ls"] = "loo"
     """``loo``: the vectorised exact leave-one-out search; ``cv_ls``: statsmodels' own (slow) search."""
 
@@ -137,6 +153,7 @@ class MalstmConfig(Config):
     """MaLSTM on SICK (Mueller & Thyagarajan, AAAI 2016)."""
 
     output: str = "outputs/malstm"
+    """Output directory."""
     sick: str = ""
     """SICK 2014 directory (``SICK_train.txt``, ``SICK_trial.txt``, ``SICK_test_annotated.txt``); empty = bundled."""
     sts: str = ""
@@ -148,6 +165,7 @@ class MalstmConfig(Config):
     data_seed: int = 0
     """Seeds the validation splits, the augmentation draws and the OOV vectors (shared by every restart)."""
     val_fraction: float = 0.3
+    """Share of SICK train+trial (and of the STS pool) held out for early stopping and calibration."""
     limit_train: int = 0
     """Use only the first N SICK train+trial pairs (0 = all 5,000; smoke runs)."""
     ensemble: bool = False

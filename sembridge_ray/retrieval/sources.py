@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from sembridge_ray.bundled import resolve
 from sembridge_ray.data.retrieval import dataset_identity
 from sembridge_ray.errors import InputError
 from sembridge_ray.identity import hub_identity, looks_like_hub_id, path_identity
@@ -23,24 +24,12 @@ from sembridge_ray.retrieval.store import parquet_files
 
 log = logging.getLogger(__name__)
 VECTORS = "vectors"
-FIXTURE_PREFIX = "fixture:"
-SICK_SPEC = "sick"
-
-
-# Inputs derived from bundled data (the tiny fixtures, SICK as BEIR) are built once here, never in an output.
-DERIVED = Path("~/.cache/sembridge_ray").expanduser()
 
 
 def resolve_model(spec: str) -> tuple[str, str]:
-    """A model spec -> (what encoder actors load, its identity). A missing model names itself."""
-    if spec.startswith(FIXTURE_PREFIX):
-        from sembridge_ray.testing import FIXTURES, build_fixture
-
-        name = spec[len(FIXTURE_PREFIX) :]
-        if name not in FIXTURES:
-            raise InputError(f"model {spec!r}: no such fixture (known: {', '.join(FIXTURES)})")
-        spec = str(build_fixture(name, DERIVED / "fixtures"))
-    path = Path(spec).expanduser()
+    """A model spec (path, hub id or bundled name) -> (what encoder actors load, its identity). A missing model
+    names itself."""
+    path = Path(resolve(spec)).expanduser()
     if path.is_dir():
         if not any((path / name).is_file() for name in ("modules.json", "config.json")):
             raise InputError(f"model {spec!r} is not a model directory (no modules.json or config.json)")
@@ -51,16 +40,8 @@ def resolve_model(spec: str) -> tuple[str, str]:
 
 
 def resolve_dataset(spec: str) -> tuple[str, str]:
-    """A dataset spec -> (what ``load_retrieval`` reads, its identity). ``sick`` builds the SICK test set as BEIR."""
-    if spec == SICK_SPEC:
-        from sembridge_ray.data.sick import write_sick_beir
-        from sembridge_ray.resources import SICK_DIR
-
-        target = DERIVED / "datasets" / "sick-beir-v1"
-        if not (target / "qrels" / "test.tsv").is_file():
-            with atomic_path(target) as tmp:
-                write_sick_beir(SICK_DIR, tmp)
-        return str(target), path_identity(target)
+    """A dataset spec -> (what ``load_retrieval`` reads, its identity); ``sick`` is the bundled SICK retrieval set."""
+    spec = resolve(spec)
     return spec, dataset_identity(spec)
 
 

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from transformers import AutoModelForMaskedLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from sembridge_ray.bundled import resolve
 from sembridge_ray.errors import InputError
 from sembridge_ray.sparse.pooling import splade_pool, splade_pool_chunked
 
@@ -17,7 +18,9 @@ log = logging.getLogger(__name__)
 
 
 def load_mlm(name: str, trust_remote_code: bool = False) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """Load an MLM and its tokenizer from a hub id or directory; failure is an :class:`InputError` naming it."""
+    """Load an MLM and its tokenizer from a hub id, directory or bundled name; failure is an :class:`InputError`
+    naming it."""
+    name = resolve(name)
     try:
         tokenizer = AutoTokenizer.from_pretrained(name, trust_remote_code=trust_remote_code)
         model = AutoModelForMaskedLM.from_pretrained(name, trust_remote_code=trust_remote_code, use_safetensors=True)
@@ -27,6 +30,7 @@ def load_mlm(name: str, trust_remote_code: bool = False) -> tuple[PreTrainedMode
 
 
 def load_tokenizer(name: str, trust_remote_code: bool = False) -> PreTrainedTokenizerBase:
+    name = resolve(name)
     try:
         return AutoTokenizer.from_pretrained(name, trust_remote_code=trust_remote_code)
     except (OSError, ValueError, KeyError, TypeError) as err:
@@ -132,6 +136,7 @@ def check_mlm(name: str, trust_remote_code: bool = False) -> None:
     """Fail fast, naming ``name``, when it is not a loadable masked-LM directory or hub id (config + tokenizer)."""
     from transformers import AutoConfig
 
+    name = resolve(name)
     load_tokenizer(name, trust_remote_code=trust_remote_code)
     try:
         AutoConfig.from_pretrained(name, trust_remote_code=trust_remote_code)

@@ -39,11 +39,11 @@ def test_ray_pipeline_equals_in_process_bit_for_bit(
     assert not via_ray.skipped
     a, b = (
         load_file(tmp_path / "ray" / "model" / "model.safetensors"),
-        load_file(local.output / "model" / "model.safetensors"),
+        load_file(Path(local.output) / "model" / "model.safetensors"),
     )
     assert a.keys() == b.keys() and all(a[k].equal(b[k]) for k in a)
     assert pq.read_table(tmp_path / "ray" / "provenance.parquet").equals(
-        pq.read_table(local.output / "provenance.parquet")
+        pq.read_table(Path(local.output) / "provenance.parquet")
     )
     assert run_init(replace(cfg, output=str(tmp_path / "ray"))).skipped  # complete: skipped
 

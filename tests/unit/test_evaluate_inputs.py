@@ -63,10 +63,10 @@ def test_duplicate_query_id_is_an_error(tmp_path: Path, model: Path, capsys: pyt
 
 
 def test_flags_map_onto_the_config() -> None:
-    from jobs.evaluate import FLAGS
     from sembridge_ray.cli import parse_config
+    from sembridge_ray.jobs.evaluate import FLAGS
 
-    cfg = parse_config(
+    cfg, _ = parse_config(
         EvaluateConfig,
         [
             "--model",
@@ -85,8 +85,7 @@ def test_flags_map_onto_the_config() -> None:
             "128",
         ],
         flags=FLAGS,
-        preset_dir=PRESET_DIR,
-        prefix="evaluate_",
+        job="evaluate",
     )
     assert (cfg.top_k, cfg.resources.workers, cfg.shard_size, cfg.doc_top_k, cfg.split) == (50, 3, 1000, 128, "test")
-    assert load_preset_file(PRESET_DIR / "evaluate_smoke.yaml").model == "fixture:bert-mlm"
+    assert load_preset_file(PRESET_DIR / "evaluate_smoke.yaml").model == "minilm-splade"

@@ -24,11 +24,10 @@ def _run(capsys, *argv: str) -> tuple[int, str]:
 
 
 def test_flags_map_onto_the_config(capsys) -> None:
-    from jobs.finetune import FLAGS
     from sembridge_ray.cli import parse_config
-    from sembridge_ray.jobs import PRESET_DIR
+    from sembridge_ray.jobs.finetune import FLAGS
 
-    cfg = parse_config(
+    cfg, _ = parse_config(
         FinetuneConfig,
         [
             "--model",
@@ -64,8 +63,7 @@ def test_flags_map_onto_the_config(capsys) -> None:
             "seed=3",
         ],
         flags=FLAGS,
-        preset_dir=PRESET_DIR,
-        prefix="finetune_",
+        job="finetune",
     )
     assert (cfg.resources.workers, cfg.resources.gpus_per_worker, cfg.optim.batch_size) == (3, 0.5, 48)
     assert (cfg.optim.lr, cfg.optim.epochs, cfg.optim.max_steps, cfg.optim.bf16) == (3e-5, 2, 7, "off")

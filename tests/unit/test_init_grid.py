@@ -24,4 +24,4 @@ def test_grid_dry_run_names_every_hub_id(tmp_path: Path, capsys: pytest.CaptureF
 
 def test_unknown_grid_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert init_embeddings.main(["--grid", "huge", "--dry-run", "--output", str(tmp_path)]) == 2
-    assert "grid='huge': must be empty or 'paper'" in capsys.readouterr().err
+    assert "grid: 'huge' is not one of ['', 'paper']" in capsys.readouterr().err

@@ -113,7 +113,7 @@ def run(root: Path, out: Path, src: str, tgt: str, **overrides: Any) -> Path:
         cache_dir=str(out / "cache"),
         samples=5,
     )
-    return initialise(replace(cfg, **overrides)).output
+    return Path(initialise(replace(cfg, **overrides)).output)
 
 
 @pytest.fixture(scope="module")

@@ -141,7 +141,7 @@ def init_cfg(fixtures_root: Path, tmp_path: Path) -> InitConfig:
 
 
 def test_init_rerun_with_other_settings_is_refused_and_overwrite_redoes(init_cfg: InitConfig) -> None:
-    out = initialise(init_cfg).output
+    out = Path(initialise(init_cfg).output)
     before = snapshot(out)
     changed = replace(init_cfg, method="focus", alpha=2.0)
     with pytest.raises(InputError) as err:
@@ -156,7 +156,7 @@ def test_init_rerun_with_other_settings_is_refused_and_overwrite_redoes(init_cfg
 def test_a_failed_rerun_leaves_the_finished_output_byte_identical(
     init_cfg: InitConfig, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    out = initialise(init_cfg).output
+    out = Path(initialise(init_cfg).output)
     before = snapshot(out)
     for bad in (
         {"target_tokenizer": str(tmp_path / "missing-tokenizer")},
@@ -281,7 +281,7 @@ def test_real_read_only_and_full_filesystems(
 def test_model_weights_are_readable_by_others(init_cfg: InitConfig) -> None:
     old = os.umask(0o022)
     try:
-        out = initialise(init_cfg).output
+        out = Path(initialise(init_cfg).output)
     finally:
         os.umask(old)
     for path in out.rglob("*"):
@@ -289,9 +289,9 @@ def test_model_weights_are_readable_by_others(init_cfg: InitConfig) -> None:
 
 
 def test_two_runs_give_byte_identical_artefacts(init_cfg: InitConfig, tmp_path: Path) -> None:
-    a = snapshot(initialise(init_cfg).output)
+    a = snapshot(Path(initialise(init_cfg).output))
     b = snapshot(
-        initialise(replace(init_cfg, output=str(tmp_path / "again"), cache_dir=str(tmp_path / "cache2"))).output
+        Path(initialise(replace(init_cfg, output=str(tmp_path / "again"), cache_dir=str(tmp_path / "cache2"))).output)
     )
     reports = [json.loads(x.pop("init_report.json")) for x in (a, b)]
     configs = [yaml.safe_load(x.pop("config.yaml")) for x in (a, b)]  # they name their own output and cache

@@ -119,12 +119,3 @@ def test_empty_split_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[s
     code = job.main(["--preset", "smoke", "--output", str(tmp_path / "o"), "--sick", str(sick)])
     err = capsys.readouterr().err
     assert code == 2 and "SICK_train.txt: no pairs" in err
-
-
-def test_preset_flag_is_the_config_flag() -> None:
-    assert job.preset_alias(["--preset", "smoke", "--preset=paper", "x=1"]) == [
-        "--config",
-        "smoke",
-        "--config=paper",
-        "x=1",
-    ]

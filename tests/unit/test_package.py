@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import ast
 import shutil
 import subprocess
 import sys
+import tomllib
+from pathlib import Path
 
 import pytest
 
+from sembridge_ray.jobs import JOBS
 from tests.conftest import REPO
 
 
@@ -25,3 +29,31 @@ def test_ruff_is_clean() -> None:
         pytest.skip("ruff is not installed")
     result = subprocess.run([ruff, "check", "--quiet", "."], cwd=REPO, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout[-3000:]
+
+
+def _imports(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def test_no_product_code_depends_on_the_test_fixtures() -> None:
+    offenders = [
+        str(p.relative_to(REPO))
+        for p in (REPO / "sembridge_ray").rglob("*.py")
+        if p.name != "testing.py" and "sembridge_ray.testing" in _imports(p)
+    ]
+    assert offenders == []
+
+
+def test_the_distribution_installs_only_sembridge_ray_and_its_presets() -> None:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    assert project["tool"]["setuptools"]["packages"]["find"]["include"] == ["sembridge_ray*"]
+    assert "presets/*.yaml" in project["tool"]["setuptools"]["package-data"]["sembridge_ray"]
+    assert project["project"]["scripts"]["sembridge"] == "sembridge_ray.cli:main"
+    assert {p.stem.split("_", 1)[0] for p in (REPO / "sembridge_ray" / "presets").glob("*.yaml")} <= set(JOBS)

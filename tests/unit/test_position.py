@@ -215,7 +215,7 @@ def run(root: Path, out: Path, src: str, tgt: str, **overrides: Any) -> tuple[pa
         **overrides,
     )
     result = initialise(cfg, NGRAM_STAGES)
-    return pq.read_table(result.output / "provenance.parquet"), result.report
+    return pq.read_table(Path(result.output) / "provenance.parquet"), result.report
 
 
 @pytest.fixture(scope="module")

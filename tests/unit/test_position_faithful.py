@@ -120,9 +120,9 @@ def snapshot(root: Path, out: Path, case: str, **extra: Any) -> dict[str, Any]:
         **extra,
     )
     result = initialise(cfg)
-    prov = pq.read_table(result.output / "provenance.parquet").to_pydict()
+    prov = pq.read_table(Path(result.output) / "provenance.parquet").to_pydict()
     rows = [i for i, k in enumerate(prov["kind"]) if k == "bridge"]
-    tensors = load_file(str(result.output / "model" / "model.safetensors"))
+    tensors = load_file(str(Path(result.output) / "model" / "model.safetensors"))
     fps = result.report["fingerprints"]
     keys = [fps[name] for name in ("source_tokenizer", "target_tokenizer")]  # the bridge model's fp is not ours
     vectors = [pq.read_table(out / "cache" / f"{fps['bridge_model']}-{key}.parquet").column("vector") for key in keys]

@@ -5,14 +5,14 @@ from pathlib import Path
 import pytest
 
 from sembridge_ray.config import Config
-from sembridge_ray.jobs import JOB_CONFIGS, PRESET_DIR, load_preset_file
+from sembridge_ray.jobs import JOBS, PRESET_DIR, load_preset_file
 
 PRESETS = sorted(PRESET_DIR.glob("*.yaml"))
 
 
 def test_there_are_presets_and_each_names_a_known_job() -> None:
     assert PRESETS
-    assert {p.stem.split("_", 1)[0] for p in PRESETS} <= set(JOB_CONFIGS)
+    assert {p.stem.split("_", 1)[0] for p in PRESETS} <= set(JOBS)
 
 
 @pytest.mark.parametrize("path", PRESETS, ids=lambda p: p.stem)

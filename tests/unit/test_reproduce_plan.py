@@ -12,7 +12,7 @@ import yaml
 from jobs import reproduce
 from sembridge_ray import catalog
 from sembridge_ray.cli import parse_config
-from sembridge_ray.jobs import PRESET_DIR
+from sembridge_ray.jobs import job_spec
 from sembridge_ray.jobs.reproduce import ReproduceConfig
 from sembridge_ray.reproduce.cells import expand, parse_alpha
 from tests.conftest import REPO
@@ -76,7 +76,7 @@ def test_flags_override_the_preset(tmp_path: Path, capsys: pytest.CaptureFixture
 
 
 def test_demo_preset_loads() -> None:
-    cfg = parse_config(ReproduceConfig, ["--config", "demo"], preset_dir=PRESET_DIR, prefix="reproduce_")
+    cfg, _ = parse_config(ReproduceConfig, ["--preset", "demo"], job="reproduce")
     assert cfg.preset == "demo" and cfg.init.bridge_model == "minilm" and not cfg.init.copy_overlap
     assert set(cfg.methods) >= {"sembridge", "focus", "wechsel", "mean", "random"} and cfg.alphas == ("4", "2")
 
@@ -85,9 +85,8 @@ def _entrypoint_config(entrypoint: str, output: Path) -> ReproduceConfig:
     words = shlex.split(entrypoint)
     assert words[:3] == ["python", "-m", "jobs.reproduce"]
     args = [w if not w.startswith("/") else str(output) for w in words[3:]]
-    return parse_config(
-        ReproduceConfig, args, flags=reproduce.FLAGS, preset_dir=PRESET_DIR, prefix="reproduce_", default_preset="paper"
-    )
+    spec = job_spec("reproduce")
+    return parse_config(ReproduceConfig, args, flags=spec.flags, job="reproduce", default_preset="paper")[0]
 
 
 def test_kuberay_rayjob_matches_the_driver(tmp_path: Path) -> None:

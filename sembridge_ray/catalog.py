@@ -53,6 +53,31 @@ LANGUAGES = {
 DATASETS = {"webfaq": "PaDaS-Lab/webfaq-retrieval", "miracl": "miracl/miracl + miracl/miracl-corpus"}
 
 
+# Licences as the inputs' hub pages state them (checked by hand; a model card repeats them with that caveat).
+LICENCES = {
+    "naver/splade-v3": "CC BY-NC-SA 4.0",
+    "prithivida/Splade_PP_en_v1": "Apache 2.0",
+    "opensearch-project/opensearch-neural-sparse-encoding-v1": "Apache 2.0",
+    "ibm-granite/granite-embedding-30m-sparse": "Apache 2.0",
+    "BAAI/bge-m3": "MIT",
+    "sentence-transformers/all-MiniLM-L6-v2": "Apache 2.0",
+    "minilm": "Apache 2.0 (all-MiniLM-L6-v2)",
+    "minilm-splade": "Apache 2.0 (built from all-MiniLM-L6-v2)",
+    "sick-bpe": "CC BY-NC-SA 3.0 (trained on SICK and STS text)",
+    "sick": "CC BY-NC-SA 3.0 (SICK 2014)",
+}
+
+
+def looks_like_hub(name: str) -> bool:
+    """``org/name`` (not a path)."""
+    return name.count("/") == 1 and not name.startswith(("/", ".", "~"))
+
+
+def language_of(tokenizer: str) -> str:
+    """The catalog language whose target tokenizer this is ("" when none)."""
+    return next((code for code, lang in LANGUAGES.items() if lang.tokenizer == tokenizer), "")
+
+
 def slug(name: str) -> str:
     """A filesystem-safe short name: a catalog key as is, else the hub id's/path's last part."""
     for key, hub in SOURCE_MODELS.items():

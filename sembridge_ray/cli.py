@@ -308,7 +308,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "",
             "jobs:",
         ]
-        lines += [f"  {name:<10} {_first_paragraph(job_spec(name).description)}" for name in JOBS]
+        lines += [f"  {name:<10} {job_spec(name).summary}" for name in JOBS]
         print("\n".join(lines), file=sys.stdout if args[:1] in (["-h"], ["--help"]) else sys.stderr)
         if args and args[0] not in ("-h", "--help"):
             print(f"error: unknown job {args[0]!r}", file=sys.stderr)

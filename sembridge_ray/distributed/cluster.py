@@ -16,6 +16,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,7 @@ from sembridge_ray.placement import Placement, ResourceConfig, plan_placement
 log = logging.getLogger(__name__)
 REAP_TIMEOUT_S = 15.0
 _owned = False
+_announced: set[str] = set()
 
 
 @dataclass(frozen=True)
@@ -44,12 +46,17 @@ def _free_port() -> int:
 
 
 def connect(num_cpus: int | None = None) -> ClusterInfo:
-    """Join the cluster at ``RAY_ADDRESS``, or start a local one on 127.0.0.1 (no dashboard) that this process owns."""
+    """Join the cluster at ``RAY_ADDRESS``, or start a local one on 127.0.0.1 that this process owns."""
     global _owned
     if not ray.is_initialized():
+        quiet = logging.getLogger().getEffectiveLevel() > logging.DEBUG
+        if quiet:  # Ray's C++ side prints an error line per actor pool it tears down on purpose
+            os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "fatal")
+        options = {"logging_level": logging.WARNING if quiet else logging.DEBUG, "log_to_driver": True}
+        setup = {"worker_process_setup_hook": "sembridge_ray.distributed.cluster.setup_worker"}
         address = os.environ.get("RAY_ADDRESS")
         if address:
-            ray.init(address=address, log_to_driver=True)
+            ray.init(address=address, runtime_env=setup, **options)
         else:
             # A fresh local cluster, never an unrelated `ray start` head found in /tmp/ray; it binds to loopback
             # (see sembridge_ray/distributed/__init__.py). Its GCS port is chosen here so the workers can be told.
@@ -65,7 +72,8 @@ def connect(num_cpus: int | None = None) -> ClusterInfo:
                     include_dashboard=True,
                     dashboard_host="127.0.0.1",
                     dashboard_port=_free_port(),
-                    runtime_env={"env_vars": {"RAY_ADDRESS": f"127.0.0.1:{port}"}},
+                    runtime_env={**setup, "env_vars": {"RAY_ADDRESS": f"127.0.0.1:{port}"}},
+                    **options,
                 )
             finally:
                 if previous is None:
@@ -74,6 +82,7 @@ def connect(num_cpus: int | None = None) -> ClusterInfo:
                     os.environ["RAY_GCS_SERVER_PORT"] = previous
             _owned = True
             atexit.register(shutdown)
+        quiet_ray()
     res = ray.cluster_resources()
     info = ClusterInfo(
         cpus=res.get("CPU", 0.0),
@@ -81,8 +90,32 @@ def connect(num_cpus: int | None = None) -> ClusterInfo:
         address=ray.get_runtime_context().gcs_address,
         nodes=sum(1 for n in ray.nodes() if n.get("Alive")),
     )
-    log.info("Ray cluster at %s: %d node(s), %g CPUs, %g GPUs", info.address, info.nodes, info.cpus, info.gpus)
+    if info.address not in _announced:
+        _announced.add(info.address)
+        log.info("Ray cluster at %s: %d node(s), %g CPUs, %g GPUs", info.address, info.nodes, info.cpus, info.gpus)
     return info
+
+
+def quiet_ray() -> None:
+    """Ray's own INFO chatter (dataset plans, "0/?" progress, report bookkeeping) demoted to WARNING; Ray Data's
+    progress bars only on a terminal. ``--log-level DEBUG`` keeps everything."""
+    if logging.getLogger().getEffectiveLevel() <= logging.DEBUG:
+        return
+    for name in ("ray", "ray.data", "ray.train", "ray.tune"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    ray.data.DataContext.get_current().enable_progress_bars = sys.stderr.isatty()
+
+
+def setup_worker() -> None:
+    """Run in every Ray worker of a job (``worker_process_setup_hook``): the same quiet logging as the driver, and
+    this project's INFO lines (a training worker's steps) kept."""
+    from sembridge_ray.cli import quiet_third_parties
+
+    quiet_third_parties()
+    for name in ("ray", "ray.data", "ray.train", "ray.tune"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    logging.getLogger("sembridge_ray").setLevel(logging.INFO)
+    ray.data.DataContext.get_current().enable_progress_bars = False
 
 
 def shutdown() -> None:
@@ -95,6 +128,9 @@ def shutdown() -> None:
     if _owned:
         _reap(started)
     _owned = False
+
+
+_announced: set[str] = set()
 
 
 def _descendants(pid: int) -> list[int]:

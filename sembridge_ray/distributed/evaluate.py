@@ -29,10 +29,11 @@ from sembridge_ray.data.retrieval import RetrievalData, load_retrieval
 from sembridge_ray.data.schema import ID, TEXT
 from sembridge_ray.distributed import cluster
 from sembridge_ray.distributed.search import ShardedIndex
-from sembridge_ray.distributed.udfs import PATH, SparseEncodeUDF, actor_pool_args
+from sembridge_ray.distributed.udfs import PATH, ROWS, SparseEncodeUDF, actor_pool_args
 from sembridge_ray.errors import InputError
 from sembridge_ray.jobs.evaluate import EvaluateConfig, EvaluateResult
 from sembridge_ray.outputs import atomic_path, atomic_write_json, atomic_write_text, claim_output
+from sembridge_ray.progress import Progress, duration
 from sembridge_ray.retrieval.index import PAD, Shard, TopK, build_shard, rank_ids, shard_bounds
 from sembridge_ray.retrieval.metrics import (
     mean_metrics,
@@ -157,28 +158,31 @@ def _cache(cfg: EvaluateConfig) -> Path:
 
 
 def encode(files: list[Path], dest: Path, cfg: EvaluateConfig, model: str, role: str) -> None:
-    """Staged (id, text) Parquet files -> sparse Parquet (id, indices, values) through a pool of encoder actors.
-
-    Each actor call takes one whole staged file and encodes it in batches of ``encode_batch_size``, so which texts
-    share a (padded) batch depends only on the file, never on how Ray cuts or schedules blocks: the vectors are
-    the same bit for bit on one node or many.
-    """
+    """Staged (id, text) Parquet files -> sparse Parquet files (id, indices, values) of the same names in ``dest``,
+    through a pool of encoder actors (one GPU each when there are GPUs). See :class:`SparseEncodeUDF`: the vectors
+    are the same bit for bit on one node or many."""
     plan = cluster.placement(cfg.resources)  # connects first: Ray Data alone would ray.init() anywhere
     query = role == "query"
-    kwargs = {
-        "model_dir": model,
-        "role": role,
-        "max_length": cfg.max_query_length if query else cfg.max_doc_length,
-        "top_k": cfg.query_top_k if query else cfg.doc_top_k,
-        "batch_size": cfg.encode_batch_size,
-        "threads": cfg.resources.threads_per_worker,
-    }
-    paths = ray.data.from_items([{PATH: str(f)} for f in files], override_num_blocks=max(1, len(files)))
-    encoded = paths.map_batches(
-        SparseEncodeUDF, fn_constructor_kwargs=kwargs, batch_format="pyarrow", **actor_pool_args(plan, 1)
-    )
+    total = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
     with atomic_path(dest) as tmp:
-        encoded.write_parquet(str(tmp))
+        tmp.mkdir(parents=True)
+        kwargs = {
+            "model_dir": model,
+            "role": role,
+            "max_length": cfg.max_query_length if query else cfg.max_doc_length,
+            "top_k": cfg.query_top_k if query else cfg.doc_top_k,
+            "batch_size": cfg.encode_batch_size,
+            "out_dir": str(tmp),
+            "threads": cfg.resources.threads_per_worker,
+        }
+        paths = ray.data.from_items([{PATH: str(f)} for f in files], override_num_blocks=max(1, len(files)))
+        encoded = paths.map_batches(
+            SparseEncodeUDF, fn_constructor_kwargs=kwargs, batch_format="pyarrow", **actor_pool_args(plan, 1)
+        )
+        progress = Progress(log, f"encoding {'queries' if query else 'documents'}", total, "texts")
+        for done in encoded.iter_batches(batch_size=None, batch_format="pyarrow"):
+            progress.add(int(pc.sum(done.column(ROWS)).as_py() or 0))
+        progress.finish()
 
 
 def search_and_score(
@@ -200,9 +204,11 @@ def search_and_score(
 
     # more shards than workers: the actors share the workers' CPUs (each still holds one shard)
     index = ShardedIndex.start(shards(), plan.cpus_per_worker * min(1.0, plan.workers / len(bounds)))
-    clock.lap("index")
+    log.info("index: %d documents in %d shards (%s)", len(ranks), len(bounds), duration(clock.lap("index")))
     try:
-        top, actors = index.search(qvec, cfg.top_k, cfg.query_batch_size), index.stats()
+        progress = Progress(log, "search", qvec.rows, "queries")
+        top, actors = index.search(qvec, cfg.top_k, cfg.query_batch_size, progress=progress), index.stats()
+        progress.finish()
     finally:
         index.shutdown()
     with atomic_path(run_path) as tmp, open(tmp, "w", encoding="utf-8") as fh:

@@ -36,7 +36,9 @@ from sembridge_ray.distributed import cluster
 from sembridge_ray.errors import InputError, environment_errno
 from sembridge_ray.identity import RunIdentity, model_identity
 from sembridge_ray.jobs.finetune import FinetuneConfig, FinetuneResult
+from sembridge_ray.model_card import read_provenance, write_card
 from sembridge_ray.outputs import atomic_path, atomic_write_json, atomic_write_text, claim_output
+from sembridge_ray.progress import duration
 from sembridge_ray.sparse import loop
 from sembridge_ray.sparse.checkpoints import (
     METRICS,
@@ -47,7 +49,7 @@ from sembridge_ray.sparse.checkpoints import (
     write_part,
 )
 from sembridge_ray.sparse.collective import LocalCollective, TorchCollective
-from sembridge_ray.sparse.model import SpladeEncoder, check_mlm, load_mlm, save_sparse_encoder
+from sembridge_ray.sparse.model import SpladeEncoder, check_mlm, load_mlm, push_model, save_sparse_encoder
 
 log = logging.getLogger(__name__)
 SUMMARY, DATA_DIR, CHECKPOINT_DIR, MODEL_DIR = "finetune.json", "data", "checkpoints", "model"
@@ -66,6 +68,7 @@ def run_finetune(cfg: FinetuneConfig, inputs: dict[str, str] | None = None) -> F
 
     ``inputs`` (identities of the model and the training data) may come from a caller that planned them.
     """
+    named = cfg  # as the user named the inputs: what the model card shows
     cfg = replace(cfg, model=resolve(cfg.model), train=resolve(cfg.train))  # bundled names: paths for the workers
     identity = cfg.identity("finetune", inputs or input_identities(cfg))
     out = Path(cfg.output)
@@ -95,7 +98,7 @@ def run_finetune(cfg: FinetuneConfig, inputs: dict[str, str] | None = None) -> F
         storage_note(storage, cfg.storage)
         start = time.perf_counter()
         result = _fit(cfg, stream, info.total_steps, plan, storage, name)
-        final = export_checkpoint(result.checkpoint, cfg, out, info.total_steps, f"{storage.rstrip('/')}/{name}")
+        final = export_checkpoint(result.checkpoint, cfg, out, info.total_steps, f"{storage.rstrip('/')}/{name}", named)
         summary = FinetuneResult(
             output=str(out),
             model=str(out / MODEL_DIR),
@@ -109,6 +112,8 @@ def run_finetune(cfg: FinetuneConfig, inputs: dict[str, str] | None = None) -> F
         )
         atomic_write_json(out / SUMMARY, {**asdict(summary), "stream": asdict(info)})
         claim.finish(exclude=(CHECKPOINT_DIR, DATA_DIR))
+    if cfg.push_to_hub:
+        push_model(out / MODEL_DIR, cfg.push_to_hub)
     return summary
 
 
@@ -268,23 +273,23 @@ def train_func(config: dict[str, Any]) -> None:
     )
     plan = loop.LoopPlan(total, cfg.optim.batch_size, cfg.loss, cfg.optim.clip_norm, bf16, cfg.log_every)
     comm = TorchCollective() if world > 1 else LocalCollective()
-    last_report = time.monotonic()
+    last_report = began = time.monotonic()
     for step, metrics in loop.train(model, batches, optimizer, scheduler, plan, start=start, comm=comm):
         if metrics is not None:
             history.append(metrics)
             if rank == 0:
+                per_step = (time.monotonic() - began) / max(1, step - start)
                 log.info(
-                    "step %d/%d loss %.4f infonce %.4f flops q %.2f d %.2f dims q %.0f d %.0f lr %.2e %.1f ex/s",
+                    "step %d/%d loss %.4f (infonce %.4f) dims q %.0f d %.0f lr %.2e %.1f ex/s ETA %s",
                     step,
                     total,
                     metrics["loss"],
                     metrics["infonce"],
-                    metrics["flops_q"],
-                    metrics["flops_d"],
                     metrics["active_dims_q"],
                     metrics["active_dims_d"],
                     metrics["lr"],
                     metrics["examples_per_s"],
+                    duration(per_step * (total - step)),
                 )
         if step % cfg.checkpoint_every == 0 or step == total:
             state = loop.capture_state(encoder, optimizer, scheduler, step)
@@ -340,7 +345,12 @@ def _report_checkpoint(
 
 
 def export_checkpoint(
-    checkpoint: ray.train.Checkpoint | None, cfg: FinetuneConfig, out: Path, total_steps: int, run_dir: str
+    checkpoint: ray.train.Checkpoint | None,
+    cfg: FinetuneConfig,
+    out: Path,
+    total_steps: int,
+    run_dir: str,
+    named: FinetuneConfig | None = None,
 ) -> dict[str, float]:
     """Write the final checkpoint's model into ``out/model`` as a SparseEncoder directory, and its metrics.jsonl."""
     found = dict(complete_checkpoints(Path(run_dir)))
@@ -356,7 +366,26 @@ def export_checkpoint(
     mlm, tokenizer = load_mlm(cfg.model)
     encoder = SpladeEncoder(mlm)
     encoder.load_state_dict(state["model"])
+    final = history[-1] if history else {}
     with atomic_path(out / MODEL_DIR) as tmp:  # the same layout as the init job's: <output>/model
         save_sparse_encoder(encoder.mlm, tokenizer, tmp)
+        write_card(tmp, card_provenance(named or cfg, total_steps, final))
     atomic_write_text(out / METRICS, "".join(json.dumps(m) + "\n" for m in history))
-    return history[-1] if history else {}
+    return final
+
+
+def card_provenance(cfg: FinetuneConfig, steps: int, final: dict[str, float]) -> dict[str, Any]:
+    """The input model's provenance (its init, when this project wrote it) extended by this fine-tuning."""
+    prov = read_provenance(resolve(cfg.model))
+    prov.setdefault("init", {"source_model": cfg.model})
+    prov["finetune"] = {
+        "model": cfg.model,
+        "train": cfg.train,
+        "steps": steps,
+        "batch_size": cfg.optim.batch_size,
+        "lr": cfg.optim.lr,
+        "lambda_q": cfg.loss.lambda_q,
+        "lambda_d": cfg.loss.lambda_d,
+        "final_loss": round(final["loss"], 4) if "loss" in final else None,
+    }
+    return prov

@@ -27,6 +27,7 @@ from sembridge_ray.embed_init.pipeline import (
 from sembridge_ray.errors import InputError
 from sembridge_ray.jobs.init import InitConfig
 from sembridge_ray.outputs import is_complete
+from sembridge_ray.progress import Progress
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,7 @@ def ray_stages(cfg: InitConfig) -> Stages:
             batch_format="pyarrow",
             **{**actor_pool_args(plan, size), "batch_size": None},
         )
-        result = pa.concat_tables(ray.get(out.to_arrow_refs()))
+        result = pa.concat_tables(collect(out, Progress(log, "bridge encoding", table.num_rows, "strings")))
         order = {int(i): n for n, i in enumerate(result.column(ID).to_numpy())}
         rows = [order[int(i)] for i in table.column(ID).to_numpy()]  # actor pools do not keep row order
         return np.stack(result.column(VECTOR).to_numpy(zero_copy_only=False)[rows]).astype(np.float32)
@@ -74,9 +75,20 @@ def ray_stages(cfg: InitConfig) -> Stages:
             batch_format="pyarrow",
             **{**actor_pool_args(plan, size), "batch_size": None},
         )
-        return rows_from_tables(ray.get(out.to_arrow_refs()), len(ctx.inputs))
+        tables = collect(out, Progress(log, "weights", table.num_rows, "rows"))
+        return rows_from_tables(tables, len(ctx.inputs))
 
     return Stages(encode=encode, rows=rows)
+
+
+def collect(ds: ray.data.Dataset, progress: Progress) -> list[pa.Table]:
+    """Every output block of ``ds`` as it finishes (in any order), counted in ``progress``."""
+    tables = []
+    for table in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
+        tables.append(table)
+        progress.add(table.num_rows)
+    progress.finish()
+    return tables
 
 
 def run_init(cfg: InitConfig, inputs: dict[str, str] | None = None) -> InitResult:

@@ -16,6 +16,7 @@ from sembridge_ray.distributed import cluster
 from sembridge_ray.identity import path_identity
 from sembridge_ray.jobs.malstm import MalstmConfig, MalstmResult
 from sembridge_ray.outputs import claim_output
+from sembridge_ray.progress import Progress
 from sembridge_ray.resources import SICK_DIR, STS_DIR
 from sembridge_ray.siamese import augment as aug
 from sembridge_ray.siamese.loop import RestartResult, train_restart
@@ -37,20 +38,31 @@ def _train_task(data: Prepared, cfg: dict[str, Any], seed: int, threads: int) ->
 
 
 def run_restarts(data: Prepared, cfg: MalstmConfig) -> list[RestartResult]:
-    """``cfg.seeds`` restarts as Ray tasks, at most ``resources.workers`` at once, in seed order."""
+    """``cfg.seeds`` restarts as Ray tasks, at most ``resources.workers`` at once; a line per finished restart."""
     plan = cluster.placement(cfg.resources, reserve=False)
     task = ray.remote(_train_task).options(num_cpus=plan.cpus_per_worker, num_gpus=0)
     data_ref = ray.put(data)
     threads = max(1, int(plan.cpus_per_worker))
+    progress = Progress(log, "restarts", cfg.seeds, "trained", every_s=0.0)
     pending: list[ray.ObjectRef] = []
-    done: dict[ray.ObjectRef, RestartResult] = {}
+    done: list[RestartResult] = []
+
+    def collect(refs: list[ray.ObjectRef]) -> None:
+        for result in ray.get(refs):
+            done.append(result)
+            log.info("restart seed %d: validation MSE %.4f", result.seed, result.val_mse)
+            progress.add()
+
     for seed in range(cfg.seed, cfg.seed + cfg.seeds):
         if len(pending) >= plan.workers:
             ready, pending = ray.wait(pending, num_returns=1)
-            done.update({ref: ray.get(ref) for ref in ready})
+            collect(ready)
         pending.append(task.remote(data_ref, cfg.to_dict(), seed, threads))
-    done.update({ref: ray.get(ref) for ref in pending})
-    return sorted(done.values(), key=lambda r: r.seed)
+    while pending:
+        ready, pending = ray.wait(pending, num_returns=1)
+        collect(ready)
+    progress.finish()
+    return sorted(done, key=lambda r: r.seed)
 
 
 def input_identities(cfg: MalstmConfig) -> dict[str, str]:

@@ -20,7 +20,7 @@ from typing import Any
 
 import ray
 
-from sembridge_ray import bundled, catalog
+from sembridge_ray import bundled, catalog, progress
 from sembridge_ray.config import write_config
 from sembridge_ray.data.retrieval import dataset_identity
 from sembridge_ray.distributed import cluster
@@ -36,7 +36,7 @@ from sembridge_ray.outputs import atomic_write_json, atomic_write_text, conflict
 from sembridge_ray.reproduce import cells as cellmod
 from sembridge_ray.reproduce import compare, demo, plots, results
 from sembridge_ray.reproduce.plan import concurrency
-from sembridge_ray.reproduce.stages import Assets, Stage, cell_stages, source_stages
+from sembridge_ray.reproduce.stages import MODEL, Assets, Stage, cell_stages, source_stages
 
 log = logging.getLogger(__name__)
 DEMO_MODEL, DEMO_LANGUAGE, DEMO_DATASET = "minilm-splade", "en-bpe", "sick"
@@ -118,9 +118,10 @@ def plan(cfg: ReproduceConfig, gpus: float) -> Plan:
         identify = Identities({})
         source, source_eval = source_stages(cfg, files["untrained"], files["source_pairs"], files["beir"], identify)
         result.assets = [source, source_eval]
-        identify.memo[source.cfg.output] = source.ref  # type: ignore[attr-defined]
+        source_model = f"{source.output}/{MODEL}"
+        identify.memo[source_model] = f"{source.ref}/{MODEL}"
         assets = Assets(
-            models={DEMO_MODEL: source.cfg.output},  # type: ignore[attr-defined]
+            models={DEMO_MODEL: source_model},
             tokenizers={DEMO_LANGUAGE: str(files["target"])},
             specs={(DEMO_DATASET, DEMO_LANGUAGE): (str(files["beir"]), str(files["sick_train"]))},
         )
@@ -152,15 +153,17 @@ def check_plan(cfg: ReproduceConfig, planned: Plan) -> None:
         log.warning("--overwrite: %d stages with other settings will be redone", len(changed))
 
 
-def run_stage(stage: Stage) -> None:
+def run_stage(stage: Stage, cell: str = "") -> None:
     runner = {"init": run_init, "finetune": run_finetune, "evaluate": run_evaluate}[stage.job]
-    runner(stage.cfg, stage.inputs)  # type: ignore[operator]
+    with progress.stage(log, f"{cell + '/' if cell else ''}{stage.name}") as note:
+        result = runner(stage.cfg, stage.inputs)  # type: ignore[operator]
+        note["status"] = "skipped (finished before)" if result.skipped else "done"
 
 
 def run_cell(cfg: ReproduceConfig, name: str, stages: list[Stage]) -> CellOutcome:
     """All stages of one cell in order; finished ones are skipped. Rebuilds the results tables after each."""
     for stage in stages:
-        run_stage(stage)
+        run_stage(stage, name)
         if stage.job == "evaluate" or stage.name == "init":
             refresh(cfg)
     return CellOutcome(cell=name, ok=True)
@@ -221,7 +224,9 @@ def run_reproduce(cfg: ReproduceConfig) -> ReproduceResult:
             width,
         )
         items = list(todo.items())
-        outcomes = [_guarded(cfg, c, s) for c, s in items] if width == 1 else _run_tasks(cfg, items, width)
+        cells = progress.Progress(log, "cells", len(items), "finished", every_s=float("inf"))
+        outcomes = _run_inline(cfg, items, cells) if width == 1 else _run_tasks(cfg, items, width, cells)
+        cells.finish()
         failures = dict(planned.failures) | {o.cell: o.error for o in outcomes if not o.ok}
         atomic_write_json(out / "failures.json", failures)
         for name, error in failures.items():
@@ -233,7 +238,19 @@ def run_reproduce(cfg: ReproduceConfig) -> ReproduceResult:
     )
 
 
-def _run_tasks(cfg: ReproduceConfig, cells: list[tuple[str, list[Stage]]], width: int) -> list[CellOutcome]:
+def _run_inline(
+    cfg: ReproduceConfig, cells: list[tuple[str, list[Stage]]], count: progress.Progress
+) -> list[CellOutcome]:
+    done = []
+    for name, stages in cells:
+        done.append(_guarded(cfg, name, stages))
+        _count(count, done[-1], running=0)
+    return done
+
+
+def _run_tasks(
+    cfg: ReproduceConfig, cells: list[tuple[str, list[Stage]]], width: int, count: progress.Progress
+) -> list[CellOutcome]:
     """Cells as Ray tasks, at most ``width`` in flight; each task drives its own actor pools and trainers."""
     task = ray.remote(num_cpus=0, max_retries=0)(_guarded)
     pending, done = list(cells), []
@@ -243,5 +260,15 @@ def _run_tasks(cfg: ReproduceConfig, cells: list[tuple[str, list[Stage]]], width
             name, stages = pending.pop(0)
             running.append(task.remote(cfg, name, stages))
         ready, running = ray.wait(running, num_returns=1)
-        done.extend(ray.get(ready))
+        for outcome in ray.get(ready):
+            done.append(outcome)
+            _count(count, outcome, running=len(running))
     return done
+
+
+def _count(count: progress.Progress, outcome: CellOutcome, running: int) -> None:
+    """One line per finished cell: how it ended, then done / running / left and the ETA."""
+    log.info("cell %s %s", outcome.cell, "finished" if outcome.ok else f"FAILED: {outcome.error}")
+    count.add()
+    if count.done < count.total:
+        log.info("%s; %d running, %d waiting", count.line(), running, count.total - count.done - running)

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import ray
 
+from sembridge_ray.progress import Progress
 from sembridge_ray.retrieval.index import Shard, SparseBatch, TopK, merge_topk, shard_topk
 
 log = logging.getLogger(__name__)
@@ -111,8 +112,11 @@ class ShardedIndex:
                     ref = self._ask(shard, method, *args)
         return out
 
-    def search(self, queries: SparseBatch, k: int, batch_size: int = 32, window: int = 4) -> TopK:
-        """queries (Q, V) -> the exact top-k over every shard: scores (Q, k), global ranks (Q, k)."""
+    def search(
+        self, queries: SparseBatch, k: int, batch_size: int = 32, window: int = 4, progress: Progress | None = None
+    ) -> TopK:
+        """queries (Q, V) -> the exact top-k over every shard: scores (Q, k), global ranks (Q, k); ``progress``
+        counts the queries answered."""
         pending: deque[tuple[ray.ObjectRef, list[ray.ObjectRef]]] = deque()
         merged: list[TopK] = []
         for start in range(0, queries.rows, batch_size):
@@ -121,7 +125,12 @@ class ShardedIndex:
             if len(pending) >= window:
                 batch, refs = pending.popleft()
                 merged.append(merge_topk(self._get(refs, "topk", batch, k), k))
-        merged.extend(merge_topk(self._get(refs, "topk", batch, k), k) for batch, refs in pending)
+                if progress is not None:
+                    progress.add(len(merged[-1].scores))
+        for batch, refs in pending:
+            merged.append(merge_topk(self._get(refs, "topk", batch, k), k))
+            if progress is not None:
+                progress.add(len(merged[-1].scores))
         if not merged:
             return TopK(np.zeros((0, k), np.float32), np.zeros((0, k), np.int64))
         return TopK(np.concatenate([m.scores for m in merged]), np.concatenate([m.ranks for m in merged]))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -11,7 +12,7 @@ from sembridge_ray.data.schema import ID, TEXT
 from sembridge_ray.placement import pick_device
 from sembridge_ray.sparse.encode import sparse_rows, sparse_table
 
-PATH = "path"
+PATH, ROWS = "path", "rows"
 
 
 def use_threads(threads: int) -> None:
@@ -23,11 +24,12 @@ def use_threads(threads: int) -> None:
 
 
 class SparseEncodeUDF:
-    """Ray Data actor: holds a SparseEncoder on its device; turns staged (id, text) Parquet files into sparse rows.
+    """Ray Data actor: holds a SparseEncoder on its device; turns staged (id, text) Parquet files into sparse vector
+    files of the same name in ``out_dir``, and returns one row per file (its path and row count).
 
-    Each call gets file paths (one per row of the batch) and encodes every file whole, in batches of
-    ``batch_size`` texts (sentence-transformers sorts a call's texts by length, so batches pad little): the
-    result depends on the file alone, not on Ray's block boundaries.
+    Each file is encoded whole, in batches of ``batch_size`` texts (sentence-transformers sorts a call's texts by
+    length, so batches pad little): the vectors depend on the file alone, not on Ray's block boundaries, and a file
+    whose actor died is simply encoded again.
     """
 
     def __init__(
@@ -35,6 +37,7 @@ class SparseEncodeUDF:
         model_dir: str,
         max_length: int,
         batch_size: int,
+        out_dir: str,
         top_k: int | None = None,
         role: str | None = None,
         threads: int = 0,
@@ -45,7 +48,7 @@ class SparseEncodeUDF:
 
         use_threads(threads)
         self.model = load_sparse_encoder(model_dir, device=pick_device(), max_length=max_length)
-        self.top_k, self.batch_size = top_k, batch_size
+        self.top_k, self.batch_size, self.out_dir = top_k, batch_size, Path(out_dir)
         self.encode = {
             None: self.model.encode,
             "query": self.model.encode_query,
@@ -55,14 +58,20 @@ class SparseEncodeUDF:
     def __call__(self, batch: pa.Table) -> pa.Table:
         import pyarrow.parquet as pq
 
-        parts = []
+        from sembridge_ray.outputs import atomic_path
+
+        written, counts = [], []
         for path in batch.column(PATH).to_pylist():
             table = pq.read_table(path, columns=[ID, TEXT])
             texts = [str(t) for t in table.column(TEXT).to_pylist()]
             emb = self.encode(texts, batch_size=self.batch_size, convert_to_tensor=True, show_progress_bar=False)
             indices, values = sparse_rows(emb, self.top_k)
-            parts.append(sparse_table([str(i) for i in table.column(ID).to_pylist()], indices, values))
-        return pa.concat_tables(parts)
+            target = self.out_dir / Path(path).name
+            with atomic_path(target) as tmp:
+                pq.write_table(sparse_table([str(i) for i in table.column(ID).to_pylist()], indices, values), tmp)
+            written.append(str(target))
+            counts.append(table.num_rows)
+        return pa.table({PATH: written, ROWS: pa.array(counts, pa.int64())})
 
 
 def actor_pool_args(placement: Any, batch_size: int) -> dict[str, Any]:

@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
+from sembridge_ray import catalog
 from sembridge_ray.bundled import resolve
 from sembridge_ray.config import write_config
 from sembridge_ray.embed_init import position, report
@@ -48,11 +49,13 @@ from sembridge_ray.embed_init.vocab import Partition, partition_vocab
 from sembridge_ray.errors import InputError
 from sembridge_ray.identity import model_identity
 from sembridge_ray.jobs.init import InitConfig, InitResult
+from sembridge_ray.model_card import write_card
 from sembridge_ray.outputs import atomic_path, atomic_write_json, claim_output, preflight
-from sembridge_ray.sparse.model import load_mlm, load_tokenizer, mlm_embeddings
+from sembridge_ray.progress import duration
+from sembridge_ray.sparse.model import load_mlm, load_tokenizer, mlm_embeddings, push_model
 
 log = logging.getLogger(__name__)
-REPORT = "init_report.json"
+REPORT, MODEL = "init_report.json", "model"
 _UNUSED_SOURCE = ("[unused", "madeupword", "[UNUSED")
 
 
@@ -269,6 +272,7 @@ def initialise(cfg: InitConfig, stages: Stages | None = None, inputs: dict[str, 
     bad input leaves an existing output untouched. ``inputs`` (identities) may come from a caller that planned
     them (``jobs.reproduce``).
     """
+    named = cfg  # as the user named the inputs (bundled names, hub ids): what the report and the card show
     cfg = replace(
         cfg,
         source_model=resolve(cfg.source_model),
@@ -291,6 +295,15 @@ def initialise(cfg: InitConfig, stages: Stages | None = None, inputs: dict[str, 
             )
         part = partition_vocab(source_tok, target_tok, cfg.match, copy_overlap=cfg.copy_overlap)
         timings["load_and_partition_s"] = time.perf_counter() - start
+        log.info(
+            "vocabulary: %d target tokens: %d copied, %d specials, %d to initialise with %s (%s)",
+            part.size,
+            len(part.overlap),
+            len(part.specials),
+            len(part.rest),
+            cfg.method,
+            duration(timings["load_and_partition_s"]),
+        )
         e_in, e_out, bias = (t.detach().clone() if t is not None else None for t in mlm_embeddings(model))
         bridge = _bridge_side(cfg, source_tok, target_tok, {"source": len(e_in), "target": part.size})
         parts = {"inputs": e_in, "outputs": e_out, "bias": bias, "source_tok": source_tok}
@@ -301,19 +314,44 @@ def initialise(cfg: InitConfig, stages: Stages | None = None, inputs: dict[str, 
         outputs = None if e_out is None else compose(part, e_out, new.outputs, new.target_ids, e_out.mean(0))
         new_bias = None if bias is None else compose_bias(part, new, bias, cfg.bias)
         model = target_model(model, target_tok, part.size, inputs_rows, outputs, new_bias)
-        write_config(cfg, out / "config.yaml")
-        with atomic_path(out / "model") as tmp:
-            write_target_model(model, target_tok, tmp)
         tokens = {i: t for t, i in target_tok.get_vocab().items()}
         prov = provenance(part, new, tokens)
+        counterparts = position.exact_counterparts(source_tok, target_tok, part.rest)
+        rep = _report(named, part, prov, source_tok, timings, bridge, counterparts)
+        write_config(cfg, out / "config.yaml")
+        with atomic_path(out / MODEL) as tmp:
+            write_target_model(model, target_tok, tmp)
+            write_card(tmp, {"init": card_facts(named, rep)})
         with atomic_path(out / "provenance.parquet") as tmp:
             pq.write_table(prov, tmp)
         timings["compose_and_write_s"] = time.perf_counter() - start
-        counterparts = position.exact_counterparts(source_tok, target_tok, part.rest)
-        rep = _report(cfg, part, prov, source_tok, timings, bridge, counterparts)
+        rep["timings"] = {k: round(v, 3) for k, v in timings.items()}
         atomic_write_json(out / REPORT, rep)
         claim.finish()
+        log.info(
+            "wrote %s: model, provenance of %d tokens, report (%s)",
+            out,
+            prov.num_rows,
+            duration(timings["compose_and_write_s"]),
+        )
+    if cfg.push_to_hub:
+        push_model(out / MODEL, cfg.push_to_hub)
     return InitResult.from_report(str(out), rep)
+
+
+def card_facts(cfg: InitConfig, report: dict[str, Any]) -> dict[str, Any]:
+    """What the model card says about an initialisation (``cfg`` with the inputs as the user named them)."""
+    return {
+        "source_model": cfg.source_model,
+        "target_tokenizer": cfg.target_tokenizer,
+        "bridge_model": cfg.bridge_model if method(cfg.method).uses_bridge else "",
+        "language": cfg.language or catalog.language_of(cfg.target_tokenizer),
+        "method": cfg.method,
+        "alpha": cfg.alpha,
+        "position_aware": cfg.position_aware,
+        "kinds": report["kinds"],
+        "support_histogram": report["support_histogram"],
+    }
 
 
 def _report(

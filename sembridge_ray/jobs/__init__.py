@@ -54,6 +54,8 @@ class JobSpec:
     """config -> result (imports Ray only when called)."""
     report: Callable[[Any], str]
     """result -> what the command prints at the end."""
+    summary: str
+    """One line for ``sembridge --help``."""
     default_preset: str | None = None
     description: str = ""
 

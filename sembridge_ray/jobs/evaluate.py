@@ -154,6 +154,7 @@ def report(result: EvaluateResult) -> str:
 
 JOB = JobSpec(
     name="evaluate",
+    summary="encode, retrieve exactly and score nDCG@10; Ray Data + actors",
     entry="evaluate",
     config=EvaluateConfig,
     flags=FLAGS,

@@ -210,6 +210,7 @@ def report(result: FinetuneResult) -> str:
 
 JOB = JobSpec(
     name="finetune",
+    summary="fine-tune with InfoNCE + FLOPs, checkpointed and resumable; Ray Train",
     entry="finetune",
     config=FinetuneConfig,
     flags=FLAGS,

@@ -32,6 +32,9 @@ class InitConfig(Config):
     expected, an untied output layer is handled."""
     target_tokenizer: str = ""
     """Target tokenizer: hub id, directory, or a bundled name (``sick-bpe``)."""
+    language: str = ""
+    """The target language's code, for the model card; empty: the catalog's, when the tokenizer is one of the
+    paper's."""
     bridge_model: str = "BAAI/bge-m3"
     """Bridge sentence-transformers model: hub id, directory, or ``minilm`` (the bundled all-MiniLM-L6-v2)."""
     output: str = ""
@@ -222,6 +225,7 @@ def report(result: InitResult | InitGridResult) -> str:
 
 JOB = JobSpec(
     name="init",
+    summary="initialise a target-language encoder (SemBridge or a baseline); Ray Data",
     entry="init_embeddings",
     config=InitConfig,
     flags=FLAGS,

@@ -251,6 +251,7 @@ def report(result: MalstmResult) -> str:
 
 JOB = JobSpec(
     name="malstm",
+    summary="MaLSTM on SICK: STS pretraining, restarts as Ray tasks, calibration",
     entry="malstm",
     config=MalstmConfig,
     flags=FLAGS,

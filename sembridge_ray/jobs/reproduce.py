@@ -185,6 +185,7 @@ def report(result: ReproduceResult) -> str:
 
 JOB = JobSpec(
     name="reproduce",
+    summary="the paper's grid (or --preset demo, its offline miniature)",
     entry="reproduce",
     config=ReproduceConfig,
     flags=FLAGS,

@@ -22,6 +22,7 @@ from sembridge_ray.reproduce.cells import STAGES, Cell, cell_paths
 from sembridge_ray.reproduce.plan import cell_resources
 
 Job = Literal["init", "finetune", "evaluate"]
+MODEL = "model"  # where the init and finetune jobs put the SparseEncoder in their output
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,7 +83,7 @@ def cell_stages(cfg: ReproduceConfig, cell: Cell, assets: Assets, gpus: float, i
         inputs["bridge_model"] = identify("bridge", init_cfg.bridge_model)
     init = Stage(name="init", job="init", cfg=init_cfg, inputs=inputs)
     stages = [init]
-    model = f"{init.ref}/{paths.model.name}"
+    model = f"{init.ref}/{MODEL}"
     for dataset in cfg.datasets:
         eval_spec, train_spec = assets.specs[(dataset, cell.language)]
         evaluate = replace(
@@ -112,14 +113,14 @@ def cell_stages(cfg: ReproduceConfig, cell: Cell, assets: Assets, gpus: float, i
             cfg=ft_cfg,
             inputs={"model": model, "train": identify("dataset", train_spec)},
         )
-        tuned = replace(evaluate, model=ft_cfg.output, output=str(paths.eval(dataset, STAGES[1])))
+        tuned = replace(evaluate, model=f"{ft_cfg.output}/{MODEL}", output=str(paths.eval(dataset, STAGES[1])))
         stages += [
             finetune,
             Stage(
                 name=f"{dataset}/{STAGES[1]}",
                 job="evaluate",
                 cfg=tuned,
-                inputs={"model": finetune.ref, "dataset": data},
+                inputs={"model": f"{finetune.ref}/{MODEL}", "dataset": data},
             ),
         ]
     return stages
@@ -150,7 +151,7 @@ def source_stages(
     )
     ev_cfg = replace(
         cfg.evaluate,
-        model=ft_cfg.output,
+        model=f"{ft_cfg.output}/{MODEL}",
         dataset=str(beir),
         split=cfg.eval_split,
         output=str(root / "source-eval"),
@@ -161,6 +162,6 @@ def source_stages(
         name="assets/source-eval",
         job="evaluate",
         cfg=ev_cfg,
-        inputs={"model": finetune.ref, "dataset": identify("dataset", str(beir))},
+        inputs={"model": f"{finetune.ref}/{MODEL}", "dataset": identify("dataset", str(beir))},
     )
     return finetune, evaluate

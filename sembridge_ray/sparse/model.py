@@ -67,6 +67,21 @@ def save_sparse_encoder(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBa
         build_sparse_encoder(Path(staging)).save(str(out_dir), safe_serialization=True)
 
 
+def push_model(model_dir: Path, repo_id: str) -> str:
+    """Upload a SparseEncoder directory, its model card included, with sentence-transformers' own ``push_to_hub``;
+    no hub (offline, no token, no network) is one :class:`InputError` naming the repository."""
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        raise InputError(f"cannot push to the hub repository {repo_id!r}: HF_HUB_OFFLINE is set (offline)")
+    try:
+        url = load_sparse_encoder(str(model_dir)).push_to_hub(repo_id, local_model_path=str(model_dir), exist_ok=True)
+    except Exception as err:  # the hub client raises many types; all mean "the push did not happen"
+        raise InputError(f"cannot push to the hub repository {repo_id!r}: {_first_line(err)}") from None
+    log.info("pushed %s to %s", model_dir, url)
+    return str(url)
+
+
 @torch.no_grad()
 def mlm_embeddings(model: PreTrainedModel) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """(input embeddings (V, d), untied output embeddings (V, d) or None, decoder bias (V,) or None)."""

@@ -209,7 +209,7 @@ def test_finetune_on_two_nodes_survives_a_lost_node_with_identical_weights(
     )
     log = (tmp_path / "lost.log").read_text()
     assert "training failed (attempt 1 of 4)" in log and "restarting from step" in log
-    a, b = load_file(tmp_path / "lost" / "model.safetensors"), load_file(tmp_path / "local" / "model.safetensors")
+    a, b = (load_file(tmp_path / run / "model" / "model.safetensors") for run in ("lost", "local"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     steps = [json.loads(x)["step"] for x in (tmp_path / "lost" / "metrics.jsonl").read_text().splitlines()]
     assert steps == list(range(1, 9))

@@ -1,4 +1,4 @@
-"""A Ray Data actor pool writes sparse Parquet with list columns, equal to in-process encoding."""
+"""A Ray Data actor pool writes sparse Parquet files with list columns, equal to in-process encoding."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import ray
 
 from sembridge_ray.data.schema import ID, SPARSE_SCHEMA, TEXT
 from sembridge_ray.distributed import cluster
-from sembridge_ray.distributed.udfs import PATH, SparseEncodeUDF, actor_pool_args
+from sembridge_ray.distributed.udfs import PATH, ROWS, SparseEncodeUDF, actor_pool_args
 from sembridge_ray.placement import ResourceConfig
 from sembridge_ray.retrieval.store import stage_corpus
 from sembridge_ray.sparse.encode import sparse_rows, table_rows
@@ -29,15 +29,19 @@ def test_actor_pool_writes_list_columns_equal_to_in_process(
     table = pa.table({ID: [f"t{i}" for i in range(len(texts))], TEXT: texts})
     files = stage_corpus((table.slice(i, 15) for i in range(0, len(texts), 15)), tmp_path / "staged")
     ds = ray.data.from_items([{PATH: str(f)} for f in files], override_num_blocks=len(files))
+    enc = tmp_path / "enc"
+    enc.mkdir()
     out = ds.map_batches(
         SparseEncodeUDF,
-        fn_constructor_kwargs={"model_dir": model, "max_length": 32, "batch_size": 16},
+        fn_constructor_kwargs={"model_dir": model, "max_length": 32, "batch_size": 16, "out_dir": str(enc)},
         batch_format="pyarrow",
         **actor_pool_args(plan, 1),
-    )
-    out.write_parquet(str(tmp_path / "enc"))
+    ).take_all()
 
-    table = pq.read_table(tmp_path / "enc")
+    # one row per staged file: the file the actor wrote (same name, in out_dir) and its row count
+    assert sorted(r[PATH] for r in out) == sorted(str(enc / f.name) for f in files)
+    assert sum(r[ROWS] for r in out) == len(texts)
+    table = pq.read_table(enc)
     assert table.schema.equals(SPARSE_SCHEMA, check_metadata=False)
     ids, idx, val = table_rows(table)
     expected_idx, expected_val = sparse_rows(

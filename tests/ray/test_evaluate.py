@@ -51,7 +51,7 @@ def first_run(
         query_batch_size=16,
         resources=ResourceConfig(workers=2),
     )
-    return cfg, run_evaluate(cfg)
+    return cfg, run_evaluate(cfg).metrics
 
 
 def brute_force_scores(model_dir: Path, dataset: Path) -> tuple[list[str], list[str], np.ndarray]:
@@ -121,10 +121,11 @@ def test_top10_equals_brute_force_up_to_ties(
 def test_rerun_skips_and_rescoring_reuses_the_cache(first_run: tuple[EvaluateConfig, dict]) -> None:
     cfg, metrics = first_run
     stamp = (Path(cfg.output) / SUCCESS).stat().st_mtime_ns
-    assert run_evaluate(cfg) == metrics
+    again = run_evaluate(cfg)
+    assert again.skipped and again.metrics == metrics
     assert (Path(cfg.output) / SUCCESS).stat().st_mtime_ns == stamp
     other = EvaluateConfig.from_dict(cfg.to_dict() | {"output": cfg.output + "-k20", "top_k": 20, "shard_size": 0})
-    again = run_evaluate(other)
+    again = run_evaluate(other).metrics
     assert again["cache"] == {"docs": True, "queries": True}
     assert again["nDCG@10"] == pytest.approx(metrics["nDCG@10"], abs=1e-12)  # top-20 holds the top-10
 
@@ -161,6 +162,7 @@ def test_reruns_other_settings_overwrite_copies_and_determinism(
     ]
     assert evaluate.main(base) == 0  # a copied output is the same run: skipped
     assert snapshot(out) == before
+    capsys.readouterr()
 
     assert evaluate.main([*base, "--top-k", "20"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

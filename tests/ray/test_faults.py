@@ -151,7 +151,7 @@ def test_a_killed_train_worker_costs_at_most_checkpoint_every_steps(
     assert restart and int(restart.group(1)) >= killed["step"] - 2  # at most checkpoint_every steps lost
     assert result.steps == 10 and is_complete(out)
     assert [m["step"] for m in _metrics(out)] == list(range(1, 11))
-    a, b = load_file(out / "model.safetensors"), load_file(undisturbed / "model.safetensors")
+    a, b = load_file(out / "model" / "model.safetensors"), load_file(undisturbed / "model" / "model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 

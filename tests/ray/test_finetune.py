@@ -57,7 +57,7 @@ def test_two_worker_run_writes_a_sparse_encoder_and_per_step_metrics(
     assert [m["step"] for m in metrics] == [1, 2, 3, 4]
     assert all(set(m) >= METRIC_KEYS for m in metrics)
     assert all(m["flops_q"] > 0 and m["active_dims_d"] > 0 and m["examples_per_s"] > 0 for m in metrics)
-    model = SparseEncoder(str(out), device="cpu")
+    model = SparseEncoder(result.model, device="cpu")
     emb = model.encode(["a man is playing a guitar"], convert_to_tensor=True)
     assert emb.shape[-1] == 2000 and emb.to_dense().count_nonzero() > 0
     assert (out / "config.yaml").is_file() and is_complete(out)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -31,6 +32,13 @@ from sembridge_ray.outputs import SUCCESS, claim_output, is_complete
 from sembridge_ray.placement import ResourceConfig
 from tests.conftest import REPO
 from tests.unit.test_outputs import snapshot
+
+LOG_LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
+
+
+def error_lines(capsys: pytest.CaptureFixture[str]) -> list[str]:
+    """stderr without the timestamped progress log lines that may precede an error."""
+    return [line for line in capsys.readouterr().err.strip().splitlines() if not LOG_LINE.match(line)]
 
 
 @pytest.mark.parametrize(
@@ -187,7 +195,8 @@ def test_a_bad_bridge_model_is_one_line_from_the_driver(
     ]
     for bridge, reason in ((str(not_a_model), "is not a model directory"), ("no-org/no-such-bridge", "not found")):
         assert init_embeddings.main([*args, "--bridge-model", bridge]) == 2
-        err = capsys.readouterr().err.strip().splitlines()
+        # progress log lines (timestamped) may precede it; the error itself is one line
+        err = error_lines(capsys)
         assert len(err) == 1 and bridge in err[0] and reason in err[0]
     assert not Path(init_cfg.output).exists()
 
@@ -248,7 +257,7 @@ def test_read_only_and_full_filesystems_are_one_line(
 
     monkeypatch.setattr(pipeline, "write_target_model", disk_full)
     assert run_init_job(init_cfg) == 2
-    assert capsys.readouterr().err.strip() == f"error: {weights}: No space left on device (disk full)"
+    assert error_lines(capsys) == [f"error: {weights}: No space left on device (disk full)"]
     assert not (Path(init_cfg.output) / SUCCESS).exists()
 
 
@@ -271,7 +280,8 @@ def test_real_read_only_and_full_filesystems(
     try:
         out = mount / "init"
         assert run_init_job(replace(init_cfg, output=str(out))) == 2
-        err = capsys.readouterr().err.strip().splitlines()
+        # progress log lines (timestamped) may precede it; the error itself is one line
+        err = error_lines(capsys)
         assert len(err) == 1 and err[0].endswith(expected) and str(mount) in err[0], err
         assert not (out / SUCCESS).exists()
     finally:

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Local workflow for sembridge_ray (see cluster/README.md).
 #
+#   bash cluster/local.sh quick [job args]     set up .venv, run the one-cell miniature in-process (init ->
+#                                              evaluate -> fine-tune -> evaluate, ~2 min on 2 CPUs), print its table
 #   bash cluster/local.sh test [pytest args]   set up .venv, run the default pytest selection (exit code = pytest's)
+#   bash cluster/local.sh check                set up .venv, run ruff (lint and format) and mypy (CI runs it)
 #   bash cluster/local.sh demo [job args]      set up .venv, start a private loopback Ray head unless RAY_ADDRESS is
 #                                              set, submit the demo with `ray job submit`, print its result
 #   bash cluster/local.sh job -- CMD [ARGS]    the same head, any entrypoint (e.g. -- python -m jobs.evaluate ...)
@@ -55,6 +58,29 @@ setup() {
 run_tests() {
   setup
   exec "$VENV/bin/python" -m pytest "$@"
+}
+
+run_checks() {
+  setup
+  cd "$ROOT"
+  "$VENV/bin/ruff" check .
+  "$VENV/bin/ruff" format --check .
+  "$VENV/bin/mypy" sembridge_ray jobs
+}
+
+run_quick() {
+  local out="${QUICK_OUTPUT:-outputs/quick}" start
+  case "$out" in /*) ;; *) out="$ROOT/$out" ;; esac
+  setup
+  export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 RAY_AUTH_MODE="${RAY_AUTH_MODE:-disabled}"
+  start=$SECONDS
+  (cd "$ROOT" && "$VENV/bin/python" -m jobs.reproduce --preset quick --output "$out" "$@")
+  [ -f "$out/results.md" ] || { echo "error: the quick run wrote no results ($out/results.md missing)" >&2; exit 1; }
+  echo
+  sed -n '/^## /,$p' "$out/results.md" | sed '/^## Paired/,$d'
+  echo "[local.sh] quick run complete in $((SECONDS - start)) s: $out"
+  find "$out/cells" -path '*/finetune/model' -type d | sed 's/^/[local.sh] fine-tuned model: /'
+  echo "[local.sh] load it with: SparseEncoder(DIR).encode_query([...]) (sentence_transformers)"
 }
 
 HEAD_PID="" HEAD_DIR=""
@@ -153,9 +179,11 @@ run_demo() {
 
 case "${1:-}" in
   test) shift; run_tests "$@" ;;
+  quick) shift; run_quick "$@" ;;
+  check) run_checks ;;
   demo) shift; run_demo "$@" ;;
   job) shift; [ "${1:-}" = "--" ] && shift; [ $# -gt 0 ] || { echo "usage: local.sh job -- CMD [ARGS]" >&2; exit 2; }
        with_cluster "$@" ;;
   setup) setup ;;
-  *) echo "usage: bash cluster/local.sh {test|demo|job|setup} [args]" >&2; exit 2 ;;
+  *) echo "usage: bash cluster/local.sh {quick|test|check|demo|job|setup} [args]" >&2; exit 2 ;;
 esac

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 from sembridge_ray.bench.synthetic import BenchConfig
 from sembridge_ray.cli import parse_config, run_job
@@ -38,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
             f"identical top-{cfg.top_k}: {report['identical_top_k']}"
         )
         if cfg.output:
-            atomic_write_json(cfg.output, report)
+            atomic_write_json(Path(cfg.output), report)
         return 0 if report["identical_top_k"] else 1
 
     return run_job(body)

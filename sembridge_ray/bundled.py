@@ -18,8 +18,12 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sembridge_ray.outputs import atomic_path
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 log = logging.getLogger(__name__)
 CACHE = Path("~/.cache/sembridge_ray/bundled").expanduser()
@@ -68,13 +72,15 @@ def bundled_text() -> list[str]:
     return [s for p in (*sick, *sts) for s in (p.a, p.b)]
 
 
-def byte_bpe_tokenizer(text: list[str], vocab_size: int) -> object:
+def byte_bpe_tokenizer(text: list[str], vocab_size: int) -> PreTrainedTokenizerBase:
     """A cased byte-level BPE (RoBERTa's specials) trained on ``text`` with the ``tokenizers`` library."""
+    from tokenizers import AddedToken
     from tokenizers.implementations import ByteLevelBPETokenizer
     from transformers import RobertaTokenizerFast
 
     bpe = ByteLevelBPETokenizer(add_prefix_space=False)
-    bpe.train_from_iterator(text, vocab_size=vocab_size, min_frequency=2, special_tokens=ROBERTA_SPECIALS)
+    specials: list[str | AddedToken] = list(ROBERTA_SPECIALS)
+    bpe.train_from_iterator(iter(text), vocab_size=vocab_size, min_frequency=2, special_tokens=specials)
     return RobertaTokenizerFast(tokenizer_object=bpe._tokenizer, model_max_length=128)
 
 

@@ -60,7 +60,7 @@ def coerce(value: Any, tp: Any, key: str = "") -> Any:
         items = [v for v in value.split(",") if v.strip()] if isinstance(value, str) else list(value)
         item_tp = args[0] if args else str
         return tuple(coerce(v.strip() if isinstance(v, str) else v, item_tp, key) for v in items)
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         if isinstance(value, tp):
             return value
         if not isinstance(value, Mapping):
@@ -146,7 +146,8 @@ class Config:
     """Old key -> new key, accepted with a warning for one release."""
 
     def __post_init__(self) -> None:
-        for name, choices in _literal_fields(type(self)):
+        # a class is hashable; mypy checks the instances' __hash__ (None for an eq dataclass) instead
+        for name, choices in _literal_fields(type(self)):  # type: ignore[arg-type]
             value = getattr(self, name)
             require(value in choices, name, value, f"must be one of {list(choices)}")
         self.check()

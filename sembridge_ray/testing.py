@@ -26,19 +26,20 @@ import logging
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import torch
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from tokenizers.implementations import SentencePieceUnigramTokenizer
 from transformers import (
     BertConfig,
     BertForMaskedLM,
     BertModel,
-    BertTokenizerFast,
+    BertTokenizer,
     PreTrainedTokenizerBase,
     RobertaConfig,
     RobertaForMaskedLM,
-    XLMRobertaTokenizerFast,
+    XLMRobertaTokenizer,
 )
 
 from sembridge_ray.bundled import ROBERTA_SPECIALS, byte_bpe_tokenizer
@@ -50,7 +51,7 @@ from sembridge_ray.sparse.model import save_sparse_encoder
 
 log = logging.getLogger(__name__)
 BERT_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-TINY = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64}
+TINY: dict[str, Any] = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64}
 
 
 def source_text() -> list[str]:
@@ -65,7 +66,7 @@ def target_text() -> list[str]:
     return [p.a for p in pairs] + [p.b for p in pairs]
 
 
-def wordpiece_tokenizer(text: list[str], vocab_size: int, lowercase: bool) -> BertTokenizerFast:
+def wordpiece_tokenizer(text: list[str], vocab_size: int, lowercase: bool) -> BertTokenizer:
     tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     tok.normalizer = normalizers.BertNormalizer(lowercase=lowercase, strip_accents=lowercase)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
@@ -77,12 +78,13 @@ def wordpiece_tokenizer(text: list[str], vocab_size: int, lowercase: bool) -> Be
         pair="[CLS] $A [SEP] $B:1 [SEP]:1",
         special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)],
     )
-    return BertTokenizerFast(tokenizer_object=tok, do_lower_case=lowercase, model_max_length=128)
+    return BertTokenizer(tokenizer_object=tok, do_lower_case=lowercase, model_max_length=128)
 
 
-def unigram_tokenizer(text: list[str], vocab_size: int) -> XLMRobertaTokenizerFast:
+def unigram_tokenizer(text: list[str], vocab_size: int) -> XLMRobertaTokenizer:
     sp = SentencePieceUnigramTokenizer()
-    sp.train_from_iterator(text, vocab_size=vocab_size, special_tokens=ROBERTA_SPECIALS, unk_token="<unk>")
+    tokens: list[str | AddedToken] = list(ROBERTA_SPECIALS)
+    sp.train_from_iterator(iter(text), vocab_size=vocab_size, special_tokens=tokens, unk_token="<unk>")
     # The trainer is not reproducible: it sums scores in parallel (last-bit noise), orders equal scores by a
     # randomly seeded hash map, and gives the fallback characters order-dependent scores (about 1e-3 apart).
     # Round scores to 0.01 and re-sort (specials, then score descending, then the piece) for stable ids.
@@ -93,7 +95,7 @@ def unigram_tokenizer(text: list[str], vocab_size: int) -> XLMRobertaTokenizerFa
     spec["model"]["vocab"] = specials + others
     spec["model"]["unk_id"] = ROBERTA_SPECIALS.index("<unk>")
     spec["added_tokens"] = [{**t, "id": ROBERTA_SPECIALS.index(t["content"])} for t in spec["added_tokens"]]
-    return XLMRobertaTokenizerFast(tokenizer_object=Tokenizer.from_str(json.dumps(spec)), model_max_length=128)
+    return XLMRobertaTokenizer(tokenizer_object=Tokenizer.from_str(json.dumps(spec)), model_max_length=128)
 
 
 @contextlib.contextmanager

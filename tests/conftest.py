@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,13 @@ REPO = Path(__file__).resolve().parent.parent
 # Real third-party files (tokenizers, MIRACL topics, WordNet) live beside the checkout; tests that need them skip
 # where they are absent. SEMBRIDGE_SHARED_DATA points elsewhere.
 SHARED_DATA = Path(os.environ.get("SEMBRIDGE_SHARED_DATA", REPO.parent / "shared" / "data"))
+
+LOG_LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
+
+
+def error_lines(capsys: pytest.CaptureFixture[str]) -> list[str]:
+    """stderr without the timestamped progress log lines that may precede an error."""
+    return [line for line in capsys.readouterr().err.strip().splitlines() if not LOG_LINE.match(line)]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -70,16 +70,16 @@ def pairs_from_retrieval(
                 texts[doc_id] = text
     rows: dict[str, list[str]] = {QUERY: [], POSITIVE: [], **{c: [] for c in negative_columns(hard_negatives)}}
     unknown_d = without_neg = 0
-    for qid, pos, negs in plan:
+    for qid, positive, negs in plan:
         negs = [d for d in negs if d in texts]
-        if pos not in texts:
+        if positive not in texts:
             unknown_d += 1
             continue
         if len(negs) < hard_negatives:
             without_neg += 1
             continue
         rows[QUERY].append(data.queries[qid])
-        rows[POSITIVE].append(texts[pos])
+        rows[POSITIVE].append(texts[positive])
         for col, doc in zip(negative_columns(hard_negatives), negs, strict=True):
             rows[col].append(texts[doc])
     stats = PairStats(len(rows[QUERY]), unknown_q, unknown_d, without_neg)

@@ -78,11 +78,11 @@ def write_sick_beir(
         "train": lambda: read_sick_split(sick_dir, "train") + read_sick_split(sick_dir, "trial"),
         "test": lambda: read_sick_split(sick_dir, "test"),
     }
-    splits = {name: readers[name]() for name in splits}
+    pairs_of = {name: readers[name]() for name in splits}
     queries: dict[str, str] = {}
     docs: dict[str, str] = {}
     qrels: dict[str, list[tuple[str, str, int]]] = {}
-    for split, pairs in splits.items():
+    for split, pairs in pairs_of.items():
         qrels[split] = []
         for pair in pairs[:limit]:
             qid = queries.setdefault(pair.a, f"q{len(queries)}")

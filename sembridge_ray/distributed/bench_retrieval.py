@@ -7,6 +7,7 @@ the same query batches; the baseline holds the whole corpus as one term-major CS
 
 from __future__ import annotations
 
+import functools
 import logging
 import resource
 import time
@@ -86,7 +87,7 @@ def run_bench(cfg: BenchConfig) -> dict[str, Any]:
     for _ in range(cfg.repeats):  # alternate, so a burst of load elsewhere hits both sides alike
         for name, search in sides.items():
             size = cfg.query_batch_size if name == "single_process" else cfg.queries
-            tops[name], seconds = _timed(lambda s=search, n=size: _batched(s, queries, n))
+            tops[name], seconds = _timed(functools.partial(_batched, search, queries, size))
             times[name].append(seconds)
             log.info("%s: %.1f queries/s", name, cfg.queries / seconds)
     actors = index.stats()

@@ -52,11 +52,11 @@ def connect(num_cpus: int | None = None) -> ClusterInfo:
         quiet = logging.getLogger().getEffectiveLevel() > logging.DEBUG
         if quiet:  # Ray's C++ side prints an error line per actor pool it tears down on purpose
             os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "fatal")
-        options = {"logging_level": logging.WARNING if quiet else logging.DEBUG, "log_to_driver": True}
+        level = logging.WARNING if quiet else logging.DEBUG
         setup = {"worker_process_setup_hook": "sembridge_ray.distributed.cluster.setup_worker"}
         address = os.environ.get("RAY_ADDRESS")
         if address:
-            ray.init(address=address, runtime_env=setup, **options)
+            ray.init(address=address, runtime_env=setup, logging_level=level, log_to_driver=True)
         else:
             # A fresh local cluster, never an unrelated `ray start` head found in /tmp/ray; it binds to loopback
             # (see sembridge_ray/distributed/__init__.py). Its GCS port is chosen here so the workers can be told.
@@ -73,7 +73,8 @@ def connect(num_cpus: int | None = None) -> ClusterInfo:
                     dashboard_host="127.0.0.1",
                     dashboard_port=_free_port(),
                     runtime_env={**setup, "env_vars": {"RAY_ADDRESS": f"127.0.0.1:{port}"}},
-                    **options,
+                    logging_level=level,
+                    log_to_driver=True,
                 )
             finally:
                 if previous is None:
@@ -128,9 +129,6 @@ def shutdown() -> None:
     if _owned:
         _reap(started)
     _owned = False
-
-
-_announced: set[str] = set()
 
 
 def _descendants(pid: int) -> list[int]:

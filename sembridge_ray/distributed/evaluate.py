@@ -29,7 +29,7 @@ from sembridge_ray.data.retrieval import RetrievalData, load_retrieval
 from sembridge_ray.data.schema import ID, TEXT
 from sembridge_ray.distributed import cluster
 from sembridge_ray.distributed.search import ShardedIndex
-from sembridge_ray.distributed.udfs import PATH, ROWS, SparseEncodeUDF, actor_pool_args
+from sembridge_ray.distributed.udfs import PATH, ROWS, SparseEncodeUDF, actor_pool_args, arrow_blocks
 from sembridge_ray.errors import InputError
 from sembridge_ray.jobs.evaluate import EvaluateConfig, EvaluateResult
 from sembridge_ray.outputs import atomic_path, atomic_write_json, atomic_write_text, claim_output
@@ -180,7 +180,7 @@ def encode(files: list[Path], dest: Path, cfg: EvaluateConfig, model: str, role:
             SparseEncodeUDF, fn_constructor_kwargs=kwargs, batch_format="pyarrow", **actor_pool_args(plan, 1)
         )
         progress = Progress(log, f"encoding {'queries' if query else 'documents'}", total, "texts")
-        for done in encoded.iter_batches(batch_size=None, batch_format="pyarrow"):
+        for done in arrow_blocks(encoded):
             progress.add(int(pc.sum(done.column(ROWS)).as_py() or 0))
         progress.finish()
 

@@ -253,7 +253,7 @@ def train_func(config: dict[str, Any]) -> None:
     encoder = getattr(model, "module", model)
     optimizer, scheduler = loop.build_optimizer(model, cfg.optim, total)
     torch.manual_seed(cfg.seed * 1_000_003 + rank)
-    start, history = 0, []
+    start, history = 0, list[dict[str, float]]()
     with _restore_dir(config["run_dir"]) as ckpt:
         if ckpt is not None:
             state, rng, history = load_part(ckpt, rank)

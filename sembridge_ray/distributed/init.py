@@ -14,7 +14,7 @@ import ray
 from sembridge_ray import catalog
 from sembridge_ray.data.schema import ID
 from sembridge_ray.distributed import cluster
-from sembridge_ray.distributed.udfs import BridgeEncodeUDF, InitRowsUDF, actor_pool_args
+from sembridge_ray.distributed.udfs import BridgeEncodeUDF, InitRowsUDF, actor_pool_args, arrow_blocks
 from sembridge_ray.embed_init.bridge import VECTOR
 from sembridge_ray.embed_init.pipeline import (
     InitResult,
@@ -84,7 +84,7 @@ def ray_stages(cfg: InitConfig) -> Stages:
 def collect(ds: ray.data.Dataset, progress: Progress) -> list[pa.Table]:
     """Every output block of ``ds`` as it finishes (in any order), counted in ``progress``."""
     tables = []
-    for table in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
+    for table in arrow_blocks(ds):
         tables.append(table)
         progress.add(table.num_rows)
     progress.finish()

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -72,6 +73,12 @@ class SparseEncodeUDF:
             written.append(str(target))
             counts.append(table.num_rows)
         return pa.table({PATH: written, ROWS: pa.array(counts, pa.int64())})
+
+
+def arrow_blocks(ds: Any) -> Iterator[pa.Table]:
+    """Every output block of the Ray dataset ``ds`` as an Arrow table, as it finishes (in any order)."""
+    for block in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
+        yield cast(pa.Table, block)
 
 
 def actor_pool_args(placement: Any, batch_size: int) -> dict[str, Any]:

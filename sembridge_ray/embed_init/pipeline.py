@@ -102,7 +102,9 @@ ROW_IDS, ROW_COLS, ROW_WEIGHTS, ROW_IN, ROW_OUT, ROW_BIAS = "id", "source_ids", 
 
 
 def rows_table(new: NewRows) -> pa.Table:
-    """NewRows as Arrow (what Ray actors send back); exact inverse: :func:`rows_from_tables`."""
+    """NewRows of a bridged rule as Arrow (what Ray actors send back); exact inverse: :func:`rows_from_tables`."""
+    if new.weights is None:
+        raise ValueError("rows_table: only bridged rules (with weights) travel as row tables")
     cols, vals = csr_lists(new.weights)
     data = {
         ROW_IDS: pa.array(new.target_ids.astype(np.int64)),
@@ -305,13 +307,17 @@ def initialise(cfg: InitConfig, stages: Stages | None = None, inputs: dict[str, 
             duration(timings["load_and_partition_s"]),
         )
         e_in, e_out, bias = (t.detach().clone() if t is not None else None for t in mlm_embeddings(model))
+        assert e_in is not None  # a masked-LM always has input embeddings
         bridge = _bridge_side(cfg, source_tok, target_tok, {"source": len(e_in), "target": part.size})
         parts = {"inputs": e_in, "outputs": e_out, "bias": bias, "source_tok": source_tok}
         new = _new_rows(cfg, part, parts, stages, bridge, timings)
 
         start = time.perf_counter()
         inputs_rows = compose(part, e_in, new.inputs, new.target_ids, e_in.mean(0))
-        outputs = None if e_out is None else compose(part, e_out, new.outputs, new.target_ids, e_out.mean(0))
+        outputs = None
+        if e_out is not None:
+            assert new.outputs is not None  # bridged beside the inputs whenever the source has an output matrix
+            outputs = compose(part, e_out, new.outputs, new.target_ids, e_out.mean(0))
         new_bias = None if bias is None else compose_bias(part, new, bias, cfg.bias)
         model = target_model(model, target_tok, part.size, inputs_rows, outputs, new_bias)
         tokens = {i: t for t, i in target_tok.get_vocab().items()}

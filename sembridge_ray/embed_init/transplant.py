@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -26,10 +26,11 @@ def target_model(
     """
     model.resize_token_embeddings(size, mean_resizing=False)
     with torch.no_grad():
-        model.get_input_embeddings().weight.copy_(inputs)
+        embeddings = cast(torch.Tensor, model.get_input_embeddings().weight)
+        embeddings.copy_(inputs)
         head = model.get_output_embeddings()
-        if outputs is not None and head is not None and head.weight is not model.get_input_embeddings().weight:
-            head.weight.copy_(outputs)
+        if outputs is not None and head is not None and head.weight is not embeddings:
+            cast(torch.Tensor, head.weight).copy_(outputs)
         if bias is not None:
             # BERT/RoBERTa tie `cls.predictions.bias`/`lm_head.bias` to the decoder's bias; update every
             # vocabulary-sized bias once, whether or not a given architecture ties them.
@@ -42,7 +43,7 @@ def target_model(
         if hasattr(model.config, f"{role}_token_id"):
             setattr(model.config, f"{role}_token_id", getattr(tokenizer, f"{role}_token_id", None))
     if hasattr(model, "roberta"):
-        model.roberta.embeddings.padding_idx = tokenizer.pad_token_id
+        model.roberta.embeddings.padding_idx = tokenizer.pad_token_id  # type: ignore[union-attr]
     model.config.vocab_size = size
     return model
 

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from sembridge_ray import catalog
-from sembridge_ray.embed_init.methods import METHODS
+from sembridge_ray.embed_init.methods import METHODS, MethodName
+
+if TYPE_CHECKING:
+    from sembridge_ray.jobs.reproduce import ReproduceConfig
 
 STAGES = ("zero_shot", "finetuned")
 
@@ -21,7 +24,7 @@ def parse_alpha(text: str) -> float:
 class Cell:
     model: str
     language: str
-    method: str
+    method: MethodName
     alpha: float | None  # None for the baselines, which have no α
 
     @property
@@ -38,18 +41,19 @@ def expand(
     models: tuple[str, ...], languages: tuple[str, ...], methods: tuple[str, ...], alphas: tuple[str, ...]
 ) -> list[Cell]:
     """Every (model, language, method, α) cell, in a deterministic order; baselines once, without α."""
-    cells = []
+    cells: list[Cell] = []
     for model in models:
         for lang in languages:
-            for method in methods:
-                if METHODS[method].has_alpha:  # one cell per α; the others once, without α
-                    cells.extend(Cell(model, lang, method, parse_alpha(a)) for a in alphas)
+            for name in methods:
+                method = METHODS[name]
+                if method.has_alpha:  # one cell per α; the others once, without α
+                    cells.extend(Cell(model, lang, method.name, parse_alpha(a)) for a in alphas)
                 else:
-                    cells.append(Cell(model, lang, method, None))
+                    cells.append(Cell(model, lang, method.name, None))
     return cells
 
 
-def config_cells(cfg: Any) -> list[Cell]:
+def config_cells(cfg: ReproduceConfig) -> list[Cell]:
     """The cells a ReproduceConfig describes."""
     return expand(cfg.models, cfg.languages, cfg.methods, cfg.alphas)
 

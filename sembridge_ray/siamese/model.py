@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
 PAD = 0
 """Row 0 of every embedding matrix is the all-zero padding vector."""
+LSTM_PARAMETERS = ("weight_hh_l0", "weight_ih_l0", "bias_hh_l0", "bias_ih_l0")
 
 
 class MaLSTM(nn.Module):
@@ -82,11 +85,10 @@ def init_lstm(lstm: nn.LSTM, forget_bias: float, sigma: float, generator: torch.
     PyTorch orders the gates (input, forget, cell, output) and adds two biases; the biases go in ``bias_ih``.
     """
     hidden, dim = lstm.hidden_size, lstm.input_size
+    w_hh, w_ih, b_hh, b_ih = (cast(torch.Tensor, getattr(lstm, n)) for n in LSTM_PARAMETERS)
     with torch.no_grad():
-        lstm.weight_hh_l0.copy_(torch.randn(lstm.weight_hh_l0.shape, generator=generator) * sigma / hidden**0.5)
-        lstm.weight_ih_l0.copy_(
-            torch.randn(lstm.weight_ih_l0.shape, generator=generator) * sigma / (hidden * dim) ** 0.25
-        )
-        lstm.bias_hh_l0.zero_()
-        lstm.bias_ih_l0.copy_(torch.rand(4 * hidden, generator=generator) - 0.5)
-        lstm.bias_ih_l0[hidden : 2 * hidden] = forget_bias
+        w_hh.copy_(torch.randn(w_hh.shape, generator=generator) * sigma / hidden**0.5)
+        w_ih.copy_(torch.randn(w_ih.shape, generator=generator) * sigma / (hidden * dim) ** 0.25)
+        b_hh.zero_()
+        b_ih.copy_(torch.rand(4 * hidden, generator=generator) - 0.5)
+        b_ih[hidden : 2 * hidden] = forget_bias

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from transformers import AutoModelForMaskedLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
@@ -59,7 +59,7 @@ def save_sparse_encoder(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBa
 
     ``out_dir`` should be a fresh (temporary) path; callers rename it into place (see ``outputs.atomic_path``).
     """
-    if model.get_input_embeddings().weight.shape[0] != model.config.vocab_size:
+    if cast(torch.Tensor, model.get_input_embeddings().weight).shape[0] != model.config.vocab_size:
         raise ValueError("config.vocab_size must equal the number of embedding rows")
     with tempfile.TemporaryDirectory(dir=Path(out_dir).parent) as staging:
         model.save_pretrained(staging, safe_serialization=True)
@@ -85,9 +85,9 @@ def push_model(model_dir: Path, repo_id: str) -> str:
 @torch.no_grad()
 def mlm_embeddings(model: PreTrainedModel) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """(input embeddings (V, d), untied output embeddings (V, d) or None, decoder bias (V,) or None)."""
-    inp = model.get_input_embeddings().weight
+    inp = cast(torch.Tensor, model.get_input_embeddings().weight)
     out_layer = model.get_output_embeddings()
-    out = None if out_layer is None or out_layer.weight is inp else out_layer.weight
+    out = None if out_layer is None or out_layer.weight is inp else cast(torch.Tensor, out_layer.weight)
     bias = getattr(out_layer, "bias", None) if out_layer is not None else None
     return inp, out, bias
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from jobs import reproduce
 from sembridge_ray.data.retrieval import read_qrels
+from tests.conftest import error_lines
 
 
 def miracl_mirror(sick_beir: Path, root: Path, lang: str = "ko") -> Path:
@@ -94,8 +95,9 @@ def test_paper_path_runs_cells_concurrently_records_failures_and_resumes(
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
 
     changed = [*args, "finetune.optim.lr=2e-4"]
+    capsys.readouterr()
     assert reproduce.main(changed) == 2  # checked before any work: the changed stages are listed
-    err = capsys.readouterr().err.strip().splitlines()
+    err = error_lines(capsys)
     good_cell = next(p.name for p in (out / "cells").iterdir() if "no-such-model" not in p.name)
     assert len(err) == 1 and f"{good_cell}/miracl/finetune (optim.lr: 2e-05 → 0.0002)" in err[0]
     assert f"{good_cell}/miracl/finetuned (inputs.model" in err[0] and "--overwrite" in err[0]

@@ -7,7 +7,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import re
 import subprocess
 import sys
 import time
@@ -30,15 +29,8 @@ from sembridge_ray.jobs.malstm import MalstmConfig
 from sembridge_ray.jobs.reproduce import ReproduceConfig
 from sembridge_ray.outputs import SUCCESS, claim_output, is_complete
 from sembridge_ray.placement import ResourceConfig
-from tests.conftest import REPO
+from tests.conftest import REPO, error_lines
 from tests.unit.test_outputs import snapshot
-
-LOG_LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
-
-
-def error_lines(capsys: pytest.CaptureFixture[str]) -> list[str]:
-    """stderr without the timestamped progress log lines that may precede an error."""
-    return [line for line in capsys.readouterr().err.strip().splitlines() if not LOG_LINE.match(line)]
 
 
 @pytest.mark.parametrize(

@@ -115,6 +115,12 @@ def setup_worker() -> None:
     quiet_third_parties()
     for name in ("ray", "ray.data", "ray.train", "ray.tune"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    try:  # Ray Train v2 logs every report (the whole metrics dict) at INFO, on a logger named by its file path
+        from ray.train.v2._internal.execution import context
+
+        logging.getLogger(context.__file__).setLevel(logging.WARNING)
+    except ImportError:
+        pass
     logging.getLogger("sembridge_ray").setLevel(logging.INFO)
     ray.data.DataContext.get_current().enable_progress_bars = False
 

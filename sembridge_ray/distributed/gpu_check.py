@@ -37,7 +37,7 @@ from sembridge_ray.jobs.init import InitConfig
 from sembridge_ray.reproduce.figures import figures_path
 
 log = logging.getLogger(__name__)
-REFERENCE = "reference.json"
+REFERENCE, MODELS = "reference.json", "models.json"
 MODEL_NAME = "all-MiniLM-L6-v2 SPLADE (bundled minilm-splade) on SICK"
 BUDGET_S = 300.0
 
@@ -58,6 +58,19 @@ class CheckConfig:
     """Fine-tuning runs with 1, then (when the machine has them) up to this many workers."""
     reference_for: Path | None = None
     """CPU reference mode: the main pass's directory whose models are evaluated here."""
+    source_model: str = ""
+    """Init's source encoder ('': the smoke preset's bundled MiniLM SPLADE); a dry run may pass tiny test fixtures
+    (``python -m sembridge_ray.testing --out DIR``) here and below."""
+    target_tokenizer: str = ""
+    """Init's target tokenizer ('': the preset's bundled sick-bpe)."""
+    bridge_model: str = ""
+    """Init's bridge model ('': the preset's bundled all-MiniLM-L6-v2)."""
+
+    def asset_args(self) -> list[str]:
+        """The command-line flags that pass the asset overrides on to the CPU reference."""
+        names = {"--source-model": self.source_model, "--target-tokenizer": self.target_tokenizer}
+        names["--bridge-model"] = self.bridge_model
+        return [arg for flag, value in names.items() if value for arg in (flag, value)]
 
 
 class GpuMemory:
@@ -135,7 +148,10 @@ def resources(base: Any, device: str, workers: int = 1) -> Any:
 def init_stage(check: CheckConfig, out: Path) -> gc.Measured:
     base = preset(InitConfig, "init_smoke")
     cache = out / "bridge-cache"  # fresh, so the bridge strings are encoded (and timed), never read back
-    cfg = replace(base, output=str(out / "init"), cache_dir=str(cache), overwrite=True, samples=0)
+    assets = {"source_model": check.source_model, "target_tokenizer": check.target_tokenizer}
+    assets["bridge_model"] = check.bridge_model
+    cfg = replace(base, **{k: v for k, v in assets.items() if v})
+    cfg = replace(cfg, output=str(out / "init"), cache_dir=str(cache), overwrite=True, samples=0)
     cfg = replace(cfg, resources=resources(base.resources, check.device))
     from sembridge_ray.distributed.init import run_init
 
@@ -236,6 +252,8 @@ def main_pass(check: CheckConfig, gpus: int) -> list[gc.Measured]:
     tuned = next(m.model for m in done if m.line.stage == "finetune_1w_bf16")
     assert tuned is not None
     done.append(evaluate_stage(check, "evaluate_finetuned", tuned, data, out))
+    models = {m.line.stage: str(m.model) for m in done if m.line.stage.startswith("evaluate")}
+    (out / MODELS).write_text(json.dumps(models, indent=2), encoding="utf-8")  # what the CPU reference evaluates
     return done
 
 
@@ -245,13 +263,8 @@ def reference_pass(check: CheckConfig) -> dict[str, Any]:
     main = check.reference_for
     out = fresh(check.output / "cpu-reference")
     init = init_stage(check, out)
-    evals = {
-        stage: evaluate_stage(check, stage, main / stage_model, main / "sick", out)
-        for stage, stage_model in (
-            ("evaluate_zero_shot", "init/model"),
-            ("evaluate_finetuned", "finetune_1w_bf16/model"),
-        )
-    }
+    models = json.loads((main / MODELS).read_text(encoding="utf-8"))
+    evals = {stage: evaluate_stage(check, stage, Path(model), main / "sick", out) for stage, model in models.items()}
     ref = {
         "init_model": str(init.model),
         "ndcg": {stage: m.ndcg for stage, m in evals.items()},
@@ -277,6 +290,7 @@ def run_reference(check: CheckConfig, main: Path) -> dict[str, Any]:
         str(check.output),
         "--pairs",
         str(check.pairs or 0),
+        *check.asset_args(),
     ]
     log.info("CPU reference: %s", " ".join(cmd))
     subprocess.run(cmd, env=env, check=True, cwd=Path(__file__).resolve().parents[2])

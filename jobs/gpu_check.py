@@ -34,14 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     from sembridge_ray.cli import run_job
     from sembridge_ray.distributed.gpu_check import CheckConfig, report_gpu_check
 
-    cfg = CheckConfig(
-        device=args.device,
-        output=args.output.resolve(),
-        pairs=args.pairs or None,
-        steps=args.steps,
-        batch_size=args.batch_size,
-        reference_for=args.reference_for,
-    )
+    keys = ("device", "steps", "batch_size", "reference_for", "source_model", "target_tokenizer", "bridge_model")
+    cfg = CheckConfig(output=args.output.resolve(), pairs=args.pairs or None, **{k: getattr(args, k) for k in keys})
     return run_job(lambda: report_gpu_check(cfg, args.figures))
 
 

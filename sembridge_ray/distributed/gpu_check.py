@@ -77,8 +77,8 @@ class GpuMemory:
     """Samples ``nvidia-smi`` in a thread while a stage runs: peak MiB in use on the busiest GPU, and whether any
     process computed on a GPU (a compute app listed, or memory in use grew by more than 64 MiB)."""
 
-    def __init__(self, every_s: float = 0.25) -> None:
-        self.every_s, self.apps = every_s, False
+    def __init__(self, enabled: bool = True, every_s: float = 0.25) -> None:
+        self.enabled, self.every_s, self.apps = enabled and shutil.which("nvidia-smi") is not None, every_s, False
         self.peak: float | None = None
         self.base: float | None = None
         self._stop = threading.Event()
@@ -108,7 +108,7 @@ class GpuMemory:
         return self.apps or grew
 
     def __enter__(self) -> GpuMemory:
-        if shutil.which("nvidia-smi"):
+        if self.enabled:
             self._thread.start()
         return self
 
@@ -123,7 +123,7 @@ def timed(device: str, stage: str) -> Iterator[dict[str, Any]]:
     """Times the block and samples GPU memory; on a CUDA pass, asserts that the stage computed on a GPU."""
     box: dict[str, Any] = {}
     start = time.perf_counter()
-    with GpuMemory() as mem:
+    with GpuMemory(enabled=device == "cuda") as mem:  # a CPU pass on a GPU machine measures no GPU
         yield box
     box["wall_s"] = round(time.perf_counter() - start, 2)
     box["peak_gpu_mem_mib"] = mem.peak
@@ -138,7 +138,7 @@ def preset(cls: type[Any], name: str) -> Any:
 
 
 def resources(base: Any, device: str, workers: int = 1) -> Any:
-    """One GPU per worker on a CUDA pass; on the CPU, the machine's cores (one held back for Ray Data)."""
+    """One GPU per worker on a CUDA pass; on the CPU, the machine's cores shared among the workers' torch threads."""
     if device == "cuda":
         return replace(base, workers=workers, gpus_per_worker=1.0)
     threads = max(1, (os.cpu_count() or 2) // workers)

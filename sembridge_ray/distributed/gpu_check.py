@@ -326,7 +326,8 @@ def run_gpu_check(check: CheckConfig, gpu_names: list[str]) -> CheckResult | Non
     if wall > BUDGET_S:
         log.warning("the check took %.0f s, over its %.0f s budget", wall, BUDGET_S)
     gpu = gpu_names[0] if gpu_names else "none (CPU)"
-    return CheckResult(lines=lines, figures=gc.measured_figures(lines, gpu, len(gpu_names), MODEL_NAME), wall_s=wall)
+    model = " ".join(check.asset_args()) or MODEL_NAME  # a dry run on other assets says which
+    return CheckResult(lines=lines, figures=gc.measured_figures(lines, gpu, len(gpu_names), model), wall_s=wall)
 
 
 def report_gpu_check(check: CheckConfig, figures: Path | None = None) -> int:

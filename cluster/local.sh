@@ -9,6 +9,10 @@
 #                                              set, submit the demo with `ray job submit`, print its result
 #   bash cluster/local.sh job -- CMD [ARGS]    the same head, any entrypoint (e.g. -- python -m jobs.evaluate ...)
 #   bash cluster/local.sh setup                only create or refresh .venv
+#   bash cluster/local.sh gpu-check [--skip-install] [args]
+#                                              no CUDA GPU: one line, exit 0, nothing installed; else set up .venv
+#                                              (the CUDA torch) and run python -m jobs.gpu_check (one JSON line per
+#                                              stage, compared with the CPU); --skip-install uses .venv as it is
 #
 # The private head: its own --temp-dir and free ports, in a session of its own; on exit exactly its processes are
 # stopped (never `ray stop`, which stops every Ray cluster of the user on the machine). Without RAY_ADDRESS the
@@ -25,9 +29,13 @@ cd "$ROOT"
 export HF_HUB_OFFLINE="${HF_HUB_OFFLINE:-1}" HF_HUB_DISABLE_PROGRESS_BARS=1 TOKENIZERS_PARALLELISM=false
 export RAY_USAGE_STATS_ENABLED=0 PIP_DISABLE_PIP_VERSION_CHECK=1
 
+has_gpu() {
+  command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '
+}
+
 torch_spec() {
   # Without a CUDA GPU, pin the CPU build: an unpinned torch resolves to a multi-GB CUDA wheel.
-  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+  if has_gpu; then
     echo "torch>=2.6,<2.15"
   else
     echo "torch==2.13.0"
@@ -177,6 +185,19 @@ run_demo() {
   echo "[local.sh] demo complete: $out"
 }
 
+gpu_check() {
+  # The GPU test comes first, so CI calls this for nothing where there is no GPU.
+  if ! has_gpu; then
+    echo "[local.sh] gpu-check skipped: no CUDA GPU on this machine (nvidia-smi -L lists none)"
+    exit 0
+  fi
+  if [ "${1:-}" = "--skip-install" ]; then shift; else setup; fi
+  export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 RAY_AUTH_MODE="${RAY_AUTH_MODE:-disabled}"
+  local python="$VENV/bin/python"
+  [ -x "$python" ] || python="$PYTHON"   # --skip-install on a machine whose environment is not in .venv
+  exec "$python" -m jobs.gpu_check "$@"
+}
+
 case "${1:-}" in
   test) shift; run_tests "$@" ;;
   quick) shift; run_quick "$@" ;;
@@ -185,5 +206,6 @@ case "${1:-}" in
   job) shift; [ "${1:-}" = "--" ] && shift; [ $# -gt 0 ] || { echo "usage: local.sh job -- CMD [ARGS]" >&2; exit 2; }
        with_cluster "$@" ;;
   setup) setup ;;
-  *) echo "usage: bash cluster/local.sh {quick|test|check|demo|job|setup} [args]" >&2; exit 2 ;;
+  gpu-check) shift; gpu_check "$@" ;;
+  *) echo "usage: bash cluster/local.sh {quick|test|check|demo|job|setup|gpu-check} [args]" >&2; exit 2 ;;
 esac

@@ -1,4 +1,5 @@
-"""The dry run: every cell with its hub ids and a rough compute estimate. Contacts nothing."""
+"""The dry run: every cell with its hub ids and a rough compute estimate. Contacts nothing; reads the GPU check's
+measured figures when they exist (``sembridge_ray.reproduce.figures``)."""
 
 from __future__ import annotations
 
@@ -10,19 +11,18 @@ from typing import Any
 from sembridge_ray import catalog
 from sembridge_ray.placement import ResourceConfig
 from sembridge_ray.reproduce.cells import Cell, config_cells
-
-# Throughputs on one modern GPU (A100-class, bf16), rough: what the estimate divides by.
-BRIDGE_STRINGS_PER_S = 3_000  # BGE-M3 on short token strings
-DOCS_PER_S = 1_000  # BERT-base SPLADE at 256 tokens
-SECONDS_PER_STEP = 0.35  # batch 64 x (64 + 256) tokens, BERT-base, bf16, incl. FLOPs regulariser
+from sembridge_ray.reproduce.figures import BUILT_IN, Figures, load_figures
 
 
-def cell_estimate(cell: Cell, datasets: Sequence[str], epochs: float, batch: int) -> dict[str, float]:
+def cell_estimate(
+    cell: Cell, datasets: Sequence[str], epochs: float, batch: int, figures: Figures = BUILT_IN
+) -> dict[str, float]:
     """GPU-seconds per stage of one cell (init, evaluations, fine-tuning)."""
-    init = 2 * 60_000 / BRIDGE_STRINGS_PER_S  # ~30k source + ~30k target strings (source side cached per model)
-    evals = sum(2 * catalog.CORPUS_SIZES.get(d, {}).get(cell.language, 0) / DOCS_PER_S for d in datasets)
+    init = 2 * 60_000 / figures.bridge_strings_per_s  # ~30k source + ~30k target strings
+    evals = sum(2 * catalog.CORPUS_SIZES.get(d, {}).get(cell.language, 0) / figures.docs_per_s for d in datasets)
     train = sum(
-        epochs * catalog.TRAIN_QUERIES.get(d, {}).get(cell.language, 0) / batch * SECONDS_PER_STEP for d in datasets
+        epochs * catalog.TRAIN_QUERIES.get(d, {}).get(cell.language, 0) / batch * figures.seconds_per_step
+        for d in datasets
     )
     return {"init_s": init, "eval_s": evals, "finetune_s": train}
 
@@ -36,11 +36,12 @@ def plan(
     batch: int,
     gpus_per_cell: float,
     max_concurrent: int,
+    figures: Figures = BUILT_IN,
 ) -> dict[str, Any]:
     rows = []
     total = 0.0
     for cell in cells:
-        est = cell_estimate(cell, datasets, epochs, batch)
+        est = cell_estimate(cell, datasets, epochs, batch, figures)
         gpu_s = sum(est.values()) * gpus_per_cell
         total += gpu_s
         rows.append(
@@ -62,11 +63,12 @@ def plan(
         "total_cells": len(rows),
         "estimate_gpu_hours": round(total / 3600, 1),
         "estimate_wall_hours_at_concurrency": {str(concurrent): round(total / 3600 / concurrent / gpus_per_cell, 1)},
+        "figures_source": figures.source,
         "assumptions": {
-            "bridge_strings_per_s": BRIDGE_STRINGS_PER_S,
-            "docs_per_s": DOCS_PER_S,
-            "seconds_per_step": SECONDS_PER_STEP,
-            "note": "rough; one A100-class GPU per cell",
+            "bridge_strings_per_s": round(figures.bridge_strings_per_s, 1),
+            "docs_per_s": round(figures.docs_per_s, 1),
+            "seconds_per_step": round(figures.seconds_per_step, 4),
+            "note": "rough; one GPU per cell",
         },
     }
 
@@ -87,6 +89,7 @@ def dry_run(cfg: Any) -> dict[str, Any]:
         optim.batch_size,
         cfg.gpus_per_cell,
         cfg.max_concurrent or 1,
+        load_figures(optim.batch_size),
     )
 
 

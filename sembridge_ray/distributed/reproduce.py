@@ -182,7 +182,8 @@ def refresh(cfg: ReproduceConfig, failures: dict[str, str] | None = None, final:
         paired = compare.comparisons(out, cells, cfg.datasets)
         results.write_csv(paired, out / "comparisons.csv", compare.COLUMNS)
         text += "\n" + compare.markdown(paired)
-        plots.learning_curves(out, cells, cfg.datasets, rows, out / "plots")
+        plots.before_after(out, cells, cfg.datasets, out / "plots")
+        plots.learning_curves(out, cells, cfg.datasets, out / "plots")
         plots.alpha_ablation(rows, out / "plots")
         plots.support_histograms(out, cells, out / "plots")
     source = out / "assets" / SOURCE_EVAL / "metrics.json"

@@ -110,6 +110,20 @@ def demo_files(cfg: ReproduceConfig) -> dict[str, Path]:
     return files
 
 
+def demo_tokenizers(cfg: ReproduceConfig) -> dict[str, str]:
+    """The demo's target vocabularies besides the bundled ``en-bpe``: ``target_tokenizers`` items LANG=DIR."""
+    named = {}
+    for item in cfg.target_tokenizers:
+        lang, sep, name = item.partition("=")
+        if not sep or not name.strip():
+            raise InputError(f"target_tokenizers item {item!r}: expected LANG=HUB_ID_OR_PATH")
+        named[lang.strip()] = name.strip()
+    missing = [lang for lang in cfg.languages if lang != DEMO_LANGUAGE and lang not in named]
+    if missing:
+        raise InputError(f"demo language {missing[0]!r}: name its tokenizer with target_tokenizers={missing[0]}=DIR")
+    return {lang: named[lang] for lang in cfg.languages if lang != DEMO_LANGUAGE}
+
+
 def plan(cfg: ReproduceConfig, gpus: float) -> Plan:
     """Every stage of every cell, with identities; no stage runs here."""
     result = Plan()
@@ -120,10 +134,13 @@ def plan(cfg: ReproduceConfig, gpus: float) -> Plan:
         result.assets = [source, source_eval]
         source_model = f"{source.output}/{MODEL}"
         identify.memo[source_model] = f"{source.ref}/{MODEL}"
+        # en-bpe: the bundled BPE built above; any other "language" is another English target vocabulary named in
+        # target_tokenizers (e.g. en-roberta=DIR): the same source and retrieval set, another segmentation
+        tokenizers = {DEMO_LANGUAGE: str(files["target"]), **demo_tokenizers(cfg)}
         assets = Assets(
             models={DEMO_MODEL: source_model},
-            tokenizers={DEMO_LANGUAGE: str(files["target"])},
-            specs={(DEMO_DATASET, DEMO_LANGUAGE): (str(files["beir"]), str(files["sick_train"]))},
+            tokenizers=tokenizers,
+            specs={(DEMO_DATASET, lang): (str(files["beir"]), str(files["sick_train"])) for lang in tokenizers},
         )
     else:
         assets, identify = paper_assets(cfg), Identities({})

@@ -61,7 +61,8 @@ class ReproduceConfig(Config):
     datasets: tuple[str, ...] = field(default=("webfaq", "miracl"), metadata={"choices": DATASETS})
     """Datasets each cell is evaluated and fine-tuned on."""
     methods: tuple[str, ...] = field(default=METHOD_NAMES, metadata={"choices": METHOD_NAMES})
-    """Initialisation methods (one cell each; sembridge once per α)."""
+    """Initialisation methods (one cell each; sembridge once per α); a bridge method + ``+pa`` (``sembridge+pa``)
+    is its position-aware variant, a row of its own."""
     alphas: tuple[str, ...] = ("4",)
     """α values for sembridge cells; ``softmax`` = α 1 (the ablation is 2,3,4,softmax)."""
     max_concurrent: int = 0
@@ -83,15 +84,18 @@ class ReproduceConfig(Config):
     finished stages with unchanged settings are still skipped."""
 
     def check(self) -> None:
-        from sembridge_ray.reproduce.cells import parse_alpha
+        from sembridge_ray.embed_init.methods import METHODS
+        from sembridge_ray.reproduce.cells import parse_alpha, split_variant
 
-        unknown = [m for m in self.methods if m not in METHOD_NAMES]
+        unknown = [m for m in self.methods if split_variant(m)[0] not in METHOD_NAMES]
         require(
             not unknown,
             "methods",
             ",".join(self.methods),
-            f"unknown method {unknown[:1]} (known: {', '.join(METHOD_NAMES)})",
+            f"unknown method {unknown[:1]} (known: {', '.join(METHOD_NAMES)}, and a bridge method + '+pa')",
         )
+        aware = [m for m in self.methods if split_variant(m)[1] and not METHODS[split_variant(m)[0]].uses_bridge]
+        require(not aware, "methods", ",".join(self.methods), f"{aware[:1]}: '+pa' needs a method that uses the bridge")
         for alpha in self.alphas:
             try:
                 value = parse_alpha(alpha)

@@ -13,6 +13,14 @@ if TYPE_CHECKING:
     from sembridge_ray.jobs.reproduce import ReproduceConfig
 
 STAGES = ("zero_shot", "finetuned")
+POSITION_AWARE = "+pa"
+"""Suffix of a bridge method in ``methods`` that runs it with ``position_aware=true`` (e.g. ``sembridge+pa``)."""
+
+
+def split_variant(name: str) -> tuple[str, bool]:
+    """``sembridge+pa`` -> (``sembridge``, True); ``focus`` -> (``focus``, False)."""
+    base = name.removesuffix(POSITION_AWARE)
+    return base, base != name
 
 
 def parse_alpha(text: str) -> float:
@@ -26,10 +34,17 @@ class Cell:
     language: str
     method: MethodName
     alpha: float | None  # None for the baselines, which have no α
+    position_aware: bool = False
+    """The ``+pa`` variant: the init's position-aware bridging (issue 14) instead of the released string rule."""
+
+    @property
+    def variant(self) -> str:
+        """The method as the grid's ``methods`` names it: ``sembridge``, ``sembridge+pa``, ``focus``, ..."""
+        return self.method + (POSITION_AWARE if self.position_aware else "")
 
     @property
     def name(self) -> str:
-        base = f"{catalog.slug(self.model)}__{self.language}__{self.method}"
+        base = f"{catalog.slug(self.model)}__{self.language}__{self.variant}"
         return base if self.alpha is None else f"{base}__a{self.alpha:g}"
 
     @property
@@ -45,11 +60,12 @@ def expand(
     for model in models:
         for lang in languages:
             for name in methods:
-                method = METHODS[name]
+                base, aware = split_variant(name)
+                method = METHODS[base]
                 if method.has_alpha:  # one cell per α; the others once, without α
-                    cells.extend(Cell(model, lang, method.name, parse_alpha(a)) for a in alphas)
+                    cells.extend(Cell(model, lang, method.name, parse_alpha(a), aware) for a in alphas)
                 else:
-                    cells.append(Cell(model, lang, method.name, None))
+                    cells.append(Cell(model, lang, method.name, None, aware))
     return cells
 
 

@@ -82,8 +82,9 @@ def comparisons(output: Path, cells: Sequence[Cell], datasets: Sequence[str]) ->
 
 
 def _against_reference(output: Path, members: list[Cell], dataset: str, stage: str) -> list[dict[str, Any]]:
-    """Every cell of one (model, language) against its first SemBridge cell, on one dataset and stage."""
-    reference = next((c for c in members if c.method == "sembridge"), None)
+    """Every cell of one (model, language) against its first SemBridge cell with the released string rule (not
+    ``+pa``), on one dataset and stage."""
+    reference = next((c for c in members if c.method == "sembridge" and not c.position_aware), None)
     if reference is None or not (ref_file := cell_paths(output, reference).eval(dataset, stage) / PER_QUERY).is_file():
         return []
     ref = read_per_query(ref_file)
@@ -103,7 +104,7 @@ def _against_reference(output: Path, members: list[Cell], dataset: str, stage: s
                 "language": cell.language,
                 "dataset": dataset,
                 "stage": stage,
-                "method": cell.method,
+                "method": cell.variant,
                 "alpha": cell.alpha_label,
                 "reference": reference.name,
                 "n_queries": len(qids),

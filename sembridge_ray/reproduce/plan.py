@@ -49,7 +49,7 @@ def plan(
                 "cell": cell.name,
                 "model": cell.model,
                 "language": cell.language,
-                "method": cell.method,
+                "method": cell.variant,
                 "alpha": cell.alpha_label,
                 "target_tokenizer": tokenizers[cell.language],
                 "bridge_model": bridge,
@@ -76,7 +76,9 @@ def plan(
 def dry_run(cfg: Any) -> dict[str, Any]:
     """The plan of a ReproduceConfig: every cell, its hub ids, and the estimate. Imports no Ray, contacts nothing."""
     if cfg.preset == "demo":  # the miniature builds its target tokenizer itself
-        tokenizers = {lang: f"{cfg.output}/assets/target-bpe (built: byte-level BPE)" for lang in cfg.languages}
+        named = dict(item.split("=", 1) for item in cfg.target_tokenizers if "=" in item)
+        built = f"{cfg.output}/assets/target-bpe (built: byte-level BPE)"
+        tokenizers = {lang: named.get(lang, built) for lang in cfg.languages}
     else:
         tokenizers = cfg.tokenizer_per_language()
     optim = cfg.finetune.optim

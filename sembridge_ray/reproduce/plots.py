@@ -34,7 +34,7 @@ def _save(fig: Any, path: Path) -> Path:
 
 
 def _label(cell: Cell) -> str:
-    return f"{cell.method} α={cell.alpha_label}" if cell.alpha_label else cell.method
+    return f"{cell.variant} α={cell.alpha_label}" if cell.alpha_label else cell.variant
 
 
 def _steps(path: Path) -> list[dict[str, Any]]:

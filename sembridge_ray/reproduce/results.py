@@ -63,7 +63,7 @@ def collect(output: Path, cells: Sequence[Cell], datasets: Sequence[str]) -> lis
                         "model": cell.model,
                         "language": cell.language,
                         "dataset": dataset,
-                        "method": cell.method,
+                        "method": cell.variant,
                         "alpha": cell.alpha_label,
                         "stage": stage,
                         **{col: metrics.get(key, "") for col, key in METRIC_KEYS.items()},

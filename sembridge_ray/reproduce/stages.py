@@ -73,6 +73,7 @@ def cell_stages(cfg: ReproduceConfig, cell: Cell, assets: Assets, gpus: float, i
         source_model=source,
         target_tokenizer=tokenizer,
         method=cell.method,
+        position_aware=cell.position_aware or cfg.init.position_aware,
         alpha=cell.alpha if cell.alpha is not None else cfg.init.alpha,
         output=str(paths.init),
         overwrite=cfg.overwrite,

@@ -227,6 +227,8 @@ _QUIET_WARNINGS = (
     "The given NumPy array is not writable",
     "Converting a tensor with requires_grad",
     "TypedStorage is deprecated",
+    # its replacement (torch.distributed._functional_collectives) is private; the autograd gather still works
+    "torch.distributed.nn.functional.all_gather is deprecated",
 )
 
 

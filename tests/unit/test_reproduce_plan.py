@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ import yaml
 from jobs import reproduce
 from sembridge_ray import catalog
 from sembridge_ray.cli import parse_config
+from sembridge_ray.config import ConfigError
 from sembridge_ray.jobs import job_spec
 from sembridge_ray.jobs.reproduce import ReproduceConfig
 from sembridge_ray.reproduce.cells import expand, parse_alpha
@@ -138,3 +140,38 @@ def test_concurrency_and_cell_resources(
     res = cell_resources(cfg, ResourceConfig(workers=2), gpus)
     assert (res.workers, res.gpus_per_worker) == (workers, gpus_per_worker)
     assert width * gpus_per_cell <= gpus or max_concurrent or gpus == 0  # the cells fit the GPUs
+
+
+def test_the_position_aware_variant_is_a_row_of_its_own_with_its_init_setting(tmp_path: Path) -> None:
+    from sembridge_ray.reproduce.compare import comparisons
+    from sembridge_ray.reproduce.stages import Assets, cell_stages
+
+    cfg = ReproduceConfig(
+        models=("m",), languages=("ko",), datasets=("miracl",), methods=("sembridge+pa", "sembridge", "focus")
+    )
+    cells = expand(cfg.models, cfg.languages, cfg.methods, cfg.alphas)
+    assert [(c.name, c.variant, c.position_aware) for c in cells] == [
+        ("m__ko__sembridge+pa__a4", "sembridge+pa", True),
+        ("m__ko__sembridge__a4", "sembridge", False),
+        ("m__ko__focus", "focus", False),
+    ]
+    assets = Assets(models={"m": "src"}, tokenizers={"ko": "tok"}, specs={("miracl", "ko"): ("eval", "train")})
+    inits = [
+        cell_stages(replace(cfg, output=str(tmp_path)), c, assets, 0.0, lambda kind, name: f"{kind}:{name}")[0].cfg
+        for c in cells
+    ]
+    assert [(i.method, i.position_aware) for i in inits] == [
+        ("sembridge", True),
+        ("sembridge", False),
+        ("focus", False),
+    ]
+    # the plain sembridge cell is the reference of the paired comparisons, even when +pa is listed first
+    for cell in cells:
+        out = tmp_path / "cells" / cell.name / "miracl" / "zero_shot"
+        out.mkdir(parents=True)
+        (out / "per_query.tsv").write_text("query_id\tnDCG@10\nq1\t0.5\nq2\t0.25\n")
+    rows = comparisons(tmp_path, cells, ["miracl"])
+    assert {r["reference"] for r in rows} == {"m__ko__sembridge__a4"}
+    assert sorted(r["method"] for r in rows if r["stage"] == "zero_shot") == ["focus", "sembridge+pa"]
+    with pytest.raises(ConfigError, match="'\\+pa' needs a method that uses the bridge"):
+        ReproduceConfig(methods=("mean+pa",))

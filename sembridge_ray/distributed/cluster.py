@@ -50,8 +50,6 @@ def connect(num_cpus: int | None = None) -> ClusterInfo:
     global _owned
     if not ray.is_initialized():
         quiet = logging.getLogger().getEffectiveLevel() > logging.DEBUG
-        if quiet:  # Ray's C++ side prints an error line per actor pool it tears down on purpose
-            os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "fatal")
         level = logging.WARNING if quiet else logging.DEBUG
         setup = {"worker_process_setup_hook": "sembridge_ray.distributed.cluster.setup_worker"}
         address = os.environ.get("RAY_ADDRESS")
@@ -104,7 +102,25 @@ def quiet_ray() -> None:
         return
     for name in ("ray", "ray.data", "ray.train", "ray.tune"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    quiet_ray_data()
     ray.data.DataContext.get_current().enable_progress_bars = sys.stderr.isatty()
+
+
+def quiet_ray_data() -> None:
+    """Ray Data configures its own "ray.data" logger (INFO on the console: plans, "0/?" progress) whenever it runs;
+    its documented knob is RAY_DATA_LOGGING_CONFIG: the same config with the console at WARNING."""
+    from importlib import resources
+
+    config = resources.files("sembridge_ray") / "resources" / "ray_data_logging.yaml"
+    os.environ.setdefault("RAY_DATA_LOGGING_CONFIG", str(config))
+    try:
+        from ray.data._internal.logging import configure_logging
+        from ray.util.debug import log_once
+
+        configure_logging()
+        log_once("ray_data_progress_manager_disabled")  # spend the once-only "progress bars disabled" warning
+    except ImportError:  # another Ray layout: its INFO lines stay
+        pass
 
 
 def setup_worker() -> None:
@@ -122,6 +138,7 @@ def setup_worker() -> None:
     except ImportError:
         pass
     logging.getLogger("sembridge_ray").setLevel(logging.INFO)
+    quiet_ray_data()
     ray.data.DataContext.get_current().enable_progress_bars = False
 
 

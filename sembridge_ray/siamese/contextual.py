@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from sembridge_ray.progress import Progress
 from sembridge_ray.siamese.data import tokenize
 
 log = logging.getLogger(__name__)
@@ -90,6 +91,7 @@ def aggregate_contexts(
     order = sorted(by_sentence, key=lambda s: len(tokens[s]))
     sums: dict[str, dict[str, Any]] = {p: {} for p in POOLINGS}
     counts: dict[str, int] = {}
+    progress = Progress(log, "contexts", len(order), "sentences")
     with torch.inference_mode():
         for start in range(0, len(order), batch_size):
             batch = order[start : start + batch_size]
@@ -106,6 +108,8 @@ def aggregate_contexts(
                     for pooling in POOLINGS:
                         vec = pool_pieces(hidden[row], pieces, pooling)
                         sums[pooling][word] = sums[pooling].get(word, 0) + vec
+            progress.add(len(batch))
+    progress.finish()
     return {p: {w: (v / counts[w]).float().numpy() for w, v in sums[p].items()} for p in POOLINGS}
 
 

@@ -134,8 +134,10 @@ class ContextSpec:
     ) -> Path:
         corpus = ctx.corpus_digest(self.corpus)
         layer = self.layer if layer is None else layer
-        name = f"context-{_fingerprint(model_dir)}-{corpus}-k{self.contexts}-L{layer}-{pooling or self.pooling}.npz"
-        return cache_dir / name
+        pooling = pooling or self.pooling
+        # MAX_WORDS cuts the corpus sentences, so it shapes the vectors as much as the corpus does
+        key = f"{_fingerprint(model_dir)}-{corpus}-w{ctx.MAX_WORDS}-k{self.contexts}-L{layer}-{pooling}"
+        return cache_dir / f"context-{key}.npz"
 
 
 def encode_contextual(words: Sequence[str], spec: ContextSpec, cache_dir: Path) -> tuple[dict[str, np.ndarray], dict]:

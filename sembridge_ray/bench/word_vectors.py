@@ -14,6 +14,7 @@ import logging
 import sys
 import time
 from dataclasses import replace
+from typing import Literal
 
 import numpy as np
 from scipy import stats
@@ -21,7 +22,6 @@ from scipy import stats
 from sembridge_ray.cli import parse_config
 from sembridge_ray.jobs.malstm import MalstmConfig
 from sembridge_ray.resources import SICK_DIR, STS_DIR
-from sembridge_ray.siamese import contextual as ctx
 from sembridge_ray.siamese.data import read_sick_training, split_validation, tokenize_pairs
 from sembridge_ray.siamese.prepare import load_thesaurus, lookup_vectors, retrofit_found
 
@@ -49,8 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     train_t, val_t = tokenize_pairs(train), tokenize_pairs(val)
     words = list(dict.fromkeys(t for p in train_t + val_t for t in (*p.a, *p.b)))
     thesaurus, _ = load_thesaurus(cfg.augment, train_t)
-    candidates = [("minilm", 6, "mean"), ("minilm-input", 0, "mean")]
-    candidates += [("minilm-context", layer, pooling) for layer in range(6, -1, -1) for pooling in ctx.POOLINGS]
+    poolings: tuple[Literal["mean", "first"], ...] = ("mean", "first")
+    candidates = [("minilm", 6, poolings[0]), ("minilm-input", 0, poolings[0])]
+    candidates += [("minilm-context", layer, pooling) for layer in range(6, -1, -1) for pooling in poolings]
     for source, layer, pooling in candidates:
         vcfg = replace(cfg.vectors, source=source, layer=layer, pooling=pooling)
         start = time.perf_counter()

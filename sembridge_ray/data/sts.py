@@ -43,3 +43,10 @@ def sts_files(sts_dir: Path, years: Sequence[int]) -> list[Path]:
             raise InputError(f"STS year directory not found: {year_dir}")
         files.extend(sorted(year_dir.glob("*.tsv")))
     return files
+
+
+def read_sts_sentences(path: Path) -> list[str]:
+    """Both sentences of every line of one STS file, scored or not (unlabeled text for word vectors)."""
+    with open(path, encoding="utf-8") as fh:
+        rows = [line.rstrip("\r\n").split("\t") for line in fh if line.strip()]
+    return [s for fields in rows if len(fields) == 3 for s in fields[1:]]

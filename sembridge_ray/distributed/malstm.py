@@ -22,7 +22,7 @@ from sembridge_ray.siamese import augment as aug
 from sembridge_ray.siamese.loop import RestartResult, train_restart
 from sembridge_ray.siamese.prepare import Prepared, prepare
 from sembridge_ray.siamese.results import write_results
-from sembridge_ray.siamese.vectors import parse_source, vectors_identity
+from sembridge_ray.siamese.vectors import MINILM_CONTEXT, parse_source, vectors_identity
 
 log = logging.getLogger(__name__)
 REPORT = "report.json"
@@ -72,7 +72,8 @@ def input_identities(cfg: MalstmConfig) -> dict[str, str]:
     if cfg.pretrain.enabled:
         inputs["sts"] = path_identity(Path(cfg.sts) if cfg.sts else STS_DIR)
     inputs["vectors"] = vectors_identity(cfg.vectors.source)
-    if cfg.augment.enabled:
+    uses_wordnet = cfg.augment.enabled or cfg.vectors.retrofit > 0 or cfg.vectors.source == MINILM_CONTEXT
+    if uses_wordnet:  # the thesaurus, and the context corpus's glosses, come from WordNet when nltk finds it
         wordnet = aug.load_wordnet(cfg.augment.wordnet_dir) if cfg.augment.thesaurus != "bundled" else None
         inputs["thesaurus"] = "wordnet-3.0" if wordnet is not None else path_identity(aug.BUNDLED_THESAURUS)
     return inputs

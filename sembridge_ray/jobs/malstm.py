@@ -26,8 +26,19 @@ class VectorConfig(Config):
     """Fixed word vectors."""
 
     source: str = "minilm"
-    """``minilm`` (offline: each word through the bundled all-MiniLM-L6-v2, 384-d) or ``word2vec:PATH`` (the
-    paper's GoogleNews 300-d, or any word2vec file, binary or text)."""
+    """``minilm`` (each word alone through the bundled all-MiniLM-L6-v2, 384-d), ``minilm-context`` (MiniLM hidden
+    states of the word averaged over its contexts in SICK train/trial, STS and WordNet text; Bommasani et al. 2020),
+    ``minilm-input`` (MiniLM's input word-piece embeddings, averaged) or ``word2vec:PATH`` (the paper's GoogleNews
+    300-d, or any word2vec file, binary or text)."""
+    layer: int = 6
+    """``minilm-context``: hidden layer to read (0 = the embedding layer's output, 6 = the last)."""
+    pooling: Literal["mean", "first"] = "mean"
+    """``minilm-context``: how a word's pieces are pooled within one context."""
+    contexts: int = 10
+    """``minilm-context``: a word's vector averages its first N occurrences in the corpus (in corpus order)."""
+    retrofit: int = 0
+    """Retrofit the vectors to the thesaurus (Faruqui et al. 2015) with this many iterations (10 in the paper);
+    0 = off. Works with every source."""
     normalize: bool = True
     """Scale known vectors to length ``scale`` (all-MiniLM-L6-v2 already outputs unit vectors; word2vec does not)."""
     scale: float = 1.0
@@ -37,11 +48,15 @@ class VectorConfig(Config):
     oov_std: float = 0.01
     """Per-component std of the seeded random vectors of out-of-vocabulary words."""
     cache_dir: str = "~/.cache/sembridge_ray/word_vectors"
-    """Where MiniLM word vectors are cached, per word (only new words are encoded)."""
+    """Where MiniLM word vectors are cached, per word (only new words are encoded), keyed by source, model, corpus,
+    contexts, layer and pooling."""
 
     def check(self) -> None:
         require(self.scale > 0, "scale", self.scale, "must be > 0")
         require(self.oov_std >= 0, "oov_std", self.oov_std, "must be >= 0")
+        require(0 <= self.layer <= 6, "layer", self.layer, "MiniLM-L6 has layers 0-6")
+        require(self.contexts >= 1, "contexts", self.contexts, "must be >= 1")
+        require(self.retrofit >= 0, "retrofit", self.retrofit, "must be >= 0 (0 = off)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -228,6 +243,7 @@ class MalstmResult:
 FLAGS = (
     Flag(name="--output", key="output"),
     Flag(name="--vectors", key="vectors.source"),
+    Flag(name="--retrofit", key="vectors.retrofit"),
     Flag(name="--seeds", key="seeds"),
     Flag(name="--no-augment", key="augment.enabled", const="false"),
     Flag(name="--no-pretrain", key="pretrain.enabled", const="false"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from sembridge_ray.errors import InputError
 from sembridge_ray.jobs.malstm import AugmentConfig, MalstmConfig
 from sembridge_ray.resources import SICK_DIR, STS_DIR
 from sembridge_ray.siamese import augment as aug
+from sembridge_ray.siamese import contextual as ctx
 from sembridge_ray.siamese.data import (
     EncodedPairs,
     TokenPair,
@@ -27,9 +29,15 @@ from sembridge_ray.siamese.data import (
     tokenize_pairs,
     vocabulary,
 )
+from sembridge_ray.siamese.retrofit import retrofit, thesaurus_neighbours
 from sembridge_ray.siamese.vectors import (
+    MINILM_CONTEXT,
+    MINILM_INPUT,
+    ContextSpec,
     WordVectors,
     assemble_matrix,
+    encode_contextual,
+    encode_input_embeddings,
     encode_minilm,
     parse_source,
     read_word2vec,
@@ -74,10 +82,13 @@ def prepare(cfg: MalstmConfig) -> Prepared:
             pretrain_train=len(sts_train),
             pretrain_validation=len(sts_val),
         )
-    thesaurus, counts["thesaurus"] = load_thesaurus(cfg.augment, train) if cfg.augment.enabled else ({}, None)
-    candidates = (c for cands in thesaurus.values() for c in cands)
+    needs_thesaurus = cfg.augment.enabled or cfg.vectors.retrofit > 0
+    thesaurus, counts["thesaurus"] = load_thesaurus(cfg.augment, train) if needs_thesaurus else ({}, None)
+    candidates = (c for cands in thesaurus.values() for c in cands) if cfg.augment.enabled else ()
     vocab = Vocabulary([*vocabulary(train, val, test, sts_train or [], sts_val or []).words, *candidates])
-    vectors = word_vectors(cfg, vocab.words, rng)
+    start = time.perf_counter()
+    vectors, build = word_vectors(cfg, vocab.words, thesaurus, rng, sick_dir, sts_dir)
+    counts["vectors"] = {**build, "seconds": round(time.perf_counter() - start, 1)}
     counts.update(oov_stats(vectors, vocab, train + val + test))
     augmented: list[TokenPair] = []
     if cfg.augment.enabled:
@@ -109,14 +120,65 @@ def load_thesaurus(cfg: AugmentConfig, train: list[TokenPair]) -> tuple[dict[str
     return aug.read_thesaurus(aug.BUNDLED_THESAURUS), "bundled"
 
 
-def word_vectors(cfg: MalstmConfig, words: list[str], rng: np.random.Generator) -> WordVectors:
-    _kind, path = parse_source(cfg.vectors.source)
-    if path is not None:
-        found = read_word2vec(path, words)
-    else:
-        found = encode_minilm(words, Path(cfg.vectors.cache_dir).expanduser())
+def word_vectors(
+    cfg: MalstmConfig,
+    words: list[str],
+    thesaurus: dict[str, list[str]],
+    rng: np.random.Generator,
+    sick_dir: Path,
+    sts_dir: Path,
+) -> tuple[WordVectors, dict[str, Any]]:
+    """The embedding matrix of ``words`` from the configured source, retrofitted when asked, and the parameters it
+    was built with (for the report)."""
     v = cfg.vectors
-    return assemble_matrix(words, found, rng, v.oov_std, v.normalize, v.center, v.scale, source=v.source)
+    found, build = lookup_vectors(cfg, words, sick_dir, sts_dir)
+    if v.retrofit:
+        found = retrofit_found(found, thesaurus, v.retrofit, v.normalize)
+        build.update(retrofit=v.retrofit, retrofit_lexicon=cfg.augment.thesaurus)
+    vectors = assemble_matrix(words, found, rng, v.oov_std, v.normalize, v.center, v.scale, source=v.source)
+    return vectors, build
+
+
+def lookup_vectors(
+    cfg: MalstmConfig, words: list[str], sick_dir: Path, sts_dir: Path
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    v = cfg.vectors
+    kind, path = parse_source(v.source)
+    build: dict[str, Any] = {"source": kind}
+    cache_dir = Path(v.cache_dir).expanduser()
+    if path is not None:
+        return read_word2vec(path, words), build
+    if kind == MINILM_INPUT:
+        return encode_input_embeddings(words), build
+    if kind != MINILM_CONTEXT:
+        return encode_minilm(words, cache_dir), build
+    wordnet = aug.load_wordnet(cfg.augment.wordnet_dir) if cfg.augment.thesaurus != "bundled" else None
+    corpus = ctx.context_corpus(sick_dir, sts_dir, wordnet)
+    spec = ContextSpec(tuple(corpus), v.layer, v.pooling, v.contexts)
+    found, stats = encode_contextual(words, spec, cache_dir)
+    build.update(
+        layer=v.layer,
+        pooling=v.pooling,
+        contexts=v.contexts,
+        corpus_sentences=len(corpus),
+        corpus_digest=ctx.corpus_digest(corpus),
+        corpus_parts=["sick-train", "sick-trial", "sts-all-years"] + (["wordnet-3.0-glosses"] if wordnet else []),
+        **stats,
+    )
+    return found, build
+
+
+def retrofit_found(
+    found: dict[str, np.ndarray], thesaurus: dict[str, list[str]], iterations: int, normalize: bool
+) -> dict[str, np.ndarray]:
+    """The vectors of ``found`` retrofitted to the thesaurus (unit-normalised first when ``normalize``, as the
+    released code does)."""
+    words = list(found)
+    matrix = np.stack([found[w] for w in words]).astype(np.float64)
+    if normalize:
+        matrix /= np.linalg.norm(matrix, axis=1, keepdims=True) + 1e-12
+    fitted = retrofit(matrix, thesaurus_neighbours(words, thesaurus), iterations)
+    return dict(zip(words, fitted, strict=True))
 
 
 def oov_stats(vectors: WordVectors, vocab: Vocabulary, pairs: list[TokenPair]) -> dict[str, float]:

@@ -109,6 +109,8 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         + "; ".join(f"{k} r {_fmt(v['pearson'])}, MSE {_fmt(v['mse'])}" for k, v in report["validation"].items()),
         "",
     ]
+    if report.get("vectors"):
+        lines += ["## Word vectors", "", *(f"- {k}: {v}" for k, v in report["vectors"].items()), ""]
     lines += ["## Data", "", *(f"- {k}: {v}" for k, v in report["data"].items()), ""]
     cal = report["calibration"]
     if cal.get("bandwidth") is not None:

@@ -116,6 +116,7 @@ def write_results(
         "validation": validation,
         "calibration": calibration,
         "data": {**data.counts, "vectors": cfg.vectors.source},
+        "vectors": {"name": cfg.vectors.source, **data.counts.get("vectors", {})},
         "best_seed": best.seed,
         "seeds": seeds,
         "seed_summary": summary,

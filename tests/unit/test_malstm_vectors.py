@@ -33,7 +33,7 @@ def test_word2vec_loader_reads_binary_and_text(w2v_file: Path) -> None:
 def test_missing_or_bad_vectors_are_input_errors(tmp_path: Path) -> None:
     with pytest.raises(InputError, match=r"word2vec vectors file not found: .*nope\.bin"):
         parse_source(f"word2vec:{tmp_path / 'nope.bin'}")
-    with pytest.raises(InputError, match=r"expected .minilm. or .word2vec:PATH."):
+    with pytest.raises(InputError, match=r"expected one of minilm, minilm-context, minilm-input or .word2vec:PATH."):
         parse_source("glove")
     bad = tmp_path / "bad.txt"
     bad.write_text("not a header\n")

@@ -165,9 +165,77 @@ def train_peer(case: TrainCase) -> dict[str, Any]:
     return _timed_steps(steps())
 
 
+def sick_texts(count: int) -> list[str]:
+    """``count`` SICK sentences (A and B sides of the train split, in file order)."""
+    from sembridge_ray.data.sick import read_sick_split
+    from sembridge_ray.resources import SICK_DIR
+
+    pairs = read_sick_split(SICK_DIR, "train")
+    return [s for p in pairs for s in (p.a, p.b)][:count]
+
+
+def _timed(fn: Callable[[], Any]) -> dict[str, Any]:
+    fn()  # warm-up (first-call allocations, thread pools)
+    before, start = rss_mb(), time.perf_counter()
+    fn()
+    return {"seconds": time.perf_counter() - start, "rss_before_mb": before, "peak_rss_mb": peak_rss_mb()}
+
+
+def encode_project(case: EncodeCase) -> dict[str, Any]:
+    """The Ray Data actor's code, in this process: SparseEncodeUDF on one staged (id, text) Parquet file."""
+    import tempfile
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from sembridge_ray.bundled import resolve
+    from sembridge_ray.data.schema import ID, TEXT
+    from sembridge_ray.distributed.udfs import PATH, SparseEncodeUDF
+
+    texts = sick_texts(case.texts)
+    with tempfile.TemporaryDirectory() as tmp:
+        staged = Path(tmp) / "part-0.parquet"
+        pq.write_table(pa.table({ID: [str(i) for i in range(len(texts))], TEXT: texts}), staged)
+        udf = SparseEncodeUDF(resolve(MODEL), case.max_length, case.batch, str(Path(tmp) / "out"), role="document")
+        (Path(tmp) / "out").mkdir()
+        return _timed(lambda: udf(pa.table({PATH: [str(staged)]})))
+
+
+def encode_peer(case: EncodeCase) -> dict[str, Any]:
+    from sembridge_ray.bundled import resolve
+    from sembridge_ray.sparse.model import load_sparse_encoder
+
+    texts = sick_texts(case.texts)
+    model = load_sparse_encoder(resolve(MODEL), max_length=case.max_length)
+    return _timed(lambda: model.encode_document(texts, batch_size=case.batch, show_progress_bar=False))
+
+
+def compare_encode(case: EncodeCase, rounds: int = 2) -> dict[str, Any]:
+    runs: dict[str, list[dict[str, Any]]] = {"project": [], "peer": []}
+    for _ in range(rounds):
+        for name in runs:
+            runs[name].append(run_side(f"encode-{name}", case))
+    rate = {n: statistics.median(case.texts / r["seconds"] for r in rs) for n, rs in runs.items()}
+    peak = {n: statistics.median(r["peak_rss_mb"] for r in rs) for n, rs in runs.items()}
+    return {
+        "comparison": "encode_documents",
+        "case": asdict(case),
+        "project": {"texts_per_s": round(rate["project"], 2), "peak_rss_mb": round(peak["project"], 1)},
+        "peer": {"texts_per_s": round(rate["peer"], 2), "peak_rss_mb": round(peak["peer"], 1)},
+        "throughput_ratio": round(rate["project"] / rate["peer"], 3),
+        "peak_memory_ratio": round(peak["project"] / peak["peer"], 3),
+        "rounds": rounds,
+        "runs_texts_per_s": {n: [round(case.texts / r["seconds"], 2) for r in rs] for n, rs in runs.items()},
+        "project_name": "SparseEncodeUDF (the evaluate job's Ray Data actor), in-process, one staged file",
+        "peer_name": "sentence_transformers SparseEncoder.encode_document over the same list",
+    }
+
+
 SIDES: dict[str, Callable[[Any], dict[str, Any]]] = {
     "train-project": train_project,
     "train-peer": train_peer,
+    "encode-project": encode_project,
+    "encode-peer": encode_peer,
 }
 CASES: dict[str, type] = {"train": TrainCase, "encode": EncodeCase}
 

@@ -201,6 +201,13 @@ def encode_project(case: EncodeCase) -> dict[str, Any]:
         return _timed(lambda: udf(pa.table({PATH: [str(staged)]})))
 
 
+def mean_tokens(texts: list[str], max_length: int) -> float:
+    from sembridge_ray.sparse.model import load_tokenizer
+
+    tok = load_tokenizer(MODEL)
+    return float(sum(min(max_length, len(ids)) for ids in tok(texts)["input_ids"]) / len(texts))
+
+
 def encode_peer(case: EncodeCase) -> dict[str, Any]:
     from sembridge_ray.bundled import resolve
     from sembridge_ray.sparse.model import load_sparse_encoder
@@ -226,8 +233,37 @@ def compare_encode(case: EncodeCase, rounds: int = 2) -> dict[str, Any]:
         "peak_memory_ratio": round(peak["project"] / peak["peer"], 3),
         "rounds": rounds,
         "runs_texts_per_s": {n: [round(case.texts / r["seconds"], 2) for r in rs] for n, rs in runs.items()},
+        "mean_tokens": round(mean_tokens(sick_texts(case.texts), case.max_length), 2),
         "project_name": "SparseEncodeUDF (the evaluate job's Ray Data actor), in-process, one staged file",
         "peer_name": "sentence_transformers SparseEncoder.encode_document over the same list",
+    }
+
+
+def compare_init(rows: int = 3000, ref_rows: int = 100, repeats: int = 3) -> dict[str, Any]:
+    """bridge_weights (α=4, d=384, 30,522 synthetic clustered source rows) vs the bare GEMM and the reference loop;
+    and the bundled MiniLM bridge's strings/s on vocabulary pieces (what the init stage spends GPU time on)."""
+    from sembridge_ray.bench import bridge_weights as bench
+    from sembridge_ray.embed_init.bridge import encode_strings, load_bridge
+    from sembridge_ray.sparse.model import load_tokenizer
+
+    new, src = bench.synthetic(rows, 30_522, 384)
+    figures = bench.run(new, src, 4.0, ref_rows, None, rows, repeats)
+    strings = list(load_tokenizer(MODEL).get_vocab())[:2000]
+    model = load_bridge("minilm")
+    encode_strings(model, strings[:64], 256)
+    start = time.perf_counter()
+    encode_strings(model, strings, 256)
+    figures["bridge_strings_per_s"] = round(len(strings) / (time.perf_counter() - start), 1)
+    ms = figures["ms_per_token"]
+    return {
+        "comparison": "bridge_weights",
+        "project": {"ms_per_row": ms["ours"]},
+        "peer": {"bare_gemm_ms_per_row": ms["bare_gemm"], "reference_loop_ms_per_row": ms["reference_loop"]},
+        "ratio_to_bare_gemm": figures["ratio_to_bare_gemm"],
+        "speedup_vs_reference": figures["speedup_vs_reference"],
+        **{k: figures[k] for k in ("screening_gemm", "threads", "load_average_1m", "runs_ratio_to_bare_gemm")},
+        "max_abs_err_vs_float64": figures["max_abs_err_vs_float64"],
+        "bridge_strings_per_s": figures["bridge_strings_per_s"],
     }
 
 
@@ -274,6 +310,41 @@ def compare_train(case: TrainCase, rounds: int = 2) -> dict[str, Any]:
         "runs_examples_per_s": {n: [round(train_rate(r, case.batch), 3) for r in rs] for n, rs in runs.items()},
         "peer_name": "sentence_transformers SparseEncoder + SpladeLoss(SparseMultipleNegativesRankingLoss)",
     }
+
+
+def run_all(
+    train: bool, encode: bool, retrieval: bool, init: bool, rounds: int, docs: int, queries: int
+) -> list[dict[str, Any]]:
+    from sembridge_ray.bench.retrieval_peers import compare_corpus
+
+    lines = []
+    if train:
+        lines.append(compare_train(TrainCase(), rounds))
+    if encode:
+        lines.append(compare_encode(EncodeCase(), rounds))
+    if init:
+        lines.append(compare_init())
+    if retrieval:
+        for corpus in ("synthetic", "encoder"):
+            lines += compare_corpus(corpus, docs, queries, repeats=rounds)
+    return lines
+
+
+PAPER_DOC_TOKENS, PAPER_PAIR_TOKENS = 256, 64 + 256
+
+
+def paper_rates(lines: list[dict[str, Any]]) -> dict[str, float]:
+    """The project's rates converted to the paper's lengths in proportion to tokens (see ``bench.measured``)."""
+    rates = {}
+    for line in lines:
+        if line.get("comparison") == "train_step":
+            tokens = line["case"]["query_length"] + line["case"]["doc_length"]
+            rates["train_examples_per_s"] = line["project"]["examples_per_s"] * tokens / PAPER_PAIR_TOKENS
+        elif line.get("comparison") == "encode_documents":
+            rates["docs_per_s"] = line["project"]["texts_per_s"] * line["mean_tokens"] / PAPER_DOC_TOKENS
+        elif line.get("comparison") == "bridge_weights":
+            rates["bridge_strings_per_s"] = line["bridge_strings_per_s"]
+    return rates
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,27 +2,63 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from sembridge_ray import catalog
 from sembridge_ray.placement import ResourceConfig
 from sembridge_ray.reproduce.cells import Cell, config_cells
 
-# Throughputs on one modern GPU (A100-class, bf16), rough: what the estimate divides by.
-BRIDGE_STRINGS_PER_S = 3_000  # BGE-M3 on short token strings
-DOCS_PER_S = 1_000  # BERT-base SPLADE at 256 tokens
-SECONDS_PER_STEP = 0.35  # batch 64 x (64 + 256) tokens, BERT-base, bf16, incl. FLOPs regulariser
+MEASURED_JSON = Path("~/.cache/sembridge_ray/measured.json").expanduser()
+"""Written by ``python -m jobs.bench_peers`` (``sembridge_ray.bench.measured`` documents its fields)."""
 
 
-def cell_estimate(cell: Cell, datasets: Sequence[str], epochs: float, batch: int) -> dict[str, float]:
+@dataclass(frozen=True)
+class Throughputs:
+    """What the estimate divides by, on one A100-class GPU at the paper's shapes, and where the figures come from."""
+
+    bridge_strings_per_s: float
+    docs_per_s: float
+    """BERT-base SPLADE documents of 256 tokens."""
+    train_examples_per_s: float
+    """Training pairs of 64 + 256 tokens, BERT-base, incl. the FLOPs regulariser."""
+    source: str
+
+
+GUESSES = Throughputs(3_000, 1_000, 64 / 0.35, "fixed guesses (no measured.json): rough, A100-class, bf16")
+
+
+def load_throughputs(path: Path = MEASURED_JSON) -> Throughputs:
+    """The measured figures of ``path`` times its ``gpu_scale`` (1 for a GPU run; a CPU run writes its scaling
+    assumption in ``scaling``); a figure the file lacks keeps its guess; no file: :data:`GUESSES`."""
+    if not path.is_file():
+        return GUESSES
+    data = json.loads(path.read_text())
+    scale = float(data.get("gpu_scale", 1.0))
+    rates = {
+        k: float(data[k]) * scale for k in ("bridge_strings_per_s", "docs_per_s", "train_examples_per_s") if k in data
+    }
+    missing = sorted({"bridge_strings_per_s", "docs_per_s", "train_examples_per_s"} - set(rates))
+    source = f"{data.get('source', path)} on {data.get('device', '?')} ({path})"
+    if scale != 1.0:
+        source += f"; {data.get('scaling', f'scaled x {scale:g}')}"
+    if missing:
+        source += f"; guessed: {', '.join(missing)}"
+    return replace(GUESSES, **rates, source=source)
+
+
+def cell_estimate(
+    cell: Cell, datasets: Sequence[str], epochs: float, batch: int, rates: Throughputs = GUESSES
+) -> dict[str, float]:
     """GPU-seconds per stage of one cell (init, evaluations, fine-tuning)."""
-    init = 2 * 60_000 / BRIDGE_STRINGS_PER_S  # ~30k source + ~30k target strings (source side cached per model)
-    evals = sum(2 * catalog.CORPUS_SIZES.get(d, {}).get(cell.language, 0) / DOCS_PER_S for d in datasets)
+    init = 2 * 60_000 / rates.bridge_strings_per_s  # ~30k source + ~30k target strings (source cached per model)
+    evals = sum(2 * catalog.CORPUS_SIZES.get(d, {}).get(cell.language, 0) / rates.docs_per_s for d in datasets)
     train = sum(
-        epochs * catalog.TRAIN_QUERIES.get(d, {}).get(cell.language, 0) / batch * SECONDS_PER_STEP for d in datasets
+        epochs * catalog.TRAIN_QUERIES.get(d, {}).get(cell.language, 0) / rates.train_examples_per_s for d in datasets
     )
     return {"init_s": init, "eval_s": evals, "finetune_s": train}
 
@@ -36,11 +72,12 @@ def plan(
     batch: int,
     gpus_per_cell: float,
     max_concurrent: int,
+    rates: Throughputs = GUESSES,
 ) -> dict[str, Any]:
     rows = []
     total = 0.0
     for cell in cells:
-        est = cell_estimate(cell, datasets, epochs, batch)
+        est = cell_estimate(cell, datasets, epochs, batch, rates)
         gpu_s = sum(est.values()) * gpus_per_cell
         total += gpu_s
         rows.append(
@@ -63,10 +100,11 @@ def plan(
         "estimate_gpu_hours": round(total / 3600, 1),
         "estimate_wall_hours_at_concurrency": {str(concurrent): round(total / 3600 / concurrent / gpus_per_cell, 1)},
         "assumptions": {
-            "bridge_strings_per_s": BRIDGE_STRINGS_PER_S,
-            "docs_per_s": DOCS_PER_S,
-            "seconds_per_step": SECONDS_PER_STEP,
-            "note": "rough; one A100-class GPU per cell",
+            "bridge_strings_per_s": round(rates.bridge_strings_per_s, 1),
+            "docs_per_s": round(rates.docs_per_s, 1),
+            "train_examples_per_s": round(rates.train_examples_per_s, 1),
+            "source": rates.source,
+            "note": "one A100-class GPU per cell",
         },
     }
 
@@ -87,6 +125,7 @@ def dry_run(cfg: Any) -> dict[str, Any]:
         optim.batch_size,
         cfg.gpus_per_cell,
         cfg.max_concurrent or 1,
+        load_throughputs(),
     )
 
 

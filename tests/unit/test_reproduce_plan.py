@@ -138,3 +138,37 @@ def test_concurrency_and_cell_resources(
     res = cell_resources(cfg, ResourceConfig(workers=2), gpus)
     assert (res.workers, res.gpus_per_worker) == (workers, gpus_per_worker)
     assert width * gpus_per_cell <= gpus or max_concurrent or gpus == 0  # the cells fit the GPUs
+
+
+def test_plan_divides_by_measured_throughputs_and_names_their_source(tmp_path: Path) -> None:
+    from sembridge_ray.reproduce import plan as plan_mod
+
+    assert plan_mod.load_throughputs(tmp_path / "absent.json") == plan_mod.GUESSES
+    measured = tmp_path / "measured.json"
+    measured.write_text(
+        json.dumps(
+            {
+                "source": "bench",
+                "device": "cpu",
+                "docs_per_s": 10.0,
+                "train_examples_per_s": 4.0,
+                "gpu_scale": 50.0,
+                "scaling": "CPU x 50 (assumed)",
+            }
+        )
+    )
+    rates = plan_mod.load_throughputs(measured)
+    assert (rates.docs_per_s, rates.train_examples_per_s) == (500.0, 200.0)
+    assert rates.bridge_strings_per_s == plan_mod.GUESSES.bridge_strings_per_s
+    assert (
+        "bench on cpu" in rates.source
+        and "CPU x 50" in rates.source
+        and "guessed: bridge_strings_per_s" in rates.source
+    )
+    cell = expand(("naver/splade-v3",), ("ko",), ("sembridge",), ("4",))[0]
+    est = plan_mod.cell_estimate(cell, ["miracl"], 1.0, 64, rates)
+    docs = catalog.CORPUS_SIZES["miracl"]["ko"]
+    assert est["eval_s"] == pytest.approx(2 * docs / 500.0)
+    assert est["finetune_s"] == pytest.approx(catalog.TRAIN_QUERIES["miracl"]["ko"] / 200.0)
+    out = plan_mod.plan([cell], ["miracl"], {"ko": "t"}, "b", 1.0, 64, 1.0, 1, rates)
+    assert out["assumptions"]["source"] == rates.source

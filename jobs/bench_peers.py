@@ -27,9 +27,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--queries", type=int, default=500)
     parser.add_argument("--measured", default=str(MEASURED_JSON), help="write the cost model's figures here")
     args = parser.parse_args(argv)
-    lines = peers.run_all(args.train, args.encode, args.retrieval, args.init, args.rounds, args.docs, args.queries)
-    for line in lines:
+    lines = []
+    for line in peers.run_all(args.train, args.encode, args.retrieval, args.init, args.rounds, args.docs, args.queries):
         print(json.dumps(line), flush=True)
+        lines.append(line)
     rates = peers.paper_rates(lines)
     if rates:
         write_measured(args.measured, measured_record("cpu", "jobs.bench_peers (2 CPUs)", rates))

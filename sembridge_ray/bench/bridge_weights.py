@@ -101,7 +101,7 @@ def fresh_process_growth_mb(rows: int, vectors: str | None, shape: tuple[int, ..
     earlier in this one (and kept by the allocator) cannot hide growth."""
     load = f"b.load_vectors(Path({vectors!r}))" if vectors else f"b.synthetic({rows}, {shape[0]}, {shape[1]})"
     code = (
-        f"from pathlib import Path; from sembridge_ray.bench import bridge_weights as bench as b; new, src = {load}; "
+        f"from pathlib import Path; from sembridge_ray.bench import bridge_weights as b; new, src = {load}; "
         f"new = new.repeat(({rows} + len(new) - 1) // len(new), 1)[:{rows}].clone(); "
         f"print(b.rss_growth_mb(lambda: b.bridge_weights(new, src, {alpha})))"
     )

@@ -314,20 +314,19 @@ def compare_train(case: TrainCase, rounds: int = 2) -> dict[str, Any]:
 
 def run_all(
     train: bool, encode: bool, retrieval: bool, init: bool, rounds: int, docs: int, queries: int
-) -> list[dict[str, Any]]:
+) -> Iterator[dict[str, Any]]:
+    """The chosen comparisons' lines, each as soon as it is measured."""
     from sembridge_ray.bench.retrieval_peers import compare_corpus
 
-    lines = []
     if train:
-        lines.append(compare_train(TrainCase(), rounds))
+        yield compare_train(TrainCase(), rounds)
     if encode:
-        lines.append(compare_encode(EncodeCase(), rounds))
+        yield compare_encode(EncodeCase(), rounds)
     if init:
-        lines.append(compare_init())
+        yield compare_init()
     if retrieval:
         for corpus in ("synthetic", "encoder"):
-            lines += compare_corpus(corpus, docs, queries, repeats=rounds)
-    return lines
+            yield from compare_corpus(corpus, docs, queries, repeats=rounds)
 
 
 PAPER_DOC_TOKENS, PAPER_PAIR_TOKENS = 256, 64 + 256

@@ -7,7 +7,9 @@ fp32. The bare GEMM: the chunked fp32 ``new @ source.T`` alone, a floor no exact
 from __future__ import annotations
 
 import json
+import os
 import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -99,7 +101,7 @@ def fresh_process_growth_mb(rows: int, vectors: str | None, shape: tuple[int, ..
     earlier in this one (and kept by the allocator) cannot hide growth."""
     load = f"b.load_vectors(Path({vectors!r}))" if vectors else f"b.synthetic({rows}, {shape[0]}, {shape[1]})"
     code = (
-        f"from pathlib import Path; from sembridge_ray.bench import bridge_weights as bench as b; new, src = {load}; "
+        f"from pathlib import Path; from sembridge_ray.bench import bridge_weights as b; new, src = {load}; "
         f"new = new.repeat(({rows} + len(new) - 1) // len(new), 1)[:{rows}].clone(); "
         f"print(b.rss_growth_mb(lambda: b.bridge_weights(new, src, {alpha})))"
     )
@@ -108,13 +110,22 @@ def fresh_process_growth_mb(rows: int, vectors: str | None, shape: tuple[int, ..
 
 
 def run(
-    new: torch.Tensor, src: torch.Tensor, alpha: float, ref_rows: int, vectors: str | None, memory_rows: int
+    new: torch.Tensor,
+    src: torch.Tensor,
+    alpha: float,
+    ref_rows: int,
+    vectors: str | None,
+    memory_rows: int,
+    repeats: int = 3,
 ) -> dict[str, Any]:
     n = len(new)
-    start = time.perf_counter()
-    w = bridge_weights(new, src, alpha)
-    ours = (time.perf_counter() - start) / n
-    gemm = bare_gemm(new, src) / n
+    ours_runs, gemm_runs = [], []
+    for _ in range(repeats):  # alternate, so load elsewhere hits both alike; medians are reported
+        start = time.perf_counter()
+        w = bridge_weights(new, src, alpha)
+        ours_runs.append((time.perf_counter() - start) / n)
+        gemm_runs.append(bare_gemm(new, src) / n)
+    ours, gemm = statistics.median(ours_runs), statistics.median(gemm_runs)
     sub = new[:ref_rows]
     start = time.perf_counter()
     ref = reference_loop(sub, src, alpha)
@@ -141,6 +152,9 @@ def run(
         },
         "support": {"mean": round(float(support.mean()), 2), "max": int(support.max())},
         "screening_gemm": str(screen_dtype(new.device)).replace("torch.", ""),
+        "threads": {"gemm": torch.get_num_threads(), "per_chunk_solve": 1},
+        "load_average_1m": os.getloadavg()[0],
+        "runs_ratio_to_bare_gemm": [round(a / b, 2) for a, b in zip(ours_runs, gemm_runs, strict=True)],
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         f"rss_growth_mb_{memory_rows}_rows": round(fresh_process_growth_mb(memory_rows, vectors, src.shape, alpha), 1),
     }

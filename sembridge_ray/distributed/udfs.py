@@ -11,7 +11,7 @@ import pyarrow as pa
 
 from sembridge_ray.data.schema import ID, TEXT
 from sembridge_ray.placement import pick_device
-from sembridge_ray.sparse.encode import sparse_rows, sparse_table
+from sembridge_ray.sparse.encode import encode_texts, sparse_table
 
 PATH, ROWS = "path", "rows"
 
@@ -28,9 +28,10 @@ class SparseEncodeUDF:
     """Ray Data actor: holds a SparseEncoder on its device; turns staged (id, text) Parquet files into sparse vector
     files of the same name in ``out_dir``, and returns one row per file (its path and row count).
 
-    Each file is encoded whole, in batches of ``batch_size`` texts (sentence-transformers sorts a call's texts by
-    length, so batches pad little): the vectors depend on the file alone, not on Ray's block boundaries, and a file
-    whose actor died is simply encoded again.
+    Each file is encoded whole by :func:`~sembridge_ray.sparse.encode.encode_texts`, in batches of ``batch_size``
+    texts cut from the file's texts sorted by length (so batches pad little), rows written in the file's order: the
+    vectors depend on the file alone, not on Ray's block boundaries, and a file whose actor died is simply encoded
+    again.
     """
 
     def __init__(
@@ -49,12 +50,7 @@ class SparseEncodeUDF:
 
         use_threads(threads)
         self.model = load_sparse_encoder(model_dir, device=pick_device(), max_length=max_length)
-        self.top_k, self.batch_size, self.out_dir = top_k, batch_size, Path(out_dir)
-        self.encode = {
-            None: self.model.encode,
-            "query": self.model.encode_query,
-            "document": self.model.encode_document,
-        }[role]
+        self.top_k, self.batch_size, self.out_dir, self.role = top_k, batch_size, Path(out_dir), role
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         import pyarrow.parquet as pq
@@ -65,8 +61,7 @@ class SparseEncodeUDF:
         for path in batch.column(PATH).to_pylist():
             table = pq.read_table(path, columns=[ID, TEXT])
             texts = [str(t) for t in table.column(TEXT).to_pylist()]
-            emb = self.encode(texts, batch_size=self.batch_size, convert_to_tensor=True, show_progress_bar=False)
-            indices, values = sparse_rows(emb, self.top_k)
+            indices, values = encode_texts(self.model, texts, self.batch_size, self.role, self.top_k)
             target = self.out_dir / Path(path).name
             with atomic_path(target) as tmp:
                 pq.write_table(sparse_table([str(i) for i in table.column(ID).to_pylist()], indices, values), tmp)

@@ -93,8 +93,9 @@ class FinetuneConfig(Config):
     """Query tokens (the same key as in evaluation)."""
     max_doc_length: int = 256
     """Document tokens (the same key as in evaluation)."""
-    pool_chunk: int = 32
-    """Tokens per slice of the chunked SPLADE pooling (0 = whole sequence at once: more memory)."""
+    pool_chunk: int = 0
+    """Tokens per slice of the vocabulary projection in SPLADE pooling (0 = as many as a 256 MiB logits budget
+    allows; see ``sparse.pooling.POOL_BUDGET_BYTES``)."""
     seed: int = 0
     """Seeds the pair order (one permutation per epoch) and dropout."""
     checkpoint_every: int = 500

@@ -1,7 +1,11 @@
-"""The throughputs the reproduction plan divides by: rough built-in figures, or the ones a GPU check measured.
+"""The throughputs the reproduction plan divides by, in this order of preference:
 
-``bash cluster/local.sh gpu-check`` writes its measurements to :data:`DEFAULT_PATH` (or to the file named by
-``SEMBRIDGE_GPU_FIGURES``); the plan reads that file when it exists and says which figures it used.
+1. measured on a GPU by ``bash cluster/local.sh gpu-check``: :data:`DEFAULT_PATH` (or ``SEMBRIDGE_GPU_FIGURES``);
+2. measured on this machine's CPU by ``python -m jobs.bench_peers`` and scaled to one A100-class GPU by the
+   assumption the file writes down (:data:`BENCH_PATH`, see :mod:`sembridge_ray.bench.measured`);
+3. rough built-in figures.
+
+The plan prints which figures it used.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ from typing import Any
 
 ENV = "SEMBRIDGE_GPU_FIGURES"
 DEFAULT_PATH = Path("~/.cache/sembridge_ray/gpu_figures.json")
+BENCH_PATH = Path("~/.cache/sembridge_ray/measured.json")
+RATES = ("bridge_strings_per_s", "docs_per_s", "train_examples_per_s")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,13 +60,36 @@ def from_measured(data: dict[str, Any], batch: int, path: Path) -> Figures:
     )
 
 
-def load_figures(batch: int, path: Path | None = None) -> Figures:
-    """The measured figures at ``path`` (default :func:`figures_path`) when that file exists, else :data:`BUILT_IN`.
-    A file that exists but cannot be read is an error naming it, never silently replaced."""
+def from_bench(data: dict[str, Any], batch: int, path: Path) -> Figures:
+    """``jobs.bench_peers``'s file -> the plan's figures: each rate times its ``gpu_scale`` (1 when measured on a
+    GPU); a rate the file lacks keeps the built-in figure, and the source line says which."""
+    scale = float(data.get("gpu_scale", 1.0))
+    rates = {k: float(data[k]) * scale for k in RATES if k in data}
+    if any(v <= 0 for v in rates.values()):
+        raise ValueError(f"{path}: every throughput must be > 0 ({rates})")
+    source = f"{data.get('source', 'bench_peers')} on {data.get('device', '?')} ({path})"
+    if scale != 1.0:
+        source += f"; {data.get('scaling', f'scaled x {scale:g}')}"
+    if missing := [k for k in RATES if k not in rates]:
+        source += f"; built-in: {', '.join(missing)}"
+    return Figures(
+        bridge_strings_per_s=rates.get("bridge_strings_per_s", BUILT_IN.bridge_strings_per_s),
+        docs_per_s=rates.get("docs_per_s", BUILT_IN.docs_per_s),
+        seconds_per_step=batch / rates["train_examples_per_s"]
+        if "train_examples_per_s" in rates
+        else BUILT_IN.seconds_per_step,
+        source=source,
+    )
+
+
+def load_figures(batch: int, path: Path | None = None, bench: Path = BENCH_PATH) -> Figures:
+    """The GPU check's figures at ``path`` (default :func:`figures_path`), else ``jobs.bench_peers``'s at ``bench``,
+    else :data:`BUILT_IN`. A file that exists but cannot be read is an error naming it, never silently replaced."""
     path = figures_path() if path is None else path
-    if not path.is_file():
-        return BUILT_IN
-    try:
-        return from_measured(json.loads(path.read_text(encoding="utf-8")), batch, path)
-    except (KeyError, TypeError, json.JSONDecodeError) as err:
-        raise ValueError(f"{path}: not a GPU check's figures file ({type(err).__name__}: {err})") from err
+    for candidate, convert in ((path, from_measured), (Path(bench).expanduser(), from_bench)):
+        if candidate.is_file():
+            try:
+                return convert(json.loads(candidate.read_text(encoding="utf-8")), batch, candidate)
+            except (KeyError, TypeError, json.JSONDecodeError) as err:
+                raise ValueError(f"{candidate}: not a figures file ({type(err).__name__}: {err})") from err
+    return BUILT_IN

@@ -1,12 +1,21 @@
-"""Dense or torch-sparse (B, V) activations -> Arrow rows of (indices, values)."""
+"""Encoding texts into sparse rows, and sparse rows <-> Arrow.
+
+:func:`encode_texts` is what the Ray Data actors run (``SparseEncodeUDF``): texts sorted by length inside each call
+(little padding), the vocabulary projection over the unpadded tokens only, log1p on the (B, V) maxima rather than on
+every token's logits, bf16 autocast where the device has native bf16, and the non-zeros extracted on the device (only
+they are copied back). Rows come back in input order; they equal sentence-transformers' ``encode`` on the same model.
+"""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import torch
+import torch.nn.functional as F
 
 from sembridge_ray.data.schema import ID, INDICES, SPARSE_SCHEMA, VALUES
 
@@ -27,6 +36,115 @@ def sparse_rows(emb: torch.Tensor, top_k: int | None = None) -> tuple[list[np.nd
             nz, vals = nz[keep], vals[keep]
         indices.append(nz.numpy().astype(np.int32))
         values.append(vals.numpy().astype(np.float32))
+    return indices, values
+
+
+Rows = tuple[list[np.ndarray], list[np.ndarray]]
+ROLE_PROMPTS = {"query": ("query",), "document": ("document", "passage", "corpus"), None: ()}
+"""Prompt names ``SparseEncoder.encode_query``/``encode_document`` would use: a model with one takes ST's own path."""
+ENCODER_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+POOL_BUDGET_BYTES = 256 << 20  # token logits held at once while pooling (fp32: ~2,100 tokens at V = 30,522)
+
+
+def fast_parts(model: Any, role: str | None) -> tuple[Any, Any, torch.nn.Linear] | None:
+    """(MLM, head transform, vocabulary projection) of a plain SPLADE ``SparseEncoder`` (fill-mask Transformer +
+    SpladePooling(max, relu), no Router, no prompt for ``role``, no ``max_active_dims``); else None."""
+    from sentence_transformers.sparse_encoder.modules import SpladePooling
+
+    from sembridge_ray.sparse.model import mlm_head_name, split_head
+
+    if len(model) != 2 or getattr(model, "max_active_dims", None) or model.default_prompt_name:
+        return None
+    pooling, mlm = model[1], getattr(model[0], "auto_model", None)
+    if not isinstance(pooling, SpladePooling) or (pooling.pooling_strategy, pooling.activation_function) != (
+        "max",
+        "relu",
+    ):
+        return None
+    if mlm is None or any(model.prompts.get(name) for name in ROLE_PROMPTS[role]):
+        return None
+    head = mlm_head_name(mlm)
+    parts = split_head(getattr(mlm, head)) if head is not None else None
+    return None if parts is None else (mlm, *parts)
+
+
+def pool_unpadded(
+    feats: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, mask: torch.Tensor
+) -> torch.Tensor:
+    """feats (B, T, H), weight (V, H), bias (V,), mask (B, T) -> (B, V) SPLADE max pooling, without autograd.
+
+    Only the unpadded tokens are projected (in groups of examples within :data:`POOL_BUDGET_BYTES`), and the
+    relu'd maxima go through log1p once. Equals ``splade_pool(feats @ weight.T + bias, mask)``: a padded position
+    contributes 0 there, which the relu floor gives here.
+    """
+    lengths = mask.sum(dim=1).tolist()
+    tokens = feats[mask.bool()]  # (N, H), row-major: each example's tokens are contiguous
+    per_group = max(1, POOL_BUDGET_BYTES // (weight.shape[0] * 4 * max(1, max(lengths))))
+    out, start = [], 0
+    for g in range(0, len(lengths), per_group):
+        group = lengths[g : g + per_group]
+        logits = F.linear(tokens[start : start + sum(group)], weight, bias).clamp_(min=0)  # (n, V)
+        out += [seg.max(dim=0).values if len(seg) else logits.new_zeros(logits.shape[1]) for seg in logits.split(group)]
+        start += sum(group)
+    return torch.log1p(torch.stack(out).float())
+
+
+def device_rows(pooled: torch.Tensor, top_k: int | None = None) -> Rows:
+    """(B, V) on any device -> per row: indices (int32, ascending) and values (float32, > 0), as :func:`sparse_rows`.
+
+    Non-zeros (and the ``top_k`` cut, ties to the lower index) are found on the device; only they are copied."""
+    if top_k is not None and top_k < pooled.shape[1]:
+        # stable sort of -value keeps the lower index first among equal values
+        keep = torch.argsort(-pooled, dim=1, stable=True)[:, :top_k]
+        pooled = torch.zeros_like(pooled).scatter_(1, keep, pooled.gather(1, keep))
+    rows, cols = torch.nonzero(pooled > 0, as_tuple=True)
+    values = pooled[rows, cols].float().cpu().numpy()
+    cols_np = cols.to(torch.int32).cpu().numpy()
+    cuts = np.cumsum(torch.bincount(rows, minlength=pooled.shape[0]).cpu().numpy())[:-1]
+    return list(np.split(cols_np, cuts)), list(np.split(values, cuts))
+
+
+def autocast_for(device: torch.device) -> contextlib.AbstractContextManager[Any]:
+    """bf16 autocast where the device computes bf16 natively (CUDA with bf16; CPUs with AVX512-BF16 or AMX)."""
+    if device.type == "cuda" and torch.cuda.is_bf16_supported():
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    if device.type == "cpu" and (torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()):
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def encode_texts(
+    model: Any,
+    texts: Sequence[str],
+    batch_size: int,
+    role: str | None = None,
+    top_k: int | None = None,
+    bf16: bool = True,
+) -> Rows:
+    """Texts -> sparse rows in input order, with a ``SparseEncoder``'s weights and tokenizer.
+
+    Batches are cut from the texts sorted by length (longest first). A model :func:`fast_parts` cannot take apart
+    (Router, prompts, other pooling) is encoded with its own ``encode``/``encode_query``/``encode_document``.
+    """
+    parts = fast_parts(model, role)
+    if parts is None:
+        encode = {None: model.encode, "query": model.encode_query, "document": model.encode_document}[role]
+        emb = encode(list(texts), batch_size=batch_size, convert_to_tensor=True, show_progress_bar=False)
+        return sparse_rows(emb, top_k)
+    mlm, transform, decoder = parts
+    order = np.argsort([-len(t) for t in texts], kind="stable")
+    indices: list[np.ndarray] = [np.zeros(0, np.int32)] * len(texts)
+    values: list[np.ndarray] = [np.zeros(0, np.float32)] * len(texts)
+    amp = autocast_for(model.device) if bf16 else contextlib.nullcontext()
+    with torch.inference_mode(), amp:
+        for start in range(0, len(texts), batch_size):
+            chosen = order[start : start + batch_size]
+            features = model.preprocess([texts[i] for i in chosen])
+            inputs = {k: features[k].to(model.device) for k in ENCODER_INPUTS if k in features}
+            hidden = mlm.base_model(**inputs).last_hidden_state
+            pooled = pool_unpadded(transform(hidden), decoder.weight, decoder.bias, inputs["attention_mask"])
+            for i, idx, val in zip(chosen, *device_rows(pooled, top_k), strict=True):
+                indices[i], values[i] = idx, val
     return indices, values
 
 

@@ -12,7 +12,7 @@ from transformers import AutoModelForMaskedLM, AutoTokenizer, PreTrainedModel, P
 
 from sembridge_ray.bundled import resolve
 from sembridge_ray.errors import InputError
-from sembridge_ray.sparse.pooling import splade_pool, splade_pool_chunked
+from sembridge_ray.sparse.pooling import Head, slice_tokens, splade_max_pool, splade_pool, splade_pool_chunked
 
 log = logging.getLogger(__name__)
 
@@ -116,19 +116,64 @@ def mlm_head_name(mlm: PreTrainedModel) -> str | None:
     return next((n for n in _HEAD_ATTRS if isinstance(getattr(mlm, n, None), torch.nn.Module)), None)
 
 
+def split_head(head: torch.nn.Module) -> tuple[Head, torch.nn.Linear] | None:
+    """An MLM head -> (its transform: hidden (B, T, H) -> features (B, T, H'), its vocabulary projection), so the
+    projection can run inside :func:`splade_max_pool`; None for a layout not known here.
+
+    Known: BERT's ``cls.predictions`` (``transform`` then ``decoder``) and RoBERTa/XLM-R's ``lm_head`` (``dense``,
+    gelu, ``layer_norm``, ``decoder``). A probe checks that transform then projection reproduces the head.
+    """
+    predictions = getattr(head, "predictions", None)
+    if predictions is not None and hasattr(predictions, "transform"):
+        transform, decoder = predictions.transform, getattr(predictions, "decoder", None)
+    elif all(hasattr(head, a) for a in ("dense", "layer_norm", "decoder")):
+        transform, decoder = _RobertaTransform(head), head.decoder
+    else:
+        return None
+    if not isinstance(decoder, torch.nn.Linear) or not _reproduces(head, transform, decoder):
+        return None
+    return transform, decoder
+
+
+class _RobertaTransform(torch.nn.Module):
+    def __init__(self, head: torch.nn.Module) -> None:
+        super().__init__()
+        self.head = [head]  # a list: not a submodule, so the head's parameters are not registered twice
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        head: Any = self.head[0]  # a RobertaLMHead: dense, then gelu, then layer_norm
+        return head.layer_norm(torch.nn.functional.gelu(head.dense(x)))
+
+
+@torch.no_grad()
+def _reproduces(head: torch.nn.Module, transform: Head, decoder: torch.nn.Linear) -> bool:
+    param = decoder.weight
+    probe = torch.randn(1, 3, param.shape[1], generator=torch.Generator().manual_seed(0)).to(param)
+    was_training = head.training
+    head.eval()
+    try:
+        return bool(torch.allclose(head(probe), decoder(transform(probe)), rtol=1e-4, atol=1e-5))
+    finally:
+        head.train(was_training)
+
+
 class SpladeEncoder(torch.nn.Module):
     """A masked LM with SPLADE max pooling, for training: ``forward(*features) -> [(B, V) per features dict]``.
 
     Encoding several inputs (queries, positives, negatives) in one ``forward`` keeps a DDP wrapper to one call per
-    step. Pooling runs the MLM head in sequence slices of ``chunk`` tokens with recomputation, so the (B, T, V)
-    logits never exist at once; the vectors equal the SparseEncoder's (MLM logits + SpladePooling max/relu).
+    step. The head's vocabulary projection runs inside :func:`splade_max_pool` (sparse gradient, no (B, T, V)
+    tensor kept for backward; ``chunk`` tokens at a time, 0 = as the memory budget allows); a head that
+    :func:`split_head` does not know is pooled with recomputation in slices. The vectors equal the SparseEncoder's
+    (MLM logits + SpladePooling max/relu).
     """
 
-    def __init__(self, mlm: PreTrainedModel, chunk: int = 32) -> None:
+    def __init__(self, mlm: PreTrainedModel, chunk: int = 0) -> None:
         super().__init__()
         self.mlm = mlm
         self.chunk = chunk
         self.head_name = mlm_head_name(mlm)  # a name, not the module: it must not appear twice in state_dict()
+        parts = split_head(getattr(mlm, self.head_name)) if self.head_name is not None else None
+        self._split = [parts] if parts is not None else []  # a list: keeps the modules out of state_dict()
         if self.head_name is None:
             log.warning(
                 "%s has no single MLM head module: pooling over its full logits (more memory)", type(mlm).__name__
@@ -141,7 +186,13 @@ class SpladeEncoder(torch.nn.Module):
         if self.head_name is None:
             return splade_pool(self.mlm(**inputs).logits, mask)
         hidden = self.mlm.base_model(**inputs).last_hidden_state  # (B, T, H)
-        return splade_pool_chunked(hidden, mask, getattr(self.mlm, self.head_name), self.chunk)
+        if self._split:
+            transform, decoder = self._split[0]
+            return splade_max_pool(transform(hidden), decoder.weight, decoder.bias, mask, self.chunk)
+        head = getattr(self.mlm, self.head_name)
+        vocab = self.mlm.config.vocab_size
+        chunk = self.chunk or slice_tokens(hidden.shape[0], hidden.shape[1], vocab, hidden.element_size())
+        return splade_pool_chunked(hidden, mask, head, chunk)
 
     def forward(self, *features: dict[str, torch.Tensor]) -> list[torch.Tensor]:
         return [self.encode(f) for f in features]

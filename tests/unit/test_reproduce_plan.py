@@ -175,3 +175,36 @@ def test_the_position_aware_variant_is_a_row_of_its_own_with_its_init_setting(tm
     assert sorted(r["method"] for r in rows if r["stage"] == "zero_shot") == ["focus", "sembridge+pa"]
     with pytest.raises(ConfigError, match="'\\+pa' needs a method that uses the bridge"):
         ReproduceConfig(methods=("mean+pa",))
+
+
+def test_plan_divides_by_measured_throughputs_and_names_their_source(tmp_path: Path) -> None:
+    from sembridge_ray.reproduce import plan as plan_mod
+    from sembridge_ray.reproduce.figures import BUILT_IN, load_figures
+
+    absent = tmp_path / "absent.json"
+    assert load_figures(64, absent, bench=absent) == BUILT_IN
+    measured = tmp_path / "measured.json"
+    measured.write_text(
+        json.dumps(
+            {
+                "source": "bench",
+                "device": "cpu",
+                "docs_per_s": 10.0,
+                "train_examples_per_s": 4.0,
+                "gpu_scale": 50.0,
+                "scaling": "CPU x 50 (assumed)",
+            }
+        )
+    )
+    figures = load_figures(64, absent, bench=measured)
+    assert (figures.docs_per_s, figures.seconds_per_step) == (500.0, 64 / 200.0)
+    assert figures.bridge_strings_per_s == BUILT_IN.bridge_strings_per_s
+    assert "bench on cpu" in figures.source and "CPU x 50" in figures.source
+    assert "built-in: bridge_strings_per_s" in figures.source
+    cell = expand(("naver/splade-v3",), ("ko",), ("sembridge",), ("4",))[0]
+    est = plan_mod.cell_estimate(cell, ["miracl"], 1.0, 64, figures)
+    docs = catalog.CORPUS_SIZES["miracl"]["ko"]
+    assert est["eval_s"] == pytest.approx(2 * docs / 500.0)
+    assert est["finetune_s"] == pytest.approx(catalog.TRAIN_QUERIES["miracl"]["ko"] / 64 * 64 / 200.0)
+    out = plan_mod.plan([cell], ["miracl"], {"ko": "t"}, "b", 1.0, 64, 1.0, 1, figures)
+    assert out["figures_source"] == figures.source

@@ -81,6 +81,7 @@ def test_objective_equals_splade_loss_on_a_real_encoder(st_model) -> None:
     grads_theirs = torch.autograd.grad(total_theirs, params)
 
     encoder = SpladeEncoder(st_model[0].auto_model, chunk=3).train()
+    assert encoder._split  # the sparse-gradient pooling, not the recomputing fallback
     reps = encoder(*features)
     ours = splade_objective(reps[0], reps[1:], LossWeights(lambda_q=5e-2, lambda_d=3e-2))
     grads_ours = torch.autograd.grad(ours["loss"], params)

@@ -1,0 +1,366 @@
+"""The project against the tools a user would otherwise run, side by side (``python -m jobs.bench_peers``).
+
+Each side of a comparison runs in its own child process (``python -m sembridge_ray.bench.peers --side …``), so
+peak RSS is that side's alone; the parent alternates the sides (A B A B …) so a burst of load elsewhere hits both
+alike, and reports the median of each side, the throughput ratio (project ÷ peer) and the peak-memory ratio.
+
+- ``train``: one fine-tuning step on the bundled MiniLM SPLADE, the same pre-tokenised batches on both sides:
+  ``sparse.loop.train`` (``SpladeEncoder``, sparse-gradient pooling) vs ``SparseEncoder`` +
+  ``SpladeLoss(SparseMultipleNegativesRankingLoss)``, both with AdamW, the same schedule and gradient clipping.
+  Dropout is off on both so the losses can be compared step by step.
+- ``encode``: documents through the Ray Data actor's code (``SparseEncodeUDF`` on one staged file) vs
+  ``SparseEncoder.encode_document`` over the same list.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import torch
+
+log = logging.getLogger(__name__)
+MODEL = "minilm-splade"
+
+
+@dataclass(frozen=True)
+class TrainCase:
+    """One comparison of training steps: batch pairs of (query_length, doc_length) tokens, full length."""
+
+    batch: int = 16
+    query_length: int = 64
+    doc_length: int = 128
+    steps: int = 4
+    """Steps per run; the first is a warm-up, left out of the rate."""
+    lambda_q: float = 5e-5
+    lambda_d: float = 3e-5
+    lr: float = 2e-5
+    threads: int = 2
+
+
+@dataclass(frozen=True)
+class EncodeCase:
+    texts: int = 512
+    max_length: int = 256
+    batch: int = 64
+    threads: int = 2
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def long_texts(count: int, per_text: int, side: str = "a") -> list[str]:
+    """``count`` texts of ``per_text`` consecutive SICK sentences each (long enough to fill the max length)."""
+    from sembridge_ray.data.sick import read_sick_split
+    from sembridge_ray.resources import SICK_DIR
+
+    pairs = read_sick_split(SICK_DIR, "train")
+    sents = [p.a if side == "a" else p.b for p in pairs]
+    return [" ".join(sents[(i * per_text + j) % len(sents)] for j in range(per_text)) for i in range(count)]
+
+
+def train_batches(case: TrainCase, tokenizer: Any) -> list[tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]]:
+    """``case.steps`` (queries, positives) feature pairs padded to exactly the case's lengths."""
+
+    def tok(texts: list[str], length: int) -> dict[str, torch.Tensor]:
+        return dict(tokenizer(texts, padding="max_length", truncation=True, max_length=length, return_tensors="pt"))
+
+    n = case.batch * case.steps
+    queries, docs = long_texts(n, 6, "a"), long_texts(n, 12, "b")
+    cut = range(0, n, case.batch)
+    return [
+        (tok(queries[s : s + case.batch], case.query_length), tok(docs[s : s + case.batch], case.doc_length))
+        for s in cut
+    ]
+
+
+M = TypeVar("M", bound=torch.nn.Module)
+
+
+def _no_dropout(model: M) -> M:
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    return model
+
+
+def _timed_steps(steps: Iterator[float]) -> dict[str, Any]:
+    """Consume (loss per step), timing each; rate over every step but the first."""
+    times, losses, before = [], [], rss_mb()
+    clock = time.perf_counter()
+    for loss in steps:
+        now = time.perf_counter()
+        times.append(now - clock)
+        losses.append(loss)
+        clock = now
+    return {"step_s": times, "losses": losses, "rss_before_mb": before, "peak_rss_mb": peak_rss_mb()}
+
+
+def train_project(case: TrainCase) -> dict[str, Any]:
+    from sembridge_ray.jobs.finetune import LossConfig, OptimConfig
+    from sembridge_ray.sparse import loop
+    from sembridge_ray.sparse.model import SpladeEncoder, load_mlm
+
+    mlm, tok = load_mlm(MODEL)
+    model = SpladeEncoder(_no_dropout(mlm))
+    optim = OptimConfig(lr=case.lr, warmup_ratio=0.0)
+    optimizer, scheduler = loop.build_optimizer(model, optim, case.steps)
+    plan = loop.LoopPlan(
+        case.steps,
+        case.batch,
+        LossConfig(lambda_q=case.lambda_q, lambda_d=case.lambda_d, flops_warmup=0.0),
+        clip_norm=optim.clip_norm,
+        log_every=1,
+    )
+    batches = [loop.PairBatch(q, [d]) for q, d in train_batches(case, tok)]
+    steps = loop.train(model, batches, optimizer, scheduler, plan)
+    return _timed_steps(m["loss"] for _, m in steps if m is not None)
+
+
+def train_peer(case: TrainCase) -> dict[str, Any]:
+    from sentence_transformers import SparseEncoder
+    from sentence_transformers.sparse_encoder.losses import SparseMultipleNegativesRankingLoss, SpladeLoss
+
+    from sembridge_ray.bundled import resolve
+    from sembridge_ray.jobs.finetune import OptimConfig
+    from sembridge_ray.sparse import loop
+
+    model = _no_dropout(SparseEncoder(resolve(MODEL), device="cpu"))
+    model.train()  # SpladePooling works in place in eval mode (ENVIRONMENT.md)
+    splade = SpladeLoss(
+        model,
+        SparseMultipleNegativesRankingLoss(model),
+        document_regularizer_weight=case.lambda_d,
+        query_regularizer_weight=case.lambda_q,
+    )
+    optim = OptimConfig(lr=case.lr, warmup_ratio=0.0)
+    optimizer, scheduler = loop.build_optimizer(model, optim, case.steps)
+    batches = train_batches(case, model.tokenizer)
+
+    def steps() -> Iterator[float]:
+        for q, d in batches:
+            total = sum(splade([q, d], None).values())
+            optimizer.zero_grad(set_to_none=True)
+            total.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), optim.clip_norm)
+            optimizer.step()
+            scheduler.step()
+            yield float(total.detach())
+
+    return _timed_steps(steps())
+
+
+def sick_texts(count: int) -> list[str]:
+    """``count`` SICK sentences (A and B sides of the train split, in file order)."""
+    from sembridge_ray.data.sick import read_sick_split
+    from sembridge_ray.resources import SICK_DIR
+
+    pairs = read_sick_split(SICK_DIR, "train")
+    return [s for p in pairs for s in (p.a, p.b)][:count]
+
+
+def _timed(fn: Callable[[], Any]) -> dict[str, Any]:
+    fn()  # warm-up (first-call allocations, thread pools)
+    before, start = rss_mb(), time.perf_counter()
+    fn()
+    return {"seconds": time.perf_counter() - start, "rss_before_mb": before, "peak_rss_mb": peak_rss_mb()}
+
+
+def encode_project(case: EncodeCase) -> dict[str, Any]:
+    """The Ray Data actor's code, in this process: SparseEncodeUDF on one staged (id, text) Parquet file."""
+    import tempfile
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from sembridge_ray.bundled import resolve
+    from sembridge_ray.data.schema import ID, TEXT
+    from sembridge_ray.distributed.udfs import PATH, SparseEncodeUDF
+
+    texts = sick_texts(case.texts)
+    with tempfile.TemporaryDirectory() as tmp:
+        staged = Path(tmp) / "part-0.parquet"
+        pq.write_table(pa.table({ID: [str(i) for i in range(len(texts))], TEXT: texts}), staged)
+        udf = SparseEncodeUDF(resolve(MODEL), case.max_length, case.batch, str(Path(tmp) / "out"), role="document")
+        (Path(tmp) / "out").mkdir()
+        return _timed(lambda: udf(pa.table({PATH: [str(staged)]})))
+
+
+def mean_tokens(texts: list[str], max_length: int) -> float:
+    from sembridge_ray.sparse.model import load_tokenizer
+
+    tok = load_tokenizer(MODEL)
+    return float(sum(min(max_length, len(ids)) for ids in tok(texts)["input_ids"]) / len(texts))
+
+
+def encode_peer(case: EncodeCase) -> dict[str, Any]:
+    from sembridge_ray.bundled import resolve
+    from sembridge_ray.sparse.model import load_sparse_encoder
+
+    texts = sick_texts(case.texts)
+    model = load_sparse_encoder(resolve(MODEL), max_length=case.max_length)
+    return _timed(lambda: model.encode_document(texts, batch_size=case.batch, show_progress_bar=False))
+
+
+def compare_encode(case: EncodeCase, rounds: int = 2) -> dict[str, Any]:
+    runs: dict[str, list[dict[str, Any]]] = {"project": [], "peer": []}
+    for _ in range(rounds):
+        for name in runs:
+            runs[name].append(run_side(f"encode-{name}", case))
+    rate = {n: statistics.median(case.texts / r["seconds"] for r in rs) for n, rs in runs.items()}
+    peak = {n: statistics.median(r["peak_rss_mb"] for r in rs) for n, rs in runs.items()}
+    return {
+        "comparison": "encode_documents",
+        "case": asdict(case),
+        "project": {"texts_per_s": round(rate["project"], 2), "peak_rss_mb": round(peak["project"], 1)},
+        "peer": {"texts_per_s": round(rate["peer"], 2), "peak_rss_mb": round(peak["peer"], 1)},
+        "throughput_ratio": round(rate["project"] / rate["peer"], 3),
+        "peak_memory_ratio": round(peak["project"] / peak["peer"], 3),
+        "rounds": rounds,
+        "runs_texts_per_s": {n: [round(case.texts / r["seconds"], 2) for r in rs] for n, rs in runs.items()},
+        "mean_tokens": round(mean_tokens(sick_texts(case.texts), case.max_length), 2),
+        "project_name": "SparseEncodeUDF (the evaluate job's Ray Data actor), in-process, one staged file",
+        "peer_name": "sentence_transformers SparseEncoder.encode_document over the same list",
+    }
+
+
+def compare_init(rows: int = 3000, ref_rows: int = 100, repeats: int = 3) -> dict[str, Any]:
+    """bridge_weights (α=4, d=384, 30,522 synthetic clustered source rows) vs the bare GEMM and the reference loop;
+    and the bundled MiniLM bridge's strings/s on vocabulary pieces (what the init stage spends GPU time on)."""
+    from sembridge_ray.bench import bridge_weights as bench
+    from sembridge_ray.embed_init.bridge import encode_strings, load_bridge
+    from sembridge_ray.sparse.model import load_tokenizer
+
+    new, src = bench.synthetic(rows, 30_522, 384)
+    figures = bench.run(new, src, 4.0, ref_rows, None, rows, repeats)
+    strings = list(load_tokenizer(MODEL).get_vocab())[:2000]
+    model = load_bridge("minilm")
+    encode_strings(model, strings[:64], 256)
+    start = time.perf_counter()
+    encode_strings(model, strings, 256)
+    figures["bridge_strings_per_s"] = round(len(strings) / (time.perf_counter() - start), 1)
+    ms = figures["ms_per_token"]
+    return {
+        "comparison": "bridge_weights",
+        "project": {"ms_per_row": ms["ours"]},
+        "peer": {"bare_gemm_ms_per_row": ms["bare_gemm"], "reference_loop_ms_per_row": ms["reference_loop"]},
+        "ratio_to_bare_gemm": figures["ratio_to_bare_gemm"],
+        "speedup_vs_reference": figures["speedup_vs_reference"],
+        **{k: figures[k] for k in ("screening_gemm", "threads", "load_average_1m", "runs_ratio_to_bare_gemm")},
+        "max_abs_err_vs_float64": figures["max_abs_err_vs_float64"],
+        "bridge_strings_per_s": figures["bridge_strings_per_s"],
+    }
+
+
+SIDES: dict[str, Callable[[Any], dict[str, Any]]] = {
+    "train-project": train_project,
+    "train-peer": train_peer,
+    "encode-project": encode_project,
+    "encode-peer": encode_peer,
+}
+CASES: dict[str, type] = {"train": TrainCase, "encode": EncodeCase}
+
+
+def run_side(side: str, case: Any) -> dict[str, Any]:
+    """One side in a fresh child process (its own peak RSS), with the case's thread count."""
+    cmd = [sys.executable, "-W", "ignore", "-m", "sembridge_ray.bench.peers", "--side", side]
+    cmd += ["--case", json.dumps(asdict(case))]
+    done = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def train_rate(run: dict[str, Any], batch: int) -> float:
+    return batch / statistics.median(run["step_s"][1:] or run["step_s"])
+
+
+def compare_train(case: TrainCase, rounds: int = 2) -> dict[str, Any]:
+    """Alternate project and peer ``rounds`` times; medians of examples/s and peak RSS, losses step by step."""
+    runs: dict[str, list[dict[str, Any]]] = {"project": [], "peer": []}
+    for _ in range(rounds):
+        for name in runs:
+            runs[name].append(run_side(f"train-{name}", case))
+    rate = {n: statistics.median(train_rate(r, case.batch) for r in rs) for n, rs in runs.items()}
+    peak = {n: statistics.median(r["peak_rss_mb"] for r in rs) for n, rs in runs.items()}
+    loss_gap = max(abs(a - b) for a, b in zip(runs["project"][0]["losses"], runs["peer"][0]["losses"], strict=True))
+    return {
+        "comparison": "train_step",
+        "case": asdict(case),
+        "project": {"examples_per_s": round(rate["project"], 3), "peak_rss_mb": round(peak["project"], 1)},
+        "peer": {"examples_per_s": round(rate["peer"], 3), "peak_rss_mb": round(peak["peer"], 1)},
+        "throughput_ratio": round(rate["project"] / rate["peer"], 3),
+        "peak_memory_ratio": round(peak["project"] / peak["peer"], 3),
+        "max_loss_gap": loss_gap,
+        "losses_project": runs["project"][0]["losses"],
+        "rounds": rounds,
+        "runs_examples_per_s": {n: [round(train_rate(r, case.batch), 3) for r in rs] for n, rs in runs.items()},
+        "peer_name": "sentence_transformers SparseEncoder + SpladeLoss(SparseMultipleNegativesRankingLoss)",
+    }
+
+
+def run_all(
+    train: bool, encode: bool, retrieval: bool, init: bool, rounds: int, docs: int, queries: int
+) -> Iterator[dict[str, Any]]:
+    """The chosen comparisons' lines, each as soon as it is measured."""
+    from sembridge_ray.bench.retrieval_peers import compare_corpus
+
+    if train:
+        yield compare_train(TrainCase(), rounds)
+    if encode:
+        yield compare_encode(EncodeCase(), rounds)
+    if init:
+        yield compare_init()
+    if retrieval:
+        for corpus in ("synthetic", "encoder"):
+            yield from compare_corpus(corpus, docs, queries, repeats=rounds)
+
+
+PAPER_DOC_TOKENS, PAPER_PAIR_TOKENS = 256, 64 + 256
+
+
+def paper_rates(lines: list[dict[str, Any]]) -> dict[str, float]:
+    """The project's rates converted to the paper's lengths in proportion to tokens (see ``bench.measured``)."""
+    rates = {}
+    for line in lines:
+        if line.get("comparison") == "train_step":
+            tokens = line["case"]["query_length"] + line["case"]["doc_length"]
+            rates["train_examples_per_s"] = line["project"]["examples_per_s"] * tokens / PAPER_PAIR_TOKENS
+        elif line.get("comparison") == "encode_documents":
+            rates["docs_per_s"] = line["project"]["texts_per_s"] * line["mean_tokens"] / PAPER_DOC_TOKENS
+        elif line.get("comparison") == "bridge_weights":
+            rates["bridge_strings_per_s"] = line["bridge_strings_per_s"]
+    return rates
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--side", choices=sorted(SIDES), required=True)
+    parser.add_argument("--case", default="{}", help="the case's fields as JSON")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    kind = args.side.split("-")[0]
+    case = CASES[kind](**json.loads(args.case))
+    torch.set_num_threads(case.threads)
+    print(json.dumps(SIDES[args.side](case)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,42 @@
+"""The benchmark's bookkeeping (no timing here): rates converted to the paper's lengths, the merged JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sembridge_ray.bench.measured import flops_per_token, measured_record, write_measured
+from sembridge_ray.bench.peers import paper_rates
+
+
+def test_rates_are_converted_to_the_papers_lengths_in_proportion_to_tokens() -> None:
+    lines = [
+        {
+            "comparison": "train_step",
+            "case": {"query_length": 64, "doc_length": 128},
+            "project": {"examples_per_s": 3.0},
+        },
+        {"comparison": "encode_documents", "mean_tokens": 12.8, "project": {"texts_per_s": 100.0}},
+        {"comparison": "bridge_weights", "bridge_strings_per_s": 900.0},
+        {"comparison": "retrieval_encoder_pisa", "note": "skipped"},
+    ]
+    assert paper_rates(lines) == {
+        "train_examples_per_s": pytest.approx(3.0 * 192 / 320),
+        "docs_per_s": pytest.approx(100.0 * 12.8 / 256),
+        "bridge_strings_per_s": 900.0,
+    }
+
+
+def test_bert_base_costs_about_217_mflops_per_token() -> None:
+    assert flops_per_token(12, 768) == pytest.approx(2 * (12 * 12 * 768**2 + 768 * 30_522))
+    assert 0.2 < flops_per_token(6, 384) / flops_per_token(12, 768) < 0.22
+
+
+def test_measured_json_keeps_rates_a_later_run_did_not_measure(tmp_path: Path) -> None:
+    path = tmp_path / "sub" / "measured.json"
+    write_measured(path, {"source": "a", "device": "cuda", "docs_per_s": 5.0, "gpu_scale": 1.0})
+    write_measured(path, measured_record("cuda", "b", {"train_examples_per_s": 7.0}))
+    data = json.loads(path.read_text())
+    assert (data["source"], data["docs_per_s"], data["train_examples_per_s"], data["gpu_scale"]) == ("b", 5.0, 7.0, 1.0)

@@ -112,12 +112,7 @@ def demo_files(cfg: ReproduceConfig) -> dict[str, Path]:
 
 def demo_tokenizers(cfg: ReproduceConfig) -> dict[str, str]:
     """The demo's target vocabularies besides the bundled ``en-bpe``: ``target_tokenizers`` items LANG=DIR."""
-    named = {}
-    for item in cfg.target_tokenizers:
-        lang, sep, name = item.partition("=")
-        if not sep or not name.strip():
-            raise InputError(f"target_tokenizers item {item!r}: expected LANG=HUB_ID_OR_PATH")
-        named[lang.strip()] = name.strip()
+    named = cfg.named_tokenizers()
     missing = [lang for lang in cfg.languages if lang != DEMO_LANGUAGE and lang not in named]
     if missing:
         raise InputError(f"demo language {missing[0]!r}: name its tokenizer with target_tokenizers={missing[0]}=DIR")

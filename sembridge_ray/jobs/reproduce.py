@@ -109,14 +109,19 @@ class ReproduceConfig(Config):
         require(self.max_concurrent >= 0, "max_concurrent", self.max_concurrent, "must be >= 0 (0 = by GPUs)")
         require(self.gpus_per_cell >= 0, "gpus_per_cell", self.gpus_per_cell, "must be >= 0")
 
-    def tokenizer_per_language(self) -> dict[str, str]:
-        """The catalog's target tokenizer per language, unless ``target_tokenizers`` overrides it."""
+    def named_tokenizers(self) -> dict[str, str]:
+        """``target_tokenizers`` as {language: hub id or path}."""
         overrides = {}
         for item in self.target_tokenizers:
             lang, sep, name = item.partition("=")
             if not sep or not name.strip():
                 raise InputError(f"target_tokenizers item {item!r}: expected lang=HUB_ID_OR_PATH")
             overrides[lang.strip()] = name.strip()
+        return overrides
+
+    def tokenizer_per_language(self) -> dict[str, str]:
+        """The catalog's target tokenizer per language, unless ``target_tokenizers`` overrides it."""
+        overrides = self.named_tokenizers()
         unknown = [lang for lang in self.languages if lang not in overrides and lang not in catalog.LANGUAGES]
         if unknown:
             raise InputError(

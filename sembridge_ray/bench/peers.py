@@ -204,6 +204,53 @@ def encode_project(case: EncodeCase) -> dict[str, Any]:
         return _timed(lambda: udf(pa.table({PATH: [str(staged)]})))
 
 
+RAY_DATA_FILES = (1, 5)
+"""Staged files (each of the case's texts) the Ray Data side encodes, in two runs on one cluster: both pay the
+actor's start and model load, so their difference is the steady rate and the remainder the start-up."""
+
+
+def encode_ray_data(case: EncodeCase) -> dict[str, Any]:
+    """The evaluate job's own ``encode`` (Ray Data, a pool of one actor with the case's threads, on a local 2-CPU
+    cluster started before the clock), timed on ``RAY_DATA_FILES`` staged copies of the texts. Peak RSS would be the
+    driver's only, so it is not reported."""
+    import tempfile
+
+    import pyarrow as pa
+
+    from sembridge_ray.bundled import resolve
+    from sembridge_ray.data.schema import ID, TEXT
+    from sembridge_ray.distributed import cluster
+    from sembridge_ray.distributed.evaluate import encode
+    from sembridge_ray.jobs.evaluate import EvaluateConfig
+    from sembridge_ray.placement import ResourceConfig
+    from sembridge_ray.retrieval.store import stage_corpus
+
+    cluster.connect(num_cpus=2)
+    texts = sick_texts(case.texts)
+    seconds = []
+    for run, count in enumerate(RAY_DATA_FILES):
+        with tempfile.TemporaryDirectory() as tmp:
+            tables = (pa.table({ID: [f"{f}-{i}" for i in range(len(texts))], TEXT: texts}) for f in range(count))
+            files = stage_corpus(tables, Path(tmp) / "staged")
+            cfg = EvaluateConfig(
+                output=tmp,
+                max_doc_length=case.max_length,
+                encode_batch_size=case.batch,
+                resources=ResourceConfig(workers=1, threads_per_worker=case.threads),
+            )
+            start = time.perf_counter()
+            encode(files, Path(tmp) / f"vectors-{run}", cfg, resolve(MODEL), "document")
+            seconds.append(time.perf_counter() - start)
+    small, large = RAY_DATA_FILES
+    steady = (large - small) * len(texts) / (seconds[1] - seconds[0])
+    return {
+        "texts": large * len(texts),
+        "end_to_end_texts_per_s": large * len(texts) / seconds[1],
+        "steady_texts_per_s": steady,
+        "startup_s": seconds[0] - small * len(texts) / steady,
+    }
+
+
 def mean_tokens(texts: list[str], max_length: int) -> float:
     from sembridge_ray.sparse.model import load_tokenizer
 
@@ -227,6 +274,7 @@ def compare_encode(case: EncodeCase, rounds: int = 2) -> dict[str, Any]:
             runs[name].append(run_side(f"encode-{name}", case))
     rate = {n: statistics.median(case.texts / r["seconds"] for r in rs) for n, rs in runs.items()}
     peak = {n: statistics.median(r["peak_rss_mb"] for r in rs) for n, rs in runs.items()}
+    ray_data = run_side("encode-raydata", case)
     return {
         "comparison": "encode_documents",
         "case": asdict(case),
@@ -236,6 +284,11 @@ def compare_encode(case: EncodeCase, rounds: int = 2) -> dict[str, Any]:
         "peak_memory_ratio": round(peak["project"] / peak["peer"], 3),
         "rounds": rounds,
         "runs_texts_per_s": {n: [round(case.texts / r["seconds"], 2) for r in rs] for n, rs in runs.items()},
+        "ray_data": {
+            **{k: round(v, 2) for k, v in ray_data.items()},
+            "steady_ratio_to_in_process": round(ray_data["steady_texts_per_s"] / rate["project"], 3),
+            "what": "the evaluate job's encode(): a Ray Data pool of 1 actor; start-up = actor start + model load",
+        },
         "mean_tokens": round(mean_tokens(sick_texts(case.texts), case.max_length), 2),
         "project_name": "SparseEncodeUDF (the evaluate job's Ray Data actor), in-process, one staged file",
         "peer_name": "sentence_transformers SparseEncoder.encode_document over the same list",
@@ -275,6 +328,7 @@ SIDES: dict[str, Callable[[Any], dict[str, Any]]] = {
     "train-peer": train_peer,
     "encode-project": encode_project,
     "encode-peer": encode_peer,
+    "encode-raydata": encode_ray_data,
 }
 CASES: dict[str, type] = {"train": TrainCase, "encode": EncodeCase}
 

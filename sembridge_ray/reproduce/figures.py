@@ -82,11 +82,12 @@ def from_bench(data: dict[str, Any], batch: int, path: Path) -> Figures:
     )
 
 
-def load_figures(batch: int, path: Path | None = None, bench: Path = BENCH_PATH) -> Figures:
-    """The GPU check's figures at ``path`` (default :func:`figures_path`), else ``jobs.bench_peers``'s at ``bench``,
-    else :data:`BUILT_IN`. A file that exists but cannot be read is an error naming it, never silently replaced."""
+def load_figures(batch: int, path: Path | None = None, bench: Path | None = None) -> Figures:
+    """The GPU check's figures at ``path`` (default :func:`figures_path`), else ``jobs.bench_peers``'s at ``bench``
+    (default :data:`BENCH_PATH`), else :data:`BUILT_IN`. A file that exists but cannot be read is an error naming
+    it, never silently replaced."""
     path = figures_path() if path is None else path
-    for candidate, convert in ((path, from_measured), (Path(bench).expanduser(), from_bench)):
+    for candidate, convert in ((path, from_measured), (Path(bench or BENCH_PATH).expanduser(), from_bench)):
         if candidate.is_file():
             try:
                 return convert(json.loads(candidate.read_text(encoding="utf-8")), batch, candidate)

@@ -110,18 +110,32 @@ def test_chunking_does_not_change_the_result(monkeypatch: pytest.MonkeyPatch) ->
 
 def test_only_failing_rows_are_recomputed(monkeypatch: pytest.MonkeyPatch) -> None:
     src = randn(400, 8, seed=14)
-    src[200:240] = src[3]  # row 0 needs more than 16 candidates; the others do not
+    src[200:240] = src[3]  # row 0 needs more than the first round's candidates; the others do not
     new = torch.cat([src[3:4] + 1e-4, randn(30, 8, seed=15)])
     calls: list[int] = []
-    real = weighting._solve
+    real = weighting._entmax_round
 
-    def spy(scores32: torch.Tensor, *args: object) -> object:
-        calls.append(len(scores32))
-        return real(scores32, *args)  # type: ignore[arg-type]
+    def spy(new: object, rows: torch.Tensor, *args: object) -> object:
+        calls.append(len(rows))
+        return real(new, rows, *args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(weighting, "_solve", spy)
+    monkeypatch.setattr(weighting, "_entmax_round", spy)
     check(sembridge_ray.bridge_weights(new, src, 4.0), oracle(new, src, 4.0))
     assert calls[0] == 31 and all(c < 31 for c in calls[1:]) and len(calls) > 1
+
+
+@pytest.mark.parametrize("m", [8 * weighting.GROUP + 5, 1000, 30 * weighting.GROUP])
+@pytest.mark.parametrize("k", [1, 8, 32])
+def test_top_candidates_is_a_top_k_set(m: int, k: int) -> None:
+    """The same k values as torch.topk (the oracle) per row, with heavy ties and the short last group."""
+    scores = torch.cat([torch.randn(20, m, generator=torch.Generator().manual_seed(m + k)), torch.zeros(3, m)])
+    scores[5:10] = scores[5:10].round()  # many ties
+    scores[10, -1] = 100.0  # the maximum in the short last group (if any)
+    got = weighting.top_candidates(scores, k)
+    assert got.shape == (23, k)
+    assert all(len(set(row.tolist())) == k for row in got)  # k distinct columns
+    expected = scores.topk(k, dim=1).values
+    assert torch.equal(scores.gather(1, got).sort(dim=1, descending=True).values, expected)
 
 
 @pytest.mark.parametrize("alpha", [1.5, 2.0, 4.0])

@@ -2,10 +2,12 @@
 
     python -m jobs.bench_peers --train --encode --retrieval --init [--docs 1000000] [--measured PATH]
 Smoke (2 CPUs, ~5 min):  python -m jobs.bench_peers --encode --retrieval --docs 20000 --rounds 1
+1M documents (2 CPUs, ~20 min):  python -m jobs.bench_peers --retrieval --skip project_maxscore,seismic_approx
 
 Each line holds both sides' figures and the ratios (throughput project ÷ peer; peak memory project ÷ peer). The
 project's throughputs, at the paper's shapes, go to ``--measured`` for ``reproduce/plan.py`` (see
-``sembridge_ray.bench.measured`` for the CPU → GPU scaling it writes down). Seismic comes with the ``bench`` extra.
+``sembridge_ray.bench.measured`` for the CPU → GPU scaling it writes down). Seismic and PISA (pyterrier-pisa)
+come with the ``bench`` extra.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import sys
 
 from sembridge_ray.bench import peers
 from sembridge_ray.bench.measured import MEASURED_JSON, measured_record, write_measured
+from sembridge_ray.bench.retrieval_peers import SIDES
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,10 +28,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2, help="alternations of project and peer per comparison")
     parser.add_argument("--docs", type=int, default=1_000_000, help="documents per retrieval corpus")
     parser.add_argument("--queries", type=int, default=500)
+    parser.add_argument(
+        "--skip",
+        default="",
+        help=f"retrieval sides to leave out, comma-separated (of: {', '.join(SIDES[1:])})",
+    )
     parser.add_argument("--measured", default=str(MEASURED_JSON), help="write the cost model's figures here")
     args = parser.parse_args(argv)
+    skip = frozenset(s for s in args.skip.split(",") if s)
+    if bad := sorted(skip - set(SIDES[1:])):
+        parser.error(f"--skip: unknown or required side(s) {', '.join(bad)}; choose from {', '.join(SIDES[1:])}")
     lines = []
-    for line in peers.run_all(args.train, args.encode, args.retrieval, args.init, args.rounds, args.docs, args.queries):
+    runs = peers.run_all(args.train, args.encode, args.retrieval, args.init, args.rounds, args.docs, args.queries, skip)
+    for line in runs:
         print(json.dumps(line), flush=True)
         lines.append(line)
     rates = peers.paper_rates(lines)

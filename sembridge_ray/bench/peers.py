@@ -370,7 +370,14 @@ def compare_train(case: TrainCase, rounds: int = 2) -> dict[str, Any]:
 
 
 def run_all(
-    train: bool, encode: bool, retrieval: bool, init: bool, rounds: int, docs: int, queries: int
+    train: bool,
+    encode: bool,
+    retrieval: bool,
+    init: bool,
+    rounds: int,
+    docs: int,
+    queries: int,
+    skip: frozenset[str] = frozenset(),
 ) -> Iterator[dict[str, Any]]:
     """The chosen comparisons' lines, each as soon as it is measured."""
     from sembridge_ray.bench.retrieval_peers import compare_corpus
@@ -383,7 +390,7 @@ def run_all(
         yield compare_init()
     if retrieval:
         for corpus in ("synthetic", "encoder"):
-            yield from compare_corpus(corpus, docs, queries, repeats=rounds)
+            yield from compare_corpus(corpus, docs, queries, repeats=rounds, skip=skip)
 
 
 PAPER_DOC_TOKENS, PAPER_PAIR_TOKENS = 256, 64 + 256

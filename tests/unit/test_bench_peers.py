@@ -40,3 +40,28 @@ def test_measured_json_keeps_rates_a_later_run_did_not_measure(tmp_path: Path) -
     write_measured(path, measured_record("cuda", "b", {"train_examples_per_s": 7.0}))
     data = json.loads(path.read_text())
     assert (data["source"], data["docs_per_s"], data["train_examples_per_s"], data["gpu_scale"]) == ("b", 5.0, 7.0, 1.0)
+
+
+@pytest.mark.parametrize("skip", [{"project_scan"}, {"pisa_wand"}])
+def test_retrieval_refuses_to_skip_the_scan_or_an_unknown_side(skip: set[str]) -> None:
+    from sembridge_ray.bench.retrieval_peers import compare_corpus
+
+    with pytest.raises(ValueError, match=next(iter(skip))):
+        compare_corpus("synthetic", 10, 2, skip=frozenset(skip))
+
+
+def test_pisa_and_seismic_sides_find_the_scans_documents() -> None:
+    """The peers as the benchmark drives them, on a small synthetic corpus: Seismic's exact scan returns the
+    project's exact answer (the oracle here is the project's scan, itself checked against brute force in
+    test_retrieval_index); PISA's top-10 on quantised weights nearly always does."""
+    pytest.importorskip("pyterrier_pisa")
+    pytest.importorskip("seismic")
+    from sembridge_ray.bench.retrieval_peers import compare_corpus
+
+    lines = compare_corpus("synthetic", 3000, 20, repeats=1, skip=frozenset({"project_maxscore", "seismic_approx"}))
+    by_side = {line["peer"]["side"]: line for line in lines if "peer" in line}
+    assert set(by_side) == {"seismic_exact", "pisa_maxscore", "pisa_bmw", "pisa_ranked_or"}
+    assert by_side["seismic_exact"]["peer"]["recall@10"] >= 0.99
+    for side in ("pisa_maxscore", "pisa_bmw", "pisa_ranked_or"):
+        assert by_side[side]["peer"]["recall@10"] >= 0.95
+    assert all(line["project"]["side"] == "project_scan" for line in by_side.values())

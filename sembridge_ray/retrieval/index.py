@@ -204,11 +204,12 @@ def maxscore_topk(shard: Shard, queries: SparseBatch, k: int) -> TopK:
     involved (4 (m + 1) 2^-24 Σ bounds for m query terms), so no document that brute force ranks is ever dropped.
     A query whose bound cannot prune falls back to the plain scan.
 
-    Not the default search: measured against :func:`shard_topk` (``jobs.bench_peers --retrieval``, 2 loaded CPUs)
-    it is about 10x slower on both benchmark corpora. SPLADE weights cut to a document's top 128 lie in a narrow
-    band (about 1-2.3 for the bundled encoder), so the bounds skip few lists and nearly every document stays a
-    candidate, while the scan's scatter-add costs a few ns per posting. Kept, tested, for corpora with skewed
-    weights (long lists of small weights), where it prunes.
+    Not the default search: measured against :func:`shard_topk` (``jobs.bench_peers --retrieval``, 200k documents,
+    500 queries, idle) it is 27x (synthetic) and 41x (encoder statistics) slower; PISA's own MaxScore is slower than
+    the scan there too (3.3x, 4.6x). SPLADE weights cut to a document's top 128 lie in a narrow band (about
+    1-2.3 for the bundled encoder), so the bounds skip few lists and nearly every document stays a candidate,
+    while the scan's scatter-add costs a few ns per posting. Kept, tested, for corpora with skewed weights (long
+    lists of small weights), where it prunes.
     """
     upper = shard.upper if shard.upper is not None else term_upper_bounds(shard.indptr, shard.weights)
     acc = np.empty(shard.n_docs, dtype=np.float32)

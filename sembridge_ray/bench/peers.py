@@ -242,12 +242,16 @@ def encode_ray_data(case: EncodeCase) -> dict[str, Any]:
             encode(files, Path(tmp) / f"vectors-{run}", cfg, resolve(MODEL), "document")
             seconds.append(time.perf_counter() - start)
     small, large = RAY_DATA_FILES
-    steady = (large - small) * len(texts) / (seconds[1] - seconds[0])
-    return {
+    out: dict[str, Any] = {
         "texts": large * len(texts),
-        "end_to_end_texts_per_s": large * len(texts) / seconds[1],
-        "steady_texts_per_s": steady,
-        "startup_s": seconds[0] - small * len(texts) / steady,
+        "end_to_end_texts_per_s": round(large * len(texts) / seconds[1], 2),
+    }
+    if seconds[1] <= seconds[0]:  # the load changed between the two runs: no steady rate to be had
+        return out | {"steady_texts_per_s": None, "startup_s": None, "seconds": [round(t, 2) for t in seconds]}
+    steady = (large - small) * len(texts) / (seconds[1] - seconds[0])
+    return out | {
+        "steady_texts_per_s": round(steady, 2),
+        "startup_s": round(seconds[0] - small * len(texts) / steady, 2),
     }
 
 
@@ -275,6 +279,7 @@ def compare_encode(case: EncodeCase, rounds: int = 2) -> dict[str, Any]:
     rate = {n: statistics.median(case.texts / r["seconds"] for r in rs) for n, rs in runs.items()}
     peak = {n: statistics.median(r["peak_rss_mb"] for r in rs) for n, rs in runs.items()}
     ray_data = run_side("encode-raydata", case)
+    steady = ray_data["steady_texts_per_s"]
     return {
         "comparison": "encode_documents",
         "case": asdict(case),
@@ -285,8 +290,8 @@ def compare_encode(case: EncodeCase, rounds: int = 2) -> dict[str, Any]:
         "rounds": rounds,
         "runs_texts_per_s": {n: [round(case.texts / r["seconds"], 2) for r in rs] for n, rs in runs.items()},
         "ray_data": {
-            **{k: round(v, 2) for k, v in ray_data.items()},
-            "steady_ratio_to_in_process": round(ray_data["steady_texts_per_s"] / rate["project"], 3),
+            **ray_data,
+            "steady_ratio_to_in_process": steady and round(steady / rate["project"], 3),
             "what": "the evaluate job's encode(): a Ray Data pool of 1 actor; start-up = actor start + model load",
         },
         "mean_tokens": round(mean_tokens(sick_texts(case.texts), case.max_length), 2),

@@ -65,3 +65,18 @@ def test_pisa_and_seismic_sides_find_the_scans_documents() -> None:
     for side in ("pisa_maxscore", "pisa_bmw", "pisa_ranked_or"):
         assert by_side[side]["peer"]["recall@10"] >= 0.95
     assert all(line["project"]["side"] == "project_scan" for line in by_side.values())
+
+
+def test_a_cpu_record_scales_the_bridge_to_bge_m3() -> None:
+    """BGE-M3 (24 x 1024, no projection) costs about 28x MiniLM-L6's encoder per token; BERT-base's MLM about 4.9x
+    MiniLM-L6's MLM: the bridge's CPU rate is scaled by their quotient on top of the file's gpu_scale."""
+    from sembridge_ray.bench.measured import BRIDGE_VS_ENCODERS
+
+    minilm, bge = 2 * 6 * 12 * 384**2, 2 * 24 * 12 * 1024**2
+    mlm_ratio = (2 * (6 * 12 * 384**2 + 384 * 30_522)) / (2 * (12 * 12 * 768**2 + 768 * 30_522))
+    assert pytest.approx((minilm / bge) / mlm_ratio) == BRIDGE_VS_ENCODERS
+    cpu = measured_record("cpu", "t", {"bridge_strings_per_s": 100.0, "docs_per_s": 10.0})
+    assert cpu["bridge_strings_per_s"] == pytest.approx(100.0 * BRIDGE_VS_ENCODERS) and cpu["docs_per_s"] == 10.0
+    assert "BGE-M3" in cpu["scaling"]
+    gpu = measured_record("cuda", "t", {"bridge_strings_per_s": 100.0})
+    assert (gpu["bridge_strings_per_s"], gpu["gpu_scale"]) == (100.0, 1.0)

@@ -73,13 +73,16 @@ def measured_record(device: str, source: str, rates: dict[str, float]) -> dict[s
 
 
 def write_measured(path: str | Path, record: dict[str, Any]) -> None:
-    """Merge ``record`` into ``path`` (rates measured by earlier runs stay unless re-measured), atomically."""
+    """Merge ``record`` into ``path`` (rates measured by earlier runs stay unless re-measured), atomically. A kept
+    rate is re-expressed at the new ``gpu_scale`` (the CPU GEMM rate is measured again each run), so its scaled,
+    GPU-equivalent value does not move."""
     import json
 
     from sembridge_ray.outputs import atomic_write_json
 
     path = Path(path)
     old = json.loads(path.read_text()) if path.is_file() else {}
-    keep = {k: old[k] for k in RATES if k in old and k not in record}
+    factor = float(old.get("gpu_scale", 1.0)) / float(record.get("gpu_scale", 1.0))
+    keep = {k: old[k] * factor for k in RATES if k in old and k not in record}
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_json(path, {**record, **keep})

@@ -80,3 +80,12 @@ def test_a_cpu_record_scales_the_bridge_to_bge_m3() -> None:
     assert "BGE-M3" in cpu["scaling"]
     gpu = measured_record("cuda", "t", {"bridge_strings_per_s": 100.0})
     assert (gpu["bridge_strings_per_s"], gpu["gpu_scale"]) == (100.0, 1.0)
+
+
+def test_a_kept_rate_keeps_its_gpu_equivalent_when_the_scale_is_remeasured(tmp_path: Path) -> None:
+    path = tmp_path / "measured.json"
+    write_measured(path, {"source": "a", "device": "cpu", "docs_per_s": 5.0, "gpu_scale": 200.0})
+    write_measured(path, {"source": "b", "device": "cpu", "train_examples_per_s": 2.0, "gpu_scale": 100.0})
+    data = json.loads(path.read_text())
+    assert data["docs_per_s"] * data["gpu_scale"] == pytest.approx(5.0 * 200.0)
+    assert data["train_examples_per_s"] * data["gpu_scale"] == pytest.approx(2.0 * 100.0)

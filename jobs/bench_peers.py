@@ -18,7 +18,7 @@ import sys
 
 from sembridge_ray.bench import peers
 from sembridge_ray.bench.measured import MEASURED_JSON, measured_record, write_measured
-from sembridge_ray.bench.retrieval_peers import SIDES
+from sembridge_ray.bench.retrieval_peers import SIDES, check_skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,8 +36,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--measured", default=str(MEASURED_JSON), help="write the cost model's figures here")
     args = parser.parse_args(argv)
     skip = frozenset(s for s in args.skip.split(",") if s)
-    if bad := sorted(skip - set(SIDES[1:])):
-        parser.error(f"--skip: unknown or required side(s) {', '.join(bad)}; choose from {', '.join(SIDES[1:])}")
+    try:
+        check_skip(skip)
+    except ValueError as err:
+        parser.error(f"--skip: {err}")
     lines = []
     runs = peers.run_all(args.train, args.encode, args.retrieval, args.init, args.rounds, args.docs, args.queries, skip)
     for line in runs:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import resource
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ from typing import Any
 
 import torch
 
+from sembridge_ray.bench.peers import peak_rss_mb, rss_mb
 from sembridge_ray.sparse.losses import LossWeights, splade_objective
 from sembridge_ray.sparse.model import SpladeEncoder
 
@@ -35,17 +35,6 @@ class MemoryCase:
     layers: int = 1
     seed: int = 0
     dtype: str = "float32"
-
-
-def _rss_mb() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-def _peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
 def _tokens(case: MemoryCase, length: int, g: torch.Generator) -> dict[str, torch.Tensor]:
@@ -73,7 +62,7 @@ def measure_step(case: MemoryCase, chunk: int, grads_path: Path | None = None) -
     g = torch.Generator().manual_seed(case.seed + 1)
     queries, docs = _tokens(case, case.query_length, g), _tokens(case, case.doc_length, g)
     gc.collect()
-    before, start = _rss_mb(), time.perf_counter()
+    before, start = rss_mb(), time.perf_counter()
     reps = model(queries, docs)
     parts = splade_objective(reps[0], reps[1:], LossWeights(5e-5, 3e-5))
     parts["loss"].backward()
@@ -81,7 +70,7 @@ def measure_step(case: MemoryCase, chunk: int, grads_path: Path | None = None) -
         torch.save({n: p.grad for n, p in model.named_parameters() if p.grad is not None}, grads_path)
     optimizer.step()
     seconds = time.perf_counter() - start
-    peak = _peak_rss_mb()
+    peak = peak_rss_mb()
     return {
         "chunk": chunk,
         "peak_rss_mb": round(peak, 1),

@@ -79,7 +79,8 @@ def seismic_sides(
     if exact:
         sides["seismic_exact"] = lambda: ids(data.batch_search(qids, comps, vals, k=k, num_threads=1))
     if approximate:  # clustering the postings takes minutes at 200k documents
-        index = seismic.SeismicIndex.build_from_dataset(data, num_threads=1)
+        with _native_output_to_devnull():  # Seismic's Rust code prints its progress
+            index = seismic.SeismicIndex.build_from_dataset(data, num_threads=1)
         sides["seismic_approx"] = lambda: ids(
             index.batch_search(qids, comps, vals, k=k, query_cut=20, heap_factor=0.7, num_threads=1)
         )
@@ -87,17 +88,21 @@ def seismic_sides(
 
 
 @contextlib.contextmanager
-def _stderr_to_devnull() -> Iterator[None]:
-    """File descriptor 2 to /dev/null for the block (native code writes there, past ``sys.stderr``)."""
+def _native_output_to_devnull() -> Iterator[None]:
+    """File descriptors 1 and 2 to /dev/null for the block: PISA's and Seismic's native code write progress and log
+    lines there, past ``sys.stdout``, and stdout must carry only the benchmark's JSON lines."""
+    sys.stdout.flush()
     sys.stderr.flush()
-    saved = os.dup(2)
+    saved = [os.dup(fd) for fd in (1, 2)]
     with open(os.devnull, "wb") as null:
-        os.dup2(null.fileno(), 2)
+        for fd in (1, 2):
+            os.dup2(null.fileno(), fd)
     try:
         yield
     finally:
-        os.dup2(saved, 2)
-        os.close(saved)
+        for fd, copy in zip((1, 2), saved, strict=True):
+            os.dup2(copy, fd)
+            os.close(copy)
 
 
 PISA_SCALE = 100.0
@@ -110,26 +115,27 @@ def pisa_sides(docs: SparseBatch, queries: SparseBatch, k: int, folder: str, nam
     import pandas as pd
     from pyterrier_pisa import PisaIndex
 
+    def toks(batch: SparseBatch, i: int) -> dict[str, float]:
+        row = batch.slice(i, i + 1)
+        return dict(zip(map(str, row.indices.tolist()), row.values.tolist(), strict=True))
+
     def documents() -> Iterator[dict[str, object]]:
         for i in range(docs.rows):
-            row = docs.slice(i, i + 1)
-            yield {"docno": str(i), "toks": dict(zip(map(str, row.indices.tolist()), row.values.tolist(), strict=True))}
+            yield {"docno": str(i), "toks": toks(docs, i)}
 
     index = PisaIndex(folder, stemmer="none", threads=1, overwrite=True)
-    with _stderr_to_devnull():  # PISA's C++ writes a progress line per percent
+    with _native_output_to_devnull():
         index.toks_indexer(scale=PISA_SCALE).index(documents())
     frame = pd.DataFrame(
         {
             "qid": [str(i) for i in range(queries.rows)],
-            "query_toks": [
-                dict(zip(map(str, q.indices.tolist()), q.values.tolist(), strict=True))
-                for q in (queries.slice(i, i + 1) for i in range(queries.rows))
-            ],
+            "query_toks": [toks(queries, i) for i in range(queries.rows)],
         }
     )
 
     def side(algorithm: str) -> Search:
-        retriever = index.quantized(num_results=k, threads=1, query_algorithm=algorithm, toks_scale=PISA_SCALE)
+        with _native_output_to_devnull():  # loading the index for search logs too
+            retriever = index.quantized(num_results=k, threads=1, query_algorithm=algorithm, toks_scale=PISA_SCALE)
 
         def search() -> list[list[int]]:
             out = retriever.transform(frame)
@@ -142,6 +148,18 @@ def pisa_sides(docs: SparseBatch, queries: SparseBatch, k: int, folder: str, nam
     return {name: side(PISA_ALGORITHMS[name]) for name in names}
 
 
+def _timed_sides(sides: dict[str, Search], repeats: int) -> tuple[dict[str, list[float]], dict[str, list[list[int]]]]:
+    """Seconds of every run of each side, alternating sides (load elsewhere hits all alike), and each answer."""
+    times: dict[str, list[float]] = {s: [] for s in sides}
+    answers: dict[str, list[list[int]]] = {}
+    for _ in range(repeats):
+        for side, search in sides.items():
+            start = time.perf_counter()
+            answers[side] = search()
+            times[side].append(time.perf_counter() - start)
+    return times, answers
+
+
 def recall(got: list[list[int]], exact: list[list[int]]) -> float:
     return float(np.mean([len(set(g) & set(e)) / max(1, len(e)) for g, e in zip(got, exact, strict=True)]))
 
@@ -150,14 +168,19 @@ SIDES = ("project_scan", "project_maxscore", "seismic_exact", "seismic_approx", 
 """Every side; the scan is the exact answer the others are checked against, so it cannot be skipped."""
 
 
+def check_skip(skip: frozenset[str]) -> None:
+    """``ValueError`` naming any side in ``skip`` that is unknown or is the scan."""
+    if bad := sorted(skip - set(SIDES[1:])):
+        raise ValueError(f"cannot skip {', '.join(bad)}: the sides that can be skipped are {', '.join(SIDES[1:])}")
+
+
 def compare_corpus(
     name: str, docs: int, queries: int, k: int = 10, repeats: int = 2, skip: frozenset[str] = frozenset()
 ) -> list[dict[str, Any]]:
     """One JSON-able line per peer on corpus ``name``: queries/s of both sides, ratio, recall@k of approximate ones.
     ``skip``: sides left out (at 1M documents, the project's MaxScore and Seismic's clustering take most of the
     time)."""
-    if unknown := sorted(skip - set(SIDES)) or sorted(skip & {"project_scan"}):
-        raise ValueError(f"cannot skip {', '.join(unknown)}: the sides are {', '.join(SIDES[1:])}")
+    check_skip(skip)
     d, q = make_corpus(name, docs, queries)
     sides = project_sides(d, q, k, maxscore="project_maxscore" not in skip)
     notes = {}
@@ -165,19 +188,12 @@ def compare_corpus(
         sides |= seismic_sides(d, q, k, approximate="seismic_approx" not in skip, exact="seismic_exact" not in skip)
     else:
         notes["seismic"] = "skipped: pyseismic-lsr is not installed (pip install 'sembridge-ray[bench]')"
-    folder = tempfile.TemporaryDirectory(prefix="pisa-")
-    if importlib.util.find_spec("pyterrier_pisa") is not None:
-        if wanted := [a for a in PISA_ALGORITHMS if a not in skip]:
-            sides |= pisa_sides(d, q, k, folder.name, wanted)
-    else:
-        notes["pisa"] = "skipped: pyterrier-pisa is not installed (pip install 'sembridge-ray[bench]')"
-    times: dict[str, list[float]] = {s: [] for s in sides}
-    answers: dict[str, list[list[int]]] = {}
-    for _ in range(repeats):  # alternate, so load elsewhere hits every side alike
-        for side, search in sides.items():
-            start = time.perf_counter()
-            answers[side] = search()
-            times[side].append(time.perf_counter() - start)
+    with tempfile.TemporaryDirectory(prefix="pisa-") as folder:  # PISA's index, read while it is timed
+        if importlib.util.find_spec("pyterrier_pisa") is None:
+            notes["pisa"] = "skipped: pyterrier-pisa is not installed (pip install 'sembridge-ray[bench]')"
+        elif wanted := [a for a in PISA_ALGORITHMS if a not in skip]:
+            sides |= pisa_sides(d, q, k, folder, wanted)
+        times, answers = _timed_sides(sides, repeats)
     qps = {s: queries / statistics.median(t) for s, t in times.items()}
     exact = answers["project_scan"]
     best = max((s for s in ("project_scan", "project_maxscore") if s in qps), key=lambda s: qps[s])
@@ -199,5 +215,4 @@ def compare_corpus(
         for side in sides
         if side != best
     ]
-    folder.cleanup()
     return lines + [{"comparison": f"retrieval_{name}_{peer}", "note": note} for peer, note in notes.items()]

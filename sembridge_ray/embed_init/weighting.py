@@ -2,11 +2,13 @@
 
 Why not call ``entmax_bisect`` on full rows (the released reference): it holds N × M scores, runs 50 bisection
 passes over all M columns per row, and in fp32 it is off by up to 4e-3 at α=4 (the weight at the support boundary
-is a cube root of a tiny margin). Here, per chunk of rows:
+is a cube root of a tiny margin). Here:
 
-1. one GEMM gives screening scores (bf16 on CPUs with native bf16, else fp32), ``topk`` keeps k per row;
-2. the candidates' cosines are recomputed in float64 and the threshold τ is solved on them with the ``entmax``
-   package itself (``sparsemax`` for α=2, ``entmax15`` for α=1.5, ``entmax_bisect`` otherwise);
+1. per chunk of rows, one GEMM gives screening scores (bf16 on CPUs with native bf16, else fp32) and
+   :func:`top_candidates` keeps k per row;
+2. the candidates' cosines are recomputed in float64 and the threshold τ is solved on them, for many chunks in one
+   call, with the ``entmax`` package itself (``sparsemax`` for α=2, ``entmax15`` for α=1.5, ``entmax_bisect``
+   otherwise);
 3. α-entmax's support is a prefix of the sorted scores, so if the k-th candidate lies below τ by more than twice
    the screening GEMM's error bound, no column outside the candidates can enter the support: the row is exact.
    Rows that fail are redone alone with 4× more candidates, up to the full row.

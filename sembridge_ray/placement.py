@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from sembridge_ray.config import Config, require
 
@@ -68,3 +69,13 @@ def pick_device() -> str:
     import torch
 
     return os.environ.get("TORCH_DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def native_bf16(device: Any) -> bool:
+    """Whether ``device`` (a ``torch.device``) computes bf16 natively: CUDA with bf16, or a CPU with AVX512-BF16 or
+    AMX (elsewhere bf16 is emulated and slower than fp32)."""
+    import torch
+
+    if device.type == "cuda":
+        return bool(torch.cuda.is_bf16_supported())
+    return device.type == "cpu" and bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())

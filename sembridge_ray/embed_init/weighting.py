@@ -24,6 +24,8 @@ from typing import Any
 import torch
 from entmax import entmax15, entmax_bisect, sparsemax
 
+from sembridge_ray.placement import native_bf16
+
 _CHUNK_BYTES = 32 << 20  # fp32 scores held per chunk: flat memory whatever N is
 SCREEN_DTYPE: torch.dtype | None = None  # None: bf16 where the CPU has native bf16 GEMMs, else fp32
 
@@ -34,7 +36,7 @@ def screen_dtype(device: torch.device) -> torch.dtype:
     we stay in fp32: cuBLAS may reduce bf16 products in reduced precision, which would void the bound."""
     if SCREEN_DTYPE is not None:
         return SCREEN_DTYPE
-    if device.type == "cpu" and (torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()):
+    if device.type == "cpu" and native_bf16(device):
         return torch.bfloat16
     return torch.float32
 

@@ -106,11 +106,9 @@ def device_rows(pooled: torch.Tensor, top_k: int | None = None) -> Rows:
 
 def autocast_for(device: torch.device) -> contextlib.AbstractContextManager[Any]:
     """bf16 autocast where the device computes bf16 natively (CUDA with bf16; CPUs with AVX512-BF16 or AMX)."""
-    if device.type == "cuda" and torch.cuda.is_bf16_supported():
-        return torch.autocast("cuda", dtype=torch.bfloat16)
-    if device.type == "cpu" and (torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()):
-        return torch.autocast("cpu", dtype=torch.bfloat16)
-    return contextlib.nullcontext()
+    from sembridge_ray.placement import native_bf16
+
+    return torch.autocast(device.type, dtype=torch.bfloat16) if native_bf16(device) else contextlib.nullcontext()
 
 
 def encode_texts(

@@ -3,6 +3,10 @@
 Row ``s · B + i`` is pair i of global batch s (B = the global batch size). Epoch e is a permutation of the pairs
 seeded by (seed, e), cut to whole batches. Because the order lives in the file, step s sees the same pairs for any
 number of workers and after any resume: a resumed run skips s · B rows and continues.
+
+The stream and its settings (``train_stream.json``) form one :mod:`sembridge_ray.cache` entry,
+``<out_dir>/train_stream/``: a resume reuses them only when both verify against their sha256 and the settings
+match; otherwise the entry is moved aside with a warning and the stream is materialised again.
 """
 
 from __future__ import annotations
@@ -18,12 +22,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from sembridge_ray import cache
 from sembridge_ray.data.pairs import training_pairs
 from sembridge_ray.errors import InputError
-from sembridge_ray.outputs import atomic_path, atomic_write_json
 
 log = logging.getLogger(__name__)
-STREAM_FILE, STREAM_INFO = "train_stream.parquet", "train_stream.json"
+STREAM_ENTRY, STREAM_FILE, STREAM_INFO = "train_stream", "train_stream.parquet", "train_stream.json"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,16 +65,31 @@ def training_stream(pairs: pa.Table, batch_size: int, steps: int, seed: int) -> 
 
 
 def materialise_stream(request: StreamInfo, out_dir: Path) -> tuple[Path, StreamInfo]:
-    """Write ``out_dir/train_stream.parquet`` (+ ``.json``) for ``request``, or reuse the one already there.
+    """Write ``out_dir/train_stream/train_stream.parquet`` (+ ``.json``) for ``request``, or reuse the one already
+    there when it verifies and was made for the same settings.
 
     An empty training set, or fewer pairs than one global batch, is an :class:`InputError` naming the spec.
     """
-    path, info_path = Path(out_dir) / STREAM_FILE, Path(out_dir) / STREAM_INFO
-    if path.is_file() and info_path.is_file():
-        info = StreamInfo(**json.loads(info_path.read_text(encoding="utf-8")))
-        if _settings(info) == _settings(request):
-            log.info("reusing the training stream %s (%d steps)", path, info.total_steps)
-            return path, info
+    entry = Path(out_dir) / STREAM_ENTRY
+    (path, info), hit = cache.fetch(
+        entry,
+        lambda found: _stored_stream(found, request),
+        lambda tmp: _build_stream(request, entry, tmp),
+        "training stream",
+    )
+    if hit:
+        log.info("reusing the training stream %s (%d steps)", path, info.total_steps)
+    return path, info
+
+
+def _stored_stream(entry: cache.Entry, request: StreamInfo) -> tuple[Path, StreamInfo]:
+    info = StreamInfo(**json.loads(entry.read_bytes(STREAM_INFO)))
+    if _settings(info) != _settings(request):
+        raise cache.Corrupt(entry.current, "made for other settings")
+    return entry.path / STREAM_FILE, info  # the cache streams the Parquet file through sha256 before it is served
+
+
+def _build_stream(request: StreamInfo, entry: Path, tmp: Path) -> tuple[Path, StreamInfo]:
     pairs, stats = training_pairs(request.spec, request.split, request.hard_negatives)
     per_epoch = pairs.num_rows // request.batch_size
     if per_epoch == 0:
@@ -91,9 +110,11 @@ def materialise_stream(request: StreamInfo, out_dir: Path) -> tuple[Path, Stream
             "without_negatives": stats.without_negatives,
         }
     )
-    with atomic_path(path) as tmp:
-        pq.write_table(training_stream(pairs, request.batch_size, total, request.seed), tmp, row_group_size=8192)
-    atomic_write_json(info_path, asdict(info))
+    stream = training_stream(pairs, request.batch_size, total, request.seed)
+    tmp.mkdir(parents=True)  # only now: a failed read of the training set leaves nothing behind
+    pq.write_table(stream, tmp / STREAM_FILE, row_group_size=8192)
+    (tmp / STREAM_INFO).write_text(json.dumps(asdict(info), indent=2) + "\n", encoding="utf-8")
+    path = entry / STREAM_FILE
     log.info("training stream: %d pairs, %d steps per epoch, %d steps -> %s", info.pairs, per_epoch, total, path)
     return path, info
 

@@ -1,4 +1,4 @@
-"""The bridge side: token strings, the bridge encoder, fingerprints and the Parquet cache of bridge vectors."""
+"""The bridge side: token strings, the bridge encoder, fingerprints and the verified cache of bridge vectors."""
 
 from __future__ import annotations
 
@@ -13,14 +13,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from sembridge_ray import cache
 from sembridge_ray.data.schema import ID, TEXT
 from sembridge_ray.embed_init.position import NEUTRAL, WORDPIECE_PREFIX, marked_string
 from sembridge_ray.embed_init.vocab import bridge_string, tokenizer_family
 from sembridge_ray.errors import InputError
-from sembridge_ray.outputs import atomic_path, sha256_file
+from sembridge_ray.outputs import sha256_file
 
 log = logging.getLogger(__name__)
 VECTOR = "vector"
+BRIDGE_FILE = "vectors.parquet"  # in a cache entry <cache_dir>/<key>/
 RULE_VERSION = "decode-strip-or-raw-v1"  # part of the cache key: bump if the string rule ever changes
 
 
@@ -107,16 +109,25 @@ def model_fingerprint(name: str) -> str:
 def cached_vectors(
     cache_dir: Path, key: str, strings: pa.Table, encode: Callable[[pa.Table], np.ndarray]
 ) -> np.ndarray:
-    """Vectors for ``strings`` (id, text), read from ``cache_dir/key.parquet`` or encoded and written there."""
-    path = Path(cache_dir).expanduser() / f"{key}.parquet"
-    if path.is_file():
-        table = pq.read_table(path)
-        if table.column(ID).equals(strings.column(ID)) and table.column(TEXT).equals(strings.column(TEXT)):
-            log.info("bridge vectors from cache %s", path)
-            return np.stack(table.column(VECTOR).to_numpy(zero_copy_only=False)).astype(np.float32)
-        log.warning("bridge cache %s does not match the vocabulary; re-encoding", path)
-    vecs = encode(strings)
-    table = strings.append_column(VECTOR, pa.array(list(vecs), pa.list_(pa.float32())))
-    with atomic_path(path) as tmp:
-        pq.write_table(table, tmp)
+    """(n, D) float32 vectors for ``strings`` (id, text): from the verified cache entry ``cache_dir/key/``
+    (:mod:`sembridge_ray.cache`), or encoded and published there. Runs sharing a bridge and a vocabulary share it;
+    when two encode it at once, both return the one entry that was published."""
+    entry = Path(cache_dir).expanduser() / key
+
+    def build(tmp: Path) -> np.ndarray:
+        vecs = encode(strings)  # before the temporary directory exists: nothing half-built while encoding
+        tmp.mkdir(parents=True)
+        pq.write_table(strings.append_column(VECTOR, pa.array(list(vecs), pa.list_(pa.float32()))), tmp / BRIDGE_FILE)
+        return vecs
+
+    vecs, hit = cache.fetch(entry, lambda found: _stored_vectors(found, strings), build, "bridge cache")
+    if hit:
+        log.info("bridge vectors from cache %s", entry)
     return vecs
+
+
+def _stored_vectors(entry: cache.Entry, strings: pa.Table) -> np.ndarray:
+    table = pq.read_table(pa.BufferReader(entry.read_bytes(BRIDGE_FILE)))
+    if not (table.column(ID).equals(strings.column(ID)) and table.column(TEXT).equals(strings.column(TEXT))):
+        raise cache.Corrupt(entry.current, "holds the vectors of other strings than the vocabulary's")
+    return np.stack(table.column(VECTOR).to_numpy(zero_copy_only=False)).astype(np.float32)

@@ -6,12 +6,14 @@
 - ``word2vec:PATH``: gensim KeyedVectors, binary or text (the paper's GoogleNews vectors).
 
 Any source can then be retrofitted to the thesaurus (``retrofit.py``). Words without a vector get small seeded
-random ones; row 0 is the zero padding vector.
+random ones; row 0 is the zero padding vector. The MiniLM vectors are cached per word under ``vectors.cache_dir``,
+verified on every read, and concurrent runs add words without losing any (:func:`_read_cache`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,9 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
+from sembridge_ray import cache
 from sembridge_ray.bundled import minilm_dir
 from sembridge_ray.errors import InputError
-from sembridge_ray.outputs import atomic_path
 from sembridge_ray.siamese import contextual as ctx
 
 log = logging.getLogger(__name__)
@@ -30,6 +32,8 @@ MINILM_CONTEXT = "minilm-context"
 MINILM_INPUT = "minilm-input"
 WORD2VEC = "word2vec:"
 NAMED = (MINILM, MINILM_CONTEXT, MINILM_INPUT)
+_PART, _PART_FILE = "part-", "words.npz"  # a word-vector cache is a directory of parts (see _read_cache)
+_MAX_PARTS = 16  # beyond this many parts, a writer merges them into one
 
 
 @dataclass(frozen=True)
@@ -97,14 +101,14 @@ def read_word2vec(path: Path, words: Sequence[str]) -> dict[str, np.ndarray]:
 def encode_minilm(words: Sequence[str], cache_dir: Path, batch_size: int = 256) -> dict[str, np.ndarray]:
     """Each word (``_`` read as a space, for WordNet phrases) as its own sentence through all-MiniLM-L6-v2 (384-d).
 
-    Vectors are cached per word in ``cache_dir`` under the model's fingerprint, so later runs encode only new words.
-    A word whose word pieces are all ``[UNK]`` counts as out of vocabulary.
+    Vectors are cached per word in ``cache_dir`` under the model's fingerprint (see :func:`_read_cache`), so later
+    runs encode only new words. A word whose word pieces are all ``[UNK]`` counts as out of vocabulary.
     """
     from sentence_transformers import SentenceTransformer
 
     model_dir = minilm_dir()
-    cache = cache_dir / f"minilm-{_fingerprint(model_dir)}.npz"
-    known = _read_cache(cache)
+    path = cache_dir / f"minilm-{_fingerprint(model_dir)}"
+    known = _read_cache(path)
     missing = [w for w in dict.fromkeys(words) if w not in known]
     if missing:
         log.info("encoding %d words with all-MiniLM-L6-v2 (%d cached)", len(missing), len(known))
@@ -112,10 +116,12 @@ def encode_minilm(words: Sequence[str], cache_dir: Path, batch_size: int = 256) 
         texts = [w.replace("_", " ") for w in missing]
         vectors = model.encode(texts, batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False)
         unk = model.tokenizer.unk_token_id
+        new: dict[str, np.ndarray | None] = {}
         for word, text, vec in zip(missing, texts, vectors, strict=True):
             pieces = model.tokenizer(text, add_special_tokens=False)["input_ids"]
-            known[word] = None if not pieces or all(p == unk for p in pieces) else vec.astype(np.float32)
-        _write_cache(cache, known)
+            new[word] = None if not pieces or all(p == unk for p in pieces) else vec.astype(np.float32)
+        _write_cache(path, new)
+        known |= new
     return {w: v for w in words if (v := known[w]) is not None}
 
 
@@ -137,7 +143,7 @@ class ContextSpec:
         pooling = pooling or self.pooling
         # MAX_WORDS cuts the corpus sentences, so it shapes the vectors as much as the corpus does
         key = f"{_fingerprint(model_dir)}-{corpus}-w{ctx.MAX_WORDS}-k{self.contexts}-L{layer}-{pooling}"
-        return cache_dir / f"context-{key}.npz"
+        return cache_dir / f"context-{key}"
 
 
 def encode_contextual(words: Sequence[str], spec: ContextSpec, cache_dir: Path) -> tuple[dict[str, np.ndarray], dict]:
@@ -177,12 +183,11 @@ def _fill_context_caches(words: list[str], spec: ContextSpec, cache_dir: Path, m
     alone = ctx.decontextualised(model, tokenizer, unseen)
     for pooling in ctx.POOLINGS:
         for layer in range(spec.layer + 1):
-            path = spec.cache_path(cache_dir, model_dir, layer, pooling)
-            known = _read_cache(path)
+            new: dict[str, np.ndarray | None] = {}
             for word in words:
                 vec = pooled[pooling].get(word, alone[pooling].get(word))
-                known[word] = None if vec is None else vec[layer]
-            _write_cache(path, known)
+                new[word] = None if vec is None else vec[layer]
+            _write_cache(spec.cache_path(cache_dir, model_dir, layer, pooling), new)
 
 
 def encode_input_embeddings(words: Sequence[str]) -> dict[str, np.ndarray]:
@@ -203,20 +208,68 @@ def _fingerprint(model_dir: Path) -> str:
 
 
 def _read_cache(path: Path) -> dict[str, np.ndarray | None]:
-    if not path.is_file():
-        return {}
-    with np.load(path, allow_pickle=False) as data:
-        words, vectors, oov = data["words"].tolist(), data["vectors"], data["oov"]
-    return {w: None if o else vectors[i] for i, (w, o) in enumerate(zip(words, oov, strict=True))}
+    """word -> vector (None: out of vocabulary) from the word-vector cache ``path``.
+
+    The cache is a directory of immutable parts, each a :mod:`sembridge_ray.cache` entry holding the words one run
+    added, named by their content: a run never rewrites what another wrote, so two runs adding words at once lose
+    none. A damaged part is moved aside with a warning and its words are computed again. A word in two parts (two
+    runs computed it at once) takes the first part's vector, by name.
+    """
+    return _read_parts(path)[1]
 
 
-def _write_cache(path: Path, known: dict[str, np.ndarray | None]) -> None:
+def _read_parts(path: Path) -> tuple[list[Path], dict[str, np.ndarray | None]]:
+    known: dict[str, np.ndarray | None] = {}
+    read = []
+    for part in cache.entries(path, _PART):
+        words = cache.load(part, _part_words, "word-vector cache")
+        if words is not None:
+            read.append(part)
+            for word, vec in words.items():
+                known.setdefault(word, vec)
+    return read, known
+
+
+def _write_cache(path: Path, new: dict[str, np.ndarray | None]) -> None:
+    """Add the words of ``new`` to the cache ``path`` as one part; merge the parts into one when there are many."""
+    if not new:
+        return
+    _publish_part(path, new)
+    if len(cache.entries(path, _PART)) > _MAX_PARTS:
+        parts, known = _read_parts(path)
+        merged = _publish_part(path, known)
+        for old in parts:
+            if old != merged:
+                cache.discard(old)  # a reader that listed it meanwhile misses its words and computes them again
+
+
+def _publish_part(path: Path, words: dict[str, np.ndarray | None]) -> Path:
+    data = _part_bytes(words)
+    part = path / f"{_PART}{hashlib.sha256(data).hexdigest()[:16]}"
+
+    def build(tmp: Path) -> dict[str, np.ndarray | None]:
+        tmp.mkdir(parents=True)
+        (tmp / _PART_FILE).write_bytes(data)
+        return words
+
+    cache.publish(part, build, _part_words, "word-vector cache")
+    return part
+
+
+def _part_bytes(known: dict[str, np.ndarray | None]) -> bytes:
     dim = next((v.shape[0] for v in known.values() if v is not None), 1)
     words = list(known)
     zero = np.zeros(dim, np.float32)
     vectors = np.stack([v if (v := known[w]) is not None else zero for w in words])
-    with atomic_path(path) as tmp, open(tmp, "wb") as fh:
-        np.savez(fh, words=np.array(words), vectors=vectors, oov=np.array([known[w] is None for w in words]))
+    buffer = io.BytesIO()
+    np.savez(buffer, words=np.array(words), vectors=vectors, oov=np.array([known[w] is None for w in words]))
+    return buffer.getvalue()
+
+
+def _part_words(entry: cache.Entry) -> dict[str, np.ndarray | None]:
+    with np.load(io.BytesIO(entry.read_bytes(_PART_FILE)), allow_pickle=False) as data:
+        words, vectors, oov = data["words"].tolist(), data["vectors"], data["oov"]
+    return {w: None if o else vectors[i] for i, (w, o) in enumerate(zip(words, oov, strict=True))}
 
 
 def assemble_matrix(

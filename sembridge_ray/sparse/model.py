@@ -23,9 +23,19 @@ def load_mlm(name: str, trust_remote_code: bool = False) -> tuple[PreTrainedMode
     name = resolve(name)
     try:
         tokenizer = AutoTokenizer.from_pretrained(name, trust_remote_code=trust_remote_code)
-        model = AutoModelForMaskedLM.from_pretrained(name, trust_remote_code=trust_remote_code, use_safetensors=True)
+        model, info = AutoModelForMaskedLM.from_pretrained(
+            name, trust_remote_code=trust_remote_code, use_safetensors=True, output_loading_info=True
+        )
     except (OSError, ValueError, KeyError) as err:
         raise InputError(f"cannot load masked-LM model {name!r}: {_first_line(err)}") from None
+    head = mlm_head_name(model)
+    fresh = [k for k in info.get("missing_keys", ()) if head is not None and k.startswith(head + ".")]
+    if fresh:  # transformers would initialise the head at random (its warning is among the quietened ones)
+        found = ", ".join(getattr(model.config, "architectures", None) or [type(model).__name__])
+        raise InputError(
+            f"model {name!r} is not a sparse encoder: its weights ({found}) hold no masked-LM head "
+            f"({len(fresh)} {head}.* tensors missing, e.g. {sorted(fresh)[0]})"
+        )
     return model, tokenizer
 
 
@@ -199,12 +209,73 @@ class SpladeEncoder(torch.nn.Module):
 
 
 def check_mlm(name: str, trust_remote_code: bool = False) -> None:
-    """Fail fast, naming ``name``, when it is not a loadable masked-LM directory or hub id (config + tokenizer)."""
+    """Fail fast, naming ``name``, when it is not a loadable masked LM with its head: tokenizer and config load, and
+    a local directory's weights hold the MLM head (a dense encoder would get a randomly initialised one)."""
     from transformers import AutoConfig
 
     name = resolve(name)
     load_tokenizer(name, trust_remote_code=trust_remote_code)
     try:
-        AutoConfig.from_pretrained(name, trust_remote_code=trust_remote_code)
+        config = AutoConfig.from_pretrained(name, trust_remote_code=trust_remote_code)
     except (OSError, ValueError, KeyError) as err:
         raise InputError(f"cannot load masked-LM model {name!r}: {_first_line(err)}") from None
+    if Path(name).is_dir():
+        problem = sparse_encoder_problem(Path(name), config, trust_remote_code)
+        if problem:
+            raise InputError(f"model {name!r} is not a sparse encoder: {problem}")
+
+
+def sparse_encoder_problem(path: Path, config: Any, trust_remote_code: bool = False) -> str | None:
+    """What keeps the directory ``path`` from being a SPLADE-style sparse encoder, in a few words, or None.
+
+    A sentence-transformers directory must have a sparse module (SpladePooling, …) rather than dense pooling; its
+    masked LM's weights must hold the vocabulary head (``cls.*`` for BERT, ``lm_head.*`` for RoBERTa/XLM-R): read
+    from the safetensors headers and an architecture built on the meta device, so no weight is loaded."""
+    modules = _module_types(path)
+    if modules and not any(".sparse_encoder." in t for t in modules):
+        shown = ", ".join(t.rsplit(".", 1)[-1] for t in modules)
+        return f"its sentence-transformers modules ({shown}) make a dense embedding model"
+    keys = _weight_names(path)
+    if keys is None:
+        return None  # no safetensors here: loading reports that itself
+    head = _mlm_head_prefix(config, trust_remote_code)
+    if head is not None and not any(k.startswith(head + ".") for k in keys):
+        found = ", ".join(getattr(config, "architectures", None) or [type(config).__name__])
+        return f"its weights ({found}) hold no masked-LM head ({head}.*), which a sparse encoder needs"
+    return None
+
+
+def _module_types(path: Path) -> list[str]:
+    import json
+
+    try:
+        return [str(m.get("type", "")) for m in json.loads((path / "modules.json").read_text(encoding="utf-8"))]
+    except (OSError, ValueError, AttributeError):
+        return []
+
+
+def _weight_names(path: Path) -> set[str] | None:
+    """Every tensor name in the directory's safetensors files (headers only), or None when there are none."""
+    from safetensors import safe_open
+
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        return None
+    names: set[str] = set()
+    for file in files:
+        try:
+            with safe_open(str(file), framework="pt") as fh:
+                names.update(fh.keys())
+        except Exception as err:  # safetensors raises its own error types for a damaged header
+            raise InputError(f"model weights {file} cannot be read: {_first_line(err)}") from None
+    return names
+
+
+def _mlm_head_prefix(config: Any, trust_remote_code: bool) -> str | None:
+    """The attribute name of the masked-LM head of ``config``'s architecture (built on the meta device)."""
+    try:
+        with torch.device("meta"):
+            mlm = AutoModelForMaskedLM.from_config(config, trust_remote_code=trust_remote_code)
+    except (ValueError, KeyError, TypeError):
+        return None  # no masked-LM class for this config: loading names that itself
+    return mlm_head_name(mlm)

@@ -170,7 +170,7 @@ def test_init_survives_a_lost_node_with_identical_artefacts(
         sim,
         _init_args(fixtures_root, tmp_path / "lost", tmp_path / "c2"),
         tmp_path / "lost.log",
-        _exists("*.parquet", tmp_path / "c2"),
+        _exists("[!.]*/vectors.parquet", tmp_path / "c2"),  # a published entry, not a temporary
     )
     for name in ("model/model.safetensors", "provenance.parquet"):
         assert (tmp_path / "lost" / name).read_bytes() == (tmp_path / "local" / name).read_bytes(), name

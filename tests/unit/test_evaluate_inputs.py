@@ -21,11 +21,9 @@ def beir(root: Path, corpus: list[dict], queries: list[dict], qrels: str) -> Pat
 
 
 @pytest.fixture
-def model(tmp_path: Path) -> Path:
-    """Enough of a model directory to pass the driver's check; these runs fail before anything loads it."""
-    (tmp_path / "model").mkdir()
-    (tmp_path / "model" / "config.json").write_text("{}")
-    return tmp_path / "model"
+def model(fixtures_root: Path) -> Path:
+    """A tiny sparse encoder: it passes the driver's checks; these runs fail on their data before Ray starts."""
+    return fixtures_root / "bert-mlm"
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
@@ -89,3 +87,56 @@ def test_flags_map_onto_the_config() -> None:
     )
     assert (cfg.top_k, cfg.resources.workers, cfg.shard_size, cfg.doc_top_k, cfg.split) == (50, 3, 1000, 128, "test")
     assert load_preset_file(PRESET_DIR / "evaluate_smoke.yaml").model == "minilm-splade"
+
+
+def test_no_judged_query_with_text_is_refused(tmp_path: Path, model: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = beir(tmp_path / "d", [{"_id": "d1", "text": "x"}], [], "q1\td1\t1\n")  # an empty queries.jsonl
+    code, err = run(capsys, "--model", str(model), "--dataset", str(data), "--output", str(tmp_path / "o"))
+    assert code == 2 and "none of the 1 queries judged in split 'test' has a text" in err and "\n" not in err
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("kind", ["sentence-transformers", "plain"])
+def test_a_dense_model_is_refused_naming_what_was_found(
+    tmp_path: Path, fixtures_root: Path, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
+    import shutil
+
+    dense = tmp_path / "dense"
+    shutil.copytree(fixtures_root / "bridge", dense)  # a BERT + mean-pooling sentence-transformers model
+    if kind == "plain":
+        (dense / "modules.json").unlink()  # a transformers BertModel directory: no MLM head in its weights
+    data = beir(tmp_path / "d", [{"_id": "d1", "text": "x"}], [{"_id": "q1", "text": "x"}], "q1\td1\t1\n")
+    code, err = run(capsys, "--model", str(dense), "--dataset", str(data), "--output", str(tmp_path / "o"))
+    assert code == 2 and f"model {str(dense)!r} is not a sparse encoder" in err and "\n" not in err
+    assert ("dense embedding model" if kind != "plain" else "hold no masked-LM head (cls.*)") in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_an_unreachable_ray_address_is_one_line_before_the_output_is_claimed(
+    tmp_path: Path, model: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import socket
+    import time
+
+    with socket.socket() as s:  # a loopback port nothing listens on once closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{port}")
+    data = beir(tmp_path / "d", [{"_id": "d1", "text": "x"}], [{"_id": "q1", "text": "x"}], "q1\td1\t1\n")
+    start = time.monotonic()
+    code, err = run(capsys, "--model", str(model), "--dataset", str(data), "--output", str(tmp_path / "o"))
+    assert (
+        code == 2 and err.startswith(f"error: RAY_ADDRESS=127.0.0.1:{port}: no Ray cluster answers") and "\n" not in err
+    )
+    assert time.monotonic() - start < 20 and not (tmp_path / "o").exists()
+
+
+def test_ray_addresses_name_their_endpoint() -> None:
+    from sembridge_ray.distributed.cluster import address_endpoint
+
+    assert address_endpoint("10.0.0.5:6380") == ("10.0.0.5", 6380)
+    assert address_endpoint("ray://head:10001") == ("head", 10001)
+    assert address_endpoint("http://127.0.0.1:8265") == ("127.0.0.1", 8265)
+    assert address_endpoint("head") == ("head", 6379)
+    assert address_endpoint("[::1]:6379") == ("::1", 6379)

@@ -194,3 +194,29 @@ def test_the_stream_is_seeded_whole_batches_per_epoch_and_reused(tmp_path: Path,
     stamp = path.stat().st_mtime_ns
     assert info.total_steps == 5 and pq.read_metadata(path).num_rows == 40
     assert materialise_stream(request, tmp_path)[0].stat().st_mtime_ns == stamp
+
+
+def test_a_dense_model_is_refused_by_finetune_and_init(capsys, tmp_path: Path, fixtures_root: Path) -> None:
+    """A dense sentence-transformers BERT has no MLM head: fine-tuning or transplanting it would train a random one."""
+    from jobs import init_embeddings
+
+    dense = str(fixtures_root / "bridge")
+    pairs = tmp_path / "pairs.parquet"
+    pq.write_table(pa.table({QUERY: ["a", "b"], POSITIVE: ["c", "d"]}), pairs)
+    code, line = _run(capsys, "--model", dense, "--train", str(pairs), "--output", str(tmp_path / "ft"))
+    assert code == 2 and line.startswith(f"error: model {dense!r} is not a sparse encoder") and "dense" in line
+    code = init_embeddings.main(
+        [
+            "--source-model",
+            dense,
+            "--target-tokenizer",
+            str(fixtures_root / "tok-wordpiece"),
+            "--bridge-model",
+            dense,
+            "--output",
+            str(tmp_path / "init"),
+        ]
+    )
+    err = [x for x in capsys.readouterr().err.strip().splitlines() if x.startswith("error:")]
+    assert code == 2 and len(err) == 1 and "is not a sparse encoder" in err[0] and "no masked-LM head" in err[0]
+    assert not (tmp_path / "ft").exists() and not (tmp_path / "init").exists()

@@ -136,7 +136,7 @@ def test_context_vectors_are_cached_per_layer_and_reused(
     assert set(found) == {"Cat", "zebra", "dog"} and stats["seen_in_context"] == 2 and stats["built_now"] == 4
     expected = ctx.aggregate_contexts(model, tokenizer, ctx.corpus_tokens(CORPUS), {"cat": [(0, 1), (2, 1)]})
     np.testing.assert_allclose(found["Cat"], expected["mean"]["cat"][2], atol=1e-5)
-    assert len(list(tmp_path.glob("context-*.npz"))) == 6  # layers 0-2 x both poolings, from one pass
+    assert len(list(tmp_path.glob("context-*/part-*"))) == 6  # layers 0-2 x both poolings, from one pass
 
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("recomputed a cached word")

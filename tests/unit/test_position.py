@@ -285,7 +285,7 @@ def test_marked_strings_and_cache_keys(fixtures_root: Path, out: Path) -> None:
     assert len({fps["-"]["source_tokenizer"], fps["##"]["source_tokenizer"]}) == 2  # "-ing": other strings, other key
     assert len({f["target_tokenizer"] for f in (released, fps["-"], fps["##"])}) == 3  # byte-level: changed by both
     for f in fps.values():
-        assert (out / "cache" / f"{f['bridge_model']}-{f['target_tokenizer']}.parquet").is_file()
+        assert (out / "cache" / f"{f['bridge_model']}-{f['target_tokenizer']}" / "vectors.parquet").is_file()
 
 
 @pytest.mark.parametrize("marker", ["-", "##"])

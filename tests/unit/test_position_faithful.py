@@ -125,7 +125,8 @@ def snapshot(root: Path, out: Path, case: str, **extra: Any) -> dict[str, Any]:
     tensors = load_file(str(Path(result.output) / "model" / "model.safetensors"))
     fps = result.report["fingerprints"]
     keys = [fps[name] for name in ("source_tokenizer", "target_tokenizer")]  # the bridge model's fp is not ours
-    vectors = [pq.read_table(out / "cache" / f"{fps['bridge_model']}-{key}.parquet").column("vector") for key in keys]
+    entries = [out / "cache" / f"{fps['bridge_model']}-{key}" for key in keys]  # sembridge_ray.cache entries
+    vectors = [pq.read_table(entry / "vectors.parquet").column("vector") for entry in entries]
     ids = np.array([s for i in rows for s in prov["source_ids"][i]], np.int64)
     weights = np.array([w for i in rows for w in prov["weights"][i]], np.float32)
     full = len(ids) <= FULL_ARRAYS

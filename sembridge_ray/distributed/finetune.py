@@ -5,6 +5,11 @@ Resume semantics. The Ray Train run is named by a digest of the settings that sh
 command after the driver died finds that run, logs ``resumed from step N``, and every worker restores the model,
 AdamW, the schedule, its RNG and the data position (step N of the stream) from the latest checkpoint. Lost workers
 are restarted from it by ``FailureConfig(max_failures)`` within one run.
+
+Integrity. A restart restores the newest checkpoint that verifies (``sparse.checkpoints.restore_point``, the same
+rule in the driver and in every worker); a damaged one is first taken out of Ray Train's registered list and set
+aside (``set_aside_damaged``). A non-finite loss stops the run at that step (one line, exit 2, not retried) before
+any non-finite weights are checkpointed, and the exported model is checked finite before ``_SUCCESS``.
 """
 
 from __future__ import annotations
@@ -42,13 +47,16 @@ from sembridge_ray.progress import duration
 from sembridge_ray.sparse import loop
 from sembridge_ray.sparse.checkpoints import (
     METRICS,
-    PREFIX,
     checkpoint_name,
-    complete_checkpoints,
+    checkpoint_problem,
+    is_local,
     load_part,
+    restore_point,
+    set_aside_damaged,
     write_part,
 )
 from sembridge_ray.sparse.collective import LocalCollective, TorchCollective
+from sembridge_ray.sparse.finite import require_finite
 from sembridge_ray.sparse.model import SpladeEncoder, check_mlm, load_mlm, push_model, save_sparse_encoder
 
 log = logging.getLogger(__name__)
@@ -71,10 +79,12 @@ def run_finetune(cfg: FinetuneConfig, inputs: dict[str, str] | None = None) -> F
     named = cfg  # as the user named the inputs: what the model card shows
     cfg = replace(cfg, model=resolve(cfg.model), train=resolve(cfg.train))  # bundled names: paths for the workers
     identity = cfg.identity("finetune", inputs or input_identities(cfg))
+    cluster.require_reachable()
     out = Path(cfg.output)
     with claim_output(out, identity, cfg.overwrite) as claim:
         if claim.done:
             return FinetuneResult.from_summary(json.loads((out / SUMMARY).read_text(encoding="utf-8")), skipped=True)
+        work = claim.path  # the output, or its staging directory under --overwrite
         stream, info = materialise_stream(
             StreamInfo(
                 spec=cfg.train,
@@ -85,32 +95,33 @@ def run_finetune(cfg: FinetuneConfig, inputs: dict[str, str] | None = None) -> F
                 max_steps=cfg.optim.max_steps,
                 seed=cfg.seed,
             ),
-            out / DATA_DIR,
+            work / DATA_DIR,
         )
-        write_config(cfg, out / "config.yaml")
+        write_config(cfg, work / "config.yaml")
         plan = cluster.placement(cfg.resources, reserve=False)  # Train workers need no CPU held back for Ray Data
         if cfg.optim.batch_size % plan.workers:
             raise InputError(f"batch size {cfg.optim.batch_size} does not split over {plan.workers} workers")
-        storage, name = cfg.storage or str((out / CHECKPOINT_DIR).resolve()), run_name(identity)
+        storage, name = cfg.storage or str((work / CHECKPOINT_DIR).resolve()), run_name(identity)
         resumed = latest_step(storage, name)
         if resumed is not None:
             log.info("resumed from step %d (run %s in %s)", resumed, name, storage)
         storage_note(storage, cfg.storage)
         start = time.perf_counter()
         result = _fit(cfg, stream, info.total_steps, plan, storage, name)
-        final = export_checkpoint(result.checkpoint, cfg, out, info.total_steps, f"{storage.rstrip('/')}/{name}", named)
+        run_dir = f"{storage.rstrip('/')}/{name}"
+        final = export_checkpoint(result.checkpoint, cfg, work, info.total_steps, run_dir, named)
         summary = FinetuneResult(
             output=str(out),
             model=str(out / MODEL_DIR),
             steps=info.total_steps,
             run_name=name,
-            storage=storage,
+            storage=cfg.storage or str((out / CHECKPOINT_DIR).resolve()),  # where they are once complete
             resumed_from=resumed,
             workers=plan.workers,
             seconds=round(time.perf_counter() - start, 2),
             final=final,
         )
-        atomic_write_json(out / SUMMARY, {**asdict(summary), "stream": asdict(info)})
+        atomic_write_json(work / SUMMARY, {**asdict(summary), "stream": asdict(info)})
         claim.finish(exclude=(CHECKPOINT_DIR, DATA_DIR))
     if cfg.push_to_hub:
         push_model(out / MODEL_DIR, cfg.push_to_hub)
@@ -124,9 +135,12 @@ def run_name(identity: RunIdentity) -> str:
 
 def _fit(cfg: FinetuneConfig, stream: Path, total_steps: int, plan: Any, storage: str, name: str) -> ray.train.Result:
     """Train, restarting the worker group from the newest complete checkpoint after a failure, at most
-    ``max_failures`` times. An error of the input or the environment (disk full, read-only, permission) is not
-    retried: it would fail the same way, so it ends the run at once, its checkpoints kept for a later resume."""
+    ``max_failures`` times. An error of the input or the environment (disk full, read-only, permission, a loss
+    that diverged) is not retried: it would fail the same way, so it ends the run at once, its checkpoints kept
+    for a later resume. Before every attempt, registered checkpoints that no longer verify are set aside (here
+    only: the driver is the one process that renames them, and no worker is running)."""
     for attempt in range(cfg.max_failures + 1):
+        set_aside_damaged(f"{storage.rstrip('/')}/{name}")
         try:
             return _trainer(cfg, stream, total_steps, plan, storage, name).fit()
         except ray.train.TrainingFailedError as err:
@@ -226,12 +240,13 @@ def filesystem_type(path: Path) -> str:
 
 
 def latest_step(storage: str, name: str) -> int | None:
-    """The step a restart would resume from: the newest complete checkpoint (on a path), else the newest one Ray
-    Train registered (object storage), or None for a new run."""
+    """The step a restart would resume from: on a path, the newest checkpoint that verifies (``restore_point``,
+    the workers' rule too); on object storage, which is not verified, the newest one Ray Train registered; None
+    for a new run. Reads only: damaged checkpoints are set aside by ``_fit``."""
     run_dir = f"{storage.rstrip('/')}/{name}"
-    found = complete_checkpoints(Path(run_dir))
-    if found:
-        return found[0][0]
+    if is_local(run_dir):
+        point = restore_point(run_dir)
+        return point[0] if point is not None else None
     try:
         result = ray.train.Result.from_path(run_dir)
     except (RuntimeError, OSError, ValueError):
@@ -292,6 +307,9 @@ def train_func(config: dict[str, Any]) -> None:
                     duration(per_step * (total - step)),
                 )
         if step % cfg.checkpoint_every == 0 or step == total:
+            # Never a checkpoint of weights that diverged: the newest finite one stays the one a rerun resumes from.
+            # Every worker holds the same weights (DDP), so every worker stops here together.
+            require_finite(encoder.state_dict(), f"training diverged at step {step}", loop.DIVERGED_HINT)
             state = loop.capture_state(encoder, optimizer, scheduler, step)
             _report_checkpoint(metrics or {"step": step}, state, history, rank, world)
             last_report = time.monotonic()
@@ -310,13 +328,19 @@ def _due(since: float, every_s: float, world: int, device: torch.device) -> bool
 
 @contextlib.contextmanager
 def _restore_dir(run_dir: str) -> Iterator[Path | None]:
-    """The newest complete checkpoint in the run's storage, or the one Ray Train registered when it is newer (or
-    the storage is not a path this worker sees); None for a fresh run."""
-    found = complete_checkpoints(Path(run_dir))
+    """The checkpoint this worker restores; None for a fresh run. On a path, the newest that verifies
+    (``restore_point``, the driver's rule too), whether or not Ray Train registered it; a registered checkpoint is
+    never restored unverified. On object storage, which is not verified (it would download every checkpoint), the
+    one Ray Train registered."""
     registered = ray.train.get_checkpoint()
-    step = int(Path(registered.path).name[len(PREFIX) :]) if registered is not None else -1
-    if found and found[0][0] >= step:
-        yield found[0][1]
+    if is_local(run_dir):
+        point = restore_point(run_dir)
+        if point is None and registered is not None:
+            raise InputError(
+                f"{registered.path}: Ray Train registered this checkpoint but no checkpoint under {run_dir} verifies "
+                f"on node {ray.util.get_node_ip_address()}; set storage= to storage every node sees"
+            )
+        yield point[1] if point is not None else None
     elif registered is not None:
         with registered.as_directory() as local:
             yield Path(local)
@@ -352,10 +376,13 @@ def export_checkpoint(
     run_dir: str,
     named: FinetuneConfig | None = None,
 ) -> dict[str, float]:
-    """Write the final checkpoint's model into ``out/model`` as a SparseEncoder directory, and its metrics.jsonl."""
-    found = dict(complete_checkpoints(Path(run_dir)))
-    if total_steps in found:
-        state, _, history = load_part(found[total_steps], 0)
+    """Write the final checkpoint's model into ``out/model`` as a SparseEncoder directory, and its metrics.jsonl;
+    the final checkpoint must verify (on a path) and its weights be finite, or nothing is written."""
+    final_dir = Path(run_dir) / checkpoint_name(total_steps)
+    if is_local(run_dir):
+        if (problem := checkpoint_problem(final_dir)) is not None:
+            raise RuntimeError(f"the final checkpoint {final_dir} does not verify ({problem})")
+        state, _, history = load_part(final_dir, 0)
     elif checkpoint is not None:
         with checkpoint.as_directory() as ckpt:
             state, _, history = load_part(Path(ckpt), 0)
@@ -363,6 +390,7 @@ def export_checkpoint(
         raise RuntimeError("the training run reported no checkpoint")
     if state["step"] != total_steps:
         raise RuntimeError(f"the latest checkpoint is at step {state['step']}, not the last step {total_steps}")
+    require_finite(state["model"], f"the final checkpoint of {run_dir}")
     mlm, tokenizer = load_mlm(cfg.model)
     encoder = SpladeEncoder(mlm)
     encoder.load_state_dict(state["model"])

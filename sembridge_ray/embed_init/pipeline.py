@@ -52,6 +52,7 @@ from sembridge_ray.jobs.init import InitConfig, InitResult
 from sembridge_ray.model_card import write_card
 from sembridge_ray.outputs import atomic_path, atomic_write_json, claim_output, preflight
 from sembridge_ray.progress import duration
+from sembridge_ray.sparse.finite import require_finite
 from sembridge_ray.sparse.model import load_mlm, load_tokenizer, mlm_embeddings, push_model
 
 log = logging.getLogger(__name__)
@@ -245,6 +246,9 @@ def _new_rows(
 ) -> NewRows:
     e_in, e_out, bias = ctx_parts["inputs"], ctx_parts["outputs"], ctx_parts["bias"]
     rest = np.asarray(part.rest, dtype=np.int64)
+    if not len(rest):  # every target token is copied: nothing to bridge, nothing to encode
+        log.info("every target token has a source counterpart: the model is the copied rows alone")
+        return _no_new_rows(e_in, e_out, bias, bridged=method(cfg.method).uses_bridge)
     if not method(cfg.method).uses_bridge:
         rows = explicit_rows(cfg.method, len(rest), e_in, cfg.seed)
         out_rows = None if e_out is None else explicit_rows(cfg.method, len(rest), e_out, cfg.seed + 1)
@@ -265,6 +269,21 @@ def _new_rows(
     new = stages.rows(ctx, rest, new_vecs)
     timings["weights_s"] = time.perf_counter() - start
     return new
+
+
+def _no_new_rows(e_in: torch.Tensor, e_out: torch.Tensor | None, bias: torch.Tensor | None, bridged: bool) -> NewRows:
+    """The NewRows of an init with no target token left to initialise (a target vocabulary inside the source's)."""
+    empty = torch.zeros((0, *e_in.shape[1:]), dtype=e_in.dtype)
+    weights = None
+    if bridged:
+        weights = torch.sparse_csr_tensor(
+            torch.zeros(1, dtype=torch.int64),
+            torch.zeros(0, dtype=torch.int64),
+            torch.zeros(0, dtype=torch.float32),
+            size=(0, len(e_in)),
+        )
+    out = None if e_out is None else torch.zeros((0, *e_out.shape[1:]), dtype=e_out.dtype)
+    return NewRows(np.zeros(0, np.int64), empty, weights, out, None if bias is None else bias[:0].clone())
 
 
 def initialise(cfg: InitConfig, stages: Stages | None = None, inputs: dict[str, str] | None = None) -> InitResult:
@@ -324,15 +343,17 @@ def initialise(cfg: InitConfig, stages: Stages | None = None, inputs: dict[str, 
         prov = provenance(part, new, tokens)
         counterparts = position.exact_counterparts(source_tok, target_tok, part.rest)
         rep = _report(named, part, prov, source_tok, timings, bridge, counterparts)
-        write_config(cfg, out / "config.yaml")
-        with atomic_path(out / MODEL) as tmp:
+        work = claim.path  # the output, or its staging directory under --overwrite
+        write_config(cfg, work / "config.yaml")
+        require_finite(model.state_dict(), f"the initialised model for {out}")  # never a NaN model complete
+        with atomic_path(work / MODEL) as tmp:
             write_target_model(model, target_tok, tmp)
             write_card(tmp, {"init": card_facts(named, rep)})
-        with atomic_path(out / "provenance.parquet") as tmp:
+        with atomic_path(work / "provenance.parquet") as tmp:
             pq.write_table(prov, tmp)
         timings["compose_and_write_s"] = time.perf_counter() - start
         rep["timings"] = {k: round(v, 3) for k, v in timings.items()}
-        atomic_write_json(out / REPORT, rep)
+        atomic_write_json(work / REPORT, rep)
         claim.finish()
         log.info(
             "wrote %s: model, provenance of %d tokens, report (%s)",

@@ -45,6 +45,7 @@ class OptimConfig(Config):
 
     def check(self) -> None:
         require(self.lr > 0, "lr", self.lr, "must be > 0")
+        require(self.lr <= 1, "lr", self.lr, "must be <= 1 (AdamW diverges at once beyond)")
         require(0 <= self.warmup_ratio < 1, "warmup_ratio", self.warmup_ratio, "must be in [0, 1)")
         require(self.weight_decay >= 0, "weight_decay", self.weight_decay, "must be >= 0")
         require(self.clip_norm >= 0, "clip_norm", self.clip_norm, "must be >= 0 (0 = off)")

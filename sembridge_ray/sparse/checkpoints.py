@@ -3,27 +3,45 @@
 Every rank writes its part of a checkpoint (rank 0: the model, optimiser and schedule state and the metrics so far;
 every rank: its RNG streams) plus ``complete-rank<r>.json``, the sha256 of each of its files, last. A checkpoint
 directory is complete when rank 0's manifest names the world size and every rank's manifest is there with
-matching files. A restart restores the newest complete checkpoint it finds in the run's storage, whether or not
-Ray Train had registered it before the failure: at most ``checkpoint_every`` steps are recomputed.
+matching files.
+
+One rule decides where a (re)start resumes, for the driver and every worker alike (:func:`restore_point`): the
+newest checkpoint that verifies, whether or not Ray Train had registered it before the failure, so at most
+``checkpoint_every`` steps are recomputed. Before a run starts, the driver alone makes Ray Train's registry agree
+(:func:`set_aside_damaged`): a registered checkpoint that no longer verifies (a truncated or flipped file, a lost
+directory) is dropped from the registry and renamed ``step_<n>.damaged-<time>`` with one warning line, so neither
+Ray nor this rule picks it again and Ray overwrites nothing that was kept. Checkpoints on object storage are not
+verified (that would download them): there the restart restores what Ray Train registered, as before.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from sembridge_ray.outputs import sha256_file
+from sembridge_ray.outputs import atomic_write_text, sha256_file
 
 log = logging.getLogger(__name__)
 STATE, METRICS, PREFIX = "state.pt", "metrics.jsonl", "step_"
+# Ray Train V2's registry of a run's reported checkpoints (ray.train.v2._internal.constants); Ray refuses to start
+# a run whose registry names a directory that is gone (CheckpointManagerInitializationError).
+REGISTRY = "checkpoint_manager_snapshot.json"
+DAMAGED = ".damaged-"
 
 
 def checkpoint_name(step: int) -> str:
     return f"{PREFIX}{step:08d}"
+
+
+def step_of(name: str) -> int | None:
+    """The step of a checkpoint directory name (``step_00000008`` -> 8); None for any other name."""
+    digits = name[len(PREFIX) :]
+    return int(digits) if name.startswith(PREFIX) and digits.isdigit() else None
 
 
 def write_part(
@@ -47,31 +65,140 @@ def write_part(
     (directory / f"complete-rank{rank}.json").write_text(json.dumps(manifest), encoding="utf-8")
 
 
+def checkpoint_problem(directory: Path) -> str | None:
+    """Why ``directory`` is not a complete checkpoint (a missing manifest, a file that fails its checksum), or
+    None when every rank's manifest is present and every file it names has its checksum."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return "the directory is missing"
+    try:
+        world = int(json.loads((directory / "complete-rank0.json").read_text(encoding="utf-8"))["world"])
+        for rank in range(world):
+            manifest = json.loads((directory / f"complete-rank{rank}.json").read_text(encoding="utf-8"))
+            for name, digest in manifest["files"].items():
+                if sha256_file(directory / name) != digest:
+                    return f"{name} does not match its checksum"
+    except FileNotFoundError as err:
+        return f"{Path(str(err.filename)).name} is missing"
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        return f"unreadable ({type(err).__name__}: {err})"
+    return None
+
+
 def is_complete_checkpoint(directory: Path) -> bool:
     """Every rank's manifest is present and every file it names has its checksum."""
-    try:
-        world = int(json.loads((Path(directory) / "complete-rank0.json").read_text(encoding="utf-8"))["world"])
-        for rank in range(world):
-            manifest = json.loads((Path(directory) / f"complete-rank{rank}.json").read_text(encoding="utf-8"))
-            for name, digest in manifest["files"].items():
-                if sha256_file(Path(directory) / name) != digest:
-                    return False
-    except (OSError, ValueError, KeyError, TypeError):
-        return False
-    return True
+    return checkpoint_problem(directory) is None
 
 
-def complete_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
-    """(step, directory) of every complete checkpoint under ``run_dir``, newest first; [] for a non-local path."""
+def is_local(run_dir: str | Path) -> bool:
+    """Whether the run's storage is a path of this machine's filesystems (not object storage such as s3://)."""
+    return "://" not in str(run_dir)
+
+
+def checkpoint_dirs(run_dir: str | Path) -> list[tuple[int, Path]]:
+    """(step, directory) of every checkpoint directory under ``run_dir``, complete or not, newest first; [] for a
+    path that is not local or not there."""
     root = Path(run_dir)
-    if "://" in str(run_dir) or not root.is_dir():
+    if not is_local(run_dir) or not root.is_dir():
         return []
-    found = []
-    for directory in root.glob(f"{PREFIX}*"):
-        step = directory.name[len(PREFIX) :]
-        if step.isdigit() and directory.is_dir() and is_complete_checkpoint(directory):
-            found.append((int(step), directory))
+    found = [(step, d) for d in root.glob(f"{PREFIX}*") if (step := step_of(d.name)) is not None and d.is_dir()]
     return sorted(found, reverse=True)
+
+
+def restore_point(run_dir: str | Path) -> tuple[int, Path] | None:
+    """(step, directory) a (re)start restores: the newest checkpoint that verifies; None when there is none (a new
+    run) or the storage is not a local path. The driver's ``resumed from`` and every worker's restore use it.
+    Checksums are read newest first, only until one checkpoint verifies."""
+    return next(((step, d) for step, d in checkpoint_dirs(run_dir) if is_complete_checkpoint(d)), None)
+
+
+def set_aside_damaged(run_dir: str | Path) -> list[Path]:
+    """Drop every checkpoint Ray Train registered that does not verify from its registry, then rename the
+    directory aside (one warning line each); an unreadable registry is itself set aside (the workers then restore
+    by :func:`restore_point` alone). The new paths. Only the driver calls it, before the trainer starts.
+
+    Unregistered directories that do not verify are left alone: they are writes a failure interrupted, never
+    restored, and Ray writes over them when the run reaches their step again. Object storage: nothing is done.
+    """
+    root = Path(run_dir)
+    registry = root / REGISTRY
+    if not is_local(run_dir) or not registry.is_file():
+        return []
+    try:
+        snapshot = json.loads(registry.read_text(encoding="utf-8"))
+        names = registered_names(snapshot)
+        without_checkpoints(snapshot, set(names))  # the layout is the one this code edits, before anything changes
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        moved = _set_aside(registry)
+        log.warning("Ray Train's checkpoint registry %s is unreadable (%s): set aside as %s", registry, err, moved.name)
+        return [moved]
+    damaged = {name: problem for name in names if (problem := checkpoint_problem(root / name)) is not None}
+    if not damaged:
+        return []
+    # The registry first: a crash between the two steps leaves a damaged directory nobody names, never a registry
+    # naming a directory that is gone.
+    atomic_write_text(registry, json.dumps(without_checkpoints(snapshot, set(damaged))))
+    moved_paths = []
+    for name, problem in sorted(damaged.items()):
+        if not (root / name).exists():
+            log.warning("checkpoint %s registered by Ray Train is missing: dropped from its registry", root / name)
+            continue
+        moved = _set_aside(root / name)
+        moved_paths.append(moved)
+        log.warning("checkpoint %s does not verify (%s): set aside as %s", root / name, problem, moved.name)
+    return moved_paths
+
+
+def registered_names(snapshot: dict[str, Any]) -> list[str]:
+    """The checkpoint directory names a Ray Train registry holds (reported, latest and pending validation)."""
+    entries = [*snapshot["checkpoint_results"], *snapshot.get("pending_training_results", [])]
+    if snapshot.get("latest_checkpoint_result") is not None:
+        entries.append(snapshot["latest_checkpoint_result"])
+    return sorted({str(entry["checkpoint_dir_name"]) for entry in entries})
+
+
+def without_checkpoints(snapshot: dict[str, Any], names: set[str]) -> dict[str, Any]:
+    """A Ray Train registry without the checkpoints ``names``; the latest becomes the most recently reported of
+    those left (None when none is), as Ray itself would have it had they never been reported."""
+
+    def kept(entry: dict[str, Any]) -> bool:
+        return entry["checkpoint_dir_name"] not in names
+
+    out = dict(snapshot)
+    results = list(zip(snapshot["checkpoint_results"], snapshot["checkpoint_report_indices"], strict=True))
+    results = [(entry, index) for entry, index in results if kept(entry)]
+    out["checkpoint_results"] = [entry for entry, _ in results]
+    out["checkpoint_report_indices"] = [index for _, index in results]
+    latest = snapshot.get("latest_checkpoint_result")
+    if latest is not None and not kept(latest):
+        out["latest_checkpoint_result"] = max(results, key=lambda pair: pair[1])[0] if results else None
+    pending = zip(
+        snapshot.get("pending_training_results", []), snapshot.get("pending_validation_specs", []), strict=True
+    )
+    pending_kept = [(entry, spec) for entry, spec in pending if kept(entry)]
+    out["pending_training_results"] = [entry for entry, _ in pending_kept]
+    out["pending_validation_specs"] = [spec for _, spec in pending_kept]
+    for key in (
+        "validated_checkpoint_dir_names",
+        "timed_out_validation_checkpoint_dir_names",
+        "failed_validation_checkpoint_dir_names",
+    ):
+        if key in snapshot:
+            out[key] = [name for name in snapshot[key] if name not in names]
+    return out
+
+
+def _set_aside(path: Path) -> Path:
+    """Rename ``path`` to a visibly named sibling ``<name>.damaged-<UTC time>`` that no glob of checkpoints or
+    registry lookup matches; the first free name when one already exists."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    target = path.with_name(f"{path.name}{DAMAGED}{stamp}")
+    suffix = 1
+    while target.exists():
+        suffix += 1
+        target = path.with_name(f"{path.name}{DAMAGED}{stamp}-{suffix}")
+    path.rename(target)
+    return target
 
 
 def load_part(directory: Path, rank: int) -> tuple[dict[str, Any], dict[str, Any] | None, list[dict[str, Any]]]:

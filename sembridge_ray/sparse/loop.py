@@ -3,7 +3,8 @@
 ``train`` yields ``(step, metrics)`` after every optimiser step (``metrics`` on logged steps, else None). The
 caller owns checkpointing: ``capture_state`` / ``restore_state`` round-trip the model, AdamW, the schedule and the
 step; ``pair_batches(..., skip=step)`` puts the data stream at the same position, so a resumed run takes exactly
-the steps an uninterrupted one would have taken.
+the steps an uninterrupted one would have taken. A step whose loss is not finite on any worker stops the loop
+with :class:`~sembridge_ray.sparse.finite.NonFiniteError` before it updates the weights.
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ import torch
 from sembridge_ray.data.schema import NEGATIVE_PREFIX, POSITIVE, QUERY
 from sembridge_ray.jobs.finetune import LossConfig, OptimConfig
 from sembridge_ray.sparse.collective import Collective, LocalCollective
+from sembridge_ray.sparse.finite import NonFiniteError
 from sembridge_ray.sparse.losses import LossWeights, splade_objective
 from sembridge_ray.sparse.regularizers import quadratic_warmup
 
 Features = dict[str, torch.Tensor]
+DIVERGED_HINT = "lower optim.lr or optim.weight_decay, or check the model and the training data"
 
 
 @dataclass(frozen=True)
@@ -132,7 +135,8 @@ def train(
     """Run steps ``start + 1 .. plan.total_steps`` over ``batches`` (which begin at step ``start + 1``).
 
     ``model(*features)`` returns one (b, V) tensor per features dict (see ``SpladeEncoder``). Yields
-    ``(step, metrics)``; metrics (global over workers) on every ``log_every``-th and on the last step.
+    ``(step, metrics)``; metrics (global over workers) on every ``log_every``-th and on the last step. Raises
+    :class:`NonFiniteError` naming the first step whose loss is NaN or infinite, before that step's update.
     """
     comm = comm or LocalCollective()
     device_type = next(model.parameters()).device.type
@@ -148,6 +152,7 @@ def train(
             reps = model(batch.query, *batch.docs)
         reps = [_full_precision(r) for r in reps]  # the loss is never computed in bf16
         parts = splade_objective(reps[0], reps[1:], weights, comm)
+        require_finite_loss(parts["loss"], step, lr, comm)
         optimizer.zero_grad(set_to_none=True)
         parts["loss"].backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), plan.clip_norm) if plan.clip_norm > 0 else None
@@ -169,6 +174,20 @@ def train(
                 metrics["grad_norm"] = float(grad_norm)
             clock, last_logged = now, step
         yield step, metrics
+
+
+def require_finite_loss(loss: torch.Tensor, step: int, lr: float | torch.Tensor, comm: Collective) -> None:
+    """Stop at a step whose loss is NaN or infinite on any worker: nothing trained after it can be right.
+
+    Each worker's loss holds its own queries' InfoNCE, so one worker may diverge alone (a NaN from its share of the
+    data); the finiteness flags are averaged over workers (one scalar collective) so every worker stops at the same
+    step, and none waits for the others in the next collective.
+    """
+    everywhere = comm.mean(torch.isfinite(loss.detach()).to(torch.float32).reshape(1))
+    if everywhere.item() != 1.0:
+        raise NonFiniteError(
+            f"training diverged at step {step}: the loss is not finite (learning rate {float(lr):.3g}); {DIVERGED_HINT}"
+        )
 
 
 def _full_precision(tensor: torch.Tensor) -> torch.Tensor:

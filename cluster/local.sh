@@ -82,13 +82,16 @@ run_quick() {
   setup
   export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 RAY_AUTH_MODE="${RAY_AUTH_MODE:-disabled}"
   start=$SECONDS
-  (cd "$ROOT" && "$VENV/bin/python" -m jobs.reproduce --preset quick --output "$out" "$@")
+  local rc=0
+  (cd "$ROOT" && "$VENV/bin/python" -m jobs.reproduce --preset quick --output "$out" "$@") || rc=$?
+  [ "$rc" -eq 0 ] || [ "$rc" -eq 3 ] || exit "$rc"   # 3: finished with failed cells (listed above); table below
   [ -f "$out/results.md" ] || { echo "error: the quick run wrote no results ($out/results.md missing)" >&2; exit 1; }
   echo
   sed -n '/^## /,$p' "$out/results.md" | sed '/^## Paired/,$d'
   echo "[local.sh] quick run complete in $((SECONDS - start)) s: $out"
   find "$out/cells" -path '*/finetune/model' -type d | sed 's/^/[local.sh] fine-tuned model: /'
   echo "[local.sh] load it with: SparseEncoder(DIR).encode_query([...]) (sentence_transformers)"
+  return "$rc"
 }
 
 HEAD_PID="" HEAD_DIR=""

@@ -7,17 +7,31 @@ prints the resolved config as YAML and exits; that file, given back with ``--con
 
 Bad input and environment errors never show a traceback: :func:`run_job` prints one line naming them and returns
 exit code 2, also when a Ray worker raised them. A traceback and exit 1 mean a bug.
+
+Exit codes, the same for every job (docs/operations.md, "Exit codes"):
+
+- 0: done (or skipped: the output was already complete with the same settings);
+- 1: a bug (with its traceback);
+- 2: bad input or environment (one line ``error: ...`` naming the file, line, path or value);
+- 3: a grid (``reproduce``, ``init --grid``) finished, but some cells failed: one line ``error: cell ...`` each;
+  the other cells' results are written, and a rerun retries the failed cells;
+- 130: interrupted (Ctrl-C, SIGINT);
+- 143: terminated (SIGTERM: preemption, ``kill``, ``docker stop``), after one line ``error: terminated (SIGTERM)``,
+  with the output's lock released and a Ray cluster the job started shut down.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
+import signal
 import sys
 import textwrap
+import threading
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -32,12 +46,14 @@ from sembridge_ray.config import (
     merge,
     suggestion,
 )
-from sembridge_ray.errors import ENVIRONMENT_ERRNOS, InputError, environment_errno
+from sembridge_ray.errors import ENVIRONMENT_ERRNOS, InputError, Terminated, environment_errno
 from sembridge_ray.jobs import JOBS, PRESET_DIR, Flag, job_spec, presets
 
 C = TypeVar("C", bound=Config)
 log = logging.getLogger(__name__)
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+EXIT_DONE, EXIT_BUG, EXIT_INPUT, EXIT_FAILED_CELLS = 0, 1, 2, 3
+EXIT_INTERRUPTED, EXIT_TERMINATED = 128 + signal.SIGINT, 128 + signal.SIGTERM
 
 
 def resolve_preset(name: str, job: str) -> Path:
@@ -243,24 +259,80 @@ def quiet_third_parties() -> None:
         warnings.filterwarnings("ignore", message=f".*{text}.*")
 
 
+# Set by the SIGTERM handler: what the job's body raises afterwards may no longer be the Terminated itself (inside
+# ray.get, Ray turns a signal handler's KeyboardInterrupt into a fresh one, and any other exception into a
+# SystemError), so run_job tells a terminated job by this.
+_sigterm_received = threading.Event()
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    """The SIGTERM handler: stop the job where the main thread is. Further SIGTERMs are ignored while it unwinds
+    (releasing its lock, shutting Ray down), so they cannot interrupt that."""
+    _sigterm_received.set()
+    signal.signal(signal.SIGTERM, _ignore_signal)
+    raise Terminated(signum)
+
+
+def _ignore_signal(signum: int, frame: object) -> None:
+    """A Python-level no-op rather than SIG_IGN, which the processes Ray starts meanwhile would inherit."""
+
+
+@contextlib.contextmanager
+def terminate_on_sigterm() -> Iterator[None]:
+    """While inside, SIGTERM raises :class:`Terminated` in the main thread (Python's default would end the process
+    at once, leaving the lock and Ray's processes behind). The previous handler is restored after, unless a SIGTERM
+    came: the process is then on its way out, and further SIGTERMs stay ignored so that what runs at exit (the Ray
+    cluster's shutdown, see ``distributed.cluster``) completes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set from the main thread; the caller's handler stays
+        return
+    _sigterm_received.clear()
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        if signal.getsignal(signal.SIGTERM) is not _ignore_signal:
+            signal.signal(signal.SIGTERM, previous)
+
+
 def run_job(main: Callable[[], int], level: str = "INFO") -> int:
     """Run a job's body. Bad input and environment errors (disk full, read-only, permission) become one line on
-    stderr and exit code 2, also when a Ray worker raised them; a traceback and exit 1 are left for bugs."""
+    stderr and exit code 2, also when a Ray worker raised them; a traceback and exit 1 are left for bugs. SIGTERM
+    and Ctrl-C unwind the body and end it with one line and exit code 143 or 130 (see the module docstring)."""
     logging.basicConfig(
         level=getattr(logging, level), format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True
     )
     quiet_third_parties()
     try:
-        return main()
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-    except Exception as err:
-        message = user_error(err)
-        if message is None:
+        with terminate_on_sigterm():
+            return main()
+    except BaseException as err:
+        code, message = _ending(err)
+        if code is None:
             raise
-        print(f"error: {message}", file=sys.stderr)
-        return 2
+        print(message, file=sys.stderr)
+        return code
+
+
+def _ending(err: BaseException) -> tuple[int | None, str]:
+    """How a job whose body raised ``err`` ends: (exit code, the line for stderr), or (None, "") for a bug (and for
+    a SystemExit of the body's own, e.g. ``--help``), whose traceback or exit stays as it is."""
+    # ray.init installs sys.exit(SIGTERM) as the handler while it starts (distributed.cluster puts run_job's back)
+    if _sigterm_received.is_set() or (isinstance(err, SystemExit) and err.code == signal.SIGTERM):
+        return EXIT_TERMINATED, "error: terminated (SIGTERM)"
+    if isinstance(err, KeyboardInterrupt):
+        return EXIT_INTERRUPTED, "interrupted"
+    message = user_error(err) if isinstance(err, Exception) else None
+    return (None, "") if message is None else (EXIT_INPUT, f"error: {message}")
+
+
+def failed_cells(failures: Mapping[str, str]) -> list[str]:
+    """One line per failed cell of a grid: its name and the first line of its error."""
+    lines = []
+    for cell, error in sorted(failures.items()):
+        first = (error.strip().splitlines() or ["(no message)"])[0]
+        lines.append(f"error: cell {cell} failed: {first}")
+    return lines
 
 
 def _level(argv: Sequence[str]) -> str:
@@ -273,7 +345,8 @@ def _level(argv: Sequence[str]) -> str:
 
 
 def run(job: str, argv: Sequence[str] | None = None, prog: str | None = None) -> int:
-    """Parse, run and report one job; the exit code (0 ok, 1 failures recorded, 2 bad input or environment)."""
+    """Parse, run and report one job; the exit code (see the module docstring: 0 done, 2 bad input or environment,
+    3 a grid with failed cells, listed on stderr, one line each)."""
     spec = job_spec(job)
     args = list(sys.argv[1:] if argv is None else argv)
     level = _level(args)
@@ -295,8 +368,11 @@ def run(job: str, argv: Sequence[str] | None = None, prog: str | None = None) ->
             return 0
         result = spec.run(cfg)
         print(spec.report(result))
-        ok = getattr(result, "ok", True) and not getattr(result, "failures", None)
-        return 0 if ok else 1
+        failures = getattr(result, "failures", None)
+        if failures:
+            print("\n".join(failed_cells(failures)), file=sys.stderr)
+            return EXIT_FAILED_CELLS
+        return EXIT_DONE if getattr(result, "ok", True) else EXIT_BUG
 
     return run_job(body, level)
 

@@ -13,6 +13,7 @@ import difflib
 import inspect
 import itertools
 import logging
+import math
 import textwrap
 import types
 import typing
@@ -125,6 +126,13 @@ def _literal_fields(cls: type) -> tuple[tuple[str, tuple[Any, ...]], ...]:
     )
 
 
+@cache
+def _float_fields(cls: type) -> tuple[str, ...]:
+    """The fields annotated ``float`` or ``float | None``."""
+    hints = typing.get_type_hints(cls)
+    return tuple(f.name for f in dataclasses.fields(cls) if hints[f.name] in (float, float | None))
+
+
 def suggestion(name: str, cls: type, prefix: str = "") -> str:
     """ "; did you mean X?" for an unknown key: a key of the same name in a section, else the closest key."""
     keys = [prefix + k for k in dotted_keys(cls)]
@@ -150,6 +158,10 @@ class Config:
         for name, choices in _literal_fields(type(self)):  # type: ignore[arg-type]
             value = getattr(self, name)
             require(value in choices, name, value, f"must be one of {list(choices)}")
+        for name in _float_fields(type(self)):  # type: ignore[arg-type]
+            value = getattr(self, name)
+            ok = value is None or (isinstance(value, int | float) and math.isfinite(value))
+            require(ok, name, value, "must be a finite number")  # inf and nan pass every range check
         self.check()
 
     def check(self) -> None:
@@ -204,13 +216,37 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
 
 
 def load_preset(path: Path) -> dict[str, Any]:
-    """Read a YAML preset with every scalar kept as a string (no YAML 1.1 ``no`` -> False surprises)."""
+    """Read a YAML preset with every scalar kept as a string (no YAML 1.1 ``no`` -> False surprises). A file that is
+    not UTF-8 or not YAML is a :class:`ConfigError` naming the file, line and column."""
+    from sembridge_ray.data.text import text_lines
+
     if not path.is_file():
         raise ConfigError(f"config preset not found: {path}")
-    data = yaml.load(path.read_text(encoding="utf-8"), Loader=yaml.BaseLoader) or {}
+    try:
+        text = "".join(line for _, line in text_lines(path))
+    except InputError as err:  # not UTF-8: the message names the line
+        raise ConfigError(f"config preset {err}") from None
+    try:
+        data = yaml.load(text, Loader=yaml.BaseLoader) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(_yaml_problem(path, text, err)) from None
     if not isinstance(data, dict):
         raise ConfigError(f"config preset {path} must hold a mapping")
     return data
+
+
+def _yaml_problem(path: Path, text: str, err: yaml.YAMLError) -> str:
+    """One line for a YAML syntax error: ``file:line:column: what``. PyYAML's marks count from 0; its reader's
+    errors (a control character) give an offset into ``text`` instead."""
+    mark = getattr(err, "problem_mark", None)
+    line, column = (mark.line, mark.column) if mark is not None else (None, None)
+    if mark is None and isinstance(getattr(err, "position", None), int):
+        before = text[: err.position]  # type: ignore[attr-defined]
+        line, column = before.count("\n"), len(before) - (before.rfind("\n") + 1)
+    where = str(path) if line is None or column is None else f"{path}:{line + 1}:{column + 1}"
+    problem = getattr(err, "problem", None) or str(err).strip().splitlines()[0]
+    context = getattr(err, "context", None)
+    return f"config preset {where}: not valid YAML: {problem}" + (f" ({context})" if context else "")
 
 
 def merge(base: Mapping[str, Any], delta: Mapping[str, Any]) -> dict[str, Any]:

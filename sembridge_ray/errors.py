@@ -11,6 +11,22 @@ class InputError(ValueError):
     """Bad input (a missing model, a malformed row, an unknown config key); the message names it."""
 
 
+class Terminated(KeyboardInterrupt):
+    """The job was asked to stop by a signal (SIGTERM: a scheduler's preemption, ``kill``, ``docker stop``).
+
+    :func:`sembridge_ray.cli.run_job` raises it in the main thread when the signal arrives, so every context manager
+    unwinds (the output lock is released, a directory the run created and left empty is removed) before the job
+    exits 143. A ``KeyboardInterrupt``, because that is what libraries already treat as "stop now": ``except
+    Exception`` lets it pass, Ray Data shuts its executor down on it, and a ``ray.get`` it interrupts raises a
+    ``KeyboardInterrupt`` (any other exception from a signal handler becomes a ``SystemError`` there, which a
+    failing grid cell's ``except Exception`` would record as a failure and go on).
+    """
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
 ENVIRONMENT_ERRNOS = {
     errno.ENOSPC: "disk full",
     errno.EDQUOT: "disk quota exceeded",

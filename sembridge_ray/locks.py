@@ -1,11 +1,16 @@
 """One writer per output directory: an exclusive lock file, ``<output>/.lock``, taken before anything is written.
 
 The lock is a file created with ``O_CREAT | O_EXCL`` (atomic on local filesystems and on NFSv3+), holding its
-owner: pid, host, the process's start time and the command. A lock whose owner is gone is broken with a warning:
+owner: pid, host, pid namespace, the process's start time and the command. The owner touches the file every
+:data:`HEARTBEAT_S` seconds while it holds the lock. A lock whose owner is gone is broken with a warning:
 
-- same host: the pid is not running, or it now belongs to another process (a different start time);
-- another host: its heartbeat is older than :data:`STALE_AFTER_S` (the owner touches the file every
-  :data:`HEARTBEAT_S` seconds while it holds the lock), since a pid on another machine cannot be checked.
+- same host and the same pid namespace (the kernel's boot id and the namespace's inode match): the pid is not
+  running, or it now belongs to another process (a different start time);
+- same host name but another or an unknown pid namespace (two containers sharing a hostname and an NFS output; a
+  lock written by an older version): the pid is not running here *and* the heartbeat is older than
+  :data:`SAME_HOST_STALE_S`, since a live owner's pid may simply not exist in this namespace;
+- another host: its heartbeat is older than :data:`STALE_AFTER_S`, since a pid on another machine cannot be checked
+  (and the clocks of two machines may disagree).
 
 A live owner is reported, never waited for: the second run exits at once naming it. On object storage (s3://,
 gs://) there is no exclusive create, so outputs must be on a POSIX filesystem (local disk, NFS, Lustre, …);
@@ -30,6 +35,8 @@ from sembridge_ray.errors import InputError
 LOCK = ".lock"
 HEARTBEAT_S = 30.0
 STALE_AFTER_S = 600.0
+SAME_HOST_STALE_S = 3 * HEARTBEAT_S
+"""How old the heartbeat of a same-host lock from another pid namespace must be, besides its pid not running here."""
 log = logging.getLogger(__name__)
 
 
@@ -46,14 +53,47 @@ class Holder:
     started: float
     proc_start: str
     command: str
+    pid_ns: str = ""
+    """The boot id and pid namespace the pid belongs to (:func:`pid_namespace`); "" where unknown (older locks)."""
 
     @classmethod
     def me(cls) -> Holder:
-        return cls(os.getpid(), socket.gethostname(), time.time(), _proc_start(os.getpid()), " ".join(sys.argv)[:300])
+        return cls(
+            os.getpid(),
+            socket.gethostname(),
+            time.time(),
+            _proc_start(os.getpid()),
+            " ".join(sys.argv)[:300],
+            pid_namespace(),
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, object]) -> Holder:
+        """From the lock's JSON; keys a newer version may add are ignored."""
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})  # type: ignore[arg-type]
+
+    def here(self) -> bool:
+        """Whether its pid is one of this machine's and pid namespace's (so that checking the pid means something)."""
+        return self.host == socket.gethostname() and bool(self.pid_ns) and self.pid_ns == pid_namespace()
 
     def describe(self) -> str:
         when = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(self.started))
-        return f"pid {self.pid} on host {self.host} (started {when})"
+        where = ""
+        if self.host == socket.gethostname() and not self.here():
+            where = ", in another pid namespace" if self.pid_ns else ", pid namespace not recorded"
+        return f"pid {self.pid} on host {self.host} (started {when}{where})"
+
+
+def pid_namespace() -> str:
+    """``<boot id>/<pid namespace inode>``: the namespace's inode is unique on one running kernel, the boot id
+    tells kernels (machines, reboots) apart; two containers sharing a hostname differ in one of them. "" where
+    /proc does not say."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+    return f"{boot}/{namespace}"
 
 
 def _proc_start(pid: int) -> str:
@@ -66,9 +106,10 @@ def _proc_start(pid: int) -> str:
 
 
 def _alive(holder: Holder) -> bool:
-    """Whether the holder still runs: same host by pid and start time, another host by its heartbeat."""
+    """Whether the holder's pid still runs here with the start time it recorded (True for another host's lock:
+    decided by the heartbeat age instead)."""
     if holder.host != socket.gethostname():
-        return True  # decided by the heartbeat age instead
+        return True
     try:
         os.kill(holder.pid, 0)
     except ProcessLookupError:
@@ -81,8 +122,8 @@ def _alive(holder: Holder) -> bool:
 def read_holder(path: Path) -> Holder | None:
     """The lock's holder, or None when the file is absent or unreadable (being written, or damaged)."""
     try:
-        return Holder(**json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, ValueError, TypeError):
+        return Holder.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError, AttributeError):
         return None
 
 
@@ -100,7 +141,13 @@ def _stale(path: Path, holder: Holder | None) -> bool:
         return True
     if holder is None:
         return age > 10.0  # a lock that stays unreadable was left half-written by a crash
-    return age > STALE_AFTER_S or not _alive(holder)
+    if age > STALE_AFTER_S:
+        return True
+    if holder.here():
+        return not _alive(holder)
+    # Same host name, another (or an unknown) pid namespace: a pid missing here may run there, but its heartbeat
+    # would then be fresh.
+    return age > SAME_HOST_STALE_S and not _alive(holder)
 
 
 def check_unlocked(out_dir: Path) -> None:
@@ -120,6 +167,12 @@ def _locked_message(out_dir: Path, holder: Holder | None) -> str:
     )
 
 
+def _missing_message(out_dir: Path) -> str:
+    if out_dir.is_symlink():
+        return f"output {out_dir} is a symbolic link to {os.readlink(out_dir)}, which does not exist"
+    return f"output {out_dir} does not exist (removed while this run was starting?)"
+
+
 class OutputLock:
     """The exclusive lock of one output directory; a context manager. The directory must exist."""
 
@@ -133,6 +186,8 @@ class OutputLock:
         for _ in range(3):
             try:
                 fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileNotFoundError:
+                raise InputError(_missing_message(self.path.parent)) from None
             except FileExistsError:
                 seen = _read_bytes(self.path)
                 holder = read_holder(self.path)
@@ -161,6 +216,10 @@ class OutputLock:
         while not self._stop.wait(HEARTBEAT_S):
             with contextlib.suppress(OSError):
                 os.utime(self.path)
+
+    def moved_to(self, directory: Path) -> None:
+        """The held lock's directory is about to be renamed to ``directory`` (an ``--overwrite`` swap): follow it."""
+        self.path = Path(directory) / LOCK
 
     def release(self) -> None:
         self._stop.set()

@@ -44,7 +44,20 @@ def read_pairs(path: Path) -> pa.Table:
     if missing:
         raise InputError(f"pairs file {path} lacks column(s) {', '.join(missing)}")
     keep = [QUERY, POSITIVE, *sorted(c for c in table.column_names if c.startswith(NEGATIVE_PREFIX))]
+    for name in keep:
+        _check_text_column(path, name, table.column(name))
     return table.select(keep)
+
+
+def _check_text_column(path: Path, name: str, column: pa.ChunkedArray) -> None:
+    """A pairs column must hold valid UTF-8 strings: Parquet readers do not check that the bytes of a string column
+    are UTF-8, and a bad one would fail later, in a training worker, with a traceback."""
+    if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+        raise InputError(f"pairs file {path}: column {name!r} holds {column.type}, not text (string)")
+    try:
+        column.validate(full=True)
+    except pa.ArrowInvalid as err:
+        raise InputError(f"pairs file {path}: column {name!r} is not valid UTF-8 text ({err})") from None
 
 
 def pairs_from_retrieval(

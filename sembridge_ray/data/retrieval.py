@@ -15,7 +15,6 @@ Documents are ``title + " " + text``. Corpora are streamed in Arrow batches, nev
 
 from __future__ import annotations
 
-import gzip
 import json
 import logging
 from collections.abc import Callable, Iterator
@@ -26,6 +25,7 @@ from typing import Any
 import pyarrow as pa
 
 from sembridge_ray.data.schema import ID, TEXT
+from sembridge_ray.data.text import text_lines
 from sembridge_ray.errors import InputError
 
 log = logging.getLogger(__name__)
@@ -90,28 +90,23 @@ def doc_text(title: str | None, text: str | None) -> str:
     return f"{title or ''} {text or ''}".strip()
 
 
-def _open_text(path: Path) -> Any:
-    return gzip.open(path, "rt", encoding="utf-8") if str(path).endswith(".gz") else open(path, encoding="utf-8")
-
-
 def jsonl_batches(paths: list[Path], id_key: str, size: int) -> Iterator[pa.Table]:
     """Stream JSONL(.gz) documents {id_key, title?, text} as (id, text) tables; bad lines name file:line."""
     ids: list[str] = []
     texts: list[str] = []
     for path in paths:
-        with _open_text(path) as fh:
-            for lineno, line in enumerate(fh, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                    ids.append(str(row[id_key]))
-                    texts.append(doc_text(row.get("title"), row.get("text")))
-                except (ValueError, KeyError, TypeError):
-                    raise InputError(f"{path}:{lineno}: not a JSON object with {id_key!r} and 'text'") from None
-                if len(ids) == size:
-                    yield pa.table({ID: ids, TEXT: texts}, schema=CORPUS_SCHEMA)
-                    ids, texts = [], []
+        for lineno, line in text_lines(path):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                ids.append(str(row[id_key]))
+                texts.append(doc_text(row.get("title"), row.get("text")))
+            except (ValueError, KeyError, TypeError):
+                raise InputError(f"{path}:{lineno}: not a JSON object with {id_key!r} and 'text'") from None
+            if len(ids) == size:
+                yield pa.table({ID: ids, TEXT: texts}, schema=CORPUS_SCHEMA)
+                ids, texts = [], []
     if ids:
         yield pa.table({ID: ids, TEXT: texts}, schema=CORPUS_SCHEMA)
 
@@ -119,16 +114,15 @@ def jsonl_batches(paths: list[Path], id_key: str, size: int) -> Iterator[pa.Tabl
 def read_jsonl_queries(path: Path) -> dict[str, str]:
     """BEIR ``queries.jsonl``; a query id that appears twice is an error naming it."""
     queries: dict[str, str] = {}
-    with _open_text(path) as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                qid, text = str(row["_id"]), str(row["text"])
-            except (ValueError, KeyError, TypeError):
-                raise InputError(f"{path}:{lineno}: not a JSON object with '_id' and 'text'") from None
-            _add_query(queries, qid, text, f"{path}:{lineno}")
+    for lineno, line in text_lines(path):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            qid, text = str(row["_id"]), str(row["text"])
+        except (ValueError, KeyError, TypeError):
+            raise InputError(f"{path}:{lineno}: not a JSON object with '_id' and 'text'") from None
+        _add_query(queries, qid, text, f"{path}:{lineno}")
     return queries
 
 
@@ -141,32 +135,30 @@ def _add_query(queries: dict[str, str], qid: str, text: str, where: str) -> None
 def read_tsv_topics(path: Path) -> dict[str, str]:
     """Anserini topics: ``qid<TAB>text``, no header."""
     queries: dict[str, str] = {}
-    with _open_text(path) as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            qid, sep, text = line.rstrip("\r\n").partition("\t")
-            if not sep:
-                raise InputError(f"{path}:{lineno}: expected 'qid<TAB>text'")
-            _add_query(queries, qid, text, f"{path}:{lineno}")
+    for lineno, line in text_lines(path):
+        if not line.strip():
+            continue
+        qid, sep, text = line.rstrip("\r\n").partition("\t")
+        if not sep:
+            raise InputError(f"{path}:{lineno}: expected 'qid<TAB>text'")
+        _add_query(queries, qid, text, f"{path}:{lineno}")
     return queries
 
 
 def read_qrels(path: Path) -> Qrels:
     """TREC qrels (``qid Q0 docid rel``, no header) or BEIR qrels (``query-id corpus-id score``, header)."""
     qrels: Qrels = {}
-    with _open_text(path) as fh:
-        for lineno, line in enumerate(fh, start=1):
-            fields = line.split()
-            if not fields or (lineno == 1 and fields[0] == "query-id"):
-                continue
-            if len(fields) not in (3, 4):
-                raise InputError(f"{path}:{lineno}: expected 3 (BEIR) or 4 (TREC) columns, got {len(fields)}")
-            qid, doc, rel = (fields[0], fields[1], fields[2]) if len(fields) == 3 else (fields[0], fields[2], fields[3])
-            try:
-                qrels.setdefault(qid, {})[doc] = int(float(rel))
-            except ValueError:
-                raise InputError(f"{path}:{lineno}: relevance {rel!r} is not a number") from None
+    for lineno, line in text_lines(path):
+        fields = line.split()
+        if not fields or (lineno == 1 and fields[0] == "query-id"):
+            continue
+        if len(fields) not in (3, 4):
+            raise InputError(f"{path}:{lineno}: expected 3 (BEIR) or 4 (TREC) columns, got {len(fields)}")
+        qid, doc, rel = (fields[0], fields[1], fields[2]) if len(fields) == 3 else (fields[0], fields[2], fields[3])
+        try:
+            qrels.setdefault(qid, {})[doc] = int(float(rel))
+        except ValueError:
+            raise InputError(f"{path}:{lineno}: relevance {rel!r} is not a number") from None
     return qrels
 
 

@@ -6,6 +6,7 @@ import csv
 from dataclasses import dataclass
 from pathlib import Path
 
+from sembridge_ray.data.text import text_lines
 from sembridge_ray.errors import InputError
 
 SICK_FILES = {"train": "SICK_train.txt", "trial": "SICK_trial.txt", "test": "SICK_test_annotated.txt"}
@@ -27,8 +28,7 @@ def read_sick(path: Path) -> list[Pair]:
     path = Path(path)
     if not path.is_file():
         raise InputError(f"SICK file not found: {path}")
-    with open(path, encoding="utf-8", newline="") as fh:
-        rows = list(csv.reader(fh, delimiter="\t", quoting=csv.QUOTE_NONE))
+    rows = list(csv.reader((line for _, line in text_lines(path)), delimiter="\t", quoting=csv.QUOTE_NONE))
     if not rows or any(col not in rows[0] for col in _REQUIRED):
         raise InputError(f"{path}:1: header must contain {', '.join(_REQUIRED)}")
     header = rows[0]

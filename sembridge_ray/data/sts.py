@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from sembridge_ray.data.sick import Pair
+from sembridge_ray.data.text import text_lines
 from sembridge_ray.errors import InputError
 
 
@@ -15,22 +16,21 @@ def read_sts(path: Path) -> list[Pair]:
     if not path.is_file():
         raise InputError(f"STS file not found: {path}")
     pairs = []
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            line = line.rstrip("\r\n")
-            if not line.strip():
-                continue
-            fields = line.split("\t")
-            if len(fields) != 3:
-                raise InputError(f"{path}:{lineno}: expected 3 tab-separated columns, got {len(fields)}")
-            score, a, b = fields
-            if not score.strip():
-                continue  # pairs the organisers did not score
-            try:
-                value = float(score)
-            except ValueError:
-                raise InputError(f"{path}:{lineno}: score {score!r} is not a number") from None
-            pairs.append(Pair(f"{path.parent.name}/{path.name}:{lineno}", a, b, value))
+    for lineno, line in text_lines(path):
+        line = line.rstrip("\r\n")
+        if not line.strip():
+            continue
+        fields = line.split("\t")
+        if len(fields) != 3:
+            raise InputError(f"{path}:{lineno}: expected 3 tab-separated columns, got {len(fields)}")
+        score, a, b = fields
+        if not score.strip():
+            continue  # pairs the organisers did not score
+        try:
+            value = float(score)
+        except ValueError:
+            raise InputError(f"{path}:{lineno}: score {score!r} is not a number") from None
+        pairs.append(Pair(f"{path.parent.name}/{path.name}:{lineno}", a, b, value))
     return pairs
 
 
@@ -47,6 +47,5 @@ def sts_files(sts_dir: Path, years: Sequence[int]) -> list[Path]:
 
 def read_sts_sentences(path: Path) -> list[str]:
     """Both sentences of every line of one STS file, scored or not (unlabeled text for word vectors)."""
-    with open(path, encoding="utf-8") as fh:
-        rows = [line.rstrip("\r\n").split("\t") for line in fh if line.strip()]
+    rows = [line.rstrip("\r\n").split("\t") for _, line in text_lines(path) if line.strip()]
     return [s for fields in rows if len(fields) == 3 for s in fields[1:]]

@@ -17,16 +17,20 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import ray
 
+from sembridge_ray.errors import InputError
 from sembridge_ray.placement import Placement, ResourceConfig, plan_placement
 
 log = logging.getLogger(__name__)
 REAP_TIMEOUT_S = 15.0
+REACH_TIMEOUT_S = 10.0
 _owned = False
 _announced: set[str] = set()
 
@@ -53,7 +57,9 @@ def connect(num_cpus: int | None = None) -> ClusterInfo:
         level = logging.WARNING if quiet else logging.DEBUG
         setup = {"worker_process_setup_hook": "sembridge_ray.distributed.cluster.setup_worker"}
         address = os.environ.get("RAY_ADDRESS")
+        sigterm = signal.getsignal(signal.SIGTERM)  # ray.init replaces it with sys.exit(15); the job's own stays
         if address:
+            require_reachable()
             ray.init(address=address, runtime_env=setup, logging_level=level, log_to_driver=True)
         else:
             # A fresh local cluster, never an unrelated `ray start` head found in /tmp/ray; it binds to loopback
@@ -80,7 +86,8 @@ def connect(num_cpus: int | None = None) -> ClusterInfo:
                 else:
                     os.environ["RAY_GCS_SERVER_PORT"] = previous
             _owned = True
-            atexit.register(shutdown)
+        atexit.register(shutdown)  # before Ray's own: Ray Data is stopped first (see _stop_datasets)
+        _restore_sigterm(sigterm)
         quiet_ray()
     res = ray.cluster_resources()
     info = ClusterInfo(
@@ -93,6 +100,13 @@ def connect(num_cpus: int | None = None) -> ClusterInfo:
         _announced.add(info.address)
         log.info("Ray cluster at %s: %d node(s), %g CPUs, %g GPUs", info.address, info.nodes, info.cpus, info.gpus)
     return info
+
+
+def _restore_sigterm(handler: Any) -> None:
+    """Put back a Python SIGTERM handler that ray.init replaced (cli.run_job's unwinds the job: lock released, exit
+    143). Without one (the default action), Ray's stays: it exits through atexit, which shuts the cluster down."""
+    if callable(handler) and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, handler)
 
 
 def quiet_ray() -> None:
@@ -148,10 +162,27 @@ def shutdown() -> None:
     if not ray.is_initialized():
         return
     started = _descendants(os.getpid()) if _owned else []
+    _stop_datasets()
     ray.shutdown()
     if _owned:
         _reap(started)
     _owned = False
+
+
+def _stop_datasets(timeout: float = 10.0) -> None:
+    """Stop the Ray Data executions still running (a job stopped by SIGTERM or Ctrl-C in the middle of a dataset):
+    their scheduling thread would call into Ray after the shutdown, which ends the process at once with exit code 1,
+    before the cluster's processes are waited for."""
+    try:
+        from ray.data._internal.execution.streaming_executor import StreamingExecutor
+    except ImportError:  # another Ray layout: nothing to stop this way
+        return
+    running = [t for t in threading.enumerate() if isinstance(t, StreamingExecutor) and t.is_alive()]
+    for executor in running:
+        executor.shutdown(force=True)
+    deadline = time.monotonic() + timeout
+    for executor in running:
+        executor.join(max(0.0, deadline - time.monotonic()))
 
 
 def _descendants(pid: int) -> list[int]:
@@ -187,6 +218,43 @@ def _reap(pids: list[int], timeout: float = REAP_TIMEOUT_S) -> None:
             os.kill(pid, signal.SIGKILL)
     if left:
         log.warning("killed %d Ray processes of this job that outlived the shutdown", len(left))
+
+
+def require_reachable(timeout_s: float = REACH_TIMEOUT_S) -> None:
+    """With ``RAY_ADDRESS`` set, check that something answers there within ``timeout_s`` (a TCP connect to its host
+    and port, retried), before a job claims its output: ``ray.init`` would otherwise retry for minutes. Nothing to
+    check for ``auto``, ``local`` or an already connected driver. A refusal is one :class:`InputError` line."""
+    address = os.environ.get("RAY_ADDRESS", "").strip()
+    if not address or address in ("auto", "local") or ray.is_initialized():
+        return
+    host, port = address_endpoint(address)
+    deadline, last = time.monotonic() + timeout_s, ""
+    while True:
+        try:
+            with socket.create_connection((host, port), timeout=min(2.0, timeout_s)):
+                return
+        except OSError as err:
+            last = err.strerror or type(err).__name__
+        if time.monotonic() >= deadline:
+            raise InputError(
+                f"RAY_ADDRESS={address}: no Ray cluster answers at {host}:{port} ({last}, {timeout_s:g} s); start it "
+                "or unset RAY_ADDRESS to run on a private local cluster"
+            )
+        time.sleep(0.5)
+
+
+def address_endpoint(address: str) -> tuple[str, int]:
+    """``host:port``, ``ray://host:port`` or ``http(s)://host:port`` -> (host, port); the ports Ray defaults to
+    (GCS 6379, client 10001, dashboard 8265) when none is given."""
+    scheme, sep, rest = address.partition("://")
+    if not sep:
+        scheme, rest = "", address
+    default = {"ray": 10001, "http": 8265, "https": 443}.get(scheme, 6379)
+    hostport = rest.split("/", 1)[0]
+    host, colon, port = hostport.rpartition(":")
+    if not colon or not port.isdigit():
+        return hostport.strip("[]"), default
+    return host.strip("[]"), int(port)
 
 
 def placement(res: ResourceConfig, reserve: bool = True) -> Placement:

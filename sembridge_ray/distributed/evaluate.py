@@ -67,24 +67,32 @@ def run_evaluate(cfg: EvaluateConfig, inputs: dict[str, str] | None = None) -> E
     identities) may be given by a caller that planned them (``jobs.reproduce``).
     """
     cfg.require_inputs()
+    cluster.require_reachable()
     (model, model_id), (spec, data_id) = resolve_model(cfg.model), resolve_dataset(cfg.dataset)
     data = load_retrieval(spec, cfg.split)
     if not data.qrels:
         raise InputError(f"dataset {cfg.dataset!r}: split {data.split!r} has no qrels")
+    if not any(data.queries.get(q, "").strip() for q in data.qrels):
+        raise InputError(
+            f"dataset {cfg.dataset!r}: none of the {len(data.qrels)} queries judged in split {data.split!r} has a text "
+            f"({len(data.queries)} queries read)"
+        )
     identity = cfg.identity("evaluate", inputs or {"model": model_id, "dataset": data_id})
     out = Path(cfg.output)
     with claim_output(out, identity, cfg.overwrite) as claim:
         if claim.done:
             return EvaluateResult.from_metrics(str(out), json.loads((out / METRICS).read_text(encoding="utf-8")), True)
-        write_config(cfg, out / CONFIG)
+        work = claim.path  # the output, or its staging directory under --overwrite
+        write_config(cfg, work / CONFIG)
         clock = _Clock()
         key = fingerprint(identity.inputs["model"], identity.inputs["dataset"])
-        docs, docs_hit = encode_corpus(cfg, model, data, key)
+        cache = Path(cfg.cache_dir) if cfg.cache_dir else work / "cache"
+        docs, docs_hit = encode_corpus(cfg, model, data, key, cache)
         clock.lap("encode_docs")
         qids = sorted(q for q in data.qrels if q in data.queries)
-        queries, queries_hit = encode_queries(cfg, model, data, qids, fingerprint(key, data.split))
+        queries, queries_hit = encode_queries(cfg, model, data, qids, fingerprint(key, data.split), cache)
         clock.lap("encode_queries")
-        metrics = search_and_score(cfg, docs, queries, data, out / RUN, clock)
+        metrics = search_and_score(cfg, docs, queries, data, work / RUN, clock)
         metrics |= {
             "cache": {"docs": docs_hit, "queries": queries_hit},
             "seconds": clock.laps,
@@ -93,7 +101,7 @@ def run_evaluate(cfg: EvaluateConfig, inputs: dict[str, str] | None = None) -> E
             "split": data.split,
             "top_k": cfg.top_k,
         }
-        atomic_write_json(out / METRICS, metrics)
+        atomic_write_json(work / METRICS, metrics)
         claim.finish(exclude=("cache",))
     return EvaluateResult.from_metrics(str(out), metrics)
 
@@ -109,7 +117,7 @@ class _Clock:
         return self.laps[name]
 
 
-def encode_corpus(cfg: EvaluateConfig, model: str, data: RetrievalData, key: str) -> tuple[Path, bool]:
+def encode_corpus(cfg: EvaluateConfig, model: str, data: RetrievalData, key: str, cache: Path) -> tuple[Path, bool]:
     """The corpus's sparse vectors (cached): staged to Parquet by the driver, encoded by the actor pool."""
     entry = fingerprint(
         "docs", ENCODING_VERSION, key, cfg.max_doc_length, cfg.doc_top_k, cfg.stage_rows, cfg.encode_batch_size
@@ -124,11 +132,11 @@ def encode_corpus(cfg: EvaluateConfig, model: str, data: RetrievalData, key: str
         shutil.rmtree(tmp / "staged")
         return {"rows": rows}
 
-    return cached(_cache(cfg) / f"docs-{entry}", build)
+    return cached(cache / f"docs-{entry}", build)
 
 
 def encode_queries(
-    cfg: EvaluateConfig, model: str, data: RetrievalData, qids: list[str], key: str
+    cfg: EvaluateConfig, model: str, data: RetrievalData, qids: list[str], key: str, cache: Path
 ) -> tuple[Path, bool]:
     """The vectors of the qrels queries that have text (cached)."""
     entry = fingerprint(
@@ -150,11 +158,7 @@ def encode_queries(
             shutil.rmtree(tmp / "staged")
         return {"rows": len(qids)}
 
-    return cached(_cache(cfg) / f"queries-{entry}", build)
-
-
-def _cache(cfg: EvaluateConfig) -> Path:
-    return Path(cfg.cache_dir) if cfg.cache_dir else Path(cfg.output) / "cache"
+    return cached(cache / f"queries-{entry}", build)
 
 
 def encode(files: list[Path], dest: Path, cfg: EvaluateConfig, model: str, role: str) -> None:

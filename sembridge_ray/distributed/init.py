@@ -93,6 +93,7 @@ def collect(ds: ray.data.Dataset, progress: Progress) -> list[pa.Table]:
 
 def run_init(cfg: InitConfig, inputs: dict[str, str] | None = None) -> InitResult:
     """One initialisation through Ray (inputs checked in the driver first; a finished output is skipped)."""
+    cluster.require_reachable()
     return initialise(cfg, ray_stages(cfg), inputs)
 
 

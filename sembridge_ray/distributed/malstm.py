@@ -82,16 +82,18 @@ def input_identities(cfg: MalstmConfig) -> dict[str, str]:
 def run_malstm(cfg: MalstmConfig) -> MalstmResult:
     out = Path(cfg.output)
     identity = cfg.identity("malstm", input_identities(cfg))
+    cluster.require_reachable()
     with claim_output(out, identity, cfg.overwrite) as claim:
         if claim.done:
             return MalstmResult.from_report(str(out), json.loads((out / REPORT).read_text(encoding="utf-8")), True)
+        work = claim.path  # the output, or its staging directory under --overwrite
         start = time.perf_counter()
         data = prepare(cfg)
         prepared = time.perf_counter()
-        write_config(cfg, out / "config.yaml")
+        write_config(cfg, work / "config.yaml")
         results = run_restarts(data, cfg)
         trained = time.perf_counter()
         seconds = {"prepare": round(prepared - start, 1), "train": round(trained - prepared, 1)}
-        report = write_results(out, cfg, data, results, seconds, start)
+        report = write_results(work, cfg, data, results, seconds, start)
         claim.finish(best_seed=report["best_seed"], seconds=report["seconds"])
     return MalstmResult.from_report(str(out), report)

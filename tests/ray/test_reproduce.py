@@ -70,11 +70,15 @@ def test_paper_path_runs_cells_concurrently_records_failures_and_resumes(
         "finetune.max_doc_length=64",
         "finetune.log_every=1",
     ]
-    assert reproduce.main(args) == 1  # one cell failed
-    assert "# Results (nDCG@10)" in capsys.readouterr().out
+    assert reproduce.main(args) == 3  # one cell failed
+    captured = capsys.readouterr()
+    assert "# Results (nDCG@10)" in captured.out
     summary = json.loads((out / "failures.json").read_text(encoding="utf-8"))
     failed = [name for name in summary if "no-such-model" in name]
     assert len(failed) == 1 and "no-such-model" in summary[failed[0]]
+    assert [line for line in captured.err.splitlines() if line.startswith("error: cell ")] == [
+        f"error: cell {failed[0]} failed: {summary[failed[0]].splitlines()[0]}"
+    ]
     assert (out / "cells" / failed[0] / "error.txt").is_file()
 
     rows = list(csv.DictReader((out / "results.csv").open(encoding="utf-8")))
@@ -91,7 +95,7 @@ def test_paper_path_runs_cells_concurrently_records_failures_and_resumes(
     assert {p.name for p in (out / "plots").glob("*.png")} >= {"learning_bert-mlm_ko_miracl.png", "support_sizes.png"}
 
     stamps = {p: p.stat().st_mtime_ns for p in (out / "cells").glob("*/miracl/*/metrics.json")}
-    assert reproduce.main(args) == 1  # rerun: finished stages are skipped, the failing cell is retried
+    assert reproduce.main(args) == 3  # rerun: finished stages are skipped, the failing cell is retried
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
 
     changed = [*args, "finetune.optim.lr=2e-4"]
@@ -102,7 +106,7 @@ def test_paper_path_runs_cells_concurrently_records_failures_and_resumes(
     assert len(err) == 1 and f"{good_cell}/miracl/finetune (optim.lr: 2e-05 → 0.0002)" in err[0]
     assert f"{good_cell}/miracl/finetuned (inputs.model" in err[0] and "--overwrite" in err[0]
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
-    assert reproduce.main([*changed, "--overwrite"]) == 1
+    assert reproduce.main([*changed, "--overwrite"]) == 3
     zero_shot = out / "cells" / good_cell / "miracl" / "zero_shot" / "metrics.json"
     assert zero_shot.stat().st_mtime_ns == stamps[zero_shot]  # unchanged stages are still skipped
     tuned = out / "cells" / good_cell / "miracl" / "finetune" / "config.yaml"

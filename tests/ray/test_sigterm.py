@@ -1,0 +1,59 @@
+"""SIGTERM (preemption, ``kill``, ``docker stop``) ends a running job with one line and exit 143: its output lock
+released, nothing marked complete, and the in-process Ray cluster it started shut down with all its processes."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sembridge_ray.data.sick import write_sick_beir
+from sembridge_ray.locks import LOCK
+from sembridge_ray.outputs import SUCCESS
+from sembridge_ray.resources import SICK_DIR
+from tests.conftest import REPO
+from tests.ray.test_faults import _env, _session
+
+# Log lines, which may come at any time: this project's and Ray's Python loggers, Ray's C++ logs ("[2026-...]"),
+# and what Ray's workers print, forwarded with their name and pid ("(MapWorker(...) pid=123) ...", colored).
+LOG = re.compile(r"^\[?\d{4}-\d\d-\d\d \d\d:\d\d:\d\d|^(\x1b\[[0-9;]*m)?\(.*\bpid=\d+\)")
+
+
+@pytest.mark.slow
+def test_sigterm_while_encoding_ends_the_job_with_one_line_and_143(fixtures_root: Path, tmp_path: Path) -> None:
+    data = write_sick_beir(SICK_DIR, tmp_path / "sick")  # all of SICK: ~5000 documents, encoding takes a while
+    out = tmp_path / "out"
+    cmd = [
+        sys.executable,
+        "-m",
+        "jobs.evaluate",
+        "--model",
+        str(fixtures_root / "bert-mlm"),
+        "--dataset",
+        str(data),
+        "--output",
+        str(out),
+        f"cache_dir={tmp_path / 'cache'}",
+        "--workers",
+        "1",
+    ]
+    proc = subprocess.Popen(
+        cmd, cwd=REPO, env=_env(), start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    before = []
+    assert proc.stderr is not None
+    for line in proc.stderr:  # running: its cluster is up, the output claimed, the corpus staged for encoding
+        before.append(line)
+        if "Ray cluster at" in line:
+            break
+    assert proc.poll() is None and (out / LOCK).is_file(), "".join(before)[-3000:]
+    proc.send_signal(signal.SIGTERM)
+    _, after = proc.communicate(timeout=120)
+    said = [line for line in after.splitlines() if line.strip() and not LOG.match(line)]
+    assert (proc.returncode, said) == (143, ["error: terminated (SIGTERM)"]), after[-3000:]
+    assert not (out / LOCK).exists() and not (out / SUCCESS).exists()
+    assert _session(proc.pid) == [], "Ray processes of the job outlived it"

@@ -1,0 +1,158 @@
+"""The exit codes every job shares (sembridge_ray/cli.py's docstring, docs/operations.md "Exit codes"): 0 done,
+1 a bug, 2 bad input or environment, 3 a grid with failed cells (listed), 130 interrupted, 143 terminated."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sembridge_ray import cli
+from sembridge_ray.jobs import reproduce
+from sembridge_ray.jobs.reproduce import ReproduceConfig, ReproduceResult
+from sembridge_ray.locks import LOCK, OutputLock
+from tests.conftest import error_lines
+
+
+@pytest.fixture
+def sigterm_handler() -> Iterator[None]:
+    """The test process's SIGTERM handler, put back after a test that was sent SIGTERM."""
+    previous = signal.getsignal(signal.SIGTERM)
+    yield
+    signal.signal(signal.SIGTERM, previous)
+
+
+def _fake_reproduce(monkeypatch: pytest.MonkeyPatch, failures: dict[str, str]) -> None:
+    """``reproduce`` with its grid replaced by a result with these failures (the CLI's mapping is under test)."""
+
+    def fake_run(cfg: ReproduceConfig) -> ReproduceResult:
+        Path(cfg.output, "results.md").write_text("# Results (nDCG@10)\n", encoding="utf-8")
+        return ReproduceResult(output=cfg.output, cells=3, ran=3, failures=failures)
+
+    monkeypatch.setattr(reproduce, "JOB", dataclasses.replace(reproduce.JOB, run=fake_run))
+
+
+def test_a_grid_with_failed_cells_exits_3_listing_each(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    failures = {
+        "bert-ko-sembridge-a4": "InputError: model 'no-such-model' not found\n(more detail)",
+        "bert-ar-fvt": "RuntimeError: CUDA out of memory",
+    }
+    _fake_reproduce(monkeypatch, failures)
+    assert cli.run("reproduce", ["--output", str(tmp_path)]) == cli.EXIT_FAILED_CELLS == 3
+    captured = capsys.readouterr()
+    assert "# Results (nDCG@10)" in captured.out  # the report is still printed
+    assert captured.err.strip().splitlines() == [
+        "error: cell bert-ar-fvt failed: RuntimeError: CUDA out of memory",
+        "error: cell bert-ko-sembridge-a4 failed: InputError: model 'no-such-model' not found",
+    ]
+
+
+def test_a_grid_without_failures_exits_0(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _fake_reproduce(monkeypatch, {})
+    assert cli.run("reproduce", ["--output", str(tmp_path)]) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_the_codes_are_the_documented_ones() -> None:
+    assert (cli.EXIT_DONE, cli.EXIT_BUG, cli.EXIT_INPUT, cli.EXIT_FAILED_CELLS) == (0, 1, 2, 3)
+    assert (cli.EXIT_INTERRUPTED, cli.EXIT_TERMINATED) == (130, 143)  # 128 + the signal, as shells report them
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text(encoding="utf-8")
+    section = docs.split("## Exit codes", 1)[1].split("\n## ", 1)[0]
+    for code in ("0", "1", "2", "3", "130", "143"):
+        assert f"| {code} |" in section, code
+        assert f"- {code}: " in cli.__doc__, code  # type: ignore[operator]
+
+
+def test_sigterm_unwinds_the_job_releases_its_lock_and_exits_143(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], sigterm_handler: None
+) -> None:
+    unwound = []
+
+    def body() -> int:
+        with OutputLock(tmp_path):
+            assert (tmp_path / LOCK).exists()
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)  # handled before os.kill returns to Python
+                pytest.fail("SIGTERM did not stop the job")
+            finally:
+                unwound.append("finally")
+        return 0
+
+    assert cli.run_job(body) == 143
+    assert unwound == ["finally"] and not (tmp_path / LOCK).exists()
+    assert error_lines(capsys) == ["error: terminated (SIGTERM)"]
+
+
+def test_a_second_sigterm_does_not_interrupt_the_unwinding(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], sigterm_handler: None
+) -> None:
+    cleaned = []
+
+    def body() -> int:
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+        finally:
+            os.kill(os.getpid(), signal.SIGTERM)  # e.g. a supervisor that repeats itself
+            cleaned.append("after the second SIGTERM")
+        return 0
+
+    assert cli.run_job(body) == 143
+    assert cleaned == ["after the second SIGTERM"]
+    assert error_lines(capsys) == ["error: terminated (SIGTERM)"]
+
+
+@pytest.mark.parametrize("raised", [KeyboardInterrupt, SystemError])
+def test_sigterm_is_told_apart_from_what_a_library_turned_it_into(
+    capsys: pytest.CaptureFixture[str], sigterm_handler: None, raised: type[BaseException]
+) -> None:
+    """Inside ray.get, Ray catches the handler's exception: a KeyboardInterrupt becomes a fresh KeyboardInterrupt,
+    anything else a SystemError. Either way the job was terminated, not interrupted and not a bug."""
+
+    def body() -> int:
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+        except KeyboardInterrupt as err:
+            raise raised("what the library raises instead") from err
+        return 0
+
+    assert cli.run_job(body) == 143
+    assert error_lines(capsys) == ["error: terminated (SIGTERM)"]
+
+
+def test_the_previous_handler_is_back_after_a_job_that_was_not_terminated(sigterm_handler: None) -> None:
+    def mine(signum: int, frame: object) -> None:
+        pass
+
+    signal.signal(signal.SIGTERM, mine)
+    seen = []
+    assert cli.run_job(lambda: seen.append(signal.getsignal(signal.SIGTERM)) or 0) == 0
+    assert seen[0] is not mine and signal.getsignal(signal.SIGTERM) is mine
+
+
+def test_rays_sigterm_exit_is_reported_as_terminated(capsys: pytest.CaptureFixture[str]) -> None:
+    """While ray.init runs, its own handler turns SIGTERM into sys.exit(15)."""
+
+    def body() -> int:
+        raise SystemExit(signal.SIGTERM)
+
+    assert cli.run_job(body) == 143
+    assert error_lines(capsys) == ["error: terminated (SIGTERM)"]
+    with pytest.raises(SystemExit) as other:  # any other exit code is the body's own
+        cli.run_job(lambda: (_ for _ in ()).throw(SystemExit(4)))
+    assert other.value.code == 4
+
+
+def test_ctrl_c_exits_130(capsys: pytest.CaptureFixture[str]) -> None:
+    def body() -> int:
+        raise KeyboardInterrupt
+
+    assert cli.run_job(body) == 130
+    assert error_lines(capsys) == ["interrupted"]

@@ -14,13 +14,14 @@ from __future__ import annotations
 import json
 import logging
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import ray
 
-from sembridge_ray import bundled, catalog, progress
+from sembridge_ray import catalog, progress
 from sembridge_ray.config import write_config
 from sembridge_ray.data.retrieval import dataset_identity
 from sembridge_ray.distributed import cluster
@@ -56,24 +57,30 @@ class Plan:
         return [("assets", s) for s in self.assets] + [(c, s) for c, stages in self.cells.items() for s in stages]
 
 
-class Identities:
-    """Input identities, computed once per name (a grid asks for the same models and datasets many times)."""
+def input_identity(kind: str, name: str) -> str:
+    """The identity of one input of a stage (see :mod:`sembridge_ray.identity`); a missing one is an InputError."""
+    if kind == "dataset":
+        return dataset_identity(name)
+    if kind == "bridge":
+        return check_bridge(name)
+    return model_identity(name)
 
-    def __init__(self, known: dict[str, str]) -> None:
-        self.memo = dict(known)
+
+class Identities:
+    """Input identities, computed once per (kind, name): a grid asks for the same models and datasets many times.
+    ``known`` maps the paths of inputs that are themselves stages (the demo's source model) to their stage refs."""
+
+    def __init__(self, compute: Callable[[str, str], str] = input_identity) -> None:
+        self.compute = compute
+        self.known: dict[str, str] = {}
+        self._memo: dict[tuple[str, str], str] = {}
 
     def __call__(self, kind: str, name: str) -> str:
-        key = f"{kind}:{name}"
-        if name in self.memo:
-            return self.memo[name]
-        if key not in self.memo:
-            if kind == "dataset":
-                self.memo[key] = dataset_identity(name)
-            elif kind == "bridge":
-                self.memo[key] = check_bridge(name)
-            else:
-                self.memo[key] = model_identity(name)
-        return self.memo[key]
+        if name in self.known:
+            return self.known[name]
+        if (kind, name) not in self._memo:
+            self._memo[(kind, name)] = self.compute(kind, name)
+        return self._memo[(kind, name)]
 
 
 def paper_assets(cfg: ReproduceConfig) -> Assets:
@@ -87,27 +94,12 @@ def paper_assets(cfg: ReproduceConfig) -> Assets:
 
 
 def demo_files(cfg: ReproduceConfig) -> dict[str, Path]:
-    """Build (once) the miniature's deterministic inputs under ``<output>/assets``: the retrieval set, training
-    pairs, the target tokenizer and the untrained MiniLM SPLADE."""
+    """The miniature's deterministic inputs under ``<output>/assets`` (the retrieval set, training pairs, the target
+    tokenizer and the untrained MiniLM SPLADE), built when missing, and rebuilt under ``--overwrite`` when built
+    from other ``demo.*`` settings (:func:`~sembridge_ray.reproduce.demo.check_assets` refused it otherwise)."""
     root = Path(cfg.output) / "assets"
-    files = {
-        "beir": root / "sick-beir",
-        "sick_train": root / "sick-train-pairs.parquet",
-        "source_pairs": root / "source-pairs.parquet",
-        "target": root / "target-bpe",
-        "untrained": root / "minilm-splade-untrained",
-    }
-    if not (files["beir"] / "corpus.jsonl").is_file():
-        demo.build_retrieval_set(files["beir"], cfg.demo.test_pairs)
-    if not files["sick_train"].is_file():
-        demo.write_pairs(demo.sick_pairs(), files["sick_train"])
-    if not files["source_pairs"].is_file():
-        demo.write_pairs(demo.sick_pairs() + demo.sts_pairs(), files["source_pairs"])
-    if not (files["target"] / "tokenizer.json").is_file():
-        bundled.build_sick_bpe(files["target"], cfg.demo.target_vocab)
-    if not (files["untrained"] / "config.json").is_file():
-        bundled.build_minilm_splade(files["untrained"], cfg.demo.mlm_bias)
-    return files
+    demo.check_assets(root, cfg.demo, cfg.overwrite)
+    return demo.build_assets(root, cfg.demo)
 
 
 def demo_tokenizers(cfg: ReproduceConfig) -> dict[str, str]:
@@ -119,16 +111,19 @@ def demo_tokenizers(cfg: ReproduceConfig) -> dict[str, str]:
     return {lang: named[lang] for lang in cfg.languages if lang != DEMO_LANGUAGE}
 
 
-def plan(cfg: ReproduceConfig, gpus: float) -> Plan:
-    """Every stage of every cell, with identities; no stage runs here."""
+def plan(
+    cfg: ReproduceConfig, gpus: float, files: dict[str, Path] | None = None, identify: Identities | None = None
+) -> Plan:
+    """Every stage of every cell, with identities; no stage runs here. ``files`` (the demo's assets; built when not
+    given) and ``identify`` (default: by content) let a test plan without building or reading anything."""
     result = Plan()
+    identify = identify or Identities()
     if cfg.preset == "demo":
-        files = demo_files(cfg)
-        identify = Identities({})
+        files = files or demo_files(cfg)
         source, source_eval = source_stages(cfg, files["untrained"], files["source_pairs"], files["beir"], identify)
         result.assets = [source, source_eval]
         source_model = f"{source.output}/{MODEL}"
-        identify.memo[source_model] = f"{source.ref}/{MODEL}"
+        identify.known[source_model] = f"{source.ref}/{MODEL}"
         # en-bpe: the bundled BPE built above; any other "language" is another English target vocabulary named in
         # target_tokenizers (e.g. en-roberta=DIR): the same source and retrieval set, another segmentation
         tokenizers = {DEMO_LANGUAGE: str(files["target"]), **demo_tokenizers(cfg)}
@@ -138,7 +133,7 @@ def plan(cfg: ReproduceConfig, gpus: float) -> Plan:
             specs={(DEMO_DATASET, lang): (str(files["beir"]), str(files["sick_train"])) for lang in tokenizers},
         )
     else:
-        assets, identify = paper_assets(cfg), Identities({})
+        assets = paper_assets(cfg)
     for cell in cellmod.config_cells(cfg):
         try:
             result.cells[cell.name] = cell_stages(cfg, cell, assets, gpus, identify)
@@ -219,8 +214,11 @@ def _guarded(cfg: ReproduceConfig, name: str, stages: list[Stage]) -> CellOutcom
 def run_reproduce(cfg: ReproduceConfig) -> ReproduceResult:
     """Plan and check every stage, then run every cell (skipping finished stages)."""
     out = Path(cfg.output)
+    cluster.require_reachable()
     out.mkdir(parents=True, exist_ok=True)
     with OutputLock(out):
+        if cfg.preset == "demo":  # before Ray starts: a refusal costs a second
+            demo.check_assets(out / "assets", cfg.demo, cfg.overwrite)
         info = cluster.connect()
         planned = plan(cfg, info.gpus)
         check_plan(cfg, planned)

@@ -10,9 +10,10 @@ Ray tasks; ``results.csv``, ``results.md``, ``comparisons.csv`` and ``plots/``.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from sembridge_ray import catalog
 from sembridge_ray.config import Config, require
@@ -83,7 +84,44 @@ class ReproduceConfig(Config):
     """Redo the stages whose settings changed since they ran (otherwise the run is refused, listing them);
     finished stages with unchanged settings are still skipped."""
 
+    PLANNED: ClassVar[tuple[str, ...]] = (
+        "init.source_model",
+        "init.target_tokenizer",
+        "init.method",
+        "init.alpha",
+        "init.output",
+        "init.overwrite",
+        "init.grid",
+        "init.dry_run",
+        "finetune.model",
+        "finetune.train",
+        "finetune.output",
+        "finetune.overwrite",
+        "evaluate.model",
+        "evaluate.dataset",
+        "evaluate.split",
+        "evaluate.output",
+        "evaluate.cache_dir",
+        "evaluate.overwrite",
+    )
+    """Stage keys the plan sets per cell and stage (from ``models``, ``languages``, ``methods``, ``alphas``,
+    ``datasets``, ``eval_split``, ``output``, ``overwrite``): setting them here is refused, since it would change
+    nothing."""
+    # The stages' identities hold everything else (the sections' own NOT_IDENTITY keys aside); these steer the run.
+    NOT_IDENTITY: ClassVar[tuple[str, ...]] = (
+        "output",
+        "dry_run",
+        "max_concurrent",
+        "gpus_per_cell",
+        "overwrite",
+        *PLANNED,
+    )
+
     def check(self) -> None:
+        for key in self.PLANNED:
+            section, name = key.split(".")
+            value, default = getattr(getattr(self, section), name), getattr(type(getattr(self, section))(), name)
+            require(value == default, key, value, "is set per cell and stage by the grid; leave it unset")
         from sembridge_ray.embed_init.methods import METHODS
         from sembridge_ray.reproduce.cells import parse_alpha, split_variant
 
@@ -102,6 +140,7 @@ class ReproduceConfig(Config):
             except ValueError:
                 value = float("nan")
             require(value >= 1, "alphas", ",".join(self.alphas), f"{alpha!r} is not a number >= 1 or 'softmax'")
+            require(math.isfinite(value), "alphas", ",".join(self.alphas), f"{alpha!r} is not a finite number")
         bad = [d for d in self.datasets if d not in DATASETS]
         require(
             not bad, "datasets", ",".join(self.datasets), f"unknown dataset {bad[:1]} (known: {', '.join(DATASETS)})"

@@ -8,16 +8,28 @@ pairs makes the MiniLM SPLADE a better retriever.
 
 from __future__ import annotations
 
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from sembridge_ray import bundled
 from sembridge_ray.data.schema import POSITIVE, QUERY
 from sembridge_ray.data.sick import read_sick_split, write_sick_beir
 from sembridge_ray.data.sts import read_sts, sts_files
-from sembridge_ray.outputs import atomic_path
+from sembridge_ray.errors import InputError
+from sembridge_ray.outputs import atomic_path, atomic_write_json
 from sembridge_ray.resources import SICK_DIR, STS_DIR
+
+if TYPE_CHECKING:
+    from sembridge_ray.jobs.reproduce import DemoSettings
+
+log = logging.getLogger(__name__)
 
 
 def sick_pairs(min_score: float = 4.0) -> list[tuple[str, str]]:
@@ -40,3 +52,109 @@ def write_pairs(pairs: list[tuple[str, str]], out: Path) -> Path:
 def build_retrieval_set(out: Path, test_pairs: int) -> Path:
     """SICK test as BEIR: queries A, documents B, relevance from relatedness >= 4 (graded)."""
     return write_sick_beir(SICK_DIR, Path(out), limit=test_pairs, splits=("test",))
+
+
+# ---- the miniature's built inputs, under <output>/assets, recorded with the settings they were built from ----
+
+ASSETS_RECORD = "assets.json"
+ASSET_VERSION = 1
+"""Bump when an asset's construction changes: the record then differs and a rerun is refused (or rebuilt)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Asset:
+    """One built input: its path under ``assets/``, the ``demo.*`` settings it is built from, and its builder."""
+
+    path: str
+    settings: tuple[str, ...]
+    build: Callable[[Path, DemoSettings], Path]
+    ready: str = ""
+    """A file inside a directory asset that exists once it is built ("" for a file asset)."""
+
+
+ASSETS = {
+    "beir": Asset(
+        path="sick-beir",
+        settings=("test_pairs",),
+        build=lambda out, d: build_retrieval_set(out, d.test_pairs),
+        ready="corpus.jsonl",
+    ),
+    "sick_train": Asset(
+        path="sick-train-pairs.parquet", settings=(), build=lambda out, d: write_pairs(sick_pairs(), out)
+    ),
+    "source_pairs": Asset(
+        path="source-pairs.parquet", settings=(), build=lambda out, d: write_pairs(sick_pairs() + sts_pairs(), out)
+    ),
+    "target": Asset(
+        path="target-bpe",
+        settings=("target_vocab",),
+        build=lambda out, d: bundled.build_sick_bpe(out, d.target_vocab),
+        ready="tokenizer.json",
+    ),
+    "untrained": Asset(
+        path="minilm-splade-untrained",
+        settings=("mlm_bias",),
+        build=lambda out, d: bundled.build_minilm_splade(out, d.mlm_bias),
+        ready="config.json",
+    ),
+}
+
+
+def asset_settings(asset: Asset, demo: DemoSettings) -> dict[str, Any]:
+    """What one asset is built from, as ``assets.json`` records it: the version and ``demo.<key>`` -> value."""
+    return {"version": ASSET_VERSION, **{f"demo.{k}": getattr(demo, k) for k in asset.settings}}
+
+
+def _record(root: Path) -> dict[str, dict[str, Any]]:
+    try:
+        record = json.loads((Path(root) / ASSETS_RECORD).read_text(encoding="utf-8"))
+        return {k: dict(v) for k, v in record["assets"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}
+
+
+def asset_changes(root: Path, demo: DemoSettings) -> list[str]:
+    """``key: old → new`` for each setting a built asset was built from that differs from ``demo`` (read-only);
+    [] when the assets are absent or match. An asset built without a record (an older version) differs in every key."""
+    record, changes = _record(root), list[str]()
+    for name, asset in ASSETS.items():
+        if not _built(root, asset):
+            continue
+        built = record.get(name, {})
+        for key, value in asset_settings(asset, demo).items():
+            if built.get(key) != value and not any(c.startswith(f"{key}:") for c in changes):
+                changes.append(f"{key}: {built.get(key, '(unrecorded)')} → {value}")
+    return changes
+
+
+def check_assets(root: Path, demo: DemoSettings, overwrite: bool) -> None:
+    """Refuse (an :class:`InputError` naming the keys) assets built from other settings, unless ``overwrite``."""
+    changes = asset_changes(root, demo)
+    if changes and not overwrite:
+        raise InputError(
+            f"the demo's assets in {root} were built with other settings ({'; '.join(changes)}); rerun with "
+            "--overwrite to rebuild them and redo what depends on them, or choose another --output"
+        )
+    if changes:
+        log.warning("--overwrite: rebuilding the demo's assets in %s (%s)", root, "; ".join(changes))
+
+
+def build_assets(root: Path, demo: DemoSettings) -> dict[str, Path]:
+    """Build every asset that is missing or was built from other settings, each atomically and recorded right
+    after it is built (so a crash never leaves an asset recorded with settings it was not built from); the caller
+    has checked :func:`asset_changes` and that the user allowed a rebuild."""
+    root = Path(root)
+    record, paths = _record(root), {}
+    for name, asset in ASSETS.items():
+        paths[name] = root / asset.path
+        want = asset_settings(asset, demo)
+        if record.get(name) != want or not _built(root, asset):
+            asset.build(paths[name], demo)
+            record[name] = want
+            atomic_write_json(root / ASSETS_RECORD, {"assets": record})
+    return paths
+
+
+def _built(root: Path, asset: Asset) -> bool:
+    path = Path(root) / asset.path
+    return (path / asset.ready).is_file() if asset.ready else path.is_file()

@@ -254,6 +254,21 @@ def test_empty_overlap_is_reported(fixtures_root: Path, out: Path) -> None:
     assert used and used <= anchors
 
 
+@pytest.mark.parametrize("method", ["sembridge", "random"])
+def test_a_target_vocabulary_inside_the_source_writes_the_copied_model(
+    fixtures_root: Path, out: Path, method: str
+) -> None:
+    """Nothing left to initialise (the source's own tokenizer as the target): the model is the source, copied."""
+    result = run(fixtures_root, out, "bert-mlm", "bert-mlm", method=method)
+    assert is_complete(result)
+    model, _ = load(result)
+    source = AutoModelForMaskedLM.from_pretrained(fixtures_root / "bert-mlm")
+    for name, tensor in source.state_dict().items():
+        assert torch.equal(model.state_dict()[name], tensor), name
+    kinds = pq.read_table(result / "provenance.parquet").column("kind").to_pylist()
+    assert set(kinds) == {"overlap", "special"}
+
+
 def test_missing_inputs_are_named(fixtures_root: Path, tmp_path: Path) -> None:
     cfg = InitConfig(
         source_model=str(tmp_path / "nope"),

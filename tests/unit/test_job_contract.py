@@ -50,6 +50,13 @@ from tests.unit.test_outputs import snapshot
         (lambda: MalstmConfig.from_dict({"train": {"rho": "1.5"}}), "train.rho=1.5: must be in (0, 1)"),
         (lambda: ReproduceConfig(methods=("sembridge", "nope")), "unknown method ['nope']"),
         (lambda: ReproduceConfig(alphas=("0.5",)), "'0.5' is not a number >= 1"),
+        (lambda: FinetuneConfig.from_dict({"optim": {"lr": "inf"}}), "optim.lr=inf: must be a finite number"),
+        (lambda: FinetuneConfig.from_dict({"optim": {"lr": "10"}}), "optim.lr=10.0: must be <= 1"),
+        (lambda: InitConfig.from_dict({"alpha": "inf"}), "alpha=inf: must be a finite number"),
+        (lambda: InitConfig.from_dict({"temperature": "inf"}), "temperature=inf: must be a finite number"),
+        (lambda: InitConfig.from_dict({"wechsel_temperature": "nan"}), "wechsel_temperature=nan: must be a finite"),
+        (lambda: ReproduceConfig(alphas=("4", "inf")), "'inf' is not a finite number"),
+        (lambda: ReproduceConfig.from_dict({"init": {"method": "focus"}}), "init.method='focus': is set per cell"),
     ],
 )
 def test_configs_reject_out_of_range_values_when_built(build, message: str) -> None:

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from sembridge_ray import outputs
 from sembridge_ray.errors import InputError
 from sembridge_ray.identity import RunIdentity, file_digest, path_identity
-from sembridge_ray.locks import LOCK, STALE_AFTER_S, OutputLock, OutputLocked
+from sembridge_ray.locks import LOCK, STALE_AFTER_S, OutputLock, OutputLocked, pid_namespace
 from sembridge_ray.outputs import (
     IDENTITY,
     SUCCESS,
@@ -24,8 +25,11 @@ from sembridge_ray.outputs import (
     atomic_write_text,
     claim_output,
     is_complete,
+    is_done,
     output_fingerprint,
+    previous_dir,
     sha256_file,
+    staging_dir,
     write_success,
 )
 
@@ -33,6 +37,11 @@ from sembridge_ray.outputs import (
 def snapshot(root: Path) -> dict[str, bytes]:
     """Every file under ``root`` with its bytes: 'byte-identical' made checkable."""
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def unlocked(files: dict[str, bytes]) -> dict[str, bytes]:
+    """A snapshot without the lock file, which a live run holds."""
+    return {k: v for k, v in files.items() if k != LOCK}
 
 
 def ident(**settings: object) -> RunIdentity:
@@ -105,17 +114,110 @@ def test_other_settings_are_refused_naming_the_keys_and_leaving_the_output_untou
     assert snapshot(out) == before and is_complete(out)
 
 
-def test_overwrite_starts_from_scratch(tmp_path: Path) -> None:
+def test_overwrite_builds_beside_the_old_output_and_swaps_only_once_complete(tmp_path: Path) -> None:
     out = finished(tmp_path / "out", ident())
     (out / "stale-from-old-run.bin").write_bytes(b"x")
+    before = snapshot(out)
     new = ident(alpha=2.0)
     with claim_output(out, new, overwrite=True) as claim:
-        assert not claim.done and not claim.resumed
-        assert sorted(p.name for p in out.iterdir()) == [LOCK, IDENTITY]
-        atomic_write_text(out / "result.txt", "new")
+        assert not claim.done and not claim.resumed and claim.staged
+        assert claim.path == staging_dir(out) and claim.output == out
+        assert sorted(p.name for p in claim.path.iterdir()) == [LOCK, IDENTITY]
+        atomic_write_text(claim.path / "result.txt", "new")
+        assert unlocked(snapshot(out)) == before and is_complete(out)  # the old output stays whole meanwhile
         claim.finish()
     assert (out / "result.txt").read_text() == "new" and is_complete(out)
+    assert not (out / "stale-from-old-run.bin").exists() and not (out / LOCK).exists()
     assert json.loads((out / IDENTITY).read_text())["fingerprint"] == new.fingerprint
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no staging or previous copy left
+
+
+def test_a_crashed_overwrite_keeps_the_old_output_and_the_same_command_resumes_the_staged_run(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    out = finished(tmp_path / "out", ident())
+    before = snapshot(out)
+    new = ident(alpha=2.0)
+    with pytest.raises(RuntimeError), claim_output(out, new, overwrite=True) as claim:
+        atomic_write_text(claim.path / "checkpoint.txt", "step 4")
+        raise RuntimeError("killed")
+    assert snapshot(out) == before and is_complete(out)
+    with claim_output(out, ident()) as claim:  # the old command still skips, and says what is staged
+        assert claim.done
+    assert any(str(staging_dir(out)) in r.getMessage() and "--overwrite" in r.getMessage() for r in caplog.records)
+    with pytest.raises(SettingsChanged, match="staged in"), claim_output(out, new):
+        pass
+    with claim_output(out, new, overwrite=True) as claim:
+        assert claim.resumed and (claim.path / "checkpoint.txt").read_text() == "step 4"
+        claim.finish()
+    assert (out / "checkpoint.txt").read_text() == "step 4" and is_done(out, new)
+
+
+def test_a_staged_run_of_other_settings_is_cleared_not_accumulated(tmp_path: Path) -> None:
+    out = finished(tmp_path / "out", ident())
+    with pytest.raises(RuntimeError), claim_output(out, ident(alpha=2.0), overwrite=True) as claim:
+        atomic_write_text(claim.path / "partial.txt", "abandoned")
+        raise RuntimeError("killed")
+    with claim_output(out, ident(alpha=3.0), overwrite=True) as claim:
+        assert not claim.resumed and not (claim.path / "partial.txt").exists()
+        claim.finish()
+    assert is_done(out, ident(alpha=3.0)) and sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_a_crash_between_the_two_renames_of_the_swap_is_completed_by_the_next_claim(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = finished(tmp_path / "out", ident())
+    new = ident(alpha=2.0)
+    renames: list[tuple[Path, Path]] = []
+
+    def rename_once(src: Path, dst: Path) -> None:
+        if renames:
+            raise KeyboardInterrupt("killed between the renames")
+        renames.append((Path(src), Path(dst)))
+        os.replace(src, dst)
+
+    monkeypatch.setattr(outputs.os, "rename", rename_once)
+    with pytest.raises(KeyboardInterrupt), claim_output(out, new, overwrite=True) as claim:
+        atomic_write_text(claim.path / "result.txt", "new")
+        claim.finish()
+    monkeypatch.undo()
+    assert not out.exists() and is_complete(previous_dir(out)) and is_done(staging_dir(out), new)
+    assert renames == [(out, previous_dir(out))]
+    with claim_output(out, new, overwrite=True) as claim:  # the same command: the swap is finished, nothing redone
+        assert claim.done
+    assert (out / "result.txt").read_text() == "new" and sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_a_crash_after_the_staged_manifest_swaps_without_recomputing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = finished(tmp_path / "out", ident())
+    before = snapshot(out)
+    new = ident(alpha=2.0)
+
+    def killed(*args: object) -> None:
+        raise KeyboardInterrupt("killed just before the swap")
+
+    monkeypatch.setattr(outputs, "swap_into_place", killed)
+    with pytest.raises(KeyboardInterrupt), claim_output(out, new, overwrite=True) as claim:
+        atomic_write_text(claim.path / "result.txt", "new")
+        claim.finish()
+    monkeypatch.undo()
+    assert snapshot(out) == before and is_done(staging_dir(out), new)
+    with claim_output(out, new, overwrite=True) as claim:
+        assert claim.done
+    assert is_done(out, new) and (out / "result.txt").read_text() == "new"
+
+
+def test_a_live_overwrite_is_never_seen_unlocked(tmp_path: Path) -> None:
+    out = finished(tmp_path / "out", ident())
+    with claim_output(out, ident(alpha=2.0), overwrite=True) as claim:
+        atomic_write_text(claim.path / "result.txt", "new")
+        for other in (ident(), ident(alpha=3.0)):
+            with pytest.raises(OutputLocked), claim_output(out, other, overwrite=True):
+                pass
+        claim.finish()
 
 
 def test_an_unfinished_run_with_the_same_identity_resumes_and_keeps_its_work(tmp_path: Path) -> None:
@@ -181,7 +283,8 @@ def _dead_pid() -> int:
     return proc.pid
 
 
-def _write_lock(out: Path, pid: int, host: str, age_s: float = 0.0) -> None:
+def _write_lock(out: Path, pid: int, host: str, age_s: float = 0.0, pid_ns: str = "") -> None:
+    """A lock as ``pid`` on ``host`` wrote it, its heartbeat ``age_s`` old; ``pid_ns`` "" as an older version's."""
     out.mkdir(parents=True, exist_ok=True)
     lock = out / LOCK
     lock.write_text(
@@ -192,6 +295,7 @@ def _write_lock(out: Path, pid: int, host: str, age_s: float = 0.0) -> None:
                 "started": time.time() - age_s,
                 "proc_start": "",
                 "command": "python -m jobs.finetune",
+                "pid_ns": pid_ns,
             }
         )
     )
@@ -200,7 +304,7 @@ def _write_lock(out: Path, pid: int, host: str, age_s: float = 0.0) -> None:
 
 def test_a_stale_lock_is_broken_with_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     out = tmp_path / "out"
-    _write_lock(out, _dead_pid(), socket.gethostname())
+    _write_lock(out, _dead_pid(), socket.gethostname(), pid_ns=pid_namespace())  # this namespace: its pid is checked
     (out / IDENTITY).write_text(json.dumps(ident().to_dict()))
     with claim_output(out, ident()) as claim:
         assert claim.resumed

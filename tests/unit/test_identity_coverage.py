@@ -1,0 +1,158 @@
+"""Every config key of every job either shapes the run's identity or is listed in that job's ``NOT_IDENTITY``.
+
+For the single jobs a key is in the identity when changing it changes the fingerprint; for ``reproduce``, when
+changing it changes a planned stage's identity or what the demo's assets are built from. No key may do neither
+unless it is documented as not shaping a result, and every documented key must exist."""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import pytest
+
+from sembridge_ray.config import Config, dotted_keys, field_info
+from sembridge_ray.distributed.reproduce import Identities, plan
+from sembridge_ray.embed_init.methods import METHOD_NAMES
+from sembridge_ray.identity import flatten
+from sembridge_ray.jobs import JOBS, PRESET_DIR, job_spec, load_preset_file
+from sembridge_ray.jobs.init import InitConfig
+from sembridge_ray.jobs.reproduce import ReproduceConfig
+from sembridge_ray.reproduce import demo
+
+
+def exempt(key: str, not_identity: tuple[str, ...]) -> bool:
+    return any(key == e or key.startswith(e + ".") for e in not_identity)
+
+
+def leaf_types(cls: type, prefix: str = "") -> dict[str, Any]:
+    """Dotted key -> the annotated type of the leaf field."""
+    out: dict[str, Any] = {}
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        tp = hints[f.name]
+        if dataclasses.is_dataclass(tp):
+            out.update(leaf_types(tp, f"{prefix}{f.name}."))  # type: ignore[arg-type]
+        else:
+            out[f"{prefix}{f.name}"] = tp
+    return out
+
+
+def perturbed(value: Any, tp: Any, key: str) -> Any:
+    """Another valid value of the same type (the config's checks still hold)."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is Literal:
+        return next(a for a in args if a != value)
+    if type(None) in args:
+        inner = next(a for a in args if a is not type(None))
+        return perturbed(value, inner, key) if value is not None else {int: 7, float: 0.5, str: "x"}[inner]
+    if origin is tuple:
+        choices = field_choices.get(key)
+        if choices:
+            extra = [c for c in choices if c not in value]
+            return (*value, extra[0]) if extra else tuple(value[:-1])
+        return tuple(value[:-1]) if len(value) > 1 else (*value, "x=y" if "=" in str(value) else "5")
+    if tp is bool:
+        return not value
+    if tp is int:
+        return value - 1 if value > 1 else value + 1
+    if tp is float:
+        return value * 0.5 if value > 0.5 else value + 0.25
+    return f"{value}x"
+
+
+field_choices: dict[str, tuple[Any, ...]] = {}
+
+
+def set_key(data: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
+    out = {k: dict(v) if isinstance(v, Mapping) else v for k, v in data.items()}
+    *parents, leaf = key.split(".")
+    node = out
+    for part in parents:
+        node[part] = dict(node[part])
+        node = node[part]
+    node[leaf] = list(value) if isinstance(value, tuple) else value
+    return out
+
+
+def _nested_copy(data: Any) -> Any:
+    return {k: _nested_copy(v) for k, v in data.items()} if isinstance(data, Mapping) else data
+
+
+@pytest.mark.parametrize("job", [j for j in JOBS if j != "reproduce"])
+def test_every_key_of_a_job_is_in_its_identity_or_documented_as_not_shaping_it(job: str) -> None:
+    cls = job_spec(job).config
+    keys = dotted_keys(cls)
+    documented = cls.NOT_IDENTITY
+    assert [e for e in documented if not any(k == e or k.startswith(e + ".") for k in keys)] == []
+    variants: list[Config] = [cls()]
+    if cls is InitConfig:  # some keys matter only to some methods, or with position-aware bridging
+        variants = [InitConfig(method=m, position_aware=True) for m in METHOD_NAMES]
+    shaping = {k for cfg in variants for k in cfg.identity_settings()}
+    missing = [k for k in keys if k not in shaping and not exempt(k, documented)]
+    assert missing == [], f"{job}: keys neither in the identity nor in NOT_IDENTITY: {missing}"
+    for key, tp in leaf_types(cls).items():  # a key in the identity really moves the fingerprint
+        if exempt(key, documented) or key not in shaping:
+            continue
+        base = next(cfg for cfg in variants if key in cfg.identity_settings())
+        data = _nested_copy(base.to_dict())
+        value = flatten(data)[key]
+        changed = cls.from_dict(set_key(data, key, perturbed(value, tp, key)))
+        assert changed.identity(job, {}).fingerprint != base.identity(job, {}).fingerprint, key
+
+
+def stage_fingerprints(cfg: ReproduceConfig, files: dict[str, Path]) -> dict[str, Any]:
+    """Everything a reproduction's results depend on: each planned stage's identity and the demo assets' record."""
+    planned = plan(cfg, 0.0, files=files, identify=Identities(compute=lambda kind, name: f"{kind}:{name}"))
+    found: dict[str, Any] = {f"{c}/{s.name}": s.identity.fingerprint for c, s in planned.all_stages()}
+    if cfg.preset == "demo":
+        found |= {f"assets/{n}": demo.asset_settings(a, cfg.demo) for n, a in demo.ASSETS.items()}
+    return found | {f"failed/{c}": e for c, e in planned.failures.items()}
+
+
+@pytest.mark.parametrize("preset", ["paper", "demo", "quick", "settings"])
+def test_every_key_of_the_reproduction_reaches_a_stage_identity_or_is_documented(preset: str, tmp_path: Path) -> None:
+    base = load_preset_file(PRESET_DIR / f"reproduce_{preset}.yaml")
+    assert isinstance(base, ReproduceConfig)
+    base = dataclasses.replace(base, output=str(tmp_path / "root"))
+    if base.preset == "paper":  # 2 models x 1 language keep every key's effect visible at a tenth of the cells
+        base = dataclasses.replace(base, models=base.models[:2], languages=base.languages[:1])
+    info = field_info(ReproduceConfig)
+    field_choices.clear()
+    field_choices.update({k: fi.choices for k, fi in info.items() if fi.choices})
+    files = {name: tmp_path / "assets" / asset.path for name, asset in demo.ASSETS.items()}
+    documented = ReproduceConfig.NOT_IDENTITY
+    keys = dotted_keys(ReproduceConfig)
+    assert [e for e in documented if not any(k == e or k.startswith(e + ".") for k in keys)] == []
+    before = stage_fingerprints(base, files)
+    planned = plan(base, 0.0, files=files, identify=Identities(compute=lambda kind, name: f"{kind}:{name}"))
+    inert = []
+    for key, tp in leaf_types(ReproduceConfig).items():
+        section, _, name = key.partition(".")
+        if key == "preset" or exempt(key, documented):
+            continue
+        if section in ("init", "finetune", "evaluate"):
+            stages = [s for _, s in planned.all_stages() if s.job == section]
+            if exempt(name, type(getattr(base, section)).NOT_IDENTITY):
+                continue  # the stage job's own documented exemptions (resources, caches, ...)
+            if stages and all(name not in s.cfg.identity_settings() for s in stages):
+                continue  # every planned stage's job declares it unused (e.g. WECHSEL's settings in a sembridge grid)
+        if base.preset == "paper" and section == "demo":
+            continue  # the miniature's settings do nothing on the hub's assets (DemoSettings says so)
+        if base.preset == "demo" and key == "miracl_mirror":
+            continue  # only the paper preset's MIRACL cells read it
+        data = _nested_copy(base.to_dict())
+        try:
+            changed = ReproduceConfig.from_dict(set_key(data, key, perturbed(flatten(data)[key], tp, key)))
+        except ValueError as err:
+            pytest.fail(f"{key}: the perturbed value is invalid: {err}")
+        try:
+            after = stage_fingerprints(changed, files)
+        except (KeyError, ValueError):
+            continue  # the plan itself changed: this key picks the cells' inputs (models, languages, ...)
+        if after == before:
+            inert.append(key)
+    assert inert == [], f"{preset}: keys that shape no stage and are not in ReproduceConfig.NOT_IDENTITY: {inert}"

@@ -94,7 +94,8 @@ def _build(cls: type, data: Mapping[str, Any], prefix: str = "") -> Any:
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
     aliases: dict[str, str] = getattr(cls, "ALIASES", {})
-    data = dict(data)
+    upgrade = getattr(cls, "upgrade", None)
+    data = upgrade(dict(data)) if upgrade is not None else dict(data)
     for old, new in aliases.items():
         if old in data:
             log.warning("config key %s%s is now %s%s (the old name goes in the next release)", prefix, old, prefix, new)
@@ -152,6 +153,11 @@ class Config:
     NOT_IDENTITY: ClassVar[tuple[str, ...]] = ()
     ALIASES: ClassVar[dict[str, str]] = {}
     """Old key -> new key, accepted with a warning for one release."""
+
+    @classmethod
+    def upgrade(cls, data: dict[str, Any]) -> dict[str, Any]:
+        """Rewrite older spellings in raw ``data`` (before coercion) that a plain key rename cannot express."""
+        return data
 
     def __post_init__(self) -> None:
         # a class is hashable; mypy checks the instances' __hash__ (None for an eq dataclass) instead

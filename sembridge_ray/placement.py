@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from sembridge_ray.config import Config, require
 
@@ -69,6 +69,19 @@ def pick_device() -> str:
     import torch
 
     return os.environ.get("TORCH_DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+Precision = Literal["auto", "fp32", "bf16"]
+
+
+def local_precision(setting: Precision, use_gpu: bool) -> Precision:
+    """``auto`` resolved for workers on this machine: bf16 when they use its CUDA GPUs and those support bf16, else
+    fp32; fp32 and bf16 stay as asked. Never a CPU feature: a CPU's result must not depend on AVX512-BF16 or AMX."""
+    if setting != "auto":
+        return setting
+    import torch
+
+    return "bf16" if use_gpu and torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "fp32"
 
 
 def native_bf16(device: Any) -> bool:

@@ -151,7 +151,7 @@ def run(
             "reference_fp32": float((ref.double() - exact).abs().max()),
         },
         "support": {"mean": round(float(support.mean()), 2), "max": int(support.max())},
-        "screening_gemm": str(screen_dtype(new.device)).replace("torch.", ""),
+        "screening_gemm": str(screen_dtype()).replace("torch.", ""),
         "threads": {"gemm": torch.get_num_threads(), "per_chunk_solve": 1},
         "load_average_1m": os.getloadavg()[0],
         "runs_ratio_to_bare_gemm": [round(a / b, 2) for a, b in zip(ours_runs, gemm_runs, strict=True)],

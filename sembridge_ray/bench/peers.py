@@ -9,7 +9,8 @@ alike, and reports the median of each side, the throughput ratio (project ÷ pee
   ``SpladeLoss(SparseMultipleNegativesRankingLoss)``, both with AdamW, the same schedule and gradient clipping.
   Dropout is off on both so the losses can be compared step by step.
 - ``encode``: documents through the Ray Data actor's code (``SparseEncodeUDF`` on one staged file) vs
-  ``SparseEncoder.encode_document`` over the same list.
+  ``SparseEncoder.encode_document`` over the same list; then both in fp32 and bf16 (the project's
+  ``precision=bf16``, the peer under ``torch.autocast``), with the largest difference bf16 makes to the vectors.
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ class EncodeCase:
     max_length: int = 256
     batch: int = 64
     threads: int = 2
+    precision: str = "fp32"
+    """fp32, or bf16: the project's ``precision=bf16``, the peer under ``torch.autocast(bf16)``."""
 
 
 def peak_rss_mb() -> float:
@@ -199,7 +202,14 @@ def encode_project(case: EncodeCase) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         staged = Path(tmp) / "part-0.parquet"
         pq.write_table(pa.table({ID: [str(i) for i in range(len(texts))], TEXT: texts}), staged)
-        udf = SparseEncodeUDF(resolve(MODEL), case.max_length, case.batch, str(Path(tmp) / "out"), role="document")
+        udf = SparseEncodeUDF(
+            resolve(MODEL),
+            case.max_length,
+            case.batch,
+            str(Path(tmp) / "out"),
+            role="document",
+            precision=case.precision,
+        )
         (Path(tmp) / "out").mkdir()
         return _timed(lambda: udf(pa.table({PATH: [str(staged)]})))
 
@@ -268,7 +278,71 @@ def encode_peer(case: EncodeCase) -> dict[str, Any]:
 
     texts = sick_texts(case.texts)
     model = load_sparse_encoder(resolve(MODEL), max_length=case.max_length)
-    return _timed(lambda: model.encode_document(texts, batch_size=case.batch, show_progress_bar=False))
+
+    def run() -> Any:
+        with _autocast(case.precision):
+            return model.encode_document(texts, batch_size=case.batch, show_progress_bar=False)
+
+    return _timed(run)
+
+
+def _autocast(precision: str) -> Any:
+    import contextlib
+
+    return torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bf16" else contextlib.nullcontext()
+
+
+def encode_differences(case: EncodeCase) -> dict[str, Any]:
+    """Max |difference| of the document vectors: project bf16 vs fp32, peer (autocast) bf16 vs fp32, project fp32
+    vs peer fp32 (untimed)."""
+    from sembridge_ray.bundled import resolve
+    from sembridge_ray.sparse.encode import encode_texts
+    from sembridge_ray.sparse.model import load_sparse_encoder
+
+    texts = sick_texts(case.texts)
+    model = load_sparse_encoder(resolve(MODEL), max_length=case.max_length)
+
+    def ours(precision: str) -> torch.Tensor:
+        indices, values = encode_texts(model, texts, case.batch, "document", None, precision)
+        out = torch.zeros(len(texts), model.get_embedding_dimension())
+        for row, (i, v) in enumerate(zip(indices, values, strict=True)):
+            out[row, torch.from_numpy(i).long()] = torch.from_numpy(v)
+        return out
+
+    def peer(precision: str) -> torch.Tensor:
+        with _autocast(precision):
+            emb = model.encode_document(texts, batch_size=case.batch, convert_to_tensor=True, show_progress_bar=False)
+        return emb.to_dense().float().cpu()
+
+    fp32, bf16, peer32, peer16 = ours("fp32"), ours("bf16"), peer("fp32"), peer("bf16")
+    return {
+        "project_bf16_vs_fp32": float((bf16 - fp32).abs().max()),
+        "peer_bf16_vs_fp32": float((peer16 - peer32).abs().max()),
+        "project_fp32_vs_peer_fp32": float((fp32 - peer32).abs().max()),
+    }
+
+
+def compare_precision(case: EncodeCase, rounds: int = 2) -> dict[str, Any]:
+    """The encoding in fp32 and bf16, project and peer (sentence-transformers under autocast), interleaved."""
+    cases = {p: EncodeCase(**{**asdict(case), "precision": p}) for p in ("fp32", "bf16")}
+    runs: dict[str, list[float]] = {f"{side}_{p}": [] for side in ("project", "peer") for p in cases}
+    for _ in range(rounds):
+        for name in runs:
+            side, precision = name.split("_")
+            runs[name].append(case.texts / run_side(f"encode-{side}", cases[precision])["seconds"])
+    rate = {n: statistics.median(r) for n, r in runs.items()}
+    from sembridge_ray.placement import native_bf16
+
+    return {
+        "comparison": "encode_precision",
+        "case": asdict(case),
+        "texts_per_s": {n: round(r, 2) for n, r in rate.items()},
+        "bf16_over_fp32": round(rate["project_bf16"] / rate["project_fp32"], 3),
+        "project_bf16_over_peer_autocast": round(rate["project_bf16"] / rate["peer_bf16"], 3),
+        "max_abs_difference": run_side("encode-diff", case),
+        "native_bf16_cpu": native_bf16(torch.device("cpu")),
+        "rounds": rounds,
+    }
 
 
 def compare_encode(case: EncodeCase, rounds: int = 2) -> dict[str, Any]:
@@ -334,6 +408,7 @@ SIDES: dict[str, Callable[[Any], dict[str, Any]]] = {
     "encode-project": encode_project,
     "encode-peer": encode_peer,
     "encode-raydata": encode_ray_data,
+    "encode-diff": encode_differences,
 }
 CASES: dict[str, type] = {"train": TrainCase, "encode": EncodeCase}
 
@@ -391,6 +466,7 @@ def run_all(
         yield compare_train(TrainCase(), rounds)
     if encode:
         yield compare_encode(EncodeCase(), rounds)
+        yield compare_precision(EncodeCase(), rounds)
     if init:
         yield compare_init()
     if retrieval:

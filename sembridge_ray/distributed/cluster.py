@@ -26,7 +26,7 @@ from typing import Any
 import ray
 
 from sembridge_ray.errors import InputError
-from sembridge_ray.placement import Placement, ResourceConfig, plan_placement
+from sembridge_ray.placement import Placement, Precision, ResourceConfig, local_precision, plan_placement
 
 log = logging.getLogger(__name__)
 REAP_TIMEOUT_S = 15.0
@@ -255,6 +255,42 @@ def address_endpoint(address: str) -> tuple[str, int]:
     if not colon or not port.isdigit():
         return hostport.strip("[]"), default
     return host.strip("[]"), int(port)
+
+
+_BF16_GPUS: dict[str, bool] = {}  # cluster address -> whether its GPU workers compute bf16 (probed once)
+
+
+def resolve_precision(setting: Precision, res: ResourceConfig, reserve: bool = True) -> Precision:
+    """A job's ``precision`` as its workers will run it: ``auto`` is bf16 when they get CUDA GPUs that support bf16,
+    fp32 otherwise (CPUs always: results must not depend on a CPU feature); fp32 and bf16 stay. Without
+    ``RAY_ADDRESS`` the cluster is this machine's, so nothing starts for the answer; on a joined cluster one tiny
+    GPU task asks a worker. A bf16 choice, or one a joined cluster answered, is logged."""
+    if setting != "auto" or res.gpus_per_worker == 0:
+        return "fp32" if setting == "auto" else setting
+    if not os.environ.get("RAY_ADDRESS") and not ray.is_initialized():
+        import torch
+
+        chosen: Precision = local_precision(setting, torch.cuda.is_available())
+    else:
+        plan = placement(res, reserve=reserve)
+        chosen = "bf16" if plan.use_gpu and _gpus_have_bf16(plan.gpus_per_worker) else "fp32"
+    level = logging.INFO if chosen == "bf16" or os.environ.get("RAY_ADDRESS") else logging.DEBUG
+    log.log(level, "precision auto: %s (%s)", chosen, "CUDA GPUs with bf16" if chosen == "bf16" else "no bf16 GPU")
+    return chosen
+
+
+def _gpus_have_bf16(gpus: float) -> bool:
+    address = ray.get_runtime_context().gcs_address
+    if address not in _BF16_GPUS:
+
+        @ray.remote(num_gpus=gpus, num_cpus=0)
+        def probe() -> bool:
+            import torch
+
+            return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+
+        _BF16_GPUS[address] = bool(ray.get(probe.remote()))
+    return _BF16_GPUS[address]
 
 
 def placement(res: ResourceConfig, reserve: bool = True) -> Placement:

@@ -68,6 +68,7 @@ def run_evaluate(cfg: EvaluateConfig, inputs: dict[str, str] | None = None) -> E
     """
     cfg.require_inputs()
     cluster.require_reachable()
+    cfg = dataclasses.replace(cfg, precision=cluster.resolve_precision(cfg.precision, cfg.resources))
     (model, model_id), (spec, data_id) = resolve_model(cfg.model), resolve_dataset(cfg.dataset)
     data = load_retrieval(spec, cfg.split)
     if not data.qrels:
@@ -120,7 +121,14 @@ class _Clock:
 def encode_corpus(cfg: EvaluateConfig, model: str, data: RetrievalData, key: str, cache: Path) -> tuple[Path, bool]:
     """The corpus's sparse vectors (cached): staged to Parquet by the driver, encoded by the actor pool."""
     entry = fingerprint(
-        "docs", ENCODING_VERSION, key, cfg.max_doc_length, cfg.doc_top_k, cfg.stage_rows, cfg.encode_batch_size
+        "docs",
+        ENCODING_VERSION,
+        key,
+        cfg.max_doc_length,
+        cfg.doc_top_k,
+        cfg.stage_rows,
+        cfg.encode_batch_size,
+        *([cfg.precision] if cfg.precision != "fp32" else []),  # fp32 entries keep their keys
     )
 
     def build(tmp: Path) -> dict[str, Any]:
@@ -148,6 +156,7 @@ def encode_queries(
         qids,
         cfg.stage_rows,
         cfg.encode_batch_size,
+        *([cfg.precision] if cfg.precision != "fp32" else []),
     )
 
     def build(tmp: Path) -> dict[str, Any]:
@@ -178,6 +187,7 @@ def encode(files: list[Path], dest: Path, cfg: EvaluateConfig, model: str, role:
             "batch_size": cfg.encode_batch_size,
             "out_dir": str(tmp),
             "threads": cfg.resources.threads_per_worker,
+            "precision": cluster.resolve_precision(cfg.precision, cfg.resources),  # run_evaluate resolved it already
         }
         paths = ray.data.from_items([{PATH: str(f)} for f in files], override_num_blocks=max(1, len(files)))
         encoded = paths.map_batches(

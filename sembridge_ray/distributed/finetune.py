@@ -57,7 +57,16 @@ from sembridge_ray.sparse.checkpoints import (
 )
 from sembridge_ray.sparse.collective import LocalCollective, TorchCollective
 from sembridge_ray.sparse.finite import require_finite
-from sembridge_ray.sparse.model import SpladeEncoder, check_mlm, load_mlm, push_model, save_sparse_encoder
+from sembridge_ray.sparse.model import (
+    Serving,
+    SpladeEncoder,
+    check_mlm,
+    check_push,
+    load_mlm,
+    publish,
+    read_pooling,
+    save_sparse_encoder,
+)
 
 log = logging.getLogger(__name__)
 SUMMARY, DATA_DIR, CHECKPOINT_DIR, MODEL_DIR = "finetune.json", "data", "checkpoints", "model"
@@ -72,14 +81,25 @@ def input_identities(cfg: FinetuneConfig) -> dict[str, str]:
 
 
 def run_finetune(cfg: FinetuneConfig, inputs: dict[str, str] | None = None) -> FinetuneResult:
-    """Fine-tune ``cfg.model`` on ``cfg.train`` into ``cfg.output``; skip a finished output, resume a broken one.
+    """Fine-tune ``cfg.model`` on ``cfg.train`` into ``cfg.output``; skip a finished output, resume a broken one;
+    then push the model when ``push_to_hub`` is set (a finished output's too: a rerun publishes without training).
 
     ``inputs`` (identities of the model and the training data) may come from a caller that planned them.
     """
+    if cfg.push_to_hub:
+        check_push(cfg.push_to_hub)  # before any work: a push that cannot happen fails in a second
+    result = _run_finetune(cfg, inputs)
+    if not cfg.push_to_hub:
+        return result
+    return replace(result, pushed=publish(Path(result.output), MODEL_DIR, cfg.push_to_hub))
+
+
+def _run_finetune(cfg: FinetuneConfig, inputs: dict[str, str] | None) -> FinetuneResult:
     named = cfg  # as the user named the inputs: what the model card shows
     cfg = replace(cfg, model=resolve(cfg.model), train=resolve(cfg.train))  # bundled names: paths for the workers
-    identity = cfg.identity("finetune", inputs or input_identities(cfg))
     cluster.require_reachable()
+    cfg = replace(cfg, precision=cluster.resolve_precision(cfg.precision, cfg.resources, reserve=False))
+    identity = cfg.identity("finetune", inputs or input_identities(cfg))
     out = Path(cfg.output)
     with claim_output(out, identity, cfg.overwrite) as claim:
         if claim.done:
@@ -123,8 +143,6 @@ def run_finetune(cfg: FinetuneConfig, inputs: dict[str, str] | None = None) -> F
         )
         atomic_write_json(work / SUMMARY, {**asdict(summary), "stream": asdict(info)})
         claim.finish(exclude=(CHECKPOINT_DIR, DATA_DIR))
-    if cfg.push_to_hub:
-        push_model(out / MODEL_DIR, cfg.push_to_hub)
     return summary
 
 
@@ -283,9 +301,7 @@ def train_func(config: dict[str, Any]) -> None:
     batches = loop.pair_batches(
         raw, tokenizer, cfg.max_query_length, cfg.max_doc_length, rank=rank, world=world, skip=start, device=device
     )
-    bf16 = cfg.optim.bf16 == "on" or (
-        cfg.optim.bf16 == "auto" and device.type == "cuda" and torch.cuda.is_bf16_supported()
-    )
+    bf16 = cfg.precision == "bf16"  # resolved by the driver (run_finetune), never per worker
     plan = loop.LoopPlan(total, cfg.optim.batch_size, cfg.loss, cfg.optim.clip_norm, bf16, cfg.log_every)
     comm = TorchCollective() if world > 1 else LocalCollective()
     last_report = began = time.monotonic()
@@ -396,7 +412,10 @@ def export_checkpoint(
     encoder.load_state_dict(state["model"])
     final = history[-1] if history else {}
     with atomic_path(out / MODEL_DIR) as tmp:  # the same layout as the init job's: <output>/model
-        save_sparse_encoder(encoder.mlm, tokenizer, tmp)
+        serving = Serving(
+            query_length=cfg.query_length, document_length=cfg.document_length, pooling=read_pooling(cfg.model)
+        )
+        save_sparse_encoder(encoder.mlm, tokenizer, tmp, serving)
         write_card(tmp, card_provenance(named or cfg, total_steps, final))
     atomic_write_text(out / METRICS, "".join(json.dumps(m) + "\n" for m in history))
     return final

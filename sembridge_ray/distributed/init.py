@@ -49,6 +49,7 @@ def ray_stages(cfg: InitConfig) -> Stages:
                 "batch_size": size,
                 "trust_remote_code": cfg.trust_remote_code,
                 "threads": cfg.resources.threads_per_worker,
+                "precision": cfg.precision,
             },
             batch_format="pyarrow",
             **{**actor_pool_args(plan, size), "batch_size": None},
@@ -94,6 +95,7 @@ def collect(ds: ray.data.Dataset, progress: Progress) -> list[pa.Table]:
 def run_init(cfg: InitConfig, inputs: dict[str, str] | None = None) -> InitResult:
     """One initialisation through Ray (inputs checked in the driver first; a finished output is skipped)."""
     cluster.require_reachable()
+    cfg = replace(cfg, precision=cluster.resolve_precision(cfg.precision, cfg.resources))
     return initialise(cfg, ray_stages(cfg), inputs)
 
 

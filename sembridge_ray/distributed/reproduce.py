@@ -15,7 +15,7 @@ import json
 import logging
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,7 @@ from sembridge_ray.locks import OutputLock
 from sembridge_ray.outputs import atomic_write_json, atomic_write_text, conflict, is_complete, is_done
 from sembridge_ray.reproduce import cells as cellmod
 from sembridge_ray.reproduce import compare, demo, plots, results
-from sembridge_ray.reproduce.plan import concurrency
+from sembridge_ray.reproduce.plan import cell_resources, concurrency
 from sembridge_ray.reproduce.stages import MODEL, Assets, Stage, cell_stages, source_stages
 
 log = logging.getLogger(__name__)
@@ -143,6 +143,17 @@ def plan(
     return result
 
 
+def resolved_precisions(cfg: ReproduceConfig, gpus: float) -> ReproduceConfig:
+    """Each stage job's ``precision`` as its workers will run it (see ``cluster.resolve_precision``), so the
+    planned identities are the ones the stages record."""
+    sections = {}
+    for name in ("init", "finetune", "evaluate"):
+        section = getattr(cfg, name)
+        res = cell_resources(cfg, section.resources, gpus)
+        sections[name] = replace(section, precision=cluster.resolve_precision(section.precision, res))
+    return replace(cfg, **sections)
+
+
 def check_plan(cfg: ReproduceConfig, planned: Plan) -> None:
     """Refuse, listing them, when stages on disk were run with other settings (unless ``overwrite``)."""
     changed = []
@@ -220,6 +231,7 @@ def run_reproduce(cfg: ReproduceConfig) -> ReproduceResult:
         if cfg.preset == "demo":  # before Ray starts: a refusal costs a second
             demo.check_assets(out / "assets", cfg.demo, cfg.overwrite)
         info = cluster.connect()
+        cfg = resolved_precisions(cfg, info.gpus)
         planned = plan(cfg, info.gpus)
         check_plan(cfg, planned)
         write_config(cfg, out / "config.yaml")

@@ -43,14 +43,17 @@ class SparseEncodeUDF:
         top_k: int | None = None,
         role: str | None = None,
         threads: int = 0,
+        precision: str = "fp32",
     ) -> None:
         """``role`` "query" or "document" encodes with ``encode_query``/``encode_document`` (the model's prompts
-        or router for that side, where it has them); None uses plain ``encode``."""
+        or router for that side, where it has them); None uses plain ``encode``. ``precision`` is the driver's
+        resolved one (fp32 or bf16), never decided here."""
         from sembridge_ray.sparse.model import load_sparse_encoder
 
         use_threads(threads)
         self.model = load_sparse_encoder(model_dir, device=pick_device(), max_length=max_length)
         self.top_k, self.batch_size, self.out_dir, self.role = top_k, batch_size, Path(out_dir), role
+        self.precision = precision
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         import pyarrow.parquet as pq
@@ -61,7 +64,7 @@ class SparseEncodeUDF:
         for path in batch.column(PATH).to_pylist():
             table = pq.read_table(path, columns=[ID, TEXT])
             texts = [str(t) for t in table.column(TEXT).to_pylist()]
-            indices, values = encode_texts(self.model, texts, self.batch_size, self.role, self.top_k)
+            indices, values = encode_texts(self.model, texts, self.batch_size, self.role, self.top_k, self.precision)
             target = self.out_dir / Path(path).name
             with atomic_path(target) as tmp:
                 pq.write_table(sparse_table([str(i) for i in table.column(ID).to_pylist()], indices, values), tmp)
@@ -91,17 +94,19 @@ def actor_pool_args(placement: Any, batch_size: int) -> dict[str, Any]:
 class BridgeEncodeUDF:
     """Ray Data actor: holds the bridge sentence-transformers model; (id, text) -> (id, vector)."""
 
-    def __init__(self, name: str, batch_size: int, trust_remote_code: bool = False, threads: int = 0) -> None:
+    def __init__(
+        self, name: str, batch_size: int, trust_remote_code: bool = False, threads: int = 0, precision: str = "fp32"
+    ) -> None:
         from sembridge_ray.embed_init.bridge import load_bridge
 
         use_threads(threads)
-        self.name, self.batch_size = name, batch_size
+        self.name, self.batch_size, self.precision = name, batch_size, precision
         self.model = load_bridge(name, device=pick_device(), trust_remote_code=trust_remote_code)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         from sembridge_ray.embed_init.bridge import VECTOR, encode_strings
 
-        vecs = encode_strings(self.model, batch.column(TEXT).to_pylist(), self.batch_size, self.name)
+        vecs = encode_strings(self.model, batch.column(TEXT).to_pylist(), self.batch_size, self.name, self.precision)
         return pa.table({ID: batch.column(ID), VECTOR: pa.array(list(vecs), pa.list_(pa.float32()))})
 
 

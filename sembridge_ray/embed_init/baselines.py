@@ -61,6 +61,9 @@ def method_weights(
     else:
         raise ValueError(f"method {cfg.method!r} has no similarity weights")
     pool_vecs = source_vecs[pool]
+    # the screening GEMM only picks candidates (certified exact either way); bf16 only when the run asked for it
+    on_cpu = torch.device(device or new_vecs.device).type == "cpu"
+    kwargs["screen"] = torch.bfloat16 if cfg.precision == "bf16" and on_cpu else torch.float32
     if not (cfg.position_aware and classes is not None):
         return remap_columns(bridge_weights(new_vecs, pool_vecs, device=device, **kwargs), pool, m)
     new_classes, source_classes = classes

@@ -54,9 +54,17 @@ def load_bridge(name: str, device: str = "cpu", trust_remote_code: bool = False)
         raise InputError(f"cannot load bridge model {name!r}: {str(err).strip().splitlines()[0]}") from None
 
 
-def encode_strings(model: Any, strings: list[str], batch_size: int, name: str = "bridge") -> np.ndarray:
-    """(n, D) float32 bridge vectors of ``strings``; non-finite output is an error naming the model."""
-    vecs = model.encode(strings, batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False)
+def encode_strings(
+    model: Any, strings: list[str], batch_size: int, name: str = "bridge", precision: str = "fp32"
+) -> np.ndarray:
+    """(n, D) float32 bridge vectors of ``strings`` (bf16 autocast when ``precision`` says so); non-finite output is
+    an error naming the model."""
+    import torch
+
+    from sembridge_ray.sparse.encode import autocast_for
+
+    with autocast_for(torch.device(getattr(model, "device", "cpu")), precision):
+        vecs = model.encode(strings, batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False)
     vecs = np.asarray(vecs, dtype=np.float32).reshape(len(strings), -1)
     if not np.isfinite(vecs).all():
         raise InputError(f"bridge model {name!r} returned non-finite vectors")

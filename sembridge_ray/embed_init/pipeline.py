@@ -51,9 +51,18 @@ from sembridge_ray.identity import model_identity
 from sembridge_ray.jobs.init import InitConfig, InitResult
 from sembridge_ray.model_card import write_card
 from sembridge_ray.outputs import atomic_path, atomic_write_json, claim_output, preflight
+from sembridge_ray.placement import local_precision, pick_device
 from sembridge_ray.progress import duration
 from sembridge_ray.sparse.finite import require_finite
-from sembridge_ray.sparse.model import load_mlm, load_tokenizer, mlm_embeddings, push_model
+from sembridge_ray.sparse.model import (
+    Serving,
+    check_push,
+    load_mlm,
+    load_tokenizer,
+    mlm_embeddings,
+    publish,
+    read_pooling,
+)
 
 log = logging.getLogger(__name__)
 REPORT, MODEL = "init_report.json", "model"
@@ -168,7 +177,7 @@ def in_process_stages(cfg: InitConfig) -> Stages:
         # Batch boundaries fixed by position, as in the Ray stage: vectors must not depend on the batching.
         return np.concatenate(
             [
-                encode_strings(holder["model"], texts[i : i + size], size, cfg.bridge_model)
+                encode_strings(holder["model"], texts[i : i + size], size, cfg.bridge_model, cfg.precision)
                 for i in range(0, len(texts), size)
             ]
             or [np.zeros((0, 0), np.float32)]
@@ -232,7 +241,10 @@ def _bridge_side(cfg: InitConfig, source_tok: Any, target_tok: Any, sizes: dict[
         if cfg.position_aware and cfg.position_marker:
             strings[side] = vocab_strings(tok, classes[side], cfg.position_marker)
             rule = RULE_VERSION if strings[side].equals(released) else position.marked_rule(cfg.position_marker)
-        keys[side] = f"{fp}-{tokenizer_fingerprint(tok, rule)}"
+        # bf16 vectors are other vectors: their own cache entry (fp32 keeps the keys it always had)
+        keys[side] = f"{fp}-{tokenizer_fingerprint(tok, rule)}" + (
+            "" if cfg.precision == "fp32" else f"-{cfg.precision}"
+        )
     return _Bridge(fp, strings, keys, classes)
 
 
@@ -287,12 +299,22 @@ def _no_new_rows(e_in: torch.Tensor, e_out: torch.Tensor | None, bias: torch.Ten
 
 
 def initialise(cfg: InitConfig, stages: Stages | None = None, inputs: dict[str, str] | None = None) -> InitResult:
-    """Run the whole initialisation into ``cfg.output`` (model dir, provenance, report, config, _SUCCESS).
+    """Run the whole initialisation into ``cfg.output`` (model dir, provenance, report, config, _SUCCESS), then
+    push the model when ``push_to_hub`` is set (also a finished output's: a rerun publishes without recomputing).
 
     Inputs are checked and loaded before the output is claimed (:func:`~sembridge_ray.outputs.claim_output`):
     bad input leaves an existing output untouched. ``inputs`` (identities) may come from a caller that planned
     them (``jobs.reproduce``).
     """
+    if cfg.push_to_hub:
+        check_push(cfg.push_to_hub)  # before any work: a push that cannot happen fails in a second
+    result = _initialise(cfg, stages, inputs)
+    if not cfg.push_to_hub:
+        return result
+    return replace(result, pushed=publish(Path(result.output), MODEL, cfg.push_to_hub))
+
+
+def _initialise(cfg: InitConfig, stages: Stages | None, inputs: dict[str, str] | None) -> InitResult:
     named = cfg  # as the user named the inputs (bundled names, hub ids): what the report and the card show
     cfg = replace(
         cfg,
@@ -300,6 +322,8 @@ def initialise(cfg: InitConfig, stages: Stages | None = None, inputs: dict[str, 
         target_tokenizer=resolve(cfg.target_tokenizer),
         bridge_model=resolve(cfg.bridge_model),
     )  # bundled names: paths for the actors
+    if cfg.precision == "auto":  # in this process (run_init resolves it for the actors before building them)
+        cfg = replace(cfg, precision=local_precision(cfg.precision, use_gpu=pick_device() == "cuda"))
     stages = stages or in_process_stages(cfg)
     identity = cfg.identity("init", inputs or input_identities(cfg))
     out = Path(cfg.output)
@@ -347,7 +371,12 @@ def initialise(cfg: InitConfig, stages: Stages | None = None, inputs: dict[str, 
         write_config(cfg, work / "config.yaml")
         require_finite(model.state_dict(), f"the initialised model for {out}")  # never a NaN model complete
         with atomic_path(work / MODEL) as tmp:
-            write_target_model(model, target_tok, tmp)
+            serving = Serving(
+                query_length=cfg.query_length,
+                document_length=cfg.document_length,
+                pooling=read_pooling(cfg.source_model),
+            )
+            write_target_model(model, target_tok, tmp, serving)
             write_card(tmp, {"init": card_facts(named, rep)})
         with atomic_path(work / "provenance.parquet") as tmp:
             pq.write_table(prov, tmp)
@@ -361,8 +390,6 @@ def initialise(cfg: InitConfig, stages: Stages | None = None, inputs: dict[str, 
             prov.num_rows,
             duration(timings["compose_and_write_s"]),
         )
-    if cfg.push_to_hub:
-        push_model(out / MODEL, cfg.push_to_hub)
     return InitResult.from_report(str(out), rep)
 
 
@@ -410,8 +437,8 @@ def _report(
         "fingerprints": {
             "source_model": model_fingerprint(cfg.source_model),
             "bridge_model": bridge_fp,
-            "source_tokenizer": keys["source"].split("-")[-1],
-            "target_tokenizer": keys["target"].split("-")[-1],
+            "source_tokenizer": keys["source"].split("-")[1],  # <bridge>-<tokenizer>[-<precision>]
+            "target_tokenizer": keys["target"].split("-")[1],
         },
         "models": {
             "source_model": cfg.source_model,

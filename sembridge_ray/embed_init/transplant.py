@@ -8,7 +8,7 @@ from typing import Any, cast
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from sembridge_ray.sparse.model import save_sparse_encoder
+from sembridge_ray.sparse.model import Serving, max_positions, save_sparse_encoder
 
 
 def target_model(
@@ -48,13 +48,7 @@ def target_model(
     return model
 
 
-def max_positions(model: PreTrainedModel) -> int:
-    """Usable sequence length of the encoder (RoBERTa reserves padding_idx + 1 positions)."""
-    positions = getattr(model.config, "max_position_embeddings", 512)
-    return positions - 2 if getattr(model.config, "model_type", "") in ("roberta", "xlm-roberta") else positions
-
-
-def write_target_model(model: PreTrainedModel, tokenizer: Any, out_dir: Path) -> None:
+def write_target_model(model: PreTrainedModel, tokenizer: Any, out_dir: Path, serving: Serving | None = None) -> None:
     """Save as a SparseEncoder directory with the target tokenizer, its length capped at the encoder's."""
     tokenizer.model_max_length = min(int(tokenizer.model_max_length), max_positions(model))
-    save_sparse_encoder(model, tokenizer, out_dir)
+    save_sparse_encoder(model, tokenizer, out_dir, serving)

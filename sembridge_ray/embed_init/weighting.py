@@ -4,7 +4,7 @@ Why not call ``entmax_bisect`` on full rows (the released reference): it holds N
 passes over all M columns per row, and in fp32 it is off by up to 4e-3 at α=4 (the weight at the support boundary
 is a cube root of a tiny margin). Here:
 
-1. per chunk of rows, one GEMM gives screening scores (bf16 on CPUs with native bf16, else fp32) and
+1. per chunk of rows, one GEMM gives screening scores (fp32, or bf16 when the run's precision asks for it) and
    :func:`top_candidates` keeps k per row;
 2. the candidates' cosines are recomputed in float64 and the threshold τ is solved on them, for many chunks in one
    call, with the ``entmax`` package itself (``sparsemax`` for α=2, ``entmax15`` for α=1.5, ``entmax_bisect``
@@ -24,21 +24,17 @@ from typing import Any
 import torch
 from entmax import entmax15, entmax_bisect, sparsemax
 
-from sembridge_ray.placement import native_bf16
-
 _CHUNK_BYTES = 32 << 20  # fp32 scores held per chunk: flat memory whatever N is
-SCREEN_DTYPE: torch.dtype | None = None  # None: bf16 where the CPU has native bf16 GEMMs, else fp32
+SCREEN_DTYPE: torch.dtype | None = None  # tests: force one screening dtype for every call
 
 
-def screen_dtype(device: torch.device) -> torch.dtype:
-    """The GEMM that picks candidates. bf16 is 3x faster than fp32 on CPUs with AVX512-BF16/AMX (measured:
-    0.066 vs 0.203 ms per token at M=30,522, D=384) and its error is bounded below, so exactness is kept. On CUDA
-    we stay in fp32: cuBLAS may reduce bf16 products in reduced precision, which would void the bound."""
-    if SCREEN_DTYPE is not None:
-        return SCREEN_DTYPE
-    if device.type == "cpu" and native_bf16(device):
-        return torch.bfloat16
-    return torch.float32
+def screen_dtype(asked: torch.dtype | None = None) -> torch.dtype:
+    """The GEMM that picks candidates: fp32 unless the caller asks for bf16 (``precision: bf16``). bf16 is 3x faster
+    than fp32 on CPUs with AVX512-BF16/AMX (measured: 0.066 vs 0.203 ms per token at M=30,522, D=384) and its error
+    is bounded below, so the weights stay exact; but which candidates tie at the k-th place can differ in the last
+    bit, so the choice is the run's (recorded), never the CPU's. Callers keep fp32 on CUDA: cuBLAS may reduce bf16
+    products in reduced precision, which would void the bound."""
+    return SCREEN_DTYPE or asked or torch.float32
 
 
 def score_error(dtype: torch.dtype, dim: int) -> float:
@@ -58,7 +54,7 @@ class _Vectors:
     screen: torch.Tensor  # unit rows in the screening dtype
 
     @classmethod
-    def of(cls, x: torch.Tensor, name: str, device: torch.device) -> _Vectors:
+    def of(cls, x: torch.Tensor, name: str, device: torch.device, screen: torch.dtype) -> _Vectors:
         if x.dim() != 2:
             raise ValueError(f"{name} must be 2-D (rows, dim), got shape {tuple(x.shape)}")
         x = x.detach().to(device=device)
@@ -68,7 +64,7 @@ class _Vectors:
             raise ValueError(f"{name} contains non-finite values (NaN or inf)")
         norm64 = torch.linalg.vector_norm(x, dim=1, dtype=torch.float64).clamp_min(1e-12)
         unit32 = torch.nn.functional.normalize(x.float(), dim=1)
-        return cls(x, unit32, norm64, unit32.to(screen_dtype(device)))
+        return cls(x, unit32, norm64, unit32.to(screen))
 
     def unit64(self, idx: torch.Tensor) -> torch.Tensor:
         """Float64 unit vectors of rows ``idx`` (any shape), normalised in float64 from the given values."""
@@ -83,7 +79,7 @@ class _Vectors:
 _PREPARED: list[tuple[tuple[Any, ...], _Vectors]] = []  # one entry: the last source matrix seen
 
 
-def _prepared_source(source_vecs: torch.Tensor, device: torch.device) -> _Vectors:
+def _prepared_source(source_vecs: torch.Tensor, device: torch.device, screen: torch.dtype) -> _Vectors:
     """The source side (check, fp32 unit rows, float64 norms) is the same for every batch a worker handles:
     prepare it once per tensor (keyed by storage, shape and in-place version)."""
     key = (
@@ -94,10 +90,10 @@ def _prepared_source(source_vecs: torch.Tensor, device: torch.device) -> _Vector
         source_vecs.device,
         source_vecs._version,
         device,
-        screen_dtype(device),
+        screen,
     )
     if not _PREPARED or _PREPARED[0][0] != key:
-        _PREPARED[:] = [(key, _Vectors.of(source_vecs, "source_vecs", device))]
+        _PREPARED[:] = [(key, _Vectors.of(source_vecs, "source_vecs", device, screen))]
     return _PREPARED[0][1]
 
 
@@ -254,6 +250,7 @@ def bridge_weights(
     top_k: int | None = None,
     device: str | torch.device | None = None,
     offsets: torch.Tensor | None = None,
+    screen: torch.dtype | None = None,
 ) -> torch.Tensor:
     """Convex weights over source tokens for each new token: sparse CSR (N, M), float32, rows summing to 1.
 
@@ -262,14 +259,16 @@ def bridge_weights(
     ``top_k`` most similar source tokens (all of them when None: dense rows), as WECHSEL does with k=10, T=0.1.
     ``offsets`` (M,): an additive prior on the cosines, the same for every row (before ``temperature``; see
     ``embed_init.position``). Cosines are computed in row chunks on ``device`` (default: where ``new_vecs``
-    lives); N × M is never held. Non-finite input raises ``ValueError``.
+    lives); N × M is never held; ``screen`` is the dtype of the candidate-screening GEMM (fp32 by default, see
+    :func:`screen_dtype`). Non-finite input raises ``ValueError``.
     """
     if alpha < 1:
         raise ValueError(f"alpha must be >= 1, got {alpha}")
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     dev = torch.device(device) if device is not None else new_vecs.device
-    new, src = _Vectors.of(new_vecs, "new_vecs", dev), _prepared_source(source_vecs, dev)
+    dtype = screen_dtype(screen)
+    new, src = _Vectors.of(new_vecs, "new_vecs", dev, dtype), _prepared_source(source_vecs, dev, dtype)
     if new.raw.shape[1] != src.raw.shape[1]:
         raise ValueError(f"dimension mismatch: new_vecs {new.raw.shape[1]} vs source_vecs {src.raw.shape[1]}")
     n, m = len(new.raw), len(src.raw)

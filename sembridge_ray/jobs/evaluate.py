@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 from sembridge_ray.config import Config, require
 from sembridge_ray.errors import InputError
 from sembridge_ray.jobs import Flag, JobSpec
-from sembridge_ray.placement import ResourceConfig
+from sembridge_ray.placement import Precision, ResourceConfig
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,6 +57,10 @@ class EvaluateConfig(Config):
     """The last column of run.trec."""
     overwrite: bool = False
     """Replace an output written with other settings (otherwise such a rerun is refused)."""
+    precision: Precision = "auto"
+    """The encoders' matmuls: fp32, bf16 autocast, or auto = bf16 where the actors run on CUDA GPUs that support
+    it, fp32 everywhere else (on a CPU the vectors equal SparseEncoder.encode_query/encode_document in fp32).
+    Resolved once in the driver and recorded so."""
     resources: ResourceConfig = field(default_factory=ResourceConfig)
 
     # The search is exact, so shards and query batches change no result; inputs are identified by content.
@@ -137,6 +141,7 @@ FLAGS = (
     Flag(name="--workers", key="resources.workers"),
     Flag(name="--shard-size", key="shard_size"),
     Flag(name="--doc-top-k", key="doc_top_k"),
+    Flag(name="--precision", key="precision"),
     Flag(name="--overwrite", key="overwrite", const="true"),
 )
 

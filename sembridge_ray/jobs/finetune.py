@@ -12,13 +12,17 @@ Writes ``model/`` (SparseEncoder + model card), ``metrics.jsonl`` (one line per 
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 from sembridge_ray.config import Config, require
 from sembridge_ray.errors import InputError
 from sembridge_ray.jobs import Flag, JobSpec
-from sembridge_ray.placement import ResourceConfig
+from sembridge_ray.placement import Precision, ResourceConfig
+
+log = logging.getLogger(__name__)
+_BF16_WORDS = {"on": "bf16", "off": "fp32"}  # the values of the former --bf16 flag
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,8 +44,6 @@ class OptimConfig(Config):
     """Passes over the training pairs (one permutation each, seeded)."""
     max_steps: int | None = None
     """Caps the number of optimiser steps (None = epochs × pairs // batch_size)."""
-    bf16: Literal["auto", "on", "off"] = "auto"
-    """bf16 autocast: auto = on a CUDA device that supports it; the loss itself is always fp32."""
 
     def check(self) -> None:
         require(self.lr > 0, "lr", self.lr, "must be > 0")
@@ -116,6 +118,15 @@ class FinetuneConfig(Config):
     """After a successful run, upload the model to this hub repository (``org/name``; needs a token and network)."""
     overwrite: bool = False
     """Replace an output written with other settings (otherwise such a rerun is refused)."""
+    query_length: int = 64
+    """Query tokens the written model encodes with (sentence-transformers' ``query_length``): the evaluation's
+    ``max_query_length``, so ``SparseEncoder(model).encode_query`` gives the vectors that were scored."""
+    document_length: int = 256
+    """Document tokens the written model encodes with (its ``document_length`` and ``max_seq_length``, capped at
+    the encoder's positions): the evaluation's ``max_doc_length``."""
+    precision: Precision = "auto"
+    """bf16 autocast or fp32 for the model's matmuls (the loss is always fp32): auto = bf16 where the workers run
+    on CUDA GPUs that support it, fp32 everywhere else. Resolved once in the driver and recorded so."""
     optim: OptimConfig = field(default_factory=OptimConfig)
     loss: LossConfig = field(default_factory=LossConfig)
     resources: ResourceConfig = field(default_factory=ResourceConfig)
@@ -136,8 +147,28 @@ class FinetuneConfig(Config):
         "resources",
     )
 
+    @classmethod
+    def upgrade(cls, data: dict[str, Any]) -> dict[str, Any]:
+        """``optim.bf16`` (auto/on/off) is now ``precision`` (auto/bf16/fp32): both spellings still work."""
+        optim = data.get("optim")
+        if isinstance(optim, dict) and "bf16" in optim:
+            log.warning("config key optim.bf16 is now precision (on = bf16, off = fp32); the old name goes soon")
+            data = {**data, "optim": {k: v for k, v in optim.items() if k != "bf16"}, "precision": optim["bf16"]}
+        value = str(data.get("precision", "")).strip().lower()
+        if value in _BF16_WORDS:
+            data = {**data, "precision": _BF16_WORDS[value]}
+        return data
+
     def check(self) -> None:
-        for key in ("max_query_length", "max_doc_length", "checkpoint_every", "log_every", "keep_checkpoints"):
+        for key in (
+            "max_query_length",
+            "max_doc_length",
+            "query_length",
+            "document_length",
+            "checkpoint_every",
+            "log_every",
+            "keep_checkpoints",
+        ):
             require(getattr(self, key) >= 1, key, getattr(self, key), "must be >= 1")
         for key in ("hard_negatives", "pool_chunk", "max_failures", "report_every_s"):
             require(getattr(self, key) >= 0, key, getattr(self, key), "must be >= 0")
@@ -166,6 +197,8 @@ class FinetuneResult:
     """The metrics of the last logged step."""
     skipped: bool = False
     """The output was already complete with the same settings."""
+    pushed: str = ""
+    """The hub URL the model was pushed to by this run (``push_to_hub``; recorded in ``pushed.json``)."""
 
     @property
     def ok(self) -> bool:
@@ -173,7 +206,7 @@ class FinetuneResult:
 
     @classmethod
     def from_summary(cls, summary: dict[str, Any], skipped: bool = False) -> FinetuneResult:
-        names = set(cls.__dataclass_fields__) - {"skipped"}
+        names = set(cls.__dataclass_fields__) - {"skipped", "pushed"}
         return cls(**{k: v for k, v in summary.items() if k in names}, skipped=skipped)
 
 
@@ -190,7 +223,7 @@ FLAGS = (
     Flag(name="--lambda-q", key="loss.lambda_q"),
     Flag(name="--lambda-d", key="loss.lambda_d"),
     Flag(name="--checkpoint-every", key="checkpoint_every"),
-    Flag(name="--bf16", key="optim.bf16"),
+    Flag(name="--precision", key="precision", aliases=("--bf16",)),
     Flag(name="--max-query-length", key="max_query_length"),
     Flag(name="--max-doc-length", key="max_doc_length"),
     Flag(name="--push-to-hub", key="push_to_hub"),

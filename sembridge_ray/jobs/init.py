@@ -20,7 +20,7 @@ from sembridge_ray.config import Config, require
 from sembridge_ray.embed_init.methods import MethodName, unused_settings
 from sembridge_ray.embed_init.vocab import MATCH_RULES
 from sembridge_ray.jobs import Flag, JobSpec
-from sembridge_ray.placement import ResourceConfig
+from sembridge_ray.placement import Precision, ResourceConfig
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,6 +89,16 @@ class InitConfig(Config):
     """After a successful run, upload the model to this hub repository (``org/name``; needs a token and network)."""
     overwrite: bool = False
     """Replace an output written with other settings (otherwise such a rerun is refused)."""
+    query_length: int = 64
+    """Query tokens the written model encodes with (sentence-transformers' ``query_length``): the evaluation's
+    ``max_query_length``, so ``SparseEncoder(model).encode_query`` gives the vectors that were scored."""
+    document_length: int = 256
+    """Document tokens the written model encodes with (its ``document_length`` and ``max_seq_length``, capped at
+    the encoder's positions): the evaluation's ``max_doc_length``."""
+    precision: Precision = "auto"
+    """The bridge encoder's matmuls and the candidate screening: fp32, bf16, or auto = bf16 where the actors run
+    on CUDA GPUs that support it (the screening stays fp32 on CUDA), fp32 everywhere else. Resolved once in the
+    driver and recorded so; the weights themselves are always solved in float64."""
     resources: ResourceConfig = field(default_factory=ResourceConfig)
 
     NOT_IDENTITY: ClassVar[tuple[str, ...]] = (
@@ -114,7 +124,14 @@ class InitConfig(Config):
         )
         require(self.temperature > 0, "temperature", self.temperature, "must be > 0")
         require(self.wechsel_temperature > 0, "wechsel_temperature", self.wechsel_temperature, "must be > 0")
-        for key in ("softmax_top_k", "wechsel_top_k", "bridge_batch_size", "rows_batch_size"):
+        for key in (
+            "softmax_top_k",
+            "wechsel_top_k",
+            "bridge_batch_size",
+            "rows_batch_size",
+            "query_length",
+            "document_length",
+        ):
             require(getattr(self, key) >= 1, key, getattr(self, key), "must be >= 1")
         require(self.samples >= 0, "samples", self.samples, "must be >= 0")
         unknown = [m for m in self.match if m not in MATCH_RULES]
@@ -152,6 +169,8 @@ class InitResult:
     """Everything ``init_report.json`` holds."""
     skipped: bool = False
     """The output was already complete with the same settings."""
+    pushed: str = ""
+    """The hub URL the model was pushed to by this run (``push_to_hub``; recorded in ``pushed.json``)."""
 
     @classmethod
     def from_report(cls, output: str, report: dict[str, Any], skipped: bool = False) -> InitResult:
@@ -193,6 +212,7 @@ FLAGS = (
     Flag(name="--grid", key="grid"),
     Flag(name="--dry-run", key="dry_run", const="true"),
     Flag(name="--workers", key="resources.workers"),
+    Flag(name="--precision", key="precision"),
     Flag(name="--trust-remote-code", key="trust_remote_code", const="true"),
     Flag(name="--push-to-hub", key="push_to_hub"),
     Flag(name="--overwrite", key="overwrite", const="true"),

@@ -93,6 +93,10 @@ class ReproduceConfig(Config):
         "init.overwrite",
         "init.grid",
         "init.dry_run",
+        "init.query_length",
+        "init.document_length",
+        "finetune.query_length",
+        "finetune.document_length",
         "finetune.model",
         "finetune.train",
         "finetune.output",
@@ -105,8 +109,8 @@ class ReproduceConfig(Config):
         "evaluate.overwrite",
     )
     """Stage keys the plan sets per cell and stage (from ``models``, ``languages``, ``methods``, ``alphas``,
-    ``datasets``, ``eval_split``, ``output``, ``overwrite``): setting them here is refused, since it would change
-    nothing."""
+    ``datasets``, ``eval_split``, ``output``, ``overwrite``; the written models' lengths from ``evaluate``'s):
+    setting them here is refused, since it would change nothing."""
     # The stages' identities hold everything else (the sections' own NOT_IDENTITY keys aside); these steer the run.
     NOT_IDENTITY: ClassVar[tuple[str, ...]] = (
         "output",

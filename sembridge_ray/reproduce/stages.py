@@ -78,6 +78,8 @@ def cell_stages(cfg: ReproduceConfig, cell: Cell, assets: Assets, gpus: float, i
         output=str(paths.init),
         overwrite=cfg.overwrite,
         resources=cell_resources(cfg, cfg.init.resources, gpus),
+        query_length=cfg.evaluate.max_query_length,  # the written model encodes as it is scored
+        document_length=cfg.evaluate.max_doc_length,
     )
     inputs = {"source_model": identify("model", source), "target_tokenizer": identify("model", tokenizer)}
     if method(cell.method).uses_bridge:
@@ -107,6 +109,8 @@ def cell_stages(cfg: ReproduceConfig, cell: Cell, assets: Assets, gpus: float, i
             output=str(paths.finetune(dataset)),
             overwrite=cfg.overwrite,
             resources=cell_resources(cfg, cfg.finetune.resources, gpus),
+            query_length=cfg.evaluate.max_query_length,  # the written model encodes as it is scored
+            document_length=cfg.evaluate.max_doc_length,
         )
         finetune = Stage(
             name=f"{dataset}/finetune",
@@ -143,6 +147,8 @@ def source_stages(
         output=str(root / "minilm-splade"),
         optim=optim,
         overwrite=cfg.overwrite,
+        query_length=cfg.evaluate.max_query_length,  # the written model encodes as it is scored
+        document_length=cfg.evaluate.max_doc_length,
     )
     finetune = Stage(
         name="assets/source",

@@ -2,8 +2,9 @@
 
 :func:`encode_texts` is what the Ray Data actors run (``SparseEncodeUDF``): texts sorted by length inside each call
 (little padding), the vocabulary projection over the unpadded tokens only, log1p on the (B, V) maxima rather than on
-every token's logits, bf16 autocast where the device has native bf16, and the non-zeros extracted on the device (only
-they are copied back). Rows come back in input order; they equal sentence-transformers' ``encode`` on the same model.
+every token's logits, and the non-zeros extracted on the device (only they are copied back). Rows come back in input
+order; in fp32 (the default) they equal sentence-transformers' ``encode`` on the same model. ``precision="bf16"``
+autocasts the matmuls, on any device, only when the caller asks: a CPU's features never decide it.
 """
 
 from __future__ import annotations
@@ -104,11 +105,11 @@ def device_rows(pooled: torch.Tensor, top_k: int | None = None) -> Rows:
     return list(np.split(cols_np, cuts)), list(np.split(values, cuts))
 
 
-def autocast_for(device: torch.device) -> contextlib.AbstractContextManager[Any]:
-    """bf16 autocast where the device computes bf16 natively (CUDA with bf16; CPUs with AVX512-BF16 or AMX)."""
-    from sembridge_ray.placement import native_bf16
-
-    return torch.autocast(device.type, dtype=torch.bfloat16) if native_bf16(device) else contextlib.nullcontext()
+def autocast_for(device: torch.device, precision: str) -> contextlib.AbstractContextManager[Any]:
+    """bf16 autocast on ``device`` when ``precision`` is bf16; nothing for fp32."""
+    if precision not in ("fp32", "bf16"):
+        raise ValueError(f"precision must be fp32 or bf16 once resolved, got {precision!r}")
+    return torch.autocast(device.type, dtype=torch.bfloat16) if precision == "bf16" else contextlib.nullcontext()
 
 
 def encode_texts(
@@ -117,7 +118,7 @@ def encode_texts(
     batch_size: int,
     role: str | None = None,
     top_k: int | None = None,
-    bf16: bool = True,
+    precision: str = "fp32",
 ) -> Rows:
     """Texts -> sparse rows in input order, with a ``SparseEncoder``'s weights and tokenizer.
 
@@ -125,15 +126,16 @@ def encode_texts(
     (Router, prompts, other pooling) is encoded with its own ``encode``/``encode_query``/``encode_document``.
     """
     parts = fast_parts(model, role)
+    amp = autocast_for(model.device, precision)
     if parts is None:
         encode = {None: model.encode, "query": model.encode_query, "document": model.encode_document}[role]
-        emb = encode(list(texts), batch_size=batch_size, convert_to_tensor=True, show_progress_bar=False)
+        with amp:
+            emb = encode(list(texts), batch_size=batch_size, convert_to_tensor=True, show_progress_bar=False)
         return sparse_rows(emb, top_k)
     mlm, transform, decoder = parts
     order = np.argsort([-len(t) for t in texts], kind="stable")
     indices: list[np.ndarray] = [np.zeros(0, np.int32)] * len(texts)
     values: list[np.ndarray] = [np.zeros(0, np.float32)] * len(texts)
-    amp = autocast_for(model.device) if bf16 else contextlib.nullcontext()
     with torch.inference_mode(), amp:
         for start in range(0, len(texts), batch_size):
             chosen = order[start : start + batch_size]

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import tempfile
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
@@ -52,29 +55,98 @@ def _first_line(err: BaseException) -> str:
     return text[0] if text else type(err).__name__
 
 
-def build_sparse_encoder(mlm_dir: Path, device: str = "cpu", **kwargs: Any) -> Any:
-    """A ``SparseEncoder`` = fill-mask Transformer over ``mlm_dir`` + SpladePooling(max, log(1 + relu))."""
+MAX_RELU = {"pooling_strategy": "max", "activation_function": "relu"}
+"""SPLADE's pooling: max over tokens of log(1 + relu) (sentence-transformers' "relu" already applies the log)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Serving:
+    """How a written SparseEncoder directory encodes when loaded: the lengths the project scores it with
+    (``document_length`` is also its ``max_seq_length``) and its SPLADE pooling settings."""
+
+    query_length: int | None = None
+    document_length: int | None = None
+    pooling: dict[str, str] = field(default_factory=lambda: dict(MAX_RELU))
+
+
+def read_pooling(model_dir: str | Path) -> dict[str, str]:
+    """The SpladePooling settings (strategy, activation) of a SparseEncoder directory; SPLADE's max/relu for a
+    plain masked-LM directory, a hub id or a layout without one."""
+    path = Path(resolve(str(model_dir)))
+    for module in _modules(path):
+        if str(module.get("type", "")).endswith("SpladePooling"):
+            try:
+                config = json.loads((path / str(module.get("path", "")) / "config.json").read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                break
+            return {k: str(config[k]) for k in MAX_RELU if k in config} | {
+                k: v for k, v in MAX_RELU.items() if k not in config
+            }
+    return dict(MAX_RELU)
+
+
+def build_sparse_encoder(mlm_dir: Path, device: str = "cpu", serving: Serving | None = None, **kwargs: Any) -> Any:
+    """A ``SparseEncoder`` = fill-mask Transformer over ``mlm_dir`` + SpladePooling (``serving.pooling``, by
+    default max over tokens of log(1 + relu)) whose dimension is the vocabulary's from the start, encoding queries
+    and documents at ``serving``'s lengths."""
     from sentence_transformers import SparseEncoder
     from sentence_transformers.sparse_encoder.modules import SpladePooling, Transformer
 
-    # SpladePooling's "relu" already applies log1p; its "log1p_relu" would apply it twice.
-    pooling = SpladePooling(pooling_strategy="max", activation_function="relu")
-    return SparseEncoder(
-        modules=[Transformer(str(mlm_dir), transformer_task="fill-mask", **kwargs), pooling], device=device
+    serving = serving or Serving()
+    transformer = Transformer(
+        str(mlm_dir),
+        transformer_task="fill-mask",
+        query_length=serving.query_length,
+        document_length=serving.document_length,
+        **kwargs,
     )
+    vocab = int(transformer.auto_model.config.vocab_size)
+    pooling = SpladePooling(**serving.pooling, embedding_dimension=vocab)  # type: ignore[arg-type]
+    return SparseEncoder(modules=[transformer, pooling], device=device)
 
 
-def save_sparse_encoder(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out_dir: Path) -> None:
+def save_sparse_encoder(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out_dir: Path, serving: Serving | None = None
+) -> None:
     """Write ``out_dir`` as a SparseEncoder directory that also loads with ``AutoModelForMaskedLM``.
 
+    ``serving`` sets what ``SparseEncoder(out_dir)`` encodes with: its ``document_length`` becomes the
+    tokenizer's ``model_max_length`` (sentence-transformers' ``max_seq_length``), capped at the encoder's positions.
     ``out_dir`` should be a fresh (temporary) path; callers rename it into place (see ``outputs.atomic_path``).
     """
     if cast(torch.Tensor, model.get_input_embeddings().weight).shape[0] != model.config.vocab_size:
         raise ValueError("config.vocab_size must equal the number of embedding rows")
+    serving = serving or Serving()
+    if serving.document_length is not None:
+        tokenizer.model_max_length = min(serving.document_length, max_positions(model))
     with tempfile.TemporaryDirectory(dir=Path(out_dir).parent) as staging:
         model.save_pretrained(staging, safe_serialization=True)
         tokenizer.save_pretrained(staging)
-        build_sparse_encoder(Path(staging)).save(str(out_dir), safe_serialization=True)
+        build_sparse_encoder(Path(staging), serving=serving).save(str(out_dir), safe_serialization=True)
+
+
+def max_positions(model: PreTrainedModel) -> int:
+    """Usable sequence length of the encoder (RoBERTa reserves padding_idx + 1 positions)."""
+    positions = getattr(model.config, "max_position_embeddings", 512)
+    return positions - 2 if getattr(model.config, "model_type", "") in ("roberta", "xlm-roberta") else positions
+
+
+def check_push(repo_id: str) -> None:
+    """Refuse, before any work, a ``--push-to-hub`` that cannot succeed: a malformed repository id, offline mode,
+    no token. One :class:`InputError` line each; whether the token may write there is the hub's answer, at the end."""
+    from huggingface_hub import constants, get_token
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as err:
+        raise InputError(
+            f"--push-to-hub {repo_id!r} is not a hub repository id (org/name): {_first_line(err)}"
+        ) from None
+    if constants.HF_HUB_OFFLINE:
+        raise InputError(f"--push-to-hub {repo_id!r}: HF_HUB_OFFLINE is set; publishing needs the hub (unset it)")
+    if not get_token():
+        raise InputError(f"--push-to-hub {repo_id!r}: no Hugging Face token (set HF_TOKEN or run `hf auth login`)")
 
 
 def push_model(model_dir: Path, repo_id: str) -> str:
@@ -90,6 +162,29 @@ def push_model(model_dir: Path, repo_id: str) -> str:
         raise InputError(f"cannot push to the hub repository {repo_id!r}: {_first_line(err)}") from None
     log.info("pushed %s to %s", model_dir, url)
     return str(url)
+
+
+PUSHED = "pushed.json"
+"""Beside a finished output's manifest (not in it): every push of its model, newest last."""
+
+
+def publish(out: Path, model: str, repo_id: str) -> str:
+    """Push the model directory ``out/model`` of a finished output and record it in ``out/pushed.json`` (repository,
+    URL, the run's fingerprint, time); returns the URL."""
+    from sembridge_ray.outputs import atomic_write_json, read_identity
+
+    url = push_model(Path(out) / model, repo_id)
+    try:
+        pushes = json.loads((Path(out) / PUSHED).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        pushes = []
+    identity = read_identity(Path(out))
+    pushes = [
+        *pushes,
+        {"repo_id": repo_id, "url": url, "run": identity.fingerprint if identity else "", "at": time.time()},
+    ]
+    atomic_write_json(Path(out) / PUSHED, pushes)
+    return url
 
 
 @torch.no_grad()
@@ -110,8 +205,12 @@ def load_sparse_encoder(path: str, device: str = "cpu", max_length: int | None =
         model = SparseEncoder(str(path), device=device)
     except (OSError, ValueError, KeyError) as err:
         raise InputError(f"cannot load sparse encoder {path!r}: {_first_line(err)}") from None
-    if max_length is not None:
+    if max_length is not None:  # this instance encodes one side at this length, whatever the model's own settings
         model.max_seq_length = max_length
+        for module in model:
+            for name in ("query_length", "document_length"):
+                if getattr(module, name, None) is not None:
+                    setattr(module, name, max_length)
     return model.eval()
 
 
@@ -245,13 +344,16 @@ def sparse_encoder_problem(path: Path, config: Any, trust_remote_code: bool = Fa
     return None
 
 
-def _module_types(path: Path) -> list[str]:
-    import json
-
+def _modules(path: Path) -> list[dict[str, Any]]:
     try:
-        return [str(m.get("type", "")) for m in json.loads((path / "modules.json").read_text(encoding="utf-8"))]
-    except (OSError, ValueError, AttributeError):
+        modules = json.loads((path / "modules.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
         return []
+    return [m for m in modules if isinstance(m, dict)] if isinstance(modules, list) else []
+
+
+def _module_types(path: Path) -> list[str]:
+    return [str(m.get("type", "")) for m in _modules(path)]
 
 
 def _weight_names(path: Path) -> set[str] | None:

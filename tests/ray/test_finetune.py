@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+from sembridge_ray.jobs.evaluate import EvaluateConfig
 from sembridge_ray.jobs.finetune import FinetuneConfig, LossConfig, OptimConfig
 from sembridge_ray.outputs import is_complete
 from tests.conftest import REPO
@@ -58,8 +59,13 @@ def test_two_worker_run_writes_a_sparse_encoder_and_per_step_metrics(
     assert all(set(m) >= METRIC_KEYS for m in metrics)
     assert all(m["flops_q"] > 0 and m["active_dims_d"] > 0 and m["examples_per_s"] > 0 for m in metrics)
     model = SparseEncoder(result.model, device="cpu")
+    assert model.get_embedding_dimension() == 2000  # right on load, before any encode
     emb = model.encode(["a man is playing a guitar"], convert_to_tensor=True)
     assert emb.shape[-1] == 2000 and emb.to_dense().count_nonzero() > 0
+    # the published model encodes documents as the evaluate job scores them (its default max_doc_length)
+    from tests.unit.test_published_model import LONG_TEXTS, assert_encodes_as_evaluated
+
+    assert_encodes_as_evaluated(result.model, LONG_TEXTS[:20], EvaluateConfig())
     assert (out / "config.yaml").is_file() and is_complete(out)
     assert sorted(p.name for p in (out / "checkpoints").glob("finetune-*/step_*")) == ["step_00000002", "step_00000004"]
     again = run_finetune(cfg)

@@ -66,7 +66,7 @@ def test_flags_map_onto_the_config(capsys) -> None:
         job="finetune",
     )
     assert (cfg.resources.workers, cfg.resources.gpus_per_worker, cfg.optim.batch_size) == (3, 0.5, 48)
-    assert (cfg.optim.lr, cfg.optim.epochs, cfg.optim.max_steps, cfg.optim.bf16) == (3e-5, 2, 7, "off")
+    assert (cfg.optim.lr, cfg.optim.epochs, cfg.optim.max_steps, cfg.precision) == (3e-5, 2, 7, "fp32")  # --bf16 off
     assert (cfg.loss.lambda_q, cfg.loss.lambda_d, cfg.checkpoint_every) == (1e-4, 2e-4, 5)
     assert (cfg.max_query_length, cfg.max_doc_length, cfg.seed) == (32, 128, 3)
     defaults = FinetuneConfig()

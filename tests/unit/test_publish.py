@@ -1,0 +1,101 @@
+"""``--push-to-hub``: checked in the driver before any work (one line, exit 2, in seconds, before Ray), and a rerun of
+a finished output publishes it without recomputing, recording what went where (the hub is offline here: the upload
+itself is replaced by a recorder)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from jobs import finetune, init_embeddings
+from sembridge_ray.embed_init.pipeline import initialise
+from sembridge_ray.jobs.init import InitConfig
+from sembridge_ray.sparse import model as sparse_model
+from tests.conftest import error_lines
+
+
+def init_args(fixtures_root: Path, out: Path, repo: str) -> list[str]:
+    return [
+        "--source-model",
+        str(fixtures_root / "bert-mlm"),
+        "--target-tokenizer",
+        str(fixtures_root / "tok-wordpiece"),
+        "--bridge-model",
+        str(fixtures_root / "bridge"),
+        "--output",
+        str(out),
+        "--push-to-hub",
+        repo,
+    ]
+
+
+@pytest.mark.parametrize(
+    ("repo", "offline", "token", "message"),
+    [
+        ("not a repo id!!", True, "x", "is not a hub repository id"),
+        ("org/model", True, "x", "HF_HUB_OFFLINE is set"),
+        ("org/model", False, None, "no Hugging Face token"),
+    ],
+)
+def test_a_push_that_cannot_happen_is_refused_first(
+    fixtures_root: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    repo: str,
+    offline: bool,
+    token: str | None,
+    message: str,
+) -> None:
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", offline)
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "no-token"))
+    if token:
+        monkeypatch.setenv("HF_TOKEN", token)
+    ft = ["--model", str(fixtures_root / "bert-mlm"), "--train", "sick", "--output", str(tmp_path / "ft")]
+    for main, argv in ((init_embeddings.main, init_args(fixtures_root, tmp_path / "init", repo)), (finetune.main, ft)):
+        if main is finetune.main:
+            argv = [*argv, "--push-to-hub", repo]
+        start = time.monotonic()
+        assert main(argv) == 2
+        err = error_lines(capsys)
+        assert len(err) == 1 and message in err[0] and repr(repo) in err[0], err
+        assert time.monotonic() - start < 10
+    ray = sys.modules.get("ray")
+    assert not (tmp_path / "init").exists() and not (tmp_path / "ft").exists()
+    assert ray is None or not ray.is_initialized()
+
+
+def test_a_finished_output_is_pushed_by_a_rerun_without_recomputing(
+    fixtures_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cfg = InitConfig(
+        source_model=str(fixtures_root / "bert-mlm"),
+        target_tokenizer=str(fixtures_root / "tok-wordpiece"),
+        bridge_model=str(fixtures_root / "bridge"),
+        output=str(tmp_path / "init"),
+        cache_dir=str(tmp_path / "cache"),
+        samples=0,
+    )
+    first = initialise(cfg)
+    assert not first.skipped and first.pushed == ""
+    pushed: list[tuple[Path, str]] = []
+    monkeypatch.setattr(
+        sparse_model, "push_model", lambda d, repo: pushed.append((Path(d), repo)) or f"https://hub/{repo}"
+    )
+    monkeypatch.setattr("sembridge_ray.embed_init.pipeline.check_push", lambda repo: None)
+    stamp = (Path(first.output) / "_SUCCESS").stat().st_mtime_ns
+    again = initialise(replace(cfg, push_to_hub="org/model"))
+    assert again.skipped and again.pushed == "https://hub/org/model"
+    assert pushed == [(Path(first.model), "org/model")]
+    assert (Path(first.output) / "_SUCCESS").stat().st_mtime_ns == stamp  # nothing recomputed or rewritten
+    record = json.loads((Path(first.output) / sparse_model.PUSHED).read_text())
+    assert [(r["repo_id"], r["url"]) for r in record] == [("org/model", "https://hub/org/model")]
+    assert initialise(cfg).skipped  # the record is beside the manifest, not in it: the output still verifies

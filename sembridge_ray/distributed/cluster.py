@@ -272,7 +272,8 @@ def resolve_precision(setting: Precision, res: ResourceConfig, reserve: bool = T
 
         chosen: Precision = local_precision(setting, torch.cuda.is_available())
     else:
-        plan = placement(res, reserve=reserve)
+        info = connect()  # plan_placement, not placement(): its "the cluster fits fewer" line comes with the work
+        plan = plan_placement(res, info.cpus, info.gpus, reserve=reserve)
         chosen = "bf16" if plan.use_gpu and _gpus_have_bf16(plan.gpus_per_worker) else "fp32"
     level = logging.INFO if chosen == "bf16" or os.environ.get("RAY_ADDRESS") else logging.DEBUG
     log.log(level, "precision auto: %s (%s)", chosen, "CUDA GPUs with bf16" if chosen == "bf16" else "no bf16 GPU")

@@ -12,9 +12,9 @@ import json
 import sys
 from pathlib import Path
 
-from sembridge_ray.bench.synthetic import BenchConfig
 from sembridge_ray.cli import parse_config, run_job
 from sembridge_ray.jobs import Flag
+from sembridge_ray.retrieval.synthetic import BenchConfig
 
 FLAGS = [
     Flag(name="--docs", key="docs"),

@@ -3,7 +3,7 @@
     ray job submit --runtime-env cluster/runtime_env.yaml --working-dir . -- python -m jobs.init_embeddings \
         --source-model naver/splade-v3 --target-tokenizer monologg/kobigbird-bert-base --bridge-model BAAI/bge-m3 \
         --output /shared/init/splade-v3-ko
-    python -m jobs.init_embeddings --grid paper --output ROOT [--dry-run]
+
 The contract (config, result, flags, presets) is ``sembridge_ray.jobs.init``; installed, the same command is
 ``sembridge init``.
 """

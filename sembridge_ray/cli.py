@@ -13,7 +13,7 @@ Exit codes, the same for every job (docs/operations.md, "Exit codes"):
 - 0: done (or skipped: the output was already complete with the same settings);
 - 1: a bug (with its traceback);
 - 2: bad input or environment (one line ``error: ...`` naming the file, line, path or value);
-- 3: a grid (``reproduce``, ``init --grid``) finished, but some cells failed: one line ``error: cell ...`` each;
+- 3: a grid (``reproduce``) finished, but some cells failed: one line ``error: cell ...`` each;
   the other cells' results are written, and a rerun retries the failed cells;
 - 130: interrupted (Ctrl-C, SIGINT);
 - 143: terminated (SIGTERM: preemption, ``kill``, ``docker stop``), after one line ``error: terminated (SIGTERM)``,
@@ -25,12 +25,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
-import os
 import signal
 import sys
 import textwrap
 import threading
-import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -46,8 +44,9 @@ from sembridge_ray.config import (
     merge,
     suggestion,
 )
-from sembridge_ray.errors import ENVIRONMENT_ERRNOS, InputError, Terminated, environment_errno
+from sembridge_ray.errors import Terminated, user_error
 from sembridge_ray.jobs import JOBS, PRESET_DIR, Flag, job_spec, presets
+from sembridge_ray.logs import setup_logging
 
 C = TypeVar("C", bound=Config)
 log = logging.getLogger(__name__)
@@ -180,84 +179,7 @@ def dump_config(cfg: Config) -> str:
     return yaml.safe_dump(cfg.to_dict(), sort_keys=False, allow_unicode=True)
 
 
-# ---- errors -------------------------------------------------------------------------------------------------
-
-
-def _causes(err: BaseException) -> list[BaseException]:
-    """What an exception wraps: its explicit ``__cause__``, a Ray task error's ``cause``, a Ray Train failure's
-    per-worker errors, an exception group's members (not the implicit ``__context__``: an error raised while
-    handling another is a new failure)."""
-    found = [getattr(err, "cause", None), err.__cause__]
-    failures = getattr(err, "worker_failures", None)
-    if isinstance(failures, dict):
-        found.extend(failures.values())
-    found.extend(getattr(err, "exceptions", None) or ())
-    return [e for e in found if isinstance(e, BaseException)]
-
-
-def find_user_error(err: BaseException) -> BaseException | None:
-    """The error caused by the user's input or environment, wherever it sits in the chain of causes (Ray wraps
-    what its workers raise); None when it is a bug."""
-    stack, seen = [err], set()
-    while stack:
-        current = stack.pop(0)
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
-        wrapped = _causes(current)
-        if getattr(current, "cause", None) is not None:  # a Ray wrapper: also an instance of what it wraps
-            stack = wrapped + stack
-            continue
-        if isinstance(current, InputError) or environment_errno(current) is not None:
-            return current
-        stack.extend(wrapped)
-    return None
-
-
-def user_error(err: BaseException) -> str | None:
-    """The one-line message of :func:`find_user_error`'s error (None for a bug)."""
-    found = find_user_error(err)
-    if found is None or isinstance(found, InputError):
-        return None if found is None else str(found)
-    code = environment_errno(found)
-    where = getattr(found, "filename", None) or ""
-    text = found.strerror if isinstance(found, OSError) and found.strerror else str(found)
-    return f"{where + ': ' if where else ''}{text.strip().splitlines()[0]} ({ENVIRONMENT_ERRNOS[code or 0]})"
-
-
 # ---- running a job ------------------------------------------------------------------------------------------
-
-# Third-party messages that say nothing a user of these jobs can act on.
-_QUIET_LOGGERS = (
-    "transformers",
-    "sentence_transformers",
-    "huggingface_hub",
-    "datasets",
-    "filelock",
-    "urllib3",
-    "matplotlib",
-    "PIL",
-)
-_QUIET_WARNINGS = (
-    "Sparse CSR tensor support is in beta",
-    "The given NumPy array is not writable",
-    "Converting a tensor with requires_grad",
-    "TypedStorage is deprecated",
-    # its replacement (torch.distributed._functional_collectives) is private; the autograd gather still works
-    "torch.distributed.nn.functional.all_gather is deprecated",
-)
-
-
-def quiet_third_parties() -> None:
-    """Demote known third-party noise (hub progress bars, model-load reports, beta-feature warnings) to WARNING."""
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    for name in _QUIET_LOGGERS:
-        logging.getLogger(name).setLevel(logging.WARNING)
-    for text in _QUIET_WARNINGS:
-        warnings.filterwarnings("ignore", message=f".*{text}.*")
-
 
 # Set by the SIGTERM handler: what the job's body raises afterwards may no longer be the Terminated itself (inside
 # ray.get, Ray turns a signal handler's KeyboardInterrupt into a fresh one, and any other exception into a
@@ -299,10 +221,7 @@ def run_job(main: Callable[[], int], level: str = "INFO") -> int:
     """Run a job's body. Bad input and environment errors (disk full, read-only, permission) become one line on
     stderr and exit code 2, also when a Ray worker raised them; a traceback and exit 1 are left for bugs. SIGTERM
     and Ctrl-C unwind the body and end it with one line and exit code 143 or 130 (see the module docstring)."""
-    logging.basicConfig(
-        level=getattr(logging, level), format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True
-    )
-    quiet_third_parties()
+    setup_logging(level)
     try:
         with terminate_on_sigterm():
             return main()

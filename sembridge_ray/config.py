@@ -224,7 +224,7 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
 def load_preset(path: Path) -> dict[str, Any]:
     """Read a YAML preset with every scalar kept as a string (no YAML 1.1 ``no`` -> False surprises). A file that is
     not UTF-8 or not YAML is a :class:`ConfigError` naming the file, line and column."""
-    from sembridge_ray.data.text import text_lines
+    from sembridge_ray.text import text_lines
 
     if not path.is_file():
         raise ConfigError(f"config preset not found: {path}")

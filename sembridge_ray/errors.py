@@ -50,3 +50,45 @@ def environment_errno(err: BaseException) -> int | None:
     if code is None and (match := _OS_ERROR.search(str(err))):
         code = int(match.group(1) or match.group(2))
     return code if code in ENVIRONMENT_ERRNOS else None
+
+
+def _causes(err: BaseException) -> list[BaseException]:
+    """What an exception wraps: its explicit ``__cause__``, a Ray task error's ``cause``, a Ray Train failure's
+    per-worker errors, an exception group's members (not the implicit ``__context__``: an error raised while
+    handling another is a new failure)."""
+    found = [getattr(err, "cause", None), err.__cause__]
+    failures = getattr(err, "worker_failures", None)
+    if isinstance(failures, dict):
+        found.extend(failures.values())
+    found.extend(getattr(err, "exceptions", None) or ())
+    return [e for e in found if isinstance(e, BaseException)]
+
+
+def find_user_error(err: BaseException) -> BaseException | None:
+    """The error caused by the user's input or environment, wherever it sits in the chain of causes (Ray wraps
+    what its workers raise); None when it is a bug."""
+    stack, seen = [err], set()
+    while stack:
+        current = stack.pop(0)
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        wrapped = _causes(current)
+        if getattr(current, "cause", None) is not None:  # a Ray wrapper: also an instance of what it wraps
+            stack = wrapped + stack
+            continue
+        if isinstance(current, InputError) or environment_errno(current) is not None:
+            return current
+        stack.extend(wrapped)
+    return None
+
+
+def user_error(err: BaseException) -> str | None:
+    """The one-line message of :func:`find_user_error`'s error (None for a bug)."""
+    found = find_user_error(err)
+    if found is None or isinstance(found, InputError):
+        return None if found is None else str(found)
+    code = environment_errno(found)
+    where = getattr(found, "filename", None) or ""
+    text = found.strerror if isinstance(found, OSError) and found.strerror else str(found)
+    return f"{where + ': ' if where else ''}{text.strip().splitlines()[0]} ({ENVIRONMENT_ERRNOS[code or 0]})"

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from sembridge_ray.errors import InputError
+from sembridge_ray.manifest import output_fingerprint
 
 WHOLE_FILE_LIMIT = 64 << 20
 SAMPLE = 1 << 20
@@ -102,8 +103,6 @@ def without(settings: Mapping[str, Any], excluded: tuple[str, ...]) -> dict[str,
 
 def path_identity(path: Path) -> str:
     """A local file or directory: the fingerprint of the run that wrote it, else a digest of its contents."""
-    from sembridge_ray.outputs import output_fingerprint  # outputs imports this module
-
     path = Path(path).expanduser()
     run = output_fingerprint(path)
     if run is not None:
@@ -169,11 +168,8 @@ def looks_like_hub_id(spec: str) -> bool:
 
 
 def model_identity(spec: str, what: str = "model") -> str:
-    """A model, tokenizer or bridge given as a local directory, a hub id or a bundled name; anything else names
-    itself."""
-    from sembridge_ray.bundled import resolve
-
-    spec = resolve(spec)
+    """A model, tokenizer or bridge given as a local directory or a hub id (bundled names are resolved to their
+    directories at the job's boundary, before this); anything else names itself."""
     path = Path(spec).expanduser()
     if path.exists():
         return path_identity(path)

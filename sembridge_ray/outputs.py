@@ -25,147 +25,44 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import json
 import logging
 import os
-import shutil
-import stat
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sembridge_ray.atomic import (
+    atomic_path,
+    atomic_write_bytes,
+    atomic_write_json,
+    atomic_write_text,
+    remove,
+    sha256_file,
+)
 from sembridge_ray.errors import InputError, environment_errno
 from sembridge_ray.identity import RunIdentity
 from sembridge_ray.locks import LOCK, OutputLock, check_unlocked
+from sembridge_ray.manifest import IDENTITY, SUCCESS, is_complete, output_fingerprint, read_manifest, write_success
 
-SUCCESS = "_SUCCESS"
-IDENTITY = "identity.json"
-_TMP_PREFIX = ".tmp-"
 log = logging.getLogger(__name__)
-
-
-# ---- atomic writes ------------------------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def atomic_path(path: Path) -> Iterator[Path]:
-    """Yield a temporary sibling of ``path`` (file or directory) and rename it onto ``path`` on success."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{_TMP_PREFIX}{path.name}.{os.getpid()}")
-    _remove(tmp)
-    try:
-        yield tmp
-        if tmp.is_dir() and path.is_dir():
-            _remove(path)  # os.replace cannot replace a non-empty directory
-        os.replace(tmp, path)
-    finally:
-        _remove(tmp)
-
-
-def _remove(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
-    elif path.exists() or path.is_symlink():
-        path.unlink()
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    with atomic_path(path) as tmp:
-        tmp.write_bytes(data)
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))
-
-
-def atomic_write_json(path: Path, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False, sort_keys=False) + "\n")
-
-
-def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-# ---- manifests ----------------------------------------------------------------------------------------------
-
-
-def _artefacts(out_dir: Path, exclude: tuple[str, ...]) -> list[Path]:
-    files = []
-    for path in sorted(out_dir.rglob("*")):
-        rel = path.relative_to(out_dir)
-        if not path.is_file() or rel.name == SUCCESS or any(p.startswith(_TMP_PREFIX) for p in rel.parts):
-            continue
-        if rel.parts[0] in exclude or rel.parts[0].startswith(LOCK):
-            continue
-        files.append(path)
-    return files
-
-
-def _umask() -> int:
-    try:  # thread-safe where /proc has it; os.umask() must set a value to read one
-        line = next(x for x in Path("/proc/self/status").read_text().splitlines() if x.startswith("Umask:"))
-        return int(line.split()[1], 8)
-    except (OSError, StopIteration, ValueError):
-        mask = os.umask(0o022)
-        os.umask(mask)
-        return mask
-
-
-def publish(out_dir: Path, files: list[Path]) -> None:
-    """Give ``files`` and the directories between them and ``out_dir`` the modes the umask allows."""
-    mask = _umask()
-    dirs = {out_dir}
-    for path in files:
-        path.chmod((0o777 if path.stat().st_mode & stat.S_IXUSR else 0o666) & ~mask)
-        dirs.update(p for p in path.parents if p.is_relative_to(out_dir))
-    for directory in dirs:
-        directory.chmod(0o777 & ~mask)
-
-
-def write_success(out_dir: Path, exclude: tuple[str, ...] = (), **extra: Any) -> dict[str, Any]:
-    """Publish every artefact (but the ``exclude`` subdirs) and write the ``_SUCCESS`` manifest of their checksums,
-    last. The run's fingerprint comes from ``identity.json`` when the run has one."""
-    out_dir = Path(out_dir)
-    artefacts = _artefacts(out_dir, exclude)
-    publish(out_dir, artefacts)
-    files = {str(p.relative_to(out_dir)): sha256_file(p) for p in artefacts}
-    manifest: dict[str, Any] = {"files": files, "exclude": list(exclude), "finished_at": time.time()}
-    identity = read_identity(out_dir)
-    if identity is not None:
-        manifest |= {"job": identity.job, "fingerprint": identity.fingerprint}
-    manifest |= extra
-    atomic_write_json(out_dir / SUCCESS, manifest)
-    (out_dir / SUCCESS).chmod(0o666 & ~_umask())
-    return manifest
-
-
-def read_manifest(out_dir: Path) -> dict[str, Any] | None:
-    try:
-        manifest = json.loads((Path(out_dir) / SUCCESS).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return manifest if isinstance(manifest, dict) and isinstance(manifest.get("files"), dict) else None
-
-
-def is_complete(out_dir: Path) -> bool:
-    """True when ``_SUCCESS`` exists and every artefact it lists is present with the same checksum."""
-    manifest = read_manifest(out_dir)
-    if manifest is None:
-        return False
-    for rel, digest in manifest["files"].items():
-        path = Path(out_dir) / rel
-        if not path.is_file() or sha256_file(path) != digest:
-            log.warning("%s: %s changed or is missing; the directory no longer counts as complete", out_dir, rel)
-            return False
-    return True
+__all__ = [  # what callers take from here: the claim, and the file and manifest helpers it builds on
+    "IDENTITY",
+    "LOCK",
+    "SUCCESS",
+    "Claim",
+    "atomic_path",
+    "atomic_write_bytes",
+    "atomic_write_json",
+    "atomic_write_text",
+    "claim_output",
+    "is_complete",
+    "output_fingerprint",
+    "read_manifest",
+    "sha256_file",
+    "write_success",
+]
 
 
 def read_identity(out_dir: Path) -> RunIdentity | None:
@@ -173,22 +70,6 @@ def read_identity(out_dir: Path) -> RunIdentity | None:
         return RunIdentity.from_dict(json.loads((Path(out_dir) / IDENTITY).read_text(encoding="utf-8")))
     except (OSError, ValueError, KeyError, TypeError):
         return None
-
-
-def output_fingerprint(path: Path) -> str | None:
-    """``run:<job>:<fingerprint>[/<sub>]`` when ``path`` is a complete output of this project or a folder listed in
-    one (an init output's ``model/``); None otherwise."""
-    path = Path(path)
-    for root in (path, path.parent):
-        manifest = read_manifest(root)
-        if not manifest or "fingerprint" not in manifest:
-            continue
-        sub = "" if root == path else path.name
-        if sub and not any(f.startswith(sub + "/") for f in manifest["files"]):
-            continue
-        if is_complete(root):
-            return f"run:{manifest.get('job', '')}:{manifest['fingerprint']}" + (f"/{sub}" if sub else "")
-    return None
 
 
 # ---- claiming an output for a run ---------------------------------------------------------------------------
@@ -381,7 +262,7 @@ def settle(out_dir: Path) -> None:
             _sync_dir(out_dir.parent)
             log.warning("%s: restored the old output set aside by an interrupted --overwrite", out_dir)
             return
-        _remove(previous)
+        remove(previous)
 
 
 def _sync_dir(directory: Path) -> None:
@@ -400,13 +281,13 @@ def swap_into_place(stage: Path, out_dir: Path, locks: tuple[OutputLock, OutputL
     ``locks`` (the output's, the stage's) move with their directories, so the swap is never seen unlocked."""
     out_lock, stage_lock = locks
     previous = previous_dir(out_dir)
-    _remove(previous)
+    remove(previous)
     os.rename(out_dir, previous)
     out_lock.moved_to(previous)
     os.rename(stage, out_dir)
     stage_lock.moved_to(out_dir)
     _sync_dir(out_dir.parent)
-    _remove(previous)
+    remove(previous)
     log.info("%s now holds the new run (--overwrite; the old output is removed)", out_dir)
 
 
@@ -502,7 +383,7 @@ def _stage(stage: Path, out_dir: Path, identity: RunIdentity, created: bool, rea
         log.warning("%s: clearing a staged --overwrite with other settings", stage)
         for item in stage.iterdir():
             if not item.name.startswith(LOCK):
-                _remove(item)
+                remove(item)
         created = True
     resumed = not created and old is not None
     log.warning(

@@ -31,6 +31,7 @@ from sembridge_ray.config import coerce, read_config
 from sembridge_ray.embed_init import position
 from sembridge_ray.jobs.init import InitConfig
 from sembridge_ray.jobs.reproduce import ReproduceConfig
+from sembridge_ray.logs import setup_logging
 from sembridge_ray.outputs import atomic_write_json, atomic_write_text
 from sembridge_ray.reproduce.compare import paired_test, read_per_query
 
@@ -193,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--setting", default="demo")
     parser.add_argument("--finetune", action="store_true")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging("INFO")
     from sembridge_ray.distributed.reproduce import demo_assets
 
     cfg = read_config(ReproduceConfig, args.demo / "config.yaml")

@@ -1,6 +1,6 @@
 """A retrieval corpus drawn from a real encoder's statistics (seeded), for benchmarks that pruning must survive.
 
-The synthetic corpus of :mod:`sembridge_ray.bench.synthetic` has uniform weights and independent terms: the worst
+The synthetic corpus of :mod:`sembridge_ray.retrieval.synthetic` has uniform weights and independent terms: the worst
 case for dynamic pruning. Here the bundled SICK + STS sentences are encoded with the bundled MiniLM SPLADE
 (:func:`~sembridge_ray.sparse.encode.encode_texts`), each vector cut to its ``doc_top_k`` largest weights (the
 untrained encoder activates about 4,000 terms per sentence; the cut gives SPLADE-v2-like sizes), and N documents
@@ -91,8 +91,8 @@ def encoder_corpus(
     docs: int, queries: int, seed: int = 0, sample_texts: int = 2000, doc_top_k: int = 128, query_top_k: int = 32
 ) -> tuple[SparseBatch, SparseBatch]:
     """(``docs`` resampled documents, ``queries`` real encoded queries) over BERT's 30,522-term vocabulary."""
-    from sembridge_ray.bench.synthetic import BERT_VOCAB
     from sembridge_ray.bundled import bundled_text
+    from sembridge_ray.retrieval.synthetic import BERT_VOCAB
 
     texts = list(dict.fromkeys(bundled_text()))  # distinct sentences, in file order
     sample = encode_sample(texts[:sample_texts], doc_top_k)

@@ -30,6 +30,8 @@ from typing import Any, TypeVar
 
 import torch
 
+from sembridge_ray.bundled import resolve
+
 log = logging.getLogger(__name__)
 MODEL = "minilm-splade"
 
@@ -122,7 +124,7 @@ def train_project(case: TrainCase) -> dict[str, Any]:
     from sembridge_ray.sparse import loop
     from sembridge_ray.sparse.model import SpladeEncoder, load_mlm
 
-    mlm, tok = load_mlm(MODEL)
+    mlm, tok = load_mlm(resolve(MODEL))
     model = SpladeEncoder(_no_dropout(mlm))
     optim = OptimConfig(lr=case.lr, warmup_ratio=0.0)
     optimizer, scheduler = loop.build_optimizer(model, optim, case.steps)
@@ -142,7 +144,6 @@ def train_peer(case: TrainCase) -> dict[str, Any]:
     from sentence_transformers import SparseEncoder
     from sentence_transformers.sparse_encoder.losses import SparseMultipleNegativesRankingLoss, SpladeLoss
 
-    from sembridge_ray.bundled import resolve
     from sembridge_ray.jobs.finetune import OptimConfig
     from sembridge_ray.sparse import loop
 
@@ -194,7 +195,6 @@ def encode_project(case: EncodeCase) -> dict[str, Any]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from sembridge_ray.bundled import resolve
     from sembridge_ray.data.schema import ID, TEXT
     from sembridge_ray.distributed.udfs import PATH, SparseEncodeUDF
 
@@ -227,7 +227,6 @@ def encode_ray_data(case: EncodeCase) -> dict[str, Any]:
 
     import pyarrow as pa
 
-    from sembridge_ray.bundled import resolve
     from sembridge_ray.data.schema import ID, TEXT
     from sembridge_ray.distributed import cluster
     from sembridge_ray.distributed.evaluate import encode
@@ -268,12 +267,11 @@ def encode_ray_data(case: EncodeCase) -> dict[str, Any]:
 def mean_tokens(texts: list[str], max_length: int) -> float:
     from sembridge_ray.sparse.model import load_tokenizer
 
-    tok = load_tokenizer(MODEL)
+    tok = load_tokenizer(resolve(MODEL))
     return float(sum(min(max_length, len(ids)) for ids in tok(texts)["input_ids"]) / len(texts))
 
 
 def encode_peer(case: EncodeCase) -> dict[str, Any]:
-    from sembridge_ray.bundled import resolve
     from sembridge_ray.sparse.model import load_sparse_encoder
 
     texts = sick_texts(case.texts)
@@ -295,7 +293,6 @@ def _autocast(precision: str) -> Any:
 def encode_differences(case: EncodeCase) -> dict[str, Any]:
     """Max |difference| of the document vectors: project bf16 vs fp32, peer (autocast) bf16 vs fp32, project fp32
     vs peer fp32 (untimed)."""
-    from sembridge_ray.bundled import resolve
     from sembridge_ray.sparse.encode import encode_texts
     from sembridge_ray.sparse.model import load_sparse_encoder
 
@@ -383,7 +380,7 @@ def compare_init(rows: int = 3000, ref_rows: int = 100, repeats: int = 3) -> dic
 
     new, src = bench.synthetic(rows, 30_522, 384)
     figures = bench.run(new, src, 4.0, ref_rows, None, rows, repeats)
-    strings = list(load_tokenizer(MODEL).get_vocab())[:2000]
+    strings = list(load_tokenizer(resolve(MODEL)).get_vocab())[:2000]
     model = load_bridge("minilm")
     encode_strings(model, strings[:64], 256)
     start = time.perf_counter()

@@ -1,6 +1,6 @@
 """Exact top-k against PISA and Seismic on two corpora (one process, one thread, interleaved repeats).
 
-Corpora: ``synthetic`` (:mod:`sembridge_ray.bench.synthetic`: Zipf terms, uniform weights, adversarial for pruning)
+Corpora: ``synthetic`` (:mod:`sembridge_ray.retrieval.synthetic`: Zipf terms, uniform weights, adversarial for pruning)
 and ``encoder`` (:mod:`sembridge_ray.bench.corpus`: resampled from the bundled MiniLM SPLADE's statistics, real
 queries). Sides: the project's term-major scan (:func:`~sembridge_ray.retrieval.index.shard_topk`) and its MaxScore
 (:func:`~sembridge_ray.retrieval.index.maxscore_topk`); Seismic's exact scan (``SeismicDataset.batch_search``) and
@@ -35,7 +35,7 @@ def make_corpus(name: str, docs: int, queries: int, seed: int = 0) -> tuple[Spar
         from sembridge_ray.bench.corpus import encoder_corpus
 
         return encoder_corpus(docs, queries, seed)
-    from sembridge_ray.bench.synthetic import BenchConfig, sparse_vectors, zipf_probs
+    from sembridge_ray.retrieval.synthetic import BenchConfig, sparse_vectors, zipf_probs
 
     cfg = BenchConfig()
     rng = np.random.default_rng(seed)

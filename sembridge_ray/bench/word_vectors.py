@@ -21,6 +21,7 @@ from scipy import stats
 
 from sembridge_ray.cli import parse_config
 from sembridge_ray.jobs.malstm import MalstmConfig
+from sembridge_ray.logs import setup_logging
 from sembridge_ray.resources import SICK_DIR, STS_DIR
 from sembridge_ray.siamese.data import read_sick_training, split_validation, tokenize_pairs
 from sembridge_ray.siamese.prepare import load_thesaurus, lookup_vectors, retrofit_found
@@ -43,7 +44,7 @@ def bag_cosine_r(found: dict[str, np.ndarray], pairs: list) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging("INFO")
     cfg, _ = parse_config(MalstmConfig, argv, job="malstm", default_preset="paper")
     train, val = split_validation(read_sick_training(SICK_DIR), cfg.val_fraction, np.random.default_rng(cfg.data_seed))
     train_t, val_t = tokenize_pairs(train), tokenize_pairs(val)

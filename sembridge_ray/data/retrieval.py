@@ -25,8 +25,8 @@ from typing import Any
 import pyarrow as pa
 
 from sembridge_ray.data.schema import ID, TEXT
-from sembridge_ray.data.text import text_lines
 from sembridge_ray.errors import InputError
+from sembridge_ray.text import text_lines
 
 log = logging.getLogger(__name__)
 Qrels = dict[str, dict[str, int]]
@@ -254,10 +254,8 @@ def load_webfaq(lang: str, split: str) -> RetrievalData:
 
 
 def load_retrieval(spec: str, split: str) -> RetrievalData:
-    """Resolve a dataset spec (see the module docstring) to one split; bad specs name themselves."""
-    from sembridge_ray.bundled import resolve
-
-    spec = resolve(spec)
+    """Resolve a dataset spec (see the module docstring; a bundled name is resolved by the job before) to one
+    split; bad specs name themselves."""
     kind, sep, rest = spec.partition(":")
     if sep and kind == "webfaq" and rest:
         return load_webfaq(rest, split)
@@ -271,10 +269,8 @@ def load_retrieval(spec: str, split: str) -> RetrievalData:
 
 def dataset_identity(spec: str) -> str:
     """The identity of what a dataset spec reads (see :mod:`sembridge_ray.identity`); a bad spec names itself."""
-    from sembridge_ray.bundled import resolve
     from sembridge_ray.identity import hub_identity, path_identity
 
-    spec = resolve(spec)
     kind, sep, rest = spec.partition(":")
     if sep and kind == "webfaq":
         return hub_identity("PaDaS-Lab/webfaq-retrieval", "dataset")

@@ -6,8 +6,8 @@ import csv
 from dataclasses import dataclass
 from pathlib import Path
 
-from sembridge_ray.data.text import text_lines
 from sembridge_ray.errors import InputError
+from sembridge_ray.text import text_lines
 
 SICK_FILES = {"train": "SICK_train.txt", "trial": "SICK_trial.txt", "test": "SICK_test_annotated.txt"}
 _REQUIRED = ("pair_ID", "sentence_A", "sentence_B", "relatedness_score")

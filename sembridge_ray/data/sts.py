@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from sembridge_ray.data.sick import Pair
-from sembridge_ray.data.text import text_lines
 from sembridge_ray.errors import InputError
+from sembridge_ray.text import text_lines
 
 
 def read_sts(path: Path) -> list[Pair]:

@@ -140,7 +140,7 @@ def quiet_ray_data() -> None:
 def setup_worker() -> None:
     """Run in every Ray worker of a job (``worker_process_setup_hook``): the same quiet logging as the driver, and
     this project's INFO lines (a training worker's steps) kept."""
-    from sembridge_ray.cli import quiet_third_parties
+    from sembridge_ray.logs import quiet_third_parties
 
     quiet_third_parties()
     for name in ("ray", "ray.data", "ray.train", "ray.tune"):

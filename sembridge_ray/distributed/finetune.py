@@ -33,14 +33,14 @@ import torch.distributed as dist
 from ray.train.torch import TorchTrainer
 
 from sembridge_ray.bundled import resolve
-from sembridge_ray.cli import find_user_error
 from sembridge_ray.config import write_config
 from sembridge_ray.data.retrieval import dataset_identity
 from sembridge_ray.data.stream import StreamInfo, materialise_stream
 from sembridge_ray.distributed import cluster
-from sembridge_ray.errors import InputError, environment_errno
+from sembridge_ray.errors import InputError, environment_errno, find_user_error
 from sembridge_ray.identity import RunIdentity, model_identity
 from sembridge_ray.jobs.finetune import FinetuneConfig, FinetuneResult
+from sembridge_ray.logs import setup_logging
 from sembridge_ray.model_card import read_provenance, write_card
 from sembridge_ray.outputs import atomic_path, atomic_write_json, atomic_write_text, claim_output
 from sembridge_ray.progress import duration
@@ -276,7 +276,7 @@ def latest_step(storage: str, name: str) -> int | None:
 
 def train_func(config: dict[str, Any]) -> None:
     """Ray Train worker: glue between Ray (checkpoints, dataset shard, reporting) and ``sparse.loop``."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging("INFO", force=False)
     cfg, total = FinetuneConfig.from_dict(config["cfg"]), int(config["total_steps"])
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()

@@ -1,17 +1,14 @@
-"""Ray side of the init job: bridge encoding and the weights stage as Ray Data actor pools, and the paper grid."""
+"""Ray side of the init job: bridge encoding and the weights stage as Ray Data actor pools."""
 
 from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import ray
 
-from sembridge_ray import catalog
 from sembridge_ray.data.schema import ID
 from sembridge_ray.distributed import cluster
 from sembridge_ray.distributed.udfs import BridgeEncodeUDF, InitRowsUDF, actor_pool_args, arrow_blocks
@@ -24,9 +21,7 @@ from sembridge_ray.embed_init.pipeline import (
     initialise,
     rows_from_tables,
 )
-from sembridge_ray.errors import InputError
 from sembridge_ray.jobs.init import InitConfig
-from sembridge_ray.outputs import is_complete
 from sembridge_ray.progress import Progress
 
 log = logging.getLogger(__name__)
@@ -97,53 +92,3 @@ def run_init(cfg: InitConfig, inputs: dict[str, str] | None = None) -> InitResul
     cluster.require_reachable()
     cfg = replace(cfg, precision=cluster.resolve_precision(cfg.precision, cfg.resources))
     return initialise(cfg, ray_stages(cfg), inputs)
-
-
-def grid_cells(cfg: InitConfig) -> list[InitConfig]:
-    """The paper catalog: every source model x language, bridge BAAI/bge-m3, one directory per cell."""
-    if cfg.grid != "paper":
-        raise InputError(f"unknown grid {cfg.grid!r} (known: paper)")
-    if not cfg.output:
-        raise InputError("--output ROOT is required with --grid")
-    cells = []
-    for model in catalog.SOURCE_MODELS.values():
-        for lang in catalog.LANGUAGES.values():
-            name = catalog.cell_name(model, lang.code, cfg.method, cfg.alpha)
-            cells.append(
-                replace(
-                    cfg,
-                    source_model=model,
-                    target_tokenizer=lang.tokenizer,
-                    bridge_model=catalog.BRIDGE,
-                    output=str(Path(cfg.output) / name),
-                    grid="",
-                )
-            )
-    return cells
-
-
-def grid_plan(cells: list[InitConfig]) -> list[dict[str, Any]]:
-    return [
-        {
-            "cell": Path(c.output).name,
-            "source_model": c.source_model,
-            "target_tokenizer": c.target_tokenizer,
-            "bridge_model": c.bridge_model,
-            "method": c.method,
-            "alpha": c.alpha,
-            "status": "done" if is_complete(Path(c.output)) else "todo",
-        }
-        for c in cells
-    ]
-
-
-def run_grid(cfg: InitConfig) -> dict[str, str]:
-    """Every unfinished cell in turn (finished ones are skipped); a failing cell is recorded, not fatal."""
-    failures: dict[str, str] = {}
-    for cell in grid_cells(cfg):
-        try:
-            run_init(cell)
-        except (InputError, OSError, RuntimeError, ValueError) as err:
-            failures[Path(cell.output).name] = f"{type(err).__name__}: {err}"
-            log.error("cell %s failed: %s", Path(cell.output).name, err)
-    return failures

@@ -15,6 +15,7 @@ from sembridge_ray.config import write_config
 from sembridge_ray.distributed import cluster
 from sembridge_ray.identity import path_identity
 from sembridge_ray.jobs.malstm import MalstmConfig, MalstmResult
+from sembridge_ray.logs import setup_logging
 from sembridge_ray.outputs import claim_output
 from sembridge_ray.progress import Progress
 from sembridge_ray.resources import SICK_DIR, STS_DIR
@@ -33,7 +34,7 @@ def _train_task(data: Prepared, cfg: dict[str, Any], seed: int, threads: int) ->
     import torch
 
     torch.set_num_threads(threads)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging("INFO", force=False)
     return train_restart(data, MalstmConfig.from_dict(cfg), seed)
 
 

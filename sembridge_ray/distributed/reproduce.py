@@ -21,7 +21,7 @@ from typing import Any
 
 import ray
 
-from sembridge_ray import catalog, progress
+from sembridge_ray import bundled, catalog, progress
 from sembridge_ray.config import write_config
 from sembridge_ray.data.retrieval import dataset_identity
 from sembridge_ray.distributed import cluster
@@ -58,7 +58,9 @@ class Plan:
 
 
 def input_identity(kind: str, name: str) -> str:
-    """The identity of one input of a stage (see :mod:`sembridge_ray.identity`); a missing one is an InputError."""
+    """The identity of one input of a stage (see :mod:`sembridge_ray.identity`; bundled names are resolved here, at
+    the job's boundary); a missing one is an InputError."""
+    name = bundled.resolve(name)
     if kind == "dataset":
         return dataset_identity(name)
     if kind == "bridge":
@@ -224,6 +226,7 @@ def _guarded(cfg: ReproduceConfig, name: str, stages: list[Stage]) -> CellOutcom
 
 def run_reproduce(cfg: ReproduceConfig) -> ReproduceResult:
     """Plan and check every stage, then run every cell (skipping finished stages)."""
+    cfg.require_inputs()
     out = Path(cfg.output)
     cluster.require_reachable()
     out.mkdir(parents=True, exist_ok=True)

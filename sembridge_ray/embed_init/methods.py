@@ -59,3 +59,18 @@ def unused_settings(name: str) -> tuple[str, ...]:
     own = method(name)
     others = {key for m in METHODS.values() if m.name != name for key in m.settings} - set(own.settings)
     return tuple(sorted(others | (set() if own.uses_bridge else set(BRIDGE_SETTINGS))))
+
+
+POSITION_AWARE = "+pa"
+"""Suffix of a bridge method in ``methods`` that runs it with ``position_aware=true`` (e.g. ``sembridge+pa``)."""
+
+
+def split_variant(name: str) -> tuple[str, bool]:
+    """``sembridge+pa`` -> (``sembridge``, True); ``focus`` -> (``focus``, False)."""
+    base = name.removesuffix(POSITION_AWARE)
+    return base, base != name
+
+
+def parse_alpha(text: str) -> float:
+    """``4`` -> 4.0; ``softmax`` -> 1.0 (softmax over the nearest source tokens)."""
+    return 1.0 if str(text).strip().lower() == "softmax" else float(text)

@@ -189,7 +189,7 @@ def in_process_stages(cfg: InitConfig) -> Stages:
 def input_identities(cfg: InitConfig) -> dict[str, str]:
     """Check that every input exists (before anything is loaded or written) and identify it by content."""
     if not (cfg.source_model and cfg.target_tokenizer and cfg.output):
-        raise InputError("--source-model, --target-tokenizer and --output are required (or --grid paper)")
+        raise InputError("--source-model, --target-tokenizer and --output are required")
     inputs = {
         "source_model": model_identity(cfg.source_model, "source model"),
         "target_tokenizer": model_identity(cfg.target_tokenizer, "target tokenizer"),

@@ -22,10 +22,12 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from sembridge_ray.config import Config, load_preset, merge
 
+C = TypeVar("C", bound=Config)
+R = TypeVar("R")
 JOBS = ("init", "finetune", "evaluate", "malstm", "reproduce")
 PRESET_DIR = Path(__file__).resolve().parent.parent / "presets"
 
@@ -42,25 +44,37 @@ class Flag:
 
 
 @dataclass(frozen=True, kw_only=True)
-class JobSpec:
-    """What the command line needs to run a job."""
+class JobSpec(Generic[C, R]):
+    """What the command line needs to run a job: its contract (config, flags, report) and where its driver is.
+
+    The driver is named by import path (``module:function``), so a contract imports nothing above the sections it
+    composes, and the command line imports a job's driver (and Ray) only when it runs."""
 
     name: str
     entry: str
     """The checkout entrypoint module (``python -m jobs.<entry>``)."""
-    config: type[Config]
+    config: type[C]
     flags: tuple[Flag, ...]
-    run: Callable[[Any], Any]
-    """config -> result (imports Ray only when called)."""
-    report: Callable[[Any], str]
+    driver: str
+    """``module:function`` taking the config and returning the result."""
+    report: Callable[[R], str]
     """result -> what the command prints at the end."""
     summary: str
     """One line for ``sembridge --help``."""
+    dry_driver: str = ""
+    """``module:function`` for a config whose ``dry_run`` is set (a plan, no work), when the job has one."""
     default_preset: str | None = None
     description: str = ""
 
+    def run(self, cfg: C) -> R:
+        """Import the job's driver and run ``cfg`` through it."""
+        target = self.dry_driver if self.dry_driver and getattr(cfg, "dry_run", False) else self.driver
+        module, _, function = target.partition(":")
+        driver: Callable[[C], R] = getattr(importlib.import_module(module), function)
+        return driver(cfg)
 
-def job_spec(name: str) -> JobSpec:
+
+def job_spec(name: str) -> JobSpec[Any, Any]:
     if name not in JOBS:
         raise KeyError(name)
     return importlib.import_module(f"sembridge_ray.jobs.{name}").JOB  # type: ignore[no-any-return]

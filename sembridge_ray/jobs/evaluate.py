@@ -146,12 +146,6 @@ FLAGS = (
 )
 
 
-def run(cfg: EvaluateConfig) -> EvaluateResult:
-    from sembridge_ray.distributed.evaluate import run_evaluate
-
-    return run_evaluate(cfg)
-
-
 def report(result: EvaluateResult) -> str:
     keys = ("nDCG@10", "R@100", "RR@10", "num_queries", "num_docs")
     return json.dumps({k: result.metrics[k] for k in keys}, indent=2)
@@ -163,7 +157,7 @@ JOB = JobSpec(
     entry="evaluate",
     config=EvaluateConfig,
     flags=FLAGS,
-    run=run,
+    driver="sembridge_ray.distributed.evaluate:run_evaluate",
     report=report,
     description=__doc__ or "",
 )

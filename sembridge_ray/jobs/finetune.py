@@ -20,62 +20,10 @@ from sembridge_ray.config import Config, require
 from sembridge_ray.errors import InputError
 from sembridge_ray.jobs import Flag, JobSpec
 from sembridge_ray.placement import Precision, ResourceConfig
+from sembridge_ray.sparse.config import LossConfig, OptimConfig
 
 log = logging.getLogger(__name__)
 _BF16_WORDS = {"on": "bf16", "off": "fp32"}  # the values of the former --bf16 flag
-
-
-@dataclass(frozen=True, kw_only=True)
-class OptimConfig(Config):
-    """AdamW with a linear warm-up then linear decay; the batch is global (split across workers)."""
-
-    lr: float = 2e-5
-    """Peak learning rate of AdamW."""
-    warmup_ratio: float = 0.1
-    """Fraction of the steps with a linear learning-rate warm-up (then linear decay to 0)."""
-    weight_decay: float = 0.0
-    """AdamW's decoupled weight decay."""
-    clip_norm: float = 1.0
-    """Gradient clipping (global L2 norm); 0 disables it."""
-    batch_size: int = 64
-    """GLOBAL batch (all workers together, not per device): each of N workers takes batch_size / N pairs, and
-    in-batch negatives span all of them."""
-    epochs: int = 1
-    """Passes over the training pairs (one permutation each, seeded)."""
-    max_steps: int | None = None
-    """Caps the number of optimiser steps (None = epochs × pairs // batch_size)."""
-
-    def check(self) -> None:
-        require(self.lr > 0, "lr", self.lr, "must be > 0")
-        require(self.lr <= 1, "lr", self.lr, "must be <= 1 (AdamW diverges at once beyond)")
-        require(0 <= self.warmup_ratio < 1, "warmup_ratio", self.warmup_ratio, "must be in [0, 1)")
-        require(self.weight_decay >= 0, "weight_decay", self.weight_decay, "must be >= 0")
-        require(self.clip_norm >= 0, "clip_norm", self.clip_norm, "must be >= 0 (0 = off)")
-        require(self.batch_size >= 1, "batch_size", self.batch_size, "must be >= 1")
-        require(self.epochs >= 1, "epochs", self.epochs, "must be >= 1")
-        require(self.max_steps is None or self.max_steps >= 1, "max_steps", self.max_steps, "must be >= 1 or null")
-
-
-@dataclass(frozen=True, kw_only=True)
-class LossConfig(Config):
-    """InfoNCE (dot product, scale 1, in-batch + optional hard negatives) + λ-weighted FLOPs."""
-
-    lambda_q: float = 5e-5
-    """Weight of the FLOPs regulariser on queries."""
-    lambda_d: float = 3e-5
-    """Weight of the FLOPs regulariser on documents."""
-    flops_warmup: float = 1 / 3
-    """λq and λd grow quadratically from 0 over this fraction of the steps."""
-    anti_collapse: float = 0.0
-    """Weight of (1/Σq)² + (1/Σd)² (0 = off); for freshly swapped vocabularies whose vectors empty out."""
-    scale: float = 1.0
-    """Multiplies the dot products in InfoNCE (1 = plain dot product, as SPLADE)."""
-
-    def check(self) -> None:
-        for key in ("lambda_q", "lambda_d", "anti_collapse"):
-            require(getattr(self, key) >= 0, key, getattr(self, key), "must be >= 0")
-        require(0 <= self.flops_warmup <= 1, "flops_warmup", self.flops_warmup, "must be in [0, 1]")
-        require(self.scale > 0, "scale", self.scale, "must be > 0")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -231,12 +179,6 @@ FLAGS = (
 )
 
 
-def run(cfg: FinetuneConfig) -> FinetuneResult:
-    from sembridge_ray.distributed.finetune import run_finetune
-
-    return run_finetune(cfg)
-
-
 def report(result: FinetuneResult) -> str:
     final = ", ".join(f"{k} {v:.4g}" for k, v in result.final.items() if k in ("loss", "infonce", "active_dims_d"))
     done = "already complete" if result.skipped else f"{result.steps} steps in {result.seconds:.0f} s"
@@ -249,7 +191,7 @@ JOB = JobSpec(
     entry="finetune",
     config=FinetuneConfig,
     flags=FLAGS,
-    run=run,
+    driver="sembridge_ray.distributed.finetune:run_finetune",
     report=report,
     description=__doc__ or "",
 )

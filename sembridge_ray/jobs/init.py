@@ -11,7 +11,6 @@ Writes ``model/`` (a SentenceTransformers SparseEncoder with its model card), ``
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
@@ -38,7 +37,7 @@ class InitConfig(Config):
     bridge_model: str = "BAAI/bge-m3"
     """Bridge sentence-transformers model: hub id, directory, or ``minilm`` (the bundled all-MiniLM-L6-v2)."""
     output: str = ""
-    """Output directory (the model in ``<output>/model``); with ``grid`` the root holding one directory per cell."""
+    """Output directory (the model in ``<output>/model``)."""
     method: MethodName = "sembridge"
     """How bridged tokens are initialised (sembridge, or the focus/wechsel/mean/random baselines)."""
     alpha: float = 4.0
@@ -81,10 +80,9 @@ class InitConfig(Config):
     """Bridge vectors cached as Parquet per (bridge model, tokenizer) fingerprint."""
     trust_remote_code: bool = False
     """Let transformers run code shipped with a hub model (off unless you trust its repository)."""
-    grid: Literal["", "paper"] = ""
-    """``paper``: every catalog cell (4 models x 5 languages) under ``output``."""
-    dry_run: bool = False
-    """With ``grid``: print the cells and their hub ids, run nothing."""
+    grid: str = ""
+    """Gone: the paper grid is ``sembridge reproduce --preset paper`` (``--dry-run`` prints its plan); kept one
+    release so ``--grid`` says so."""
     push_to_hub: str = ""
     """After a successful run, upload the model to this hub repository (``org/name``; needs a token and network)."""
     overwrite: bool = False
@@ -109,13 +107,18 @@ class InitConfig(Config):
         "cache_dir",
         "trust_remote_code",
         "grid",
-        "dry_run",
         "push_to_hub",
         "overwrite",
         "resources",
     )
 
     def check(self) -> None:
+        require(
+            not self.grid,
+            "grid",
+            self.grid,
+            "init --grid is gone: the paper grid is `sembridge reproduce --preset paper` (--dry-run prints its plan)",
+        )
         require(
             math.isfinite(self.alpha) and self.alpha >= 1,
             "alpha",
@@ -188,16 +191,6 @@ class InitResult:
         )
 
 
-@dataclass(frozen=True, kw_only=True)
-class InitGridResult:
-    """``--grid paper``: every cell's directory, and the cells that failed (cell -> error)."""
-
-    cells: list[str]
-    failures: dict[str, str]
-    plan: list[dict[str, Any]] | None = None
-    """With ``--dry-run``: the cells that would run, with their hub ids."""
-
-
 FLAGS = (
     Flag(name="--source-model", key="source_model"),
     Flag(name="--target-tokenizer", key="target_tokenizer"),
@@ -210,7 +203,6 @@ FLAGS = (
     Flag(name="--seed", key="seed"),
     Flag(name="--position-aware", key="position_aware", const="true"),
     Flag(name="--grid", key="grid"),
-    Flag(name="--dry-run", key="dry_run", const="true"),
     Flag(name="--workers", key="resources.workers"),
     Flag(name="--precision", key="precision"),
     Flag(name="--trust-remote-code", key="trust_remote_code", const="true"),
@@ -219,23 +211,9 @@ FLAGS = (
 )
 
 
-def run(cfg: InitConfig) -> InitResult | InitGridResult:
-    from sembridge_ray.distributed import init
-
-    if cfg.grid:
-        cells = init.grid_cells(cfg)
-        if cfg.dry_run:
-            return InitGridResult(cells=[c.output for c in cells], failures={}, plan=init.grid_plan(cells))
-        return InitGridResult(cells=[c.output for c in cells], failures=init.run_grid(cfg))
-    return init.run_init(cfg)
-
-
-def report(result: InitResult | InitGridResult) -> str:
+def report(result: InitResult) -> str:
     from sembridge_ray.embed_init.report import sample_table
 
-    if isinstance(result, InitGridResult):
-        body = result.plan if result.plan is not None else {"cells": len(result.cells), "failures": result.failures}
-        return json.dumps(body, indent=2)
     counts = ", ".join(f"{n} {kind}" for kind, n in sorted(result.kinds.items()))
     return (
         f"{sample_table(result.samples)}\n\ntarget tokens: {counts}\n"
@@ -249,7 +227,7 @@ JOB = JobSpec(
     entry="init_embeddings",
     config=InitConfig,
     flags=FLAGS,
-    run=run,
+    driver="sembridge_ray.distributed.init:run_init",
     report=report,
     description=__doc__ or "",
 )

@@ -255,12 +255,6 @@ FLAGS = (
 )
 
 
-def run(cfg: MalstmConfig) -> MalstmResult:
-    from sembridge_ray.distributed.malstm import run_malstm
-
-    return run_malstm(cfg)
-
-
 def report(result: MalstmResult) -> str:
     return json.dumps({"output": result.output, "best_seed": result.best_seed, "test": result.test})
 
@@ -271,7 +265,7 @@ JOB = JobSpec(
     entry="malstm",
     config=MalstmConfig,
     flags=FLAGS,
-    run=run,
+    driver="sembridge_ray.distributed.malstm:run_malstm",
     report=report,
     default_preset="paper",
     description=__doc__ or "",

@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Literal
 
 from sembridge_ray import catalog
 from sembridge_ray.config import Config, require
-from sembridge_ray.embed_init.methods import METHOD_NAMES
+from sembridge_ray.embed_init.methods import METHOD_NAMES, METHODS, parse_alpha, split_variant
 from sembridge_ray.errors import InputError
 from sembridge_ray.jobs import Flag, JobSpec
 from sembridge_ray.jobs.evaluate import EvaluateConfig
@@ -92,7 +92,6 @@ class ReproduceConfig(Config):
         "init.output",
         "init.overwrite",
         "init.grid",
-        "init.dry_run",
         "init.query_length",
         "init.document_length",
         "finetune.query_length",
@@ -126,9 +125,6 @@ class ReproduceConfig(Config):
             section, name = key.split(".")
             value, default = getattr(getattr(self, section), name), getattr(type(getattr(self, section))(), name)
             require(value == default, key, value, "is set per cell and stage by the grid; leave it unset")
-        from sembridge_ray.embed_init.methods import METHODS
-        from sembridge_ray.reproduce.cells import parse_alpha, split_variant
-
         unknown = [m for m in self.methods if split_variant(m)[0] not in METHOD_NAMES]
         require(
             not unknown,
@@ -151,6 +147,11 @@ class ReproduceConfig(Config):
         )
         require(self.max_concurrent >= 0, "max_concurrent", self.max_concurrent, "must be >= 0 (0 = by GPUs)")
         require(self.gpus_per_cell >= 0, "gpus_per_cell", self.gpus_per_cell, "must be >= 0")
+
+    def require_inputs(self) -> None:
+        """Raise :class:`InputError` when the grid has no output root."""
+        if not self.output:
+            raise InputError("--output ROOT is required")
 
     def named_tokenizers(self) -> dict[str, str]:
         """``target_tokenizers`` as {language: hub id or path}."""
@@ -215,18 +216,6 @@ FLAGS = (
 )
 
 
-def run(cfg: ReproduceConfig) -> ReproduceResult:
-    if not cfg.output:
-        raise InputError("--output ROOT is required")
-    if cfg.dry_run:  # pure: imports no Ray, contacts nothing
-        from sembridge_ray.reproduce.plan import dry_run
-
-        return ReproduceResult(output=cfg.output, cells=0, ran=0, failures={}, plan=dry_run(cfg))
-    from sembridge_ray.distributed.reproduce import run_reproduce
-
-    return run_reproduce(cfg)
-
-
 def report(result: ReproduceResult) -> str:
     if result.plan is not None:
         return json.dumps(result.plan, indent=2)
@@ -241,7 +230,8 @@ JOB = JobSpec(
     entry="reproduce",
     config=ReproduceConfig,
     flags=FLAGS,
-    run=run,
+    driver="sembridge_ray.distributed.reproduce:run_reproduce",
+    dry_driver="sembridge_ray.reproduce.plan:dry_run_result",
     report=report,
     default_preset="paper",
     description=__doc__ or "",

@@ -7,25 +7,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sembridge_ray import catalog
-from sembridge_ray.embed_init.methods import METHODS, MethodName
+from sembridge_ray.embed_init.methods import METHODS, POSITION_AWARE, MethodName, parse_alpha, split_variant
 
 if TYPE_CHECKING:
     from sembridge_ray.jobs.reproduce import ReproduceConfig
 
 STAGES = ("zero_shot", "finetuned")
-POSITION_AWARE = "+pa"
-"""Suffix of a bridge method in ``methods`` that runs it with ``position_aware=true`` (e.g. ``sembridge+pa``)."""
-
-
-def split_variant(name: str) -> tuple[str, bool]:
-    """``sembridge+pa`` -> (``sembridge``, True); ``focus`` -> (``focus``, False)."""
-    base = name.removesuffix(POSITION_AWARE)
-    return base, base != name
-
-
-def parse_alpha(text: str) -> float:
-    """``4`` -> 4.0; ``softmax`` -> 1.0 (softmax over the nearest source tokens)."""
-    return 1.0 if str(text).strip().lower() == "softmax" else float(text)
 
 
 @dataclass(frozen=True)

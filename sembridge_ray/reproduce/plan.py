@@ -9,6 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from sembridge_ray import catalog
+from sembridge_ray.jobs.reproduce import ReproduceConfig, ReproduceResult
 from sembridge_ray.placement import ResourceConfig
 from sembridge_ray.reproduce.cells import Cell, config_cells
 from sembridge_ray.reproduce.figures import BUILT_IN, Figures, load_figures
@@ -110,3 +111,9 @@ def cell_resources(cfg: Any, base: ResourceConfig, gpus: float) -> ResourceConfi
     if cfg.gpus_per_cell < 1:
         return replace(base, workers=1, gpus_per_worker=cfg.gpus_per_cell)
     return replace(base, workers=math.floor(cfg.gpus_per_cell), gpus_per_worker=1.0)
+
+
+def dry_run_result(cfg: ReproduceConfig) -> ReproduceResult:
+    """The reproduce job's dry run: the plan, nothing run (pure: imports no Ray, contacts nothing)."""
+    cfg.require_inputs()
+    return ReproduceResult(output=cfg.output, cells=0, ran=0, failures={}, plan=dry_run(cfg))

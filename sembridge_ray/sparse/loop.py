@@ -18,8 +18,8 @@ from typing import Any
 import torch
 
 from sembridge_ray.data.schema import NEGATIVE_PREFIX, POSITIVE, QUERY
-from sembridge_ray.jobs.finetune import LossConfig, OptimConfig
 from sembridge_ray.sparse.collective import Collective, LocalCollective
+from sembridge_ray.sparse.config import LossConfig, OptimConfig
 from sembridge_ray.sparse.finite import NonFiniteError
 from sembridge_ray.sparse.losses import LossWeights, splade_objective
 from sembridge_ray.sparse.regularizers import quadratic_warmup

@@ -13,7 +13,6 @@ from typing import Any, cast
 import torch
 from transformers import AutoModelForMaskedLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from sembridge_ray.bundled import resolve
 from sembridge_ray.errors import InputError
 from sembridge_ray.sparse.pooling import Head, slice_tokens, splade_max_pool, splade_pool, splade_pool_chunked
 
@@ -23,7 +22,6 @@ log = logging.getLogger(__name__)
 def load_mlm(name: str, trust_remote_code: bool = False) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load an MLM and its tokenizer from a hub id, directory or bundled name; failure is an :class:`InputError`
     naming it."""
-    name = resolve(name)
     try:
         tokenizer = AutoTokenizer.from_pretrained(name, trust_remote_code=trust_remote_code)
         model, info = AutoModelForMaskedLM.from_pretrained(
@@ -43,7 +41,6 @@ def load_mlm(name: str, trust_remote_code: bool = False) -> tuple[PreTrainedMode
 
 
 def load_tokenizer(name: str, trust_remote_code: bool = False) -> PreTrainedTokenizerBase:
-    name = resolve(name)
     try:
         return AutoTokenizer.from_pretrained(name, trust_remote_code=trust_remote_code)
     except (OSError, ValueError, KeyError, TypeError) as err:
@@ -72,7 +69,7 @@ class Serving:
 def read_pooling(model_dir: str | Path) -> dict[str, str]:
     """The SpladePooling settings (strategy, activation) of a SparseEncoder directory; SPLADE's max/relu for a
     plain masked-LM directory, a hub id or a layout without one."""
-    path = Path(resolve(str(model_dir)))
+    path = Path(model_dir)
     for module in _modules(path):
         if str(module.get("type", "")).endswith("SpladePooling"):
             try:
@@ -312,7 +309,6 @@ def check_mlm(name: str, trust_remote_code: bool = False) -> None:
     a local directory's weights hold the MLM head (a dense encoder would get a randomly initialised one)."""
     from transformers import AutoConfig
 
-    name = resolve(name)
     load_tokenizer(name, trust_remote_code=trust_remote_code)
     try:
         config = AutoConfig.from_pretrained(name, trust_remote_code=trust_remote_code)

@@ -26,14 +26,19 @@ def sigterm_handler() -> Iterator[None]:
     signal.signal(signal.SIGTERM, previous)
 
 
+FAILURES: dict[str, str] = {}
+
+
+def fake_grid(cfg: ReproduceConfig) -> ReproduceResult:
+    """A grid driver whose cells end with :data:`FAILURES` (the CLI's mapping is under test)."""
+    Path(cfg.output, "results.md").write_text("# Results (nDCG@10)\n", encoding="utf-8")
+    return ReproduceResult(output=cfg.output, cells=3, ran=3, failures=dict(FAILURES))
+
+
 def _fake_reproduce(monkeypatch: pytest.MonkeyPatch, failures: dict[str, str]) -> None:
-    """``reproduce`` with its grid replaced by a result with these failures (the CLI's mapping is under test)."""
-
-    def fake_run(cfg: ReproduceConfig) -> ReproduceResult:
-        Path(cfg.output, "results.md").write_text("# Results (nDCG@10)\n", encoding="utf-8")
-        return ReproduceResult(output=cfg.output, cells=3, ran=3, failures=failures)
-
-    monkeypatch.setattr(reproduce, "JOB", dataclasses.replace(reproduce.JOB, run=fake_run))
+    """``reproduce`` with its driver replaced by :func:`fake_grid` ending with these failures."""
+    monkeypatch.setattr(f"{__name__}.FAILURES", failures)
+    monkeypatch.setattr(reproduce, "JOB", dataclasses.replace(reproduce.JOB, driver=f"{__name__}:fake_grid"))
 
 
 def test_a_grid_with_failed_cells_exits_3_listing_each(

@@ -18,8 +18,8 @@ from sembridge_ray.data.pairs import read_pairs, training_pairs
 from sembridge_ray.data.retrieval import jsonl_batches, load_beir, read_jsonl_queries, read_qrels, read_tsv_topics
 from sembridge_ray.data.sick import read_sick
 from sembridge_ray.data.sts import read_sts, read_sts_sentences
-from sembridge_ray.data.text import text_lines
 from sembridge_ray.errors import InputError
+from sembridge_ray.text import text_lines
 from tests.conftest import error_lines
 
 SICK_HEADER = "pair_ID\tsentence_A\tsentence_B\trelatedness_score\tentailment_judgment\n"

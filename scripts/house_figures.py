@@ -1,0 +1,192 @@
+"""Figures of the house: the import graph of ``sembridge_ray`` (cycles, imports that run against the layers) and the
+share of signatures typed with bare ``Any`` or ``dict[str, Any]``. Prints one JSON object.
+
+    python scripts/house_figures.py            # from the checkout's root
+    python scripts/house_figures.py --edges    # also every import that runs upward
+
+Imports are read statically (``ast``), module-level and inside functions alike, ``TYPE_CHECKING`` blocks excluded
+(they never run). A ``from package import name`` counts as an import of ``package.name`` when that is a module.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = "sembridge_ray"
+
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("bench",),
+    ("cli",),
+    ("distributed",),
+    ("reproduce",),
+    ("jobs",),
+    ("embed_init", "sparse", "retrieval", "siamese", "data", "testing", "model_card", "bundled", "gpu_check"),
+)
+"""Top to bottom (the ``jobs/`` entrypoints and the benchmarks, which drive everything, above the command line);
+anything not named is a section or utility (config, errors, identity, outputs, locks, ...), the bottom layer. A
+module may import its own layer and those below it, never those above. The package's own ``__init__`` (the public
+facade) is in no layer."""
+
+
+def modules(root: Path = ROOT) -> dict[str, Path]:
+    """Dotted module name -> file, for every module of the package."""
+    found = {}
+    for path in sorted((root / PACKAGE).rglob("*.py")):
+        parts = list(path.relative_to(root).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        found[".".join(parts)] = path
+    return found
+
+
+def _type_checking(node: ast.AST) -> bool:
+    test = getattr(node, "test", None)
+    return isinstance(node, ast.If) and (
+        (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
+        or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+    )
+
+
+def _imports(tree: ast.AST) -> Iterator[tuple[ast.ImportFrom | ast.Import, bool]]:
+    """Every import statement and whether it sits inside a function; TYPE_CHECKING blocks skipped."""
+
+    def walk(node: ast.AST, in_function: bool) -> Iterator[tuple[ast.ImportFrom | ast.Import, bool]]:
+        for child in ast.iter_child_nodes(node):
+            if _type_checking(child):
+                continue
+            if isinstance(child, ast.Import | ast.ImportFrom):
+                yield child, in_function
+            inside = in_function or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
+            yield from walk(child, inside)
+
+    yield from walk(tree, False)
+
+
+def import_graph(root: Path = ROOT) -> dict[str, dict[str, bool]]:
+    """module -> {imported module of the package: whether only inside functions}."""
+    known = modules(root)
+    graph: dict[str, dict[str, bool]] = {}
+    for name, path in known.items():
+        edges: dict[str, bool] = {}
+        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        for node, in_function in _imports(ast.parse(path.read_text(encoding="utf-8"))):
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            else:
+                base = node.module or ""
+                if node.level:  # relative: drop level - 1 trailing parts of the importer's package
+                    parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*parts, base] if base else parts)
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+            for target in targets:
+                while target and target not in known:
+                    target = target.rsplit(".", 1)[0] if "." in target else ""
+                if target and target != name:
+                    edges[target] = edges.get(target, True) and in_function
+        graph[name] = edges
+    return graph
+
+
+def cycles(graph: dict[str, dict[str, bool]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan), each sorted; a cycle's members."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    sys.setrecursionlimit(10_000)
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph.get(node, {}):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(found)
+
+
+def layer(module: str) -> int:
+    """0 for the top layer; len(LAYERS) for sections and utilities."""
+    first = module.split(".")[1] if "." in module else ""
+    return next((i for i, names in enumerate(LAYERS) if first in names), len(LAYERS))
+
+
+def upward(graph: dict[str, dict[str, bool]]) -> list[tuple[str, str]]:
+    """(importer, imported) where the imported module sits in a higher layer than its importer."""
+    return sorted((a, b) for a, edges in graph.items() for b in edges if a != PACKAGE and layer(b) < layer(a))
+
+
+def _signatures(tree: ast.AST) -> Iterator[list[str]]:
+    """Per function: the text of each parameter and return annotation."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            args = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
+            args += [a for a in (node.args.vararg, node.args.kwarg) if a is not None]
+            texts = [ast.unparse(a.annotation) for a in args if a.annotation is not None]
+            yield texts + ([ast.unparse(node.returns)] if node.returns is not None else [])
+
+
+def signature_types(root: Path = ROOT) -> dict[str, float | int]:
+    """The package's function signatures, and the share of them with a bare ``Any`` (a parameter or the return
+    annotated ``Any``) or holding ``dict[str, Any]`` anywhere."""
+    sigs = [s for path in modules(root).values() for s in _signatures(ast.parse(path.read_text(encoding="utf-8")))]
+    bare = sum(any(t == "Any" for t in sig) for sig in sigs)
+    loose = sum(any("dict[str, Any]" in t for t in sig) for sig in sigs)
+    total = max(1, len(sigs))
+    return {
+        "signatures": len(sigs),
+        "bare_any": bare,
+        "bare_any_share": round(bare / total, 4),
+        "dict_str_any": loose,
+        "dict_str_any_share": round(loose / total, 4),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--edges", action="store_true", help="list the upward imports and the cycles' members")
+    args = parser.parse_args(argv)
+    graph = import_graph()
+    found, up = cycles(graph), upward(graph)
+    report = {
+        "modules": len(graph),
+        "imports": sum(len(e) for e in graph.values()),
+        "function_level_imports": sum(v for e in graph.values() for v in e.values()),
+        "cycles": len(found),
+        "modules_in_cycles": sum(len(c) for c in found),
+        "upward_imports": len(up),
+        **signature_types(),
+    }
+    if args.edges:
+        report |= {"cycle_members": found, "upward": [f"{a} -> {b}" for a, b in up]}
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,119 @@
+"""The ``_SUCCESS`` manifest of an output directory: the sha256 of every artefact and the run's fingerprint, written
+last; reading and verifying it; and the fingerprint of a finished output as an input identity.
+
+It knows files and JSON only (no run identities, locks or claims: :mod:`sembridge_ray.outputs` builds on it), so
+:mod:`sembridge_ray.identity` can ask it whether a path is a finished output of this project.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import stat
+import time
+from pathlib import Path
+from typing import Any
+
+from sembridge_ray.atomic import TMP_PREFIX, atomic_write_json, sha256_file
+from sembridge_ray.locks import LOCK
+
+SUCCESS = "_SUCCESS"
+IDENTITY = "identity.json"
+log = logging.getLogger(__name__)
+
+
+def _artefacts(out_dir: Path, exclude: tuple[str, ...]) -> list[Path]:
+    files = []
+    for path in sorted(out_dir.rglob("*")):
+        rel = path.relative_to(out_dir)
+        if not path.is_file() or rel.name == SUCCESS or any(p.startswith(TMP_PREFIX) for p in rel.parts):
+            continue
+        if rel.parts[0] in exclude or rel.parts[0].startswith(LOCK):
+            continue
+        files.append(path)
+    return files
+
+
+def _umask() -> int:
+    try:  # thread-safe where /proc has it; os.umask() must set a value to read one
+        line = next(x for x in Path("/proc/self/status").read_text().splitlines() if x.startswith("Umask:"))
+        return int(line.split()[1], 8)
+    except (OSError, StopIteration, ValueError):
+        mask = os.umask(0o022)
+        os.umask(mask)
+        return mask
+
+
+def publish(out_dir: Path, files: list[Path]) -> None:
+    """Give ``files`` and the directories between them and ``out_dir`` the modes the umask allows."""
+    mask = _umask()
+    dirs = {out_dir}
+    for path in files:
+        path.chmod((0o777 if path.stat().st_mode & stat.S_IXUSR else 0o666) & ~mask)
+        dirs.update(p for p in path.parents if p.is_relative_to(out_dir))
+    for directory in dirs:
+        directory.chmod(0o777 & ~mask)
+
+
+def write_success(out_dir: Path, exclude: tuple[str, ...] = (), **extra: Any) -> dict[str, Any]:
+    """Publish every artefact (but the ``exclude`` subdirs) and write the ``_SUCCESS`` manifest of their checksums,
+    last. The run's fingerprint comes from ``identity.json`` when the run has one."""
+    out_dir = Path(out_dir)
+    artefacts = _artefacts(out_dir, exclude)
+    publish(out_dir, artefacts)
+    files = {str(p.relative_to(out_dir)): sha256_file(p) for p in artefacts}
+    manifest: dict[str, Any] = {"files": files, "exclude": list(exclude), "finished_at": time.time()}
+    identity = _identity_fields(out_dir)
+    if identity is not None:
+        manifest |= identity
+    manifest |= extra
+    atomic_write_json(out_dir / SUCCESS, manifest)
+    (out_dir / SUCCESS).chmod(0o666 & ~_umask())
+    return manifest
+
+
+def read_manifest(out_dir: Path) -> dict[str, Any] | None:
+    try:
+        manifest = json.loads((Path(out_dir) / SUCCESS).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return manifest if isinstance(manifest, dict) and isinstance(manifest.get("files"), dict) else None
+
+
+def is_complete(out_dir: Path) -> bool:
+    """True when ``_SUCCESS`` exists and every artefact it lists is present with the same checksum."""
+    manifest = read_manifest(out_dir)
+    if manifest is None:
+        return False
+    for rel, digest in manifest["files"].items():
+        path = Path(out_dir) / rel
+        if not path.is_file() or sha256_file(path) != digest:
+            log.warning("%s: %s changed or is missing; the directory no longer counts as complete", out_dir, rel)
+            return False
+    return True
+
+
+def output_fingerprint(path: Path) -> str | None:
+    """``run:<job>:<fingerprint>[/<sub>]`` when ``path`` is a complete output of this project or a folder listed in
+    one (an init output's ``model/``); None otherwise."""
+    path = Path(path)
+    for root in (path, path.parent):
+        manifest = read_manifest(root)
+        if not manifest or "fingerprint" not in manifest:
+            continue
+        sub = "" if root == path else path.name
+        if sub and not any(f.startswith(sub + "/") for f in manifest["files"]):
+            continue
+        if is_complete(root):
+            return f"run:{manifest.get('job', '')}:{manifest['fingerprint']}" + (f"/{sub}" if sub else "")
+    return None
+
+
+def _identity_fields(out_dir: Path) -> dict[str, str] | None:
+    """``job`` and ``fingerprint`` of the run recorded in ``identity.json``, or None."""
+    try:
+        data = json.loads((Path(out_dir) / IDENTITY).read_text(encoding="utf-8"))
+        return {"job": str(data["job"]), "fingerprint": str(data["fingerprint"])}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None

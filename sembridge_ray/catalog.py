@@ -50,8 +50,6 @@ LANGUAGES = {
     "ru": Language("ru", "DeepPavlov/rubert-base-cased", "our choice: the widely used Russian BERT", "rus", "ru"),
 }
 
-DATASETS = {"webfaq": "PaDaS-Lab/webfaq-retrieval", "miracl": "miracl/miracl + miracl/miracl-corpus"}
-
 
 # Licences as the inputs' hub pages state them (checked by hand; a model card repeats them with that caveat).
 LICENCES = {

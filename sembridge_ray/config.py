@@ -173,9 +173,15 @@ class Config:
     def check(self) -> None:
         """Raise :class:`ConfigError` naming the first value out of range (subclasses)."""
 
+    IDENTITY_NAMES: ClassVar[dict[str, str]] = {}
+    """Dotted key -> the name a run's identity records it under, for keys renamed since runs were recorded: a
+    rename must not make every finished output look like another run."""
+
     def identity_settings(self) -> dict[str, Any]:
-        """The flattened settings that shape a run's result (see :mod:`sembridge_ray.identity`)."""
-        return without(flatten(self.to_dict()), self.NOT_IDENTITY)
+        """The flattened settings that shape a run's result (see :mod:`sembridge_ray.identity`), under the names
+        identities record (``IDENTITY_NAMES``)."""
+        settings = without(flatten(self.to_dict()), self.NOT_IDENTITY)
+        return {self.IDENTITY_NAMES.get(k, k): v for k, v in settings.items()}
 
     def identity(self, job: str, inputs: dict[str, str]) -> RunIdentity:
         return RunIdentity(job=job, settings=self.identity_settings(), inputs=inputs)

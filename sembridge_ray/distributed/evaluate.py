@@ -15,6 +15,7 @@ import logging
 import shutil
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +58,7 @@ from sembridge_ray.retrieval.store import (
 
 log = logging.getLogger(__name__)
 ENCODING_VERSION = 1
-RUN, METRICS, CONFIG, PER_QUERY = "run.trec", "metrics.json", "config.yaml", "per_query.tsv"
+RUN, EVAL_METRICS, CONFIG, PER_QUERY = "run.trec", "metrics.json", "config.yaml", "per_query.tsv"
 
 
 def run_evaluate(cfg: EvaluateConfig, inputs: dict[str, str] | None = None) -> EvaluateResult:
@@ -82,7 +83,8 @@ def run_evaluate(cfg: EvaluateConfig, inputs: dict[str, str] | None = None) -> E
     out = Path(cfg.output)
     with claim_output(out, identity, cfg.overwrite) as claim:
         if claim.done:
-            return EvaluateResult.from_metrics(str(out), json.loads((out / METRICS).read_text(encoding="utf-8")), True)
+            finished = json.loads((out / EVAL_METRICS).read_text(encoding="utf-8"))
+            return EvaluateResult.from_metrics(str(out), finished, True)
         work = claim.path  # the output, or its staging directory under --overwrite
         write_config(cfg, work / CONFIG)
         clock = _Clock()
@@ -102,7 +104,7 @@ def run_evaluate(cfg: EvaluateConfig, inputs: dict[str, str] | None = None) -> E
             "split": data.split,
             "top_k": cfg.top_k,
         }
-        atomic_write_json(work / METRICS, metrics)
+        atomic_write_json(work / EVAL_METRICS, metrics)
         claim.finish(exclude=("cache",))
     return EvaluateResult.from_metrics(str(out), metrics)
 
@@ -125,7 +127,7 @@ def encode_corpus(cfg: EvaluateConfig, model: str, data: RetrievalData, key: str
         ENCODING_VERSION,
         key,
         cfg.max_doc_length,
-        cfg.doc_top_k,
+        cfg.doc_max_active_dims,
         cfg.stage_rows,
         cfg.encode_batch_size,
         *([cfg.precision] if cfg.precision != "fp32" else []),  # fp32 entries keep their keys
@@ -152,7 +154,7 @@ def encode_queries(
         ENCODING_VERSION,
         key,
         cfg.max_query_length,
-        cfg.query_top_k,
+        cfg.query_max_active_dims,
         qids,
         cfg.stage_rows,
         cfg.encode_batch_size,
@@ -183,7 +185,7 @@ def encode(files: list[Path], dest: Path, cfg: EvaluateConfig, model: str, role:
             "model_dir": model,
             "role": role,
             "max_length": cfg.max_query_length if query else cfg.max_doc_length,
-            "top_k": cfg.query_top_k if query else cfg.doc_top_k,
+            "top_k": cfg.query_max_active_dims if query else cfg.doc_max_active_dims,
             "batch_size": cfg.encode_batch_size,
             "out_dir": str(tmp),
             "threads": cfg.resources.threads_per_worker,
@@ -208,16 +210,9 @@ def search_and_score(
     qids, qvec = read_vectors(parquet_files(queries))
     plan = cluster.placement(dataclasses.replace(cfg.resources, gpus_per_worker=0.0), reserve=False)
     bounds = shard_bounds(len(ranks), cfg.shard_size, plan.workers)
-    doc_df = np.zeros(0, np.int64)
-
-    def shards() -> Iterator[Shard]:
-        nonlocal doc_df
-        for (start, stop), rows in zip(bounds, iter_row_ranges(files, bounds), strict=True):
-            doc_df = _add(doc_df, term_counts(rows.indices, 0))
-            yield build_shard(rows, ranks[start:stop], int(rows.indices.max(initial=-1)) + 1)
-
+    shards = ShardStream(files, bounds, ranks)
     # more shards than workers: the actors share the workers' CPUs (each still holds one shard)
-    index = ShardedIndex.start(shards(), plan.cpus_per_worker * min(1.0, plan.workers / len(bounds)))
+    index = ShardedIndex.start(iter(shards), plan.cpus_per_worker * min(1.0, plan.workers / len(bounds)))
     log.info("index: %d documents in %d shards (%s)", len(ranks), len(bounds), duration(clock.lap("index")))
     try:
         progress = Progress(log, "search", qvec.rows, "queries")
@@ -228,10 +223,26 @@ def search_and_score(
     with atomic_path(run_path) as tmp, open(tmp, "w", encoding="utf-8") as fh:
         fh.writelines(run_lines(qids, top, sorted_ids, cfg.run_tag))
     clock.lap("search")
-    return _metrics(data, run_path, sorted_ids, top, len(qids), term_counts(qvec.indices, 0), doc_df) | {
+    return _metrics(data, run_path, sorted_ids, top, len(qids), term_counts(qvec.indices, 0), shards.doc_df) | {
         "shards": len(bounds),
         "actors": actors,
     }
+
+
+@dataclass
+class ShardStream:
+    """The index shards, built one at a time from the encoded files as the actors take them (the corpus is never
+    held whole), and the documents' term counts, summed as the shards go by (``doc_df``, complete once iterated)."""
+
+    files: list[Path]
+    bounds: list[tuple[int, int]]
+    ranks: np.ndarray
+    doc_df: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+
+    def __iter__(self) -> Iterator[Shard]:
+        for (start, stop), rows in zip(self.bounds, iter_row_ranges(self.files, self.bounds), strict=True):
+            self.doc_df = _add(self.doc_df, term_counts(rows.indices, 0))
+            yield build_shard(rows, self.ranks[start:stop], int(rows.indices.max(initial=-1)) + 1)
 
 
 def _add(total: np.ndarray, counts: np.ndarray) -> np.ndarray:

@@ -46,7 +46,7 @@ from sembridge_ray.outputs import atomic_path, atomic_write_json, atomic_write_t
 from sembridge_ray.progress import duration
 from sembridge_ray.sparse import loop
 from sembridge_ray.sparse.checkpoints import (
-    METRICS,
+    TRAIN_METRICS,
     checkpoint_name,
     checkpoint_problem,
     is_local,
@@ -417,7 +417,7 @@ def export_checkpoint(
         )
         save_sparse_encoder(encoder.mlm, tokenizer, tmp, serving)
         write_card(tmp, card_provenance(named or cfg, total_steps, final))
-    atomic_write_text(out / METRICS, "".join(json.dumps(m) + "\n" for m in history))
+    atomic_write_text(out / TRAIN_METRICS, "".join(json.dumps(m) + "\n" for m in history))
     return final
 
 

@@ -120,7 +120,7 @@ def plan(
     given) and ``identify`` (default: by content) let a test plan without building or reading anything."""
     result = Plan()
     identify = identify or Identities()
-    if cfg.preset == "demo":
+    if cfg.assets == "bundled":
         files = files or demo_files(cfg)
         source, source_eval = source_stages(cfg, files["untrained"], files["source_pairs"], files["beir"], identify)
         result.assets = [source, source_eval]
@@ -231,7 +231,7 @@ def run_reproduce(cfg: ReproduceConfig) -> ReproduceResult:
     cluster.require_reachable()
     out.mkdir(parents=True, exist_ok=True)
     with OutputLock(out):
-        if cfg.preset == "demo":  # before Ray starts: a refusal costs a second
+        if cfg.assets == "bundled":  # before Ray starts: a refusal costs a second
             demo.check_assets(out / "assets", cfg.demo, cfg.overwrite)
         info = cluster.connect()
         cfg = resolved_precisions(cfg, info.gpus)

@@ -37,9 +37,9 @@ class EvaluateConfig(Config):
     """Documents retrieved per query."""
     shard_size: int = 0
     """Documents per index shard, one Ray actor each; 0 = one shard per worker."""
-    doc_top_k: int | None = None
-    """Keep each document's k largest weights (pruning); None = all."""
-    query_top_k: int | None = None
+    doc_max_active_dims: int | None = None
+    """Keep each document's k largest weights (pruning, sentence-transformers' ``max_active_dims``); None = all."""
+    query_max_active_dims: int | None = None
     """Keep each query's k largest weights; None = all."""
     max_query_length: int = 64
     """Query tokens (the same key as in fine-tuning)."""
@@ -64,7 +64,16 @@ class EvaluateConfig(Config):
     resources: ResourceConfig = field(default_factory=ResourceConfig)
 
     # The search is exact, so shards and query batches change no result; inputs are identified by content.
-    ALIASES: ClassVar[dict[str, str]] = {"query_max_length": "max_query_length", "doc_max_length": "max_doc_length"}
+    ALIASES: ClassVar[dict[str, str]] = {
+        "query_max_length": "max_query_length",
+        "doc_max_length": "max_doc_length",
+        "doc_top_k": "doc_max_active_dims",  # top_k is results per query only
+        "query_top_k": "query_max_active_dims",
+    }
+    IDENTITY_NAMES: ClassVar[dict[str, str]] = {
+        "doc_max_active_dims": "doc_top_k",
+        "query_max_active_dims": "query_top_k",
+    }
     NOT_IDENTITY: ClassVar[tuple[str, ...]] = (
         "model",
         "dataset",
@@ -87,7 +96,7 @@ class EvaluateConfig(Config):
         ):
             require(getattr(self, key) >= 1, key, getattr(self, key), "must be >= 1")
         require(self.shard_size >= 0, "shard_size", self.shard_size, "must be >= 0 (0 = one shard per worker)")
-        for key in ("doc_top_k", "query_top_k"):
+        for key in ("doc_max_active_dims", "query_max_active_dims"):
             value = getattr(self, key)
             require(value is None or value >= 1, key, value, "must be >= 1 or null (no pruning)")
         require(
@@ -96,6 +105,11 @@ class EvaluateConfig(Config):
             self.run_tag,
             "must be one word (it is a TREC run column)",
         )
+
+    @property
+    def doc_top_k(self) -> int | None:
+        """The former name of ``doc_max_active_dims``."""
+        return self.doc_max_active_dims
 
     def require_inputs(self) -> None:
         """Raise :class:`InputError` naming the first required setting that is missing."""
@@ -140,7 +154,7 @@ FLAGS = (
     Flag(name="--top-k", key="top_k"),
     Flag(name="--workers", key="resources.workers"),
     Flag(name="--shard-size", key="shard_size"),
-    Flag(name="--doc-top-k", key="doc_top_k"),
+    Flag(name="--doc-max-active-dims", key="doc_max_active_dims", aliases=("--doc-top-k",)),
     Flag(name="--precision", key="precision"),
     Flag(name="--overwrite", key="overwrite", const="true"),
 )

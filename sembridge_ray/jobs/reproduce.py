@@ -10,6 +10,7 @@ Ray tasks; ``results.csv``, ``results.md``, ``comparisons.csv`` and ``plots/``.
 from __future__ import annotations
 
 import json
+import logging
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,8 @@ from sembridge_ray.jobs.finetune import FinetuneConfig
 from sembridge_ray.jobs.init import InitConfig
 
 DATASETS = ("webfaq", "miracl", "sick")
+_ASSETS_OF_PRESET = {"paper": "hub", "demo": "bundled"}
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,8 +52,9 @@ class DemoSettings(Config):
 class ReproduceConfig(Config):
     """One cell per (model, language, method, α); per dataset: zero-shot eval, fine-tune, eval."""
 
-    preset: Literal["paper", "demo"] = "paper"
-    """``paper``: the hub's models, tokenizers and datasets; ``demo``: the offline miniature built from bundled data."""
+    assets: Literal["hub", "bundled"] = "hub"
+    """Where the cells' inputs come from: ``hub``, the hub's models, tokenizers and datasets (the paper); ``bundled``,
+    the offline miniature built from the package's own data (``DemoSettings``)."""
     output: str = ""
     """Root of the grid: one directory per cell and stage, the tables and the plots."""
     dry_run: bool = False
@@ -119,6 +123,20 @@ class ReproduceConfig(Config):
         "overwrite",
         *PLANNED,
     )
+
+    @classmethod
+    def upgrade(cls, data: dict[str, Any]) -> dict[str, Any]:
+        """The former key ``preset: paper | demo`` is ``assets: hub | bundled``."""
+        if "preset" in data:
+            log.warning("config key preset is now assets (paper = hub, demo = bundled); the old name goes soon")
+            old = str(data["preset"]).strip()
+            data = {k: v for k, v in data.items() if k != "preset"} | {"assets": _ASSETS_OF_PRESET.get(old, old)}
+        return data
+
+    @property
+    def preset(self) -> str:
+        """The former name of ``assets`` (``paper`` / ``demo``), for code written against it."""
+        return "demo" if self.assets == "bundled" else "paper"
 
     def check(self) -> None:
         for key in self.PLANNED:

@@ -74,10 +74,10 @@ def plan(
     }
 
 
-def dry_run(cfg: Any) -> dict[str, Any]:
+def dry_run(cfg: ReproduceConfig) -> dict[str, Any]:
     """The plan of a ReproduceConfig: every cell, its hub ids, and the estimate. Imports no Ray, contacts nothing."""
-    if cfg.preset == "demo":  # the miniature builds its target tokenizer itself
-        named = dict(item.split("=", 1) for item in cfg.target_tokenizers if "=" in item)
+    if cfg.assets == "bundled":  # the miniature builds its target tokenizer itself
+        named = cfg.named_tokenizers()  # the one parser: a malformed item is refused here too
         built = f"{cfg.output}/assets/target-bpe (built: byte-level BPE)"
         tokenizers = {lang: named.get(lang, built) for lang in cfg.languages}
     else:
@@ -96,14 +96,14 @@ def dry_run(cfg: Any) -> dict[str, Any]:
     )
 
 
-def concurrency(cfg: Any, gpus: float) -> int:
+def concurrency(cfg: ReproduceConfig, gpus: float) -> int:
     """Cells at once: ``max_concurrent`` when set, else the cluster's GPUs / ``gpus_per_cell`` (at least 1)."""
     if cfg.max_concurrent > 0:
         return cfg.max_concurrent
     return max(1, math.floor(gpus / cfg.gpus_per_cell)) if gpus > 0 and cfg.gpus_per_cell > 0 else 1
 
 
-def cell_resources(cfg: Any, base: ResourceConfig, gpus: float) -> ResourceConfig:
+def cell_resources(cfg: ReproduceConfig, base: ResourceConfig, gpus: float) -> ResourceConfig:
     """A stage's resources inside a cell: on a GPU cluster, ``gpus_per_cell`` GPUs (whole GPUs as one worker each, a
     fraction as one worker with that share); without GPUs, the stage's configured resources."""
     if gpus <= 0 or cfg.gpus_per_cell <= 0:

@@ -10,7 +10,7 @@ on a cell's fine-tuned model) sees the same identities.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -56,8 +56,6 @@ class Assets:
     models: dict[str, str]
     tokenizers: dict[str, str]
     specs: dict[tuple[str, str], tuple[str, str]]
-    known: dict[str, str] = field(default_factory=dict)
-    """name or path -> identity, for inputs that are themselves stages (the demo's source model)."""
 
 
 Identify = Callable[[str, str], str]

@@ -44,7 +44,8 @@ class BenchConfig(Config):
 def zipf_probs(vocab_size: int, exponent: float, rng: np.random.Generator) -> np.ndarray:
     """p (V,) ∝ 1 / rank^exponent, ranks shuffled over the vocabulary."""
     p = 1.0 / np.arange(1, vocab_size + 1, dtype=np.float64) ** exponent
-    return (p / p.sum())[rng.permutation(vocab_size)]
+    probs: np.ndarray = (p / p.sum())[rng.permutation(vocab_size)]
+    return probs
 
 
 def sparse_vectors(

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ import torch
 from sembridge_ray.outputs import atomic_write_text, sha256_file
 
 log = logging.getLogger(__name__)
-STATE, METRICS, PREFIX = "state.pt", "metrics.jsonl", "step_"
+STATE, TRAIN_METRICS, PREFIX = "state.pt", "metrics.jsonl", "step_"
 # Ray Train V2's registry of a run's reported checkpoints (ray.train.v2._internal.constants); Ray refuses to start
 # a run whose registry names a directory that is gone (CheckpointManagerInitializationError).
 REGISTRY = "checkpoint_manager_snapshot.json"
@@ -54,11 +55,11 @@ def write_part(
 ) -> None:
     """This rank's files in ``directory``, then its manifest (rank 0 also writes ``state`` and the metrics)."""
     directory = Path(directory)
-    files = {f"rng-rank{rank}.pt": lambda p: torch.save(rng, p)}
+    files: dict[str, Callable[[Path], object]] = {f"rng-rank{rank}.pt": lambda p: torch.save(rng, p)}
     if state is not None:
         files[STATE] = lambda p: torch.save(state, p)
     if metrics_text is not None:
-        files[METRICS] = lambda p: p.write_text(metrics_text, encoding="utf-8")
+        files[TRAIN_METRICS] = lambda p: p.write_text(metrics_text, encoding="utf-8")
     for name, write in files.items():
         write(directory / name)
     manifest = {"world": world, "files": {name: sha256_file(directory / name) for name in files}}
@@ -207,5 +208,5 @@ def load_part(directory: Path, rank: int) -> tuple[dict[str, Any], dict[str, Any
     state = torch.load(directory / STATE, map_location="cpu", weights_only=True)
     rng_path = directory / f"rng-rank{rank}.pt"  # absent when resuming with more workers than before
     rng = torch.load(rng_path, weights_only=True) if rng_path.is_file() else None
-    lines = (directory / METRICS).read_text(encoding="utf-8").splitlines()
+    lines = (directory / TRAIN_METRICS).read_text(encoding="utf-8").splitlines()
     return state, rng, [json.loads(line) for line in lines if line]

@@ -248,7 +248,8 @@ class _RobertaTransform(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         head: Any = self.head[0]  # a RobertaLMHead: dense, then gelu, then layer_norm
-        return head.layer_norm(torch.nn.functional.gelu(head.dense(x)))
+        normed: torch.Tensor = head.layer_norm(torch.nn.functional.gelu(head.dense(x)))
+        return normed
 
 
 @torch.no_grad()

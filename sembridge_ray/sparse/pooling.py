@@ -52,7 +52,7 @@ class SpladeMaxPool(torch.autograd.Function):
     ``feats @ weight.T + bias``; saves only the argmax positions and the relu'd logits there, (B, V) each."""
 
     @staticmethod
-    def forward(  # type: ignore[override]
+    def forward(
         ctx: Any,
         feats: torch.Tensor,
         weight: torch.Tensor,
@@ -79,7 +79,7 @@ class SpladeMaxPool(torch.autograd.Function):
         return torch.log1p(best)
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:  # type: ignore[override]
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         feats, weight, where, best = ctx.saved_tensors
         batch, seq, hidden = feats.shape
         dtype = weight.dtype
@@ -122,7 +122,8 @@ def splade_max_pool(
     to the first position. ``chunk`` > 0 projects that many tokens at a time; 0 sizes slices to
     :data:`POOL_BUDGET_BYTES` (the whole sequence when it fits).
     """
-    return SpladeMaxPool.apply(feats, weight, bias, mask, chunk)
+    pooled: torch.Tensor = SpladeMaxPool.apply(feats, weight, bias, mask, chunk)  # type: ignore[no-untyped-call]
+    return pooled
 
 
 def _pool_slice(hidden: torch.Tensor, mask: torch.Tensor, head: Head) -> torch.Tensor:

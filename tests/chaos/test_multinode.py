@@ -244,7 +244,7 @@ def test_two_cell_reproduction_survives_a_lost_node_with_the_same_results(
             f"init.bridge_model={fixtures_root / 'bridge'}",
             "init.resources.workers=1",
             "evaluate.resources.workers=1",
-            "evaluate.doc_top_k=64",
+            "evaluate.doc_max_active_dims=64",
             "finetune.resources.workers=1",
             "finetune.optim.batch_size=8",
             "finetune.optim.max_steps=4",

@@ -186,7 +186,9 @@ def test_encoding_through_ray_equals_in_process(
     model = str(fixtures_root / "bert-mlm")
     texts = ["A man is playing a guitar", "The kids are running in the park", "Nobody is riding a horse"] * 3
     table = pa.table({ID: [f"t{i}" for i in range(len(texts))], TEXT: texts})
-    cfg = EvaluateConfig(doc_top_k=5, max_doc_length=8, encode_batch_size=4, resources=ResourceConfig(workers=2))
+    cfg = EvaluateConfig(
+        doc_max_active_dims=5, max_doc_length=8, encode_batch_size=4, resources=ResourceConfig(workers=2)
+    )
     files = stage_corpus((table.slice(i, 4) for i in range(0, len(texts), 4)), tmp_path / "staged")
     encode(files, tmp_path / "enc", cfg, model, "document")
     ids, got = read_vectors(parquet_files(tmp_path / "enc"))

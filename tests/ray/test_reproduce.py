@@ -62,7 +62,7 @@ def test_paper_path_runs_cells_concurrently_records_failures_and_resumes(
         f"init.bridge_model={fixtures_root / 'bridge'}",
         "init.resources.workers=1",
         "evaluate.resources.workers=1",
-        "evaluate.doc_top_k=64",
+        "evaluate.doc_max_active_dims=64",
         "finetune.resources.workers=1",
         "finetune.optim.batch_size=8",
         "finetune.optim.max_steps=2",

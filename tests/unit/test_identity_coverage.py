@@ -92,12 +92,13 @@ def test_every_key_of_a_job_is_in_its_identity_or_documented_as_not_shaping_it(j
     if cls is InitConfig:  # some keys matter only to some methods, or with position-aware bridging
         variants = [InitConfig(method=m, position_aware=True) for m in METHOD_NAMES]
     shaping = {k for cfg in variants for k in cfg.identity_settings()}
-    missing = [k for k in keys if k not in shaping and not exempt(k, documented)]
+    recorded = cls.IDENTITY_NAMES  # renamed keys keep the names identities were recorded under
+    missing = [k for k in keys if recorded.get(k, k) not in shaping and not exempt(k, documented)]
     assert missing == [], f"{job}: keys neither in the identity nor in NOT_IDENTITY: {missing}"
     for key, tp in leaf_types(cls).items():  # a key in the identity really moves the fingerprint
-        if exempt(key, documented) or key not in shaping:
+        if exempt(key, documented) or recorded.get(key, key) not in shaping:
             continue
-        base = next(cfg for cfg in variants if key in cfg.identity_settings())
+        base = next(cfg for cfg in variants if recorded.get(key, key) in cfg.identity_settings())
         data = _nested_copy(base.to_dict())
         value = flatten(data)[key]
         changed = cls.from_dict(set_key(data, key, perturbed(value, tp, key)))
@@ -138,7 +139,8 @@ def test_every_key_of_the_reproduction_reaches_a_stage_identity_or_is_documented
             stages = [s for _, s in planned.all_stages() if s.job == section]
             if exempt(name, type(getattr(base, section)).NOT_IDENTITY):
                 continue  # the stage job's own documented exemptions (resources, caches, ...)
-            if stages and all(name not in s.cfg.identity_settings() for s in stages):
+            renamed = type(getattr(base, section)).IDENTITY_NAMES.get(name, name)
+            if stages and all(renamed not in s.cfg.identity_settings() for s in stages):
                 continue  # every planned stage's job declares it unused (e.g. WECHSEL's settings in a sembridge grid)
         if base.preset == "paper" and section == "demo":
             continue  # the miniature's settings do nothing on the hub's assets (DemoSettings says so)

@@ -4,7 +4,8 @@
 #   bash cluster/local.sh quick [job args]     set up .venv, run the one-cell miniature in-process (init ->
 #                                              evaluate -> fine-tune -> evaluate, ~2 min on 2 CPUs), print its table
 #   bash cluster/local.sh test [pytest args]   set up .venv, run the default pytest selection (exit code = pytest's)
-#   bash cluster/local.sh check                set up .venv, run ruff (lint and format) and mypy (CI runs it)
+#   bash cluster/local.sh check                set up .venv, run ruff (lint and format), mypy and the import-linter
+#                                              contracts (CI runs it)
 #   bash cluster/local.sh demo [job args]      set up .venv, start a private loopback Ray head unless RAY_ADDRESS is
 #                                              set, submit the demo with `ray job submit`, print its result
 #   bash cluster/local.sh job -- CMD [ARGS]    the same head, any entrypoint (e.g. -- python -m jobs.evaluate ...)
@@ -73,7 +74,8 @@ run_checks() {
   cd "$ROOT"
   "$VENV/bin/ruff" check .
   "$VENV/bin/ruff" format --check .
-  "$VENV/bin/mypy" sembridge_ray jobs
+  "$VENV/bin/mypy" sembridge_ray jobs tests
+  "$VENV/bin/lint-imports"
 }
 
 run_quick() {

@@ -9,7 +9,6 @@ import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 TMP_PREFIX = ".tmp-"
 """The prefix of a file or directory being written (never an artefact)."""
@@ -47,7 +46,8 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
-def atomic_write_json(path: Path, obj: Any) -> None:
+def atomic_write_json(path: Path, obj: object) -> None:
+    """``obj`` as indented JSON, in key order, written whole or not at all."""
     atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False, sort_keys=False) + "\n")
 
 

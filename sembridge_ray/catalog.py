@@ -19,7 +19,7 @@ SOURCE_MODELS = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Language:
     code: str
     tokenizer: str
@@ -30,24 +30,40 @@ class Language:
 
 LANGUAGES = {
     "ar": Language(
-        "ar",
-        "aubmindlab/araelectra-base-discriminator",
-        "our choice: AraBERT family, 64k WordPiece, works on raw (unsegmented) text",
-        "ara",
-        "ar",
+        code="ar",
+        tokenizer="aubmindlab/araelectra-base-discriminator",
+        why="our choice: AraBERT family, 64k WordPiece, works on raw (unsegmented) text",
+        webfaq="ara",
+        miracl="ar",
     ),
     "zh": Language(
-        "zh", "google-bert/bert-base-chinese", "our choice: the standard Chinese BERT vocabulary", "zho", "zh"
+        code="zh",
+        tokenizer="google-bert/bert-base-chinese",
+        why="our choice: the standard Chinese BERT vocabulary",
+        webfaq="zho",
+        miracl="zh",
     ),
     "hi": Language(
-        "hi",
-        "l3cube-pune/hindi-bert-scratch",
-        "our choice: a Hindi BERT trained from scratch on monolingual Hindi",
-        "hin",
-        "hi",
+        code="hi",
+        tokenizer="l3cube-pune/hindi-bert-scratch",
+        why="our choice: a Hindi BERT trained from scratch on monolingual Hindi",
+        webfaq="hin",
+        miracl="hi",
     ),
-    "ko": Language("ko", "monologg/kobigbird-bert-base", "the SemBridge authors' Korean example", "kor", "ko"),
-    "ru": Language("ru", "DeepPavlov/rubert-base-cased", "our choice: the widely used Russian BERT", "rus", "ru"),
+    "ko": Language(
+        code="ko",
+        tokenizer="monologg/kobigbird-bert-base",
+        why="the SemBridge authors' Korean example",
+        webfaq="kor",
+        miracl="ko",
+    ),
+    "ru": Language(
+        code="ru",
+        tokenizer="DeepPavlov/rubert-base-cased",
+        why="our choice: the widely used Russian BERT",
+        webfaq="rus",
+        miracl="ru",
+    ),
 }
 
 

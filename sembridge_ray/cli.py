@@ -31,7 +31,7 @@ import textwrap
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import yaml
 
@@ -70,7 +70,7 @@ def _first_paragraph(doc: str) -> str:
     return " ".join(doc.split("\n\n", 1)[0].split())
 
 
-def _show(value: Any) -> str:
+def _show(value: object) -> str:
     if isinstance(value, tuple | list):
         return ",".join(str(v) for v in value) or "(none)"
     return "(none)" if value is None or value == "" else str(value)
@@ -79,7 +79,7 @@ def _show(value: Any) -> str:
 def build_parser(
     cls: type[Config],
     flags: Sequence[Flag],
-    values: dict[str, Any],
+    values: Mapping[str, object],
     *,
     job: str,
     preset: str | None,
@@ -152,7 +152,7 @@ def parse_config(
     first = argparse.ArgumentParser(add_help=False)
     first.add_argument("--preset", "--config", dest="preset", default=default_preset)
     preset = first.parse_known_args(argv)[0].preset
-    data = cls().to_dict()
+    data: Mapping[str, object] = cls().to_dict()
     if preset:
         data = merge(data, load_preset(resolve_preset(preset, job)))
     parser = build_parser(

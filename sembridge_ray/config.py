@@ -17,17 +17,22 @@ import math
 import textwrap
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from functools import cache
 from pathlib import Path
-from typing import Any, ClassVar, Literal, Self, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self, TypeVar, cast
 
 import yaml
 
 from sembridge_ray.errors import InputError
 from sembridge_ray.identity import RunIdentity, flatten, without
+from sembridge_ray.json_types import JSONObject, JSONValue
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 log = logging.getLogger(__name__)
+T = TypeVar("T", bound="DataclassInstance")
 _TRUE, _FALSE, _NONE = {"true", "yes", "on", "1"}, {"false", "no", "off", "0"}, {"null", "none", "~", ""}
 
 
@@ -35,8 +40,9 @@ class ConfigError(InputError):
     """A bad preset, override or value; the message names the offending key."""
 
 
-def coerce(value: Any, tp: Any, key: str = "") -> Any:
-    """Convert a YAML/CLI value (usually a string) to the annotated type ``tp``."""
+def coerce(value: object, tp: object, key: str = "") -> object:
+    """Convert a YAML/CLI value (usually a string) to the annotated type ``tp`` (a type or a typing form: a union,
+    a ``Literal``, ``tuple[X, ...]``, a config dataclass)."""
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin in (typing.Union, types.UnionType):
         is_none = value is None or (isinstance(value, str) and value.strip().lower() in _NONE)
@@ -58,7 +64,12 @@ def coerce(value: Any, tp: Any, key: str = "") -> Any:
                 continue
         raise ConfigError(f"{key}: {value!r} is not one of {list(args)}")
     if origin is tuple:
-        items = [v for v in value.split(",") if v.strip()] if isinstance(value, str) else list(value)
+        # anything else YAML or a caller hands a tuple field is a sequence
+        items = (
+            [v for v in value.split(",") if v.strip()]
+            if isinstance(value, str)
+            else list(cast(Iterable[object], value))
+        )
         item_tp = args[0] if args else str
         return tuple(coerce(v.strip() if isinstance(v, str) else v, item_tp, key) for v in items)
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
@@ -70,7 +81,7 @@ def coerce(value: Any, tp: Any, key: str = "") -> Any:
     return _scalar(value, tp, key)
 
 
-def _scalar(value: Any, tp: Any, key: str) -> Any:
+def _scalar(value: object, tp: object, key: str) -> object:
     if value is None:
         raise ConfigError(f"{key}: a value is required")
     text = str(value).strip()
@@ -86,11 +97,11 @@ def _scalar(value: Any, tp: Any, key: str) -> Any:
         if tp is str:
             return text if isinstance(value, str) else str(value)
     except ValueError:
-        raise ConfigError(f"{key}: {value!r} is not a valid {tp.__name__}") from None
+        raise ConfigError(f"{key}: {value!r} is not a valid {getattr(tp, '__name__', tp)}") from None
     raise ConfigError(f"{key}: unsupported field type {tp!r}")
 
 
-def _build(cls: type, data: Mapping[str, Any], prefix: str = "") -> Any:
+def _build(cls: type[T], data: Mapping[str, object], prefix: str = "") -> T:
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
     aliases: dict[str, str] = getattr(cls, "ALIASES", {})
@@ -111,14 +122,14 @@ def _build(cls: type, data: Mapping[str, Any], prefix: str = "") -> Any:
         raise
 
 
-def require(ok: bool, key: str, value: Any, rule: str) -> None:
+def require(ok: bool, key: str, value: object, rule: str) -> None:
     """Raise :class:`ConfigError` ``key=value: rule`` unless ``ok``."""
     if not ok:
         raise ConfigError(f"{key}={value!r}: {rule}")
 
 
 @cache
-def _literal_fields(cls: type) -> tuple[tuple[str, tuple[Any, ...]], ...]:
+def _literal_fields(cls: type) -> tuple[tuple[str, tuple[object, ...]], ...]:
     hints = typing.get_type_hints(cls)
     return tuple(
         (f.name, typing.get_args(hints[f.name]))
@@ -150,12 +161,13 @@ class Config:
     computes (paths of inputs, which enter the identity by content, the output, workers, caches, log cadence).
     """
 
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]  # every subclass is a dataclass
     NOT_IDENTITY: ClassVar[tuple[str, ...]] = ()
     ALIASES: ClassVar[dict[str, str]] = {}
     """Old key -> new key, accepted with a warning for one release."""
 
     @classmethod
-    def upgrade(cls, data: dict[str, Any]) -> dict[str, Any]:
+    def upgrade(cls, data: dict[str, object]) -> dict[str, object]:
         """Rewrite older spellings in raw ``data`` (before coercion) that a plain key rename cannot express."""
         return data
 
@@ -177,7 +189,7 @@ class Config:
     """Dotted key -> the name a run's identity records it under, for keys renamed since runs were recorded: a
     rename must not make every finished output look like another run."""
 
-    def identity_settings(self) -> dict[str, Any]:
+    def identity_settings(self) -> dict[str, JSONValue]:
         """The flattened settings that shape a run's result (see :mod:`sembridge_ray.identity`), under the names
         identities record (``IDENTITY_NAMES``)."""
         settings = without(flatten(self.to_dict()), self.NOT_IDENTITY)
@@ -186,11 +198,13 @@ class Config:
     def identity(self, job: str, inputs: dict[str, str]) -> RunIdentity:
         return RunIdentity(job=job, settings=self.identity_settings(), inputs=inputs)
 
-    def to_dict(self) -> dict[str, Any]:
-        return _plain(dataclasses.asdict(self))  # type: ignore[call-overload]
+    def to_dict(self) -> JSONObject:
+        """The config as a JSON object (sections nested, tuples as lists): what workers receive and YAML holds."""
+        # the fields are JSON scalars, tuples of them and nested configs (coerce accepts nothing else)
+        return cast(JSONObject, _plain(dataclasses.asdict(self)))
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Self:
+    def from_dict(cls, data: Mapping[str, object]) -> Self:
         return _build(cls, data)
 
     def with_overrides(self, overrides: Sequence[str]) -> Self:
@@ -201,7 +215,8 @@ class Config:
 C = TypeVar("C", bound=Config)
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: object) -> object:
+    """A copy with every tuple a list and every mapping a dict, recursively (what YAML and JSON write)."""
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
@@ -209,15 +224,15 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+def apply_overrides(data: Mapping[str, object], overrides: Sequence[str]) -> dict[str, object]:
     """Set ``a.b=value`` entries in a nested dict (a copy); values stay strings until coerced."""
-    out = _plain(data)
+    out = cast(dict[str, object], _plain(data))
     for item in overrides:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise ConfigError(f"override {item!r} is not of the form key.sub=value")
         *parents, leaf = key.strip().split(".")
-        node = out
+        node: dict[str, object] = out
         for part in parents:
             child = node.setdefault(part, {})
             if not isinstance(child, dict):
@@ -227,7 +242,7 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
     return out
 
 
-def load_preset(path: Path) -> dict[str, Any]:
+def load_preset(path: Path) -> dict[str, JSONValue]:
     """Read a YAML preset with every scalar kept as a string (no YAML 1.1 ``no`` -> False surprises). A file that is
     not UTF-8 or not YAML is a :class:`ConfigError` naming the file, line and column."""
     from sembridge_ray.text import text_lines
@@ -261,12 +276,12 @@ def _yaml_problem(path: Path, text: str, err: yaml.YAMLError) -> str:
     return f"config preset {where}: not valid YAML: {problem}" + (f" ({context})" if context else "")
 
 
-def merge(base: Mapping[str, Any], delta: Mapping[str, Any]) -> dict[str, Any]:
+def merge(base: Mapping[str, object], delta: Mapping[str, object]) -> dict[str, object]:
     """Deep-merge ``delta`` into ``base`` (presets list only their deltas)."""
     out = dict(base)
     for key, value in delta.items():
-        both = isinstance(value, Mapping) and isinstance(out.get(key), Mapping)
-        out[key] = merge(out[key], value) if both else value
+        old = out.get(key)
+        out[key] = merge(old, value) if isinstance(value, Mapping) and isinstance(old, Mapping) else value
     return out
 
 
@@ -286,9 +301,9 @@ class FieldInfo:
     """What ``--help`` says about one config key."""
 
     type_name: str
-    default: Any
+    default: object
     doc: str
-    choices: tuple[Any, ...] = ()
+    choices: tuple[object, ...] = ()
 
 
 @cache
@@ -312,14 +327,14 @@ def attribute_docs(cls: type) -> dict[str, str]:
     return docs
 
 
-def choices_of(field: dataclasses.Field[Any], tp: Any) -> tuple[Any, ...]:
+def choices_of(field: dataclasses.Field[object], tp: object) -> tuple[object, ...]:
     """The allowed values of a field: a ``Literal``'s, or ``metadata={"choices": ...}`` (for tuples of names)."""
     if typing.get_origin(tp) is Literal:
         return typing.get_args(tp)
     return tuple(field.metadata.get("choices", ()))
 
 
-def field_info(cls: type, values: Mapping[str, Any] | None = None) -> dict[str, FieldInfo]:
+def field_info(cls: type, values: Mapping[str, object] | None = None) -> dict[str, FieldInfo]:
     """Dotted key -> its type, default (from ``values`` when given: a preset's effective values), docstring and
     choices, recursing into nested configs."""
     out: dict[str, FieldInfo] = {}

@@ -10,12 +10,14 @@ import json
 import math
 import shutil
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict, cast
 
 import torch
+
+from sembridge_ray.json_types import JSONValue
 
 WEIGHT_ATOL = 1e-5
 """Init weights: largest absolute difference between the GPU's and the CPU's model tensors."""
@@ -69,19 +71,42 @@ class StageLine:
     peak_gpu_mem_mib: float | None
     """Peak memory in use on the busiest GPU while the stage ran (sampled with nvidia-smi); None without one."""
     compare: Comparison | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, JSONValue] = field(default_factory=dict)
 
     def to_json(self) -> str:
         """Strict JSON: a non-finite number (curves that cannot be compared) is written as null."""
         return json.dumps(_finite(asdict(self)), allow_nan=False)
 
 
-def _finite(value: Any) -> Any:
+def _finite(value: object) -> object:
     if isinstance(value, dict):
         return {k: _finite(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_finite(v) for v in value]
     return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+class Reference(TypedDict):
+    """The CPU reference pass's ``reference.json``: what the comparisons need, and its own printed lines."""
+
+    init_model: str
+    """The CPU's init output model."""
+    ndcg: dict[str, float]
+    """Evaluate stage -> nDCG@10 of the main pass's model of that stage, evaluated on the CPU."""
+    lines: NotRequired[list[JSONValue]]
+
+
+class GpuFigures(TypedDict):
+    """The measured figures file (``gpu_figures.json``) that ``reproduce/figures.py`` reads, in its key order."""
+
+    source: str
+    gpu: str
+    gpus: int
+    model: str
+    torch: str
+    bridge_strings_per_s: float
+    docs_per_s: float
+    train_examples_per_s: float
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -143,9 +168,10 @@ def compare_losses(bf16: Sequence[float], fp32: Sequence[float], rtol: float = L
     )
 
 
-def with_comparisons(done: list[Measured], ref: dict[str, Any]) -> list[StageLine]:
+def with_comparisons(done: list[Measured], reference: Mapping[str, object]) -> list[StageLine]:
     """Each stage's line with its comparison: init weights and nDCG@10 against the CPU, bf16 loss curves against
-    the fp32 run with the same workers on the same device."""
+    the fp32 run with the same workers on the same device. ``reference`` is the CPU pass's :class:`Reference`."""
+    ref = cast(Reference, reference)
     curves = {m.line.stage: m.losses for m in done}
     lines = []
     for m in done:
@@ -160,27 +186,29 @@ def with_comparisons(done: list[Measured], ref: dict[str, Any]) -> list[StageLin
     return lines
 
 
-def check_line(line: Mapping[str, Any]) -> list[str]:
-    """Problems with one printed line against the schema (empty when it conforms)."""
+def check_line(line: Mapping[str, object]) -> list[str]:
+    """Problems with one printed line (parsed JSON, not yet trusted) against the schema (empty when it conforms)."""
     problems = [f"missing {k}" for k in LINE_FIELDS if k not in line]
     if problems:
         return problems
     if line["stage"] not in STAGES:
         problems.append(f"unknown stage {line['stage']!r}")
-    if not isinstance(line["wall_s"], int | float) or line["wall_s"] < 0:
+    wall_s, throughput, peak, compare = line["wall_s"], line["throughput"], line["peak_gpu_mem_mib"], line["compare"]
+    if not isinstance(wall_s, int | float) or wall_s < 0:
         problems.append("wall_s must be a number >= 0")
-    if not isinstance(line["throughput"], int | float) or line["throughput"] < 0:
+    if not isinstance(throughput, int | float) or throughput < 0:
         problems.append("throughput must be a number >= 0")
     if line["throughput_unit"] not in THROUGHPUT_UNITS.values():
         problems.append(f"unknown throughput_unit {line['throughput_unit']!r}")
-    if line["peak_gpu_mem_mib"] is not None and not isinstance(line["peak_gpu_mem_mib"], int | float):
+    if peak is not None and not isinstance(peak, int | float):
         problems.append("peak_gpu_mem_mib must be a number or null")
-    if line["compare"] is not None:
-        problems += [f"compare: missing {k}" for k in COMPARISON_FIELDS if k not in line["compare"]]
+    if compare is not None:
+        fields = cast(Container[str], compare)  # a printed comparison is an object
+        problems += [f"compare: missing {k}" for k in COMPARISON_FIELDS if k not in fields]
     return problems
 
 
-def measured_figures(lines: Sequence[StageLine], gpu: str, gpus: int, model: str) -> dict[str, Any]:
+def measured_figures(lines: Sequence[StageLine], gpu: str, gpus: int, model: str) -> GpuFigures:
     """The throughputs ``reproduce/plan.py`` reads (see ``sembridge_ray.reproduce.figures``), GPU model beside them."""
     by_stage = {line.stage: line.throughput for line in lines}
     evals = [v for k, v in by_stage.items() if k.startswith("evaluate")]
@@ -212,7 +240,7 @@ def cuda_ready() -> bool:
     return bool(torch.cuda.is_available())
 
 
-def write_figures(figures: Mapping[str, Any], path: Path) -> None:
+def write_figures(figures: GpuFigures, path: Path) -> None:
     from sembridge_ray.outputs import atomic_write_json
 
     Path(path).parent.mkdir(parents=True, exist_ok=True)

@@ -28,9 +28,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal, NotRequired, TypedDict
 
 from sembridge_ray.errors import InputError
+from sembridge_ray.json_types import JSONValue
 from sembridge_ray.manifest import output_fingerprint
 
 WHOLE_FILE_LIMIT = 64 << 20
@@ -38,12 +39,23 @@ SAMPLE = 1 << 20
 RepoType = Literal["model", "dataset"]
 
 
+class IdentityRecord(TypedDict):
+    """``identity.json``: what :meth:`RunIdentity.to_dict` writes (``fingerprint`` is derived, so reading ignores
+    it; identities written before inputs were recorded have none)."""
+
+    job: str
+    fingerprint: NotRequired[str]
+    settings: Mapping[str, object]
+    inputs: NotRequired[dict[str, str]]
+
+
 @dataclass(frozen=True, kw_only=True)
 class RunIdentity:
     """What shapes one run's result: ``settings`` (dotted key -> value) and ``inputs`` (name -> identity)."""
 
     job: str
-    settings: dict[str, Any]
+    settings: Mapping[str, object]
+    """A config's are JSON values (:meth:`Config.identity_settings`); anything else is fingerprinted as its str."""
     inputs: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -51,11 +63,11 @@ class RunIdentity:
         payload = json.dumps([self.job, self.settings, self.inputs], sort_keys=True, default=str, ensure_ascii=False)
         return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:24]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> IdentityRecord:
         return {"job": self.job, "fingerprint": self.fingerprint, "settings": self.settings, "inputs": self.inputs}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> RunIdentity:
+    def from_dict(cls, data: IdentityRecord) -> RunIdentity:
         return cls(job=str(data["job"]), settings=dict(data["settings"]), inputs=dict(data.get("inputs", {})))
 
     def differences(self, old: RunIdentity) -> list[str]:
@@ -75,16 +87,16 @@ class RunIdentity:
 _MISSING = object()
 
 
-def _show(value: Any) -> str:
+def _show(value: object) -> str:
     if value is _MISSING:
         return "(unset)"
     text = json.dumps(value, ensure_ascii=False, default=str) if not isinstance(value, str) else value
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+def flatten(data: Mapping[str, JSONValue], prefix: str = "") -> dict[str, JSONValue]:
     """{"a": {"b": 1}} -> {"a.b": 1}."""
-    out: dict[str, Any] = {}
+    out: dict[str, JSONValue] = {}
     for key, value in data.items():
         if isinstance(value, Mapping):
             out.update(flatten(value, f"{prefix}{key}."))
@@ -93,7 +105,7 @@ def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def without(settings: Mapping[str, Any], excluded: tuple[str, ...]) -> dict[str, Any]:
+def without(settings: Mapping[str, JSONValue], excluded: tuple[str, ...]) -> dict[str, JSONValue]:
     """``settings`` minus every key equal to, or inside the section of, an ``excluded`` dotted key."""
     return {k: v for k, v in settings.items() if not any(k == e or k.startswith(e + ".") for e in excluded)}
 

@@ -44,7 +44,7 @@ class OutputLocked(InputError):
     """Another live run holds the output's lock."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Holder:
     """Who holds a lock."""
 
@@ -59,12 +59,12 @@ class Holder:
     @classmethod
     def me(cls) -> Holder:
         return cls(
-            os.getpid(),
-            socket.gethostname(),
-            time.time(),
-            _proc_start(os.getpid()),
-            " ".join(sys.argv)[:300],
-            pid_namespace(),
+            pid=os.getpid(),
+            host=socket.gethostname(),
+            started=time.time(),
+            proc_start=_proc_start(os.getpid()),
+            command=" ".join(sys.argv)[:300],
+            pid_ns=pid_namespace(),
         )
 
     @classmethod

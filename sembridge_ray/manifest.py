@@ -13,7 +13,7 @@ import os
 import stat
 import time
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict, cast
 
 from sembridge_ray.atomic import TMP_PREFIX, atomic_write_json, sha256_file
 from sembridge_ray.locks import LOCK
@@ -21,6 +21,18 @@ from sembridge_ray.locks import LOCK
 SUCCESS = "_SUCCESS"
 IDENTITY = "identity.json"
 log = logging.getLogger(__name__)
+
+
+class Manifest(TypedDict):
+    """``_SUCCESS``, in its key order; a run may add keys of its own after these (``write_success``'s extras)."""
+
+    files: dict[str, str]
+    """Relative path -> sha256 of every artefact."""
+    exclude: list[str]
+    finished_at: float
+    job: NotRequired[str]
+    fingerprint: NotRequired[str]
+    """The run's, from ``identity.json``, when it has one."""
 
 
 def _artefacts(out_dir: Path, exclude: tuple[str, ...]) -> list[Path]:
@@ -56,29 +68,31 @@ def publish(out_dir: Path, files: list[Path]) -> None:
         directory.chmod(0o777 & ~mask)
 
 
-def write_success(out_dir: Path, exclude: tuple[str, ...] = (), **extra: Any) -> dict[str, Any]:
+def write_success(out_dir: Path, exclude: tuple[str, ...] = (), **extra: object) -> Manifest:
     """Publish every artefact (but the ``exclude`` subdirs) and write the ``_SUCCESS`` manifest of their checksums,
     last. The run's fingerprint comes from ``identity.json`` when the run has one."""
     out_dir = Path(out_dir)
     artefacts = _artefacts(out_dir, exclude)
     publish(out_dir, artefacts)
     files = {str(p.relative_to(out_dir)): sha256_file(p) for p in artefacts}
-    manifest: dict[str, Any] = {"files": files, "exclude": list(exclude), "finished_at": time.time()}
+    manifest: Manifest = {"files": files, "exclude": list(exclude), "finished_at": time.time()}
     identity = _identity_fields(out_dir)
     if identity is not None:
         manifest |= identity
-    manifest |= extra
-    atomic_write_json(out_dir / SUCCESS, manifest)
+    written = cast(Manifest, {**manifest, **extra})  # a Manifest with the run's extra keys after its own
+    atomic_write_json(out_dir / SUCCESS, written)
     (out_dir / SUCCESS).chmod(0o666 & ~_umask())
-    return manifest
+    return written
 
 
-def read_manifest(out_dir: Path) -> dict[str, Any] | None:
+def read_manifest(out_dir: Path) -> Manifest | None:
+    """The ``_SUCCESS`` of ``out_dir``, or None when it is missing, unreadable or lists no files."""
     try:
         manifest = json.loads((Path(out_dir) / SUCCESS).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return manifest if isinstance(manifest, dict) and isinstance(manifest.get("files"), dict) else None
+    ok = isinstance(manifest, dict) and isinstance(manifest.get("files"), dict)
+    return cast(Manifest, manifest) if ok else None  # written by write_success; only its file list is relied on
 
 
 def is_complete(out_dir: Path) -> bool:
@@ -110,7 +124,12 @@ def output_fingerprint(path: Path) -> str | None:
     return None
 
 
-def _identity_fields(out_dir: Path) -> dict[str, str] | None:
+class _IdentityFields(TypedDict):
+    job: str
+    fingerprint: str
+
+
+def _identity_fields(out_dir: Path) -> _IdentityFields | None:
     """``job`` and ``fingerprint`` of the run recorded in ``identity.json``, or None."""
     try:
         data = json.loads((Path(out_dir) / IDENTITY).read_text(encoding="utf-8"))

@@ -10,8 +10,9 @@ token counts per kind and support sizes, then the fine-tuning data and steps.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TypedDict, cast
 
 from sembridge_ray import catalog
 
@@ -19,13 +20,49 @@ PROVENANCE = "sembridge.json"
 CARD = "README.md"
 
 
-def read_provenance(model_dir: str | Path) -> dict[str, Any]:
+class InitFacts(TypedDict, total=False):
+    """What the init job records about an initialisation (``distributed/init_job.card_facts``)."""
+
+    source_model: str
+    target_tokenizer: str
+    bridge_model: str
+    language: str
+    method: str
+    alpha: float
+    position_aware: bool
+    kinds: dict[str, int]
+    """Target tokens per kind."""
+    support_histogram: dict[str, int]
+    """Support size (as a string) -> bridged tokens with that many source tokens."""
+
+
+class FinetuneFacts(TypedDict, total=False):
+    """What the fine-tuning job adds (``distributed/finetune.card_provenance``)."""
+
+    model: str
+    train: str
+    steps: int
+    batch_size: int
+    lr: float
+    lambda_q: float
+    lambda_d: float
+    final_loss: float | None
+
+
+class Provenance(TypedDict, total=False):
+    """``sembridge.json``: one section per job that made the model."""
+
+    init: InitFacts
+    finetune: FinetuneFacts
+
+
+def read_provenance(model_dir: str | Path) -> Provenance:
     """The provenance of a model this project wrote ({} for any other model)."""
     try:
         data = json.loads((Path(model_dir) / PROVENANCE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
-    return data if isinstance(data, dict) else {}
+    return cast(Provenance, data) if isinstance(data, dict) else {}  # as write_card wrote it
 
 
 def _licence(name: str) -> str:
@@ -33,7 +70,7 @@ def _licence(name: str) -> str:
     return f"{known} (as stated on its hub page; check before use)" if known else "see its own card or source"
 
 
-def _front_matter(prov: dict[str, Any]) -> str:
+def _front_matter(prov: Provenance) -> str:
     lines = [
         "---",
         "library_name: sentence-transformers",
@@ -53,13 +90,14 @@ def _front_matter(prov: dict[str, Any]) -> str:
     return "\n".join([*lines, "---", ""])
 
 
-def render(prov: dict[str, Any], scores: dict[str, float] | None = None) -> str:
-    """The card's Markdown, from a provenance dict (``init`` and, after fine-tuning, ``finetune`` sections)."""
-    init, tune = prov.get("init", {}), prov.get("finetune", {})
+def render(prov: Mapping[str, object], scores: dict[str, float] | None = None) -> str:
+    """The card's Markdown, from a :class:`Provenance` (``init`` and, after fine-tuning, ``finetune`` sections)."""
+    facts = cast(Provenance, prov)
+    init, tune = facts.get("init", {}), facts.get("finetune", {})
     language = init.get("language") or "unknown"
     title = "Fine-tuned" if tune else "Initialised"
     out = [
-        _front_matter(prov),
+        _front_matter(facts),
         f"# {title} sparse encoder ({language}), made with sembridge_ray",
         "",
         "A SPLADE-style sparse retrieval encoder whose vocabulary was swapped for a target-language tokenizer "
@@ -128,7 +166,8 @@ def _support(histogram: dict[str, int]) -> str:
     return f"mean {mean:.1f}, max {sizes[-1][0]} (over {total} tokens)"
 
 
-def write_card(model_dir: Path, prov: dict[str, Any], scores: dict[str, float] | None = None) -> None:
-    """Write ``README.md`` and ``sembridge.json`` into a SparseEncoder directory (before it is renamed into place)."""
+def write_card(model_dir: Path, prov: Mapping[str, object], scores: dict[str, float] | None = None) -> None:
+    """Write ``README.md`` and ``sembridge.json`` (a :class:`Provenance`) into a SparseEncoder directory (before it
+    is renamed into place)."""
     (Path(model_dir) / PROVENANCE).write_text(json.dumps(prov, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     (Path(model_dir) / CARD).write_text(render(prov, scores), encoding="utf-8")

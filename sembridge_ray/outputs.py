@@ -31,7 +31,6 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from sembridge_ray.atomic import (
     atomic_path,
@@ -44,7 +43,15 @@ from sembridge_ray.atomic import (
 from sembridge_ray.errors import InputError, environment_errno
 from sembridge_ray.identity import RunIdentity
 from sembridge_ray.locks import LOCK, OutputLock, check_unlocked
-from sembridge_ray.manifest import IDENTITY, SUCCESS, is_complete, output_fingerprint, read_manifest, write_success
+from sembridge_ray.manifest import (
+    IDENTITY,
+    SUCCESS,
+    Manifest,
+    is_complete,
+    output_fingerprint,
+    read_manifest,
+    write_success,
+)
 
 log = logging.getLogger(__name__)
 __all__ = [  # what callers take from here: the claim, and the file and manifest helpers it builds on
@@ -174,7 +181,7 @@ def _article(word: str) -> str:
     return f"{'an' if word[0] in 'aeiou' else 'a'} {word}"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Claim:
     """An output directory held by this run.
 
@@ -195,7 +202,7 @@ class Claim:
     def staged(self) -> bool:
         return self.path != self.output
 
-    def finish(self, exclude: tuple[str, ...] = (), **extra: Any) -> dict[str, Any]:
+    def finish(self, exclude: tuple[str, ...] = (), **extra: object) -> Manifest:
         """Mark the run complete: publish the artefacts, write the manifest, last; a staged run then replaces the
         old output (two renames, see :func:`swap_into_place`)."""
         manifest = write_success(self.path, exclude=exclude, **extra)
@@ -346,12 +353,12 @@ def claim_output(out_dir: Path, identity: RunIdentity, overwrite: bool = False) 
     """
     out_dir = Path(out_dir)
     if preflight(out_dir, identity, overwrite):
-        yield Claim(out_dir, identity, out_dir, done=True)
+        yield Claim(path=out_dir, identity=identity, output=out_dir, done=True)
         return
     with _environment_errors(out_dir), _locked(out_dir) as (out_lock, created):
         if is_done(out_dir, identity):
             log.info("%s was completed by another run with the same settings; skipping", out_dir)
-            yield Claim(out_dir, identity, out_dir, done=True)
+            yield Claim(path=out_dir, identity=identity, output=out_dir, done=True)
             return
         reason = refusal(out_dir, identity)
         if reason is None:
@@ -366,7 +373,7 @@ def claim_output(out_dir: Path, identity: RunIdentity, overwrite: bool = False) 
             swap = functools.partial(swap_into_place, stage, out_dir, (out_lock, stage_lock))
             if claim.done:  # the staged run finished before a crash kept it from the swap
                 swap()
-                yield Claim(out_dir, identity, out_dir, done=True)
+                yield Claim(path=out_dir, identity=identity, output=out_dir, done=True)
                 return
             claim._swap = swap
             yield claim
@@ -377,7 +384,7 @@ def _stage(stage: Path, out_dir: Path, identity: RunIdentity, created: bool, rea
     other settings)."""
     if is_done(stage, identity):
         log.info("%s: the staged --overwrite run is complete; swapping it in", out_dir)
-        return Claim(stage, identity, out_dir, done=True)
+        return Claim(path=stage, identity=identity, output=out_dir, done=True)
     old = read_identity(stage)
     if _entries(stage) and (old is None or old.fingerprint != identity.fingerprint):
         log.warning("%s: clearing a staged --overwrite with other settings", stage)
@@ -399,4 +406,4 @@ def _record(path: Path, identity: RunIdentity, out_dir: Path, resumed: bool) -> 
     """Record the run's identity in ``path``; a partial output must never look complete."""
     (path / SUCCESS).unlink(missing_ok=True)
     atomic_write_json(path / IDENTITY, identity.to_dict())
-    return Claim(path, identity, out_dir, resumed=resumed)
+    return Claim(path=path, identity=identity, output=out_dir, resumed=resumed)

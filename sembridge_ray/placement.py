@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from sembridge_ray.config import Config, require
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,7 +87,7 @@ def local_precision(setting: Precision, use_gpu: bool) -> Precision:
     return "bf16" if use_gpu and torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "fp32"
 
 
-def native_bf16(device: Any) -> bool:
+def native_bf16(device: torch.device) -> bool:
     """Whether ``device`` (a ``torch.device``) computes bf16 natively: CUDA with bf16, or a CPU with AVX512-BF16 or
     AMX (elsewhere bf16 is emulated and slower than fp32)."""
     import torch

@@ -8,32 +8,31 @@ The assets come from a demo reproduction run (``python -m jobs.reproduce --prese
     PYTHONPATH=. python scripts/position_aware/variants.py --demo /tmp/position-demo --out /tmp/position-exp \\
         --variants faithful,marker,prior-0.1 [--finetune] [--target /path/to/tokenizer --setting NAME]
 
-Variants are ``name=key:value;key:value`` InitConfig overrides, or one of the names in ``VARIANTS``.
+Variants are ``name=key:value;key:value`` InitConfig overrides, or one of the names in ``VARIANTS``; the ablation
+of the neutral position class (``marker-symbols-classed``) is no config key but ``initialise``'s ``neutral_symbols``
+(see ``embed_init.position.position_class``).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import logging
 import sys
 import typing
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 import numpy as np
 
 from sembridge_ray.config import coerce, read_config
-from sembridge_ray.embed_init import position
 from sembridge_ray.jobs.init import InitConfig
 from sembridge_ray.jobs.reproduce import ReproduceConfig
 from sembridge_ray.logs import setup_logging
 from sembridge_ray.outputs import atomic_write_json, atomic_write_text
 from sembridge_ray.reproduce.compare import paired_test, read_per_query
+from sembridge_ray.reproduce.stages import Assets
 
 log = logging.getLogger("position_aware.variants")
 ON = {"position_aware": True, "position_penalty": 0.0}
@@ -43,7 +42,7 @@ VARIANTS: dict[str, dict[str, Any]] = {  # every marker spelled out, so that a r
     "improved": {"position_aware": True},  # the defaults: must equal marker-hyphen
     "marker": HASH,
     "marker-hyphen": HYPHEN,
-    "marker-symbols-classed": HASH,  # see PATCHES
+    "marker-symbols-classed": HASH,  # with neutral_symbols=False: see SYMBOLS_CLASSED
     **{f"prior-{p:g}": {**ON, "position_marker": "", "position_penalty": p} for p in (0.05, 0.1, 0.2, 0.35, 0.5)},
     "mask": {**ON, "position_marker": "", "position_penalty": 4.0},
     **{f"marker+prior-{p:g}": {**HASH, "position_penalty": p} for p in (0.05, 0.1, 0.2)},
@@ -63,15 +62,9 @@ VARIANTS: dict[str, dict[str, Any]] = {  # every marker spelled out, so that a r
 }
 
 
-def _symbols_classed(canon: str) -> int:
-    """The ablation of the neutral class: punctuation and symbols get a position class like words do."""
-    if position._BYTES.match(canon) or canon == position.WORD_START:
-        return position.NEUTRAL
-    return position.INITIAL if canon.startswith(position.WORD_START) else position.CONTINUATION
-
-
-# Ablations that are no config option: patched in this (the driver) process, where classes and strings are made.
-PATCHES: dict[str, Callable[[str], int]] = {"marker-symbols-classed": _symbols_classed}
+SYMBOLS_CLASSED = {"marker-symbols-classed"}
+"""Variants run with ``neutral_symbols=False``: punctuation and symbols get a position class like words do (the
+ablation of the neutral class; no config key, so these runs get their own outputs, never a shared one)."""
 STAGES = ("zero_shot", "finetuned")
 
 
@@ -88,8 +81,22 @@ def parse_variant(text: str) -> tuple[str, dict[str, Any]]:
     return name, out
 
 
+def demo_assets(cfg: ReproduceConfig) -> Assets:
+    """The demo reproduction's inputs (already built: checked, not rebuilt), as its plan names them."""
+    from sembridge_ray.distributed.reproduce import DEMO_DATASET, DEMO_LANGUAGE, DEMO_MODEL, Identities, demo_files
+    from sembridge_ray.reproduce.stages import MODEL, source_stages
+
+    files = demo_files(cfg)
+    source, _ = source_stages(cfg, files["untrained"], files["source_pairs"], files["beir"], Identities())
+    return Assets(
+        models={DEMO_MODEL: f"{source.output}/{MODEL}"},
+        tokenizers={DEMO_LANGUAGE: str(files["target"])},
+        specs={(DEMO_DATASET, DEMO_LANGUAGE): (str(files["beir"]), str(files["sick_train"]))},
+    )
+
+
 def run_variant(
-    cfg: ReproduceConfig, assets: Any, out: Path, name: str, overrides: dict[str, Any], target: str, finetune: bool
+    cfg: ReproduceConfig, assets: Assets, out: Path, name: str, overrides: dict[str, Any], target: str, finetune: bool
 ) -> dict[str, Any]:
     """One variant's init, zero-shot eval and (optionally) fine-tune + eval; returns its report and metrics."""
     from sembridge_ray.distributed.evaluate import run_evaluate
@@ -105,7 +112,7 @@ def run_variant(
         output=str(root / "init"),
         **overrides,
     )
-    run_init(init)
+    run_init(init, neutral_symbols=name not in SYMBOLS_CLASSED)
     evaluate = replace(cfg.evaluate, dataset=eval_spec, split=cfg.eval_split, cache_dir=str(out / "cache" / "eval"))
     metrics = {
         "zero_shot": run_evaluate(replace(evaluate, model=str(root / "init" / "model"), output=str(root / "zero_shot")))
@@ -123,7 +130,7 @@ def run_variant(
         "overrides": overrides,
         "position": rep.get("position"),
         "support_histogram": rep.get("support_histogram"),
-        **{stage: m["nDCG@10"] for stage, m in metrics.items()},
+        **{stage: m.ndcg_at_10 for stage, m in metrics.items()},
     }
 
 
@@ -195,8 +202,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--finetune", action="store_true")
     args = parser.parse_args(argv)
     setup_logging("INFO")
-    from sembridge_ray.distributed.reproduce import demo_assets
-
     cfg = read_config(ReproduceConfig, args.demo / "config.yaml")
     assets = demo_assets(cfg)  # already built: every stage is skipped
     target = args.target or next(iter(assets.tokenizers.values()))
@@ -204,10 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = json.loads(done.read_text(encoding="utf-8")) if done.is_file() else []  # earlier invocations' variants
     for text in args.variants.split(","):
         name, overrides = parse_variant(text)
-        with contextlib.ExitStack() as stack:
-            if name in PATCHES:
-                stack.enter_context(mock.patch.object(position, "position_class", PATCHES[name]))
-            row = run_variant(cfg, assets, args.out, name, overrides, target, args.finetune)
+        row = run_variant(cfg, assets, args.out, name, overrides, target, args.finetune)
         rows = [r for r in rows if r["variant"] != name] + [row]
         atomic_write_json(done, rows)
     paired = compare_all(args.out, rows, args.reference)

@@ -6,6 +6,7 @@ fp32. The bare GEMM: the chunked fp32 ``new @ source.T`` alone, a floor no exact
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import resource
@@ -13,13 +14,15 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 import numpy as np
 import torch
 from entmax import entmax_bisect
 
+from sembridge_ray.bench.records import BridgeWeightsRun
 from sembridge_ray.embed_init.weighting import _CHUNK_BYTES, bridge_weights, screen_dtype
 
 
@@ -88,7 +91,7 @@ def _status_kb(field: str) -> int:
     raise RuntimeError(f"{field} not in /proc/self/status")
 
 
-def rss_growth_mb(fn: Any) -> float:
+def rss_growth_mb(fn: Callable[[], object]) -> float:
     """Peak RSS above the current RSS while ``fn()`` runs (Linux: VmHWM reset through /proc/self/clear_refs)."""
     Path("/proc/self/clear_refs").write_text("5")
     base = _status_kb("VmRSS")
@@ -117,7 +120,7 @@ def run(
     vectors: str | None,
     memory_rows: int,
     repeats: int = 3,
-) -> dict[str, Any]:
+) -> BridgeWeightsRun:
     n = len(new)
     ours_runs, gemm_runs = [], []
     for _ in range(repeats):  # alternate, so load elsewhere hits both alike; medians are reported
@@ -133,34 +136,39 @@ def run(
     exact = oracle(sub, src, alpha)
     ours_dense = w.to_dense()[:ref_rows].double()
     support = torch.diff(w.crow_indices()).float()
-    return {
-        "alpha": alpha,
-        "new_tokens": n,
-        "source_tokens": len(src),
-        "dim": new.shape[1],
-        "vectors": vectors or "synthetic",
-        "ms_per_token": {
-            "ours": round(ours * 1e3, 4),
-            "reference_loop": round(ref_t * 1e3, 4),
-            "bare_gemm": round(gemm * 1e3, 4),
+    return cast(  # a BridgeWeightsRun, with the growth under a name that carries the row count
+        BridgeWeightsRun,
+        {
+            "alpha": alpha,
+            "new_tokens": n,
+            "source_tokens": len(src),
+            "dim": new.shape[1],
+            "vectors": vectors or "synthetic",
+            "ms_per_token": {
+                "ours": round(ours * 1e3, 4),
+                "reference_loop": round(ref_t * 1e3, 4),
+                "bare_gemm": round(gemm * 1e3, 4),
+            },
+            "speedup_vs_reference": round(ref_t / ours, 1),
+            "ratio_to_bare_gemm": round(ours / gemm, 2),
+            "max_abs_err_vs_float64": {
+                "ours": float((ours_dense - exact).abs().max()),
+                "reference_fp32": float((ref.double() - exact).abs().max()),
+            },
+            "support": {"mean": round(float(support.mean()), 2), "max": int(support.max())},
+            "screening_gemm": str(screen_dtype()).replace("torch.", ""),
+            "threads": {"gemm": torch.get_num_threads(), "per_chunk_solve": 1},
+            "load_average_1m": os.getloadavg()[0],
+            "runs_ratio_to_bare_gemm": [round(a / b, 2) for a, b in zip(ours_runs, gemm_runs, strict=True)],
+            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+            f"rss_growth_mb_{memory_rows}_rows": round(
+                fresh_process_growth_mb(memory_rows, vectors, src.shape, alpha), 1
+            ),
         },
-        "speedup_vs_reference": round(ref_t / ours, 1),
-        "ratio_to_bare_gemm": round(ours / gemm, 2),
-        "max_abs_err_vs_float64": {
-            "ours": float((ours_dense - exact).abs().max()),
-            "reference_fp32": float((ref.double() - exact).abs().max()),
-        },
-        "support": {"mean": round(float(support.mean()), 2), "max": int(support.max())},
-        "screening_gemm": str(screen_dtype()).replace("torch.", ""),
-        "threads": {"gemm": torch.get_num_threads(), "per_chunk_solve": 1},
-        "load_average_1m": os.getloadavg()[0],
-        "runs_ratio_to_bare_gemm": [round(a / b, 2) for a, b in zip(ours_runs, gemm_runs, strict=True)],
-        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-        f"rss_growth_mb_{memory_rows}_rows": round(fresh_process_growth_mb(memory_rows, vectors, src.shape, alpha), 1),
-    }
+    )
 
 
-def main(args: Any) -> dict[str, Any]:
+def main(args: argparse.Namespace) -> BridgeWeightsRun:
     if args.write_real:
         write_real_vectors(Path(args.vectors), *args.write_real)
     new, src = load_vectors(Path(args.vectors)) if args.vectors else synthetic(args.new, args.source, args.dim)

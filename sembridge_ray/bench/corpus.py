@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 CACHE = Path("~/.cache/sembridge_ray/bench").expanduser()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TermStats:
     """What the resampler keeps of the encoded sample: ``lengths`` (n,) active terms per document, ``df`` (V,),
     and every term's observed weights, term-major (``weight_indptr`` (V + 1,), ``weights`` (nnz,))."""
@@ -64,7 +64,12 @@ def encode_sample(texts: list[str], top_k: int, model: str = "minilm-splade", ba
 def term_stats(sample: SparseBatch, vocab: int) -> TermStats:
     order = np.argsort(sample.indices, kind="stable")
     df = np.bincount(sample.indices, minlength=vocab).astype(np.int64)
-    return TermStats(np.diff(sample.indptr), df, np.concatenate([[0], np.cumsum(df)]), sample.values[order])
+    return TermStats(
+        lengths=np.diff(sample.indptr),
+        df=df,
+        weight_indptr=np.concatenate([[0], np.cumsum(df)]),
+        weights=sample.values[order],
+    )
 
 
 def resample(stats: TermStats, n: int, rng: np.random.Generator, chunk: int = 100_000) -> SparseBatch:

@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
 
 import torch
 
-from sembridge_ray.reproduce.figures import BENCH_PATH, RATES
+from sembridge_ray.reproduce.figures import BENCH_PATH, RATES, MeasuredRecord, Rates
 
 MEASURED_JSON = BENCH_PATH.expanduser()  # what reproduce/figures.py reads when no GPU check has run
 GPU_EFFECTIVE_FLOPS = 312e12 * 0.4
@@ -61,7 +60,7 @@ def gpu_scale(cpu_flops: float) -> tuple[float, str]:
     return scale, text
 
 
-def measured_record(device: str, source: str, rates: dict[str, float]) -> dict[str, Any]:
+def measured_record(device: str, source: str, rates: Rates) -> MeasuredRecord:
     """The JSON written for the cost model (``rates`` already at the paper's lengths, on ``device``)."""
     if device == "cuda":
         return {"source": source, "device": device, **rates, "gpu_scale": 1.0, "scaling": "measured on the GPU itself"}
@@ -72,7 +71,7 @@ def measured_record(device: str, source: str, rates: dict[str, float]) -> dict[s
     return {"source": source, "device": device, **rates, "gpu_scale": scale, "scaling": text}
 
 
-def write_measured(path: str | Path, record: dict[str, Any]) -> None:
+def write_measured(path: str | Path, record: MeasuredRecord) -> None:
     """Merge ``record`` into ``path`` (rates measured by earlier runs stay unless re-measured), atomically. A kept
     rate is re-expressed at the new ``gpu_scale`` (the CPU GEMM rate is measured again each run), so its scaled,
     GPU-equivalent value does not move."""
@@ -83,6 +82,7 @@ def write_measured(path: str | Path, record: dict[str, Any]) -> None:
     path = Path(path)
     old = json.loads(path.read_text()) if path.is_file() else {}
     factor = float(old.get("gpu_scale", 1.0)) / float(record.get("gpu_scale", 1.0))
-    keep = {k: old[k] * factor for k in RATES if k in old and k not in record}
+    keep: dict[str, float] = {k: old[k] * factor for k in RATES if k in old and k not in record}
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(path, {**record, **keep})
+    merged: dict[str, object] = {**record, **keep}
+    atomic_write_json(path, merged)

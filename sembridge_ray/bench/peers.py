@@ -23,20 +23,36 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import torch
 
+from sembridge_ray.bench.records import (
+    Differences,
+    EncodeLine,
+    InitLine,
+    PrecisionLine,
+    RayDataTiming,
+    StepTimes,
+    Timing,
+    TrainLine,
+)
 from sembridge_ray.bundled import resolve
+from sembridge_ray.reproduce.figures import Rates
+
+if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
+    from transformers import PreTrainedTokenizerBase
 
 log = logging.getLogger(__name__)
 MODEL = "minilm-splade"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TrainCase:
     """One comparison of training steps: batch pairs of (query_length, doc_length) tokens, full length."""
 
@@ -51,7 +67,7 @@ class TrainCase:
     threads: int = 2
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class EncodeCase:
     texts: int = 512
     max_length: int = 256
@@ -82,7 +98,9 @@ def long_texts(count: int, per_text: int, side: str = "a") -> list[str]:
     return [" ".join(sents[(i * per_text + j) % len(sents)] for j in range(per_text)) for i in range(count)]
 
 
-def train_batches(case: TrainCase, tokenizer: Any) -> list[tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]]:
+def train_batches(
+    case: TrainCase, tokenizer: PreTrainedTokenizerBase
+) -> list[tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]]:
     """``case.steps`` (queries, positives) feature pairs padded to exactly the case's lengths."""
 
     def tok(texts: list[str], length: int) -> dict[str, torch.Tensor]:
@@ -107,7 +125,7 @@ def _no_dropout(model: M) -> M:
     return model
 
 
-def _timed_steps(steps: Iterator[float]) -> dict[str, Any]:
+def _timed_steps(steps: Iterator[float]) -> StepTimes:
     """Consume (loss per step), timing each; rate over every step but the first."""
     times, losses, before = [], [], rss_mb()
     clock = time.perf_counter()
@@ -119,7 +137,7 @@ def _timed_steps(steps: Iterator[float]) -> dict[str, Any]:
     return {"step_s": times, "losses": losses, "rss_before_mb": before, "peak_rss_mb": peak_rss_mb()}
 
 
-def train_project(case: TrainCase) -> dict[str, Any]:
+def train_project(case: TrainCase) -> StepTimes:
     from sembridge_ray.jobs.finetune import LossConfig, OptimConfig
     from sembridge_ray.sparse import loop
     from sembridge_ray.sparse.model import SpladeEncoder, load_mlm
@@ -129,9 +147,9 @@ def train_project(case: TrainCase) -> dict[str, Any]:
     optim = OptimConfig(lr=case.lr, warmup_ratio=0.0)
     optimizer, scheduler = loop.build_optimizer(model, optim, case.steps)
     plan = loop.LoopPlan(
-        case.steps,
-        case.batch,
-        LossConfig(lambda_q=case.lambda_q, lambda_d=case.lambda_d, flops_warmup=0.0),
+        total_steps=case.steps,
+        global_batch=case.batch,
+        loss=LossConfig(lambda_q=case.lambda_q, lambda_d=case.lambda_d, flops_warmup=0.0),
         clip_norm=optim.clip_norm,
         log_every=1,
     )
@@ -140,7 +158,7 @@ def train_project(case: TrainCase) -> dict[str, Any]:
     return _timed_steps(m["loss"] for _, m in steps if m is not None)
 
 
-def train_peer(case: TrainCase) -> dict[str, Any]:
+def train_peer(case: TrainCase) -> StepTimes:
     from sentence_transformers import SparseEncoder
     from sentence_transformers.sparse_encoder.losses import SparseMultipleNegativesRankingLoss, SpladeLoss
 
@@ -181,14 +199,14 @@ def sick_texts(count: int) -> list[str]:
     return [s for p in pairs for s in (p.a, p.b)][:count]
 
 
-def _timed(fn: Callable[[], Any]) -> dict[str, Any]:
+def _timed(fn: Callable[[], object]) -> Timing:
     fn()  # warm-up (first-call allocations, thread pools)
     before, start = rss_mb(), time.perf_counter()
     fn()
     return {"seconds": time.perf_counter() - start, "rss_before_mb": before, "peak_rss_mb": peak_rss_mb()}
 
 
-def encode_project(case: EncodeCase) -> dict[str, Any]:
+def encode_project(case: EncodeCase) -> Timing:
     """The Ray Data actor's code, in this process: SparseEncodeUDF on one staged (id, text) Parquet file."""
     import tempfile
 
@@ -219,7 +237,7 @@ RAY_DATA_FILES = (1, 5)
 actor's start and model load, so their difference is the steady rate and the remainder the start-up."""
 
 
-def encode_ray_data(case: EncodeCase) -> dict[str, Any]:
+def encode_ray_data(case: EncodeCase) -> RayDataTiming:
     """The evaluate job's own ``encode`` (Ray Data, a pool of one actor with the case's threads, on a local 2-CPU
     cluster started before the clock), timed on ``RAY_DATA_FILES`` staged copies of the texts. Peak RSS would be the
     driver's only, so it is not reported."""
@@ -251,7 +269,7 @@ def encode_ray_data(case: EncodeCase) -> dict[str, Any]:
             encode(files, Path(tmp) / f"vectors-{run}", cfg, resolve(MODEL), "document")
             seconds.append(time.perf_counter() - start)
     small, large = RAY_DATA_FILES
-    out: dict[str, Any] = {
+    out: RayDataTiming = {
         "texts": large * len(texts),
         "end_to_end_texts_per_s": round(large * len(texts) / seconds[1], 2),
     }
@@ -271,26 +289,26 @@ def mean_tokens(texts: list[str], max_length: int) -> float:
     return float(sum(min(max_length, len(ids)) for ids in tok(texts)["input_ids"]) / len(texts))
 
 
-def encode_peer(case: EncodeCase) -> dict[str, Any]:
+def encode_peer(case: EncodeCase) -> Timing:
     from sembridge_ray.sparse.model import load_sparse_encoder
 
     texts = sick_texts(case.texts)
     model = load_sparse_encoder(resolve(MODEL), max_length=case.max_length)
 
-    def run() -> Any:
+    def run() -> object:
         with _autocast(case.precision):
             return model.encode_document(texts, batch_size=case.batch, show_progress_bar=False)
 
     return _timed(run)
 
 
-def _autocast(precision: str) -> Any:
+def _autocast(precision: str) -> AbstractContextManager[object]:
     import contextlib
 
     return torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bf16" else contextlib.nullcontext()
 
 
-def encode_differences(case: EncodeCase) -> dict[str, Any]:
+def encode_differences(case: EncodeCase) -> Differences:
     """Max |difference| of the document vectors: project bf16 vs fp32, peer (autocast) bf16 vs fp32, project fp32
     vs peer fp32 (untimed)."""
     from sembridge_ray.sparse.encode import encode_texts
@@ -298,10 +316,12 @@ def encode_differences(case: EncodeCase) -> dict[str, Any]:
 
     texts = sick_texts(case.texts)
     model = load_sparse_encoder(resolve(MODEL), max_length=case.max_length)
+    dim = model.get_embedding_dimension()
+    assert dim is not None  # a SPLADE encoder's is its vocabulary's
 
     def ours(precision: str) -> torch.Tensor:
         indices, values = encode_texts(model, texts, case.batch, "document", None, precision)
-        out = torch.zeros(len(texts), model.get_embedding_dimension())
+        out = torch.zeros(len(texts), dim)
         for row, (i, v) in enumerate(zip(indices, values, strict=True)):
             out[row, torch.from_numpy(i).long()] = torch.from_numpy(v)
         return out
@@ -319,14 +339,14 @@ def encode_differences(case: EncodeCase) -> dict[str, Any]:
     }
 
 
-def compare_precision(case: EncodeCase, rounds: int = 2) -> dict[str, Any]:
+def compare_precision(case: EncodeCase, rounds: int = 2) -> PrecisionLine:
     """The encoding in fp32 and bf16, project and peer (sentence-transformers under autocast), interleaved."""
     cases = {p: EncodeCase(**{**asdict(case), "precision": p}) for p in ("fp32", "bf16")}
     runs: dict[str, list[float]] = {f"{side}_{p}": [] for side in ("project", "peer") for p in cases}
     for _ in range(rounds):
         for name in runs:
             side, precision = name.split("_")
-            runs[name].append(case.texts / run_side(f"encode-{side}", cases[precision])["seconds"])
+            runs[name].append(case.texts / cast(Timing, run_side(f"encode-{side}", cases[precision]))["seconds"])
     rate = {n: statistics.median(r) for n, r in runs.items()}
     from sembridge_ray.placement import native_bf16
 
@@ -336,20 +356,20 @@ def compare_precision(case: EncodeCase, rounds: int = 2) -> dict[str, Any]:
         "texts_per_s": {n: round(r, 2) for n, r in rate.items()},
         "bf16_over_fp32": round(rate["project_bf16"] / rate["project_fp32"], 3),
         "project_bf16_over_peer_autocast": round(rate["project_bf16"] / rate["peer_bf16"], 3),
-        "max_abs_difference": run_side("encode-diff", case),
+        "max_abs_difference": cast(Differences, run_side("encode-diff", case)),
         "native_bf16_cpu": native_bf16(torch.device("cpu")),
         "rounds": rounds,
     }
 
 
-def compare_encode(case: EncodeCase, rounds: int = 2) -> dict[str, Any]:
-    runs: dict[str, list[dict[str, Any]]] = {"project": [], "peer": []}
+def compare_encode(case: EncodeCase, rounds: int = 2) -> EncodeLine:
+    runs: dict[str, list[Timing]] = {"project": [], "peer": []}
     for _ in range(rounds):
         for name in runs:
-            runs[name].append(run_side(f"encode-{name}", case))
+            runs[name].append(cast(Timing, run_side(f"encode-{name}", case)))
     rate = {n: statistics.median(case.texts / r["seconds"] for r in rs) for n, rs in runs.items()}
     peak = {n: statistics.median(r["peak_rss_mb"] for r in rs) for n, rs in runs.items()}
-    ray_data = run_side("encode-raydata", case)
+    ray_data = cast(RayDataTiming, run_side("encode-raydata", case))
     steady = ray_data["steady_texts_per_s"]
     return {
         "comparison": "encode_documents",
@@ -371,7 +391,7 @@ def compare_encode(case: EncodeCase, rounds: int = 2) -> dict[str, Any]:
     }
 
 
-def compare_init(rows: int = 3000, ref_rows: int = 100, repeats: int = 3) -> dict[str, Any]:
+def compare_init(rows: int = 3000, ref_rows: int = 100, repeats: int = 3) -> InitLine:
     """bridge_weights (α=4, d=384, 30,522 synthetic clustered source rows) vs the bare GEMM and the reference loop;
     and the bundled MiniLM bridge's strings/s on vocabulary pieces (what the init stage spends GPU time on)."""
     from sembridge_ray.bench import bridge_weights as bench
@@ -393,13 +413,17 @@ def compare_init(rows: int = 3000, ref_rows: int = 100, repeats: int = 3) -> dic
         "peer": {"bare_gemm_ms_per_row": ms["bare_gemm"], "reference_loop_ms_per_row": ms["reference_loop"]},
         "ratio_to_bare_gemm": figures["ratio_to_bare_gemm"],
         "speedup_vs_reference": figures["speedup_vs_reference"],
-        **{k: figures[k] for k in ("screening_gemm", "threads", "load_average_1m", "runs_ratio_to_bare_gemm")},
+        "screening_gemm": figures["screening_gemm"],
+        "threads": figures["threads"],
+        "load_average_1m": figures["load_average_1m"],
+        "runs_ratio_to_bare_gemm": figures["runs_ratio_to_bare_gemm"],
         "max_abs_err_vs_float64": figures["max_abs_err_vs_float64"],
         "bridge_strings_per_s": figures["bridge_strings_per_s"],
     }
 
 
-SIDES: dict[str, Callable[[Any], dict[str, Any]]] = {
+# a side takes the case its name's prefix picks in CASES
+SIDES: dict[str, Callable[[Any], Mapping[str, object]]] = {
     "train-project": train_project,
     "train-peer": train_peer,
     "encode-project": encode_project,
@@ -407,27 +431,28 @@ SIDES: dict[str, Callable[[Any], dict[str, Any]]] = {
     "encode-raydata": encode_ray_data,
     "encode-diff": encode_differences,
 }
-CASES: dict[str, type] = {"train": TrainCase, "encode": EncodeCase}
+CASES: dict[str, type[TrainCase | EncodeCase]] = {"train": TrainCase, "encode": EncodeCase}
 
 
-def run_side(side: str, case: Any) -> dict[str, Any]:
-    """One side in a fresh child process (its own peak RSS), with the case's thread count."""
+def run_side(side: str, case: TrainCase | EncodeCase) -> object:
+    """One side in a fresh child process (its own peak RSS), with the case's thread count: what it printed, the
+    JSON of that side's record (``SIDES``)."""
     cmd = [sys.executable, "-W", "ignore", "-m", "sembridge_ray.bench.peers", "--side", side]
     cmd += ["--case", json.dumps(asdict(case))]
     done = subprocess.run(cmd, check=True, capture_output=True, text=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def train_rate(run: dict[str, Any], batch: int) -> float:
+def train_rate(run: StepTimes, batch: int) -> float:
     return batch / statistics.median(run["step_s"][1:] or run["step_s"])
 
 
-def compare_train(case: TrainCase, rounds: int = 2) -> dict[str, Any]:
+def compare_train(case: TrainCase, rounds: int = 2) -> TrainLine:
     """Alternate project and peer ``rounds`` times; medians of examples/s and peak RSS, losses step by step."""
-    runs: dict[str, list[dict[str, Any]]] = {"project": [], "peer": []}
+    runs: dict[str, list[StepTimes]] = {"project": [], "peer": []}
     for _ in range(rounds):
         for name in runs:
-            runs[name].append(run_side(f"train-{name}", case))
+            runs[name].append(cast(StepTimes, run_side(f"train-{name}", case)))
     rate = {n: statistics.median(train_rate(r, case.batch) for r in rs) for n, rs in runs.items()}
     peak = {n: statistics.median(r["peak_rss_mb"] for r in rs) for n, rs in runs.items()}
     loss_gap = max(abs(a - b) for a, b in zip(runs["project"][0]["losses"], runs["peer"][0]["losses"], strict=True))
@@ -455,8 +480,8 @@ def run_all(
     docs: int,
     queries: int,
     skip: frozenset[str] = frozenset(),
-) -> Iterator[dict[str, Any]]:
-    """The chosen comparisons' lines, each as soon as it is measured."""
+) -> Iterator[Mapping[str, object]]:
+    """The chosen comparisons' lines (JSON objects, one shape per comparison), each as soon as it is measured."""
     from sembridge_ray.bench.retrieval_peers import compare_corpus
 
     if train:
@@ -474,17 +499,19 @@ def run_all(
 PAPER_DOC_TOKENS, PAPER_PAIR_TOKENS = 256, 64 + 256
 
 
-def paper_rates(lines: list[dict[str, Any]]) -> dict[str, float]:
+def paper_rates(lines: Sequence[Mapping[str, object]]) -> Rates:
     """The project's rates converted to the paper's lengths in proportion to tokens (see ``bench.measured``)."""
-    rates = {}
-    for line in lines:
+    rates: Rates = {}
+    for line in lines:  # the comparison's name says which line it is
         if line.get("comparison") == "train_step":
-            tokens = line["case"]["query_length"] + line["case"]["doc_length"]
-            rates["train_examples_per_s"] = line["project"]["examples_per_s"] * tokens / PAPER_PAIR_TOKENS
+            train = cast(TrainLine, line)
+            tokens = train["case"]["query_length"] + train["case"]["doc_length"]
+            rates["train_examples_per_s"] = train["project"]["examples_per_s"] * tokens / PAPER_PAIR_TOKENS
         elif line.get("comparison") == "encode_documents":
-            rates["docs_per_s"] = line["project"]["texts_per_s"] * line["mean_tokens"] / PAPER_DOC_TOKENS
+            docs = cast(EncodeLine, line)
+            rates["docs_per_s"] = docs["project"]["texts_per_s"] * docs["mean_tokens"] / PAPER_DOC_TOKENS
         elif line.get("comparison") == "bridge_weights":
-            rates["bridge_strings_per_s"] = line["bridge_strings_per_s"]
+            rates["bridge_strings_per_s"] = cast(InitLine, line)["bridge_strings_per_s"]
     return rates
 
 

@@ -14,7 +14,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TypedDict, cast
 
 import torch
 
@@ -23,7 +23,45 @@ from sembridge_ray.sparse.losses import LossWeights, splade_objective
 from sembridge_ray.sparse.model import SpladeEncoder
 
 
-@dataclass(frozen=True)
+class StepMemory(TypedDict):
+    """One variant's step, as its process prints it."""
+
+    chunk: int
+    peak_rss_mb: float
+    step_rss_increase_mb: float
+    rss_before_step_mb: float
+    seconds: float
+    loss: float
+
+
+GradDiffs = TypedDict(  # a key that is no identifier
+    "GradDiffs",
+    {
+        "max_abs_diff": float,
+        "tensor": str,
+        "tensor_max_abs": float,
+        "max_abs_diff_over_largest_grad": float,
+        "tensors_within_1e-5": int,
+        "tensors": int,
+    },
+)
+"""The largest difference between two variants' gradients, and which tensor it is in."""
+
+
+class MemoryComparison(TypedDict):
+    """``jobs.bench_train --memory``: both variants, their ratios and their gradients' differences."""
+
+    case: dict[str, int | str]
+    naive: StepMemory
+    chunked: StepMemory
+    peak_ratio: float
+    step_increase_ratio: float
+    grads_fp32: GradDiffs
+    grads_float64_batch8: GradDiffs
+    fp32_error_vs_float64: dict[str, GradDiffs]
+
+
+@dataclass(frozen=True, kw_only=True)
 class MemoryCase:
     """One training step of a shallow BERT MLM: the vocabulary projection dominates memory, as in BERT-base."""
 
@@ -42,7 +80,7 @@ def _tokens(case: MemoryCase, length: int, g: torch.Generator) -> dict[str, torc
     return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
 
 
-def measure_step(case: MemoryCase, chunk: int, grads_path: Path | None = None) -> dict[str, Any]:
+def measure_step(case: MemoryCase, chunk: int, grads_path: Path | None = None) -> StepMemory:
     """Run one forward + backward + AdamW step; peak RSS of this process, and its rise over the pre-step RSS."""
     from transformers import BertConfig, BertForMaskedLM
 
@@ -64,7 +102,7 @@ def measure_step(case: MemoryCase, chunk: int, grads_path: Path | None = None) -
     gc.collect()
     before, start = rss_mb(), time.perf_counter()
     reps = model(queries, docs)
-    parts = splade_objective(reps[0], reps[1:], LossWeights(5e-5, 3e-5))
+    parts = splade_objective(reps[0], reps[1:], LossWeights(lambda_q=5e-5, lambda_d=3e-5))
     parts["loss"].backward()
     if grads_path is not None:
         torch.save({n: p.grad for n, p in model.named_parameters() if p.grad is not None}, grads_path)
@@ -81,7 +119,7 @@ def measure_step(case: MemoryCase, chunk: int, grads_path: Path | None = None) -
     }
 
 
-def _run_variant(case: MemoryCase, chunk: int, grads: Path) -> dict[str, Any]:
+def _run_variant(case: MemoryCase, chunk: int, grads: Path) -> StepMemory:
     cmd = [
         sys.executable,
         "-m",
@@ -94,10 +132,10 @@ def _run_variant(case: MemoryCase, chunk: int, grads: Path) -> dict[str, Any]:
         json.dumps(asdict(case)),
     ]
     done = subprocess.run(cmd, check=True, capture_output=True, text=True)
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return cast(StepMemory, json.loads(done.stdout.strip().splitlines()[-1]))  # what measure_step printed
 
 
-def _grad_diffs(a: Path, b: Path) -> dict[str, Any]:
+def _grad_diffs(a: Path, b: Path) -> GradDiffs:
     naive, chunked = torch.load(a), torch.load(b)
     diffs = {k: float((naive[k].double() - chunked[k].double()).abs().max()) for k in naive}
     worst = max(diffs, key=lambda k: diffs[k])
@@ -111,7 +149,7 @@ def _grad_diffs(a: Path, b: Path) -> dict[str, Any]:
     }
 
 
-def compare_memory(case: MemoryCase, chunk: int, workdir: Path) -> dict[str, Any]:
+def compare_memory(case: MemoryCase, chunk: int, workdir: Path) -> MemoryComparison:
     """Both variants in fresh processes (peak RSS is per process) and their gradients' largest difference.
 
     In fp32 the two paths sum a gradient over B·T tokens in different orders (whole vs per slice), which moves
@@ -129,7 +167,8 @@ def compare_memory(case: MemoryCase, chunk: int, workdir: Path) -> dict[str, Any
     _run_variant(replace(case, dtype="float64"), chunk, workdir / "grads-reference.pt")  # the exact gradients
     return {
         "case": asdict(case),
-        **runs,
+        "naive": runs["naive"],
+        "chunked": runs["chunked"],
         "peak_ratio": round(runs["chunked"]["peak_rss_mb"] / runs["naive"]["peak_rss_mb"], 3),
         "step_increase_ratio": round(
             runs["chunked"]["step_rss_increase_mb"] / runs["naive"]["step_rss_increase_mb"], 3

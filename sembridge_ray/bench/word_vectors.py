@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     for source, layer, pooling in candidates:
         vcfg = replace(cfg.vectors, source=source, layer=layer, pooling=pooling)
         start = time.perf_counter()
-        found, build = lookup_vectors(replace(cfg, vectors=vcfg), words, SICK_DIR, STS_DIR)
+        found, build = lookup_vectors(vcfg, cfg.augment, words, SICK_DIR, STS_DIR)
         seconds = time.perf_counter() - start
         row = {"source": source, "layer": layer, "pooling": pooling, "val_r": bag_cosine_r(found, val_t)}
         row["val_r_retrofit10"] = bag_cosine_r(retrofit_found(found, thesaurus, 10, True), val_t)

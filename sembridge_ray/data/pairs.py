@@ -22,7 +22,7 @@ from sembridge_ray.errors import InputError
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PairStats:
     rows: int
     unknown_queries: int = 0
@@ -95,7 +95,9 @@ def pairs_from_retrieval(
         rows[POSITIVE].append(texts[positive])
         for col, doc in zip(negative_columns(hard_negatives), negs, strict=True):
             rows[col].append(texts[doc])
-    stats = PairStats(len(rows[QUERY]), unknown_q, unknown_d, without_neg)
+    stats = PairStats(
+        rows=len(rows[QUERY]), unknown_queries=unknown_q, unknown_docs=unknown_d, without_negatives=without_neg
+    )
     if unknown_q or unknown_d or without_neg:
         log.warning(
             "%s/%s: skipped %d qrels queries not in the topics, %d positives not in the corpus, "
@@ -114,7 +116,7 @@ def training_pairs(spec: str, split: str = "train", hard_negatives: int = 0) -> 
     """Pairs for a dataset spec or a ``.parquet`` pairs file; an empty result is an error naming the spec."""
     if spec.endswith(".parquet") or (Path(spec).is_file() and not Path(spec).is_dir()):
         table = read_pairs(Path(spec))
-        stats = PairStats(table.num_rows)
+        stats = PairStats(rows=table.num_rows)
     else:
         table, stats = pairs_from_retrieval(load_retrieval(spec, split), hard_negatives)
     if table.num_rows == 0:

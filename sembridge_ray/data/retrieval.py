@@ -77,7 +77,7 @@ class Corpus:
     batches: Callable[[int], Iterator[pa.Table]] = field(repr=False, compare=False)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RetrievalData:
     name: str
     split: str
@@ -171,7 +171,13 @@ def load_beir(root: Path, split: str) -> RetrievalData:
     if not qrels_path.is_file():
         raise InputError(f"BEIR directory {root}: no qrels for split {split!r} ({qrels_path} not found)")
     corpus = Corpus(str(root), lambda n: jsonl_batches([root / "corpus.jsonl"], "_id", n))
-    return RetrievalData(str(root), split, read_jsonl_queries(root / "queries.jsonl"), read_qrels(qrels_path), corpus)
+    return RetrievalData(
+        name=str(root),
+        split=split,
+        queries=read_jsonl_queries(root / "queries.jsonl"),
+        qrels=read_qrels(qrels_path),
+        corpus=corpus,
+    )
 
 
 def miracl_split(split: str) -> str:
@@ -202,7 +208,9 @@ def load_miracl(lang: str, split: str, mirror: Path | None = None) -> RetrievalD
             raise InputError(f"MIRACL {lang}: no corpus files (hub miracl/miracl-corpus or {mirror}/{lang}/corpus/)")
         return jsonl_batches(doc_files, "docid", n)
 
-    return RetrievalData(f"miracl:{lang}", sp, queries, judged, Corpus(f"miracl-corpus:{lang}", batches))
+    return RetrievalData(
+        name=f"miracl:{lang}", split=sp, queries=queries, qrels=judged, corpus=Corpus(f"miracl-corpus:{lang}", batches)
+    )
 
 
 def _hub_file(repo: str, filename: str) -> Path:
@@ -245,11 +253,11 @@ def load_webfaq(lang: str, split: str) -> RetrievalData:
             yield pa.table({ID: [str(i) for i in chunk["_id"]], TEXT: texts}, schema=CORPUS_SCHEMA)
 
     return RetrievalData(
-        f"webfaq:{lang}",
-        split,
-        {q: queries[q] for q in queries if q in qrels} or queries,
-        qrels,
-        Corpus(f"webfaq-corpus:{code}", batches),
+        name=f"webfaq:{lang}",
+        split=split,
+        queries={q: queries[q] for q in queries if q in qrels} or queries,
+        qrels=qrels,
+        corpus=Corpus(f"webfaq-corpus:{code}", batches),
     )
 
 

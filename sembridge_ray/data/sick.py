@@ -13,7 +13,7 @@ SICK_FILES = {"train": "SICK_train.txt", "trial": "SICK_trial.txt", "test": "SIC
 _REQUIRED = ("pair_ID", "sentence_A", "sentence_B", "relatedness_score")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Pair:
     """A scored sentence pair; ``pair_id`` is SICK's ``pair_ID`` or ``<file>:<line>`` for STS."""
 
@@ -44,7 +44,7 @@ def read_sick(path: Path) -> list[Pair]:
             value = float(score)
         except ValueError:
             raise InputError(f"{path}:{lineno}: relatedness_score {score!r} is not a number") from None
-        pairs.append(Pair(pid, a, b, value))
+        pairs.append(Pair(pair_id=pid, a=a, b=b, score=value))
     if not pairs:
         raise InputError(f"{path}: no pairs")
     return pairs

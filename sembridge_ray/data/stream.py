@@ -16,7 +16,7 @@ import logging
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 import pyarrow as pa
@@ -100,15 +100,13 @@ def _build_stream(request: StreamInfo, entry: Path, tmp: Path) -> tuple[Path, St
     total = per_epoch * request.epochs
     total = total if request.max_steps is None else min(total, request.max_steps)
     info = StreamInfo(
-        **{
-            **_settings(request),
-            "pairs": pairs.num_rows,
-            "steps_per_epoch": per_epoch,
-            "total_steps": total,
-            "unknown_queries": stats.unknown_queries,
-            "unknown_docs": stats.unknown_docs,
-            "without_negatives": stats.without_negatives,
-        }
+        **_settings(request),
+        pairs=pairs.num_rows,
+        steps_per_epoch=per_epoch,
+        total_steps=total,
+        unknown_queries=stats.unknown_queries,
+        unknown_docs=stats.unknown_docs,
+        without_negatives=stats.without_negatives,
     )
     stream = training_stream(pairs, request.batch_size, total, request.seed)
     tmp.mkdir(parents=True)  # only now: a failed read of the training set leaves nothing behind
@@ -119,6 +117,25 @@ def _build_stream(request: StreamInfo, entry: Path, tmp: Path) -> tuple[Path, St
     return path, info
 
 
-def _settings(info: StreamInfo) -> dict[str, Any]:
-    keys = ("spec", "split", "hard_negatives", "batch_size", "epochs", "max_steps", "seed")
-    return {k: getattr(info, k) for k in keys}
+class _Settings(TypedDict):
+    """The fields of a :class:`StreamInfo` that the stream is made from (the rest is counted while it is made)."""
+
+    spec: str
+    split: str
+    hard_negatives: int
+    batch_size: int
+    epochs: int
+    max_steps: int | None
+    seed: int
+
+
+def _settings(info: StreamInfo) -> _Settings:
+    return {
+        "spec": info.spec,
+        "split": info.split,
+        "hard_negatives": info.hard_negatives,
+        "batch_size": info.batch_size,
+        "epochs": info.epochs,
+        "max_steps": info.max_steps,
+        "seed": info.seed,
+    }

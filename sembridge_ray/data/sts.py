@@ -30,7 +30,7 @@ def read_sts(path: Path) -> list[Pair]:
             value = float(score)
         except ValueError:
             raise InputError(f"{path}:{lineno}: score {score!r} is not a number") from None
-        pairs.append(Pair(f"{path.parent.name}/{path.name}:{lineno}", a, b, value))
+        pairs.append(Pair(pair_id=f"{path.parent.name}/{path.name}:{lineno}", a=a, b=b, score=value))
     return pairs
 
 

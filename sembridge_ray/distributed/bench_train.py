@@ -82,7 +82,14 @@ def plain_run(cfg: FinetuneConfig, threads: int) -> list[dict[str, float]]:
     optimizer, scheduler = loop.build_optimizer(model, cfg.optim, info.total_steps)
     raw = (b.to_pydict() for b in pq.ParquetFile(stream).iter_batches(batch_size=cfg.optim.batch_size))
     batches = loop.pair_batches(raw, tok, cfg.max_query_length, cfg.max_doc_length)
-    plan = loop.LoopPlan(info.total_steps, cfg.optim.batch_size, cfg.loss, cfg.optim.clip_norm, False, cfg.log_every)
+    plan = loop.LoopPlan(
+        total_steps=info.total_steps,
+        global_batch=cfg.optim.batch_size,
+        loss=cfg.loss,
+        clip_norm=cfg.optim.clip_norm,
+        bf16=False,
+        log_every=cfg.log_every,
+    )
     return [m for _, m in loop.train(model, batches, optimizer, scheduler, plan) if m is not None]
 
 

@@ -35,7 +35,7 @@ _owned = False
 _announced: set[str] = set()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ClusterInfo:
     cpus: float
     gpus: float

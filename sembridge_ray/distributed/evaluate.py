@@ -133,7 +133,7 @@ def encode_corpus(cfg: EvaluateConfig, model: str, data: RetrievalData, key: str
         *([cfg.precision] if cfg.precision != "fp32" else []),  # fp32 entries keep their keys
     )
 
-    def build(tmp: Path) -> dict[str, Any]:
+    def build(tmp: Path) -> dict[str, int]:
         files = stage_corpus(data.corpus.batches(cfg.stage_rows), tmp / "staged")
         rows = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
         if rows == 0:
@@ -161,7 +161,7 @@ def encode_queries(
         *([cfg.precision] if cfg.precision != "fp32" else []),
     )
 
-    def build(tmp: Path) -> dict[str, Any]:
+    def build(tmp: Path) -> dict[str, int]:
         if qids:
             table = pa.table({ID: qids, TEXT: [data.queries[q] for q in qids]})
             batches = (table.slice(i, cfg.stage_rows) for i in range(0, len(qids), cfg.stage_rows))
@@ -210,7 +210,7 @@ def search_and_score(
     qids, qvec = read_vectors(parquet_files(queries))
     plan = cluster.placement(dataclasses.replace(cfg.resources, gpus_per_worker=0.0), reserve=False)
     bounds = shard_bounds(len(ranks), cfg.shard_size, plan.workers)
-    shards = ShardStream(files, bounds, ranks)
+    shards = ShardStream(files=files, bounds=bounds, ranks=ranks)
     # more shards than workers: the actors share the workers' CPUs (each still holds one shard)
     index = ShardedIndex.start(iter(shards), plan.cpus_per_worker * min(1.0, plan.workers / len(bounds)))
     log.info("index: %d documents in %d shards (%s)", len(ranks), len(bounds), duration(clock.lap("index")))
@@ -229,7 +229,7 @@ def search_and_score(
     }
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ShardStream:
     """The index shards, built one at a time from the encoded files as the actors take them (the corpus is never
     held whole), and the documents' term counts, summed as the shards go by (``doc_df``, complete once iterated)."""

@@ -20,10 +20,10 @@ import logging
 import os
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any
+from typing import TypedDict, cast
 
 import pyarrow.parquet as pq
 import ray
@@ -40,9 +40,11 @@ from sembridge_ray.distributed import cluster
 from sembridge_ray.errors import InputError, environment_errno, find_user_error
 from sembridge_ray.identity import RunIdentity, model_identity
 from sembridge_ray.jobs.finetune import FinetuneConfig, FinetuneResult
+from sembridge_ray.json_types import JSONObject
 from sembridge_ray.logs import setup_logging
-from sembridge_ray.model_card import read_provenance, write_card
+from sembridge_ray.model_card import Provenance, read_provenance, write_card
 from sembridge_ray.outputs import atomic_path, atomic_write_json, atomic_write_text, claim_output
+from sembridge_ray.placement import Placement
 from sembridge_ray.progress import duration
 from sembridge_ray.sparse import loop
 from sembridge_ray.sparse.checkpoints import (
@@ -151,7 +153,9 @@ def run_name(identity: RunIdentity) -> str:
     return f"finetune-{identity.fingerprint[:16]}"
 
 
-def _fit(cfg: FinetuneConfig, stream: Path, total_steps: int, plan: Any, storage: str, name: str) -> ray.train.Result:
+def _fit(
+    cfg: FinetuneConfig, stream: Path, total_steps: int, plan: Placement, storage: str, name: str
+) -> ray.train.Result:
     """Train, restarting the worker group from the newest complete checkpoint after a failure, at most
     ``max_failures`` times. An error of the input or the environment (disk full, read-only, permission, a loss
     that diverged) is not retried: it would fail the same way, so it ends the run at once, its checkpoints kept
@@ -179,7 +183,9 @@ def _fit(cfg: FinetuneConfig, stream: Path, total_steps: int, plan: Any, storage
     raise AssertionError("unreachable")
 
 
-def _trainer(cfg: FinetuneConfig, stream: Path, total_steps: int, plan: Any, storage: str, name: str) -> TorchTrainer:
+def _trainer(
+    cfg: FinetuneConfig, stream: Path, total_steps: int, plan: Placement, storage: str, name: str
+) -> TorchTrainer:
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = False
     # One block per row group, kept in order: every worker reads the same global batches (see data/stream.py).
@@ -188,9 +194,10 @@ def _trainer(cfg: FinetuneConfig, stream: Path, total_steps: int, plan: Any, sto
     dataset = ray.data.from_arrow([parquet.read_row_group(i) for i in range(parquet.num_row_groups)])
     resources = {"CPU": plan.cpus_per_worker, **({"GPU": plan.gpus_per_worker} if plan.use_gpu else {})}
     run_dir = f"{storage.rstrip('/')}/{name}"
+    loop_config: LoopConfig = {"cfg": cfg.to_dict(), "total_steps": total_steps, "run_dir": run_dir}
     return TorchTrainer(
         train_func,
-        train_loop_config={"cfg": cfg.to_dict(), "total_steps": total_steps, "run_dir": run_dir},
+        train_loop_config=dict(loop_config),
         scaling_config=ray.train.ScalingConfig(
             num_workers=plan.workers, use_gpu=plan.use_gpu, resources_per_worker=resources
         ),
@@ -274,8 +281,20 @@ def latest_step(storage: str, name: str) -> int | None:
     return int(result.metrics["step"])
 
 
-def train_func(config: dict[str, Any]) -> None:
-    """Ray Train worker: glue between Ray (checkpoints, dataset shard, reporting) and ``sparse.loop``."""
+class LoopConfig(TypedDict):
+    """What every Ray Train worker receives (``train_loop_config``)."""
+
+    cfg: JSONObject
+    """``FinetuneConfig.to_dict()``, rebuilt with ``from_dict``."""
+    total_steps: int
+    run_dir: str
+    """The run's checkpoints: ``<storage>/<run name>``."""
+
+
+def train_func(loop_config: Mapping[str, object]) -> None:
+    """Ray Train worker: glue between Ray (checkpoints, dataset shard, reporting) and ``sparse.loop``. The config is
+    the :class:`LoopConfig` that ``_trainer`` hands Ray."""
+    config = cast(LoopConfig, loop_config)
     setup_logging("INFO", force=False)
     cfg, total = FinetuneConfig.from_dict(config["cfg"]), int(config["total_steps"])
     ctx = ray.train.get_context()
@@ -302,7 +321,14 @@ def train_func(config: dict[str, Any]) -> None:
         raw, tokenizer, cfg.max_query_length, cfg.max_doc_length, rank=rank, world=world, skip=start, device=device
     )
     bf16 = cfg.precision == "bf16"  # resolved by the driver (run_finetune), never per worker
-    plan = loop.LoopPlan(total, cfg.optim.batch_size, cfg.loss, cfg.optim.clip_norm, bf16, cfg.log_every)
+    plan = loop.LoopPlan(
+        total_steps=total,
+        global_batch=cfg.optim.batch_size,
+        loss=cfg.loss,
+        clip_norm=cfg.optim.clip_norm,
+        bf16=bf16,
+        log_every=cfg.log_every,
+    )
     comm = TorchCollective() if world > 1 else LocalCollective()
     last_report = began = time.monotonic()
     for step, metrics in loop.train(model, batches, optimizer, scheduler, plan, start=start, comm=comm):
@@ -365,7 +391,7 @@ def _restore_dir(run_dir: str) -> Iterator[Path | None]:
 
 
 def _report_checkpoint(
-    metrics: dict[str, float], state: dict[str, Any], history: list[dict[str, float]], rank: int, world: int
+    metrics: dict[str, float], state: loop.TrainState, history: list[dict[str, float]], rank: int, world: int
 ) -> None:
     """Every rank saves its part (rank 0 the state and the metrics so far); Ray merges them into one directory."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -421,7 +447,7 @@ def export_checkpoint(
     return final
 
 
-def card_provenance(cfg: FinetuneConfig, steps: int, final: dict[str, float]) -> dict[str, Any]:
+def card_provenance(cfg: FinetuneConfig, steps: int, final: dict[str, float]) -> Provenance:
     """The input model's provenance (its init, when this project wrote it) extended by this fine-tuning."""
     prov = read_provenance(resolve(cfg.model))
     prov.setdefault("init", {"source_model": cfg.model})

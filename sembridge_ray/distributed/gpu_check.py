@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict, TypeVar, cast
 
 import pyarrow.parquet as pq
 
@@ -34,12 +34,18 @@ from sembridge_ray.jobs import PRESET_DIR, load_preset_file
 from sembridge_ray.jobs.evaluate import EvaluateConfig
 from sembridge_ray.jobs.finetune import FinetuneConfig
 from sembridge_ray.jobs.init import InitConfig
+from sembridge_ray.json_types import JSONValue
+from sembridge_ray.placement import ResourceConfig
 from sembridge_ray.reproduce.figures import figures_path
+
+if TYPE_CHECKING:
+    from sembridge_ray.config import Config
 
 log = logging.getLogger(__name__)
 REFERENCE, MODELS = "reference.json", "models.json"
 MODEL_NAME = "all-MiniLM-L6-v2 SPLADE (bundled minilm-splade) on SICK"
 BUDGET_S = 300.0
+C = TypeVar("C", bound="Config")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,10 +124,17 @@ class GpuMemory:
             self._thread.join()
 
 
+class StageBox(TypedDict, total=False):
+    """What :func:`timed` measured, filled in when its block ends."""
+
+    wall_s: float
+    peak_gpu_mem_mib: float | None
+
+
 @contextmanager
-def timed(device: str, stage: str) -> Iterator[dict[str, Any]]:
+def timed(device: str, stage: str) -> Iterator[StageBox]:
     """Times the block and samples GPU memory; on a CUDA pass, asserts that the stage computed on a GPU."""
-    box: dict[str, Any] = {}
+    box: StageBox = {}
     start = time.perf_counter()
     with GpuMemory(enabled=device == "cuda") as mem:  # a CPU pass on a GPU machine measures no GPU
         yield box
@@ -131,13 +144,13 @@ def timed(device: str, stage: str) -> Iterator[dict[str, Any]]:
         raise RuntimeError(f"stage {stage}: no process computed on a GPU while it ran (device asserted CUDA)")
 
 
-def preset(cls: type[Any], name: str) -> Any:
+def preset(cls: type[C], name: str) -> C:
     cfg = load_preset_file(PRESET_DIR / f"{name}.yaml")
     assert isinstance(cfg, cls)
     return cfg
 
 
-def resources(base: Any, device: str, workers: int = 1) -> Any:
+def resources(base: ResourceConfig, device: str, workers: int = 1) -> ResourceConfig:
     """One GPU per worker on a CUDA pass; on the CPU, the machine's cores shared among the workers' torch threads."""
     if device == "cuda":
         return replace(base, workers=workers, gpus_per_worker=1.0)
@@ -148,9 +161,12 @@ def resources(base: Any, device: str, workers: int = 1) -> Any:
 def init_stage(check: CheckConfig, out: Path) -> gc.Measured:
     base = preset(InitConfig, "init_smoke")
     cache = out / "bridge-cache"  # fresh, so the bridge strings are encoded (and timed), never read back
-    assets = {"source_model": check.source_model, "target_tokenizer": check.target_tokenizer}
-    assets["bridge_model"] = check.bridge_model
-    cfg = replace(base, **{k: v for k, v in assets.items() if v})
+    cfg = replace(  # an asset the check names replaces the preset's
+        base,
+        source_model=check.source_model or base.source_model,
+        target_tokenizer=check.target_tokenizer or base.target_tokenizer,
+        bridge_model=check.bridge_model or base.bridge_model,
+    )
     cfg = replace(cfg, output=str(out / "init"), cache_dir=str(cache), overwrite=True, samples=0, precision="fp32")
     cfg = replace(cfg, resources=resources(base.resources, check.device))
     from sembridge_ray.distributed.init import run_init
@@ -173,7 +189,7 @@ def evaluate_stage(check: CheckConfig, stage: str, model: Path, dataset: Path, o
     with timed(check.device, stage) as box:
         result = run_evaluate(cfg)
     rate = result.num_docs / max(result.metrics["seconds"]["encode_docs"], 1e-9)
-    extra = {"nDCG@10": result.ndcg_at_10, "num_docs": result.num_docs, "model": str(model)}
+    extra: dict[str, JSONValue] = {"nDCG@10": result.ndcg_at_10, "num_docs": result.num_docs, "model": str(model)}
     return gc.Measured(
         line=stage_line(stage, check.device, "float32", box, rate, extra), model=model, ndcg=result.ndcg_at_10
     )
@@ -202,14 +218,18 @@ def finetune_stage(
         result = run_finetune(cfg)
     history = [json.loads(s) for s in (out / stage / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
     rates = sorted(m["examples_per_s"] for m in history[1:]) or [0.0]  # the first step pays for warm-up
-    extra = {"steps": result.steps, "workers": workers, "final_loss": history[-1]["loss"] if history else None}
+    extra: dict[str, JSONValue] = {
+        "steps": result.steps,
+        "workers": workers,
+        "final_loss": history[-1]["loss"] if history else None,
+    }
     dtype = "bfloat16 autocast" if bf16 else "float32"
     line = stage_line(stage, check.device, dtype, box, rates[len(rates) // 2], extra)
     return gc.Measured(line=line, model=Path(result.model), losses=tuple(m["loss"] for m in history))
 
 
 def stage_line(
-    stage: str, device: str, dtype: str, box: dict[str, Any], rate: float, extra: dict[str, Any]
+    stage: str, device: str, dtype: str, box: StageBox, rate: float, extra: dict[str, JSONValue]
 ) -> gc.StageLine:
     unit = gc.THROUGHPUT_UNITS[stage.split("_")[0]]
     return gc.StageLine(
@@ -259,7 +279,7 @@ def main_pass(check: CheckConfig, gpus: int) -> list[gc.Measured]:
     return done
 
 
-def reference_pass(check: CheckConfig) -> dict[str, Any]:
+def reference_pass(check: CheckConfig) -> gc.Reference:
     """The CPU reference for a main pass in ``check.reference_for``: init again, and evaluate its two models."""
     assert check.reference_for is not None
     main = check.reference_for
@@ -267,16 +287,16 @@ def reference_pass(check: CheckConfig) -> dict[str, Any]:
     init = init_stage(check, out)
     models = json.loads((main / MODELS).read_text(encoding="utf-8"))
     evals = {stage: evaluate_stage(check, stage, Path(model), main / "sick", out) for stage, model in models.items()}
-    ref = {
+    ref: gc.Reference = {
         "init_model": str(init.model),
-        "ndcg": {stage: m.ndcg for stage, m in evals.items()},
+        "ndcg": {stage: m.ndcg for stage, m in evals.items() if m.ndcg is not None},  # evaluate stages have one
         "lines": [json.loads(m.line.to_json()) for m in (init, *evals.values())],
     }
     (out / REFERENCE).write_text(json.dumps(ref, indent=2), encoding="utf-8")
     return ref
 
 
-def run_reference(check: CheckConfig, main: Path) -> dict[str, Any]:
+def run_reference(check: CheckConfig, main: Path) -> gc.Reference:
     """The CPU reference in a child process that sees no GPU (and starts its own Ray cluster)."""
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "TORCH_DEVICE")}
     env |= {"CUDA_VISIBLE_DEVICES": "", "TORCH_DEVICE": "cpu"}
@@ -296,13 +316,13 @@ def run_reference(check: CheckConfig, main: Path) -> dict[str, Any]:
     ]
     log.info("CPU reference: %s", " ".join(cmd))
     subprocess.run(cmd, env=env, check=True, cwd=Path(__file__).resolve().parents[2])
-    return dict(json.loads((check.output / "cpu-reference" / REFERENCE).read_text(encoding="utf-8")))
+    return cast(gc.Reference, json.loads((check.output / "cpu-reference" / REFERENCE).read_text(encoding="utf-8")))
 
 
 @dataclass(frozen=True, kw_only=True)
 class CheckResult:
     lines: list[gc.StageLine]
-    figures: dict[str, Any]
+    figures: gc.GpuFigures
     wall_s: float
 
     @property

@@ -11,17 +11,12 @@ import ray
 
 from sembridge_ray.data.schema import ID
 from sembridge_ray.distributed import cluster
+from sembridge_ray.distributed.init_job import initialise
 from sembridge_ray.distributed.udfs import BridgeEncodeUDF, InitRowsUDF, actor_pool_args, arrow_blocks
 from sembridge_ray.embed_init.bridge import VECTOR
-from sembridge_ray.embed_init.pipeline import (
-    InitResult,
-    NewRows,
-    RowsContext,
-    Stages,
-    initialise,
-    rows_from_tables,
-)
-from sembridge_ray.jobs.init import InitConfig
+from sembridge_ray.embed_init.combine import NewRows
+from sembridge_ray.embed_init.pipeline import RowsContext, Stages, rows_from_tables
+from sembridge_ray.jobs.init import InitConfig, InitResult
 from sembridge_ray.progress import Progress
 
 log = logging.getLogger(__name__)
@@ -47,7 +42,7 @@ def ray_stages(cfg: InitConfig) -> Stages:
                 "precision": cfg.precision,
             },
             batch_format="pyarrow",
-            **{**actor_pool_args(plan, size), "batch_size": None},
+            **actor_pool_args(plan, None),  # one block per call: blocks are cut by position above
         )
         result = pa.concat_tables(collect(out, Progress(log, "bridge encoding", table.num_rows, "strings")))
         order = {int(i): n for n, i in enumerate(result.column(ID).to_numpy())}
@@ -64,12 +59,11 @@ def ray_stages(cfg: InitConfig) -> Stages:
         # the cluster, so the weights are the same bit for bit on one node or many.
         size = cfg.rows_batch_size
         ds = ray.data.from_arrow([table.slice(i, size) for i in range(0, max(1, table.num_rows), size)])
-        kwargs = {"context": [ctx_ref], "threads": cfg.resources.threads_per_worker}
         out = ds.map_batches(
             InitRowsUDF,
-            fn_constructor_kwargs=kwargs,
+            fn_constructor_kwargs={"context": [ctx_ref], "threads": cfg.resources.threads_per_worker},
             batch_format="pyarrow",
-            **{**actor_pool_args(plan, size), "batch_size": None},
+            **actor_pool_args(plan, None),  # one block per call: blocks are cut by position above
         )
         tables = collect(out, Progress(log, "weights", table.num_rows, "rows"))
         return rows_from_tables(tables, len(ctx.inputs))
@@ -87,8 +81,9 @@ def collect(ds: ray.data.Dataset, progress: Progress) -> list[pa.Table]:
     return tables
 
 
-def run_init(cfg: InitConfig, inputs: dict[str, str] | None = None) -> InitResult:
-    """One initialisation through Ray (inputs checked in the driver first; a finished output is skipped)."""
+def run_init(cfg: InitConfig, inputs: dict[str, str] | None = None, *, neutral_symbols: bool = True) -> InitResult:
+    """One initialisation through Ray (inputs checked in the driver first; a finished output is skipped).
+    ``neutral_symbols``: see :func:`~sembridge_ray.distributed.init_job.initialise` (an ablation, no config key)."""
     cluster.require_reachable()
     cfg = replace(cfg, precision=cluster.resolve_precision(cfg.precision, cfg.resources))
-    return initialise(cfg, ray_stages(cfg), inputs)
+    return initialise(cfg, ray_stages(cfg), inputs, neutral_symbols=neutral_symbols)

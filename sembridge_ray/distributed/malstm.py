@@ -7,7 +7,6 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Any
 
 import ray
 
@@ -20,8 +19,9 @@ from sembridge_ray.outputs import claim_output
 from sembridge_ray.progress import Progress
 from sembridge_ray.resources import SICK_DIR, STS_DIR
 from sembridge_ray.siamese import augment as aug
+from sembridge_ray.siamese.config import PretrainConfig, TrainConfig
 from sembridge_ray.siamese.loop import RestartResult, train_restart
-from sembridge_ray.siamese.prepare import Prepared, prepare
+from sembridge_ray.siamese.prepare import Prepared, find_wordnet, prepare
 from sembridge_ray.siamese.results import write_results
 from sembridge_ray.siamese.vectors import MINILM_CONTEXT, parse_source, vectors_identity
 
@@ -29,13 +29,13 @@ log = logging.getLogger(__name__)
 REPORT = "report.json"
 
 
-def _train_task(data: Prepared, cfg: dict[str, Any], seed: int, threads: int) -> RestartResult:
+def _train_task(data: Prepared, train: TrainConfig, pretrain: PretrainConfig, seed: int, threads: int) -> RestartResult:
     """A Ray task: one restart on ``threads`` CPU threads (the LSTM is small; one thread per task is fastest)."""
     import torch
 
     torch.set_num_threads(threads)
     setup_logging("INFO", force=False)
-    return train_restart(data, MalstmConfig.from_dict(cfg), seed)
+    return train_restart(data, train, pretrain, seed)
 
 
 def run_restarts(data: Prepared, cfg: MalstmConfig) -> list[RestartResult]:
@@ -58,7 +58,7 @@ def run_restarts(data: Prepared, cfg: MalstmConfig) -> list[RestartResult]:
         if len(pending) >= plan.workers:
             ready, pending = ray.wait(pending, num_returns=1)
             collect(ready)
-        pending.append(task.remote(data_ref, cfg.to_dict(), seed, threads))
+        pending.append(task.remote(data_ref, cfg.train, cfg.pretrain, seed, threads))
     while pending:
         ready, pending = ray.wait(pending, num_returns=1)
         collect(ready)
@@ -69,15 +69,37 @@ def run_restarts(data: Prepared, cfg: MalstmConfig) -> list[RestartResult]:
 def input_identities(cfg: MalstmConfig) -> dict[str, str]:
     """The data, vectors and thesaurus the run reads, identified by content (checked to exist first)."""
     parse_source(cfg.vectors.source)  # a missing vectors file fails before anything slow
-    inputs = {"sick": path_identity(Path(cfg.sick) if cfg.sick else SICK_DIR)}
+    inputs = {"sick": path_identity(sick_dir(cfg))}
     if cfg.pretrain.enabled:
-        inputs["sts"] = path_identity(Path(cfg.sts) if cfg.sts else STS_DIR)
+        inputs["sts"] = path_identity(sts_dir(cfg))
     inputs["vectors"] = vectors_identity(cfg.vectors.source)
     uses_wordnet = cfg.augment.enabled or cfg.vectors.retrofit > 0 or cfg.vectors.source == MINILM_CONTEXT
     if uses_wordnet:  # the thesaurus, and the context corpus's glosses, come from WordNet when nltk finds it
-        wordnet = aug.load_wordnet(cfg.augment.wordnet_dir) if cfg.augment.thesaurus != "bundled" else None
+        wordnet = find_wordnet(cfg.augment)
         inputs["thesaurus"] = "wordnet-3.0" if wordnet is not None else path_identity(aug.BUNDLED_THESAURUS)
     return inputs
+
+
+def sick_dir(cfg: MalstmConfig) -> Path:
+    return Path(cfg.sick) if cfg.sick else SICK_DIR
+
+
+def sts_dir(cfg: MalstmConfig) -> Path:
+    return Path(cfg.sts) if cfg.sts else STS_DIR
+
+
+def prepare_data(cfg: MalstmConfig) -> Prepared:
+    """What every restart shares, built once from the job's sections and its data settings."""
+    return prepare(
+        cfg.vectors,
+        cfg.augment,
+        cfg.pretrain,
+        sick_dir=sick_dir(cfg),
+        sts_dir=sts_dir(cfg),
+        limit_train=cfg.limit_train,
+        val_fraction=cfg.val_fraction,
+        data_seed=cfg.data_seed,
+    )
 
 
 def run_malstm(cfg: MalstmConfig) -> MalstmResult:
@@ -89,12 +111,21 @@ def run_malstm(cfg: MalstmConfig) -> MalstmResult:
             return MalstmResult.from_report(str(out), json.loads((out / REPORT).read_text(encoding="utf-8")), True)
         work = claim.path  # the output, or its staging directory under --overwrite
         start = time.perf_counter()
-        data = prepare(cfg)
+        data = prepare_data(cfg)
         prepared = time.perf_counter()
         write_config(cfg, work / "config.yaml")
         results = run_restarts(data, cfg)
         trained = time.perf_counter()
         seconds = {"prepare": round(prepared - start, 1), "train": round(trained - prepared, 1)}
-        report = write_results(work, cfg, data, results, seconds, start)
+        report = write_results(
+            work,
+            data,
+            results,
+            cfg.calibration,
+            source=cfg.vectors.source,
+            add_ensemble=cfg.ensemble,
+            seconds=seconds,
+            started=start,
+        )
         claim.finish(best_seed=report["best_seed"], seconds=report["seconds"])
     return MalstmResult.from_report(str(out), report)

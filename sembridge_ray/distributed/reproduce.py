@@ -44,7 +44,7 @@ DEMO_MODEL, DEMO_LANGUAGE, DEMO_DATASET = "minilm-splade", "en-bpe", "sick"
 SOURCE_EVAL = "source-eval"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Plan:
     """Every stage to run, in order: the demo's asset stages first, then the cells'; cells that could not be
     planned (a missing input) with their error."""
@@ -189,7 +189,7 @@ def run_cell(cfg: ReproduceConfig, name: str, stages: list[Stage]) -> CellOutcom
     return CellOutcome(cell=name, ok=True)
 
 
-def refresh(cfg: ReproduceConfig, failures: dict[str, str] | None = None, final: bool = False) -> list[dict[str, Any]]:
+def refresh(cfg: ReproduceConfig, failures: dict[str, str] | None = None, final: bool = False) -> list[results.Row]:
     """Rewrite results.csv / results.md (at the end also comparisons.csv and the plots) from the finished stages."""
     out = Path(cfg.output)
     cells = cellmod.config_cells(cfg)

@@ -4,14 +4,20 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, TypedDict, cast
 
 import numpy as np
 import pyarrow as pa
 
 from sembridge_ray.data.schema import ID, TEXT
-from sembridge_ray.placement import pick_device
+from sembridge_ray.placement import Placement, pick_device
 from sembridge_ray.sparse.encode import encode_texts, sparse_table
+
+if TYPE_CHECKING:
+    import ray.data
+    from ray import ObjectRef
+
+    from sembridge_ray.embed_init.pipeline import RowsContext
 
 PATH, ROWS = "path", "rows"
 
@@ -73,14 +79,24 @@ class SparseEncodeUDF:
         return pa.table({PATH: written, ROWS: pa.array(counts, pa.int64())})
 
 
-def arrow_blocks(ds: Any) -> Iterator[pa.Table]:
+def arrow_blocks(ds: ray.data.Dataset) -> Iterator[pa.Table]:
     """Every output block of the Ray dataset ``ds`` as an Arrow table, as it finishes (in any order)."""
     for block in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
         yield cast(pa.Table, block)
 
 
-def actor_pool_args(placement: Any, batch_size: int) -> dict[str, Any]:
-    """``map_batches`` keyword arguments for an actor pool of ``placement.workers`` actors."""
+class PoolArgs(TypedDict):
+    """``map_batches`` keyword arguments of an actor pool."""
+
+    compute: ray.data.ActorPoolStrategy
+    num_cpus: float
+    num_gpus: float
+    batch_size: int | None
+
+
+def actor_pool_args(placement: Placement, batch_size: int | None) -> PoolArgs:
+    """``map_batches`` keyword arguments for an actor pool of ``placement.workers`` actors; ``batch_size`` None
+    hands each actor call one whole block."""
     import ray
 
     return {
@@ -114,11 +130,13 @@ class InitRowsUDF:
     """Ray Data actor: holds the source bridge matrix and E_s (from the object store, put once); computes the
     weights and composed rows of a batch of bridged target tokens."""
 
-    def __init__(self, context: list[Any], threads: int = 0) -> None:
+    def __init__(self, context: list[ObjectRef[RowsContext]], threads: int = 0) -> None:
+        """``context``: [the reference of the driver's one :class:`RowsContext`], put in the object store once and
+        shared by every actor."""
         import ray
 
         use_threads(threads)
-        self.ctx = ray.get(context[0])
+        self.ctx: RowsContext = ray.get(context[0])
         self.device = pick_device()
 
     def __call__(self, batch: pa.Table) -> pa.Table:

@@ -1,25 +1,16 @@
-"""The new-token rule of each method. All methods share the specials, the overlap and the bias policy, so
-comparisons isolate this rule.
-
-| method      | rule for a bridged target token                                                            |
-|-------------|---------------------------------------------------------------------------------------------|
-| sembridge   | α-entmax over the cosines to every source token, in the bridge space (α=4)                  |
-| focus       | sparsemax over the overlapping tokens only, in the bridge space (FOCUS uses fastText there) |
-| wechsel     | softmax(cos / 0.1) over the 10 nearest source tokens                                        |
-| mean        | the mean source row                                                                         |
-| random      | N(mean, std) per dimension of the source rows, seeded                                       |
+"""The new-token rule of each method, applied: every method shares the specials, the overlap and the bias policy, so
+comparisons isolate this rule. The rules themselves are the registry's (``embed_init.methods``): a bridge method's
+maps the weighting section to ``bridge_weights`` options and says which candidates it weighs; the others give rows.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-import numpy as np
 import torch
 
+from sembridge_ray.embed_init.config import WeightingConfig
+from sembridge_ray.embed_init.methods import method
 from sembridge_ray.embed_init.position import class_weights
-from sembridge_ray.embed_init.weighting import bridge_weights
-from sembridge_ray.jobs.init import InitConfig
+from sembridge_ray.embed_init.weighting import PreparedRows, bridge_weights
 
 
 def remap_columns(weights: torch.Tensor, columns: torch.Tensor, m: int) -> torch.Tensor:
@@ -30,8 +21,14 @@ def remap_columns(weights: torch.Tensor, columns: torch.Tensor, m: int) -> torch
     )
 
 
+def screen_dtype_for(weighting: WeightingConfig, device: torch.device) -> torch.dtype:
+    """The screening GEMM only picks candidates (certified exact either way): bf16 only when the run asked for it,
+    and only on a CPU (cuBLAS may reduce bf16 products in reduced precision, which would void the bound)."""
+    return torch.bfloat16 if weighting.precision == "bf16" and device.type == "cpu" else torch.float32
+
+
 def method_weights(
-    cfg: InitConfig,
+    weighting: WeightingConfig,
     new_vecs: torch.Tensor,
     source_vecs: torch.Tensor,
     candidates: torch.Tensor,
@@ -44,44 +41,30 @@ def method_weights(
     candidates if none). With ``copy_overlap=false`` the anchors still restrict FOCUS, which would otherwise equal α=2.
     ``classes``: position classes of the new rows (n,) and of every source id (|Vs|,); with ``position_aware``
     each class's rows get their own prior (``embed_init.position``)."""
+    entry = method(weighting.method)
+    if entry.similarity is None:
+        raise ValueError(f"method {weighting.method!r} has no similarity weights")
+    rule = entry.similarity(weighting)
+    pool = overlap_sources if entry.anchors_only and len(overlap_sources) else candidates
+    dev = torch.device(device or new_vecs.device)
+    pool_vecs = PreparedRows.of(source_vecs[pool], "source_vecs", dev, screen_dtype_for(weighting, dev))
+
+    def rows(ids: torch.Tensor | None, offsets: torch.Tensor | None) -> torch.Tensor:
+        new = new_vecs if ids is None else new_vecs[ids]
+        return bridge_weights(
+            new, pool_vecs, rule.alpha, temperature=rule.temperature, top_k=rule.top_k, device=dev, offsets=offsets
+        )
+
     m = len(source_vecs)
-    if cfg.method == "focus":
-        pool = overlap_sources if len(overlap_sources) else candidates
-        kwargs: dict[str, Any] = {"alpha": 2.0}
-    elif cfg.method == "wechsel":
-        pool = candidates
-        kwargs = {"alpha": 1.0, "temperature": cfg.wechsel_temperature, "top_k": cfg.wechsel_top_k}
-    elif cfg.method == "sembridge":
-        pool = candidates
-        kwargs = {
-            "alpha": cfg.alpha,
-            "temperature": cfg.temperature,
-            "top_k": cfg.softmax_top_k if cfg.alpha == 1 else None,
-        }
-    else:
-        raise ValueError(f"method {cfg.method!r} has no similarity weights")
-    pool_vecs = source_vecs[pool]
-    # the screening GEMM only picks candidates (certified exact either way); bf16 only when the run asked for it
-    on_cpu = torch.device(device or new_vecs.device).type == "cpu"
-    kwargs["screen"] = torch.bfloat16 if cfg.precision == "bf16" and on_cpu else torch.float32
-    if not (cfg.position_aware and classes is not None):
-        return remap_columns(bridge_weights(new_vecs, pool_vecs, device=device, **kwargs), pool, m)
+    if not (weighting.position_aware and classes is not None):
+        return remap_columns(rows(None, None), pool, m)
     new_classes, source_classes = classes
-
-    def rows(ids: torch.Tensor, offsets: torch.Tensor | None) -> torch.Tensor:
-        return bridge_weights(new_vecs[ids], pool_vecs, device=device, offsets=offsets, **kwargs)
-
-    w = class_weights(rows, new_classes, source_classes[pool], cfg.position_penalty)
-    return remap_columns(w, pool, m)
+    return remap_columns(class_weights(rows, new_classes, source_classes[pool], weighting.position_penalty), pool, m)
 
 
-def explicit_rows(method: str, n: int, source: torch.Tensor, seed: int) -> torch.Tensor:
-    """Rows for ``mean`` (the mean source row) and ``random`` (N(mean, std) per dimension, seeded)."""
-    mean = source.double().mean(0)
-    if method == "mean":
-        return mean.to(source.dtype).expand(n, -1).clone()
-    if method == "random":
-        std = source.double().std(0)
-        noise = np.random.default_rng(seed).standard_normal((n, source.shape[1]))
-        return (mean + torch.from_numpy(noise) * std).to(source.dtype)
-    raise ValueError(f"method {method!r} has no explicit rows")
+def explicit_rows(name: str, n: int, source: torch.Tensor, seed: int) -> torch.Tensor:
+    """Rows of a method without the bridge (``mean``: the mean source row; ``random``: N(mean, std), seeded)."""
+    rule = method(name).rows
+    if rule is None:
+        raise ValueError(f"method {name!r} has no explicit rows")
+    return rule(n, source, seed)

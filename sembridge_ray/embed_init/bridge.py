@@ -7,7 +7,7 @@ import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -19,6 +19,10 @@ from sembridge_ray.embed_init.position import NEUTRAL, WORDPIECE_PREFIX, marked_
 from sembridge_ray.embed_init.vocab import bridge_string, tokenizer_family
 from sembridge_ray.errors import InputError
 from sembridge_ray.outputs import sha256_file
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
+    from transformers import PreTrainedTokenizerBase
 
 log = logging.getLogger(__name__)
 VECTOR = "vector"
@@ -45,7 +49,7 @@ def check_bridge(name: str) -> str:
     return model_identity(resolved, "bridge model")
 
 
-def load_bridge(name: str, device: str = "cpu", trust_remote_code: bool = False) -> Any:
+def load_bridge(name: str, device: str = "cpu", trust_remote_code: bool = False) -> SentenceTransformer:
     from sentence_transformers import SentenceTransformer
 
     try:
@@ -55,7 +59,7 @@ def load_bridge(name: str, device: str = "cpu", trust_remote_code: bool = False)
 
 
 def encode_strings(
-    model: Any, strings: list[str], batch_size: int, name: str = "bridge", precision: str = "fp32"
+    model: SentenceTransformer, strings: list[str], batch_size: int, name: str = "bridge", precision: str = "fp32"
 ) -> np.ndarray:
     """(n, D) float32 bridge vectors of ``strings`` (bf16 autocast when ``precision`` says so); non-finite output is
     an error naming the model."""
@@ -71,7 +75,7 @@ def encode_strings(
     return vecs
 
 
-def vocab_strings(tokenizer: Any, classes: np.ndarray | None = None, marker: str = "") -> pa.Table:
+def vocab_strings(tokenizer: PreTrainedTokenizerBase, classes: np.ndarray | None = None, marker: str = "") -> pa.Table:
     """(id, text) for every vocabulary id, ascending: the strings the bridge embeds. With ``classes`` (position
     class by id, ``position.vocab_classes``) and a ``marker``, continuation pieces carry the marker
     (``position.marked_string``)."""
@@ -86,7 +90,7 @@ def vocab_strings(tokenizer: Any, classes: np.ndarray | None = None, marker: str
     return pa.table({ID: pa.array([i for _, i in pairs], pa.int32()), TEXT: texts})
 
 
-def tokenizer_fingerprint(tokenizer: Any, rule: str = RULE_VERSION) -> str:
+def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase, rule: str = RULE_VERSION) -> str:
     """Content hash of a tokenizer's vocabulary, family and special tokens (not of its file layout), and of the
     string ``rule`` (so the bridge caches of two rules never share a key)."""
     payload = json.dumps(

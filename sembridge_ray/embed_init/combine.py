@@ -14,7 +14,7 @@ from sembridge_ray.data.schema import KIND, PROVENANCE_SCHEMA, SOURCE_IDS, TARGE
 from sembridge_ray.embed_init.vocab import Partition
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class NewRows:
     """The bridged target ids (in ``target_ids`` order) with their rows. ``weights`` (CSR over source ids) is
     None for rules without token-level evidence (mean, random); ``outputs``/``bias`` only when the source has an

@@ -1,45 +1,109 @@
-"""The one registry of initialisation methods: what each needs, so the rest of the code asks instead of listing.
+"""The one registry of initialisation methods: each entry carries its own rule, so adding a method is one entry
+here and the rest of the code asks instead of listing.
 
-| method      | bridge | α   | rule for a bridged target token (see ``baselines.py``)                           |
+| method      | bridge | α   | rule for a bridged target token                                                    |
 |-------------|--------|-----|------------------------------------------------------------------------------------|
 | sembridge   | yes    | yes | α-entmax over the cosines to every source token (α=4; 1 = softmax over the nearest) |
 | focus       | yes    | no  | sparsemax over the overlapping tokens only                                         |
 | wechsel     | yes    | no  | softmax(cos / 0.1) over the 10 nearest source tokens                              |
 | mean        | no     | no  | the mean source row                                                                |
 | random      | no     | no  | N(mean, std) per dimension of the source rows, seeded                              |
+
+A bridge method's rule maps the :class:`~sembridge_ray.embed_init.config.WeightingConfig` to the options of
+``bridge_weights`` (``embed_init.baselines.method_weights`` applies it); a method without the bridge gives its rows
+directly. The module imports no torch (the contracts and the command line read the registry); the row rules use
+only the tensors' own methods.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING
 
-MethodName = Literal["sembridge", "focus", "wechsel", "mean", "random"]
+import numpy as np
+
+from sembridge_ray.embed_init.config import EntmaxOptions, MethodName, WeightingConfig
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["METHODS", "METHOD_NAMES", "InitMethod", "MethodName", "method", "unused_settings"]
+
+SimilarityRule = Callable[[WeightingConfig], EntmaxOptions]
+"""The weighting section -> the options of ``bridge_weights`` for a bridge method."""
+ExplicitRows = Callable[[int, "torch.Tensor", int], "torch.Tensor"]
+"""(rows n, source matrix (|Vs|, d), seed) -> (n, d) rows of a method without the bridge."""
+
+
+def sembridge_rule(w: WeightingConfig) -> EntmaxOptions:
+    """α-entmax of cos / temperature; α=1 is a softmax over the ``candidates`` nearest (full rows would be dense)."""
+    return EntmaxOptions(alpha=w.alpha, temperature=w.temperature, top_k=w.candidates if w.alpha == 1 else None)
+
+
+def focus_rule(w: WeightingConfig) -> EntmaxOptions:
+    """Sparsemax (α=2) of the plain cosines, over FOCUS's anchors."""
+    return EntmaxOptions(alpha=2.0)
+
+
+def wechsel_rule(w: WeightingConfig) -> EntmaxOptions:
+    """Softmax of cos / ``wechsel_temperature`` over the ``wechsel_candidates`` nearest."""
+    return EntmaxOptions(alpha=1.0, temperature=w.wechsel_temperature, top_k=w.wechsel_candidates)
+
+
+def mean_rows(n: int, source: torch.Tensor, seed: int) -> torch.Tensor:
+    """The mean source row (averaged in float64), ``n`` times."""
+    return source.double().mean(0).to(source.dtype).expand(n, -1).clone()
+
+
+def random_rows(n: int, source: torch.Tensor, seed: int) -> torch.Tensor:
+    """N(mean, std) per dimension of the source rows (float64 statistics), seeded by ``seed``."""
+    mean, std = source.double().mean(0), source.double().std(0)
+    noise = np.random.default_rng(seed).standard_normal((n, source.shape[1]))
+    return (mean + mean.new_tensor(noise) * std).to(source.dtype)  # new_tensor: float64, as mean
 
 
 @dataclass(frozen=True, kw_only=True)
 class InitMethod:
+    """One initialisation method: its name, what it reads, and its rule (a similarity rule or explicit rows)."""
+
     name: MethodName
-    uses_bridge: bool
-    """Embeds token strings with the bridge model and weights source rows by similarity."""
     has_alpha: bool
     """Takes the entmax α (the grid's ``--alphas`` axis)."""
     settings: tuple[str, ...] = ()
     """InitConfig keys that only this method reads."""
+    similarity: SimilarityRule | None = None
+    """A bridge method's rule: the bridge_weights options from the weighting section."""
+    anchors_only: bool = False
+    """The bridge candidates are the overlap's sources only (FOCUS's anchors; every candidate if there are none)."""
+    rows: ExplicitRows | None = None
+    """A method without the bridge: its rows for the tokens left to initialise."""
+
+    def __post_init__(self) -> None:
+        if (self.similarity is None) == (self.rows is None):
+            raise ValueError(f"init method {self.name!r} needs exactly one of a similarity rule or explicit rows")
+
+    @property
+    def uses_bridge(self) -> bool:
+        """Embeds token strings with the bridge model and weights source rows by similarity."""
+        return self.similarity is not None
 
 
 METHODS: dict[str, InitMethod] = {
     m.name: m
     for m in (
         InitMethod(
-            name="sembridge", uses_bridge=True, has_alpha=True, settings=("alpha", "temperature", "softmax_top_k")
+            name="sembridge", has_alpha=True, settings=("alpha", "temperature", "candidates"), similarity=sembridge_rule
         ),
-        InitMethod(name="focus", uses_bridge=True, has_alpha=False),
+        InitMethod(name="focus", has_alpha=False, similarity=focus_rule, anchors_only=True),
         InitMethod(
-            name="wechsel", uses_bridge=True, has_alpha=False, settings=("wechsel_top_k", "wechsel_temperature")
+            name="wechsel",
+            has_alpha=False,
+            settings=("wechsel_candidates", "wechsel_temperature"),
+            similarity=wechsel_rule,
         ),
-        InitMethod(name="mean", uses_bridge=False, has_alpha=False),
-        InitMethod(name="random", uses_bridge=False, has_alpha=False),
+        InitMethod(name="mean", has_alpha=False, rows=mean_rows),
+        InitMethod(name="random", has_alpha=False, rows=random_rows),
     )
 }
 METHOD_NAMES: tuple[str, ...] = tuple(METHODS)

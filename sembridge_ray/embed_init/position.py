@@ -36,12 +36,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from sembridge_ray.embed_init.vocab import WORD_START, Family, VocabIndex, canonical, tokenizer_family
+from sembridge_ray.sparse.csr import csr_from_entries
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 INITIAL, CONTINUATION, NEUTRAL = 0, 1, 2
 CLASS_NAMES = ("word_initial", "continuation", "neutral")
@@ -49,26 +53,31 @@ WORDPIECE_PREFIX = "##"
 _BYTES = re.compile(r"^(<0x[0-9A-Fa-f]{2}>)+$")
 
 
-def position_class(canon: str) -> int:
-    """The position class of a canonical form (table in the module docstring)."""
+def position_class(canon: str, neutral_symbols: bool = True) -> int:
+    """The position class of a canonical form (table in the module docstring). ``neutral_symbols=False`` is the
+    ablation of the neutral class (docs/position-aware.md): punctuation and symbols get a position class like words,
+    and only byte pieces and a bare ``▁`` stay neutral."""
     if _BYTES.match(canon):
         return NEUTRAL
-    body = canon.removeprefix(WORD_START)
-    if not any(ch.isalnum() for ch in body):
+    if neutral_symbols and not any(ch.isalnum() for ch in canon.removeprefix(WORD_START)):
+        return NEUTRAL
+    if not neutral_symbols and canon == WORD_START:
         return NEUTRAL
     return INITIAL if canon.startswith(WORD_START) else CONTINUATION
 
 
-def vocab_classes(vocab: dict[str, int], family: Family, size: int, specials: set[int] | None = None) -> np.ndarray:
+def vocab_classes(
+    vocab: dict[str, int], family: Family, size: int, specials: set[int] | None = None, neutral_symbols: bool = True
+) -> np.ndarray:
     """(size,) int8 position class by id; ids not in ``vocab``, ``specials`` and every id of a ``raw`` family are
-    neutral (a raw vocabulary has no position marker to read)."""
+    neutral (a raw vocabulary has no position marker to read). ``neutral_symbols``: see :func:`position_class`."""
     out = np.full(size, NEUTRAL, dtype=np.int8)
     if family == "raw":
         return out
     skip = specials or set()
     for token, token_id in vocab.items():
         if token_id < size and token_id not in skip:
-            out[token_id] = position_class(canonical(token, family))
+            out[token_id] = position_class(canonical(token, family), neutral_symbols)
     return out
 
 
@@ -118,19 +127,18 @@ def stack_rows(parts: list[tuple[torch.Tensor, torch.Tensor]], n: int, m: int) -
         rows.append(torch.repeat_interleave(ids.to(torch.int64), crow[1:] - crow[:-1]))
         cols.append(w.col_indices().to(torch.int64))
         vals.append(w.values().float())
-    row, col, val = torch.cat(rows), torch.cat(cols), torch.cat(vals)
-    order = torch.argsort(row * m + col)
-    crow = torch.zeros(n + 1, dtype=torch.int64)
-    torch.cumsum(torch.bincount(row, minlength=n), 0, out=crow[1:])
-    return torch.sparse_csr_tensor(crow, col[order], val[order], size=(n, m), check_invariants=False)
+    return csr_from_entries(torch.cat(rows), torch.cat(cols), torch.cat(vals), n, m)
 
 
-def tokenizer_classes(tokenizer: Any, size: int) -> np.ndarray:
+def tokenizer_classes(tokenizer: PreTrainedTokenizerBase, size: int, neutral_symbols: bool = True) -> np.ndarray:
     """(size,) position class by id of a tokenizer's vocabulary (special tokens neutral)."""
-    return vocab_classes(tokenizer.get_vocab(), tokenizer_family(tokenizer), size, set(tokenizer.all_special_ids))
+    specials = set(tokenizer.all_special_ids)
+    return vocab_classes(tokenizer.get_vocab(), tokenizer_family(tokenizer), size, specials, neutral_symbols)
 
 
-def exact_counterparts(source: Any, target: Any, target_ids: Iterable[int]) -> dict[int, int]:
+def exact_counterparts(
+    source: PreTrainedTokenizerBase, target: PreTrainedTokenizerBase, target_ids: Iterable[int]
+) -> dict[int, int]:
     """Target id -> its source counterpart, for the ``target_ids`` that have one: the source token with the same
     canonical form (the partition's exact rule), else with the same canonical form up to case (an uncased source
     has ``the`` for a cased target's ``The``). The word position is part of the form either way; specials excluded."""

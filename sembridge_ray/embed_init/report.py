@@ -4,13 +4,13 @@ weight, timings, fingerprints, and the paper's Table 3 sample."""
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from sembridge_ray.data.schema import KIND, SOURCE_IDS, TARGET_ID, TOKEN, WEIGHTS
 from sembridge_ray.embed_init.position import CLASS_NAMES
+from sembridge_ray.embed_init.records import CounterpartStats, Counts, PositionStats, Sample
 from sembridge_ray.embed_init.vocab import Partition
 
 
@@ -21,12 +21,12 @@ def support_histogram(prov: pa.Table) -> dict[str, int]:
     return {str(size): count for size, count in sorted(Counter(sizes).items())}
 
 
-def sample_rows(prov: pa.Table, source_tokens: dict[int, str], n: int, seed: int) -> list[dict[str, Any]]:
+def sample_rows(prov: pa.Table, source_tokens: dict[int, str], n: int, seed: int) -> list[Sample]:
     """``n`` bridged target tokens (seeded choice) with their top-3 source tokens and weights."""
     bridged = [i for i, k in enumerate(prov.column(KIND).to_pylist()) if k == "bridge"]
     rng = np.random.default_rng(seed)
     chosen = sorted(rng.choice(bridged, size=min(n, len(bridged)), replace=False).tolist()) if bridged else []
-    out = []
+    out: list[Sample] = []
     for row in chosen:
         ids = prov.column(SOURCE_IDS)[row].as_py()
         ws = prov.column(WEIGHTS)[row].as_py()
@@ -41,7 +41,7 @@ def sample_rows(prov: pa.Table, source_tokens: dict[int, str], n: int, seed: int
     return out
 
 
-def counts(part: Partition, prov: pa.Table) -> dict[str, Any]:
+def counts(part: Partition, prov: pa.Table) -> Counts:
     kinds = Counter(prov.column(KIND).to_pylist())
     rules = Counter(rule for _, rule in part.overlap.values())
     roles = Counter(role for _, role in part.specials.values())
@@ -55,7 +55,7 @@ def counts(part: Partition, prov: pa.Table) -> dict[str, Any]:
     }
 
 
-def sample_table(samples: list[dict[str, Any]]) -> str:
+def sample_table(samples: list[Sample]) -> str:
     """The sample as a small text table (printed by the job)."""
     lines = [f"{'target token':<20} top-3 source tokens (weight)"]
     for s in samples:
@@ -64,11 +64,11 @@ def sample_table(samples: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def position_stats(prov: pa.Table, classes: np.ndarray, counterparts: dict[int, int]) -> dict[str, Any]:
+def position_stats(prov: pa.Table, classes: np.ndarray, counterparts: dict[int, int]) -> PositionStats:
     """Per position class of the bridged target tokens (``position.CLASS_NAMES``): how many have an exact source
     counterpart (same canonical form), how many of those put zero weight on it and that share, and the support-size
     histogram. ``classes``: class by target id; ``counterparts``: target id -> source id."""
-    stats: dict[str, Any] = {name: {"with_counterpart": 0, "zero_weight": 0} for name in CLASS_NAMES}
+    stats: dict[str, CounterpartStats] = {name: {"with_counterpart": 0, "zero_weight": 0} for name in CLASS_NAMES}
     sizes: dict[str, Counter[int]] = {name: Counter() for name in CLASS_NAMES}
     columns = (prov.column(c).to_pylist() for c in (TARGET_ID, KIND, SOURCE_IDS))
     for tid, kind, ids in zip(*columns, strict=True):
@@ -79,7 +79,10 @@ def position_stats(prov: pa.Table, classes: np.ndarray, counterparts: dict[int, 
         if tid in counterparts:
             stats[name]["with_counterpart"] += 1
             stats[name]["zero_weight"] += counterparts[tid] not in ids
-    total = {key: sum(s[key] for s in stats.values()) for key in ("with_counterpart", "zero_weight")}
+    total: CounterpartStats = {
+        "with_counterpart": sum(s["with_counterpart"] for s in stats.values()),
+        "zero_weight": sum(s["zero_weight"] for s in stats.values()),
+    }
     for entry in [*stats.values(), total]:
         entry["zero_weight_share"] = (
             round(entry["zero_weight"] / entry["with_counterpart"], 4) if entry["with_counterpart"] else None

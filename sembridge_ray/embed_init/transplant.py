@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -48,7 +48,9 @@ def target_model(
     return model
 
 
-def write_target_model(model: PreTrainedModel, tokenizer: Any, out_dir: Path, serving: Serving | None = None) -> None:
+def write_target_model(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out_dir: Path, serving: Serving | None = None
+) -> None:
     """Save as a SparseEncoder directory with the target tokenizer, its length capped at the encoder's."""
     tokenizer.model_max_length = min(int(tokenizer.model_max_length), max_positions(model))
     save_sparse_encoder(model, tokenizer, out_dir, serving)

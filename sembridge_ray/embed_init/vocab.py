@@ -24,7 +24,10 @@ import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 WORD_START = "▁"
 ROLES = ("cls", "sep", "pad", "mask", "unk", "bos", "eos")
@@ -48,7 +51,7 @@ def _byte_decoder() -> dict[str, int]:
     return {chr(c): b for b, c in zip(keep, chars, strict=True)}
 
 
-def tokenizer_family(tokenizer: Any) -> Family:
+def tokenizer_family(tokenizer: PreTrainedTokenizerBase) -> Family:
     """Detect the vocabulary family from the fast tokenizer's model, pre-tokenizer and decoder."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None:
@@ -95,7 +98,7 @@ def is_symbol(canon: str) -> bool:
     return bool(body) and all(ch.isdigit() or ch.isspace() or unicodedata.category(ch)[0] in "PS" for ch in body)
 
 
-def role_ids(tokenizer: Any) -> dict[str, int]:
+def role_ids(tokenizer: PreTrainedTokenizerBase) -> dict[str, int]:
     """Role -> token id, for the roles this tokenizer defines."""
     out = {}
     for role in ROLES:
@@ -105,9 +108,9 @@ def role_ids(tokenizer: Any) -> dict[str, int]:
     return out
 
 
-def bridge_string(tokenizer: Any, token_id: int, raw: str) -> str:
+def bridge_string(tokenizer: PreTrainedTokenizerBase, token_id: int, raw: str) -> str:
     """The reference's rule: ``decode([id]).strip()``, or the raw vocabulary string if that is empty or [..]."""
-    text = tokenizer.decode([token_id]).strip()
+    text = str(tokenizer.decode([token_id])).strip()  # one id decodes to one string
     return raw if not text or _BRACKETED.match(text) else text
 
 
@@ -144,7 +147,7 @@ class VocabIndex:
         return found if found is not None else self.fuzzy.get(fuzzy_key(canon))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Partition:
     """Every target id lands in exactly one of: specials (by role), overlap (by rule), rest (the bridge),
     unused (ids the tokenizer never produces, e.g. holes in a vocab.json)."""
@@ -159,7 +162,10 @@ class Partition:
 
 
 def partition_vocab(
-    source: Any, target: Any, rules: Iterable[str] = MATCH_RULES, copy_overlap: bool = True
+    source: PreTrainedTokenizerBase,
+    target: PreTrainedTokenizerBase,
+    rules: Iterable[str] = MATCH_RULES,
+    copy_overlap: bool = True,
 ) -> Partition:
     """Split the target vocabulary into specials, overlap and the rest. ``copy_overlap=False`` sends every
     non-special token through the bridge (the low-overlap setting of a cross-lingual transfer)."""
@@ -193,7 +199,8 @@ def partition_vocab(
         else:
             overlap[tid] = hit
     used = set(vocab.values())
-    return Partition(size, specials, overlap, rest, [i for i in range(size) if i not in used], sorted(anchors))
+    unused = [i for i in range(size) if i not in used]
+    return Partition(size=size, specials=specials, overlap=overlap, rest=rest, unused=unused, anchors=sorted(anchors))
 
 
 def _match(index: VocabIndex, canon: str, rules: list[str]) -> tuple[int, str] | None:

@@ -19,13 +19,13 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from entmax import entmax15, entmax_bisect, sparsemax
 
+from sembridge_ray.sparse.csr import Entries, csr_from_sorted, sort_entries
+
 _CHUNK_BYTES = 32 << 20  # fp32 scores held per chunk: flat memory whatever N is
-SCREEN_DTYPE: torch.dtype | None = None  # tests: force one screening dtype for every call
 
 
 def screen_dtype(asked: torch.dtype | None = None) -> torch.dtype:
@@ -34,7 +34,7 @@ def screen_dtype(asked: torch.dtype | None = None) -> torch.dtype:
     is bounded below, so the weights stay exact; but which candidates tie at the k-th place can differ in the last
     bit, so the choice is the run's (recorded), never the CPU's. Callers keep fp32 on CUDA: cuBLAS may reduce bf16
     products in reduced precision, which would void the bound."""
-    return SCREEN_DTYPE or asked or torch.float32
+    return asked or torch.float32
 
 
 def score_error(dtype: torch.dtype, dim: int) -> float:
@@ -44,17 +44,21 @@ def score_error(dtype: torch.dtype, dim: int) -> float:
     return 2 * u + (dim + 2) * 2.0**-24
 
 
-@dataclass(frozen=True)
-class _Vectors:
-    """Rows as given (any float dtype), their fp32 unit version for the GEMM, and float64 norms."""
+@dataclass(frozen=True, kw_only=True)
+class PreparedRows:
+    """Rows as given (any float dtype), their fp32 unit version for the GEMM, and float64 norms.
+
+    The source side of :func:`bridge_weights` is the same for every batch of new rows: a caller that weights several
+    batches against one matrix prepares it once (:meth:`of`) and passes it instead of the tensor."""
 
     raw: torch.Tensor
     unit32: torch.Tensor
     norm64: torch.Tensor
-    screen: torch.Tensor  # unit rows in the screening dtype
+    screen: torch.Tensor
+    """Unit rows in the screening dtype."""
 
     @classmethod
-    def of(cls, x: torch.Tensor, name: str, device: torch.device, screen: torch.dtype) -> _Vectors:
+    def of(cls, x: torch.Tensor, name: str, device: torch.device, screen: torch.dtype) -> PreparedRows:
         if x.dim() != 2:
             raise ValueError(f"{name} must be 2-D (rows, dim), got shape {tuple(x.shape)}")
         x = x.detach().to(device=device)
@@ -64,7 +68,7 @@ class _Vectors:
             raise ValueError(f"{name} contains non-finite values (NaN or inf)")
         norm64 = torch.linalg.vector_norm(x, dim=1, dtype=torch.float64).clamp_min(1e-12)
         unit32 = torch.nn.functional.normalize(x.float(), dim=1)
-        return cls(x, unit32, norm64, unit32.to(screen))
+        return cls(raw=x, unit32=unit32, norm64=norm64, screen=unit32.to(screen))
 
     def unit64(self, idx: torch.Tensor) -> torch.Tensor:
         """Float64 unit vectors of rows ``idx`` (any shape), normalised in float64 from the given values."""
@@ -74,27 +78,6 @@ class _Vectors:
         """Float64 cosines (B, k) of unit rows ``unit64`` (B, D) with rows ``idx`` (B, k) of these vectors: the
         dot product with the raw rows, then one division by their norms (not B·k·D of them)."""
         return torch.einsum("bd,bkd->bk", unit64, self.raw[idx].double()) / self.norm64[idx]
-
-
-_PREPARED: list[tuple[tuple[Any, ...], _Vectors]] = []  # one entry: the last source matrix seen
-
-
-def _prepared_source(source_vecs: torch.Tensor, device: torch.device, screen: torch.dtype) -> _Vectors:
-    """The source side (check, fp32 unit rows, float64 norms) is the same for every batch a worker handles:
-    prepare it once per tensor (keyed by storage, shape and in-place version)."""
-    key = (
-        source_vecs.data_ptr(),
-        tuple(source_vecs.shape),
-        source_vecs.stride(),
-        source_vecs.dtype,
-        source_vecs.device,
-        source_vecs._version,
-        device,
-        screen,
-    )
-    if not _PREPARED or _PREPARED[0][0] != key:
-        _PREPARED[:] = [(key, _Vectors.of(source_vecs, "source_vecs", device, screen))]
-    return _PREPARED[0][1]
 
 
 @contextlib.contextmanager
@@ -168,20 +151,18 @@ def top_candidates(scores: torch.Tensor, k: int) -> torch.Tensor:
     return cols.gather(1, values.topk(k, dim=1).indices)
 
 
-Triplets = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # (row, source id, float64 weight), flattened
-
 _SOLVE_ROWS = 8192
 """Rows whose candidates are solved together: one entmax call over many chunks (its per-call cost is mostly
 fixed: 26-38 ms for 3,000 rows in one call vs 64-114 ms in 11), with their (rows, k) candidates bounded."""
 
 
-def _kept(rows: torch.Tensor, idx: torch.Tensor, probs: torch.Tensor) -> Triplets:
+def _kept(rows: torch.Tensor, idx: torch.Tensor, probs: torch.Tensor) -> Entries:
     keep = probs > 0
     return rows[:, None].expand_as(idx)[keep], idx[keep], probs[keep]
 
 
 def _candidates(
-    new: _Vectors, rows: torch.Tensor, src: _Vectors, k: int, temperature: float, offsets: torch.Tensor | None
+    new: PreparedRows, rows: torch.Tensor, src: PreparedRows, k: int, temperature: float, offsets: torch.Tensor | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """For ``rows`` of ``new``: the k best source ids by screening score (one GEMM in the screening dtype, on all
     threads) and their float64 cosines (+ offsets, / temperature), (B, k) each."""
@@ -196,7 +177,7 @@ def _candidates(
         return idx, exact / temperature
 
 
-def _screen_error(src: _Vectors, offsets: torch.Tensor | None) -> float:
+def _screen_error(src: PreparedRows, offsets: torch.Tensor | None) -> float:
     """Bound on |screening score - exact score| (see :func:`score_error`), offsets' fp32 addition included."""
     error = score_error(src.screen.dtype, src.screen.shape[1])
     if offsets is not None:
@@ -221,15 +202,15 @@ def _certify(
 
 
 def _entmax_round(
-    new: _Vectors,
+    new: PreparedRows,
     rows: torch.Tensor,
-    src: _Vectors,
+    src: PreparedRows,
     alpha: float,
     k: int,
     chunk: int,
     temperature: float,
     offsets: torch.Tensor | None,
-) -> tuple[Triplets, torch.Tensor]:
+) -> tuple[Entries, torch.Tensor]:
     """One round over ``rows`` with ``k`` candidates each: screened chunk by chunk (N × M is never held), then
     solved in one call. Returns the certified rows' triplets and the rows left for a wider round."""
     m = src.screen.shape[0]
@@ -243,7 +224,7 @@ def _entmax_round(
 
 def bridge_weights(
     new_vecs: torch.Tensor,
-    source_vecs: torch.Tensor,
+    source_vecs: torch.Tensor | PreparedRows,
     alpha: float = 4.0,
     *,
     temperature: float = 1.0,
@@ -260,15 +241,18 @@ def bridge_weights(
     ``offsets`` (M,): an additive prior on the cosines, the same for every row (before ``temperature``; see
     ``embed_init.position``). Cosines are computed in row chunks on ``device`` (default: where ``new_vecs``
     lives); N × M is never held; ``screen`` is the dtype of the candidate-screening GEMM (fp32 by default, see
-    :func:`screen_dtype`). Non-finite input raises ``ValueError``.
+    :func:`screen_dtype`). ``source_vecs`` may come prepared (:meth:`PreparedRows.of`, for many calls against one
+    matrix): its device and screening dtype then hold. Non-finite input raises ``ValueError``.
     """
     if alpha < 1:
         raise ValueError(f"alpha must be >= 1, got {alpha}")
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
+    if isinstance(source_vecs, PreparedRows) and device is None:
+        device = source_vecs.raw.device
     dev = torch.device(device) if device is not None else new_vecs.device
-    dtype = screen_dtype(screen)
-    new, src = _Vectors.of(new_vecs, "new_vecs", dev, dtype), _prepared_source(source_vecs, dev, dtype)
+    src = _source_rows(source_vecs, dev, screen_dtype(screen), explicit=screen is not None)
+    new = PreparedRows.of(new_vecs, "new_vecs", src.raw.device, src.screen.dtype)
     if new.raw.shape[1] != src.raw.shape[1]:
         raise ValueError(f"dimension mismatch: new_vecs {new.raw.shape[1]} vs source_vecs {src.raw.shape[1]}")
     n, m = len(new.raw), len(src.raw)
@@ -277,7 +261,7 @@ def bridge_weights(
             raise ValueError(f"offsets must be finite with shape ({m},), got {tuple(offsets.shape)}")
         offsets = offsets.to(device=dev, dtype=torch.float64)
     chunk = max(1, _CHUNK_BYTES // (4 * max(m, 1)))
-    parts: list[Triplets] = []
+    parts: list[Entries] = []
     if alpha == 1:
         for start in range(0, n, chunk):
             rows, cols, vals = _softmax_rows(new, slice(start, min(start + chunk, n)), src, temperature, top_k, offsets)
@@ -295,13 +279,13 @@ def bridge_weights(
 
 
 def _softmax_rows(
-    new: _Vectors,
+    new: PreparedRows,
     rows: slice,
-    src: _Vectors,
+    src: PreparedRows,
     temperature: float,
     top_k: int | None,
     offsets: torch.Tensor | None = None,
-) -> Triplets:
+) -> Entries:
     scores32 = new.unit32[rows] @ src.unit32.T
     if offsets is not None:
         scores32 = scores32 + offsets.float()
@@ -319,16 +303,27 @@ def _softmax_rows(
     return _kept(torch.arange(len(scores32), device=scores32.device), idx, probs)
 
 
-def _to_csr(parts: list[Triplets], n: int, m: int) -> torch.Tensor:
-    """Triplets -> CSR with columns ascending in each row and each row renormalised to sum to 1."""
+def _source_rows(
+    source_vecs: torch.Tensor | PreparedRows, device: torch.device, screen: torch.dtype, explicit: bool
+) -> PreparedRows:
+    """The source side of :func:`bridge_weights`: prepared here, or as the caller prepared it (on ``device``, in
+    the screening dtype ``screen`` when the caller asked for one)."""
+    if not isinstance(source_vecs, PreparedRows):
+        return PreparedRows.of(source_vecs, "source_vecs", device, screen)
+    if source_vecs.raw.device.type != device.type or (explicit and source_vecs.screen.dtype != screen):
+        raise ValueError(
+            f"source_vecs were prepared on {source_vecs.raw.device} for {source_vecs.screen.dtype} screening, "
+            f"asked: {device}, {screen}"
+        )
+    return source_vecs
+
+
+def _to_csr(parts: list[Entries], n: int, m: int) -> torch.Tensor:
+    """Entries -> CSR with columns ascending in each row and each row renormalised to sum to 1."""
     if parts:
         rows, cols, vals = (torch.cat(col) for col in zip(*parts, strict=True))
     else:
         rows, cols, vals = (torch.zeros(0, dtype=dt) for dt in (torch.int64, torch.int64, torch.float64))
-    order = torch.argsort(rows * m + cols)
-    rows, cols, vals = rows[order], cols[order], vals[order]
-    sums = torch.zeros(n, dtype=torch.float64).index_add_(0, rows, vals)
-    vals = vals / sums[rows]
-    crow = torch.zeros(n + 1, dtype=torch.int64)
-    torch.cumsum(torch.bincount(rows, minlength=n), 0, out=crow[1:])
-    return torch.sparse_csr_tensor(crow, cols, vals.to(torch.float32), size=(n, m), check_invariants=False)
+    rows, cols, vals = sort_entries(rows, cols, vals, m)
+    sums = torch.zeros(n, dtype=torch.float64).index_add_(0, rows, vals)  # summed in the sorted order
+    return csr_from_sorted(rows, cols, (vals / sums[rows]).to(torch.float32), n, m)

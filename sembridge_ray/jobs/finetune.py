@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
@@ -96,7 +97,7 @@ class FinetuneConfig(Config):
     )
 
     @classmethod
-    def upgrade(cls, data: dict[str, Any]) -> dict[str, Any]:
+    def upgrade(cls, data: dict[str, object]) -> dict[str, object]:
         """``optim.bf16`` (auto/on/off) is now ``precision`` (auto/bf16/fp32): both spellings still work."""
         optim = data.get("optim")
         if isinstance(optim, dict) and "bf16" in optim:
@@ -153,7 +154,8 @@ class FinetuneResult:
         return self.steps > 0
 
     @classmethod
-    def from_summary(cls, summary: dict[str, Any], skipped: bool = False) -> FinetuneResult:
+    def from_summary(cls, summary: Mapping[str, Any], skipped: bool = False) -> FinetuneResult:
+        """From ``finetune.json`` (its other keys, such as the stream's statistics, are left out)."""
         names = set(cls.__dataclass_fields__) - {"skipped", "pushed"}
         return cls(**{k: v for k, v in summary.items() if k in names}, skipped=skipped)
 

@@ -11,12 +11,13 @@ Writes ``model/`` (a SentenceTransformers SparseEncoder with its model card), ``
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from sembridge_ray.config import Config, require
-from sembridge_ray.embed_init.methods import MethodName, unused_settings
+from sembridge_ray.embed_init.config import MethodName, WeightingConfig
+from sembridge_ray.embed_init.methods import unused_settings
+from sembridge_ray.embed_init.records import InitReport, Sample
 from sembridge_ray.embed_init.vocab import MATCH_RULES
 from sembridge_ray.jobs import Flag, JobSpec
 from sembridge_ray.placement import Precision, ResourceConfig
@@ -41,13 +42,14 @@ class InitConfig(Config):
     method: MethodName = "sembridge"
     """How bridged tokens are initialised (sembridge, or the focus/wechsel/mean/random baselines)."""
     alpha: float = 4.0
-    """α of α-entmax for sembridge (2 = sparsemax, 1 = softmax over the ``softmax_top_k`` nearest)."""
+    """α of α-entmax for sembridge (2 = sparsemax, 1 = softmax over the ``candidates`` nearest)."""
     temperature: float = 1.0
     """Divides the cosines before α-entmax (1 = none, as in the paper)."""
-    softmax_top_k: int = 100
-    """α=1 (softmax ablation) keeps this many nearest source tokens; full rows would be dense."""
-    wechsel_top_k: int = 10
-    """WECHSEL: nearest source tokens kept for its softmax."""
+    candidates: int = 100
+    """α=1 (softmax ablation) keeps this many nearest source tokens; full rows would be dense (formerly
+    ``softmax_top_k``)."""
+    wechsel_candidates: int = 10
+    """WECHSEL: nearest source tokens kept for its softmax (formerly ``wechsel_top_k``)."""
     wechsel_temperature: float = 0.1
     """WECHSEL: divides the cosines before its softmax."""
     bias: Literal["remap", "index", "zero"] = "remap"
@@ -99,6 +101,9 @@ class InitConfig(Config):
     driver and recorded so; the weights themselves are always solved in float64."""
     resources: ResourceConfig = field(default_factory=ResourceConfig)
 
+    # top_k is results per query (evaluate); the softmax's nearest source tokens are its candidates
+    ALIASES: ClassVar[dict[str, str]] = {"softmax_top_k": "candidates", "wechsel_top_k": "wechsel_candidates"}
+    IDENTITY_NAMES: ClassVar[dict[str, str]] = {"candidates": "softmax_top_k", "wechsel_candidates": "wechsel_top_k"}
     NOT_IDENTITY: ClassVar[tuple[str, ...]] = (
         "source_model",
         "target_tokenizer",
@@ -112,6 +117,22 @@ class InitConfig(Config):
         "resources",
     )
 
+    @property
+    def weighting(self) -> WeightingConfig:
+        """The section the weighting maths reads (method, α, candidates, WECHSEL, position-aware, precision)."""
+        return WeightingConfig(
+            method=self.method,
+            alpha=self.alpha,
+            temperature=self.temperature,
+            candidates=self.candidates,
+            wechsel_candidates=self.wechsel_candidates,
+            wechsel_temperature=self.wechsel_temperature,
+            position_aware=self.position_aware,
+            position_marker=self.position_marker,
+            position_penalty=self.position_penalty,
+            precision=self.precision,
+        )
+
     def check(self) -> None:
         require(
             not self.grid,
@@ -119,22 +140,8 @@ class InitConfig(Config):
             self.grid,
             "init --grid is gone: the paper grid is `sembridge reproduce --preset paper` (--dry-run prints its plan)",
         )
-        require(
-            math.isfinite(self.alpha) and self.alpha >= 1,
-            "alpha",
-            self.alpha,
-            "must be >= 1 (1 = softmax over the softmax_top_k nearest, 2 = sparsemax, 4 = the paper)",
-        )
-        require(self.temperature > 0, "temperature", self.temperature, "must be > 0")
-        require(self.wechsel_temperature > 0, "wechsel_temperature", self.wechsel_temperature, "must be > 0")
-        for key in (
-            "softmax_top_k",
-            "wechsel_top_k",
-            "bridge_batch_size",
-            "rows_batch_size",
-            "query_length",
-            "document_length",
-        ):
+        self.weighting  # noqa: B018  (building the section checks its keys: alpha, the candidates, the penalty…)
+        for key in ("bridge_batch_size", "rows_batch_size", "query_length", "document_length"):
             require(getattr(self, key) >= 1, key, getattr(self, key), "must be >= 1")
         require(self.samples >= 0, "samples", self.samples, "must be >= 0")
         unknown = [m for m in self.match if m not in MATCH_RULES]
@@ -144,14 +151,14 @@ class InitConfig(Config):
             ",".join(self.match),
             f"unknown rule {unknown[0] if unknown else ''!r} (known: {', '.join(MATCH_RULES)})",
         )
-        require(self.position_penalty >= 0, "position_penalty", self.position_penalty, "must be >= 0")
 
     def identity_settings(self) -> dict[str, Any]:
         settings = super().identity_settings()
         unused = set(unused_settings(self.method))
         if not self.position_aware:
             unused |= {"position_marker", "position_penalty"}
-        return {k: v for k, v in settings.items() if k not in unused}
+        recorded = {self.IDENTITY_NAMES.get(k, k) for k in unused}  # the settings carry the recorded names
+        return {k: v for k, v in settings.items() if k not in recorded}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -166,9 +173,9 @@ class InitResult:
     kinds: dict[str, int]
     """Target tokens per kind: overlap (copied), special, bridge, random."""
     support_histogram: dict[str, int]
-    samples: list[dict[str, Any]]
+    samples: list[Sample]
     timings: dict[str, float]
-    report: dict[str, Any]
+    report: InitReport
     """Everything ``init_report.json`` holds."""
     skipped: bool = False
     """The output was already complete with the same settings."""
@@ -176,7 +183,7 @@ class InitResult:
     """The hub URL the model was pushed to by this run (``push_to_hub``; recorded in ``pushed.json``)."""
 
     @classmethod
-    def from_report(cls, output: str, report: dict[str, Any], skipped: bool = False) -> InitResult:
+    def from_report(cls, output: str, report: InitReport, skipped: bool = False) -> InitResult:
         return cls(
             output=output,
             model=f"{output}/model",

@@ -14,7 +14,7 @@ import logging
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal, TypedDict
 
 from sembridge_ray import catalog
 from sembridge_ray.config import Config, require
@@ -125,7 +125,7 @@ class ReproduceConfig(Config):
     )
 
     @classmethod
-    def upgrade(cls, data: dict[str, Any]) -> dict[str, Any]:
+    def upgrade(cls, data: dict[str, object]) -> dict[str, object]:
         """The former key ``preset: paper | demo`` is ``assets: hub | bundled``."""
         if "preset" in data:
             log.warning("config key preset is now assets (paper = hub, demo = bundled); the old name goes soon")
@@ -203,6 +203,40 @@ class CellOutcome:
     traceback: str = ""
 
 
+class PlannedCell(TypedDict):
+    """One cell of the dry run's plan."""
+
+    cell: str
+    model: str
+    language: str
+    method: str
+    alpha: str
+    target_tokenizer: str
+    bridge_model: str
+    datasets: dict[str, str]
+    """Dataset -> what it loads from the hub for the cell's language."""
+    estimate_gpu_hours: float
+
+
+class Assumptions(TypedDict):
+    bridge_strings_per_s: float
+    docs_per_s: float
+    seconds_per_step: float
+    note: str
+
+
+class Plan(TypedDict):
+    """The dry run's plan (``--dry-run`` prints it as JSON, in this key order)."""
+
+    cells: list[PlannedCell]
+    total_cells: int
+    estimate_gpu_hours: float
+    estimate_wall_hours_at_concurrency: dict[str, float]
+    """Concurrent cells (as a string) -> wall-clock hours."""
+    figures_source: str
+    assumptions: Assumptions
+
+
 @dataclass(frozen=True, kw_only=True)
 class ReproduceResult:
     """What a reproduction run did: cells planned and run, failures, and where the tables are."""
@@ -212,7 +246,7 @@ class ReproduceResult:
     ran: int
     failures: dict[str, str]
     """cell -> error."""
-    plan: dict[str, Any] | None = None
+    plan: Plan | None = None
     """With ``dry_run``: the plan (nothing ran)."""
 
     @property

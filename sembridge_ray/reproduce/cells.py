@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 STAGES = ("zero_shot", "finetuned")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Cell:
     model: str
     language: str
@@ -50,9 +50,12 @@ def expand(
                 base, aware = split_variant(name)
                 method = METHODS[base]
                 if method.has_alpha:  # one cell per α; the others once, without α
-                    cells.extend(Cell(model, lang, method.name, parse_alpha(a), aware) for a in alphas)
+                    cells.extend(
+                        Cell(model=model, language=lang, method=method.name, alpha=parse_alpha(a), position_aware=aware)
+                        for a in alphas
+                    )
                 else:
-                    cells.append(Cell(model, lang, method.name, None, aware))
+                    cells.append(Cell(model=model, language=lang, method=method.name, alpha=None, position_aware=aware))
     return cells
 
 

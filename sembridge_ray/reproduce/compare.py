@@ -11,7 +11,7 @@ from __future__ import annotations
 import csv
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 from scipy import stats
@@ -35,12 +35,32 @@ COLUMNS = [
 PER_QUERY, MEASURE = "per_query.tsv", "nDCG@10"
 
 
+class PairedTest(TypedDict):
+    mean_diff: float
+    ci_low: float
+    ci_high: float
+    p_value: float
+
+
+class PairedRow(PairedTest):
+    """One line of comparisons.csv (:data:`COLUMNS`, in order)."""
+
+    model: str
+    language: str
+    dataset: str
+    stage: str
+    method: str
+    alpha: str
+    reference: str
+    n_queries: int
+
+
 def read_per_query(path: Path, measure: str = MEASURE) -> dict[str, float]:
     with open(path, encoding="utf-8", newline="") as fh:
         return {row["query_id"]: float(row[measure]) for row in csv.DictReader(fh, delimiter="\t")}
 
 
-def paired_test(method: np.ndarray, reference: np.ndarray, resamples: int = 10_000, seed: int = 0) -> dict[str, float]:
+def paired_test(method: np.ndarray, reference: np.ndarray, resamples: int = 10_000, seed: int = 0) -> PairedTest:
     """Mean of ``method - reference``, its 95% paired bootstrap CI, and the sign-flip randomisation p-value."""
     diff = np.asarray(method, np.float64) - np.asarray(reference, np.float64)
     mean = float(diff.mean())
@@ -68,12 +88,12 @@ def paired_test(method: np.ndarray, reference: np.ndarray, resamples: int = 10_0
     return {"mean_diff": mean, "ci_low": float(ci.low), "ci_high": float(ci.high), "p_value": float(perm.pvalue)}
 
 
-def comparisons(output: Path, cells: Sequence[Cell], datasets: Sequence[str]) -> list[dict[str, Any]]:
+def comparisons(output: Path, cells: Sequence[Cell], datasets: Sequence[str]) -> list[PairedRow]:
     """One row per non-reference cell with a finished evaluation whose reference is finished too."""
     groups: dict[tuple[str, str], list[Cell]] = {}
     for cell in cells:
         groups.setdefault((cell.model, cell.language), []).append(cell)
-    rows = []
+    rows: list[PairedRow] = []
     for dataset in datasets:
         for stage in STAGES:
             for members in groups.values():
@@ -81,7 +101,7 @@ def comparisons(output: Path, cells: Sequence[Cell], datasets: Sequence[str]) ->
     return rows
 
 
-def _against_reference(output: Path, members: list[Cell], dataset: str, stage: str) -> list[dict[str, Any]]:
+def _against_reference(output: Path, members: list[Cell], dataset: str, stage: str) -> list[PairedRow]:
     """Every cell of one (model, language) against its first SemBridge cell with the released string rule (not
     ``+pa``), on one dataset and stage."""
     reference = next((c for c in members if c.method == "sembridge" and not c.position_aware), None)
@@ -89,7 +109,7 @@ def _against_reference(output: Path, members: list[Cell], dataset: str, stage: s
         return []
     ref = read_per_query(ref_file)
     qids = sorted(ref)
-    rows = []
+    rows: list[PairedRow] = []
     for cell in members:
         path = cell_paths(output, cell).eval(dataset, stage) / PER_QUERY
         if cell == reference or not path.is_file():
@@ -114,7 +134,7 @@ def _against_reference(output: Path, members: list[Cell], dataset: str, stage: s
     return rows
 
 
-def markdown(rows: list[dict[str, Any]]) -> str:
+def markdown(rows: Sequence[PairedRow]) -> str:
     """A results.md section: each method against the reference, per dataset, stage, model and language."""
     if not rows:
         return ""

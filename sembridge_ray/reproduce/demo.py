@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -23,6 +23,7 @@ from sembridge_ray.data.schema import POSITIVE, QUERY
 from sembridge_ray.data.sick import read_sick_split, write_sick_beir
 from sembridge_ray.data.sts import read_sts, sts_files
 from sembridge_ray.errors import InputError
+from sembridge_ray.json_types import JSONValue
 from sembridge_ray.outputs import atomic_path, atomic_write_json
 from sembridge_ray.resources import SICK_DIR, STS_DIR
 
@@ -100,12 +101,12 @@ ASSETS = {
 }
 
 
-def asset_settings(asset: Asset, demo: DemoSettings) -> dict[str, Any]:
+def asset_settings(asset: Asset, demo: DemoSettings) -> dict[str, JSONValue]:
     """What one asset is built from, as ``assets.json`` records it: the version and ``demo.<key>`` -> value."""
     return {"version": ASSET_VERSION, **{f"demo.{k}": getattr(demo, k) for k in asset.settings}}
 
 
-def _record(root: Path) -> dict[str, dict[str, Any]]:
+def _record(root: Path) -> dict[str, dict[str, JSONValue]]:
     try:
         record = json.loads((Path(root) / ASSETS_RECORD).read_text(encoding="utf-8"))
         return {k: dict(v) for k, v in record["assets"].items()}

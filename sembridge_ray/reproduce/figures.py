@@ -14,12 +14,34 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Literal, TypedDict
+
+if TYPE_CHECKING:
+    from sembridge_ray.gpu_check import GpuFigures
 
 ENV = "SEMBRIDGE_GPU_FIGURES"
 DEFAULT_PATH = Path("~/.cache/sembridge_ray/gpu_figures.json")
 BENCH_PATH = Path("~/.cache/sembridge_ray/measured.json")
-RATES = ("bridge_strings_per_s", "docs_per_s", "train_examples_per_s")
+RateName = Literal["bridge_strings_per_s", "docs_per_s", "train_examples_per_s"]
+RATES: tuple[RateName, ...] = ("bridge_strings_per_s", "docs_per_s", "train_examples_per_s")
+
+
+class Rates(TypedDict, total=False):
+    """Throughputs at the paper's shapes, each where it was measured."""
+
+    bridge_strings_per_s: float
+    docs_per_s: float
+    train_examples_per_s: float
+
+
+class MeasuredRecord(Rates, total=False):
+    """``measured.json`` (written by ``jobs.bench_peers``, see :mod:`sembridge_ray.bench.measured`): ``source``,
+    ``device``, the rates, then ``gpu_scale`` and ``scaling`` (the assumption that turns them into one GPU's)."""
+
+    source: str
+    device: str
+    gpu_scale: float
+    scaling: str
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,11 +66,11 @@ def figures_path() -> Path:
     return Path(os.environ.get(ENV) or DEFAULT_PATH).expanduser()
 
 
-def from_measured(data: dict[str, Any], batch: int, path: Path) -> Figures:
+def from_measured(data: GpuFigures, batch: int, path: Path) -> Figures:
     """A GPU check's file -> the plan's figures (seconds per step at ``batch`` from examples/s). These are the
     throughputs of the check's miniature (all-MiniLM-L6-v2 on SICK sentences), so they run faster than the
     paper's models would: the source line says so."""
-    rates = {k: float(data[k]) for k in ("bridge_strings_per_s", "docs_per_s", "train_examples_per_s")}
+    rates = {k: float(data[k]) for k in RATES}
     if min(rates.values()) <= 0:
         raise ValueError(f"{path}: every throughput must be > 0 ({rates})")
     return Figures(
@@ -60,7 +82,7 @@ def from_measured(data: dict[str, Any], batch: int, path: Path) -> Figures:
     )
 
 
-def from_bench(data: dict[str, Any], batch: int, path: Path) -> Figures:
+def from_bench(data: MeasuredRecord, batch: int, path: Path) -> Figures:
     """``jobs.bench_peers``'s file -> the plan's figures: each rate times its ``gpu_scale`` (1 when measured on a
     GPU); a rate the file lacks keeps the built-in figure, and the source line says which."""
     scale = float(data.get("gpu_scale", 1.0))

@@ -6,10 +6,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
 
 from sembridge_ray import catalog
-from sembridge_ray.jobs.reproduce import ReproduceConfig, ReproduceResult
+from sembridge_ray.jobs.reproduce import Plan, PlannedCell, ReproduceConfig, ReproduceResult
 from sembridge_ray.placement import ResourceConfig
 from sembridge_ray.reproduce.cells import Cell, config_cells
 from sembridge_ray.reproduce.figures import BUILT_IN, Figures, load_figures
@@ -38,8 +37,8 @@ def plan(
     gpus_per_cell: float,
     max_concurrent: int,
     figures: Figures = BUILT_IN,
-) -> dict[str, Any]:
-    rows = []
+) -> Plan:
+    rows: list[PlannedCell] = []
     total = 0.0
     for cell in cells:
         est = cell_estimate(cell, datasets, epochs, batch, figures)
@@ -74,7 +73,7 @@ def plan(
     }
 
 
-def dry_run(cfg: ReproduceConfig) -> dict[str, Any]:
+def dry_run(cfg: ReproduceConfig) -> Plan:
     """The plan of a ReproduceConfig: every cell, its hub ids, and the estimate. Imports no Ray, contacts nothing."""
     if cfg.assets == "bundled":  # the miniature builds its target tokenizer itself
         named = cfg.named_tokenizers()  # the one parser: a malformed item is refused here too

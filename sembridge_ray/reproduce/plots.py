@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import matplotlib
 import numpy as np
@@ -21,12 +21,15 @@ from sembridge_ray.outputs import atomic_path
 from sembridge_ray.reproduce.cells import STAGES, Cell, cell_paths
 from sembridge_ray.reproduce.compare import PER_QUERY, read_per_query
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
 DEGENERATE_RATIO = 0.25
 MAX_LINES = 8
 """More series than this are summarised (mean and range) instead of drawn one by one."""
 
 
-def _save(fig: Any, path: Path) -> Path:
+def _save(fig: Figure, path: Path) -> Path:
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
     plt.close(fig)
@@ -37,7 +40,8 @@ def _label(cell: Cell) -> str:
     return f"{cell.variant} α={cell.alpha_label}" if cell.alpha_label else cell.variant
 
 
-def _steps(path: Path) -> list[dict[str, Any]]:
+def _steps(path: Path) -> list[dict[str, float]]:
+    """The fine-tuning's metrics.jsonl: one row of numbers per logged step ([] before it has one)."""
     if not path.is_file():
         return []
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
@@ -147,14 +151,14 @@ def before_after(output: Path, cells: Sequence[Cell], datasets: Sequence[str], p
     return written
 
 
-def alpha_ablation(rows: list[dict[str, Any]], plots: Path) -> list[Path]:
+def alpha_ablation(rows: Sequence[Mapping[str, str | float]], plots: Path) -> list[Path]:
     """nDCG@10 of SemBridge against α (softmax = α 1): one line per (model, language, dataset, stage), or beyond
     ``MAX_LINES`` of them one line per stage (the mean) with the range shaded."""
     series: dict[tuple[str, ...], list[tuple[float, float]]] = defaultdict(list)
     for r in rows:
         if r["method"] == "sembridge" and r["alpha"]:
             alpha = 1.0 if r["alpha"] == "softmax" else float(r["alpha"])
-            series[(Path(r["model"]).name, r["language"], r["dataset"], r["stage"])].append(
+            series[(Path(str(r["model"])).name, str(r["language"]), str(r["dataset"]), str(r["stage"]))].append(
                 (alpha, float(r["ndcg@10"]))
             )
     if not any(len(points) > 1 for points in series.values()):

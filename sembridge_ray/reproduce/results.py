@@ -7,9 +7,9 @@ import io
 import json
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 from sembridge_ray.outputs import atomic_write_text, is_complete
 from sembridge_ray.reproduce.cells import STAGES, Cell, cell_paths
@@ -40,15 +40,23 @@ METRIC_KEYS = {
     "flops": "flops_per_pair",
 }
 FINETUNE_SUMMARY = "finetune.json"
+Row = dict[str, str | float]
+"""One line of results.csv: column -> value ("" where a stage recorded none)."""
 
 
-def _json(path: Path) -> dict[str, Any]:
+def _json(path: Path) -> dict[str, object]:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
 
-def collect(output: Path, cells: Sequence[Cell], datasets: Sequence[str]) -> list[dict[str, Any]]:
+def _value(record: Mapping[str, object], key: str, default: str | float = "") -> str | float:
+    """A number (or text) a stage's JSON records under ``key``: the evaluate job's metrics, the fine-tuning's
+    summary hold plain numbers there."""
+    return cast("str | float", record.get(key, default))
+
+
+def collect(output: Path, cells: Sequence[Cell], datasets: Sequence[str]) -> list[Row]:
     """One row per finished (cell, dataset, stage)."""
-    rows = []
+    rows: list[Row] = []
     for cell in cells:
         paths = cell_paths(output, cell)
         for dataset in datasets:
@@ -66,16 +74,16 @@ def collect(output: Path, cells: Sequence[Cell], datasets: Sequence[str]) -> lis
                         "method": cell.variant,
                         "alpha": cell.alpha_label,
                         "stage": stage,
-                        **{col: metrics.get(key, "") for col, key in METRIC_KEYS.items()},
-                        "train_seconds": train.get("train_seconds", train.get("seconds", "")),
-                        "train_steps": train.get("steps", ""),
+                        **{col: _value(metrics, key) for col, key in METRIC_KEYS.items()},
+                        "train_seconds": _value(train, "train_seconds", _value(train, "seconds")),
+                        "train_steps": _value(train, "steps"),
                         "cell": cell.name,
                     }
                 )
     return rows
 
 
-def write_csv(rows: list[dict[str, Any]], path: Path, columns: Sequence[str] = COLUMNS) -> None:
+def write_csv(rows: Sequence[Mapping[str, object]], path: Path, columns: Sequence[str] = COLUMNS) -> None:
     """``rows`` as CSV with a header of ``columns``, written atomically."""
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=list(columns))
@@ -84,16 +92,19 @@ def write_csv(rows: list[dict[str, Any]], path: Path, columns: Sequence[str] = C
     atomic_write_text(path, buf.getvalue())
 
 
-def _fmt(value: Any) -> str:
+def _fmt(value: object) -> str:
     return f"{value:.3f}" if isinstance(value, float) and not math.isnan(value) else "–"
 
 
-def markdown(rows: list[dict[str, Any]], languages: Sequence[str], failures: dict[str, str] | None = None) -> str:
+def markdown(
+    rows: Sequence[Mapping[str, str | float]], languages: Sequence[str], failures: dict[str, str] | None = None
+) -> str:
     """Paper-style tables: one per (dataset, stage); rows model x method(α); columns languages + average."""
     out = ["# Results (nDCG@10)", ""]
     groups: dict[tuple[str, str], dict[tuple[str, str, str], dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
     for r in rows:
-        groups[(r["dataset"], r["stage"])][(r["model"], r["method"], r["alpha"])][r["language"]] = float(r["ndcg@10"])
+        group = groups[(str(r["dataset"]), str(r["stage"]))]
+        group[(str(r["model"]), str(r["method"]), str(r["alpha"]))][str(r["language"])] = float(r["ndcg@10"])
     for (dataset, stage), table in sorted(groups.items(), key=lambda kv: (kv[0][0], STAGES.index(kv[0][1]))):
         out += [
             f"## {dataset} — {stage.replace('_', '-')}",

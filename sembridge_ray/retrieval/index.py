@@ -55,7 +55,7 @@ class SparseBatch(NamedTuple):
         return SparseBatch(self.indptr[start : stop + 1] - lo, self.indices[lo:hi], self.values[lo:hi])
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Shard:
     """n documents term-major: postings of term v are ``docs[indptr[v]:indptr[v+1]]`` with ``weights``.
 
@@ -94,11 +94,11 @@ def build_shard(docs: SparseBatch, ranks: np.ndarray, vocab_size: int) -> Shard:
     weights = csc.data.astype(np.float32, copy=False)
     indptr = csc.indptr.astype(np.int64)
     return Shard(
-        indptr,
-        csc.indices.astype(np.int32, copy=False),
-        weights,
-        np.ascontiguousarray(ranks, dtype=np.int64),
-        term_upper_bounds(indptr, weights),
+        indptr=indptr,
+        docs=csc.indices.astype(np.int32, copy=False),
+        weights=weights,
+        ranks=np.ascontiguousarray(ranks, dtype=np.int64),
+        upper=term_upper_bounds(indptr, weights),
     )
 
 

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
 
 from sembridge_ray import cache
 from sembridge_ray.bundled import resolve
@@ -48,7 +47,7 @@ def resolve_dataset(spec: str) -> tuple[str, str]:
     return spec, dataset_identity(spec)
 
 
-def cached(entry: Path, build: Callable[[Path], dict[str, Any]]) -> tuple[Path, bool]:
+def cached(entry: Path, build: Callable[[Path], Mapping[str, object]]) -> tuple[Path, bool]:
     """The vectors of a cache entry, built by ``build(tmp)`` (writing ``tmp/vectors``; its result is kept in the
     entry's ``info.json``) unless a verified entry is there already.
 

@@ -260,7 +260,7 @@ def format_thesaurus(thesaurus: Thesaurus, header: str) -> str:
     return "\n".join([*lines, *(f"{w}\t{' '.join(c)}" for w, c in sorted(thesaurus.items()))]) + "\n"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Draws:
     """Every pass's random pick, drawn before any gate is applied so that gates can be compared on the same draws.
 
@@ -301,7 +301,7 @@ def draw_substitutions(
             if (token, word) not in cache:
                 cache[(token, word)] = similarity(token, word)
             choice[p, s], cosine[p, s] = word, cache[(token, word)]
-    return Draws(np.array(slots, dtype=np.int64).reshape(-1, 3), choice, cosine)
+    return Draws(slots=np.array(slots, dtype=np.int64).reshape(-1, 3), choice=choice, cosine=cosine)
 
 
 def apply_gate(pairs: Sequence[TokenPair], draws: Draws, gate: float) -> list[TokenPair]:

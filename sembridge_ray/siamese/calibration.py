@@ -127,7 +127,7 @@ def reference_bandwidth(x: np.ndarray) -> float:
     return float(1.06 * np.std(x) * len(x) ** (-1.0 / 5))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Bandwidth:
     h: float
     loo_mse: float
@@ -170,7 +170,7 @@ def search_bandwidth(x: np.ndarray, y: np.ndarray, xtol: float = 1e-6) -> Bandwi
     if f(grid[best]) < f(local):
         _refine(f, (grid[max(0, best - 1)], grid[best], grid[min(len(grid) - 1, best + 1)]), xtol)
     log_h = min(seen, key=seen.__getitem__)
-    return Bandwidth(math.exp(log_h), seen[log_h], len(seen))
+    return Bandwidth(h=math.exp(log_h), loo_mse=seen[log_h], evaluations=len(seen))
 
 
 def _downhill(

@@ -17,12 +17,16 @@ import hashlib
 import logging
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from sembridge_ray.progress import Progress
 from sembridge_ray.siamese.data import tokenize
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 log = logging.getLogger(__name__)
 POOLINGS = ("mean", "first")
@@ -70,7 +74,7 @@ def first_occurrences(tokens: Sequence[Sequence[str]], words: Iterable[str], k: 
     return {w: hits for w, hits in found.items() if hits}
 
 
-def pool_pieces(hidden: Any, pieces: Sequence[int], pooling: str) -> Any:
+def pool_pieces(hidden: torch.Tensor, pieces: Sequence[int], pooling: str) -> torch.Tensor:
     """hidden (L, T, D) -> (L, D): the word's pieces (indices into T) pooled by ``mean`` or ``first``."""
     if pooling == "first":
         return hidden[:, pieces[0]]
@@ -78,7 +82,11 @@ def pool_pieces(hidden: Any, pieces: Sequence[int], pooling: str) -> Any:
 
 
 def aggregate_contexts(
-    model: Any, tokenizer: Any, tokens: Sequence[Sequence[str]], occurrences: Occurrences, batch_size: int = 64
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    tokens: Sequence[Sequence[str]],
+    occurrences: Occurrences,
+    batch_size: int = 64,
 ) -> dict[str, dict[str, np.ndarray]]:
     """pooling -> word -> (L, D) float32: the mean over a word's occurrences of its pooled pieces at every hidden
     layer the model returns (L = embeddings + each layer). Sentences are encoded once, in length order."""
@@ -89,7 +97,7 @@ def aggregate_contexts(
         for s, pos in hits:
             by_sentence.setdefault(s, []).append((word, pos))
     order = sorted(by_sentence, key=lambda s: len(tokens[s]))
-    sums: dict[str, dict[str, Any]] = {p: {} for p in POOLINGS}
+    sums: dict[str, dict[str, torch.Tensor]] = {p: {} for p in POOLINGS}
     counts: dict[str, int] = {}
     progress = Progress(log, "contexts", len(order), "sentences")
     with torch.inference_mode():
@@ -113,21 +121,25 @@ def aggregate_contexts(
     return {p: {w: (v / counts[w]).float().numpy() for w, v in sums[p].items()} for p in POOLINGS}
 
 
-def decontextualised(model: Any, tokenizer: Any, words: Sequence[str]) -> dict[str, dict[str, np.ndarray]]:
+def decontextualised(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, words: Sequence[str]
+) -> dict[str, dict[str, np.ndarray]]:
     """pooling -> word -> (L, D): each word alone (``[CLS] pieces [SEP]``); all-``[UNK]`` words are left out."""
     corpus = [[w] for w in words]
     occ = {w: [(i, 0)] for i, w in enumerate(words) if _known(tokenizer, w)}
     return aggregate_contexts(model, tokenizer, corpus, occ)
 
 
-def _known(tokenizer: Any, word: str) -> bool:
+def _known(tokenizer: PreTrainedTokenizerBase, word: str) -> bool:
     pieces = tokenizer(word, add_special_tokens=False)["input_ids"]
     return bool(pieces) and any(p != tokenizer.unk_token_id for p in pieces)
 
 
-def input_embeddings(model: Any, tokenizer: Any, words: Sequence[str]) -> dict[str, np.ndarray]:
+def input_embeddings(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, words: Sequence[str]
+) -> dict[str, np.ndarray]:
     """word -> (D,): the mean of its word pieces' input embeddings (no position or type embedding, no layer)."""
-    table = model.get_input_embeddings().weight.detach()
+    table = model.get_input_embeddings().get_parameter("weight").detach()
     out = {}
     for word in dict.fromkeys(words):
         text = word.replace("_", " ")

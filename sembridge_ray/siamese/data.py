@@ -53,7 +53,11 @@ def split_validation(pairs: Sequence[Pair], fraction: float, rng: np.random.Gene
 
 def read_sts_pool(sts_dir: Path, years: Sequence[int], limit: int = 0) -> list[Pair]:
     """Scored STS pairs of ``years`` with 0-5 scores mapped onto SICK's scale by 1 + 0.8·s."""
-    pairs = [Pair(p.pair_id, p.a, p.b, 1.0 + 0.8 * p.score) for f in sts_files(sts_dir, years) for p in read_sts(f)]
+    pairs = [
+        Pair(pair_id=p.pair_id, a=p.a, b=p.b, score=1.0 + 0.8 * p.score)
+        for f in sts_files(sts_dir, years)
+        for p in read_sts(f)
+    ]
     return list(require_pairs(f"the STS pool {list(years)} in {sts_dir}", pairs[: limit or None]))
 
 
@@ -70,7 +74,7 @@ def leak_guard(pool: Sequence[Pair], protected: Iterable[Pair]) -> tuple[list[Pa
     return kept, len(pool) - len(kept)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TokenPair:
     """A pair after tokenisation; augmented copies keep the source pair's score and get ``<id>~aug<pass>``."""
 
@@ -81,10 +85,10 @@ class TokenPair:
 
 
 def tokenize_pairs(pairs: Iterable[Pair]) -> list[TokenPair]:
-    return [TokenPair(p.pair_id, tuple(tokenize(p.a)), tuple(tokenize(p.b)), p.score) for p in pairs]
+    return [TokenPair(pair_id=p.pair_id, a=tuple(tokenize(p.a)), b=tuple(tokenize(p.b)), score=p.score) for p in pairs]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class EncodedPairs:
     """Padded id arrays: ``ids_a`` (N, Ta), ``len_a`` (N,), ``ids_b`` (N, Tb), ``len_b`` (N,), ``score`` (N,)."""
 
@@ -131,10 +135,10 @@ def encode_pairs(pairs: Sequence[TokenPair], vocab: Vocabulary) -> EncodedPairs:
     ids_a, len_a = pad([p.a for p in pairs])
     ids_b, len_b = pad([p.b for p in pairs])
     return EncodedPairs(
-        tuple(p.pair_id for p in pairs),
-        ids_a,
-        len_a,
-        ids_b,
-        len_b,
-        np.array([p.score for p in pairs], dtype=np.float64),
+        pair_ids=tuple(p.pair_id for p in pairs),
+        ids_a=ids_a,
+        len_a=len_a,
+        ids_b=ids_b,
+        len_b=len_b,
+        score=np.array([p.score for p in pairs], dtype=np.float64),
     )

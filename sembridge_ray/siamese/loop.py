@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from sembridge_ray.jobs.malstm import MalstmConfig, TrainConfig
+from sembridge_ray.siamese.config import PretrainConfig, TrainConfig
 from sembridge_ray.siamese.data import EncodedPairs
 from sembridge_ray.siamese.model import MaLSTM, to_score, to_target
 from sembridge_ray.siamese.prepare import Prepared
@@ -50,7 +50,7 @@ def mse(pred: np.ndarray, gold: np.ndarray) -> float:
     return float(np.mean((pred - gold) ** 2))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FitResult:
     """The best epoch (1-based; 0 = the starting weights) by the stopping metric, that epoch's validation MSE, and
     the stopping metric's curve."""
@@ -109,7 +109,13 @@ def fit(
         if since >= cfg.patience or not math.isfinite(loss):
             break
     _load(params, best_state)
-    return FitResult(best_epoch, best_mse, epoch, tuple(curve), time.perf_counter() - start)
+    return FitResult(
+        best_epoch=best_epoch,
+        best_val_mse=best_mse,
+        epochs_run=epoch,
+        val_curve=tuple(curve),
+        seconds=time.perf_counter() - start,
+    )
 
 
 def stopping_loss(pred: np.ndarray, gold: np.ndarray, metric: str) -> float:
@@ -169,7 +175,7 @@ def _swapped(params: list[torch.Tensor], weights: list[torch.Tensor] | None) -> 
         _load(params, saved)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RestartResult:
     """One restart: its best model's raw predictions on validation (N_val,) and test (N_test,), and how it got there."""
 
@@ -181,14 +187,21 @@ class RestartResult:
     train: FitResult
 
 
-def train_restart(data: Prepared, cfg: MalstmConfig, seed: int) -> RestartResult:
-    """Pretrain on STS (when ``data`` has it), then train on SICK from those weights; everything seeded by ``seed``."""
+def train_restart(data: Prepared, train: TrainConfig, pretrain: PretrainConfig, seed: int) -> RestartResult:
+    """Pretrain on STS (when ``data`` has it; ``pretrain``'s epochs and patience, ``train``'s optimiser), then train on
+    SICK from those weights; everything seeded by ``seed``."""
     generator = torch.Generator().manual_seed(seed)
-    t = cfg.train
-    model = MaLSTM(torch.tensor(data.embeddings), t.hidden, t.forget_bias, t.init_sigma, generator)
+    model = MaLSTM(torch.tensor(data.embeddings), train.hidden, train.forget_bias, train.init_sigma, generator)
     pre = None
     if data.sts_train is not None and data.sts_val is not None:
-        stage = replace(t, max_epochs=cfg.pretrain.max_epochs, patience=cfg.pretrain.patience)
+        stage = replace(train, max_epochs=pretrain.max_epochs, patience=pretrain.patience)
         pre = fit(model, data.sts_train, data.sts_val, stage, generator, stage=f"seed {seed} pretrain")
-    result = fit(model, data.train, data.val, t, generator, stage=f"seed {seed} train")
-    return RestartResult(seed, predict(model, data.val), predict(model, data.test), result.best_val_mse, pre, result)
+    result = fit(model, data.train, data.val, train, generator, stage=f"seed {seed} train")
+    return RestartResult(
+        seed=seed,
+        val_pred=predict(model, data.val),
+        test_pred=predict(model, data.test),
+        val_mse=result.best_val_mse,
+        pretrain=pre,
+        train=result,
+    )

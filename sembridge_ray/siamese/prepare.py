@@ -6,16 +6,14 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from sembridge_ray.data.sick import read_sick_split
 from sembridge_ray.errors import InputError
-from sembridge_ray.jobs.malstm import AugmentConfig, MalstmConfig
-from sembridge_ray.resources import SICK_DIR, STS_DIR
 from sembridge_ray.siamese import augment as aug
 from sembridge_ray.siamese import contextual as ctx
+from sembridge_ray.siamese.config import AugmentConfig, PretrainConfig, VectorConfig
 from sembridge_ray.siamese.data import (
     EncodedPairs,
     TokenPair,
@@ -29,6 +27,7 @@ from sembridge_ray.siamese.data import (
     tokenize_pairs,
     vocabulary,
 )
+from sembridge_ray.siamese.records import DataCounts, VectorBuild
 from sembridge_ray.siamese.retrofit import retrofit, thesaurus_neighbours
 from sembridge_ray.siamese.vectors import (
     MINILM_CONTEXT,
@@ -46,7 +45,7 @@ from sembridge_ray.siamese.vectors import (
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Prepared:
     """Encoded splits over one embedding matrix; ``sts_*`` are None without pretraining. ``counts`` go to the report."""
 
@@ -56,60 +55,73 @@ class Prepared:
     test: EncodedPairs
     sts_train: EncodedPairs | None
     sts_val: EncodedPairs | None
-    counts: dict[str, Any]
+    counts: DataCounts
 
 
-def prepare(cfg: MalstmConfig) -> Prepared:
-    sick_dir = Path(cfg.sick) if cfg.sick else SICK_DIR
-    sts_dir = Path(cfg.sts) if cfg.sts else STS_DIR
-    parse_source(cfg.vectors.source)  # a missing vectors file fails before anything slow
-    rng = np.random.default_rng(cfg.data_seed)
-    train_raw, val_raw = split_validation(read_sick_training(sick_dir, cfg.limit_train), cfg.val_fraction, rng)
+def prepare(
+    vectors: VectorConfig,
+    augment: AugmentConfig,
+    pretrain: PretrainConfig,
+    *,
+    sick_dir: Path,
+    sts_dir: Path,
+    limit_train: int,
+    val_fraction: float,
+    data_seed: int,
+) -> Prepared:
+    """Split the first ``limit_train`` SICK train+trial pairs (0 = all) into train and a seeded ``val_fraction``
+    for validation, read the leak-guarded STS pool when ``pretrain.enabled``, build the vectors and the augmented
+    pairs; ``data_seed`` seeds the splits, the augmentation draws and the OOV vectors."""
+    parse_source(vectors.source)  # a missing vectors file fails before anything slow
+    rng = np.random.default_rng(data_seed)
+    train_raw, val_raw = split_validation(read_sick_training(sick_dir, limit_train), val_fraction, rng)
     test_raw = list(require_pairs(f"SICK test in {sick_dir}", read_sick_split(sick_dir, "test")))
     train, val, test = tokenize_pairs(train_raw), tokenize_pairs(val_raw), tokenize_pairs(test_raw)
-    counts: dict[str, Any] = {"sick_train": len(train), "sick_validation": len(val), "sick_test": len(test)}
+    counts: DataCounts = {"sick_train": len(train), "sick_validation": len(val), "sick_test": len(test)}
     sts_train = sts_val = None
-    if cfg.pretrain.enabled:
-        pool = read_sts_pool(sts_dir, cfg.pretrain.years, cfg.pretrain.limit)
+    if pretrain.enabled:
+        pool = read_sts_pool(sts_dir, pretrain.years, pretrain.limit)
         kept, removed = leak_guard(pool, test_raw)
         sts_train_raw, sts_val_raw = split_validation(
-            require_pairs("the leak-guarded STS pool", kept), cfg.val_fraction, rng
+            require_pairs("the leak-guarded STS pool", kept), val_fraction, rng
         )
         sts_train, sts_val = tokenize_pairs(sts_train_raw), tokenize_pairs(sts_val_raw)
-        counts.update(
-            sts_pool=len(pool),
-            removed_by_leak_guard=removed,
-            pretrain_train=len(sts_train),
-            pretrain_validation=len(sts_val),
-        )
-    needs_thesaurus = cfg.augment.enabled or cfg.vectors.retrofit > 0
-    thesaurus, counts["thesaurus"] = load_thesaurus(cfg.augment, train) if needs_thesaurus else ({}, None)
-    candidates = (c for cands in thesaurus.values() for c in cands) if cfg.augment.enabled else ()
+        counts["sts_pool"], counts["removed_by_leak_guard"] = len(pool), removed
+        counts["pretrain_train"], counts["pretrain_validation"] = len(sts_train), len(sts_val)
+    needs_thesaurus = augment.enabled or vectors.retrofit > 0
+    thesaurus, counts["thesaurus"] = load_thesaurus(augment, train) if needs_thesaurus else ({}, None)
+    candidates = (c for cands in thesaurus.values() for c in cands) if augment.enabled else ()
     vocab = Vocabulary([*vocabulary(train, val, test, sts_train or [], sts_val or []).words, *candidates])
     start = time.perf_counter()
-    vectors, build = word_vectors(cfg, vocab.words, thesaurus, rng, sick_dir, sts_dir)
-    counts["vectors"] = {**build, "seconds": round(time.perf_counter() - start, 1)}
-    counts.update(oov_stats(vectors, vocab, train + val + test))
+    word_vecs, build = word_vectors(vectors, augment, vocab.words, thesaurus, rng, sick_dir, sts_dir)
+    build["seconds"] = round(time.perf_counter() - start, 1)
+    counts["vectors"] = build
+    counts["oov_rate"], counts["oov_type_rate"] = oov_stats(word_vecs, vocab, train + val + test)
     augmented: list[TokenPair] = []
-    if cfg.augment.enabled:
-        augmented, counts["augment_gate"] = augment_training(train, thesaurus, vectors, vocab.index, cfg.augment, rng)
+    if augment.enabled:
+        augmented, counts["augment_gate"] = augment_training(train, thesaurus, word_vecs, vocab.index, augment, rng)
     counts["augmented"] = len(augmented)
     log.info("data: %s", counts)
     sts = [encode_pairs(p, vocab) if p is not None else None for p in (sts_train, sts_val)]
     return Prepared(
-        vectors.matrix,
-        encode_pairs(train + augmented, vocab),
-        encode_pairs(val, vocab),
-        encode_pairs(test, vocab),
-        sts[0],
-        sts[1],
-        counts,
+        embeddings=word_vecs.matrix,
+        train=encode_pairs(train + augmented, vocab),
+        val=encode_pairs(val, vocab),
+        test=encode_pairs(test, vocab),
+        sts_train=sts[0],
+        sts_val=sts[1],
+        counts=counts,
     )
+
+
+def find_wordnet(cfg: AugmentConfig) -> object | None:
+    """WordNet through nltk (searching ``cfg.wordnet_dir`` too), unless the bundled thesaurus is demanded."""
+    return aug.load_wordnet(cfg.wordnet_dir) if cfg.thesaurus != "bundled" else None
 
 
 def load_thesaurus(cfg: AugmentConfig, train: list[TokenPair]) -> tuple[dict[str, list[str]], str]:
     """(word -> candidates, where they came from): WordNet when available (or demanded), else the bundled file."""
-    wordnet = aug.load_wordnet(cfg.wordnet_dir) if cfg.thesaurus != "bundled" else None
+    wordnet = find_wordnet(cfg)
     if wordnet is not None:
         return aug.build_thesaurus((t for p in train for t in (*p.a, *p.b)), wordnet), "wordnet-3.0"
     if cfg.thesaurus == "wordnet":
@@ -121,30 +133,33 @@ def load_thesaurus(cfg: AugmentConfig, train: list[TokenPair]) -> tuple[dict[str
 
 
 def word_vectors(
-    cfg: MalstmConfig,
+    vectors: VectorConfig,
+    augment: AugmentConfig,
     words: list[str],
     thesaurus: dict[str, list[str]],
     rng: np.random.Generator,
     sick_dir: Path,
     sts_dir: Path,
-) -> tuple[WordVectors, dict[str, Any]]:
+) -> tuple[WordVectors, VectorBuild]:
     """The embedding matrix of ``words`` from the configured source, retrofitted when asked, and the parameters it
     was built with (for the report)."""
-    v = cfg.vectors
-    found, build = lookup_vectors(cfg, words, sick_dir, sts_dir)
+    v = vectors
+    found, build = lookup_vectors(v, augment, words, sick_dir, sts_dir)
     if v.retrofit:
         found = retrofit_found(found, thesaurus, v.retrofit, v.normalize)
-        build.update(retrofit=v.retrofit, retrofit_lexicon=cfg.augment.thesaurus)
-    vectors = assemble_matrix(words, found, rng, v.oov_std, v.normalize, v.center, v.scale, source=v.source)
-    return vectors, build
+        build["retrofit"], build["retrofit_lexicon"] = v.retrofit, augment.thesaurus
+    table = assemble_matrix(words, found, rng, v.oov_std, v.normalize, v.center, v.scale, source=v.source)
+    return table, build
 
 
 def lookup_vectors(
-    cfg: MalstmConfig, words: list[str], sick_dir: Path, sts_dir: Path
-) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    v = cfg.vectors
+    vectors: VectorConfig, augment: AugmentConfig, words: list[str], sick_dir: Path, sts_dir: Path
+) -> tuple[dict[str, np.ndarray], VectorBuild]:
+    """word -> vector for the words of ``words`` the source knows, and how they were built; ``augment`` says where
+    WordNet (whose glosses join the contextual corpus) is looked for."""
+    v = vectors
     kind, path = parse_source(v.source)
-    build: dict[str, Any] = {"source": kind}
+    build: VectorBuild = {"source": kind}
     cache_dir = Path(v.cache_dir).expanduser()
     if path is not None:
         return read_word2vec(path, words), build
@@ -152,18 +167,17 @@ def lookup_vectors(
         return encode_input_embeddings(words), build
     if kind != MINILM_CONTEXT:
         return encode_minilm(words, cache_dir), build
-    wordnet = aug.load_wordnet(cfg.augment.wordnet_dir) if cfg.augment.thesaurus != "bundled" else None
+    wordnet = find_wordnet(augment)
     corpus = ctx.context_corpus(sick_dir, sts_dir, wordnet)
-    spec = ContextSpec(tuple(corpus), v.layer, v.pooling, v.contexts)
+    spec = ContextSpec(corpus=tuple(corpus), layer=v.layer, pooling=v.pooling, contexts=v.contexts)
     found, stats = encode_contextual(words, spec, cache_dir)
-    build.update(
-        layer=v.layer,
-        pooling=v.pooling,
-        contexts=v.contexts,
-        corpus_sentences=len(corpus),
-        corpus_digest=ctx.corpus_digest(corpus),
-        corpus_parts=["sick-train", "sick-trial", "sts-all-years"] + (["wordnet-3.0-glosses"] if wordnet else []),
-        **stats,
+    build["layer"], build["pooling"], build["contexts"] = v.layer, v.pooling, v.contexts
+    build["corpus_sentences"], build["corpus_digest"] = len(corpus), ctx.corpus_digest(corpus)
+    build["corpus_parts"] = ["sick-train", "sick-trial", "sts-all-years"] + (["wordnet-3.0-glosses"] if wordnet else [])
+    build["words"], build["seen_in_context"], build["built_now"] = (
+        stats["words"],
+        stats["seen_in_context"],
+        stats["built_now"],
     )
     return found, build
 
@@ -181,13 +195,13 @@ def retrofit_found(
     return dict(zip(words, fitted, strict=True))
 
 
-def oov_stats(vectors: WordVectors, vocab: Vocabulary, pairs: list[TokenPair]) -> dict[str, float]:
-    """Out-of-vocabulary rate over SICK's token occurrences (train, validation, test) and over its word types."""
+def oov_stats(vectors: WordVectors, vocab: Vocabulary, pairs: list[TokenPair]) -> tuple[float, float]:
+    """Out-of-vocabulary rates over SICK's token occurrences (train, validation, test) and over its word types."""
     tokens = [t for p in pairs for t in (*p.a, *p.b)]
     types = set(tokens)
     oov_tokens = sum(bool(vectors.oov[vocab.index[t]]) for t in tokens)
     oov_types = sum(bool(vectors.oov[vocab.index[t]]) for t in types)
-    return {"oov_rate": oov_tokens / max(1, len(tokens)), "oov_type_rate": oov_types / max(1, len(types))}
+    return oov_tokens / max(1, len(tokens)), oov_types / max(1, len(types))
 
 
 def augment_training(

@@ -6,15 +6,20 @@ from __future__ import annotations
 import csv
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 from scipy import stats
 
 from sembridge_ray.data.schema import CALIBRATED, GOLD, PAIR_ID, RAW
 from sembridge_ray.outputs import atomic_path, atomic_write_text
+from sembridge_ray.siamese.records import Metrics, Report, SplitMetrics
 
-PAPER = {
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+PAPER: dict[str, Metrics] = {
     "MaLSTM": {"pearson": 0.8822, "spearman": 0.8345, "mse": 0.2286},
     "Tree-LSTM": {"pearson": 0.8676},
     "ConvNet": {"pearson": 0.8686},
@@ -23,7 +28,7 @@ PAPER = {
 """Mueller & Thyagarajan (AAAI 2016), Table 1: SICK test."""
 
 
-def metrics(pred: np.ndarray, gold: np.ndarray) -> dict[str, float]:
+def metrics(pred: np.ndarray, gold: np.ndarray) -> Metrics:
     """pred (n,), gold (n,) -> Pearson r, Spearman ρ and MSE."""
     pred, gold = np.asarray(pred, dtype=np.float64), np.asarray(gold, dtype=np.float64)
     return {
@@ -53,12 +58,12 @@ def read_tsv(path: Path) -> tuple[list[str], dict[str, np.ndarray]]:
     }
 
 
-def split_metrics(columns: Mapping[str, np.ndarray]) -> dict[str, dict[str, float]]:
+def split_metrics(columns: Mapping[str, np.ndarray]) -> SplitMetrics:
     """{raw: metrics, calibrated: metrics (when the column is there)} against the gold column."""
     return {name: metrics(columns[name], columns[GOLD]) for name in (RAW, CALIBRATED) if name in columns}
 
 
-def mean_std(values: Sequence[float]) -> dict[str, float]:
+def mean_std(values: Sequence[float]) -> Metrics:
     arr = np.asarray(values, dtype=np.float64)
     return {"mean": float(arr.mean()), "std": float(arr.std(ddof=1)) if len(arr) > 1 else 0.0, "n": len(arr)}
 
@@ -74,7 +79,7 @@ def _row(name: str, m: Mapping[str, float]) -> str:
     return f"| {name} | {_fmt(m.get('pearson'))} | {_fmt(m.get('spearman'))} | {_fmt(m.get('mse'))} |"
 
 
-def render_markdown(report: Mapping[str, Any]) -> str:
+def render_markdown(report: Report) -> str:
     """report.md: this run's rows next to the paper's, then the data counts and the calibration."""
     lines = [
         "# MaLSTM on SICK 2014 (test, 4,927 pairs)",
@@ -95,12 +100,9 @@ def render_markdown(report: Mapping[str, Any]) -> str:
             + " | ".join(f"{_fmt(c['mean'])} ± {c['std']:.4f}" for c in cells)
             + " |"
         )
-    if report.get("ensemble"):
+    if ensemble := report.get("ensemble"):
         lines.append(
-            _row(
-                "mean of the restarts' predictions, calibrated (not the paper's method)",
-                report["ensemble"]["test"][CALIBRATED],
-            )
+            _row("mean of the restarts' predictions, calibrated (not the paper's method)", ensemble["test"][CALIBRATED])
         )
     lines += [
         "",
@@ -150,7 +152,7 @@ def plot_scatter(path: Path, gold: np.ndarray, columns: Mapping[str, np.ndarray]
     _save(fig, path)
 
 
-def _figure() -> tuple[Any, Any]:
+def _figure() -> tuple[Figure, Axes]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -159,7 +161,7 @@ def _figure() -> tuple[Any, Any]:
     return plt.subplots(figsize=(6, 5), dpi=110)
 
 
-def _save(fig: Any, path: Path) -> None:
+def _save(fig: Figure, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig.tight_layout()
@@ -168,5 +170,5 @@ def _save(fig: Any, path: Path) -> None:
     plt.close(fig)
 
 
-def write_markdown(path: Path, report: Mapping[str, Any]) -> None:
+def write_markdown(path: Path, report: Report) -> None:
     atomic_write_text(path, render_markdown(report))

@@ -7,29 +7,30 @@ import logging
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
+from statsmodels.nonparametric.kernel_regression import KernelReg
 
-from sembridge_ray.jobs.malstm import MalstmConfig
 from sembridge_ray.outputs import atomic_write_json
 from sembridge_ray.siamese import report as rep
 from sembridge_ray.siamese.calibration import calibrate, fit_calibrator, search_bandwidth
+from sembridge_ray.siamese.config import CalibrationConfig
 from sembridge_ray.siamese.loop import RestartResult
 from sembridge_ray.siamese.prepare import Prepared
+from sembridge_ray.siamese.records import CalibrationRecord, EnsembleRecord, Report, RestartRecord
 
 log = logging.getLogger(__name__)
 
 
 def calibrated(
-    cfg: MalstmConfig, val_pred: np.ndarray, val_gold: np.ndarray, *preds: np.ndarray
-) -> tuple[list[np.ndarray], dict[str, Any], Any]:
+    cfg: CalibrationConfig, val_pred: np.ndarray, val_gold: np.ndarray, *preds: np.ndarray
+) -> tuple[list[np.ndarray], CalibrationRecord, KernelReg | None]:
     """Fit the calibrator on validation only and apply it to ``preds``: (calibrated arrays, calibration record,
     fitted KernelReg or None). With calibration off, predictions pass through unchanged."""
-    if not cfg.calibration.enabled:
+    if not cfg.enabled:
         return list(preds), {"enabled": False, "bandwidth": None, "loo_mse": None, "n": len(val_pred)}, None
     start = time.perf_counter()
-    if cfg.calibration.bandwidth == "loo":
+    if cfg.bandwidth == "loo":
         bw = search_bandwidth(val_pred, val_gold)
         model = fit_calibrator(val_pred, val_gold, bw.h)
         h, loo, evaluations = bw.h, bw.loo_mse, bw.evaluations
@@ -37,19 +38,19 @@ def calibrated(
         model = fit_calibrator(val_pred, val_gold)
         h = float(abs(model.bw[0]))
         loo, evaluations = float(model.cv_loo(np.array([h]), model._est_loc_linear)), None
-    record = {
+    record: CalibrationRecord = {
         "enabled": True,
         "bandwidth": h,
         "loo_mse": loo,
         "n": len(val_pred),
-        "method": cfg.calibration.bandwidth,
+        "method": cfg.bandwidth,
         "evaluations": evaluations,
         "seconds": round(time.perf_counter() - start, 3),
     }
     return [calibrate(model, p) for p in preds], record, model
 
 
-def restart_record(r: RestartResult, data: Prepared, cfg: MalstmConfig) -> dict[str, Any]:
+def restart_record(r: RestartResult, data: Prepared, cfg: CalibrationConfig) -> RestartRecord:
     """One restart's line in report.json (its own calibration, fitted on its own validation predictions)."""
     (_val_cal, test_cal), cal, _ = calibrated(cfg, r.val_pred, data.val.score, r.val_pred, r.test_pred)
     return {
@@ -76,19 +77,24 @@ def restart_record(r: RestartResult, data: Prepared, cfg: MalstmConfig) -> dict[
 
 def write_results(
     out: Path,
-    cfg: MalstmConfig,
     data: Prepared,
     results: Sequence[RestartResult],
+    calibration: CalibrationConfig,
+    *,
+    source: str,
+    add_ensemble: bool,
     seconds: dict[str, float],
     started: float,
-) -> dict[str, Any]:
+) -> Report:
     """predictions.tsv, val_predictions.tsv, the plots, report.json and report.md; returns the report.
 
-    ``seconds`` holds the earlier stages' times; ``started`` (a ``time.perf_counter()``) dates the whole job.
+    ``source`` names the word vectors for the report; ``add_ensemble`` adds the mean of the restarts
+    (ensemble_predictions.tsv). ``seconds`` holds the earlier stages' times; ``started`` (a
+    ``time.perf_counter()``) dates the whole job.
     """
     best = min(results, key=lambda r: r.val_mse)
-    (val_cal, test_cal), calibration, model = calibrated(
-        cfg, best.val_pred, data.val.score, best.val_pred, best.test_pred
+    (val_cal, test_cal), record, model = calibrated(
+        calibration, best.val_pred, data.val.score, best.val_pred, best.test_pred
     )
     rep.write_tsv(out / "val_predictions.tsv", data.val.pair_ids, {rep.GOLD: data.val.score, rep.RAW: best.val_pred})
     rep.write_tsv(
@@ -100,27 +106,27 @@ def write_results(
     _, val_cols = rep.read_tsv(out / "val_predictions.tsv")
     validation = rep.split_metrics(val_cols)
     test = rep.split_metrics(test_cols)
-    if not cfg.calibration.enabled:
+    if not calibration.enabled:
         test.pop(rep.CALIBRATED)
     else:
         validation[rep.CALIBRATED] = rep.metrics(val_cal, data.val.score)
-    seeds = [restart_record(r, data, cfg) for r in results]
+    seeds = [restart_record(r, data, calibration) for r in results]
     summary = {
         f"test_{kind}_{m}": rep.mean_std([s["test"][kind][m] for s in seeds])
         for kind in test
         for m in ("pearson", "spearman", "mse")
     }
     summary["val_mse"] = rep.mean_std([s["val_mse"] for s in seeds])
-    report: dict[str, Any] = {
+    report: Report = {
         "test": test,
         "validation": validation,
-        "calibration": calibration,
-        "data": {**data.counts, "vectors": cfg.vectors.source},
-        "vectors": {"name": cfg.vectors.source, **data.counts.get("vectors", {})},
+        "calibration": record,
+        "data": {**data.counts, "vectors": source},
+        "vectors": {"name": source, **data.counts.get("vectors", {})},
         "best_seed": best.seed,
         "seeds": seeds,
         "seed_summary": summary,
-        "ensemble": ensemble(cfg, data, results, out) if cfg.ensemble else None,
+        "ensemble": ensemble(calibration, data, results, out) if add_ensemble else None,
         "paper": rep.PAPER,
         "seconds": seconds,
     }
@@ -138,7 +144,7 @@ def write_results(
     return report
 
 
-def ensemble(cfg: MalstmConfig, data: Prepared, results: Sequence[RestartResult], out: Path) -> dict[str, Any]:
+def ensemble(cfg: CalibrationConfig, data: Prepared, results: Sequence[RestartResult], out: Path) -> EnsembleRecord:
     """Not the paper's method: the mean of every restart's raw predictions, calibrated on validation like a single
     model; written to ensemble_predictions.tsv."""
     val = np.mean([r.val_pred for r in results], axis=0)

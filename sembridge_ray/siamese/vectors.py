@@ -25,6 +25,7 @@ from sembridge_ray import cache
 from sembridge_ray.bundled import minilm_dir
 from sembridge_ray.errors import InputError
 from sembridge_ray.siamese import contextual as ctx
+from sembridge_ray.siamese.records import ContextStats
 
 log = logging.getLogger(__name__)
 MINILM = "minilm"
@@ -36,7 +37,7 @@ _PART, _PART_FILE = "part-", "words.npz"  # a word-vector cache is a directory o
 _MAX_PARTS = 16  # beyond this many parts, a writer merges them into one
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WordVectors:
     """``matrix`` (V, D) float32 with row 0 = padding; ``oov`` (V,) bool marks the rows that were drawn at random."""
 
@@ -125,7 +126,7 @@ def encode_minilm(words: Sequence[str], cache_dir: Path, batch_size: int = 256) 
     return {w: v for w in words if (v := known[w]) is not None}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ContextSpec:
     """What determines aggregated contextual vectors besides the model: the corpus, the layer (0 = the embedding
     layer's output, 6 = MiniLM's last), the pooling of a word's pieces and the number of contexts per word."""
@@ -146,7 +147,9 @@ class ContextSpec:
         return cache_dir / f"context-{key}"
 
 
-def encode_contextual(words: Sequence[str], spec: ContextSpec, cache_dir: Path) -> tuple[dict[str, np.ndarray], dict]:
+def encode_contextual(
+    words: Sequence[str], spec: ContextSpec, cache_dir: Path
+) -> tuple[dict[str, np.ndarray], ContextStats]:
     """(word -> aggregated vector, build stats) for ``words`` (matched lower-cased), cached per word under the
     model, corpus, contexts, layer and pooling. One pass fills the caches of every layer up to ``spec.layer`` and
     every pooling, so choosing them on validation costs one pass at the deepest layer."""
@@ -305,4 +308,4 @@ def assemble_matrix(
     if normalize:
         matrix[known] *= scale / (np.linalg.norm(matrix[known], axis=1, keepdims=True) + 1e-12)
     matrix[oov] = rng.normal(0.0, oov_std, size=(int(oov.sum()), dim)).astype(np.float32)
-    return WordVectors(matrix, oov, source)
+    return WordVectors(matrix=matrix, oov=oov, source=source)

@@ -19,13 +19,14 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Literal, Required, TypedDict, cast
 
 import torch
 
 from sembridge_ray.outputs import atomic_write_text, sha256_file
+from sembridge_ray.sparse.loop import RngState, TrainState
 
 log = logging.getLogger(__name__)
 STATE, TRAIN_METRICS, PREFIX = "state.pt", "metrics.jsonl", "step_"
@@ -33,6 +34,41 @@ STATE, TRAIN_METRICS, PREFIX = "state.pt", "metrics.jsonl", "step_"
 # a run whose registry names a directory that is gone (CheckpointManagerInitializationError).
 REGISTRY = "checkpoint_manager_snapshot.json"
 DAMAGED = ".damaged-"
+
+
+class RegistryEntry(TypedDict):
+    """One reported checkpoint in Ray Train's registry (its other keys are kept as they are)."""
+
+    checkpoint_dir_name: str
+
+
+class Registry(TypedDict, total=False):
+    """The keys of Ray Train's registry (Ray 2.x) that this module reads and edits; the others are kept as they
+    are. Another layout fails with a KeyError or TypeError, which :func:`set_aside_damaged` catches."""
+
+    checkpoint_results: Required[list[RegistryEntry]]
+    checkpoint_report_indices: Required[list[int]]
+    latest_checkpoint_result: RegistryEntry | None
+    pending_training_results: list[RegistryEntry]
+    pending_validation_specs: list[object]
+    validated_checkpoint_dir_names: list[str]
+    timed_out_validation_checkpoint_dir_names: list[str]
+    failed_validation_checkpoint_dir_names: list[str]
+
+
+NAME_LISTS: tuple[
+    Literal[
+        "validated_checkpoint_dir_names",
+        "timed_out_validation_checkpoint_dir_names",
+        "failed_validation_checkpoint_dir_names",
+    ],
+    ...,
+] = (
+    "validated_checkpoint_dir_names",
+    "timed_out_validation_checkpoint_dir_names",
+    "failed_validation_checkpoint_dir_names",
+)
+"""The registry's lists of checkpoint directory names."""
 
 
 def checkpoint_name(step: int) -> str:
@@ -49,11 +85,12 @@ def write_part(
     directory: Path,
     rank: int,
     world: int,
-    rng: dict[str, Any],
-    state: dict[str, Any] | None = None,
+    rng: Mapping[str, object],
+    state: Mapping[str, object] | None = None,
     metrics_text: str | None = None,
 ) -> None:
-    """This rank's files in ``directory``, then its manifest (rank 0 also writes ``state`` and the metrics)."""
+    """This rank's files in ``directory``, then its manifest (rank 0 also writes ``state`` and the metrics).
+    ``rng`` is a :class:`~sembridge_ray.sparse.loop.RngState`, ``state`` a ``TrainState``; both are saved as given."""
     directory = Path(directory)
     files: dict[str, Callable[[Path], object]] = {f"rng-rank{rank}.pt": lambda p: torch.save(rng, p)}
     if state is not None:
@@ -150,42 +187,41 @@ def set_aside_damaged(run_dir: str | Path) -> list[Path]:
     return moved_paths
 
 
-def registered_names(snapshot: dict[str, Any]) -> list[str]:
+def registered_names(snapshot: Mapping[str, object]) -> list[str]:
     """The checkpoint directory names a Ray Train registry holds (reported, latest and pending validation)."""
-    entries = [*snapshot["checkpoint_results"], *snapshot.get("pending_training_results", [])]
-    if snapshot.get("latest_checkpoint_result") is not None:
-        entries.append(snapshot["latest_checkpoint_result"])
+    registry = cast(Registry, snapshot)  # Ray's layout, or a KeyError / TypeError
+    entries = [*registry["checkpoint_results"], *registry.get("pending_training_results", [])]
+    latest = registry.get("latest_checkpoint_result")
+    if latest is not None:
+        entries.append(latest)
     return sorted({str(entry["checkpoint_dir_name"]) for entry in entries})
 
 
-def without_checkpoints(snapshot: dict[str, Any], names: set[str]) -> dict[str, Any]:
+def without_checkpoints(snapshot: Mapping[str, object], names: set[str]) -> dict[str, object]:
     """A Ray Train registry without the checkpoints ``names``; the latest becomes the most recently reported of
     those left (None when none is), as Ray itself would have it had they never been reported."""
 
-    def kept(entry: dict[str, Any]) -> bool:
+    def kept(entry: RegistryEntry) -> bool:
         return entry["checkpoint_dir_name"] not in names
 
+    registry = cast(Registry, snapshot)  # Ray's layout, or a KeyError / TypeError
     out = dict(snapshot)
-    results = list(zip(snapshot["checkpoint_results"], snapshot["checkpoint_report_indices"], strict=True))
+    results = list(zip(registry["checkpoint_results"], registry["checkpoint_report_indices"], strict=True))
     results = [(entry, index) for entry, index in results if kept(entry)]
     out["checkpoint_results"] = [entry for entry, _ in results]
     out["checkpoint_report_indices"] = [index for _, index in results]
-    latest = snapshot.get("latest_checkpoint_result")
+    latest = registry.get("latest_checkpoint_result")
     if latest is not None and not kept(latest):
         out["latest_checkpoint_result"] = max(results, key=lambda pair: pair[1])[0] if results else None
     pending = zip(
-        snapshot.get("pending_training_results", []), snapshot.get("pending_validation_specs", []), strict=True
+        registry.get("pending_training_results", []), registry.get("pending_validation_specs", []), strict=True
     )
     pending_kept = [(entry, spec) for entry, spec in pending if kept(entry)]
     out["pending_training_results"] = [entry for entry, _ in pending_kept]
     out["pending_validation_specs"] = [spec for _, spec in pending_kept]
-    for key in (
-        "validated_checkpoint_dir_names",
-        "timed_out_validation_checkpoint_dir_names",
-        "failed_validation_checkpoint_dir_names",
-    ):
-        if key in snapshot:
-            out[key] = [name for name in snapshot[key] if name not in names]
+    for key in NAME_LISTS:
+        if key in registry:
+            out[key] = [name for name in registry[key] if name not in names]
     return out
 
 
@@ -202,7 +238,7 @@ def _set_aside(path: Path) -> Path:
     return target
 
 
-def load_part(directory: Path, rank: int) -> tuple[dict[str, Any], dict[str, Any] | None, list[dict[str, Any]]]:
+def load_part(directory: Path, rank: int) -> tuple[TrainState, RngState | None, list[dict[str, float]]]:
     """(model/optimiser/schedule state, this rank's RNG streams or None, the metrics so far) of a checkpoint."""
     directory = Path(directory)
     state = torch.load(directory / STATE, map_location="cpu", weights_only=True)

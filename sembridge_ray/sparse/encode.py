@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -19,6 +19,12 @@ import torch
 import torch.nn.functional as F
 
 from sembridge_ray.data.schema import ID, INDICES, SPARSE_SCHEMA, VALUES
+
+if TYPE_CHECKING:
+    from sentence_transformers import SparseEncoder
+    from transformers import PreTrainedModel
+
+    from sembridge_ray.sparse.pooling import Head
 
 
 def sparse_rows(emb: torch.Tensor, top_k: int | None = None) -> tuple[list[np.ndarray], list[np.ndarray]]:
@@ -47,7 +53,7 @@ ENCODER_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 POOL_BUDGET_BYTES = 256 << 20  # token logits held at once while pooling (fp32: ~2,100 tokens at V = 30,522)
 
 
-def fast_parts(model: Any, role: str | None) -> tuple[Any, Any, torch.nn.Linear] | None:
+def fast_parts(model: SparseEncoder, role: str | None) -> tuple[PreTrainedModel, Head, torch.nn.Linear] | None:
     """(MLM, head transform, vocabulary projection) of a plain SPLADE ``SparseEncoder`` (fill-mask Transformer +
     SpladePooling(max, relu), no Router, no prompt for ``role``, no ``max_active_dims``); else None."""
     from sentence_transformers.sparse_encoder.modules import SpladePooling
@@ -113,7 +119,7 @@ def autocast_for(device: torch.device, precision: str) -> contextlib.AbstractCon
 
 
 def encode_texts(
-    model: Any,
+    model: SparseEncoder,
     texts: Sequence[str],
     batch_size: int,
     role: str | None = None,

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NotRequired, TypedDict, TypeVar
 
 import torch
 
@@ -25,7 +25,30 @@ from sembridge_ray.sparse.losses import LossWeights, splade_objective
 from sembridge_ray.sparse.regularizers import quadratic_warmup
 
 Features = dict[str, torch.Tensor]
+Tokenize = Callable[..., Mapping[str, torch.Tensor]]
+"""A Hugging Face tokenizer, as called here: ``tokenizer(texts, padding=, truncation=, max_length=,
+return_tensors="pt")`` -> features."""
+T = TypeVar("T")
 DIVERGED_HINT = "lower optim.lr or optim.weight_decay, or check the model and the training data"
+
+
+class TrainState(TypedDict):
+    """What :func:`capture_state` returns and a checkpoint's ``state.pt`` holds."""
+
+    step: int
+    model: dict[str, torch.Tensor]
+    optimizer: dict[str, Any]
+    """``Optimizer.state_dict()``, as torch types it (nested per-parameter state and hyper-parameters)."""
+    scheduler: dict[str, Any]
+    """``LRScheduler.state_dict()``, likewise."""
+
+
+class RngState(TypedDict):
+    """One process's torch RNG streams (:func:`rng_state`)."""
+
+    cpu: torch.Tensor
+    cuda: NotRequired[list[torch.Tensor]]
+    """Every visible GPU's, where CUDA is available."""
 
 
 @dataclass(frozen=True)
@@ -36,7 +59,7 @@ class PairBatch:
     docs: list[Features]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LoopPlan:
     """What the loop needs to know beyond the model and the data."""
 
@@ -49,15 +72,15 @@ class LoopPlan:
 
 
 def tokenize_pairs(
-    rows: Mapping[str, Sequence[str]],
-    tokenizer: Any,
+    rows: Mapping[str, Sequence[object]],
+    tokenizer: Tokenize,
     max_query_length: int,
     max_doc_length: int,
     device: str | torch.device = "cpu",
 ) -> PairBatch:
-    """Columns ``query``, ``positive``, ``negative_1..k`` (equal-length string sequences) -> a PairBatch."""
+    """Columns ``query``, ``positive``, ``negative_1..k`` (equal-length sequences of texts) -> a PairBatch."""
 
-    def encode(texts: Sequence[str], max_length: int) -> Features:
+    def encode(texts: Sequence[object], max_length: int) -> Features:
         enc = tokenizer(
             [str(t) for t in texts], padding=True, truncation=True, max_length=max_length, return_tensors="pt"
         )
@@ -68,7 +91,7 @@ def tokenize_pairs(
     return PairBatch(encode(rows[QUERY], max_query_length), docs)
 
 
-def worker_rows(rows: Mapping[str, Sequence[Any]], rank: int, world: int) -> dict[str, Sequence[Any]]:
+def worker_rows(rows: Mapping[str, Sequence[T]], rank: int, world: int) -> dict[str, Sequence[T]]:
     """Rows [rank · b, (rank + 1) · b) of a global batch of world · b rows: this worker's share."""
     size = len(next(iter(rows.values())))
     if size % world:
@@ -78,8 +101,8 @@ def worker_rows(rows: Mapping[str, Sequence[Any]], rank: int, world: int) -> dic
 
 
 def pair_batches(
-    raw: Iterable[Mapping[str, Sequence[Any]]],
-    tokenizer: Any,
+    raw: Iterable[Mapping[str, Sequence[object]]],
+    tokenizer: Tokenize,
     max_query_length: int,
     max_doc_length: int,
     *,
@@ -119,7 +142,9 @@ def build_optimizer(
 
 def step_weights(step: int, plan: LoopPlan) -> LossWeights:
     warm = quadratic_warmup(step, plan.total_steps, plan.loss.flops_warmup)
-    return LossWeights(plan.loss.lambda_q * warm, plan.loss.lambda_d * warm, plan.loss.anti_collapse)
+    return LossWeights(
+        lambda_q=plan.loss.lambda_q * warm, lambda_d=plan.loss.lambda_d * warm, anti_collapse=plan.loss.anti_collapse
+    )
 
 
 def train(
@@ -196,7 +221,7 @@ def _full_precision(tensor: torch.Tensor) -> torch.Tensor:
 
 def capture_state(
     model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: torch.optim.lr_scheduler.LRScheduler, step: int
-) -> dict[str, Any]:
+) -> TrainState:
     """Everything but the data position and the RNG that a resume needs (tensors are references, not copies)."""
     return {
         "step": step,
@@ -207,7 +232,7 @@ def capture_state(
 
 
 def restore_state(
-    state: Mapping[str, Any],
+    state: TrainState,
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
     scheduler: torch.optim.lr_scheduler.LRScheduler,
@@ -219,15 +244,15 @@ def restore_state(
     return int(state["step"])
 
 
-def rng_state() -> dict[str, Any]:
+def rng_state() -> RngState:
     """This process's torch RNG streams (dropout): each worker saves and restores its own."""
-    state: dict[str, Any] = {"cpu": torch.get_rng_state()}
+    state: RngState = {"cpu": torch.get_rng_state()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
 
 
-def set_rng_state(state: Mapping[str, Any]) -> None:
+def set_rng_state(state: RngState) -> None:
     torch.set_rng_state(state["cpu"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])

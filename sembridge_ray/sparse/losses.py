@@ -32,7 +32,7 @@ def infonce(queries: torch.Tensor, docs: Sequence[torch.Tensor], offset: int = 0
     return F.cross_entropy(scores, labels)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LossWeights:
     """The weights of one step (after the warm-up schedule)."""
 

@@ -8,13 +8,22 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
-from transformers import AutoModelForMaskedLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import (
+    AutoModelForMaskedLM,
+    AutoTokenizer,
+    PretrainedConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
 
 from sembridge_ray.errors import InputError
 from sembridge_ray.sparse.pooling import Head, slice_tokens, splade_max_pool, splade_pool, splade_pool_chunked
+
+if TYPE_CHECKING:
+    from sentence_transformers import SparseEncoder
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +91,9 @@ def read_pooling(model_dir: str | Path) -> dict[str, str]:
     return dict(MAX_RELU)
 
 
-def build_sparse_encoder(mlm_dir: Path, device: str = "cpu", serving: Serving | None = None, **kwargs: Any) -> Any:
+def build_sparse_encoder(
+    mlm_dir: Path, device: str = "cpu", serving: Serving | None = None, **kwargs: object
+) -> SparseEncoder:
     """A ``SparseEncoder`` = fill-mask Transformer over ``mlm_dir`` + SpladePooling (``serving.pooling``, by
     default max over tokens of log(1 + relu)) whose dimension is the vocabulary's from the start, encoding queries
     and documents at ``serving``'s lengths."""
@@ -194,7 +205,7 @@ def mlm_embeddings(model: PreTrainedModel) -> tuple[torch.Tensor, torch.Tensor |
     return inp, out, bias
 
 
-def load_sparse_encoder(path: str, device: str = "cpu", max_length: int | None = None) -> Any:
+def load_sparse_encoder(path: str, device: str = "cpu", max_length: int | None = None) -> SparseEncoder:
     """Load a SparseEncoder directory (or hub id) for inference; failure names the path."""
     from sentence_transformers import SparseEncoder
 
@@ -321,7 +332,7 @@ def check_mlm(name: str, trust_remote_code: bool = False) -> None:
             raise InputError(f"model {name!r} is not a sparse encoder: {problem}")
 
 
-def sparse_encoder_problem(path: Path, config: Any, trust_remote_code: bool = False) -> str | None:
+def sparse_encoder_problem(path: Path, config: PretrainedConfig, trust_remote_code: bool = False) -> str | None:
     """What keeps the directory ``path`` from being a SPLADE-style sparse encoder, in a few words, or None.
 
     A sentence-transformers directory must have a sparse module (SpladePooling, …) rather than dense pooling; its
@@ -341,7 +352,8 @@ def sparse_encoder_problem(path: Path, config: Any, trust_remote_code: bool = Fa
     return None
 
 
-def _modules(path: Path) -> list[dict[str, Any]]:
+def _modules(path: Path) -> list[dict[str, object]]:
+    """The entries of a sentence-transformers ``modules.json`` (none when it is missing or not a list)."""
     try:
         modules = json.loads((path / "modules.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -370,7 +382,7 @@ def _weight_names(path: Path) -> set[str] | None:
     return names
 
 
-def _mlm_head_prefix(config: Any, trust_remote_code: bool) -> str | None:
+def _mlm_head_prefix(config: PretrainedConfig, trust_remote_code: bool) -> str | None:
     """The attribute name of the masked-LM head of ``config``'s architecture (built on the meta device)."""
     try:
         with torch.device("meta"):

@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -68,7 +69,7 @@ class SimCluster:
     def address(self) -> str:
         return self.cluster.address
 
-    def add(self) -> object:
+    def add(self) -> Any:
         node = self.cluster.add_node(num_cpus=1, object_store_memory=200 * 1024 * 1024)
         self.cluster.wait_for_nodes()
         return node

@@ -125,9 +125,9 @@ def test_rerun_skips_and_rescoring_reuses_the_cache(first_run: tuple[EvaluateCon
     assert again.skipped and again.metrics == metrics
     assert (Path(cfg.output) / SUCCESS).stat().st_mtime_ns == stamp
     other = EvaluateConfig.from_dict(cfg.to_dict() | {"output": cfg.output + "-k20", "top_k": 20, "shard_size": 0})
-    again = run_evaluate(other).metrics
-    assert again["cache"] == {"docs": True, "queries": True}
-    assert again["nDCG@10"] == pytest.approx(metrics["nDCG@10"], abs=1e-12)  # top-20 holds the top-10
+    rescored = run_evaluate(other).metrics
+    assert rescored["cache"] == {"docs": True, "queries": True}
+    assert rescored["nDCG@10"] == pytest.approx(metrics["nDCG@10"], abs=1e-12)  # top-20 holds the top-10
 
 
 def _artefacts(out: Path) -> dict[str, object]:

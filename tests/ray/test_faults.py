@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -108,7 +109,7 @@ def undisturbed(ray_cluster, fixtures_root: Path, sick_beir: Path, tmp_path_fact
     return out
 
 
-def _ft_cfg(fixtures_root: Path, sick_beir: Path, out: Path, **kw: object) -> FinetuneConfig:
+def _ft_cfg(fixtures_root: Path, sick_beir: Path, out: Path, **kw: Any) -> FinetuneConfig:
     return FinetuneConfig(
         model=str(fixtures_root / "bert-mlm"),
         train=str(sick_beir),
@@ -119,7 +120,7 @@ def _ft_cfg(fixtures_root: Path, sick_beir: Path, out: Path, **kw: object) -> Fi
         log_every=1,
         optim=OptimConfig(batch_size=8, max_steps=10, lr=1e-4),
         **kw,
-    )  # type: ignore[arg-type]
+    )
 
 
 def test_a_killed_train_worker_costs_at_most_checkpoint_every_steps(

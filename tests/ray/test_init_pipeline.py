@@ -13,7 +13,8 @@ from safetensors.torch import load_file
 from jobs import init_embeddings
 from sembridge_ray.distributed import cluster
 from sembridge_ray.distributed.init import run_init
-from sembridge_ray.embed_init.pipeline import initialise
+from sembridge_ray.distributed.init_job import initialise
+from sembridge_ray.embed_init.config import MethodName
 from sembridge_ray.jobs.init import InitConfig
 from sembridge_ray.placement import ResourceConfig
 
@@ -22,7 +23,7 @@ from sembridge_ray.placement import ResourceConfig
     ("src", "tgt", "method"), [("roberta-mlm", "tok-unigram", "sembridge"), ("bert-mlm", "tok-bytebpe", "focus")]
 )
 def test_ray_pipeline_equals_in_process_bit_for_bit(
-    ray_cluster: cluster.ClusterInfo, fixtures_root: Path, tmp_path: Path, src: str, tgt: str, method: str
+    ray_cluster: cluster.ClusterInfo, fixtures_root: Path, tmp_path: Path, src: str, tgt: str, method: MethodName
 ) -> None:
     cfg = InitConfig(
         source_model=str(fixtures_root / src),

@@ -12,7 +12,7 @@ from sembridge_ray.bench.peers import paper_rates
 
 
 def test_rates_are_converted_to_the_papers_lengths_in_proportion_to_tokens() -> None:
-    lines = [
+    lines: list[dict[str, object]] = [
         {
             "comparison": "train_step",
             "case": {"query_length": 64, "doc_length": 128},

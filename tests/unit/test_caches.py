@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from sembridge_ray import cache
+from sembridge_ray.data import pairs as pairs_module
 from sembridge_ray.data import stream
 from sembridge_ray.data.schema import POSITIVE, QUERY
 from sembridge_ray.embed_init.bridge import BRIDGE_FILE, cached_vectors
@@ -48,13 +49,15 @@ def truncate(path: Path) -> None:
 DAMAGE = {"flipped": flip, "truncated": truncate}
 
 
-def counted(fn: Callable[..., Any]) -> Callable[..., Any]:
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        wrapper.calls += 1  # type: ignore[attr-defined]
-        return fn(*args, **kwargs)
+class counted:
+    """``fn``, counting its calls."""
 
-    wrapper.calls = 0  # type: ignore[attr-defined]
-    return wrapper
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn, self.calls = fn, 0
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls += 1
+        return self.fn(*args, **kwargs)
 
 
 def one_warning(caplog: pytest.LogCaptureFixture, file: Path) -> str:
@@ -351,7 +354,8 @@ def test_two_runs_adding_words_at_once_lose_none(tmp_path: Path) -> None:
     (before0, _), (before1, _) = _race(cache_writers.word_vector_writer, str(path))
     assert before0 == before1 == ["shared"]  # both read before either wrote
     got = word_vectors._read_cache(path)
-    assert sorted(got) == ["shared", "word0", "word1"] and got["word1"].tolist() == [1.0] * 4
+    word1 = got["word1"]
+    assert sorted(got) == ["shared", "word0", "word1"] and word1 is not None and word1.tolist() == [1.0] * 4
     assert not leftovers(tmp_path)
 
 
@@ -366,7 +370,14 @@ def pairs_file(tmp_path: Path) -> Path:
 
 
 def _request(pairs: Path, **changes: Any) -> stream.StreamInfo:
-    settings = {"split": "train", "hard_negatives": 0, "batch_size": 4, "epochs": 2, "max_steps": 3, "seed": 7}
+    settings: dict[str, Any] = {
+        "split": "train",
+        "hard_negatives": 0,
+        "batch_size": 4,
+        "epochs": 2,
+        "max_steps": 3,
+        "seed": 7,
+    }
     return stream.StreamInfo(spec=str(pairs), **(settings | changes))
 
 
@@ -380,7 +391,7 @@ def test_training_stream_damage_is_detected_and_rebuilt(
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    pairs = counted(stream.training_pairs)
+    pairs = counted(pairs_module.training_pairs)
     monkeypatch.setattr(stream, "training_pairs", pairs)
     expected = stream.training_stream(pq.read_table(pairs_file), batch_size=4, steps=3, seed=7)
     path, info = stream.materialise_stream(_request(pairs_file), tmp_path / "data")

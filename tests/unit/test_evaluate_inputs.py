@@ -86,7 +86,8 @@ def test_flags_map_onto_the_config() -> None:
         job="evaluate",
     )
     assert (cfg.top_k, cfg.resources.workers, cfg.shard_size, cfg.doc_top_k, cfg.split) == (50, 3, 1000, 128, "test")
-    assert load_preset_file(PRESET_DIR / "evaluate_smoke.yaml").model == "minilm-splade"
+    smoke = load_preset_file(PRESET_DIR / "evaluate_smoke.yaml")
+    assert isinstance(smoke, EvaluateConfig) and smoke.model == "minilm-splade"
 
 
 def test_no_judged_query_with_text_is_refused(tmp_path: Path, model: Path, capsys: pytest.CaptureFixture[str]) -> None:

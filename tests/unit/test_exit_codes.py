@@ -138,7 +138,12 @@ def test_the_previous_handler_is_back_after_a_job_that_was_not_terminated(sigter
 
     signal.signal(signal.SIGTERM, mine)
     seen = []
-    assert cli.run_job(lambda: seen.append(signal.getsignal(signal.SIGTERM)) or 0) == 0
+
+    def job() -> int:
+        seen.append(signal.getsignal(signal.SIGTERM))
+        return 0
+
+    assert cli.run_job(job) == 0
     assert seen[0] is not mine and signal.getsignal(signal.SIGTERM) is mine
 
 

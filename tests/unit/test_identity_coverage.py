@@ -90,7 +90,7 @@ def test_every_key_of_a_job_is_in_its_identity_or_documented_as_not_shaping_it(j
     assert [e for e in documented if not any(k == e or k.startswith(e + ".") for k in keys)] == []
     variants: list[Config] = [cls()]
     if cls is InitConfig:  # some keys matter only to some methods, or with position-aware bridging
-        variants = [InitConfig(method=m, position_aware=True) for m in METHOD_NAMES]
+        variants = [InitConfig.from_dict({"method": m, "position_aware": True}) for m in METHOD_NAMES]
     shaping = {k for cfg in variants for k in cfg.identity_settings()}
     recorded = cls.IDENTITY_NAMES  # renamed keys keep the names identities were recorded under
     missing = [k for k in keys if recorded.get(k, k) not in shaping and not exempt(k, documented)]

@@ -24,7 +24,7 @@ def similarity(word: str, candidate: str) -> float:
 
 
 def pair(pid: str, a: str, b: str, score: float = 4.0) -> TokenPair:
-    return TokenPair(pid, tuple(a.split()), tuple(b.split()), score)
+    return TokenPair(pair_id=pid, a=tuple(a.split()), b=tuple(b.split()), score=score)
 
 
 def run(pairs: list[TokenPair], gate: float = 0.6, passes: int = 10, seed: int = 0) -> list[TokenPair]:

@@ -34,18 +34,18 @@ def test_tokenize_splits_whitespace_and_punctuation_and_keeps_case() -> None:
 
 
 def test_leak_guard_drops_test_pairs_in_either_order_after_normalising() -> None:
-    test = [Pair("1", "A man is playing a guitar", "A woman is slicing an onion", 3.0)]
+    test = [Pair(pair_id="1", a="A man is playing a guitar", b="A woman is slicing an onion", score=3.0)]
     pool = [
-        Pair("s:1", "a woman is slicing an onion.", "A man is  playing a guitar .", 4.0),  # swapped
-        Pair("s:2", "A man is playing a guitar.", "A woman is slicing an onion", 4.0),  # same order
-        Pair("s:3", "A man is playing a guitar.", "A woman is slicing a tomato", 2.0),
+        Pair(pair_id="s:1", a="a woman is slicing an onion.", b="A man is  playing a guitar .", score=4.0),  # swapped
+        Pair(pair_id="s:2", a="A man is playing a guitar.", b="A woman is slicing an onion", score=4.0),  # same order
+        Pair(pair_id="s:3", a="A man is playing a guitar.", b="A woman is slicing a tomato", score=2.0),
     ]  # not the pair
     kept, removed = leak_guard(pool, test)
     assert removed == 2 and [p.pair_id for p in kept] == ["s:3"]
 
 
 def test_validation_split_is_seeded_disjoint_and_sized() -> None:
-    pairs = [Pair(str(i), "a", "b", 1.0) for i in range(100)]
+    pairs = [Pair(pair_id=str(i), a="a", b="b", score=1.0) for i in range(100)]
     train, val = split_validation(pairs, 0.3, np.random.default_rng(0))
     again = split_validation(pairs, 0.3, np.random.default_rng(0))
     assert (len(train), len(val)) == (70, 30) and (train, val) == again
@@ -62,7 +62,7 @@ def test_sts_pool_maps_scores_onto_one_to_five() -> None:
 
 
 def test_encoded_pairs_are_padded_id_arrays() -> None:
-    pairs = tokenize_pairs([Pair("1", "A man", "A man is here", 2.0)])
+    pairs = tokenize_pairs([Pair(pair_id="1", a="A man", b="A man is here", score=2.0)])
     vocab = vocabulary(pairs)
     enc = encode_pairs(pairs, vocab)
     assert enc.ids_a.tolist() == [[1, 2]] and enc.ids_b.tolist() == [[1, 2, 3, 4]]

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from sembridge_ray.data.sick import Pair
-from sembridge_ray.jobs.malstm import TrainConfig
-from sembridge_ray.siamese.data import encode_pairs, tokenize_pairs, vocabulary
+from sembridge_ray.siamese.config import TrainConfig
+from sembridge_ray.siamese.data import EncodedPairs, encode_pairs, tokenize_pairs, vocabulary
 from sembridge_ray.siamese.loop import fit, predict
 from sembridge_ray.siamese.model import MaLSTM
 
@@ -22,11 +22,11 @@ def _pairs(n: int, seed: int) -> list[Pair]:
     for i in range(n):
         a = rng.choice(WORDS, 4, replace=False)
         b = np.concatenate([a[: rng.integers(0, 5)], rng.choice(WORDS, 4, replace=False)])[:4]
-        out.append(Pair(str(i), " ".join(a), " ".join(b), 1 + 4 * len(set(a) & set(b)) / 4))
+        out.append(Pair(pair_id=str(i), a=" ".join(a), b=" ".join(b), score=1 + 4 * len(set(a) & set(b)) / 4))
     return out
 
 
-def _setup(seed: int = 0) -> tuple[MaLSTM, object, object]:
+def _setup(seed: int = 0) -> tuple[MaLSTM, EncodedPairs, EncodedPairs]:
     train, val = tokenize_pairs(_pairs(96, 1)), tokenize_pairs(_pairs(48, 2))
     vocab = vocabulary(train, val)
     emb = torch.randn(len(vocab), 6, generator=torch.Generator().manual_seed(0))

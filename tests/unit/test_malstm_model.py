@@ -50,10 +50,11 @@ def test_the_representation_is_the_hidden_state_at_the_true_last_token() -> None
 
 def test_authors_initialisation_small_normal_weights_and_forget_bias() -> None:
     model = _model()
-    bias = model.lstm.bias_ih_l0 + model.lstm.bias_hh_l0
+    weight = model.lstm.get_parameter  # the LSTM's parameters by name (attribute access is untyped in torch)
+    bias = weight("bias_ih_l0") + weight("bias_hh_l0")
     assert torch.all(bias[5:10] == 1.5) and bias[:5].abs().max() <= 0.5 and bias[10:].abs().max() <= 0.5
-    assert abs(model.lstm.weight_hh_l0.std().item() - 0.2 / 5**0.5) < 0.03  # H = 5
-    assert abs(model.lstm.weight_ih_l0.std().item() - 0.2 / 40**0.25) < 0.03  # H·D = 5·8
+    assert abs(weight("weight_hh_l0").std().item() - 0.2 / 5**0.5) < 0.03  # H = 5
+    assert abs(weight("weight_ih_l0").std().item() - 0.2 / 40**0.25) < 0.03  # H·D = 5·8
     assert not model.embed.weight.requires_grad
 
 

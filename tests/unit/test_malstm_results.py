@@ -14,6 +14,7 @@ from sembridge_ray.jobs.malstm import MalstmConfig
 from sembridge_ray.siamese.data import EncodedPairs
 from sembridge_ray.siamese.loop import FitResult, RestartResult
 from sembridge_ray.siamese.prepare import Prepared
+from sembridge_ray.siamese.records import Report
 from sembridge_ray.siamese.report import metrics, read_tsv
 from sembridge_ray.siamese.results import write_results
 
@@ -22,7 +23,12 @@ def _pairs(n: int, rng: np.random.Generator, prefix: str) -> EncodedPairs:
     ids = np.ones((n, 1), dtype=np.int64)
     lengths = np.ones(n, dtype=np.int64)
     return EncodedPairs(
-        tuple(f"{prefix}{i}" for i in range(n)), ids, lengths, ids, lengths, np.round(rng.uniform(1, 5, n), 1)
+        pair_ids=tuple(f"{prefix}{i}" for i in range(n)),
+        ids_a=ids,
+        len_a=lengths,
+        ids_b=ids,
+        len_b=lengths,
+        score=np.round(rng.uniform(1, 5, n), 1),
     )
 
 
@@ -38,27 +44,36 @@ def _restart(seed: int, data: Prepared, noise: float, rng: np.random.Generator) 
         val_curve=(1.0,),
         seconds=0.1,
     )
-    return RestartResult(seed, val, test, fit.best_val_mse, None, fit)
+    return RestartResult(seed=seed, val_pred=val, test_pred=test, val_mse=fit.best_val_mse, pretrain=None, train=fit)
 
 
 @pytest.fixture
 def data() -> Prepared:
     rng = np.random.default_rng(0)
     return Prepared(
-        np.zeros((2, 3), np.float32),
-        _pairs(20, rng, "t"),
-        _pairs(120, rng, "v"),
-        _pairs(300, rng, "x"),
-        None,
-        None,
-        {"sick_train": 20, "sick_validation": 120, "sick_test": 300, "augmented": 0},
+        embeddings=np.zeros((2, 3), np.float32),
+        train=_pairs(20, rng, "t"),
+        val=_pairs(120, rng, "v"),
+        test=_pairs(300, rng, "x"),
+        sts_train=None,
+        sts_val=None,
+        counts={"sick_train": 20, "sick_validation": 120, "sick_test": 300, "augmented": 0},
     )
 
 
-def _run(tmp_path: Path, data: Prepared, cfg: MalstmConfig) -> dict:  # type: ignore[type-arg]
+def _run(tmp_path: Path, data: Prepared, cfg: MalstmConfig) -> Report:
     rng = np.random.default_rng(1)
     results = [_restart(seed, data, noise, rng) for seed, noise in ((0, 0.9), (1, 0.3), (2, 0.6))]
-    return write_results(tmp_path, cfg, data, results, {"prepare": 0.0}, time.perf_counter())
+    return write_results(
+        tmp_path,
+        data,
+        results,
+        cfg.calibration,
+        source=cfg.vectors.source,
+        add_ensemble=cfg.ensemble,
+        seconds={"prepare": 0.0},
+        started=time.perf_counter(),
+    )
 
 
 def test_best_restart_by_validation_mse_and_exact_recomputation(tmp_path: Path, data: Prepared) -> None:
@@ -69,7 +84,8 @@ def test_best_restart_by_validation_mse_and_exact_recomputation(tmp_path: Path, 
     assert json.loads((tmp_path / "report.json").read_text())["test"] == report["test"]
     assert report["seed_summary"]["test_calibrated_pearson"]["n"] == 3
     ens = read_tsv(tmp_path / "ensemble_predictions.tsv")[1]
-    assert report["ensemble"]["test"][CALIBRATED] == metrics(ens[CALIBRATED], ens[GOLD])
+    ensemble = report["ensemble"]
+    assert ensemble is not None and ensemble["test"][CALIBRATED] == metrics(ens[CALIBRATED], ens[GOLD])
     assert {"report.md", "calibration.png", "scatter.png", "val_predictions.tsv"} <= {
         p.name for p in tmp_path.iterdir()
     }

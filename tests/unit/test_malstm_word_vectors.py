@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import torch
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
-from transformers import BertConfig, BertModel, BertTokenizerFast
+from transformers import BertConfig, BertModel, BertTokenizer
 
-from sembridge_ray.jobs.malstm import AugmentConfig, MalstmConfig, VectorConfig
 from sembridge_ray.siamese import contextual as ctx
 from sembridge_ray.siamese import vectors
+from sembridge_ray.siamese.config import AugmentConfig, VectorConfig
 from sembridge_ray.siamese.prepare import lookup_vectors
 from sembridge_ray.siamese.retrofit import retrofit, thesaurus_neighbours
 from sembridge_ray.testing import BERT_SPECIALS, TINY
@@ -30,9 +30,9 @@ def test_retrofit_matches_the_hand_computed_two_word_update() -> None:
     # a = (2 q̂a + q̂b) / 3 = (2/3, 1/3). A third word with no neighbour keeps its vector.
     q = np.array([[1.0, 0.0], [0.0, 1.0], [3.0, 4.0]])
     links = [[1], [0], []]
-    np.testing.assert_allclose(retrofit(q, links, 1), [[0.5, 0.5], [0.5, 0.5], [3, 4]], atol=1e-7)
-    np.testing.assert_allclose(retrofit(q, links, 2), [[0.75, 0.25], [0.25, 0.75], [3, 4]], atol=1e-7)
-    np.testing.assert_allclose(retrofit(q, links, 60), [[2 / 3, 1 / 3], [1 / 3, 2 / 3], [3, 4]], atol=1e-6)
+    np.testing.assert_allclose(retrofit(q, links, 1), [[0.5, 0.5], [0.5, 0.5], [3.0, 4.0]], atol=1e-7)
+    np.testing.assert_allclose(retrofit(q, links, 2), [[0.75, 0.25], [0.25, 0.75], [3.0, 4.0]], atol=1e-7)
+    np.testing.assert_allclose(retrofit(q, links, 60), [[2 / 3, 1 / 3], [1 / 3, 2 / 3], [3.0, 4.0]], atol=1e-6)
     np.testing.assert_array_equal(retrofit(q, links, 0), q)
 
 
@@ -57,7 +57,7 @@ def tiny_minilm(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tok.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]", special_tokens=[("[CLS]", PIECES.index("[CLS]")), ("[SEP]", PIECES.index("[SEP]"))]
     )
-    tokenizer = BertTokenizerFast(tokenizer_object=tok, do_lower_case=True, model_max_length=128)
+    tokenizer = BertTokenizer(tokenizer_object=tok, do_lower_case=True, model_max_length=128)
     torch.manual_seed(0)
     config = BertConfig(vocab_size=len(PIECES), max_position_embeddings=64, **{**TINY, "num_hidden_layers": 2})
     out = tmp_path_factory.mktemp("tiny-minilm")
@@ -66,11 +66,11 @@ def tiny_minilm(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def _load(path: Path) -> tuple[BertModel, BertTokenizerFast]:
-    return BertModel.from_pretrained(path).eval(), BertTokenizerFast.from_pretrained(path)
+def _load(path: Path) -> tuple[BertModel, BertTokenizer]:
+    return BertModel.from_pretrained(path).eval(), BertTokenizer.from_pretrained(path)
 
 
-def _hidden(model: BertModel, tokenizer: BertTokenizerFast, text: str) -> torch.Tensor:
+def _hidden(model: BertModel, tokenizer: BertTokenizer, text: str) -> torch.Tensor:
     """(L, T, D) hidden states of one sentence, no padding."""
     with torch.no_grad():
         return torch.stack(model(**tokenizer(text, return_tensors="pt"), output_hidden_states=True).hidden_states)[:, 0]
@@ -114,13 +114,13 @@ def test_input_embeddings_average_the_word_pieces(tiny_minilm: Path) -> None:
 
 def test_context_cache_is_keyed_by_source_corpus_layer_pooling_and_contexts(tmp_path: Path) -> None:
     model_dir = tmp_path / "m"
-    spec = vectors.ContextSpec(tuple(CORPUS), layer=2, pooling="mean", contexts=10)
+    spec = vectors.ContextSpec(corpus=tuple(CORPUS), layer=2, pooling="mean", contexts=10)
     path = spec.cache_path(tmp_path, model_dir)
     others = [
-        vectors.ContextSpec(tuple(CORPUS[:2]), 2, "mean", 10),
-        vectors.ContextSpec(tuple(CORPUS), 1, "mean", 10),
-        vectors.ContextSpec(tuple(CORPUS), 2, "first", 10),
-        vectors.ContextSpec(tuple(CORPUS), 2, "mean", 5),
+        vectors.ContextSpec(corpus=tuple(CORPUS[:2]), layer=2, pooling="mean", contexts=10),
+        vectors.ContextSpec(corpus=tuple(CORPUS), layer=1, pooling="mean", contexts=10),
+        vectors.ContextSpec(corpus=tuple(CORPUS), layer=2, pooling="first", contexts=10),
+        vectors.ContextSpec(corpus=tuple(CORPUS), layer=2, pooling="mean", contexts=5),
     ]
     assert len({path, *(o.cache_path(tmp_path, model_dir) for o in others)}) == 5
     assert path.name.startswith("context-")  # never the isolated ``minilm-<model>.npz`` cache
@@ -131,7 +131,7 @@ def test_context_vectors_are_cached_per_layer_and_reused(
 ) -> None:
     monkeypatch.setattr(vectors, "minilm_dir", lambda: tiny_minilm)
     model, tokenizer = _load(tiny_minilm)
-    spec = vectors.ContextSpec(tuple(CORPUS), layer=2, pooling="mean", contexts=10)
+    spec = vectors.ContextSpec(corpus=tuple(CORPUS), layer=2, pooling="mean", contexts=10)
     found, stats = vectors.encode_contextual(["Cat", "zebra", "dog", "qqq"], spec, tmp_path)
     assert set(found) == {"Cat", "zebra", "dog"} and stats["seen_in_context"] == 2 and stats["built_now"] == 4
     expected = ctx.aggregate_contexts(model, tokenizer, ctx.corpus_tokens(CORPUS), {"cat": [(0, 1), (2, 1)]})
@@ -143,7 +143,7 @@ def test_context_vectors_are_cached_per_layer_and_reused(
 
     monkeypatch.setattr(ctx, "aggregate_contexts", refuse)
     again, stats = vectors.encode_contextual(
-        ["cat", "zebra"], vectors.ContextSpec(tuple(CORPUS), 1, "first", 10), tmp_path
+        ["cat", "zebra"], vectors.ContextSpec(corpus=tuple(CORPUS), layer=1, pooling="first", contexts=10), tmp_path
     )
     assert stats["built_now"] == 0
     np.testing.assert_allclose(again["cat"], expected["first"]["cat"][1], atol=1e-5)
@@ -165,8 +165,9 @@ def test_building_vectors_never_reads_sick_test(
     monkeypatch.setattr(builtins, "open", spy)
     monkeypatch.setattr(io, "open", spy)
     vcfg = VectorConfig(source="minilm-context", layer=1, contexts=1, cache_dir=str(tmp_path))
-    cfg = MalstmConfig(vectors=vcfg, augment=AugmentConfig(thesaurus="bundled"))
-    found, build = lookup_vectors(cfg, ["cat", "sat", "policewoman"], SICK_DIR, STS_DIR)
+    found, build = lookup_vectors(
+        vcfg, AugmentConfig(thesaurus="bundled"), ["cat", "sat", "policewoman"], SICK_DIR, STS_DIR
+    )
     assert any(p.endswith("SICK_train.txt") for p in opened) and any(p.endswith(".tsv") for p in opened)
     assert not [p for p in opened if "test_annotated" in p.lower()]
     assert build["corpus_parts"] == ["sick-train", "sick-trial", "sts-all-years"]

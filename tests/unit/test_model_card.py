@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from sembridge_ray.cli import run_job
-from sembridge_ray.embed_init.pipeline import initialise
+from sembridge_ray.distributed.init_job import initialise
 from sembridge_ray.jobs.init import InitConfig
 from sembridge_ray.model_card import read_provenance, render
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sembridge_ray.embed_init.pipeline import initialise
+from sembridge_ray.distributed.init_job import initialise
 from sembridge_ray.jobs.init import InitConfig
 from sembridge_ray.outputs import LOCK, is_complete, staging_dir
 from tests.conftest import REPO
@@ -23,7 +23,7 @@ from tests.unit.test_outputs import snapshot, unlocked
 CHILD = """
 import json, os, sys
 from sembridge_ray import outputs
-from sembridge_ray.embed_init import pipeline
+from sembridge_ray.distributed import init_job
 from sembridge_ray.jobs.init import InitConfig
 
 cfg, point = InitConfig.from_dict(json.loads(sys.argv[1])), sys.argv[2]
@@ -44,12 +44,12 @@ class DieAfterModel:
             die()
 
 if point == "compute":
-    pipeline.compose = die  # the rows are computed, nothing of the model is composed or written yet
+    init_job.compose = die  # the rows are computed, nothing of the model is composed or written yet
 elif point == "model_written":
-    pipeline.atomic_path = DieAfterModel
+    init_job.atomic_path = DieAfterModel
 elif point == "before_swap":
     outputs.swap_into_place = die
-pipeline.initialise(cfg)
+init_job.initialise(cfg)
 """
 
 

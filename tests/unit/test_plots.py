@@ -80,7 +80,12 @@ def test_paper_scale_plots_have_one_entry_per_method(tmp_path: Path, monkeypatch
 
 def test_alpha_ablation_at_paper_scale_draws_a_mean_per_stage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     figures: list[Any] = []
-    monkeypatch.setattr(plots, "_save", lambda fig, path: figures.append(fig) or path)
+
+    def save(fig: Any, path: Path) -> Path:
+        figures.append(fig)
+        return path
+
+    monkeypatch.setattr(plots, "_save", save)
     rng = np.random.default_rng(1)
     rows = [
         {"method": "sembridge", "alpha": a, "model": m, "language": lang, "dataset": "miracl", "stage": stage,

@@ -18,8 +18,9 @@ from entmax import entmax_bisect, sparsemax
 from transformers import AutoTokenizer
 
 from sembridge_ray.data.schema import PROVENANCE_SCHEMA
+from sembridge_ray.distributed.init_job import initialise
 from sembridge_ray.embed_init.bridge import vocab_strings
-from sembridge_ray.embed_init.pipeline import Stages, compute_rows, initialise
+from sembridge_ray.embed_init.pipeline import Stages, compute_rows
 from sembridge_ray.embed_init.position import (
     CONTINUATION,
     INITIAL,
@@ -32,6 +33,7 @@ from sembridge_ray.embed_init.position import (
     tokenizer_classes,
     vocab_classes,
 )
+from sembridge_ray.embed_init.records import InitReport
 from sembridge_ray.embed_init.report import position_stats
 from sembridge_ray.embed_init.weighting import bridge_weights
 from sembridge_ray.jobs.init import InitConfig
@@ -82,8 +84,9 @@ def test_marked_strings() -> None:
 
 def test_class_offsets_penalise_only_the_other_non_neutral_class() -> None:
     src = torch.tensor([W, C, N, C, W])
-    assert class_offsets(W, src, 0.3).tolist() == [0.0, -0.3, 0.0, -0.3, 0.0]
-    assert class_offsets(C, src, 0.3).tolist() == [-0.3, 0.0, 0.0, 0.0, -0.3]
+    initial, continuation = class_offsets(W, src, 0.3), class_offsets(C, src, 0.3)
+    assert initial is not None and initial.tolist() == [0.0, -0.3, 0.0, -0.3, 0.0]
+    assert continuation is not None and continuation.tolist() == [-0.3, 0.0, 0.0, 0.0, -0.3]
     assert class_offsets(N, src, 0.3) is None and class_offsets(W, src, 0.0) is None
 
 
@@ -202,7 +205,7 @@ FAMILY_COMBOS = {
 
 
 @functools.cache
-def run(root: Path, out: Path, src: str, tgt: str, **overrides: Any) -> tuple[pa.Table, dict[str, Any]]:
+def run(root: Path, out: Path, src: str, tgt: str, **overrides: Any) -> tuple[pa.Table, InitReport]:
     cfg = InitConfig(
         source_model=str(root / src),
         target_tokenizer=str(root / tgt),

@@ -33,11 +33,11 @@ import pyarrow.parquet as pq
 import pytest
 from safetensors.numpy import load_file
 from tokenizers import Tokenizer
-from transformers import BertTokenizerFast, XLMRobertaTokenizerFast
+from transformers import BertTokenizer, XLMRobertaTokenizer
 
 from sembridge_ray import testing
+from sembridge_ray.distributed.init_job import initialise
 from sembridge_ray.embed_init.bridge import vocab_strings
-from sembridge_ray.embed_init.pipeline import initialise
 from sembridge_ray.jobs.init import InitConfig
 from sembridge_ray.sparse.model import load_tokenizer
 
@@ -80,7 +80,7 @@ def pinned_fixtures(root: Path, vocabs: dict[str, Any]) -> Iterator[Path]:
     ``vocabs`` (filled in from this build where it has none)."""
     wordpiece, unigram = testing.wordpiece_tokenizer, testing.unigram_tokenizer
 
-    def pinned_wordpiece(text: list[str], vocab_size: int, lowercase: bool) -> BertTokenizerFast:
+    def pinned_wordpiece(text: list[str], vocab_size: int, lowercase: bool) -> BertTokenizer:
         return _pin(
             wordpiece(text, vocab_size, lowercase),
             f"wordpiece-{vocab_size}-{lowercase}",
@@ -88,7 +88,7 @@ def pinned_fixtures(root: Path, vocabs: dict[str, Any]) -> Iterator[Path]:
             do_lower_case=lowercase,
         )
 
-    def pinned_unigram(text: list[str], vocab_size: int) -> XLMRobertaTokenizerFast:
+    def pinned_unigram(text: list[str], vocab_size: int) -> XLMRobertaTokenizer:
         return _pin(unigram(text, vocab_size), f"unigram-{vocab_size}", vocabs)
 
     with pytest.MonkeyPatch.context() as patch:
@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp, pinned_fixtures(Path(tmp) / "fixtures", vocabs) as root:
         snaps = {case: snapshot(root, Path(tmp) / "out", case) for case in CASES}
     args.write.mkdir(parents=True, exist_ok=True)
-    np.savez_compressed(args.write / GOLDEN, **_flatten(snaps))
+    np.savez_compressed(args.write / GOLDEN, allow_pickle=True, **_flatten(snaps))
     (args.write / VOCABS).write_bytes(gzip.compress(json.dumps(vocabs, ensure_ascii=False).encode(), mtime=0))
     for name in (GOLDEN, VOCABS):
         print(f"wrote {args.write / name} ({(args.write / name).stat().st_size} bytes)")

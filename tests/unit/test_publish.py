@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from jobs import finetune, init_embeddings
-from sembridge_ray.embed_init.pipeline import initialise
+from sembridge_ray.distributed.init_job import initialise
 from sembridge_ray.jobs.init import InitConfig
 from sembridge_ray.sparse import model as sparse_model
 from tests.conftest import error_lines
@@ -87,10 +87,13 @@ def test_a_finished_output_is_pushed_by_a_rerun_without_recomputing(
     first = initialise(cfg)
     assert not first.skipped and first.pushed == ""
     pushed: list[tuple[Path, str]] = []
-    monkeypatch.setattr(
-        sparse_model, "push_model", lambda d, repo: pushed.append((Path(d), repo)) or f"https://hub/{repo}"
-    )
-    monkeypatch.setattr("sembridge_ray.embed_init.pipeline.check_push", lambda repo: None)
+
+    def push(directory: str, repo: str) -> str:
+        pushed.append((Path(directory), repo))
+        return f"https://hub/{repo}"
+
+    monkeypatch.setattr(sparse_model, "push_model", push)
+    monkeypatch.setattr("sembridge_ray.distributed.init_job.check_push", lambda repo: None)
     stamp = (Path(first.output) / "_SUCCESS").stat().st_mtime_ns
     again = initialise(replace(cfg, push_to_hub="org/model"))
     assert again.skipped and again.pushed == "https://hub/org/model"

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from sembridge_ray.data.sick import read_sick_split
-from sembridge_ray.embed_init.pipeline import initialise
+from sembridge_ray.distributed.init_job import initialise
 from sembridge_ray.jobs.evaluate import EvaluateConfig
 from sembridge_ray.jobs.init import InitConfig
 from sembridge_ray.resources import SICK_DIR
@@ -34,7 +34,9 @@ def evaluated(model_dir: str, texts: list[str], role: str, cfg: EvaluateConfig) 
     length = cfg.max_query_length if role == "query" else cfg.max_doc_length
     model = load_sparse_encoder(model_dir, max_length=length)
     indices, values = encode_texts(model, texts, cfg.encode_batch_size, role, None, "fp32")
-    out = np.zeros((len(texts), model.get_embedding_dimension()), np.float32)
+    dimension = model.get_embedding_dimension()
+    assert dimension is not None
+    out = np.zeros((len(texts), dimension), np.float32)
     for row, (i, v) in enumerate(zip(indices, values, strict=True)):
         out[row, i] = v
     return out

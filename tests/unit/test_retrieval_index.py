@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -141,7 +143,12 @@ def test_maxscore_equals_brute_force_bit_for_bit_ties_included(monkeypatch, grid
     shard = build_shard(batch(docs), ranks, 300)
     scanned: list[int] = []
     plain_row_topk = index.row_topk
-    monkeypatch.setattr(index, "row_topk", lambda s, r, kk: scanned.append(len(s)) or plain_row_topk(s, r, kk))
+
+    def row_topk(s: Any, r: Any, kk: int) -> Any:
+        scanned.append(len(s))
+        return plain_row_topk(s, r, kk)
+
+    monkeypatch.setattr(index, "row_topk", row_topk)
     pruned = index.maxscore_topk(shard, batch(queries), k)
     assert min(scanned) < 3000 / 4, "MaxScore should have pruned most documents for some query"
     full = shard_topk(shard, batch(queries), k)
@@ -160,4 +167,4 @@ def test_maxscore_equals_brute_force_bit_for_bit_ties_included(monkeypatch, grid
 def test_term_upper_bounds_are_each_lists_largest_weight() -> None:
     docs = np.array([[0.0, 2.0, 1.0], [0.0, 0.5, 3.0], [0.0, 4.0, 0.0]], dtype=np.float32)
     shard = build_shard(batch(docs), np.arange(3), 4)
-    assert shard.upper.tolist() == [0.0, 4.0, 3.0, 0.0]
+    assert shard.upper is not None and shard.upper.tolist() == [0.0, 4.0, 3.0, 0.0]

@@ -31,7 +31,7 @@ def test_infonce_equals_sparse_mnrl_in_values_and_gradients(st_model, negatives:
     from sentence_transformers.sparse_encoder.losses import SparseMultipleNegativesRankingLoss
 
     embeddings = [_reps(6, 40, seed=i) for i in range(2 + negatives)]
-    theirs = SparseMultipleNegativesRankingLoss(st_model).compute_loss_from_embeddings(embeddings, None)
+    theirs = SparseMultipleNegativesRankingLoss(st_model).compute_loss_from_embeddings(embeddings, None)  # type: ignore[arg-type]
     grads_theirs = torch.autograd.grad(theirs, embeddings)
     ours = infonce(embeddings[0], embeddings[1:])
     grads_ours = torch.autograd.grad(ours, embeddings)
@@ -96,9 +96,9 @@ def test_objective_equals_splade_loss_on_a_real_encoder(st_model) -> None:
 
 def test_anti_collapse_is_off_by_default_and_penalises_empty_vectors() -> None:
     q, d = _reps(4, 20, seed=5), _reps(4, 20, seed=6)
-    parts = splade_objective(q, [d], LossWeights(1e-3, 1e-3))
+    parts = splade_objective(q, [d], LossWeights(lambda_q=1e-3, lambda_d=1e-3))
     assert "anti_collapse" not in parts
-    with_term = splade_objective(q, [d], LossWeights(1e-3, 1e-3, anti_collapse=0.5))
+    with_term = splade_objective(q, [d], LossWeights(lambda_q=1e-3, lambda_d=1e-3, anti_collapse=0.5))
     expected = 1 / float(q.sum(1).mean()) ** 2 + 1 / float(d.sum(1).mean()) ** 2
     assert float(with_term["anti_collapse"]) == pytest.approx(expected, rel=1e-5)
     torch.testing.assert_close(with_term["loss"], parts["loss"] + 0.5 * with_term["anti_collapse"])

@@ -156,7 +156,7 @@ def test_splade_encoder_vectors_equal_the_sparse_encoder(fixtures_root) -> None:
     model = SparseEncoder(str(fixtures_root / "bert-mlm"), device="cpu")
     texts = ["a man is playing a guitar", "the dog runs", "two kids are sitting on a bench in the park"]
     expected = model.encode(texts, convert_to_tensor=True).to_dense()
-    encoder = SpladeEncoder(model[0].auto_model, chunk=3).eval()
+    encoder = SpladeEncoder(model[0].auto_model, chunk=3).eval()  # type: ignore[arg-type]
     features = model.preprocess(texts)
     with torch.no_grad():
         (got,) = encoder(features)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import AutoTokenizer, BertTokenizerFast, PreTrainedTokenizerFast
+from transformers import AutoTokenizer, BertTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 from sembridge_ray.embed_init.vocab import (
     Partition,
@@ -47,7 +47,14 @@ def test_symbols(canon: str, expected: bool) -> None:
     assert is_symbol(canon) is expected
 
 
-def wordpiece(vocab: list[str], cls: type = BertTokenizerFast) -> PreTrainedTokenizerFast:
+def token_id(tok: PreTrainedTokenizerBase, token: str) -> int:
+    """The id of one token (``convert_tokens_to_ids`` of a string is an int)."""
+    tid = tok.convert_tokens_to_ids(token)
+    assert isinstance(tid, int)
+    return tid
+
+
+def wordpiece(vocab: list[str], cls: type = BertTokenizer) -> PreTrainedTokenizerFast:
     tok = Tokenizer(models.WordPiece({t: i for i, t in enumerate(vocab)}, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     return cls(
@@ -73,8 +80,8 @@ def test_match_rules_order_and_flags() -> None:
     source = wordpiece(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "##ing", "1", "house"])
     target = wordpiece(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "The", "##ing", "1", "tree", "house"])
     part = partition_vocab(source, target)
-    ttok = target.convert_tokens_to_ids
-    stok = source.convert_tokens_to_ids
+    ttok = functools.partial(token_id, target)
+    stok = functools.partial(token_id, source)
     assert part.overlap[ttok("The")] == (stok("the"), "fuzzy")
     assert part.overlap[ttok("##ing")] == (stok("##ing"), "exact")
     assert part.overlap[ttok("1")] == (stok("1"), "symbols")
@@ -114,10 +121,10 @@ def test_every_target_id_lands_in_exactly_one_group(fixtures_root: Path) -> None
 def test_bridge_string_rule(fixtures_root: Path) -> None:
     bert = AutoTokenizer.from_pretrained(fixtures_root / "bert-mlm")
     rob = AutoTokenizer.from_pretrained(fixtures_root / "roberta-mlm")
-    assert bridge_string(bert, bert.convert_tokens_to_ids("[CLS]"), "[CLS]") == "[CLS]"
-    ing = bert.convert_tokens_to_ids("##ing")
-    assert bridge_string(bert, ing, "##ing") == bert.decode([ing]).strip()
-    man = rob.convert_tokens_to_ids("Ġman")
+    assert bridge_string(bert, token_id(bert, "[CLS]"), "[CLS]") == "[CLS]"
+    ing = token_id(bert, "##ing")
+    assert bridge_string(bert, ing, "##ing") == str(bert.decode([ing])).strip()
+    man = token_id(rob, "Ġman")
     assert bridge_string(rob, man, "Ġman") == "man"
 
 
@@ -134,7 +141,7 @@ REAL_SPOT_CHECKS = [  # (source, target, target token, expected source token, ki
 
 
 @functools.cache
-def real(root: Path, name: str) -> PreTrainedTokenizerFast:
+def real(root: Path, name: str) -> PreTrainedTokenizerBase:
     return AutoTokenizer.from_pretrained(root / "tokenizers" / name)
 
 
@@ -149,7 +156,7 @@ def test_real_tokenizers_spot_checks(
 ) -> None:
     s, t = real(shared_data, src), real(shared_data, tgt)
     part = real_partition(shared_data, src, tgt)
-    tid = t.convert_tokens_to_ids(token)
+    tid = token_id(t, token)
     sid, label = {**part.overlap, **part.specials}[tid]
     assert (s.convert_ids_to_tokens(sid), label) == (expected, how)
     groups = [set(part.specials), set(part.overlap), set(part.rest), set(part.unused)]

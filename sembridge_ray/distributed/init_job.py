@@ -1,0 +1,299 @@
+"""The init job end to end, without Ray: inputs checked and identified, the output claimed, the vocabulary
+partitioned, new rows from the injected stages (``embed_init.pipeline``), the model composed and written with its
+provenance, report and card. ``sembridge_ray.distributed.init`` runs it with Ray Data actor pools as the stages;
+tests and small runs with the in-process ones.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, cast
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+
+from sembridge_ray import catalog
+from sembridge_ray.bundled import resolve
+from sembridge_ray.config import write_config
+from sembridge_ray.embed_init import position, report
+from sembridge_ray.embed_init.baselines import explicit_rows
+from sembridge_ray.embed_init.bridge import check_bridge, model_fingerprint
+from sembridge_ray.embed_init.combine import NewRows, compose, compose_bias, provenance
+from sembridge_ray.embed_init.methods import method
+from sembridge_ray.embed_init.pipeline import (
+    BridgeSide,
+    RowsContext,
+    Stages,
+    bridge_side,
+    in_process_stages,
+    no_new_rows,
+    source_vectors,
+)
+from sembridge_ray.embed_init.records import InitReport
+from sembridge_ray.embed_init.transplant import target_model, write_target_model
+from sembridge_ray.embed_init.vocab import Partition, partition_vocab
+from sembridge_ray.errors import InputError
+from sembridge_ray.identity import model_identity
+from sembridge_ray.jobs.init import InitConfig, InitResult
+from sembridge_ray.model_card import write_card
+from sembridge_ray.outputs import atomic_path, atomic_write_json, claim_output, preflight
+from sembridge_ray.placement import local_precision, pick_device
+from sembridge_ray.progress import duration
+from sembridge_ray.sparse.finite import require_finite
+from sembridge_ray.sparse.model import (
+    Serving,
+    check_push,
+    load_mlm,
+    load_tokenizer,
+    mlm_embeddings,
+    publish,
+    read_pooling,
+)
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+log = logging.getLogger(__name__)
+REPORT, MODEL = "init_report.json", "model"
+
+
+def local_stages(cfg: InitConfig) -> Stages:
+    """Both heavy stages in this process, as ``cfg`` sets them."""
+    return in_process_stages(cfg.bridge_model, cfg.bridge_batch_size, cfg.precision, cfg.trust_remote_code)
+
+
+def input_identities(cfg: InitConfig) -> dict[str, str]:
+    """Check that every input exists (before anything is loaded or written) and identify it by content."""
+    if not (cfg.source_model and cfg.target_tokenizer and cfg.output):
+        raise InputError("--source-model, --target-tokenizer and --output are required")
+    inputs = {
+        "source_model": model_identity(cfg.source_model, "source model"),
+        "target_tokenizer": model_identity(cfg.target_tokenizer, "target tokenizer"),
+    }
+    if method(cfg.method).uses_bridge:
+        inputs["bridge_model"] = check_bridge(cfg.bridge_model)
+    return inputs
+
+
+def new_rows(
+    cfg: InitConfig,
+    part: Partition,
+    matrices: tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None],
+    source_tok: PreTrainedTokenizerBase,
+    stages: Stages,
+    bridge: BridgeSide,
+    timings: dict[str, float],
+) -> NewRows:
+    """The rows of the target tokens left to initialise (``part.rest``): by the method's explicit rule, or bridged
+    (vectors from the cache or ``stages.encode``, weights and rows from ``stages.rows``). ``matrices``: the source's
+    (input embeddings, untied output embeddings, decoder bias)."""
+    e_in, e_out, bias = matrices
+    rest = np.asarray(part.rest, dtype=np.int64)
+    if not len(rest):  # every target token is copied: nothing to bridge, nothing to encode
+        log.info("every target token has a source counterpart: the model is the copied rows alone")
+        return no_new_rows(e_in, e_out, bias, bridged=method(cfg.method).uses_bridge)
+    if not method(cfg.method).uses_bridge:
+        rows = explicit_rows(cfg.method, len(rest), e_in, cfg.seed)
+        out_rows = None if e_out is None else explicit_rows(cfg.method, len(rest), e_out, cfg.seed + 1)
+        return NewRows(target_ids=rest, inputs=rows, outputs=out_rows)
+    start = time.perf_counter()
+    cache_dir = Path(cfg.cache_dir)
+    src_vecs, candidates = source_vectors(
+        bridge.strings["source"],
+        bridge.vectors("source", cache_dir, stages.encode),
+        len(e_in),
+        source_tok,
+        cfg.exclude_special_sources,
+    )
+    tgt_vecs = bridge.vectors("target", cache_dir, stages.encode)
+    row_of = {int(i): n for n, i in enumerate(bridge.strings["target"].column("id").to_numpy())}
+    new_vecs = tgt_vecs[[row_of[int(i)] for i in rest]]
+    timings["bridge_encode_s"] = time.perf_counter() - start
+    classes = [torch.from_numpy(bridge.classes[side]) if cfg.position_aware else None for side in ("source", "target")]
+    ctx = RowsContext(
+        weighting=cfg.weighting,
+        source_vecs=src_vecs,
+        candidates=candidates,
+        overlap_sources=torch.tensor(part.anchors, dtype=torch.long),
+        inputs=e_in,
+        outputs=e_out,
+        bias=bias,
+        source_classes=classes[0],
+        target_classes=classes[1],
+    )
+    start = time.perf_counter()
+    new = stages.rows(ctx, rest, new_vecs)
+    timings["weights_s"] = time.perf_counter() - start
+    return new
+
+
+def initialise(
+    cfg: InitConfig,
+    stages: Stages | None = None,
+    inputs: dict[str, str] | None = None,
+    *,
+    neutral_symbols: bool = True,
+) -> InitResult:
+    """Run the whole initialisation into ``cfg.output`` (model dir, provenance, report, config, _SUCCESS), then
+    push the model when ``push_to_hub`` is set (also a finished output's: a rerun publishes without recomputing).
+
+    Inputs are checked and loaded before the output is claimed (:func:`~sembridge_ray.outputs.claim_output`):
+    bad input leaves an existing output untouched. ``inputs`` (identities) may come from a caller that planned
+    them (``jobs.reproduce``). ``neutral_symbols=False`` is the position-aware ablation of the neutral class
+    (``scripts/position_aware/variants.py``; ``position.position_class``): no config key, since no user would pick
+    it, and so in no identity either: give such a run an output of its own.
+    """
+    if cfg.push_to_hub:
+        check_push(cfg.push_to_hub)  # before any work: a push that cannot happen fails in a second
+    result = _initialise(cfg, stages, inputs, neutral_symbols)
+    if not cfg.push_to_hub:
+        return result
+    return replace(result, pushed=publish(Path(result.output), MODEL, cfg.push_to_hub))
+
+
+def _initialise(
+    cfg: InitConfig, stages: Stages | None, inputs: dict[str, str] | None, neutral_symbols: bool
+) -> InitResult:
+    named = cfg  # as the user named the inputs (bundled names, hub ids): what the report and the card show
+    cfg = replace(
+        cfg,
+        source_model=resolve(cfg.source_model),
+        target_tokenizer=resolve(cfg.target_tokenizer),
+        bridge_model=resolve(cfg.bridge_model),
+    )  # bundled names: paths for the actors
+    if cfg.precision == "auto":  # in this process (run_init resolves it for the actors before building them)
+        cfg = replace(cfg, precision=local_precision(cfg.precision, use_gpu=pick_device() == "cuda"))
+    stages = stages or local_stages(cfg)
+    identity = cfg.identity("init", inputs or input_identities(cfg))
+    out = Path(cfg.output)
+    if preflight(out, identity, cfg.overwrite):
+        return InitResult.from_report(str(out), json.loads((out / REPORT).read_text(encoding="utf-8")), skipped=True)
+    timings: dict[str, float] = {}
+    start = time.perf_counter()
+    model, source_tok = load_mlm(cfg.source_model, cfg.trust_remote_code)
+    target_tok = load_tokenizer(cfg.target_tokenizer, cfg.trust_remote_code)
+    with claim_output(out, identity, cfg.overwrite) as claim:
+        if claim.done:  # another run finished it meanwhile
+            return InitResult.from_report(
+                str(out), json.loads((out / REPORT).read_text(encoding="utf-8")), skipped=True
+            )
+        part = partition_vocab(source_tok, target_tok, cfg.match, copy_overlap=cfg.copy_overlap)
+        timings["load_and_partition_s"] = time.perf_counter() - start
+        log.info(
+            "vocabulary: %d target tokens: %d copied, %d specials, %d to initialise with %s (%s)",
+            part.size,
+            len(part.overlap),
+            len(part.specials),
+            len(part.rest),
+            cfg.method,
+            duration(timings["load_and_partition_s"]),
+        )
+        e_in, e_out, bias = (t.detach().clone() if t is not None else None for t in mlm_embeddings(model))
+        assert e_in is not None  # a masked-LM always has input embeddings
+        toks = {"source": source_tok, "target": target_tok}
+        sizes = {"source": len(e_in), "target": part.size}
+        bridge = bridge_side(cfg.weighting, cfg.bridge_model, toks, sizes, neutral_symbols)
+        new = new_rows(cfg, part, (e_in, e_out, bias), source_tok, stages, bridge, timings)
+
+        start = time.perf_counter()
+        inputs_rows = compose(part, e_in, new.inputs, new.target_ids, e_in.mean(0))
+        outputs = None
+        if e_out is not None:
+            assert new.outputs is not None  # bridged beside the inputs whenever the source has an output matrix
+            outputs = compose(part, e_out, new.outputs, new.target_ids, e_out.mean(0))
+        new_bias = None if bias is None else compose_bias(part, new, bias, cfg.bias)
+        model = target_model(model, target_tok, part.size, inputs_rows, outputs, new_bias)
+        tokens = {i: t for t, i in target_tok.get_vocab().items()}
+        prov = provenance(part, new, tokens)
+        counterparts = position.exact_counterparts(source_tok, target_tok, part.rest)
+        rep = _report(named, part, prov, source_tok, timings, bridge, counterparts)
+        work = claim.path  # the output, or its staging directory under --overwrite
+        write_config(cfg, work / "config.yaml")
+        require_finite(model.state_dict(), f"the initialised model for {out}")  # never a NaN model complete
+        with atomic_path(work / MODEL) as tmp:
+            serving = Serving(
+                query_length=cfg.query_length,
+                document_length=cfg.document_length,
+                pooling=read_pooling(cfg.source_model),
+            )
+            write_target_model(model, target_tok, tmp, serving)
+            write_card(tmp, {"init": card_facts(named, rep)})
+        with atomic_path(work / "provenance.parquet") as tmp:
+            pq.write_table(prov, tmp)
+        timings["compose_and_write_s"] = time.perf_counter() - start
+        rep["timings"] = {k: round(v, 3) for k, v in timings.items()}
+        atomic_write_json(work / REPORT, rep)
+        claim.finish()
+        log.info(
+            "wrote %s: model, provenance of %d tokens, report (%s)",
+            out,
+            prov.num_rows,
+            duration(timings["compose_and_write_s"]),
+        )
+    return InitResult.from_report(str(out), rep)
+
+
+def card_facts(cfg: InitConfig, report: InitReport) -> dict[str, object]:
+    """What the model card says about an initialisation (``cfg`` with the inputs as the user named them)."""
+    return {
+        "source_model": cfg.source_model,
+        "target_tokenizer": cfg.target_tokenizer,
+        "bridge_model": cfg.bridge_model if method(cfg.method).uses_bridge else "",
+        "language": cfg.language or catalog.language_of(cfg.target_tokenizer),
+        "method": cfg.method,
+        "alpha": cfg.alpha,
+        "position_aware": cfg.position_aware,
+        "kinds": report["kinds"],
+        "support_histogram": report["support_histogram"],
+    }
+
+
+def _report(
+    cfg: InitConfig,
+    part: Partition,
+    prov: pa.Table,
+    source_tok: PreTrainedTokenizerBase,
+    timings: dict[str, float],
+    bridge: BridgeSide,
+    counterparts: dict[int, int],
+) -> InitReport:
+    source_tokens = {i: t for t, i in source_tok.get_vocab().items()}
+    bridge_fp, keys = bridge.fingerprint, bridge.keys
+    rule: dict[str, object] = {"position_aware": cfg.position_aware}
+    if cfg.position_aware:
+        rule |= {"position_marker": cfg.position_marker, "position_penalty": cfg.position_penalty}
+    # one literal, in the order init_report.json has always been written (the position keys only when used)
+    return cast(
+        "InitReport",
+        {
+            "method": cfg.method,
+            "alpha": cfg.alpha,
+            "bias": cfg.bias,
+            "match": list(cfg.match),
+            "copy_overlap": cfg.copy_overlap,
+            "exclude_special_sources": cfg.exclude_special_sources,
+            **rule,
+            **report.counts(part, prov),
+            "support_histogram": report.support_histogram(prov),
+            "position": report.position_stats(prov, bridge.classes["target"], counterparts),
+            "timings": {k: round(v, 3) for k, v in timings.items()},
+            "fingerprints": {
+                "source_model": model_fingerprint(cfg.source_model),
+                "bridge_model": bridge_fp,
+                "source_tokenizer": keys["source"].split("-")[1],  # <bridge>-<tokenizer>[-<precision>]
+                "target_tokenizer": keys["target"].split("-")[1],
+            },
+            "models": {
+                "source_model": cfg.source_model,
+                "target_tokenizer": cfg.target_tokenizer,
+                "bridge_model": cfg.bridge_model,
+            },
+            "samples": report.sample_rows(prov, source_tokens, cfg.samples, cfg.seed),
+        },
+    )

@@ -1,0 +1,66 @@
+"""The section of an init config the weighting maths reads: the method, α and its candidates, WECHSEL's softmax and
+the position-aware rule. ``InitConfig`` keeps these as flat keys (``--alpha``) and hands the maths this section
+(``InitConfig.weighting``); the Ray actors receive it as it is, never a dict to re-parse."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from sembridge_ray.config import Config, require
+from sembridge_ray.placement import Precision
+
+MethodName = Literal["sembridge", "focus", "wechsel", "mean", "random"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class WeightingConfig(Config):
+    """How a bridged target token's row is weighted over the source rows (see ``embed_init.methods``)."""
+
+    method: MethodName = "sembridge"
+    """How bridged tokens are initialised (sembridge, or the focus/wechsel/mean/random baselines)."""
+    alpha: float = 4.0
+    """α of α-entmax for sembridge (2 = sparsemax, 1 = softmax over the ``candidates`` nearest)."""
+    temperature: float = 1.0
+    """Divides the cosines before α-entmax (1 = none, as in the paper)."""
+    candidates: int = 100
+    """α=1 (softmax ablation) keeps this many nearest source tokens; full rows would be dense."""
+    wechsel_candidates: int = 10
+    """WECHSEL: nearest source tokens kept for its softmax."""
+    wechsel_temperature: float = 0.1
+    """WECHSEL: divides the cosines before its softmax."""
+    position_aware: bool = False
+    """Match word-initial and continuation pieces within their own class first (``embed_init.position``)."""
+    position_marker: str = "-"
+    """With ``position_aware``: continuation pieces are bridged as this + their text ("" leaves the strings)."""
+    position_penalty: float = 0.0
+    """With ``position_aware``: subtracted from the cosine of a candidate of the other position class."""
+    precision: Precision = "fp32"
+    """The run's resolved precision: ``bf16`` screens the candidates with a bf16 GEMM on a CPU (CUDA keeps fp32,
+    see ``weighting.screen_dtype``); anything else screens in fp32. The weights are exact either way."""
+
+    def check(self) -> None:
+        require(
+            math.isfinite(self.alpha) and self.alpha >= 1,
+            "alpha",
+            self.alpha,
+            "must be >= 1 (1 = softmax over the softmax_top_k nearest, 2 = sparsemax, 4 = the paper)",
+        )
+        require(self.temperature > 0, "temperature", self.temperature, "must be > 0")
+        require(self.wechsel_temperature > 0, "wechsel_temperature", self.wechsel_temperature, "must be > 0")
+        for key in ("candidates", "wechsel_candidates"):
+            require(getattr(self, key) >= 1, key, getattr(self, key), "must be >= 1")
+        require(self.position_penalty >= 0, "position_penalty", self.position_penalty, "must be >= 0")
+
+
+@dataclass(frozen=True, kw_only=True)
+class EntmaxOptions:
+    """The options of :func:`~sembridge_ray.embed_init.weighting.bridge_weights` a method's rule sets."""
+
+    alpha: float
+    """α of α-entmax (1 = softmax)."""
+    temperature: float = 1.0
+    """Divides the cosines first."""
+    top_k: int | None = None
+    """With α=1: the nearest source tokens kept (None: all, dense rows)."""

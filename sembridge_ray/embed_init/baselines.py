@@ -52,7 +52,7 @@ def method_weights(
     def rows(ids: torch.Tensor | None, offsets: torch.Tensor | None) -> torch.Tensor:
         new = new_vecs if ids is None else new_vecs[ids]
         return bridge_weights(
-            new, pool_vecs, rule.alpha, temperature=rule.temperature, top_k=rule.top_k, device=dev, offsets=offsets
+            new, pool_vecs, rule.alpha, temperature=rule.temperature, top_k=rule.candidates, device=dev, offsets=offsets
         )
 
     m = len(source_vecs)

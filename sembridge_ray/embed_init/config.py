@@ -62,5 +62,5 @@ class EntmaxOptions:
     """α of α-entmax (1 = softmax)."""
     temperature: float = 1.0
     """Divides the cosines first."""
-    top_k: int | None = None
+    candidates: int | None = None
     """With α=1: the nearest source tokens kept (None: all, dense rows)."""

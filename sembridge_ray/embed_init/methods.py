@@ -38,7 +38,7 @@ ExplicitRows = Callable[[int, "torch.Tensor", int], "torch.Tensor"]
 
 def sembridge_rule(w: WeightingConfig) -> EntmaxOptions:
     """α-entmax of cos / temperature; α=1 is a softmax over the ``candidates`` nearest (full rows would be dense)."""
-    return EntmaxOptions(alpha=w.alpha, temperature=w.temperature, top_k=w.candidates if w.alpha == 1 else None)
+    return EntmaxOptions(alpha=w.alpha, temperature=w.temperature, candidates=w.candidates if w.alpha == 1 else None)
 
 
 def focus_rule(w: WeightingConfig) -> EntmaxOptions:
@@ -48,7 +48,7 @@ def focus_rule(w: WeightingConfig) -> EntmaxOptions:
 
 def wechsel_rule(w: WeightingConfig) -> EntmaxOptions:
     """Softmax of cos / ``wechsel_temperature`` over the ``wechsel_candidates`` nearest."""
-    return EntmaxOptions(alpha=1.0, temperature=w.wechsel_temperature, top_k=w.wechsel_candidates)
+    return EntmaxOptions(alpha=1.0, temperature=w.wechsel_temperature, candidates=w.wechsel_candidates)
 
 
 def mean_rows(n: int, source: torch.Tensor, seed: int) -> torch.Tensor:

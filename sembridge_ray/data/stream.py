@@ -14,9 +14,8 @@ from __future__ import annotations
 import json
 import logging
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import TypedDict
 
 import numpy as np
 import pyarrow as pa
@@ -99,8 +98,8 @@ def _build_stream(request: StreamInfo, entry: Path, tmp: Path) -> tuple[Path, St
         )
     total = per_epoch * request.epochs
     total = total if request.max_steps is None else min(total, request.max_steps)
-    info = StreamInfo(
-        **_settings(request),
+    info = replace(
+        request,
         pairs=pairs.num_rows,
         steps_per_epoch=per_epoch,
         total_steps=total,
@@ -117,25 +116,9 @@ def _build_stream(request: StreamInfo, entry: Path, tmp: Path) -> tuple[Path, St
     return path, info
 
 
-class _Settings(TypedDict):
-    """The fields of a :class:`StreamInfo` that the stream is made from (the rest is counted while it is made)."""
-
-    spec: str
-    split: str
-    hard_negatives: int
-    batch_size: int
-    epochs: int
-    max_steps: int | None
-    seed: int
+_SETTINGS = ("spec", "split", "hard_negatives", "batch_size", "epochs", "max_steps", "seed")
+"""The fields of a :class:`StreamInfo` the stream is made from (the rest is counted while it is made)."""
 
 
-def _settings(info: StreamInfo) -> _Settings:
-    return {
-        "spec": info.spec,
-        "split": info.split,
-        "hard_negatives": info.hard_negatives,
-        "batch_size": info.batch_size,
-        "epochs": info.epochs,
-        "max_steps": info.max_steps,
-        "seed": info.seed,
-    }
+def _settings(info: StreamInfo) -> tuple[object, ...]:
+    return tuple(getattr(info, key) for key in _SETTINGS)

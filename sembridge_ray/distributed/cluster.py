@@ -86,6 +86,7 @@ def connect(num_cpus: int | None = None) -> ClusterInfo:
                 else:
                     os.environ["RAY_GCS_SERVER_PORT"] = previous
             _owned = True
+            _adopt_orphans()
         atexit.register(shutdown)  # before Ray's own: Ray Data is stopped first (see _stop_datasets)
         _restore_sigterm(sigterm)
         quiet_ray()
@@ -161,12 +162,22 @@ def shutdown() -> None:
     global _owned
     if not ray.is_initialized():
         return
-    started = _descendants(os.getpid()) if _owned else []
     _stop_datasets()
     ray.shutdown()
     if _owned:
-        _reap(started)
+        _reap()
     _owned = False
+
+
+def _adopt_orphans() -> None:
+    """Make this process the child subreaper of what it starts (Linux ``prctl``): a Ray worker whose raylet exits
+    first is re-parented here rather than to init, so the shutdown still finds and waits for it."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
 
 
 def _stop_datasets(timeout: float = 10.0) -> None:
@@ -208,16 +219,46 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-def _reap(pids: list[int], timeout: float = REAP_TIMEOUT_S) -> None:
-    """Wait for ``pids`` to exit; kill the ones still there after ``timeout`` (they are this job's own)."""
+def _reap(timeout: float = REAP_TIMEOUT_S) -> None:
+    """Wait for the Ray processes below this one to exit, collecting the exited ones re-parented here, and kill
+    the ones still there after ``timeout`` (they are this job's own cluster's). Other children of the process are
+    left alone."""
     deadline = time.monotonic() + timeout
-    while (left := [p for p in pids if _alive(p)]) and time.monotonic() < deadline:
+    seen: set[int] = set()
+    killed: set[int] = set()
+    while left := _ray_descendants():
+        seen.update(left)
+        _collect(seen)
+        if time.monotonic() >= deadline:
+            for pid in set(left) - killed:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            killed.update(left)
+            if time.monotonic() >= deadline + timeout:  # unkillable (uninterruptible sleep): left to the OS
+                break
         time.sleep(0.1)
-    for pid in left:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
-    if left:
-        log.warning("killed %d Ray processes of this job that outlived the shutdown", len(left))
+    _collect(seen)
+    if killed:
+        log.warning("killed %d Ray processes of this job that outlived the shutdown", len(killed))
+
+
+def _ray_descendants() -> list[int]:
+    """The live processes below this one that are Ray's: GCS, raylet, dashboard, agents and workers all run code
+    from Ray's package or carry a ``ray::`` title."""
+    found = []
+    for pid in _descendants(os.getpid()):
+        with contextlib.suppress(OSError):
+            if _alive(pid) and b"ray" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(pid)
+    return found
+
+
+def _collect(pids: set[int]) -> None:
+    """Collect the exited ones of ``pids`` that are this process's children (re-parented here as orphans)."""
+    for pid in pids:
+        if not _alive(pid):
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(pid, os.WNOHANG)
 
 
 def require_reachable(timeout_s: float = REACH_TIMEOUT_S) -> None:

@@ -27,17 +27,13 @@ from sembridge_ray.outputs import is_complete
 from sembridge_ray.retrieval.index import build_shard, shard_bounds
 from sembridge_ray.retrieval.synthetic import sparse_vectors, zipf_probs
 from tests.conftest import REPO
+from tests.processes import outliving
 
 
 def _env() -> dict[str, str]:
     env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5"}
     env.pop("RAY_ADDRESS", None)
     return env
-
-
-def _session(sid: int) -> list[int]:
-    ps = subprocess.run(["ps", "-eo", "pid=,sid="], capture_output=True, text=True).stdout.split()
-    return [int(p) for p, s in zip(ps[::2], ps[1::2], strict=True) if int(s) == sid]
 
 
 def _processes(pattern: str) -> list[int]:
@@ -96,7 +92,7 @@ def test_a_job_leaves_no_ray_process_behind(ray_cluster, fixtures_root: Path, tm
     )
     log = proc.communicate(timeout=600)[0]
     assert proc.returncode == 0, log[-3000:]
-    assert _session(proc.pid) == [], "Ray processes of the job outlived it"
+    assert outliving(proc.pid) == [], "Ray processes of the job outlived it"
     assert "multiple active Ray instances" not in log  # the test's own cluster runs beside it
 
 
@@ -217,6 +213,6 @@ def test_local_sh_uses_a_private_head_and_leaves_other_clusters_alone(ray_cluste
     seen = re.search(r"JOB_SAW (\S+)", proc.stdout).group(1)  # type: ignore[union-attr]
     assert seen != ours and seen.startswith("127.0.0.1:")
     head = int(re.search(r"stopping the private Ray head \(pid (\d+)\)", proc.stdout).group(1))  # type: ignore[union-attr]
-    assert _session(head) == [], "processes of the private head outlived local.sh"
+    assert outliving(head) == [], "processes of the private head outlived local.sh"
     assert ray.get(ray.remote(lambda: "alive").remote()) == "alive"  # the other cluster is untouched
     assert set(raylets) <= set(_processes(r"raylet/raylet"))

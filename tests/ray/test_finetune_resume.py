@@ -13,6 +13,7 @@ from pathlib import Path
 
 from sembridge_ray.outputs import is_complete, read_identity
 from tests.conftest import REPO
+from tests.processes import session
 
 STEPS = 8
 
@@ -47,18 +48,13 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _session(sid: int) -> list[int]:
-    ps = subprocess.run(["ps", "-eo", "pid=,sid="], capture_output=True, text=True).stdout.split()
-    return [int(p) for p, s in zip(ps[::2], ps[1::2], strict=True) if int(s) == sid]
-
-
 def _kill_session(sid: int) -> None:
     """SIGKILL the driver's process group (driver, GCS, raylet), then the Ray workers it started: they run in
     process groups of their own within the driver's session."""
     os.killpg(sid, signal.SIGKILL)
     time.sleep(1)
     deadline = time.time() + 20
-    while (left := _session(sid)) and time.time() < deadline:
+    while (left := session(sid)) and time.time() < deadline:
         for pid in left:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)

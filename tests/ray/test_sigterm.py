@@ -16,7 +16,8 @@ from sembridge_ray.locks import LOCK
 from sembridge_ray.outputs import SUCCESS
 from sembridge_ray.resources import SICK_DIR
 from tests.conftest import REPO
-from tests.ray.test_faults import _env, _session
+from tests.processes import outliving
+from tests.ray.test_faults import _env
 
 # Log lines, which may come at any time: this project's and Ray's Python loggers, Ray's C++ logs ("[2026-...]"),
 # and what Ray's workers print, forwarded with their name and pid ("(MapWorker(...) pid=123) ...", colored).
@@ -56,4 +57,4 @@ def test_sigterm_while_encoding_ends_the_job_with_one_line_and_143(fixtures_root
     said = [line for line in after.splitlines() if line.strip() and not LOG.match(line)]
     assert (proc.returncode, said) == (143, ["error: terminated (SIGTERM)"]), after[-3000:]
     assert not (out / LOCK).exists() and not (out / SUCCESS).exists()
-    assert _session(proc.pid) == [], "Ray processes of the job outlived it"
+    assert outliving(proc.pid) == [], "Ray processes of the job outlived it"

@@ -163,6 +163,18 @@ def _source_bert(out: Path) -> None:
     _save_source(tok, tiny_bert_mlm(tok), out)
 
 
+def _sparse_bert(out: Path) -> None:
+    """The tiny BERT with its vocabulary bias lowered until about 1% of the logits of the source text are positive:
+    random weights otherwise activate nearly every dimension, which the fine-tuning job calls a collapsed model."""
+    tok = wordpiece_tokenizer(source_text(), 2000, lowercase=True)
+    model = tiny_bert_mlm(tok)
+    with torch.no_grad():
+        enc = tok(source_text()[:64], padding=True, truncation=True, max_length=32, return_tensors="pt")
+        logits = model(**enc).logits[enc["attention_mask"].bool()]
+        model.cls.predictions.bias -= torch.quantile(logits.flatten()[::7], 0.99)
+    _save_source(tok, model, out)
+
+
 def _source_roberta(out: Path) -> None:
     tok = byte_bpe_tokenizer(source_text(), 2000)
     _save_source(tok, tiny_roberta_mlm(tok), out)
@@ -170,6 +182,7 @@ def _source_roberta(out: Path) -> None:
 
 FIXTURES: dict[str, Callable[[Path], None]] = {
     "bert-mlm": _source_bert,
+    "bert-splade": _sparse_bert,
     "roberta-mlm": _source_roberta,
     "tok-wordpiece": lambda out: _save_tokenizer(wordpiece_tokenizer(target_text(), 1500, lowercase=False), out),
     "tok-bytebpe": lambda out: _save_tokenizer(byte_bpe_tokenizer(target_text(), 1500), out),

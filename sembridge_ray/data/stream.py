@@ -1,7 +1,10 @@
 """The training stream: pairs in the exact order training consumes them, materialised to Parquet once.
 
-Row ``s · B + i`` is pair i of global batch s (B = the global batch size). Epoch e is a permutation of the pairs
-seeded by (seed, e), cut to whole batches. Because the order lives in the file, step s sees the same pairs for any
+Row ``s · B + i`` is pair i of global batch s (B = the global batch size). With ``batch_sampler=no_duplicates``
+(the default) epoch e is cut by sentence-transformers' own ``NoDuplicatesBatchSampler`` (seed + e): no text occurs
+twice in a global batch, so no in-batch negative is a copy of another pair's query or positive. With
+``batch_sampler`` epoch e is a permutation of the pairs seeded by (seed, e), cut to whole batches (the order
+before duplicate-free batches existed). Because the order lives in the file, step s sees the same pairs for any
 number of workers and after any resume: a resumed run skips s · B rows and continues.
 
 The stream and its settings (``train_stream.json``) form one :mod:`sembridge_ray.cache` entry,
@@ -14,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -40,6 +44,7 @@ class StreamInfo:
     epochs: int
     max_steps: int | None
     seed: int
+    batch_sampler: str = "no_duplicates"
     pairs: int = 0
     steps_per_epoch: int = 0
     total_steps: int = 0
@@ -48,19 +53,44 @@ class StreamInfo:
     without_negatives: int = 0
 
 
-def training_stream(pairs: pa.Table, batch_size: int, steps: int, seed: int) -> pa.Table:
+def training_stream(
+    pairs: pa.Table, batch_size: int, steps: int, seed: int, batch_sampler: str = "no_duplicates"
+) -> pa.Table:
     """pairs (N rows) -> the first ``steps`` global batches (steps · batch_size rows) over seeded epochs.
 
-    Each epoch is ``np.random.default_rng([seed, epoch]).permutation(N)`` truncated to whole batches.
+    ``batch_sampler``: each epoch is ``NoDuplicatesBatchSampler(seed=seed, drop_last=True)`` at epoch e (its
+    ``N // batch_size`` batches), or ``np.random.default_rng([seed, epoch]).permutation(N)`` truncated to whole
+    batches.
     """
     per_epoch = pairs.num_rows // batch_size
     if per_epoch == 0:
         raise ValueError(f"{pairs.num_rows} pairs make no global batch of {batch_size}")
-    parts = []
-    for epoch in range(math.ceil(steps / per_epoch)):
-        order = np.random.default_rng([seed, epoch]).permutation(pairs.num_rows)[: per_epoch * batch_size]
-        parts.append(pairs.take(pa.array(order)))
+    epochs = math.ceil(steps / per_epoch)
+    if batch_sampler == "no_duplicates":
+        orders = _no_duplicate_orders(pairs, batch_size, seed, epochs)
+    else:
+        orders = (
+            np.random.default_rng([seed, e]).permutation(pairs.num_rows)[: per_epoch * batch_size]
+            for e in range(epochs)
+        )
+    parts = [pairs.take(pa.array(order)) for order in orders]
     return pa.concat_tables(parts).slice(0, steps * batch_size)
+
+
+def _no_duplicate_orders(pairs: pa.Table, batch_size: int, seed: int, epochs: int) -> Iterator[np.ndarray]:
+    """Each epoch's row order as sentence-transformers' ``NoDuplicatesBatchSampler`` batches it (the sampler a
+    ``SparseEncoderTrainer`` user picks with ``BatchSamplers.NO_DUPLICATES``), batches concatenated."""
+    import torch
+    from datasets import Dataset
+    from datasets.table import InMemoryTable
+    from sentence_transformers.base.sampler import NoDuplicatesBatchSampler
+
+    sampler = NoDuplicatesBatchSampler(
+        Dataset(InMemoryTable(pairs)), batch_size=batch_size, drop_last=True, generator=torch.Generator(), seed=seed
+    )
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)
+        yield np.fromiter((i for batch in sampler for i in batch), dtype=np.int64)
 
 
 def materialise_stream(request: StreamInfo, out_dir: Path) -> tuple[Path, StreamInfo]:
@@ -107,7 +137,7 @@ def _build_stream(request: StreamInfo, entry: Path, tmp: Path) -> tuple[Path, St
         unknown_docs=stats.unknown_docs,
         without_negatives=stats.without_negatives,
     )
-    stream = training_stream(pairs, request.batch_size, total, request.seed)
+    stream = training_stream(pairs, request.batch_size, total, request.seed, request.batch_sampler)
     tmp.mkdir(parents=True)  # only now: a failed read of the training set leaves nothing behind
     pq.write_table(stream, tmp / STREAM_FILE, row_group_size=8192)
     (tmp / STREAM_INFO).write_text(json.dumps(asdict(info), indent=2) + "\n", encoding="utf-8")
@@ -116,7 +146,7 @@ def _build_stream(request: StreamInfo, entry: Path, tmp: Path) -> tuple[Path, St
     return path, info
 
 
-_SETTINGS = ("spec", "split", "hard_negatives", "batch_size", "epochs", "max_steps", "seed")
+_SETTINGS = ("spec", "split", "hard_negatives", "batch_size", "epochs", "max_steps", "seed", "batch_sampler")
 """The fields of a :class:`StreamInfo` the stream is made from (the rest is counted while it is made)."""
 
 

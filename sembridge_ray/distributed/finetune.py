@@ -21,9 +21,9 @@ import os
 import tempfile
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import TypedDict, cast
+from typing import TYPE_CHECKING, TypedDict, cast
 
 import pyarrow.parquet as pq
 import ray
@@ -37,8 +37,10 @@ from sembridge_ray.config import write_config
 from sembridge_ray.data.retrieval import dataset_identity
 from sembridge_ray.data.stream import StreamInfo, materialise_stream
 from sembridge_ray.distributed import cluster
+from sembridge_ray.distributed.dev import DevSet, Rows, evaluate_dev, load_dev
 from sembridge_ray.errors import InputError, environment_errno, find_user_error
 from sembridge_ray.identity import RunIdentity, model_identity
+from sembridge_ray.jobs.export import ExportConfig, ExportResult
 from sembridge_ray.jobs.finetune import FinetuneConfig, FinetuneResult
 from sembridge_ray.json_types import JSONObject
 from sembridge_ray.logs import setup_logging
@@ -48,16 +50,28 @@ from sembridge_ray.placement import Placement
 from sembridge_ray.progress import duration
 from sembridge_ray.sparse import loop
 from sembridge_ray.sparse.checkpoints import (
+    RUN_CONFIG,
     TRAIN_METRICS,
+    BestState,
     checkpoint_name,
     checkpoint_problem,
     is_local,
+    load_best,
     load_part,
     restore_point,
     set_aside_damaged,
     write_part,
 )
 from sembridge_ray.sparse.collective import LocalCollective, TorchCollective
+from sembridge_ray.sparse.convergence import (
+    DEV_DIMS_D,
+    DEV_DIMS_Q,
+    DEV_PRIMARY,
+    Convergence,
+    collapse,
+    convergence,
+    dev_curve,
+)
 from sembridge_ray.sparse.finite import require_finite
 from sembridge_ray.sparse.model import (
     Serving,
@@ -65,13 +79,19 @@ from sembridge_ray.sparse.model import (
     check_mlm,
     check_push,
     load_mlm,
+    load_sparse_encoder,
     publish,
     read_pooling,
     save_sparse_encoder,
 )
 
+if TYPE_CHECKING:
+    from sentence_transformers import SparseEncoder
+    from transformers import PreTrainedTokenizerBase
+
 log = logging.getLogger(__name__)
 SUMMARY, DATA_DIR, CHECKPOINT_DIR, MODEL_DIR = "finetune.json", "data", "checkpoints", "model"
+TENSORBOARD_DIR = "tensorboard"
 
 
 def input_identities(cfg: FinetuneConfig) -> dict[str, str]:
@@ -79,7 +99,14 @@ def input_identities(cfg: FinetuneConfig) -> dict[str, str]:
     cfg.require_inputs()
     inputs = {"model": model_identity(cfg.model), "train": dataset_identity(cfg.train)}
     check_mlm(cfg.model)
-    return inputs
+    return with_eval_identity(cfg, inputs)
+
+
+def with_eval_identity(cfg: FinetuneConfig, inputs: dict[str, str]) -> dict[str, str]:
+    """``inputs`` with the development set's identity (by content, as the training data's) when there is one."""
+    if not cfg.eval or "eval" in inputs:
+        return inputs
+    return {**inputs, "eval": dataset_identity(cfg.eval)}
 
 
 def run_finetune(cfg: FinetuneConfig, inputs: dict[str, str] | None = None) -> FinetuneResult:
@@ -98,10 +125,12 @@ def run_finetune(cfg: FinetuneConfig, inputs: dict[str, str] | None = None) -> F
 
 def _run_finetune(cfg: FinetuneConfig, inputs: dict[str, str] | None) -> FinetuneResult:
     named = cfg  # as the user named the inputs: what the model card shows
-    cfg = replace(cfg, model=resolve(cfg.model), train=resolve(cfg.train))  # bundled names: paths for the workers
+    # bundled names: paths for the workers
+    cfg = replace(cfg, model=resolve(cfg.model), train=resolve(cfg.train), eval=resolve(cfg.eval) if cfg.eval else "")
     cluster.require_reachable()
     cfg = replace(cfg, precision=cluster.resolve_precision(cfg.precision, cfg.resources, reserve=False))
-    identity = cfg.identity("finetune", inputs or input_identities(cfg))
+    identity = cfg.identity("finetune", with_eval_identity(cfg, inputs) if inputs else input_identities(cfg))
+    dev = load_dev(cfg.eval, cfg.eval_split, cfg.eval_max_queries) if cfg.eval else None  # before any output
     out = Path(cfg.output)
     with claim_output(out, identity, cfg.overwrite) as claim:
         if claim.done:
@@ -116,6 +145,7 @@ def _run_finetune(cfg: FinetuneConfig, inputs: dict[str, str] | None) -> Finetun
                 epochs=cfg.optim.epochs,
                 max_steps=cfg.optim.max_steps,
                 seed=cfg.seed,
+                batch_sampler=cfg.batch_sampler,
             ),
             work / DATA_DIR,
         )
@@ -129,9 +159,10 @@ def _run_finetune(cfg: FinetuneConfig, inputs: dict[str, str] | None) -> Finetun
             log.info("resumed from step %d (run %s in %s)", resumed, name, storage)
         storage_note(storage, cfg.storage)
         start = time.perf_counter()
-        result = _fit(cfg, stream, info.total_steps, plan, storage, name)
+        every = eval_steps(cfg, info.total_steps)
+        result = _fit(cfg, stream, info.total_steps, plan, storage, name, Evaluation(dev=dev, every=every, work=work))
         run_dir = f"{storage.rstrip('/')}/{name}"
-        final = export_checkpoint(result.checkpoint, cfg, work, info.total_steps, run_dir, named)
+        exported = export_checkpoint(result.checkpoint, cfg, work, info.total_steps, run_dir, named)
         summary = FinetuneResult(
             output=str(out),
             model=str(out / MODEL_DIR),
@@ -141,11 +172,32 @@ def _run_finetune(cfg: FinetuneConfig, inputs: dict[str, str] | None) -> Finetun
             resumed_from=resumed,
             workers=plan.workers,
             seconds=round(time.perf_counter() - start, 2),
-            final=final,
+            final=exported.final,
+            select=cfg.select,
+            best=exported.best,
+            collapsed=exported.collapsed,
+            convergence=dict(exported.convergence) if dev is not None else {},
+            eval_seconds=exported.eval_seconds,
         )
         atomic_write_json(work / SUMMARY, {**asdict(summary), "stream": asdict(info)})
-        claim.finish(exclude=(CHECKPOINT_DIR, DATA_DIR))
+        claim.finish(exclude=(CHECKPOINT_DIR, DATA_DIR, TENSORBOARD_DIR))
     return summary
+
+
+def eval_steps(cfg: FinetuneConfig, total_steps: int) -> int:
+    """Steps between evaluations: ``eval_every``, or a tenth of the run (0 = no development set)."""
+    if not cfg.eval:
+        return 0
+    return cfg.eval_every or max(1, -(-total_steps // 10))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Evaluation:
+    """What the workers evaluate and where the tracker writes (from the driver)."""
+
+    dev: DevSet | None
+    every: int
+    work: Path
 
 
 def run_name(identity: RunIdentity) -> str:
@@ -154,7 +206,7 @@ def run_name(identity: RunIdentity) -> str:
 
 
 def _fit(
-    cfg: FinetuneConfig, stream: Path, total_steps: int, plan: Placement, storage: str, name: str
+    cfg: FinetuneConfig, stream: Path, total_steps: int, plan: Placement, storage: str, name: str, ev: Evaluation
 ) -> ray.train.Result:
     """Train, restarting the worker group from the newest complete checkpoint after a failure, at most
     ``max_failures`` times. An error of the input or the environment (disk full, read-only, permission, a loss
@@ -164,7 +216,7 @@ def _fit(
     for attempt in range(cfg.max_failures + 1):
         set_aside_damaged(f"{storage.rstrip('/')}/{name}")
         try:
-            return _trainer(cfg, stream, total_steps, plan, storage, name).fit()
+            return _trainer(cfg, stream, total_steps, plan, storage, name, ev).fit()
         except ray.train.TrainingFailedError as err:
             cause = find_user_error(err)
             code = environment_errno(cause) if cause is not None else None
@@ -184,7 +236,7 @@ def _fit(
 
 
 def _trainer(
-    cfg: FinetuneConfig, stream: Path, total_steps: int, plan: Placement, storage: str, name: str
+    cfg: FinetuneConfig, stream: Path, total_steps: int, plan: Placement, storage: str, name: str, ev: Evaluation
 ) -> TorchTrainer:
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = False
@@ -194,7 +246,14 @@ def _trainer(
     dataset = ray.data.from_arrow([parquet.read_row_group(i) for i in range(parquet.num_row_groups)])
     resources = {"CPU": plan.cpus_per_worker, **({"GPU": plan.gpus_per_worker} if plan.use_gpu else {})}
     run_dir = f"{storage.rstrip('/')}/{name}"
-    loop_config: LoopConfig = {"cfg": cfg.to_dict(), "total_steps": total_steps, "run_dir": run_dir}
+    loop_config: LoopConfig = {
+        "cfg": cfg.to_dict(),
+        "total_steps": total_steps,
+        "run_dir": run_dir,
+        "dev": ev.dev,
+        "eval_every": ev.every,
+        "tensorboard": str((ev.work / TENSORBOARD_DIR).resolve()) if cfg.tensorboard else "",
+    }
     return TorchTrainer(
         train_func,
         train_loop_config=dict(loop_config),
@@ -289,6 +348,10 @@ class LoopConfig(TypedDict):
     total_steps: int
     run_dir: str
     """The run's checkpoints: ``<storage>/<run name>``."""
+    dev: DevSet | None
+    eval_every: int
+    tensorboard: str
+    """Rank 0's TensorBoard log directory; "" = none."""
 
 
 def train_func(loop_config: Mapping[str, object]) -> None:
@@ -302,14 +365,15 @@ def train_func(loop_config: Mapping[str, object]) -> None:
     device = ray.train.torch.get_device()
     mlm, tokenizer = load_mlm(cfg.model)
     model = ray.train.torch.prepare_model(SpladeEncoder(mlm, chunk=cfg.pool_chunk))
-    encoder = getattr(model, "module", model)
+    encoder = cast(SpladeEncoder, getattr(model, "module", model))
     optimizer, scheduler = loop.build_optimizer(model, cfg.optim, total)
     torch.manual_seed(cfg.seed * 1_000_003 + rank)
-    start, history = 0, list[dict[str, float]]()
+    start, history, best = 0, list[dict[str, float]](), None
     with _restore_dir(config["run_dir"]) as ckpt:
         if ckpt is not None:
             state, rng, history = load_part(ckpt, rank)
             start = loop.restore_state(state, encoder, optimizer, scheduler)
+            best = load_best(ckpt) if rank == 0 else None
             if rng is not None:
                 loop.set_rng_state(rng)
     if start and rank == 0:
@@ -330,11 +394,21 @@ def train_func(loop_config: Mapping[str, object]) -> None:
         log_every=cfg.log_every,
     )
     comm = TorchCollective() if world > 1 else LocalCollective()
+    dev = _DevRun.start(config, cfg, encoder, tokenizer, rank, world, str(device), best) if config["dev"] else None
+    tracker = Tracker.open(config["tensorboard"], start) if rank == 0 and config["tensorboard"] else None
+    if dev is not None and start == 0:
+        history.append({"step": 0, **dev.evaluate(0)})
+        if tracker is not None:
+            tracker.write(history[-1])
     last_report = began = time.monotonic()
     for step, metrics in loop.train(model, batches, optimizer, scheduler, plan, start=start, comm=comm):
+        if dev is not None and (step % int(config["eval_every"]) == 0 or step == total):
+            metrics = {**(metrics or {"step": step}), **dev.evaluate(step)}
         if metrics is not None:
             history.append(metrics)
-            if rank == 0:
+            if tracker is not None:
+                tracker.write(metrics)
+            if rank == 0 and "loss" in metrics:
                 per_step = (time.monotonic() - began) / max(1, step - start)
                 log.info(
                     "step %d/%d loss %.4f (infonce %.4f) dims q %.0f d %.0f lr %.2e %.1f ex/s ETA %s",
@@ -353,11 +427,135 @@ def train_func(loop_config: Mapping[str, object]) -> None:
             # Every worker holds the same weights (DDP), so every worker stops here together.
             require_finite(encoder.state_dict(), f"training diverged at step {step}", loop.DIVERGED_HINT)
             state = loop.capture_state(encoder, optimizer, scheduler, step)
-            _report_checkpoint(metrics or {"step": step}, state, history, rank, world)
+            kept = dev.best if dev is not None else None
+            _report_checkpoint(metrics or {"step": step}, state, history, rank, world, kept, config["cfg"])
             last_report = time.monotonic()
         elif metrics is not None and _due(last_report, cfg.report_every_s, world, device):
             ray.train.report(metrics)
             last_report = time.monotonic()
+    if tracker is not None:
+        tracker.close()
+
+
+@dataclass(kw_only=True)
+class _DevRun:
+    """A worker's development evaluation: a SparseEncoder written and loaded as the final model is (so its vectors
+    are the evaluate job's), given the trained weights before each evaluation; rank 0 also keeps the best
+    weights that are not collapsed."""
+
+    dev: DevSet
+    encoder: SpladeEncoder
+    model: SparseEncoder
+    lengths: tuple[int, int]
+    precision: str
+    rank: int
+    world: int
+    vocab_size: int
+    best: BestState | None = None
+    seconds: float = 0.0
+
+    @classmethod
+    def start(
+        cls,
+        config: LoopConfig,
+        cfg: FinetuneConfig,
+        encoder: SpladeEncoder,
+        tokenizer: PreTrainedTokenizerBase,
+        rank: int,
+        world: int,
+        device: str,
+        best: BestState | None,
+    ) -> _DevRun:
+        with tempfile.TemporaryDirectory() as tmp:
+            save_sparse_encoder(encoder.mlm, tokenizer, Path(tmp) / "model", serving(cfg))
+            model = load_sparse_encoder(str(Path(tmp) / "model"), device=device)
+        assert config["dev"] is not None
+        return cls(
+            dev=config["dev"],
+            encoder=encoder,
+            model=model,
+            lengths=(cfg.max_query_length, cfg.max_doc_length),
+            precision=cfg.precision,
+            rank=rank,
+            world=world,
+            vocab_size=int(encoder.mlm.config.vocab_size),
+            best=best,
+        )
+
+    def evaluate(self, step: int) -> dict[str, float]:
+        """The dev figures of the current weights (every rank gets rank 0's), and the best kept on rank 0."""
+        began = time.perf_counter()
+        transformer = next(m for m in self.model if hasattr(m, "auto_model"))
+        cast(torch.nn.Module, transformer.auto_model).load_state_dict(self.encoder.mlm.state_dict())
+        found = evaluate_dev(self.model, self.dev, self.lengths, self.precision, self.rank, self.world, self._gather)
+        figures = self._broadcast(found)
+        self.seconds += time.perf_counter() - began
+        figures["dev_seconds"] = round(time.perf_counter() - began, 3)
+        if self.rank == 0:
+            self._keep(step, figures)
+        return figures
+
+    def _keep(self, step: int, figures: dict[str, float]) -> None:
+        problem = collapse(figures[DEV_DIMS_Q], figures[DEV_DIMS_D], self.vocab_size)
+        score = figures[DEV_PRIMARY]
+        if problem is not None:
+            log.warning("step %d: the model collapsed (%s); never selected as the best", step, problem)
+        elif self.best is None or score > self.best["score"]:
+            weights = {k: v.detach().to("cpu", copy=True) for k, v in self.encoder.state_dict().items()}
+            self.best = {"step": step, "score": score, "model": weights}
+        log.info(
+            "step %d: dev nDCG@10 %.4f, dims q %.1f d %.1f (best %.4f at step %s) in %s",
+            step,
+            score,
+            figures[DEV_DIMS_Q],
+            figures[DEV_DIMS_D],
+            self.best["score"] if self.best else float("nan"),
+            self.best["step"] if self.best else "-",
+            duration(figures["dev_seconds"]),
+        )
+
+    def _gather(self, mine: dict[int, Rows]) -> list[dict[int, Rows]]:
+        if self.world == 1:
+            return [mine]
+        parts: list[dict[int, Rows]] | None = [{} for _ in range(self.world)] if self.rank == 0 else None
+        dist.gather_object(mine, parts, dst=0)
+        return parts or []
+
+    def _broadcast(self, figures: dict[str, float] | None) -> dict[str, float]:
+        if self.world == 1:
+            assert figures is not None
+            return figures
+        box = [figures]
+        dist.broadcast_object_list(box, src=0)
+        assert box[0] is not None
+        return dict(box[0])
+
+
+class Tracker:
+    """Rank 0's TensorBoard event files (``tensorboard``, an optional dependency): every metric of every logged
+    or evaluated step, as a scalar named by its key. A resumed run drops the events after its restore step
+    (``purge_step``), so the curves have no doubled segment."""
+
+    def __init__(self, writer: object) -> None:
+        self.writer = writer
+
+    @classmethod
+    def open(cls, log_dir: str, start: int) -> Tracker:
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:  # checked by the driver before training; a worker without it says so
+            raise InputError("tensorboard=true needs the tensorboard package: pip install tensorboard") from None
+        return cls(SummaryWriter(log_dir=log_dir, purge_step=start + 1 if start else None))
+
+    def write(self, metrics: Mapping[str, float]) -> None:
+        step = int(metrics["step"])
+        for key, value in metrics.items():
+            if key != "step":
+                self.writer.add_scalar(key.replace("@", "_at_"), float(value), step)  # type: ignore[attr-defined]
+        self.writer.flush()  # type: ignore[attr-defined]
+
+    def close(self) -> None:
+        self.writer.close()  # type: ignore[attr-defined]
 
 
 def _due(since: float, every_s: float, world: int, device: torch.device) -> bool:
@@ -391,9 +589,16 @@ def _restore_dir(run_dir: str) -> Iterator[Path | None]:
 
 
 def _report_checkpoint(
-    metrics: dict[str, float], state: loop.TrainState, history: list[dict[str, float]], rank: int, world: int
+    metrics: dict[str, float],
+    state: loop.TrainState,
+    history: list[dict[str, float]],
+    rank: int,
+    world: int,
+    best: BestState | None = None,
+    run_config: JSONObject | None = None,
 ) -> None:
-    """Every rank saves its part (rank 0 the state and the metrics so far); Ray merges them into one directory."""
+    """Every rank saves its part (rank 0 the state, the metrics so far and the best evaluated weights); Ray merges
+    them into one directory."""
     with tempfile.TemporaryDirectory() as tmp:
         write_part(
             Path(tmp),
@@ -402,12 +607,30 @@ def _report_checkpoint(
             loop.rng_state(),
             state if rank == 0 else None,
             "".join(json.dumps(m) + "\n" for m in history) if rank == 0 else None,
+            best if rank == 0 else None,
+            json.dumps(run_config) if rank == 0 and run_config is not None else None,
         )
         ray.train.report(
             metrics,
             checkpoint=ray.train.Checkpoint.from_directory(tmp),
             checkpoint_dir_name=checkpoint_name(state["step"]),
         )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Exported:
+    """What :func:`export_checkpoint` published, read from the final checkpoint's metrics."""
+
+    final: dict[str, float]
+    best: dict[str, object] = field(default_factory=dict)
+    collapsed: list[dict[str, object]] = field(default_factory=list)
+    convergence: Convergence | dict[str, object] = field(default_factory=dict)
+    eval_seconds: float = 0.0
+
+
+def serving(cfg: FinetuneConfig) -> Serving:
+    """What the written model encodes with (its lengths and the input model's pooling)."""
+    return Serving(query_length=cfg.query_length, document_length=cfg.document_length, pooling=read_pooling(cfg.model))
 
 
 def export_checkpoint(
@@ -417,34 +640,105 @@ def export_checkpoint(
     total_steps: int,
     run_dir: str,
     named: FinetuneConfig | None = None,
-) -> dict[str, float]:
-    """Write the final checkpoint's model into ``out/model`` as a SparseEncoder directory, and its metrics.jsonl;
-    the final checkpoint must verify (on a path) and its weights be finite, or nothing is written."""
+) -> Exported:
+    """Write the final checkpoint's model (``select=last``) or the best evaluated weights it carries
+    (``select=best``) into ``out/model`` as a SparseEncoder directory, and its metrics.jsonl; the final checkpoint
+    must verify (on a path) and the weights be finite, or nothing is written."""
     final_dir = Path(run_dir) / checkpoint_name(total_steps)
     if is_local(run_dir):
         if (problem := checkpoint_problem(final_dir)) is not None:
             raise RuntimeError(f"the final checkpoint {final_dir} does not verify ({problem})")
         state, _, history = load_part(final_dir, 0)
+        kept = load_best(final_dir)
     elif checkpoint is not None:
         with checkpoint.as_directory() as ckpt:
             state, _, history = load_part(Path(ckpt), 0)
+            kept = load_best(Path(ckpt))
     else:
         raise RuntimeError("the training run reported no checkpoint")
     if state["step"] != total_steps:
         raise RuntimeError(f"the latest checkpoint is at step {state['step']}, not the last step {total_steps}")
-    require_finite(state["model"], f"the final checkpoint of {run_dir}")
     mlm, tokenizer = load_mlm(cfg.model)
+    exported = read_evaluations(history, int(mlm.config.vocab_size), cfg.select)
+    weights = state["model"]
+    if cfg.select == "best":
+        if kept is None or not exported.best:
+            raise InputError(
+                f"select=best: every evaluation on {cfg.eval!r} collapsed ({len(exported.collapsed)} steps), so "
+                "there is no model to publish; see metrics.jsonl"
+            )
+        if kept["step"] != exported.best["step"]:
+            raise RuntimeError(f"the best weights kept are of step {kept['step']}, the metrics say {exported.best}")
+        weights = kept["model"]
+    require_finite(weights, f"the {'best' if cfg.select == 'best' else 'final'} weights of {run_dir}")
     encoder = SpladeEncoder(mlm)
-    encoder.load_state_dict(state["model"])
-    final = history[-1] if history else {}
+    encoder.load_state_dict(weights)
     with atomic_path(out / MODEL_DIR) as tmp:  # the same layout as the init job's: <output>/model
-        serving = Serving(
-            query_length=cfg.query_length, document_length=cfg.document_length, pooling=read_pooling(cfg.model)
-        )
-        save_sparse_encoder(encoder.mlm, tokenizer, tmp, serving)
-        write_card(tmp, card_provenance(named or cfg, total_steps, final))
+        save_sparse_encoder(encoder.mlm, tokenizer, tmp, serving(cfg))
+        write_card(tmp, card_provenance(named or cfg, total_steps, exported.final))
     atomic_write_text(out / TRAIN_METRICS, "".join(json.dumps(m) + "\n" for m in history))
-    return final
+    return exported
+
+
+def run_export(cfg: ExportConfig) -> ExportResult:
+    """Write checkpoint ``cfg.checkpoint`` as a SparseEncoder directory (see :mod:`sembridge_ray.jobs.export`)."""
+    cfg.require_inputs()
+    ckpt, out = Path(cfg.checkpoint), Path(cfg.output)
+    if (problem := checkpoint_problem(ckpt)) is not None:
+        raise InputError(f"checkpoint {str(ckpt)!r} does not verify: {problem}")
+    if not (ckpt / RUN_CONFIG).is_file():
+        raise InputError(f"checkpoint {str(ckpt)!r} has no {RUN_CONFIG} (written by an older version): rerun to export")
+    if out.exists():
+        raise InputError(f"output {str(out)!r} exists: choose a new directory")
+    run_cfg = FinetuneConfig.from_dict(json.loads((ckpt / RUN_CONFIG).read_text(encoding="utf-8")))
+    state, _, history = load_part(ckpt, 0)
+    weights, step = state["model"], int(state["step"])
+    if cfg.select == "best":
+        kept = load_best(ckpt)
+        if kept is None:
+            raise InputError(f"checkpoint {str(ckpt)!r} carries no best weights (no development set, or all collapsed)")
+        weights, step = kept["model"], int(kept["step"])
+    require_finite(weights, f"the weights of step {step} in {ckpt}")
+    mlm, tokenizer = load_mlm(run_cfg.model)
+    encoder = SpladeEncoder(mlm)
+    encoder.load_state_dict(weights)
+    final = next((m for m in reversed(history) if int(m["step"]) <= step and "loss" in m), {})
+    with atomic_path(out) as tmp:
+        save_sparse_encoder(encoder.mlm, tokenizer, tmp, serving(run_cfg))
+        write_card(tmp, card_provenance(run_cfg, step, final))
+    return ExportResult(output=str(out), step=step, checkpoint=str(ckpt))
+
+
+def read_evaluations(history: list[dict[str, float]], vocab_size: int, select: str = "last") -> Exported:
+    """The convergence figures, the collapsed steps and the best step (the highest dev nDCG@10 of a step that did
+    not collapse; the earliest on a tie) of a run's metrics lines."""
+    final = next((m for m in reversed(history) if "loss" in m), history[-1] if history else {})
+    evaluated = [m for m in history if DEV_PRIMARY in m]
+    collapsed = [
+        {"step": int(m["step"]), "reason": why}
+        for m in evaluated
+        if (why := collapse(m[DEV_DIMS_Q], m[DEV_DIMS_D], vocab_size)) is not None
+    ]
+    gone = {c["step"] for c in collapsed}
+    candidates = [m for m in evaluated if int(m["step"]) not in gone]
+    best: dict[str, object] = {}
+    if candidates:
+        top = max(candidates, key=lambda m: (m[DEV_PRIMARY], -m["step"]))
+        last = int(evaluated[-1]["step"])
+        if select == "best":
+            reason = f"the highest dev nDCG@10 of {len(evaluated)} evaluations" + (
+                f", {len(collapsed)} collapsed ones excluded" if collapsed else ""
+            )
+        else:
+            reason = "select=last publishes the last step; this is the evaluated step a select=best run would publish"
+        best = {"step": int(top["step"]), DEV_PRIMARY: top[DEV_PRIMARY], "reason": reason, "last_step": last}
+    return Exported(
+        final=final,
+        best=best,
+        collapsed=collapsed,
+        convergence=convergence(dev_curve(history)),
+        eval_seconds=round(sum(m.get("dev_seconds", 0.0) for m in history), 2),
+    )
 
 
 def card_provenance(cfg: FinetuneConfig, steps: int, final: dict[str, float]) -> Provenance:

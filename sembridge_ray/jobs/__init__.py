@@ -28,7 +28,7 @@ from sembridge_ray.config import Config, load_preset, merge
 
 C = TypeVar("C", bound=Config)
 R = TypeVar("R")
-JOBS = ("init", "finetune", "evaluate", "malstm", "reproduce")
+JOBS = ("init", "finetune", "evaluate", "malstm", "reproduce", "export")
 PRESET_DIR = Path(__file__).resolve().parent.parent / "presets"
 
 

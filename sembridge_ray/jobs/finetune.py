@@ -15,7 +15,7 @@ import json
 import logging
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from sembridge_ray.config import Config, require
 from sembridge_ray.errors import InputError
@@ -25,6 +25,8 @@ from sembridge_ray.sparse.config import LossConfig, OptimConfig
 
 log = logging.getLogger(__name__)
 _BF16_WORDS = {"on": "bf16", "off": "fp32"}  # the values of the former --bf16 flag
+BatchSampler = Literal["no_duplicates", "batch_sampler"]
+Select = Literal["last", "best"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,6 +75,23 @@ class FinetuneConfig(Config):
     document_length: int = 256
     """Document tokens the written model encodes with (its ``document_length`` and ``max_seq_length``, capped at
     the encoder's positions): the evaluation's ``max_doc_length``."""
+    batch_sampler: BatchSampler = "no_duplicates"
+    """How pairs are batched: ``no_duplicates`` (sentence-transformers' ``BatchSamplers.NO_DUPLICATES``: no text
+    twice in a global batch, so no in-batch negative is another query's copy of a positive) or ``batch_sampler``
+    (a plain seeded shuffle, as before)."""
+    eval: str = ""
+    """Development set scored during training (the forms of ``train``); empty = none. Never a test split."""
+    eval_split: str = "dev"
+    """Its split (SICK's dev is its trial split; ``test`` is refused)."""
+    eval_every: int = 0
+    """Evaluate every K steps, before the first step and at the end; 0 = every tenth of the run."""
+    eval_max_queries: int = 0
+    """Score a seeded sample of this many judged queries (against the whole corpus); 0 = all of them."""
+    select: Select = "last"
+    """Which weights ``model/`` publishes: ``last`` (the paper's recipe) or ``best`` (the evaluated step with the
+    highest dev nDCG@10 whose vectors are not collapsed; needs ``eval``)."""
+    tensorboard: bool = False
+    """Also write losses, sparsity and dev scores as TensorBoard event files under ``<output>/tensorboard``."""
     precision: Precision = "auto"
     """bf16 autocast or fp32 for the model's matmuls (the loss is always fp32): auto = bf16 where the workers run
     on CUDA GPUs that support it, fp32 everywhere else. Resolved once in the driver and recorded so."""
@@ -93,6 +112,7 @@ class FinetuneConfig(Config):
         "report_every_s",
         "push_to_hub",
         "overwrite",
+        "tensorboard",
         "resources",
     )
 
@@ -119,8 +139,10 @@ class FinetuneConfig(Config):
             "keep_checkpoints",
         ):
             require(getattr(self, key) >= 1, key, getattr(self, key), "must be >= 1")
-        for key in ("hard_negatives", "pool_chunk", "max_failures", "report_every_s"):
+        for key in ("hard_negatives", "pool_chunk", "max_failures", "report_every_s", "eval_every", "eval_max_queries"):
             require(getattr(self, key) >= 0, key, getattr(self, key), "must be >= 0")
+        require(self.eval_split != "test", "eval_split", self.eval_split, "is a test split: choose recipes on dev data")
+        require(self.select == "last" or bool(self.eval), "select", self.select, "needs a development set (eval)")
 
     def require_inputs(self) -> None:
         """Raise :class:`InputError` naming the first required setting that is missing."""
@@ -148,6 +170,15 @@ class FinetuneResult:
     """The output was already complete with the same settings."""
     pushed: str = ""
     """The hub URL the model was pushed to by this run (``push_to_hub``; recorded in ``pushed.json``)."""
+    select: str = "last"
+    best: dict[str, Any] = field(default_factory=dict)
+    """The published step and why (``step``, ``dev_nDCG@10``, ``reason``); empty without a development set."""
+    collapsed: list[dict[str, Any]] = field(default_factory=list)
+    """Evaluated steps whose vectors collapsed (``step``, ``reason``): never selected."""
+    convergence: dict[str, Any] = field(default_factory=dict)
+    """Of the dev curve (``sparse.convergence``): ``final``, ``steps_to_95``, ``auc``, ``evaluations``."""
+    eval_seconds: float = 0.0
+    """Wall time the workers spent evaluating (part of ``seconds``)."""
 
     @property
     def ok(self) -> bool:
@@ -173,6 +204,10 @@ FLAGS = (
     Flag(name="--lambda-q", key="loss.lambda_q"),
     Flag(name="--lambda-d", key="loss.lambda_d"),
     Flag(name="--checkpoint-every", key="checkpoint_every"),
+    Flag(name="--eval", key="eval"),
+    Flag(name="--eval-every", key="eval_every"),
+    Flag(name="--select", key="select"),
+    Flag(name="--tensorboard", key="tensorboard", const="true"),
     Flag(name="--precision", key="precision", aliases=("--bf16",)),
     Flag(name="--max-query-length", key="max_query_length"),
     Flag(name="--max-doc-length", key="max_doc_length"),

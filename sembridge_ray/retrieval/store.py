@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -91,12 +91,17 @@ def run_lines(qids: Sequence[str], top: TopK, sorted_ids: pa.Array, tag: str) ->
 
 def read_run(path: Path) -> dict[str, dict[str, float]]:
     """A TREC run file -> {qid: {docid: score}} (what trec_eval reads: the rank column is ignored)."""
-    run: dict[str, dict[str, float]] = {}
     with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            fields = line.split()
-            if len(fields) == 6:
-                run.setdefault(fields[0], {})[fields[2]] = float(fields[4])
+        return parse_run(fh)
+
+
+def parse_run(lines: Iterable[str]) -> dict[str, dict[str, float]]:
+    """TREC run lines -> {qid: {docid: score}}: the scores as the run file holds them (see :func:`format_score`)."""
+    run: dict[str, dict[str, float]] = {}
+    for line in lines:
+        fields = line.split()
+        if len(fields) == 6:
+            run.setdefault(fields[0], {})[fields[2]] = float(fields[4])
     return run
 
 

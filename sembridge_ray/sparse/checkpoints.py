@@ -29,11 +29,19 @@ from sembridge_ray.outputs import atomic_write_text, sha256_file
 from sembridge_ray.sparse.loop import RngState, TrainState
 
 log = logging.getLogger(__name__)
-STATE, TRAIN_METRICS, PREFIX = "state.pt", "metrics.jsonl", "step_"
+STATE, TRAIN_METRICS, PREFIX, BEST, RUN_CONFIG = "state.pt", "metrics.jsonl", "step_", "best.pt", "config.json"
 # Ray Train V2's registry of a run's reported checkpoints (ray.train.v2._internal.constants); Ray refuses to start
 # a run whose registry names a directory that is gone (CheckpointManagerInitializationError).
 REGISTRY = "checkpoint_manager_snapshot.json"
 DAMAGED = ".damaged-"
+
+
+class BestState(TypedDict):
+    """The best evaluated weights so far (rank 0's ``best.pt``): what ``select=best`` publishes."""
+
+    step: int
+    score: float
+    model: dict[str, torch.Tensor]
 
 
 class RegistryEntry(TypedDict):
@@ -88,13 +96,20 @@ def write_part(
     rng: Mapping[str, object],
     state: Mapping[str, object] | None = None,
     metrics_text: str | None = None,
+    best: BestState | None = None,
+    config_text: str | None = None,
 ) -> None:
-    """This rank's files in ``directory``, then its manifest (rank 0 also writes ``state`` and the metrics).
-    ``rng`` is a :class:`~sembridge_ray.sparse.loop.RngState`, ``state`` a ``TrainState``; both are saved as given."""
+    """This rank's files in ``directory``, then its manifest (rank 0 also writes ``state``, the metrics, the best
+    evaluated weights so far and the run's config, which makes the checkpoint exportable alone). ``rng`` is a
+    :class:`~sembridge_ray.sparse.loop.RngState`, ``state`` a ``TrainState``; all are saved as given."""
     directory = Path(directory)
     files: dict[str, Callable[[Path], object]] = {f"rng-rank{rank}.pt": lambda p: torch.save(rng, p)}
     if state is not None:
         files[STATE] = lambda p: torch.save(state, p)
+    if best is not None:
+        files[BEST] = lambda p: torch.save(best, p)
+    if config_text is not None:
+        files[RUN_CONFIG] = lambda p: p.write_text(config_text, encoding="utf-8")
     if metrics_text is not None:
         files[TRAIN_METRICS] = lambda p: p.write_text(metrics_text, encoding="utf-8")
     for name, write in files.items():
@@ -246,3 +261,10 @@ def load_part(directory: Path, rank: int) -> tuple[TrainState, RngState | None, 
     rng = torch.load(rng_path, weights_only=True) if rng_path.is_file() else None
     lines = (directory / TRAIN_METRICS).read_text(encoding="utf-8").splitlines()
     return state, rng, [json.loads(line) for line in lines if line]
+
+
+def load_best(directory: Path) -> BestState | None:
+    """The best evaluated weights a checkpoint carries; None when it has none (no development set, or no
+    evaluation that was not collapsed)."""
+    path = Path(directory) / BEST
+    return cast(BestState, torch.load(path, map_location="cpu", weights_only=True)) if path.is_file() else None

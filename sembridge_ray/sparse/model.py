@@ -213,13 +213,19 @@ def load_sparse_encoder(path: str, device: str = "cpu", max_length: int | None =
         model = SparseEncoder(str(path), device=device)
     except (OSError, ValueError, KeyError) as err:
         raise InputError(f"cannot load sparse encoder {path!r}: {_first_line(err)}") from None
-    if max_length is not None:  # this instance encodes one side at this length, whatever the model's own settings
-        model.max_seq_length = max_length
-        for module in model:
-            for name in ("query_length", "document_length"):
-                if getattr(module, name, None) is not None:
-                    setattr(module, name, max_length)
+    if max_length is not None:
+        set_max_length(model, max_length)
     return model.eval()
+
+
+def set_max_length(model: SparseEncoder, max_length: int) -> None:
+    """Make ``model`` encode either side at ``max_length`` tokens, whatever its own settings (an encoder of one
+    side at a time: evaluation's query and document pools, or the development evaluation between the two)."""
+    model.max_seq_length = max_length
+    for module in model:
+        for name in ("query_length", "document_length"):
+            if getattr(module, name, None) is not None:
+                setattr(module, name, max_length)
 
 
 # Masked-LM classes whose head is one module mapping hidden states (B, T, H) to logits (B, T, V).

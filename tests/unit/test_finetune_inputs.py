@@ -6,6 +6,7 @@ import json
 import logging
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -220,3 +221,46 @@ def test_a_dense_model_is_refused_by_finetune_and_init(capsys, tmp_path: Path, f
     err = [x for x in capsys.readouterr().err.strip().splitlines() if x.startswith("error:")]
     assert code == 2 and len(err) == 1 and "is not a sparse encoder" in err[0] and "no masked-LM head" in err[0]
     assert not (tmp_path / "ft").exists() and not (tmp_path / "init").exists()
+
+
+def _batches(stream: pa.Table, size: int) -> list[list[dict[str, str]]]:
+    rows = stream.to_pylist()
+    return [rows[i : i + size] for i in range(0, len(rows), size)]
+
+
+def test_no_duplicates_batches_hold_no_text_twice_and_cover_each_epoch_once() -> None:
+    """Queries and positives repeat (as in SICK: 1,885 pairs, 1,588 distinct queries): no global batch
+    holds a text twice, in any column; each epoch still uses every pair at most once and is seeded."""
+    rng = np.random.default_rng(3)
+    n, size = 400, 16
+    pairs = pa.table(
+        {
+            QUERY: [f"q{rng.integers(0, 600)}" for _ in range(n)],
+            POSITIVE: [f"p{rng.integers(0, 700)}" for _ in range(n)],
+            "pair_id": [str(i) for i in range(n)],
+        }
+    )
+    steps_per_epoch = n // size
+    stream = training_stream(pairs, size, 2 * steps_per_epoch, seed=5)
+    plain = training_stream(pairs, size, 2 * steps_per_epoch, seed=5, batch_sampler="batch_sampler")
+    assert stream.num_rows == plain.num_rows == 2 * steps_per_epoch * size
+    for batch in _batches(stream, size):
+        texts = [r[QUERY] for r in batch] + [r[POSITIVE] for r in batch]
+        assert len(set(texts)) == len(texts), batch
+    dup = sum(len({r[QUERY] for r in b}) < size or len({r[POSITIVE] for r in b}) < size for b in _batches(plain, size))
+    assert dup > 0  # the plain shuffle does put a query or positive twice in some batch of this set
+    for epoch in range(2):  # within an epoch a pair is drawn once (the sampler's own redraws aside: none here)
+        ids = stream.column("pair_id").to_pylist()[
+            epoch * steps_per_epoch * size : (epoch + 1) * steps_per_epoch * size
+        ]
+        assert len(set(ids)) == len(ids)
+    assert training_stream(pairs, size, 2 * steps_per_epoch, seed=5).equals(stream)
+    assert not training_stream(pairs, size, 2 * steps_per_epoch, seed=6).equals(stream)
+
+
+def test_the_plain_sampler_keeps_the_order_streams_had_before() -> None:
+    """``batch_sampler`` is the seeded permutation per epoch, cut to whole batches (hand-built here)."""
+    pairs = pa.table({QUERY: [f"q{i}" for i in range(10)], POSITIVE: [f"d{i}" for i in range(10)]})
+    stream = training_stream(pairs, 4, 5, seed=1, batch_sampler="batch_sampler")
+    expected = [int(i) for e in range(3) for i in np.random.default_rng([1, e]).permutation(10)[:8]][:20]
+    assert stream.column(QUERY).to_pylist() == [f"q{i}" for i in expected]

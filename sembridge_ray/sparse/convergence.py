@@ -1,0 +1,61 @@
+"""Convergence of a fine-tuning run, read from its development curve (dev nDCG@10 at each evaluation step).
+
+- ``final``: the score at the last evaluation (the end of training);
+- ``steps_to_95``: the first evaluated step whose score reaches 95% of ``final`` (a run that starts above it
+  reaches it at step 0); None for a curve without evaluations;
+- ``auc``: the area under the curve over the evaluated span (trapezoids, divided by the steps from the first
+  evaluation, step 0, to the last), i.e. the mean score across training: a run that converges faster has the
+  larger area at the same final score.
+
+A collapsed model is one whose mean active dimensions of queries or documents are below one (empty vectors) or at
+least :data:`DENSE_SHARE` of the vocabulary (no sparsity left): its score says nothing about retrieval with a sparse
+index, so it is never selected as the best checkpoint (the failure of sentence-transformers issue 3431).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from typing import TypedDict
+
+DEV_PRIMARY = "dev_nDCG@10"
+DEV_DIMS_Q, DEV_DIMS_D = "dev_active_dims_q", "dev_active_dims_d"
+DENSE_SHARE = 0.9
+
+
+class Convergence(TypedDict):
+    final: float
+    steps_to_95: int | None
+    auc: float
+    evaluations: int
+
+
+def dev_curve(history: Sequence[Mapping[str, float]], key: str = DEV_PRIMARY) -> list[tuple[int, float]]:
+    """(step, score) of every metrics line that holds ``key``, in step order (one per step: the last wins)."""
+    points = {int(line["step"]): float(line[key]) for line in history if key in line}
+    return sorted(points.items())
+
+
+def convergence(curve: Sequence[tuple[int, float]], share: float = 0.95) -> Convergence:
+    """The figures of a dev curve (see the module docstring)."""
+    if not curve:
+        return {"final": float("nan"), "steps_to_95": None, "auc": float("nan"), "evaluations": 0}
+    final = curve[-1][1]
+    reached = next(step for step, score in curve if score >= share * final)
+    last = curve[-1][0]
+    if len(curve) == 1 or last == curve[0][0]:
+        auc = final
+    else:
+        span = last - curve[0][0]
+        auc = sum((b - a) * (sa + sb) / 2 for (a, sa), (b, sb) in itertools.pairwise(curve)) / span
+    return {"final": final, "steps_to_95": reached, "auc": auc, "evaluations": len(curve)}
+
+
+def collapse(dims_q: float, dims_d: float, vocab_size: int) -> str | None:
+    """Why a model with these mean active dimensions is collapsed, or None when it is not."""
+    for role, dims in (("query", dims_q), ("document", dims_d)):
+        if dims < 1:
+            return f"{role} vectors are empty (mean active dimensions {dims:.2f})"
+        if dims >= DENSE_SHARE * vocab_size:
+            return f"{role} vectors are dense ({dims:.0f} of {vocab_size} dimensions active)"
+    return None

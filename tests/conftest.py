@@ -64,11 +64,13 @@ def fixtures_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def sick_beir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A BEIR directory built from the bundled SICK pairs (first 400 pairs of each split)."""
+    """A BEIR directory built from the bundled SICK pairs (first 400 pairs of each split): qrels ``train`` (SICK
+    train), ``dev`` (SICK trial: ``eval=<it>`` with ``eval_split=dev`` in fine-tuning tests) and ``test``."""
     from sembridge_ray.data.sick import write_sick_beir
     from sembridge_ray.resources import SICK_DIR
 
-    return write_sick_beir(SICK_DIR, tmp_path_factory.mktemp("sick") / "beir", limit=400)
+    out = tmp_path_factory.mktemp("sick") / "beir"
+    return write_sick_beir(SICK_DIR, out, limit=400, splits=("train", "dev", "test"))
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,8 @@ from sembridge_ray.errors import InputError
 from sembridge_ray.text import text_lines
 
 SICK_FILES = {"train": "SICK_train.txt", "trial": "SICK_trial.txt", "test": "SICK_test_annotated.txt"}
+BEIR_SPLITS = {"train": "train", "dev": "trial", "test": "test"}
+"""BEIR split -> the SICK file it is built from: SICK's trial split is the development set, never trained on."""
 _REQUIRED = ("pair_ID", "sentence_A", "sentence_B", "relatedness_score")
 
 
@@ -66,19 +68,20 @@ def write_sick_beir(
     """A BEIR-layout retrieval set from real SICK judgements.
 
     Queries are sentence A, documents are sentence B (both deduplicated, ids ``q<n>``/``d<n>`` in first-seen
-    order). A pair with relatedness >= ``min_score`` makes B relevant to A: grade 2 from 4.5, else 1 (graded, so
-    nDCG's gains matter). ``qrels/train.tsv`` comes from train+trial, ``qrels/test.tsv`` from test; ``limit``
-    keeps the first n pairs of each split (smoke runs); ``splits`` picks which splits feed the corpus and qrels.
+    order over ``splits``). A pair with relatedness >= ``min_score`` makes B relevant to A: grade 2 from 4.5, else
+    1 (graded, so nDCG's gains matter). ``qrels/<split>.tsv`` comes from the SICK file :data:`BEIR_SPLITS` names
+    (``train`` from train, ``dev`` from trial, ``test`` from test), so a fine-tuning that trains on ``train`` and
+    selects on ``dev`` never sees its development pairs; ``limit`` keeps the first n pairs of each split (smoke
+    runs); ``splits`` picks which splits feed the corpus and qrels.
     """
     import json
 
     from sembridge_ray.outputs import atomic_path
 
-    readers = {
-        "train": lambda: read_sick_split(sick_dir, "train") + read_sick_split(sick_dir, "trial"),
-        "test": lambda: read_sick_split(sick_dir, "test"),
-    }
-    pairs_of = {name: readers[name]() for name in splits}
+    unknown = [s for s in splits if s not in BEIR_SPLITS]
+    if unknown:
+        raise InputError(f"unknown SICK BEIR split {unknown[0]!r} (known: {', '.join(BEIR_SPLITS)})")
+    pairs_of = {name: read_sick_split(sick_dir, BEIR_SPLITS[name]) for name in splits}
     queries: dict[str, str] = {}
     docs: dict[str, str] = {}
     qrels: dict[str, list[tuple[str, str, int]]] = {}

@@ -11,7 +11,8 @@ figures. No rank waits longer than its own share of the encoding plus rank 0's s
 
 Equality with the evaluate job. A chunk is ``EvaluateConfig.stage_rows`` texts in corpus order (queries: sorted
 ids), encoded whole by ``encode_texts`` in batches of ``encode_batch_size``, by a SparseEncoder written and loaded
-the way the job's final model is; the search is the same exact top-k over one shard, the run goes through the
+the way the job's final model is, at the lengths it is written to encode with (``query_length``,
+``document_length``); the search is the same exact top-k over one shard, the run goes through the
 same TREC formatting and ir-measures. So ``jobs.evaluate`` of a checkpoint exported at an evaluated step gives the
 nDCG@10 and mean active dimensions recorded at that step (tests/ray/test_finetune_eval.py).
 """

@@ -20,7 +20,7 @@ import logging
 import os
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict, cast
@@ -69,8 +69,7 @@ from sembridge_ray.sparse.convergence import (
     DEV_PRIMARY,
     Convergence,
     collapse,
-    convergence,
-    dev_curve,
+    read_evaluations,
 )
 from sembridge_ray.sparse.finite import require_finite
 from sembridge_ray.sparse.model import (
@@ -131,6 +130,8 @@ def _run_finetune(cfg: FinetuneConfig, inputs: dict[str, str] | None) -> Finetun
     cfg = replace(cfg, precision=cluster.resolve_precision(cfg.precision, cfg.resources, reserve=False))
     identity = cfg.identity("finetune", with_eval_identity(cfg, inputs) if inputs else input_identities(cfg))
     dev = load_dev(cfg.eval, cfg.eval_split, cfg.eval_max_queries) if cfg.eval else None  # before any output
+    if cfg.tensorboard:
+        Tracker.require()
     out = Path(cfg.output)
     with claim_output(out, identity, cfg.overwrite) as claim:
         if claim.done:
@@ -236,8 +237,16 @@ def _fit(
 
 
 def _trainer(
-    cfg: FinetuneConfig, stream: Path, total_steps: int, plan: Placement, storage: str, name: str, ev: Evaluation
+    cfg: FinetuneConfig,
+    stream: Path,
+    total_steps: int,
+    plan: Placement,
+    storage: str,
+    name: str,
+    ev: Evaluation,
+    func: Callable[[Mapping[str, object]], None] | None = None,
 ) -> TorchTrainer:
+    """The TorchTrainer of a run; ``func`` replaces :func:`train_func` (tests record what the workers read)."""
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = False
     # One block per row group, kept in order: every worker reads the same global batches (see data/stream.py).
@@ -255,7 +264,7 @@ def _trainer(
         "tensorboard": str((ev.work / TENSORBOARD_DIR).resolve()) if cfg.tensorboard else "",
     }
     return TorchTrainer(
-        train_func,
+        func or train_func,
         train_loop_config=dict(loop_config),
         scaling_config=ray.train.ScalingConfig(
             num_workers=plan.workers, use_gpu=plan.use_gpu, resources_per_worker=resources
@@ -378,12 +387,7 @@ def train_func(loop_config: Mapping[str, object]) -> None:
                 loop.set_rng_state(rng)
     if start and rank == 0:
         log.info("resumed from step %d of %d", start, total)
-    raw = ray.train.get_dataset_shard("train").iter_batches(
-        batch_size=cfg.optim.batch_size, batch_format="numpy", drop_last=True
-    )
-    batches = loop.pair_batches(
-        raw, tokenizer, cfg.max_query_length, cfg.max_doc_length, rank=rank, world=world, skip=start, device=device
-    )
+    batches = step_batches(cfg, tokenizer, rank, world, start, device)
     bf16 = cfg.precision == "bf16"  # resolved by the driver (run_finetune), never per worker
     plan = loop.LoopPlan(
         total_steps=total,
@@ -437,6 +441,19 @@ def train_func(loop_config: Mapping[str, object]) -> None:
         tracker.close()
 
 
+def step_batches(
+    cfg: FinetuneConfig, tokenizer: loop.Tokenize, rank: int, world: int, start: int, device: str | torch.device
+) -> Iterator[loop.PairBatch]:
+    """This worker's tokenised share of every global batch from step ``start + 1``: the stream's rows in order
+    (the Ray dataset keeps them so, one global batch of rows per step, whatever the number of workers)."""
+    raw = ray.train.get_dataset_shard("train").iter_batches(
+        batch_size=cfg.optim.batch_size, batch_format="numpy", drop_last=True
+    )
+    return loop.pair_batches(
+        raw, tokenizer, cfg.max_query_length, cfg.max_doc_length, rank=rank, world=world, skip=start, device=device
+    )
+
+
 @dataclass(kw_only=True)
 class _DevRun:
     """A worker's development evaluation: a SparseEncoder written and loaded as the final model is (so its vectors
@@ -466,15 +483,27 @@ class _DevRun:
         device: str,
         best: BestState | None,
     ) -> _DevRun:
+        # Rank 0 writes the directory (transformers saves on rank 0 only in a process group) and sends its files
+        # to the other ranks, which may be on other nodes.
         with tempfile.TemporaryDirectory() as tmp:
-            save_sparse_encoder(encoder.mlm, tokenizer, Path(tmp) / "model", serving(cfg))
-            model = load_sparse_encoder(str(Path(tmp) / "model"), device=device)
+            root = Path(tmp) / "model"
+            files: dict[str, bytes] | None = None
+            if rank == 0:
+                save_sparse_encoder(encoder.mlm, tokenizer, root, serving(cfg))
+                files = {str(f.relative_to(root)): f.read_bytes() for f in root.rglob("*") if f.is_file()}
+            if world > 1:
+                box = [files]
+                dist.broadcast_object_list(box, src=0)
+                for name, data in (box[0] or {}).items() if rank != 0 else ():
+                    (root / name).parent.mkdir(parents=True, exist_ok=True)
+                    (root / name).write_bytes(data)
+            model = load_sparse_encoder(str(root), device=device)
         assert config["dev"] is not None
         return cls(
             dev=config["dev"],
             encoder=encoder,
             model=model,
-            lengths=(cfg.max_query_length, cfg.max_doc_length),
+            lengths=(cfg.query_length, cfg.document_length),  # the lengths the written model is scored with
             precision=cfg.precision,
             rank=rank,
             world=world,
@@ -539,12 +568,23 @@ class Tracker:
     def __init__(self, writer: object) -> None:
         self.writer = writer
 
+    @staticmethod
+    def require() -> None:
+        """An :class:`InputError` when the writer cannot be imported (checked by the driver before training; a
+        worker without it says the same)."""
+        try:
+            import tensorboard  # noqa: F401
+            from torch.utils.tensorboard import SummaryWriter  # noqa: F401
+        except ImportError:
+            raise InputError(
+                "--tensorboard needs the tensorboard package: pip install 'sembridge-ray[tensorboard]'"
+            ) from None
+
     @classmethod
     def open(cls, log_dir: str, start: int) -> Tracker:
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-        except ImportError:  # checked by the driver before training; a worker without it says so
-            raise InputError("tensorboard=true needs the tensorboard package: pip install tensorboard") from None
+        cls.require()
+        from torch.utils.tensorboard import SummaryWriter
+
         return cls(SummaryWriter(log_dir=log_dir, purge_step=start + 1 if start else None))
 
     def write(self, metrics: Mapping[str, float]) -> None:
@@ -659,7 +699,7 @@ def export_checkpoint(
     if state["step"] != total_steps:
         raise RuntimeError(f"the latest checkpoint is at step {state['step']}, not the last step {total_steps}")
     mlm, tokenizer = load_mlm(cfg.model)
-    exported = read_evaluations(history, int(mlm.config.vocab_size), cfg.select)
+    exported = Exported(**read_evaluations(history, int(mlm.config.vocab_size), cfg.select))
     weights = state["model"]
     if cfg.select == "best":
         if kept is None or not exported.best:
@@ -707,38 +747,6 @@ def run_export(cfg: ExportConfig) -> ExportResult:
         save_sparse_encoder(encoder.mlm, tokenizer, tmp, serving(run_cfg))
         write_card(tmp, card_provenance(run_cfg, step, final))
     return ExportResult(output=str(out), step=step, checkpoint=str(ckpt))
-
-
-def read_evaluations(history: list[dict[str, float]], vocab_size: int, select: str = "last") -> Exported:
-    """The convergence figures, the collapsed steps and the best step (the highest dev nDCG@10 of a step that did
-    not collapse; the earliest on a tie) of a run's metrics lines."""
-    final = next((m for m in reversed(history) if "loss" in m), history[-1] if history else {})
-    evaluated = [m for m in history if DEV_PRIMARY in m]
-    collapsed = [
-        {"step": int(m["step"]), "reason": why}
-        for m in evaluated
-        if (why := collapse(m[DEV_DIMS_Q], m[DEV_DIMS_D], vocab_size)) is not None
-    ]
-    gone = {c["step"] for c in collapsed}
-    candidates = [m for m in evaluated if int(m["step"]) not in gone]
-    best: dict[str, object] = {}
-    if candidates:
-        top = max(candidates, key=lambda m: (m[DEV_PRIMARY], -m["step"]))
-        last = int(evaluated[-1]["step"])
-        if select == "best":
-            reason = f"the highest dev nDCG@10 of {len(evaluated)} evaluations" + (
-                f", {len(collapsed)} collapsed ones excluded" if collapsed else ""
-            )
-        else:
-            reason = "select=last publishes the last step; this is the evaluated step a select=best run would publish"
-        best = {"step": int(top["step"]), DEV_PRIMARY: top[DEV_PRIMARY], "reason": reason, "last_step": last}
-    return Exported(
-        final=final,
-        best=best,
-        collapsed=collapsed,
-        convergence=convergence(dev_curve(history)),
-        eval_seconds=round(sum(m.get("dev_seconds", 0.0) for m in history), 2),
-    )
 
 
 def card_provenance(cfg: FinetuneConfig, steps: int, final: dict[str, float]) -> Provenance:

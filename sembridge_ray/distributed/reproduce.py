@@ -1,8 +1,10 @@
 """Ray side of the reproduction: plan every stage, check them all against what is on disk, then run the cells
 (inline or as concurrent Ray tasks) and write the tables and plots.
 
-A cell initialises once; then for each dataset it evaluates zero-shot, fine-tunes on the training split and
-evaluates again. Every stage has its own output directory under the output contract (:mod:`sembridge_ray.outputs`):
+A cell initialises once; then for each dataset it evaluates zero-shot, fine-tunes on the training split (scored
+on the development set as it trains, where there is one: the demo's SICK trial split, or ``finetune.eval``) and
+evaluates again. Each source model is scored once on that development set, the level its transfers' dev curves
+are drawn against. Every stage has its own output directory under the output contract (:mod:`sembridge_ray.outputs`):
 before any work, every planned stage is compared with what its directory holds, and stages whose settings changed
 are listed and refused unless ``--overwrite``. A rerun then skips finished stages and resumes unfinished ones
 (fine-tuning from its last checkpoint). A cell whose inputs are missing, or that fails, is recorded with its error
@@ -37,7 +39,15 @@ from sembridge_ray.outputs import atomic_write_json, atomic_write_text, conflict
 from sembridge_ray.reproduce import cells as cellmod
 from sembridge_ray.reproduce import compare, demo, plots, results
 from sembridge_ray.reproduce.plan import cell_resources, concurrency
-from sembridge_ray.reproduce.stages import MODEL, Assets, Stage, cell_stages, source_stages
+from sembridge_ray.reproduce.stages import (
+    MODEL,
+    Assets,
+    DevSet,
+    Stage,
+    cell_stages,
+    source_dev_stage,
+    source_stages,
+)
 
 log = logging.getLogger(__name__)
 DEMO_MODEL, DEMO_LANGUAGE, DEMO_DATASET = "minilm-splade", "en-bpe", "sick"
@@ -46,15 +56,17 @@ SOURCE_EVAL = "source-eval"
 
 @dataclass(kw_only=True)
 class Plan:
-    """Every stage to run, in order: the demo's asset stages first, then the cells'; cells that could not be
-    planned (a missing input) with their error."""
+    """Every stage to run, in order: the demo's asset stages first, then the source models' development scores,
+    then the cells'; cells that could not be planned (a missing input) with their error."""
 
     assets: list[Stage] = field(default_factory=list)
+    sources: list[Stage] = field(default_factory=list)
     cells: dict[str, list[Stage]] = field(default_factory=dict)
     failures: dict[str, str] = field(default_factory=dict)
 
     def all_stages(self) -> list[tuple[str, Stage]]:
-        return [("assets", s) for s in self.assets] + [(c, s) for c, stages in self.cells.items() for s in stages]
+        before = [("assets", s) for s in self.assets] + [("sources", s) for s in self.sources]
+        return before + [(c, s) for c, stages in self.cells.items() for s in stages]
 
 
 def input_identity(kind: str, name: str) -> str:
@@ -92,7 +104,8 @@ def paper_assets(cfg: ReproduceConfig) -> Assets:
         specs[("webfaq", lang)] = (f"webfaq:{lang}",) * 2
         specs[("miracl", lang)] = (f"miracl:{lang}{mirror}",) * 2
     models = {m: catalog.SOURCE_MODELS.get(m, m) for m in cfg.models}
-    return Assets(models=models, tokenizers=cfg.tokenizer_per_language(), specs=specs)
+    dev = DevSet(spec=cfg.finetune.eval, split=cfg.finetune.eval_split) if cfg.finetune.eval else None
+    return Assets(models=models, tokenizers=cfg.tokenizer_per_language(), specs=specs, dev=dev)
 
 
 def demo_files(cfg: ReproduceConfig) -> dict[str, Path]:
@@ -133,9 +146,11 @@ def plan(
             models={DEMO_MODEL: source_model},
             tokenizers=tokenizers,
             specs={(DEMO_DATASET, lang): (str(files["beir"]), str(files["sick_train"])) for lang in tokenizers},
+            dev=DevSet(spec=cfg.finetune.eval or str(files["dev"]), split=cfg.finetune.eval_split),
         )
     else:
         assets = paper_assets(cfg)
+    result.sources = source_dev_stages(cfg, assets, gpus, identify)
     for cell in cellmod.config_cells(cfg):
         try:
             result.cells[cell.name] = cell_stages(cfg, cell, assets, gpus, identify)
@@ -143,6 +158,20 @@ def plan(
             log.error("cell %s cannot run: %s", cell.name, err)
             result.failures[cell.name] = f"{type(err).__name__}: {err}"
     return result
+
+
+def source_dev_stages(cfg: ReproduceConfig, assets: Assets, gpus: float, identify: Identities) -> list[Stage]:
+    """Each source model scored on the development set (none without one); a model that cannot be identified is
+    left out here: its cells record the error."""
+    if assets.dev is None:
+        return []
+    stages = []
+    for name, model in assets.models.items():
+        try:
+            stages.append(source_dev_stage(cfg, name, model, assets.dev, gpus, identify))
+        except InputError as err:
+            log.warning("source %s is not scored on the development set: %s", name, err)
+    return stages
 
 
 def resolved_precisions(cfg: ReproduceConfig, gpus: float) -> ReproduceConfig:
@@ -204,14 +233,26 @@ def refresh(cfg: ReproduceConfig, failures: dict[str, str] | None = None, final:
         text += "\n" + compare.markdown(paired)
         plots.before_after(out, cells, cfg.datasets, out / "plots")
         plots.learning_curves(out, cells, cfg.datasets, out / "plots")
+        plots.convergence(out, cells, cfg.datasets, out / "plots")
         plots.alpha_ablation(rows, out / "plots")
         plots.support_histograms(out, cells, out / "plots")
     source = out / "assets" / SOURCE_EVAL / "metrics.json"
     if is_complete(source.parent):
         ndcg = json.loads(source.read_text(encoding="utf-8"))["nDCG@10"]
         text += f"\nThe source encoder with its own tokenizer (before the swap) scores nDCG@10 {ndcg:.3f} here.\n"
+    for model in cfg.models:
+        if (dev := plots.source_dev_score(out, model)) is not None:
+            text += f"\nSource {catalog.slug(model)} on the development set (its own tokenizer): nDCG@10 {dev:.3f}.\n"
     atomic_write_text(out / "results.md", text)
     return rows
+
+
+def _guarded_stage(stage: Stage) -> None:
+    """A source model's development score: it only draws a reference line, so its failure is logged, not fatal."""
+    try:
+        run_stage(stage)
+    except Exception as err:  # the cells do not depend on it
+        log.error("%s failed (its reference line is not drawn): %s", stage.name, err)
 
 
 def _guarded(cfg: ReproduceConfig, name: str, stages: list[Stage]) -> CellOutcome:
@@ -240,6 +281,8 @@ def run_reproduce(cfg: ReproduceConfig) -> ReproduceResult:
         write_config(cfg, out / "config.yaml")
         for stage in planned.assets:
             run_stage(stage)
+        for stage in planned.sources:
+            _guarded_stage(stage)
         todo = {c: s for c, s in planned.cells.items() if not all(is_done(x.output, x.identity) for x in s)}
         width = concurrency(cfg, info.gpus)
         log.info(

@@ -142,13 +142,14 @@ class FinetuneConfig(Config):
         for key in ("hard_negatives", "pool_chunk", "max_failures", "report_every_s", "eval_every", "eval_max_queries"):
             require(getattr(self, key) >= 0, key, getattr(self, key), "must be >= 0")
         require(self.eval_split != "test", "eval_split", self.eval_split, "is a test split: choose recipes on dev data")
-        require(self.select == "last" or bool(self.eval), "select", self.select, "needs a development set (eval)")
 
     def require_inputs(self) -> None:
         """Raise :class:`InputError` naming the first required setting that is missing."""
         for name in ("model", "train", "output"):
             if not getattr(self, name):
                 raise InputError(f"--{name} is required")
+        if self.select == "best" and not self.eval:
+            raise InputError("--select best needs a development set: --eval DATASET")
 
 
 @dataclass(frozen=True, kw_only=True)

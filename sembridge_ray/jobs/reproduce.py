@@ -1,10 +1,13 @@
 """The ``reproduce`` job's contract: the SemBridge paper's grid (or its offline miniature): cells of (model,
 language, method, α), each init → per dataset zero-shot evaluation → fine-tuning → evaluation, cells as concurrent
-Ray tasks; ``results.csv``, ``results.md``, ``comparisons.csv`` and ``plots/``.
+Ray tasks; ``results.csv``, ``results.md``, ``comparisons.csv`` and ``plots/``. With a development set (the
+demo's SICK trial split, or ``finetune.eval``) each fine-tuning is scored on it as it trains and each source model
+once: ``results.csv``'s ``dev_final``, ``steps_to_95``, ``dev_auc`` and ``plots/convergence.png``.
 
     sembridge reproduce --preset paper --output /shared/outputs/paper --gpus-per-cell 1
     sembridge reproduce --preset paper --output ROOT --dry-run       # the plan and its GPU-hour estimate
     python -m jobs.reproduce --preset demo --output outputs/demo      # the offline miniature (2 CPUs, ~12 min)
+    python -m jobs.reproduce --preset convergence --output outputs/convergence   # its dev curves, run to flatten
 """
 
 from __future__ import annotations
@@ -32,7 +35,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, kw_only=True)
 class DemoSettings(Config):
-    """The offline miniature: a MiniLM SPLADE source, a byte-level BPE target, SICK as retrieval."""
+    """The offline miniature: a MiniLM SPLADE source, a byte-level BPE target, SICK as retrieval (train pairs to
+    fine-tune on, the trial split as the development set, test judgements to score)."""
 
     test_pairs: int = 800
     """SICK test pairs whose sentences form the retrieval set (queries A, documents B)."""

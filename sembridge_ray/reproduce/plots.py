@@ -1,9 +1,10 @@
-"""PNG plots of a reproduction: nDCG@10 before/after fine-tuning with CIs, learning curves, the α ablation, init
-support sizes per method."""
+"""PNG plots of a reproduction: nDCG@10 before/after fine-tuning with CIs, learning curves, dev-set convergence,
+the α ablation, init support sizes per method."""
 
 from __future__ import annotations
 
 import json
+import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -17,9 +18,10 @@ from scipy import stats
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from sembridge_ray.outputs import atomic_path
-from sembridge_ray.reproduce.cells import STAGES, Cell, cell_paths
+from sembridge_ray.outputs import atomic_path, is_complete
+from sembridge_ray.reproduce.cells import STAGES, Cell, cell_paths, source_dev_path
 from sembridge_ray.reproduce.compare import PER_QUERY, read_per_query
+from sembridge_ray.sparse.convergence import dev_curve
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -27,6 +29,11 @@ if TYPE_CHECKING:
 DEGENERATE_RATIO = 0.25
 MAX_LINES = 8
 """More series than this are summarised (mean and range) instead of drawn one by one."""
+PANEL_COLUMNS = 4
+Curve = list[tuple[int, float]]
+"""A dev curve: (step, dev nDCG@10) at each evaluated step, in step order."""
+Panel = tuple[str, str, str]
+"""One setting of the convergence plot: (model, language, dataset)."""
 
 
 def _save(fig: Figure, path: Path) -> Path:
@@ -60,6 +67,7 @@ def learning_curves(output: Path, cells: Sequence[Cell], datasets: Sequence[str]
             drawn = False
             for cell in members:
                 history = _steps(cell_paths(output, cell).finetune(dataset) / "metrics.jsonl")
+                history = [h for h in history if "loss" in h]  # not step 0's line: dev scores before training
                 if history:
                     ax.plot([h["step"] for h in history], [h["loss"] for h in history], label=_label(cell))
                     drawn = True
@@ -70,6 +78,65 @@ def learning_curves(output: Path, cells: Sequence[Cell], datasets: Sequence[str]
             ax.legend(fontsize=7)
             written.append(_save(fig, plots / f"learning_{Path(model).name}_{lang}_{dataset}.png"))
     return written
+
+
+def dev_curves(output: Path, cells: Sequence[Cell], datasets: Sequence[str]) -> dict[Panel, dict[str, list[Curve]]]:
+    """Per setting (model, language, dataset), in cell order: method label -> the dev curves of its fine-tunings
+    (one per cell today; several where runs of one method share a setting, e.g. seeds). Runs without a scored
+    development set are left out, and so is a setting with none."""
+    panels: dict[Panel, dict[str, list[Curve]]] = {}
+    for cell in cells:
+        for dataset in datasets:
+            curve = dev_curve(_steps(cell_paths(output, cell).finetune(dataset) / "metrics.jsonl"))
+            if curve:
+                panels.setdefault((cell.model, cell.language, dataset), {}).setdefault(_label(cell), []).append(curve)
+    return panels
+
+
+def band(curves: Sequence[Curve]) -> tuple[list[int], list[float], list[float], list[float]]:
+    """Every step any curve evaluated, with the mean, min and max over the curves that hold that step."""
+    at: dict[int, list[float]] = defaultdict(list)
+    for curve in curves:
+        for step, score in curve:
+            at[step].append(score)
+    steps = sorted(at)
+    return steps, [float(np.mean(at[s])) for s in steps], [min(at[s]) for s in steps], [max(at[s]) for s in steps]
+
+
+def source_dev_score(output: Path, model: str) -> float | None:
+    """The source model's own dev nDCG@10 (:func:`~sembridge_ray.reproduce.cells.source_dev_path`), None until
+    that evaluation has finished."""
+    folder = source_dev_path(output, model)
+    if not is_complete(folder):
+        return None
+    return float(json.loads((folder / "metrics.json").read_text(encoding="utf-8"))["nDCG@10"])
+
+
+def convergence(output: Path, cells: Sequence[Cell], datasets: Sequence[str], plots: Path) -> list[Path]:
+    """``convergence.png``: dev nDCG@10 against the step, one panel per setting, one line per method (several runs
+    of a method: their mean with the min–max band), the source model's own dev score as a dashed line."""
+    panels = dev_curves(output, cells, datasets)
+    if not panels:
+        return []
+    columns = min(len(panels), PANEL_COLUMNS)
+    rows = math.ceil(len(panels) / columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(5 * columns, 3.6 * rows), squeeze=False)
+    for ax, ((model, lang, dataset), methods) in zip(axes.flat, panels.items(), strict=False):
+        for label, curves in methods.items():
+            steps, mean, low, high = band(curves)
+            if len(curves) == 1:
+                ax.plot(steps, mean, marker=".", label=label)
+            else:
+                (line,) = ax.plot(steps, mean, marker=".", label=f"{label} (mean of {len(curves)}, min–max)")
+                ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.2)
+        if (score := source_dev_score(output, model)) is not None:
+            ax.axhline(score, color="black", linestyle="--", linewidth=1, label=f"source, own tokenizer ({score:.3f})")
+        ax.set(title=f"{Path(model).name} → {lang} on {dataset}", xlabel="step", ylabel="dev nDCG@10")
+        ax.legend(fontsize=6)
+    for ax in axes.flat[len(panels) :]:
+        ax.remove()
+    fig.tight_layout()
+    return [_save(fig, plots / "convergence.png")]
 
 
 @dataclass(frozen=True, kw_only=True)

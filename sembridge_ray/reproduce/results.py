@@ -30,7 +30,14 @@ COLUMNS = [
     "train_seconds",
     "train_steps",
     "cell",
+    "dev_final",
+    "steps_to_95",
+    "dev_auc",
+    "best_step",
 ]
+"""The columns of results.csv; new ones are appended, so a reader of the older columns by position still works."""
+CONVERGENCE_KEYS = {"dev_final": "final", "steps_to_95": "steps_to_95", "dev_auc": "auc"}
+"""results.csv column -> key of finetune.json's ``convergence`` (the dev curve's figures, sparse.convergence)."""
 METRIC_KEYS = {
     "ndcg@10": "nDCG@10",
     "r@100": "R@100",
@@ -78,9 +85,29 @@ def collect(output: Path, cells: Sequence[Cell], datasets: Sequence[str]) -> lis
                         "train_seconds": _value(train, "train_seconds", _value(train, "seconds")),
                         "train_steps": _value(train, "steps"),
                         "cell": cell.name,
+                        **convergence_columns(train),
                     }
                 )
     return rows
+
+
+def convergence_columns(summary: Mapping[str, object]) -> Row:
+    """A fine-tuning summary's dev-curve figures as results.csv columns: ``dev_final``, ``steps_to_95``,
+    ``dev_auc`` (all "" without a scored development set) and ``best_step`` (the published step under
+    ``select: best``, else "")."""
+    figures = summary.get("convergence")
+    figures = figures if isinstance(figures, Mapping) and figures.get("evaluations") else {}
+    row: Row = {col: _number(figures.get(key)) for col, key in CONVERGENCE_KEYS.items()}
+    best = summary.get("best")
+    chosen = best.get("step") if summary.get("select") == "best" and isinstance(best, Mapping) else None
+    return row | {"best_step": _number(chosen)}
+
+
+def _number(value: object) -> str | float:
+    """A recorded figure, or "" for none (absent, null, NaN)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+        return ""
+    return value
 
 
 def write_csv(rows: Sequence[Mapping[str, object]], path: Path, columns: Sequence[str] = COLUMNS) -> None:

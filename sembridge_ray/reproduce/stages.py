@@ -14,11 +14,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
+from sembridge_ray import catalog
 from sembridge_ray.config import Config
 from sembridge_ray.embed_init.methods import method
 from sembridge_ray.identity import RunIdentity
 from sembridge_ray.jobs.reproduce import ReproduceConfig
-from sembridge_ray.reproduce.cells import STAGES, Cell, cell_paths
+from sembridge_ray.reproduce.cells import STAGES, Cell, cell_paths, source_dev_path
 from sembridge_ray.reproduce.plan import cell_resources
 
 Job = Literal["init", "finetune", "evaluate"]
@@ -49,13 +50,22 @@ class Stage:
 
 
 @dataclass(frozen=True, kw_only=True)
+class DevSet:
+    """The development set fine-tuning is scored on while it trains (``finetune.eval`` / ``eval_split``)."""
+
+    spec: str
+    split: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class Assets:
     """Where a cell's inputs come from: model and tokenizer names or paths, (eval, train) dataset specs per
-    (dataset, language), and identities known in advance (built assets, upstream stages)."""
+    (dataset, language), and the development set (None: fine-tuning is not scored while it trains)."""
 
     models: dict[str, str]
     tokenizers: dict[str, str]
     specs: dict[tuple[str, str], tuple[str, str]]
+    dev: DevSet | None = None
 
 
 Identify = Callable[[str, str], str]
@@ -63,7 +73,8 @@ Identify = Callable[[str, str], str]
 
 
 def cell_stages(cfg: ReproduceConfig, cell: Cell, assets: Assets, gpus: float, identify: Identify) -> list[Stage]:
-    """init, then per dataset: zero-shot evaluation, fine-tuning, evaluation of the fine-tuned model."""
+    """init, then per dataset: zero-shot evaluation, fine-tuning (scored on ``assets.dev`` as it trains, when
+    there is one), evaluation of the fine-tuned model."""
     paths = cell_paths(Path(cfg.output), cell)
     source, tokenizer = assets.models[cell.model], assets.tokenizers[cell.language]
     init_cfg = replace(
@@ -110,12 +121,11 @@ def cell_stages(cfg: ReproduceConfig, cell: Cell, assets: Assets, gpus: float, i
             query_length=cfg.evaluate.max_query_length,  # the written model encodes as it is scored
             document_length=cfg.evaluate.max_doc_length,
         )
-        finetune = Stage(
-            name=f"{dataset}/finetune",
-            job="finetune",
-            cfg=ft_cfg,
-            inputs={"model": model, "train": identify("dataset", train_spec)},
-        )
+        ft_inputs = {"model": model, "train": identify("dataset", train_spec)}
+        if assets.dev is not None:
+            ft_cfg = replace(ft_cfg, eval=assets.dev.spec, eval_split=assets.dev.split)
+            ft_inputs["eval"] = identify("dataset", assets.dev.spec)
+        finetune = Stage(name=f"{dataset}/finetune", job="finetune", cfg=ft_cfg, inputs=ft_inputs)
         tuned = replace(evaluate, model=f"{ft_cfg.output}/{MODEL}", output=str(paths.eval(dataset, STAGES[1])))
         stages += [
             finetune,
@@ -144,6 +154,8 @@ def source_stages(
         train=str(pairs),
         output=str(root / "minilm-splade"),
         optim=optim,
+        eval="",  # the source's recipe is fixed (demo.source_*): it is scored on dev once, by source_dev_stage
+        select="last",
         overwrite=cfg.overwrite,
         query_length=cfg.evaluate.max_query_length,  # the written model encodes as it is scored
         document_length=cfg.evaluate.max_doc_length,
@@ -170,3 +182,23 @@ def source_stages(
         inputs={"model": f"{finetune.ref}/{MODEL}", "dataset": identify("dataset", str(beir))},
     )
     return finetune, evaluate
+
+
+def source_dev_stage(
+    cfg: ReproduceConfig, name: str, model: str, dev: DevSet, gpus: float, identify: Identify
+) -> Stage:
+    """The source model ``name`` (as ``models`` names it; at ``model``, a path, hub id or stage ref) scored once on
+    the development set with its own tokenizer, under :func:`~sembridge_ray.reproduce.cells.source_dev_path`: the
+    level the dev curves of its transfers are drawn against."""
+    ev_cfg = replace(
+        cfg.evaluate,
+        model=model,
+        dataset=dev.spec,
+        split=dev.split,
+        output=str(source_dev_path(Path(cfg.output), name)),
+        cache_dir=str(Path(cfg.output) / "cache" / "eval"),
+        overwrite=cfg.overwrite,
+        resources=cell_resources(cfg, cfg.evaluate.resources, gpus),
+    )
+    inputs = {"model": identify("model", model), "dataset": identify("dataset", dev.spec)}
+    return Stage(name=f"sources/{catalog.slug(name)}/dev", job="evaluate", cfg=ev_cfg, inputs=inputs)

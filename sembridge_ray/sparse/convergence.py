@@ -23,6 +23,17 @@ DEV_DIMS_Q, DEV_DIMS_D = "dev_active_dims_q", "dev_active_dims_d"
 DENSE_SHARE = 0.9
 
 
+class Evaluations(TypedDict):
+    """What a run's metrics lines say about its evaluations (:func:`read_evaluations`)."""
+
+    final: dict[str, float]
+    """The last line with a loss."""
+    best: dict[str, object]
+    collapsed: list[dict[str, object]]
+    convergence: Convergence
+    eval_seconds: float
+
+
 class Convergence(TypedDict):
     final: float
     steps_to_95: int | None
@@ -59,3 +70,35 @@ def collapse(dims_q: float, dims_d: float, vocab_size: int) -> str | None:
         if dims >= DENSE_SHARE * vocab_size:
             return f"{role} vectors are dense ({dims:.0f} of {vocab_size} dimensions active)"
     return None
+
+
+def read_evaluations(history: Sequence[Mapping[str, float]], vocab_size: int, select: str = "last") -> Evaluations:
+    """The convergence figures, the collapsed steps and the best step (the highest dev nDCG@10 of a step that did
+    not collapse; the earliest on a tie) of a run's metrics lines."""
+    final = next((m for m in reversed(history) if "loss" in m), history[-1] if history else {})
+    evaluated = [m for m in history if DEV_PRIMARY in m]
+    collapsed = [
+        {"step": int(m["step"]), "reason": why}
+        for m in evaluated
+        if (why := collapse(m[DEV_DIMS_Q], m[DEV_DIMS_D], vocab_size)) is not None
+    ]
+    gone = {c["step"] for c in collapsed}
+    candidates = [m for m in evaluated if int(m["step"]) not in gone]
+    best: dict[str, object] = {}
+    if candidates:
+        top = max(candidates, key=lambda m: (m[DEV_PRIMARY], -m["step"]))
+        last = int(evaluated[-1]["step"])
+        if select == "best":
+            reason = f"the highest dev nDCG@10 of {len(evaluated)} evaluations" + (
+                f", {len(collapsed)} collapsed ones excluded" if collapsed else ""
+            )
+        else:
+            reason = "select=last publishes the last step; this is the evaluated step a select=best run would publish"
+        best = {"step": int(top["step"]), DEV_PRIMARY: top[DEV_PRIMARY], "reason": reason, "last_step": last}
+    return {
+        "final": dict(final),
+        "best": best,
+        "collapsed": collapsed,
+        "convergence": convergence(dev_curve(history)),
+        "eval_seconds": round(sum(m.get("dev_seconds", 0.0) for m in history), 2),
+    }

@@ -1,6 +1,7 @@
 """The reproduction driver on the paper preset's code path, with local stand-ins for the hub: fixture paths for the
 source model, bridge and target tokenizer, and a MIRACL mirror built from real SICK pairs. Two cells run as
-concurrent Ray tasks; one of them fails and must not stop the other."""
+concurrent Ray tasks; one of them fails and must not stop the other. Fine-tuning is scored on a development set
+(``finetune.eval``: SICK trial), and so is the source model, once."""
 
 from __future__ import annotations
 
@@ -69,6 +70,8 @@ def test_paper_path_runs_cells_concurrently_records_failures_and_resumes(
         "finetune.max_query_length=32",
         "finetune.max_doc_length=64",
         "finetune.log_every=1",
+        f"finetune.eval={sick_beir}",  # its dev split: SICK trial, never trained on
+        "finetune.eval_every=1",
     ]
     assert reproduce.main(args) == 3  # one cell failed
     captured = capsys.readouterr()
@@ -89,10 +92,23 @@ def test_paper_path_runs_cells_concurrently_records_failures_and_resumes(
     for row in rows:  # the table is the evaluation job's own metrics.json
         metrics = json.loads((out / "cells" / row["cell"] / "miracl" / row["stage"] / "metrics.json").read_text())
         assert float(row["ndcg@10"]) == metrics["nDCG@10"] and 0.0 <= metrics["nDCG@10"] <= 1.0
-    assert next(r for r in rows if r["stage"] == "finetuned")["train_steps"] == "2"
+    tuned = next(r for r in rows if r["stage"] == "finetuned")
+    assert tuned["train_steps"] == "2"
+    summary = json.loads((out / "cells" / tuned["cell"] / "miracl" / "finetune" / "finetune.json").read_text())
+    figures = summary["convergence"]
+    assert figures["evaluations"] == 3  # steps 0, 1 and 2
+    assert float(tuned["dev_final"]) == figures["final"] and float(tuned["dev_auc"]) == figures["auc"]
+    assert int(tuned["steps_to_95"]) == figures["steps_to_95"] and tuned["best_step"] == ""  # select: last
+    assert next(r for r in rows if r["stage"] == "zero_shot")["dev_final"] == ""
+    source_dev = json.loads((out / "sources" / "bert-mlm" / "dev" / "metrics.json").read_text())
+    assert 0.0 <= source_dev["nDCG@10"] <= 1.0
     table = (out / "results.md").read_text(encoding="utf-8")
     assert "## miracl — zero-shot" in table and "## Failed cells" in table and failed[0] in table
-    assert {p.name for p in (out / "plots").glob("*.png")} >= {"learning_bert-mlm_ko_miracl.png", "support_sizes.png"}
+    assert {p.name for p in (out / "plots").glob("*.png")} >= {
+        "learning_bert-mlm_ko_miracl.png",
+        "support_sizes.png",
+        "convergence.png",
+    }
 
     stamps = {p: p.stat().st_mtime_ns for p in (out / "cells").glob("*/miracl/*/metrics.json")}
     assert reproduce.main(args) == 3  # rerun: finished stages are skipped, the failing cell is retried

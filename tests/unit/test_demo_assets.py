@@ -5,16 +5,20 @@ rebuilds exactly the assets those settings shape."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import sys
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from jobs import reproduce
+from sembridge_ray.data.sick import read_sick_split
 from sembridge_ray.errors import InputError
 from sembridge_ray.jobs import PRESET_DIR, load_preset_file
 from sembridge_ray.jobs.reproduce import DemoSettings
 from sembridge_ray.reproduce import demo
+from sembridge_ray.resources import SICK_DIR
 from tests.conftest import error_lines
 
 
@@ -84,3 +88,36 @@ def test_overwrite_rebuilds_only_the_assets_a_changed_setting_shapes(built: tupl
     assert [name for name in stamps if after[name] != stamps[name]] == ["beir"]
     queries = (assets / "sick-beir" / "queries.jsonl").read_text(encoding="utf-8").splitlines()
     assert len(queries) <= changed.test_pairs and demo.asset_changes(assets, changed) == []
+
+
+def test_the_dev_set_is_sick_trial_and_no_training_pair_comes_from_it(built: tuple[Path, DemoSettings]) -> None:
+    assets = built[0] / "assets"
+    dev = assets / demo.ASSETS["dev"].path
+    assert sorted(p.name for p in (dev / "qrels").iterdir()) == ["dev.tsv"]
+    trial = {p.a for p in read_sick_split(SICK_DIR, "trial")}
+    queries = {json.loads(line)["text"] for line in (dev / "queries.jsonl").read_text(encoding="utf-8").splitlines()}
+    assert queries == trial  # every trial sentence A, and nothing else
+    train = pq.read_table(assets / demo.ASSETS["sick_train"].path)
+    assert train.num_rows == 1683  # SICK train's pairs >= 4.0; with trial's 202 it was 1885
+    trial_pairs = {(p.a, p.b) for p in read_sick_split(SICK_DIR, "trial")}
+    assert (
+        not set(zip(train.column("query").to_pylist(), train.column("positive").to_pylist(), strict=True)) & trial_pairs
+    )
+
+
+def test_an_output_whose_training_pairs_held_the_trial_split_is_told_they_changed(
+    built: tuple[Path, DemoSettings],
+) -> None:
+    root, settings = built
+    assets = root / "assets"
+    record = json.loads((assets / demo.ASSETS_RECORD).read_text(encoding="utf-8"))
+    for name in ("sick_train", "source_pairs"):  # as the version before the development set recorded them
+        record["assets"][name]["version"] = 1
+    del record["assets"]["dev"]
+    (assets / demo.ASSETS["dev"].path / "qrels" / "dev.tsv").unlink()  # and it had no dev set
+    (assets / demo.ASSETS_RECORD).write_text(json.dumps(record), encoding="utf-8")
+    assert demo.asset_changes(assets, settings) == ["sick_train version: 1 → 2", "source_pairs version: 1 → 2"]
+    with pytest.raises(InputError, match=r"sick_train version: 1 → 2; source_pairs version: 1 → 2.*--overwrite"):
+        demo.check_assets(assets, settings, overwrite=False)
+    demo.build_assets(assets, settings)
+    assert demo.asset_changes(assets, settings) == [] and (assets / "sick-dev-beir" / "qrels" / "dev.tsv").is_file()

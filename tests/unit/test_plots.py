@@ -10,8 +10,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from sembridge_ray.outputs import write_success
 from sembridge_ray.reproduce import plots
-from sembridge_ray.reproduce.cells import Cell, cell_paths, expand
+from sembridge_ray.reproduce.cells import Cell, cell_paths, expand, source_dev_path
 from sembridge_ray.reproduce.compare import PER_QUERY
 
 MODELS = ("m1", "m2", "m3", "m4")
@@ -99,3 +100,71 @@ def test_alpha_ablation_at_paper_scale_draws_a_mean_per_stage(tmp_path: Path, mo
     zero = [float(r["ndcg@10"]) for r in rows if r["stage"] == "zero_shot" and r["alpha"] == "4"]
     x, y = lines["zero_shot: mean"].get_data()
     assert list(x) == [1.0, 2.0, 4.0] and y[2] == pytest.approx(np.mean(zero))
+
+
+def _dev_run(root: Path, cell: Cell, curve: list[tuple[int, float]]) -> None:
+    """A fine-tuning's metrics.jsonl: loss lines every 10 steps, the dev keys on the evaluated steps' lines."""
+    folder = cell_paths(root, cell).finetune("sick")
+    folder.mkdir(parents=True)
+    dev = dict(curve)
+    lines = [{"step": 0, "dev_nDCG@10": dev[0], "dev_active_dims_q": 30.0}] if 0 in dev else []
+    for step in range(10, max(dev) + 1, 10):
+        line: dict[str, float] = {"step": step, "loss": 1.0 / step}
+        if step in dev:
+            line |= {"dev_nDCG@10": dev[step], "dev_active_dims_q": 30.0, "dev_active_dims_d": 40.0}
+        lines.append(line)
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+
+def test_band_is_mean_min_max_over_the_curves_holding_each_step() -> None:
+    steps, mean, low, high = plots.band([[(0, 0.2), (10, 0.5), (20, 0.6)], [(0, 0.4), (10, 0.7)]])
+    assert steps == [0, 10, 20]
+    assert mean == pytest.approx([0.3, 0.6, 0.6]) and low == [0.2, 0.5, 0.6] and high == [0.4, 0.7, 0.6]
+
+
+def test_convergence_plot_has_a_panel_per_setting_a_line_per_method_and_the_source_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cells = expand(("src",), ("en-bpe", "en-roberta", "en-kobigbird"), ("sembridge", "focus"), ("4",))
+    curves = {"sembridge": [(0, 0.3), (10, 0.6), (20, 0.65)], "focus": [(0, 0.25), (10, 0.5), (20, 0.62)]}
+    for cell in cells:
+        if cell.language != "en-kobigbird":  # fine-tuned without a development set: no panel
+            _dev_run(tmp_path, cell, curves[cell.method])
+    source = source_dev_path(tmp_path, "src")
+    source.mkdir(parents=True)
+    (source / "metrics.json").write_text(json.dumps({"nDCG@10": 0.72}))
+    write_success(source)
+    panels = plots.dev_curves(tmp_path, cells, ["sick"])
+    assert list(panels) == [("src", "en-bpe", "sick"), ("src", "en-roberta", "sick")]
+    assert panels[("src", "en-bpe", "sick")] == {"sembridge α=4": [curves["sembridge"]], "focus": [curves["focus"]]}
+
+    figures: dict[str, Any] = {}
+    monkeypatch.setattr(plots, "_save", lambda fig, path: figures.setdefault(Path(path).name, fig) and path)
+    assert [p.name for p in plots.convergence(tmp_path, cells, ["sick"], tmp_path / "plots")] == ["convergence.png"]
+    axes = figures["convergence.png"].axes
+    assert [ax.get_title() for ax in axes] == ["src → en-bpe on sick", "src → en-roberta on sick"]
+    lines = {line.get_label(): line for line in axes[0].get_lines()}
+    assert sorted(lines) == ["focus", "sembridge α=4", "source, own tokenizer (0.720)"]
+    assert list(lines["focus"].get_xdata()) == [0, 10, 20] and list(lines["focus"].get_ydata()) == [0.25, 0.5, 0.62]
+    assert list(lines["source, own tokenizer (0.720)"].get_ydata()) == [0.72, 0.72]  # horizontal
+    assert not axes[0].collections  # one run per method: no band
+    plots.learning_curves(tmp_path, cells, ["sick"], tmp_path / "plots")  # step 0's line holds dev keys, no loss
+    (loss,) = figures["learning_src_en-bpe_sick.png"].axes
+    assert [list(line.get_xdata()) for line in loss.get_lines()] == [[10, 20], [10, 20]]
+
+
+def test_several_runs_of_a_method_in_a_setting_are_a_mean_with_its_band(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runs = [[(0, 0.2), (10, 0.5)], [(0, 0.4), (10, 0.7)], [(0, 0.3), (10, 0.6)]]  # e.g. three seeds
+    monkeypatch.setattr(plots, "dev_curves", lambda *_: {("src", "ko", "sick"): {"sembridge α=4": runs}})
+    figures: dict[str, Any] = {}
+    monkeypatch.setattr(plots, "_save", lambda fig, path: figures.setdefault(Path(path).name, fig) and path)
+    plots.convergence(tmp_path, [], ["sick"], tmp_path)
+    (ax,) = figures["convergence.png"].axes
+    (line,) = ax.get_lines()
+    assert line.get_label() == "sembridge α=4 (mean of 3, min–max)"
+    assert list(line.get_ydata()) == pytest.approx([0.3, 0.6])
+    (band,) = ax.collections
+    ys = band.get_paths()[0].vertices[:, 1]
+    assert ys.min() == pytest.approx(0.2) and ys.max() == pytest.approx(0.7)

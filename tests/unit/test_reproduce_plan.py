@@ -14,9 +14,14 @@ from jobs import reproduce
 from sembridge_ray import catalog
 from sembridge_ray.cli import parse_config
 from sembridge_ray.config import ConfigError
+from sembridge_ray.distributed import reproduce as driver
 from sembridge_ray.jobs import job_spec
+from sembridge_ray.jobs.evaluate import EvaluateConfig
+from sembridge_ray.jobs.finetune import FinetuneConfig
 from sembridge_ray.jobs.reproduce import ReproduceConfig
+from sembridge_ray.reproduce import demo
 from sembridge_ray.reproduce.cells import expand, parse_alpha
+from sembridge_ray.reproduce.stages import Stage
 from tests.conftest import REPO
 
 
@@ -210,3 +215,66 @@ def test_plan_divides_by_measured_throughputs_and_names_their_source(tmp_path: P
     assert est["finetune_s"] == pytest.approx(catalog.TRAIN_QUERIES["miracl"]["ko"] / 64 * 64 / 200.0)
     out = plan_mod.plan([cell], ["miracl"], {"ko": "t"}, "b", 1.0, 64, 1.0, 1, figures)
     assert out["figures_source"] == figures.source
+
+
+def _planned(cfg: ReproduceConfig, root: Path) -> tuple[driver.Plan, dict[str, Path]]:
+    """The plan of ``cfg`` at ``root`` with stand-in asset paths and identities ("kind:name"): nothing is read."""
+    files = {name: root / "assets" / asset.path for name, asset in demo.ASSETS.items()}
+    cfg = replace(cfg, output=str(root))
+    identify = driver.Identities(compute=lambda kind, name: f"{kind}:{name}")
+    return driver.plan(cfg, 0.0, files=files, identify=identify), files
+
+
+def _tunes(planned: driver.Plan) -> list[tuple[FinetuneConfig, dict[str, str]]]:
+    """Every cell's fine-tuning: its config and inputs."""
+    stages = [s for cell in planned.cells.values() for s in cell if s.job == "finetune"]
+    return [(s.cfg, s.inputs) for s in stages if isinstance(s.cfg, FinetuneConfig)]
+
+
+def _evaluate(stage: Stage) -> EvaluateConfig:
+    assert isinstance(stage.cfg, EvaluateConfig)
+    return stage.cfg
+
+
+def test_the_demo_fine_tunes_scored_on_the_trial_dev_set_and_scores_its_source_there_once(tmp_path: Path) -> None:
+    cfg, _ = parse_config(ReproduceConfig, ["--preset", "demo"], job="reproduce")
+    planned, files = _planned(cfg, tmp_path)
+    dev = str(files["dev"])
+    source, source_eval = planned.assets
+    assert isinstance(source.cfg, FinetuneConfig) and source.cfg.eval == ""  # the source's recipe is fixed
+    assert _evaluate(source_eval).split == "test"
+    (source_dev,) = planned.sources
+    scored = _evaluate(source_dev)
+    assert (scored.model, scored.dataset, scored.split) == (f"{source.output}/model", dev, "dev")
+    assert source_dev.output == tmp_path / "sources" / "minilm-splade" / "dev"
+    assert source_dev.inputs == {"model": f"{source.ref}/model", "dataset": f"dataset:{dev}"}
+    tunes = _tunes(planned)
+    assert len(tunes) == len(planned.cells) == 6  # sembridge α=4, α=2 and the four baselines
+    for tune, inputs in tunes:
+        assert (tune.eval, tune.eval_split, inputs["eval"]) == (dev, "dev", f"dataset:{dev}")
+        assert tune.train == str(files["sick_train"])
+    splits = {_evaluate(s).split for cell in planned.cells.values() for s in cell if s.job == "evaluate"}
+    assert splits == {"test"}  # the test judgements only score before and after
+
+
+def test_hub_cells_have_a_dev_set_only_when_finetune_eval_names_one(tmp_path: Path) -> None:
+    base = ReproduceConfig(
+        models=("naver/splade-v3", "m2"), languages=("ko",), datasets=("miracl",), methods=("focus",)
+    )
+    planned, _ = _planned(base, tmp_path)
+    assert planned.sources == [] and all(t.eval == "" and "eval" not in i for t, i in _tunes(planned))
+    planned, _ = _planned(replace(base, finetune=replace(base.finetune, eval="miracl:ko")), tmp_path)
+    assert [(_evaluate(s).model, s.output.relative_to(tmp_path).as_posix()) for s in planned.sources] == [
+        ("naver/splade-v3", "sources/splade-v3/dev"),
+        ("m2", "sources/m2/dev"),
+    ]
+    tunes = _tunes(planned)
+    assert len(tunes) == 2 and all(t.eval == "miracl:ko" and i["eval"] == "dataset:miracl:ko" for t, i in tunes)
+
+
+def test_the_convergence_preset_runs_the_settings_cells_long_enough(tmp_path: Path) -> None:
+    settings, _ = parse_config(ReproduceConfig, ["--preset", "settings"], job="reproduce")
+    cfg, _ = parse_config(ReproduceConfig, ["--preset", "convergence"], job="reproduce")
+    assert (cfg.languages, cfg.methods, cfg.alphas) == (settings.languages, settings.methods, settings.alphas)
+    assert (cfg.finetune.optim.batch_size, cfg.finetune.optim.max_steps) == (32, 300)
+    assert (cfg.finetune.eval_every, cfg.finetune.log_every) == (30, 10)

@@ -72,3 +72,50 @@ def test_tables_and_comparisons_from_stage_directories(tmp_path: Path) -> None:
     ]
     assert paired[1]["mean_diff"] == pytest.approx(np.mean([0.1 - 0.8, 0.0 - 0.6, 0.2 - 0.4]))
     assert "| miracl | zero-shot | m | ko | mean | -0.500 |" in compare.markdown(paired)
+
+
+OLD_COLUMNS = [
+    "model", "language", "dataset", "method", "alpha", "stage", "ndcg@10", "r@100", "rr@10", "active_dims_q",
+    "active_dims_d", "flops", "train_seconds", "train_steps", "cell",
+]  # fmt: skip
+
+
+def test_results_csv_carries_the_dev_curves_figures_after_the_old_columns(tmp_path: Path) -> None:
+    cells = expand(("m",), ("ko",), ("sembridge", "focus"), ("4",))
+    tuned, plain = cells
+    summaries = {  # sembridge selected its best step on dev; focus was fine-tuned without a development set
+        tuned: {
+            "steps": 300,
+            "seconds": 12.5,
+            "select": "best",
+            "best": {"step": 240, "dev_nDCG@10": 0.71, "reason": "highest dev nDCG@10"},
+            "convergence": {"final": 0.7, "steps_to_95": 90, "auc": 0.6125, "evaluations": 11},
+        },
+        plain: {"steps": 300, "seconds": 11.0, "select": "last", "best": {}, "convergence": {}},
+    }
+    for cell, summary in summaries.items():
+        paths = cell_paths(tmp_path, cell)
+        for stage in ("zero_shot", "finetuned"):
+            _stage(paths.eval("sick", stage), {"a": 0.5, "b": 0.7})
+        paths.finetune("sick").mkdir(parents=True)
+        (paths.finetune("sick") / results.FINETUNE_SUMMARY).write_text(json.dumps(summary))
+    results.write_csv(results.collect(tmp_path, cells, ["sick"]), tmp_path / "results.csv")
+    header, *lines = (tmp_path / "results.csv").read_text().splitlines()
+    assert header.split(",") == [*OLD_COLUMNS, "dev_final", "steps_to_95", "dev_auc", "best_step"]
+    got = {(r[14], r[5]): r[15:] for r in (line.split(",") for line in lines)}
+    assert got == {
+        ("m__ko__sembridge__a4", "zero_shot"): ["", "", "", ""],
+        ("m__ko__sembridge__a4", "finetuned"): ["0.7", "90", "0.6125", "240"],
+        ("m__ko__focus", "zero_shot"): ["", "", "", ""],
+        ("m__ko__focus", "finetuned"): ["", "", "", ""],
+    }
+
+
+def test_convergence_columns_leave_out_what_is_not_a_figure() -> None:
+    nothing = {"final": float("nan"), "steps_to_95": None, "auc": float("nan"), "evaluations": 0}
+    assert results.convergence_columns({"convergence": nothing}) == dict.fromkeys(
+        ("dev_final", "steps_to_95", "dev_auc", "best_step"), ""
+    )
+    flat = {"final": 0.5, "steps_to_95": 0, "auc": 0.5, "evaluations": 1}  # one evaluation: reached at step 0
+    last = {"select": "last", "best": {"step": 20}, "convergence": flat}  # best is recorded, last is published
+    assert results.convergence_columns(last) == {"dev_final": 0.5, "steps_to_95": 0, "dev_auc": 0.5, "best_step": ""}

@@ -69,8 +69,8 @@ def test_pairs_parquet_and_errors(tmp_path: Path, sick_beir: Path) -> None:
     assert table.column_names == ["query", "positive", "negative_1"]
     with pytest.raises(InputError, match="neither"):
         training_pairs("nowhere:xx")
-    with pytest.raises(InputError, match="no qrels for split 'dev'"):
-        load_retrieval(str(sick_beir), "dev")
+    with pytest.raises(InputError, match="no qrels for split 'validation'"):
+        load_retrieval(str(sick_beir), "validation")
 
 
 def test_duplicate_query_id_is_an_error(tmp_path: Path, sick_beir: Path) -> None:

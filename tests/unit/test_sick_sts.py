@@ -1,10 +1,12 @@
 from __future__ import annotations
 
+import csv
+import json
 from pathlib import Path
 
 import pytest
 
-from sembridge_ray.data.sick import read_sick, read_sick_split
+from sembridge_ray.data.sick import read_sick, read_sick_split, write_sick_beir
 from sembridge_ray.data.sts import read_sts, sts_files
 from sembridge_ray.errors import InputError
 from sembridge_ray.resources import SICK_DIR, STS_DIR
@@ -44,3 +46,33 @@ def test_malformed_sts_row_names_file_and_line(tmp_path: Path) -> None:
     path.write_text("4.0\ta\tb\nabc\tc\td\n")
     with pytest.raises(InputError, match=r"x.tsv:2: score 'abc'"):
         read_sts(path)
+
+
+def _judgements(root: Path, split: str) -> set[tuple[str, str, int]]:
+    """(query text, document text, grade) of one qrels split of a BEIR directory, read back through its ids."""
+    texts = {}
+    for name in ("queries.jsonl", "corpus.jsonl"):
+        for line in (root / name).read_text(encoding="utf-8").splitlines():
+            row = json.loads(line)
+            texts[row["_id"]] = row["text"]
+    rows = (root / "qrels" / f"{split}.tsv").read_text(encoding="utf-8").splitlines()[1:]
+    return {(texts[q], texts[d], int(g)) for q, d, g in (r.split("\t") for r in rows)}
+
+
+def test_sick_beir_dev_is_the_trial_file_and_train_holds_no_trial_pair(tmp_path: Path) -> None:
+    root = write_sick_beir(SICK_DIR, tmp_path / "beir", splits=("train", "dev", "test"))
+    # the oracle: SICK_trial.txt read with the csv module, graded by hand (>= 4.5: 2, >= 4.0: 1)
+    with (SICK_DIR / "SICK_trial.txt").open(encoding="utf-8", newline="") as fh:
+        trial = [r for r in csv.DictReader(fh, delimiter="\t", quoting=csv.QUOTE_NONE)]
+    want = {
+        (r["sentence_A"], r["sentence_B"], 2 if float(r["relatedness_score"]) >= 4.5 else 1)
+        for r in trial
+        if float(r["relatedness_score"]) >= 4.0
+    }
+    assert len(want) == 202 and _judgements(root, "dev") == want
+    train = _judgements(root, "train")
+    pairs = read_sick_split(SICK_DIR, "train")
+    assert train == {(p.a, p.b, 2 if p.score >= 4.5 else 1) for p in pairs if p.score >= 4.0}  # not train + trial
+    assert not {(a, b) for a, b, _ in train} & {(a, b) for a, b, _ in want}
+    with pytest.raises(InputError, match="unknown SICK BEIR split 'trial'"):
+        write_sick_beir(SICK_DIR, tmp_path / "bad", splits=("trial",))

@@ -264,3 +264,29 @@ def test_the_plain_sampler_keeps_the_order_streams_had_before() -> None:
     stream = training_stream(pairs, 4, 5, seed=1, batch_sampler="batch_sampler")
     expected = [int(i) for e in range(3) for i in np.random.default_rng([1, e]).permutation(10)[:8]][:20]
     assert stream.column(QUERY).to_pylist() == [f"q{i}" for i in expected]
+
+
+def test_export_refuses_a_checkpoint_that_does_not_verify_and_an_existing_output(capsys, tmp_path: Path) -> None:
+    from jobs import export
+
+    missing = tmp_path / "step_00000004"
+    assert export.main(["--checkpoint", str(missing), "--output", str(tmp_path / "m")]) == 2
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .splitlines()[-1]
+        .startswith(f"error: checkpoint {str(missing)!r} does not verify")
+    )
+    assert export.main(["--output", str(tmp_path / "m")]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == "error: --checkpoint is required"
+
+
+def test_select_best_needs_a_development_set(capsys, tmp_path: Path) -> None:
+    pairs = tmp_path / "pairs.parquet"
+    pq.write_table(pa.table({QUERY: ["a", "b"], POSITIVE: ["c", "d"]}), pairs)
+    code, line = _run(
+        capsys, "--model", "m", "--train", str(pairs), "--output", str(tmp_path / "o"), "--select", "best"
+    )
+    assert code == 2 and line == "error: --select best needs a development set: --eval DATASET"
+    code, line = _run(capsys, "--model", "m", "--train", str(pairs), "--output", str(tmp_path / "o"), "eval_split=test")
+    assert code == 2 and "eval_split='test': is a test split" in line

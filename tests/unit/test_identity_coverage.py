@@ -114,7 +114,7 @@ def stage_fingerprints(cfg: ReproduceConfig, files: dict[str, Path]) -> dict[str
     return found | {f"failed/{c}": e for c, e in planned.failures.items()}
 
 
-@pytest.mark.parametrize("preset", ["paper", "demo", "quick", "settings"])
+@pytest.mark.parametrize("preset", ["paper", "demo", "quick", "settings", "convergence"])
 def test_every_key_of_the_reproduction_reaches_a_stage_identity_or_is_documented(preset: str, tmp_path: Path) -> None:
     base = load_preset_file(PRESET_DIR / f"reproduce_{preset}.yaml")
     assert isinstance(base, ReproduceConfig)

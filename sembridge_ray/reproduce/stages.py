@@ -156,6 +156,7 @@ def source_stages(
         optim=optim,
         eval="",  # the source's recipe is fixed (demo.source_*): it is scored on dev once, by source_dev_stage
         select="last",
+        batch_sampler="no_duplicates",  # an ablation of the transfers' batches leaves the source as it is
         overwrite=cfg.overwrite,
         query_length=cfg.evaluate.max_query_length,  # the written model encodes as it is scored
         document_length=cfg.evaluate.max_doc_length,

@@ -278,3 +278,6 @@ def test_the_convergence_preset_runs_the_settings_cells_long_enough(tmp_path: Pa
     assert (cfg.languages, cfg.methods, cfg.alphas) == (settings.languages, settings.methods, settings.alphas)
     assert (cfg.finetune.optim.batch_size, cfg.finetune.optim.max_steps) == (32, 300)
     assert (cfg.finetune.eval_every, cfg.finetune.log_every) == (30, 10)
+    # the run really takes 300 steps: epochs of SICK train's pairs (the stream's rule) do not stop it first
+    per_epoch = len(demo.sick_pairs()) // cfg.finetune.optim.batch_size
+    assert min(per_epoch * cfg.finetune.optim.epochs, cfg.finetune.optim.max_steps) == 300

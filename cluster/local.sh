@@ -156,21 +156,23 @@ wait_for_jobs() {
 
 submit() {
   # Retried with backoff while the agent is not ready yet; any other failure is the job's own exit code.
-  local attempt log rc
+  local attempt=0 log rc deadline=$((SECONDS + ${RAY_HEAD_TIMEOUT_S:-180}))
   log="$(mktemp)"
-  for attempt in 1 2 3 4 5; do
+  while :; do
+    attempt=$((attempt + 1))
     set +e
     "$VENV/bin/ray" job submit --address "$RAY_ADDRESS" --runtime-env cluster/runtime_env.yaml --working-dir . \
       -- "$@" 2>&1 | tee "$log"
     rc=${PIPESTATUS[0]}
     set -e
-    if [ "$rc" -ne 0 ] && grep -q "No available agent" "$log"; then
+    # Not ready yet (a loaded machine): no agent, or the dashboard dropping the connection before any job exists.
+    if [ "$rc" -ne 0 ] && [ $SECONDS -lt $deadline ] \
+        && grep -qE "No available agent|Connection aborted|RemoteDisconnected" "$log" && ! grep -q "submitted successfully" "$log"; then
       echo "[local.sh] the head's job agent is not ready (attempt $attempt); retrying"
-      sleep $((attempt * 2)); continue
+      sleep $((attempt < 5 ? attempt * 2 : 10)); continue
     fi
     rm -f "$log"; return "$rc"
   done
-  rm -f "$log"; return "$rc"
 }
 
 with_cluster() {

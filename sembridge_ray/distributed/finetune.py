@@ -86,7 +86,7 @@ from sembridge_ray.sparse.model import (
 
 if TYPE_CHECKING:
     from sentence_transformers import SparseEncoder
-    from transformers import PreTrainedTokenizerBase
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 log = logging.getLogger(__name__)
 SUMMARY, DATA_DIR, CHECKPOINT_DIR, MODEL_DIR = "finetune.json", "data", "checkpoints", "model"
@@ -469,7 +469,6 @@ class _DevRun:
     world: int
     vocab_size: int
     best: BestState | None = None
-    seconds: float = 0.0
 
     @classmethod
     def start(
@@ -518,7 +517,6 @@ class _DevRun:
         cast(torch.nn.Module, transformer.auto_model).load_state_dict(self.encoder.mlm.state_dict())
         found = evaluate_dev(self.model, self.dev, self.lengths, self.precision, self.rank, self.world, self._gather)
         figures = self._broadcast(found)
-        self.seconds += time.perf_counter() - began
         figures["dev_seconds"] = round(time.perf_counter() - began, 3)
         if self.rank == 0:
             self._keep(step, figures)
@@ -711,13 +709,28 @@ def export_checkpoint(
             raise RuntimeError(f"the best weights kept are of step {kept['step']}, the metrics say {exported.best}")
         weights = kept["model"]
     require_finite(weights, f"the {'best' if cfg.select == 'best' else 'final'} weights of {run_dir}")
-    encoder = SpladeEncoder(mlm)
-    encoder.load_state_dict(weights)
-    with atomic_path(out / MODEL_DIR) as tmp:  # the same layout as the init job's: <output>/model
-        save_sparse_encoder(encoder.mlm, tokenizer, tmp, serving(cfg))
-        write_card(tmp, card_provenance(named or cfg, total_steps, exported.final))
+    write_model(
+        out / MODEL_DIR, weights, mlm, tokenizer, cfg, card_provenance(named or cfg, total_steps, exported.final)
+    )
     atomic_write_text(out / TRAIN_METRICS, "".join(json.dumps(m) + "\n" for m in history))
     return exported
+
+
+def write_model(
+    out: Path,
+    weights: Mapping[str, torch.Tensor],
+    mlm: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    cfg: FinetuneConfig,
+    provenance: Provenance,
+) -> None:
+    """``weights`` (a SpladeEncoder state) as the SparseEncoder directory ``out`` (atomically), with its card: the
+    one writer of the run's ``model/`` and of an exported checkpoint."""
+    encoder = SpladeEncoder(mlm)
+    encoder.load_state_dict(weights)
+    with atomic_path(out) as tmp:  # the same layout as the init job's: <output>/model
+        save_sparse_encoder(encoder.mlm, tokenizer, tmp, serving(cfg))
+        write_card(tmp, provenance)
 
 
 def run_export(cfg: ExportConfig) -> ExportResult:
@@ -740,12 +753,8 @@ def run_export(cfg: ExportConfig) -> ExportResult:
         weights, step = kept["model"], int(kept["step"])
     require_finite(weights, f"the weights of step {step} in {ckpt}")
     mlm, tokenizer = load_mlm(run_cfg.model)
-    encoder = SpladeEncoder(mlm)
-    encoder.load_state_dict(weights)
     final = next((m for m in reversed(history) if int(m["step"]) <= step and "loss" in m), {})
-    with atomic_path(out) as tmp:
-        save_sparse_encoder(encoder.mlm, tokenizer, tmp, serving(run_cfg))
-        write_card(tmp, card_provenance(run_cfg, step, final))
+    write_model(out, weights, mlm, tokenizer, run_cfg, card_provenance(run_cfg, step, final))
     return ExportResult(output=str(out), step=step, checkpoint=str(ckpt))
 
 

@@ -280,4 +280,5 @@ def test_the_convergence_preset_runs_the_settings_cells_long_enough(tmp_path: Pa
     assert (cfg.finetune.eval_every, cfg.finetune.log_every) == (30, 10)
     # the run really takes 300 steps: epochs of SICK train's pairs (the stream's rule) do not stop it first
     per_epoch = len(demo.sick_pairs()) // cfg.finetune.optim.batch_size
+    assert cfg.finetune.optim.max_steps is not None
     assert min(per_epoch * cfg.finetune.optim.epochs, cfg.finetune.optim.max_steps) == 300

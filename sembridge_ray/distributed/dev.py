@@ -79,6 +79,12 @@ def load_dev(spec: str, split: str, max_queries: int = 0, seed: int = 0) -> DevS
     of the judged queries (the corpus stays whole). A split without judgements is an :class:`InputError`."""
     if split == "test":
         raise InputError(f"eval_split 'test' of {spec!r} is a test split: choose recipes on development data")
+    return load_judged(spec, split, max_queries, seed)
+
+
+def load_judged(spec: str, split: str, max_queries: int = 0, seed: int = 0) -> DevSet:
+    """:func:`load_dev` without its refusal of a test split: for a script that reports a recipe chosen on the
+    development set (``scripts/sembridge_plus``), never for choosing one."""
     data = load_retrieval(spec, split)
     if data.name.startswith("miracl") or spec.startswith("miracl:"):
         log.warning(
@@ -134,6 +140,13 @@ def encode_share(
 
 def score(dev: DevSet, encoded: dict[int, Rows], top_k: int = _EVALUATE.top_k) -> dict[str, float]:
     """nDCG@10 over ``dev.qrels`` and the mean active dimensions, from every chunk's rows."""
+    return score_queries(dev, encoded, top_k)[0]
+
+
+def score_queries(
+    dev: DevSet, encoded: dict[int, Rows], top_k: int = _EVALUATE.top_k
+) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """:func:`score`'s figures and the per-query measures they average (ir-measures' names)."""
     docs = [(dev.chunks[n], encoded[n]) for n in sorted(encoded) if dev.chunks[n].role == "document"]
     queries = [(dev.chunks[n], encoded[n]) for n in sorted(encoded) if dev.chunks[n].role == "query"]
     doc_ids, vectors = _rows(docs)
@@ -142,12 +155,14 @@ def score(dev: DevSet, encoded: dict[int, Rows], top_k: int = _EVALUATE.top_k) -
     qids, qvec = _rows(queries)
     top = _search(shard, qvec, top_k, _EVALUATE.query_batch_size)
     run = parse_run(run_lines(qids, top, sorted_ids, _EVALUATE.run_tag))
-    metrics = mean_metrics(per_query_metrics(dev.qrels, run))
-    return {
+    per_query = per_query_metrics(dev.qrels, run)
+    metrics = mean_metrics(per_query)
+    figures = {
         DEV_PRIMARY: metrics["nDCG@10"],
         DEV_DIMS_Q: float(term_counts(qvec.indices, 0).sum() / len(qids)) if qids else 0.0,
         DEV_DIMS_D: float(term_counts(vectors.indices, 0).sum() / len(doc_ids)),
     }
+    return figures, per_query
 
 
 def evaluate_dev(

@@ -21,10 +21,10 @@ import torch
 from sembridge_ray import catalog
 from sembridge_ray.bundled import resolve
 from sembridge_ray.config import write_config
-from sembridge_ray.embed_init import position, report
+from sembridge_ray.embed_init import plus, position, report
 from sembridge_ray.embed_init.baselines import explicit_rows
 from sembridge_ray.embed_init.bridge import check_bridge, model_fingerprint
-from sembridge_ray.embed_init.combine import NewRows, compose, compose_bias, provenance
+from sembridge_ray.embed_init.combine import NewRows, compose, compose_bias, provenance, weighted_rows
 from sembridge_ray.embed_init.methods import method
 from sembridge_ray.embed_init.pipeline import (
     BridgeSide,
@@ -85,19 +85,23 @@ def new_rows(
     cfg: InitConfig,
     part: Partition,
     matrices: tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None],
-    source_tok: PreTrainedTokenizerBase,
+    toks: tuple[PreTrainedTokenizerBase, PreTrainedTokenizerBase],
     stages: Stages,
     bridge: BridgeSide,
     timings: dict[str, float],
 ) -> NewRows:
     """The rows of the target tokens left to initialise (``part.rest``): by the method's explicit rule, or bridged
-    (vectors from the cache or ``stages.encode``, weights and rows from ``stages.rows``). ``matrices``: the source's
-    (input embeddings, untied output embeddings, decoder bias)."""
+    (vectors from the cache or ``stages.encode``, weights and rows from ``stages.rows``), or decomposed (fvt).
+    ``matrices``: the source's (input embeddings, untied output embeddings, decoder bias); ``toks``: the source and
+    target tokenizers."""
     e_in, e_out, bias = matrices
+    source_tok, target_tok = toks
     rest = np.asarray(part.rest, dtype=np.int64)
     if not len(rest):  # every target token is copied: nothing to bridge, nothing to encode
         log.info("every target token has a source counterpart: the model is the copied rows alone")
-        return no_new_rows(e_in, e_out, bias, bridged=method(cfg.method).uses_bridge)
+        return no_new_rows(e_in, e_out, bias, bridged=not method(cfg.method).rows)
+    if method(cfg.method).decomposes:
+        return decomposed_rows(rest, plus.fvt_weights(source_tok, target_tok, rest, len(e_in)), matrices)
     if not method(cfg.method).uses_bridge:
         rows = explicit_rows(cfg.method, len(rest), e_in, cfg.seed)
         out_rows = None if e_out is None else explicit_rows(cfg.method, len(rest), e_out, cfg.seed + 1)
@@ -115,6 +119,13 @@ def new_rows(
     row_of = {int(i): n for n, i in enumerate(bridge.strings["target"].column("id").to_numpy())}
     new_vecs = tgt_vecs[[row_of[int(i)] for i in rest]]
     timings["bridge_encode_s"] = time.perf_counter() - start
+    if cfg.bridge_space != "raw":  # one transform of the union of the candidates and the tokens to initialise
+        fitted = plus.space_transform(
+            torch.cat([src_vecs[candidates], torch.from_numpy(new_vecs)]), cfg.bridge_space, cfg.bridge_components
+        )
+        src_vecs[candidates] = plus.apply_transform(src_vecs[candidates], fitted)
+        new_vecs = plus.apply_transform(torch.from_numpy(new_vecs), fitted).numpy()
+    prior = plus.fvt_weights(source_tok, target_tok, rest, len(e_in)) if cfg.fvt_weight > 0 else None
     classes = [torch.from_numpy(bridge.classes[side]) if cfg.position_aware else None for side in ("source", "target")]
     ctx = RowsContext(
         weighting=cfg.weighting,
@@ -126,11 +137,42 @@ def new_rows(
         bias=bias,
         source_classes=classes[0],
         target_classes=classes[1],
+        prior=prior,
+        prior_ids=torch.from_numpy(rest) if prior is not None else None,
     )
     start = time.perf_counter()
     new = stages.rows(ctx, rest, new_vecs)
     timings["weights_s"] = time.perf_counter() - start
     return new
+
+
+def decomposed_rows(
+    rest: np.ndarray,
+    weights: torch.Tensor,
+    matrices: tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None],
+) -> NewRows:
+    """The fvt baseline's rows: each piece's decomposition weights composed, the mean source row (and bias) where
+    nothing covers the piece (its weights row is empty)."""
+    covered = (weights.crow_indices()[1:] - weights.crow_indices()[:-1]) > 0
+
+    def rows(matrix: torch.Tensor | None) -> torch.Tensor | None:
+        if matrix is None:
+            return None
+        out = weighted_rows(weights, matrix)
+        out[~covered] = matrix.double().mean(0).to(matrix.dtype)
+        return out
+
+    e_in, e_out, bias = matrices
+    inputs = rows(e_in)
+    assert inputs is not None
+    new_bias = rows(None if bias is None else bias.unsqueeze(1))
+    return NewRows(
+        target_ids=rest,
+        inputs=inputs,
+        weights=weights,
+        outputs=rows(e_out),
+        bias=None if new_bias is None else new_bias.squeeze(1),
+    )
 
 
 def initialise(
@@ -199,7 +241,7 @@ def _initialise(
         toks = {"source": source_tok, "target": target_tok}
         sizes = {"source": len(e_in), "target": part.size}
         bridge = bridge_side(cfg.weighting, cfg.bridge_model, toks, sizes, neutral_symbols)
-        new = new_rows(cfg, part, (e_in, e_out, bias), source_tok, stages, bridge, timings)
+        new = new_rows(cfg, part, (e_in, e_out, bias), (source_tok, target_tok), stages, bridge, timings)
 
         start = time.perf_counter()
         inputs_rows = compose(part, e_in, new.inputs, new.target_ids, e_in.mean(0))
@@ -268,6 +310,12 @@ def _report(
     rule: dict[str, object] = {"position_aware": cfg.position_aware}
     if cfg.position_aware:
         rule |= {"position_marker": cfg.position_marker, "position_penalty": cfg.position_penalty}
+    if cfg.bridge_space != "raw":  # SemBridge+'s options, only when on: the released report keeps its bytes
+        rule["bridge_space"] = cfg.bridge_space
+        if cfg.bridge_space == "abtt":
+            rule["bridge_components"] = cfg.bridge_components
+    if cfg.fvt_weight > 0:
+        rule["fvt_weight"] = cfg.fvt_weight
     # one literal, in the order init_report.json has always been written (the position keys only when used)
     return cast(
         "InitReport",

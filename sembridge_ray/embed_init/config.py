@@ -11,7 +11,7 @@ from typing import Literal
 from sembridge_ray.config import Config, require
 from sembridge_ray.placement import Precision
 
-MethodName = Literal["sembridge", "focus", "wechsel", "mean", "random"]
+MethodName = Literal["sembridge", "sembridge_plus", "focus", "wechsel", "fvt", "mean", "random"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,6 +36,9 @@ class WeightingConfig(Config):
     """With ``position_aware``: continuation pieces are bridged as this + their text ("" leaves the strings)."""
     position_penalty: float = 0.0
     """With ``position_aware``: subtracted from the cosine of a candidate of the other position class."""
+    fvt_weight: float = 0.0
+    """Blends each bridged row with the uniform mix of its source decomposition (FVT), ``(1 - λ) w + λ w_fvt``;
+    0 = the bridge alone (``embed_init.plus``)."""
     precision: Precision = "fp32"
     """The run's resolved precision: ``bf16`` screens the candidates with a bf16 GEMM on a CPU (CUDA keeps fp32,
     see ``weighting.screen_dtype``); anything else screens in fp32. The weights are exact either way."""
@@ -52,6 +55,7 @@ class WeightingConfig(Config):
         for key in ("candidates", "wechsel_candidates"):
             require(getattr(self, key) >= 1, key, getattr(self, key), "must be >= 1")
         require(self.position_penalty >= 0, "position_penalty", self.position_penalty, "must be >= 0")
+        require(0 <= self.fvt_weight <= 1, "fvt_weight", self.fvt_weight, "must be in [0, 1]")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -4,21 +4,24 @@ here and the rest of the code asks instead of listing.
 | method      | bridge | α   | rule for a bridged target token                                                    |
 |-------------|--------|-----|------------------------------------------------------------------------------------|
 | sembridge   | yes    | yes | α-entmax over the cosines to every source token (α=4; 1 = softmax over the nearest) |
+| sembridge_plus | yes | yes | sembridge with the project's frozen recipe (``SEMBRIDGE_PLUS``; docs/sembridge-plus.md) |
 | focus       | yes    | no  | sparsemax over the overlapping tokens only                                         |
 | wechsel     | yes    | no  | softmax(cos / 0.1) over the 10 nearest source tokens                              |
+| fvt         | no     | no  | the uniform mix of the piece's decomposition into source forms (``embed_init.plus``) |
 | mean        | no     | no  | the mean source row                                                                |
 | random      | no     | no  | N(mean, std) per dimension of the source rows, seeded                              |
 
 A bridge method's rule maps the :class:`~sembridge_ray.embed_init.config.WeightingConfig` to the options of
 ``bridge_weights`` (``embed_init.baselines.method_weights`` applies it); a method without the bridge gives its rows
-directly. The module imports no torch (the contracts and the command line read the registry); the row rules use
-only the tensors' own methods.
+directly; ``fvt`` decomposes the piece's string instead. A method with a ``recipe`` fixes InitConfig keys (the
+config applies them and refuses a conflicting value). The module imports no torch (the contracts and the command
+line read the registry); the row rules use only the tensors' own methods.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -78,16 +81,29 @@ class InitMethod:
     """The bridge candidates are the overlap's sources only (FOCUS's anchors; every candidate if there are none)."""
     rows: ExplicitRows | None = None
     """A method without the bridge: its rows for the tokens left to initialise."""
+    decomposes: bool = False
+    """The rows are the uniform mix of each piece's decomposition into source forms (FVT), no bridge."""
+    recipe: Mapping[str, object] = field(default_factory=dict)
+    """InitConfig keys this method fixes (``sembridge_plus``): applied when left at their defaults, a conflicting
+    value refused."""
 
     def __post_init__(self) -> None:
-        if (self.similarity is None) == (self.rows is None):
-            raise ValueError(f"init method {self.name!r} needs exactly one of a similarity rule or explicit rows")
+        if sum((self.similarity is not None, self.rows is not None, self.decomposes)) != 1:
+            raise ValueError(
+                f"init method {self.name!r} needs exactly one of a similarity rule, explicit rows or decomposition"
+            )
 
     @property
     def uses_bridge(self) -> bool:
         """Embeds token strings with the bridge model and weights source rows by similarity."""
         return self.similarity is not None
 
+
+SEMBRIDGE_PLUS: Mapping[str, object] = {
+    "position_aware": True,
+}
+"""The frozen SemBridge+ recipe on top of the released rule, chosen on development data only (SICK trial, the
+three public settings; docs/sembridge-plus.md has the ablation and the evidence for each key)."""
 
 METHODS: dict[str, InitMethod] = {
     m.name: m
@@ -102,13 +118,28 @@ METHODS: dict[str, InitMethod] = {
             settings=("wechsel_candidates", "wechsel_temperature"),
             similarity=wechsel_rule,
         ),
+        InitMethod(
+            name="sembridge_plus",
+            has_alpha=True,
+            settings=("alpha", "temperature", "candidates"),
+            similarity=sembridge_rule,
+            recipe=SEMBRIDGE_PLUS,
+        ),
+        InitMethod(name="fvt", has_alpha=False, decomposes=True),
         InitMethod(name="mean", has_alpha=False, rows=mean_rows),
         InitMethod(name="random", has_alpha=False, rows=random_rows),
     )
 }
 METHOD_NAMES: tuple[str, ...] = tuple(METHODS)
 # Keys that matter only when a method embeds strings with the bridge.
-BRIDGE_SETTINGS = ("exclude_special_sources", "bridge_batch_size", "rows_batch_size")
+BRIDGE_SETTINGS = (
+    "exclude_special_sources",
+    "bridge_batch_size",
+    "rows_batch_size",
+    "bridge_space",
+    "bridge_components",
+    "fvt_weight",
+)
 
 
 def method(name: str) -> InitMethod:

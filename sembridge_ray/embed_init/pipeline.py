@@ -20,7 +20,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import torch
 
-from sembridge_ray.embed_init import position
+from sembridge_ray.embed_init import plus, position
 from sembridge_ray.embed_init.baselines import method_weights
 from sembridge_ray.embed_init.bridge import (
     RULE_VERSION,
@@ -63,6 +63,10 @@ class RowsContext:
     """Position class by source id (position_aware only)."""
     target_classes: torch.Tensor | None = None
     """Position class by target id (position_aware only)."""
+    prior: torch.Tensor | None = None
+    """With ``fvt_weight`` > 0: CSR (len(prior_ids), |Vs rows|) decomposition weights (``embed_init.plus``)."""
+    prior_ids: torch.Tensor | None = None
+    """The target ids of ``prior``'s rows, ascending."""
 
 
 def compute_rows(ctx: RowsContext, target_ids: np.ndarray, new_vecs: np.ndarray, device: str | None = None) -> NewRows:
@@ -79,6 +83,9 @@ def compute_rows(ctx: RowsContext, target_ids: np.ndarray, new_vecs: np.ndarray,
         device=device,
         classes=classes,
     )
+    if ctx.prior is not None and ctx.prior_ids is not None and ctx.weighting.fvt_weight > 0:
+        rows = torch.searchsorted(ctx.prior_ids, torch.as_tensor(target_ids, dtype=torch.long))
+        w = plus.blend(w, plus.select_rows(ctx.prior, rows), ctx.weighting.fvt_weight)
     return NewRows(
         target_ids=target_ids,
         weights=w,

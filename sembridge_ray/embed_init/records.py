@@ -65,6 +65,9 @@ class InitReport(Counts):
     position_aware: bool
     position_marker: NotRequired[str]
     position_penalty: NotRequired[float]
+    bridge_space: NotRequired[str]
+    bridge_components: NotRequired[int]
+    fvt_weight: NotRequired[float]
     support_histogram: dict[str, int]
     position: PositionStats
     timings: dict[str, float]

@@ -11,12 +11,14 @@ Writes ``model/`` (a SentenceTransformers SparseEncoder with its model card), ``
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from sembridge_ray.config import Config, require
 from sembridge_ray.embed_init.config import MethodName, WeightingConfig
-from sembridge_ray.embed_init.methods import unused_settings
+from sembridge_ray.embed_init.methods import METHODS, unused_settings
+from sembridge_ray.embed_init.plus import BridgeSpace
 from sembridge_ray.embed_init.records import InitReport, Sample
 from sembridge_ray.embed_init.vocab import MATCH_RULES
 from sembridge_ray.jobs import Flag, JobSpec
@@ -40,7 +42,8 @@ class InitConfig(Config):
     output: str = ""
     """Output directory (the model in ``<output>/model``)."""
     method: MethodName = "sembridge"
-    """How bridged tokens are initialised (sembridge, or the focus/wechsel/mean/random baselines)."""
+    """How bridged tokens are initialised: sembridge (the released rule), sembridge_plus (the project's recipe,
+    docs/sembridge-plus.md), or the focus/wechsel/fvt/mean/random baselines."""
     alpha: float = 4.0
     """α of α-entmax for sembridge (2 = sparsemax, 1 = softmax over the ``candidates`` nearest)."""
     temperature: float = 1.0
@@ -70,6 +73,15 @@ class InitConfig(Config):
     """With ``position_aware``: subtracted from the cosine of a candidate of the other position class before
     α-entmax/softmax. 0 (no prior) is the kept rule: the marker alone; above 2 + the support radius it is a hard
     mask that falls back to every candidate only when a class has none."""
+    bridge_space: BridgeSpace = "raw"
+    """Post-processing of the bridge vectors before the cosines, fit on the candidates and the tokens to
+    initialise: raw (the paper), center, abtt (centre, then remove the top ``bridge_components`` principal
+    directions) or whiten (``embed_init.plus``)."""
+    bridge_components: int = 3
+    """With ``bridge_space: abtt``: principal directions removed."""
+    fvt_weight: float = 0.0
+    """Blends every bridged row with the uniform mix of its decomposition into source forms (FVT):
+    ``(1 - fvt_weight) w_bridge + fvt_weight w_fvt``; 0 = the bridge alone."""
     seed: int = 0
     """Seeds the random baseline and the sample of target tokens in the report."""
     samples: int = 50
@@ -117,6 +129,19 @@ class InitConfig(Config):
         "resources",
     )
 
+    def __post_init__(self) -> None:
+        # a method's recipe (sembridge_plus) sets its keys where they were left at the defaults; a conflicting value
+        # is refused, so a config always says what ran
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        recipe = METHODS[self.method].recipe if self.method in METHODS else {}  # an unknown one: the check's error
+        for key, value in recipe.items():
+            current = getattr(self, key)
+            if current == defaults[key]:
+                object.__setattr__(self, key, value)
+            else:
+                require(current == value, key, current, f"method {self.method} fixes it to {value!r}")
+        super().__post_init__()
+
     @property
     def weighting(self) -> WeightingConfig:
         """The section the weighting maths reads (method, α, candidates, WECHSEL, position-aware, precision)."""
@@ -130,6 +155,7 @@ class InitConfig(Config):
             position_aware=self.position_aware,
             position_marker=self.position_marker,
             position_penalty=self.position_penalty,
+            fvt_weight=self.fvt_weight,
             precision=self.precision,
         )
 
@@ -144,6 +170,7 @@ class InitConfig(Config):
         for key in ("bridge_batch_size", "rows_batch_size", "query_length", "document_length"):
             require(getattr(self, key) >= 1, key, getattr(self, key), "must be >= 1")
         require(self.samples >= 0, "samples", self.samples, "must be >= 0")
+        require(self.bridge_components >= 1, "bridge_components", self.bridge_components, "must be >= 1")
         unknown = [m for m in self.match if m not in MATCH_RULES]
         require(
             not unknown,
@@ -157,6 +184,12 @@ class InitConfig(Config):
         unused = set(unused_settings(self.method))
         if not self.position_aware:
             unused |= {"position_marker", "position_penalty"}
+        # SemBridge+'s options are recorded only when on: every earlier run keeps its identity
+        if self.bridge_space != "abtt":
+            unused.add("bridge_components")
+        unused |= {
+            k for k in ("bridge_space", "fvt_weight") if getattr(self, k) == type(self).__dataclass_fields__[k].default
+        }
         recorded = {self.IDENTITY_NAMES.get(k, k) for k in unused}  # the settings carry the recorded names
         return {k: v for k, v in settings.items() if k not in recorded}
 
@@ -209,6 +242,8 @@ FLAGS = (
     Flag(name="--match", key="match"),
     Flag(name="--seed", key="seed"),
     Flag(name="--position-aware", key="position_aware", const="true"),
+    Flag(name="--bridge-space", key="bridge_space"),
+    Flag(name="--fvt-weight", key="fvt_weight"),
     Flag(name="--grid", key="grid"),
     Flag(name="--workers", key="resources.workers"),
     Flag(name="--precision", key="precision"),

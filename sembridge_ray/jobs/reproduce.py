@@ -156,6 +156,10 @@ class ReproduceConfig(Config):
         )
         aware = [m for m in self.methods if split_variant(m)[1] and not METHODS[split_variant(m)[0]].uses_bridge]
         require(not aware, "methods", ",".join(self.methods), f"{aware[:1]}: '+pa' needs a method that uses the bridge")
+        fixed = [
+            m for m in self.methods if split_variant(m)[1] and METHODS[split_variant(m)[0]].recipe.get("position_aware")
+        ]
+        require(not fixed, "methods", ",".join(self.methods), f"{fixed[:1]}: the method is position-aware already")
         for alpha in self.alphas:
             try:
                 value = parse_alpha(alpha)

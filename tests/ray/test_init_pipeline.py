@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
@@ -20,16 +21,29 @@ from sembridge_ray.placement import ResourceConfig
 
 
 @pytest.mark.parametrize(
-    ("src", "tgt", "method"), [("roberta-mlm", "tok-unigram", "sembridge"), ("bert-mlm", "tok-bytebpe", "focus")]
+    ("src", "tgt", "method", "options"),
+    [
+        ("roberta-mlm", "tok-unigram", "sembridge", {}),
+        ("bert-mlm", "tok-bytebpe", "focus", {}),
+        # SemBridge+'s options: a transform fit on every row before the batches, a blend row by row in them
+        ("bert-mlm", "tok-bytebpe", "sembridge", {"bridge_space": "abtt", "fvt_weight": 0.5}),
+    ],
 )
 def test_ray_pipeline_equals_in_process_bit_for_bit(
-    ray_cluster: cluster.ClusterInfo, fixtures_root: Path, tmp_path: Path, src: str, tgt: str, method: MethodName
+    ray_cluster: cluster.ClusterInfo,
+    fixtures_root: Path,
+    tmp_path: Path,
+    src: str,
+    tgt: str,
+    method: MethodName,
+    options: dict[str, Any],
 ) -> None:
     cfg = InitConfig(
         source_model=str(fixtures_root / src),
         target_tokenizer=str(fixtures_root / tgt),
         bridge_model=str(fixtures_root / "bridge"),
         method=method,
+        **options,
         rows_batch_size=200,
         bridge_batch_size=64,
         cache_dir=str(tmp_path / "cache-ray"),

@@ -81,7 +81,7 @@ def test_help_shows_the_default_presets_values(capsys: pytest.CaptureFixture[str
     )
     with pytest.raises(SystemExit):
         run("init", ["--help"])
-    assert "--method {sembridge,focus,wechsel,mean,random}" in capsys.readouterr().out
+    assert "--method {sembridge,sembridge_plus,focus,wechsel,fvt,mean,random}" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("job", JOBS)

@@ -16,7 +16,7 @@ import pytest
 
 from sembridge_ray.config import Config, dotted_keys, field_info
 from sembridge_ray.distributed.reproduce import Identities, plan
-from sembridge_ray.embed_init.methods import METHOD_NAMES
+from sembridge_ray.embed_init.methods import METHOD_NAMES, METHODS
 from sembridge_ray.identity import flatten
 from sembridge_ray.jobs import JOBS, PRESET_DIR, job_spec, load_preset_file
 from sembridge_ray.jobs.init import InitConfig
@@ -89,8 +89,12 @@ def test_every_key_of_a_job_is_in_its_identity_or_documented_as_not_shaping_it(j
     documented = cls.NOT_IDENTITY
     assert [e for e in documented if not any(k == e or k.startswith(e + ".") for k in keys)] == []
     variants: list[Config] = [cls()]
-    if cls is InitConfig:  # some keys matter only to some methods, or with position-aware bridging
-        variants = [InitConfig.from_dict({"method": m, "position_aware": True}) for m in METHOD_NAMES]
+    if cls is InitConfig:  # some keys matter only to some methods, with position-aware bridging or SemBridge+'s options
+        on = {"position_aware": True, "bridge_space": "abtt", "fvt_weight": 0.5}
+        variants = [
+            InitConfig.from_dict({"method": m, **{k: v for k, v in on.items() if k not in METHODS[m].recipe}})
+            for m in METHOD_NAMES
+        ]
     shaping = {k for cfg in variants for k in cfg.identity_settings()}
     recorded = cls.IDENTITY_NAMES  # renamed keys keep the names identities were recorded under
     missing = [k for k in keys if recorded.get(k, k) not in shaping and not exempt(k, documented)]

@@ -282,3 +282,31 @@ def test_the_convergence_preset_runs_the_settings_cells_long_enough(tmp_path: Pa
     per_epoch = len(demo.sick_pairs()) // cfg.finetune.optim.batch_size
     assert cfg.finetune.optim.max_steps is not None
     assert min(per_epoch * cfg.finetune.optim.epochs, cfg.finetune.optim.max_steps) == 300
+
+
+def test_sembridge_plus_and_fvt_are_cells_of_the_grid_with_the_recipe_in_their_init(tmp_path: Path) -> None:
+    from sembridge_ray.embed_init.methods import SEMBRIDGE_PLUS
+    from sembridge_ray.jobs.init import InitConfig
+    from sembridge_ray.reproduce.stages import Assets, cell_stages
+
+    settings, _ = parse_config(ReproduceConfig, ["--preset", "settings"], job="reproduce")
+    cfg = replace(settings, languages=("en-bpe",), methods=("sembridge_plus", "fvt", "sembridge"))
+    cells = expand(cfg.models, cfg.languages, cfg.methods, cfg.alphas)
+    assert [c.name for c in cells] == [
+        "minilm-splade__en-bpe__sembridge_plus__a4",
+        "minilm-splade__en-bpe__fvt",
+        "minilm-splade__en-bpe__sembridge__a4",
+    ]
+    assets = Assets(
+        models={"minilm-splade": "src"}, tokenizers={"en-bpe": "tok"}, specs={("sick", "en-bpe"): ("e", "t")}
+    )
+    inits = [
+        cell_stages(replace(cfg, output=str(tmp_path)), c, assets, 0.0, lambda kind, name: f"{kind}:{name}")[0].cfg
+        for c in cells
+    ]
+    plus_init, fvt_init, faithful = (i for i in inits if isinstance(i, InitConfig))
+    assert all(getattr(plus_init, k) == v for k, v in SEMBRIDGE_PLUS.items())
+    assert plus_init.identity_settings() != faithful.identity_settings()
+    assert fvt_init.method == "fvt" and not fvt_init.position_aware
+    with pytest.raises(ConfigError, match="position-aware already"):
+        ReproduceConfig(methods=("sembridge_plus+pa",))

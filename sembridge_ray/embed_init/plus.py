@@ -1,0 +1,169 @@
+"""SemBridge+'s options on top of the released rule (docs/sembridge-plus.md has the ablation and the recipe kept).
+
+- **Bridge-space post-processing** (``bridge_space``). Single-token embeddings of a sentence encoder are
+  anisotropic: their cosines crowd together, and α=4's narrow supports then hang on tiny gaps. One transform is fit
+  on the union of the bridge candidates' vectors and the vectors of the target tokens to initialise, and applied to
+  both before the weights are solved: ``center`` subtracts the mean; ``abtt`` ("all but the top", Mu & Viswanath,
+  ICLR 2018) also removes the top ``bridge_components`` principal directions; ``whiten`` maps the centred vectors to
+  unit variance along every principal direction (ZCA). Closed form: numpy's eigendecomposition is the oracle.
+- **A compositional prior** (``fvt_weight``, FVT: Gee et al., 2022). The target piece's canonical form (its word
+  position kept: ``▁play`` word-initial, ``ing`` a continuation) is cut greedily, longest first, into canonical
+  forms of the source vocabulary (falling back to lower case for an uncased source); the uniform mix of those
+  source rows is blended with the bridge weights, ``(1 - λ) w_bridge + λ w_fvt``, so the row stays a convex mix.
+  Characters no source form covers are dropped (FVT's UNK); a piece with no cover keeps its bridge weights. The
+  ``fvt`` baseline method is this decomposition alone (the mean source row for a piece it cannot cover).
+
+Why the decomposition is not the source tokenizer's own ``tokenize``: a continuation piece (``ing`` inside a
+word) has no text of its own that every source tokenizer splits as a continuation; cutting canonical forms keeps
+the word position for any pair of vocabulary families (``embed_init.vocab``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+import torch
+
+from sembridge_ray.embed_init.vocab import VocabIndex, canonical, tokenizer_family
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from transformers import PreTrainedTokenizerBase
+
+BridgeSpace = Literal["raw", "center", "abtt", "whiten"]
+BRIDGE_SPACES: tuple[str, ...] = ("raw", "center", "abtt", "whiten")
+_WHITEN_FLOOR = 1e-6
+"""Eigenvalues below this share of the largest are floored there when whitening (rank-deficient unions)."""
+
+
+def space_transform(vectors: torch.Tensor, mode: str, components: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The affine map ``x -> (x - mean) @ matrix`` of ``mode`` fit on ``vectors`` (n, D) in float64: (mean (D,),
+    matrix (D, D)); None for ``raw``. ``abtt`` removes the top ``components`` principal directions."""
+    if mode == "raw":
+        return None
+    if mode not in BRIDGE_SPACES:
+        raise ValueError(f"unknown bridge_space {mode!r} (known: {', '.join(BRIDGE_SPACES)})")
+    x = vectors.double()
+    mean = x.mean(0)
+    dim = x.shape[1]
+    if mode == "center":
+        return mean, torch.eye(dim, dtype=torch.float64)
+    centred = x - mean
+    values, vecs = torch.linalg.eigh(centred.T @ centred / max(len(x), 1))  # ascending eigenvalues
+    if mode == "abtt":
+        top = vecs[:, dim - min(components, dim) :]
+        return mean, torch.eye(dim, dtype=torch.float64) - top @ top.T
+    floor = _WHITEN_FLOOR * float(values.max().clamp_min(1e-300))
+    return mean, vecs @ torch.diag(values.clamp_min(floor).rsqrt()) @ vecs.T
+
+
+def apply_transform(x: torch.Tensor, fitted: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+    """``x`` (n, D) mapped by :func:`space_transform`'s result, in float64, returned as float32."""
+    if fitted is None:
+        return x
+    mean, matrix = fitted
+    return ((x.double() - mean) @ matrix).float()
+
+
+def decompose(canon: str, index: VocabIndex, folded: dict[str, int], longest: int) -> list[int]:
+    """Source ids covering canonical form ``canon``: greedy longest match left to right over source canonical forms
+    (exact, then lower-cased); an uncovered character is skipped."""
+    out: list[int] = []
+    i, n = 0, len(canon)
+    while i < n:
+        for j in range(min(n, i + longest), i, -1):
+            piece = canon[i:j]
+            hit = index.exact.get(piece)
+            if hit is None:
+                hit = folded.get(piece.lower())
+            if hit is not None:
+                out.append(hit)
+                i = j
+                break
+        else:
+            i += 1
+    return out
+
+
+def folded_index(index: VocabIndex) -> dict[str, int]:
+    """Lower-cased canonical form -> source id: an already lower-case form first, then the lowest id."""
+    folded: dict[str, int] = {}
+    for canon, sid in sorted(index.exact.items(), key=lambda kv: (kv[0] != kv[0].lower(), kv[1])):
+        folded.setdefault(canon.lower(), sid)
+    return folded
+
+
+def fvt_weights(
+    source: PreTrainedTokenizerBase, target: PreTrainedTokenizerBase, target_ids: Iterable[int], m: int
+) -> torch.Tensor:
+    """CSR (n, m) float32: each target id's uniform mix over its decomposition (:func:`decompose`; a repeated
+    piece counts as often as it occurs), rows in ``target_ids`` order; an empty row where nothing covers it."""
+    index = VocabIndex.build(source.get_vocab(), tokenizer_family(source), exclude=source.all_special_ids)
+    folded = folded_index(index)
+    longest = max((len(c) for c in index.exact), default=1)
+    family = tokenizer_family(target)
+    tokens = {i: t for t, i in target.get_vocab().items()}
+    ids = [int(t) for t in target_ids]
+    rows: list[int] = []
+    cols: list[int] = []
+    vals: list[float] = []
+    for row, tid in enumerate(ids):
+        pieces = decompose(canonical(tokens[tid], family), index, folded, longest) if tid in tokens else []
+        counts: dict[int, int] = {}
+        for sid in pieces:
+            counts[sid] = counts.get(sid, 0) + 1
+        for sid in sorted(counts):
+            rows.append(row)
+            cols.append(sid)
+            vals.append(counts[sid] / len(pieces))
+    return _csr(np.array(rows, np.int64), np.array(cols, np.int64), np.array(vals, np.float64), len(ids), m)
+
+
+def select_rows(weights: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """Rows ``rows`` (r,) of a CSR matrix, in that order, as a CSR (r, m)."""
+    crow = weights.crow_indices()
+    starts, lengths = crow[rows], crow[rows + 1] - crow[rows]
+    new_crow = torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)])
+    offsets = torch.arange(int(new_crow[-1])) - torch.repeat_interleave(new_crow[:-1], lengths)
+    take = torch.repeat_interleave(starts, lengths) + offsets
+    return torch.sparse_csr_tensor(
+        new_crow,
+        weights.col_indices()[take],
+        weights.values()[take],
+        size=(len(rows), weights.shape[1]),
+        check_invariants=False,
+    )
+
+
+def blend(bridge: torch.Tensor, prior: torch.Tensor, weight: float) -> torch.Tensor:
+    """CSR ``(1 - weight) bridge + weight prior`` row by row (float64 sums, float32 out), renormalised to sum to 1;
+    a row whose prior is empty keeps its bridge weights. Both (n, m), rows summing to 1."""
+    n, m = bridge.shape
+    has = (prior.crow_indices()[1:] - prior.crow_indices()[:-1]) > 0
+    parts = []
+    for w, scale in ((bridge, torch.where(has, 1.0 - weight, 1.0)), (prior, torch.full((n,), weight))):
+        crow = w.crow_indices()
+        row = torch.repeat_interleave(torch.arange(n), crow[1:] - crow[:-1])
+        parts.append((row, w.col_indices(), w.values().double() * scale.double()[row]))
+    row, col, val = (torch.cat(x) for x in zip(*parts, strict=True))
+    coo = torch.sparse_coo_tensor(torch.stack([row, col]), val, (n, m), check_invariants=False).coalesce()
+    (r, c), v = coo.indices(), coo.values()
+    keep = v > 0
+    r, c, v = r[keep], c[keep], v[keep]
+    sums = torch.zeros(n, dtype=torch.float64).index_add_(0, r, v)
+    return _csr(r.numpy(), c.numpy(), (v / sums[r]).numpy(), n, m)
+
+
+def _csr(rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, n: int, m: int) -> torch.Tensor:
+    """Entries sorted row-major without duplicates -> CSR float32."""
+    counts = np.bincount(rows, minlength=n) if n else np.zeros(0, np.int64)
+    crow = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    return torch.sparse_csr_tensor(
+        torch.from_numpy(crow),
+        torch.from_numpy(cols.astype(np.int64)),
+        torch.from_numpy(vals.astype(np.float32)),
+        size=(n, m),
+        check_invariants=False,
+    )

@@ -180,7 +180,7 @@ def test_fvt_weight_one_is_the_decomposition_where_there_is_one(fixtures_root: P
 def test_the_sembridge_plus_recipe_is_applied_and_refuses_a_conflict() -> None:
     cfg = InitConfig(method="sembridge_plus")
     assert all(getattr(cfg, k) == v for k, v in SEMBRIDGE_PLUS.items())
-    conflicts = {"bridge_space": "whiten", "fvt_weight": 0.9, "bridge_components": 9}
+    conflicts = {"bridge_space": "abtt", "fvt_weight": 0.9, "bridge_components": 9}
     key = next(k for k in SEMBRIDGE_PLUS if k in conflicts)
     assert SEMBRIDGE_PLUS[key] != conflicts[key]
     with pytest.raises(ConfigError, match=f"{key}=.*method sembridge_plus fixes it"):

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from sembridge_ray.embed_init.plus import folded_index
 from sembridge_ray.embed_init.vocab import WORD_START, Family, VocabIndex, canonical, tokenizer_family
 from sembridge_ray.sparse.csr import csr_from_entries
 
@@ -143,9 +144,7 @@ def exact_counterparts(
     canonical form (the partition's exact rule), else with the same canonical form up to case (an uncased source
     has ``the`` for a cased target's ``The``). The word position is part of the form either way; specials excluded."""
     index = VocabIndex.build(source.get_vocab(), tokenizer_family(source), exclude=source.all_special_ids)
-    folded: dict[str, int] = {}
-    for canon, sid in sorted(index.exact.items(), key=lambda kv: (kv[0] != kv[0].lower(), kv[1])):
-        folded.setdefault(canon.lower(), sid)  # an already lower-case form first, then the lowest id
+    folded = folded_index(index)  # an already lower-case form first, then the lowest id
     family = tokenizer_family(target)
     tokens = {i: t for t, i in target.get_vocab().items()}
     out = {}

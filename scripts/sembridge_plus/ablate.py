@@ -42,6 +42,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "center": {"bridge_space": "center"},
     **{f"abtt{k}": {"bridge_space": "abtt", "bridge_components": k} for k in (1, 3, 10)},
     "whiten": {"bridge_space": "whiten"},
+    "relative": {"bridge_space": "relative"},
     **{f"fvt{int(w * 100)}": {"fvt_weight": w} for w in (0.25, 0.5, 0.75)},
     "a2": {"alpha": 2.0},
     "softmax": {"alpha": 1.0},
@@ -62,20 +63,28 @@ SETTINGS = {
 SPLITS = {"dev": ("sick-dev-beir", "dev"), "test": ("sick-beir", "test")}
 
 
-def parse_variant(text: str) -> tuple[str, dict[str, Any]]:
-    """``a+b`` combines named variants; ``name=key:value;key:value`` gives InitConfig overrides."""
+FINETUNE = "finetune."
+"""Prefix of a variant key that overrides the fine-tuning config (``finetune.optim.embedding_warmup_steps:5``)."""
+
+
+def parse_variant(text: str) -> tuple[str, dict[str, Any], list[str]]:
+    """``a+b`` combines named variants; ``name=key:value;key:value`` gives InitConfig overrides, and
+    ``finetune.``-prefixed keys fine-tuning overrides (``key=value`` strings for ``with_overrides``)."""
     name, _, spec = text.partition("=")
     if not spec:
         out: dict[str, Any] = {}
         for part in name.split("+"):
             out |= VARIANTS[part]
-        return name, out
+        return name, out, []
     hints = typing.get_type_hints(InitConfig)
-    overrides = {}
+    overrides, tuning = {}, []
     for item in spec.split(";"):
         key, _, value = item.partition(":")
-        overrides[key] = coerce(value, hints[key], key)
-    return name, overrides
+        if key.startswith(FINETUNE):
+            tuning.append(f"{key.removeprefix(FINETUNE)}={value}")
+        else:
+            overrides[key] = coerce(value, hints[key], key)
+    return name, overrides, tuning
 
 
 def score_model(model_dir: str, dev: Any, out: Path) -> dict[str, Any]:
@@ -195,12 +204,15 @@ def main(argv: list[str] | None = None) -> int:
     for setting in settings:
         target = SETTINGS[setting].format(assets=args.assets, heldout=args.heldout)
         for text in args.variants.split(","):
-            vname, overrides = parse_variant(text)
+            vname, overrides, tuning = parse_variant(text)
             variants.append(vname) if vname not in variants else None
             if any(r["setting"] == setting and r["variant"] == vname for r in rows):
                 continue
-            figures = run_variant(base, dev, args.out / setting / vname, target, overrides, finetune)
-            rows.append({"setting": setting, "variant": vname, "overrides": overrides, **figures})
+            tuned = finetune.with_overrides(tuning) if finetune is not None and tuning else finetune
+            figures = run_variant(base, dev, args.out / setting / vname, target, overrides, tuned)
+            rows.append(
+                {"setting": setting, "variant": vname, "overrides": overrides, "finetune_overrides": tuning, **figures}
+            )
             print(f"{setting} {vname}: nDCG@10 {figures['dev_nDCG@10']:.4f}", flush=True)
             atomic_write_json(done, rows)
     text = table(args.out, settings, variants, args.reference)

@@ -121,7 +121,10 @@ def new_rows(
     timings["bridge_encode_s"] = time.perf_counter() - start
     if cfg.bridge_space != "raw":  # one transform of the union of the candidates and the tokens to initialise
         fitted = plus.space_transform(
-            torch.cat([src_vecs[candidates], torch.from_numpy(new_vecs)]), cfg.bridge_space, cfg.bridge_components
+            torch.cat([src_vecs[candidates], torch.from_numpy(new_vecs)]),
+            cfg.bridge_space,
+            cfg.bridge_components,
+            anchors=src_vecs[torch.tensor(part.anchors, dtype=torch.long)],
         )
         src_vecs[candidates] = plus.apply_transform(src_vecs[candidates], fitted)
         new_vecs = plus.apply_transform(torch.from_numpy(new_vecs), fitted).numpy()

@@ -5,7 +5,14 @@
   on the union of the bridge candidates' vectors and the vectors of the target tokens to initialise, and applied to
   both before the weights are solved: ``center`` subtracts the mean; ``abtt`` ("all but the top", Mu & Viswanath,
   ICLR 2018) also removes the top ``bridge_components`` principal directions; ``whiten`` maps the centred vectors to
-  unit variance along every principal direction (ZCA). Closed form: numpy's eigendecomposition is the oracle.
+  unit variance along every principal direction (ZCA); ``relative`` compares tokens by their cosines to the
+  anchors (TokAlign, Li et al., ACL 2025: the source tokens some target token matches exactly). Closed form: numpy's
+  eigendecomposition is the oracle.
+
+Why ``relative`` is a D x D map and not the anchor-cosine vectors themselves: with the unit anchors A (K, D),
+``cos(x A^T, y A^T) = x M y / (|x|_M |y|_M)`` for ``M = A^T A``, so ``x -> x M^(1/2)`` gives the same cosines with
+D columns instead of K (thousands of anchors against a few hundred dimensions); the test checks it against the
+K-column vectors.
 - **A compositional prior** (``fvt_weight``, FVT: Gee et al., 2022). The target piece's canonical form (its word
   position kept: ``▁play`` word-initial, ``ing`` a continuation) is cut greedily, longest first, into canonical
   forms of the source vocabulary (falling back to lower case for an uncased source); the uniform mix of those
@@ -32,19 +39,29 @@ if TYPE_CHECKING:
 
     from transformers import PreTrainedTokenizerBase
 
-BridgeSpace = Literal["raw", "center", "abtt", "whiten"]
-BRIDGE_SPACES: tuple[str, ...] = ("raw", "center", "abtt", "whiten")
+BridgeSpace = Literal["raw", "center", "abtt", "whiten", "relative"]
+BRIDGE_SPACES: tuple[str, ...] = ("raw", "center", "abtt", "whiten", "relative")
 _WHITEN_FLOOR = 1e-6
 """Eigenvalues below this share of the largest are floored there when whitening (rank-deficient unions)."""
 
 
-def space_transform(vectors: torch.Tensor, mode: str, components: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+def space_transform(
+    vectors: torch.Tensor, mode: str, components: int, anchors: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor] | None:
     """The affine map ``x -> (x - mean) @ matrix`` of ``mode`` fit on ``vectors`` (n, D) in float64: (mean (D,),
-    matrix (D, D)); None for ``raw``. ``abtt`` removes the top ``components`` principal directions."""
+    matrix (D, D)); None for ``raw``. ``abtt`` removes the top ``components`` principal directions; ``relative``
+    needs ``anchors`` (K, D), the anchor tokens' vectors."""
     if mode == "raw":
         return None
     if mode not in BRIDGE_SPACES:
         raise ValueError(f"unknown bridge_space {mode!r} (known: {', '.join(BRIDGE_SPACES)})")
+    if mode == "relative":
+        if anchors is None or not len(anchors):
+            raise ValueError("bridge_space=relative: no source token matches a target token exactly (no anchors)")
+        unit = torch.nn.functional.normalize(anchors.double(), dim=1)
+        values, vecs = torch.linalg.eigh(unit.T @ unit)
+        root = vecs @ torch.diag(values.clamp_min(0).sqrt()) @ vecs.T
+        return torch.zeros(vectors.shape[1], dtype=torch.float64), root
     x = vectors.double()
     mean = x.mean(0)
     dim = x.shape[1]

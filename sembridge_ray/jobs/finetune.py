@@ -20,6 +20,7 @@ from typing import Any, ClassVar, Literal
 from sembridge_ray.config import Config, require
 from sembridge_ray.errors import InputError
 from sembridge_ray.jobs import Flag, JobSpec
+from sembridge_ray.json_types import JSONValue
 from sembridge_ray.placement import Precision, ResourceConfig
 from sembridge_ray.sparse.config import LossConfig, OptimConfig
 
@@ -115,6 +116,12 @@ class FinetuneConfig(Config):
         "tensorboard",
         "resources",
     )
+
+    def identity_settings(self) -> dict[str, JSONValue]:
+        settings = super().identity_settings()
+        if not self.optim.embedding_warmup_steps:  # recorded only when on: every earlier run keeps its identity
+            settings = {k: v for k, v in settings.items() if not k.startswith("optim.embedding_warmup_")}
+        return settings
 
     @classmethod
     def upgrade(cls, data: dict[str, object]) -> dict[str, object]:

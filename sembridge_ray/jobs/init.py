@@ -76,7 +76,7 @@ class InitConfig(Config):
     bridge_space: BridgeSpace = "raw"
     """Post-processing of the bridge vectors before the cosines, fit on the candidates and the tokens to
     initialise: raw (the paper), center, abtt (centre, then remove the top ``bridge_components`` principal
-    directions) or whiten (``embed_init.plus``)."""
+    directions), whiten, or relative (cosines to the exact-overlap anchors, TokAlign; ``embed_init.plus``)."""
     bridge_components: int = 3
     """With ``bridge_space: abtt``: principal directions removed."""
     fvt_weight: float = 0.0

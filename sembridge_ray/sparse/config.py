@@ -26,6 +26,12 @@ class OptimConfig(Config):
     """Passes over the training pairs (one permutation each, seeded)."""
     max_steps: int | None = None
     """Caps the number of optimiser steps (None = epochs × pairs // batch_size)."""
+    embedding_warmup_steps: int = 0
+    """The first K steps train only the vocabulary-sized parameters (input and output embeddings, decoder bias),
+    at ``lr × embedding_warmup_lr_scale``, the rest frozen; then every parameter trains on the usual warm-up and
+    decay over the remaining steps (TokAlign's first stage, for freshly swapped vocabularies). 0 = off."""
+    embedding_warmup_lr_scale: float = 10.0
+    """With ``embedding_warmup_steps``: the vocabulary parameters' learning rate during it, as a multiple of lr."""
 
     def check(self) -> None:
         require(self.lr > 0, "lr", self.lr, "must be > 0")
@@ -36,6 +42,13 @@ class OptimConfig(Config):
         require(self.batch_size >= 1, "batch_size", self.batch_size, "must be >= 1")
         require(self.epochs >= 1, "epochs", self.epochs, "must be >= 1")
         require(self.max_steps is None or self.max_steps >= 1, "max_steps", self.max_steps, "must be >= 1 or null")
+        require(self.embedding_warmup_steps >= 0, "embedding_warmup_steps", self.embedding_warmup_steps, "must be >= 0")
+        require(
+            self.embedding_warmup_lr_scale > 0,
+            "embedding_warmup_lr_scale",
+            self.embedding_warmup_lr_scale,
+            "must be > 0",
+        )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -129,15 +129,57 @@ def lr_factor(step: int, total_steps: int, warmup_ratio: float) -> float:
     return max(0.0, (total_steps - step + 1) / max(1, total_steps - warmup))
 
 
+FROZEN_UNTIL = "frozen_until"
+"""Key of an AdamW parameter group whose parameters get no update up to and including that step."""
+
+
 def build_optimizer(
     model: torch.nn.Module, optim: OptimConfig, total_steps: int
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
-    """AdamW and its schedule (``lr_factor``); build after the model is on its device."""
-    optimizer = torch.optim.AdamW(model.parameters(), lr=optim.lr, weight_decay=optim.weight_decay)
+    """AdamW and its schedule (``lr_factor``); build after the model is on its device.
+
+    With ``optim.embedding_warmup_steps`` K: two groups, the vocabulary-sized parameters (:func:`vocabulary_params`)
+    at ``lr × embedding_warmup_lr_scale`` for steps 1..K, the rest frozen then (``FROZEN_UNTIL``: :func:`train`
+    drops their gradients, so AdamW neither moves them nor updates their moments); from step K+1 both groups follow
+    ``lr_factor`` over the remaining steps."""
+    warm = min(optim.embedding_warmup_steps, max(total_steps - 1, 0))
+    if not warm:
+        optimizer = torch.optim.AdamW(model.parameters(), lr=optim.lr, weight_decay=optim.weight_decay)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda done: lr_factor(done + 1, total_steps, optim.warmup_ratio)
+        )
+        return optimizer, scheduler
+    vocab = {id(p) for p in vocabulary_params(model)}
+    groups: list[dict[str, Any]] = [
+        {"params": [p for p in model.parameters() if id(p) in vocab]},
+        {"params": [p for p in model.parameters() if id(p) not in vocab], FROZEN_UNTIL: warm},
+    ]
+    optimizer = torch.optim.AdamW(groups, lr=optim.lr, weight_decay=optim.weight_decay)
+
+    def after(done: int) -> float:
+        return lr_factor(done + 1 - warm, total_steps - warm, optim.warmup_ratio)
+
     scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda done: lr_factor(done + 1, total_steps, optim.warmup_ratio)
+        optimizer,
+        [
+            lambda done: optim.embedding_warmup_lr_scale if done < warm else after(done),
+            lambda done: 0.0 if done < warm else after(done),
+        ],
     )
     return optimizer, scheduler
+
+
+def vocabulary_params(model: torch.nn.Module) -> list[torch.nn.Parameter]:
+    """The parameters with one row per vocabulary entry: the input embeddings, an untied output matrix, the
+    decoder bias (the first dimension equals the input embedding's number of rows; position and type embeddings
+    are smaller)."""
+    inner = getattr(getattr(model, "module", model), "mlm", model)  # a DDP-wrapped SpladeEncoder, or the model
+    accessor = getattr(inner, "get_input_embeddings", None)
+    embeddings = accessor() if callable(accessor) else None
+    if not isinstance(embeddings, torch.nn.Embedding):  # no HF accessor: the first embedding (word ids come first)
+        embeddings = next(m for m in model.modules() if isinstance(m, torch.nn.Embedding))
+    size = embeddings.num_embeddings
+    return [p for p in model.parameters() if p.ndim and p.shape[0] == size]
 
 
 def step_weights(step: int, plan: LoopPlan) -> LossWeights:
@@ -180,6 +222,10 @@ def train(
         require_finite_loss(parts["loss"], step, lr, comm)
         optimizer.zero_grad(set_to_none=True)
         parts["loss"].backward()
+        for group in optimizer.param_groups:  # the embedding-only warm-up: the frozen group gets no update
+            if step <= group.get(FROZEN_UNTIL, 0):
+                for param in group["params"]:
+                    param.grad = None
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), plan.clip_norm) if plan.clip_norm > 0 else None
         optimizer.step()
         scheduler.step()

@@ -19,6 +19,7 @@ from sembridge_ray.distributed.reproduce import Identities, plan
 from sembridge_ray.embed_init.methods import METHOD_NAMES, METHODS
 from sembridge_ray.identity import flatten
 from sembridge_ray.jobs import JOBS, PRESET_DIR, job_spec, load_preset_file
+from sembridge_ray.jobs.finetune import FinetuneConfig
 from sembridge_ray.jobs.init import InitConfig
 from sembridge_ray.jobs.reproduce import ReproduceConfig
 from sembridge_ray.reproduce import demo
@@ -105,6 +106,8 @@ def test_every_key_of_a_job_is_in_its_identity_or_documented_as_not_shaping_it(j
             InitConfig.from_dict({"method": m, **{k: v for k, v in on.items() if k not in METHODS[m].recipe}})
             for m in METHOD_NAMES
         ]
+    if cls is FinetuneConfig:  # the embedding-only warm-up's keys are recorded only when it is on
+        variants.append(FinetuneConfig.from_dict({"optim": {"embedding_warmup_steps": 3}}))
     shaping = {k for cfg in variants for k in cfg.identity_settings()}
     recorded = cls.IDENTITY_NAMES  # renamed keys keep the names identities were recorded under
     missing = [k for k in keys if recorded.get(k, k) not in shaping and not exempt(k, documented)]

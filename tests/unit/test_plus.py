@@ -49,6 +49,21 @@ def test_whitening_gives_the_identity_covariance(vectors: torch.Tensor) -> None:
     np.testing.assert_allclose(white.mean(0), 0, atol=1e-5)
 
 
+def test_relative_space_gives_the_cosines_of_the_anchor_cosine_vectors(vectors: torch.Tensor) -> None:
+    x = vectors.numpy()
+    anchors = x[::7][:40]  # more anchors (40) than dimensions (12), as on a real vocabulary
+    unit = anchors / np.linalg.norm(anchors, axis=1, keepdims=True)
+    rel = x @ unit.T  # TokAlign's representation: a token's cosines to the anchors (up to its own norm)
+    rel /= np.linalg.norm(rel, axis=1, keepdims=True)
+    fitted = plus.space_transform(vectors, "relative", 3, anchors=torch.from_numpy(anchors))
+    got = plus.apply_transform(vectors, fitted).double().numpy()
+    got /= np.linalg.norm(got, axis=1, keepdims=True)
+    assert got.shape == x.shape  # D columns, not K
+    np.testing.assert_allclose(got @ got.T, rel @ rel.T, atol=1e-5)
+    with pytest.raises(ValueError, match="no anchors"):
+        plus.space_transform(vectors, "relative", 3, anchors=torch.from_numpy(anchors[:0]))
+
+
 def test_decompose_by_greedy_longest_canonical_match() -> None:
     index = VocabIndex(exact={"▁play": 1, "ing": 2, "▁pl": 3, "ay": 4, "la": 5, "▁la": 6}, fuzzy={})
     folded = plus.folded_index(index)

@@ -165,3 +165,31 @@ def test_bf16_autocast_runs_and_keeps_the_loss_in_fp32(fixtures_root) -> None:
     ((step, metrics),) = list(train(model, pair_batches(_raw_batches()[:1], tok, 16, 16), optimizer, scheduler, plan))
     assert step == 1 and metrics is not None and all(torch.isfinite(torch.tensor(v)) for v in metrics.values())
     assert next(model.parameters()).dtype == torch.float32
+
+
+def test_the_embedding_warmup_trains_only_the_vocabulary_rows_then_everything(fixtures_root) -> None:
+    total, warm, lr, scale = 5, 2, 1e-3, 10.0
+    mlm, tok = load_mlm(str(fixtures_root / "bert-mlm"))
+    model = SpladeEncoder(mlm, chunk=4)
+    optim = OptimConfig(lr=lr, warmup_ratio=0.0, embedding_warmup_steps=warm, embedding_warmup_lr_scale=scale)
+    optimizer, scheduler = build_optimizer(model, optim, total)
+    vocab = {id(p) for p in (mlm.get_input_embeddings().weight, mlm.get_parameter("cls.predictions.bias"))}
+    assert {id(p) for p in optimizer.param_groups[0]["params"]} == vocab  # the tied decoder is the same tensor
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    batches = iter(pair_batches(_raw_batches()[:1] * total, tok, 16, 16))
+    steps = train(model, batches, optimizer, scheduler, _plan(total))
+    logged = [m for _, m in itertools.islice(steps, warm)]
+    moved = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
+    vocab_names = {n for n, p in model.named_parameters() if id(p) in vocab}
+    assert moved == vocab_names  # nothing but the vocabulary rows and the bias in the first K steps
+    assert [m["lr"] for m in logged if m] == pytest.approx([lr * scale] * warm)
+    rest = [m for _, m in steps]
+    # then the whole model, on a fresh linear decay over the remaining 3 steps: lr * 3/3, 2/3, 1/3
+    assert [m["lr"] for m in rest if m] == pytest.approx([lr, lr * 2 / 3, lr / 3])
+    assert all(not torch.equal(p, before[n]) for n, p in model.named_parameters() if p.requires_grad)
+
+
+def test_no_embedding_warmup_is_one_group_on_the_plain_schedule(fixtures_root) -> None:
+    mlm, _ = load_mlm(str(fixtures_root / "bert-mlm"))
+    optimizer, scheduler = build_optimizer(SpladeEncoder(mlm), OptimConfig(lr=1e-3, warmup_ratio=0.0), 4)
+    assert len(optimizer.param_groups) == 1 and scheduler.get_last_lr() == pytest.approx([1e-3])

@@ -43,6 +43,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     **{f"abtt{k}": {"bridge_space": "abtt", "bridge_components": k} for k in (1, 3, 10)},
     "whiten": {"bridge_space": "whiten"},
     "relative": {"bridge_space": "relative"},
+    "lsq01": {"lsq_ridge": 0.1},
+    "lsq1": {"lsq_ridge": 1.0},
     **{f"fvt{int(w * 100)}": {"fvt_weight": w} for w in (0.25, 0.5, 0.75)},
     "a2": {"alpha": 2.0},
     "softmax": {"alpha": 1.0},

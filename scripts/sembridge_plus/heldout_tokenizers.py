@@ -40,7 +40,7 @@ def wordnet_glosses(data: Path) -> list[str]:
 
 
 def sts_sentences(data: Path) -> list[str]:
-    out = []
+    out: list[str] = []
     for year in (2014, 2015, 2016):
         for path in sorted((data / "sts" / str(year)).glob("*.tsv")):
             with path.open(encoding="utf-8", errors="replace", newline="") as f:

@@ -319,6 +319,8 @@ def _report(
             rule["bridge_components"] = cfg.bridge_components
     if cfg.fvt_weight > 0:
         rule["fvt_weight"] = cfg.fvt_weight
+    if cfg.lsq_ridge > 0:
+        rule["lsq_ridge"] = cfg.lsq_ridge
     # one literal, in the order init_report.json has always been written (the position keys only when used)
     return cast(
         "InitReport",

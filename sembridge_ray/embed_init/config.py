@@ -39,6 +39,10 @@ class WeightingConfig(Config):
     fvt_weight: float = 0.0
     """Blends each bridged row with the uniform mix of its source decomposition (FVT), ``(1 - λ) w + λ w_fvt``;
     0 = the bridge alone (``embed_init.plus``)."""
+    lsq_ridge: float = 0.0
+    """Refits each bridged row's weights over its support by least squares (SALT): the mix of the support's bridge
+    vectors nearest the token's own, rows summing to 1, pulled towards the entmax (and FVT) weights by this ridge;
+    0 = off (``embed_init.plus``)."""
     precision: Precision = "fp32"
     """The run's resolved precision: ``bf16`` screens the candidates with a bf16 GEMM on a CPU (CUDA keeps fp32,
     see ``weighting.screen_dtype``); anything else screens in fp32. The weights are exact either way."""
@@ -56,6 +60,12 @@ class WeightingConfig(Config):
             require(getattr(self, key) >= 1, key, getattr(self, key), "must be >= 1")
         require(self.position_penalty >= 0, "position_penalty", self.position_penalty, "must be >= 0")
         require(0 <= self.fvt_weight <= 1, "fvt_weight", self.fvt_weight, "must be in [0, 1]")
+        require(
+            math.isfinite(self.lsq_ridge) and self.lsq_ridge >= 0,
+            "lsq_ridge",
+            self.lsq_ridge,
+            "must be >= 0 (0 = off)",
+        )
 
 
 @dataclass(frozen=True, kw_only=True)

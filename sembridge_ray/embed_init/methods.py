@@ -141,6 +141,7 @@ BRIDGE_SETTINGS = (
     "bridge_space",
     "bridge_components",
     "fvt_weight",
+    "lsq_ridge",
 )
 
 

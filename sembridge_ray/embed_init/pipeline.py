@@ -86,6 +86,8 @@ def compute_rows(ctx: RowsContext, target_ids: np.ndarray, new_vecs: np.ndarray,
     if ctx.prior is not None and ctx.prior_ids is not None and ctx.weighting.fvt_weight > 0:
         rows = torch.searchsorted(ctx.prior_ids, torch.as_tensor(target_ids, dtype=torch.long))
         w = plus.blend(w, plus.select_rows(ctx.prior, rows), ctx.weighting.fvt_weight)
+    if ctx.weighting.lsq_ridge > 0:
+        w = plus.least_squares(w, torch.from_numpy(new_vecs), ctx.source_vecs, ctx.weighting.lsq_ridge)
     return NewRows(
         target_ids=target_ids,
         weights=w,

@@ -20,6 +20,11 @@ K-column vectors.
   Characters no source form covers are dropped (FVT's UNK); a piece with no cover keeps its bridge weights. The
   ``fvt`` baseline method is this decomposition alone (the mean source row for a piece it cannot cover).
 
+- **Least-squares weights** (``lsq_ridge``, after SALT, ACL Findings 2025: keep entmax to choose the support, then
+  fit the weights). Each row's weights are refit over its support as the affine mix of the support's unit bridge
+  vectors closest to the token's own, with a ridge towards the entmax (and FVT) weights: the larger ``lsq_ridge``,
+  the closer to the released weights. Closed form (Lagrange); the test solves the KKT system with numpy.
+
 Why the decomposition is not the source tokenizer's own ``tokenize``: a continuation piece (``ing`` inside a
 word) has no text of its own that every source tokenizer splits as a continuation; cutting canonical forms keeps
 the word position for any pair of vocabulary families (``embed_init.vocab``).
@@ -171,6 +176,31 @@ def blend(bridge: torch.Tensor, prior: torch.Tensor, weight: float) -> torch.Ten
     r, c, v = r[keep], c[keep], v[keep]
     sums = torch.zeros(n, dtype=torch.float64).index_add_(0, r, v)
     return _csr(r.numpy(), c.numpy(), (v / sums[r]).numpy(), n, m)
+
+
+def least_squares(
+    weights: torch.Tensor, new_vecs: torch.Tensor, source_vecs: torch.Tensor, ridge: float
+) -> torch.Tensor:
+    """Each row's weights refit over its support J (SALT's least-squares step): with the unit bridge vectors B_J and
+    b of the token, ``argmin |B_J^T w - b|^2 + ridge |w - w0|^2`` subject to ``sum w = 1`` (Lagrange, closed
+    form), ``w0`` the row's weights. Rows of one entry stay 1; weights may turn negative (an affine mix). CSR
+    (n, m) float32 in, the same sparsity out."""
+    n, m = weights.shape
+    crow = weights.crow_indices().numpy()
+    cols = weights.col_indices().numpy()
+    vals = weights.values().double().numpy().copy()
+    unit = torch.nn.functional.normalize(source_vecs[torch.from_numpy(cols)].double(), dim=1).numpy()  # (nnz, D)
+    target = torch.nn.functional.normalize(new_vecs.double(), dim=1).numpy()
+    for r in range(n):  # supports are a handful of entries: one tiny solve per row
+        lo, hi = crow[r], crow[r + 1]
+        if hi - lo < 2:
+            continue
+        basis = unit[lo:hi]  # (|J|, D)
+        system = basis @ basis.T + ridge * np.eye(hi - lo)
+        free = np.linalg.solve(system, basis @ target[r] + ridge * vals[lo:hi])
+        ones = np.linalg.solve(system, np.ones(hi - lo))
+        vals[lo:hi] = free - ones * (free.sum() - 1.0) / ones.sum()
+    return _csr(np.repeat(np.arange(n), np.diff(crow)), cols, vals, n, m)
 
 
 def _csr(rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, n: int, m: int) -> torch.Tensor:

@@ -68,6 +68,7 @@ class InitReport(Counts):
     bridge_space: NotRequired[str]
     bridge_components: NotRequired[int]
     fvt_weight: NotRequired[float]
+    lsq_ridge: NotRequired[float]
     support_histogram: dict[str, int]
     position: PositionStats
     timings: dict[str, float]

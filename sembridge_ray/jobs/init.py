@@ -79,6 +79,9 @@ class InitConfig(Config):
     directions), whiten, or relative (cosines to the exact-overlap anchors, TokAlign; ``embed_init.plus``)."""
     bridge_components: int = 3
     """With ``bridge_space: abtt``: principal directions removed."""
+    lsq_ridge: float = 0.0
+    """Refit each bridged row's weights over its support by least squares in bridge space, rows summing to 1,
+    with this ridge towards the entmax/FVT weights (SALT; ``embed_init.plus``); 0 = off."""
     fvt_weight: float = 0.0
     """Blends every bridged row with the uniform mix of its decomposition into source forms (FVT):
     ``(1 - fvt_weight) w_bridge + fvt_weight w_fvt``; 0 = the bridge alone."""
@@ -156,6 +159,7 @@ class InitConfig(Config):
             position_marker=self.position_marker,
             position_penalty=self.position_penalty,
             fvt_weight=self.fvt_weight,
+            lsq_ridge=self.lsq_ridge,
             precision=self.precision,
         )
 
@@ -188,7 +192,9 @@ class InitConfig(Config):
         if self.bridge_space != "abtt":
             unused.add("bridge_components")
         unused |= {
-            k for k in ("bridge_space", "fvt_weight") if getattr(self, k) == type(self).__dataclass_fields__[k].default
+            k
+            for k in ("bridge_space", "fvt_weight", "lsq_ridge")
+            if getattr(self, k) == type(self).__dataclass_fields__[k].default
         }
         recorded = {self.IDENTITY_NAMES.get(k, k) for k in unused}  # the settings carry the recorded names
         return {k: v for k, v in settings.items() if k not in recorded}
@@ -244,6 +250,7 @@ FLAGS = (
     Flag(name="--position-aware", key="position_aware", const="true"),
     Flag(name="--bridge-space", key="bridge_space"),
     Flag(name="--fvt-weight", key="fvt_weight"),
+    Flag(name="--lsq-ridge", key="lsq_ridge"),
     Flag(name="--grid", key="grid"),
     Flag(name="--workers", key="resources.workers"),
     Flag(name="--precision", key="precision"),

@@ -25,8 +25,8 @@ from sembridge_ray.placement import ResourceConfig
     [
         ("roberta-mlm", "tok-unigram", "sembridge", {}),
         ("bert-mlm", "tok-bytebpe", "focus", {}),
-        # SemBridge+'s options: a transform fit on every row before the batches, a blend row by row in them
-        ("bert-mlm", "tok-bytebpe", "sembridge", {"bridge_space": "abtt", "fvt_weight": 0.5}),
+        # SemBridge+'s options: a transform fit on every row before the batches, a blend and a refit row by row in them
+        ("bert-mlm", "tok-bytebpe", "sembridge", {"bridge_space": "abtt", "fvt_weight": 0.5, "lsq_ridge": 0.5}),
     ],
 )
 def test_ray_pipeline_equals_in_process_bit_for_bit(

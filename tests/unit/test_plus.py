@@ -112,6 +112,33 @@ def _csr(dense: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(dense).float().to_sparse_csr()
 
 
+def test_least_squares_weights_solve_the_constrained_ridge_problem() -> None:
+    rng = np.random.default_rng(11)
+    source, new = rng.standard_normal((30, 8)), rng.standard_normal((4, 8))
+    supports = [[2, 5, 9], [1], [0, 3, 4, 7, 29], [6, 8]]
+    dense = np.zeros((4, 30))
+    for r, cols in enumerate(supports):
+        dense[r, cols] = rng.dirichlet(np.ones(len(cols)))
+    csr = torch.from_numpy(dense).float().to_sparse_csr()
+    unit = source / np.linalg.norm(source, axis=1, keepdims=True)
+    for ridge in (0.05, 1.0):
+        got = plus.least_squares(csr, torch.from_numpy(new), torch.from_numpy(source), ridge).to_dense().double()
+        for r, cols in enumerate(supports):
+            w0 = dense[r, cols].astype(np.float32).astype(np.float64)
+            b = new[r] / np.linalg.norm(new[r])
+            # KKT of min |A w - y|^2 s.t. 1'w = 1, with A = [B'; sqrt(ridge) I], y = [b; sqrt(ridge) w0]
+            a = np.vstack([unit[cols].T, np.sqrt(ridge) * np.eye(len(cols))])
+            y = np.concatenate([b, np.sqrt(ridge) * w0])
+            k = len(cols)
+            kkt = np.block([[2 * a.T @ a, np.ones((k, 1))], [np.ones((1, k)), np.zeros((1, 1))]])
+            expected = np.linalg.solve(kkt, np.concatenate([2 * a.T @ y, [1.0]]))[:k]
+            np.testing.assert_allclose(got[r, cols].numpy(), expected, atol=1e-5)
+            assert float(got[r].sum()) == pytest.approx(1.0, abs=1e-5)
+            assert int((got[r] != 0).sum()) <= k  # the support is kept
+    huge = plus.least_squares(csr, torch.from_numpy(new), torch.from_numpy(source), 1e9).to_dense()
+    np.testing.assert_allclose(huge.numpy(), dense, atol=1e-5)  # an infinite ridge is the released weights
+
+
 def test_blend_and_select_rows_match_dense_arithmetic() -> None:
     rng = np.random.default_rng(0)
     bridge = rng.random((5, 7)) * (rng.random((5, 7)) < 0.4)

@@ -101,8 +101,8 @@ class InitMethod:
 
 SEMBRIDGE_PLUS: Mapping[str, object] = {
     "position_aware": True,
-    "bridge_space": "whiten",
-    "fvt_weight": 0.25,
+    "bridge_space": "relative",
+    "fvt_weight": 0.5,
 }
 """The frozen SemBridge+ recipe on top of the released rule, chosen on development data only (SICK trial, the
 three public settings; docs/sembridge-plus.md has the ablation and the evidence for each key)."""

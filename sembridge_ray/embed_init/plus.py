@@ -38,6 +38,7 @@ import numpy as np
 import torch
 
 from sembridge_ray.embed_init.vocab import VocabIndex, canonical, tokenizer_family
+from sembridge_ray.errors import InputError
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -62,7 +63,10 @@ def space_transform(
         raise ValueError(f"unknown bridge_space {mode!r} (known: {', '.join(BRIDGE_SPACES)})")
     if mode == "relative":
         if anchors is None or not len(anchors):
-            raise ValueError("bridge_space=relative: no source token matches a target token exactly (no anchors)")
+            raise InputError(
+                "bridge_space=relative: no source token matches a target token exactly (no anchors to compare by); "
+                "use bridge_space whiten or another method"
+            )
         unit = torch.nn.functional.normalize(anchors.double(), dim=1)
         values, vecs = torch.linalg.eigh(unit.T @ unit)
         root = vecs @ torch.diag(values.clamp_min(0).sqrt()) @ vecs.T

@@ -4,6 +4,7 @@ against hand-made cases and BERT's own WordPiece, the blend against dense arithm
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -228,3 +229,25 @@ def test_the_sembridge_plus_recipe_is_applied_and_refuses_a_conflict() -> None:
     with pytest.raises(ConfigError, match=f"{key}=.*method sembridge_plus fixes it"):
         InitConfig(method="sembridge_plus", **{key: conflicts[key]})  # type: ignore[arg-type]
     assert InitConfig(method="sembridge_plus").identity_settings()["method"] == "sembridge_plus"
+
+
+def test_sembridge_plus_is_the_released_rule_with_its_recipe_and_records_it(
+    fixtures_root: Path, tmp_path: Path
+) -> None:
+    plus_state, _ = _init(fixtures_root, tmp_path / "plus", method="sembridge_plus")
+    spelled, _ = _init(fixtures_root, tmp_path / "spelled", **SEMBRIDGE_PLUS)
+    assert all(plus_state[k].equal(spelled[k]) for k in plus_state)  # the anchors exist: relative ran
+    released, _ = _init(fixtures_root, tmp_path / "released")
+    assert not _embeddings(plus_state).equal(_embeddings(released))
+    rule = json.loads((tmp_path / "plus" / "init_report.json").read_text(encoding="utf-8"))
+    assert {k: rule[k] for k in SEMBRIDGE_PLUS} == dict(SEMBRIDGE_PLUS)
+
+
+def test_least_squares_with_an_infinite_ridge_is_the_entmax_weights_through_the_init(
+    fixtures_root: Path, tmp_path: Path
+) -> None:
+    released, _ = _init(fixtures_root, tmp_path / "released")
+    ridged, _ = _init(fixtures_root, tmp_path / "ridged", lsq_ridge=1e12)
+    fitted, _ = _init(fixtures_root, tmp_path / "fitted", lsq_ridge=0.01)
+    torch.testing.assert_close(_embeddings(ridged), _embeddings(released), rtol=0, atol=1e-6)
+    assert not _embeddings(fitted).equal(_embeddings(released))

@@ -124,7 +124,7 @@ def new_rows(
             torch.cat([src_vecs[candidates], torch.from_numpy(new_vecs)]),
             cfg.bridge_space,
             cfg.bridge_components,
-            anchors=src_vecs[torch.tensor(part.anchors, dtype=torch.long)],
+            anchors=src_vecs[torch.tensor(part.anchors, dtype=torch.long)] if cfg.bridge_space == "relative" else None,
         )
         src_vecs[candidates] = plus.apply_transform(src_vecs[candidates], fitted)
         new_vecs = plus.apply_transform(torch.from_numpy(new_vecs), fitted).numpy()

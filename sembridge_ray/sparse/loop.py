@@ -13,7 +13,7 @@ import contextlib
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NotRequired, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, TypeVar, cast
 
 import torch
 
@@ -23,6 +23,9 @@ from sembridge_ray.sparse.config import LossConfig, OptimConfig
 from sembridge_ray.sparse.finite import NonFiniteError
 from sembridge_ray.sparse.losses import LossWeights, splade_objective
 from sembridge_ray.sparse.regularizers import quadratic_warmup
+
+if TYPE_CHECKING:
+    from sembridge_ray.sparse.model import SpladeEncoder
 
 Features = dict[str, torch.Tensor]
 Tokenize = Callable[..., Mapping[str, torch.Tensor]]
@@ -143,42 +146,31 @@ def build_optimizer(
     drops their gradients, so AdamW neither moves them nor updates their moments); from step K+1 both groups follow
     ``lr_factor`` over the remaining steps."""
     warm = min(optim.embedding_warmup_steps, max(total_steps - 1, 0))
-    if not warm:
-        optimizer = torch.optim.AdamW(model.parameters(), lr=optim.lr, weight_decay=optim.weight_decay)
-        scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda done: lr_factor(done + 1, total_steps, optim.warmup_ratio)
-        )
-        return optimizer, scheduler
-    vocab = {id(p) for p in vocabulary_params(model)}
-    groups: list[dict[str, Any]] = [
-        {"params": [p for p in model.parameters() if id(p) in vocab]},
-        {"params": [p for p in model.parameters() if id(p) not in vocab], FROZEN_UNTIL: warm},
-    ]
-    optimizer = torch.optim.AdamW(groups, lr=optim.lr, weight_decay=optim.weight_decay)
 
     def after(done: int) -> float:
         return lr_factor(done + 1 - warm, total_steps - warm, optim.warmup_ratio)
 
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer,
-        [
+    groups: list[dict[str, Any]] = [{"params": list(model.parameters())}]
+    factors: list[Callable[[int], float]] = [after]
+    if warm:
+        vocab = {id(p) for p in vocabulary_params(model)}
+        groups = [
+            {"params": [p for p in groups[0]["params"] if id(p) in vocab]},
+            {"params": [p for p in groups[0]["params"] if id(p) not in vocab], FROZEN_UNTIL: warm},
+        ]
+        factors = [
             lambda done: optim.embedding_warmup_lr_scale if done < warm else after(done),
             lambda done: 0.0 if done < warm else after(done),
-        ],
-    )
-    return optimizer, scheduler
+        ]
+    optimizer = torch.optim.AdamW(groups, lr=optim.lr, weight_decay=optim.weight_decay)
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, factors)
 
 
 def vocabulary_params(model: torch.nn.Module) -> list[torch.nn.Parameter]:
-    """The parameters with one row per vocabulary entry: the input embeddings, an untied output matrix, the
-    decoder bias (the first dimension equals the input embedding's number of rows; position and type embeddings
-    are smaller)."""
-    inner = getattr(getattr(model, "module", model), "mlm", model)  # a DDP-wrapped SpladeEncoder, or the model
-    accessor = getattr(inner, "get_input_embeddings", None)
-    embeddings = accessor() if callable(accessor) else None
-    if not isinstance(embeddings, torch.nn.Embedding):  # no HF accessor: the first embedding (word ids come first)
-        embeddings = next(m for m in model.modules() if isinstance(m, torch.nn.Embedding))
-    size = embeddings.num_embeddings
+    """The parameters of a (DDP-wrapped) ``SpladeEncoder`` with one row per vocabulary entry: the input
+    embeddings, an untied output matrix, the decoder bias (position and type embeddings have fewer rows)."""
+    encoder = cast("SpladeEncoder", getattr(model, "module", model))
+    size = cast("torch.nn.Embedding", encoder.mlm.get_input_embeddings()).num_embeddings
     return [p for p in model.parameters() if p.ndim and p.shape[0] == size]
 
 

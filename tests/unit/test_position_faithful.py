@@ -11,8 +11,15 @@ WordPiece and Unigram trainers are not reproducible (from build to build a few W
 
 Per case it holds the bridge strings' digest, the bridge-cache keys, the provenance of every bridged row (source
 ids and float32 weights) and a digest of every tensor of the written model. The bridge vectors' digest is kept
-too: the tiny bridge encoder runs in fp32, so another CPU may produce vectors that differ in the last bits. Then,
-and only then, weights are compared to 1e-5 instead of bit for bit (the strings and keys are always exact).
+too: the tiny bridge encoder runs in fp32, so another CPU may produce vectors that differ in the last bits. Then
+weights are compared to 1e-5 instead of bit for bit (the strings and keys are always exact).
+
+With the same vectors, the weights match bit for bit on the machine that wrote the file and on most others. But
+the float64 cosines and sums are BLAS and SIMD reductions whose order depends on the CPU: on an AMD EPYC with
+AVX-512, FOCUS (sparsemax over every anchor, 156k weights) differs in the last float32 bit of some weights, with
+the same source ids and the same model bytes. So the ids are exact and the weights within 1e-6 there. The
+digest-only cases (α=2, softmax, FOCUS, WECHSEL) had their full arrays added on 2026-12-02 from that machine,
+whose digests equal the file's except FOCUS's.
 """
 
 from __future__ import annotations
@@ -44,7 +51,6 @@ from sembridge_ray.sparse.model import load_tokenizer
 DATA = Path(__file__).resolve().parent.parent / "data"
 GOLDEN, VOCABS = "faithful_init_golden.npz", "faithful_fixture_vocabs.json.gz"
 KINDS = ("overlap", "special", "bridge", "random")
-FULL_ARRAYS = 10_000  # weights kept in full up to this many; a digest beyond (α=2, softmax, FOCUS, WECHSEL)
 LOW = {"copy_overlap": False, "exclude_special_sources": True}
 CASES: dict[str, tuple[str, str, dict[str, Any]]] = {
     "bert-bytebpe": ("bert-mlm", "tok-bytebpe", {}),
@@ -129,7 +135,6 @@ def snapshot(root: Path, out: Path, case: str, **extra: Any) -> dict[str, Any]:
     vectors = [pq.read_table(entry / "vectors.parquet").column("vector") for entry in entries]
     ids = np.array([s for i in rows for s in prov["source_ids"][i]], np.int64)
     weights = np.array([w for i in rows for w in prov["weights"][i]], np.float32)
-    full = len(ids) <= FULL_ARRAYS
     return {
         "strings": [_strings_sha(root / src), _strings_sha(root / tgt)],
         "keys": keys,
@@ -138,8 +143,8 @@ def snapshot(root: Path, out: Path, case: str, **extra: Any) -> dict[str, Any]:
         "kinds": np.array([KINDS.index(k) for k in prov["kind"]], np.uint8),
         "sizes": np.array([len(prov["source_ids"][i]) for i in rows], np.int32),
         "digest": _sha(ids.tobytes() + weights.tobytes()),
-        "ids": ids.astype(np.int32) if full else np.zeros(0, np.int32),
-        "weights": weights if full else np.zeros(0, np.float32),
+        "ids": ids.astype(np.int32),
+        "weights": weights,
     }
 
 
@@ -182,15 +187,15 @@ def test_faithful_rule_is_unchanged_bit_for_bit(
     assert got["strings"] == want["strings"].tolist()  # the released string rule, exactly
     assert got["keys"] == want["keys"].tolist()  # and so the bridge caches written before stay valid
     assert np.array_equal(got["kinds"], want["kinds"])
-    if got["vectors"] == want["vectors"].tolist():  # same bridge vectors: the rest must match bit for bit
+    if got["vectors"] == want["vectors"].tolist():  # same bridge vectors: the same ids, and bits where the CPU allows
         assert np.array_equal(got["sizes"], want["sizes"]) and np.array_equal(got["ids"], want["ids"])
-        assert got["weights"].tobytes() == want["weights"].tobytes() and got["digest"] == str(want["digest"])
-        assert got["model"] == str(want["model"])
-    elif len(want["ids"]):  # another CPU's fp32 bridge encoder: the same rule up to rounding in its inputs
+        if got["digest"] == str(want["digest"]):  # the ids and weights bit for bit (the digest hashes both)
+            assert got["model"] == str(want["model"])
+        else:  # float64 reductions in another order on this CPU: the last float32 bit of some weights
+            np.testing.assert_allclose(got["weights"], want["weights"], rtol=0, atol=1e-6)
+    else:  # another CPU's fp32 bridge encoder: the same rule up to rounding in its inputs
         assert np.array_equal(got["ids"], want["ids"])
         np.testing.assert_allclose(got["weights"], want["weights"], atol=1e-5)
-    else:
-        pytest.skip("bridge vectors differ from the golden machine's and this case keeps only a digest")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -39,7 +39,7 @@ from sembridge_ray.embed_init.records import InitReport
 from sembridge_ray.embed_init.transplant import target_model, write_target_model
 from sembridge_ray.embed_init.vocab import Partition, partition_vocab
 from sembridge_ray.errors import InputError
-from sembridge_ray.identity import model_identity
+from sembridge_ray.identity import model_identity, path_identity
 from sembridge_ray.jobs.init import InitConfig, InitResult
 from sembridge_ray.model_card import write_card
 from sembridge_ray.outputs import atomic_path, atomic_write_json, claim_output, preflight
@@ -78,6 +78,11 @@ def input_identities(cfg: InitConfig) -> dict[str, str]:
     }
     if method(cfg.method).uses_bridge:
         inputs["bridge_model"] = check_bridge(cfg.bridge_model)
+    if cfg.bias == "frequency":
+        text = Path(cfg.bias_text)
+        if not text.is_file():
+            raise InputError(f"--bias-text {cfg.bias_text}: no such file (a .txt or Parquet file of target text)")
+        inputs["bias_text"] = path_identity(text)
     return inputs
 
 
@@ -128,7 +133,8 @@ def new_rows(
         )
         src_vecs[candidates] = plus.apply_transform(src_vecs[candidates], fitted)
         new_vecs = plus.apply_transform(torch.from_numpy(new_vecs), fitted).numpy()
-    prior = plus.fvt_weights(source_tok, target_tok, rest, len(e_in)) if cfg.fvt_weight > 0 else None
+    decomposed = cfg.fvt_weight > 0 or cfg.weighting.adaptive_support == "fvt"
+    prior = plus.fvt_weights(source_tok, target_tok, rest, len(e_in)) if decomposed else None
     classes = [torch.from_numpy(bridge.classes[side]) if cfg.position_aware else None for side in ("source", "target")]
     ctx = RowsContext(
         weighting=cfg.weighting,
@@ -146,7 +152,30 @@ def new_rows(
     start = time.perf_counter()
     new = stages.rows(ctx, rest, new_vecs)
     timings["weights_s"] = time.perf_counter() - start
+    if cfg.random_blend > 0:  # here, not in the actors: the random rows are the random method's, in `rest` order
+        new = replace(
+            new,
+            inputs=_blend_rows(new.inputs, explicit_rows("random", len(rest), e_in, cfg.seed), cfg.random_blend),
+            outputs=None
+            if e_out is None or new.outputs is None
+            else _blend_rows(new.outputs, explicit_rows("random", len(rest), e_out, cfg.seed + 1), cfg.random_blend),
+        )
     return new
+
+
+def _blend_rows(bridged: torch.Tensor, other: torch.Tensor, weight: float) -> torch.Tensor:
+    """``(1 - weight) bridged + weight other`` in float64, in ``bridged``'s dtype."""
+    return ((1 - weight) * bridged.double() + weight * other.double()).to(bridged.dtype)
+
+
+def read_texts(path: str) -> list[str]:
+    """``bias_text``: a ``.txt`` file (one text per line) or a Parquet file (every string column's values)."""
+    file = Path(path)
+    if file.suffix == ".parquet":
+        table = pq.read_table(file)
+        strings = [f.name for f in table.schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
+        return [text for name in strings for text in table.column(name).to_pylist() if text]
+    return [line for line in file.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def decomposed_rows(
@@ -245,6 +274,10 @@ def _initialise(
         sizes = {"source": len(e_in), "target": part.size}
         bridge = bridge_side(cfg.weighting, cfg.bridge_model, toks, sizes, neutral_symbols)
         new = new_rows(cfg, part, (e_in, e_out, bias), (source_tok, target_tok), stages, bridge, timings)
+        if cfg.bias == "frequency" and bias is not None:
+            freqs = plus.log_frequencies(target_tok, read_texts(cfg.bias_text), new.target_ids)
+            sources = torch.tensor(sorted(set(range(len(bias))) - set(source_tok.all_special_ids)), dtype=torch.long)
+            new = replace(new, bias=plus.frequency_bias(freqs, bias[sources]))
 
         start = time.perf_counter()
         inputs_rows = compose(part, e_in, new.inputs, new.target_ids, e_in.mean(0))
@@ -321,6 +354,10 @@ def _report(
         rule["fvt_weight"] = cfg.fvt_weight
     if cfg.lsq_ridge > 0:
         rule["lsq_ridge"] = cfg.lsq_ridge
+    if cfg.weighting.adaptive_support != "off":
+        rule |= {"adaptive_support": cfg.adaptive_support, "support_size": cfg.support_size}
+    if cfg.random_blend > 0:
+        rule["random_blend"] = cfg.random_blend
     # one literal, in the order init_report.json has always been written (the position keys only when used)
     return cast(
         "InitReport",

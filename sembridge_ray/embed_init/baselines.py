@@ -35,12 +35,14 @@ def method_weights(
     overlap_sources: torch.Tensor,
     device: str | None = None,
     classes: tuple[torch.Tensor, torch.Tensor] | None = None,
+    support: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """CSR (n, |Vs|) weights of the similarity-based methods. ``candidates``: source ids allowed in the bridge
     (ascending); ``overlap_sources``: source ids some target token matches, copied or not (FOCUS's anchors; all
     candidates if none). With ``copy_overlap=false`` the anchors still restrict FOCUS, which would otherwise equal α=2.
     ``classes``: position classes of the new rows (n,) and of every source id (|Vs|,); with ``position_aware``
-    each class's rows get their own prior (``embed_init.position``)."""
+    each class's rows get their own prior (``embed_init.position``). ``support`` (n,): each row's support size
+    (adaptive sparsity, ``bridge_weights``)."""
     entry = method(weighting.method)
     if entry.similarity is None:
         raise ValueError(f"method {weighting.method!r} has no similarity weights")
@@ -51,8 +53,16 @@ def method_weights(
 
     def rows(ids: torch.Tensor | None, offsets: torch.Tensor | None) -> torch.Tensor:
         new = new_vecs if ids is None else new_vecs[ids]
+        sizes = support if support is None or ids is None else support[ids]
         return bridge_weights(
-            new, pool_vecs, rule.alpha, temperature=rule.temperature, top_k=rule.candidates, device=dev, offsets=offsets
+            new,
+            pool_vecs,
+            rule.alpha,
+            temperature=rule.temperature,
+            top_k=rule.candidates,
+            device=dev,
+            offsets=offsets,
+            support=sizes,
         )
 
     m = len(source_vecs)

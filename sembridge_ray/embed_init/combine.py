@@ -68,7 +68,7 @@ def compose(
 def compose_bias(part: Partition, new: NewRows, bias: torch.Tensor, policy: str) -> torch.Tensor:
     """The target decoder bias: ``remap`` composes it like the rows (copies, Σ w b_s, the mean for rows without
     weights), ``index`` keeps position i's bias (zero past the source size: HF ``resize_token_embeddings``),
-    ``zero`` zeros it."""
+    ``zero`` zeros it; ``frequency`` composes like ``remap`` (``new.bias`` holds the frequency prior)."""
     if policy == "zero":
         return torch.zeros(part.size, dtype=bias.dtype)
     if policy == "index":
@@ -76,7 +76,7 @@ def compose_bias(part: Partition, new: NewRows, bias: torch.Tensor, policy: str)
         n = min(part.size, len(bias))
         out[:n] = bias[:n]
         return out
-    if policy != "remap":
+    if policy not in ("remap", "frequency"):
         raise ValueError(f"unknown bias policy {policy!r}")
     new_bias = new.bias if new.bias is not None else bias.mean().expand(len(new.target_ids))
     return compose(part, bias, new_bias, new.target_ids, bias.mean())

@@ -12,6 +12,8 @@ from sembridge_ray.config import Config, require
 from sembridge_ray.placement import Precision
 
 MethodName = Literal["sembridge", "sembridge_plus", "focus", "wechsel", "fvt", "mean", "random"]
+ENTMAX_BRIDGES: tuple[MethodName, ...] = ("sembridge", "sembridge_plus")
+"""The methods whose rows are an α-entmax of the bridge cosines (the ones ``adaptive_support`` applies to)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,6 +45,12 @@ class WeightingConfig(Config):
     """Refits each bridged row's weights over its support by least squares (SALT): the mix of the support's bridge
     vectors nearest the token's own, rows summing to 1, pulled towards the entmax (and FVT) weights by this ridge;
     0 = off (``embed_init.plus``)."""
+    adaptive_support: Literal["off", "fvt", "fixed"] = "off"
+    """Adaptive sparsity: each bridged row's own temperature makes its α-entmax support this size: the number of
+    source forms in its FVT decomposition (``fvt``; ``support_size`` where it has none) or ``support_size``
+    (``fixed``); ``off`` = the global ``temperature`` (``embed_init.plus``)."""
+    support_size: int = 2
+    """With ``adaptive_support``: the support of ``fixed`` rows, and of ``fvt`` rows without a decomposition."""
     precision: Precision = "fp32"
     """The run's resolved precision: ``bf16`` screens the candidates with a bf16 GEMM on a CPU (CUDA keeps fp32,
     see ``weighting.screen_dtype``); anything else screens in fp32. The weights are exact either way."""
@@ -65,6 +73,13 @@ class WeightingConfig(Config):
             "lsq_ridge",
             self.lsq_ridge,
             "must be >= 0 (0 = off)",
+        )
+        require(self.support_size >= 1, "support_size", self.support_size, "must be >= 1")
+        require(
+            self.adaptive_support == "off" or (self.method in ENTMAX_BRIDGES and self.alpha > 1),
+            "adaptive_support",
+            self.adaptive_support,
+            f"needs method sembridge or sembridge_plus with alpha > 1 (got {self.method}, alpha {self.alpha})",
         )
 
 

@@ -142,6 +142,9 @@ BRIDGE_SETTINGS = (
     "bridge_components",
     "fvt_weight",
     "lsq_ridge",
+    "adaptive_support",
+    "support_size",
+    "random_blend",
 )
 
 

@@ -64,7 +64,8 @@ class RowsContext:
     target_classes: torch.Tensor | None = None
     """Position class by target id (position_aware only)."""
     prior: torch.Tensor | None = None
-    """With ``fvt_weight`` > 0: CSR (len(prior_ids), |Vs rows|) decomposition weights (``embed_init.plus``)."""
+    """With ``fvt_weight`` > 0 or ``adaptive_support: fvt``: CSR (len(prior_ids), |Vs rows|) decomposition
+    weights (``embed_init.plus``)."""
     prior_ids: torch.Tensor | None = None
     """The target ids of ``prior``'s rows, ascending."""
 
@@ -74,6 +75,11 @@ def compute_rows(ctx: RowsContext, target_ids: np.ndarray, new_vecs: np.ndarray,
     classes = None
     if ctx.source_classes is not None and ctx.target_classes is not None:
         classes = (ctx.target_classes[torch.as_tensor(target_ids, dtype=torch.long)], ctx.source_classes)
+    prior = None
+    if ctx.prior is not None and ctx.prior_ids is not None:
+        rows = torch.searchsorted(ctx.prior_ids, torch.as_tensor(target_ids, dtype=torch.long))
+        prior = plus.select_rows(ctx.prior, rows)
+    wc = ctx.weighting
     w = method_weights(
         ctx.weighting,
         torch.from_numpy(new_vecs),
@@ -82,10 +88,10 @@ def compute_rows(ctx: RowsContext, target_ids: np.ndarray, new_vecs: np.ndarray,
         ctx.overlap_sources,
         device=device,
         classes=classes,
+        support=plus.support_sizes(prior, len(target_ids), wc.adaptive_support, wc.support_size),
     )
-    if ctx.prior is not None and ctx.prior_ids is not None and ctx.weighting.fvt_weight > 0:
-        rows = torch.searchsorted(ctx.prior_ids, torch.as_tensor(target_ids, dtype=torch.long))
-        w = plus.blend(w, plus.select_rows(ctx.prior, rows), ctx.weighting.fvt_weight)
+    if prior is not None and wc.fvt_weight > 0:
+        w = plus.blend(w, prior, wc.fvt_weight)
     if ctx.weighting.lsq_ridge > 0:
         w = plus.least_squares(w, torch.from_numpy(new_vecs), ctx.source_vecs, ctx.weighting.lsq_ridge)
     return NewRows(

@@ -25,6 +25,20 @@ K-column vectors.
   vectors closest to the token's own, with a ridge towards the entmax (and FVT) weights: the larger ``lsq_ridge``,
   the closer to the released weights. Closed form (Lagrange); the test solves the KKT system with numpy.
 
+- **Adaptive sparsity** (``adaptive_support``): α and the temperature are global in the released rule, so every
+  token gets whatever support its cosines give. Here each row gets its own temperature so that its support has a
+  target size: the number of source forms its FVT decomposition has (``fvt``; ``support_size`` where it has none)
+  or ``support_size`` for all (``fixed``). The temperature is closed-form
+  (``weighting.support_temperature``), and the rows stay exact α-entmax of their full rows at that temperature.
+- **A decoder-bias prior** (``bias: frequency``): the bridged rows' MLM decoder bias from how often the target
+  tokenizer produces each token on target-language text (``bias_text``): log(1 + count), standardised over the
+  bridged tokens, then shifted and scaled to the source bias' mean and spread (a masked LM's bias is a unigram
+  log-prior: frequent tokens higher). Copied rows keep their own bias.
+- **A random component** (``random_blend``): each bridged row blended with the ``random`` baseline's row for the
+  same token, ``(1 - β) E_bridge + β E_random`` (input and untied output rows; the bias keeps the bridge's). It
+  tests one reading of the ``random`` baseline's zero-shot score on vocabularies that cut words into fragments:
+  distinct rows keep unrelated fragments apart, where bridged mixes of them are near-identical.
+
 Why the decomposition is not the source tokenizer's own ``tokenize``: a continuation piece (``ing`` inside a
 word) has no text of its own that every source tokenizer splits as a continuation; cutting canonical forms keeps
 the word position for any pair of vocabulary families (``embed_init.vocab``).
@@ -205,6 +219,51 @@ def least_squares(
         ones = np.linalg.solve(system, np.ones(hi - lo))
         vals[lo:hi] = free - ones * (free.sum() - 1.0) / ones.sum()
     return _csr(np.repeat(np.arange(n), np.diff(crow)), cols, vals, n, m)
+
+
+def support_sizes(prior: torch.Tensor | None, n: int, mode: str, size: int) -> torch.Tensor | None:
+    """(n,) support targets of the bridged rows for ``adaptive_support`` ``mode`` (None for ``off``): ``fixed``
+    gives ``size`` to every row; ``fvt`` the number of source forms in each row's decomposition (CSR ``prior``
+    (n, m)), ``size`` where the piece has none."""
+    if mode == "off":
+        return None
+    sizes = torch.full((n,), size, dtype=torch.int64)
+    if mode == "fvt":
+        if prior is None:
+            raise ValueError("adaptive_support=fvt needs the decomposition weights")
+        counts = prior.crow_indices()[1:] - prior.crow_indices()[:-1]
+        sizes = torch.where(counts > 0, counts, sizes)
+    return sizes
+
+
+def log_frequencies(tokenizer: PreTrainedTokenizerBase, texts: Iterable[str], ids: np.ndarray) -> np.ndarray:
+    """(len(ids),) float64: log(1 + how often ``tokenizer`` produces each of ``ids`` on ``texts``) (no specials)."""
+    counts: dict[int, int] = {}
+    batch: list[str] = []
+
+    def count() -> None:
+        for row in tokenizer(batch, add_special_tokens=False)["input_ids"]:
+            for tid in row:
+                counts[tid] = counts.get(tid, 0) + 1
+        batch.clear()
+
+    for text in texts:
+        batch.append(text)
+        if len(batch) == 1024:
+            count()
+    if batch:
+        count()
+    return np.log1p(np.array([counts.get(int(i), 0) for i in ids], dtype=np.float64))
+
+
+def frequency_bias(log_freq: np.ndarray, source_bias: torch.Tensor) -> torch.Tensor:
+    """The bridged rows' decoder bias (n,) from their log-frequencies (n,): standardised over them, then at the
+    mean and spread (population std, float64) of ``source_bias``; all at the mean where the frequencies do not
+    vary. Returned in ``source_bias``'s dtype."""
+    src = source_bias.double()
+    spread = float(log_freq.std()) if len(log_freq) else 0.0
+    z = (log_freq - log_freq.mean()) / spread if spread > 0 else np.zeros_like(log_freq)
+    return (src.mean() + src.std(unbiased=False) * torch.from_numpy(z)).to(source_bias.dtype)
 
 
 def _csr(rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, n: int, m: int) -> torch.Tensor:

@@ -69,6 +69,9 @@ class InitReport(Counts):
     bridge_components: NotRequired[int]
     fvt_weight: NotRequired[float]
     lsq_ridge: NotRequired[float]
+    adaptive_support: NotRequired[str]
+    support_size: NotRequired[int]
+    random_blend: NotRequired[float]
     support_histogram: dict[str, int]
     position: PositionStats
     timings: dict[str, float]

@@ -162,10 +162,10 @@ def _kept(rows: torch.Tensor, idx: torch.Tensor, probs: torch.Tensor) -> Entries
 
 
 def _candidates(
-    new: PreparedRows, rows: torch.Tensor, src: PreparedRows, k: int, temperature: float, offsets: torch.Tensor | None
+    new: PreparedRows, rows: torch.Tensor, src: PreparedRows, k: int, offsets: torch.Tensor | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """For ``rows`` of ``new``: the k best source ids by screening score (one GEMM in the screening dtype, on all
-    threads) and their float64 cosines (+ offsets, / temperature), (B, k) each."""
+    threads) and their float64 cosines (+ offsets), (B, k) each."""
     scores = new.unit32[rows].to(src.screen.dtype) @ src.screen.T
     if offsets is not None:  # added in fp32 (not bf16): one more rounding, counted in _screen_error
         scores = scores.float() + offsets.float()
@@ -174,7 +174,7 @@ def _candidates(
         exact = src.cosines(new.unit64(rows), idx)
         if offsets is not None:
             exact = exact + offsets[idx]
-        return idx, exact / temperature
+        return idx, exact
 
 
 def _screen_error(src: PreparedRows, offsets: torch.Tensor | None) -> float:
@@ -185,13 +185,43 @@ def _screen_error(src: PreparedRows, offsets: torch.Tensor | None) -> float:
     return error
 
 
+def support_temperature(scores: torch.Tensor, alpha: float, sizes: torch.Tensor) -> torch.Tensor:
+    """Per row, a temperature T at which α-entmax(scores / T) keeps exactly ``sizes`` entries: (B,) float64 for
+    float64 ``scores`` (B, k) sorted descending, ``1 <= sizes < k``, α > 1.
+
+    Closed form, no bisection: entry s (1-based, sorted) is in the support of α-entmax(x / T) iff the others above
+    it hold less than all the mass at τ = (α-1) x_s / T, i.e. ``Σ_{i<s} ((α-1)(x_i - x_s) / T)^(1/(α-1)) < 1``,
+    i.e. T > T_s := (Σ_{i<s} ((α-1)(x_i - x_s))^(1/(α-1)))^(α-1). T_s grows with s, so the support is exactly s
+    on (T_s, T_{s+1}]; the geometric middle of that interval is returned (half of T_{s+1} when s = 1). A tie
+    across the s-th place (x_s = x_{s+1}) leaves that interval empty: the support is then the largest size below
+    s that keeps the tie whole, or, where the tie reaches the top, the smallest above it (1 where none is in
+    ``scores``). ``entmax_bisect`` is the oracle in the tests."""
+    b, k = scores.shape
+    span = min(k, int(sizes.max()) + 2) if b else 1  # T_1 .. T_span: enough for every row's s and s + 1
+    head = scores[:, :span]
+    gaps = ((alpha - 1) * (head.unsqueeze(1) - head.unsqueeze(2))).clamp_min(0).pow(1.0 / (alpha - 1))
+    above = torch.ones(span, span, dtype=torch.bool, device=scores.device).triu(1).T  # (s, i): i < s
+    bounds = (gaps * above).sum(2).pow(alpha - 1)  # (B, span): T_s for s = 1..span
+    open_ = bounds[:, 1:] > bounds[:, :-1]  # (B, span - 1): (T_s, T_{s+1}] is not empty, s = 1..span-1
+    cols = torch.arange(1, span, device=scores.device)
+    want = sizes.unsqueeze(1)
+    below = torch.where(open_ & (cols <= want), cols, 0).amax(1)
+    upper = torch.where(open_ & (cols > want), cols, span).amin(1)
+    chosen = torch.where(below > 0, below, upper)
+    found = chosen < span
+    at = chosen.clamp(max=span - 1).unsqueeze(1)
+    low, high = bounds.gather(1, at - 1).squeeze(1), bounds.gather(1, at).squeeze(1)
+    middle = torch.where(low > 0, (low * high).sqrt(), high / 2)
+    return torch.where(found, middle, torch.ones_like(middle))
+
+
 def _certify(
-    exact: torch.Tensor, idx: torch.Tensor, alpha: float, slack: float, whole: bool
+    exact: torch.Tensor, idx: torch.Tensor, alpha: float, slack: torch.Tensor | float, whole: bool
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Candidates' float64 scores and ids (B, k) -> (probs f64 (B, k), source ids, certified mask), sorted by
     score. A row is certified when its last candidate is outside the support by more than ``slack`` (twice the
-    screening error, over the temperature): no column left out can then enter it. ``whole``: every column is a
-    candidate, so every row is exact."""
+    screening error, over the temperature; per row or one for all): no column left out can then enter it.
+    ``whole``: every column is a candidate, so every row is exact."""
     exact, order = exact.sort(dim=1, descending=True, stable=True)
     idx = idx.gather(1, order)
     probs = entmax_rows(exact, alpha)
@@ -210,15 +240,27 @@ def _entmax_round(
     chunk: int,
     temperature: float,
     offsets: torch.Tensor | None,
+    support: torch.Tensor | None = None,
 ) -> tuple[Entries, torch.Tensor]:
     """One round over ``rows`` with ``k`` candidates each: screened chunk by chunk (N × M is never held), then
-    solved in one call. Returns the certified rows' triplets and the rows left for a wider round."""
+    solved in one call. Returns the certified rows' triplets and the rows left for a wider round. ``support``
+    (sizes of ``rows``): each row's own temperature (:func:`support_temperature`) instead of ``temperature``."""
     m = src.screen.shape[0]
-    found = [_candidates(new, part, src, k, temperature, offsets) for part in rows.split(chunk)]
+    found = [_candidates(new, part, src, k, offsets) for part in rows.split(chunk)]
     idx, exact = (torch.cat(col) for col in zip(*found, strict=True))
     with one_thread(idx.device):
-        slack = 2 * _screen_error(src, offsets) / temperature
-        probs, idx, ok = _certify(exact, idx, alpha, slack, whole=k == m)
+        error = 2 * _screen_error(src, offsets)
+        if support is None:
+            probs, idx, ok = _certify(exact / temperature, idx, alpha, error / temperature, whole=k == m)
+            return _kept(rows[ok], idx[ok], probs[ok]), rows[~ok]
+        exact, order = exact.sort(dim=1, descending=True, stable=True)
+        sizes = support.clamp(max=k - 1)
+        temps = torch.ones(len(rows), dtype=torch.float64, device=exact.device)
+        if k > 1:  # one source row: weight 1 whatever the temperature
+            temps = support_temperature(exact, alpha, sizes)
+        probs, idx, ok = _certify(exact / temps[:, None], idx.gather(1, order), alpha, error / temps, whole=k == m)
+        if k < m:  # the temperature comes from the top s + 1 scores: no column left out may be among them
+            ok &= exact.gather(1, sizes.unsqueeze(1)).squeeze(1) - exact[:, -1] >= error
         return _kept(rows[ok], idx[ok], probs[ok]), rows[~ok]
 
 
@@ -232,6 +274,7 @@ def bridge_weights(
     device: str | torch.device | None = None,
     offsets: torch.Tensor | None = None,
     screen: torch.dtype | None = None,
+    support: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Convex weights over source tokens for each new token: sparse CSR (N, M), float32, rows summing to 1.
 
@@ -243,6 +286,10 @@ def bridge_weights(
     lives); N × M is never held; ``screen`` is the dtype of the candidate-screening GEMM (fp32 by default, see
     :func:`screen_dtype`). ``source_vecs`` may come prepared (:meth:`PreparedRows.of`, for many calls against one
     matrix): its device and screening dtype then hold. Non-finite input raises ``ValueError``.
+
+    ``support`` (N,) ints >= 1, α > 1 only (adaptive sparsity): row i keeps exactly ``support[i]`` source tokens
+    (fewer only when ties or the source size allow no more), each row divided by its own temperature
+    (:func:`support_temperature`, from the row's full top ``support[i] + 1`` scores) instead of ``temperature``.
     """
     if alpha < 1:
         raise ValueError(f"alpha must be >= 1, got {alpha}")
@@ -260,6 +307,10 @@ def bridge_weights(
         if offsets.shape != (m,) or not bool(torch.isfinite(offsets).all()):
             raise ValueError(f"offsets must be finite with shape ({m},), got {tuple(offsets.shape)}")
         offsets = offsets.to(device=dev, dtype=torch.float64)
+    if support is not None:
+        if alpha == 1 or support.shape != (n,) or (n and int(support.min()) < 1):
+            raise ValueError(f"support needs alpha > 1 and shape ({n},) with sizes >= 1")
+        support = support.to(device=dev, dtype=torch.int64)
     chunk = max(1, _CHUNK_BYTES // (4 * max(m, 1)))
     parts: list[Entries] = []
     if alpha == 1:
@@ -268,10 +319,15 @@ def bridge_weights(
             parts.append((rows.cpu() + start, cols.cpu(), vals.cpu()))
         return _to_csr(parts, n, m)
     pending, k = torch.arange(n, device=dev), initial_k(alpha)
+    if support is not None and n:  # the temperature needs the top s + 1 scores, and a candidate below them
+        k = max(k, int(support.max()) + 2)
     while len(pending):  # later rounds: only the rows that failed, with 4x the candidates
         failed = []
         for group in pending.split(_SOLVE_ROWS):
-            (rows, cols, vals), left = _entmax_round(new, group, src, alpha, min(k, m), chunk, temperature, offsets)
+            sizes = None if support is None else support[group]
+            (rows, cols, vals), left = _entmax_round(
+                new, group, src, alpha, min(k, m), chunk, temperature, offsets, sizes
+            )
             parts.append((rows.cpu(), cols.cpu(), vals.cpu()))
             failed.append(left)
         pending, k = torch.cat(failed), k * 4

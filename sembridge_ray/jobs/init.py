@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from sembridge_ray.config import Config, require
-from sembridge_ray.embed_init.config import MethodName, WeightingConfig
+from sembridge_ray.embed_init.config import ENTMAX_BRIDGES, MethodName, WeightingConfig
 from sembridge_ray.embed_init.methods import METHODS, unused_settings
 from sembridge_ray.embed_init.plus import BridgeSpace
 from sembridge_ray.embed_init.records import InitReport, Sample
@@ -55,8 +55,13 @@ class InitConfig(Config):
     """WECHSEL: nearest source tokens kept for its softmax (formerly ``wechsel_top_k``)."""
     wechsel_temperature: float = 0.1
     """WECHSEL: divides the cosines before its softmax."""
-    bias: Literal["remap", "index", "zero"] = "remap"
-    """MLM decoder bias: remap (same weights, copies for overlap/specials), index (HF resize), zero."""
+    bias: Literal["remap", "index", "zero", "frequency"] = "remap"
+    """MLM decoder bias: remap (same weights, copies for overlap/specials), index (HF resize), zero, or frequency
+    (copies for overlap/specials; bridged tokens by their log-frequency on ``bias_text``, at the source bias' mean
+    and spread: ``embed_init.plus``)."""
+    bias_text: str = ""
+    """With ``bias: frequency``: target-language text to count tokens on: a ``.txt`` file (one text per line) or a
+    Parquet file (every string column, e.g. training pairs)."""
     match: tuple[str, ...] = field(default=("exact", "fuzzy", "symbols"), metadata={"choices": MATCH_RULES})
     """String rules that make a target token copy a source row, tried in order (comma-separated)."""
     copy_overlap: bool = True
@@ -85,6 +90,15 @@ class InitConfig(Config):
     fvt_weight: float = 0.0
     """Blends every bridged row with the uniform mix of its decomposition into source forms (FVT):
     ``(1 - fvt_weight) w_bridge + fvt_weight w_fvt``; 0 = the bridge alone."""
+    adaptive_support: Literal["off", "fvt", "fixed"] = "off"
+    """Adaptive sparsity for sembridge(_plus): each bridged row gets its own temperature so that its α-entmax
+    support has a target size: its FVT decomposition's number of source forms (``fvt``) or ``support_size``
+    (``fixed``); off = the global temperature."""
+    support_size: int = 2
+    """With ``adaptive_support``: the support of ``fixed`` rows, and of ``fvt`` rows with no decomposition."""
+    random_blend: float = 0.0
+    """Blends every bridged row with the random baseline's row for that token, ``(1 - random_blend) E_bridge +
+    random_blend E_random`` (input and untied output rows; the bias stays the bridge's); 0 = off."""
     seed: int = 0
     """Seeds the random baseline and the sample of target tokens in the report."""
     samples: int = 50
@@ -130,6 +144,7 @@ class InitConfig(Config):
         "push_to_hub",
         "overwrite",
         "resources",
+        "bias_text",  # identified by content (inputs)
     )
 
     def __post_init__(self) -> None:
@@ -160,6 +175,8 @@ class InitConfig(Config):
             position_penalty=self.position_penalty,
             fvt_weight=self.fvt_weight,
             lsq_ridge=self.lsq_ridge,
+            adaptive_support=self.adaptive_support if self.method in ENTMAX_BRIDGES else "off",
+            support_size=self.support_size,
             precision=self.precision,
         )
 
@@ -175,6 +192,13 @@ class InitConfig(Config):
             require(getattr(self, key) >= 1, key, getattr(self, key), "must be >= 1")
         require(self.samples >= 0, "samples", self.samples, "must be >= 0")
         require(self.bridge_components >= 1, "bridge_components", self.bridge_components, "must be >= 1")
+        require(0 <= self.random_blend <= 1, "random_blend", self.random_blend, "must be in [0, 1]")
+        require(
+            (self.bias == "frequency") == bool(self.bias_text),
+            "bias_text",
+            self.bias_text or "(empty)",
+            "is read by bias=frequency, and bias=frequency needs it (a .txt or Parquet file of target text)",
+        )
         unknown = [m for m in self.match if m not in MATCH_RULES]
         require(
             not unknown,
@@ -191,9 +215,13 @@ class InitConfig(Config):
         # SemBridge+'s options are recorded only when on: every earlier run keeps its identity
         if self.bridge_space != "abtt":
             unused.add("bridge_components")
+        if self.method not in ENTMAX_BRIDGES:  # only an α-entmax bridge has a support to adapt
+            unused.add("adaptive_support")
+        if self.adaptive_support == "off" or self.method not in ENTMAX_BRIDGES:
+            unused.add("support_size")
         unused |= {
             k
-            for k in ("bridge_space", "fvt_weight", "lsq_ridge")
+            for k in ("bridge_space", "fvt_weight", "lsq_ridge", "adaptive_support", "random_blend")
             if getattr(self, k) == type(self).__dataclass_fields__[k].default
         }
         recorded = {self.IDENTITY_NAMES.get(k, k) for k in unused}  # the settings carry the recorded names
@@ -251,6 +279,10 @@ FLAGS = (
     Flag(name="--bridge-space", key="bridge_space"),
     Flag(name="--fvt-weight", key="fvt_weight"),
     Flag(name="--lsq-ridge", key="lsq_ridge"),
+    Flag(name="--adaptive-support", key="adaptive_support"),
+    Flag(name="--support-size", key="support_size"),
+    Flag(name="--random-blend", key="random_blend"),
+    Flag(name="--bias-text", key="bias_text"),
     Flag(name="--grid", key="grid"),
     Flag(name="--workers", key="resources.workers"),
     Flag(name="--precision", key="precision"),

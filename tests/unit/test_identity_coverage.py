@@ -101,9 +101,19 @@ def test_every_key_of_a_job_is_in_its_identity_or_documented_as_not_shaping_it(j
     assert [e for e in documented if not any(k == e or k.startswith(e + ".") for k in keys)] == []
     variants: list[Config] = [cls()]
     if cls is InitConfig:  # some keys matter only to some methods, with position-aware bridging or SemBridge+'s options
-        on = {"position_aware": True, "bridge_space": "abtt", "fvt_weight": 0.5, "lsq_ridge": 0.5}
+        on = {"position_aware": True, "bridge_space": "abtt", "fvt_weight": 0.5, "lsq_ridge": 0.5, "random_blend": 0.5}
+        entmax = {"adaptive_support": "fixed"}  # only an α-entmax bridge has a support to adapt
         variants = [
-            InitConfig.from_dict({"method": m, **{k: v for k, v in on.items() if k not in METHODS[m].recipe}})
+            InitConfig.from_dict(
+                {
+                    "method": m,
+                    **{
+                        k: v
+                        for k, v in {**on, **(entmax if m in ("sembridge", "sembridge_plus") else {})}.items()
+                        if k not in METHODS[m].recipe
+                    },
+                }
+            )
             for m in METHOD_NAMES
         ]
     if cls is FinetuneConfig:  # the embedding-only warm-up's keys are recorded only when it is on

@@ -5,18 +5,20 @@ against hand-made cases and BERT's own WordPiece, the blend against dense arithm
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import torch
-from safetensors.torch import load_file
+from entmax import entmax_bisect
+from safetensors.torch import load_file, save_file
 from transformers import AutoTokenizer
 
 from sembridge_ray.config import ConfigError
 from sembridge_ray.distributed.init_job import initialise
-from sembridge_ray.embed_init import plus
+from sembridge_ray.embed_init import plus, weighting
 from sembridge_ray.embed_init.methods import SEMBRIDGE_PLUS
 from sembridge_ray.embed_init.vocab import VocabIndex, canonical, tokenizer_family
 from sembridge_ray.jobs.init import InitConfig
@@ -251,3 +253,128 @@ def test_least_squares_with_an_infinite_ridge_is_the_entmax_weights_through_the_
     fitted, _ = _init(fixtures_root, tmp_path / "fitted", lsq_ridge=0.01)
     torch.testing.assert_close(_embeddings(ridged), _embeddings(released), rtol=0, atol=1e-6)
     assert not _embeddings(fitted).equal(_embeddings(released))
+
+
+@pytest.mark.parametrize("alpha", [4.0, 2.0, 1.5])
+def test_support_temperature_gives_the_asked_support_under_entmax_bisect(alpha: float) -> None:
+    gen = torch.Generator().manual_seed(int(alpha * 10))
+    scores = torch.randn(60, 24, generator=gen, dtype=torch.float64).sort(1, descending=True).values
+    sizes = torch.randint(1, 12, (60,), generator=gen)
+    temps = weighting.support_temperature(scores, alpha, sizes)
+    probs = entmax_bisect(scores / temps[:, None], alpha=alpha, dim=-1, n_iter=200)  # the oracle
+    assert torch.equal((probs > 1e-12).sum(1), sizes)
+    # a tie across the asked place: the largest size below that keeps it whole, else (tied at the top) above it
+    tied = torch.tensor([[0.9, 0.5, 0.5, 0.1], [0.5, 0.5, 0.5, 0.1], [0.5, 0.5, 0.5, 0.5]], dtype=torch.float64)
+    temps = weighting.support_temperature(tied, alpha, torch.tensor([2, 2, 2]))
+    probs = entmax_bisect(tied / temps[:, None], alpha=alpha, dim=-1, n_iter=200)
+    assert (probs > 1e-12).sum(1).tolist() == [1, 3, 4] and temps[2].item() == 1.0
+
+
+def test_adaptive_support_is_exact_entmax_of_the_full_row_at_each_rows_temperature() -> None:
+    gen = torch.Generator().manual_seed(5)
+    new, src = torch.randn(50, 16, generator=gen), torch.randn(3000, 16, generator=gen)
+    src[100:130] = src[7]  # ties around some rows' candidates: certification has to widen them
+    new[:5] = src[7] + 1e-3 * torch.randn(5, 16, generator=gen)
+    sizes = torch.randint(1, 7, (50,), generator=gen)
+    got = sembridge_ray_weights(new, src, sizes)
+    cos = torch.nn.functional.normalize(new.double(), dim=1) @ torch.nn.functional.normalize(src.double(), dim=1).T
+    temps = weighting.support_temperature(cos.sort(1, descending=True).values, 4.0, sizes)
+    want = entmax_bisect(cos / temps[:, None], alpha=4.0, dim=-1, n_iter=200)
+    torch.testing.assert_close(got.double(), want, rtol=0, atol=1e-6)
+    assert torch.equal((got > 0).sum(1)[5:], sizes[5:])  # the tied rows keep the tie whole
+
+
+def sembridge_ray_weights(new: torch.Tensor, src: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
+    return weighting.bridge_weights(new, src, 4.0, support=sizes).to_dense()
+
+
+def test_support_sizes_follow_the_decomposition() -> None:
+    prior = plus._csr(np.array([0, 0, 0, 2]), np.array([1, 4, 5, 3]), np.full(4, 0.25), 3, 8)
+    fvt, fixed = plus.support_sizes(prior, 3, "fvt", 2), plus.support_sizes(None, 3, "fixed", 4)
+    assert fvt is not None and fixed is not None
+    assert fvt.tolist() == [3, 2, 1]  # row 1 has no decomposition: support_size
+    assert fixed.tolist() == [4, 4, 4]
+    assert plus.support_sizes(prior, 3, "off", 2) is None
+
+
+def test_frequency_bias_is_the_standardised_log_count_at_the_source_bias_moments(fixtures_root: Path) -> None:
+    tok = AutoTokenizer.from_pretrained(fixtures_root / "tok-bytebpe")
+    texts = ["a man is playing a guitar", "a man plays", "the guitar"]
+    ids = np.array(sorted(set(tok("a man is playing a guitar")["input_ids"]) | {len(tok) - 1}))
+    counts = {i: 0 for i in ids.tolist()}
+    for text in texts:  # the oracle: count by hand, one text at a time
+        for tid in tok.encode(text, add_special_tokens=False):
+            counts[tid] = counts.get(tid, 0) + 1
+    freq = plus.log_frequencies(tok, texts, ids)
+    np.testing.assert_allclose(freq, np.log1p([counts[i] for i in ids.tolist()]))
+    source = torch.tensor([-3.0, -1.0, -2.0, 0.5])
+    bias = plus.frequency_bias(freq, source)
+    z = (freq - freq.mean()) / freq.std()
+    np.testing.assert_allclose(bias.numpy(), source.numpy().mean() + source.numpy().std() * z, rtol=1e-6)
+    flat = plus.frequency_bias(np.zeros(3), source)
+    np.testing.assert_allclose(flat.numpy(), np.full(3, source.numpy().mean()))
+
+
+def test_the_new_options_through_the_init(fixtures_root: Path, tmp_path: Path) -> None:
+    """random_blend=1 is the random method's rows; a fixed adaptive support is every bridged row's support."""
+    random_state, _ = _init(fixtures_root, tmp_path / "random", method="random")
+    blended, _ = _init(fixtures_root, tmp_path / "blend", random_blend=1.0)
+    prov = pq.read_table(tmp_path / "blend" / "provenance.parquet").to_pylist()
+    bridged = [r["target_id"] for r in prov if r["kind"] == "bridge"]
+    torch.testing.assert_close(_embeddings(blended)[bridged], _embeddings(random_state)[bridged], rtol=0, atol=1e-6)
+    _init(fixtures_root, tmp_path / "fixed", adaptive_support="fixed", support_size=3)
+    rows = pq.read_table(tmp_path / "fixed" / "provenance.parquet").to_pylist()
+    sizes = [len(r["source_ids"]) for r in rows if r["kind"] == "bridge"]
+    assert sizes.count(3) > 0.8 * len(sizes)  # the tiny n-gram bridge has many exact ties
+    tied_top = [r["weights"] for r in rows if r["kind"] == "bridge" and len(r["source_ids"]) > 3]
+    assert all(max(w) - min(w) < 1e-6 for w in tied_top)  # more only where the tie reaches the top
+    report = json.loads((tmp_path / "fixed" / "init_report.json").read_text(encoding="utf-8"))
+    assert (report["adaptive_support"], report["support_size"]) == ("fixed", 3)
+
+
+def test_the_frequency_bias_through_the_init(fixtures_root: Path, tmp_path: Path) -> None:
+    """Copies keep their bias; the bridged rows' bias is the frequency prior at the source bias' moments."""
+    root = tmp_path / "fixtures"
+    shutil.copytree(fixtures_root / "bert-mlm", root / "bert-mlm")
+    for name in ("tok-bytebpe", "bridge"):
+        (root / name).symlink_to(fixtures_root / name)
+    weights = root / "bert-mlm" / "model.safetensors"
+    state = load_file(weights)
+    source = torch.randn(len(state["cls.predictions.bias"]), generator=torch.Generator().manual_seed(1)) - 2
+    state["cls.predictions.bias"] = source
+    save_file(state, weights)
+    text = tmp_path / "text.txt"
+    text.write_text("a man is playing a guitar\nthe woman is slicing an onion\n", encoding="utf-8")
+    freq, result = _init(root, tmp_path / "freq", bias="frequency", bias_text=str(text))
+    released, _ = _init(root, tmp_path / "released")
+    prov = pq.read_table(tmp_path / "freq" / "provenance.parquet").to_pylist()
+    bridged = torch.tensor([r["target_id"] for r in prov if r["kind"] == "bridge"])
+    special = torch.tensor([r["target_id"] for r in prov if r["kind"] == "special"])
+    key = "cls.predictions.bias"
+    assert torch.equal(freq[key][special], released[key][special])
+    tok = AutoTokenizer.from_pretrained(root / "tok-bytebpe")
+    bert = AutoTokenizer.from_pretrained(root / "bert-mlm")
+    counts = plus.log_frequencies(tok, text.read_text(encoding="utf-8").splitlines(), bridged.numpy())
+    kept = torch.tensor(sorted(set(range(len(source))) - set(bert.all_special_ids)))
+    want = plus.frequency_bias(counts, source[kept])
+    torch.testing.assert_close(freq[key][bridged], want, rtol=0, atol=1e-6)
+    assert result.report["bias"] == "frequency"  # type: ignore[attr-defined]
+
+
+def test_the_new_options_are_checked_and_recorded_only_when_on() -> None:
+    with pytest.raises(
+        ConfigError, match="adaptive_support='fvt': needs method sembridge or sembridge_plus with alpha"
+    ):
+        InitConfig(alpha=1.0, adaptive_support="fvt")
+    # a grid's global option leaves the methods it does not apply to as they were
+    wechsel = InitConfig(method="wechsel", adaptive_support="fvt")
+    assert wechsel.weighting.adaptive_support == "off"
+    assert wechsel.identity_settings() == InitConfig(method="wechsel").identity_settings()
+    with pytest.raises(ConfigError, match="bias_text"):
+        InitConfig(bias="frequency")
+    with pytest.raises(ConfigError, match="random_blend"):
+        InitConfig(random_blend=1.5)
+    base = InitConfig().identity_settings()
+    assert InitConfig(support_size=5, random_blend=0.0).identity_settings() == base
+    on = InitConfig(adaptive_support="fvt", random_blend=0.25).identity_settings()
+    assert {on[k] for k in ("adaptive_support", "support_size", "random_blend")} == {"fvt", 2, 0.25}

@@ -6,13 +6,14 @@ ir-measures), so a variant here scores what ``jobs.evaluate`` gives its model on
 
     # choose on the development split (SICK trial), the three public settings only
     PYTHONPATH=. python scripts/sembridge_plus/ablate.py --assets ROOT/assets --split dev --out /tmp/plus-dev \\
-        --settings en-bpe,en-roberta,en-kobigbird --variants faithful,pa,center,abtt3,fvt50,...
+        --tokenizers DIR --settings en-bpe,en-roberta,en-kobigbird --variants faithful,pa,center,abtt3,fvt50,...
     # report the frozen recipe on SICK test, public and held-out settings
     PYTHONPATH=. python scripts/sembridge_plus/ablate.py --assets ROOT/assets --split test --out /tmp/plus-test \\
-        --settings en-bpe,en-roberta,en-kobigbird,en-unigram,en-spbpe --variants sembridge_plus,wechsel,...
+        --tokenizers DIR --settings en-bpe,en-roberta,en-kobigbird,en-unigram,en-spbpe --variants sembridge_plus,...
 
 ``ROOT`` is a demo reproduction's output (``jobs.reproduce --preset settings``): its source model and SICK
-sets. Variants are names in ``VARIANTS`` or ``name=key:value;key:value`` InitConfig overrides.
+sets. ``DIR`` holds the real roberta-base/ and kobigbird-bert-base/ tokenizer folders (not shipped with the
+package). Variants are names in ``VARIANTS`` or ``name=key:value;key:value`` InitConfig overrides.
 """
 
 from __future__ import annotations
@@ -48,6 +49,10 @@ VARIANTS: dict[str, dict[str, Any]] = {
     **{f"fvt{int(w * 100)}": {"fvt_weight": w} for w in (0.25, 0.5, 0.75)},
     "a2": {"alpha": 2.0},
     "softmax": {"alpha": 1.0},
+    **{f"rb{int(w * 100)}": {"random_blend": w} for w in (0.1, 0.25, 0.35, 0.5, 0.65, 0.8)},
+    "asfvt": {"adaptive_support": "fvt"},
+    **{f"asfix{k}": {"adaptive_support": "fixed", "support_size": k} for k in (2, 4)},
+    "freq": {"bias": "frequency", "bias_text": "{assets}/sick-train-pairs.parquet"},
     "sembridge_plus": {"method": "sembridge_plus"},
     "wechsel": {"method": "wechsel"},
     "focus": {"method": "focus"},
@@ -57,8 +62,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
 }
 SETTINGS = {
     "en-bpe": "{assets}/target-bpe",
-    "en-roberta": "../shared/data/tokenizers/roberta-base",
-    "en-kobigbird": "../shared/data/tokenizers/kobigbird-bert-base",
+    "en-roberta": "{tokenizers}/roberta-base",
+    "en-kobigbird": "{tokenizers}/kobigbird-bert-base",
     "en-unigram": "{heldout}/en-unigram",
     "en-spbpe": "{heldout}/en-spbpe",
 }
@@ -108,6 +113,8 @@ def run_variant(
     """Init, zero-shot score; with ``finetune`` (a FinetuneConfig) also fine-tune (Ray Train) and score again."""
     from sembridge_ray.distributed.init_job import initialise
 
+    assets = Path(base.source_model).parent.parent  # ASSETS/minilm-splade/model
+    overrides = {k: v.format(assets=assets) if isinstance(v, str) else v for k, v in overrides.items()}
     cfg = replace(base, target_tokenizer=target, output=str(out / "init"), **overrides)
     result = initialise(cfg)
     hist = result.support_histogram
@@ -164,6 +171,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--assets", type=Path, required=True, help="a demo reproduction's assets directory")
     parser.add_argument("--heldout", type=Path, default=Path("/tmp/heldout"), help="heldout_tokenizers.py's --out")
+    parser.add_argument(
+        "--tokenizers",
+        type=Path,
+        help="a folder holding the real roberta-base/ and kobigbird-bert-base/ tokenizer folders (en-roberta and "
+        "en-kobigbird; the package does not ship them)",
+    )
     parser.add_argument("--split", choices=sorted(SPLITS), required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--settings", default="en-bpe,en-roberta,en-kobigbird")
@@ -173,6 +186,9 @@ def main(argv: list[str] | None = None) -> int:
         "--finetune", action="store_true", help="also fine-tune (the settings preset's recipe) and score again"
     )
     args = parser.parse_args(argv)
+    needs = [s for s in args.settings.split(",") if "{tokenizers}" in SETTINGS.get(s, "")]
+    if needs and args.tokenizers is None:
+        parser.error(f"--settings {needs[0]} needs --tokenizers DIR (holding roberta-base/ and kobigbird-bert-base/)")
     setup_logging("WARNING")
     from sembridge_ray.distributed.dev import load_judged
 
@@ -204,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     done = args.out / "variants.json"
     rows = json.loads(done.read_text(encoding="utf-8")) if done.is_file() else []
     for setting in settings:
-        target = SETTINGS[setting].format(assets=args.assets, heldout=args.heldout)
+        target = SETTINGS[setting].format(assets=args.assets, heldout=args.heldout, tokenizers=args.tokenizers)
         for text in args.variants.split(","):
             vname, overrides, tuning = parse_variant(text)
             variants.append(vname) if vname not in variants else None

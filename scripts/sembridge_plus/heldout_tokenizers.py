@@ -8,7 +8,10 @@ Their families and training text differ from the three public settings (en-bpe: 
 - ``en-spbpe``: a SentencePiece BPE with byte fallback (the family of LLaMA's tokenizer), 12,000 pieces, cased,
   trained on the STS 2014-2016 sentences (the source model saw STS 2012-13 and SICK only).
 
-    PYTHONPATH=. python scripts/sembridge_plus/heldout_tokenizers.py --data ../shared/data --out /tmp/heldout
+    PYTHONPATH=. python scripts/sembridge_plus/heldout_tokenizers.py --data DATA --out /tmp/heldout
+
+``DATA`` holds ``wordnet/nltk_data`` (nltk's ``wordnet`` corpus) and ``sts/<year>/*.tsv`` (the package's own
+``sembridge_ray/resources/data/sts`` has that layout).
 
 writes ``OUT/en-unigram`` and ``OUT/en-spbpe`` (``tokenizer.json`` + the transformers files), deterministic for the
 same data. Their licences are the training text's: WordNet 3.0's licence and the STS tasks' (see each data
@@ -102,7 +105,7 @@ def save(tok, out: Path) -> None:  # type: ignore[no-untyped-def]
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", type=Path, default=Path("../shared/data"))
+    parser.add_argument("--data", type=Path, required=True, help="holds wordnet/nltk_data and sts/<year>/*.tsv")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     save(unigram(wordnet_glosses(args.data)), args.out / "en-unigram")

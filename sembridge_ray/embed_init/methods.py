@@ -103,6 +103,7 @@ SEMBRIDGE_PLUS: Mapping[str, object] = {
     "position_aware": True,
     "bridge_space": "relative",
     "fvt_weight": 0.5,
+    "random_blend": 0.5,
 }
 """The frozen SemBridge+ recipe on top of the released rule, chosen on development data only (SICK trial, the
 three public settings; docs/sembridge-plus.md has the ablation and the evidence for each key)."""

@@ -43,11 +43,27 @@ torch_spec() {
   fi
 }
 
+pip_phases() {
+  # pip's whole output goes to the log file $1; here, one line as each phase of the install begins
+  awk -v out="$1" '
+    { print > out; fflush(out) }
+    /^(Collecting|Requirement already satisfied|Obtaining) / && !r { r = 1; say("resolving the dependencies") }
+    /^ *(Downloading|Using cached) / && !d { d = 1; say("fetching the packages (the index or pip'"'"'s cache)") }
+    /^ *(Building editable|Building wheel)/ && !b { b = 1; say("building sembridge-ray (editable)") }
+    /^Installing collected packages: / { say("installing " split(substr($0, 32), names, ",") " packages") }
+    function say(what) { print "[local.sh]   " what; fflush() }
+  '
+}
+
 setup() {
   "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
     || { echo "error: $PYTHON is older than Python 3.11" >&2; exit 2; }
-  [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
-  local spec stamp want
+  local start=$SECONDS
+  if [ ! -x "$VENV/bin/python" ]; then
+    echo "[local.sh] setup 1/3: creating .venv ($("$PYTHON" --version 2>&1))"
+    "$PYTHON" -m venv "$VENV"
+  fi
+  local spec stamp want rc
   spec="$(torch_spec)"
   stamp="$VENV/.sembridge-installed"
   want="$(sha256sum pyproject.toml | cut -d' ' -f1) $spec"
@@ -55,9 +71,18 @@ setup() {
     echo "[local.sh] .venv is up to date"
     return
   fi
-  echo "[local.sh] installing sembridge-ray[dev] with $spec into .venv"
-  local start=$SECONDS
-  "$VENV/bin/python" -m pip install -q "$spec" -e ".[dev]" 2>&1 | grep -vi "location .* is ignored" || true
+  echo "[local.sh] setup 2/3: installing sembridge-ray[dev] with $spec into .venv (about 2 min the first time;" \
+    "pip's output: .venv/pip.log)"
+  set +e
+  "$VENV/bin/python" -m pip install --progress-bar off "$spec" -e ".[dev]" 2>&1 | pip_phases "$VENV/pip.log"
+  rc=${PIPESTATUS[0]}
+  set -e
+  if [ "$rc" -ne 0 ]; then
+    echo "error: pip failed (exit $rc); the end of .venv/pip.log:" >&2
+    grep -vi "location .* is ignored" "$VENV/pip.log" | tail -15 >&2
+    exit 1
+  fi
+  echo "[local.sh] setup 3/3: checking that sembridge_ray, torch and ray import"
   "$VENV/bin/python" -c 'import sembridge_ray, torch, ray' \
     || { echo "error: installation into $VENV failed" >&2; exit 1; }
   echo "$want" > "$stamp"
@@ -86,10 +111,9 @@ run_quick() {
   start=$SECONDS
   local rc=0
   (cd "$ROOT" && "$VENV/bin/python" -m jobs.reproduce --preset quick --output "$out" "$@") || rc=$?
-  [ "$rc" -eq 0 ] || [ "$rc" -eq 3 ] || exit "$rc"   # 3: finished with failed cells (listed above); table below
+  [ "$rc" -eq 0 ] || [ "$rc" -eq 3 ] || exit "$rc"   # 3: finished with failed cells (listed above the table)
   [ -f "$out/results.md" ] || { echo "error: the quick run wrote no results ($out/results.md missing)" >&2; exit 1; }
-  echo
-  sed -n '/^## /,$p' "$out/results.md" | sed '/^## Paired/,$d'
+  # the job printed the results table (and results.md's path) last: it is not repeated here
   echo "[local.sh] quick run complete in $((SECONDS - start)) s: $out"
   find "$out/cells" -path '*/finetune/model' -type d | sed 's/^/[local.sh] fine-tuned model: /'
   echo "[local.sh] load it with: SparseEncoder(DIR).encode_query([...]) (sentence_transformers)"
@@ -161,8 +185,9 @@ submit() {
   while :; do
     attempt=$((attempt + 1))
     set +e
+    # Ray's own lines (packaging, banners) are left out but one, and the job's output passes: sembridge_ray/logs.py
     "$VENV/bin/ray" job submit --address "$RAY_ADDRESS" --runtime-env cluster/runtime_env.yaml --working-dir . \
-      -- "$@" 2>&1 | tee "$log"
+      --log-color false -- "$@" 2>&1 | tee "$log" | "$VENV/bin/python" -u -m sembridge_ray.logs ray-job-submit
     rc=${PIPESTATUS[0]}
     set -e
     # Not ready yet (a loaded machine): no agent, or the dashboard dropping the connection before any job exists.

@@ -2,7 +2,7 @@
 
     python -m jobs.bench_init                                  # synthetic clustered vectors, 30,522 x 384
     python -m jobs.bench_init --vectors /tmp/minilm-vecs \
-        --write-real ../shared/data/tokenizers/bert-base-uncased ../shared/data/tokenizers/kobigbird-bert-base
+        --write-real DIR/bert-base-uncased DIR/kobigbird-bert-base   # two tokenizer folders (or hub ids)
     python -m jobs.bench_init --vectors /tmp/minilm-vecs       # reuse the real MiniLM vectors written above
 """
 

@@ -5,7 +5,7 @@ measured throughputs go to the reproduction plan's figures file (``SEMBRIDGE_GPU
     bash cluster/local.sh gpu-check [--skip-install]            # exits 0 with one line where there is no GPU
     python -m jobs.gpu_check --device cpu --pairs 300 --steps 4 --batch-size 8    # the stages on the CPU (slow)
     python -m sembridge_ray.testing --out /tmp/fx && python -m jobs.gpu_check --device cpu --pairs 300 \
-        --steps 4 --batch-size 8 --source-model /tmp/fx/bert-mlm --target-tokenizer /tmp/fx/tok-bytebpe \
+        --steps 4 --batch-size 8 --model /tmp/fx/bert-mlm --target-tokenizer /tmp/fx/tok-bytebpe \
         --bridge-model /tmp/fx/bridge                                      # the same on tiny test fixtures
 """
 
@@ -26,8 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=20, help="fine-tuning steps per run")
     parser.add_argument("--batch-size", type=int, default=32, help="global fine-tuning batch")
     parser.add_argument("--figures", type=Path, help="where to write the measured figures (CUDA runs only)")
-    for flag in ("--source-model", "--target-tokenizer", "--bridge-model"):
-        parser.add_argument(flag, default="", help=argparse.SUPPRESS)  # dry runs: e.g. tiny test fixtures
+    for flag, dest in (("--model", "source_model"), ("--target-tokenizer", None), ("--bridge-model", None)):
+        parser.add_argument(flag, dest=dest, default="", help=argparse.SUPPRESS)  # dry runs: e.g. tiny test fixtures
     args = parser.parse_args(argv)
     if args.device == "cpu":  # before torch or Ray look: the whole process, and its Ray cluster, see no GPU
         os.environ.update(CUDA_VISIBLE_DEVICES="", TORCH_DEVICE="cpu")

@@ -1,7 +1,7 @@
 """Initialise a target-language sparse encoder with SemBridge (or a baseline), as a Ray Data job.
 
     ray job submit --runtime-env cluster/runtime_env.yaml --working-dir . -- python -m jobs.init_embeddings \
-        --source-model naver/splade-v3 --target-tokenizer monologg/kobigbird-bert-base --bridge-model BAAI/bge-m3 \
+        --model naver/splade-v3 --target-tokenizer monologg/kobigbird-bert-base --bridge-model BAAI/bge-m3 \
         --output /shared/init/splade-v3-ko
 
 The contract (config, result, flags, presets) is ``sembridge_ray.jobs.init``; installed, the same command is

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sembridge_ray.model_card import ensure_marked
 from sembridge_ray.outputs import atomic_path
 
 if TYPE_CHECKING:
@@ -80,7 +81,10 @@ def byte_bpe_tokenizer(text: list[str], vocab_size: int) -> PreTrainedTokenizerB
 
     bpe = ByteLevelBPETokenizer(add_prefix_space=False)
     specials: list[str | AddedToken] = list(ROBERTA_SPECIALS)
-    bpe.train_from_iterator(iter(text), vocab_size=vocab_size, min_frequency=2, special_tokens=specials)
+    # show_progress=False: off a terminal, its hidden progress bars still print a blank line each
+    bpe.train_from_iterator(
+        iter(text), vocab_size=vocab_size, min_frequency=2, special_tokens=specials, show_progress=False
+    )
     return RobertaTokenizerFast(tokenizer_object=bpe._tokenizer, model_max_length=128)
 
 
@@ -123,4 +127,5 @@ def resolve(name: str) -> str:
     if not (out / asset.ready).is_file():
         log.info("building the bundled %s %r in %s (once)", asset.kind, name, out)
         asset.build(out)
+    ensure_marked(out, name)  # so a model card names its licence when a job is given this path
     return str(out)

@@ -18,6 +18,8 @@ data and digests together.
   not parse or is not what its key promises): one warning naming the file, the entry renamed to
   ``<name>.corrupt-<UTC time>`` beside it (kept for a person to look at), and recomputed. Never served, never a
   traceback.
+- **Shipped entries** (:func:`load_shipped`): entries the package ships, read-only, are verified the same way
+  and only ever refused (one warning), never moved or rewritten.
 - **Leftovers.** A temporary sibling whose writer is gone (same host, pid not running, nothing written in it for
   :data:`QUIET_S`) is removed by the next writer of that entry.
 """
@@ -120,6 +122,29 @@ def load(path: Path, read: Callable[[Entry], T], what: str) -> T | None:
             raise
         file, problem = entry.current if entry is not None else path / MANIFEST, f"unreadable ({_first_line(err)})"
     set_aside(path, inode, f"{what} {file}: {problem}")
+    return None
+
+
+def load_shipped(path: Path, read: Callable[[Entry], T], what: str) -> T | None:
+    """``read(entry)`` of an entry that is not this cache's own (shipped read-only with the package) once every file
+    in it verifies; None when there is none, or when it is bad: then one warning names the file, and the entry is
+    left as it is (never moved aside or rewritten: the caller computes the value instead)."""
+    path = Path(path)
+    if not path.is_dir():
+        return None
+    entry = None
+    try:
+        entry = Entry(path)
+        value = read(entry)
+        entry.verify_rest()
+        return value
+    except Corrupt as err:
+        file, problem = err.file, err.problem
+    except UNREADABLE as err:
+        if isinstance(err, OSError) and err.errno in _NOT_OURS:
+            raise
+        file, problem = entry.current if entry is not None else path / MANIFEST, f"unreadable ({_first_line(err)})"
+    log.warning("%s %s: %s; not used", what, file, problem)
     return None
 
 

@@ -1,7 +1,7 @@
 """The paper's experiment as data: source encoders, target-language tokenizers, the bridge and datasets (hub ids).
 
 Target tokenizers: the SemBridge authors name only the Korean one (``monologg/kobigbird-bert-base``, from their
-example). The others are our choices of widely used monolingual tokenizers, documented here and in the README.
+example). The others are our choices of widely used monolingual tokenizers, documented here and in docs/sembridge.md.
 """
 
 from __future__ import annotations

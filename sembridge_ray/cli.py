@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import logging
 import signal
 import sys
@@ -31,13 +32,15 @@ import textwrap
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import yaml
 
+from sembridge_ray import __version__
 from sembridge_ray.config import (
     Config,
     ConfigError,
+    FieldInfo,
     apply_overrides,
     field_info,
     load_preset,
@@ -45,8 +48,8 @@ from sembridge_ray.config import (
     suggestion,
 )
 from sembridge_ray.errors import Terminated, user_error
-from sembridge_ray.jobs import JOBS, PRESET_DIR, Flag, job_spec, presets
-from sembridge_ray.logs import setup_logging
+from sembridge_ray.jobs import JOBS, PRESET_DIR, Flag, JobSpec, job_spec, presets
+from sembridge_ray.logs import setup_logging, sync_stderr
 
 C = TypeVar("C", bound=Config)
 log = logging.getLogger(__name__)
@@ -76,6 +79,34 @@ def _show(value: object) -> str:
     return "(none)" if value is None or value == "" else str(value)
 
 
+def _list_type(type_name: str) -> bool:
+    return type_name.startswith("tuple")
+
+
+def _metavar(flag: Flag, fi: FieldInfo) -> str:
+    """``{a,b}`` for choices (the empty choice, "none", is the default's to show), ``NAME`` otherwise;
+    ``X[,X...]`` for a list key."""
+    shown = [str(c) for c in fi.choices if c != ""]
+    one = "{" + ",".join(shown) + "}" if shown else flag.name.lstrip("-").upper().replace("-", "_")
+    return f"{one}[,...]" if _list_type(fi.type_name) else one
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose errors are one ``error:`` line (exit 2, through :func:`run_job`), with a "did you mean" for
+    a mistyped flag."""
+
+    def error(self, message: str) -> NoReturn:
+        unknown = message.removeprefix("unrecognized arguments: ")
+        if unknown != message:
+            flag = next((a for a in unknown.split() if a.startswith("-")), unknown.split()[0])
+            name = flag.split("=", 1)[0]
+            known = [o for o in self._option_string_actions if o.startswith("--")]
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+            hint = f"; did you mean {close[0]}?" if close else f" (see {self.prog} --help)"
+            raise ConfigError(f"unknown flag {name}{hint}")
+        raise ConfigError(f"{self.prog}: {message}")
+
+
 def build_parser(
     cls: type[Config],
     flags: Sequence[Flag],
@@ -86,7 +117,9 @@ def build_parser(
     prog: str,
     description: str,
 ) -> argparse.ArgumentParser:
-    """The job's parser: flag help from the config's docstrings, choices, and the defaults in ``values``."""
+    """The job's parser: flag help from the config's docstrings, choices, and the defaults in ``values``. A boolean
+    key's flag is ``--x/--no-x``; a list key's takes comma-separated values; a required flag the preset leaves
+    empty is listed under "required flags"."""
     info = field_info(cls, values)
     source = f"preset {preset!r}" if preset else "the built-in defaults"
     keys = [f"config keys (key=value; defaults of {source}):"]
@@ -97,11 +130,17 @@ def build_parser(
         keys.append(line)
         if fi.doc:
             keys += textwrap.wrap(_first_paragraph(fi.doc), 110, initial_indent=" " * 6, subsequent_indent=" " * 6)
-    parser = argparse.ArgumentParser(
-        prog=prog, description=description, epilog="\n".join(keys), formatter_class=argparse.RawDescriptionHelpFormatter
+    parser = _Parser(
+        prog=prog,
+        description=description,
+        epilog="\n".join(keys),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,  # a prefix must not silently pick a flag (--model vs --models)
     )
+    required = parser.add_argument_group("required flags (unless the preset sets them)")
+    optional = parser.add_argument_group("flags")
     known = presets(job)
-    parser.add_argument(
+    optional.add_argument(
         "--preset",
         "--config",
         dest="preset",
@@ -112,29 +151,38 @@ def build_parser(
     for flag in flags:
         fi = info[flag.key]
         text = _first_paragraph(fi.doc) or f"sets {flag.key}"
-        names = [flag.name, *flag.aliases]
-        if flag.const is not None:
-            parser.add_argument(
-                *names,
-                dest=flag.key,
-                action="store_const",
-                const=flag.const,
-                default=None,
-                help=f"{text} ({flag.key}={flag.const})",
-            )
-            continue
-        metavar = "{" + ",".join(map(str, fi.choices)) + "}" if fi.choices else flag.name.lstrip("-").upper()
-        parser.add_argument(
-            *names,
-            dest=flag.key,
-            default=None,
-            metavar=metavar,
-            help=f"{text} (key {flag.key}; default: {_show(fi.default)})",
-        )
-    parser.add_argument("--print-config", action="store_true", help="print the resolved config as YAML and exit")
-    parser.add_argument("--log-level", choices=LOG_LEVELS, default="INFO", help="this job's log level (default: INFO)")
+        keys_text = ", ".join(flag.keys)
+        group = required if flag.required and fi.default in ("", None, ()) else optional
+        shown = f"{text} (key {keys_text}; default: {_show(fi.default)})"
+        for name, target, help_text in [(flag.name, group, shown)] + [
+            (alias, parser, argparse.SUPPRESS)
+            for alias in flag.aliases  # older spellings: accepted, not shown
+        ]:
+            if fi.type_name == "bool":
+                target.add_argument(
+                    name, dest=flag.key, action=argparse.BooleanOptionalAction, default=None, help=help_text
+                )
+            else:
+                target.add_argument(name, dest=flag.key, default=None, metavar=_metavar(flag, fi), help=help_text)
+    optional.add_argument("--print-config", action="store_true", help="print the resolved config as YAML and exit")
+    optional.add_argument(
+        "--log-level", choices=LOG_LEVELS, default="INFO", help="this job's log level (default: INFO)"
+    )
+    optional.add_argument("--version", action="version", version=version_line())
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="any config key (see below)")
     return parser
+
+
+def version_line() -> str:
+    return f"sembridge {__version__} (sembridge-ray; python {sys.version.split()[0]})"
+
+
+def _warn_deprecated(flags: Sequence[Flag], argv: Sequence[str]) -> None:
+    for flag in flags:
+        for alias in flag.aliases:
+            negated = "--no-" + alias[2:]
+            if any(a in (alias, negated) or a.startswith(alias + "=") for a in argv):
+                log.warning("flag %s is now %s (the old spelling goes in the next release)", alias, flag.name)
 
 
 def parse_config(
@@ -159,6 +207,7 @@ def parse_config(
         cls, flags, data, job=job, preset=preset, prog=prog or f"python -m jobs.{job}", description=description
     )
     args = parser.parse_intermixed_args(argv)  # key=value overrides may sit between flags
+    _warn_deprecated(flags, argv)
     given: dict[str, str] = {}
     for item in args.overrides:
         key, sep, value = item.partition("=")
@@ -166,13 +215,75 @@ def parse_config(
             raise ConfigError(f"argument {item!r} is not a flag nor a key=value override{suggestion(key, cls)}")
         given[key.strip()] = value
     for flag in flags:
-        value = getattr(args, flag.key)
-        if value is None:
+        raw = getattr(args, flag.key)
+        if raw is None:
             continue
-        if flag.key in given and given[flag.key] != value:
-            raise ConfigError(f"{flag.key} is set twice: {flag.name} {value} and {flag.key}={given[flag.key]}")
-        given[flag.key] = value
+        value = str(raw).lower() if isinstance(raw, bool) else raw
+        for key in flag.keys:
+            if key in given and given[key] != value:
+                raise ConfigError(f"{key} is set twice: {flag.name} {value} and {key}={given[key]}")
+            given[key] = value
     return cls.from_dict(apply_overrides(data, [f"{k}={v}" for k, v in given.items()])), args
+
+
+def flags_markdown() -> str:
+    """``docs/cli.md``: every job's flags, generated from the configs (``tests/unit/test_cli_vocabulary.py`` fails
+    when the file is stale: regenerate it with ``python -m sembridge_ray.cli --flags-markdown > docs/cli.md``)."""
+    lines = [
+        "# Command-line flags",
+        "",
+        "Generated from the job configs by `python -m sembridge_ray.cli --flags-markdown`; do not edit by hand.",
+        "",
+        "Every job is `sembridge <job>` (or `python -m jobs.<module>` from a checkout). A flag is sugar for a config",
+        "key: `--alpha 3` is `alpha=3`, and any key can be set as `key.sub=value`. One flag means one thing in every",
+        "job. Boolean flags come in pairs (`--overwrite` / `--no-overwrite`); list flags take comma-separated values.",
+        "`sembridge <job> --help` explains every key; `sembridge --version` prints the version.",
+        "",
+        "## Flags shared by several jobs",
+        "",
+        "| flag | jobs |",
+        "|---|---|",
+    ]
+    uses: dict[str, list[str]] = {}
+    for job in JOBS:
+        for flag in job_spec(job).flags:
+            uses.setdefault(flag.name, []).append(job)
+    lines += [f"| `{name}` | {', '.join(jobs)} |" for name, jobs in sorted(uses.items()) if len(jobs) > 1]
+    for job in JOBS:
+        spec = job_spec(job)
+        info = field_info(spec.config, _defaults(spec))
+        lines += [
+            "",
+            f"## `sembridge {job}` (`python -m jobs.{spec.entry}`)",
+            "",
+            spec.summary[:1].upper() + spec.summary[1:] + ".",
+            "",
+        ]
+        preset = f" (preset `{spec.default_preset}`)" if spec.default_preset else ""
+        lines += [f"| flag | key | type | default{preset} | meaning |", "|---|---|---|---|---|"]
+        for flag in spec.flags:
+            fi = info[flag.key]
+            name = f"`{flag.name}` / `--no-{flag.name[2:]}`" if fi.type_name == "bool" else f"`{flag.name}`"
+            if flag.required:
+                name += " (required)"
+            if flag.aliases:
+                name += " (formerly " + ", ".join(f"`{a}`" for a in flag.aliases) + ")"
+            kind = "list" if _list_type(fi.type_name) else fi.type_name
+            if fi.choices:
+                kind = ("list of " if _list_type(fi.type_name) else "") + " \\| ".join(
+                    f"`{c}`" for c in fi.choices if c != ""
+                )
+            keys = ", ".join(f"`{k}`" for k in flag.keys)
+            meaning = _first_paragraph(fi.doc).replace("|", "\\|")
+            default = _show(fi.default).replace("|", "\\|")
+            lines.append(f"| {name} | {keys} | {kind} | `{default}` | {meaning} |")
+    return "\n".join(lines) + "\n"
+
+
+def _defaults(spec: JobSpec[Any, Any]) -> Mapping[str, object]:
+    """The values a job's flags default to: its default preset's, else the dataclass defaults."""
+    data: Mapping[str, object] = spec.config().to_dict()
+    return merge(data, load_preset(resolve_preset(spec.default_preset, spec.name))) if spec.default_preset else data
 
 
 def dump_config(cfg: Config) -> str:
@@ -286,7 +397,8 @@ def run(job: str, argv: Sequence[str] | None = None, prog: str | None = None) ->
             print(dump_config(cfg), end="")
             return 0
         result = spec.run(cfg)
-        print(spec.report(result))
+        sync_stderr()  # the log lines so far come out before the report (see sembridge_ray.logs.filter_stderr)
+        print(spec.report(result), flush=True)
         failures = getattr(result, "failures", None)
         if failures:
             print("\n".join(failed_cells(failures)), file=sys.stderr)
@@ -299,16 +411,24 @@ def run(job: str, argv: Sequence[str] | None = None, prog: str | None = None) ->
 def main(argv: Sequence[str] | None = None) -> int:
     """``sembridge <job> [args]``: every job behind one command (the console script)."""
     args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["--version"]:
+        print(version_line())
+        return 0
+    if args[:1] == ["--flags-markdown"]:  # regenerates docs/cli.md
+        print(flags_markdown(), end="")
+        return 0
     if not args or args[0] in ("-h", "--help") or args[0] not in JOBS:
         lines = [
             "usage: sembridge <job> [--preset NAME] [flags] [key=value ...]   (sembridge <job> --help)",
+            "       sembridge --version",
             "",
             "jobs:",
         ]
         lines += [f"  {name:<10} {job_spec(name).summary}" for name in JOBS]
         print("\n".join(lines), file=sys.stdout if args[:1] in (["-h"], ["--help"]) else sys.stderr)
         if args and args[0] not in ("-h", "--help"):
-            print(f"error: unknown job {args[0]!r}", file=sys.stderr)
+            close = difflib.get_close_matches(args[0], JOBS, n=1)
+            print(f"error: unknown job {args[0]!r}" + (f"; did you mean {close[0]}?" if close else ""), file=sys.stderr)
         return 0 if args[:1] in (["-h"], ["--help"]) else 2
     return run(args[0], args[1:], prog=f"sembridge {args[0]}")
 

@@ -158,7 +158,8 @@ class Config:
 
     A config checks itself when it is constructed (``__post_init__``): ``Literal`` fields against their choices,
     then the class's own :meth:`check` for ranges. ``NOT_IDENTITY`` lists the dotted keys that change nothing a run
-    computes (paths of inputs, which enter the identity by content, the output, workers, caches, log cadence).
+    computes (paths of inputs, which enter the identity by content, the output, workers, caches, checkpoint and
+    report cadence).
     """
 
     __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]  # every subclass is a dataclass

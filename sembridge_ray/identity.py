@@ -3,7 +3,8 @@
 An identity has two parts:
 
 - **settings**: the resolved config, flattened to dotted keys, minus the keys that change nothing the run computes
-  (its output path, workers, log cadence, cache directories; each config lists them in ``NOT_IDENTITY``);
+  (its output path, workers, checkpoint and report cadence, cache directories; each config lists them in
+  ``NOT_IDENTITY``);
 - **inputs**: one identity string per input (model, tokenizer, bridge, dataset, …), so the same path with new
   content is a new run and a moved or copied input is the same one:
 

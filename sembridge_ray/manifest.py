@@ -41,7 +41,7 @@ def _artefacts(out_dir: Path, exclude: tuple[str, ...]) -> list[Path]:
         rel = path.relative_to(out_dir)
         if not path.is_file() or rel.name == SUCCESS or any(p.startswith(TMP_PREFIX) for p in rel.parts):
             continue
-        if rel.parts[0] in exclude or rel.parts[0].startswith(LOCK):
+        if rel.parts[0] in exclude or rel.as_posix() in exclude or rel.parts[0].startswith(LOCK):
             continue
         files.append(path)
     return files
@@ -69,8 +69,9 @@ def publish(out_dir: Path, files: list[Path]) -> None:
 
 
 def write_success(out_dir: Path, exclude: tuple[str, ...] = (), **extra: object) -> Manifest:
-    """Publish every artefact (but the ``exclude`` subdirs) and write the ``_SUCCESS`` manifest of their checksums,
-    last. The run's fingerprint comes from ``identity.json`` when the run has one."""
+    """Publish every artefact (but the ``exclude`` subdirs and relative file paths, e.g. a model card that later
+    evaluations extend) and write the ``_SUCCESS`` manifest of their checksums, last. The run's fingerprint comes
+    from ``identity.json`` when the run has one."""
     out_dir = Path(out_dir)
     artefacts = _artefacts(out_dir, exclude)
     publish(out_dir, artefacts)

@@ -2,6 +2,12 @@
 
 import os
 
+from sembridge_ray.logs import apply_ray_environment
+
+# Ray's forwarded worker lines without colour codes in files and without its known false alarms (sembridge_ray.logs);
+# the skip pattern is read when ray is first imported.
+apply_ray_environment()
+
 if not os.environ.get("RAY_ADDRESS"):
     # A local cluster binds to loopback only. Ray resolves 127.0.0.1 to the external interface unless it thinks
     # it runs single-node (ray_constants.ENABLE_RAY_CLUSTER, read when ray is first imported), so this must run

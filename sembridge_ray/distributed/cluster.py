@@ -26,6 +26,7 @@ from typing import Any
 import ray
 
 from sembridge_ray.errors import InputError
+from sembridge_ray.logs import filter_pids, filter_stderr
 from sembridge_ray.placement import Placement, Precision, ResourceConfig, local_precision, plan_placement
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,7 @@ def connect(num_cpus: int | None = None) -> ClusterInfo:
         setup = {"worker_process_setup_hook": "sembridge_ray.distributed.cluster.setup_worker"}
         address = os.environ.get("RAY_ADDRESS")
         sigterm = signal.getsignal(signal.SIGTERM)  # ray.init replaces it with sys.exit(15); the job's own stays
+        filter_stderr()  # Ray's C++ core writes its false alarms straight to fd 2 (see sembridge_ray.logs)
         if address:
             require_reachable()
             ray.init(address=address, runtime_env=setup, logging_level=level, log_to_driver=True)
@@ -141,9 +143,11 @@ def quiet_ray_data() -> None:
 def setup_worker() -> None:
     """Run in every Ray worker of a job (``worker_process_setup_hook``): the same quiet logging as the driver, and
     this project's INFO lines (a training worker's steps) kept."""
-    from sembridge_ray.logs import quiet_third_parties
+    from sembridge_ray.logs import filter_false_alarm_records, project_handler, quiet_third_parties
 
     quiet_third_parties()
+    filter_false_alarm_records()
+    project_handler()  # a Ray Data actor's root logger has no handler: its progress lines would be lost
     for name in ("ray", "ray.data", "ray.train", "ray.tune"):
         logging.getLogger(name).setLevel(logging.WARNING)
     try:  # Ray Train v2 logs every report (the whole metrics dict) at INFO, on a logger named by its file path
@@ -245,8 +249,10 @@ def _reap(timeout: float = REAP_TIMEOUT_S) -> None:
 def _ray_descendants() -> list[int]:
     """The live processes below this one that are Ray's: GCS, raylet, dashboard, agents and workers all run code
     from Ray's package or carry a ``ray::`` title."""
-    found = []
+    found, own = [], set(filter_pids())  # the stderr filter outlives the cluster: it ends with this process
     for pid in _descendants(os.getpid()):
+        if pid in own:
+            continue
         with contextlib.suppress(OSError):
             if _alive(pid) and b"ray" in Path(f"/proc/{pid}/cmdline").read_bytes():
                 found.append(pid)
@@ -333,6 +339,25 @@ def _gpus_have_bf16(gpus: float) -> bool:
 
         _BF16_GPUS[address] = bool(ray.get(probe.remote()))
     return _BF16_GPUS[address]
+
+
+IN_DRIVER_ROWS = int(os.environ.get("SEMBRIDGE_IN_DRIVER_ROWS", "2000"))
+"""Inputs of at most this many rows (texts, documents, queries, token strings) are computed in the driver's process
+on CPU (:func:`in_driver`): a Ray actor would cost more to start (a process, torch's imports, the model: seconds
+each) than the work. ``SEMBRIDGE_IN_DRIVER_ROWS=0`` keeps small inputs on actors (the fault-injection tests)."""
+
+
+def in_driver(plan: Placement, rows: int) -> bool:
+    """Whether a stage of ``rows`` inputs planned as ``plan`` runs in this process instead of in Ray actors: never
+    with GPUs; on CPU when the input is small (:data:`IN_DRIVER_ROWS`), or when ``plan`` is one worker on a
+    one-node cluster and this process is the job's driver (a cell run as a Ray task beside others keeps its
+    actors, whose CPUs Ray reserves). The driver runs the actors' code on the same batches with their torch thread
+    count (``udfs.actor_threads``), so the results are the actors' bit for bit."""
+    if plan.use_gpu:
+        return False
+    if rows <= IN_DRIVER_ROWS:
+        return True
+    return plan.workers == 1 and connect().nodes == 1 and ray.get_runtime_context().worker.mode == ray.SCRIPT_MODE
 
 
 def placement(res: ResourceConfig, reserve: bool = True) -> Placement:

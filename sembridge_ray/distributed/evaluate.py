@@ -1,4 +1,6 @@
 """Ray side of ``jobs.evaluate``: encode (Ray Data actor pool, cached) -> exact sharded search -> run + metrics.
+Small inputs (``cluster.in_driver``: a few hundred texts, a small corpus) are encoded and searched in the driver by
+the same code, with the same results: an actor costs more to start than their work.
 
     run_evaluate(cfg) -> EvaluateResult        (what the evaluate job and the reproduction driver call)
 
@@ -14,7 +16,7 @@ import json
 import logging
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,10 +31,12 @@ from sembridge_ray.config import write_config
 from sembridge_ray.data.retrieval import RetrievalData, load_retrieval
 from sembridge_ray.data.schema import ID, TEXT
 from sembridge_ray.distributed import cluster
-from sembridge_ray.distributed.search import ShardedIndex
-from sembridge_ray.distributed.udfs import PATH, ROWS, SparseEncodeUDF, actor_pool_args, arrow_blocks
+from sembridge_ray.distributed.search import LocalIndex, ShardedIndex
+from sembridge_ray.distributed.udfs import PATH, ROWS, SparseEncodeUDF, actor_pool_args, actor_threads, arrow_blocks
 from sembridge_ray.errors import InputError
+from sembridge_ray.identity import RunIdentity
 from sembridge_ray.jobs.evaluate import EvaluateConfig, EvaluateResult
+from sembridge_ray.model_card import evaluation, record_evaluation
 from sembridge_ray.outputs import atomic_path, atomic_write_json, atomic_write_text, claim_output
 from sembridge_ray.progress import Progress, duration
 from sembridge_ray.retrieval.index import PAD, Shard, TopK, build_shard, rank_ids, shard_bounds
@@ -70,7 +74,7 @@ def run_evaluate(cfg: EvaluateConfig, inputs: dict[str, str] | None = None) -> E
     cfg.require_inputs()
     cluster.require_reachable()
     cfg = dataclasses.replace(cfg, precision=cluster.resolve_precision(cfg.precision, cfg.resources))
-    (model, model_id), (spec, data_id) = resolve_model(cfg.model), resolve_dataset(cfg.dataset)
+    (model, model_id), (spec, data_id) = resolve_model(cfg.model, cfg.trust_remote_code), resolve_dataset(cfg.dataset)
     data = load_retrieval(spec, cfg.split)
     if not data.qrels:
         raise InputError(f"dataset {cfg.dataset!r}: split {data.split!r} has no qrels")
@@ -84,6 +88,7 @@ def run_evaluate(cfg: EvaluateConfig, inputs: dict[str, str] | None = None) -> E
     with claim_output(out, identity, cfg.overwrite) as claim:
         if claim.done:
             finished = json.loads((out / EVAL_METRICS).read_text(encoding="utf-8"))
+            record_in_card(model, cfg, spec, finished, identity, replace=False)
             return EvaluateResult.from_metrics(str(out), finished, True)
         work = claim.path  # the output, or its staging directory under --overwrite
         write_config(cfg, work / CONFIG)
@@ -106,7 +111,30 @@ def run_evaluate(cfg: EvaluateConfig, inputs: dict[str, str] | None = None) -> E
         }
         atomic_write_json(work / EVAL_METRICS, metrics)
         claim.finish(exclude=("cache",))
+    record_in_card(model, cfg, spec, metrics, identity)
     return EvaluateResult.from_metrics(str(out), metrics)
+
+
+def record_in_card(
+    model: str,
+    cfg: EvaluateConfig,
+    spec: str,
+    metrics: Mapping[str, Any],
+    identity: RunIdentity,
+    replace: bool = True,
+) -> None:
+    """Add the scores to the scored model's card when it is a finished model of this project
+    (:func:`sembridge_ray.model_card.record_evaluation`; else they stay in ``metrics.json`` only). ``replace=False``
+    (a finished evaluation skipped): only when the card has none of this dataset and split yet. Never fails the
+    evaluation."""
+    if not Path(model).is_dir():
+        return  # a hub model: its card is the hub's
+    split = str(metrics.get("split", cfg.split))
+    found = evaluation(cfg.dataset, spec, split, metrics, f"run:evaluate:{identity.fingerprint}")
+    try:
+        record_evaluation(model, found, replace=replace)
+    except Exception as err:  # the card is a courtesy: the scores are safe in metrics.json
+        log.warning("the scores were not added to the model card of %s: %s", model, err)
 
 
 class _Clock:
@@ -174,15 +202,17 @@ def encode_queries(
 
 def encode(files: list[Path], dest: Path, cfg: EvaluateConfig, model: str, role: str) -> None:
     """Staged (id, text) Parquet files -> sparse Parquet files (id, indices, values) of the same names in ``dest``,
-    through a pool of encoder actors (one GPU each when there are GPUs). See :class:`SparseEncodeUDF`: the vectors
-    are the same bit for bit on one node or many."""
+    through a pool of encoder actors (one GPU each when there are GPUs), or in this process when a pool is not worth
+    starting (``cluster.in_driver``). See :class:`SparseEncodeUDF`: the vectors are the same bit for bit on one node
+    or many, in an actor or here."""
     plan = cluster.placement(cfg.resources)  # connects first: Ray Data alone would ray.init() anywhere
     query = role == "query"
     total = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
     with atomic_path(dest) as tmp:
         tmp.mkdir(parents=True)
-        kwargs = {
+        kwargs: dict[str, Any] = {
             "model_dir": model,
+            "trust_remote_code": cfg.trust_remote_code,
             "role": role,
             "max_length": cfg.max_query_length if query else cfg.max_doc_length,
             "top_k": cfg.query_max_active_dims if query else cfg.doc_max_active_dims,
@@ -191,13 +221,18 @@ def encode(files: list[Path], dest: Path, cfg: EvaluateConfig, model: str, role:
             "threads": cfg.resources.threads_per_worker,
             "precision": cluster.resolve_precision(cfg.precision, cfg.resources),  # run_evaluate resolved it already
         }
-        paths = ray.data.from_items([{PATH: str(f)} for f in files], override_num_blocks=max(1, len(files)))
-        encoded = paths.map_batches(
-            SparseEncodeUDF, fn_constructor_kwargs=kwargs, batch_format="pyarrow", **actor_pool_args(plan, 1)
-        )
         progress = Progress(log, f"encoding {'queries' if query else 'documents'}", total, "texts")
-        for done in arrow_blocks(encoded):
-            progress.add(int(pc.sum(done.column(ROWS)).as_py() or 0))
+        if cluster.in_driver(plan, total):  # the pool's work, here: the same files, batches and threads
+            with actor_threads(plan, cfg.resources.threads_per_worker):
+                SparseEncodeUDF(**kwargs, device="cpu")(pa.table({PATH: [str(f) for f in files]}))
+            progress.add(total)
+        else:
+            paths = ray.data.from_items([{PATH: str(f)} for f in files], override_num_blocks=max(1, len(files)))
+            encoded = paths.map_batches(
+                SparseEncodeUDF, fn_constructor_kwargs=kwargs, batch_format="pyarrow", **actor_pool_args(plan, 1)
+            )
+            for done in arrow_blocks(encoded):
+                progress.add(int(pc.sum(done.column(ROWS)).as_py() or 0))
         progress.finish()
 
 
@@ -211,8 +246,13 @@ def search_and_score(
     plan = cluster.placement(dataclasses.replace(cfg.resources, gpus_per_worker=0.0), reserve=False)
     bounds = shard_bounds(len(ranks), cfg.shard_size, plan.workers)
     shards = ShardStream(files=files, bounds=bounds, ranks=ranks)
-    # more shards than workers: the actors share the workers' CPUs (each still holds one shard)
-    index = ShardedIndex.start(iter(shards), plan.cpus_per_worker * min(1.0, plan.workers / len(bounds)))
+    built = Progress(log, "index: building shards", len(ranks), "documents")
+    with built.watch():  # a line every EVERY_S seconds while the shards are built and their actors start
+        if len(ranks) <= cluster.IN_DRIVER_ROWS:  # held whole, searched here: starting actors would cost more
+            index: LocalIndex | ShardedIndex = LocalIndex.start(_counted(shards, built))
+        else:  # more shards than workers: the actors share the workers' CPUs (each still holds one shard)
+            cpus = plan.cpus_per_worker * min(1.0, plan.workers / len(bounds))
+            index = ShardedIndex.start(_counted(shards, built), cpus)
     log.info("index: %d documents in %d shards (%s)", len(ranks), len(bounds), duration(clock.lap("index")))
     try:
         progress = Progress(log, "search", qvec.rows, "queries")
@@ -227,6 +267,12 @@ def search_and_score(
         "shards": len(bounds),
         "actors": actors,
     }
+
+
+def _counted(shards: ShardStream, progress: Progress) -> Iterator[Shard]:
+    for shard in shards:
+        yield shard
+        progress.add(shard.n_docs)
 
 
 @dataclass(kw_only=True)

@@ -20,10 +20,10 @@ import logging
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, TypedDict, cast
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 import pyarrow.parquet as pq
 import ray
@@ -44,10 +44,24 @@ from sembridge_ray.jobs.export import ExportConfig, ExportResult
 from sembridge_ray.jobs.finetune import FinetuneConfig, FinetuneResult
 from sembridge_ray.json_types import JSONObject
 from sembridge_ray.logs import setup_logging
-from sembridge_ray.model_card import Provenance, read_provenance, write_card
+from sembridge_ray.model_card import (
+    FinetuneFacts,
+    Provenance,
+    base_model,
+    dataset_ref,
+    dev_scores,
+    display_name,
+    input_licences,
+    language_of,
+    read_provenance,
+    read_scores,
+    unchecked,
+    under,
+    write_card,
+)
 from sembridge_ray.outputs import atomic_path, atomic_write_json, atomic_write_text, claim_output
 from sembridge_ray.placement import Placement
-from sembridge_ray.progress import duration
+from sembridge_ray.progress import EVERY_S, duration
 from sembridge_ray.sparse import loop
 from sembridge_ray.sparse.checkpoints import (
     RUN_CONFIG,
@@ -97,7 +111,7 @@ def input_identities(cfg: FinetuneConfig) -> dict[str, str]:
     """Check the model and the training data exist (before anything is written) and identify them."""
     cfg.require_inputs()
     inputs = {"model": model_identity(cfg.model), "train": dataset_identity(cfg.train)}
-    check_mlm(cfg.model)
+    check_mlm(cfg.model, cfg.trust_remote_code)
     return with_eval_identity(cfg, inputs)
 
 
@@ -181,7 +195,8 @@ def _run_finetune(cfg: FinetuneConfig, inputs: dict[str, str] | None) -> Finetun
             eval_seconds=exported.eval_seconds,
         )
         atomic_write_json(work / SUMMARY, {**asdict(summary), "stream": asdict(info)})
-        claim.finish(exclude=(CHECKPOINT_DIR, DATA_DIR, TENSORBOARD_DIR))
+        # the card: evaluations of the finished model add their scores (model_card.record_evaluation)
+        claim.finish(exclude=(CHECKPOINT_DIR, DATA_DIR, TENSORBOARD_DIR, *unchecked(MODEL_DIR)))
     return summary
 
 
@@ -214,6 +229,12 @@ def _fit(
     that diverged) is not retried: it would fail the same way, so it ends the run at once, its checkpoints kept
     for a later resume. Before every attempt, registered checkpoints that no longer verify are set aside (here
     only: the driver is the one process that renames them, and no worker is running)."""
+    log.info(
+        "fine-tuning: %d steps on %d Ray Train worker(s) (%s); starting them",
+        total_steps,
+        plan.workers,
+        "GPU" if plan.use_gpu else "CPU",
+    )
     for attempt in range(cfg.max_failures + 1):
         set_aside_damaged(f"{storage.rstrip('/')}/{name}")
         try:
@@ -234,6 +255,16 @@ def _fit(
                 f"step {resume}" if resume is not None else "the start",
             )
     raise AssertionError("unreachable")
+
+
+def _train_logging() -> dict[str, Any]:
+    """Ray Train's console at WARNING (DEBUG when this job logs at DEBUG): its INFO lines (resources requested,
+    worker group started, model moved to the device, checkpoint created) say what this job's own lines say. Ray
+    Train v2's ``RunConfig(logging_config=...)``; nothing where the Ray Train in use has none."""
+    if not hasattr(ray.train, "LoggingConfig"):
+        return {}
+    level = "DEBUG" if logging.getLogger().getEffectiveLevel() <= logging.DEBUG else "WARNING"
+    return {"logging_config": ray.train.LoggingConfig(log_level=level)}
 
 
 def _trainer(
@@ -274,6 +305,7 @@ def _trainer(
             storage_path=storage,
             checkpoint_config=ray.train.CheckpointConfig(num_to_keep=cfg.keep_checkpoints),
             failure_config=ray.train.FailureConfig(max_failures=0),
+            **_train_logging(),
         ),  # restarts: see _fit
         datasets={"train": dataset},
         dataset_config=ray.train.DataConfig(
@@ -372,7 +404,7 @@ def train_func(loop_config: Mapping[str, object]) -> None:
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     device = ray.train.torch.get_device()
-    mlm, tokenizer = load_mlm(cfg.model)
+    mlm, tokenizer = load_mlm(cfg.model, cfg.trust_remote_code)
     model = ray.train.torch.prepare_model(SpladeEncoder(mlm, chunk=cfg.pool_chunk))
     encoder = cast(SpladeEncoder, getattr(model, "module", model))
     optimizer, scheduler = loop.build_optimizer(model, cfg.optim, total)
@@ -387,6 +419,8 @@ def train_func(loop_config: Mapping[str, object]) -> None:
                 loop.set_rng_state(rng)
     if start and rank == 0:
         log.info("resumed from step %d of %d", start, total)
+    if rank == 0:
+        log.info("%d worker(s) ready on %s: steps %d to %d", world, device, start + 1, total)
     batches = step_batches(cfg, tokenizer, rank, world, start, device)
     bf16 = cfg.precision == "bf16"  # resolved by the driver (run_finetune), never per worker
     plan = loop.LoopPlan(
@@ -404,7 +438,7 @@ def train_func(loop_config: Mapping[str, object]) -> None:
         history.append({"step": 0, **dev.evaluate(0)})
         if tracker is not None:
             tracker.write(history[-1])
-    last_report = began = time.monotonic()
+    last_report = began = last_line = time.monotonic()
     for step, metrics in loop.train(model, batches, optimizer, scheduler, plan, start=start, comm=comm):
         if dev is not None and (step % int(config["eval_every"]) == 0 or step == total):
             metrics = {**(metrics or {"step": step}), **dev.evaluate(step)}
@@ -426,6 +460,12 @@ def train_func(loop_config: Mapping[str, object]) -> None:
                     metrics["examples_per_s"],
                     duration(per_step * (total - step)),
                 )
+                last_line = time.monotonic()
+        if rank == 0 and step < total and time.monotonic() - last_line >= EVERY_S:
+            # between two log_every steps: where it is, by time (log_every is part of the run's identity)
+            per_step = (time.monotonic() - began) / max(1, step - start)
+            log.info("step %d/%d, %.2f s/step, ETA %s", step, total, per_step, duration(per_step * (total - step)))
+            last_line = time.monotonic()
         if step % cfg.checkpoint_every == 0 or step == total:
             # Never a checkpoint of weights that diverged: the newest finite one stays the one a rerun resumes from.
             # Every worker holds the same weights (DDP), so every worker stops here together.
@@ -496,7 +536,7 @@ class _DevRun:
                 for name, data in (box[0] or {}).items() if rank != 0 else ():
                     (root / name).parent.mkdir(parents=True, exist_ok=True)
                     (root / name).write_bytes(data)
-            model = load_sparse_encoder(str(root), device=device)
+            model = load_sparse_encoder(str(root), device=device, trust_remote_code=cfg.trust_remote_code)
         assert config["dev"] is not None
         return cls(
             dev=config["dev"],
@@ -696,7 +736,7 @@ def export_checkpoint(
         raise RuntimeError("the training run reported no checkpoint")
     if state["step"] != total_steps:
         raise RuntimeError(f"the latest checkpoint is at step {state['step']}, not the last step {total_steps}")
-    mlm, tokenizer = load_mlm(cfg.model)
+    mlm, tokenizer = load_mlm(cfg.model, cfg.trust_remote_code)
     exported = Exported(**read_evaluations(history, int(mlm.config.vocab_size), cfg.select))
     weights = state["model"]
     if cfg.select == "best":
@@ -710,7 +750,18 @@ def export_checkpoint(
         weights = kept["model"]
     require_finite(weights, f"the {'best' if cfg.select == 'best' else 'final'} weights of {run_dir}")
     write_model(
-        out / MODEL_DIR, weights, mlm, tokenizer, cfg, card_provenance(named or cfg, total_steps, exported.final)
+        out / MODEL_DIR,
+        weights,
+        mlm,
+        tokenizer,
+        cfg,
+        card_provenance(
+            named or cfg,
+            total_steps,
+            exported.final,
+            history,
+            int(cast(int, exported.best["step"])) if cfg.select == "best" else total_steps,
+        ),
     )
     atomic_write_text(out / TRAIN_METRICS, "".join(json.dumps(m) + "\n" for m in history))
     return exported
@@ -752,24 +803,60 @@ def run_export(cfg: ExportConfig) -> ExportResult:
             raise InputError(f"checkpoint {str(ckpt)!r} carries no best weights (no development set, or all collapsed)")
         weights, step = kept["model"], int(kept["step"])
     require_finite(weights, f"the weights of step {step} in {ckpt}")
-    mlm, tokenizer = load_mlm(run_cfg.model)
+    mlm, tokenizer = load_mlm(run_cfg.model, run_cfg.trust_remote_code)
     final = next((m for m in reversed(history) if int(m["step"]) <= step and "loss" in m), {})
-    write_model(out, weights, mlm, tokenizer, run_cfg, card_provenance(run_cfg, step, final))
+    write_model(out, weights, mlm, tokenizer, run_cfg, card_provenance(run_cfg, step, final, history, step))
     return ExportResult(output=str(out), step=step, checkpoint=str(ckpt))
 
 
-def card_provenance(cfg: FinetuneConfig, steps: int, final: dict[str, float]) -> Provenance:
-    """The input model's provenance (its init, when this project wrote it) extended by this fine-tuning."""
-    prov = read_provenance(resolve(cfg.model))
-    prov.setdefault("init", {"source_model": cfg.model})
-    prov["finetune"] = {
-        "model": cfg.model,
-        "train": cfg.train,
+def card_provenance(
+    cfg: FinetuneConfig,
+    steps: int,
+    final: dict[str, float],
+    history: Sequence[Mapping[str, float]] = (),
+    published: int | None = None,
+) -> Provenance:
+    """The input model's provenance (its init, when this project wrote it) extended by this fine-tuning (``cfg``
+    with the inputs as the user named them): names without absolute paths, the licences of the training and
+    development data, the input model's recorded scores (zero-shot) and the development set's nDCG@10 before the
+    first step and at the ``published`` one (default: the last)."""
+    model, train = resolve(cfg.model), resolve(cfg.train)
+    prov = read_provenance(model)
+    earlier = prov.get("finetune", {})
+    if "init" not in prov:  # a model this project did not make: what the card can say about it
+        prov["init"] = {
+            "source_model": display_name(cfg.model),
+            "base_model": base_model(cfg.model, model),
+            "language": language_of(cfg.model, model),
+            "licences": input_licences("starting model", cfg.model, model),
+        }
+    licences = under("earlier fine-tuning", earlier.get("licences", []))
+    licences += input_licences("training data", cfg.train, train, "dataset")
+    train_name, train_id = dataset_ref(cfg.train, train)
+    facts: FinetuneFacts = {
+        "model": display_name(cfg.model),
+        "train": train_name,
         "steps": steps,
         "batch_size": cfg.optim.batch_size,
         "lr": cfg.optim.lr,
         "lambda_q": cfg.loss.lambda_q,
         "lambda_d": cfg.loss.lambda_d,
         "final_loss": round(final["loss"], 4) if "loss" in final else None,
+        "select": cfg.select,
+        "query_length": cfg.query_length,
+        "document_length": cfg.document_length,
+        "zero_shot": read_scores(model),
     }
+    if train_id:
+        facts["train_id"] = train_id
+    if cfg.eval:
+        dev = resolve(cfg.eval)
+        licences += input_licences("development data", cfg.eval, dev, "dataset")
+        facts["eval"] = dataset_ref(cfg.eval, dev)[0]
+        if scores := dev_scores(
+            history, steps if published is None else published, dataset_ref(cfg.eval, dev), cfg.eval_split
+        ):
+            facts["dev"] = scores
+    facts["licences"] = licences
+    prov["finetune"] = facts
     return prov

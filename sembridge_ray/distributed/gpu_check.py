@@ -74,7 +74,7 @@ class CheckConfig:
 
     def asset_args(self) -> list[str]:
         """The command-line flags that pass the asset overrides on to the CPU reference."""
-        names = {"--source-model": self.source_model, "--target-tokenizer": self.target_tokenizer}
+        names = {"--model": self.source_model, "--target-tokenizer": self.target_tokenizer}
         names["--bridge-model"] = self.bridge_model
         return [arg for flag, value in names.items() if value for arg in (flag, value)]
 

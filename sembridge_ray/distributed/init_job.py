@@ -18,7 +18,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from sembridge_ray import catalog
 from sembridge_ray.bundled import resolve
 from sembridge_ray.config import write_config
 from sembridge_ray.embed_init import plus, position, report
@@ -41,7 +40,15 @@ from sembridge_ray.embed_init.vocab import Partition, partition_vocab
 from sembridge_ray.errors import InputError
 from sembridge_ray.identity import model_identity, path_identity
 from sembridge_ray.jobs.init import InitConfig, InitResult
-from sembridge_ray.model_card import write_card
+from sembridge_ray.model_card import (
+    InitFacts,
+    base_model,
+    display_name,
+    input_licences,
+    language_of,
+    unchecked,
+    write_card,
+)
 from sembridge_ray.outputs import atomic_path, atomic_write_json, claim_output, preflight
 from sembridge_ray.placement import local_precision, pick_device
 from sembridge_ray.progress import duration
@@ -71,7 +78,7 @@ def local_stages(cfg: InitConfig) -> Stages:
 def input_identities(cfg: InitConfig) -> dict[str, str]:
     """Check that every input exists (before anything is loaded or written) and identify it by content."""
     if not (cfg.source_model and cfg.target_tokenizer and cfg.output):
-        raise InputError("--source-model, --target-tokenizer and --output are required")
+        raise InputError("--model, --target-tokenizer and --output are required")
     inputs = {
         "source_model": model_identity(cfg.source_model, "source model"),
         "target_tokenizer": model_identity(cfg.target_tokenizer, "target tokenizer"),
@@ -301,13 +308,13 @@ def _initialise(
                 pooling=read_pooling(cfg.source_model),
             )
             write_target_model(model, target_tok, tmp, serving)
-            write_card(tmp, {"init": card_facts(named, rep)})
+            write_card(tmp, {"init": card_facts(named, rep, cfg)})
         with atomic_path(work / "provenance.parquet") as tmp:
             pq.write_table(prov, tmp)
         timings["compose_and_write_s"] = time.perf_counter() - start
         rep["timings"] = {k: round(v, 3) for k, v in timings.items()}
         atomic_write_json(work / REPORT, rep)
-        claim.finish()
+        claim.finish(exclude=unchecked(MODEL))  # the card: evaluations of the finished model add their scores
         log.info(
             "wrote %s: model, provenance of %d tokens, report (%s)",
             out,
@@ -317,18 +324,33 @@ def _initialise(
     return InitResult.from_report(str(out), rep)
 
 
-def card_facts(cfg: InitConfig, report: InitReport) -> dict[str, object]:
-    """What the model card says about an initialisation (``cfg`` with the inputs as the user named them)."""
+def card_facts(cfg: InitConfig, report: InitReport, resolved: InitConfig | None = None) -> InitFacts:
+    """What the model card says about an initialisation (``cfg`` with the inputs as the user named them, ``resolved``
+    with bundled names materialised to paths): names without absolute paths, the base model on the hub, the target
+    language and the licence of every input (:mod:`sembridge_ray.model_card`)."""
+    paths = resolved or cfg
+    bridge = cfg.bridge_model if method(cfg.method).uses_bridge else ""
+    bias_text = cfg.bias_text if cfg.bias == "frequency" else ""
     return {
-        "source_model": cfg.source_model,
-        "target_tokenizer": cfg.target_tokenizer,
-        "bridge_model": cfg.bridge_model if method(cfg.method).uses_bridge else "",
-        "language": cfg.language or catalog.language_of(cfg.target_tokenizer),
+        "source_model": display_name(cfg.source_model),
+        "target_tokenizer": display_name(cfg.target_tokenizer),
+        "bridge_model": display_name(bridge),
+        "language": cfg.language or language_of(cfg.target_tokenizer, paths.target_tokenizer),
         "method": cfg.method,
         "alpha": cfg.alpha,
         "position_aware": cfg.position_aware,
         "kinds": report["kinds"],
         "support_histogram": report["support_histogram"],
+        "base_model": base_model(cfg.source_model, paths.source_model),
+        "vocab_size": report["target_size"],
+        "query_length": cfg.query_length,
+        "document_length": cfg.document_length,
+        "licences": [
+            *input_licences("source model", cfg.source_model, paths.source_model),
+            *input_licences("target tokenizer", cfg.target_tokenizer, paths.target_tokenizer),
+            *input_licences("bridge model", bridge, paths.bridge_model if bridge else ""),
+            *input_licences("decoder-bias text", bias_text, bias_text),
+        ],
     }
 
 

@@ -39,12 +39,12 @@ def _train_task(data: Prepared, train: TrainConfig, pretrain: PretrainConfig, se
 
 
 def run_restarts(data: Prepared, cfg: MalstmConfig) -> list[RestartResult]:
-    """``cfg.seeds`` restarts as Ray tasks, at most ``resources.workers`` at once; a line per finished restart."""
+    """``cfg.restarts`` restarts as Ray tasks, at most ``resources.workers`` at once; a line per finished restart."""
     plan = cluster.placement(cfg.resources, reserve=False)
     task = ray.remote(_train_task).options(num_cpus=plan.cpus_per_worker, num_gpus=0)
     data_ref = ray.put(data)
     threads = max(1, int(plan.cpus_per_worker))
-    progress = Progress(log, "restarts", cfg.seeds, "trained", every_s=0.0)
+    progress = Progress(log, "restarts", cfg.restarts, "trained", every_s=0.0)
     pending: list[ray.ObjectRef] = []
     done: list[RestartResult] = []
 
@@ -54,7 +54,7 @@ def run_restarts(data: Prepared, cfg: MalstmConfig) -> list[RestartResult]:
             log.info("restart seed %d: validation MSE %.4f", result.seed, result.val_mse)
             progress.add()
 
-    for seed in range(cfg.seed, cfg.seed + cfg.seeds):
+    for seed in range(cfg.seed, cfg.seed + cfg.restarts):
         if len(pending) >= plan.workers:
             ready, pending = ray.wait(pending, num_returns=1)
             collect(ready)

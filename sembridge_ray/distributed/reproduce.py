@@ -33,7 +33,7 @@ from sembridge_ray.distributed.init import run_init
 from sembridge_ray.embed_init.bridge import check_bridge
 from sembridge_ray.errors import InputError
 from sembridge_ray.identity import model_identity
-from sembridge_ray.jobs.reproduce import CellOutcome, ReproduceConfig, ReproduceResult
+from sembridge_ray.jobs.reproduce import DEMO_LANGUAGE, CellOutcome, ReproduceConfig, ReproduceResult
 from sembridge_ray.locks import OutputLock
 from sembridge_ray.outputs import atomic_write_json, atomic_write_text, conflict, is_complete, is_done
 from sembridge_ray.reproduce import cells as cellmod
@@ -50,7 +50,7 @@ from sembridge_ray.reproduce.stages import (
 )
 
 log = logging.getLogger(__name__)
-DEMO_MODEL, DEMO_LANGUAGE, DEMO_DATASET = "minilm-splade", "en-bpe", "sick"
+DEMO_MODEL, DEMO_DATASET = "minilm-splade", "sick"
 SOURCE_EVAL = "source-eval"
 
 
@@ -117,15 +117,6 @@ def demo_files(cfg: ReproduceConfig) -> dict[str, Path]:
     return demo.build_assets(root, cfg.demo)
 
 
-def demo_tokenizers(cfg: ReproduceConfig) -> dict[str, str]:
-    """The demo's target vocabularies besides the bundled ``en-bpe``: ``target_tokenizers`` items LANG=DIR."""
-    named = cfg.named_tokenizers()
-    missing = [lang for lang in cfg.languages if lang != DEMO_LANGUAGE and lang not in named]
-    if missing:
-        raise InputError(f"demo language {missing[0]!r}: name its tokenizer with target_tokenizers={missing[0]}=DIR")
-    return {lang: named[lang] for lang in cfg.languages if lang != DEMO_LANGUAGE}
-
-
 def plan(
     cfg: ReproduceConfig, gpus: float, files: dict[str, Path] | None = None, identify: Identities | None = None
 ) -> Plan:
@@ -141,7 +132,7 @@ def plan(
         identify.known[source_model] = f"{source.ref}/{MODEL}"
         # en-bpe: the bundled BPE built above; any other "language" is another English target vocabulary named in
         # target_tokenizers (e.g. en-roberta=DIR): the same source and retrieval set, another segmentation
-        tokenizers = {DEMO_LANGUAGE: str(files["target"]), **demo_tokenizers(cfg)}
+        tokenizers = {DEMO_LANGUAGE: str(files["target"]), **cfg.demo_tokenizers()}
         assets = Assets(
             models={DEMO_MODEL: source_model},
             tokenizers=tokenizers,

@@ -8,6 +8,9 @@ Faults: the driver keeps every shard's reference, so a shard actor that dies (OO
 (``max_restarts``) and its pending calls are retried (``max_task_retries``); if it cannot be restarted any more,
 the driver starts a new actor from the same shard and asks again. Answers are exact and deterministic, so a
 disturbed search returns exactly what an undisturbed one does.
+
+A small corpus is searched in the driver instead (:class:`LocalIndex`: the same batches, shard answers and merge,
+so the same top-k), where starting the actors would cost more than the search.
 """
 
 from __future__ import annotations
@@ -50,15 +53,14 @@ class ShardActor:
         return os.getpid()
 
     def stats(self) -> dict[str, Any]:
-        """Documents, shard size, and this process's memory: peak resident, and now private (anon) vs shared
-        (the shard's object-store pages), from /proc where the OS has it."""
-        peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        return {
-            "docs": self.shard.n_docs,
-            "shard_mb": self.shard.nbytes / 2**20,
-            "peak_rss_mb": peak_kib / 1024,
-            **_proc_memory(),
-        }
+        return shard_stats(self.shard)
+
+
+def shard_stats(shard: Shard) -> dict[str, Any]:
+    """Documents, shard size, and the memory of the process holding it: peak resident, and now private (anon) vs
+    shared (an actor's shard is in object-store pages), from /proc where the OS has it."""
+    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {"docs": shard.n_docs, "shard_mb": shard.nbytes / 2**20, "peak_rss_mb": peak_kib / 1024, **_proc_memory()}
 
 
 def _proc_memory() -> dict[str, float]:
@@ -146,3 +148,36 @@ class ShardedIndex:
         for actor in self.actors:
             ray.kill(actor)
         self.actors, self.refs = [], []
+
+
+class LocalIndex:
+    """The shards held and searched in this process, batch by batch as :meth:`ShardedIndex.search` asks its actors
+    and merged alike, so the top-k is the same; the interface of :class:`ShardedIndex`."""
+
+    def __init__(self, shards: list[Shard]) -> None:
+        self.shards = shards
+        self.n_docs = sum(shard.n_docs for shard in shards)
+
+    @classmethod
+    def start(cls, shards: Iterable[Shard]) -> LocalIndex:
+        return cls(list(shards))
+
+    def search(
+        self, queries: SparseBatch, k: int, batch_size: int = 32, window: int = 4, progress: Progress | None = None
+    ) -> TopK:
+        """As :meth:`ShardedIndex.search` (``window`` is unused: nothing is in flight)."""
+        merged: list[TopK] = []
+        for start in range(0, queries.rows, batch_size):
+            batch = queries.slice(start, min(start + batch_size, queries.rows))
+            merged.append(merge_topk([shard_topk(shard, batch, k) for shard in self.shards], k))
+            if progress is not None:
+                progress.add(len(merged[-1].scores))
+        if not merged:
+            return TopK(np.zeros((0, k), np.float32), np.zeros((0, k), np.int64))
+        return TopK(np.concatenate([m.scores for m in merged]), np.concatenate([m.ranks for m in merged]))
+
+    def stats(self) -> list[dict[str, Any]]:
+        return [shard_stats(shard) for shard in self.shards]
+
+    def shutdown(self) -> None:
+        self.shards = []

@@ -1,7 +1,11 @@
-"""Ray Data callable classes: load once in ``__init__``, call pure functions in ``__call__``."""
+"""Ray Data callable classes: load once in ``__init__``, call pure functions in ``__call__``. The driver runs the
+same classes itself for inputs an actor pool is not worth starting for (``cluster.in_driver``), under
+:func:`actor_threads`."""
 
 from __future__ import annotations
 
+import contextlib
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict, cast
@@ -11,6 +15,7 @@ import pyarrow as pa
 
 from sembridge_ray.data.schema import ID, TEXT
 from sembridge_ray.placement import Placement, pick_device
+from sembridge_ray.progress import Progress
 from sembridge_ray.sparse.encode import encode_texts, sparse_table
 
 if TYPE_CHECKING:
@@ -20,6 +25,7 @@ if TYPE_CHECKING:
     from sembridge_ray.embed_init.pipeline import RowsContext
 
 PATH, ROWS = "path", "rows"
+log = logging.getLogger(__name__)
 
 
 def use_threads(threads: int) -> None:
@@ -28,6 +34,20 @@ def use_threads(threads: int) -> None:
         import torch
 
         torch.set_num_threads(threads)
+
+
+@contextlib.contextmanager
+def actor_threads(placement: Placement, threads: int) -> Iterator[None]:
+    """torch's thread count in this process while it does an actor's work, then put back: ``threads``
+    (``threads_per_worker``) when > 0, else the worker's CPU share, as Ray sets it for an actor (OMP_NUM_THREADS)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads if threads > 0 else max(1, int(placement.cpus_per_worker)))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 class SparseEncodeUDF:
@@ -50,14 +70,18 @@ class SparseEncodeUDF:
         role: str | None = None,
         threads: int = 0,
         precision: str = "fp32",
+        trust_remote_code: bool = False,
+        device: str = "",
     ) -> None:
         """``role`` "query" or "document" encodes with ``encode_query``/``encode_document`` (the model's prompts
         or router for that side, where it has them); None uses plain ``encode``. ``precision`` is the driver's
-        resolved one (fp32 or bf16), never decided here."""
+        resolved one (fp32 or bf16), never decided here; ``device`` "" is :func:`pick_device`'s."""
         from sembridge_ray.sparse.model import load_sparse_encoder
 
         use_threads(threads)
-        self.model = load_sparse_encoder(model_dir, device=pick_device(), max_length=max_length)
+        self.model = load_sparse_encoder(
+            model_dir, device=device or pick_device(), max_length=max_length, trust_remote_code=trust_remote_code
+        )
         self.top_k, self.batch_size, self.out_dir, self.role = top_k, batch_size, Path(out_dir), role
         self.precision = precision
 
@@ -70,7 +94,12 @@ class SparseEncodeUDF:
         for path in batch.column(PATH).to_pylist():
             table = pq.read_table(path, columns=[ID, TEXT])
             texts = [str(t) for t in table.column(TEXT).to_pylist()]
-            indices, values = encode_texts(self.model, texts, self.batch_size, self.role, self.top_k, self.precision)
+            # a staged file can take minutes: this actor says how far it is, every EVERY_S seconds
+            what = f"encoding {'queries' if self.role == 'query' else 'documents'} ({Path(path).name})"
+            progress = Progress(log, what, len(texts), "texts")
+            indices, values = encode_texts(
+                self.model, texts, self.batch_size, self.role, self.top_k, self.precision, done=progress.add
+            )
             target = self.out_dir / Path(path).name
             with atomic_path(target) as tmp:
                 pq.write_table(sparse_table([str(i) for i in table.column(ID).to_pylist()], indices, values), tmp)
@@ -111,13 +140,19 @@ class BridgeEncodeUDF:
     """Ray Data actor: holds the bridge sentence-transformers model; (id, text) -> (id, vector)."""
 
     def __init__(
-        self, name: str, batch_size: int, trust_remote_code: bool = False, threads: int = 0, precision: str = "fp32"
+        self,
+        name: str,
+        batch_size: int,
+        trust_remote_code: bool = False,
+        threads: int = 0,
+        precision: str = "fp32",
+        device: str = "",
     ) -> None:
         from sembridge_ray.embed_init.bridge import load_bridge
 
         use_threads(threads)
         self.name, self.batch_size, self.precision = name, batch_size, precision
-        self.model = load_bridge(name, device=pick_device(), trust_remote_code=trust_remote_code)
+        self.model = load_bridge(name, device=device or pick_device(), trust_remote_code=trust_remote_code)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         from sembridge_ray.embed_init.bridge import VECTOR, encode_strings
@@ -140,9 +175,15 @@ class InitRowsUDF:
         self.device = pick_device()
 
     def __call__(self, batch: pa.Table) -> pa.Table:
-        from sembridge_ray.embed_init.bridge import VECTOR
-        from sembridge_ray.embed_init.pipeline import compute_rows, rows_table
+        return rows_block(self.ctx, batch, self.device)
 
-        ids = batch.column(ID).to_numpy()
-        vecs = np.stack(batch.column(VECTOR).to_numpy(zero_copy_only=False)).astype(np.float32)
-        return rows_table(compute_rows(self.ctx, ids, vecs, device=self.device))
+
+def rows_block(ctx: RowsContext, batch: pa.Table, device: str) -> pa.Table:
+    """The weights and composed rows of one block (id, vector) of bridged target tokens: what an
+    :class:`InitRowsUDF` actor returns for it."""
+    from sembridge_ray.embed_init.bridge import VECTOR
+    from sembridge_ray.embed_init.pipeline import compute_rows, rows_table
+
+    ids = batch.column(ID).to_numpy()
+    vecs = np.stack(batch.column(VECTOR).to_numpy(zero_copy_only=False)).astype(np.float32)
+    return rows_table(compute_rows(ctx, ids, vecs, device=device))

@@ -1,10 +1,12 @@
-"""The bridge side: token strings, the bridge encoder, fingerprints and the verified cache of bridge vectors."""
+"""The bridge side: token strings, the bridge encoder, fingerprints and the verified cache of bridge vectors (with
+the entries the package ships for its bundled vocabularies, :func:`shipped_vectors`)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import logging
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,6 +21,7 @@ from sembridge_ray.embed_init.position import NEUTRAL, WORDPIECE_PREFIX, marked_
 from sembridge_ray.embed_init.vocab import bridge_string, tokenizer_family
 from sembridge_ray.errors import InputError
 from sembridge_ray.outputs import sha256_file
+from sembridge_ray.resources import BRIDGE_CACHE_DIR
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -28,6 +31,11 @@ log = logging.getLogger(__name__)
 VECTOR = "vector"
 BRIDGE_FILE = "vectors.parquet"  # in a cache entry <cache_dir>/<key>/
 RULE_VERSION = "decode-strip-or-raw-v1"  # part of the cache key: bump if the string rule ever changes
+SPOT_CHECK = 16
+"""Strings of a shipped entry encoded again before it is used (:func:`shipped_vectors`)."""
+SPOT_ATOL = 1e-4
+"""The most a spot-checked vector may differ from the shipped one, per component: fp32 vectors of the same model
+differ by ~1e-7 between machines and batchings; another model's, or bf16 ones, by 1e-3 and more."""
 
 
 def resolve_bridge(name: str) -> str:
@@ -122,12 +130,16 @@ def cached_vectors(
     cache_dir: Path, key: str, strings: pa.Table, encode: Callable[[pa.Table], np.ndarray]
 ) -> np.ndarray:
     """(n, D) float32 vectors for ``strings`` (id, text): from the verified cache entry ``cache_dir/key/``
-    (:mod:`sembridge_ray.cache`), or encoded and published there. Runs sharing a bridge and a vocabulary share it;
-    when two encode it at once, both return the one entry that was published."""
+    (:mod:`sembridge_ray.cache`), or else from the package's shipped entry of that key (:func:`shipped_vectors`) or
+    encoded, and published there. Runs sharing a bridge and a vocabulary share it; when two encode it at once, both
+    return the one entry that was published."""
     entry = Path(cache_dir).expanduser() / key
 
     def build(tmp: Path) -> np.ndarray:
-        vecs = encode(strings)  # before the temporary directory exists: nothing half-built while encoding
+        # before the temporary directory exists: nothing half-built while encoding
+        vecs = shipped_vectors(key, strings, encode)
+        if vecs is None:
+            vecs = encode(strings)
         tmp.mkdir(parents=True)
         pq.write_table(strings.append_column(VECTOR, pa.array(list(vecs), pa.list_(pa.float32()))), tmp / BRIDGE_FILE)
         return vecs
@@ -138,8 +150,45 @@ def cached_vectors(
     return vecs
 
 
+def shipped_vectors(
+    key: str, strings: pa.Table, encode: Callable[[pa.Table], np.ndarray], root: Path | None = None
+) -> np.ndarray | None:
+    """The vectors of ``strings`` that the package ships under ``key`` (``<bridge model>-<vocabulary>``
+    fingerprints: the bundled MiniLM bridge and the bundled source and target vocabularies, so the quick start does
+    not encode 38,522 strings), or None: none shipped for ``key``, or refused with one warning when a file does not
+    match its sha256, the entry holds other strings, or :data:`SPOT_CHECK` of them, encoded now with ``encode``,
+    differ from the shipped vectors by more than :data:`SPOT_ATOL`. A refused entry is left as it is. ``root``:
+    where the entries are (default :data:`~sembridge_ray.resources.BRIDGE_CACHE_DIR`, in the package)."""
+    path = Path(root if root is not None else BRIDGE_CACHE_DIR) / key
+    what = "the package's bridge cache"
+    vecs = cache.load_shipped(path, lambda found: _stored_vectors(found, strings), what)
+    if vecs is None:
+        return None
+    rows = np.unique(np.linspace(0, len(vecs) - 1, min(SPOT_CHECK, len(vecs))).round().astype(np.int64))
+    fresh = encode(strings.take(pa.array(rows)))
+    diff = float(np.abs(fresh - vecs[rows]).max()) if fresh.shape == vecs[rows].shape else float("inf")
+    if not diff <= SPOT_ATOL:
+        log.warning(
+            "%s %s: %d of its vectors, encoded again, differ from it by up to %.3g (above %g: another model or "
+            "precision); not used",
+            what,
+            path,
+            len(rows),
+            diff,
+            SPOT_ATOL,
+        )
+        return None
+    log.info("bridge vectors of %d strings from %s %s (verified)", len(vecs), what, path.name)
+    return vecs
+
+
 def _stored_vectors(entry: cache.Entry, strings: pa.Table) -> np.ndarray:
-    table = pq.read_table(pa.BufferReader(entry.read_bytes(BRIDGE_FILE)))
+    """The vectors of the entry's ``vectors.parquet``, or of its parts ``vectors-<n>.parquet`` in name order (a
+    shipped entry's files stay under the 10 MiB that Ray's working-directory upload warns about)."""
+    parts = sorted(n for n in entry.digests if n == BRIDGE_FILE or re.fullmatch(r"vectors-\d+\.parquet", n))
+    if not parts:
+        raise cache.Corrupt(entry.path / BRIDGE_FILE, "missing")
+    table = pa.concat_tables([pq.read_table(pa.BufferReader(entry.read_bytes(name))) for name in parts])
     if not (table.column(ID).equals(strings.column(ID)) and table.column(TEXT).equals(strings.column(TEXT))):
         raise cache.Corrupt(entry.current, "holds the vectors of other strings than the vocabulary's")
     return np.stack(table.column(VECTOR).to_numpy(zero_copy_only=False)).astype(np.float32)

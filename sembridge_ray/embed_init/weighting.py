@@ -101,7 +101,7 @@ def one_thread(device: torch.device) -> Iterator[None]:
 
 
 def initial_k(alpha: float) -> int:
-    """Candidates per row before certification: α=4 supports are 2-6 wide, α=2 up to ~60 (FINDINGS.md). A row
+    """Candidates per row before certification: α=4 supports are 2-6 wide, α=2 up to ~60 on real vocabularies. A row
     whose k-th candidate could still be in the support is redone with 4k; at α=4, k=8 is 18% faster than 16 on
     the synthetic benchmark (supports 3-7 wide there) since the float64 solve costs in proportion to k."""
     return 8 if alpha >= 3 else 96 if alpha >= 1.5 else 512

@@ -31,6 +31,8 @@ class EvaluateConfig(Config):
     """``webfaq:<lang>``, ``miracl:<lang>[@DIR]``, a BEIR-layout directory, or ``sick`` (SICK test as BEIR)."""
     split: str = "test"
     """Qrels split (MIRACL has no public test judgements: ``test`` means ``dev`` there)."""
+    trust_remote_code: bool = False
+    """Let transformers run code shipped with a hub model (off unless you trust its repository)."""
     output: str = ""
     """Output directory: run.trec, metrics.json, config.yaml, _SUCCESS."""
     top_k: int = 100
@@ -81,6 +83,7 @@ class EvaluateConfig(Config):
         "cache_dir",
         "shard_size",
         "query_batch_size",
+        "trust_remote_code",  # may load a model, changes nothing it computes
         "overwrite",
         "resources",
     )
@@ -147,22 +150,29 @@ class EvaluateResult:
 
 
 FLAGS = (
-    Flag(name="--model", key="model"),
-    Flag(name="--dataset", key="dataset"),
+    Flag(name="--model", key="model", required=True),
+    Flag(name="--dataset", key="dataset", required=True),
     Flag(name="--split", key="split"),
-    Flag(name="--output", key="output"),
+    Flag(name="--output", key="output", required=True),
     Flag(name="--top-k", key="top_k"),
+    Flag(name="--max-query-length", key="max_query_length"),
+    Flag(name="--max-doc-length", key="max_doc_length"),
     Flag(name="--workers", key="resources.workers"),
+    Flag(name="--gpus-per-worker", key="resources.gpus_per_worker"),
     Flag(name="--shard-size", key="shard_size"),
     Flag(name="--doc-max-active-dims", key="doc_max_active_dims", aliases=("--doc-top-k",)),
     Flag(name="--precision", key="precision"),
-    Flag(name="--overwrite", key="overwrite", const="true"),
+    Flag(name="--trust-remote-code", key="trust_remote_code"),
+    Flag(name="--overwrite", key="overwrite"),
 )
 
 
 def report(result: EvaluateResult) -> str:
+    from pathlib import Path
+
     keys = ("nDCG@10", "R@100", "RR@10", "num_queries", "num_docs")
-    return json.dumps({k: result.metrics[k] for k in keys}, indent=2)
+    scores = json.dumps({k: result.metrics[k] for k in keys}, indent=2)
+    return f"{scores}\nmetrics.json: {Path(result.output, 'metrics.json')}\nrun.trec: {Path(result.output, 'run.trec')}"
 
 
 JOB = JobSpec(

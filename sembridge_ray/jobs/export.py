@@ -45,14 +45,14 @@ class ExportResult:
 
 
 FLAGS = (
-    Flag(name="--checkpoint", key="checkpoint"),
-    Flag(name="--output", key="output"),
+    Flag(name="--checkpoint", key="checkpoint", required=True),
+    Flag(name="--output", key="output", required=True),
     Flag(name="--select", key="select"),
 )
 
 
 def report(result: ExportResult) -> str:
-    return json.dumps(asdict(result), indent=2) + f"\nstep {result.step}: {result.output}"
+    return json.dumps(asdict(result), indent=2) + f"\nmodel (step {result.step}): {result.output}"
 
 
 JOB = JobSpec(

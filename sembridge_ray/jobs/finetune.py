@@ -39,7 +39,8 @@ class FinetuneConfig(Config):
     train: str = ""
     """webfaq:<lang>, miracl:<lang>[@MIRROR], a BEIR directory, or a .parquet file of pairs."""
     output: str = ""
-    """Output directory: the fine-tuned SparseEncoder, metrics.jsonl, config.yaml, checkpoints/, _SUCCESS."""
+    """Output directory: the fine-tuned SparseEncoder in ``<output>/model``, metrics.jsonl, config.yaml, checkpoints/,
+    _SUCCESS."""
     split: str = "train"
     """Split of a retrieval dataset whose judgements make the training pairs."""
     hard_negatives: int = 0
@@ -62,10 +63,12 @@ class FinetuneConfig(Config):
     max_failures: int = 3
     """Worker-group restarts from the latest checkpoint before the run fails."""
     log_every: int = 10
-    """Log and record metrics every K steps."""
+    """Log and record metrics every K steps (part of the run's identity: it decides the lines of metrics.jsonl)."""
     report_every_s: float = 10.0
     """Least seconds between metric reports to Ray Train on logged steps (checkpoint steps always report). Ray
     Train V2 takes in one report per 2 s health check, and a faster report blocks the training step until then."""
+    trust_remote_code: bool = False
+    """Let transformers run code shipped with a hub model (off unless you trust its repository)."""
     push_to_hub: str = ""
     """After a successful run, upload the model to this hub repository (``org/name``; needs a token and network)."""
     overwrite: bool = False
@@ -112,6 +115,7 @@ class FinetuneConfig(Config):
         "max_failures",
         "report_every_s",
         "push_to_hub",
+        "trust_remote_code",  # may load a model, changes nothing it computes
         "overwrite",
         "tensorboard",
         "resources",
@@ -200,9 +204,9 @@ class FinetuneResult:
 
 
 FLAGS = (
-    Flag(name="--model", key="model"),
-    Flag(name="--train", key="train"),
-    Flag(name="--output", key="output"),
+    Flag(name="--model", key="model", required=True),
+    Flag(name="--train", key="train", required=True),
+    Flag(name="--output", key="output", required=True),
     Flag(name="--workers", key="resources.workers"),
     Flag(name="--gpus-per-worker", key="resources.gpus_per_worker"),
     Flag(name="--batch-size", key="optim.batch_size"),
@@ -215,12 +219,13 @@ FLAGS = (
     Flag(name="--eval", key="eval"),
     Flag(name="--eval-every", key="eval_every"),
     Flag(name="--select", key="select"),
-    Flag(name="--tensorboard", key="tensorboard", const="true"),
+    Flag(name="--tensorboard", key="tensorboard"),
     Flag(name="--precision", key="precision", aliases=("--bf16",)),
     Flag(name="--max-query-length", key="max_query_length"),
     Flag(name="--max-doc-length", key="max_doc_length"),
     Flag(name="--push-to-hub", key="push_to_hub"),
-    Flag(name="--overwrite", key="overwrite", const="true"),
+    Flag(name="--trust-remote-code", key="trust_remote_code"),
+    Flag(name="--overwrite", key="overwrite"),
 )
 
 

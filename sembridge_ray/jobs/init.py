@@ -1,7 +1,7 @@
 """The ``init`` job's contract: initialise a target-language sparse encoder from a source one (SemBridge or a
 baseline), as a Ray Data job.
 
-    sembridge init --source-model naver/splade-v3 --target-tokenizer monologg/kobigbird-bert-base \\
+    sembridge init --model naver/splade-v3 --target-tokenizer monologg/kobigbird-bert-base \\
         --bridge-model BAAI/bge-m3 --output /shared/init/splade-v3-ko
     python -m jobs.init_embeddings --preset smoke --output /tmp/init-smoke        # the bundled MiniLM, 2 CPUs
 
@@ -22,6 +22,7 @@ from sembridge_ray.embed_init.plus import BridgeSpace
 from sembridge_ray.embed_init.records import InitReport, Sample
 from sembridge_ray.embed_init.vocab import MATCH_RULES
 from sembridge_ray.jobs import Flag, JobSpec
+from sembridge_ray.jobs.plans import PlanResult, render_plan
 from sembridge_ray.placement import Precision, ResourceConfig
 
 
@@ -111,6 +112,11 @@ class InitConfig(Config):
     """Bridge vectors cached as Parquet per (bridge model, tokenizer) fingerprint."""
     trust_remote_code: bool = False
     """Let transformers run code shipped with a hub model (off unless you trust its repository)."""
+    dry_run: bool = False
+    """Print the plan (the stage, whether its output is already complete, a GPU-hour estimate) and run nothing:
+    the schema of ``reproduce --dry-run``."""
+    json: bool = False
+    """With ``dry_run``: print the plan as JSON instead of the summary table."""
     grid: str = ""
     """Gone: the paper grid is ``sembridge reproduce --preset paper`` (``--dry-run`` prints its plan); kept one
     release so ``--grid`` says so."""
@@ -141,6 +147,8 @@ class InitConfig(Config):
         "cache_dir",
         "trust_remote_code",
         "grid",
+        "dry_run",
+        "json",
         "push_to_hub",
         "overwrite",
         "resources",
@@ -266,16 +274,16 @@ class InitResult:
 
 
 FLAGS = (
-    Flag(name="--source-model", key="source_model"),
-    Flag(name="--target-tokenizer", key="target_tokenizer"),
+    Flag(name="--model", key="source_model", aliases=("--source-model",), required=True),
+    Flag(name="--target-tokenizer", key="target_tokenizer", required=True),
     Flag(name="--bridge-model", key="bridge_model"),
-    Flag(name="--output", key="output"),
+    Flag(name="--output", key="output", required=True),
     Flag(name="--method", key="method"),
     Flag(name="--alpha", key="alpha"),
-    Flag(name="--bias", key="bias"),
     Flag(name="--match", key="match"),
+    Flag(name="--bias", key="bias"),
     Flag(name="--seed", key="seed"),
-    Flag(name="--position-aware", key="position_aware", const="true"),
+    Flag(name="--position-aware", key="position_aware"),
     Flag(name="--bridge-space", key="bridge_space"),
     Flag(name="--fvt-weight", key="fvt_weight"),
     Flag(name="--lsq-ridge", key="lsq_ridge"),
@@ -284,16 +292,24 @@ FLAGS = (
     Flag(name="--random-blend", key="random_blend"),
     Flag(name="--bias-text", key="bias_text"),
     Flag(name="--grid", key="grid"),
+    Flag(name="--dry-run", key="dry_run"),
+    Flag(name="--json", key="json"),
+    Flag(name="--max-query-length", key="query_length"),
+    Flag(name="--max-doc-length", key="document_length"),
     Flag(name="--workers", key="resources.workers"),
+    Flag(name="--gpus-per-worker", key="resources.gpus_per_worker"),
     Flag(name="--precision", key="precision"),
-    Flag(name="--trust-remote-code", key="trust_remote_code", const="true"),
     Flag(name="--push-to-hub", key="push_to_hub"),
-    Flag(name="--overwrite", key="overwrite", const="true"),
+    Flag(name="--trust-remote-code", key="trust_remote_code"),
+    Flag(name="--overwrite", key="overwrite"),
 )
 
 
-def report(result: InitResult) -> str:
+def report(result: InitResult | PlanResult) -> str:
     from sembridge_ray.embed_init.report import sample_table
+
+    if isinstance(result, PlanResult):
+        return render_plan(result)
 
     counts = ", ".join(f"{n} {kind}" for kind, n in sorted(result.kinds.items()))
     return (
@@ -309,6 +325,7 @@ JOB = JobSpec(
     config=InitConfig,
     flags=FLAGS,
     driver="sembridge_ray.distributed.init:run_init",
+    dry_driver="sembridge_ray.reproduce.plan:init_dry_run_result",
     report=report,
     description=__doc__ or "",
 )

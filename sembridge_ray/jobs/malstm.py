@@ -47,8 +47,8 @@ class MalstmConfig(Config):
     """SICK 2014 directory (``SICK_train.txt``, ``SICK_trial.txt``, ``SICK_test_annotated.txt``); empty = bundled."""
     sts: str = ""
     """STS directory with one folder per year; empty = bundled."""
-    seeds: int = 4
-    """Restarts, run as parallel Ray tasks; the best by validation MSE is reported."""
+    restarts: int = 4
+    """Restarts (formerly ``seeds``), run as parallel Ray tasks; the best by validation MSE is reported."""
     seed: int = 0
     """First restart's seed (restart k uses seed + k)."""
     data_seed: int = 0
@@ -69,6 +69,8 @@ class MalstmConfig(Config):
     resources: ResourceConfig = field(default_factory=lambda: ResourceConfig(workers=2, reserve_cpus=0))
     """``workers``: restarts trained at once, each a one-CPU Ray task."""
 
+    ALIASES: ClassVar[dict[str, str]] = {"seeds": "restarts"}
+    IDENTITY_NAMES: ClassVar[dict[str, str]] = {"restarts": "seeds"}  # the name finished runs recorded
     NOT_IDENTITY: ClassVar[tuple[str, ...]] = (
         "output",
         "sick",
@@ -80,7 +82,7 @@ class MalstmConfig(Config):
     )
 
     def check(self) -> None:
-        require(self.seeds >= 1, "seeds", self.seeds, "must be >= 1")
+        require(self.restarts >= 1, "restarts", self.restarts, "must be >= 1")
         require(0 < self.val_fraction < 1, "val_fraction", self.val_fraction, "must be in (0, 1)")
         require(self.limit_train >= 0, "limit_train", self.limit_train, "must be >= 0 (0 = all)")
 
@@ -118,19 +120,24 @@ FLAGS = (
     Flag(name="--output", key="output"),
     Flag(name="--vectors", key="vectors.source"),
     Flag(name="--retrofit", key="vectors.retrofit"),
-    Flag(name="--seeds", key="seeds"),
-    Flag(name="--no-augment", key="augment.enabled", const="false"),
-    Flag(name="--no-pretrain", key="pretrain.enabled", const="false"),
-    Flag(name="--no-calibrate", key="calibration.enabled", const="false"),
+    Flag(name="--restarts", key="restarts", aliases=("--seeds",)),
+    Flag(name="--seed", key="seed"),
+    Flag(name="--augment", key="augment.enabled"),
+    Flag(name="--pretrain", key="pretrain.enabled"),
+    Flag(name="--calibrate", key="calibration.enabled"),
     Flag(name="--sick", key="sick"),
     Flag(name="--sts", key="sts"),
     Flag(name="--sts-years", key="pretrain.years"),
-    Flag(name="--overwrite", key="overwrite", const="true"),
+    Flag(name="--workers", key="resources.workers"),
+    Flag(name="--overwrite", key="overwrite"),
 )
 
 
 def report(result: MalstmResult) -> str:
-    return json.dumps({"output": result.output, "best_seed": result.best_seed, "test": result.test})
+    from pathlib import Path
+
+    scores = json.dumps({"output": result.output, "best_seed": result.best_seed, "test": result.test})
+    return f"{scores}\nreport.md: {Path(result.output, 'report.md')}"
 
 
 JOB = JobSpec(

@@ -17,7 +17,7 @@ import logging
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar, Literal, TypedDict
+from typing import ClassVar, Literal
 
 from sembridge_ray import catalog
 from sembridge_ray.config import Config, require
@@ -27,8 +27,11 @@ from sembridge_ray.jobs import Flag, JobSpec
 from sembridge_ray.jobs.evaluate import EvaluateConfig
 from sembridge_ray.jobs.finetune import FinetuneConfig
 from sembridge_ray.jobs.init import InitConfig
+from sembridge_ray.jobs.plans import PlanResult, render_plan
 
 DATASETS = ("webfaq", "miracl", "sick")
+DEMO_LANGUAGE = "en-bpe"
+"""The miniature's own target vocabulary: a byte-level BPE it trains on the bundled text."""
 _ASSETS_OF_PRESET = {"paper": "hub", "demo": "bundled"}
 log = logging.getLogger(__name__)
 
@@ -43,7 +46,7 @@ class DemoSettings(Config):
     target_vocab: int = 8000
     """Size of the cased byte-level BPE target vocabulary (trained on the bundled SICK + STS text)."""
     mlm_bias: float = -2.5
-    """Constant decoder bias of the fresh MLM head (0 makes ~29.5k of 30.5k dimensions fire: FINDINGS.md)."""
+    """Constant decoder bias of the fresh MLM head (with 0, about 29.5k of its 30.5k dimensions fire on any input)."""
     source_steps: int = 30
     """InfoNCE + FLOPs steps that make the MiniLM SPLADE source a retriever."""
     source_batch: int = 32
@@ -63,6 +66,8 @@ class ReproduceConfig(Config):
     """Root of the grid: one directory per cell and stage, the tables and the plots."""
     dry_run: bool = False
     """Print the plan (every cell, its hub ids, a GPU-hour estimate) and run nothing."""
+    json: bool = False
+    """With ``dry_run``: print the plan as JSON (every field) instead of the summary table."""
     models: tuple[str, ...] = tuple(catalog.SOURCE_MODELS.values())
     """Source encoders: catalog keys, hub ids or directories (comma-separated)."""
     languages: tuple[str, ...] = tuple(catalog.LANGUAGES)
@@ -81,7 +86,9 @@ class ReproduceConfig(Config):
     miracl_mirror: str = ""
     """A local MIRACL mirror (``<lang>/topics…tsv``, ``qrels…tsv``, ``corpus/*.jsonl.gz``); empty = the hub."""
     target_tokenizers: tuple[str, ...] = ()
-    """Per-language overrides of the catalog's target tokenizer, ``lang=HUB_ID_OR_PATH`` (e.g. a local mirror)."""
+    """Per-language overrides of the catalog's target tokenizer, ``lang=HUB_ID_OR_PATH`` (e.g. a local mirror). With
+    bundled assets: the tokenizer of each language but ``en-bpe`` (the bundled BPE), e.g. the settings preset's
+    ``en-roberta=DIR/roberta-base,en-kobigbird=DIR/kobigbird-bert-base`` (with those in ``languages``)."""
     eval_split: str = "test"
     """Split evaluated (MIRACL's public judgements: ``test`` means ``dev`` there)."""
     init: InitConfig = field(default_factory=lambda: InitConfig(bridge_model=catalog.BRIDGE))
@@ -122,6 +129,7 @@ class ReproduceConfig(Config):
     NOT_IDENTITY: ClassVar[tuple[str, ...]] = (
         "output",
         "dry_run",
+        "json",
         "max_concurrent",
         "gpus_per_cell",
         "overwrite",
@@ -179,6 +187,17 @@ class ReproduceConfig(Config):
         if not self.output:
             raise InputError("--output ROOT is required")
 
+    def demo_tokenizers(self) -> dict[str, str]:
+        """The miniature's target vocabularies besides the bundled ``en-bpe`` (``DEMO_LANGUAGE``, which it
+        builds): ``target_tokenizers`` items LANG=DIR; a language named without one is refused."""
+        named = self.named_tokenizers()
+        missing = [lang for lang in self.languages if lang != DEMO_LANGUAGE and lang not in named]
+        if missing:
+            raise InputError(
+                f"demo language {missing[0]!r}: name its tokenizer with target_tokenizers={missing[0]}=DIR"
+            )
+        return {lang: named[lang] for lang in self.languages if lang != DEMO_LANGUAGE}
+
     def named_tokenizers(self) -> dict[str, str]:
         """``target_tokenizers`` as {language: hub id or path}."""
         overrides = {}
@@ -211,40 +230,6 @@ class CellOutcome:
     traceback: str = ""
 
 
-class PlannedCell(TypedDict):
-    """One cell of the dry run's plan."""
-
-    cell: str
-    model: str
-    language: str
-    method: str
-    alpha: str
-    target_tokenizer: str
-    bridge_model: str
-    datasets: dict[str, str]
-    """Dataset -> what it loads from the hub for the cell's language."""
-    estimate_gpu_hours: float
-
-
-class Assumptions(TypedDict):
-    bridge_strings_per_s: float
-    docs_per_s: float
-    seconds_per_step: float
-    note: str
-
-
-class Plan(TypedDict):
-    """The dry run's plan (``--dry-run`` prints it as JSON, in this key order)."""
-
-    cells: list[PlannedCell]
-    total_cells: int
-    estimate_gpu_hours: float
-    estimate_wall_hours_at_concurrency: dict[str, float]
-    """Concurrent cells (as a string) -> wall-clock hours."""
-    figures_source: str
-    assumptions: Assumptions
-
-
 @dataclass(frozen=True, kw_only=True)
 class ReproduceResult:
     """What a reproduction run did: cells planned and run, failures, and where the tables are."""
@@ -254,7 +239,7 @@ class ReproduceResult:
     ran: int
     failures: dict[str, str]
     """cell -> error."""
-    plan: Plan | None = None
+    plan: PlanResult | None = None
     """With ``dry_run``: the plan (nothing ran)."""
 
     @property
@@ -263,25 +248,43 @@ class ReproduceResult:
 
 
 FLAGS = (
-    Flag(name="--output", key="output"),
-    Flag(name="--dry-run", key="dry_run", const="true"),
-    Flag(name="--models", key="models"),
+    Flag(name="--output", key="output", required=True),
+    Flag(name="--dry-run", key="dry_run"),
+    Flag(name="--json", key="json"),
+    Flag(name="--model", key="models", aliases=("--models",)),
     Flag(name="--languages", key="languages"),
     Flag(name="--datasets", key="datasets"),
     Flag(name="--methods", key="methods"),
     Flag(name="--alphas", key="alphas"),
     Flag(name="--max-concurrent", key="max_concurrent"),
     Flag(name="--gpus-per-cell", key="gpus_per_cell"),
-    Flag(name="--overwrite", key="overwrite", const="true"),
+    Flag(
+        name="--workers",
+        key="init.resources.workers",
+        also=("finetune.resources.workers", "evaluate.resources.workers"),
+    ),
+    Flag(
+        name="--gpus-per-worker",
+        key="init.resources.gpus_per_worker",
+        also=("finetune.resources.gpus_per_worker", "evaluate.resources.gpus_per_worker"),
+    ),
+    Flag(name="--max-query-length", key="evaluate.max_query_length", also=("finetune.max_query_length",)),
+    Flag(name="--max-doc-length", key="evaluate.max_doc_length", also=("finetune.max_doc_length",)),
+    Flag(
+        name="--trust-remote-code",
+        key="init.trust_remote_code",
+        also=("finetune.trust_remote_code", "evaluate.trust_remote_code"),
+    ),
+    Flag(name="--overwrite", key="overwrite"),
 )
 
 
 def report(result: ReproduceResult) -> str:
     if result.plan is not None:
-        return json.dumps(result.plan, indent=2)
-    tables = Path(result.output, "results.md").read_text(encoding="utf-8")
+        return render_plan(result.plan)
+    results = Path(result.output, "results.md")
     summary = {"cells": result.cells, "ran": result.ran, "failures": result.failures}
-    return tables + "\n" + json.dumps(summary, indent=2)
+    return f"{results.read_text(encoding='utf-8')}\n{json.dumps(summary, indent=2)}\nresults.md: {results}"
 
 
 JOB = JobSpec(

@@ -22,7 +22,7 @@ class Cell:
     method: MethodName
     alpha: float | None  # None for the baselines, which have no α
     position_aware: bool = False
-    """The ``+pa`` variant: the init's position-aware bridging (issue 14) instead of the released string rule."""
+    """The ``+pa`` variant: the init's position-aware bridging (docs/position-aware.md), not the released rule."""
 
     @property
     def variant(self) -> str:

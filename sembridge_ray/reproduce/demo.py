@@ -24,6 +24,7 @@ from sembridge_ray.data.sick import read_sick_split, write_sick_beir
 from sembridge_ray.data.sts import read_sts, sts_files
 from sembridge_ray.errors import InputError
 from sembridge_ray.json_types import JSONValue
+from sembridge_ray.model_card import ensure_marked, mark_asset
 from sembridge_ray.outputs import atomic_path, atomic_write_json
 from sembridge_ray.resources import SICK_DIR, STS_DIR
 
@@ -77,6 +78,11 @@ class Asset:
     """A file inside a directory asset that exists once it is built ("" for a file asset)."""
     version: int = 1
     """Bump when the asset's construction changes: its record then differs and a rerun is refused (or rebuilt)."""
+    known: str = ""
+    """The bundled asset it is (a ``model_card.KNOWN_ASSETS`` key), recorded beside it when built: a model card then
+    names its licence when a job is given its path."""
+    what: str = ""
+    """What it is, in the words of a model card."""
 
 
 ASSETS = {
@@ -85,29 +91,49 @@ ASSETS = {
         settings=("test_pairs",),
         build=lambda out, d: build_retrieval_set(out, d.test_pairs),
         ready="corpus.jsonl",
+        known="sick",
+        what="SICK 2014 test pairs as a BEIR retrieval set, bundled",
     ),
-    "dev": Asset(path="sick-dev-beir", settings=(), build=lambda out, d: build_dev_set(out), ready="qrels/dev.tsv"),
+    "dev": Asset(
+        path="sick-dev-beir",
+        settings=(),
+        build=lambda out, d: build_dev_set(out),
+        ready="qrels/dev.tsv",
+        known="sick",
+        what="SICK 2014 trial pairs as a BEIR development set, bundled",
+    ),
     # version 2: SICK train only (version 1 also held the trial pairs, now the development set)
     "sick_train": Asset(
-        path="sick-train-pairs.parquet", settings=(), build=lambda out, d: write_pairs(sick_pairs(), out), version=2
+        path="sick-train-pairs.parquet",
+        settings=(),
+        build=lambda out, d: write_pairs(sick_pairs(), out),
+        version=2,
+        known="sick",
+        what="SICK 2014 train pairs with relatedness ≥ 4, bundled",
     ),
     "source_pairs": Asset(
         path="source-pairs.parquet",
         settings=(),
         build=lambda out, d: write_pairs(sick_pairs() + sts_pairs(), out),
         version=2,
+        known="sick+sts",
+        what="SICK 2014 train and STS 2012–2013 pairs with scores ≥ 4, bundled",
     ),
     "target": Asset(
         path="target-bpe",
         settings=("target_vocab",),
         build=lambda out, d: bundled.build_sick_bpe(out, d.target_vocab),
         ready="tokenizer.json",
+        known="sick-bpe",
+        what="a byte-level BPE tokenizer trained on the bundled SICK and STS text",
     ),
     "untrained": Asset(
         path="minilm-splade-untrained",
         settings=("mlm_bias",),
         build=lambda out, d: bundled.build_minilm_splade(out, d.mlm_bias),
         ready="config.json",
+        known="minilm-splade",
+        what="the bundled MiniLM SPLADE, untrained",
     ),
 }
 
@@ -163,10 +189,21 @@ def build_assets(root: Path, demo: DemoSettings) -> dict[str, Path]:
         paths[name] = root / asset.path
         want = asset_settings(asset, demo)
         if record.get(name) != want or not _built(root, asset):
-            asset.build(paths[name], demo)
+            build_asset(root, name, demo)
             record[name] = want
             atomic_write_json(root / ASSETS_RECORD, {"assets": record})
+        else:
+            ensure_marked(paths[name], asset.known, asset.what)  # one built before markers existed
     return paths
+
+
+def build_asset(root: Path, name: str, demo: DemoSettings) -> Path:
+    """Build asset ``name`` under ``root`` and mark it (``model_card.mark_asset``: which bundled asset it is, so
+    a model card names its licence); unrecorded (:func:`build_assets` records it)."""
+    asset, path = ASSETS[name], Path(root) / ASSETS[name].path
+    asset.build(path, demo)
+    mark_asset(path, asset.known, asset.what)
+    return path
 
 
 def _built(root: Path, asset: Asset) -> bool:

@@ -1,7 +1,9 @@
-"""Bundled data files (see ``resources/data/README.md`` for their sources and licences)."""
+"""Bundled data files (see ``resources/data/README.md`` for their sources and licences) and the bridge vectors of
+the bundled vocabularies (``bridge_cache/README.md``)."""
 
 from pathlib import Path
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 SICK_DIR = DATA_DIR / "sick2014"
 STS_DIR = DATA_DIR / "sts"
+BRIDGE_CACHE_DIR = Path(__file__).resolve().parent / "bridge_cache"

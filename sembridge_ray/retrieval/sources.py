@@ -27,14 +27,14 @@ log = logging.getLogger(__name__)
 VECTORS, INFO = "vectors", "info.json"
 
 
-def resolve_model(spec: str) -> tuple[str, str]:
+def resolve_model(spec: str, trust_remote_code: bool = False) -> tuple[str, str]:
     """A model spec (path, hub id or bundled name) -> (what encoder actors load, its identity). A missing model
     names itself."""
     path = Path(resolve(spec)).expanduser()
     if path.is_dir():
         if not any((path / name).is_file() for name in ("modules.json", "config.json")):
             raise InputError(f"model {spec!r} is not a model directory (no modules.json or config.json)")
-        check_mlm(str(path))
+        check_mlm(str(path), trust_remote_code)
         return str(path.resolve()), path_identity(path)
     if path.exists() or not looks_like_hub_id(spec):
         raise InputError(f"model {spec!r} not found")

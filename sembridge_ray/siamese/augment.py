@@ -353,7 +353,8 @@ def choose_gate(pairs: Sequence[TokenPair], draws: Draws, floor: float, target: 
 def write_bundled_thesaurus(sick_dir: Path, wordnet: object, path: Path = BUNDLED_THESAURUS) -> int:
     """Derive the thesaurus of the SICK training vocabulary (train + trial, lower-cased) from WordNet 3.0 and write
     it with the WordNet licence as its header; returns the number of words. Regenerate with
-    ``NLTK_DATA=../shared/data/wordnet/nltk_data python -m sembridge_ray.siamese.augment``."""
+    ``NLTK_DATA=DIR python -m sembridge_ray.siamese.augment``, DIR holding nltk's ``wordnet`` corpus
+    (``python -m nltk.downloader -d DIR wordnet``)."""
     from sembridge_ray.data.sick import read_sick_split
     from sembridge_ray.outputs import atomic_write_text
     from sembridge_ray.siamese.data import tokenize

@@ -10,7 +10,7 @@ autocasts the matmuls, on any device, only when the caller asks: a CPU's feature
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 def sparse_rows(emb: torch.Tensor, top_k: int | None = None) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """emb (B, V), dense or sparse -> per row: indices (int32, ascending) and values (float32, > 0).
 
-    ``top_k`` keeps each row's k largest values (ties broken by lower index), for ``--doc-top-k`` pruning.
+    ``top_k`` keeps each row's k largest values (ties broken by lower index), for ``--doc-max-active-dims`` pruning.
     """
     dense = (emb.to_dense() if emb.is_sparse else emb).detach().float().cpu()
     indices, values = [], []
@@ -125,11 +125,13 @@ def encode_texts(
     role: str | None = None,
     top_k: int | None = None,
     precision: str = "fp32",
+    done: Callable[[int], None] | None = None,
 ) -> Rows:
     """Texts -> sparse rows in input order, with a ``SparseEncoder``'s weights and tokenizer.
 
     Batches are cut from the texts sorted by length (longest first). A model :func:`fast_parts` cannot take apart
     (Router, prompts, other pooling) is encoded with its own ``encode``/``encode_query``/``encode_document``.
+    ``done(n)`` is called as texts are encoded (after each batch; once at the end for such a model): progress.
     """
     parts = fast_parts(model, role)
     amp = autocast_for(model.device, precision)
@@ -137,7 +139,10 @@ def encode_texts(
         encode = {None: model.encode, "query": model.encode_query, "document": model.encode_document}[role]
         with amp:
             emb = encode(list(texts), batch_size=batch_size, convert_to_tensor=True, show_progress_bar=False)
-        return sparse_rows(emb, top_k)
+        rows = sparse_rows(emb, top_k)
+        if done is not None:
+            done(len(texts))
+        return rows
     mlm, transform, decoder = parts
     order = np.argsort([-len(t) for t in texts], kind="stable")
     indices: list[np.ndarray] = [np.zeros(0, np.int32)] * len(texts)
@@ -151,6 +156,8 @@ def encode_texts(
             pooled = pool_unpadded(transform(hidden), decoder.weight, decoder.bias, inputs["attention_mask"])
             for i, idx, val in zip(chosen, *device_rows(pooled, top_k), strict=True):
                 indices[i], values[i] = idx, val
+            if done is not None:
+                done(len(chosen))
     return indices, values
 
 

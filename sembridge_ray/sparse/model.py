@@ -205,12 +205,14 @@ def mlm_embeddings(model: PreTrainedModel) -> tuple[torch.Tensor, torch.Tensor |
     return inp, out, bias
 
 
-def load_sparse_encoder(path: str, device: str = "cpu", max_length: int | None = None) -> SparseEncoder:
+def load_sparse_encoder(
+    path: str, device: str = "cpu", max_length: int | None = None, trust_remote_code: bool = False
+) -> SparseEncoder:
     """Load a SparseEncoder directory (or hub id) for inference; failure names the path."""
     from sentence_transformers import SparseEncoder
 
     try:
-        model = SparseEncoder(str(path), device=device)
+        model = SparseEncoder(str(path), device=device, trust_remote_code=trust_remote_code)
     except (OSError, ValueError, KeyError) as err:
         raise InputError(f"cannot load sparse encoder {path!r}: {_first_line(err)}") from None
     if max_length is not None:

@@ -90,7 +90,8 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimCluster]:
 
 
 def _start(args: list[str], address: str | None, log: Path) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
+    # small inputs on actors too (cluster.in_driver), so that the faults below hit the actors' work
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "SEMBRIDGE_IN_DRIVER_ROWS": "0"}
     env.pop("RAY_ADDRESS", None)
     if address:
         env["RAY_ADDRESS"] = address
@@ -146,7 +147,7 @@ def test_smoke_evaluation_on_three_nodes_equals_in_process_and_survives_a_lost_n
 def _init_args(fixtures_root: Path, out: Path, cache: Path) -> list[str]:
     return [
         "jobs.init_embeddings",
-        "--source-model",
+        "--model",
         str(fixtures_root / "roberta-mlm"),
         "--target-tokenizer",
         str(fixtures_root / "tok-unigram"),
@@ -228,7 +229,7 @@ def test_two_cell_reproduction_survives_a_lost_node_with_the_same_results(
             "paper",
             "--output",
             str(out),
-            "--models",
+            "--model",
             str(fixtures_root / "bert-mlm"),
             "--languages",
             "ko",

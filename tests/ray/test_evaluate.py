@@ -12,15 +12,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import pytrec_eval
+import ray.data
 
 from jobs import evaluate
 from sembridge_ray.data.retrieval import load_beir
 from sembridge_ray.data.schema import ID, TEXT
 from sembridge_ray.distributed import cluster
 from sembridge_ray.distributed.evaluate import encode, run_evaluate
+from sembridge_ray.distributed.search import ShardedIndex
 from sembridge_ray.jobs.evaluate import EvaluateConfig
 from sembridge_ray.outputs import SUCCESS, is_complete
-from sembridge_ray.placement import ResourceConfig
+from sembridge_ray.placement import Placement, ResourceConfig
 from sembridge_ray.retrieval.store import parquet_files, read_run, read_vectors, stage_corpus
 from sembridge_ray.sparse.encode import sparse_rows
 from sembridge_ray.sparse.model import load_sparse_encoder
@@ -41,6 +43,7 @@ def dataset(sick_beir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 def first_run(
     ray_cluster: cluster.ClusterInfo, fixtures_root: Path, dataset: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[EvaluateConfig, dict]:
+    """Through Ray's actors (encoder pools, shard actors), however small the fixture (``IN_DRIVER_ROWS`` 0)."""
     out = tmp_path_factory.mktemp("eval-out")
     cfg = EvaluateConfig(
         model=str(fixtures_root / "bert-mlm"),
@@ -51,7 +54,9 @@ def first_run(
         query_batch_size=16,
         resources=ResourceConfig(workers=2),
     )
-    return cfg, run_evaluate(cfg).metrics
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(cluster, "IN_DRIVER_ROWS", 0)
+        return cfg, run_evaluate(cfg).metrics
 
 
 def brute_force_scores(model_dir: Path, dataset: Path) -> tuple[list[str], list[str], np.ndarray]:
@@ -180,9 +185,16 @@ def test_reruns_other_settings_overwrite_copies_and_determinism(
     assert json.loads((out / "metrics.json").read_text())["top_k"] == 20 and is_complete(out)
 
 
+@pytest.mark.parametrize("in_driver", [False, True], ids=["actors", "driver"])
 def test_encoding_through_ray_equals_in_process(
-    ray_cluster: cluster.ClusterInfo, fixtures_root: Path, tmp_path: Path
+    ray_cluster: cluster.ClusterInfo,
+    fixtures_root: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    in_driver: bool,
 ) -> None:
+    """The encoder pool's vectors, and the driver's for an input too small for a pool, are sentence-transformers'."""
+    monkeypatch.setattr(cluster, "IN_DRIVER_ROWS", cluster.IN_DRIVER_ROWS if in_driver else 0)
     model = str(fixtures_root / "bert-mlm")
     texts = ["A man is playing a guitar", "The kids are running in the park", "Nobody is riding a horse"] * 3
     table = pa.table({ID: [f"t{i}" for i in range(len(texts))], TEXT: texts})
@@ -201,3 +213,26 @@ def test_encoding_through_ray_equals_in_process(
         np.testing.assert_array_equal(got.indices[lo:hi], idx[n])
         np.testing.assert_allclose(got.values[lo:hi], val[n], rtol=1e-5, atol=1e-6)
         assert len(idx[n]) == 5
+
+
+def test_small_input_in_the_driver_equals_the_actors(
+    first_run: tuple[EvaluateConfig, dict], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same settings as the actors' run, but a fresh cache: a fixture this small is encoded and searched in the
+    driver (no pool, no shard actor), and every artefact is the actors' byte for byte."""
+    cfg, _ = first_run
+    decided: list[bool] = []
+    decide = cluster.in_driver
+
+    def recorded(plan: Placement, rows: int) -> bool:
+        decided.append(decide(plan, rows))
+        return decided[-1]
+
+    monkeypatch.setattr(cluster, "in_driver", recorded)
+    monkeypatch.setattr(ShardedIndex, "start", lambda *a, **k: pytest.fail("shard actors started"))
+    monkeypatch.setattr(ray.data, "from_items", lambda *a, **k: pytest.fail("an encoder pool started"))
+    here = replace(cfg, output=str(tmp_path / "driver"), cache_dir=str(tmp_path / "cache"))
+    metrics = run_evaluate(here).metrics
+    assert decided == [True, True]  # the documents, the queries
+    assert metrics["cache"] == {"docs": False, "queries": False} and metrics["shards"] == first_run[1]["shards"]
+    assert _artefacts(tmp_path / "driver") == _artefacts(Path(cfg.output))  # run.trec, per_query.tsv, metrics

@@ -74,7 +74,7 @@ def test_a_job_leaves_no_ray_process_behind(ray_cluster, fixtures_root: Path, tm
         sys.executable,
         "-m",
         "jobs.init_embeddings",
-        "--source-model",
+        "--model",
         str(fixtures_root / "bert-mlm"),
         "--target-tokenizer",
         str(fixtures_root / "tok-wordpiece"),

@@ -9,10 +9,11 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+import ray.data
 from safetensors.torch import load_file
 
 from jobs import init_embeddings
-from sembridge_ray.distributed import cluster
+from sembridge_ray.distributed import cluster, udfs
 from sembridge_ray.distributed.init import run_init
 from sembridge_ray.distributed.init_job import initialise
 from sembridge_ray.embed_init.config import MethodName
@@ -33,11 +34,13 @@ def test_ray_pipeline_equals_in_process_bit_for_bit(
     ray_cluster: cluster.ClusterInfo,
     fixtures_root: Path,
     tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     src: str,
     tgt: str,
     method: MethodName,
     options: dict[str, Any],
 ) -> None:
+    monkeypatch.setattr(cluster, "IN_DRIVER_ROWS", 0)  # actor pools, however small the fixture vocabularies
     cfg = InitConfig(
         source_model=str(fixtures_root / src),
         target_tokenizer=str(fixtures_root / tgt),
@@ -63,11 +66,49 @@ def test_ray_pipeline_equals_in_process_bit_for_bit(
     assert run_init(replace(cfg, output=str(tmp_path / "ray"))).skipped  # complete: skipped
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_stages_in_the_driver_equal_the_actor_pools(
+    ray_cluster: cluster.ClusterInfo, fixtures_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int
+) -> None:
+    """Where ``cluster.in_driver`` says so (a small vocabulary; one worker on this one-node cluster, whatever the
+    input) the bridge encoding and the weights run in the driver, the bridge model loaded once for both
+    vocabularies, and the model and provenance are the actor pools' bit for bit."""
+    cfg = InitConfig(
+        source_model=str(fixtures_root / "bert-mlm"),
+        target_tokenizer=str(fixtures_root / "tok-bytebpe"),
+        bridge_model=str(fixtures_root / "bridge"),
+        rows_batch_size=200,
+        bridge_batch_size=64,
+        resources=ResourceConfig(workers=workers, threads_per_worker=1),
+    )
+    with monkeypatch.context() as mp:
+        mp.setattr(cluster, "in_driver", lambda plan, rows: False)
+        pools = run_init(replace(cfg, output=str(tmp_path / "pools"), cache_dir=str(tmp_path / "c1")))
+    loaded: list[object] = []
+    load = udfs.BridgeEncodeUDF.__init__
+
+    def counted(self: udfs.BridgeEncodeUDF, *args: Any, **kwargs: Any) -> None:
+        loaded.append(kwargs.get("device"))
+        load(self, *args, **kwargs)
+
+    monkeypatch.setattr(udfs.BridgeEncodeUDF, "__init__", counted)
+    monkeypatch.setattr(ray.data, "from_arrow", lambda *a, **k: pytest.fail("an actor pool started"))
+    if workers == 1:
+        monkeypatch.setattr(cluster, "IN_DRIVER_ROWS", 0)  # one worker on one node: the driver, whatever the size
+    here = run_init(replace(cfg, output=str(tmp_path / "driver"), cache_dir=str(tmp_path / "c2")))
+    assert loaded == ["cpu"]  # once, for the source and the target vocabularies
+    a, b = (load_file(Path(r.output) / "model" / "model.safetensors") for r in (pools, here))
+    assert a.keys() == b.keys() and all(a[k].equal(b[k]) for k in a)
+    assert pq.read_table(Path(pools.output) / "provenance.parquet").equals(
+        pq.read_table(Path(here.output) / "provenance.parquet")
+    )
+
+
 def test_job_cli_smoke_and_bad_input(
     ray_cluster: cluster.ClusterInfo, fixtures_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     args = [
-        "--source-model",
+        "--model",
         str(fixtures_root / "bert-mlm"),
         "--target-tokenizer",
         str(fixtures_root / "tok-wordpiece"),

@@ -101,9 +101,10 @@ def test_a_copied_output_skips_other_settings_are_refused_and_overwrite_redoes(
     before = snapshot(copy)
     assert job.main(same) == 0  # a moved or copied output is the same run: skipped
     assert snapshot(copy) == before
-    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["output"] == str(copy)
+    *_, scores, artefact = capsys.readouterr().out.strip().splitlines()
+    assert json.loads(scores)["output"] == str(copy) and artefact == f"report.md: {copy / 'report.md'}"
 
-    tiny = ["--seeds", "1", "--no-pretrain", "--no-augment", "train.max_epochs=1", "limit_train=200"]
+    tiny = ["--restarts", "1", "--no-pretrain", "--no-augment", "train.max_epochs=1", "limit_train=200"]
     assert job.main([*same, *tiny]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "seeds: 2 → 1" in err[0] and "pretrain.enabled: true → false" in err[0]

@@ -46,7 +46,7 @@ def test_paper_path_runs_cells_concurrently_records_failures_and_resumes(
         "paper",
         "--output",
         str(out),
-        "--models",
+        "--model",
         f"{good},{missing}",
         "--languages",
         "ko",

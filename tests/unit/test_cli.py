@@ -18,14 +18,16 @@ from tests.unit.test_config import Job
 FLAGS = [
     Flag(name="--steps", key="steps"),
     Flag(name="--lr", key="optim.lr"),
-    Flag(name="--off", key="enabled", const="false"),
+    Flag(name="--enabled", key="enabled"),
 ]
 
 
 def test_layers_defaults_preset_overrides_flags(tmp_path: Path) -> None:
     (tmp_path / "small.yaml").write_text("steps: 5\nname: preset\noptim:\n  lr: 1e-3\n")
     cfg, _ = parse_config(
-        Job, ["--preset", str(tmp_path / "small.yaml"), "name=cli", "--lr", "3e-5", "answer=no", "--off"], flags=FLAGS
+        Job,
+        ["--preset", str(tmp_path / "small.yaml"), "name=cli", "--lr", "3e-5", "answer=no", "--no-enabled"],
+        flags=FLAGS,
     )
     assert (cfg.steps, cfg.name, cfg.optim.lr, cfg.enabled, cfg.answer) == (5, "cli", 3e-5, False, "no")
 
@@ -77,7 +79,9 @@ def test_help_shows_the_default_presets_values(capsys: pytest.CaptureFixture[str
         run("malstm", ["--help"])
     text = capsys.readouterr().out
     assert (
-        "defaults of preset 'paper'" in text and "  seeds = 6   [int]" in text and "  train.lr = 2.0   [float]" in text
+        "defaults of preset 'paper'" in text
+        and "  restarts = 6   [int]" in text
+        and "  train.lr = 2.0   [float]" in text
     )
     with pytest.raises(SystemExit):
         run("init", ["--help"])

@@ -208,7 +208,7 @@ def test_a_dense_model_is_refused_by_finetune_and_init(capsys, tmp_path: Path, f
     assert code == 2 and line.startswith(f"error: model {dense!r} is not a sparse encoder") and "dense" in line
     code = init_embeddings.main(
         [
-            "--source-model",
+            "--model",
             dense,
             "--target-tokenizer",
             str(fixtures_root / "tok-wordpiece"),

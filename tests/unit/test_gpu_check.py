@@ -143,13 +143,13 @@ def test_measured_figures_feed_the_plan(
     assert "NVIDIA H200" in got.source and str(path) in got.source
 
     monkeypatch.setenv(figures.ENV, str(path))
-    assert reproduce.main(["--preset", "paper", "--dry-run", "--output", str(tmp_path / "plan")]) == 0
+    assert reproduce.main(["--preset", "paper", "--dry-run", "--json", "--output", str(tmp_path / "plan")]) == 0
     plan = json.loads(capsys.readouterr().out)
     assert "NVIDIA H200" in plan["figures_source"] and plan["assumptions"]["seconds_per_step"] == 0.1
 
     monkeypatch.setenv(figures.ENV, str(tmp_path / "absent.json"))  # no file: the built-in figures, as before
     monkeypatch.setattr(figures, "BENCH_PATH", tmp_path / "absent-measured.json")  # not this machine's bench_peers
-    assert reproduce.main(["--preset", "paper", "--dry-run", "--output", str(tmp_path / "plan")]) == 0
+    assert reproduce.main(["--preset", "paper", "--dry-run", "--json", "--output", str(tmp_path / "plan")]) == 0
     plan = json.loads(capsys.readouterr().out)
     assert plan["figures_source"] == figures.BUILT_IN.source and plan["assumptions"]["docs_per_s"] == 1000
 

@@ -47,7 +47,7 @@ from tests.unit.test_outputs import snapshot
         (lambda: FinetuneConfig(max_doc_length=0), "max_doc_length=0: must be >= 1"),
         (lambda: EvaluateConfig(top_k=0), "top_k=0: must be >= 1"),
         (lambda: EvaluateConfig(run_tag="two words"), "must be one word"),
-        (lambda: MalstmConfig(seeds=0), "seeds=0: must be >= 1"),
+        (lambda: MalstmConfig(restarts=0), "restarts=0: must be >= 1"),
         (lambda: MalstmConfig.from_dict({"train": {"rho": "1.5"}}), "train.rho=1.5: must be in (0, 1)"),
         (lambda: ReproduceConfig(methods=("sembridge", "nope")), "unknown method ['nope']"),
         (lambda: ReproduceConfig(alphas=("0.5",)), "'0.5' is not a number >= 1"),
@@ -76,7 +76,7 @@ def test_bad_alpha_fails_in_the_driver_in_under_5_s_without_ray(tmp_path: Path) 
             sys.executable,
             "-c",
             code,
-            "--source-model",
+            "--model",
             "m",
             "--target-tokenizer",
             "t",
@@ -187,7 +187,7 @@ def test_a_bad_bridge_model_is_one_line_from_the_driver(
     not_a_model = tmp_path / "not-a-model"
     not_a_model.mkdir()
     args = [
-        "--source-model",
+        "--model",
         init_cfg.source_model,
         "--target-tokenizer",
         init_cfg.target_tokenizer,
@@ -207,7 +207,7 @@ def test_output_path_that_is_a_file_is_one_line(
 ) -> None:
     (tmp_path / "a-file").write_text("x")
     args = [
-        "--source-model",
+        "--model",
         init_cfg.source_model,
         "--target-tokenizer",
         init_cfg.target_tokenizer,

@@ -1,16 +1,54 @@
-"""The model card the init job writes: it names the method, α, bridge and target tokenizer, and sentence-transformers
-loads the model with it and keeps it (so a push carries it); pushing offline is one line."""
+"""The model card the init and fine-tuning jobs write: it names the method, α, bridge and target tokenizer, and
+sentence-transformers loads the model with it and keeps it (so a push carries it); pushing offline is one line.
+
+A quick-like model (the tiny fixtures as inputs, the demo's own SICK assets as training and evaluation data, scores
+recorded the way the evaluate job records them) has a card whose metadata the hub's own parser reads: the licence
+of the SICK training pairs (CC BY-NC-SA 3.0, as SICK's bundled readme states it), nDCG@10 zero-shot and fine-tuned
+in the ``model-index``, and no absolute path of this machine."""
 
 from __future__ import annotations
 
+import json
+import logging
+import re
+import shutil
 from pathlib import Path
 
 import pytest
+from huggingface_hub import ModelCard
+from huggingface_hub.repocard_data import EvalResult, ModelCardData, model_index_to_eval_results
 
 from sembridge_ray.cli import run_job
+from sembridge_ray.distributed.evaluate import record_in_card
+from sembridge_ray.distributed.finetune import card_provenance
 from sembridge_ray.distributed.init_job import initialise
+from sembridge_ray.identity import RunIdentity
+from sembridge_ray.jobs.evaluate import EvaluateConfig
+from sembridge_ray.jobs.finetune import FinetuneConfig
 from sembridge_ray.jobs.init import InitConfig
-from sembridge_ray.model_card import read_provenance, render
+from sembridge_ray.jobs.reproduce import DemoSettings
+from sembridge_ray.manifest import IDENTITY, is_complete, output_fingerprint, read_manifest, write_success
+from sembridge_ray.model_card import (
+    CARD,
+    PROVENANCE,
+    SCORES,
+    UNKNOWN,
+    InputLicence,
+    combined_licence,
+    hub_licence,
+    input_licences,
+    read_provenance,
+    read_scores,
+    record_evaluation,
+    render,
+    unchecked,
+    write_card,
+)
+from sembridge_ray.reproduce import demo
+from sembridge_ray.resources import SICK_DIR
+
+# An absolute path of a POSIX machine as it would appear in text (not a URL's path: no scheme or host before it).
+ABSOLUTE = re.compile(r"(?<![\w:/.\-])/(?:home|tmp|root|work|Users|var|private|mnt|opt|srv|data|scratch)/")
 
 
 @pytest.fixture(scope="module")
@@ -29,13 +67,13 @@ def model_dir(fixtures_root: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     return Path(initialise(cfg).model)
 
 
-def test_the_card_names_the_method_alpha_bridge_and_target(model_dir: Path, fixtures_root: Path) -> None:
+def test_the_card_names_the_method_alpha_bridge_and_target(model_dir: Path) -> None:
     card = (model_dir / "README.md").read_text(encoding="utf-8")
-    assert "| method | sembridge, α = 3 |" in card and "language: ko" in card
-    assert f"| bridge model | {fixtures_root / 'bridge'} |" in card
-    assert f"| target tokenizer | {fixtures_root / 'tok-bytebpe'} |" in card
+    assert "| method | sembridge, α = 3 |" in card and "language:\n- ko" in card
+    assert "| bridge model | bridge |" in card and "| target tokenizer | tok-bytebpe |" in card
     prov = read_provenance(model_dir)["init"]
-    assert sum(prov["kinds"].values()) > 0 and f"{sum(prov['support_histogram'].values())} tokens)" in card
+    assert sum(prov["kinds"].values()) == prov["vocab_size"] > 0
+    assert f"{sum(prov['support_histogram'].values())} tokens)" in card
     assert "## Licences of the inputs" in card
 
 
@@ -43,19 +81,27 @@ def test_sparse_encoder_loads_the_model_and_keeps_the_card(model_dir: Path) -> N
     from sentence_transformers import SparseEncoder
 
     model = SparseEncoder(str(model_dir), device="cpu")
-    assert model._model_card_text == (model_dir / "README.md").read_text(encoding="utf-8")
+    card = (model_dir / "README.md").read_text(encoding="utf-8")
+    assert model._model_card_text == card
     vocab = len(model.tokenizer)
     assert model.encode_query(["a man plays a guitar"], convert_to_tensor=True).shape[-1] == vocab
+    assert f"Output Dimensionality:** {vocab} dimensions" in card
 
 
 def test_a_fine_tuned_card_extends_the_initialisation() -> None:
-    prov = {
+    prov = {  # as sembridge.json held it before licences were recorded: they are looked up by name
         "init": {"source_model": "naver/splade-v3", "method": "focus", "language": "ar"},
         "finetune": {"train": "miracl:ar", "steps": 120, "batch_size": 64, "lr": 2e-5},
     }
     card = render(prov)
-    assert "# Fine-tuned sparse encoder (ar)" in card and "base_model: naver/splade-v3" in card
+    assert "base_model: naver/splade-v3" in card and "for Arabic: naver/splade-v3" in card
     assert "| training data | miracl:ar |" in card and "CC BY-NC-SA 4.0" in card  # splade-v3's licence
+    assert _data(ModelCard(card)).language == ["ar"]
+
+
+def _data(card: ModelCard) -> ModelCardData:
+    assert isinstance(card.data, ModelCardData)
+    return card.data
 
 
 def test_pushing_offline_is_one_line(
@@ -70,3 +116,227 @@ def test_pushing_offline_is_one_line(
     assert capsys.readouterr().err.strip() == (
         "error: cannot push to the hub repository 'someone/sembridge-test': HF_HUB_OFFLINE is set (offline)"
     )
+
+
+# ---- the quick-like model ---------------------------------------------------------------------------------------
+
+
+def _copy_with_readme(src: Path, dst: Path, readme: str) -> Path:
+    shutil.copytree(src, dst)
+    (dst / "README.md").write_text(readme, encoding="utf-8")
+    return dst
+
+
+@pytest.fixture(scope="module")
+def quick(fixtures_root: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Inputs and outputs laid out as the quick start's: local inputs that state their licences in their own
+    READMEs, the demo's SICK assets materialised under ``assets/`` by the demo's own builder, an init output, and a
+    fine-tuning output of it whose card is written by the fine-tuning job's provenance."""
+    root = tmp_path_factory.mktemp("quick")
+    source = _copy_with_readme(
+        fixtures_root / "bert-mlm",
+        root / "inputs" / "bert-mlm",
+        "---\nlicense: apache-2.0\nbase_model: google-bert/bert-base-uncased\n---\n\nA tiny BERT.\n",
+    )
+    tokenizer = _copy_with_readme(
+        fixtures_root / "tok-bytebpe",
+        root / "inputs" / "bpe",
+        "---\nlanguage: en\n---\n\nA byte-level BPE trained on STS text.\n\nLicence: CC BY-SA 3.0\n",
+    )
+    bridge = _copy_with_readme(fixtures_root / "bridge", root / "inputs" / "bridge", "---\nlicense: mit\n---\n")
+    assets = root / "out" / "assets"
+    paths = {
+        name: demo.build_asset(assets, name, DemoSettings(test_pairs=100)) for name in ("sick_train", "dev", "beir")
+    }
+    init_out = root / "out" / "cells" / "cell" / "init"
+    initialise(
+        InitConfig(
+            source_model=str(source),
+            target_tokenizer=str(tokenizer),
+            bridge_model=str(bridge),
+            output=str(init_out),
+            alpha=4.0,
+            cache_dir=str(root / "cache"),
+            samples=2,
+        )
+    )
+    return {"root": root, "init": init_out / "model", **paths}
+
+
+def _metrics(ndcg: float) -> dict[str, object]:
+    """metrics.json of an evaluation (the keys the evaluate job writes)."""
+    return {"nDCG@10": ndcg, "RR@10": ndcg + 0.05, "R@100": 0.9, "num_queries": 61, "num_docs": 134, "split": "test"}
+
+
+def _evaluate(model: Path, beir: Path, metrics: dict[str, object], tmp: Path) -> None:
+    """What the evaluate job does after scoring ``model``: record the scores in its card."""
+    cfg = EvaluateConfig(model=str(model), dataset=str(beir), split="test", output=str(tmp / "eval"))
+    identity = RunIdentity(job="evaluate", settings={"model": str(model)}, inputs={})
+    record_in_card(str(model), cfg, str(beir), metrics, identity)
+
+
+def _fine_tune(quick: dict[str, Path], out: Path, dev: tuple[float, float]) -> Path:
+    """A fine-tuning output of the init model as the fine-tuning job leaves it (its card from
+    ``card_provenance``, the card left out of ``_SUCCESS``); the weights are the init model's."""
+    model = out / "model"
+    shutil.copytree(quick["init"], model, ignore=shutil.ignore_patterns(CARD, PROVENANCE, SCORES))
+    cfg = FinetuneConfig(
+        model=str(quick["init"]),
+        train=str(quick["sick_train"]),
+        eval=str(quick["dev"]),
+        eval_split="dev",
+        output=str(out),
+    )
+    history = [{"step": 0, "dev_nDCG@10": dev[0]}, {"step": 3, "loss": 1.5, "dev_nDCG@10": dev[1]}]
+    write_card(model, card_provenance(cfg, 3, {"loss": 1.5}, history, 3))
+    (out / IDENTITY).write_text(json.dumps(RunIdentity(job="finetune", settings={"x": 1}).to_dict()), "utf-8")
+    write_success(out, exclude=unchecked("model"))
+    return model
+
+
+def test_the_quick_models_card_is_publishable(quick: dict[str, Path], tmp_path: Path) -> None:
+    zero, tuned, dev = 0.3127, 0.4481, (0.2513, 0.3359)
+    _evaluate(quick["init"], quick["beir"], _metrics(zero), tmp_path / "zero")  # the zero-shot stage
+    model = _fine_tune(quick, tmp_path / "finetune", dev)
+    identity = output_fingerprint(model)
+    _evaluate(model, quick["beir"], _metrics(tuned), tmp_path / "tuned")  # the fine-tuned stage
+
+    text = (model / CARD).read_text(encoding="utf-8")
+    data = _data(ModelCard(text, ignore_metadata_errors=False))  # the hub's parser and metadata validation
+    assert data.library_name == "sentence-transformers" and data.pipeline_tag == "feature-extraction"
+    assert {"sentence-transformers", "sparse-encoder", "splade", "sembridge"} <= set(data.tags or [])
+    assert data.language == ["en"]  # the target tokenizer's README
+    assert data.base_model == "google-bert/bert-base-uncased"  # the source model's README
+    # SICK's own readme states its licence; the card's metadata carries it (the most restrictive input here)
+    assert "Attribution-NonCommercial-ShareAlike 3.0" in (SICK_DIR / "readme.txt").read_text(encoding="utf-8-sig")
+    assert data.license == "cc-by-nc-sa-3.0"
+    assert "training data: `sick-train-pairs.parquet`: CC BY-NC-SA 3.0" in text
+    assert "RobZamp/sick" in (data.datasets or [])
+    assert "(unknown)" not in text
+    assert re.search(r"^# SemBridge \(α = 4\) sparse encoder for English: bert-mlm .*fine-tuned on", text, re.M)
+
+    name, results = model_index_to_eval_results(data.to_dict()["model-index"])
+    assert name == data.model_name
+
+    def score(kind: str, split: str) -> float:
+        (found,) = [r.metric_value for r in results if r.metric_type == kind and r.dataset_split == split]
+        return float(found)
+
+    assert score("ndcg@10", "test") == pytest.approx(tuned, abs=5e-5)
+    assert score("ndcg@10-zero-shot", "test") == pytest.approx(zero, abs=5e-5)
+    assert score("ndcg@10", "dev") == pytest.approx(dev[1], abs=5e-5)
+    assert score("ndcg@10-zero-shot", "dev") == pytest.approx(dev[0], abs=5e-5)
+    assert all(isinstance(r, EvalResult) and r.dataset_type == "RobZamp/sick" for r in results)
+
+    for path in (model / CARD, model / PROVENANCE, model / SCORES, quick["init"] / CARD, quick["init"] / PROVENANCE):
+        written = path.read_text(encoding="utf-8")
+        assert not ABSOLUTE.search(written), (path.name, ABSOLUTE.search(written))
+        assert str(quick["root"]) not in written and str(tmp_path) not in written and str(Path.home()) not in written
+
+    # recording the scores left the finished outputs complete, with the same identity
+    assert is_complete(model.parent) and output_fingerprint(model) == identity
+    assert is_complete(quick["init"].parent) and output_fingerprint(quick["init"]) is not None
+    assert f"model/{CARD}" not in read_manifest(quick["init"].parent)["files"]  # type: ignore[index]
+
+
+def test_the_zero_shot_score_is_in_the_initialised_models_card(quick: dict[str, Path], tmp_path: Path) -> None:
+    _evaluate(quick["init"], quick["beir"], _metrics(0.2718), tmp_path)
+    (found,) = [e for e in read_scores(quick["init"]) if e["split"] == "test"]
+    assert found["metrics"]["nDCG@10"] == pytest.approx(0.2718) and found["dataset_id"] == "RobZamp/sick"
+    card = _data(ModelCard.load(quick["init"] / CARD))
+    _, results = model_index_to_eval_results(card.to_dict()["model-index"])
+    assert [r.metric_value for r in results if r.metric_type == "ndcg@10"] == [pytest.approx(0.2718)]
+
+
+def test_the_sick_pairs_lose_their_licence_when_copied_or_changed(
+    quick: dict[str, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    copied = tmp_path / "pairs.parquet"
+    shutil.copy(quick["sick_train"], copied)
+    (entry,) = input_licences("training data", str(copied))
+    assert entry["licence"] == UNKNOWN and entry["hub"] == "unknown"
+
+    changed = tmp_path / "assets"
+    path = demo.build_asset(changed, "sick_train", DemoSettings())
+    assert input_licences("training data", str(path))[0]["hub"] == "cc-by-nc-sa-3.0"
+    shutil.copy(quick["dev"] / "queries.jsonl", path)  # other content under the marked name
+    assert input_licences("training data", str(path))[0]["licence"] == UNKNOWN
+
+    prov = {"init": {"licences": input_licences("source model", str(tmp_path / "nowhere"))}}
+    prov["finetune"] = {"licences": input_licences("training data", str(copied))}
+    out = tmp_path / "model"
+    out.mkdir()
+    with caplog.at_level(logging.WARNING, logger="sembridge_ray.model_card"):
+        write_card(out, prov)
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(lines) == 1 and "pairs.parquet" in lines[0] and "nowhere" in lines[0] and UNKNOWN in lines[0]
+    assert _data(ModelCard.load(out / CARD)).license == "unknown"
+
+
+def test_a_local_dataset_states_its_own_licence(tmp_path: Path) -> None:
+    beir = tmp_path / "my-set"
+    beir.mkdir()
+    (beir / "README.md").write_text("# My set\n\n- **Licence:** CC BY 4.0\n", encoding="utf-8")
+    meta = tmp_path / "other-set"
+    meta.mkdir()
+    (meta / "dataset_info.json").write_text(json.dumps({"license": "apache-2.0"}), encoding="utf-8")
+    assert input_licences("training data", str(beir))[0]["hub"] == "cc-by-4.0"
+    assert input_licences("training data", str(meta))[0]["hub"] == "apache-2.0"
+
+
+def test_cards_of_models_that_may_not_change_are_left_alone(quick: dict[str, Path], tmp_path: Path) -> None:
+    fresh = shutil.ignore_patterns(SCORES)
+    loose = tmp_path / "exported"  # a project model outside any finished output: identified by its content
+    shutil.copytree(quick["init"], loose, ignore=fresh)
+    old = tmp_path / "old"  # a finished output whose manifest checksums the card (an older version wrote it)
+    shutil.copytree(quick["init"].parent, old, ignore=fresh)
+    (old / IDENTITY).write_text(json.dumps(RunIdentity(job="init", settings={}).to_dict()), "utf-8")
+    write_success(old)
+    for model in (loose, old / "model"):
+        before = (model / CARD).read_bytes()
+        _evaluate(model, quick["beir"], _metrics(0.5), tmp_path / model.parent.name)
+        assert (model / CARD).read_bytes() == before and not (model / SCORES).exists()
+    assert is_complete(old)
+    _evaluate(quick["init"], quick["beir"], _metrics(0.61), tmp_path / "again")
+    (found,) = [e for e in read_scores(quick["init"]) if e["split"] == "test"]
+    assert found["metrics"]["nDCG@10"] == pytest.approx(0.61)
+    found["metrics"]["nDCG@10"] = 0.7
+    assert not record_evaluation(quick["init"], found, replace=False)  # a finished evaluation skipped: kept
+    assert not record_evaluation(quick["init"], read_scores(quick["init"])[0])  # the same scores: nothing written
+
+
+@pytest.mark.parametrize(
+    ("text", "hub"),
+    [
+        ("CC BY-NC-SA 3.0 (SICK 2014)", "cc-by-nc-sa-3.0"),
+        ("CC BY-NC-SA 4.0", "cc-by-nc-sa-4.0"),
+        ("Apache 2.0 (all-MiniLM-L6-v2)", "apache-2.0"),
+        ("MIT", "mit"),
+        ("cc-by-sa-4.0", "cc-by-sa-4.0"),
+        ("CC BY-NC-SA 3.0 (SICK 2014) and the STS 2012–2013 terms", "other"),
+        ("a licence of our own", "other"),
+        (UNKNOWN, "unknown"),
+    ],
+)
+def test_licences_map_to_the_hubs_ids(text: str, hub: str) -> None:
+    assert hub_licence(text) == hub
+
+
+def test_the_most_restrictive_licence_applies() -> None:
+    def entries(*hubs: str) -> list[InputLicence]:
+        return [{"role": "r", "name": h, "licence": h, "hub": h, "found": ""} for h in hubs]
+
+    assert combined_licence(entries("apache-2.0", "mit", "cc-by-nc-sa-3.0"))[0] == "cc-by-nc-sa-3.0"
+    assert combined_licence(entries("apache-2.0", "mit"))[0] == "apache-2.0"
+    assert combined_licence(entries("cc-by-nc-sa-3.0", "cc-by-nc-sa-4.0"))[0] == "other"  # two share-alikes
+    assert combined_licence(entries("apache-2.0", "unknown"))[0] == "unknown"
+
+
+def test_a_manifest_leaves_out_the_named_files(tmp_path: Path) -> None:
+    (tmp_path / "model").mkdir()
+    for name in ("model/w.bin", "model/README.md", "report.json"):
+        (tmp_path / name).write_text(name, encoding="utf-8")
+    files = write_success(tmp_path, exclude=("model/README.md",))["files"]
+    assert set(files) == {"model/w.bin", "report.json"}
+    (tmp_path / "model" / "README.md").write_text("changed", encoding="utf-8")
+    assert is_complete(tmp_path)

@@ -21,7 +21,7 @@ from tests.conftest import error_lines
 
 def init_args(fixtures_root: Path, out: Path, repo: str) -> list[str]:
     return [
-        "--source-model",
+        "--model",
         str(fixtures_root / "bert-mlm"),
         "--target-tokenizer",
         str(fixtures_root / "tok-wordpiece"),

@@ -41,7 +41,7 @@ def test_cells_are_deterministic_and_baselines_have_no_alpha() -> None:
 
 
 def test_paper_dry_run_names_every_hub_id(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert reproduce.main(["--preset", "paper", "--dry-run", "--output", str(tmp_path)]) == 0
+    assert reproduce.main(["--preset", "paper", "--dry-run", "--json", "--output", str(tmp_path)]) == 0
     text = capsys.readouterr().out
     plan = json.loads(text)
     assert plan["total_cells"] == 4 * 5 * 5  # 4 models x 5 languages x (sembridge α=4 + 4 baselines)
@@ -63,9 +63,10 @@ def test_flags_override_the_preset(tmp_path: Path, capsys: pytest.CaptureFixture
         "--preset",
         "paper",
         "--dry-run",
+        "--json",
         "--output",
         str(tmp_path),
-        "--models",
+        "--model",
         "naver/splade-v3",
         "--languages",
         "ko",
@@ -213,7 +214,7 @@ def test_plan_divides_by_measured_throughputs_and_names_their_source(tmp_path: P
     docs = catalog.CORPUS_SIZES["miracl"]["ko"]
     assert est["eval_s"] == pytest.approx(2 * docs / 500.0)
     assert est["finetune_s"] == pytest.approx(catalog.TRAIN_QUERIES["miracl"]["ko"] / 64 * 64 / 200.0)
-    out = plan_mod.plan([cell], ["miracl"], {"ko": "t"}, "b", 1.0, 64, 1.0, 1, figures)
+    out = plan_mod.plan([cell], ["miracl"], {"ko": "t"}, "b", 1.0, 64, 1.0, 1, figures, lambda c: {"init": tmp_path})
     assert out["figures_source"] == figures.source
 
 
@@ -310,3 +311,58 @@ def test_sembridge_plus_and_fvt_are_cells_of_the_grid_with_the_recipe_in_their_i
     assert fvt_init.method == "fvt" and not fvt_init.position_aware
     with pytest.raises(ConfigError, match="position-aware already"):
         ReproduceConfig(methods=("sembridge_plus+pa",))
+
+
+def test_the_dry_run_prints_a_summary_and_counts_finished_stages(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from sembridge_ray.manifest import write_success
+    from sembridge_ray.reproduce.plan import cell_stage_outputs
+
+    args = ["--preset", "paper", "--dry-run", "--output", str(tmp_path), "--model", "naver/splade-v3"]
+    args += ["--languages", "ko", "--datasets", "miracl", "--methods", "sembridge,random"]
+    cells = expand(("naver/splade-v3",), ("ko",), ("sembridge", "random"), ("4",))
+    init = cell_stage_outputs(tmp_path, cells[0], ["miracl"])["init"]
+    init.mkdir(parents=True)
+    write_success(init)  # one finished stage: the first cell's init
+    assert reproduce.main([*args, "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert [c["stages"] for c in plan["cells"]] == [
+        {"init": "done", "miracl/zero_shot": "todo", "miracl/finetune": "todo", "miracl/finetuned": "todo"},
+        {"init": "todo", "miracl/zero_shot": "todo", "miracl/finetune": "todo", "miracl/finetuned": "todo"},
+    ]
+    assert (plan["stages_done"], plan["stages_todo"], plan["job"]) == (1, 7, "reproduce")
+    first, second = plan["cells"]
+    assert first["estimate_gpu_hours"] < second["estimate_gpu_hours"]  # the finished init is not counted again
+    assert reproduce.main(args) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split() == ["cell", "language", "method", "α", "stages", "done/todo", "GPU-h"]
+    assert table[2].split()[:5] == [cells[0].name, "ko", "sembridge", "4", "1/3"]
+    assert any(line.startswith("reproduce plan: 2 cell(s), 1 stage(s) done, 7 to run") for line in table)
+    assert any(plan["figures_source"] in line for line in table)
+
+
+def test_init_has_the_same_plan_schema(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from sembridge_ray.cli import run
+
+    out = tmp_path / "init-ko"
+    args = ["--model", "naver/splade-v3", "--target-tokenizer", catalog.LANGUAGES["ko"].tokenizer, "--output", str(out)]
+    assert run("init", [*args, "--dry-run", "--json"]) == 0
+    init_plan = json.loads(capsys.readouterr().out)
+    assert reproduce.main(["--preset", "paper", "--dry-run", "--json", "--output", str(tmp_path / "grid")]) == 0
+    grid_plan = json.loads(capsys.readouterr().out)
+    assert list(init_plan) == list(grid_plan) and list(init_plan["cells"][0]) == list(grid_plan["cells"][0])
+    cell = init_plan["cells"][0]
+    assert (cell["language"], cell["stages"], init_plan["job"]) == ("ko", {"init": "todo"}, "init")
+    assert init_plan["estimate_gpu_hours"] >= 0 and not out.exists()  # nothing written
+
+
+def test_the_miniatures_dry_run_refuses_what_its_run_refuses(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["--preset", "demo", "--dry-run", "--json", "--output", str(tmp_path), "--languages", "en-bpe,en-xx"]
+    assert reproduce.main(args) == 2
+    assert "demo language 'en-xx': name its tokenizer with target_tokenizers=en-xx=DIR" in capsys.readouterr().err
+    assert reproduce.main([*args, "target_tokenizers=en-xx=/some/dir"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert {c["language"]: c["target_tokenizer"] for c in plan["cells"]}["en-xx"] == "/some/dir"

@@ -102,6 +102,23 @@ class Entry:
         self._unread.discard(name)
 
 
+def _read_verified(path: Path, read: Callable[[Entry], T]) -> tuple[T | None, str]:
+    """(``read(entry)``, "") once every file of the entry at ``path`` verifies, else (None, "FILE: problem")."""
+    entry = None
+    try:
+        entry = Entry(path)
+        value = read(entry)
+        entry.verify_rest()
+        return value, ""
+    except Corrupt as err:
+        file, problem = err.file, err.problem
+    except UNREADABLE as err:
+        if isinstance(err, OSError) and err.errno in _NOT_OURS:
+            raise
+        file, problem = entry.current if entry is not None else path / MANIFEST, f"unreadable ({_first_line(err)})"
+    return None, f"{file}: {problem}"
+
+
 def load(path: Path, read: Callable[[Entry], T], what: str) -> T | None:
     """``read(entry)`` of the entry at ``path`` once every file in it verifies; None when there is none, or when it
     is bad (then it is moved aside with one warning). ``read`` parses (raising :class:`Corrupt` for content that is
@@ -109,20 +126,11 @@ def load(path: Path, read: Callable[[Entry], T], what: str) -> T | None:
     path = Path(path)
     if not path.exists() and not path.is_symlink():
         return None
-    inode, entry = _inode(path), None
-    try:
-        entry = Entry(path)
-        value = read(entry)
-        entry.verify_rest()
-        return value
-    except Corrupt as err:
-        file, problem = err.file, err.problem
-    except UNREADABLE as err:
-        if isinstance(err, OSError) and err.errno in _NOT_OURS:
-            raise
-        file, problem = entry.current if entry is not None else path / MANIFEST, f"unreadable ({_first_line(err)})"
-    set_aside(path, inode, f"{what} {file}: {problem}")
-    return None
+    inode = _inode(path)
+    value, problem = _read_verified(path, read)
+    if problem:
+        set_aside(path, inode, f"{what} {problem}")
+    return value
 
 
 def load_shipped(path: Path, read: Callable[[Entry], T], what: str) -> T | None:
@@ -132,20 +140,10 @@ def load_shipped(path: Path, read: Callable[[Entry], T], what: str) -> T | None:
     path = Path(path)
     if not path.is_dir():
         return None
-    entry = None
-    try:
-        entry = Entry(path)
-        value = read(entry)
-        entry.verify_rest()
-        return value
-    except Corrupt as err:
-        file, problem = err.file, err.problem
-    except UNREADABLE as err:
-        if isinstance(err, OSError) and err.errno in _NOT_OURS:
-            raise
-        file, problem = entry.current if entry is not None else path / MANIFEST, f"unreadable ({_first_line(err)})"
-    log.warning("%s %s: %s; not used", what, file, problem)
-    return None
+    value, problem = _read_verified(path, read)
+    if problem:
+        log.warning("%s %s; not used", what, problem)
+    return value
 
 
 def publish(path: Path, build: Callable[[Path], T], read: Callable[[Entry], T], what: str) -> tuple[T, bool]:

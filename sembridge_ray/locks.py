@@ -4,13 +4,19 @@ The lock is a file created with ``O_CREAT | O_EXCL`` (atomic on local filesystem
 owner: pid, host, pid namespace, the process's start time and the command. The owner touches the file every
 :data:`HEARTBEAT_S` seconds while it holds the lock. A lock whose owner is gone is broken with a warning:
 
-- same host and the same pid namespace (the kernel's boot id and the namespace's inode match): the pid is not
-  running, or it now belongs to another process (a different start time);
+- same host and the same pid namespace (the kernel's boot id and the namespace's inode match): decided by the pid
+  alone, never by age: the lock is stale when the pid is not running or now belongs to another process (a
+  different start time). A live owner that has not touched its lock for hours (stopped with SIGSTOP, a frozen
+  container, an output filesystem whose clock is far behind) still holds it;
 - same host name but another or an unknown pid namespace (two containers sharing a hostname and an NFS output; a
   lock written by an older version): the pid is not running here *and* the heartbeat is older than
-  :data:`SAME_HOST_STALE_S`, since a live owner's pid may simply not exist in this namespace;
-- another host: its heartbeat is older than :data:`STALE_AFTER_S`, since a pid on another machine cannot be checked
-  (and the clocks of two machines may disagree).
+  :data:`SAME_HOST_STALE_S`, or the heartbeat is older than :data:`STALE_AFTER_S`, since a live owner's pid may
+  simply not exist in this namespace;
+- another host: its heartbeat is older than :data:`STALE_AFTER_S`, since a pid on another machine cannot be checked.
+
+A heartbeat's age is measured on the output filesystem's own clock, never this machine's: the lock's mtime
+against the mtime the filesystem gives a file created beside it now (:func:`filesystem_now`). An NFS server sets
+both, so a client whose clock is ahead or behind, or two hosts that disagree, cannot make a live lock look old.
 
 A live owner is reported, never waited for: the second run exits at once naming it. On object storage (s3://,
 gs://) there is no exclusive create, so outputs must be on a POSIX filesystem (local disk, NFS, Lustre, …);
@@ -23,6 +29,7 @@ import contextlib
 import json
 import logging
 import os
+import secrets
 import socket
 import sys
 import threading
@@ -134,20 +141,46 @@ def _read_bytes(path: Path) -> bytes | None:
         return None
 
 
-def _stale(path: Path, holder: Holder | None) -> bool:
+def filesystem_now(directory: Path) -> float:
+    """The current time on the clock of the filesystem holding ``directory``: the mtime it gives a file created
+    there now (an NFS server stamps it, as it stamps the heartbeats). This machine's clock where the directory takes
+    no file (read-only, gone)."""
+    probe = Path(directory) / f"{LOCK}.clock-{os.getpid()}-{secrets.token_hex(4)}"
     try:
-        age = time.time() - path.stat().st_mtime
+        fd = os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except OSError:
+        return time.time()
+    try:
+        return os.fstat(fd).st_mtime
+    finally:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            probe.unlink()
+
+
+def heartbeat_age(path: Path) -> float:
+    """Seconds since the lock file at ``path`` was last touched, on its filesystem's clock (:func:`filesystem_now`);
+    infinite when it is gone."""
+    try:
+        mtime = path.stat().st_mtime
     except FileNotFoundError:
+        return float("inf")
+    return filesystem_now(path.parent) - mtime
+
+
+def _stale(path: Path, holder: Holder | None) -> bool:
+    if not path.exists():
         return True
     if holder is None:
-        return age > 10.0  # a lock that stays unreadable was left half-written by a crash
-    if age > STALE_AFTER_S:
-        return True
+        return heartbeat_age(path) > 10.0  # a lock that stays unreadable was left half-written by a crash
     if holder.here():
-        return not _alive(holder)
-    # Same host name, another (or an unknown) pid namespace: a pid missing here may run there, but its heartbeat
-    # would then be fresh.
-    return age > SAME_HOST_STALE_S and not _alive(holder)
+        return not _alive(holder)  # the pid decides: a paused owner or a clock far behind never breaks a live lock
+    age = heartbeat_age(path)
+    if holder.host == socket.gethostname():
+        # same host name, another (or an unknown) pid namespace: a pid missing here may run there, but its
+        # heartbeat would then be fresh
+        return age > STALE_AFTER_S or (age > SAME_HOST_STALE_S and not _alive(holder))
+    return age > STALE_AFTER_S
 
 
 def check_unlocked(out_dir: Path) -> None:

@@ -74,6 +74,8 @@ def write_success(out_dir: Path, exclude: tuple[str, ...] = (), **extra: object)
     from ``identity.json`` when the run has one."""
     out_dir = Path(out_dir)
     artefacts = _artefacts(out_dir, exclude)
+    if not artefacts:  # read_manifest would not take it: a run that wrote nothing is not complete
+        raise RuntimeError(f"{out_dir}: no artefact to list in {SUCCESS}")
     publish(out_dir, artefacts)
     files = {str(p.relative_to(out_dir)): sha256_file(p) for p in artefacts}
     manifest: Manifest = {"files": files, "exclude": list(exclude), "finished_at": time.time()}
@@ -92,7 +94,8 @@ def read_manifest(out_dir: Path) -> Manifest | None:
         manifest = json.loads((Path(out_dir) / SUCCESS).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    ok = isinstance(manifest, dict) and isinstance(manifest.get("files"), dict)
+    # an empty list is no manifest: every job writes artefacts, so a _SUCCESS naming none vouches for nothing
+    ok = isinstance(manifest, dict) and isinstance(manifest.get("files"), dict) and bool(manifest["files"])
     return cast(Manifest, manifest) if ok else None  # written by write_success; only its file list is relied on
 
 

@@ -49,6 +49,13 @@ class OptimConfig(Config):
             self.embedding_warmup_lr_scale,
             "must be > 0",
         )
+        warm_lr = self.lr * self.embedding_warmup_lr_scale
+        require(
+            not self.embedding_warmup_steps or warm_lr <= 1,
+            "embedding_warmup_lr_scale",
+            self.embedding_warmup_lr_scale,
+            f"with lr {self.lr:g} the warm-up's learning rate is {warm_lr:g}; lr x scale must be <= 1, as lr alone",
+        )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -177,7 +177,10 @@ def vocabulary_params(model: torch.nn.Module) -> list[torch.nn.Parameter]:
 def step_weights(step: int, plan: LoopPlan) -> LossWeights:
     warm = quadratic_warmup(step, plan.total_steps, plan.loss.flops_warmup)
     return LossWeights(
-        lambda_q=plan.loss.lambda_q * warm, lambda_d=plan.loss.lambda_d * warm, anti_collapse=plan.loss.anti_collapse
+        lambda_q=plan.loss.lambda_q * warm,
+        lambda_d=plan.loss.lambda_d * warm,
+        anti_collapse=plan.loss.anti_collapse,
+        scale=plan.loss.scale,
     )
 
 

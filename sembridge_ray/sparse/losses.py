@@ -3,7 +3,7 @@
 Documents and queries are all-gathered across workers, so the negative pool of every query is the global batch and
 FLOPs is taken over the global batch: N workers compute exactly the loss and gradients of one process on the
 global batch (DDP averages the gradients; the gather's backward returns every worker's gradient to each shard).
-Values equal sentence-transformers' ``SpladeLoss(SparseMultipleNegativesRankingLoss(scale=1, dot), FlopsLoss)``
+Values equal sentence-transformers' ``SpladeLoss(SparseMultipleNegativesRankingLoss(scale, dot), FlopsLoss)``
 on one process (``tests/unit/test_sparse_losses.py``).
 """
 
@@ -39,6 +39,8 @@ class LossWeights:
     lambda_q: float
     lambda_d: float
     anti_collapse: float = 0.0
+    scale: float = 1.0
+    """Multiplies InfoNCE's dot products (``LossConfig.scale``; sentence-transformers' ``scale``)."""
 
 
 def splade_objective(
@@ -55,7 +57,7 @@ def splade_objective(
     all_docs = [comm.gather(d) for d in docs]
     doc_pool = torch.cat(all_docs, dim=0)
     parts = {
-        "infonce": infonce(queries, all_docs, offset=comm.rank * queries.shape[0]),
+        "infonce": infonce(queries, all_docs, offset=comm.rank * queries.shape[0], scale=weights.scale),
         "flops_q": flops(all_q),
         "flops_d": flops(doc_pool),
     }

@@ -58,6 +58,10 @@ from tests.unit.test_outputs import snapshot
         (lambda: InitConfig.from_dict({"wechsel_temperature": "nan"}), "wechsel_temperature=nan: must be a finite"),
         (lambda: ReproduceConfig(alphas=("4", "inf")), "'inf' is not a finite number"),
         (lambda: ReproduceConfig.from_dict({"init": {"method": "focus"}}), "init.method='focus': is set per cell"),
+        (  # the embedding-only warm-up's learning rate is bounded as lr alone is
+            lambda: OptimConfig(lr=1.0, embedding_warmup_steps=5, embedding_warmup_lr_scale=1e6),
+            "embedding_warmup_lr_scale=1000000.0: with lr 1 the warm-up's learning rate is 1e",
+        ),
     ],
 )
 def test_configs_reject_out_of_range_values_when_built(build, message: str) -> None:

@@ -5,13 +5,25 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from sembridge_ray.cli import run_job
 from sembridge_ray.errors import InputError
-from sembridge_ray.locks import LOCK, SAME_HOST_STALE_S, OutputLock, OutputLocked, check_unlocked, pid_namespace
+from sembridge_ray.locks import (
+    LOCK,
+    SAME_HOST_STALE_S,
+    STALE_AFTER_S,
+    OutputLock,
+    OutputLocked,
+    check_unlocked,
+    heartbeat_age,
+    pid_namespace,
+)
 from tests.conftest import error_lines
 from tests.unit.test_outputs import _dead_pid, _write_lock
 
@@ -78,3 +90,46 @@ def test_an_output_under_a_dangling_symlink_is_one_line(tmp_path: Path, capsys: 
     target = tmp_path / "gone" / "out"
     assert error_lines(capsys) == [f"error: output {link} is a symbolic link to {target}, which does not exist"]
     assert not (tmp_path / "gone").exists()
+
+
+def test_a_live_owner_in_this_namespace_keeps_its_lock_however_old_its_heartbeat(tmp_path: Path) -> None:
+    """The pid decides for a holder on this host and pid namespace: an owner paused for an hour (SIGSTOP, a frozen
+    container) or an output filesystem whose clock is far behind must not lose its lock to an --overwrite."""
+    from sembridge_ray.locks import _proc_start
+
+    out = tmp_path / "out"
+    owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        _write_lock(out, owner.pid, HOST, age_s=10 * STALE_AFTER_S, pid_ns=pid_namespace())
+        lock = json.loads((out / LOCK).read_text())
+        (out / LOCK).write_text(json.dumps({**lock, "proc_start": _proc_start(owner.pid)}))
+        os.utime(out / LOCK, (time.time() - 10 * STALE_AFTER_S,) * 2)
+        with pytest.raises(OutputLocked, match=f"pid {owner.pid} on host {HOST}"):
+            OutputLock(out).acquire()
+        with pytest.raises(OutputLocked):
+            check_unlocked(out)
+    finally:
+        owner.kill()
+        owner.wait()
+    with OutputLock(out):  # once the owner is gone, its pid decides the other way at once
+        assert json.loads((out / LOCK).read_text())["pid"] == os.getpid()
+
+
+def test_another_hosts_heartbeat_is_aged_on_the_output_filesystems_clock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """This machine's clock an hour ahead of the output filesystem's (NFS with clock skew): another host's lock
+    touched just now is fresh, as the filesystem stamps it; one touched longer ago than STALE_AFTER_S on that clock
+    is stale."""
+    out = tmp_path / "out"
+    _write_lock(out, 4242, "another-host")
+    os.utime(out / LOCK)  # touched now, on the filesystem's clock
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + 3600)
+    assert heartbeat_age(out / LOCK) < 60
+    with pytest.raises(OutputLocked, match="pid 4242 on host another-host"):
+        OutputLock(out).acquire()
+    monkeypatch.setattr(time, "time", real)
+    os.utime(out / LOCK, (real() - STALE_AFTER_S - 60,) * 2)
+    check_unlocked(out)
+    assert [p.name for p in out.iterdir()] == [LOCK]  # the clock probes leave nothing behind

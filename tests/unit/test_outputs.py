@@ -87,6 +87,20 @@ def test_manifest_verifies_and_detects_changes(tmp_path: Path) -> None:
     assert not is_complete(tmp_path)
 
 
+def test_a_manifest_that_lists_no_files_vouches_for_nothing(tmp_path: Path) -> None:
+    """A ``_SUCCESS`` whose file list is empty (hand-edited, or written by a tool that lost the list) is not a
+    finished output: the rerun redoes the work instead of skipping with the artefacts gone."""
+    out = finished(tmp_path / "out", ident())
+    manifest = json.loads((out / SUCCESS).read_text())
+    (out / SUCCESS).write_text(json.dumps({**manifest, "files": {}}))
+    (out / "result.txt").unlink()
+    assert not is_complete(out) and not output_fingerprint(out)
+    with claim_output(out, ident()) as claim:
+        assert not claim.done and claim.resumed
+    with pytest.raises(RuntimeError, match="no artefact"):
+        write_success(tmp_path / "empty")
+
+
 def test_same_identity_skips_and_a_moved_or_copied_output_still_skips(tmp_path: Path) -> None:
     out = finished(tmp_path / "out", ident())
     manifest = json.loads((out / SUCCESS).read_text())

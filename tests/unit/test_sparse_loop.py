@@ -193,3 +193,31 @@ def test_no_embedding_warmup_is_one_group_on_the_plain_schedule(fixtures_root) -
     mlm, _ = load_mlm(str(fixtures_root / "bert-mlm"))
     optimizer, scheduler = build_optimizer(SpladeEncoder(mlm), OptimConfig(lr=1e-3, warmup_ratio=0.0), 4)
     assert len(optimizer.param_groups) == 1 and scheduler.get_last_lr() == pytest.approx([1e-3])
+
+
+@pytest.mark.parametrize("scale", [1.0, 20.0])
+def test_the_loss_scale_reaches_the_loops_infonce(scale: float) -> None:
+    """``loss.scale`` multiplies the dot products of the InfoNCE the loop optimises (it once stopped at the config)."""
+    from sembridge_ray.sparse.loop import PairBatch
+
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(4, 6)
+
+    class Toy(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = lin
+
+        def forward(self, *features):
+            return [torch.log1p(torch.relu(self.lin(f["x"]))) for f in features]
+
+    g = torch.Generator().manual_seed(1)
+    batch = PairBatch({"x": torch.randn(3, 4, generator=g)}, [{"x": torch.randn(3, 4, generator=g)}])
+    toy = Toy()
+    with torch.no_grad():
+        q, d = toy(batch.query, batch.docs[0])
+        expected = torch.nn.functional.cross_entropy(scale * q @ d.T, torch.arange(3))
+    optimizer, scheduler = build_optimizer(toy, OptimConfig(), 1)
+    plan = LoopPlan(total_steps=1, global_batch=3, loss=LossConfig(scale=scale), log_every=1)
+    (_, metrics), *_ = train(toy, [batch], optimizer, scheduler, plan)
+    assert metrics is not None and metrics["infonce"] == pytest.approx(float(expected), rel=1e-6)

@@ -58,8 +58,10 @@ def test_flops_equals_flops_loss_in_values_and_gradients(st_model) -> None:
     assert float(ours.detach()) == pytest.approx(by_hand)
 
 
-def test_objective_equals_splade_loss_on_a_real_encoder(st_model) -> None:
-    """The whole chain: chunked SpladeEncoder + splade_objective vs SparseEncoder + SpladeLoss(SparseMNRL)."""
+@pytest.mark.parametrize("scale", [1.0, 20.0])
+def test_objective_equals_splade_loss_on_a_real_encoder(st_model, scale: float) -> None:
+    """The whole chain: chunked SpladeEncoder + splade_objective vs SparseEncoder + SpladeLoss(SparseMNRL), at
+    InfoNCE's scale 1 (SPLADE) and another (``loss.scale``, sentence-transformers' ``scale``)."""
     from sentence_transformers.sparse_encoder.losses import SparseMultipleNegativesRankingLoss, SpladeLoss
 
     from sembridge_ray.sparse.model import SpladeEncoder
@@ -72,7 +74,7 @@ def test_objective_equals_splade_loss_on_a_real_encoder(st_model) -> None:
     params = [p for p in st_model.parameters() if p.requires_grad]
     splade = SpladeLoss(
         st_model,
-        SparseMultipleNegativesRankingLoss(st_model),
+        SparseMultipleNegativesRankingLoss(st_model, scale=scale),
         document_regularizer_weight=3e-2,
         query_regularizer_weight=5e-2,
     )
@@ -83,7 +85,7 @@ def test_objective_equals_splade_loss_on_a_real_encoder(st_model) -> None:
     encoder = SpladeEncoder(st_model[0].auto_model, chunk=3).train()
     assert encoder._split  # the sparse-gradient pooling, not the recomputing fallback
     reps = encoder(*features)
-    ours = splade_objective(reps[0], reps[1:], LossWeights(lambda_q=5e-2, lambda_d=3e-2))
+    ours = splade_objective(reps[0], reps[1:], LossWeights(lambda_q=5e-2, lambda_d=3e-2, scale=scale))
     grads_ours = torch.autograd.grad(ours["loss"], params)
     torch.testing.assert_close(ours["loss"], total_theirs, rtol=1e-10, atol=1e-12)
     torch.testing.assert_close(ours["infonce"], theirs["base_loss"], rtol=1e-10, atol=1e-12)

@@ -93,11 +93,24 @@ def language_of(tokenizer: str) -> str:
 
 
 def slug(name: str) -> str:
-    """A filesystem-safe short name: a catalog key as is, else the hub id's/path's last part."""
+    """A filesystem-safe short name: a catalog key as is, else the hub id's/path's last part (never ``.`` or
+    ``..``: leading dots go, as a path component they would name this directory or its parent)."""
     for key, hub in SOURCE_MODELS.items():
         if name in (key, hub):
             return key
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name.rstrip("/").split("/")[-1]).strip("-") or "model"
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name.rstrip("/").split("/")[-1]).strip("-").lstrip(".") or "model"
+
+
+PATH_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+"""What a value that names a directory must look like (a language of the grid): a letter or digit first, then
+letters, digits, ``_`` and ``-``; so no ``/``, no ``..``, nothing hidden."""
+
+
+def path_name_problem(value: str) -> str | None:
+    """Why ``value`` cannot be a path component of an output tree, or None."""
+    if PATH_NAME.fullmatch(value):
+        return None
+    return "must be 1-64 letters, digits, '_' or '-', starting with a letter or digit (it names directories)"
 
 
 def cell_name(model: str, language: str, method: str = "sembridge", alpha: float = 4.0) -> str:

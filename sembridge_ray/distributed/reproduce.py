@@ -45,6 +45,7 @@ from sembridge_ray.reproduce.stages import (
     DevSet,
     Stage,
     cell_stages,
+    require_under,
     source_dev_stage,
     source_stages,
 )
@@ -148,6 +149,8 @@ def plan(
         except InputError as err:
             log.error("cell %s cannot run: %s", cell.name, err)
             result.failures[cell.name] = f"{type(err).__name__}: {err}"
+    for _, stage in result.all_stages():
+        require_under(Path(cfg.output), stage)
     return result
 
 

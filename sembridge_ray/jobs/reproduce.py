@@ -175,6 +175,11 @@ class ReproduceConfig(Config):
                 value = float("nan")
             require(value >= 1, "alphas", ",".join(self.alphas), f"{alpha!r} is not a number >= 1 or 'softmax'")
             require(math.isfinite(value), "alphas", ",".join(self.alphas), f"{alpha!r} is not a finite number")
+        named = [("languages", lang) for lang in self.languages]
+        named += [("target_tokenizers", item.partition("=")[0].strip()) for item in self.target_tokenizers]
+        for key, lang in named:
+            problem = catalog.path_name_problem(lang)
+            require(problem is None, key, lang, problem or "")
         bad = [d for d in self.datasets if d not in DATASETS]
         require(
             not bad, "datasets", ",".join(self.datasets), f"unknown dataset {bad[:1]} (known: {', '.join(DATASETS)})"

@@ -17,6 +17,7 @@ from typing import Literal
 from sembridge_ray import catalog
 from sembridge_ray.config import Config
 from sembridge_ray.embed_init.methods import method
+from sembridge_ray.errors import InputError
 from sembridge_ray.identity import RunIdentity
 from sembridge_ray.jobs.reproduce import ReproduceConfig
 from sembridge_ray.reproduce.cells import STAGES, Cell, cell_paths, source_dev_path
@@ -47,6 +48,15 @@ class Stage:
     def ref(self) -> str:
         """How a downstream stage identifies this stage's output."""
         return f"run:{self.job}:{self.identity.fingerprint}"
+
+
+def require_under(root: Path, stage: Stage) -> None:
+    """Refuse a stage whose output is not inside the grid's ``root`` (after ``..`` and links are resolved): values
+    that become path components are checked where they are read, and this is the last word, so no setting can aim a
+    stage at another grid's directory."""
+    where = stage.output.resolve()
+    if not where.is_relative_to(root.resolve()):
+        raise InputError(f"stage {stage.name}: its output {stage.output} resolves to {where}, outside --output {root}")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -28,7 +28,6 @@ from sembridge_ray.data import pairs as pairs_module
 from sembridge_ray.data import stream
 from sembridge_ray.data.schema import POSITIVE, QUERY
 from sembridge_ray.embed_init.bridge import BRIDGE_FILE, cached_vectors
-from sembridge_ray.outputs import write_success
 from sembridge_ray.retrieval.sources import VECTORS, cache_ready, cached
 from sembridge_ray.siamese import vectors as word_vectors
 from tests.unit import cache_writers
@@ -264,7 +263,8 @@ def test_an_encode_cache_entry_of_the_old_layout_is_rebuilt_once(
     entry, build = tmp_path / "docs-abc", counted(_encodings)
     entry.mkdir()
     _encodings(entry)
-    write_success(entry, exclude=(VECTORS,), sizes={"vectors/part-000000.parquet": 1}, rows=6)  # sizes, no digests
+    old = {"files": {}, "exclude": [VECTORS], "sizes": {"vectors/part-000000.parquet": 1}, "rows": 6}  # no digests
+    (entry / "_SUCCESS").write_text(json.dumps(old))
     with caplog.at_level(logging.WARNING):
         assert cached(entry, build) == (entry / VECTORS, False)
     one_warning(caplog, entry / cache.MANIFEST)

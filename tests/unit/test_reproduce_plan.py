@@ -324,6 +324,7 @@ def test_the_dry_run_prints_a_summary_and_counts_finished_stages(
     cells = expand(("naver/splade-v3",), ("ko",), ("sembridge", "random"), ("4",))
     init = cell_stage_outputs(tmp_path, cells[0], ["miracl"])["init"]
     init.mkdir(parents=True)
+    (init / "init_report.json").write_text("{}")
     write_success(init)  # one finished stage: the first cell's init
     assert reproduce.main([*args, "--json"]) == 0
     plan = json.loads(capsys.readouterr().out)
@@ -366,3 +367,36 @@ def test_the_miniatures_dry_run_refuses_what_its_run_refuses(
     assert reproduce.main([*args, "target_tokenizers=en-xx=/some/dir"]) == 0
     plan = json.loads(capsys.readouterr().out)
     assert {c["language"]: c["target_tokenizer"] for c in plan["cells"]}["en-xx"] == "/some/dir"
+
+
+@pytest.mark.parametrize("language", ["x/../../../escape", "..", "ko/..", ".hidden", "a b", ""])
+def test_values_that_name_directories_cannot_leave_the_grid(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], language: str
+) -> None:
+    """A language names a cell's directory: one with ``/`` or ``..`` once wrote a cell outside ``--output``."""
+    from tests.conftest import error_lines
+
+    root = tmp_path / "grid" / "root"
+    argv = ["--preset", "demo", "--output", str(root), "--languages", f"en-bpe,{language}"]
+    argv += [f"target_tokenizers={language}=tok"]
+    assert reproduce.main(argv) == 2
+    said = error_lines(capsys)
+    assert len(said) == 1 and said[0].startswith("error: ") and "names directories" in said[0], said
+    assert list(tmp_path.iterdir()) == []  # refused before anything is written, inside the root or outside it
+
+
+def test_a_stage_that_resolves_outside_the_root_is_refused(tmp_path: Path) -> None:
+    from sembridge_ray.errors import InputError
+    from sembridge_ray.jobs.init import InitConfig
+    from sembridge_ray.reproduce.stages import require_under
+
+    root = tmp_path / "root"
+    (tmp_path / "elsewhere").mkdir()
+    (root / "cells").mkdir(parents=True)
+    (root / "cells" / "link").symlink_to(tmp_path / "elsewhere")
+    inside = Stage(name="init", job="init", cfg=InitConfig(output=str(root / "cells" / "c" / "init")), inputs={})
+    require_under(root, inside)
+    for escape in (root / "cells" / ".." / ".." / "other", root / "cells" / "link" / "init"):
+        stage = Stage(name="init", job="init", cfg=InitConfig(output=str(escape)), inputs={})
+        with pytest.raises(InputError, match="outside --output"):
+            require_under(root, stage)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
+import secrets
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +28,34 @@ def atomic_path(path: Path) -> Iterator[Path]:
         if tmp.is_dir() and path.is_dir():
             remove(path)  # os.replace cannot replace a non-empty directory
         os.replace(tmp, path)
+    finally:
+        remove(tmp)
+
+
+@contextlib.contextmanager
+def atomic_new_path(path: Path) -> Iterator[Path]:
+    """:func:`atomic_path` for a ``path`` that must not exist: the temporary sibling is renamed onto it only while
+    nothing is there (a rename never replaces a non-empty directory), so of two writers racing for one new output
+    the second fails with :class:`FileExistsError` naming ``path`` instead of replacing the first's work. An error
+    of the filesystem while writing names ``path``, never the temporary."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{TMP_PREFIX}{path.name}.{os.getpid()}-{secrets.token_hex(4)}")  # writers never share it
+    try:
+        try:
+            yield tmp
+        except OSError as err:
+            if err.filename is None or TMP_PREFIX not in str(err.filename):
+                raise
+            raise type(err)(err.errno, f"writing {path}: {err.strerror or err}", str(path)) from err
+        if path.exists() and not (path.is_dir() and not any(path.iterdir())):
+            raise FileExistsError(errno.EEXIST, "written meanwhile by another run", str(path))
+        try:
+            os.rename(tmp, path)
+        except OSError as err:
+            if err.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
+                raise FileExistsError(errno.EEXIST, "written meanwhile by another run", str(path)) from None
+            raise
     finally:
         remove(tmp)
 

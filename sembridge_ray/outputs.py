@@ -121,6 +121,20 @@ def check_output_path(out_dir: Path) -> None:
         )
 
 
+def followed(out_dir: Path, say: bool = True) -> Path:
+    """``out_dir`` itself, or where it points when it is a symbolic link to a directory: the run, its staging
+    directory and an ``--overwrite`` swap all happen at the target (beside it, on its filesystem), and the link keeps
+    pointing at the output; replacing the link with a local directory would leave the old run complete at the
+    target."""
+    out_dir = Path(out_dir)
+    if out_dir.is_symlink() and out_dir.is_dir():
+        target = out_dir.resolve()
+        if say:
+            log.info("output %s is a link to %s: the run writes there", out_dir, target)
+        return target
+    return out_dir
+
+
 def _pseudo_filesystem(path: Path) -> bool:
     """/proc and /sys take no new directories whatever their permission bits say (root sees them writable)."""
     return path.resolve().parts[1:2] in (("proc",), ("sys",))
@@ -222,8 +236,8 @@ def preflight(out_dir: Path, identity: RunIdentity, overwrite: bool = False) -> 
     """The checking half of :func:`claim_output`: True when ``out_dir`` is complete with this identity (skip);
     raises :class:`InputError` when the run may not write there (path, live lock, other settings). It writes
     nothing, except that it first completes a swap an ``--overwrite`` was killed in the middle of (:func:`settle`)."""
-    out_dir = Path(out_dir)
     check_output_path(out_dir)
+    out_dir = followed(out_dir)
     check_unlocked(out_dir)
     if out_dir.is_dir() and is_done(out_dir, identity):
         log.info("%s is complete with the same settings (run %s); skipping", out_dir, identity.fingerprint)
@@ -349,12 +363,13 @@ def claim_output(out_dir: Path, identity: RunIdentity, overwrite: bool = False) 
     Everything that can refuse (path, lock, identity) is checked before anything is written. A refusal is an
     :class:`InputError` and leaves the directory as it was. With ``overwrite`` over another run, the new run is
     built in :func:`staging_dir` (its own lock and identity; resumed by the same command after a crash) while the
-    old output stays complete and readable; :meth:`Claim.finish` swaps it in.
+    old output stays complete and readable; :meth:`Claim.finish` swaps it in. A symbolic link to a directory is
+    followed (:func:`followed`): the link stays, its target takes the run.
     """
-    out_dir = Path(out_dir)
     if preflight(out_dir, identity, overwrite):
-        yield Claim(path=out_dir, identity=identity, output=out_dir, done=True)
+        yield Claim(path=Path(out_dir), identity=identity, output=Path(out_dir), done=True)
         return
+    out_dir = followed(out_dir, say=False)  # preflight said so
     with _environment_errors(out_dir), _locked(out_dir) as (out_lock, created):
         if is_done(out_dir, identity):
             log.info("%s was completed by another run with the same settings; skipping", out_dir)

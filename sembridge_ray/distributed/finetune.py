@@ -32,6 +32,7 @@ import torch
 import torch.distributed as dist
 from ray.train.torch import TorchTrainer
 
+from sembridge_ray.atomic import atomic_new_path
 from sembridge_ray.bundled import resolve
 from sembridge_ray.config import write_config
 from sembridge_ray.data.retrieval import dataset_identity
@@ -774,12 +775,14 @@ def write_model(
     tokenizer: PreTrainedTokenizerBase,
     cfg: FinetuneConfig,
     provenance: Provenance,
+    new: bool = False,
 ) -> None:
     """``weights`` (a SpladeEncoder state) as the SparseEncoder directory ``out`` (atomically), with its card: the
-    one writer of the run's ``model/`` and of an exported checkpoint."""
+    one writer of the run's ``model/`` and of an exported checkpoint. ``new``: ``out`` must not exist, also not when
+    the directory is complete (:func:`~sembridge_ray.atomic.atomic_new_path`: an export never replaces one)."""
     encoder = SpladeEncoder(mlm)
     encoder.load_state_dict(weights)
-    with atomic_path(out) as tmp:  # the same layout as the init job's: <output>/model
+    with (atomic_new_path if new else atomic_path)(out) as tmp:  # the init job's layout: <output>/model
         save_sparse_encoder(encoder.mlm, tokenizer, tmp, serving(cfg))
         write_card(tmp, provenance)
 
@@ -792,7 +795,7 @@ def run_export(cfg: ExportConfig) -> ExportResult:
         raise InputError(f"checkpoint {str(ckpt)!r} does not verify: {problem}")
     if not (ckpt / RUN_CONFIG).is_file():
         raise InputError(f"checkpoint {str(ckpt)!r} has no {RUN_CONFIG} (written by an older version): rerun to export")
-    if out.exists():
+    if out.exists() or out.is_symlink():
         raise InputError(f"output {str(out)!r} exists: choose a new directory")
     run_cfg = FinetuneConfig.from_dict(json.loads((ckpt / RUN_CONFIG).read_text(encoding="utf-8")))
     state, _, history = load_part(ckpt, 0)
@@ -805,7 +808,11 @@ def run_export(cfg: ExportConfig) -> ExportResult:
     require_finite(weights, f"the weights of step {step} in {ckpt}")
     mlm, tokenizer = load_mlm(run_cfg.model, run_cfg.trust_remote_code)
     final = next((m for m in reversed(history) if int(m["step"]) <= step and "loss" in m), {})
-    write_model(out, weights, mlm, tokenizer, run_cfg, card_provenance(run_cfg, step, final, history, step))
+    card = card_provenance(run_cfg, step, final, history, step)
+    try:
+        write_model(out, weights, mlm, tokenizer, run_cfg, card, new=True)
+    except FileExistsError:
+        raise InputError(f"output {str(out)!r} was written meanwhile by another export: choose a new one") from None
     return ExportResult(output=str(out), step=step, checkpoint=str(ckpt))
 
 

@@ -22,7 +22,7 @@ from sembridge_ray.bundled import resolve
 from sembridge_ray.config import write_config
 from sembridge_ray.embed_init import plus, position, report
 from sembridge_ray.embed_init.baselines import explicit_rows
-from sembridge_ray.embed_init.bridge import check_bridge, model_fingerprint
+from sembridge_ray.embed_init.bridge import bridge_dimension, check_bridge, model_fingerprint
 from sembridge_ray.embed_init.combine import NewRows, compose, compose_bias, provenance, weighted_rows
 from sembridge_ray.embed_init.methods import method
 from sembridge_ray.embed_init.pipeline import (
@@ -62,6 +62,7 @@ from sembridge_ray.sparse.model import (
     publish,
     read_pooling,
 )
+from sembridge_ray.text import decode_line
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -85,6 +86,12 @@ def input_identities(cfg: InitConfig) -> dict[str, str]:
     }
     if method(cfg.method).uses_bridge:
         inputs["bridge_model"] = check_bridge(cfg.bridge_model)
+        dim = bridge_dimension(cfg.bridge_model) if cfg.bridge_space == "abtt" else None
+        if dim is not None and cfg.bridge_components >= dim:
+            raise InputError(
+                f"bridge_components={cfg.bridge_components}: must be below the bridge's dimension {dim} (abtt removes "
+                "that many principal directions; all of them leave no bridge)"
+            )
     if cfg.bias == "frequency":
         text = Path(cfg.bias_text)
         if not text.is_file():
@@ -176,13 +183,45 @@ def _blend_rows(bridged: torch.Tensor, other: torch.Tensor, weight: float) -> to
 
 
 def read_texts(path: str) -> list[str]:
-    """``bias_text``: a ``.txt`` file (one text per line) or a Parquet file (every string column's values)."""
+    """``bias_text``: a ``.txt`` file (one text per line, UTF-8; ``.gz`` too) or a Parquet file (every string
+    column's values). A file that cannot be read is an :class:`InputError` naming it (and the line)."""
     file = Path(path)
     if file.suffix == ".parquet":
-        table = pq.read_table(file)
+        try:
+            table = pq.read_table(file)
+        except (OSError, ValueError) as err:  # pyarrow's ArrowInvalid is a ValueError
+            raise InputError(f"--bias-text {path}: not a readable Parquet file ({str(err).splitlines()[0]})") from None
         strings = [f.name for f in table.schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
         return [text for name in strings for text in table.column(name).to_pylist() if text]
-    return [line for line in file.read_text(encoding="utf-8").splitlines() if line.strip()]
+    raw = file.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:  # one line naming the line and column (text_lines' wording)
+        lineno = raw.count(b"\n", 0, err.start) + 1
+        decode_line(raw.split(b"\n")[lineno - 1], f"--bias-text {path}:{lineno}")
+        raise
+    return [line for line in text.splitlines() if line.strip()]
+
+
+def bias_counts(tokenizer: PreTrainedTokenizerBase, path: str) -> dict[int, int]:
+    """The target tokens' counts on ``bias_text``, read whole before any work: an unreadable or empty text is one
+    :class:`InputError`."""
+    texts = read_texts(path)
+    if not texts:
+        raise InputError(f"--bias-text {path}: holds no text (every line or string is empty)")
+    return plus.token_counts(tokenizer, texts)
+
+
+def require_varying_counts(counts: dict[int, int], rest: list[int], text: str) -> None:
+    """``bias: frequency`` standardises the log-counts of the tokens it initialises: refuse a text in which they do
+    not vary (none occurs, or all equally often), which would give every one the same bias (the source's mean)."""
+    seen = {counts.get(int(i), 0) for i in rest}
+    if len(rest) > 1 and len(seen) < 2:
+        found = "none of them occurs" if seen == {0} else "all occur equally often"
+        raise InputError(
+            f"--bias-text {text}: {found} among the {len(rest)} tokens to initialise, so the frequency bias would be "
+            "one constant; give target-language text in which they occur"
+        )
 
 
 def decomposed_rows(
@@ -259,6 +298,7 @@ def _initialise(
     start = time.perf_counter()
     model, source_tok = load_mlm(cfg.source_model, cfg.trust_remote_code)
     target_tok = load_tokenizer(cfg.target_tokenizer, cfg.trust_remote_code)
+    counts = bias_counts(target_tok, cfg.bias_text) if cfg.bias == "frequency" else None
     with claim_output(out, identity, cfg.overwrite) as claim:
         if claim.done:  # another run finished it meanwhile
             return InitResult.from_report(
@@ -266,6 +306,8 @@ def _initialise(
             )
         part = partition_vocab(source_tok, target_tok, cfg.match, copy_overlap=cfg.copy_overlap)
         timings["load_and_partition_s"] = time.perf_counter() - start
+        if counts is not None:
+            require_varying_counts(counts, part.rest, cfg.bias_text)
         log.info(
             "vocabulary: %d target tokens: %d copied, %d specials, %d to initialise with %s (%s)",
             part.size,
@@ -281,8 +323,8 @@ def _initialise(
         sizes = {"source": len(e_in), "target": part.size}
         bridge = bridge_side(cfg.weighting, cfg.bridge_model, toks, sizes, neutral_symbols)
         new = new_rows(cfg, part, (e_in, e_out, bias), (source_tok, target_tok), stages, bridge, timings)
-        if cfg.bias == "frequency" and bias is not None:
-            freqs = plus.log_frequencies(target_tok, read_texts(cfg.bias_text), new.target_ids)
+        if counts is not None and bias is not None:
+            freqs = plus.log_frequencies(counts, new.target_ids)
             sources = torch.tensor(sorted(set(range(len(bias))) - set(source_tok.all_special_ids)), dtype=torch.long)
             new = replace(new, bias=plus.frequency_bias(freqs, bias[sources]))
 

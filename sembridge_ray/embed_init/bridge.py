@@ -57,6 +57,29 @@ def check_bridge(name: str) -> str:
     return model_identity(resolved, "bridge model")
 
 
+def bridge_dimension(name: str) -> int | None:
+    """The dimension of a local sentence-transformers bridge's vectors, read from its module configs (the last
+    ``Dense`` module's ``out_features``, else the pooling's ``embedding_dimension``, ``word_embedding_dimension``
+    before sentence-transformers 6) without loading weights; None where they do not say (a hub id, a plain
+    transformers directory)."""
+    path = Path(resolve_bridge(name)).expanduser()
+    try:
+        modules = json.loads((path / "modules.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    found = None
+    for module in modules if isinstance(modules, list) else []:
+        kind, where = str(module.get("type", "")), path / str(module.get("path", ""))
+        keys = ("out_features",) if kind.endswith(".Dense") else ("embedding_dimension", "word_embedding_dimension")
+        if kind.endswith((".Dense", ".Pooling")):
+            try:
+                config = json.loads((where / "config.json").read_text(encoding="utf-8"))
+                found = int(next(config[k] for k in keys if k in config))
+            except (OSError, ValueError, StopIteration, TypeError):
+                return None
+    return found
+
+
 def load_bridge(name: str, device: str = "cpu", trust_remote_code: bool = False) -> SentenceTransformer:
     from sentence_transformers import SentenceTransformer
 

@@ -46,6 +46,7 @@ the word position for any pair of vocabulary families (``embed_init.vocab``).
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
@@ -93,7 +94,12 @@ def space_transform(
     centred = x - mean
     values, vecs = torch.linalg.eigh(centred.T @ centred / max(len(x), 1))  # ascending eigenvalues
     if mode == "abtt":
-        top = vecs[:, dim - min(components, dim) :]
+        if components >= dim:  # removing every direction maps every token to the mean: no bridge left
+            raise InputError(
+                f"bridge_components={components}: must be below the bridge's dimension {dim} (abtt removes that many "
+                "principal directions)"
+            )
+        top = vecs[:, dim - components :]
         return mean, torch.eye(dim, dtype=torch.float64) - top @ top.T
     floor = _WHITEN_FLOOR * float(values.max().clamp_min(1e-300))
     return mean, vecs @ torch.diag(values.clamp_min(floor).rsqrt()) @ vecs.T
@@ -236,8 +242,8 @@ def support_sizes(prior: torch.Tensor | None, n: int, mode: str, size: int) -> t
     return sizes
 
 
-def log_frequencies(tokenizer: PreTrainedTokenizerBase, texts: Iterable[str], ids: np.ndarray) -> np.ndarray:
-    """(len(ids),) float64: log(1 + how often ``tokenizer`` produces each of ``ids`` on ``texts``) (no specials)."""
+def token_counts(tokenizer: PreTrainedTokenizerBase, texts: Iterable[str]) -> dict[int, int]:
+    """How often ``tokenizer`` produces each id on ``texts`` (no specials)."""
     counts: dict[int, int] = {}
     batch: list[str] = []
 
@@ -253,6 +259,11 @@ def log_frequencies(tokenizer: PreTrainedTokenizerBase, texts: Iterable[str], id
             count()
     if batch:
         count()
+    return counts
+
+
+def log_frequencies(counts: Mapping[int, int], ids: np.ndarray) -> np.ndarray:
+    """(len(ids),) float64: log(1 + the count of each of ``ids``) in ``counts`` (:func:`token_counts`)."""
     return np.log1p(np.array([counts.get(int(i), 0) for i in ids], dtype=np.float64))
 
 

@@ -153,6 +153,13 @@ class FinetuneConfig(Config):
         for key in ("hard_negatives", "pool_chunk", "max_failures", "report_every_s", "eval_every", "eval_max_queries"):
             require(getattr(self, key) >= 0, key, getattr(self, key), "must be >= 0")
         require(self.eval_split != "test", "eval_split", self.eval_split, "is a test split: choose recipes on dev data")
+        require(
+            not (self.eval.startswith("miracl:") and self.eval_split == "dev"),
+            "eval_split",
+            self.eval_split,
+            f"of {self.eval}: MIRACL's dev judgements are what evaluate scores as its test (the test set is hidden); "
+            "choose recipes on other development data (e.g. a held-out part of MIRACL train as a BEIR directory)",
+        )
 
     def require_inputs(self) -> None:
         """Raise :class:`InputError` naming the first required setting that is missing."""

@@ -352,12 +352,22 @@ def sparse_encoder_problem(path: Path, config: PretrainedConfig, trust_remote_co
         return f"its sentence-transformers modules ({shown}) make a dense embedding model"
     keys = _weight_names(path)
     if keys is None:
-        return None  # no safetensors here: loading reports that itself
+        pickled = sorted(p.name for p in path.glob("*") if p.suffix in PICKLE_WEIGHTS)
+        if pickled:  # never unpickled (a pickle can run code): refused here, before any output is claimed
+            return (
+                f"its weights are pickle files only ({', '.join(pickled)}); this project loads safetensors only: "
+                "convert them (transformers: from_pretrained(...).save_pretrained(DIR, safe_serialization=True))"
+            )
+        return "it holds no weights (no *.safetensors file)"
     head = _mlm_head_prefix(config, trust_remote_code)
     if head is not None and not any(k.startswith(head + ".") for k in keys):
         found = ", ".join(getattr(config, "architectures", None) or [type(config).__name__])
         return f"its weights ({found}) hold no masked-LM head ({head}.*), which a sparse encoder needs"
     return None
+
+
+PICKLE_WEIGHTS = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+"""Suffixes of weight files in Python's pickle format (``pytorch_model.bin``), which this project never loads."""
 
 
 def _modules(path: Path) -> list[dict[str, object]]:

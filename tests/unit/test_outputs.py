@@ -389,3 +389,23 @@ def test_large_files_are_digested_by_size_and_their_ends(tmp_path: Path, monkeyp
     big.write_bytes(bytes(range(100)) + bytes(100 - 1) + b"\x01")  # same size, new last bytes
     assert file_digest(big) != digest
     assert file_digest(big, full=True) == sha256_file(big)
+
+
+def test_overwrite_through_a_symbolic_link_replaces_the_run_at_its_target(tmp_path: Path) -> None:
+    """An output given as a link to a directory (``outputs/run -> /nfs/run``): ``--overwrite`` swaps the new run in at
+    the target and the link keeps pointing there (it was once replaced by a local directory, the old run left
+    complete at the target and logged as removed)."""
+    target, link = tmp_path / "nfs" / "run", tmp_path / "run"
+    target.parent.mkdir()
+    finished(target, ident())
+    link.symlink_to(target)
+    with claim_output(link, ident(alpha=2.0), overwrite=True) as claim:
+        assert claim.staged and claim.path.parent == target.parent
+        atomic_write_text(claim.path / "result.txt", "new")
+        claim.finish()
+    assert link.is_symlink() and link.resolve() == target
+    assert is_done(target, ident(alpha=2.0)) and (target / "result.txt").read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["nfs", "run"]
+    assert sorted(p.name for p in target.parent.iterdir()) == ["run"]
+    with claim_output(link, ident(alpha=2.0)) as claim:  # and a plain rerun through the link skips
+        assert claim.done

@@ -305,7 +305,7 @@ def test_frequency_bias_is_the_standardised_log_count_at_the_source_bias_moments
     for text in texts:  # the oracle: count by hand, one text at a time
         for tid in tok.encode(text, add_special_tokens=False):
             counts[tid] = counts.get(tid, 0) + 1
-    freq = plus.log_frequencies(tok, texts, ids)
+    freq = plus.log_frequencies(plus.token_counts(tok, texts), ids)
     np.testing.assert_allclose(freq, np.log1p([counts[i] for i in ids.tolist()]))
     source = torch.tensor([-3.0, -1.0, -2.0, 0.5])
     bias = plus.frequency_bias(freq, source)
@@ -354,7 +354,9 @@ def test_the_frequency_bias_through_the_init(fixtures_root: Path, tmp_path: Path
     assert torch.equal(freq[key][special], released[key][special])
     tok = AutoTokenizer.from_pretrained(root / "tok-bytebpe")
     bert = AutoTokenizer.from_pretrained(root / "bert-mlm")
-    counts = plus.log_frequencies(tok, text.read_text(encoding="utf-8").splitlines(), bridged.numpy())
+    counts = plus.log_frequencies(
+        plus.token_counts(tok, text.read_text(encoding="utf-8").splitlines()), bridged.numpy()
+    )
     kept = torch.tensor(sorted(set(range(len(source))) - set(bert.all_special_ids)))
     want = plus.frequency_bias(counts, source[kept])
     torch.testing.assert_close(freq[key][bridged], want, rtol=0, atol=1e-6)

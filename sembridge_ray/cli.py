@@ -200,11 +200,17 @@ def parse_config(
     first = argparse.ArgumentParser(add_help=False)
     first.add_argument("--preset", "--config", dest="preset", default=default_preset)
     preset = first.parse_known_args(argv)[0].preset
-    data: Mapping[str, object] = cls().to_dict()
-    if preset:
-        data = merge(data, load_preset(resolve_preset(preset, job)))
+    # Only what the preset and the command line say: a value given there is explicit, even at its default (a
+    # method's recipe refuses a conflicting explicit value, and fills in only what nobody set).
+    data: Mapping[str, object] = load_preset(resolve_preset(preset, job)) if preset else {}
     parser = build_parser(
-        cls, flags, data, job=job, preset=preset, prog=prog or f"python -m jobs.{job}", description=description
+        cls,
+        flags,
+        merge(cls().to_dict(), data),
+        job=job,
+        preset=preset,
+        prog=prog or f"python -m jobs.{job}",
+        description=description,
     )
     args = parser.parse_intermixed_args(argv)  # key=value overrides may sit between flags
     _warn_deprecated(flags, argv)
@@ -223,7 +229,19 @@ def parse_config(
             if key in given and given[key] != value:
                 raise ConfigError(f"{key} is set twice: {flag.name} {value} and {key}={given[key]}")
             given[key] = value
-    return cls.from_dict(apply_overrides(data, [f"{k}={v}" for k, v in given.items()])), args
+    cfg = cls.from_dict(apply_overrides(data, [f"{k}={v}" for k, v in given.items()]))
+    warn_inapplicable(cfg, given, flags)
+    return cfg, args
+
+
+def warn_inapplicable(cfg: Config, given: Mapping[str, str], flags: Sequence[Flag] = ()) -> None:
+    """One warning line per setting given on the command line that this run does not read (the run's identity
+    leaves it out as unused: WECHSEL's temperature with method sembridge, ``eval_every`` without ``--eval``);
+    the run goes on, since the setting changes nothing."""
+    unused = cfg.inapplicable(set(given))
+    names = {k: f.name for f in flags for k in f.keys}
+    for key in unused:
+        log.warning("%s does nothing in this run (%s); it is not recorded", names.get(key, key), unused[key])
 
 
 def flags_markdown() -> str:

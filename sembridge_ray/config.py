@@ -196,6 +196,26 @@ class Config:
         settings = without(flatten(self.to_dict()), self.NOT_IDENTITY)
         return {self.IDENTITY_NAMES.get(k, k): v for k, v in settings.items()}
 
+    def inapplicable(self, given: set[str]) -> dict[str, str]:
+        """Of the dotted keys in ``given`` (set explicitly), those this run does not read, with why: keys that
+        shape results in general but that this run's identity leaves out as unused (and that are not at their
+        default, which asks for nothing)."""
+        recorded = self.identity_settings()
+        defaults = flatten(type(self)().to_dict())
+        values = flatten(self.to_dict())
+        return {
+            key: self.why_unused(key)
+            for key in sorted(given)
+            if key in values
+            and not any(key == e or key.startswith(e + ".") for e in self.NOT_IDENTITY)
+            and self.IDENTITY_NAMES.get(key, key) not in recorded
+            and values[key] != defaults.get(key)
+        }
+
+    def why_unused(self, key: str) -> str:
+        """A few words on why ``key`` does nothing with these settings (subclasses say more)."""
+        return "the other settings leave it unused"
+
     def identity(self, job: str, inputs: dict[str, str]) -> RunIdentity:
         return RunIdentity(job=job, settings=self.identity_settings(), inputs=inputs)
 

@@ -147,6 +147,15 @@ def _run_finetune(cfg: FinetuneConfig, inputs: dict[str, str] | None) -> Finetun
     dev = load_dev(cfg.eval, cfg.eval_split, cfg.eval_max_queries) if cfg.eval else None  # before any output
     if cfg.tensorboard:
         Tracker.require()
+    plan = cluster.placement(cfg.resources, reserve=False)  # Train workers need no CPU held back for Ray Data
+    if plan.workers != cfg.resources.workers:  # the worker count shapes the weights: never fewer than recorded
+        raise InputError(
+            f"fine-tuning asks for {cfg.resources.workers} workers but the cluster fits {plan.workers} "
+            f"({cfg.resources.cpus_per_worker:g} CPUs{' and a GPU' if plan.use_gpu else ''} each); the weights "
+            f"depend on the number, so run with --workers {plan.workers} (another run) or on a larger cluster"
+        )
+    if cfg.optim.batch_size % plan.workers:
+        raise InputError(f"batch size {cfg.optim.batch_size} does not split over {plan.workers} workers")
     out = Path(cfg.output)
     with claim_output(out, identity, cfg.overwrite) as claim:
         if claim.done:
@@ -166,9 +175,6 @@ def _run_finetune(cfg: FinetuneConfig, inputs: dict[str, str] | None) -> Finetun
             work / DATA_DIR,
         )
         write_config(cfg, work / "config.yaml")
-        plan = cluster.placement(cfg.resources, reserve=False)  # Train workers need no CPU held back for Ray Data
-        if cfg.optim.batch_size % plan.workers:
-            raise InputError(f"batch size {cfg.optim.batch_size} does not split over {plan.workers} workers")
         storage, name = cfg.storage or str((work / CHECKPOINT_DIR).resolve()), run_name(identity)
         resumed = latest_step(storage, name)
         if resumed is not None:

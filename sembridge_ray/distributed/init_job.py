@@ -448,6 +448,6 @@ def _report(
                 "target_tokenizer": cfg.target_tokenizer,
                 "bridge_model": cfg.bridge_model,
             },
-            "samples": report.sample_rows(prov, source_tokens, cfg.samples, cfg.seed),
+            "samples": report.sample_rows(prov, source_tokens, cfg.samples),
         },
     )

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from sembridge_ray.config import Config, load_preset, merge
+from sembridge_ray.config import Config, load_preset
 
 C = TypeVar("C", bound=Config)
 R = TypeVar("R")
@@ -98,4 +98,4 @@ def presets(job: str) -> list[str]:
 def load_preset_file(path: Path) -> Config:
     """Build the config a preset file describes (its job is the file name's prefix before ``_``)."""
     cls = job_spec(Path(path).stem.split("_", 1)[0]).config
-    return cls.from_dict(merge(cls().to_dict(), load_preset(Path(path))))
+    return cls.from_dict(load_preset(Path(path)))  # the preset's values are explicit; the rest are defaults

@@ -65,7 +65,8 @@ class EvaluateConfig(Config):
     Resolved once in the driver and recorded so."""
     resources: ResourceConfig = field(default_factory=ResourceConfig)
 
-    # The search is exact, so shards and query batches change no result; inputs are identified by content.
+    # The search is exact, so shards and query batches change no result; the encoder's batches change the vectors
+    # only by float rounding (padding); inputs are identified by content.
     ALIASES: ClassVar[dict[str, str]] = {
         "query_max_length": "max_query_length",
         "doc_max_length": "max_doc_length",
@@ -83,6 +84,8 @@ class EvaluateConfig(Config):
         "cache_dir",
         "shard_size",
         "query_batch_size",
+        "encode_batch_size",  # how the encoding is cut (float rounding aside; its cache entry keeps it, exactly)
+        "stage_rows",
         "trust_remote_code",  # may load a model, changes nothing it computes
         "overwrite",
         "resources",

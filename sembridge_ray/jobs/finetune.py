@@ -118,14 +118,30 @@ class FinetuneConfig(Config):
         "trust_remote_code",  # may load a model, changes nothing it computes
         "overwrite",
         "tensorboard",
-        "resources",
+        "resources",  # but resources.workers, recorded as "workers" (identity_settings)
     )
 
+    EVAL_SETTINGS: ClassVar[tuple[str, ...]] = ("eval_split", "eval_every", "eval_max_queries", "select")
+    """Read only with a development set (``eval``): without one they change nothing (``select`` is ``last``)."""
+
     def identity_settings(self) -> dict[str, JSONValue]:
-        settings = super().identity_settings()
+        # The number of Ray Train workers shapes the weights: each rank draws its own dropout masks (seeded by
+        # seed and rank) over its share of the batch, so 1 and 2 workers train apart (max |diff| ~1e-3 after a few
+        # steps); the batches, their order and the loss are the same for any number. The driver runs exactly
+        # this many (run_finetune refuses a cluster that fits fewer).
+        settings = {**super().identity_settings(), "workers": self.resources.workers}
         if not self.optim.embedding_warmup_steps:  # recorded only when on: every earlier run keeps its identity
             settings = {k: v for k, v in settings.items() if not k.startswith("optim.embedding_warmup_")}
+        if not self.eval:
+            settings = {k: v for k, v in settings.items() if k not in self.EVAL_SETTINGS}
         return settings
+
+    def why_unused(self, key: str) -> str:
+        if key in self.EVAL_SETTINGS:
+            return "it is read with a development set (--eval) only"
+        if key.startswith("optim.embedding_warmup_"):
+            return "it is read with optim.embedding_warmup_steps > 0 only"
+        return super().why_unused(key)
 
     @classmethod
     def upgrade(cls, data: dict[str, object]) -> dict[str, object]:

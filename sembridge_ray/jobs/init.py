@@ -12,12 +12,13 @@ Writes ``model/`` (a SentenceTransformers SparseEncoder with its model card), ``
 from __future__ import annotations
 
 import dataclasses
+import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from sembridge_ray.config import Config, require
+from sembridge_ray.config import Config, coerce, require
 from sembridge_ray.embed_init.config import ENTMAX_BRIDGES, MethodName, WeightingConfig
-from sembridge_ray.embed_init.methods import METHODS, unused_settings
+from sembridge_ray.embed_init.methods import BRIDGE_SETTINGS, METHODS, unused_settings
 from sembridge_ray.embed_init.plus import BridgeSpace
 from sembridge_ray.embed_init.records import InitReport, Sample
 from sembridge_ray.embed_init.vocab import MATCH_RULES
@@ -101,13 +102,15 @@ class InitConfig(Config):
     """Blends every bridged row with the random baseline's row for that token, ``(1 - random_blend) E_bridge +
     random_blend E_random`` (input and untied output rows; the bias stays the bridge's); 0 = off."""
     seed: int = 0
-    """Seeds the random baseline and the sample of target tokens in the report."""
+    """Seeds the random baseline's rows (and those ``random_blend`` mixes in); read by nothing else."""
     samples: int = 50
     """Target tokens shown with their top-3 source tokens (the paper's Table 3)."""
     bridge_batch_size: int = 256
-    """Token strings per bridge-encoder batch (per actor)."""
+    """Token strings per bridge-encoder batch (per actor); changes the vectors only by float rounding (padding),
+    so not part of the run's identity."""
     rows_batch_size: int = 1024
-    """Bridged target tokens per weights batch (per actor)."""
+    """Bridged target tokens per weights batch (per actor); changes the weights only by float rounding (GEMM
+    shapes), so not part of the run's identity."""
     cache_dir: str = "~/.cache/sembridge_ray/bridge"
     """Bridge vectors cached as Parquet per (bridge model, tokenizer) fingerprint."""
     trust_remote_code: bool = False
@@ -153,11 +156,27 @@ class InitConfig(Config):
         "overwrite",
         "resources",
         "bias_text",  # identified by content (inputs)
+        "bridge_batch_size",  # how work is cut, not what it computes (float rounding aside: docs/operations.md)
+        "rows_batch_size",
     )
 
+    @classmethod
+    def upgrade(cls, data: dict[str, object]) -> dict[str, object]:
+        """A method's recipe (sembridge_plus) fills in its keys; a key given explicitly (a flag, an override, a
+        preset, even at its default value) must agree with it, or the config is refused: an explicit value is
+        never silently replaced."""
+        name = str(data.get("method", cls.__dataclass_fields__["method"].default)).strip()
+        recipe = METHODS[name].recipe if name in METHODS else {}
+        hints = typing.get_type_hints(cls)
+        for key, value in recipe.items():
+            if key in data:
+                given = coerce(data[key], hints[key], key)
+                require(given == value, key, given, f"method {name} fixes it to {value!r} (its recipe); leave it unset")
+        return {**data, **{k: v for k, v in recipe.items() if k not in data}}
+
     def __post_init__(self) -> None:
-        # a method's recipe (sembridge_plus) sets its keys where they were left at the defaults; a conflicting value
-        # is refused, so a config always says what ran
+        # built directly or by dataclasses.replace (the grid's cells): a recipe sets its keys where they are at the
+        # defaults; a conflicting value is refused, so a config always says what ran
         defaults = {f.name: f.default for f in dataclasses.fields(self)}
         recipe = METHODS[self.method].recipe if self.method in METHODS else {}  # an unknown one: the check's error
         for key, value in recipe.items():
@@ -223,6 +242,10 @@ class InitConfig(Config):
         # SemBridge+'s options are recorded only when on: every earlier run keeps its identity
         if self.bridge_space != "abtt":
             unused.add("bridge_components")
+        if self.alpha != 1:  # α-entmax rows have the support the maths gives them: no candidate cut
+            unused.add("candidates")
+        if self.method != "random" and not self.random_blend:
+            unused.add("seed")  # only the random rows are seeded
         if self.method not in ENTMAX_BRIDGES:  # only an α-entmax bridge has a support to adapt
             unused.add("adaptive_support")
         if self.adaptive_support == "off" or self.method not in ENTMAX_BRIDGES:
@@ -234,6 +257,22 @@ class InitConfig(Config):
         }
         recorded = {self.IDENTITY_NAMES.get(k, k) for k in unused}  # the settings carry the recorded names
         return {k: v for k, v in settings.items() if k not in recorded}
+
+    def why_unused(self, key: str) -> str:
+        owners = [m.name for m in METHODS.values() if key in m.settings]
+        if owners and self.method not in owners:
+            return f"method {self.method} does not read it; only {' and '.join(owners)} does"
+        if key in BRIDGE_SETTINGS and not METHODS[self.method].uses_bridge:
+            return f"method {self.method} uses no bridge"
+        return {
+            "position_marker": "it is read with position_aware only",
+            "position_penalty": "it is read with position_aware only",
+            "bridge_components": "it is read with bridge_space abtt only",
+            "candidates": "it is read with alpha 1 (softmax) only",
+            "seed": "only the random method's and random_blend's rows are seeded",
+            "adaptive_support": "only an α-entmax method (sembridge, sembridge_plus) has a support to adapt",
+            "support_size": "it is read with adaptive_support only",
+        }.get(key, super().why_unused(key))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -15,12 +15,13 @@ from __future__ import annotations
 import json
 import logging
 import math
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, cast
 
 from sembridge_ray import catalog
-from sembridge_ray.config import Config, require
+from sembridge_ray.config import Config, ConfigError, coerce, require
 from sembridge_ray.embed_init.methods import METHOD_NAMES, METHODS, parse_alpha, split_variant
 from sembridge_ray.errors import InputError
 from sembridge_ray.jobs import Flag, JobSpec
@@ -138,11 +139,25 @@ class ReproduceConfig(Config):
 
     @classmethod
     def upgrade(cls, data: dict[str, object]) -> dict[str, object]:
-        """The former key ``preset: paper | demo`` is ``assets: hub | bundled``."""
+        """The former key ``preset: paper | demo`` is ``assets: hub | bundled``. An ``init`` key set to something
+        other than its default must agree with the recipe of every method of the grid that has one (refused here,
+        before any cell is planned). At its default it sets the other methods' cells (``to_dict`` writes every key,
+        so a default there cannot be told from one a user wrote)."""
         if "preset" in data:
             log.warning("config key preset is now assets (paper = hub, demo = bundled); the old name goes soon")
             old = str(data["preset"]).strip()
             data = {k: v for k, v in data.items() if k != "preset"} | {"assets": _ASSETS_OF_PRESET.get(old, old)}
+        init = data.get("init")
+        if isinstance(init, dict):
+            defaults = InitConfig().to_dict()
+            hints = typing.get_type_hints(InitConfig)
+            changed = {k: v for k, v in init.items() if k in hints and coerce(v, hints[k], k) != defaults.get(k)}
+            methods = coerce(data.get("methods", METHOD_NAMES), tuple[str, ...], "methods")
+            for name in {split_variant(str(m))[0] for m in cast(tuple[str, ...], methods)} & set(METHOD_NAMES):
+                try:
+                    InitConfig.upgrade({**changed, "method": name})
+                except ConfigError as err:
+                    raise ConfigError(f"init.{err} (method {name} is in methods)") from None
         return data
 
     @property

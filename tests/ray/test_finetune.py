@@ -118,3 +118,28 @@ def test_one_writer_per_output_then_other_settings_refused_and_overwrite_redone(
     runs = list((out / "checkpoints").glob("finetune-*"))
     assert len(runs) == 1 and sorted(p.name for p in runs[0].glob("step_*")) == ["step_00000002"]
     assert [m["step"] for m in _metrics(out)] == [1, 2]
+
+
+def test_a_cluster_that_fits_fewer_workers_than_asked_is_refused_before_the_output(
+    ray_cluster, fixtures_root, sick_beir, tmp_path
+) -> None:
+    """The worker count is in the run's identity (each rank draws its own dropout masks): a run never trains on
+    fewer workers than its identity records."""
+    import pytest
+
+    from sembridge_ray.distributed.finetune import run_finetune
+    from sembridge_ray.errors import InputError
+    from sembridge_ray.placement import ResourceConfig
+
+    cfg = FinetuneConfig(
+        model=str(fixtures_root / "bert-mlm"),
+        train=str(sick_beir),
+        output=str(tmp_path / "ft"),
+        optim=OptimConfig(batch_size=8, max_steps=2),
+        resources=ResourceConfig(workers=3),
+    )
+    with pytest.raises(InputError, match="asks for 3 workers but the cluster fits 2"):
+        run_finetune(cfg)
+    assert not (tmp_path / "ft").exists()
+    one, two = (cfg.identity("finetune", {}) for cfg in (FinetuneConfig(resources=ResourceConfig(workers=1)), cfg))
+    assert one.fingerprint != two.fingerprint

@@ -88,7 +88,7 @@ def test_identity_ignores_settings_that_do_not_change_the_result() -> None:
             "output=b",
             "model=elsewhere",
             "checkpoint_every=7",
-            "resources.workers=4",
+            "resources.cpus_per_worker=2",
             "storage=s3://bucket/x",
             "max_failures=9",
             "overwrite=true",
@@ -98,6 +98,8 @@ def test_identity_ignores_settings_that_do_not_change_the_result() -> None:
     changed = base.with_overrides(["optim.lr=1e-4"]).identity("finetune", inputs)
     assert changed.fingerprint != base.identity("finetune", inputs).fingerprint
     assert changed.differences(base.identity("finetune", inputs)) == ["optim.lr: 2e-05 → 0.0001"]
+    workers = base.with_overrides(["resources.workers=1"]).identity("finetune", inputs)  # dropout streams per rank
+    assert workers.differences(base.identity("finetune", inputs)) == ["workers: 2 → 1"]
     other_model = base.identity("finetune", inputs | {"model": "sha256:other"})
     assert other_model.differences(base.identity("finetune", inputs)) == ["inputs.model: sha256:m → sha256:other"]
 

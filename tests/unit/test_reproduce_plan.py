@@ -264,7 +264,8 @@ def test_hub_cells_have_a_dev_set_only_when_finetune_eval_names_one(tmp_path: Pa
     )
     planned, _ = _planned(base, tmp_path)
     assert planned.sources == [] and all(t.eval == "" and "eval" not in i for t, i in _tunes(planned))
-    planned, _ = _planned(replace(base, finetune=replace(base.finetune, eval="miracl:ko")), tmp_path)
+    dev = replace(base.finetune, eval="miracl:ko", eval_split="train")  # MIRACL dev is what the cells are scored on
+    planned, _ = _planned(replace(base, finetune=dev), tmp_path)
     assert [(_evaluate(s).model, s.output.relative_to(tmp_path).as_posix()) for s in planned.sources] == [
         ("naver/splade-v3", "sources/splade-v3/dev"),
         ("m2", "sources/m2/dev"),

@@ -1,0 +1,110 @@
+"""A value given explicitly is never silently replaced, and a setting a run does not read neither refuses its reruns
+nor passes without a word (issue 33, points 5 and 13). No Ray, no model: configs and the command line only."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from sembridge_ray.cli import parse_config
+from sembridge_ray.config import ConfigError
+from sembridge_ray.embed_init.methods import SEMBRIDGE_PLUS
+from sembridge_ray.jobs import job_spec
+from sembridge_ray.jobs.evaluate import EvaluateConfig
+from sembridge_ray.jobs.finetune import FinetuneConfig
+from sembridge_ray.jobs.init import InitConfig
+from sembridge_ray.jobs.reproduce import ReproduceConfig
+
+REQUIRED = ["--model", "m", "--target-tokenizer", "t", "--output", "o"]
+
+
+def _init(*argv: str) -> InitConfig:
+    spec = job_spec("init")
+    cfg, _ = parse_config(InitConfig, [*REQUIRED, *argv], flags=spec.flags, job="init")
+    return cfg
+
+
+@pytest.mark.parametrize(
+    ("flags", "key"),
+    [
+        (["--bridge-space", "raw"], "bridge_space='raw'"),  # the dataclass default, given explicitly
+        (["--fvt-weight", "0"], "fvt_weight=0.0"),
+        (["--random-blend", "0"], "random_blend=0.0"),
+        (["--no-position-aware"], "position_aware=False"),
+        (["bridge_space=whiten"], "bridge_space='whiten'"),
+    ],
+)
+def test_a_recipe_refuses_an_explicit_value_that_conflicts_even_a_default(flags: list[str], key: str) -> None:
+    with pytest.raises(ConfigError, match=f"{key}: method sembridge_plus fixes it to"):
+        _init("--method", "sembridge_plus", *flags)
+
+
+def test_a_recipe_fills_what_nobody_set_and_takes_explicit_agreement() -> None:
+    cfg = _init("--method", "sembridge_plus")
+    assert {k: getattr(cfg, k) for k in SEMBRIDGE_PLUS} == dict(SEMBRIDGE_PLUS)
+    assert _init("--method", "sembridge_plus", "--bridge-space", "relative", "--position-aware") == cfg
+    assert InitConfig.from_dict(cfg.to_dict()) == cfg  # what workers and --print-config round-trip
+    assert _init("--bridge-space", "raw").bridge_space == "raw"  # without a recipe, raw is just raw
+
+
+def test_a_grid_refuses_an_init_setting_that_a_listed_methods_recipe_fixes_otherwise() -> None:
+    """Refused when the grid is read, not as a failed cell later. At its default an ``init`` key sets the other
+    methods' cells (a grid's config round-trips through ``to_dict``, which writes every key)."""
+    with pytest.raises(ConfigError, match=r"init\.bridge_space='whiten': method sembridge_plus fixes it to"):
+        ReproduceConfig.from_dict({"init": {"bridge_space": "whiten"}})
+    grid = ReproduceConfig.from_dict({"init": {"bridge_space": "whiten"}, "methods": "sembridge,focus"})
+    assert grid.init.bridge_space == "whiten"
+    full = ReproduceConfig()
+    assert "sembridge_plus" in full.methods and ReproduceConfig.from_dict(full.to_dict()) == full
+
+
+def test_settings_a_run_does_not_read_stay_out_of_its_identity() -> None:
+    """Reruns that differ only in them skip instead of being refused as other settings."""
+    base = InitConfig()
+    same = [
+        InitConfig(candidates=7),  # α=4: the rows' support is entmax's, no candidate cut
+        InitConfig(seed=3),  # plain sembridge has no random rows
+        InitConfig(bridge_batch_size=7, rows_batch_size=9),  # how the work is cut
+    ]
+    assert {c.identity("init", {}).fingerprint for c in [base, *same]} == {base.identity("init", {}).fingerprint}
+    for read in ({"alpha": 1.0, "candidates": 7}, {"method": "random", "seed": 3}, {"seed": 3, "random_blend": 0.5}):
+        reference = InitConfig.from_dict({k: v for k, v in read.items() if k not in ("candidates", "seed")})
+        assert InitConfig.from_dict(read).identity("init", {}) != reference.identity("init", {})
+    tune = FinetuneConfig()
+    off = FinetuneConfig(eval_split="validation", eval_every=3, eval_max_queries=5)
+    assert off.identity("finetune", {}) == tune.identity("finetune", {})
+    on = FinetuneConfig(eval="dev")
+    assert FinetuneConfig(eval="dev", eval_every=3).identity("finetune", {}) != on.identity("finetune", {})
+    assert EvaluateConfig(encode_batch_size=8, stage_rows=9).identity("evaluate", {}) == EvaluateConfig().identity(
+        "evaluate", {}
+    )
+
+
+def test_an_option_the_run_does_not_read_is_named_in_one_warning(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING):
+        _init("--method", "sembridge", "wechsel_temperature=0.2", "position_penalty=0.5", "--alpha", "4")
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert said == [
+        "position_penalty does nothing in this run (it is read with position_aware only); it is not recorded",
+        "wechsel_temperature does nothing in this run (method sembridge does not read it; only wechsel does); it is "
+        "not recorded",
+    ]
+    caplog.clear()
+    spec = job_spec("finetune")
+    with caplog.at_level(logging.WARNING):
+        parse_config(FinetuneConfig, ["--eval-every", "5", "--lr", "1e-4"], flags=spec.flags, job="finetune")
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert said == [
+        "--eval-every does nothing in this run (it is read with a development set (--eval) only); it is not recorded"
+    ]
+
+
+def test_presets_of_every_job_still_load(tmp_path: Path) -> None:
+    """Presets are explicit values now (not merged over the defaults): each still builds its config."""
+    from sembridge_ray.jobs import JOBS, PRESET_DIR, load_preset_file, presets
+
+    for job in JOBS:
+        for name in presets(job):
+            assert isinstance(load_preset_file(PRESET_DIR / f"{job}_{name}.yaml"), job_spec(job).config)

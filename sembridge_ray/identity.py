@@ -19,6 +19,12 @@ An identity has two parts:
 The sampled digest of large files keeps a rerun's check cheap on multi-GB corpora and weights; it cannot see an
 edit that keeps a file's size and leaves its first and last MiB alone. A project output is identified by its run,
 whose manifest holds full sha256 checksums.
+
+**Inputs cannot change under a run.** A job identifies its inputs when it starts, and its workers load them later:
+an ``--overwrite`` of an input's output (or an edit of a plain directory) in between would make a result whose
+``identity.json`` names other inputs than the ones it was computed from. :func:`require_unchanged` identifies the
+local inputs again after they were loaded, and before anything computed from them is marked complete or cached;
+a change fails the run with :class:`InputChanged`, and nothing of it is kept as finished.
 """
 
 from __future__ import annotations
@@ -189,3 +195,25 @@ def model_identity(spec: str, what: str = "model") -> str:
     if looks_like_hub_id(spec):
         return hub_identity(spec, "model")
     raise InputError(f"{what} {spec!r} not found (neither a local path nor a hub id org/name)")
+
+
+class InputChanged(InputError):
+    """An input was replaced or edited while a run was reading it."""
+
+
+def require_unchanged(recorded: Mapping[str, str], paths: Mapping[str, str]) -> None:
+    """Raise :class:`InputChanged` for the first input of ``paths`` (name -> local path) whose identity is no longer
+    the one ``recorded`` (name -> identity, as the run recorded it when it started). Inputs that are not local
+    files or directories (hub ids) are not checked; a project output is checked by its manifest (every file's
+    sha256), any other path by its content digest."""
+    for name, spec in paths.items():
+        was = recorded.get(name, "")
+        if not was.startswith(("run:", "sha256:")):
+            continue
+        path = Path(spec).expanduser()
+        now = path_identity(path) if path.exists() else "(gone)"
+        if now != was:
+            raise InputChanged(
+                f"input {name} {spec} changed while this run was reading it (it was {was}, it is now {now}: "
+                "replaced by an --overwrite, or edited); nothing of this run is marked complete: run it again"
+            )

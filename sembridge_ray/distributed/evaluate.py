@@ -12,11 +12,12 @@ identities of the model and dataset, so a new output for an encoded (model, data
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import shutil
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,7 @@ from sembridge_ray.distributed import cluster
 from sembridge_ray.distributed.search import LocalIndex, ShardedIndex
 from sembridge_ray.distributed.udfs import PATH, ROWS, SparseEncodeUDF, actor_pool_args, actor_threads, arrow_blocks
 from sembridge_ray.errors import InputError
-from sembridge_ray.identity import RunIdentity
+from sembridge_ray.identity import InputChanged, RunIdentity, require_unchanged
 from sembridge_ray.jobs.evaluate import EvaluateConfig, EvaluateResult
 from sembridge_ray.model_card import evaluation, record_evaluation
 from sembridge_ray.outputs import atomic_path, atomic_write_json, atomic_write_text, claim_output
@@ -84,6 +85,8 @@ def run_evaluate(cfg: EvaluateConfig, inputs: dict[str, str] | None = None) -> E
             f"({len(data.queries)} queries read)"
         )
     identity = cfg.identity("evaluate", inputs or {"model": model_id, "dataset": data_id})
+    # what was loaded is what the identity names: checked before an encoding is cached and before _SUCCESS
+    pinned = functools.partial(require_unchanged, identity.inputs, {"model": model, "dataset": spec})
     out = Path(cfg.output)
     with claim_output(out, identity, cfg.overwrite) as claim:
         if claim.done:
@@ -95,10 +98,10 @@ def run_evaluate(cfg: EvaluateConfig, inputs: dict[str, str] | None = None) -> E
         clock = _Clock()
         key = fingerprint(identity.inputs["model"], identity.inputs["dataset"])
         cache = Path(cfg.cache_dir) if cfg.cache_dir else work / "cache"
-        docs, docs_hit = encode_corpus(cfg, model, data, key, cache)
+        docs, docs_hit = encode_corpus(cfg, model, data, key, cache, pinned)
         clock.lap("encode_docs")
         qids = sorted(q for q in data.qrels if q in data.queries)
-        queries, queries_hit = encode_queries(cfg, model, data, qids, fingerprint(key, data.split), cache)
+        queries, queries_hit = encode_queries(cfg, model, data, qids, fingerprint(key, data.split), cache, pinned)
         clock.lap("encode_queries")
         metrics = search_and_score(cfg, docs, queries, data, work / RUN, clock)
         metrics |= {
@@ -110,6 +113,7 @@ def run_evaluate(cfg: EvaluateConfig, inputs: dict[str, str] | None = None) -> E
             "top_k": cfg.top_k,
         }
         atomic_write_json(work / EVAL_METRICS, metrics)
+        pinned()
         claim.finish(exclude=("cache",))
     record_in_card(model, cfg, spec, metrics, identity)
     return EvaluateResult.from_metrics(str(out), metrics)
@@ -129,6 +133,11 @@ def record_in_card(
     evaluation."""
     if not Path(model).is_dir():
         return  # a hub model: its card is the hub's
+    try:  # never the scores of one model into another's card (an --overwrite of it since)
+        require_unchanged(identity.inputs, {"model": model})
+    except InputChanged as err:
+        log.warning("the scores were not added to the model card: %s", err)
+        return
     split = str(metrics.get("split", cfg.split))
     found = evaluation(cfg.dataset, spec, split, metrics, f"run:evaluate:{identity.fingerprint}")
     try:
@@ -148,8 +157,15 @@ class _Clock:
         return self.laps[name]
 
 
-def encode_corpus(cfg: EvaluateConfig, model: str, data: RetrievalData, key: str, cache: Path) -> tuple[Path, bool]:
-    """The corpus's sparse vectors (cached): staged to Parquet by the driver, encoded by the actor pool."""
+def _nothing() -> None:
+    """No check (callers that pin nothing)."""
+
+
+def encode_corpus(
+    cfg: EvaluateConfig, model: str, data: RetrievalData, key: str, cache: Path, pinned: Callable[[], None] = _nothing
+) -> tuple[Path, bool]:
+    """The corpus's sparse vectors (cached): staged to Parquet by the driver, encoded by the actor pool; ``pinned``
+    raises when the model is no longer the one ``key`` names (then no entry is published under it)."""
     entry = fingerprint(
         "docs",
         ENCODING_VERSION,
@@ -168,15 +184,22 @@ def encode_corpus(cfg: EvaluateConfig, model: str, data: RetrievalData, key: str
             raise InputError(f"dataset {cfg.dataset!r}: the corpus ({data.corpus.name}) is empty")
         encode(files, tmp / VECTORS, cfg, model, "document")
         shutil.rmtree(tmp / "staged")
+        pinned()
         return {"rows": rows}
 
     return cached(cache / f"docs-{entry}", build)
 
 
 def encode_queries(
-    cfg: EvaluateConfig, model: str, data: RetrievalData, qids: list[str], key: str, cache: Path
+    cfg: EvaluateConfig,
+    model: str,
+    data: RetrievalData,
+    qids: list[str],
+    key: str,
+    cache: Path,
+    pinned: Callable[[], None] = _nothing,
 ) -> tuple[Path, bool]:
-    """The vectors of the qrels queries that have text (cached)."""
+    """The vectors of the qrels queries that have text (cached; ``pinned`` as for :func:`encode_corpus`)."""
     entry = fingerprint(
         "queries",
         ENCODING_VERSION,
@@ -195,6 +218,7 @@ def encode_queries(
             batches = (table.slice(i, cfg.stage_rows) for i in range(0, len(qids), cfg.stage_rows))
             encode(stage_corpus(batches, tmp / "staged"), tmp / VECTORS, cfg, model, "query")
             shutil.rmtree(tmp / "staged")
+            pinned()
         return {"rows": len(qids)}
 
     return cached(cache / f"queries-{entry}", build)

@@ -40,7 +40,7 @@ from sembridge_ray.data.stream import StreamInfo, materialise_stream
 from sembridge_ray.distributed import cluster
 from sembridge_ray.distributed.dev import DevSet, Rows, evaluate_dev, load_dev
 from sembridge_ray.errors import InputError, environment_errno, find_user_error
-from sembridge_ray.identity import RunIdentity, model_identity
+from sembridge_ray.identity import RunIdentity, model_identity, require_unchanged
 from sembridge_ray.jobs.export import ExportConfig, ExportResult
 from sembridge_ray.jobs.finetune import FinetuneConfig, FinetuneResult
 from sembridge_ray.json_types import JSONObject
@@ -185,6 +185,8 @@ def _run_finetune(cfg: FinetuneConfig, inputs: dict[str, str] | None) -> Finetun
         result = _fit(cfg, stream, info.total_steps, plan, storage, name, Evaluation(dev=dev, every=every, work=work))
         run_dir = f"{storage.rstrip('/')}/{name}"
         exported = export_checkpoint(result.checkpoint, cfg, work, info.total_steps, run_dir, named)
+        # every worker (and the export) loaded the model, the stream was read: still the inputs the identity names?
+        require_unchanged(identity.inputs, {"model": cfg.model, "train": cfg.train, "eval": cfg.eval})
         summary = FinetuneResult(
             output=str(out),
             model=str(out / MODEL_DIR),

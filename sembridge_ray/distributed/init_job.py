@@ -38,7 +38,7 @@ from sembridge_ray.embed_init.records import InitReport
 from sembridge_ray.embed_init.transplant import target_model, write_target_model
 from sembridge_ray.embed_init.vocab import Partition, partition_vocab
 from sembridge_ray.errors import InputError
-from sembridge_ray.identity import model_identity, path_identity
+from sembridge_ray.identity import model_identity, path_identity, require_unchanged
 from sembridge_ray.jobs.init import InitConfig, InitResult
 from sembridge_ray.model_card import (
     InitFacts,
@@ -356,6 +356,16 @@ def _initialise(
         timings["compose_and_write_s"] = time.perf_counter() - start
         rep["timings"] = {k: round(v, 3) for k, v in timings.items()}
         atomic_write_json(work / REPORT, rep)
+        # everything was loaded: still the inputs the identity names (no --overwrite of one meanwhile)?
+        require_unchanged(
+            identity.inputs,
+            {
+                "source_model": cfg.source_model,
+                "target_tokenizer": cfg.target_tokenizer,
+                "bridge_model": cfg.bridge_model,
+                "bias_text": cfg.bias_text,
+            },
+        )
         claim.finish(exclude=unchecked(MODEL))  # the card: evaluations of the finished model add their scores
         log.info(
             "wrote %s: model, provenance of %d tokens, report (%s)",

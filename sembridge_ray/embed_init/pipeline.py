@@ -34,6 +34,7 @@ from sembridge_ray.embed_init.bridge import (
 from sembridge_ray.embed_init.combine import NewRows, csr_lists, weighted_rows
 from sembridge_ray.embed_init.config import WeightingConfig
 from sembridge_ray.embed_init.methods import method
+from sembridge_ray.identity import InputChanged
 from sembridge_ray.placement import Precision
 
 if TYPE_CHECKING:
@@ -212,10 +213,23 @@ class BridgeSide:
     strings: dict[str, pa.Table]
     keys: dict[str, str]
     classes: dict[str, np.ndarray]
+    model: str = ""
+    """The bridge model the keys' fingerprint is of."""
 
     def vectors(self, side: str, cache_dir: Path, encode: Callable[[pa.Table], np.ndarray]) -> np.ndarray:
-        """(n, D) bridge vectors of ``side``'s strings, from the cache or encoded into it."""
-        return cached_vectors(cache_dir, self.keys[side], self.strings[side], encode)
+        """(n, D) bridge vectors of ``side``'s strings, from the cache or encoded into it; a bridge model that
+        changed while it was encoding (its fingerprint is the cache key's) fails before any entry is published."""
+
+        def pinned(table: pa.Table) -> np.ndarray:
+            vecs = encode(table)
+            if self.model and (now := model_fingerprint(self.model)) != self.fingerprint:
+                raise InputChanged(
+                    f"bridge model {self.model} changed while its vectors were encoded (fingerprint {self.fingerprint}"
+                    f" -> {now}); nothing is cached under the old one: run it again"
+                )
+            return vecs
+
+        return cached_vectors(cache_dir, self.keys[side], self.strings[side], pinned)
 
 
 def bridge_side(
@@ -244,7 +258,7 @@ def bridge_side(
         # bf16 vectors are other vectors: their own cache entry (fp32 keeps the keys it always had)
         precision = weighting.precision
         keys[side] = f"{fp}-{tokenizer_fingerprint(tok, rule)}" + ("" if precision == "fp32" else f"-{precision}")
-    return BridgeSide(fingerprint=fp, strings=strings, keys=keys, classes=classes)
+    return BridgeSide(fingerprint=fp, strings=strings, keys=keys, classes=classes, model=bridge_model)
 
 
 def no_new_rows(e_in: torch.Tensor, e_out: torch.Tensor | None, bias: torch.Tensor | None, bridged: bool) -> NewRows:

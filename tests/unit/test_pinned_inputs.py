@@ -1,0 +1,76 @@
+"""An input replaced or edited while a run reads it fails the run: nothing of it is marked complete and nothing
+computed from the new input is cached under the old one's key (issue 33, point 2). No Ray: the init job in-process
+and the identity check itself; the evaluate and fine-tune drivers are in ``tests/ray/test_pinned_inputs.py``."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from sembridge_ray.distributed.init_job import initialise, local_stages
+from sembridge_ray.embed_init.pipeline import Stages
+from sembridge_ray.identity import InputChanged, path_identity, require_unchanged
+from sembridge_ray.jobs.init import InitConfig
+from sembridge_ray.outputs import SUCCESS
+
+
+def init_output(fixtures_root: Path, out: Path, cache: Path, **settings: object) -> Path:
+    """A finished init output of the tiny fixtures (its ``model/`` is what later jobs read)."""
+    cfg = InitConfig(
+        source_model=str(fixtures_root / "bert-mlm"),
+        target_tokenizer=str(fixtures_root / "tok-wordpiece"),
+        bridge_model=str(fixtures_root / "bridge"),
+        output=str(out),
+        cache_dir=str(cache),
+        samples=0,
+        **settings,  # type: ignore[arg-type]
+    )
+    initialise(cfg)
+    return out
+
+
+def overwrite_swap(out: Path, new: Path) -> None:
+    """What an ``--overwrite`` of ``out`` does at its end: the finished new run renamed in, the old one removed."""
+    old = out.with_name(out.name + ".overwrite-previous")
+    os.rename(out, old)
+    os.rename(new, out)
+    shutil.rmtree(old)
+
+
+def test_a_project_output_replaced_since_it_was_identified_is_named(fixtures_root: Path, tmp_path: Path) -> None:
+    a = init_output(fixtures_root, tmp_path / "a", tmp_path / "cache")
+    b = init_output(fixtures_root, tmp_path / "b", tmp_path / "cache", alpha=2.0)
+    recorded = {"model": path_identity(a / "model"), "hub": "hub:model:org/x@1"}
+    require_unchanged(recorded, {"model": str(a / "model"), "hub": "org/x"})  # unchanged; a hub id is not checked
+    overwrite_swap(a, b)
+    with pytest.raises(InputChanged, match=r"input model .*/a/model changed while this run was reading it \(it was "):
+        require_unchanged(recorded, {"model": str(a / "model")})
+
+
+def test_a_bridge_model_edited_while_it_encodes_fails_the_init_and_caches_nothing(
+    fixtures_root: Path, tmp_path: Path
+) -> None:
+    bridge = tmp_path / "bridge"
+    shutil.copytree(fixtures_root / "bridge", bridge)
+    cfg = InitConfig(
+        source_model=str(fixtures_root / "bert-mlm"),
+        target_tokenizer=str(fixtures_root / "tok-wordpiece"),
+        bridge_model=str(bridge),
+        output=str(tmp_path / "out"),
+        cache_dir=str(tmp_path / "cache"),
+        precision="fp32",
+    )
+    stages = local_stages(cfg)
+
+    def encode_after_an_edit(table: pa.Table):  # another run rewrites the bridge just before it is loaded
+        (bridge / "README.md").write_text("another bridge\n")
+        return stages.encode(table)
+
+    with pytest.raises(InputChanged, match=f"bridge model {bridge} changed while its vectors were encoded"):
+        initialise(cfg, Stages(encode=encode_after_an_edit, rows=stages.rows))
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out" / SUCCESS).exists()
+    assert [p.name for p in (tmp_path / "cache").glob("*") if not p.name.startswith(".tmp-")] == []

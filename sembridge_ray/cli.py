@@ -23,9 +23,11 @@ Exit codes, the same for every job (docs/operations.md, "Exit codes"):
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import difflib
 import logging
+import os
 import signal
 import sys
 import textwrap
@@ -47,7 +49,7 @@ from sembridge_ray.config import (
     merge,
     suggestion,
 )
-from sembridge_ray.errors import Terminated, user_error
+from sembridge_ray.errors import Terminated, terminating, user_error
 from sembridge_ray.jobs import JOBS, PRESET_DIR, Flag, JobSpec, job_spec, presets
 from sembridge_ray.logs import setup_logging, sync_stderr
 
@@ -310,18 +312,28 @@ def dump_config(cfg: Config) -> str:
 
 # ---- running a job ------------------------------------------------------------------------------------------
 
-# Set by the SIGTERM handler: what the job's body raises afterwards may no longer be the Terminated itself (inside
-# ray.get, Ray turns a signal handler's KeyboardInterrupt into a fresh one, and any other exception into a
-# SystemError), so run_job tells a terminated job by this.
-_sigterm_received = threading.Event()
-
 
 def _raise_terminated(signum: int, frame: object) -> None:
     """The SIGTERM handler: stop the job where the main thread is. Further SIGTERMs are ignored while it unwinds
     (releasing its lock, shutting Ray down), so they cannot interrupt that."""
-    _sigterm_received.set()
+    terminating.set()  # what the body raises next may not be the Terminated itself (ray.get makes a fresh one)
     signal.signal(signal.SIGTERM, _ignore_signal)
     raise Terminated(signum)
+
+
+def _exit_when_terminated() -> None:
+    """The last thing at exit (registered before any other handler, so it runs after all of them): a terminated
+    job, its lock released, its Ray cluster shut down and its stderr flushed by then, ends at once with 143.
+    The interpreter's own finalization (torch's and Ray's native threads and objects) would take seconds more, which
+    a preemption's grace period does not give."""
+    if terminating.is_set():
+        with contextlib.suppress(OSError, ValueError):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(EXIT_TERMINATED)
+
+
+atexit.register(_exit_when_terminated)
 
 
 def _ignore_signal(signum: int, frame: object) -> None:
@@ -337,7 +349,7 @@ def terminate_on_sigterm() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield  # signal handlers can only be set from the main thread; the caller's handler stays
         return
-    _sigterm_received.clear()
+    terminating.clear()
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         yield
@@ -366,7 +378,7 @@ def _ending(err: BaseException) -> tuple[int | None, str]:
     """How a job whose body raised ``err`` ends: (exit code, the line for stderr), or (None, "") for a bug (and for
     a SystemExit of the body's own, e.g. ``--help``), whose traceback or exit stays as it is."""
     # ray.init installs sys.exit(SIGTERM) as the handler while it starts (distributed.cluster puts run_job's back)
-    if _sigterm_received.is_set() or (isinstance(err, SystemExit) and err.code == signal.SIGTERM):
+    if terminating.is_set() or (isinstance(err, SystemExit) and err.code == signal.SIGTERM):
         return EXIT_TERMINATED, "error: terminated (SIGTERM)"
     if isinstance(err, KeyboardInterrupt):
         return EXIT_INTERRUPTED, "interrupted"

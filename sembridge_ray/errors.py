@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import re
+import threading
 
 
 class InputError(ValueError):
@@ -25,6 +26,12 @@ class Terminated(KeyboardInterrupt):
     def __init__(self, signum: int) -> None:
         super().__init__(signum)
         self.signum = signum
+
+
+terminating = threading.Event()
+"""Set by the command line's SIGTERM handler (``sembridge_ray.cli``): the job is on its way out, and what runs at
+exit takes the quick way (a Ray cluster's shutdown bounded, then its processes killed; the interpreter's own
+finalization skipped), so the process ends within seconds of the signal, before a scheduler's SIGKILL."""
 
 
 ENVIRONMENT_ERRNOS = {

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from sembridge_ray import cli
+from sembridge_ray.errors import terminating
 from sembridge_ray.jobs import reproduce
 from sembridge_ray.jobs.reproduce import ReproduceConfig, ReproduceResult
 from sembridge_ray.locks import LOCK, OutputLock
@@ -20,10 +21,12 @@ from tests.conftest import error_lines
 
 @pytest.fixture
 def sigterm_handler() -> Iterator[None]:
-    """The test process's SIGTERM handler, put back after a test that was sent SIGTERM."""
+    """The test process's SIGTERM handler, put back after a test that was sent SIGTERM, and the process no longer
+    marked as terminating (which would end pytest at exit with 143, as it ends a terminated job)."""
     previous = signal.getsignal(signal.SIGTERM)
     yield
     signal.signal(signal.SIGTERM, previous)
+    terminating.clear()
 
 
 FAILURES: dict[str, str] = {}

@@ -201,9 +201,10 @@ submit() {
       --log-color false -- "$@" 2>&1 | tee "$log" | "$VENV/bin/python" -u -m sembridge_ray.logs ray-job-submit
     rc=${PIPESTATUS[0]}
     set -e
-    # Not ready yet (a loaded machine): no agent, or the dashboard dropping the connection before any job exists.
+    # Not ready yet (a loaded machine): no agent, the dashboard dropping the connection or not answering in time,
+    # before any job exists.
     if [ "$rc" -ne 0 ] && [ $SECONDS -lt $deadline ] \
-        && grep -qE "No available agent|Connection aborted|RemoteDisconnected" "$log" && ! grep -q "submitted successfully" "$log"; then
+        && grep -qE "No available agent|Connection aborted|RemoteDisconnected|[Tt]imed out" "$log" && ! grep -q "submitted successfully" "$log"; then
       echo "[local.sh] the head's job agent is not ready (attempt $attempt); retrying"
       sleep $((attempt < 5 ? attempt * 2 : 10)); continue
     fi

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any, NotRequired, TypedDict, cast
 
 from sembridge_ray import __version__, catalog
-from sembridge_ray.atomic import atomic_write_json, atomic_write_text
+from sembridge_ray.atomic import TMP_PREFIX, atomic_write_json, atomic_write_text, remove
 from sembridge_ray.identity import path_identity
 from sembridge_ray.locks import OutputLocked, check_unlocked
 from sembridge_ray.manifest import is_complete, read_manifest
@@ -646,32 +646,65 @@ def _why_not(model_dir: Path) -> str | None:
 def record_evaluation(model_dir: str | Path, found: Evaluation, replace: bool = True) -> bool:
     """Add ``found`` to the model's ``scores.json`` (replacing an earlier one of the same dataset and split, unless
     ``replace`` is False) and render its card again, atomically; True when it wrote. A model that may not take it
-    (see the module's docstring) is left as it is, with one line saying why."""
+    (see the module's docstring) is left as it is, with one line saying why. A card left behind its scores (a
+    render killed between the two writes) is rendered again, and the temporaries of writers that are gone are
+    removed, whether or not ``found`` is new."""
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
         return False
     key = (found.get("dataset"), found.get("split"))
-    recorded = {(e.get("dataset"), e.get("split")): e for e in read_scores(model_dir)}
-    if recorded.get(key) == found or (key in recorded and not replace):
-        return False
     why = _why_not(model_dir)
     if why is not None:
         level = logging.DEBUG if why == "not a model of this project" else logging.INFO
         log.log(level, "the model card of %s is left as it is (%s)", model_dir, why)
         return False
-    with _held(model_dir):  # read again under the lock: another evaluation may have added its scores meanwhile
-        kept = [e for e in read_scores(model_dir) if (e.get("dataset"), e.get("split")) != key]
-        scores: Scores = {"evaluations": [*kept, found]}
-        atomic_write_json(model_dir / SCORES, scores)
-        atomic_write_text(model_dir / CARD, render(read_provenance(model_dir), scores["evaluations"]))
-    log.info(
-        "added %s %s on %s (%s) to the model card %s",
-        PRIMARY,
-        _num(found.get("metrics", {}).get(PRIMARY)),
-        key[0],
-        key[1],
-        model_dir / CARD,
-    )
+    with _held(model_dir):  # read under the lock: another evaluation may have added its scores meanwhile
+        _sweep_temporaries(model_dir)
+        recorded = read_scores(model_dir)
+        known = {(e.get("dataset"), e.get("split")): e for e in recorded}
+        new = known.get(key) != found and (key not in known or replace)
+        if new:
+            recorded = [*(e for e in recorded if (e.get("dataset"), e.get("split")) != key), found]
+            atomic_write_json(model_dir / SCORES, Scores(evaluations=recorded))
+        card = render(read_provenance(model_dir), recorded)
+        if new or _text(model_dir / CARD) != card:
+            atomic_write_text(model_dir / CARD, card)
+    if new:
+        log.info(
+            "added %s %s on %s (%s) to the model card %s",
+            PRIMARY,
+            _num(found.get("metrics", {}).get(PRIMARY)),
+            key[0],
+            key[1],
+            model_dir / CARD,
+        )
+    return new
+
+
+def _text(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _sweep_temporaries(directory: Path) -> None:
+    """Remove the card's and the scores' ``.tmp-<name>.<pid>`` files (:func:`~sembridge_ray.atomic.atomic_path`)
+    whose writer is gone (killed between writing and renaming); a live writer's are left."""
+    for tmp in (*directory.glob(f"{TMP_PREFIX}{CARD}.*"), *directory.glob(f"{TMP_PREFIX}{SCORES}.*")):
+        pid = tmp.name.rsplit(".", 1)[-1]
+        if pid.isdigit() and not _running(int(pid)):
+            with contextlib.suppress(OSError):
+                remove(tmp)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
     return True
 
 

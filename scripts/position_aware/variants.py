@@ -83,7 +83,8 @@ def parse_variant(text: str) -> tuple[str, dict[str, Any]]:
 
 def demo_assets(cfg: ReproduceConfig) -> Assets:
     """The demo reproduction's inputs (already built: checked, not rebuilt), as its plan names them."""
-    from sembridge_ray.distributed.reproduce import DEMO_DATASET, DEMO_LANGUAGE, DEMO_MODEL, Identities, demo_files
+    from sembridge_ray.jobs.reproduce import DEMO_LANGUAGE
+    from sembridge_ray.reproduce.grid import DEMO_DATASET, DEMO_MODEL, Identities, demo_files
     from sembridge_ray.reproduce.stages import MODEL, source_stages
 
     files = demo_files(cfg)

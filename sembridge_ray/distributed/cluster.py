@@ -281,13 +281,15 @@ def _collect(pids: set[int]) -> None:
                 os.waitpid(pid, os.WNOHANG)
 
 
-def require_reachable(timeout_s: float = REACH_TIMEOUT_S) -> None:
-    """With ``RAY_ADDRESS`` set, check that something answers there within ``timeout_s`` (a TCP connect to its host
-    and port, retried), before a job claims its output: ``ray.init`` would otherwise retry for minutes. Nothing to
-    check for ``auto``, ``local`` or an already connected driver. A refusal is one :class:`InputError` line."""
+def require_reachable(timeout_s: float | None = None) -> None:
+    """With ``RAY_ADDRESS`` set, check that something answers there within ``timeout_s`` (default
+    :data:`REACH_TIMEOUT_S`; a TCP connect to its host and port, retried), before a job claims its output:
+    ``ray.init`` would otherwise retry for minutes. Nothing to check for ``auto``, ``local`` or an already connected
+    driver. A refusal is one :class:`InputError` line."""
     address = os.environ.get("RAY_ADDRESS", "").strip()
     if not address or address in ("auto", "local") or ray.is_initialized():
         return
+    timeout_s = REACH_TIMEOUT_S if timeout_s is None else timeout_s
     host, port = address_endpoint(address)
     deadline, last = time.monotonic() + timeout_s, ""
     while True:
@@ -372,6 +374,17 @@ def in_driver(plan: Placement, rows: int) -> bool:
     if rows <= IN_DRIVER_ROWS:
         return True
     return plan.workers == 1 and connect().nodes == 1 and ray.get_runtime_context().worker.mode == ray.SCRIPT_MODE
+
+
+def expected_placement(res: ResourceConfig, reserve: bool = True) -> Placement:
+    """:func:`placement` as it will be, without starting a local cluster to know it: the connected or joined
+    cluster's, else this machine's (the local cluster :func:`connect` starts has its CPUs and GPUs)."""
+    if ray.is_initialized() or os.environ.get("RAY_ADDRESS"):
+        return placement(res, reserve)
+    import torch
+
+    gpus = float(torch.cuda.device_count()) if torch.cuda.is_available() else 0.0
+    return plan_placement(res, float(os.cpu_count() or 1), gpus, reserve=reserve)
 
 
 def placement(res: ResourceConfig, reserve: bool = True) -> Placement:

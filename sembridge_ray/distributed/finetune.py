@@ -60,7 +60,7 @@ from sembridge_ray.model_card import (
     under,
     write_card,
 )
-from sembridge_ray.outputs import atomic_path, atomic_write_json, atomic_write_text, claim_output
+from sembridge_ray.outputs import atomic_path, atomic_write_json, atomic_write_text, claim_output, preflight
 from sembridge_ray.placement import Placement
 from sembridge_ray.progress import EVERY_S, duration
 from sembridge_ray.sparse import loop
@@ -147,7 +147,10 @@ def _run_finetune(cfg: FinetuneConfig, inputs: dict[str, str] | None) -> Finetun
     dev = load_dev(cfg.eval, cfg.eval_split, cfg.eval_max_queries) if cfg.eval else None  # before any output
     if cfg.tensorboard:
         Tracker.require()
-    plan = cluster.placement(cfg.resources, reserve=False)  # Train workers need no CPU held back for Ray Data
+    out = Path(cfg.output)
+    if preflight(out, identity, cfg.overwrite):  # the output's checks (path, lock, settings) before Ray starts
+        return FinetuneResult.from_summary(json.loads((out / SUMMARY).read_text(encoding="utf-8")), skipped=True)
+    plan = cluster.expected_placement(cfg.resources, reserve=False)  # Train workers hold back no CPU for Ray Data
     if plan.workers != cfg.resources.workers:  # the worker count shapes the weights: never fewer than recorded
         raise InputError(
             f"fine-tuning asks for {cfg.resources.workers} workers but the cluster fits {plan.workers} "
@@ -156,7 +159,6 @@ def _run_finetune(cfg: FinetuneConfig, inputs: dict[str, str] | None) -> Finetun
         )
     if cfg.optim.batch_size % plan.workers:
         raise InputError(f"batch size {cfg.optim.batch_size} does not split over {plan.workers} workers")
-    out = Path(cfg.output)
     with claim_output(out, identity, cfg.overwrite) as claim:
         if claim.done:
             return FinetuneResult.from_summary(json.loads((out / SUMMARY).read_text(encoding="utf-8")), skipped=True)
@@ -175,6 +177,9 @@ def _run_finetune(cfg: FinetuneConfig, inputs: dict[str, str] | None) -> Finetun
             work / DATA_DIR,
         )
         write_config(cfg, work / "config.yaml")
+        plan = cluster.placement(cfg.resources, reserve=False)
+        if plan.workers != cfg.resources.workers:  # a joined cluster that shrank since the check above
+            raise InputError(f"the cluster now fits {plan.workers} of the {cfg.resources.workers} workers asked for")
         storage, name = cfg.storage or str((work / CHECKPOINT_DIR).resolve()), run_name(identity)
         resumed = latest_step(storage, name)
         if resumed is not None:

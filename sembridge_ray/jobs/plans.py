@@ -11,7 +11,10 @@ import json
 from dataclasses import dataclass
 from typing import Literal, TypedDict
 
-StageState = Literal["done", "todo"]
+StageState = Literal["done", "todo", "refused"]
+"""``done``: complete on disk (a rerun checks its checksums and skips it); ``todo``: to run (or redo, with
+``--overwrite``); ``refused``: its output holds a run with other settings, so the run (without ``--overwrite``)
+refuses to start. Predicted from the settings alone: a changed input is found when the run identifies it."""
 
 
 class PlannedCell(TypedDict):
@@ -27,7 +30,9 @@ class PlannedCell(TypedDict):
     datasets: dict[str, str]
     """Dataset -> what it loads from the hub for the cell's language."""
     stages: dict[str, StageState]
-    """Stage -> ``done`` (its output is complete on disk: a rerun checks its settings and skips it) or ``todo``."""
+    """Stage -> ``done``, ``todo`` or ``refused`` (:data:`StageState`)."""
+    refusals: dict[str, str]
+    """Stage -> the settings that differ from its output's run (old → new), for the ``refused`` ones."""
     estimate_gpu_hours: float
     """The ``todo`` stages' estimate."""
 
@@ -47,6 +52,7 @@ class Plan(TypedDict):
     total_cells: int
     stages_done: int
     stages_todo: int
+    stages_refused: int
     estimate_gpu_hours: float
     """GPU-hours of the stages still to run."""
     estimate_wall_hours_at_concurrency: dict[str, float]
@@ -97,11 +103,16 @@ def plan_table(plan: Plan) -> str:
     lines += [
         "",
         f"{plan['job']} plan: {plan['total_cells']} cell(s), {plan['stages_done']} stage(s) done, "
-        f"{plan['stages_todo']} to run",
+        f"{plan['stages_todo']} to run" + (f", {plan['stages_refused']} refused" if plan["stages_refused"] else ""),
         f"estimate: {plan['estimate_gpu_hours']:g} GPU-hours to run, ~{wall:g} h wall at {concurrent} cell(s) at once "
         f"({a['note']})",
         f"figures: {plan['figures_source']} (bridge {a['bridge_strings_per_s']:g} strings/s, "
         f"{a['docs_per_s']:g} docs/s, {a['seconds_per_step']:g} s/step)",
         "nothing ran; --json prints every field (hub ids per cell), drop --dry-run to run",
     ]
+    refused = [(c["cell"], stage, why) for c in plan["cells"] for stage, why in c["refusals"].items()]
+    if refused:
+        lines += ["", "a run would refuse (their outputs hold runs with other settings; --overwrite redoes them):"]
+        lines += [f"  {cell}/{stage}: {why}" for cell, stage, why in refused[:10]]
+        lines += [f"  and {len(refused) - 10} more (--json lists them)"] if len(refused) > 10 else []
     return "\n".join(lines)

@@ -6,18 +6,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from pathlib import Path
 
 from sembridge_ray import catalog
 from sembridge_ray.embed_init.methods import method
+from sembridge_ray.identity import RunIdentity
 from sembridge_ray.jobs.init import InitConfig
 from sembridge_ray.jobs.plans import Plan, PlannedCell, PlanResult, StageState
 from sembridge_ray.jobs.reproduce import DEMO_LANGUAGE, ReproduceConfig, ReproduceResult
 from sembridge_ray.manifest import read_manifest
-from sembridge_ray.placement import ResourceConfig
+from sembridge_ray.outputs import read_identity
+from sembridge_ray.reproduce import demo
 from sembridge_ray.reproduce.cells import STAGES, Cell, cell_paths, config_cells
 from sembridge_ray.reproduce.figures import BUILT_IN, Figures, load_figures
+from sembridge_ray.reproduce.grid import Identities
+from sembridge_ray.reproduce.grid import plan as grid_plan
 
 
 def cell_estimate(
@@ -43,10 +46,25 @@ def cell_stage_outputs(output: Path, cell: Cell, datasets: Sequence[str]) -> dic
     return out
 
 
-def _state(path: Path) -> StageState:
-    """``done`` when the stage's output is marked complete (its ``_SUCCESS`` manifest; a run verifies the checksums
-    and settings before it skips it: a dry run reads no artefact)."""
-    return "done" if read_manifest(path) is not None else "todo"
+UNKNOWN_TO_A_DRY_RUN = ("precision", "workers")
+"""Settings a dry run cannot know as the run will record them (``auto`` precision and the workers a cell gets are
+resolved against the cluster): left out when it predicts a refusal."""
+
+
+def _state(path: Path, planned: RunIdentity | None = None, overwrite: bool = False) -> tuple[StageState, str]:
+    """(state, the differing settings when ``refused``). ``refused`` when the output holds a run whose recorded
+    settings differ from ``planned``'s (unless ``overwrite``: then ``todo``, it is redone); else ``done`` when it is
+    marked complete (its ``_SUCCESS`` manifest: a run verifies the checksums before it skips it; a dry run reads no
+    artefact), else ``todo``."""
+    recorded = read_identity(path)
+    if planned is not None and recorded is not None:
+        mine, theirs = (
+            RunIdentity(job=i.job, settings={k: v for k, v in i.settings.items() if k not in UNKNOWN_TO_A_DRY_RUN})
+            for i in (planned, recorded)
+        )
+        if changes := mine.differences(theirs):
+            return ("todo", "") if overwrite else ("refused", "; ".join(changes[:3]))
+    return ("done" if read_manifest(path) is not None else "todo"), ""
 
 
 def plan(
@@ -61,14 +79,19 @@ def plan(
     figures: Figures,
     outputs: Callable[[Cell], dict[str, Path]],
     job: str = "reproduce",
+    identities: Callable[[Cell], dict[str, RunIdentity]] | None = None,
+    overwrite: bool = False,
 ) -> Plan:
     """The plan of ``cells``. ``outputs``: a cell's stages -> their output directories; a stage whose output is
-    complete there is ``done``, and the estimate counts only the others."""
+    complete there is ``done``, and the estimate counts only the others. ``identities``: a cell's stages -> their
+    planned identities (settings only), to say which stages a run without ``overwrite`` would refuse."""
     rows: list[PlannedCell] = []
     total = 0.0
     for cell in cells:
         est = cell_estimate(cell, datasets, epochs, batch, figures)
-        states: dict[str, StageState] = {k: _state(p) for k, p in outputs(cell).items()}
+        planned = identities(cell) if identities is not None else {}
+        found = {k: _state(p, planned.get(k), overwrite) for k, p in outputs(cell).items()}
+        states: dict[str, StageState] = {k: state for k, (state, _) in found.items()}
         todo = {
             "init_s": states["init"] == "todo",
             "eval_s": any(states[k] == "todo" for k in states if k.endswith(STAGES)),
@@ -87,6 +110,7 @@ def plan(
                 "bridge_model": bridge if method(cell.method).uses_bridge else "",
                 "datasets": {d: catalog.dataset_hub_ids(d, cell.language) for d in datasets},
                 "stages": states,
+                "refusals": {k: why for k, (_, why) in found.items() if why},
                 "estimate_gpu_hours": round(gpu_s / 3600, 2),
             }
         )
@@ -97,7 +121,8 @@ def plan(
         "cells": rows,
         "total_cells": len(rows),
         "stages_done": done,
-        "stages_todo": sum(len(r["stages"]) for r in rows) - done,
+        "stages_todo": sum(s == "todo" for r in rows for s in r["stages"].values()),
+        "stages_refused": sum(s == "refused" for r in rows for s in r["stages"].values()),
         "estimate_gpu_hours": round(total / 3600, 2),
         "estimate_wall_hours_at_concurrency": {
             str(concurrent): round(total / 3600 / concurrent / max(gpus_per_cell, 1e-9), 1)
@@ -131,7 +156,26 @@ def dry_run(cfg: ReproduceConfig) -> Plan:
         cfg.max_concurrent or 1,
         load_figures(optim.batch_size),
         lambda cell: cell_stage_outputs(Path(cfg.output), cell, cfg.datasets),
+        identities=planned_identities(cfg),
+        overwrite=cfg.overwrite,
     )
+
+
+def planned_identities(cfg: ReproduceConfig) -> Callable[[Cell], dict[str, RunIdentity]]:
+    """Each cell's stages -> the identity the run would give them, settings only (inputs named, not read: a dry run
+    contacts nothing): the grid the driver runs (``reproduce.grid``), the miniature's assets where it would build
+    them."""
+    files = {name: Path(cfg.output) / "assets" / asset.path for name, asset in demo.ASSETS.items()}
+    planned = grid_plan(cfg, 0.0, files=files, identify=Identities(compute=lambda kind, name: f"{kind}:{name}"))
+    by_cell = {
+        c: {s.name: RunIdentity(job=s.job, settings=s.cfg.identity_settings()) for s in st}
+        for c, st in planned.cells.items()
+    }
+
+    def identities(cell: Cell) -> dict[str, RunIdentity]:
+        return by_cell.get(cell.name, {})
+
+    return identities
 
 
 def concurrency(cfg: ReproduceConfig, gpus: float) -> int:
@@ -139,16 +183,6 @@ def concurrency(cfg: ReproduceConfig, gpus: float) -> int:
     if cfg.max_concurrent > 0:
         return cfg.max_concurrent
     return max(1, math.floor(gpus / cfg.gpus_per_cell)) if gpus > 0 and cfg.gpus_per_cell > 0 else 1
-
-
-def cell_resources(cfg: ReproduceConfig, base: ResourceConfig, gpus: float) -> ResourceConfig:
-    """A stage's resources inside a cell: on a GPU cluster, ``gpus_per_cell`` GPUs (whole GPUs as one worker each, a
-    fraction as one worker with that share); without GPUs, the stage's configured resources."""
-    if gpus <= 0 or cfg.gpus_per_cell <= 0:
-        return base
-    if cfg.gpus_per_cell < 1:
-        return replace(base, workers=1, gpus_per_worker=cfg.gpus_per_cell)
-    return replace(base, workers=math.floor(cfg.gpus_per_cell), gpus_per_worker=1.0)
 
 
 def dry_run_result(cfg: ReproduceConfig) -> ReproduceResult:
@@ -180,6 +214,8 @@ def init_dry_run(cfg: InitConfig) -> Plan:
         load_figures(64),
         lambda _: {"init": Path(cfg.output)},
         job="init",
+        identities=lambda _: {"init": RunIdentity(job="init", settings=cfg.identity_settings())},
+        overwrite=cfg.overwrite,
     )
 
 

@@ -9,6 +9,7 @@ on a cell's fine-tuned model) sees the same identities.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -20,8 +21,19 @@ from sembridge_ray.embed_init.methods import method
 from sembridge_ray.errors import InputError
 from sembridge_ray.identity import RunIdentity
 from sembridge_ray.jobs.reproduce import ReproduceConfig
+from sembridge_ray.placement import ResourceConfig
 from sembridge_ray.reproduce.cells import STAGES, Cell, cell_paths, source_dev_path
-from sembridge_ray.reproduce.plan import cell_resources
+
+
+def cell_resources(cfg: ReproduceConfig, base: ResourceConfig, gpus: float) -> ResourceConfig:
+    """A stage's resources inside a cell: on a GPU cluster, ``gpus_per_cell`` GPUs (whole GPUs as one worker each, a
+    fraction as one worker with that share); without GPUs, the stage's configured resources."""
+    if gpus <= 0 or cfg.gpus_per_cell <= 0:
+        return base
+    if cfg.gpus_per_cell < 1:
+        return replace(base, workers=1, gpus_per_worker=cfg.gpus_per_cell)
+    return replace(base, workers=math.floor(cfg.gpus_per_cell), gpus_per_worker=1.0)
+
 
 Job = Literal["init", "finetune", "evaluate"]
 MODEL = "model"  # where the init and finetune jobs put the SparseEncoder in their output

@@ -57,9 +57,9 @@ def head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict[s
         start_new_session=True,
     )
     address = f"http://127.0.0.1:{dash}"
-    deadline = time.time() + 90
+    deadline = time.monotonic() + READY_S
     while subprocess.run([RAY, "job", "list", "--address", address], env=env, capture_output=True).returncode:
-        if time.time() > deadline or proc.poll() is not None:
+        if time.monotonic() > deadline or proc.poll() is not None:
             proc.terminate()
             pytest.fail("the local Ray head did not come up")
         time.sleep(1)
@@ -71,40 +71,55 @@ def head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict[s
         os.killpg(proc.pid, 9)
 
 
+READY_S = 600
+"""How long the head and its job agent get to answer, and a submission to go through: generous, since the tests
+wait on readiness (a loaded machine takes minutes), never on a fixed sleep."""
+NOT_READY = ("No available agent", "Connection aborted", "RemoteDisconnected", "timed out", "Timeout")
+"""What ``ray job submit`` says while the head's job agent cannot take a job yet."""
+
+
 def _submit(head: tuple[str, dict[str, str]], code: str) -> subprocess.CompletedProcess[str]:
-    """Submit, retrying with backoff while the new head's job agent is not up yet (a loaded machine)."""
+    """Submit, retrying with backoff while the new head's job agent is not up yet or does not answer in time (a
+    loaded machine), until :data:`READY_S`."""
     address, env = head
-    deadline = time.monotonic() + 300
+    deadline = time.monotonic() + READY_S
     attempt = 0
     while True:
-        result = subprocess.run(
-            [
-                RAY,
-                "job",
-                "submit",
-                "--address",
-                address,
-                "--runtime-env",
-                "cluster/runtime_env.yaml",
-                "--working-dir",
-                ".",
-                "--",
-                "python",
-                "-c",
-                code,
-            ],
-            cwd=REPO,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        try:
+            result = _submit_once(address, env, code, max(60.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired as err:  # the CLI itself hung waiting on the head: not ready either
+            result = subprocess.CompletedProcess(err.cmd, 1, "", f"submission timed out after {err.timeout:.0f} s")
         said = result.stdout + result.stderr
-        not_ready = any(m in said for m in ("No available agent", "Connection aborted", "RemoteDisconnected"))
+        not_ready = any(m in said for m in NOT_READY)
         if result.returncode == 0 or not not_ready or "submitted successfully" in said or time.monotonic() > deadline:
             return result
         time.sleep(min(2**attempt, 10))
         attempt += 1
+
+
+def _submit_once(address: str, env: dict[str, str], code: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            RAY,
+            "job",
+            "submit",
+            "--address",
+            address,
+            "--runtime-env",
+            "cluster/runtime_env.yaml",
+            "--working-dir",
+            ".",
+            "--",
+            "python",
+            "-c",
+            code,
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_submitted_job_imports_the_package_and_sees_the_cluster(head: tuple[str, dict[str, str]]) -> None:

@@ -15,7 +15,6 @@ from typing import Any, Literal
 import pytest
 
 from sembridge_ray.config import Config, ConfigError, dotted_keys, field_info
-from sembridge_ray.distributed.reproduce import Identities, plan
 from sembridge_ray.embed_init.methods import METHOD_NAMES, METHODS
 from sembridge_ray.identity import flatten
 from sembridge_ray.jobs import JOBS, PRESET_DIR, job_spec, load_preset_file
@@ -23,6 +22,7 @@ from sembridge_ray.jobs.finetune import FinetuneConfig
 from sembridge_ray.jobs.init import InitConfig
 from sembridge_ray.jobs.reproduce import ReproduceConfig
 from sembridge_ray.reproduce import demo
+from sembridge_ray.reproduce.grid import Identities, plan
 
 
 def exempt(key: str, not_identity: tuple[str, ...]) -> bool:

@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -69,12 +68,15 @@ def test_configs_reject_out_of_range_values_when_built(build, message: str) -> N
         build()
 
 
-def test_bad_alpha_fails_in_the_driver_in_under_5_s_without_ray(tmp_path: Path) -> None:
+def test_bad_alpha_fails_in_the_driver_before_any_heavy_import(tmp_path: Path) -> None:
+    """Refused while the config is read: neither Ray nor transformers or sentence-transformers is imported
+    (what makes such a refusal take a second, not minutes: a property, where a wall-clock bound would fail on a
+    loaded machine)."""
+    heavy = ("ray", "transformers", "sentence_transformers")
     code = (
         "import sys, jobs.init_embeddings as job; rc = job.main(sys.argv[1:]); "
-        "print('ray imported' if 'ray' in sys.modules else 'no ray'); sys.exit(rc)"
+        f"print(sorted(m for m in {heavy!r} if m in sys.modules)); sys.exit(rc)"
     )
-    start = time.perf_counter()
     proc = subprocess.run(
         [
             sys.executable,
@@ -92,10 +94,9 @@ def test_bad_alpha_fails_in_the_driver_in_under_5_s_without_ray(tmp_path: Path) 
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=120,
     )
-    assert time.perf_counter() - start < 5
-    assert proc.returncode == 2 and proc.stdout.strip() == "no ray"
+    assert proc.returncode == 2 and proc.stdout.strip() == "[]"
     assert proc.stderr.strip().splitlines() == [
         "error: alpha=0.5: must be >= 1 (1 = softmax over the softmax_top_k nearest, 2 = sparsemax, 4 = the paper)"
     ]

@@ -340,3 +340,32 @@ def test_a_manifest_leaves_out_the_named_files(tmp_path: Path) -> None:
     assert set(files) == {"model/w.bin", "report.json"}
     (tmp_path / "model" / "README.md").write_text("changed", encoding="utf-8")
     assert is_complete(tmp_path)
+
+
+def test_a_card_render_killed_midway_is_completed_by_the_next_evaluation(
+    quick: dict[str, Path], tmp_path: Path
+) -> None:
+    """Killed between ``scores.json`` and the card (issue 33, 13): the card lacked its score and a ``.tmp-`` file
+    stayed. The next evaluation of the model, even one that adds nothing (a skip), renders the card again and
+    removes the dead writer's temporary."""
+    import subprocess
+    import sys
+
+    from sembridge_ray.model_card import record_evaluation
+
+    model = tmp_path / "cell" / "init" / "model"
+    shutil.copytree(quick["init"].parent, model.parent)
+    _evaluate(model, quick["beir"], _metrics(0.3), tmp_path / "first")
+    before = (model / CARD).read_text(encoding="utf-8")
+    (found,) = read_scores(model)
+    scores = json.loads((model / SCORES).read_text(encoding="utf-8"))
+    later = {**found, "split": "dev", "metrics": {**found["metrics"], "nDCG@10": 0.4242}}
+    (model / SCORES).write_text(json.dumps({"evaluations": [*scores["evaluations"], later]}), encoding="utf-8")
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stray = model / f".tmp-{CARD}.{dead.stdout.strip()}"
+    stray.write_text("half a card")
+    assert "0.4242" not in before and (model / CARD).read_text(encoding="utf-8") == before
+    assert not record_evaluation(model, later, replace=False)  # nothing new to add ...
+    card = (model / CARD).read_text(encoding="utf-8")
+    assert "0.4242" in card and "0.3" in card  # ... but the card shows what scores.json holds
+    assert not stray.exists()

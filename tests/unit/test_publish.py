@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -63,11 +62,9 @@ def test_a_push_that_cannot_happen_is_refused_first(
     for main, argv in ((init_embeddings.main, init_args(fixtures_root, tmp_path / "init", repo)), (finetune.main, ft)):
         if main is finetune.main:
             argv = [*argv, "--push-to-hub", repo]
-        start = time.monotonic()
         assert main(argv) == 2
         err = error_lines(capsys)
         assert len(err) == 1 and message in err[0] and repr(repo) in err[0], err
-        assert time.monotonic() - start < 10
     ray = sys.modules.get("ray")
     assert not (tmp_path / "init").exists() and not (tmp_path / "ft").exists()
     assert ray is None or not ray.is_initialized()

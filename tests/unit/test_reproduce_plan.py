@@ -14,12 +14,12 @@ from jobs import reproduce
 from sembridge_ray import catalog
 from sembridge_ray.cli import parse_config
 from sembridge_ray.config import ConfigError
-from sembridge_ray.distributed import reproduce as driver
 from sembridge_ray.jobs import job_spec
 from sembridge_ray.jobs.evaluate import EvaluateConfig
 from sembridge_ray.jobs.finetune import FinetuneConfig
 from sembridge_ray.jobs.reproduce import ReproduceConfig
 from sembridge_ray.reproduce import demo
+from sembridge_ray.reproduce import grid as driver
 from sembridge_ray.reproduce.cells import expand, parse_alpha
 from sembridge_ray.reproduce.stages import Stage
 from tests.conftest import REPO
@@ -139,7 +139,8 @@ def test_concurrency_and_cell_resources(
     gpus_per_cell: float, gpus: float, max_concurrent: int, width: int, workers: int, gpus_per_worker: float | None
 ) -> None:
     from sembridge_ray.placement import ResourceConfig
-    from sembridge_ray.reproduce.plan import cell_resources, concurrency
+    from sembridge_ray.reproduce.plan import concurrency
+    from sembridge_ray.reproduce.stages import cell_resources
 
     cfg = ReproduceConfig(gpus_per_cell=gpus_per_cell, max_concurrent=max_concurrent)
     assert concurrency(cfg, gpus) == width
@@ -401,3 +402,43 @@ def test_a_stage_that_resolves_outside_the_root_is_refused(tmp_path: Path) -> No
         stage = Stage(name="init", job="init", cfg=InitConfig(output=str(escape)), inputs={})
         with pytest.raises(InputError, match="outside --output"):
             require_under(root, stage)
+
+
+def test_the_dry_run_predicts_which_stages_a_run_would_refuse(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A stage whose output holds a run of other settings is refused by the run: its dry run says so, naming the
+    settings (issue 33, 13), and with ``--overwrite`` counts it to redo."""
+    from sembridge_ray.identity import RunIdentity
+    from sembridge_ray.manifest import write_success
+    from sembridge_ray.outputs import IDENTITY
+    from sembridge_ray.reproduce.plan import cell_stage_outputs, planned_identities
+
+    args = ["--preset", "paper", "--dry-run", "--output", str(tmp_path), "--model", "naver/splade-v3"]
+    args += ["--languages", "ko", "--datasets", "miracl", "--methods", "sembridge"]
+    cfg, _ = parse_config(ReproduceConfig, args, flags=job_spec("reproduce").flags, job="reproduce")
+    (cell,) = expand(("naver/splade-v3",), ("ko",), ("sembridge",), ("4",))
+    outputs = cell_stage_outputs(tmp_path, cell, ["miracl"])
+    planned = planned_identities(cfg)(cell)
+    for stage, alpha in (("init", 2.0), ("miracl/zero_shot", None)):  # one of other settings, one the same
+        settings = dict(planned[stage].settings) | ({"alpha": alpha} if alpha else {})
+        outputs[stage].mkdir(parents=True)
+        recorded = RunIdentity(job=planned[stage].job, settings=settings)
+        (outputs[stage] / IDENTITY).write_text(json.dumps(recorded.to_dict()))
+        write_success(outputs[stage])
+    assert reproduce.main([*args, "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    (row,) = plan["cells"]
+    assert row["stages"] == {
+        "init": "refused",
+        "miracl/zero_shot": "done",
+        "miracl/finetune": "todo",
+        "miracl/finetuned": "todo",
+    }
+    assert row["refusals"] == {"init": "alpha: 2.0 → 4.0"}
+    assert (plan["stages_done"], plan["stages_todo"], plan["stages_refused"]) == (1, 2, 1)
+    assert reproduce.main(args) == 0
+    table = capsys.readouterr().out
+    assert f"  {cell.name}/init: alpha: 2.0 → 4.0" in table and "1 refused" in table
+    assert reproduce.main([*args, "--json", "--overwrite"]) == 0
+    assert json.loads(capsys.readouterr().out)["cells"][0]["stages"]["init"] == "todo"

@@ -1,0 +1,147 @@
+"""The reproduction's grid, planned before anything runs, without Ray: the demo's assets and the source models'
+development stages, every cell's stages with their configs and the identities of their inputs (``Plan``). The
+driver (``sembridge_ray.distributed.reproduce``) checks it against the disk and runs it; the dry run
+(``reproduce.plan``) reads each stage's settings from it to say which stages a run would refuse.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sembridge_ray import bundled, catalog
+from sembridge_ray.data.retrieval import dataset_identity
+from sembridge_ray.embed_init.bridge import check_bridge
+from sembridge_ray.errors import InputError
+from sembridge_ray.identity import model_identity
+from sembridge_ray.jobs.reproduce import DEMO_LANGUAGE, ReproduceConfig
+from sembridge_ray.reproduce import cells as cellmod
+from sembridge_ray.reproduce import demo
+from sembridge_ray.reproduce.stages import (
+    MODEL,
+    Assets,
+    DevSet,
+    Stage,
+    cell_stages,
+    require_under,
+    source_dev_stage,
+    source_stages,
+)
+
+log = logging.getLogger(__name__)
+DEMO_MODEL, DEMO_DATASET = "minilm-splade", "sick"
+
+
+@dataclass(kw_only=True)
+class Plan:
+    """Every stage to run, in order: the demo's asset stages first, then the source models' development scores,
+    then the cells'; cells that could not be planned (a missing input) with their error."""
+
+    assets: list[Stage] = field(default_factory=list)
+    sources: list[Stage] = field(default_factory=list)
+    cells: dict[str, list[Stage]] = field(default_factory=dict)
+    failures: dict[str, str] = field(default_factory=dict)
+
+    def all_stages(self) -> list[tuple[str, Stage]]:
+        before = [("assets", s) for s in self.assets] + [("sources", s) for s in self.sources]
+        return before + [(c, s) for c, stages in self.cells.items() for s in stages]
+
+
+def input_identity(kind: str, name: str) -> str:
+    """The identity of one input of a stage (see :mod:`sembridge_ray.identity`; bundled names are resolved here, at
+    the job's boundary); a missing one is an InputError."""
+    name = bundled.resolve(name)
+    if kind == "dataset":
+        return dataset_identity(name)
+    if kind == "bridge":
+        return check_bridge(name)
+    return model_identity(name)
+
+
+class Identities:
+    """Input identities, computed once per (kind, name): a grid asks for the same models and datasets many times.
+    ``known`` maps the paths of inputs that are themselves stages (the demo's source model) to their stage refs."""
+
+    def __init__(self, compute: Callable[[str, str], str] = input_identity) -> None:
+        self.compute = compute
+        self.known: dict[str, str] = {}
+        self._memo: dict[tuple[str, str], str] = {}
+
+    def __call__(self, kind: str, name: str) -> str:
+        if name in self.known:
+            return self.known[name]
+        if (kind, name) not in self._memo:
+            self._memo[(kind, name)] = self.compute(kind, name)
+        return self._memo[(kind, name)]
+
+
+def paper_assets(cfg: ReproduceConfig) -> Assets:
+    mirror = f"@{cfg.miracl_mirror}" if cfg.miracl_mirror else ""
+    specs = {}
+    for lang in cfg.languages:
+        specs[("webfaq", lang)] = (f"webfaq:{lang}",) * 2
+        specs[("miracl", lang)] = (f"miracl:{lang}{mirror}",) * 2
+    models = {m: catalog.SOURCE_MODELS.get(m, m) for m in cfg.models}
+    dev = DevSet(spec=cfg.finetune.eval, split=cfg.finetune.eval_split) if cfg.finetune.eval else None
+    return Assets(models=models, tokenizers=cfg.tokenizer_per_language(), specs=specs, dev=dev)
+
+
+def demo_files(cfg: ReproduceConfig) -> dict[str, Path]:
+    """The miniature's deterministic inputs under ``<output>/assets`` (the retrieval set, training pairs, the target
+    tokenizer and the untrained MiniLM SPLADE), built when missing, and rebuilt under ``--overwrite`` when built
+    from other ``demo.*`` settings (:func:`~sembridge_ray.reproduce.demo.check_assets` refused it otherwise)."""
+    root = Path(cfg.output) / "assets"
+    demo.check_assets(root, cfg.demo, cfg.overwrite)
+    return demo.build_assets(root, cfg.demo)
+
+
+def plan(
+    cfg: ReproduceConfig, gpus: float, files: dict[str, Path] | None = None, identify: Identities | None = None
+) -> Plan:
+    """Every stage of every cell, with identities; no stage runs here. ``files`` (the demo's assets; built when not
+    given) and ``identify`` (default: by content) let a test plan without building or reading anything."""
+    result = Plan()
+    identify = identify or Identities()
+    if cfg.assets == "bundled":
+        files = files or demo_files(cfg)
+        source, source_eval = source_stages(cfg, files["untrained"], files["source_pairs"], files["beir"], identify)
+        result.assets = [source, source_eval]
+        source_model = f"{source.output}/{MODEL}"
+        identify.known[source_model] = f"{source.ref}/{MODEL}"
+        # en-bpe: the bundled BPE built above; any other "language" is another English target vocabulary named in
+        # target_tokenizers (e.g. en-roberta=DIR): the same source and retrieval set, another segmentation
+        tokenizers = {DEMO_LANGUAGE: str(files["target"]), **cfg.demo_tokenizers()}
+        assets = Assets(
+            models={DEMO_MODEL: source_model},
+            tokenizers=tokenizers,
+            specs={(DEMO_DATASET, lang): (str(files["beir"]), str(files["sick_train"])) for lang in tokenizers},
+            dev=DevSet(spec=cfg.finetune.eval or str(files["dev"]), split=cfg.finetune.eval_split),
+        )
+    else:
+        assets = paper_assets(cfg)
+    result.sources = source_dev_stages(cfg, assets, gpus, identify)
+    for cell in cellmod.config_cells(cfg):
+        try:
+            result.cells[cell.name] = cell_stages(cfg, cell, assets, gpus, identify)
+        except InputError as err:
+            log.error("cell %s cannot run: %s", cell.name, err)
+            result.failures[cell.name] = f"{type(err).__name__}: {err}"
+    for _, stage in result.all_stages():
+        require_under(Path(cfg.output), stage)
+    return result
+
+
+def source_dev_stages(cfg: ReproduceConfig, assets: Assets, gpus: float, identify: Identities) -> list[Stage]:
+    """Each source model scored on the development set (none without one); a model that cannot be identified is
+    left out here: its cells record the error."""
+    if assets.dev is None:
+        return []
+    stages = []
+    for name, model in assets.models.items():
+        try:
+            stages.append(source_dev_stage(cfg, name, model, assets.dev, gpus, identify))
+        except InputError as err:
+            log.warning("source %s is not scored on the development set: %s", name, err)
+    return stages

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -68,7 +69,7 @@ def test_a_model_replaced_while_it_trains_fails_the_fine_tuning_unfinished(
     b = init_output(fixtures_root, tmp_path / "b", tmp_path / "bridge-cache", alpha=2.0)
     real = finetune_driver._fit
 
-    def swapped_while_training(*args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+    def swapped_while_training(*args: Any, **kwargs: Any) -> Any:
         result = real(*args, **kwargs)  # the workers loaded a's model and trained it
         overwrite_swap(a, b)  # and an --overwrite replaced it meanwhile
         return result

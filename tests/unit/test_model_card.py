@@ -351,7 +351,9 @@ def test_a_card_render_killed_midway_is_completed_by_the_next_evaluation(
     import subprocess
     import sys
 
-    from sembridge_ray.model_card import record_evaluation
+    from typing import cast
+
+    from sembridge_ray.model_card import Evaluation, record_evaluation
 
     model = tmp_path / "cell" / "init" / "model"
     shutil.copytree(quick["init"].parent, model.parent)
@@ -359,7 +361,7 @@ def test_a_card_render_killed_midway_is_completed_by_the_next_evaluation(
     before = (model / CARD).read_text(encoding="utf-8")
     (found,) = read_scores(model)
     scores = json.loads((model / SCORES).read_text(encoding="utf-8"))
-    later = {**found, "split": "dev", "metrics": {**found["metrics"], "nDCG@10": 0.4242}}
+    later = cast(Evaluation, {**found, "split": "dev", "metrics": {**found["metrics"], "nDCG@10": 0.4242}})
     (model / SCORES).write_text(json.dumps({"evaluations": [*scores["evaluations"], later]}), encoding="utf-8")
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     stray = model / f".tmp-{CARD}.{dead.stdout.strip()}"

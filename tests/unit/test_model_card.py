@@ -350,7 +350,6 @@ def test_a_card_render_killed_midway_is_completed_by_the_next_evaluation(
     removes the dead writer's temporary."""
     import subprocess
     import sys
-
     from typing import cast
 
     from sembridge_ray.model_card import Evaluation, record_evaluation

@@ -61,7 +61,7 @@ from sembridge_ray.model_card import (
     write_card,
 )
 from sembridge_ray.outputs import atomic_path, atomic_write_json, atomic_write_text, claim_output, preflight
-from sembridge_ray.placement import Placement
+from sembridge_ray.placement import Placement, local_precision
 from sembridge_ray.progress import EVERY_S, duration
 from sembridge_ray.sparse import loop
 from sembridge_ray.sparse.checkpoints import (
@@ -163,19 +163,7 @@ def _run_finetune(cfg: FinetuneConfig, inputs: dict[str, str] | None) -> Finetun
         if claim.done:
             return FinetuneResult.from_summary(json.loads((out / SUMMARY).read_text(encoding="utf-8")), skipped=True)
         work = claim.path  # the output, or its staging directory under --overwrite
-        stream, info = materialise_stream(
-            StreamInfo(
-                spec=cfg.train,
-                split=cfg.split,
-                hard_negatives=cfg.hard_negatives,
-                batch_size=cfg.optim.batch_size,
-                epochs=cfg.optim.epochs,
-                max_steps=cfg.optim.max_steps,
-                seed=cfg.seed,
-                batch_sampler=cfg.batch_sampler,
-            ),
-            work / DATA_DIR,
-        )
+        stream, info = materialise_stream(stream_info(cfg), work / DATA_DIR)
         write_config(cfg, work / "config.yaml")
         plan = cluster.placement(cfg.resources, reserve=False)
         if plan.workers != cfg.resources.workers:  # a joined cluster that shrank since the check above
@@ -212,6 +200,48 @@ def _run_finetune(cfg: FinetuneConfig, inputs: dict[str, str] | None) -> Finetun
         # the card: evaluations of the finished model add their scores (model_card.record_evaluation)
         claim.finish(exclude=(CHECKPOINT_DIR, DATA_DIR, TENSORBOARD_DIR, *unchecked(MODEL_DIR)))
     return summary
+
+
+def stream_info(cfg: FinetuneConfig) -> StreamInfo:
+    """What the training stream is made from (``data.stream``: its order fixes every step's batch)."""
+    return StreamInfo(
+        spec=cfg.train,
+        split=cfg.split,
+        hard_negatives=cfg.hard_negatives,
+        batch_size=cfg.optim.batch_size,
+        epochs=cfg.optim.epochs,
+        max_steps=cfg.optim.max_steps,
+        seed=cfg.seed,
+        batch_sampler=cfg.batch_sampler,
+    )
+
+
+def run_local(cfg: FinetuneConfig, work: Path) -> Path:
+    """The fine-tuning job's computation in this process, one worker, no Ray, into ``work``: the same training
+    stream, the same worker body (:func:`worker_body`), the same checkpoints and the same export of the published
+    weights (``select``) as :func:`run_finetune` with one worker; ``work/model`` and ``work/metrics.jsonl`` as the
+    job writes them (no claim, identity or ``_SUCCESS``: not an output of the job). For tests and studies that
+    train many tiny variants (``tests/unit/test_dead_settings.py``)."""
+    cfg.require_inputs()
+    named = cfg
+    cfg = replace(cfg, model=resolve(cfg.model), train=resolve(cfg.train), eval=resolve(cfg.eval) if cfg.eval else "")
+    cfg = replace(cfg, precision=local_precision(cfg.precision, use_gpu=False))
+    if cfg.resources.workers != 1:
+        raise InputError(f"run_local trains one worker, not {cfg.resources.workers}")
+    dev = load_dev(cfg.eval, cfg.eval_split, cfg.eval_max_queries) if cfg.eval else None
+    stream, info = materialise_stream(stream_info(cfg), work / DATA_DIR)
+    run_dir = work / CHECKPOINT_DIR / "local"
+    config: LoopConfig = {
+        "cfg": cfg.to_dict(),
+        "total_steps": info.total_steps,
+        "run_dir": str(run_dir),
+        "dev": dev,
+        "eval_every": eval_steps(cfg, info.total_steps),
+        "tensorboard": "",
+    }
+    worker_body(config, LocalRuntime(stream, run_dir))
+    export_checkpoint(None, cfg, work, info.total_steps, str(run_dir), named)
+    return work / MODEL_DIR
 
 
 def eval_steps(cfg: FinetuneConfig, total_steps: int) -> int:
@@ -409,22 +439,110 @@ class LoopConfig(TypedDict):
     """Rank 0's TensorBoard log directory; "" = none."""
 
 
+class Runtime:
+    """Where a worker's body runs: under Ray Train (:class:`RayRuntime`, in ``train_func``) or in one process
+    (:class:`LocalRuntime`, one worker: what the dead-setting tests run). The body, :func:`worker_body`, is the same
+    code either way; this says which rank it is, where its batches come from, and where checkpoints go."""
+
+    rank = 0
+    world = 1
+    device: torch.device = torch.device("cpu")
+
+    def prepare(self, model: torch.nn.Module) -> torch.nn.Module:
+        return model
+
+    def restore(self, run_dir: str) -> contextlib.AbstractContextManager[Path | None]:
+        return contextlib.nullcontext()
+
+    def batches(self, cfg: FinetuneConfig, tokenizer: loop.Tokenize, start: int) -> Iterator[loop.PairBatch]:
+        raise NotImplementedError
+
+    def checkpoint(self, metrics: dict[str, float], parts: CheckpointParts) -> None:
+        raise NotImplementedError
+
+    def report(self, metrics: dict[str, float]) -> None:
+        """Metrics between checkpoints (nothing where no one collects them)."""
+
+    def due(self, since: float, every_s: float) -> bool:
+        return False
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckpointParts:
+    """What a checkpoint holds (``write_part`` on each rank: rank 0's state, metrics so far and best weights)."""
+
+    state: loop.TrainState
+    history: list[dict[str, float]]
+    best: BestState | None
+    run_config: JSONObject
+
+
+class RayRuntime(Runtime):
+    """A Ray Train worker: its rank, the dataset shard, Ray Train's checkpoints and reports."""
+
+    def __init__(self) -> None:
+        ctx = ray.train.get_context()
+        self.rank, self.world = ctx.get_world_rank(), ctx.get_world_size()
+        self.device = ray.train.torch.get_device()
+
+    def prepare(self, model: torch.nn.Module) -> torch.nn.Module:
+        return cast(torch.nn.Module, ray.train.torch.prepare_model(model))
+
+    def restore(self, run_dir: str) -> contextlib.AbstractContextManager[Path | None]:
+        return _restore_dir(run_dir)
+
+    def batches(self, cfg: FinetuneConfig, tokenizer: loop.Tokenize, start: int) -> Iterator[loop.PairBatch]:
+        return step_batches(cfg, tokenizer, self.rank, self.world, start, self.device)
+
+    def checkpoint(self, metrics: dict[str, float], parts: CheckpointParts) -> None:
+        _report_checkpoint(metrics, parts.state, parts.history, self.rank, self.world, parts.best, parts.run_config)
+
+    def report(self, metrics: dict[str, float]) -> None:
+        ray.train.report(metrics)
+
+    def due(self, since: float, every_s: float) -> bool:
+        return _due(since, every_s, self.world, self.device)
+
+
+class LocalRuntime(Runtime):
+    """One worker in this process: the materialised stream read in order, checkpoints written as Ray Train lays out
+    a one-worker run's (``<run_dir>/step_<n>``, so :func:`export_checkpoint` reads them as the job's)."""
+
+    def __init__(self, stream: Path, run_dir: Path) -> None:
+        self.stream, self.run_dir = stream, run_dir
+
+    def batches(self, cfg: FinetuneConfig, tokenizer: loop.Tokenize, start: int) -> Iterator[loop.PairBatch]:
+        table = pq.read_table(self.stream)
+        size = cfg.optim.batch_size
+        raw = (table.slice(i, size).to_pydict() for i in range(0, table.num_rows - size + 1, size))
+        return loop.pair_batches(raw, tokenizer, cfg.max_query_length, cfg.max_doc_length, skip=start)
+
+    def checkpoint(self, metrics: dict[str, float], parts: CheckpointParts) -> None:
+        with atomic_path(self.run_dir / checkpoint_name(parts.state["step"])) as tmp:
+            tmp.mkdir(parents=True)
+            history = "".join(json.dumps(m) + "\n" for m in parts.history)
+            write_part(tmp, 0, 1, loop.rng_state(), parts.state, history, parts.best, json.dumps(parts.run_config))
+
+
 def train_func(loop_config: Mapping[str, object]) -> None:
     """Ray Train worker: glue between Ray (checkpoints, dataset shard, reporting) and ``sparse.loop``. The config is
     the :class:`LoopConfig` that ``_trainer`` hands Ray."""
-    config = cast(LoopConfig, loop_config)
+    worker_body(cast(LoopConfig, loop_config), RayRuntime())
+
+
+def worker_body(config: LoopConfig, rt: Runtime) -> None:
+    """One worker's whole run: the model, AdamW and its RNG restored or seeded, the steps of ``sparse.loop.train``
+    on this worker's share of every global batch, evaluations of the development set, logs, checkpoints."""
     setup_logging("INFO", force=False)
     cfg, total = FinetuneConfig.from_dict(config["cfg"]), int(config["total_steps"])
-    ctx = ray.train.get_context()
-    rank, world = ctx.get_world_rank(), ctx.get_world_size()
-    device = ray.train.torch.get_device()
+    rank, world, device = rt.rank, rt.world, rt.device
     mlm, tokenizer = load_mlm(cfg.model, cfg.trust_remote_code)
-    model = ray.train.torch.prepare_model(SpladeEncoder(mlm, chunk=cfg.pool_chunk))
+    model = rt.prepare(SpladeEncoder(mlm, chunk=cfg.pool_chunk))
     encoder = cast(SpladeEncoder, getattr(model, "module", model))
     optimizer, scheduler = loop.build_optimizer(model, cfg.optim, total)
     torch.manual_seed(cfg.seed * 1_000_003 + rank)
     start, history, best = 0, list[dict[str, float]](), None
-    with _restore_dir(config["run_dir"]) as ckpt:
+    with rt.restore(config["run_dir"]) as ckpt:
         if ckpt is not None:
             state, rng, history = load_part(ckpt, rank)
             start = loop.restore_state(state, encoder, optimizer, scheduler)
@@ -435,7 +553,7 @@ def train_func(loop_config: Mapping[str, object]) -> None:
         log.info("resumed from step %d of %d", start, total)
     if rank == 0:
         log.info("%d worker(s) ready on %s: steps %d to %d", world, device, start + 1, total)
-    batches = step_batches(cfg, tokenizer, rank, world, start, device)
+    batches = rt.batches(cfg, tokenizer, start)
     bf16 = cfg.precision == "bf16"  # resolved by the driver (run_finetune), never per worker
     plan = loop.LoopPlan(
         total_steps=total,
@@ -486,10 +604,11 @@ def train_func(loop_config: Mapping[str, object]) -> None:
             require_finite(encoder.state_dict(), f"training diverged at step {step}", loop.DIVERGED_HINT)
             state = loop.capture_state(encoder, optimizer, scheduler, step)
             kept = dev.best if dev is not None else None
-            _report_checkpoint(metrics or {"step": step}, state, history, rank, world, kept, config["cfg"])
+            parts = CheckpointParts(state=state, history=history, best=kept, run_config=config["cfg"])
+            rt.checkpoint(metrics or {"step": step}, parts)
             last_report = time.monotonic()
-        elif metrics is not None and _due(last_report, cfg.report_every_s, world, device):
-            ray.train.report(metrics)
+        elif metrics is not None and rt.due(last_report, cfg.report_every_s):
+            rt.report(metrics)
             last_report = time.monotonic()
     if tracker is not None:
         tracker.close()

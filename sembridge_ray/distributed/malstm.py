@@ -102,6 +102,18 @@ def prepare_data(cfg: MalstmConfig) -> Prepared:
     )
 
 
+def run_local(cfg: MalstmConfig, work: Path) -> Path:
+    """The MaLSTM job's computation in this process, no Ray, into ``work`` (its report, predictions and tables, no
+    claim, identity or ``_SUCCESS``): the same data preparation, restarts (one after the other) and results as
+    :func:`run_malstm`. For tests and studies that train many tiny variants (``tests/unit/test_dead_settings.py``)."""
+    data = prepare_data(cfg)
+    results = [train_restart(data, cfg.train, cfg.pretrain, seed) for seed in range(cfg.seed, cfg.seed + cfg.restarts)]
+    work.mkdir(parents=True, exist_ok=True)
+    source = cfg.vectors.source
+    write_results(work, data, results, cfg.calibration, source=source, add_ensemble=cfg.ensemble, seconds={}, started=0)
+    return work
+
+
 def run_malstm(cfg: MalstmConfig) -> MalstmResult:
     out = Path(cfg.output)
     identity = cfg.identity("malstm", input_identities(cfg))

@@ -51,7 +51,8 @@ class FinetuneConfig(Config):
     """Document tokens (the same key as in evaluation)."""
     pool_chunk: int = 0
     """Tokens per slice of the vocabulary projection in SPLADE pooling (0 = as many as a 256 MiB logits budget
-    allows; see ``sparse.pooling.POOL_BUDGET_BYTES``)."""
+    allows; see ``sparse.pooling.POOL_BUDGET_BYTES``): memory, not results (the same weights bit for bit), so not
+    part of the run's identity."""
     seed: int = 0
     """Seeds the pair order (one permutation per epoch) and dropout."""
     checkpoint_every: int = 500
@@ -109,6 +110,7 @@ class FinetuneConfig(Config):
         "model",
         "train",
         "output",
+        "pool_chunk",  # the same loss and gradients bit for bit, in slices of another size
         "storage",
         "checkpoint_every",
         "keep_checkpoints",

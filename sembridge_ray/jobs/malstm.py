@@ -20,7 +20,14 @@ from sembridge_ray.config import Config, require
 from sembridge_ray.jobs import Flag, JobSpec
 from sembridge_ray.json_types import JSONValue
 from sembridge_ray.placement import ResourceConfig
-from sembridge_ray.siamese.config import AugmentConfig, CalibrationConfig, PretrainConfig, TrainConfig, VectorConfig
+from sembridge_ray.siamese.config import (
+    MINILM_CONTEXT,
+    AugmentConfig,
+    CalibrationConfig,
+    PretrainConfig,
+    TrainConfig,
+    VectorConfig,
+)
 from sembridge_ray.siamese.records import Report, SplitMetrics
 
 __all__ = [
@@ -77,6 +84,7 @@ class MalstmConfig(Config):
         "sts",
         "vectors.cache_dir",
         "augment.wordnet_dir",
+        "augment.thesaurus",  # the thesaurus it resolves to is an input, identified by content
         "overwrite",
         "resources",
     )
@@ -86,12 +94,25 @@ class MalstmConfig(Config):
         require(0 < self.val_fraction < 1, "val_fraction", self.val_fraction, "must be in (0, 1)")
         require(self.limit_train >= 0, "limit_train", self.limit_train, "must be >= 0 (0 = all)")
 
+    CONTEXT_SETTINGS: ClassVar[tuple[str, ...]] = ("vectors.layer", "vectors.pooling", "vectors.contexts")
+    """Read by the ``minilm-context`` vectors only."""
+
     def identity_settings(self) -> dict[str, JSONValue]:
         settings = super().identity_settings()
         kind, sep, _path = self.vectors.source.partition(":")
         if sep:  # word2vec:PATH: the file enters the identity by content, as an input
             settings["vectors.source"] = kind
-        return settings
+        unused = set() if self.vectors.source == MINILM_CONTEXT else set(self.CONTEXT_SETTINGS)
+        if not sep:  # MiniLM gives every word a vector: only a word2vec file leaves words out of vocabulary
+            unused.add("vectors.oov_std")
+        return {k: v for k, v in settings.items() if k not in unused}
+
+    def why_unused(self, key: str) -> str:
+        if key in self.CONTEXT_SETTINGS:
+            return f"it is read with vectors.source {MINILM_CONTEXT} only"
+        if key == "vectors.oov_std":
+            return "only a word2vec file has out-of-vocabulary words"
+        return super().why_unused(key)
 
 
 @dataclass(frozen=True, kw_only=True)

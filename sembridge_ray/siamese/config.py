@@ -11,6 +11,9 @@ from typing import Literal
 
 from sembridge_ray.config import Config, require
 
+MINILM, MINILM_CONTEXT, MINILM_INPUT = "minilm", "minilm-context", "minilm-input"
+"""The named word-vector sources (``siamese.vectors``); anything else is ``word2vec:PATH``."""
+
 __all__ = ["AugmentConfig", "CalibrationConfig", "PretrainConfig", "TrainConfig", "VectorConfig"]
 
 

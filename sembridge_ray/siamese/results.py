@@ -37,7 +37,8 @@ def calibrated(
     else:
         model = fit_calibrator(val_pred, val_gold)
         h = float(abs(model.bw[0]))
-        loo, evaluations = float(model.cv_loo(np.array([h]), model._est_loc_linear)), None
+        # statsmodels returns the objective as a 1-element array, which NumPy 2 no longer turns into a float
+        loo, evaluations = float(np.ravel(model.cv_loo(np.array([h]), model._est_loc_linear))[0]), None
     record: CalibrationRecord = {
         "enabled": True,
         "bandwidth": h,

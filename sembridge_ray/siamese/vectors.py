@@ -25,12 +25,10 @@ from sembridge_ray import cache
 from sembridge_ray.bundled import minilm_dir
 from sembridge_ray.errors import InputError
 from sembridge_ray.siamese import contextual as ctx
+from sembridge_ray.siamese.config import MINILM, MINILM_CONTEXT, MINILM_INPUT
 from sembridge_ray.siamese.records import ContextStats
 
 log = logging.getLogger(__name__)
-MINILM = "minilm"
-MINILM_CONTEXT = "minilm-context"
-MINILM_INPUT = "minilm-input"
 WORD2VEC = "word2vec:"
 NAMED = (MINILM, MINILM_CONTEXT, MINILM_INPUT)
 _PART, _PART_FILE = "part-", "words.npz"  # a word-vector cache is a directory of parts (see _read_cache)

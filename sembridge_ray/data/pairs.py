@@ -15,7 +15,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from sembridge_ray.data.retrieval import RetrievalData, load_retrieval
+from sembridge_ray.data.registry import load_retrieval, parts
+from sembridge_ray.data.retrieval import RetrievalData
 from sembridge_ray.data.schema import ID, NEGATIVE_PREFIX, POSITIVE, QUERY, TEXT
 from sembridge_ray.errors import InputError
 
@@ -113,12 +114,28 @@ def pairs_from_retrieval(
 
 
 def training_pairs(spec: str, split: str = "train", hard_negatives: int = 0) -> tuple[pa.Table, PairStats]:
-    """Pairs for a dataset spec or a ``.parquet`` pairs file; an empty result is an error naming the spec."""
-    if spec.endswith(".parquet") or (Path(spec).is_file() and not Path(spec).is_dir()):
-        table = read_pairs(Path(spec))
-        stats = PairStats(rows=table.num_rows)
-    else:
-        table, stats = pairs_from_retrieval(load_retrieval(spec, split), hard_negatives)
+    """Pairs for a dataset spec or a ``.parquet`` pairs file, or for several joined by ``+`` (their pairs one after
+    the other: ``xquad:zh+cmrc2018:zh``); an empty result is an error naming the spec."""
+    tables, found = [], PairStats(rows=0)
+    for part in parts(spec):
+        table, stats = _part_pairs(part, split, hard_negatives)
+        tables.append(table)
+        found = PairStats(
+            rows=found.rows + stats.rows,
+            unknown_queries=found.unknown_queries + stats.unknown_queries,
+            unknown_docs=found.unknown_docs + stats.unknown_docs,
+            without_negatives=found.without_negatives + stats.without_negatives,
+        )
+    if len({t.column_names.__len__() for t in tables}) > 1:
+        raise InputError(f"training set {spec!r}: its parts have different columns (hard negatives in some only)")
+    table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
     if table.num_rows == 0:
         raise InputError(f"training set {spec!r} ({split}) is empty")
-    return table, stats
+    return table, found
+
+
+def _part_pairs(spec: str, split: str, hard_negatives: int) -> tuple[pa.Table, PairStats]:
+    if spec.endswith(".parquet") or (Path(spec).is_file() and not Path(spec).is_dir()):
+        table = read_pairs(Path(spec))
+        return table, PairStats(rows=table.num_rows)
+    return pairs_from_retrieval(load_retrieval(spec, split), hard_negatives)

@@ -1,4 +1,5 @@
-"""Retrieval datasets behind one spec string, shared by fine-tuning and evaluation.
+"""Retrieval datasets in the formats they are published in: BEIR directories, MIRACL topics/qrels/corpus and WebFAQ
+on the hub (``data.squad``: SQuAD-format reading comprehension). A dataset spec is parsed in ``data.registry``.
 
 | spec               | source                                                                                  |
 |--------------------|-----------------------------------------------------------------------------------------|
@@ -259,40 +260,6 @@ def load_webfaq(lang: str, split: str) -> RetrievalData:
         qrels=qrels,
         corpus=Corpus(f"webfaq-corpus:{code}", batches),
     )
-
-
-def load_retrieval(spec: str, split: str) -> RetrievalData:
-    """Resolve a dataset spec (see the module docstring; a bundled name is resolved by the job before) to one
-    split; bad specs name themselves."""
-    kind, sep, rest = spec.partition(":")
-    if sep and kind == "webfaq" and rest:
-        return load_webfaq(rest, split)
-    if sep and kind == "miracl" and rest:
-        lang, _, mirror = rest.partition("@")
-        return load_miracl(lang, split, Path(mirror) if mirror else None)
-    if Path(spec).is_dir():
-        return load_beir(Path(spec), split)
-    raise InputError(f"dataset {spec!r} is neither webfaq:<lang>, miracl:<lang>[@DIR] nor a BEIR directory")
-
-
-def dataset_identity(spec: str) -> str:
-    """The identity of what a dataset spec reads (see :mod:`sembridge_ray.identity`); a bad spec names itself."""
-    from sembridge_ray.identity import hub_identity, path_identity
-
-    kind, sep, rest = spec.partition(":")
-    if sep and kind == "webfaq":
-        return hub_identity("PaDaS-Lab/webfaq-retrieval", "dataset")
-    if sep and kind == "miracl":
-        lang, at, mirror = rest.partition("@")
-        if at:
-            base = Path(mirror).expanduser() / lang
-            if not base.is_dir():
-                raise InputError(f"MIRACL mirror {mirror}: no {lang} directory ({base})")
-            return f"miracl:{lang}@{path_identity(base)}"
-        return f"{hub_identity('miracl/miracl', 'dataset')}+{hub_identity('miracl/miracl-corpus', 'dataset')}"
-    if Path(spec).expanduser().exists():
-        return path_identity(Path(spec))
-    raise InputError(f"dataset {spec!r} not found (neither webfaq:<lang>, miracl:<lang>[@DIR] nor a local path)")
 
 
 def positives(qrels: Qrels) -> Qrels:

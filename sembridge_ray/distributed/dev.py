@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
-from sembridge_ray.data.retrieval import load_retrieval, miracl_split
+from sembridge_ray.data.registry import is_test_split, load_retrieval
 from sembridge_ray.data.schema import ID, TEXT
 from sembridge_ray.errors import InputError
 from sembridge_ray.jobs.evaluate import EvaluateConfig
@@ -77,12 +77,10 @@ class DevSet:
 def load_dev(spec: str, split: str, max_queries: int = 0, seed: int = 0) -> DevSet:
     """Read ``spec``'s ``split`` (the forms of ``--train``) into chunks; ``max_queries`` > 0 keeps a seeded sample
     of the judged queries (the corpus stays whole). A split without judgements is an :class:`InputError`."""
-    if split == "test":
-        raise InputError(f"eval_split 'test' of {spec!r} is a test split: choose recipes on development data")
-    if spec.startswith("miracl:") and miracl_split(split) == "dev":
+    if is_test_split(spec, split):
         raise InputError(
-            f"eval_split {split!r} of {spec!r}: MIRACL's dev judgements are what evaluate scores as its test; choose "
-            "recipes on other development data"
+            f"eval_split {split!r} of {spec!r} is what the evaluate job scores as its test: choose recipes on "
+            "development data"
         )
     return load_judged(spec, split, max_queries, seed)
 

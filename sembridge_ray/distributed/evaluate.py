@@ -29,7 +29,8 @@ import pyarrow.parquet as pq
 import ray
 
 from sembridge_ray.config import write_config
-from sembridge_ray.data.retrieval import RetrievalData, load_retrieval
+from sembridge_ray.data.registry import load_retrieval
+from sembridge_ray.data.retrieval import RetrievalData
 from sembridge_ray.data.schema import ID, TEXT
 from sembridge_ray.distributed import cluster
 from sembridge_ray.distributed.search import LocalIndex, ShardedIndex

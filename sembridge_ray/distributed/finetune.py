@@ -35,7 +35,7 @@ from ray.train.torch import TorchTrainer
 from sembridge_ray.atomic import atomic_new_path
 from sembridge_ray.bundled import resolve
 from sembridge_ray.config import write_config
-from sembridge_ray.data.retrieval import dataset_identity
+from sembridge_ray.data.registry import dataset_identity
 from sembridge_ray.data.stream import StreamInfo, materialise_stream
 from sembridge_ray.distributed import cluster
 from sembridge_ray.distributed.dev import DevSet, Rows, evaluate_dev, load_dev

@@ -170,13 +170,15 @@ class FinetuneConfig(Config):
             require(getattr(self, key) >= 1, key, getattr(self, key), "must be >= 1")
         for key in ("hard_negatives", "pool_chunk", "max_failures", "report_every_s", "eval_every", "eval_max_queries"):
             require(getattr(self, key) >= 0, key, getattr(self, key), "must be >= 0")
+        from sembridge_ray.data.registry import is_test_split  # the registry loads pyarrow: not for every import
+
         require(self.eval_split != "test", "eval_split", self.eval_split, "is a test split: choose recipes on dev data")
         require(
-            not (self.eval.startswith("miracl:") and self.eval_split == "dev"),
+            not (self.eval and is_test_split(self.eval, self.eval_split)),
             "eval_split",
             self.eval_split,
-            f"of {self.eval}: MIRACL's dev judgements are what evaluate scores as its test (the test set is hidden); "
-            "choose recipes on other development data (e.g. a held-out part of MIRACL train as a BEIR directory)",
+            f"of {self.eval}: it is what evaluate scores as its test (MIRACL's test judgements are hidden, its dev "
+            "ones are the test); choose recipes on other development data (e.g. a held-out part of MIRACL train)",
         )
 
     def require_inputs(self) -> None:

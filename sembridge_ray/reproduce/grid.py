@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sembridge_ray import bundled, catalog
-from sembridge_ray.data.retrieval import dataset_identity
+from sembridge_ray.data.registry import dataset_identity
 from sembridge_ray.embed_init.bridge import check_bridge
 from sembridge_ray.errors import InputError
 from sembridge_ray.identity import model_identity

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from sembridge_ray import cache
 from sembridge_ray.bundled import resolve
-from sembridge_ray.data.retrieval import dataset_identity
+from sembridge_ray.data.registry import dataset_identity
 from sembridge_ray.errors import InputError
 from sembridge_ray.identity import hub_identity, looks_like_hub_id, path_identity
 from sembridge_ray.sparse.model import check_mlm

@@ -66,12 +66,12 @@ def test_a_frequency_bias_text_that_cannot_give_a_bias_is_refused(
 
 def test_miracls_dev_split_is_refused_as_a_development_set(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The evaluate job scores MIRACL's dev judgements as its test: choosing a recipe on them is choosing on test."""
-    with pytest.raises(ValueError, match="MIRACL's dev judgements are what evaluate scores as its test"):
+    with pytest.raises(ValueError, match="it is what evaluate scores as its test"):
         FinetuneConfig(eval="miracl:ar", eval_split="dev")
     FinetuneConfig(eval="miracl:ar", eval_split="train")  # its training judgements may be held out for that
     argv = ["--model", "m", "--train", "t", "--output", str(tmp_path / "o"), "--eval", "miracl:ko"]
     assert finetune.main(argv) == 2
-    assert "eval_split='dev': of miracl:ko: MIRACL's dev judgements" in _one_error(capsys)
+    assert "eval_split='dev': of miracl:ko: it is what evaluate scores as its test" in _one_error(capsys)
 
 
 def _pickled(fixtures_root: Path, root: Path) -> Path:

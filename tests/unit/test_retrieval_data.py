@@ -9,7 +9,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from sembridge_ray.data.pairs import negative_columns, pairs_from_retrieval, training_pairs
-from sembridge_ray.data.retrieval import load_beir, load_miracl, load_retrieval, positives, read_qrels
+from sembridge_ray.data.registry import load_retrieval
+from sembridge_ray.data.retrieval import load_beir, load_miracl, positives, read_qrels
 from sembridge_ray.data.schema import ID, TEXT
 from sembridge_ray.data.sick import read_sick_split
 from sembridge_ray.errors import InputError
@@ -67,7 +68,7 @@ def test_pairs_parquet_and_errors(tmp_path: Path, sick_beir: Path) -> None:
     )
     table, _ = training_pairs(str(tmp_path / "p.parquet"))
     assert table.column_names == ["query", "positive", "negative_1"]
-    with pytest.raises(InputError, match="neither"):
+    with pytest.raises(InputError, match="is none of webfaq:<lang>, miracl:<lang>"):
         training_pairs("nowhere:xx")
     with pytest.raises(InputError, match="no qrels for split 'validation'"):
         load_retrieval(str(sick_beir), "validation")

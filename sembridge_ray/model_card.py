@@ -749,6 +749,7 @@ METHOD_NAMES = {
     "sembridge_plus": "SemBridge+",
     "focus": "FOCUS",
     "wechsel": "WECHSEL",
+    "omp": "OMP (orthogonal matching pursuit over the shared tokens)",
     "fvt": "FVT",
     "mean": "mean-initialised",
     "random": "randomly initialised",

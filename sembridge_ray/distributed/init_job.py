@@ -21,7 +21,7 @@ import torch
 from sembridge_ray.bundled import resolve
 from sembridge_ray.config import write_config
 from sembridge_ray.embed_init import plus, position, report
-from sembridge_ray.embed_init.baselines import explicit_rows
+from sembridge_ray.embed_init.baselines import explicit_rows, require_codable
 from sembridge_ray.embed_init.bridge import bridge_dimension, check_bridge, model_fingerprint
 from sembridge_ray.embed_init.combine import NewRows, compose, compose_bias, provenance, weighted_rows
 from sembridge_ray.embed_init.methods import method
@@ -121,6 +121,7 @@ def new_rows(
         return no_new_rows(e_in, e_out, bias, bridged=not method(cfg.method).rows)
     if method(cfg.method).decomposes:
         return decomposed_rows(rest, plus.fvt_weights(source_tok, target_tok, rest, len(e_in)), matrices)
+    require_codable(cfg.weighting, len(part.anchors))  # omp without anchors: refused before any encoding
     if not method(cfg.method).uses_bridge:
         rows = explicit_rows(cfg.method, len(rest), e_in, cfg.seed)
         out_rows = None if e_out is None else explicit_rows(cfg.method, len(rest), e_out, cfg.seed + 1)

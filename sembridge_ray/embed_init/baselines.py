@@ -1,16 +1,19 @@
 """The new-token rule of each method, applied: every method shares the specials, the overlap and the bias policy, so
 comparisons isolate this rule. The rules themselves are the registry's (``embed_init.methods``): a bridge method's
-maps the weighting section to ``bridge_weights`` options and says which candidates it weighs; the others give rows.
+maps the weighting section to ``bridge_weights`` options and says which candidates it weighs, or codes each token
+over the anchors (``omp``); the others give rows.
 """
 
 from __future__ import annotations
 
 import torch
 
+from sembridge_ray.config import require
 from sembridge_ray.embed_init.config import WeightingConfig
 from sembridge_ray.embed_init.methods import method
 from sembridge_ray.embed_init.position import class_weights
 from sembridge_ray.embed_init.weighting import PreparedRows, bridge_weights
+from sembridge_ray.errors import InputError
 
 
 def remap_columns(weights: torch.Tensor, columns: torch.Tensor, m: int) -> torch.Tensor:
@@ -27,6 +30,27 @@ def screen_dtype_for(weighting: WeightingConfig, device: torch.device) -> torch.
     return torch.bfloat16 if weighting.precision == "bf16" and device.type == "cpu" else torch.float32
 
 
+def require_codable(weighting: WeightingConfig, anchors: int) -> None:
+    """Refuse what a method coding over the anchors (``omp``) cannot run with: no anchors to code over, or an option
+    that assumes convex weights (blending them with FVT's mix, refitting them to sum to 1). Others: nothing to do."""
+    name = weighting.method
+    if method(name).anchor_code is None:
+        return
+    if not anchors:
+        raise InputError(
+            f"method {name}: no source token matches a target token, so there are no anchors to code the new tokens "
+            "over; use match rules that find an overlap, or another method"
+        )
+    for key in ("fvt_weight", "lsq_ridge"):
+        require(
+            not getattr(weighting, key),
+            key,
+            getattr(weighting, key),
+            f"method {name}'s weights are least-squares coefficients (signed, not summing to 1), not a convex mix to "
+            "blend with FVT's or refit to sum to 1: leave it at 0",
+        )
+
+
 def method_weights(
     weighting: WeightingConfig,
     new_vecs: torch.Tensor,
@@ -37,18 +61,24 @@ def method_weights(
     classes: tuple[torch.Tensor, torch.Tensor] | None = None,
     support: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """CSR (n, |Vs|) weights of the similarity-based methods. ``candidates``: source ids allowed in the bridge
+    """CSR (n, |Vs|) weights of the bridge methods. ``candidates``: source ids allowed in the bridge
     (ascending); ``overlap_sources``: source ids some target token matches, copied or not (FOCUS's anchors; all
     candidates if none). With ``copy_overlap=false`` the anchors still restrict FOCUS, which would otherwise equal α=2.
     ``classes``: position classes of the new rows (n,) and of every source id (|Vs|,); with ``position_aware``
     each class's rows get their own prior (``embed_init.position``). ``support`` (n,): each row's support size
-    (adaptive sparsity, ``bridge_weights``)."""
+    (adaptive sparsity, ``bridge_weights``). A method coding over the anchors (``omp``) reads neither: its CSR holds
+    float64 coefficients over the anchors, signed and not summing to 1 (:func:`require_codable` says when it runs)."""
     entry = method(weighting.method)
+    m = len(source_vecs)
+    dev = torch.device(device or new_vecs.device)
+    if entry.anchor_code is not None:
+        require_codable(weighting, len(overlap_sources))
+        codes = entry.anchor_code(weighting, new_vecs.to(dev), source_vecs[overlap_sources].to(dev))
+        return remap_columns(codes.cpu(), overlap_sources, m)
     if entry.similarity is None:
         raise ValueError(f"method {weighting.method!r} has no similarity weights")
     rule = entry.similarity(weighting)
     pool = overlap_sources if entry.anchors_only and len(overlap_sources) else candidates
-    dev = torch.device(device or new_vecs.device)
     pool_vecs = PreparedRows.of(source_vecs[pool], "source_vecs", dev, screen_dtype_for(weighting, dev))
 
     def rows(ids: torch.Tensor | None, offsets: torch.Tensor | None) -> torch.Tensor:
@@ -65,7 +95,6 @@ def method_weights(
             support=sizes,
         )
 
-    m = len(source_vecs)
     if not (weighting.position_aware and classes is not None):
         return remap_columns(rows(None, None), pool, m)
     new_classes, source_classes = classes

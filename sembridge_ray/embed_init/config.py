@@ -11,9 +11,12 @@ from typing import Literal
 from sembridge_ray.config import Config, require
 from sembridge_ray.placement import Precision
 
-MethodName = Literal["sembridge", "sembridge_plus", "focus", "wechsel", "fvt", "mean", "random"]
+MethodName = Literal["sembridge", "sembridge_plus", "focus", "wechsel", "omp", "fvt", "mean", "random"]
 ENTMAX_BRIDGES: tuple[MethodName, ...] = ("sembridge", "sembridge_plus")
 """The methods whose rows are an α-entmax of the bridge cosines (the ones ``adaptive_support`` applies to)."""
+ANCHOR_CODES: tuple[MethodName, ...] = ("omp",)
+"""The methods whose rows are least-squares codes over the anchors, not a mix weighted by cosines (no cosine prior:
+``position_penalty`` is refused for them)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -21,7 +24,7 @@ class WeightingConfig(Config):
     """How a bridged target token's row is weighted over the source rows (see ``embed_init.methods``)."""
 
     method: MethodName = "sembridge"
-    """How bridged tokens are initialised (sembridge, or the focus/wechsel/mean/random baselines)."""
+    """How bridged tokens are initialised (sembridge, or the focus/wechsel/omp/mean/random baselines)."""
     alpha: float = 4.0
     """α of α-entmax for sembridge (2 = sparsemax, 1 = softmax over the ``candidates`` nearest)."""
     temperature: float = 1.0
@@ -32,6 +35,8 @@ class WeightingConfig(Config):
     """WECHSEL: nearest source tokens kept for its softmax."""
     wechsel_temperature: float = 0.1
     """WECHSEL: divides the cosines before its softmax."""
+    omp_atoms: int = 8
+    """OMP: anchors each new token is coded over (the k of orthogonal matching pursuit; the paper's 8)."""
     position_aware: bool = False
     """Match word-initial and continuation pieces within their own class first (``embed_init.position``)."""
     position_marker: str = "-"
@@ -64,9 +69,16 @@ class WeightingConfig(Config):
         )
         require(self.temperature > 0, "temperature", self.temperature, "must be > 0")
         require(self.wechsel_temperature > 0, "wechsel_temperature", self.wechsel_temperature, "must be > 0")
-        for key in ("candidates", "wechsel_candidates"):
+        for key in ("candidates", "wechsel_candidates", "omp_atoms"):
             require(getattr(self, key) >= 1, key, getattr(self, key), "must be >= 1")
         require(self.position_penalty >= 0, "position_penalty", self.position_penalty, "must be >= 0")
+        require(
+            not (self.method in ANCHOR_CODES and self.position_aware and self.position_penalty > 0),
+            "position_penalty",
+            self.position_penalty,
+            f"method {self.method} weighs no cosines to penalise (its rows are least-squares codes over the anchors);"
+            " position_aware applies its marked strings only: leave the penalty at 0",
+        )
         require(0 <= self.fvt_weight <= 1, "fvt_weight", self.fvt_weight, "must be in [0, 1]")
         require(
             math.isfinite(self.lsq_ridge) and self.lsq_ridge >= 0,

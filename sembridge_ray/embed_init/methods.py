@@ -7,15 +7,18 @@ here and the rest of the code asks instead of listing.
 | sembridge_plus | yes | yes | sembridge with the project's frozen recipe (``SEMBRIDGE_PLUS``; docs/sembridge-plus.md) |
 | focus       | yes    | no  | sparsemax over the overlapping tokens only                                         |
 | wechsel     | yes    | no  | softmax(cos / 0.1) over the 10 nearest source tokens                              |
+| omp         | yes    | no  | least squares over 8 anchors chosen by OMP (``embed_init.omp``); signed weights    |
 | fvt         | no     | no  | the uniform mix of the piece's decomposition into source forms (``embed_init.plus``) |
 | mean        | no     | no  | the mean source row                                                                |
 | random      | no     | no  | N(mean, std) per dimension of the source rows, seeded                              |
 
 A bridge method's rule maps the :class:`~sembridge_ray.embed_init.config.WeightingConfig` to the options of
-``bridge_weights`` (``embed_init.baselines.method_weights`` applies it); a method without the bridge gives its rows
-directly; ``fvt`` decomposes the piece's string instead. A method with a ``recipe`` fixes InitConfig keys (the
-config applies them and refuses a conflicting value). The module imports no torch (the contracts and the command
-line read the registry); the row rules use only the tensors' own methods.
+``bridge_weights`` (``embed_init.baselines.method_weights`` applies it), or codes each token's bridge vector over the
+anchors' (``omp``: its weights are least-squares coefficients, which may be negative and need not sum to 1, unlike
+every other method's convex mix); a method without the bridge gives its rows directly; ``fvt`` decomposes the
+piece's string instead. A method with a ``recipe`` fixes InitConfig keys (the config applies them and refuses a
+conflicting value). The module imports no torch (the contracts and the command line read the registry); the row
+rules use only the tensors' own methods, and ``omp`` imports its solver when it runs.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from sembridge_ray.embed_init.config import EntmaxOptions, MethodName, WeightingConfig
+from sembridge_ray.embed_init.config import ANCHOR_CODES, EntmaxOptions, MethodName, WeightingConfig
 
 if TYPE_CHECKING:
     import torch
@@ -37,6 +40,8 @@ SimilarityRule = Callable[[WeightingConfig], EntmaxOptions]
 """The weighting section -> the options of ``bridge_weights`` for a bridge method."""
 ExplicitRows = Callable[[int, "torch.Tensor", int], "torch.Tensor"]
 """(rows n, source matrix (|Vs|, d), seed) -> (n, d) rows of a method without the bridge."""
+AnchorCode = Callable[[WeightingConfig, "torch.Tensor", "torch.Tensor"], "torch.Tensor"]
+"""(weighting section, new bridge vectors (n, D), the anchors' bridge vectors (K, D)) -> CSR (n, K) coefficients."""
 
 
 def sembridge_rule(w: WeightingConfig) -> EntmaxOptions:
@@ -52,6 +57,13 @@ def focus_rule(w: WeightingConfig) -> EntmaxOptions:
 def wechsel_rule(w: WeightingConfig) -> EntmaxOptions:
     """Softmax of cos / ``wechsel_temperature`` over the ``wechsel_candidates`` nearest."""
     return EntmaxOptions(alpha=1.0, temperature=w.wechsel_temperature, candidates=w.wechsel_candidates)
+
+
+def omp_code(w: WeightingConfig, new: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor:
+    """Orthogonal matching pursuit with ``omp_atoms`` atoms over the anchors: least-squares coefficients."""
+    from sembridge_ray.embed_init.omp import omp_weights  # here, not above: the registry module imports no torch
+
+    return omp_weights(new, anchors, w.omp_atoms)
 
 
 def mean_rows(n: int, source: torch.Tensor, seed: int) -> torch.Tensor:
@@ -78,7 +90,11 @@ class InitMethod:
     similarity: SimilarityRule | None = None
     """A bridge method's rule: the bridge_weights options from the weighting section."""
     anchors_only: bool = False
-    """The bridge candidates are the overlap's sources only (FOCUS's anchors; every candidate if there are none)."""
+    """The bridge candidates are the overlap's sources only (FOCUS's anchors; every candidate if there are none, but
+    an ``anchor_code`` method is refused without them)."""
+    anchor_code: AnchorCode | None = None
+    """A bridge method that codes each token's bridge vector over the anchors' (``anchors_only``): its weights are
+    the code's coefficients, signed and not summing to 1 (``omp``)."""
     rows: ExplicitRows | None = None
     """A method without the bridge: its rows for the tokens left to initialise."""
     decomposes: bool = False
@@ -88,15 +104,20 @@ class InitMethod:
     value refused."""
 
     def __post_init__(self) -> None:
-        if sum((self.similarity is not None, self.rows is not None, self.decomposes)) != 1:
+        rules = (self.similarity is not None, self.anchor_code is not None, self.rows is not None, self.decomposes)
+        if sum(rules) != 1:
             raise ValueError(
-                f"init method {self.name!r} needs exactly one of a similarity rule, explicit rows or decomposition"
+                f"init method {self.name!r} needs exactly one of a similarity rule, an anchor code, explicit rows or "
+                "decomposition"
             )
+        codes = self.anchor_code is not None
+        if codes != (self.name in ANCHOR_CODES) or (codes and not self.anchors_only):
+            raise ValueError(f"init method {self.name!r}: an anchor code goes with anchors_only and ANCHOR_CODES")
 
     @property
     def uses_bridge(self) -> bool:
-        """Embeds token strings with the bridge model and weights source rows by similarity."""
-        return self.similarity is not None
+        """Embeds token strings with the bridge model and weights source rows by similarity or codes over anchors."""
+        return self.similarity is not None or self.anchor_code is not None
 
 
 SEMBRIDGE_PLUS: Mapping[str, object] = {
@@ -121,6 +142,7 @@ METHODS: dict[str, InitMethod] = {
             settings=("wechsel_candidates", "wechsel_temperature"),
             similarity=wechsel_rule,
         ),
+        InitMethod(name="omp", has_alpha=False, settings=("omp_atoms",), anchor_code=omp_code, anchors_only=True),
         InitMethod(
             name="sembridge_plus",
             has_alpha=True,

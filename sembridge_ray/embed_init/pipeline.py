@@ -21,7 +21,7 @@ import pyarrow as pa
 import torch
 
 from sembridge_ray.embed_init import plus, position
-from sembridge_ray.embed_init.baselines import method_weights
+from sembridge_ray.embed_init.baselines import method_weights, require_codable
 from sembridge_ray.embed_init.bridge import (
     RULE_VERSION,
     cached_vectors,
@@ -69,6 +69,11 @@ class RowsContext:
     weights (``embed_init.plus``)."""
     prior_ids: torch.Tensor | None = None
     """The target ids of ``prior``'s rows, ascending."""
+
+    def __post_init__(self) -> None:
+        # built in the driver before the weights stage: a method coding over the anchors (omp) that cannot run here
+        # fails in one line, not in every actor
+        require_codable(self.weighting, len(self.overlap_sources))
 
 
 def compute_rows(ctx: RowsContext, target_ids: np.ndarray, new_vecs: np.ndarray, device: str | None = None) -> NewRows:

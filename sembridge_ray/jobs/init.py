@@ -45,7 +45,8 @@ class InitConfig(Config):
     """Output directory (the model in ``<output>/model``)."""
     method: MethodName = "sembridge"
     """How bridged tokens are initialised: sembridge (the released rule), sembridge_plus (the project's recipe,
-    docs/sembridge-plus.md), or the focus/wechsel/fvt/mean/random baselines."""
+    docs/sembridge-plus.md), or the focus/wechsel/omp/fvt/mean/random baselines (omp: least-squares codes over the
+    anchors, so its weights may be negative and need not sum to 1)."""
     alpha: float = 4.0
     """α of α-entmax for sembridge (2 = sparsemax, 1 = softmax over the ``candidates`` nearest)."""
     temperature: float = 1.0
@@ -57,6 +58,9 @@ class InitConfig(Config):
     """WECHSEL: nearest source tokens kept for its softmax (formerly ``wechsel_top_k``)."""
     wechsel_temperature: float = 0.1
     """WECHSEL: divides the cosines before its softmax."""
+    omp_atoms: int = 8
+    """OMP (Goddard & Fernandes Neto, 2025): anchors each new token's bridge vector is coded over by orthogonal
+    matching pursuit (its k; the anchors are the source tokens some target token matches, as FOCUS's)."""
     bias: Literal["remap", "index", "zero", "frequency"] = "remap"
     """MLM decoder bias: remap (same weights, copies for overlap/specials), index (HF resize), zero, or frequency
     (copies for overlap/specials; bridged tokens by their log-frequency on ``bias_text``, at the source bias' mean
@@ -197,6 +201,7 @@ class InitConfig(Config):
             candidates=self.candidates,
             wechsel_candidates=self.wechsel_candidates,
             wechsel_temperature=self.wechsel_temperature,
+            omp_atoms=self.omp_atoms,
             position_aware=self.position_aware,
             position_marker=self.position_marker,
             position_penalty=self.position_penalty,

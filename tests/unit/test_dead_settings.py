@@ -82,6 +82,7 @@ def init_harness(fixtures_root: Path, tmp_path_factory: pytest.TempPathFactory) 
         variants=[
             {"alpha": 1.0},
             {"method": "wechsel"},
+            {"method": "omp"},
             {"method": "random"},
             {"position_aware": True, "position_penalty": 0.5},
             {"bridge_space": "abtt"},

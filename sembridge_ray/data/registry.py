@@ -140,7 +140,7 @@ def parse(spec: str) -> Spec:
     path = Path(spec).expanduser()
     if path.is_dir():
         return Spec(text=spec, source="beir", root=str(path))
-    if path.is_file() and path.suffix == ".parquet":
+    if path.is_file():  # a Parquet file of training pairs (read_pairs says so if it is not one)
         return Spec(text=spec, source="pairs", root=str(path))
     known = ", ".join(f"{k}:<lang>" + ("[@DIR]" if s.mirror else "") for k, s in SOURCES.items())
     raise InputError(f"dataset {spec!r} is none of {known}, a BEIR directory or a .parquet file of pairs")

@@ -34,7 +34,7 @@ from sembridge_ray.locks import OutputLock
 from sembridge_ray.outputs import atomic_write_json, atomic_write_text, conflict, is_complete, is_done
 from sembridge_ray.reproduce import cells as cellmod
 from sembridge_ray.reproduce import compare, demo, plots, results
-from sembridge_ray.reproduce.grid import Plan, plan
+from sembridge_ray.reproduce.grid import XLING_ASSETS, Plan, plan
 from sembridge_ray.reproduce.plan import concurrency
 from sembridge_ray.reproduce.stages import (
     Stage,
@@ -110,7 +110,8 @@ def refresh(cfg: ReproduceConfig, failures: dict[str, str] | None = None, final:
     source = out / "assets" / SOURCE_EVAL / "metrics.json"
     if is_complete(source.parent):
         ndcg = json.loads(source.read_text(encoding="utf-8"))["nDCG@10"]
-        text += f"\nThe source encoder with its own tokenizer (before the swap) scores nDCG@10 {ndcg:.3f} here.\n"
+        where = "on English XQuAD test (the same questions, in English)" if cfg.assets == "xling" else "here"
+        text += f"\nThe source encoder with its own tokenizer (before the swap) scores nDCG@10 {ndcg:.3f} {where}.\n"
     for model in cfg.models:
         if (dev := plots.source_dev_score(out, model)) is not None:
             text += f"\nSource {catalog.slug(model)} on the development set (its own tokenizer): nDCG@10 {dev:.3f}.\n"
@@ -143,8 +144,9 @@ def run_reproduce(cfg: ReproduceConfig) -> ReproduceResult:
     cluster.require_reachable()
     out.mkdir(parents=True, exist_ok=True)
     with OutputLock(out):
-        if cfg.assets == "bundled":  # before Ray starts: a refusal costs a second
-            demo.check_assets(out / "assets", cfg.demo, cfg.overwrite)
+        if cfg.assets in ("bundled", "xling"):  # before Ray starts: a refusal costs a second
+            names = XLING_ASSETS if cfg.assets == "xling" else None
+            demo.check_assets(out / "assets", cfg.demo, cfg.overwrite, names)
         info = cluster.connect()
         cfg = resolved_precisions(cfg, info.gpus)
         planned = plan(cfg, info.gpus)

@@ -30,10 +30,61 @@ from sembridge_ray.jobs.finetune import FinetuneConfig
 from sembridge_ray.jobs.init import InitConfig
 from sembridge_ray.jobs.plans import PlanResult, render_plan
 
-DATASETS = ("webfaq", "miracl", "sick")
+BRIDGE, ALPHA = "@", "="
+"""``METHOD[+pa][@BRIDGE][=ALPHA]``: a grid's ``methods`` entry with its own bridge, or its own α (which replaces the
+``alphas`` axis for that entry): ``sembridge=2``, ``sembridge@minilm``."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Variant:
+    """One ``methods`` entry, parsed."""
+
+    method: str
+    position_aware: bool = False
+    bridge: str = ""
+    alpha: str = ""
+    """An ``=ALPHA`` (as ``alphas`` spells one: ``2``, ``softmax``); "" = the ``alphas`` axis."""
+
+
+def parse_variant(entry: str) -> Variant:
+    """``sembridge+pa@minilm=2`` -> Variant(sembridge, True, minilm, "2"); the method is checked by the caller."""
+    rest, _, alpha = entry.partition(ALPHA)
+    rest, _, bridge = rest.partition(BRIDGE)
+    base, aware = split_variant(rest.strip())
+    return Variant(method=base, position_aware=aware, bridge=bridge.strip(), alpha=alpha.strip())
+
+
+def variant_problem(entry: str) -> str | None:
+    """Why ``entry`` is not a valid ``methods`` entry, or None."""
+    v = parse_variant(entry)
+    if v.method not in METHODS:
+        return f"unknown method {v.method!r}"
+    uses_bridge = METHODS[v.method].uses_bridge
+    if v.position_aware and not uses_bridge:
+        return f"{entry!r}: '+pa' needs a method that uses the bridge"
+    if v.position_aware and METHODS[v.method].recipe.get("position_aware"):
+        return f"{entry!r}: the method is position-aware already"
+    if v.bridge and not uses_bridge:
+        return f"{entry!r}: '@BRIDGE' needs a method that uses the bridge"
+    if v.alpha:
+        if not METHODS[v.method].has_alpha:
+            return f"{entry!r}: '=ALPHA' needs a method with an α"
+        try:
+            value = parse_alpha(v.alpha)
+        except ValueError:
+            return f"{entry!r}: {v.alpha!r} is not a number >= 1 or 'softmax'"
+        if not (value >= 1 and value < float("inf")):
+            return f"{entry!r}: {v.alpha!r} is not a finite number >= 1"
+    return None
+
+
+DATASETS = ("webfaq", "miracl", "sick", "xquad")
+XLING_LANGUAGES = ("ar", "zh", "hi", "ko", "ru")
+"""The cross-lingual miniature's languages: a bundled target tokenizer each (``tok-<lang>``), XQuAD (KorQuAD for
+ko) as the retrieval set."""
 DEMO_LANGUAGE = "en-bpe"
 """The miniature's own target vocabulary: a byte-level BPE it trains on the bundled text."""
-_ASSETS_OF_PRESET = {"paper": "hub", "demo": "bundled"}
+_ASSETS_OF_PRESET = {"paper": "hub", "demo": "bundled", "xling": "xling"}
 log = logging.getLogger(__name__)
 
 
@@ -60,9 +111,11 @@ class DemoSettings(Config):
 class ReproduceConfig(Config):
     """One cell per (model, language, method, α); per dataset: zero-shot eval, fine-tune, eval."""
 
-    assets: Literal["hub", "bundled"] = "hub"
+    assets: Literal["hub", "bundled", "xling"] = "hub"
     """Where the cells' inputs come from: ``hub``, the hub's models, tokenizers and datasets (the paper); ``bundled``,
-    the offline miniature built from the package's own data (``DemoSettings``)."""
+    the offline English miniature built from the package's own data (``DemoSettings``); ``xling``, the offline
+    cross-lingual miniature: an English MiniLM SPLADE trained on XQuAD-en, bundled target tokenizers, XQuAD (KorQuAD
+    for ko) as retrieval sets, the bundled multilingual bridge (docs/xling.md)."""
     output: str = ""
     """Root of the grid: one directory per cell and stage, the tables and the plots."""
     dry_run: bool = False
@@ -86,6 +139,10 @@ class ReproduceConfig(Config):
     """GPUs each cell's stages ask for (a fraction shares a GPU between cells)."""
     miracl_mirror: str = ""
     """A local MIRACL mirror (``<lang>/topics…tsv``, ``qrels…tsv``, ``corpus/*.jsonl.gz``); empty = the hub."""
+    xquad_dir: str = ""
+    """With ``assets: xling``: a directory of XQuAD-format files ``xquad.<lang>.json`` read for every language
+    instead of the bundled XQuAD and KorQuAD (any language the bridge covers, with its tokenizer in
+    ``target_tokenizers``); empty = the bundled files."""
     target_tokenizers: tuple[str, ...] = ()
     """Per-language overrides of the catalog's target tokenizer, ``lang=HUB_ID_OR_PATH`` (e.g. a local mirror). With
     bundled assets: the tokenizer of each language but ``en-bpe`` (the bundled BPE), e.g. the settings preset's
@@ -163,26 +220,18 @@ class ReproduceConfig(Config):
     @property
     def preset(self) -> str:
         """The former name of ``assets`` (``paper`` / ``demo``), for code written against it."""
-        return "demo" if self.assets == "bundled" else "paper"
+        return {"bundled": "demo", "xling": "xling"}.get(self.assets, "paper")
 
     def check(self) -> None:
         for key in self.PLANNED:
             section, name = key.split(".")
             value, default = getattr(getattr(self, section), name), getattr(type(getattr(self, section))(), name)
             require(value == default, key, value, "is set per cell and stage by the grid; leave it unset")
-        unknown = [m for m in self.methods if split_variant(m)[0] not in METHOD_NAMES]
-        require(
-            not unknown,
-            "methods",
-            ",".join(self.methods),
-            f"unknown method {unknown[:1]} (known: {', '.join(METHOD_NAMES)}, and a bridge method + '+pa')",
-        )
-        aware = [m for m in self.methods if split_variant(m)[1] and not METHODS[split_variant(m)[0]].uses_bridge]
-        require(not aware, "methods", ",".join(self.methods), f"{aware[:1]}: '+pa' needs a method that uses the bridge")
-        fixed = [
-            m for m in self.methods if split_variant(m)[1] and METHODS[split_variant(m)[0]].recipe.get("position_aware")
-        ]
-        require(not fixed, "methods", ",".join(self.methods), f"{fixed[:1]}: the method is position-aware already")
+        for entry in self.methods:
+            problem = variant_problem(entry)
+            if problem is not None and problem.startswith("unknown method"):
+                problem += f" (known: {', '.join(METHOD_NAMES)}; METHOD[+pa][@BRIDGE][=ALPHA])"
+            require(problem is None, "methods", ",".join(self.methods), problem or "")
         for alpha in self.alphas:
             try:
                 value = parse_alpha(alpha)
@@ -217,6 +266,18 @@ class ReproduceConfig(Config):
                 f"demo language {missing[0]!r}: name its tokenizer with target_tokenizers={missing[0]}=DIR"
             )
         return {lang: named[lang] for lang in self.languages if lang != DEMO_LANGUAGE}
+
+    def xling_tokenizers(self) -> dict[str, str]:
+        """The cross-lingual miniature's target tokenizer per language: ``target_tokenizers`` items LANG=DIR, else the
+        bundled ``tok-<lang>`` (:data:`XLING_LANGUAGES`); another language without one is refused."""
+        named = self.named_tokenizers()
+        missing = [lang for lang in self.languages if lang not in named and lang not in XLING_LANGUAGES]
+        if missing:
+            raise InputError(
+                f"language {missing[0]!r} has no bundled tokenizer ({', '.join(XLING_LANGUAGES)} have): name it with "
+                f"target_tokenizers={missing[0]}=DIR (and its XQuAD-format file with xquad_dir=DIR)"
+            )
+        return {lang: named.get(lang) or f"tok-{lang}" for lang in self.languages}
 
     def named_tokenizers(self) -> dict[str, str]:
         """``target_tokenizers`` as {language: hub id or path}."""

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sembridge_ray import catalog
-from sembridge_ray.embed_init.methods import METHODS, POSITION_AWARE, MethodName, parse_alpha, split_variant
+from sembridge_ray.embed_init.methods import METHODS, POSITION_AWARE, MethodName, parse_alpha
+from sembridge_ray.jobs.reproduce import BRIDGE, parse_variant
 
 if TYPE_CHECKING:
     from sembridge_ray.jobs.reproduce import ReproduceConfig
@@ -23,15 +24,22 @@ class Cell:
     alpha: float | None  # None for the baselines, which have no α
     position_aware: bool = False
     """The ``+pa`` variant: the init's position-aware bridging (docs/position-aware.md), not the released rule."""
+    bridge: str = ""
+    """The ``@BRIDGE`` variant: this cell's bridge model instead of the grid's ``init.bridge_model`` (the
+    wrong-bridge control, ``sembridge@minilm``); "" = the grid's."""
 
     @property
     def variant(self) -> str:
-        """The method as the grid's ``methods`` names it: ``sembridge``, ``sembridge+pa``, ``focus``, ..."""
-        return self.method + (POSITION_AWARE if self.position_aware else "")
+        """The method as the grid's ``methods`` names it (without an ``=α``): ``sembridge``, ``sembridge+pa``,
+        ``sembridge@minilm``, ``focus``, ..."""
+        aware = POSITION_AWARE if self.position_aware else ""
+        return self.method + aware + (f"{BRIDGE}{self.bridge}" if self.bridge else "")
 
     @property
     def name(self) -> str:
-        base = f"{catalog.slug(self.model)}__{self.language}__{self.variant}"
+        variant = self.method + (POSITION_AWARE if self.position_aware else "")
+        variant += f"{BRIDGE}{catalog.slug(self.bridge)}" if self.bridge else ""
+        base = f"{catalog.slug(self.model)}__{self.language}__{variant}"
         return base if self.alpha is None else f"{base}__a{self.alpha:g}"
 
     @property
@@ -42,20 +50,26 @@ class Cell:
 def expand(
     models: tuple[str, ...], languages: tuple[str, ...], methods: tuple[str, ...], alphas: tuple[str, ...]
 ) -> list[Cell]:
-    """Every (model, language, method, α) cell, in a deterministic order; baselines once, without α."""
+    """Every (model, language, method, α) cell, in a deterministic order; baselines once, without α; an entry with
+    its own ``=α`` once, at that α."""
     cells: list[Cell] = []
     for model in models:
         for lang in languages:
-            for name in methods:
-                base, aware = split_variant(name)
-                method = METHODS[base]
-                if method.has_alpha:  # one cell per α; the others once, without α
-                    cells.extend(
-                        Cell(model=model, language=lang, method=method.name, alpha=parse_alpha(a), position_aware=aware)
-                        for a in alphas
+            for entry in methods:
+                v = parse_variant(entry)
+                method = METHODS[v.method]
+                # one cell per α (its own, or the axis'); the others once, without α
+                for alpha in ((v.alpha,) if v.alpha else alphas) if method.has_alpha else ("",):
+                    cells.append(
+                        Cell(
+                            model=model,
+                            language=lang,
+                            method=method.name,
+                            alpha=parse_alpha(alpha) if alpha else None,
+                            position_aware=v.position_aware,
+                            bridge=v.bridge,
+                        )
                     )
-                else:
-                    cells.append(Cell(model=model, language=lang, method=method.name, alpha=None, position_aware=aware))
     return cells
 
 

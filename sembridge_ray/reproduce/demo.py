@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -151,12 +151,12 @@ def _record(root: Path) -> dict[str, dict[str, JSONValue]]:
         return {}
 
 
-def asset_changes(root: Path, demo: DemoSettings) -> list[str]:
+def asset_changes(root: Path, demo: DemoSettings, names: Iterable[str] | None = None) -> list[str]:
     """``key: old → new`` for each setting a built asset was built from that differs from ``demo``, and
     ``<asset> version: old → new`` for an asset whose construction changed (read-only); [] when the assets are
     absent or match. An asset built without a record (an older version) differs in every key."""
     record, changes = _record(root), list[str]()
-    for name, asset in ASSETS.items():
+    for name, asset in _chosen(names):
         if not _built(root, asset):
             continue
         built = record.get(name, {})
@@ -167,9 +167,10 @@ def asset_changes(root: Path, demo: DemoSettings) -> list[str]:
     return changes
 
 
-def check_assets(root: Path, demo: DemoSettings, overwrite: bool) -> None:
-    """Refuse (an :class:`InputError` naming the keys) assets built from other settings, unless ``overwrite``."""
-    changes = asset_changes(root, demo)
+def check_assets(root: Path, demo: DemoSettings, overwrite: bool, names: Iterable[str] | None = None) -> None:
+    """Refuse (an :class:`InputError` naming the keys) assets built from other settings, unless ``overwrite``
+    (``names``: only those assets; default every one)."""
+    changes = asset_changes(root, demo, names)
     if changes and not overwrite:
         raise InputError(
             f"the demo's assets in {root} were built with other settings ({'; '.join(changes)}); rerun with "
@@ -179,13 +180,13 @@ def check_assets(root: Path, demo: DemoSettings, overwrite: bool) -> None:
         log.warning("--overwrite: rebuilding the demo's assets in %s (%s)", root, "; ".join(changes))
 
 
-def build_assets(root: Path, demo: DemoSettings) -> dict[str, Path]:
+def build_assets(root: Path, demo: DemoSettings, names: Iterable[str] | None = None) -> dict[str, Path]:
     """Build every asset that is missing or was built from other settings, each atomically and recorded right
     after it is built (so a crash never leaves an asset recorded with settings it was not built from); the caller
     has checked :func:`asset_changes` and that the user allowed a rebuild."""
     root = Path(root)
     record, paths = _record(root), {}
-    for name, asset in ASSETS.items():
+    for name, asset in _chosen(names):
         paths[name] = root / asset.path
         want = asset_settings(asset, demo)
         if record.get(name) != want or not _built(root, asset):
@@ -204,6 +205,10 @@ def build_asset(root: Path, name: str, demo: DemoSettings) -> Path:
     asset.build(path, demo)
     mark_asset(path, asset.known, asset.what)
     return path
+
+
+def _chosen(names: Iterable[str] | None) -> list[tuple[str, Asset]]:
+    return [(n, ASSETS[n]) for n in names] if names is not None else list(ASSETS.items())
 
 
 def _built(root: Path, asset: Asset) -> bool:

@@ -88,13 +88,52 @@ def paper_assets(cfg: ReproduceConfig) -> Assets:
     return Assets(models=models, tokenizers=cfg.tokenizer_per_language(), specs=specs, dev=dev)
 
 
-def demo_files(cfg: ReproduceConfig) -> dict[str, Path]:
+def demo_files(cfg: ReproduceConfig, names: tuple[str, ...] | None = None) -> dict[str, Path]:
     """The miniature's deterministic inputs under ``<output>/assets`` (the retrieval set, training pairs, the target
-    tokenizer and the untrained MiniLM SPLADE), built when missing, and rebuilt under ``--overwrite`` when built
-    from other ``demo.*`` settings (:func:`~sembridge_ray.reproduce.demo.check_assets` refused it otherwise)."""
+    tokenizer and the untrained MiniLM SPLADE; ``names``: only those), built when missing, and rebuilt under
+    ``--overwrite`` when built from other ``demo.*`` settings (:func:`~sembridge_ray.reproduce.demo.check_assets`
+    refused it otherwise)."""
     root = Path(cfg.output) / "assets"
-    demo.check_assets(root, cfg.demo, cfg.overwrite)
-    return demo.build_assets(root, cfg.demo)
+    demo.check_assets(root, cfg.demo, cfg.overwrite, names)
+    return demo.build_assets(root, cfg.demo, names)
+
+
+XLING_ASSETS = ("untrained", "source_pairs")
+"""What the cross-lingual miniature builds under ``<output>/assets``: the untrained MiniLM SPLADE and the English
+SICK + STS pairs its source also trains on (its retrieval sets and tokenizers are bundled)."""
+XLING_SOURCE_LANGUAGE = "en"
+
+
+def xling_specs(cfg: ReproduceConfig, lang: str) -> tuple[str, str]:
+    """(retrieval set, training set) of one language of the cross-lingual miniature: XQuAD (``xquad_dir`` when
+    given), KorQuAD for Korean; Chinese and Arabic also train on CMRC 2018 and ARCD."""
+    if lang == "ko" and not (cfg.xquad_dir and (Path(cfg.xquad_dir) / "xquad.ko.json").is_file()):
+        spec = "korquad:ko"
+    else:
+        spec = f"xquad:{lang}" + (f"@{cfg.xquad_dir}" if cfg.xquad_dir else "")
+    extra = {"zh": "cmrc2018:zh", "ar": "arcd:ar"}.get(lang)
+    return spec, spec + (f"+{extra}" if extra else "")
+
+
+def xling_assets(cfg: ReproduceConfig, files: dict[str, Path], identify: Identities, result: Plan) -> Assets:
+    """The cross-lingual miniature's cells' inputs, and its source stages (in ``result.assets``): the untrained
+    MiniLM SPLADE trained on English XQuAD training articles plus the bundled English pairs, scored on English
+    XQuAD test (the level a transfer would ideally recover) and, as every source, on its development articles."""
+    english = f"xquad:{XLING_SOURCE_LANGUAGE}"
+    train = f"{english}+{files['source_pairs']}"
+    source, source_eval = source_stages(cfg, files["untrained"], train, english, identify)
+    result.assets = [source, source_eval]
+    source_model = f"{source.output}/{MODEL}"
+    identify.known[source_model] = f"{source.ref}/{MODEL}"
+    tokenizers = cfg.xling_tokenizers()
+    specs = {("xquad", lang): xling_specs(cfg, lang) for lang in tokenizers}
+    if cfg.finetune.eval:  # the user's development set, for every cell and the source
+        dev, devs = DevSet(spec=cfg.finetune.eval, split=cfg.finetune.eval_split), {}
+    else:  # each language's own development articles, English's for the source
+        split = cfg.finetune.eval_split
+        dev = DevSet(spec=english, split=split)
+        devs = {lang: DevSet(spec=specs[("xquad", lang)][0], split=split) for lang in tokenizers}
+    return Assets(models={DEMO_MODEL: source_model}, tokenizers=tokenizers, specs=specs, dev=dev, devs=devs)
 
 
 def plan(
@@ -119,6 +158,9 @@ def plan(
             specs={(DEMO_DATASET, lang): (str(files["beir"]), str(files["sick_train"])) for lang in tokenizers},
             dev=DevSet(spec=cfg.finetune.eval or str(files["dev"]), split=cfg.finetune.eval_split),
         )
+    elif cfg.assets == "xling":
+        files = files or demo_files(cfg, XLING_ASSETS)
+        assets = xling_assets(cfg, files, identify, result)
     else:
         assets = paper_assets(cfg)
     result.sources = source_dev_stages(cfg, assets, gpus, identify)

@@ -142,6 +142,8 @@ def dry_run(cfg: ReproduceConfig) -> Plan:
     if cfg.assets == "bundled":  # the miniature builds its target tokenizer itself
         built = f"{cfg.output}/assets/target-bpe (built: byte-level BPE)"
         tokenizers = {DEMO_LANGUAGE: built, **cfg.demo_tokenizers()}  # refuses what the run refuses
+    elif cfg.assets == "xling":
+        tokenizers = cfg.xling_tokenizers()
     else:
         tokenizers = cfg.tokenizer_per_language()
     optim = cfg.finetune.optim

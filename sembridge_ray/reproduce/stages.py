@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -82,12 +82,17 @@ class DevSet:
 @dataclass(frozen=True, kw_only=True)
 class Assets:
     """Where a cell's inputs come from: model and tokenizer names or paths, (eval, train) dataset specs per
-    (dataset, language), and the development set (None: fine-tuning is not scored while it trains)."""
+    (dataset, language), and the development set (None: fine-tuning is not scored while it trains): ``dev`` for
+    every cell and the source models, ``devs`` per language where each language has its own."""
 
     models: dict[str, str]
     tokenizers: dict[str, str]
     specs: dict[tuple[str, str], tuple[str, str]]
     dev: DevSet | None = None
+    devs: dict[str, DevSet] = field(default_factory=dict)
+
+    def dev_for(self, language: str) -> DevSet | None:
+        return self.devs.get(language, self.dev)
 
 
 Identify = Callable[[str, str], str]
@@ -103,6 +108,8 @@ def cell_stages(cfg: ReproduceConfig, cell: Cell, assets: Assets, gpus: float, i
         cfg.init,
         source_model=source,
         target_tokenizer=tokenizer,
+        bridge_model=cell.bridge or cfg.init.bridge_model,
+        language=cfg.init.language or (cell.language if cfg.assets == "xling" else ""),
         method=cell.method,
         position_aware=cell.position_aware or cfg.init.position_aware,
         alpha=cell.alpha if cell.alpha is not None else cfg.init.alpha,
@@ -144,9 +151,9 @@ def cell_stages(cfg: ReproduceConfig, cell: Cell, assets: Assets, gpus: float, i
             document_length=cfg.evaluate.max_doc_length,
         )
         ft_inputs = {"model": model, "train": identify("dataset", train_spec)}
-        if assets.dev is not None:
-            ft_cfg = replace(ft_cfg, eval=assets.dev.spec, eval_split=assets.dev.split)
-            ft_inputs["eval"] = identify("dataset", assets.dev.spec)
+        if (dev := assets.dev_for(cell.language)) is not None:
+            ft_cfg = replace(ft_cfg, eval=dev.spec, eval_split=dev.split)
+            ft_inputs["eval"] = identify("dataset", dev.spec)
         finetune = Stage(name=f"{dataset}/finetune", job="finetune", cfg=ft_cfg, inputs=ft_inputs)
         tuned = replace(evaluate, model=f"{ft_cfg.output}/{MODEL}", output=str(paths.eval(dataset, STAGES[1])))
         stages += [
@@ -162,10 +169,11 @@ def cell_stages(cfg: ReproduceConfig, cell: Cell, assets: Assets, gpus: float, i
 
 
 def source_stages(
-    cfg: ReproduceConfig, untrained: Path, pairs: Path, beir: Path, identify: Identify
+    cfg: ReproduceConfig, untrained: Path, pairs: str | Path, beir: str | Path, identify: Identify
 ) -> tuple[Stage, Stage]:
-    """The demo's source encoder: a brief fine-tuning of the untrained MiniLM SPLADE, and its evaluation with its
-    own tokenizer (the level a transfer would ideally recover)."""
+    """A miniature's source encoder: a brief fine-tuning of the untrained MiniLM SPLADE on ``pairs`` (a training
+    set spec), and its evaluation with its own tokenizer on ``beir`` (a dataset spec; the level a transfer would
+    ideally recover)."""
     root = Path(cfg.output) / "assets"
     optim = replace(
         cfg.finetune.optim, max_steps=cfg.demo.source_steps, batch_size=cfg.demo.source_batch, lr=cfg.demo.source_lr

@@ -79,7 +79,7 @@ def test_booleans_are_pairs_lists_are_lists_and_required_flags_say_so(capsys: py
         cli.run("reproduce", ["--help"])
     text = capsys.readouterr().out
     assert "--overwrite, --no-overwrite" in text and "--dry-run, --no-dry-run" in text
-    assert "--languages LANGUAGES[,...]" in text and "--datasets {webfaq,miracl,sick}[,...]" in text
+    assert "--languages LANGUAGES[,...]" in text and "--datasets {webfaq,miracl,sick,xquad}[,...]" in text
     required = text.split("required flags")[1].split("\nflags:")[0]
     assert "--output OUTPUT" in required and "--methods" not in required
     for job in JOBS:  # an empty choice ("" = none) is the default's to show, never a choice of its own

@@ -21,9 +21,9 @@ from sembridge_ray.jobs import JOBS, PRESET_DIR, job_spec, load_preset_file
 from sembridge_ray.jobs.finetune import FinetuneConfig
 from sembridge_ray.jobs.init import InitConfig
 from sembridge_ray.jobs.malstm import MalstmConfig
-from sembridge_ray.jobs.reproduce import ReproduceConfig
+from sembridge_ray.jobs.reproduce import ReproduceConfig, parse_variant
 from sembridge_ray.reproduce import demo
-from sembridge_ray.reproduce.grid import Identities, plan
+from sembridge_ray.reproduce.grid import XLING_ASSETS, Identities, plan
 
 
 def exempt(key: str, not_identity: tuple[str, ...]) -> bool:
@@ -155,12 +155,13 @@ def stage_fingerprints(cfg: ReproduceConfig, files: dict[str, Path]) -> dict[str
     """Everything a reproduction's results depend on: each planned stage's identity and the demo assets' record."""
     planned = plan(cfg, 0.0, files=files, identify=Identities(compute=lambda kind, name: f"{kind}:{name}"))
     found: dict[str, Any] = {f"{c}/{s.name}": s.identity.fingerprint for c, s in planned.all_stages()}
-    if cfg.preset == "demo":
-        found |= {f"assets/{n}": demo.asset_settings(a, cfg.demo) for n, a in demo.ASSETS.items()}
+    if cfg.preset in ("demo", "xling"):
+        names = demo.ASSETS if cfg.preset == "demo" else XLING_ASSETS
+        found |= {f"assets/{n}": demo.asset_settings(demo.ASSETS[n], cfg.demo) for n in names}
     return found | {f"failed/{c}": e for c, e in planned.failures.items()}
 
 
-@pytest.mark.parametrize("preset", ["paper", "demo", "quick", "settings", "convergence"])
+@pytest.mark.parametrize("preset", ["paper", "demo", "quick", "settings", "convergence", "xling"])
 def test_every_key_of_the_reproduction_reaches_a_stage_identity_or_is_documented(preset: str, tmp_path: Path) -> None:
     base = load_preset_file(PRESET_DIR / f"reproduce_{preset}.yaml")
     assert isinstance(base, ReproduceConfig)
@@ -190,8 +191,14 @@ def test_every_key_of_the_reproduction_reaches_a_stage_identity_or_is_documented
                 continue  # every planned stage's job declares it unused (e.g. WECHSEL's settings in a sembridge grid)
         if base.preset == "paper" and section == "demo":
             continue  # the miniature's settings do nothing on the hub's assets (DemoSettings says so)
-        if base.preset == "demo" and key == "miracl_mirror":
+        if base.preset in ("demo", "xling") and key == "miracl_mirror":
             continue  # only the paper preset's MIRACL cells read it
+        if base.preset == "xling" and key in ("demo.test_pairs", "demo.target_vocab"):
+            continue  # the cross-lingual miniature builds neither the SICK retrieval set nor the BPE target
+        if section == "init" and any(name in METHODS[parse_variant(m).method].recipe for m in base.methods):
+            continue  # a listed method's recipe fixes it, so any other value is refused (the other presets cover it)
+        if base.preset != "xling" and key == "xquad_dir":
+            continue  # only the cross-lingual miniature reads XQuAD
         data = _nested_copy(base.to_dict())
         try:
             changed = ReproduceConfig.from_dict(set_key(data, key, perturbed(flatten(data)[key], tp, key)))

@@ -48,7 +48,7 @@ from tests.unit.test_outputs import snapshot
         (lambda: EvaluateConfig(run_tag="two words"), "must be one word"),
         (lambda: MalstmConfig(restarts=0), "restarts=0: must be >= 1"),
         (lambda: MalstmConfig.from_dict({"train": {"rho": "1.5"}}), "train.rho=1.5: must be in (0, 1)"),
-        (lambda: ReproduceConfig(methods=("sembridge", "nope")), "unknown method ['nope']"),
+        (lambda: ReproduceConfig(methods=("sembridge", "nope")), "unknown method 'nope'"),
         (lambda: ReproduceConfig(alphas=("0.5",)), "'0.5' is not a number >= 1"),
         (lambda: FinetuneConfig.from_dict({"optim": {"lr": "inf"}}), "optim.lr=inf: must be a finite number"),
         (lambda: FinetuneConfig.from_dict({"optim": {"lr": "10"}}), "optim.lr=10.0: must be <= 1"),

@@ -442,3 +442,83 @@ def test_the_dry_run_predicts_which_stages_a_run_would_refuse(
     assert f"  {cell.name}/init: alpha: 2.0 → 4.0" in table and "1 refused" in table
     assert reproduce.main([*args, "--json", "--overwrite"]) == 0
     assert json.loads(capsys.readouterr().out)["cells"][0]["stages"]["init"] == "todo"
+
+
+def test_the_cross_lingual_preset_plans_every_language_with_its_own_sets_and_the_controls(tmp_path: Path) -> None:
+    """xling: per language its tokenizer, XQuAD (KorQuAD for ko) test to score, its training articles (plus CMRC or
+    ARCD) to fine-tune on, its development articles while it trains; the English source trained and scored on
+    English XQuAD; sembridge at α 4 and 2 once each, and the wrong-bridge control through MiniLM."""
+    from sembridge_ray.jobs.init import InitConfig
+
+    cfg, _ = parse_config(ReproduceConfig, ["--preset", "xling"], job="reproduce")
+    planned, files = _planned(cfg, tmp_path)
+    assert len(planned.cells) == 5 * 10 and not planned.failures
+    source, source_eval = planned.assets
+    assert isinstance(source.cfg, FinetuneConfig)
+    assert source.cfg.train == f"xquad:en+{files['source_pairs']}" and source.cfg.model == str(files["untrained"])
+    assert (_evaluate(source_eval).dataset, _evaluate(source_eval).split) == ("xquad:en", "test")
+    (source_dev,) = planned.sources
+    assert (_evaluate(source_dev).dataset, _evaluate(source_dev).split) == ("xquad:en", "dev")
+    for lang, (spec, train) in {
+        "zh": ("xquad:zh", "xquad:zh+cmrc2018:zh"),
+        "ar": ("xquad:ar", "xquad:ar+arcd:ar"),
+        "ko": ("korquad:ko", "korquad:ko"),
+        "ru": ("xquad:ru", "xquad:ru"),
+    }.items():
+        stages = planned.cells[f"minilm-splade__{lang}__sembridge__a4"]
+        init, _, tune, _ = (s.cfg for s in stages)
+        assert isinstance(init, InitConfig) and isinstance(tune, FinetuneConfig)
+        assert (init.target_tokenizer, init.bridge_model, init.language, init.copy_overlap) == (
+            f"tok-{lang}",
+            "me5",
+            lang,
+            True,
+        )
+        assert (_evaluate(stages[1]).dataset, _evaluate(stages[3]).dataset) == (spec, spec)
+        assert (tune.train, tune.eval, tune.eval_split) == (train, spec, "dev")
+    alphas = sorted(
+        (s[0].cfg.alpha, s[0].cfg.bridge_model)  # type: ignore[attr-defined]
+        for name, s in planned.cells.items()
+        if name.split("__")[2] in ("sembridge", "sembridge@minilm") and name.startswith("minilm-splade__ar__")
+    )
+    assert alphas == [(2.0, "me5"), (4.0, "me5"), (4.0, "minilm")]
+
+
+def test_the_cross_lingual_preset_runs_any_language_given_its_tokenizer_and_xquad_dir(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A language outside the five: its tokenizer (target_tokenizers) and its XQuAD-format file (xquad_dir)."""
+    from tests.conftest import error_lines
+
+    xquad = tmp_path / "xquad"
+    xquad.mkdir()
+    (xquad / "xquad.de.json").write_text("{}")
+    args = ["--preset", "xling", "--languages", "de", "--methods", "sembridge,random", "--output", str(tmp_path / "o")]
+    assert reproduce.main([*args, "--dry-run"]) == 2
+    assert "language 'de' has no bundled tokenizer" in error_lines(capsys)[0]
+    args += ["target_tokenizers=de=/tok/de", f"xquad_dir={xquad}"]
+    cfg, _ = parse_config(ReproduceConfig, args, flags=job_spec("reproduce").flags, job="reproduce")
+    planned, _ = _planned(cfg, tmp_path / "o")
+    assert sorted(planned.cells) == ["minilm-splade__de__random", "minilm-splade__de__sembridge__a4"]
+    init, zero, tune, _ = (s.cfg for s in planned.cells["minilm-splade__de__sembridge__a4"])
+    assert init.target_tokenizer == "/tok/de" and zero.dataset == f"xquad:de@{xquad}"
+    assert (tune.train, tune.eval_split) == (f"xquad:de@{xquad}", "dev")
+
+
+def test_method_entries_take_their_own_bridge_and_alpha() -> None:
+    cells = expand(("m",), ("ko",), ("sembridge", "sembridge=2", "sembridge@minilm", "focus"), ("4", "1"))
+    assert [c.name for c in cells] == [
+        "m__ko__sembridge__a4",
+        "m__ko__sembridge__a1",
+        "m__ko__sembridge__a2",
+        "m__ko__sembridge@minilm__a4",
+        "m__ko__sembridge@minilm__a1",
+        "m__ko__focus",
+    ]
+    from sembridge_ray.reproduce.compare import reference_cell
+
+    reference = reference_cell(cells)
+    assert reference is not None and reference.name == "m__ko__sembridge__a4"
+    for bad, said in (("fvt@minilm", "'@BRIDGE' needs a method"), ("focus=2", "'=ALPHA' needs a method with an α")):
+        with pytest.raises(ConfigError, match=said):
+            ReproduceConfig(methods=(bad,))

@@ -8,6 +8,8 @@
 #                                              contracts (CI runs it)
 #   bash cluster/local.sh demo [job args]      set up .venv, start a private loopback Ray head unless RAY_ADDRESS is
 #                                              set, submit the demo with `ray job submit`, print its result
+#   bash cluster/local.sh xling [job args]     the same for the cross-lingual miniature (reproduce --preset xling:
+#                                              English to ar zh hi ko ru; output in $XLING_OUTPUT, default outputs/xling)
 #   bash cluster/local.sh job -- CMD [ARGS]    the same head, any entrypoint (e.g. -- python -m jobs.evaluate ...)
 #   bash cluster/local.sh setup                only create or refresh .venv
 #   bash cluster/local.sh gpu-check [--skip-install] [args]
@@ -19,7 +21,7 @@
 # stopped (never `ray stop`, which stops every Ray cluster of the user on the machine). Without RAY_ADDRESS the
 # script never submits to a head it did not start. Submissions wait until the head's job agent accepts them.
 #
-# Environment: PYTHON (interpreter for the venv, >= 3.11), DEMO_OUTPUT (default outputs/demo),
+# Environment: PYTHON (interpreter for the venv, >= 3.11), DEMO_OUTPUT (default outputs/demo), XLING_OUTPUT,
 # RAY_ADDRESS (submit to that cluster instead), HF_HUB_OFFLINE (default 1 here: nothing is fetched).
 set -euo pipefail
 
@@ -233,6 +235,14 @@ run_demo() {
   echo "[local.sh] demo complete: $out"
 }
 
+run_xling() {
+  local out="${XLING_OUTPUT:-outputs/xling}"
+  case "$out" in /*) ;; *) out="$ROOT/$out" ;; esac
+  with_cluster python -m jobs.reproduce --preset xling --output "$out" "$@"
+  [ -f "$out/results.csv" ] || { echo "error: the xling job wrote no results ($out/results.csv missing)" >&2; exit 1; }
+  echo "[local.sh] xling complete: $out"
+}
+
 gpu_check() {
   # The GPU test comes first, so CI calls this for nothing where there is no GPU.
   if ! has_gpu; then
@@ -251,9 +261,10 @@ case "${1:-}" in
   quick) shift; run_quick "$@" ;;
   check) run_checks ;;
   demo) shift; run_demo "$@" ;;
+  xling) shift; run_xling "$@" ;;
   job) shift; [ "${1:-}" = "--" ] && shift; [ $# -gt 0 ] || { echo "usage: local.sh job -- CMD [ARGS]" >&2; exit 2; }
        with_cluster "$@" ;;
   setup) setup ;;
   gpu-check) shift; gpu_check "$@" ;;
-  *) echo "usage: bash cluster/local.sh {quick|test|check|demo|job|setup|gpu-check} [args]" >&2; exit 2 ;;
+  *) echo "usage: bash cluster/local.sh {quick|test|check|demo|xling|job|setup|gpu-check} [args]" >&2; exit 2 ;;
 esac

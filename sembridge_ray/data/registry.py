@@ -61,6 +61,8 @@ class Source:
     """The split the evaluate job scores as a test; never a development set (MIRACL's public ``dev``)."""
     mirror: bool = False
     """Takes ``@DIR``: a local copy instead of the bundled or hub files."""
+    corpus_per_split: bool = False
+    """Each split has its own corpus (the sentences of its own articles), not one corpus shared by every split."""
 
 
 def _path_identity(path: Path) -> str:
@@ -102,6 +104,7 @@ def _squad_source(name: str) -> Source:
         languages=table.languages,
         splits=table.splits,
         mirror=table.mirror,
+        corpus_per_split=True,
     )
 
 
@@ -177,6 +180,17 @@ def dataset_identity(spec: str) -> str:
         else:
             found.append(SOURCES[parsed.source].identity(parsed))
     return " + ".join(found)
+
+
+def corpus_split(spec: str, split: str) -> str:
+    """``split`` where the corpus ``spec`` searches in that split is its own (what an encoding of it is keyed by),
+    "" where every split shares one corpus (a BEIR directory, WebFAQ, MIRACL)."""
+    try:
+        parsed = parse(spec)
+    except InputError:
+        return ""
+    source = SOURCES.get(parsed.source)
+    return split if source is not None and source.corpus_per_split else ""
 
 
 def is_test_split(spec: str, split: str) -> bool:

@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 import ray
 
 from sembridge_ray.config import write_config
-from sembridge_ray.data.registry import load_retrieval
+from sembridge_ray.data.registry import corpus_split, load_retrieval
 from sembridge_ray.data.retrieval import RetrievalData
 from sembridge_ray.data.schema import ID, TEXT
 from sembridge_ray.distributed import cluster
@@ -99,7 +99,9 @@ def run_evaluate(cfg: EvaluateConfig, inputs: dict[str, str] | None = None) -> E
         clock = _Clock()
         key = fingerprint(identity.inputs["model"], identity.inputs["dataset"])
         cache = Path(cfg.cache_dir) if cfg.cache_dir else work / "cache"
-        docs, docs_hit = encode_corpus(cfg, model, data, key, cache, pinned)
+        # one corpus encoding serves every split, except where each split has its own corpus (XQuAD's articles)
+        corpus = fingerprint(key, own) if (own := corpus_split(spec, data.split)) else key
+        docs, docs_hit = encode_corpus(cfg, model, data, corpus, cache, pinned)
         clock.lap("encode_docs")
         qids = sorted(q for q in data.qrels if q in data.queries)
         queries, queries_hit = encode_queries(cfg, model, data, qids, fingerprint(key, data.split), cache, pinned)

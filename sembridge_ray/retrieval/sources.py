@@ -1,11 +1,12 @@
 """What an evaluation reads, resolved and fingerprinted: the model, the dataset, and cached encodings.
 
 Encodings are cached under ``<cache>/<kind>-<fingerprint>/vectors/``. The fingerprint covers the model and the
-dataset by their identities (:mod:`sembridge_ray.identity`: content, or the run that wrote them), the split
-(queries only: one corpus encoding serves every split), the maximum length and the pruning. Each entry is a
-:mod:`sembridge_ray.cache` entry: its manifest holds the sha256 of every vector file, checked on every reuse
-before the files are served (streamed, at about 0.9 GB/s here: about a second per GB of encodings, against the
-minutes to hours of encoding it saves), so a damaged encoding is set aside and re-encoded rather than searched.
+dataset by their identities (:mod:`sembridge_ray.identity`: content, or the run that wrote them), the split (of
+the queries; of the corpus only where each split has its own, ``registry.corpus_split``), the maximum length and
+the pruning. Each entry is a :mod:`sembridge_ray.cache` entry: its manifest holds the sha256 of every vector file,
+checked on every reuse before the files are served (streamed, at about 0.9 GB/s here: about a second per GB of
+encodings, against the minutes to hours of encoding it saves), so a damaged encoding is set aside and re-encoded
+rather than searched.
 Two evaluations of the same model and corpus that encode at once publish one entry and both use it.
 """
 

@@ -236,3 +236,24 @@ def test_small_input_in_the_driver_equals_the_actors(
     assert decided == [True, True]  # the documents, the queries
     assert metrics["cache"] == {"docs": False, "queries": False} and metrics["shards"] == first_run[1]["shards"]
     assert _artefacts(tmp_path / "driver") == _artefacts(Path(cfg.output))  # run.trec, per_query.tsv, metrics
+
+
+def test_a_dataset_whose_splits_have_their_own_corpus_never_serves_one_splits_encoding_to_another(
+    ray_cluster: cluster.ClusterInfo, fixtures_root: Path, tmp_path: Path
+) -> None:
+    """XQuAD's dev and test search the sentences of different articles: dev then test through one cache scores test
+    as an evaluation of test alone does, and every judged sentence is in the corpus searched."""
+    dev = EvaluateConfig(
+        model=str(fixtures_root / "bert-splade"),
+        dataset="xquad:en",
+        split="dev",
+        output=str(tmp_path / "dev"),
+        cache_dir=str(tmp_path / "cache"),
+        resources=ResourceConfig(workers=1),
+    )
+    test = replace(dev, split="test", output=str(tmp_path / "test"))
+    alone = replace(test, output=str(tmp_path / "alone"), cache_dir=str(tmp_path / "own-cache"))
+    scores = [run_evaluate(cfg).metrics for cfg in (dev, test, alone)]
+    assert [m["unknown_qrels_docs"] for m in scores] == [0, 0, 0]
+    assert scores[1]["cache"]["docs"] is False
+    assert scores[1]["nDCG@10"] == scores[2]["nDCG@10"]

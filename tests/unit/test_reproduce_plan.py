@@ -17,6 +17,7 @@ from sembridge_ray.config import ConfigError
 from sembridge_ray.jobs import job_spec
 from sembridge_ray.jobs.evaluate import EvaluateConfig
 from sembridge_ray.jobs.finetune import FinetuneConfig
+from sembridge_ray.jobs.init import InitConfig
 from sembridge_ray.jobs.reproduce import ReproduceConfig
 from sembridge_ray.reproduce import demo
 from sembridge_ray.reproduce import grid as driver
@@ -501,6 +502,7 @@ def test_the_cross_lingual_preset_runs_any_language_given_its_tokenizer_and_xqua
     planned, _ = _planned(cfg, tmp_path / "o")
     assert sorted(planned.cells) == ["minilm-splade__de__random", "minilm-splade__de__sembridge__a4"]
     init, zero, tune, _ = (s.cfg for s in planned.cells["minilm-splade__de__sembridge__a4"])
+    assert isinstance(init, InitConfig) and isinstance(zero, EvaluateConfig) and isinstance(tune, FinetuneConfig)
     assert init.target_tokenizer == "/tok/de" and zero.dataset == f"xquad:de@{xquad}"
     assert (tune.train, tune.eval_split) == (f"xquad:de@{xquad}", "dev")
 

@@ -97,7 +97,7 @@ def refresh(cfg: ReproduceConfig, failures: dict[str, str] | None = None, final:
         failures = json.loads((out / "failures.json").read_text()) if (out / "failures.json").is_file() else {}
     rows = results.collect(out, cells, cfg.datasets)
     results.write_csv(rows, out / "results.csv")
-    text = results.markdown(rows, cfg.languages, failures)
+    text = results.markdown(rows, cfg.languages, failures) + results.convergence_markdown(rows, cfg.languages)
     if final:
         paired = compare.comparisons(out, cells, cfg.datasets)
         results.write_csv(paired, out / "comparisons.csv", compare.COLUMNS)

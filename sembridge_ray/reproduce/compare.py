@@ -89,16 +89,23 @@ def paired_test(method: np.ndarray, reference: np.ndarray, resamples: int = 10_0
 
 
 def comparisons(output: Path, cells: Sequence[Cell], datasets: Sequence[str]) -> list[PairedRow]:
-    """One row per non-reference cell with a finished evaluation whose reference is finished too."""
+    """One row per non-reference cell with a finished evaluation whose reference is finished too; and where a
+    method is compared in more than one language, one pooled row (language :data:`POOLED`) over all their queries."""
     groups: dict[tuple[str, str], list[Cell]] = {}
     for cell in cells:
         groups.setdefault((cell.model, cell.language), []).append(cell)
     rows: list[PairedRow] = []
     for dataset in datasets:
         for stage in STAGES:
-            for members in groups.values():
-                rows += _against_reference(output, members, dataset, stage)
+            found = [
+                pair for members in groups.values() for pair in _against_reference(output, members, dataset, stage)
+            ]
+            rows += [row for row, _ in found] + _pooled(found)
     return rows
+
+
+POOLED = "all"
+"""The ``language`` of a row that pools a model's languages: every compared query of each, together."""
 
 
 def reference_cell(members: Sequence[Cell]) -> Cell | None:
@@ -108,14 +115,17 @@ def reference_cell(members: Sequence[Cell]) -> Cell | None:
     return next((c for c in released if c.alpha == 4), released[0] if released else None)
 
 
-def _against_reference(output: Path, members: list[Cell], dataset: str, stage: str) -> list[PairedRow]:
-    """Every cell of one (model, language) against :func:`reference_cell`, on one dataset and stage."""
+def _against_reference(
+    output: Path, members: list[Cell], dataset: str, stage: str
+) -> list[tuple[PairedRow, np.ndarray]]:
+    """Every cell of one (model, language) against :func:`reference_cell`, on one dataset and stage: its row and
+    its per-query differences."""
     reference = reference_cell(members)
     if reference is None or not (ref_file := cell_paths(output, reference).eval(dataset, stage) / PER_QUERY).is_file():
         return []
     ref = read_per_query(ref_file)
     qids = sorted(ref)
-    rows: list[PairedRow] = []
+    found: list[tuple[PairedRow, np.ndarray]] = []
     for cell in members:
         path = cell_paths(output, cell).eval(dataset, stage) / PER_QUERY
         if cell == reference or not path.is_file():
@@ -123,21 +133,43 @@ def _against_reference(output: Path, members: list[Cell], dataset: str, stage: s
         other = read_per_query(path)
         if sorted(other) != qids:  # different qrels: nothing to pair
             continue
-        test = paired_test(np.array([other[q] for q in qids]), np.array([ref[q] for q in qids]))
-        rows.append(
-            {
-                "model": cell.model,
-                "language": cell.language,
-                "dataset": dataset,
-                "stage": stage,
-                "method": cell.variant,
-                "alpha": cell.alpha_label,
-                "reference": reference.name,
-                "n_queries": len(qids),
-                **test,
-            }
-        )
-    return rows
+        diff = np.array([other[q] - ref[q] for q in qids])
+        row: PairedRow = {
+            "model": cell.model,
+            "language": cell.language,
+            "dataset": dataset,
+            "stage": stage,
+            "method": cell.variant,
+            "alpha": cell.alpha_label,
+            "reference": reference.name,
+            "n_queries": len(qids),
+            **paired_test(diff, np.zeros_like(diff)),
+        }
+        found.append((row, diff))
+    return found
+
+
+def _pooled(found: list[tuple[PairedRow, np.ndarray]]) -> list[PairedRow]:
+    """Per (model, method, α) compared in more than one language: the test over the differences of every compared
+    query of all of them (each against its own language's reference)."""
+    by_variant: dict[tuple[str, str, str], list[tuple[PairedRow, np.ndarray]]] = {}
+    for compared, diff in found:
+        by_variant.setdefault((compared["model"], compared["method"], compared["alpha"]), []).append((compared, diff))
+    pooled: list[PairedRow] = []
+    for members in by_variant.values():
+        if len(members) < 2:
+            continue
+        diff = np.concatenate([d for _, d in members])
+        first = members[0][0]
+        row: PairedRow = {
+            **first,
+            "language": POOLED,
+            "reference": "the reference of each language",
+            "n_queries": len(diff),
+            **paired_test(diff, np.zeros_like(diff)),
+        }
+        pooled.append(row)
+    return pooled
 
 
 def markdown(rows: Sequence[PairedRow]) -> str:

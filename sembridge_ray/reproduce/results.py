@@ -149,3 +149,43 @@ def markdown(
     if failures:
         out += ["## Failed cells", ""] + [f"- `{name}`: {err}" for name, err in sorted(failures.items())] + [""]
     return "\n".join(out)
+
+
+def convergence_markdown(rows: Sequence[Mapping[str, str | float]], languages: Sequence[str]) -> str:
+    """A results.md section where fine-tuning was scored on a development set as it trained: per dataset and
+    model, rows method(α), columns languages, each cell ``final · steps to 95% · AUC`` of the dev curve, and the
+    mean AUC (the mean dev score across training: higher = better and sooner)."""
+    tuned = [r for r in rows if r["stage"] == STAGES[1] and r.get("dev_auc") not in ("", None)]
+    if not tuned:
+        return ""
+    out = [
+        "## Convergence (development nDCG@10 while fine-tuning: final · steps to 95% of final · AUC)",
+        "",
+    ]
+    groups: dict[tuple[str, str], dict[tuple[str, str], dict[str, Mapping[str, str | float]]]] = defaultdict(
+        lambda: defaultdict(dict)
+    )
+    for r in tuned:
+        groups[(str(r["dataset"]), str(r["model"]))][(str(r["method"]), str(r["alpha"]))][str(r["language"])] = r
+    for (dataset, model), table in sorted(groups.items()):
+        out += [
+            f"### {dataset} — {model}",
+            "",
+            "| method | " + " | ".join(languages) + " | mean AUC |",
+            "|---|" + "---|" * len(languages) + "---:|",
+        ]
+        for (method, alpha), by_lang in sorted(table.items()):
+            cells, aucs = [], []
+            for lang in languages:
+                found = by_lang.get(lang)
+                if found is None:
+                    cells.append("–")
+                    continue
+                aucs.append(float(found["dev_auc"]))
+                steps = found["steps_to_95"]
+                cells.append(f"{_fmt(float(found['dev_final']))} · {steps if steps != '' else '–'} · {_fmt(aucs[-1])}")
+            mean = sum(aucs) / len(aucs) if len(aucs) == len(languages) else math.nan
+            label = f"{method} (α={alpha})" if alpha else method
+            out.append(f"| {label} | " + " | ".join(cells) + f" | {_fmt(mean)} |")
+        out.append("")
+    return "\n".join(out)

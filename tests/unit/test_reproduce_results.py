@@ -74,6 +74,27 @@ def test_tables_and_comparisons_from_stage_directories(tmp_path: Path) -> None:
     assert "| miracl | zero-shot | m | ko | mean | -0.500 |" in compare.markdown(paired)
 
 
+def test_a_method_compared_in_several_languages_is_also_tested_over_all_their_queries(tmp_path: Path) -> None:
+    """The pooled row tests the concatenated per-query differences, each against its own language's reference."""
+    cells = expand(("m",), ("ko", "ru"), ("sembridge", "mean"), ("4",))
+    scores = {
+        "m__ko__sembridge__a4": {"a": 0.8, "b": 0.6},
+        "m__ko__mean": {"a": 0.1, "b": 0.7},
+        "m__ru__sembridge__a4": {"x": 0.5, "y": 0.2, "z": 0.9},
+        "m__ru__mean": {"x": 0.4, "y": 0.2, "z": 0.3},
+    }
+    for cell in cells:
+        _stage(cell_paths(tmp_path, cell).eval("xquad", "zero_shot"), scores[cell.name])
+    rows = {r["language"]: r for r in compare.comparisons(tmp_path, cells, ["xquad"])}
+    assert sorted(rows) == ["all", "ko", "ru"]
+    diffs = np.array([0.1 - 0.8, 0.7 - 0.6, 0.4 - 0.5, 0.0, 0.3 - 0.9])
+    assert rows["all"]["n_queries"] == 5
+    assert rows["all"]["mean_diff"] == pytest.approx(diffs.mean())
+    expect = compare.paired_test(diffs, np.zeros(5))
+    assert (rows["all"]["ci_low"], rows["all"]["ci_high"]) == pytest.approx((expect["ci_low"], expect["ci_high"]))
+    assert rows["ko"]["mean_diff"] == pytest.approx(np.mean([0.1 - 0.8, 0.7 - 0.6]))
+
+
 OLD_COLUMNS = [
     "model", "language", "dataset", "method", "alpha", "stage", "ndcg@10", "r@100", "rr@10", "active_dims_q",
     "active_dims_d", "flops", "train_seconds", "train_steps", "cell",
@@ -119,3 +140,20 @@ def test_convergence_columns_leave_out_what_is_not_a_figure() -> None:
     flat = {"final": 0.5, "steps_to_95": 0, "auc": 0.5, "evaluations": 1}  # one evaluation: reached at step 0
     last = {"select": "last", "best": {"step": 20}, "convergence": flat}  # best is recorded, last is published
     assert results.convergence_columns(last) == {"dev_final": 0.5, "steps_to_95": 0, "dev_auc": 0.5, "best_step": ""}
+
+
+def test_the_convergence_table_shows_each_languages_dev_curve_figures_and_their_mean_auc() -> None:
+    def row(lang: str, method: str, final: float, steps: int | str, auc: float) -> dict[str, str | float]:
+        figures = {"dev_final": final, "steps_to_95": steps, "dev_auc": auc}
+        return {"dataset": "xquad", "model": "m", "language": lang, "method": method, "alpha": "", **figures}
+
+    rows = [
+        row("ko", "mean", 0.5, 8, 0.4) | {"stage": "finetuned"},
+        row("ru", "mean", 0.3, 0, 0.2) | {"stage": "finetuned"},
+        row("ko", "focus", 0.6, 4, 0.55) | {"stage": "finetuned"},
+        row("ko", "focus", 0.1, 0, 0.1) | {"stage": "zero_shot"},  # not a fine-tuning: no curve
+    ]
+    table = results.convergence_markdown(rows, ["ko", "ru"])
+    assert "| mean | 0.500 · 8 · 0.400 | 0.300 · 0 · 0.200 | 0.300 |" in table
+    assert "| focus | 0.600 · 4 · 0.550 | – | – |" in table  # a mean over some languages would mislead
+    assert results.convergence_markdown([r | {"dev_auc": ""} for r in rows], ["ko", "ru"]) == ""

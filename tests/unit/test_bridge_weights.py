@@ -70,6 +70,24 @@ def test_near_tied_wide_support_in_low_dimension(screen: torch.dtype) -> None:
         check(sembridge_ray.bridge_weights(new, src, alpha, screen=screen), oracle(new, src, alpha))
 
 
+def test_wide_supports_leave_the_gather_for_the_dense_product_and_stay_exact(screen: torch.dtype) -> None:
+    """A near-uniform space (as ``relative`` makes of a cross-lingual vocabulary): supports near 90 wide, so the
+    rounds go from gathered candidates (k=8) to the dense float64 product (k=32, 128 >= M/128) and still equal the
+    oracle; and both ways of computing the cosines agree with it on the same candidates."""
+    base = randn(1, 32, seed=12)
+    src, new = base + 0.003 * randn(4096, 32, seed=13), base + 0.003 * randn(6, 32, seed=14)
+    w = sembridge_ray.bridge_weights(new, src, 4.0, screen=screen)
+    expected = oracle(new, src, 4.0)
+    assert (w.to_dense().double() - expected).abs().max().item() < 1e-6
+    assert int((w.to_dense() > 0).sum(1).min()) > 32
+    rows = weighting.PreparedRows.of(src, "src", torch.device("cpu"), screen)
+    unit = torch.nn.functional.normalize(new.double(), dim=1)
+    full = unit @ torch.nn.functional.normalize(src.double(), dim=1).T
+    for k in (8, 512):  # below and above the switch
+        idx = torch.randint(0, 4096, (6, k), generator=torch.Generator().manual_seed(k))
+        torch.testing.assert_close(rows.cosines(unit, idx), full.gather(1, idx), atol=1e-12, rtol=0)
+
+
 def test_alpha_2_equals_sparsemax_and_temperature_divides(screen: torch.dtype) -> None:
     new, src = randn(50, 16, seed=8), randn(400, 16, seed=9)
     check(sembridge_ray.bridge_weights(new, src, 2.0, screen=screen), oracle(new, src, 2.0))

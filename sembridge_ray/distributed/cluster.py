@@ -1,9 +1,9 @@
 """Connecting to Ray: ``RAY_ADDRESS`` when set (a ``ray job submit`` driver or a user's cluster), else a local
 in-process cluster bound to loopback, sized to this machine, and owned by this process:
 
-- its workers see ``RAY_ADDRESS`` of this cluster (a job-level runtime env) and its dashboard runs on a free
-  loopback port, so Ray's own helpers that look a cluster up (Ray Train's placement-group cleaner) find this one,
-  never another Ray instance of the user on the machine;
+- its workers see ``RAY_ADDRESS`` of this cluster (a job-level runtime env) and its dashboard runs on loopback,
+  registered in this cluster's GCS, so Ray's own helpers that look a cluster up (Ray Train's placement-group
+  cleaner) find this one, never another Ray instance of the user on the machine;
 - it is shut down when the process exits, and every process it started is waited for (killed after
   :data:`REAP_TIMEOUT_S`), so nothing of the job outlives it.
 """
@@ -66,8 +66,11 @@ def connect(num_cpus: int | None = None) -> ClusterInfo:
         else:
             # A fresh local cluster, never an unrelated `ray start` head found in /tmp/ray; it binds to loopback
             # (see sembridge_ray/distributed/__init__.py). Its GCS port is chosen here so the workers can be told.
-            # The dashboard (on a free loopback port) serves the state API that Ray Train's placement-group
-            # cleaner polls; without it, the cleaner would query whatever listens on the default port.
+            # The dashboard (on loopback) serves the state API that Ray Train's placement-group cleaner polls;
+            # without it, the cleaner would query whatever listens on the default port. No port is given: Ray then
+            # binds the first free one from 8265 on itself. A port picked here and handed over could be taken in
+            # between (by this cluster's own agents: CI saw "address already in use", and Ray does not retry a
+            # port it was given).
             port = _free_port()
             previous = os.environ.get("RAY_GCS_SERVER_PORT")
             os.environ["RAY_GCS_SERVER_PORT"] = str(port)
@@ -77,7 +80,6 @@ def connect(num_cpus: int | None = None) -> ClusterInfo:
                     num_cpus=num_cpus or os.cpu_count(),
                     include_dashboard=True,
                     dashboard_host="127.0.0.1",
-                    dashboard_port=_free_port(),
                     runtime_env={**setup, "env_vars": {"RAY_ADDRESS": f"127.0.0.1:{port}"}},
                     logging_level=level,
                     log_to_driver=True,

@@ -24,45 +24,52 @@ class Language:
     code: str
     tokenizer: str
     why: str
-    webfaq: str  # PaDaS-Lab/webfaq-retrieval config prefix (ISO 639-3)
-    miracl: str  # miracl/miracl language
 
+
+ISO639_3 = {
+    "ar": "ara",
+    "zh": "zho",
+    "hi": "hin",
+    "ko": "kor",
+    "ru": "rus",
+    "en": "eng",
+    "de": "deu",
+    "fr": "fra",
+    "es": "spa",
+    "ja": "jpn",
+    "fa": "fas",
+    "it": "ita",
+    "pt": "por",
+    "tr": "tur",
+}
+"""ISO 639-1 -> 639-3 of the languages WebFAQ's configs are named by (``ara-corpus``, ...); any other code passes
+through unchanged."""
 
 LANGUAGES = {
     "ar": Language(
         code="ar",
         tokenizer="aubmindlab/araelectra-base-discriminator",
         why="our choice: AraBERT family, 64k WordPiece, works on raw (unsegmented) text",
-        webfaq="ara",
-        miracl="ar",
     ),
     "zh": Language(
         code="zh",
         tokenizer="google-bert/bert-base-chinese",
         why="our choice: the standard Chinese BERT vocabulary",
-        webfaq="zho",
-        miracl="zh",
     ),
     "hi": Language(
         code="hi",
         tokenizer="l3cube-pune/hindi-bert-scratch",
         why="our choice: a Hindi BERT trained from scratch on monolingual Hindi",
-        webfaq="hin",
-        miracl="hi",
     ),
     "ko": Language(
         code="ko",
         tokenizer="monologg/kobigbird-bert-base",
         why="the SemBridge authors' Korean example",
-        webfaq="kor",
-        miracl="ko",
     ),
     "ru": Language(
         code="ru",
         tokenizer="DeepPavlov/rubert-base-cased",
         why="our choice: the widely used Russian BERT",
-        webfaq="rus",
-        miracl="ru",
     ),
 }
 
@@ -138,11 +145,10 @@ TRAIN_QUERIES = {
 
 def dataset_hub_ids(dataset: str, language: str) -> str:
     """What a dataset spec loads from the hub, for plans and reports."""
-    lang = LANGUAGES.get(language)
     if dataset == "webfaq":
-        code = lang.webfaq if lang else language
+        code = ISO639_3.get(language, language)
         return f"PaDaS-Lab/webfaq-retrieval ({code}-corpus, {code}-queries, {code}-qrels)"
     if dataset == "miracl":
-        code = lang.miracl if lang else language
+        code = language
         return f"miracl/miracl (miracl-v1.0-{code} topics+qrels), miracl/miracl-corpus (miracl-corpus-v1.0-{code})"
     return dataset

@@ -306,7 +306,6 @@ KNOWN_ASSETS = {
     ),
 }
 """Every bundled asset a job may be given as a path, by the name :func:`mark_asset` records."""
-_DATASET_HUB_IDS = {"miracl": "miracl/miracl", "webfaq": "PaDaS-Lab/webfaq-retrieval"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -511,11 +510,8 @@ def input_licences(role: str, named: str, resolved: str = "", repo_type: str = "
     if named in catalog.LICENCES:
         hub_id = KNOWN_ASSETS[named].hub_id if named in KNOWN_ASSETS else named
         return [_licence(role, name, catalog.LICENCES[named], "the project's catalog", hub_id)]
-    kind, sep, _ = named.partition(":")
-    if sep and kind in _DATASET_HUB_IDS and not is_local(named):
-        repo = _DATASET_HUB_IDS[kind]
-        found = hub_card_field(repo, "license", "dataset")
-        return [_licence(role, name, found, f"the {repo} card in the local hub cache" if found else "", repo)]
+    if (specs := dataset_specs(named)) is not None:
+        return [_dataset_licence(role, spec) for spec in specs]
     if is_local(path):
         if (known := recognise(path)) is not None:
             return [_licence(role, name, known.facts.licence, f"recognised as {known.what}", known.facts.hub_id)]
@@ -529,6 +525,43 @@ def input_licences(role: str, named: str, resolved: str = "", repo_type: str = "
         found = hub_card_field(named, "license", repo_type)
         return [_licence(role, name, found, "its card in the local hub cache" if found else "", named)]
     return [_licence(role, name, "", "")]
+
+
+@dataclass(frozen=True, kw_only=True)
+class DatasetSpec:
+    """One dataset spec of the registry (``xquad:ar``) as a card names it: its licence as the source states it
+    ("" where its hub card says), the hub dataset it reads or stands for."""
+
+    text: str
+    licence: str
+    hub_id: str
+
+
+def dataset_specs(named: str) -> list[DatasetSpec] | None:
+    """The registry's specs of a dataset input (each part of ``xquad:ar+arcd:ar``); None for anything else (a path,
+    a hub id, a bundled name) or when a part is not a registry spec."""
+    if ":" not in named or is_local(named):
+        return None
+    from sembridge_ray.data import registry  # it loads pyarrow: only where a card names a dataset
+
+    found = []
+    for part in registry.parts(named):
+        kind = part.partition(":")[0]
+        if kind not in registry.SOURCES or is_local(part):
+            return None
+        # a local copy (@DIR) may hold anything of the format: the source's licence is not assumed for it
+        licence = "" if "@" in part else registry.licence(part)
+        found.append(DatasetSpec(text=part, licence=licence, hub_id=registry.SOURCES[kind].hub_id))
+    return found
+
+
+def _dataset_licence(role: str, spec: DatasetSpec) -> InputLicence:
+    name = display_name(spec.text)
+    if spec.licence:
+        return _licence(role, name, spec.licence, "the project's dataset registry", spec.hub_id)
+    found = hub_card_field(spec.hub_id, "license", "dataset") if spec.hub_id else ""
+    where = f"the {spec.hub_id} card in the local hub cache" if found else ""
+    return _licence(role, name, found, where, spec.hub_id)
 
 
 def under(role: str, licences: Sequence[InputLicence]) -> list[InputLicence]:
@@ -596,9 +629,8 @@ def dataset_ref(named: str, resolved: str = "") -> tuple[str, str]:
     name, path = display_name(named), resolved or named
     if named in KNOWN_ASSETS:
         return f"{name} ({KNOWN_ASSETS[named].what})", KNOWN_ASSETS[named].hub_id
-    kind, sep, _ = named.partition(":")
-    if sep and kind in _DATASET_HUB_IDS and not is_local(named):
-        return name, _DATASET_HUB_IDS[kind]
+    if (specs := dataset_specs(named)) is not None:
+        return name, " + ".join(ids) if (ids := [s.hub_id for s in specs if s.hub_id]) else ""
     if is_local(path) and (known := recognise(path)) is not None:
         return f"{name} ({known.what})", known.facts.hub_id
     return name, named if catalog.looks_like_hub(named) else ""

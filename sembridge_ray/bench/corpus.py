@@ -2,7 +2,7 @@
 
 The synthetic corpus of :mod:`sembridge_ray.retrieval.synthetic` has uniform weights and independent terms: the worst
 case for dynamic pruning. Here the bundled SICK + STS sentences are encoded with the bundled MiniLM SPLADE
-(:func:`~sembridge_ray.sparse.encode.encode_texts`), each vector cut to its ``doc_top_k`` largest weights (the
+(:func:`~sembridge_ray.sparse.encode.encode_texts`), each vector cut to its ``doc_max_active_dims`` largest weights (the
 untrained encoder activates about 4,000 terms per sentence; the cut gives SPLADE-v2-like sizes), and N documents
 are resampled from that sample:
 
@@ -11,7 +11,7 @@ are resampled from that sample:
   out slightly shorter);
 - each term's weight is drawn from that term's own observed weights.
 
-Queries are real: held-out sentences encoded the same way, cut to ``query_top_k``.
+Queries are real: held-out sentences encoded the same way, cut to ``query_max_active_dims``.
 """
 
 from __future__ import annotations
@@ -39,12 +39,13 @@ class TermStats:
     weights: np.ndarray
 
 
-def encode_sample(texts: list[str], top_k: int, model: str = "minilm-splade", batch: int = 64) -> SparseBatch:
-    """Texts -> their SPLADE vectors (cut to ``top_k``), cached by text count and cut (the encoder is bundled)."""
+def encode_sample(texts: list[str], max_active_dims: int, model: str = "minilm-splade", batch: int = 64) -> SparseBatch:
+    """Texts -> their SPLADE vectors (each cut to ``max_active_dims``), cached by texts and cut (the encoder is
+    bundled)."""
     import hashlib
 
     key = hashlib.sha256("\n".join(texts).encode()).hexdigest()[:12]
-    path = CACHE / f"{model}-{key}-top{top_k}.npz"
+    path = CACHE / f"{model}-{key}-top{max_active_dims}.npz"
     if path.is_file():
         data = np.load(path)
         return SparseBatch(data["indptr"], data["indices"], data["values"])
@@ -53,7 +54,9 @@ def encode_sample(texts: list[str], top_k: int, model: str = "minilm-splade", ba
     from sembridge_ray.sparse.model import load_sparse_encoder
 
     log.info("encoding %d texts with %s (once; cached in %s)", len(texts), model, path)
-    idx, val = encode_texts(load_sparse_encoder(resolve(model), max_length=128), texts, batch, top_k=top_k)
+    idx, val = encode_texts(
+        load_sparse_encoder(resolve(model), max_length=128), texts, batch, max_active_dims=max_active_dims
+    )
     indptr = np.concatenate([[0], np.cumsum([len(i) for i in idx])]).astype(np.int64)
     out = SparseBatch(indptr, np.concatenate(idx).astype(np.int32), np.concatenate(val).astype(np.float32))
     CACHE.mkdir(parents=True, exist_ok=True)
@@ -93,13 +96,18 @@ def resample(stats: TermStats, n: int, rng: np.random.Generator, chunk: int = 10
 
 
 def encoder_corpus(
-    docs: int, queries: int, seed: int = 0, sample_texts: int = 2000, doc_top_k: int = 128, query_top_k: int = 32
+    docs: int,
+    queries: int,
+    seed: int = 0,
+    sample_texts: int = 2000,
+    doc_max_active_dims: int = 128,
+    query_max_active_dims: int = 32,
 ) -> tuple[SparseBatch, SparseBatch]:
     """(``docs`` resampled documents, ``queries`` real encoded queries) over BERT's 30,522-term vocabulary."""
     from sembridge_ray.bundled import bundled_text
     from sembridge_ray.retrieval.synthetic import BERT_VOCAB
 
     texts = list(dict.fromkeys(bundled_text()))  # distinct sentences, in file order
-    sample = encode_sample(texts[:sample_texts], doc_top_k)
-    held_out = encode_sample(texts[sample_texts : sample_texts + queries], query_top_k)
+    sample = encode_sample(texts[:sample_texts], doc_max_active_dims)
+    held_out = encode_sample(texts[sample_texts : sample_texts + queries], query_max_active_dims)
     return resample(term_stats(sample, BERT_VOCAB), docs, np.random.default_rng(seed)), held_out

@@ -25,6 +25,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from sembridge_ray.catalog import ISO639_3
 from sembridge_ray.data.schema import ID, TEXT
 from sembridge_ray.errors import InputError
 from sembridge_ray.text import text_lines
@@ -32,22 +33,6 @@ from sembridge_ray.text import text_lines
 log = logging.getLogger(__name__)
 Qrels = dict[str, dict[str, int]]
 CORPUS_SCHEMA = pa.schema([(ID, pa.string()), (TEXT, pa.string())])
-WEBFAQ_LANGS = {
-    "ar": "ara",
-    "zh": "zho",
-    "hi": "hin",
-    "ko": "kor",
-    "ru": "rus",
-    "en": "eng",
-    "de": "deu",
-    "fr": "fra",
-    "es": "spa",
-    "ja": "jpn",
-    "fa": "fas",
-    "it": "ita",
-    "pt": "por",
-    "tr": "tur",
-}
 MIRACL_CORPUS_FILES = {
     "ar": 5,
     "bn": 1,
@@ -227,7 +212,7 @@ def load_webfaq(lang: str, split: str) -> RetrievalData:
     """WebFAQ retrieval configs ``<iso3>-corpus`` (split corpus), ``<iso3>-queries``, ``<iso3>-qrels``."""
     import datasets
 
-    code = WEBFAQ_LANGS.get(lang, lang)
+    code = ISO639_3.get(lang, lang)
 
     def hub(config: str, hub_split: str) -> Any:
         try:

@@ -89,10 +89,12 @@ def load_judged(spec: str, split: str, max_queries: int = 0, seed: int = 0) -> D
     """:func:`load_dev` without its refusal of a test split: for a script that reports a recipe chosen on the
     development set (``scripts/sembridge_plus``), never for choosing one."""
     data = load_retrieval(spec, split)
-    if data.name.startswith("miracl") or spec.startswith("miracl:"):
+    if split != "test" and is_test_split(spec, split):  # MIRACL's public dev: the registry knows which
         log.warning(
-            "MIRACL's dev split is the split the evaluate job scores as its test: use it to choose a recipe only "
-            "when the test is elsewhere"
+            "%s split %r is what the evaluate job scores as its test: use it to choose a recipe only when the test "
+            "is elsewhere",
+            spec,
+            split,
         )
     if not data.qrels:
         raise InputError(f"development set {spec!r}: split {data.split!r} has no qrels")

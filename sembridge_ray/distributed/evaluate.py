@@ -242,7 +242,7 @@ def encode(files: list[Path], dest: Path, cfg: EvaluateConfig, model: str, role:
             "trust_remote_code": cfg.trust_remote_code,
             "role": role,
             "max_length": cfg.max_query_length if query else cfg.max_doc_length,
-            "top_k": cfg.query_max_active_dims if query else cfg.doc_max_active_dims,
+            "max_active_dims": cfg.query_max_active_dims if query else cfg.doc_max_active_dims,
             "batch_size": cfg.encode_batch_size,
             "out_dir": str(tmp),
             "threads": cfg.resources.threads_per_worker,

@@ -66,7 +66,7 @@ class SparseEncodeUDF:
         max_length: int,
         batch_size: int,
         out_dir: str,
-        top_k: int | None = None,
+        max_active_dims: int | None = None,
         role: str | None = None,
         threads: int = 0,
         precision: str = "fp32",
@@ -82,7 +82,12 @@ class SparseEncodeUDF:
         self.model = load_sparse_encoder(
             model_dir, device=device or pick_device(), max_length=max_length, trust_remote_code=trust_remote_code
         )
-        self.top_k, self.batch_size, self.out_dir, self.role = top_k, batch_size, Path(out_dir), role
+        self.max_active_dims, self.batch_size, self.out_dir, self.role = (
+            max_active_dims,
+            batch_size,
+            Path(out_dir),
+            role,
+        )
         self.precision = precision
 
     def __call__(self, batch: pa.Table) -> pa.Table:
@@ -98,7 +103,7 @@ class SparseEncodeUDF:
             what = f"encoding {'queries' if self.role == 'query' else 'documents'} ({Path(path).name})"
             progress = Progress(log, what, len(texts), "texts")
             indices, values = encode_texts(
-                self.model, texts, self.batch_size, self.role, self.top_k, self.precision, done=progress.add
+                self.model, texts, self.batch_size, self.role, self.max_active_dims, self.precision, done=progress.add
             )
             target = self.out_dir / Path(path).name
             with atomic_path(target) as tmp:

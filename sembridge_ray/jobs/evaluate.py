@@ -112,11 +112,6 @@ class EvaluateConfig(Config):
             "must be one word (it is a TREC run column)",
         )
 
-    @property
-    def doc_top_k(self) -> int | None:
-        """The former name of ``doc_max_active_dims``."""
-        return self.doc_max_active_dims
-
     def require_inputs(self) -> None:
         """Raise :class:`InputError` naming the first required setting that is missing."""
         for name in ("model", "dataset", "output"):

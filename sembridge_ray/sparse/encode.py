@@ -27,19 +27,20 @@ if TYPE_CHECKING:
     from sembridge_ray.sparse.pooling import Head
 
 
-def sparse_rows(emb: torch.Tensor, top_k: int | None = None) -> tuple[list[np.ndarray], list[np.ndarray]]:
+def sparse_rows(emb: torch.Tensor, max_active_dims: int | None = None) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """emb (B, V), dense or sparse -> per row: indices (int32, ascending) and values (float32, > 0).
 
-    ``top_k`` keeps each row's k largest values (ties broken by lower index), for ``--doc-max-active-dims`` pruning.
+    ``max_active_dims`` keeps each row's that many largest values (ties broken by lower index): the
+    ``--doc-max-active-dims`` pruning.
     """
     dense = (emb.to_dense() if emb.is_sparse else emb).detach().float().cpu()
     indices, values = [], []
     for row in dense:
         nz = torch.nonzero(row > 0).squeeze(1)
         vals = row[nz]
-        if top_k is not None and nz.numel() > top_k:
+        if max_active_dims is not None and nz.numel() > max_active_dims:
             # stable sort of -value keeps the lower index first among equal values
-            keep = torch.sort(torch.argsort(-vals, stable=True)[:top_k]).values
+            keep = torch.sort(torch.argsort(-vals, stable=True)[:max_active_dims]).values
             nz, vals = nz[keep], vals[keep]
         indices.append(nz.numpy().astype(np.int32))
         values.append(vals.numpy().astype(np.float32))
@@ -96,13 +97,14 @@ def pool_unpadded(
     return torch.log1p(torch.stack(out).float())
 
 
-def device_rows(pooled: torch.Tensor, top_k: int | None = None) -> Rows:
+def device_rows(pooled: torch.Tensor, max_active_dims: int | None = None) -> Rows:
     """(B, V) on any device -> per row: indices (int32, ascending) and values (float32, > 0), as :func:`sparse_rows`.
 
-    Non-zeros (and the ``top_k`` cut, ties to the lower index) are found on the device; only they are copied."""
-    if top_k is not None and top_k < pooled.shape[1]:
+    Non-zeros (and the ``max_active_dims`` cut, ties to the lower index) are found on the device; only they are
+    copied."""
+    if max_active_dims is not None and max_active_dims < pooled.shape[1]:
         # stable sort of -value keeps the lower index first among equal values
-        keep = torch.argsort(-pooled, dim=1, stable=True)[:, :top_k]
+        keep = torch.argsort(-pooled, dim=1, stable=True)[:, :max_active_dims]
         pooled = torch.zeros_like(pooled).scatter_(1, keep, pooled.gather(1, keep))
     rows, cols = torch.nonzero(pooled > 0, as_tuple=True)
     values = pooled[rows, cols].float().cpu().numpy()
@@ -123,7 +125,7 @@ def encode_texts(
     texts: Sequence[str],
     batch_size: int,
     role: str | None = None,
-    top_k: int | None = None,
+    max_active_dims: int | None = None,
     precision: str = "fp32",
     done: Callable[[int], None] | None = None,
 ) -> Rows:
@@ -139,7 +141,7 @@ def encode_texts(
         encode = {None: model.encode, "query": model.encode_query, "document": model.encode_document}[role]
         with amp:
             emb = encode(list(texts), batch_size=batch_size, convert_to_tensor=True, show_progress_bar=False)
-        rows = sparse_rows(emb, top_k)
+        rows = sparse_rows(emb, max_active_dims)
         if done is not None:
             done(len(texts))
         return rows
@@ -154,7 +156,7 @@ def encode_texts(
             inputs = {k: features[k].to(model.device) for k in ENCODER_INPUTS if k in features}
             hidden = mlm.base_model(**inputs).last_hidden_state
             pooled = pool_unpadded(transform(hidden), decoder.weight, decoder.bias, inputs["attention_mask"])
-            for i, idx, val in zip(chosen, *device_rows(pooled, top_k), strict=True):
+            for i, idx, val in zip(chosen, *device_rows(pooled, max_active_dims), strict=True):
                 indices[i], values[i] = idx, val
             if done is not None:
                 done(len(chosen))

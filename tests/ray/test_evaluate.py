@@ -205,7 +205,7 @@ def test_encoding_through_ray_equals_in_process(
     encode(files, tmp_path / "enc", cfg, model, "document")
     ids, got = read_vectors(parquet_files(tmp_path / "enc"))
     enc = load_sparse_encoder(model, max_length=8)
-    idx, val = sparse_rows(enc.encode_document(texts, convert_to_tensor=True), top_k=5)
+    idx, val = sparse_rows(enc.encode_document(texts, convert_to_tensor=True), max_active_dims=5)
     assert pq.read_table(parquet_files(tmp_path / "enc")[0]).schema.field("indices").type == pa.list_(pa.int32())
     row_of = {doc: row for row, doc in enumerate(ids)}
     for n in range(len(texts)):

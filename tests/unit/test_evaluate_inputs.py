@@ -85,7 +85,13 @@ def test_flags_map_onto_the_config() -> None:
         flags=FLAGS,
         job="evaluate",
     )
-    assert (cfg.top_k, cfg.resources.workers, cfg.shard_size, cfg.doc_top_k, cfg.split) == (50, 3, 1000, 128, "test")
+    assert (cfg.top_k, cfg.resources.workers, cfg.shard_size, cfg.doc_max_active_dims, cfg.split) == (
+        50,
+        3,
+        1000,
+        128,
+        "test",
+    )
     smoke = load_preset_file(PRESET_DIR / "evaluate_smoke.yaml")
     assert isinstance(smoke, EvaluateConfig) and smoke.model == "minilm-splade"
 

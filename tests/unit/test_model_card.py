@@ -45,7 +45,7 @@ from sembridge_ray.model_card import (
     write_card,
 )
 from sembridge_ray.reproduce import demo
-from sembridge_ray.resources import SICK_DIR
+from sembridge_ray.resources import DATA_DIR, SICK_DIR
 
 # An absolute path of a POSIX machine as it would appear in text (not a URL's path: no scheme or host before it).
 ABSOLUTE = re.compile(r"(?<![\w:/.\-])/(?:home|tmp|root|work|Users|var|private|mnt|opt|srv|data|scratch)/")
@@ -282,6 +282,22 @@ def test_a_local_dataset_states_its_own_licence(tmp_path: Path) -> None:
     (meta / "dataset_info.json").write_text(json.dumps({"license": "apache-2.0"}), encoding="utf-8")
     assert input_licences("training data", str(beir))[0]["hub"] == "cc-by-4.0"
     assert input_licences("training data", str(meta))[0]["hub"] == "apache-2.0"
+
+
+def test_a_bundled_dataset_spec_states_the_licence_its_files_carry(tmp_path: Path) -> None:
+    """Each part of a joined training spec gets the licence of the files it reads (the notices bundled beside
+    them are the oracle); a local copy of the format (@DIR) is not assumed to be under the bundled one's terms."""
+    notices = DATA_DIR / "xquad" / "CC-BY-SA4.0.txt", DATA_DIR / "arcd" / "LICENSE"
+    assert "Attribution-ShareAlike 4.0 International" in notices[0].read_text("utf-8")
+    assert notices[1].read_text("utf-8").startswith("MIT License")
+    entries = input_licences("training data", "xquad:ar+arcd:ar", repo_type="dataset")
+    assert [(e["name"], e["hub"]) for e in entries] == [("xquad:ar", "cc-by-sa-4.0"), ("arcd:ar", "mit")]
+    assert combined_licence(entries)[0] == "cc-by-sa-4.0"
+    (korquad,) = input_licences("development data", "korquad:ko")
+    assert "Attribution-NoDerivs 2.0 Korea" in (DATA_DIR / "korquad" / "NOTICE.md").read_text("utf-8")
+    assert korquad["licence"] == "CC BY-ND 2.0 KR"
+    (copy,) = input_licences("training data", f"xquad:sw@{tmp_path}")
+    assert copy["licence"] == UNKNOWN and copy["name"] == f"xquad:sw@<local mirror {tmp_path.name}>"
 
 
 def test_cards_of_models_that_may_not_change_are_left_alone(quick: dict[str, Path], tmp_path: Path) -> None:

@@ -20,8 +20,8 @@ def test_rows_round_trip_through_arrow() -> None:
     np.testing.assert_array_equal(rebuilt, dense.numpy())
 
 
-def test_top_k_keeps_largest_and_breaks_ties_by_lower_index() -> None:
-    idx, val = sparse_rows(torch.tensor([[1.0, 2.0, 2.0, 0.5, 2.0]]), top_k=2)
+def test_max_active_dims_keeps_largest_and_breaks_ties_by_lower_index() -> None:
+    idx, val = sparse_rows(torch.tensor([[1.0, 2.0, 2.0, 0.5, 2.0]]), max_active_dims=2)
     assert idx[0].tolist() == [1, 2] and val[0].tolist() == [2.0, 2.0]
 
 
@@ -75,14 +75,14 @@ def test_length_sorted_encoding_returns_input_order_equal_to_one_text_at_a_time(
         np.testing.assert_allclose(val2[k], val[p], rtol=1e-6, atol=0)
 
 
-def test_encoding_equals_sentence_transformers_encode_document_with_top_k(fixtures_root) -> None:
+def test_encoding_equals_sentence_transformers_encode_document_with_max_active_dims(fixtures_root) -> None:
     from sentence_transformers import SparseEncoder
 
     from sembridge_ray.sparse.encode import encode_texts
 
     model = SparseEncoder(str(fixtures_root / "bert-mlm"), device="cpu").eval()
-    theirs = sparse_rows(model.encode_document(TEXTS, batch_size=4, convert_to_tensor=True), top_k=5)
-    ours = encode_texts(model, TEXTS, 4, role="document", top_k=5)
+    theirs = sparse_rows(model.encode_document(TEXTS, batch_size=4, convert_to_tensor=True), max_active_dims=5)
+    ours = encode_texts(model, TEXTS, 4, role="document", max_active_dims=5)
     for a, b in zip(ours[0], theirs[0], strict=True):
         assert a.tolist() == b.tolist()
     for a, b in zip(ours[1], theirs[1], strict=True):

@@ -53,6 +53,7 @@ from sembridge_ray.identity import path_identity
 from sembridge_ray.locks import OutputLocked, check_unlocked
 from sembridge_ray.manifest import is_complete, read_manifest
 from sembridge_ray.resources import DATA_DIR
+from sembridge_ray.sparse.config import RANKING_LABELS
 
 log = logging.getLogger(__name__)
 PROVENANCE = "sembridge.json"
@@ -151,6 +152,8 @@ class FinetuneFacts(TypedDict, total=False):
     steps: int
     batch_size: int
     lr: float
+    ranking: str
+    """The ranking loss (``LossConfig.ranking``; absent on cards written before it existed: InfoNCE)."""
     lambda_q: float
     lambda_d: float
     final_loss: float | None
@@ -989,6 +992,8 @@ def render(prov: Mapping[str, object], scores: Sequence[Evaluation] | None = Non
         ]
     )
     finetune_rows = []
+    ranking = tune.get("ranking", "infonce")
+    ranking = RANKING_LABELS.get(ranking, ranking)
     if tune:
         finetune_rows = [
             ("training data", tune.get("train", "–")),
@@ -996,7 +1001,7 @@ def render(prov: Mapping[str, object], scores: Sequence[Evaluation] | None = Non
             ("steps", tune.get("steps", "–")),
             ("batch (global)", tune.get("batch_size", "–")),
             ("learning rate", tune.get("lr", "–")),
-            ("loss", f"InfoNCE + FLOPs (λq {tune.get('lambda_q')}, λd {tune.get('lambda_d')})"),
+            ("loss", f"{ranking} + FLOPs (λq {tune.get('lambda_q')}, λd {tune.get('lambda_d')})"),
             ("final loss", tune.get("final_loss") if tune.get("final_loss") is not None else "–"),
         ]
         if tune.get("select"):

@@ -581,11 +581,12 @@ def worker_body(config: LoopConfig, rt: Runtime) -> None:
             if rank == 0 and "loss" in metrics:
                 per_step = (time.monotonic() - began) / max(1, step - start)
                 log.info(
-                    "step %d/%d loss %.4f (infonce %.4f) dims q %.0f d %.0f lr %.2e %.1f ex/s ETA %s",
+                    "step %d/%d loss %.4f (%s %.4f) dims q %.0f d %.0f lr %.2e %.1f ex/s ETA %s",
                     step,
                     total,
                     metrics["loss"],
-                    metrics["infonce"],
+                    cfg.loss.ranking,
+                    metrics[cfg.loss.ranking],
                     metrics["active_dims_q"],
                     metrics["active_dims_d"],
                     metrics["lr"],
@@ -978,6 +979,7 @@ def card_provenance(
         "steps": steps,
         "batch_size": cfg.optim.batch_size,
         "lr": cfg.optim.lr,
+        "ranking": cfg.loss.ranking,
         "lambda_q": cfg.loss.lambda_q,
         "lambda_d": cfg.loss.lambda_d,
         "final_loss": round(final["loss"], 4) if "loss" in final else None,

@@ -15,14 +15,14 @@ import json
 import logging
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, get_args
 
 from sembridge_ray.config import Config, require
 from sembridge_ray.errors import InputError
 from sembridge_ray.jobs import Flag, JobSpec
 from sembridge_ray.json_types import JSONValue
 from sembridge_ray.placement import Precision, ResourceConfig
-from sembridge_ray.sparse.config import LossConfig, OptimConfig
+from sembridge_ray.sparse.config import LossConfig, OptimConfig, RankingName
 
 log = logging.getLogger(__name__)
 _BF16_WORDS = {"on": "bf16", "off": "fp32"}  # the values of the former --bf16 flag
@@ -132,6 +132,8 @@ class FinetuneConfig(Config):
         # steps); the batches, their order and the loss are the same for any number. The driver runs exactly
         # this many (run_finetune refuses a cluster that fits fewer).
         settings = {**super().identity_settings(), "workers": self.resources.workers}
+        if self.loss.ranking == "infonce":  # recorded only when another: every earlier run keeps its identity
+            settings.pop("loss.ranking", None)
         if not self.optim.embedding_warmup_steps:  # recorded only when on: every earlier run keeps its identity
             settings = {k: v for k, v in settings.items() if not k.startswith("optim.embedding_warmup_")}
         if not self.eval:
@@ -257,7 +259,8 @@ FLAGS = (
 
 
 def report(result: FinetuneResult) -> str:
-    final = ", ".join(f"{k} {v:.4g}" for k, v in result.final.items() if k in ("loss", "infonce", "active_dims_d"))
+    shown = ("loss", *get_args(RankingName), "active_dims_d")  # the ranking loss under its own name
+    final = ", ".join(f"{k} {v:.4g}" for k, v in result.final.items() if k in shown)
     done = "already complete" if result.skipped else f"{result.steps} steps in {result.seconds:.0f} s"
     return json.dumps(asdict(result), indent=2) + f"\n{done} ({final})\nmodel: {result.model}"
 

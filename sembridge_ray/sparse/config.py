@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from sembridge_ray.config import Config, require
 
@@ -58,9 +59,20 @@ class OptimConfig(Config):
         )
 
 
+RankingName = Literal["infonce", "infonce_symmetric"]
+"""The ranking losses of ``sparse.losses.RANKING_LOSSES`` (a test keeps the lists equal)."""
+RANKING_LABELS: dict[str, str] = {"infonce": "InfoNCE", "infonce_symmetric": "symmetric InfoNCE"}
+"""How a model card names each ranking loss."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class LossConfig(Config):
-    """InfoNCE (dot product, scale 1, in-batch + optional hard negatives) + λ-weighted FLOPs."""
+    """A ranking loss (InfoNCE: dot product, scale 1, in-batch + optional hard negatives) + λ-weighted FLOPs."""
+
+    ranking: RankingName = "infonce"
+    """The ranking loss: ``infonce`` (query -> documents, SPLADE's), or ``infonce_symmetric`` (one softmax over
+    query -> documents and document -> queries, sentence-transformers' ``SparseMultipleNegativesRankingLoss`` with
+    ``directions=("query_to_doc", "doc_to_query")``)."""
 
     lambda_q: float = 5e-5
     """Weight of the FLOPs regulariser on queries."""

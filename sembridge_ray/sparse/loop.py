@@ -181,6 +181,7 @@ def step_weights(step: int, plan: LoopPlan) -> LossWeights:
         lambda_d=plan.loss.lambda_d * warm,
         anti_collapse=plan.loss.anti_collapse,
         scale=plan.loss.scale,
+        ranking=plan.loss.ranking,
     )
 
 

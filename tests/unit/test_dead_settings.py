@@ -154,6 +154,7 @@ def finetune_harness(fixtures_root: Path, tmp_path_factory: pytest.TempPathFacto
         variants=[
             {"eval": str(beir), "eval_split": "dev", "eval_every": 1, "eval_max_queries": 4},
             {"optim": {"embedding_warmup_steps": 1}},
+            {"loss": {"ranking": "infonce_symmetric"}},
         ],
         exempt={
             **RAY_AND_RERUNS,

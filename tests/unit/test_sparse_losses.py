@@ -58,10 +58,20 @@ def test_flops_equals_flops_loss_in_values_and_gradients(st_model) -> None:
     assert float(ours.detach()) == pytest.approx(by_hand)
 
 
-@pytest.mark.parametrize("scale", [1.0, 20.0])
-def test_objective_equals_splade_loss_on_a_real_encoder(st_model, scale: float) -> None:
+@pytest.mark.parametrize(
+    ("scale", "ranking", "directions"),
+    [
+        (1.0, "infonce", ("query_to_doc",)),
+        (20.0, "infonce", ("query_to_doc",)),
+        (1.0, "infonce_symmetric", ("query_to_doc", "doc_to_query")),
+    ],
+)
+def test_objective_equals_splade_loss_on_a_real_encoder(
+    st_model, scale: float, ranking: str, directions: tuple[str, ...]
+) -> None:
     """The whole chain: chunked SpladeEncoder + splade_objective vs SparseEncoder + SpladeLoss(SparseMNRL), at
-    InfoNCE's scale 1 (SPLADE) and another (``loss.scale``, sentence-transformers' ``scale``)."""
+    InfoNCE's scale 1 (SPLADE) and another (``loss.scale``, sentence-transformers' ``scale``), and for each ranking
+    loss of the registry (``loss.ranking``: sentence-transformers' ``directions``)."""
     from sentence_transformers.sparse_encoder.losses import SparseMultipleNegativesRankingLoss, SpladeLoss
 
     from sembridge_ray.sparse.model import SpladeEncoder
@@ -74,7 +84,7 @@ def test_objective_equals_splade_loss_on_a_real_encoder(st_model, scale: float) 
     params = [p for p in st_model.parameters() if p.requires_grad]
     splade = SpladeLoss(
         st_model,
-        SparseMultipleNegativesRankingLoss(st_model, scale=scale),
+        SparseMultipleNegativesRankingLoss(st_model, scale=scale, directions=directions),
         document_regularizer_weight=3e-2,
         query_regularizer_weight=5e-2,
     )
@@ -85,10 +95,10 @@ def test_objective_equals_splade_loss_on_a_real_encoder(st_model, scale: float) 
     encoder = SpladeEncoder(st_model[0].auto_model, chunk=3).train()
     assert encoder._split  # the sparse-gradient pooling, not the recomputing fallback
     reps = encoder(*features)
-    ours = splade_objective(reps[0], reps[1:], LossWeights(lambda_q=5e-2, lambda_d=3e-2, scale=scale))
+    ours = splade_objective(reps[0], reps[1:], LossWeights(lambda_q=5e-2, lambda_d=3e-2, scale=scale, ranking=ranking))
     grads_ours = torch.autograd.grad(ours["loss"], params)
     torch.testing.assert_close(ours["loss"], total_theirs, rtol=1e-10, atol=1e-12)
-    torch.testing.assert_close(ours["infonce"], theirs["base_loss"], rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(ours[ranking], theirs["base_loss"], rtol=1e-10, atol=1e-12)
     torch.testing.assert_close(3e-2 * ours["flops_d"], theirs["document_regularizer_loss"], rtol=1e-10, atol=1e-14)
     torch.testing.assert_close(5e-2 * ours["flops_q"], theirs["query_regularizer_loss"], rtol=1e-10, atol=1e-14)
     worst = max(float((a - b).abs().max()) for a, b in zip(grads_ours, grads_theirs, strict=True))
@@ -125,3 +135,39 @@ def test_learning_rate_warms_up_linearly_over_ten_percent_then_decays() -> None:
     assert factors[:10] == sorted(factors[:10]) and factors[10:] == sorted(factors[10:], reverse=True)
     assert 0 < factors[-1] < 0.05
     assert lr_factor(1, total, 0.0) == 1.0
+
+
+def test_every_ranking_loss_has_a_name_and_a_label() -> None:
+    from typing import get_args
+
+    from sembridge_ray.sparse.config import RANKING_LABELS, RankingName
+    from sembridge_ray.sparse.losses import RANKING_LOSSES
+
+    assert set(RANKING_LOSSES) == set(get_args(RankingName)) == set(RANKING_LABELS)
+
+
+class _Shard:
+    """Worker ``rank`` of ``world`` whose gather returns the global batch (precomputed): values only."""
+
+    def __init__(self, rank: int, world: int, full: dict[int, torch.Tensor]) -> None:
+        self.rank, self.world, self.full = rank, world, full
+
+    def gather(self, tensor: torch.Tensor) -> torch.Tensor:
+        return self.full[id(tensor)]
+
+    def mean(self, tensor: torch.Tensor) -> torch.Tensor:
+        return tensor
+
+
+def test_the_symmetric_loss_split_over_two_workers_averages_to_the_global_one() -> None:
+    """Each worker scores its own queries (and their positives) against the gathered batch: the mean of the workers'
+    shares is the one-process loss on the global batch."""
+    q, d, n = _reps(6, 30, seed=1), _reps(6, 30, seed=2), _reps(6, 30, seed=3)
+    weights = LossWeights(lambda_q=0.0, lambda_d=0.0, ranking="infonce_symmetric")
+    whole = splade_objective(q, [d, n], weights)["infonce_symmetric"]
+    shares = []
+    for rank in range(2):
+        local = [t[3 * rank : 3 * rank + 3] for t in (q, d, n)]
+        full = {id(part): whole_t for part, whole_t in zip(local, (q, d, n), strict=True)}
+        shares.append(splade_objective(local[0], local[1:], weights, _Shard(rank, 2, full))["infonce_symmetric"])
+    torch.testing.assert_close((shares[0] + shares[1]) / 2, whole, rtol=1e-6, atol=1e-7)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 
@@ -67,7 +69,7 @@ def test_flops_equals_flops_loss_in_values_and_gradients(st_model) -> None:
     ],
 )
 def test_objective_equals_splade_loss_on_a_real_encoder(
-    st_model, scale: float, ranking: str, directions: tuple[str, ...]
+    st_model, scale: float, ranking: str, directions: tuple[Any, ...]
 ) -> None:
     """The whole chain: chunked SpladeEncoder + splade_objective vs SparseEncoder + SpladeLoss(SparseMNRL), at
     InfoNCE's scale 1 (SPLADE) and another (``loss.scale``, sentence-transformers' ``scale``), and for each ranking

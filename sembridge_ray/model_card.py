@@ -552,9 +552,8 @@ def dataset_specs(named: str) -> list[DatasetSpec] | None:
         kind = part.partition(":")[0]
         if kind not in registry.SOURCES or is_local(part):
             return None
-        # a local copy (@DIR) may hold anything of the format: the source's licence is not assumed for it
-        licence = "" if "@" in part else registry.licence(part)
-        found.append(DatasetSpec(text=part, licence=licence, hub_id=registry.SOURCES[kind].hub_id))
+        # the hub id even of a mirror (miracl:ar@DIR stands for the hub set, whose card states its licence)
+        found.append(DatasetSpec(text=part, licence=registry.licence(part), hub_id=registry.SOURCES[kind].hub_id))
     return found
 
 

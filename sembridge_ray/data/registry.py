@@ -219,9 +219,10 @@ def hub_id(spec: str) -> str:
 
 
 def licence(spec: str) -> str:
-    """The licence a spec's source states ("" where its hub card or its own directory says)."""
+    """The licence a spec's source states ("" where its hub card or its own directory says, and for a local copy
+    ``@DIR``: it may hold anything of the format, so the source's licence is not assumed for it)."""
     source = SOURCES.get(spec.partition(":")[0])
-    return source.licence if source is not None else ""
+    return source.licence if source is not None and "@" not in spec else ""
 
 
 def language(spec: str) -> str:

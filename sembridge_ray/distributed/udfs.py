@@ -82,13 +82,8 @@ class SparseEncodeUDF:
         self.model = load_sparse_encoder(
             model_dir, device=device or pick_device(), max_length=max_length, trust_remote_code=trust_remote_code
         )
-        self.max_active_dims, self.batch_size, self.out_dir, self.role = (
-            max_active_dims,
-            batch_size,
-            Path(out_dir),
-            role,
-        )
-        self.precision = precision
+        self.max_active_dims, self.batch_size, self.precision = max_active_dims, batch_size, precision
+        self.out_dir, self.role = Path(out_dir), role
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         import pyarrow.parquet as pq

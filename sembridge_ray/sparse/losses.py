@@ -68,14 +68,6 @@ and the job's report print it under that name: a new loss is one entry here plus
 ``sparse.config.RANKING_LABELS``."""
 
 
-REGULARISERS = ("flops_q", "flops_d", "anti_collapse")
-
-
-def loss_parts(metrics: dict[str, float]) -> dict[str, float]:
-    """The named parts of a logged step (the ranking loss, then the regularisers), without the other metrics."""
-    return {k: v for k, v in metrics.items() if k in RANKING_LOSSES or k in REGULARISERS}
-
-
 @dataclass(frozen=True, kw_only=True)
 class LossWeights:
     """The weights of one step (after the warm-up schedule)."""

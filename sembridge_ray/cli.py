@@ -51,7 +51,7 @@ from sembridge_ray.config import (
 )
 from sembridge_ray.errors import Terminated, terminating, user_error
 from sembridge_ray.jobs import JOBS, PRESET_DIR, Flag, JobSpec, job_spec, presets
-from sembridge_ray.logs import setup_logging, sync_stderr
+from sembridge_ray.logs import setup_logging
 
 C = TypeVar("C", bound=Config)
 log = logging.getLogger(__name__)
@@ -427,7 +427,7 @@ def run(job: str, argv: Sequence[str] | None = None, prog: str | None = None) ->
             print(dump_config(cfg), end="")
             return 0
         result = spec.run(cfg)
-        sync_stderr()  # the log lines so far come out before the report (see sembridge_ray.logs.filter_stderr)
+        sys.stderr.flush()  # the log lines so far come out before the report
         print(spec.report(result), flush=True)
         failures = getattr(result, "failures", None)
         if failures:

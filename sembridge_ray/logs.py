@@ -5,28 +5,24 @@ nothing a user of these jobs can act on (hub progress bars, model-load reports, 
 
 Ray's own output is handled where it is made (see ``docs/operations.md``, "Logs"):
 
-- :data:`FALSE_ALARMS`: lines Ray prints, some at ERROR level, that report nothing wrong with the job. A driver
-  routes its stderr through :func:`filter_stderr`, which drops them (they are written by Ray's C++ core straight
-  to file descriptor 2, where no Python logging filter can see them) and strips colour codes unless stderr is a
-  terminal; worker lines Ray forwards to the driver are skipped by Ray's own ``RAY_DEDUP_LOGS_SKIP_REGEX`` as well
-  (:func:`ray_environment`). Those Ray logs through a Python logger are filtered at that logger, in every Ray worker
-  (:func:`filter_false_alarm_records`).
+- :data:`FALSE_ALARMS`: lines Ray prints, some at ERROR level, that report nothing wrong with the job. Those its
+  C++ core writes in a worker are skipped where Ray forwards them to the driver, by Ray's own
+  ``RAY_DEDUP_LOGS_SKIP_REGEX`` (:func:`ray_environment`); those Ray logs through a Python logger are filtered at
+  that logger, in every Ray worker (:func:`filter_false_alarm_records`). The driver's own stderr is not filtered:
+  on the demo (every stage of the paper's pipeline) Ray wrote none of them there.
 - Ray colours the ``(Actor pid=..)`` prefix of forwarded worker lines; ``RAY_COLOR_PREFIX=0`` turns that off unless
   both stdout and stderr are terminals.
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import logging
 import os
 import re
-import subprocess
 import sys
 import warnings
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TextIO
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -165,7 +161,7 @@ def project_handler(stream: TextIO | None = None) -> None:
     logger.propagate = False
 
 
-# ---- Ray's environment, and the driver's stderr ----
+# ---- Ray's environment ----
 
 
 def terminal_output() -> bool:
@@ -194,198 +190,6 @@ def ray_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
 def apply_ray_environment() -> None:
     """Set :func:`ray_environment` in this process (before ``import ray`` for the skip regex to count)."""
     os.environ.update(ray_environment())
-
-
-SYNC = b"\x00sembridge-log-sync\x00"
-"""Written to a filtered stderr by :func:`sync_stderr`; the filter answers once everything before it is out."""
-
-
-class StreamFilter:
-    """The filter of :func:`filter_stderr`, without I/O: bytes in, bytes out. Whole lines are checked (a partial
-    line waits for its end, or for :meth:`flush`); :data:`FALSE_ALARMS` are dropped; colour codes are removed when
-    ``strip``. ``\\r`` ends a line too (progress bars on a terminal). :attr:`syncs` counts the :data:`SYNC` markers
-    seen: everything written before one has been returned by the call that saw it."""
-
-    def __init__(self, strip: bool) -> None:
-        self.strip = strip
-        self.pending = b""
-        self.syncs = 0
-
-    def feed(self, data: bytes) -> bytes:
-        data = self.pending + data
-        self.pending = b""
-        if SYNC in data:
-            parts = data.split(SYNC)
-            self.syncs += len(parts) - 1
-            *before, after = parts
-            out = b"".join(self._lines(part, final=True) for part in before)
-            return out + self._lines(after, final=False)
-        return self._lines(data, final=False)
-
-    def flush(self) -> bytes:
-        data, self.pending = self.pending, b""
-        return self._lines(data, final=True)
-
-    def _lines(self, data: bytes, final: bool) -> bytes:
-        lines = data.splitlines(keepends=True)
-        if lines and not final and not lines[-1].endswith((b"\n", b"\r")):
-            self.pending = lines.pop()
-        return b"".join(self._clean(line) for line in lines)
-
-    def _clean(self, line: bytes) -> bytes:
-        text = line.decode("utf-8", errors="replace")
-        if is_false_alarm(text):
-            return b""
-        if self.strip and b"\x1b" in line:
-            return ANSI.sub("", text).encode("utf-8")
-        return line
-
-
-@dataclass
-class _Filter:
-    proc: subprocess.Popen[bytes]
-    ack: int
-    """Read end of the pipe on which the filter answers :data:`SYNC`."""
-
-
-_filter: _Filter | None = None
-
-
-def filter_stderr() -> bool:
-    """Route this process's stderr (file descriptor 2) through a filter process running :class:`StreamFilter`:
-    Ray's :data:`FALSE_ALARMS` dropped, colour codes removed unless stderr is a terminal. A process, not a thread,
-    so that what a crashing job writes last still comes out; it ignores SIGINT and SIGTERM and ends when the
-    job's last copy of its stderr is closed. On a terminal the job writes to a pseudo-terminal of the same size,
-    so what checks for a terminal (colours, progress bars) behaves as before. Nothing is done (False) where stderr
-    is not the process's own (pytest's capture), outside POSIX, when ``SEMBRIDGE_LOG_FILTER=0``, or a second
-    time. :func:`sync_stderr` waits until the filter has written everything so far (before a job's report, and
-    at exit)."""
-    global _filter
-    if _filter is not None or os.name != "posix" or os.environ.get("SEMBRIDGE_LOG_FILTER", "1") == "0":
-        return False
-    try:
-        if sys.__stderr__ is None or sys.stderr is not sys.__stderr__ or sys.stderr.fileno() != 2:
-            return False
-        read, write = _terminal_pair() if os.isatty(2) else os.pipe()
-    except (OSError, ValueError, AttributeError, ImportError):
-        return False
-    sys.stderr.flush()
-    ack_read, ack_write = os.pipe()
-    original = os.dup(2)
-    env = dict(os.environ, SEMBRIDGE_LOG_FILTER_ACK=str(ack_write), SEMBRIDGE_LOG_FILTER_MODULE=__name__)
-    package_root = str(Path(__file__).resolve().parents[1])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
-    try:
-        proc = subprocess.Popen(
-            [sys.executable, "-S", "-c", _PUMP],
-            stdin=read,
-            stdout=original,
-            stderr=original,
-            pass_fds=(ack_write,),
-            env=env,
-            close_fds=True,
-        )
-    except OSError:
-        for fd in (read, write, ack_read, ack_write, original):
-            os.close(fd)
-        return False
-    os.dup2(write, 2)
-    for fd in (read, write, ack_write, original):
-        os.close(fd)
-    _filter = _Filter(proc=proc, ack=ack_read)
-    atexit.register(sync_stderr)
-    return True
-
-
-def _terminal_pair() -> tuple[int, int]:
-    """(reading end, writing end) of a pseudo-terminal as large as the terminal on stderr, passing bytes as they
-    are (raw: no newline translation, no echo)."""
-    import fcntl
-    import termios
-    import tty
-
-    master, slave = os.openpty()
-    try:
-        tty.setraw(slave)
-        fcntl.ioctl(slave, termios.TIOCSWINSZ, fcntl.ioctl(2, termios.TIOCGWINSZ, b"\0" * 8))
-    except OSError:
-        os.close(master)
-        os.close(slave)
-        raise
-    return master, slave
-
-
-def filter_pids() -> list[int]:
-    """The process id of the stderr filter, when this process started one."""
-    return [_filter.proc.pid] if _filter is not None else []
-
-
-def sync_stderr(timeout: float = 5.0) -> None:
-    """Wait (at most ``timeout`` seconds) until the stderr filter has written everything this process wrote to
-    stderr so far, so that what comes next on stdout (a job's report) is not overtaken. Nothing without a filter."""
-    if _filter is None or _filter.proc.poll() is not None:
-        return
-    import select
-
-    with contextlib.suppress(OSError, ValueError):
-        sys.stderr.flush()
-        os.write(2, SYNC)
-        ready, _, _ = select.select([_filter.ack], [], [], timeout)
-        if ready:
-            os.read(_filter.ack, 4096)
-
-
-# The filter's command line names no "ray" (distributed.cluster's reaper waits for this job's processes that do):
-# the module comes from the environment.
-_PUMP = (
-    "import importlib, os, signal\n"
-    "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
-    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-    "importlib.import_module(os.environ['SEMBRIDGE_LOG_FILTER_MODULE']).pump()\n"
-)
-
-
-def pump(source: int = 0, dest: int = 1, wait_s: float = 0.2) -> None:
-    """The filter process of :func:`filter_stderr`: ``source`` through :class:`StreamFilter` to ``dest`` until the
-    end of ``source``; a partial line is written as it is after ``wait_s`` without more input (a prompt)."""
-    import select
-
-    ack = int(os.environ.get("SEMBRIDGE_LOG_FILTER_ACK", "-1"))
-    filt = StreamFilter(strip=not _isatty(dest))
-    while True:
-        ready, _, _ = select.select([source], [], [], wait_s if filt.pending else None)
-        if not ready:
-            _write(dest, filt.flush())
-            continue
-        try:
-            chunk = os.read(source, 65536)
-        except OSError:
-            chunk = b""
-        if not chunk:
-            break
-        syncs = filt.syncs
-        _write(dest, filt.feed(chunk))
-        if filt.syncs > syncs and ack >= 0:
-            with contextlib.suppress(OSError):
-                os.write(ack, b"." * (filt.syncs - syncs))
-    _write(dest, filt.flush())
-
-
-def _isatty(fd: int) -> bool:
-    with contextlib.suppress(OSError):
-        return os.isatty(fd)
-    return False
-
-
-def _write(fd: int, data: bytes) -> None:
-    """All of ``data`` to ``fd``; a closed destination (``| head``) is ignored, so the source is still drained."""
-    while data:
-        try:
-            data = data[os.write(fd, data) :]
-        except InterruptedError:
-            continue
-        except OSError:
-            return
 
 
 # ---- `ray job submit`'s own lines (cluster/local.sh) ----

@@ -20,13 +20,12 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
+import psutil
 import ray
 
 from sembridge_ray.errors import InputError, terminating
-from sembridge_ray.logs import filter_pids, filter_stderr
 from sembridge_ray.placement import Placement, Precision, ResourceConfig, local_precision, plan_placement
 
 log = logging.getLogger(__name__)
@@ -59,7 +58,6 @@ def connect(num_cpus: int | None = None) -> ClusterInfo:
         setup = {"worker_process_setup_hook": "sembridge_ray.distributed.cluster.setup_worker"}
         address = os.environ.get("RAY_ADDRESS")
         sigterm = signal.getsignal(signal.SIGTERM)  # ray.init replaces it with sys.exit(15); the job's own stays
-        filter_stderr()  # Ray's C++ core writes its false alarms straight to fd 2 (see sembridge_ray.logs)
         if address:
             require_reachable()
             ray.init(address=address, runtime_env=setup, logging_level=level, log_to_driver=True)
@@ -215,72 +213,30 @@ def _stop_datasets(timeout: float = 10.0) -> None:
         executor.join(max(0.0, deadline - time.monotonic()))
 
 
-def _descendants(pid: int) -> list[int]:
-    """Every live process below ``pid`` (Ray's GCS, raylet, and the workers the raylet started)."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
-
-
 def _reap(timeout: float = REAP_TIMEOUT_S) -> None:
-    """Wait for the Ray processes below this one to exit, collecting the exited ones re-parented here, and kill
-    the ones still there after ``timeout`` (they are this job's own cluster's). Other children of the process are
-    left alone."""
-    deadline = time.monotonic() + timeout
-    seen: set[int] = set()
-    killed: set[int] = set()
-    while left := _ray_descendants():
-        seen.update(left)
-        _collect(seen)
-        if time.monotonic() >= deadline:
-            for pid in set(left) - killed:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGKILL)
-            killed.update(left)
-            if time.monotonic() >= deadline + max(timeout, 1.0):  # unkillable (uninterruptible sleep): the OS's
-                break
-        time.sleep(0.1)
-    _collect(seen)
-    if killed:  # expected after a SIGTERM (no time for a graceful end), a surprise otherwise
+    """Wait for the Ray processes below this one to exit (the exited ones re-parented here are collected by
+    psutil's wait) and kill the ones still there after ``timeout``: they are this job's own cluster's. Other
+    children of the process are left alone."""
+    procs = _ray_descendants()
+    _, left = psutil.wait_procs(procs, timeout=timeout)
+    for proc in left:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    psutil.wait_procs(left, timeout=max(timeout, 1.0))  # one unkillable (uninterruptible sleep) is the OS's
+    if left:  # expected after a SIGTERM (no time for a graceful end), a surprise otherwise
         level = logging.INFO if terminating.is_set() else logging.WARNING
-        log.log(level, "killed %d Ray processes of this job that outlived the shutdown", len(killed))
+        log.log(level, "killed %d Ray processes of this job that outlived the shutdown", len(left))
 
 
-def _ray_descendants() -> list[int]:
-    """The live processes below this one that are Ray's: GCS, raylet, dashboard, agents and workers all run code
-    from Ray's package or carry a ``ray::`` title."""
-    found, own = [], set(filter_pids())  # the stderr filter outlives the cluster: it ends with this process
-    for pid in _descendants(os.getpid()):
-        if pid in own:
-            continue
-        with contextlib.suppress(OSError):
-            if _alive(pid) and b"ray" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                found.append(pid)
+def _ray_descendants() -> list[psutil.Process]:
+    """The live processes below this one that are Ray's (GCS, raylet, dashboard, agents and workers all run code
+    from Ray's package or carry a ``ray::`` title)."""
+    found = []
+    for proc in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if proc.status() != psutil.STATUS_ZOMBIE and "ray" in " ".join(proc.cmdline()):
+                found.append(proc)
     return found
-
-
-def _collect(pids: set[int]) -> None:
-    """Collect the exited ones of ``pids`` that are this process's children (re-parented here as orphans)."""
-    for pid in pids:
-        if not _alive(pid):
-            with contextlib.suppress(ChildProcessError, OSError):
-                os.waitpid(pid, os.WNOHANG)
 
 
 def require_reachable(timeout_s: float | None = None) -> None:

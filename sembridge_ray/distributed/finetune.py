@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict, cast
 
+import psutil
 import pyarrow.parquet as pq
 import ray
 import ray.train
@@ -392,20 +393,12 @@ def storage_note(storage: str, configured: str) -> None:
 
 
 def filesystem_type(path: Path) -> str:
-    """The type of the filesystem holding ``path`` (from /proc/mounts; "" where unknown)."""
+    """The type of the filesystem holding ``path`` ("" where unknown)."""
     path = path.resolve()
     while not path.exists():
         path = path.parent
-    best, kind = "", ""
-    try:
-        mounts = Path("/proc/mounts").read_text().splitlines()
-    except OSError:
-        return ""
-    for line in mounts:
-        parts = line.split()
-        if len(parts) >= 3 and path.is_relative_to(parts[1]) and len(parts[1]) > len(best):
-            best, kind = parts[1], parts[2]
-    return kind
+    mounts = [m for m in psutil.disk_partitions(all=True) if path.is_relative_to(m.mountpoint)]
+    return max(mounts, key=lambda m: len(m.mountpoint)).fstype if mounts else ""
 
 
 def latest_step(storage: str, name: str) -> int | None:

@@ -3,6 +3,7 @@ checkpoints, a job's processes after it exits, and the private head of cluster/l
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -15,12 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
 import pytest
 import ray
 import torch
 from safetensors.torch import load_file
 
-from sembridge_ray.distributed import cluster
 from sembridge_ray.distributed.search import ShardedIndex
 from sembridge_ray.jobs.finetune import FinetuneConfig, OptimConfig
 from sembridge_ray.outputs import is_complete
@@ -38,14 +39,11 @@ def _env() -> dict[str, str]:
 
 def _processes(pattern: str) -> list[int]:
     """Processes below this test process whose command line matches ``pattern`` (Ray names its workers)."""
-    ours = set(cluster._descendants(os.getpid()))
     found = []
-    for cmd in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            if int(cmd.parent.name) in ours and re.search(pattern, cmd.read_bytes().decode(errors="replace")):
-                found.append(int(cmd.parent.name))
-        except OSError:
-            continue
+    for proc in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if re.search(pattern, " ".join(proc.cmdline())):
+                found.append(proc.pid)
     return found
 
 

@@ -5,16 +5,11 @@ from __future__ import annotations
 
 import logging
 import re
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
 
 import pytest
 
 from sembridge_ray import logs
-from sembridge_ray.logs import SYNC, StreamFilter, is_false_alarm, job_submit_line, ray_environment
-from tests.conftest import REPO
+from sembridge_ray.logs import is_false_alarm, job_submit_line, ray_environment
 
 # Ray's lines as they come: the driver's own C++ core (straight to fd 2), and a worker's, forwarded with its
 # coloured prefix.
@@ -67,29 +62,6 @@ def test_ray_trains_transient_timeouts_are_dropped_twice_then_shown(caplog: pyte
     assert sum(isinstance(f, logs.AlarmFilter) for f in logging.getLogger(alarm.logger).filters) == 1
 
 
-def test_the_filter_drops_false_alarms_and_strips_colours_across_chunks() -> None:
-    filt = StreamFilter(strip=True)
-    text = f"{DRIVER_ALARM}\n{WORKER_ALARM}\n{REAL_ERROR}\n\x1b[36m(RayTrainWorker pid=1)\x1b[0m step 1/4\n".encode()
-    out = b"".join(filt.feed(text[i : i + 7]) for i in range(0, len(text), 7)) + filt.flush()
-    assert out.decode() == f"{REAL_ERROR}\n(RayTrainWorker pid=1) step 1/4\n"
-
-
-def test_on_a_terminal_the_colours_stay() -> None:
-    line = b"\x1b[36m(Actor pid=1)\x1b[0m hello\n"
-    assert StreamFilter(strip=False).feed(line) == line
-    assert StreamFilter(strip=True).feed(line) == b"(Actor pid=1) hello\n"
-
-
-def test_partial_lines_wait_for_their_end_or_a_sync() -> None:
-    filt = StreamFilter(strip=True)
-    assert filt.feed(b"progress 10%\rprogress 20%") == b"progress 10%\r"  # \r ends a line (a terminal's bar)
-    assert filt.feed(b" and more") == b""
-    assert filt.feed(b"\n") == b"progress 20% and more\n"
-    assert filt.feed(b"a prompt: ") == b""
-    assert filt.feed(SYNC) == b"a prompt: "  # a sync flushes what came before it
-    assert filt.syncs == 1 and filt.feed(b"after\n" + SYNC + SYNC) == b"after\n" and filt.syncs == 3
-
-
 def test_ray_environment_no_colour_in_files_and_the_alarms_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(logs, "terminal_output", lambda: False)
     env = ray_environment({})
@@ -102,48 +74,6 @@ def test_ray_environment_no_colour_in_files_and_the_alarms_skipped(monkeypatch: 
     assert ray_environment({"RAY_DEDUP_LOGS_SKIP_REGEX": skip, "RAY_COLOR_PREFIX": "0"}) == {}
     monkeypatch.setattr(logs, "terminal_output", lambda: True)
     assert "RAY_COLOR_PREFIX" not in ray_environment({})
-
-
-JOB = """
-    import logging, os, sys
-    from sembridge_ray import logs
-
-    logs.setup_logging("INFO")
-    logs.project_handler()
-    assert logs.filter_stderr() and not logs.filter_stderr()  # once
-    logging.getLogger("sembridge_ray.job").info("\\x1b[1mstarting\\x1b[0m")
-    os.write(2, DRIVER_ALARM.encode() + b"\\n")  # as Ray's C++ core writes it: straight to fd 2
-    sys.stderr.write(WORKER_ALARM + "\\n")  # as Ray forwards a worker's line
-    sys.stderr.write(REAL_ERROR + "\\n")
-    sys.stderr.write("\\x1b[36m(RayTrainWorker pid=7)\\x1b[0m step 1/4\\n")
-    logging.getLogger("sembridge_ray.job").warning("last log line")
-    logs.sync_stderr()
-    print("model: /somewhere/model", flush=True)
-"""
-
-
-def test_a_log_file_holds_no_colour_codes_no_false_alarm_and_ends_with_the_report(tmp_path: Path) -> None:
-    script = tmp_path / "job.py"
-    constants = f"DRIVER_ALARM = {DRIVER_ALARM!r}\nWORKER_ALARM = {WORKER_ALARM!r}\nREAL_ERROR = {REAL_ERROR!r}\n"
-    script.write_text(constants + textwrap.dedent(JOB), encoding="utf-8")
-    log = tmp_path / "job.log"
-    with open(log, "wb") as fh:
-        proc = subprocess.run([sys.executable, str(script)], cwd=REPO, stdout=fh, stderr=fh, timeout=60)
-    text = log.read_text(encoding="utf-8")
-    assert proc.returncode == 0, text
-    assert "\x1b" not in text
-    assert "max_restarts" not in text
-    lines = text.splitlines()
-    assert lines[0].endswith("INFO sembridge_ray.job: starting")
-    assert lines[1:3] == [REAL_ERROR, "(RayTrainWorker pid=7) step 1/4"]
-    assert lines[3].endswith("WARNING sembridge_ray.job: last log line")
-    assert lines[-1] == "model: /somewhere/model" and len(lines) == 5
-
-
-def test_no_filter_under_capture() -> None:
-    """pytest holds sys.stderr: the process's own fd 2 is left alone."""
-    assert logs.filter_stderr() is False and logs.filter_pids() == []
-    logs.sync_stderr()  # nothing to wait for
 
 
 SUBMIT = """\

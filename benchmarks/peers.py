@@ -501,7 +501,7 @@ PAPER_DOC_TOKENS, PAPER_PAIR_TOKENS = 256, 64 + 256
 
 
 def paper_rates(lines: Sequence[Mapping[str, object]]) -> Rates:
-    """The project's rates converted to the paper's lengths in proportion to tokens (see ``bench.measured``)."""
+    """The project's rates converted to the paper's lengths in proportion to tokens (see ``benchmarks.measured``)."""
     rates: Rates = {}
     for line in lines:  # the comparison's name says which line it is
         if line.get("comparison") == "train_step":

@@ -48,9 +48,15 @@ def read_figures(path: str | Path, batch: int) -> Figures:
     A file that is missing or is not a figures file is an :class:`~sembridge_ray.errors.InputError` naming it."""
     path = Path(path).expanduser()
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise InputError(f"figures {path}: cannot read it as JSON ({type(err).__name__}: {err})") from err
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise InputError(f"figures {path}: cannot read it ({err.strerror or err})") from err
+    except UnicodeDecodeError as err:
+        raise InputError(f"figures {path}: not JSON (not UTF-8 text: {err.reason})") from err
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise InputError(f"figures {path}: not JSON ({err})") from err
     if not isinstance(data, dict) or not any(k in data for k in RATES):
         raise InputError(f"figures {path}: not a figures file (a JSON object with {', '.join(RATES)} expected)")
     for key in (*RATES, "gpu_scale"):

@@ -266,6 +266,7 @@ def test_the_dry_run_divides_by_the_figures_file_it_is_given_and_by_nothing_it_f
     "content",
     [
         None,  # missing
+        "\xff\xfe",  # not UTF-8
         "not json",
         "[1, 2]",
         '{"gpu": "x"}',  # none of the throughputs
@@ -283,7 +284,7 @@ def test_a_bad_figures_file_is_refused_in_one_line_naming_it(
 
     path = tmp_path / "figs.json"
     if content is not None:
-        path.write_text(content)
+        path.write_bytes(content.encode("latin-1"))
     args = ["--dry-run", "--figures", str(path), "--output", str(tmp_path / "out")]
     if job == "reproduce":
         code = reproduce.main([*GRID, *args])

@@ -118,7 +118,7 @@ run_checks() {
   cd "$ROOT"
   "$VENV/bin/ruff" check .
   "$VENV/bin/ruff" format --check .
-  "$VENV/bin/mypy" sembridge_ray jobs tests
+  "$VENV/bin/mypy" sembridge_ray benchmarks jobs tests
   "$VENV/bin/lint-imports"
 }
 

@@ -15,7 +15,9 @@
 #   bash cluster/local.sh gpu-check [--skip-install] [args]
 #                                              no CUDA GPU: one line, exit 0, nothing installed; else set up .venv
 #                                              (the CUDA torch) and run python -m jobs.gpu_check (one JSON line per
-#                                              stage, compared with the CPU); --skip-install uses .venv as it is
+#                                              stage, compared with the CPU; the measured throughputs go to
+#                                              outputs/gpu_check/figures.json, for reproduce --dry-run --figures);
+#                                              --skip-install uses .venv as it is
 #
 # The private head: its own --temp-dir and free ports, in a session of its own; on exit exactly its processes are
 # stopped (never `ray stop`, which stops every Ray cluster of the user on the machine). Without RAY_ADDRESS the
@@ -116,7 +118,7 @@ run_checks() {
   cd "$ROOT"
   "$VENV/bin/ruff" check .
   "$VENV/bin/ruff" format --check .
-  "$VENV/bin/mypy" sembridge_ray jobs tests
+  "$VENV/bin/mypy" sembridge_ray benchmarks jobs tests
   "$VENV/bin/lint-imports"
 }
 

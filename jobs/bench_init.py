@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from sembridge_ray.bench import bridge_weights as bench
+from benchmarks import bridge_weights as bench
 
 
 def main(argv: list[str] | None = None) -> int:

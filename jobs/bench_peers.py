@@ -5,9 +5,9 @@ Smoke (2 CPUs, ~5 min):  python -m jobs.bench_peers --encode --retrieval --docs 
 1M documents (2 CPUs, ~20 min):  python -m jobs.bench_peers --retrieval --skip project_maxscore,seismic_approx
 
 Each line holds both sides' figures and the ratios (throughput project ÷ peer; peak memory project ÷ peer). The
-project's throughputs, at the paper's shapes, go to ``--measured`` for ``reproduce/plan.py`` (see
-``sembridge_ray.bench.measured`` for the CPU → GPU scaling it writes down). Seismic and PISA (pyterrier-pisa)
-come with the ``bench`` extra.
+project's throughputs, at the paper's shapes, go to ``--measured``, a figures file the reproduction plan reads when
+given it (``sembridge reproduce --dry-run --figures FILE``; see ``benchmarks.measured`` for the CPU → GPU scaling
+it writes down). Seismic and PISA (pyterrier-pisa) come with the ``bench`` extra.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import argparse
 import json
 import sys
 
-from sembridge_ray.bench import peers
-from sembridge_ray.bench.measured import MEASURED_JSON, measured_record, write_measured
-from sembridge_ray.bench.retrieval_peers import SIDES, check_skip
+from benchmarks import peers
+from benchmarks.measured import MEASURED_JSON, measured_record, write_measured
+from benchmarks.retrieval_peers import SIDES, check_skip
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,9 +12,9 @@ import json
 import sys
 from pathlib import Path
 
+from benchmarks.synthetic import BenchConfig
 from sembridge_ray.cli import parse_config, run_job
 from sembridge_ray.jobs import Flag
-from sembridge_ray.retrieval.synthetic import BenchConfig
 
 FLAGS = [
     Flag(name="--docs", key="docs"),
@@ -28,7 +28,7 @@ FLAGS = [
 def main(argv: list[str] | None = None) -> int:
     def body() -> int:
         cfg, _ = parse_config(BenchConfig, argv, flags=FLAGS, job="bench_retrieval", description=__doc__ or "")
-        from sembridge_ray.distributed.bench_retrieval import run_bench
+        from benchmarks.retrieval import run_bench
         from sembridge_ray.outputs import atomic_write_json
 
         report = run_bench(cfg)

@@ -31,12 +31,12 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.memory or args.overhead):
         parser.error("choose --memory and/or --overhead")
     if args.memory:
-        from sembridge_ray.bench.pooling import MemoryCase, compare_memory
+        from benchmarks.pooling import MemoryCase, compare_memory
 
         with tempfile.TemporaryDirectory() as tmp:
             print(json.dumps({"memory": compare_memory(MemoryCase(), args.chunk, Path(tmp))}, indent=2))
     if args.overhead:
-        from sembridge_ray.distributed.bench_train import compare_overhead
+        from benchmarks.train_overhead import compare_overhead
 
         print(
             json.dumps(

@@ -22,7 +22,6 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = "sembridge_ray"
 
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("bench",),
     ("cli",),
     ("distributed",),
     ("reproduce",),
@@ -38,10 +37,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "bundled",
         "bridges",
         "target_tokenizers",
-        "gpu_check",
     ),
 )
-"""Top to bottom (the ``jobs/`` entrypoints and the benchmarks, which drive everything, above the command line);
+"""Top to bottom (the checkout's ``jobs/`` entrypoints and ``benchmarks/``, outside the package, drive it all);
 anything not named is a section or utility (config, errors, identity, outputs, locks, ...), the bottom layer. A
 module may import its own layer and those below it, never those above. The package's own ``__init__`` (the public
 facade) is in no layer."""

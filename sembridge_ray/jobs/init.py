@@ -124,6 +124,9 @@ class InitConfig(Config):
     the schema of ``reproduce --dry-run``."""
     json: bool = False
     """With ``dry_run``: print the plan as JSON instead of the summary table."""
+    figures: str = ""
+    """With ``dry_run``: a figures file (JSON throughputs, as the GPU check or ``jobs.bench_peers`` write them:
+    ``sembridge_ray.reproduce.figures``) the GPU-hour estimate divides by; empty = the built-in rough figures."""
     grid: str = ""
     """Gone: the paper grid is ``sembridge reproduce --preset paper`` (``--dry-run`` prints its plan); kept one
     release so ``--grid`` says so."""
@@ -156,6 +159,7 @@ class InitConfig(Config):
         "grid",
         "dry_run",
         "json",
+        "figures",
         "push_to_hub",
         "overwrite",
         "resources",
@@ -223,6 +227,7 @@ class InitConfig(Config):
         for key in ("bridge_batch_size", "rows_batch_size", "query_length", "document_length"):
             require(getattr(self, key) >= 1, key, getattr(self, key), "must be >= 1")
         require(self.samples >= 0, "samples", self.samples, "must be >= 0")
+        require(self.dry_run or not self.figures, "figures", self.figures, "is read by --dry-run's estimate only")
         require(self.bridge_components >= 1, "bridge_components", self.bridge_components, "must be >= 1")
         require(0 <= self.random_blend <= 1, "random_blend", self.random_blend, "must be in [0, 1]")
         require(
@@ -338,6 +343,7 @@ FLAGS = (
     Flag(name="--grid", key="grid"),
     Flag(name="--dry-run", key="dry_run"),
     Flag(name="--json", key="json"),
+    Flag(name="--figures", key="figures"),
     Flag(name="--max-query-length", key="query_length"),
     Flag(name="--max-doc-length", key="document_length"),
     Flag(name="--workers", key="resources.workers"),

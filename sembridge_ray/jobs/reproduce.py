@@ -122,6 +122,9 @@ class ReproduceConfig(Config):
     """Print the plan (every cell, its hub ids, a GPU-hour estimate) and run nothing."""
     json: bool = False
     """With ``dry_run``: print the plan as JSON (every field) instead of the summary table."""
+    figures: str = ""
+    """With ``dry_run``: a figures file (JSON throughputs, as the GPU check or ``jobs.bench_peers`` write them:
+    ``sembridge_ray.reproduce.figures``) the GPU-hour estimate divides by; empty = the built-in rough figures."""
     models: tuple[str, ...] = tuple(catalog.SOURCE_MODELS.values())
     """Source encoders: catalog keys, hub ids or directories (comma-separated)."""
     languages: tuple[str, ...] = tuple(catalog.LANGUAGES)
@@ -188,6 +191,7 @@ class ReproduceConfig(Config):
         "output",
         "dry_run",
         "json",
+        "figures",
         "max_concurrent",
         "gpus_per_cell",
         "overwrite",
@@ -250,6 +254,7 @@ class ReproduceConfig(Config):
         )
         require(self.max_concurrent >= 0, "max_concurrent", self.max_concurrent, "must be >= 0 (0 = by GPUs)")
         require(self.gpus_per_cell >= 0, "gpus_per_cell", self.gpus_per_cell, "must be >= 0")
+        require(self.dry_run or not self.figures, "figures", self.figures, "is read by --dry-run's estimate only")
 
     def require_inputs(self) -> None:
         """Raise :class:`InputError` when the grid has no output root."""
@@ -332,6 +337,7 @@ FLAGS = (
     Flag(name="--output", key="output", required=True),
     Flag(name="--dry-run", key="dry_run"),
     Flag(name="--json", key="json"),
+    Flag(name="--figures", key="figures"),
     Flag(name="--model", key="models", aliases=("--models",)),
     Flag(name="--languages", key="languages"),
     Flag(name="--datasets", key="datasets"),

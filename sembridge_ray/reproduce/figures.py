@@ -1,47 +1,25 @@
-"""The throughputs the reproduction plan divides by, in this order of preference:
+"""The throughputs the dry run's GPU-hour estimate divides by (``reproduce --dry-run``, ``init --dry-run``): the
+built-in rough figures (:data:`BUILT_IN`), or those of a figures file given explicitly (``--figures FILE``, the
+``figures`` key); never a file a benchmark happened to leave somewhere. The plan prints which it used.
 
-1. measured on a GPU by ``bash cluster/local.sh gpu-check``: :data:`DEFAULT_PATH` (or ``SEMBRIDGE_GPU_FIGURES``);
-2. measured on this machine's CPU by ``python -m jobs.bench_peers`` and scaled to one A100-class GPU by the
-   assumption the file writes down (:data:`BENCH_PATH`, see :mod:`sembridge_ray.bench.measured`);
-3. rough built-in figures.
-
-The plan prints which figures it used.
+A figures file is a JSON object holding the throughputs at the paper's shapes on one GPU, ``bridge_strings_per_s``
+(bridge-encoder strings), ``docs_per_s`` (documents of 256 tokens encoded) and ``train_examples_per_s`` (pairs of
+64 + 256 tokens trained), each a number > 0; a throughput the file lacks keeps its built-in figure, and the plan's
+source line names it. Optional: ``source`` (what measured them, printed with the plan), ``gpu_scale`` (a number > 0
+every throughput is multiplied by: a CPU measurement scaled to one GPU) and ``scaling`` (the assumption behind it).
+The checkout's GPU check (``bash cluster/local.sh gpu-check``) and ``python -m jobs.bench_peers`` write such files.
 """
 
 from __future__ import annotations
 
 import json
-import os
+import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, TypedDict
 
-if TYPE_CHECKING:
-    from sembridge_ray.gpu_check import GpuFigures
+from sembridge_ray.errors import InputError
 
-ENV = "SEMBRIDGE_GPU_FIGURES"
-DEFAULT_PATH = Path("~/.cache/sembridge_ray/gpu_figures.json")
-BENCH_PATH = Path("~/.cache/sembridge_ray/measured.json")
-RateName = Literal["bridge_strings_per_s", "docs_per_s", "train_examples_per_s"]
-RATES: tuple[RateName, ...] = ("bridge_strings_per_s", "docs_per_s", "train_examples_per_s")
-
-
-class Rates(TypedDict, total=False):
-    """Throughputs at the paper's shapes, each where it was measured."""
-
-    bridge_strings_per_s: float
-    docs_per_s: float
-    train_examples_per_s: float
-
-
-class MeasuredRecord(Rates, total=False):
-    """``measured.json`` (written by ``jobs.bench_peers``, see :mod:`sembridge_ray.bench.measured`): ``source``,
-    ``device``, the rates, then ``gpu_scale`` and ``scaling`` (the assumption that turns them into one GPU's)."""
-
-    source: str
-    device: str
-    gpu_scale: float
-    scaling: str
+RATES = ("bridge_strings_per_s", "docs_per_s", "train_examples_per_s")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,37 +39,34 @@ BUILT_IN = Figures(
 )
 
 
-def figures_path() -> Path:
-    """``SEMBRIDGE_GPU_FIGURES`` when set, else :data:`DEFAULT_PATH`."""
-    return Path(os.environ.get(ENV) or DEFAULT_PATH).expanduser()
+def _positive(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value > 0
 
 
-def from_measured(data: GpuFigures, batch: int, path: Path) -> Figures:
-    """A GPU check's file -> the plan's figures (seconds per step at ``batch`` from examples/s). These are the
-    throughputs of the check's miniature (all-MiniLM-L6-v2 on SICK sentences), so they run faster than the
-    paper's models would: the source line says so."""
-    rates = {k: float(data[k]) for k in RATES}
-    if min(rates.values()) <= 0:
-        raise ValueError(f"{path}: every throughput must be > 0 ({rates})")
-    return Figures(
-        bridge_strings_per_s=rates["bridge_strings_per_s"],
-        docs_per_s=rates["docs_per_s"],
-        seconds_per_step=batch / rates["train_examples_per_s"],
-        source=f"measured by the GPU check on {data['gpu']} with {data['model']} ({path}); the paper's larger "
-        "models are slower",
-    )
-
-
-def from_bench(data: MeasuredRecord, batch: int, path: Path) -> Figures:
-    """``jobs.bench_peers``'s file -> the plan's figures: each rate times its ``gpu_scale`` (1 when measured on a
-    GPU); a rate the file lacks keeps the built-in figure, and the source line says which."""
+def read_figures(path: str | Path, batch: int) -> Figures:
+    """The figures file at ``path`` (see the module docstring) -> the plan's figures, seconds per step at ``batch``.
+    A file that is missing or is not a figures file is an :class:`~sembridge_ray.errors.InputError` naming it."""
+    path = Path(path).expanduser()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise InputError(f"figures {path}: cannot read it ({err.strerror or err})") from err
+    except UnicodeDecodeError as err:
+        raise InputError(f"figures {path}: not JSON (not UTF-8 text: {err.reason})") from err
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise InputError(f"figures {path}: not JSON ({err})") from err
+    if not isinstance(data, dict) or not any(k in data for k in RATES):
+        raise InputError(f"figures {path}: not a figures file (a JSON object with {', '.join(RATES)} expected)")
+    for key in (*RATES, "gpu_scale"):
+        if key in data and not _positive(data[key]):
+            raise InputError(f"figures {path}: {key} must be a number > 0, not {data[key]!r}")
     scale = float(data.get("gpu_scale", 1.0))
     rates = {k: float(data[k]) * scale for k in RATES if k in data}
-    if any(v <= 0 for v in rates.values()):
-        raise ValueError(f"{path}: every throughput must be > 0 ({rates})")
-    source = f"{data.get('source', 'bench_peers')} on {data.get('device', '?')} ({path})"
+    source = f"{data.get('source') or 'figures'} ({path})"
     if scale != 1.0:
-        source += f"; {data.get('scaling', f'scaled x {scale:g}')}"
+        source += f"; {data.get('scaling') or f'scaled x {scale:g}'}"
     if missing := [k for k in RATES if k not in rates]:
         source += f"; built-in: {', '.join(missing)}"
     return Figures(
@@ -104,15 +79,6 @@ def from_bench(data: MeasuredRecord, batch: int, path: Path) -> Figures:
     )
 
 
-def load_figures(batch: int, path: Path | None = None, bench: Path | None = None) -> Figures:
-    """The GPU check's figures at ``path`` (default :func:`figures_path`), else ``jobs.bench_peers``'s at ``bench``
-    (default :data:`BENCH_PATH`), else :data:`BUILT_IN`. A file that exists but cannot be read is an error naming
-    it, never silently replaced."""
-    path = figures_path() if path is None else path
-    for candidate, convert in ((path, from_measured), (Path(bench or BENCH_PATH).expanduser(), from_bench)):
-        if candidate.is_file():
-            try:
-                return convert(json.loads(candidate.read_text(encoding="utf-8")), batch, candidate)
-            except (KeyError, TypeError, json.JSONDecodeError) as err:
-                raise ValueError(f"{candidate}: not a figures file ({type(err).__name__}: {err})") from err
-    return BUILT_IN
+def plan_figures(path: str, batch: int) -> Figures:
+    """The figures a dry run divides by: the file at ``path`` when one is given, else :data:`BUILT_IN`."""
+    return read_figures(path, batch) if path else BUILT_IN

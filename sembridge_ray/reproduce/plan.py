@@ -1,6 +1,7 @@
 """The dry run: every cell with its hub ids, which of its stages are already complete on disk, and a rough compute
-estimate of the rest. Contacts nothing; reads the GPU check's measured figures when they exist
-(``sembridge_ray.reproduce.figures``). One schema (``jobs.plans.Plan``) for ``reproduce`` and ``init``."""
+estimate of the rest. Contacts nothing; the estimate divides by the figures file given (``--figures``), else by
+built-in figures (``sembridge_ray.reproduce.figures``). One schema (``jobs.plans.Plan``) for ``reproduce`` and
+``init``."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from sembridge_ray.manifest import read_manifest
 from sembridge_ray.outputs import read_identity
 from sembridge_ray.reproduce import demo
 from sembridge_ray.reproduce.cells import STAGES, Cell, cell_paths, config_cells
-from sembridge_ray.reproduce.figures import BUILT_IN, Figures, load_figures
+from sembridge_ray.reproduce.figures import BUILT_IN, Figures, plan_figures
 from sembridge_ray.reproduce.grid import Identities
 from sembridge_ray.reproduce.grid import plan as grid_plan
 
@@ -156,7 +157,7 @@ def dry_run(cfg: ReproduceConfig) -> Plan:
         optim.batch_size,
         cfg.gpus_per_cell,
         cfg.max_concurrent or 1,
-        load_figures(optim.batch_size),
+        plan_figures(cfg.figures, optim.batch_size),
         lambda cell: cell_stage_outputs(Path(cfg.output), cell, cfg.datasets),
         identities=planned_identities(cfg),
         overwrite=cfg.overwrite,
@@ -213,7 +214,7 @@ def init_dry_run(cfg: InitConfig) -> Plan:
         1,
         1.0,
         1,
-        load_figures(64),
+        plan_figures(cfg.figures, 64),
         lambda _: {"init": Path(cfg.output)},
         job="init",
         identities=lambda _: {"init": RunIdentity(job="init", settings=cfg.identity_settings())},

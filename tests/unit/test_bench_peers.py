@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sembridge_ray.bench.measured import flops_per_token, measured_record, write_measured
-from sembridge_ray.bench.peers import paper_rates
+from benchmarks.measured import flops_per_token, measured_record, write_measured
+from benchmarks.peers import paper_rates
 
 
 def test_rates_are_converted_to_the_papers_lengths_in_proportion_to_tokens() -> None:
@@ -44,7 +44,7 @@ def test_measured_json_keeps_rates_a_later_run_did_not_measure(tmp_path: Path) -
 
 @pytest.mark.parametrize("skip", [{"project_scan"}, {"pisa_wand"}])
 def test_retrieval_refuses_to_skip_the_scan_or_an_unknown_side(skip: set[str]) -> None:
-    from sembridge_ray.bench.retrieval_peers import compare_corpus
+    from benchmarks.retrieval_peers import compare_corpus
 
     with pytest.raises(ValueError, match=next(iter(skip))):
         compare_corpus("synthetic", 10, 2, skip=frozenset(skip))
@@ -56,7 +56,7 @@ def test_pisa_and_seismic_sides_find_the_scans_documents() -> None:
     test_retrieval_index); PISA's top-10 on quantised weights nearly always does."""
     pytest.importorskip("pyterrier_pisa")
     pytest.importorskip("seismic")
-    from sembridge_ray.bench.retrieval_peers import compare_corpus
+    from benchmarks.retrieval_peers import compare_corpus
 
     lines = compare_corpus("synthetic", 3000, 20, repeats=1, skip=frozenset({"project_maxscore", "seismic_approx"}))
     by_side = {line["peer"]["side"]: line for line in lines if "peer" in line}
@@ -70,7 +70,7 @@ def test_pisa_and_seismic_sides_find_the_scans_documents() -> None:
 def test_a_cpu_record_scales_the_bridge_to_bge_m3() -> None:
     """BGE-M3 (24 x 1024, no projection) costs about 28x MiniLM-L6's encoder per token; BERT-base's MLM about 4.9x
     MiniLM-L6's MLM: the bridge's CPU rate is scaled by their quotient on top of the file's gpu_scale."""
-    from sembridge_ray.bench.measured import BRIDGE_VS_ENCODERS
+    from benchmarks.measured import BRIDGE_VS_ENCODERS
 
     minilm, bge = 2 * 6 * 12 * 384**2, 2 * 24 * 12 * 1024**2
     mlm_ratio = (2 * (6 * 12 * 384**2 + 384 * 30_522)) / (2 * (12 * 12 * 768**2 + 768 * 30_522))

@@ -93,6 +93,7 @@ def init_harness(fixtures_root: Path, tmp_path_factory: pytest.TempPathFactory) 
             **RAY_AND_RERUNS,
             "dry_run": "runs nothing, prints the plan (tests/unit/test_reproduce_plan.py)",
             "json": "the dry run's format",
+            "figures": "the dry run's estimate (tests/unit/test_reproduce_plan.py)",
             "grid": "gone: refused with a pointer (tests/unit/test_init_grid.py)",
             "bias_text": "read only with bias=frequency: its content is an input (tests/unit/test_plus.py)",
             "output": "where the run writes: each run here writes into a fresh directory",

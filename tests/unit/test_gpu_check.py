@@ -13,8 +13,9 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from benchmarks import gpu_check as gc
 from jobs import reproduce
-from sembridge_ray import gpu_check as gc
+from sembridge_ray.errors import InputError
 from sembridge_ray.reproduce import figures
 from tests.conftest import REPO
 
@@ -130,26 +131,22 @@ def test_each_stage_gets_its_comparison(tmp_path: Path) -> None:
     assert got["finetune_1w_bf16"] is not None and got["finetune_1w_bf16"].diff == pytest.approx(0.005)
 
 
-def test_measured_figures_feed_the_plan(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_measured_figures_feed_the_plan_when_given(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     lines = [line("init"), line("evaluate_zero_shot"), line("finetune_1w_bf16"), line("evaluate_finetuned")]
     lines = [replace(x, throughput=t) for x, t in zip(lines, (5000.0, 2000.0, 640.0, 2500.0), strict=True)]
     measured = gc.measured_figures(lines, "NVIDIA H200", 1, "MiniLM")
     path = tmp_path / "figures.json"
     gc.write_figures(measured, path)
-    got = figures.load_figures(batch=64, path=path)
+    got = figures.read_figures(path, batch=64)
     assert (got.bridge_strings_per_s, got.docs_per_s, got.seconds_per_step) == (5000.0, 2500.0, 0.1)
     assert "NVIDIA H200" in got.source and str(path) in got.source
 
-    monkeypatch.setenv(figures.ENV, str(path))
-    assert reproduce.main(["--preset", "paper", "--dry-run", "--json", "--output", str(tmp_path / "plan")]) == 0
+    argv = ["--preset", "paper", "--dry-run", "--json", "--output", str(tmp_path / "plan")]
+    assert reproduce.main([*argv, "--figures", str(path)]) == 0
     plan = json.loads(capsys.readouterr().out)
     assert "NVIDIA H200" in plan["figures_source"] and plan["assumptions"]["seconds_per_step"] == 0.1
 
-    monkeypatch.setenv(figures.ENV, str(tmp_path / "absent.json"))  # no file: the built-in figures, as before
-    monkeypatch.setattr(figures, "BENCH_PATH", tmp_path / "absent-measured.json")  # not this machine's bench_peers
-    assert reproduce.main(["--preset", "paper", "--dry-run", "--json", "--output", str(tmp_path / "plan")]) == 0
+    assert reproduce.main(argv) == 0  # no file given: the built-in figures
     plan = json.loads(capsys.readouterr().out)
     assert plan["figures_source"] == figures.BUILT_IN.source and plan["assumptions"]["docs_per_s"] == 1000
 
@@ -157,8 +154,11 @@ def test_measured_figures_feed_the_plan(
 def test_a_broken_figures_file_is_named(tmp_path: Path) -> None:
     path = tmp_path / "figures.json"
     path.write_text('{"gpu": "x"}')
-    with pytest.raises(ValueError, match=r"figures\.json"):
-        figures.load_figures(batch=64, path=path)
+    with pytest.raises(InputError, match=r"figures\.json"):
+        figures.read_figures(path, batch=64)
+    gc.write_figures(gc.measured_figures([line("init")], "G", 1, "M"), path)  # no evaluate or fine-tune stage ran
+    with pytest.raises(InputError, match=r"figures\.json: docs_per_s must be a number > 0"):
+        figures.read_figures(path, batch=64)
 
 
 @pytest.mark.parametrize("smi", ["missing", "no devices"])

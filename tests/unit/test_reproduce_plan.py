@@ -187,17 +187,16 @@ def test_the_position_aware_variant_is_a_row_of_its_own_with_its_init_setting(tm
         ReproduceConfig(methods=("mean+pa",))
 
 
-def test_plan_divides_by_measured_throughputs_and_names_their_source(tmp_path: Path) -> None:
+def test_a_figures_file_is_scaled_and_the_rates_it_lacks_stay_built_in(tmp_path: Path) -> None:
     from sembridge_ray.reproduce import plan as plan_mod
-    from sembridge_ray.reproduce.figures import BUILT_IN, load_figures
+    from sembridge_ray.reproduce.figures import BUILT_IN, plan_figures, read_figures
 
-    absent = tmp_path / "absent.json"
-    assert load_figures(64, absent, bench=absent) == BUILT_IN
+    assert plan_figures("", 64) == BUILT_IN
     measured = tmp_path / "measured.json"
     measured.write_text(
         json.dumps(
             {
-                "source": "bench",
+                "source": "bench on cpu",
                 "device": "cpu",
                 "docs_per_s": 10.0,
                 "train_examples_per_s": 4.0,
@@ -206,10 +205,11 @@ def test_plan_divides_by_measured_throughputs_and_names_their_source(tmp_path: P
             }
         )
     )
-    figures = load_figures(64, absent, bench=measured)
+    figures = read_figures(measured, 64)
+    assert plan_figures(str(measured), 64) == figures
     assert (figures.docs_per_s, figures.seconds_per_step) == (500.0, 64 / 200.0)
     assert figures.bridge_strings_per_s == BUILT_IN.bridge_strings_per_s
-    assert "bench on cpu" in figures.source and "CPU x 50" in figures.source
+    assert "bench on cpu" in figures.source and str(measured) in figures.source and "CPU x 50" in figures.source
     assert "built-in: bridge_strings_per_s" in figures.source
     cell = expand(("naver/splade-v3",), ("ko",), ("sembridge",), ("4",))[0]
     est = plan_mod.cell_estimate(cell, ["miracl"], 1.0, 64, figures)
@@ -218,6 +218,92 @@ def test_plan_divides_by_measured_throughputs_and_names_their_source(tmp_path: P
     assert est["finetune_s"] == pytest.approx(catalog.TRAIN_QUERIES["miracl"]["ko"] / 64 * 64 / 200.0)
     out = plan_mod.plan([cell], ["miracl"], {"ko": "t"}, "b", 1.0, 64, 1.0, 1, figures, lambda c: {"init": tmp_path})
     assert out["figures_source"] == figures.source
+
+
+GRID = ["--preset", "paper", "--dry-run", "--json", "--model", "naver/splade-v3", "--languages", "ko"]
+GRID += ["--datasets", "miracl", "--methods", "sembridge", "finetune.optim.epochs=2", "finetune.optim.batch_size=32"]
+
+
+def _hand_estimate_hours(bridge_per_s: float, docs_per_s: float, train_s: float) -> float:
+    """One cell, every stage to run: the init's 120,000 bridge-encoder strings (``plan.cell_estimate``'s
+    assumption), MIRACL-ko's corpus encoded twice (zero-shot and fine-tuned), 2 epochs over its training queries;
+    ``train_s``: seconds per training example."""
+    docs, queries = catalog.CORPUS_SIZES["miracl"]["ko"], catalog.TRAIN_QUERIES["miracl"]["ko"]
+    return (120_000 / bridge_per_s + 2 * docs / docs_per_s + 2 * queries * train_s) / 3600
+
+
+def test_the_dry_run_divides_by_the_figures_file_it_is_given_and_by_nothing_it_finds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without ``--figures`` the built-in figures, even where a benchmark left files in the cache the plan once read;
+    with it, the file's: both estimates as computed by hand from their throughputs."""
+    home = tmp_path / "home"
+    cache = home / ".cache" / "sembridge_ray"
+    cache.mkdir(parents=True)
+    rates = {"bridge_strings_per_s": 1500.0, "docs_per_s": 400.0, "train_examples_per_s": 80.0}
+    for name in ("gpu_figures.json", "measured.json"):
+        (cache / name).write_text(json.dumps({"source": "left behind", **rates}))
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("SEMBRIDGE_GPU_FIGURES", str(cache / "gpu_figures.json"))
+
+    assert reproduce.main([*GRID, "--output", str(tmp_path / "a")]) == 0
+    built_in = json.loads(capsys.readouterr().out)
+    assert "built-in" in built_in["figures_source"] and "left behind" not in built_in["figures_source"]
+    # the built-in figures: 3,000 strings/s, 1,000 docs/s, 0.35 s per step (of the plan's batch, 32 here)
+    assert built_in["estimate_gpu_hours"] == pytest.approx(_hand_estimate_hours(3000, 1000, 0.35 / 32), abs=0.005)
+
+    given = tmp_path / "figures.json"
+    given.write_text(json.dumps({"source": "measured on a test GPU", "gpu": "X", **rates}))
+    assert reproduce.main([*GRID, "--output", str(tmp_path / "a"), "--figures", str(given)]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["figures_source"].startswith("measured on a test GPU") and str(given) in plan["figures_source"]
+    assert plan["assumptions"]["seconds_per_step"] == pytest.approx(32 / 80.0)
+    assert plan["estimate_gpu_hours"] == pytest.approx(_hand_estimate_hours(1500, 400, 1 / 80.0), abs=0.005)
+    assert plan["estimate_gpu_hours"] != built_in["estimate_gpu_hours"]
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        None,  # missing
+        "\xff\xfe",  # not UTF-8
+        "not json",
+        "[1, 2]",
+        '{"gpu": "x"}',  # none of the throughputs
+        '{"docs_per_s": 0}',
+        '{"docs_per_s": "fast"}',
+        '{"docs_per_s": 5, "gpu_scale": -1}',
+    ],
+)
+@pytest.mark.parametrize("job", ["reproduce", "init"])
+def test_a_bad_figures_file_is_refused_in_one_line_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str | None, job: str
+) -> None:
+    from sembridge_ray.cli import run
+    from tests.conftest import error_lines
+
+    path = tmp_path / "figs.json"
+    if content is not None:
+        path.write_bytes(content.encode("latin-1"))
+    args = ["--dry-run", "--figures", str(path), "--output", str(tmp_path / "out")]
+    if job == "reproduce":
+        code = reproduce.main([*GRID, *args])
+    else:
+        code = run("init", [*args, "--model", "m", "--target-tokenizer", catalog.LANGUAGES["ko"].tokenizer])
+    said = error_lines(capsys)
+    assert code == 2 and len(said) == 1 and said[0].startswith("error: ") and str(path) in said[0], said
+    assert not (tmp_path / "out").exists()
+
+
+def test_figures_without_a_dry_run_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.conftest import error_lines
+
+    path = tmp_path / "figs.json"
+    path.write_text('{"docs_per_s": 5}')
+    assert reproduce.main(["--preset", "demo", "--output", str(tmp_path / "out"), "--figures", str(path)]) == 2
+    said = error_lines(capsys)
+    assert len(said) == 1 and "figures" in said[0] and "--dry-run" in said[0], said
+    assert not (tmp_path / "out").exists()
 
 
 def _planned(cfg: ReproduceConfig, root: Path) -> tuple[driver.Plan, dict[str, Path]]:

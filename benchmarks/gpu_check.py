@@ -1,6 +1,6 @@
 """The prepared GPU check's plain parts (no Ray, no I/O beyond reading a model's weights): the tolerances, the
 comparisons of a GPU stage with the same stage on the CPU, the one-JSON-line-per-stage schema, and the measured
-figures that ``reproduce/plan.py`` reads. The driver is ``sembridge_ray.distributed.gpu_check``; the command is
+figures the reproduction plan reads when given them. The driver is ``benchmarks.distributed_gpu_check``; the command is
 ``bash cluster/local.sh gpu-check`` (or ``python -m jobs.gpu_check``).
 """
 
@@ -97,7 +97,8 @@ class Reference(TypedDict):
 
 
 class GpuFigures(TypedDict):
-    """The measured figures file (``gpu_figures.json``) that ``reproduce/figures.py`` reads, in its key order."""
+    """The measured figures file (``figures.json``), in its key order: a figures file the reproduction plan reads
+    when given it (``reproduce --dry-run --figures FILE``; the format: ``sembridge_ray.reproduce.figures``)."""
 
     source: str
     gpu: str
@@ -209,11 +210,13 @@ def check_line(line: Mapping[str, object]) -> list[str]:
 
 
 def measured_figures(lines: Sequence[StageLine], gpu: str, gpus: int, model: str) -> GpuFigures:
-    """The throughputs ``reproduce/plan.py`` reads (see ``sembridge_ray.reproduce.figures``), GPU model beside them."""
+    """The throughputs the reproduction plan can divide by (``sembridge_ray.reproduce.figures``), the GPU beside them.
+    They are the check's miniature's (all-MiniLM-L6-v2 on SICK sentences): the source line says the paper's models
+    run slower."""
     by_stage = {line.stage: line.throughput for line in lines}
     evals = [v for k, v in by_stage.items() if k.startswith("evaluate")]
     return {
-        "source": "gpu-check",
+        "source": f"measured by the GPU check on {gpu} with {model} (the paper's larger models are slower)",
         "gpu": gpu,
         "gpus": gpus,
         "model": model,

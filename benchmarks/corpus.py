@@ -1,6 +1,6 @@
 """A retrieval corpus drawn from a real encoder's statistics (seeded), for benchmarks that pruning must survive.
 
-The synthetic corpus of :mod:`sembridge_ray.retrieval.synthetic` has uniform weights and independent terms: the worst
+The synthetic corpus of :mod:`benchmarks.synthetic` has uniform weights and independent terms: the worst
 case for dynamic pruning. Here the bundled SICK + STS sentences are encoded with the bundled MiniLM SPLADE
 (:func:`~sembridge_ray.sparse.encode.encode_texts`), each vector cut to its ``doc_max_active_dims`` largest weights (the
 untrained encoder activates about 4,000 terms per sentence; the cut gives SPLADE-v2-like sizes), and N documents
@@ -104,8 +104,8 @@ def encoder_corpus(
     query_max_active_dims: int = 32,
 ) -> tuple[SparseBatch, SparseBatch]:
     """(``docs`` resampled documents, ``queries`` real encoded queries) over BERT's 30,522-term vocabulary."""
+    from benchmarks.synthetic import BERT_VOCAB
     from sembridge_ray.bundled import bundled_text
-    from sembridge_ray.retrieval.synthetic import BERT_VOCAB
 
     texts = list(dict.fromkeys(bundled_text()))  # distinct sentences, in file order
     sample = encode_sample(texts[:sample_texts], doc_max_active_dims)

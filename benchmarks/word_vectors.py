@@ -4,7 +4,7 @@ The proxy is the Pearson r, on the job's validation split (30% of SICK train + t
 gold relatedness and the cosine of the two sentences' mean unit word vectors. It never reads SICK test; the MaLSTM
 runs then confirm the chosen candidates.
 
-    NLTK_DATA=DIR python -m sembridge_ray.bench.word_vectors [key=value ...]
+    NLTK_DATA=DIR python -m benchmarks.word_vectors [key=value ...]
 
 DIR holds nltk's ``wordnet`` corpus (``python -m nltk.downloader -d DIR wordnet``), for the WordNet contexts.
 """

@@ -1,4 +1,6 @@
-"""The figures the cost model divides by, as measured by ``jobs.bench_peers``, and how CPU figures are scaled.
+"""The figures the cost model can divide by, as measured by ``jobs.bench_peers``, and how CPU figures are scaled.
+The reproduction plan reads them only when given the file: ``reproduce --dry-run --figures measured.json`` (its
+format: ``sembridge_ray.reproduce.figures``).
 
 ``measured.json`` holds ``{source, device, docs_per_s, train_examples_per_s, bridge_strings_per_s, gpu_scale,
 scaling}``: throughputs at the paper's shapes (documents of 256 tokens; training pairs of 64 + 256 tokens) on one
@@ -17,13 +19,33 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import TypedDict
 
 import torch
 
-from sembridge_ray.reproduce.figures import BENCH_PATH, RATES, MeasuredRecord, Rates
+from sembridge_ray.reproduce.figures import RATES
 
-MEASURED_JSON = BENCH_PATH.expanduser()  # what reproduce/figures.py reads when no GPU check has run
+MEASURED_JSON = Path("~/.cache/sembridge_ray/measured.json").expanduser()
+"""Where ``jobs.bench_peers`` writes by default (``--measured``)."""
 GPU_EFFECTIVE_FLOPS = 312e12 * 0.4
+
+
+class Rates(TypedDict, total=False):
+    """Throughputs at the paper's shapes, each where it was measured."""
+
+    bridge_strings_per_s: float
+    docs_per_s: float
+    train_examples_per_s: float
+
+
+class MeasuredRecord(Rates, total=False):
+    """``measured.json``: ``source``, ``device``, the rates, then ``gpu_scale`` and ``scaling`` (the assumption that
+    turns them into one GPU's)."""
+
+    source: str
+    device: str
+    gpu_scale: float
+    scaling: str
 
 
 def flops_per_token(layers: int, hidden: int, vocab: int = 30_522) -> float:

@@ -22,7 +22,8 @@ import numpy as np
 import torch
 from entmax import entmax_bisect
 
-from sembridge_ray.bench.records import BridgeWeightsRun
+from benchmarks import child_env
+from benchmarks.records import BridgeWeightsRun
 from sembridge_ray.embed_init.weighting import _CHUNK_BYTES, bridge_weights, screen_dtype
 
 
@@ -104,11 +105,12 @@ def fresh_process_growth_mb(rows: int, vectors: str | None, shape: tuple[int, ..
     earlier in this one (and kept by the allocator) cannot hide growth."""
     load = f"b.load_vectors(Path({vectors!r}))" if vectors else f"b.synthetic({rows}, {shape[0]}, {shape[1]})"
     code = (
-        f"from pathlib import Path; from sembridge_ray.bench import bridge_weights as b; new, src = {load}; "
+        f"from pathlib import Path; from benchmarks import bridge_weights as b; new, src = {load}; "
         f"new = new.repeat(({rows} + len(new) - 1) // len(new), 1)[:{rows}].clone(); "
         f"print(b.rss_growth_mb(lambda: b.bridge_weights(new, src, {alpha})))"
     )
-    out = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True, check=True)
+    cmd = [sys.executable, "-W", "ignore", "-c", code]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=child_env())
     return float(out.stdout.strip().splitlines()[-1])
 
 

@@ -17,11 +17,11 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from benchmarks.synthetic import BenchConfig, sparse_vectors, zipf_probs
 from sembridge_ray.distributed import cluster
 from sembridge_ray.distributed.search import ShardedIndex
 from sembridge_ray.retrieval.index import SparseBatch, TopK, build_shard, shard_bounds, shard_topk, topk_rows
 from sembridge_ray.retrieval.metrics import sparsity_stats, term_counts
-from sembridge_ray.retrieval.synthetic import BenchConfig, sparse_vectors, zipf_probs
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, TypedDict, TypeVar, cast
 
 import pyarrow.parquet as pq
 
-from sembridge_ray import gpu_check as gc
+from benchmarks import ROOT
+from benchmarks import gpu_check as gc
 from sembridge_ray.distributed import cluster
 from sembridge_ray.jobs import PRESET_DIR, load_preset_file
 from sembridge_ray.jobs.evaluate import EvaluateConfig
@@ -36,7 +37,6 @@ from sembridge_ray.jobs.finetune import FinetuneConfig
 from sembridge_ray.jobs.init import InitConfig
 from sembridge_ray.json_types import JSONValue
 from sembridge_ray.placement import ResourceConfig
-from sembridge_ray.reproduce.figures import figures_path
 
 if TYPE_CHECKING:
     from sembridge_ray.config import Config
@@ -315,7 +315,7 @@ def run_reference(check: CheckConfig, main: Path) -> gc.Reference:
         *check.asset_args(),
     ]
     log.info("CPU reference: %s", " ".join(cmd))
-    subprocess.run(cmd, env=env, check=True, cwd=Path(__file__).resolve().parents[2])
+    subprocess.run(cmd, env=env, check=True, cwd=ROOT)
     return cast(gc.Reference, json.loads((check.output / "cpu-reference" / REFERENCE).read_text(encoding="utf-8")))
 
 
@@ -353,8 +353,9 @@ def run_gpu_check(check: CheckConfig, gpu_names: list[str]) -> CheckResult | Non
 
 
 def report_gpu_check(check: CheckConfig, figures: Path | None = None) -> int:
-    """The command: run the check, print one JSON line per stage (stdout), write the measured figures (a CUDA run:
-    to ``figures`` or the plan's figures file; a CPU dry run: beside its outputs). 0 when every comparison holds."""
+    """The command: run the check, print one JSON line per stage (stdout), write the measured figures (to
+    ``figures``, default ``figures.json`` beside the outputs: ``reproduce --dry-run --figures`` reads it). 0 when
+    every comparison holds."""
     gpus = gc.nvidia_gpus() if check.device == "cuda" else []
     if check.device == "cuda" and not gc.cuda_ready():
         raise RuntimeError(f"nvidia-smi lists {gpus or 'no GPU'}, but this torch cannot use CUDA")
@@ -363,7 +364,11 @@ def report_gpu_check(check: CheckConfig, figures: Path | None = None) -> int:
         return 0
     for line in result.lines:
         print(line.to_json(), flush=True)
-    target = figures or (figures_path() if check.device == "cuda" else check.output / "figures.json")
+    target = figures or check.output / "figures.json"
     gc.write_figures(result.figures, target)
-    print(f"# {len(result.lines)} stages in {result.wall_s:.0f} s; measured figures: {target}", file=sys.stderr)
+    print(
+        f"# {len(result.lines)} stages in {result.wall_s:.0f} s; measured figures: {target} "
+        f"(reproduce --dry-run --figures {target})",
+        file=sys.stderr,
+    )
     return 0 if result.ok else 1

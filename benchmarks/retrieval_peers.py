@@ -1,7 +1,7 @@
 """Exact top-k against PISA and Seismic on two corpora (one process, one thread, interleaved repeats).
 
-Corpora: ``synthetic`` (:mod:`sembridge_ray.retrieval.synthetic`: Zipf terms, uniform weights, adversarial for pruning)
-and ``encoder`` (:mod:`sembridge_ray.bench.corpus`: resampled from the bundled MiniLM SPLADE's statistics, real
+Corpora: ``synthetic`` (:mod:`benchmarks.synthetic`: Zipf terms, uniform weights, adversarial for pruning)
+and ``encoder`` (:mod:`benchmarks.corpus`: resampled from the bundled MiniLM SPLADE's statistics, real
 queries). Sides: the project's term-major scan (:func:`~sembridge_ray.retrieval.index.shard_topk`) and its MaxScore
 (:func:`~sembridge_ray.retrieval.index.maxscore_topk`); Seismic's exact scan (``SeismicDataset.batch_search``) and
 its approximate index (``SeismicIndex``, recall@10 against the exact answer printed); PISA through
@@ -32,10 +32,10 @@ Search = Callable[[], list[list[int]]]
 
 def make_corpus(name: str, docs: int, queries: int, seed: int = 0) -> tuple[SparseBatch, SparseBatch]:
     if name == "encoder":
-        from sembridge_ray.bench.corpus import encoder_corpus
+        from benchmarks.corpus import encoder_corpus
 
         return encoder_corpus(docs, queries, seed)
-    from sembridge_ray.retrieval.synthetic import BenchConfig, sparse_vectors, zipf_probs
+    from benchmarks.synthetic import BenchConfig, sparse_vectors, zipf_probs
 
     cfg = BenchConfig()
     rng = np.random.default_rng(seed)

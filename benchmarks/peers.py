@@ -1,6 +1,6 @@
 """The project against the tools a user would otherwise run, side by side (``python -m jobs.bench_peers``).
 
-Each side of a comparison runs in its own child process (``python -m sembridge_ray.bench.peers --side …``), so
+Each side of a comparison runs in its own child process (``python -m benchmarks.peers --side …``), so
 peak RSS is that side's alone; the parent alternates the sides (A B A B …) so a burst of load elsewhere hits both
 alike, and reports the median of each side, the throughput ratio (project ÷ peer) and the peak-memory ratio.
 
@@ -30,7 +30,9 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import torch
 
-from sembridge_ray.bench.records import (
+from benchmarks import child_env
+from benchmarks.measured import Rates
+from benchmarks.records import (
     Differences,
     EncodeLine,
     InitLine,
@@ -41,7 +43,6 @@ from sembridge_ray.bench.records import (
     TrainLine,
 )
 from sembridge_ray.bundled import resolve
-from sembridge_ray.reproduce.figures import Rates
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
@@ -394,7 +395,7 @@ def compare_encode(case: EncodeCase, rounds: int = 2) -> EncodeLine:
 def compare_init(rows: int = 3000, ref_rows: int = 100, repeats: int = 3) -> InitLine:
     """bridge_weights (α=4, d=384, 30,522 synthetic clustered source rows) vs the bare GEMM and the reference loop;
     and the bundled MiniLM bridge's strings/s on vocabulary pieces (what the init stage spends GPU time on)."""
-    from sembridge_ray.bench import bridge_weights as bench
+    from benchmarks import bridge_weights as bench
     from sembridge_ray.embed_init.bridge import encode_strings, load_bridge
     from sembridge_ray.sparse.model import load_tokenizer
 
@@ -437,9 +438,9 @@ CASES: dict[str, type[TrainCase | EncodeCase]] = {"train": TrainCase, "encode": 
 def run_side(side: str, case: TrainCase | EncodeCase) -> object:
     """One side in a fresh child process (its own peak RSS), with the case's thread count: what it printed, the
     JSON of that side's record (``SIDES``)."""
-    cmd = [sys.executable, "-W", "ignore", "-m", "sembridge_ray.bench.peers", "--side", side]
+    cmd = [sys.executable, "-W", "ignore", "-m", "benchmarks.peers", "--side", side]
     cmd += ["--case", json.dumps(asdict(case))]
-    done = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    done = subprocess.run(cmd, check=True, capture_output=True, text=True, env=child_env())
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -482,7 +483,7 @@ def run_all(
     skip: frozenset[str] = frozenset(),
 ) -> Iterator[Mapping[str, object]]:
     """The chosen comparisons' lines (JSON objects, one shape per comparison), each as soon as it is measured."""
-    from sembridge_ray.bench.retrieval_peers import compare_corpus
+    from benchmarks.retrieval_peers import compare_corpus
 
     if train:
         yield compare_train(TrainCase(), rounds)
@@ -500,7 +501,7 @@ PAPER_DOC_TOKENS, PAPER_PAIR_TOKENS = 256, 64 + 256
 
 
 def paper_rates(lines: Sequence[Mapping[str, object]]) -> Rates:
-    """The project's rates converted to the paper's lengths in proportion to tokens (see ``bench.measured``)."""
+    """The project's rates converted to the paper's lengths in proportion to tokens (see ``benchmarks.measured``)."""
     rates: Rates = {}
     for line in lines:  # the comparison's name says which line it is
         if line.get("comparison") == "train_step":

@@ -1,6 +1,6 @@
 """Peak memory of one SPLADE training step, plain vs chunked pooling (each variant in its own process).
 
-    python -m sembridge_ray.bench.pooling --chunk 32 --grads /tmp/g.pt    # one variant; prints JSON
+    python -m benchmarks.pooling --chunk 32 --grads /tmp/g.pt    # one variant; prints JSON
 ``jobs.bench_train --memory`` runs both variants and compares their peaks and gradients.
 """
 
@@ -18,7 +18,8 @@ from typing import TypedDict, cast
 
 import torch
 
-from sembridge_ray.bench.peers import peak_rss_mb, rss_mb
+from benchmarks import child_env
+from benchmarks.peers import peak_rss_mb, rss_mb
 from sembridge_ray.sparse.losses import LossWeights, splade_objective
 from sembridge_ray.sparse.model import SpladeEncoder
 
@@ -123,7 +124,7 @@ def _run_variant(case: MemoryCase, chunk: int, grads: Path) -> StepMemory:
     cmd = [
         sys.executable,
         "-m",
-        "sembridge_ray.bench.pooling",
+        "benchmarks.pooling",
         "--chunk",
         str(chunk),
         "--grads",
@@ -131,7 +132,7 @@ def _run_variant(case: MemoryCase, chunk: int, grads: Path) -> StepMemory:
         "--case",
         json.dumps(asdict(case)),
     ]
-    done = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    done = subprocess.run(cmd, check=True, capture_output=True, text=True, env=child_env())
     return cast(StepMemory, json.loads(done.stdout.strip().splitlines()[-1]))  # what measure_step printed
 
 

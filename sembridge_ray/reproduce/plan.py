@@ -28,7 +28,7 @@ def cell_estimate(
     cell: Cell, datasets: Sequence[str], epochs: float, batch: int, figures: Figures = BUILT_IN
 ) -> dict[str, float]:
     """GPU-seconds per stage of one cell (init, evaluations, fine-tuning)."""
-    init = 2 * 60_000 / figures.bridge_strings_per_s  # ~30k source + ~30k target strings
+    init = 60_000 / figures.bridge_strings_per_s  # ~30k source + ~30k target strings, encoded once
     evals = sum(2 * catalog.CORPUS_SIZES.get(d, {}).get(cell.language, 0) / figures.docs_per_s for d in datasets)
     train = sum(
         epochs * catalog.TRAIN_QUERIES.get(d, {}).get(cell.language, 0) / batch * figures.seconds_per_step

@@ -225,11 +225,11 @@ GRID += ["--datasets", "miracl", "--methods", "sembridge", "finetune.optim.epoch
 
 
 def _hand_estimate_hours(bridge_per_s: float, docs_per_s: float, train_s: float) -> float:
-    """One cell, every stage to run: the init's 120,000 bridge-encoder strings (``plan.cell_estimate``'s
+    """One cell, every stage to run: the init's 60,000 bridge-encoder strings (``plan.cell_estimate``'s
     assumption), MIRACL-ko's corpus encoded twice (zero-shot and fine-tuned), 2 epochs over its training queries;
     ``train_s``: seconds per training example."""
     docs, queries = catalog.CORPUS_SIZES["miracl"]["ko"], catalog.TRAIN_QUERIES["miracl"]["ko"]
-    return (120_000 / bridge_per_s + 2 * docs / docs_per_s + 2 * queries * train_s) / 3600
+    return (60_000 / bridge_per_s + 2 * docs / docs_per_s + 2 * queries * train_s) / 3600
 
 
 def test_the_dry_run_divides_by_the_figures_file_it_is_given_and_by_nothing_it_finds(
@@ -415,6 +415,9 @@ def test_the_dry_run_prints_a_summary_and_counts_finished_stages(
     init.mkdir(parents=True)
     (init / "init_report.json").write_text("{}")
     write_success(init)  # one finished stage: the first cell's init
+    slow_bridge = tmp_path / "figures.json"  # an init long enough to show in the rounded hours
+    slow_bridge.write_text(json.dumps({"bridge_strings_per_s": 10.0}))  # the other two: built-in
+    args += ["--figures", str(slow_bridge)]
     assert reproduce.main([*args, "--json"]) == 0
     plan = json.loads(capsys.readouterr().out)
     assert [c["stages"] for c in plan["cells"]] == [

@@ -65,37 +65,9 @@ def pairs_from_retrieval(
     data: RetrievalData, hard_negatives: int = 0, batch: int = 50_000
 ) -> tuple[pa.Table, PairStats]:
     """One row per judged query with a relevant document; streams the corpus once for the needed texts."""
-    plan: list[tuple[str, str, list[str]]] = []
-    unknown_q = 0
-    for qid in sorted(data.qrels):
-        docs = data.qrels[qid]
-        pos = sorted((d for d, g in docs.items() if g > 0), key=lambda d: (-docs[d], d))
-        if not pos:
-            continue
-        if qid not in data.queries:
-            unknown_q += 1
-            continue
-        plan.append((qid, pos[0], sorted(d for d, g in docs.items() if g <= 0)[:hard_negatives]))
-    needed = {d for _, p, negs in plan for d in (p, *negs)}
-    texts: dict[str, str] = {}
-    for table in data.corpus.batches(batch):
-        for doc_id, text in zip(table.column(ID).to_pylist(), table.column(TEXT).to_pylist(), strict=True):
-            if doc_id in needed:
-                texts[doc_id] = text
-    rows: dict[str, list[str]] = {QUERY: [], POSITIVE: [], **{c: [] for c in negative_columns(hard_negatives)}}
-    unknown_d = without_neg = 0
-    for qid, positive, negs in plan:
-        negs = [d for d in negs if d in texts]
-        if positive not in texts:
-            unknown_d += 1
-            continue
-        if len(negs) < hard_negatives:
-            without_neg += 1
-            continue
-        rows[QUERY].append(data.queries[qid])
-        rows[POSITIVE].append(texts[positive])
-        for col, doc in zip(negative_columns(hard_negatives), negs, strict=True):
-            rows[col].append(texts[doc])
+    plan, unknown_q = _pair_plan(data, hard_negatives)
+    texts = _corpus_texts(data, {d for _, p, negs in plan for d in (p, *negs)}, batch)
+    rows, unknown_d, without_neg = _pair_rows(data, plan, texts, hard_negatives)
     stats = PairStats(
         rows=len(rows[QUERY]), unknown_queries=unknown_q, unknown_docs=unknown_d, without_negatives=without_neg
     )
@@ -111,6 +83,57 @@ def pairs_from_retrieval(
             hard_negatives,
         )
     return pa.table(rows), stats
+
+
+_Planned = list[tuple[str, str, list[str]]]
+"""(query id, best positive, judged negatives) per judged query with a relevant document, in query id order."""
+
+
+def _pair_plan(data: RetrievalData, hard_negatives: int) -> tuple[_Planned, int]:
+    """Each judged query's best-graded positive (lowest id on ties) and negatives; how many are not in the topics."""
+    plan: _Planned = []
+    unknown_q = 0
+    for qid in sorted(data.qrels):
+        docs = data.qrels[qid]
+        pos = sorted((d for d, g in docs.items() if g > 0), key=lambda d: (-docs[d], d))
+        if not pos:
+            continue
+        if qid not in data.queries:
+            unknown_q += 1
+            continue
+        plan.append((qid, pos[0], sorted(d for d, g in docs.items() if g <= 0)[:hard_negatives]))
+    return plan, unknown_q
+
+
+def _corpus_texts(data: RetrievalData, needed: set[str], batch: int) -> dict[str, str]:
+    """doc id -> text of the ``needed`` documents, in one pass over the corpus."""
+    texts: dict[str, str] = {}
+    for table in data.corpus.batches(batch):
+        for doc_id, text in zip(table.column(ID).to_pylist(), table.column(TEXT).to_pylist(), strict=True):
+            if doc_id in needed:
+                texts[doc_id] = text
+    return texts
+
+
+def _pair_rows(
+    data: RetrievalData, plan: _Planned, texts: dict[str, str], hard_negatives: int
+) -> tuple[dict[str, list[str]], int, int]:
+    """The pairs' columns, and how many were skipped: positive not in the corpus, too few negatives in it."""
+    rows: dict[str, list[str]] = {QUERY: [], POSITIVE: [], **{c: [] for c in negative_columns(hard_negatives)}}
+    unknown_d = without_neg = 0
+    for qid, positive, negs in plan:
+        negs = [d for d in negs if d in texts]
+        if positive not in texts:
+            unknown_d += 1
+            continue
+        if len(negs) < hard_negatives:
+            without_neg += 1
+            continue
+        rows[QUERY].append(data.queries[qid])
+        rows[POSITIVE].append(texts[positive])
+        for col, doc in zip(negative_columns(hard_negatives), negs, strict=True):
+            rows[col].append(texts[doc])
+    return rows, unknown_d, without_neg
 
 
 def training_pairs(spec: str, split: str = "train", hard_negatives: int = 0) -> tuple[pa.Table, PairStats]:

@@ -58,6 +58,10 @@ def read_sick_split(sick_dir: Path, split: str) -> list[Pair]:
     return read_sick(Path(sick_dir) / SICK_FILES[split])
 
 
+_Qrels = dict[str, list[tuple[str, str, int]]]
+"""split -> (query id, doc id, grade) judgements."""
+
+
 def write_sick_beir(
     sick_dir: Path,
     out_dir: Path,
@@ -74,17 +78,25 @@ def write_sick_beir(
     selects on ``dev`` never sees its development pairs; ``limit`` keeps the first n pairs of each split (smoke
     runs); ``splits`` picks which splits feed the corpus and qrels.
     """
-    import json
-
     from sembridge_ray.outputs import atomic_path
 
     unknown = [s for s in splits if s not in BEIR_SPLITS]
     if unknown:
         raise InputError(f"unknown SICK BEIR split {unknown[0]!r} (known: {', '.join(BEIR_SPLITS)})")
     pairs_of = {name: read_sick_split(sick_dir, BEIR_SPLITS[name]) for name in splits}
+    queries, docs, qrels = _beir_judgements(pairs_of, min_score, limit)
+    with atomic_path(Path(out_dir)) as tmp:
+        _write_beir(tmp, queries, docs, qrels)
+    return Path(out_dir)
+
+
+def _beir_judgements(
+    pairs_of: dict[str, list[Pair]], min_score: float, limit: int | None
+) -> tuple[dict[str, str], dict[str, str], _Qrels]:
+    """(query text -> id, document text -> id, qrels per split) from the first ``limit`` pairs of each split."""
     queries: dict[str, str] = {}
     docs: dict[str, str] = {}
-    qrels: dict[str, list[tuple[str, str, int]]] = {}
+    qrels: _Qrels = {}
     for split, pairs in pairs_of.items():
         qrels[split] = []
         for pair in pairs[:limit]:
@@ -92,13 +104,18 @@ def write_sick_beir(
             did = docs.setdefault(pair.b, f"d{len(docs)}")
             if pair.score >= min_score:
                 qrels[split].append((qid, did, 2 if pair.score >= 4.5 else 1))
-    with atomic_path(Path(out_dir)) as tmp:
-        (tmp / "qrels").mkdir(parents=True)
-        lines = [json.dumps({"_id": i, "title": "", "text": t}, ensure_ascii=False) for t, i in docs.items()]
-        (tmp / "corpus.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
-        lines = [json.dumps({"_id": i, "text": t}, ensure_ascii=False) for t, i in queries.items()]
-        (tmp / "queries.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
-        for split, rows in qrels.items():
-            body = "".join(f"{q}\t{d}\t{g}\n" for q, d, g in sorted(set(rows)))
-            (tmp / "qrels" / f"{split}.tsv").write_text("query-id\tcorpus-id\tscore\n" + body, encoding="utf-8")
-    return Path(out_dir)
+    return queries, docs, qrels
+
+
+def _write_beir(folder: Path, queries: dict[str, str], docs: dict[str, str], qrels: _Qrels) -> None:
+    """corpus.jsonl, queries.jsonl and qrels/<split>.tsv in ``folder``."""
+    import json
+
+    (folder / "qrels").mkdir(parents=True)
+    lines = [json.dumps({"_id": i, "title": "", "text": t}, ensure_ascii=False) for t, i in docs.items()]
+    (folder / "corpus.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    lines = [json.dumps({"_id": i, "text": t}, ensure_ascii=False) for t, i in queries.items()]
+    (folder / "queries.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    for split, rows in qrels.items():
+        body = "".join(f"{q}\t{d}\t{g}\n" for q, d, g in sorted(set(rows)))
+        (folder / "qrels" / f"{split}.tsv").write_text("query-id\tcorpus-id\tscore\n" + body, encoding="utf-8")

@@ -6,11 +6,13 @@ over the anchors (``omp``); the others give rows.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from sembridge_ray.config import require
 from sembridge_ray.embed_init.config import WeightingConfig
-from sembridge_ray.embed_init.methods import method
+from sembridge_ray.embed_init.methods import EntmaxOptions, method
 from sembridge_ray.embed_init.position import class_weights
 from sembridge_ray.embed_init.weighting import PreparedRows, bridge_weights
 from sembridge_ray.errors import InputError
@@ -80,13 +82,24 @@ def method_weights(
     rule = entry.similarity(weighting)
     pool = overlap_sources if entry.anchors_only and len(overlap_sources) else candidates
     pool_vecs = PreparedRows.of(source_vecs[pool], "source_vecs", dev, screen_dtype_for(weighting, dev))
+    rows = _pool_weights(new_vecs, pool_vecs, rule, dev, support)
+    if not (weighting.position_aware and classes is not None):
+        return remap_columns(rows(None, None), pool, m)
+    new_classes, source_classes = classes
+    return remap_columns(class_weights(rows, new_classes, source_classes[pool], weighting.position_penalty), pool, m)
+
+
+def _pool_weights(
+    new_vecs: torch.Tensor, pool: PreparedRows, rule: EntmaxOptions, dev: torch.device, support: torch.Tensor | None
+) -> Callable[[torch.Tensor | None, torch.Tensor | None], torch.Tensor]:
+    """(new row ids or None for all, offsets or None) -> the ``bridge_weights`` of those rows over ``pool``."""
 
     def rows(ids: torch.Tensor | None, offsets: torch.Tensor | None) -> torch.Tensor:
         new = new_vecs if ids is None else new_vecs[ids]
         sizes = support if support is None or ids is None else support[ids]
         return bridge_weights(
             new,
-            pool_vecs,
+            pool,
             rule.alpha,
             temperature=rule.temperature,
             top_k=rule.candidates,
@@ -95,10 +108,7 @@ def method_weights(
             support=sizes,
         )
 
-    if not (weighting.position_aware and classes is not None):
-        return remap_columns(rows(None, None), pool, m)
-    new_classes, source_classes = classes
-    return remap_columns(class_weights(rows, new_classes, source_classes[pool], weighting.position_penalty), pool, m)
+    return rows
 
 
 def explicit_rows(name: str, n: int, source: torch.Tensor, seed: int) -> torch.Tensor:

@@ -309,6 +309,21 @@ def bridge_weights(
         raise ValueError(f"alpha must be >= 1, got {alpha}")
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
+    new, src, dev = _prepared_pair(new_vecs, source_vecs, device, screen)
+    offsets = _checked_offsets(offsets, len(src.raw), dev)
+    support = _checked_support(support, alpha, len(new.raw), dev)
+    if alpha == 1:
+        return _softmax_weights(new, src, temperature, top_k, offsets)
+    return _entmax_weights(new, src, alpha, temperature, offsets, support, dev)
+
+
+def _prepared_pair(
+    new_vecs: torch.Tensor,
+    source_vecs: torch.Tensor | PreparedRows,
+    device: str | torch.device | None,
+    screen: torch.dtype | None,
+) -> tuple[PreparedRows, PreparedRows, torch.device]:
+    """Both sides of :func:`bridge_weights` prepared, on one device and of one dimension, and the device asked for."""
     if isinstance(source_vecs, PreparedRows) and device is None:
         device = source_vecs.raw.device
     dev = torch.device(device) if device is not None else new_vecs.device
@@ -316,22 +331,58 @@ def bridge_weights(
     new = PreparedRows.of(new_vecs, "new_vecs", src.raw.device, src.screen.dtype)
     if new.raw.shape[1] != src.raw.shape[1]:
         raise ValueError(f"dimension mismatch: new_vecs {new.raw.shape[1]} vs source_vecs {src.raw.shape[1]}")
+    return new, src, dev
+
+
+def _checked_offsets(offsets: torch.Tensor | None, m: int, dev: torch.device) -> torch.Tensor | None:
+    """``offsets`` (m,) as float64 on ``dev``, refused unless finite and of that shape."""
+    if offsets is None:
+        return None
+    if offsets.shape != (m,) or not bool(torch.isfinite(offsets).all()):
+        raise ValueError(f"offsets must be finite with shape ({m},), got {tuple(offsets.shape)}")
+    return offsets.to(device=dev, dtype=torch.float64)
+
+
+def _checked_support(support: torch.Tensor | None, alpha: float, n: int, dev: torch.device) -> torch.Tensor | None:
+    """``support`` (n,) as int64 on ``dev``, refused unless α > 1 and every size >= 1."""
+    if support is None:
+        return None
+    if alpha == 1 or support.shape != (n,) or (n and int(support.min()) < 1):
+        raise ValueError(f"support needs alpha > 1 and shape ({n},) with sizes >= 1")
+    return support.to(device=dev, dtype=torch.int64)
+
+
+def _row_chunk(m: int) -> int:
+    """Rows screened per GEMM: ``_CHUNK_BYTES`` of fp32 scores against ``m`` source rows."""
+    return max(1, _CHUNK_BYTES // (4 * max(m, 1)))
+
+
+def _softmax_weights(
+    new: PreparedRows, src: PreparedRows, temperature: float, top_k: int | None, offsets: torch.Tensor | None
+) -> torch.Tensor:
+    """α = 1: every row's softmax over its ``top_k`` nearest source rows (all when None), chunk by chunk."""
     n, m = len(new.raw), len(src.raw)
-    if offsets is not None:
-        if offsets.shape != (m,) or not bool(torch.isfinite(offsets).all()):
-            raise ValueError(f"offsets must be finite with shape ({m},), got {tuple(offsets.shape)}")
-        offsets = offsets.to(device=dev, dtype=torch.float64)
-    if support is not None:
-        if alpha == 1 or support.shape != (n,) or (n and int(support.min()) < 1):
-            raise ValueError(f"support needs alpha > 1 and shape ({n},) with sizes >= 1")
-        support = support.to(device=dev, dtype=torch.int64)
-    chunk = max(1, _CHUNK_BYTES // (4 * max(m, 1)))
+    chunk = _row_chunk(m)
     parts: list[Entries] = []
-    if alpha == 1:
-        for start in range(0, n, chunk):
-            rows, cols, vals = _softmax_rows(new, slice(start, min(start + chunk, n)), src, temperature, top_k, offsets)
-            parts.append((rows.cpu() + start, cols.cpu(), vals.cpu()))
-        return _to_csr(parts, n, m)
+    for start in range(0, n, chunk):
+        rows, cols, vals = _softmax_rows(new, slice(start, min(start + chunk, n)), src, temperature, top_k, offsets)
+        parts.append((rows.cpu() + start, cols.cpu(), vals.cpu()))
+    return _to_csr(parts, n, m)
+
+
+def _entmax_weights(
+    new: PreparedRows,
+    src: PreparedRows,
+    alpha: float,
+    temperature: float,
+    offsets: torch.Tensor | None,
+    support: torch.Tensor | None,
+    dev: torch.device,
+) -> torch.Tensor:
+    """α > 1: rounds of :func:`_entmax_round` until every row is certified exact, each with 4x the candidates."""
+    n, m = len(new.raw), len(src.raw)
+    chunk = _row_chunk(m)
+    parts: list[Entries] = []
     pending, k = torch.arange(n, device=dev), initial_k(alpha)
     if support is not None and n:  # the temperature needs the top s + 1 scores, and a candidate below them
         k = max(k, int(support.max()) + 2)

@@ -24,6 +24,7 @@ from sembridge_ray.reproduce.compare import PER_QUERY, read_per_query
 from sembridge_ray.sparse.convergence import dev_curve
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
 DEGENERATE_RATIO = 0.25
@@ -181,13 +182,7 @@ def before_after(output: Path, cells: Sequence[Cell], datasets: Sequence[str], p
     written = []
     labels = sorted({_label(c) for c in cells}, key=lambda label: [_label(c) for c in cells].index(label))
     for dataset in datasets:
-        estimates: dict[tuple[str, str], Estimate] = {}
-        for label in labels:
-            for stage in STAGES:
-                files = [cell_paths(output, c).eval(dataset, stage) / PER_QUERY for c in cells if _label(c) == label]
-                values = [v for f in files if f.is_file() for v in read_per_query(f).values()]
-                if values:
-                    estimates[(label, stage)] = mean_ci(np.array(values))
+        estimates = _stage_estimates(output, cells, labels, dataset)
         if not estimates:
             continue
         best = {label: max(e.mean for (lb, _), e in estimates.items() if lb == label) for label, _ in estimates}
@@ -195,16 +190,7 @@ def before_after(output: Path, cells: Sequence[Cell], datasets: Sequence[str], p
         shown = [label for label in labels if label in best and label not in off]
         fig, ax = plt.subplots(figsize=(max(4.0, 1.1 * len(shown) + 1.5), 4))
         for k, stage in enumerate(STAGES):
-            xs: list[float] = []
-            ys: list[float] = []
-            errs: list[list[float]] = [[], []]
-            for i, label in enumerate(shown):
-                if (e := estimates.get((label, stage))) is not None:
-                    xs.append(i + (k - 0.5) * 0.25)
-                    ys.append(e.mean)
-                    errs[0].append(e.mean - e.low)
-                    errs[1].append(e.high - e.mean)
-            ax.errorbar(xs, ys, yerr=errs, fmt="o", capsize=3, label=stage.replace("_", "-"))
+            _stage_errorbars(ax, k, stage, shown, estimates)
         ax.set_xticks(range(len(shown)), shown, rotation=30, ha="right")
         ax.set(title=f"nDCG@10 on {dataset}, 95% CI over queries", ylabel="nDCG@10")
         ax.legend(fontsize=8)
@@ -216,6 +202,36 @@ def before_after(output: Path, cells: Sequence[Cell], datasets: Sequence[str], p
             fig.text(0.01, -0.1, f"off scale (degenerate): {note}", fontsize=7, va="top")
         written.append(_save(fig, plots / f"before_after_{dataset}.png"))
     return written
+
+
+def _stage_estimates(
+    output: Path, cells: Sequence[Cell], labels: Sequence[str], dataset: str
+) -> dict[tuple[str, str], Estimate]:
+    """(method label, stage) -> its estimate on ``dataset``, pooled over the cells whose per-query scores exist."""
+    estimates: dict[tuple[str, str], Estimate] = {}
+    for label in labels:
+        for stage in STAGES:
+            files = [cell_paths(output, c).eval(dataset, stage) / PER_QUERY for c in cells if _label(c) == label]
+            values = [v for f in files if f.is_file() for v in read_per_query(f).values()]
+            if values:
+                estimates[(label, stage)] = mean_ci(np.array(values))
+    return estimates
+
+
+def _stage_errorbars(
+    ax: Axes, k: int, stage: str, shown: Sequence[str], estimates: Mapping[tuple[str, str], Estimate]
+) -> None:
+    """The ``k``-th stage's means and intervals, one point per shown method (offset within the method's slot)."""
+    xs: list[float] = []
+    ys: list[float] = []
+    errs: list[list[float]] = [[], []]
+    for i, label in enumerate(shown):
+        if (e := estimates.get((label, stage))) is not None:
+            xs.append(i + (k - 0.5) * 0.25)
+            ys.append(e.mean)
+            errs[0].append(e.mean - e.low)
+            errs[1].append(e.high - e.mean)
+    ax.errorbar(xs, ys, yerr=errs, fmt="o", capsize=3, label=stage.replace("_", "-"))
 
 
 def alpha_ablation(rows: Sequence[Mapping[str, str | float]], plots: Path) -> list[Path]:

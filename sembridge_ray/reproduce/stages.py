@@ -22,7 +22,7 @@ from sembridge_ray.errors import InputError
 from sembridge_ray.identity import RunIdentity
 from sembridge_ray.jobs.reproduce import ReproduceConfig
 from sembridge_ray.placement import ResourceConfig
-from sembridge_ray.reproduce.cells import STAGES, Cell, cell_paths, source_dev_path
+from sembridge_ray.reproduce.cells import STAGES, Cell, CellPaths, cell_paths, source_dev_path
 
 
 def cell_resources(cfg: ReproduceConfig, base: ResourceConfig, gpus: float) -> ResourceConfig:
@@ -103,6 +103,42 @@ def cell_stages(cfg: ReproduceConfig, cell: Cell, assets: Assets, gpus: float, i
     """init, then per dataset: zero-shot evaluation, fine-tuning (scored on ``assets.dev`` as it trains, when
     there is one), evaluation of the fine-tuned model."""
     paths = cell_paths(Path(cfg.output), cell)
+    init = _init_stage(cfg, cell, paths, assets, gpus, identify)
+    stages = [init]
+    model = f"{init.ref}/{MODEL}"
+    for dataset in cfg.datasets:
+        eval_spec, train_spec = assets.specs[(dataset, cell.language)]
+        evaluate = replace(
+            cfg.evaluate,
+            dataset=eval_spec,
+            split=cfg.eval_split,
+            overwrite=cfg.overwrite,
+            cache_dir=str(Path(cfg.output) / "cache" / "eval"),
+            resources=cell_resources(cfg, cfg.evaluate.resources, gpus),
+        )
+        data = identify("dataset", eval_spec)
+        zero = replace(evaluate, model=str(paths.model), output=str(paths.eval(dataset, STAGES[0])))
+        stages.append(
+            Stage(name=f"{dataset}/{STAGES[0]}", job="evaluate", cfg=zero, inputs={"model": model, "dataset": data})
+        )
+        finetune = _finetune_stage(cfg, cell, paths, assets, gpus, identify, dataset, train_spec, model)
+        tuned = replace(evaluate, model=f"{finetune.output}/{MODEL}", output=str(paths.eval(dataset, STAGES[1])))
+        stages += [
+            finetune,
+            Stage(
+                name=f"{dataset}/{STAGES[1]}",
+                job="evaluate",
+                cfg=tuned,
+                inputs={"model": f"{finetune.ref}/{MODEL}", "dataset": data},
+            ),
+        ]
+    return stages
+
+
+def _init_stage(
+    cfg: ReproduceConfig, cell: Cell, paths: CellPaths, assets: Assets, gpus: float, identify: Identify
+) -> Stage:
+    """The cell's init: its source model through its language's tokenizer, by its method."""
     source, tokenizer = assets.models[cell.model], assets.tokenizers[cell.language]
     init_cfg = replace(
         cfg.init,
@@ -122,50 +158,36 @@ def cell_stages(cfg: ReproduceConfig, cell: Cell, assets: Assets, gpus: float, i
     inputs = {"source_model": identify("model", source), "target_tokenizer": identify("model", tokenizer)}
     if method(cell.method).uses_bridge:
         inputs["bridge_model"] = identify("bridge", init_cfg.bridge_model)
-    init = Stage(name="init", job="init", cfg=init_cfg, inputs=inputs)
-    stages = [init]
-    model = f"{init.ref}/{MODEL}"
-    for dataset in cfg.datasets:
-        eval_spec, train_spec = assets.specs[(dataset, cell.language)]
-        evaluate = replace(
-            cfg.evaluate,
-            dataset=eval_spec,
-            split=cfg.eval_split,
-            overwrite=cfg.overwrite,
-            cache_dir=str(Path(cfg.output) / "cache" / "eval"),
-            resources=cell_resources(cfg, cfg.evaluate.resources, gpus),
-        )
-        data = identify("dataset", eval_spec)
-        zero = replace(evaluate, model=str(paths.model), output=str(paths.eval(dataset, STAGES[0])))
-        stages.append(
-            Stage(name=f"{dataset}/{STAGES[0]}", job="evaluate", cfg=zero, inputs={"model": model, "dataset": data})
-        )
-        ft_cfg = replace(
-            cfg.finetune,
-            model=str(paths.model),
-            train=train_spec,
-            output=str(paths.finetune(dataset)),
-            overwrite=cfg.overwrite,
-            resources=cell_resources(cfg, cfg.finetune.resources, gpus),
-            query_length=cfg.evaluate.max_query_length,  # the written model encodes as it is scored
-            document_length=cfg.evaluate.max_doc_length,
-        )
-        ft_inputs = {"model": model, "train": identify("dataset", train_spec)}
-        if (dev := assets.dev_for(cell.language)) is not None:
-            ft_cfg = replace(ft_cfg, eval=dev.spec, eval_split=dev.split)
-            ft_inputs["eval"] = identify("dataset", dev.spec)
-        finetune = Stage(name=f"{dataset}/finetune", job="finetune", cfg=ft_cfg, inputs=ft_inputs)
-        tuned = replace(evaluate, model=f"{ft_cfg.output}/{MODEL}", output=str(paths.eval(dataset, STAGES[1])))
-        stages += [
-            finetune,
-            Stage(
-                name=f"{dataset}/{STAGES[1]}",
-                job="evaluate",
-                cfg=tuned,
-                inputs={"model": f"{finetune.ref}/{MODEL}", "dataset": data},
-            ),
-        ]
-    return stages
+    return Stage(name="init", job="init", cfg=init_cfg, inputs=inputs)
+
+
+def _finetune_stage(
+    cfg: ReproduceConfig,
+    cell: Cell,
+    paths: CellPaths,
+    assets: Assets,
+    gpus: float,
+    identify: Identify,
+    dataset: str,
+    train_spec: str,
+    model: str,
+) -> Stage:
+    """The cell's fine-tuning of its init ``model`` (a stage ref) on ``train_spec``, scored on its dev set if any."""
+    ft_cfg = replace(
+        cfg.finetune,
+        model=str(paths.model),
+        train=train_spec,
+        output=str(paths.finetune(dataset)),
+        overwrite=cfg.overwrite,
+        resources=cell_resources(cfg, cfg.finetune.resources, gpus),
+        query_length=cfg.evaluate.max_query_length,  # the written model encodes as it is scored
+        document_length=cfg.evaluate.max_doc_length,
+    )
+    ft_inputs = {"model": model, "train": identify("dataset", train_spec)}
+    if (dev := assets.dev_for(cell.language)) is not None:
+        ft_cfg = replace(ft_cfg, eval=dev.spec, eval_split=dev.split)
+        ft_inputs["eval"] = identify("dataset", dev.spec)
+    return Stage(name=f"{dataset}/finetune", job="finetune", cfg=ft_cfg, inputs=ft_inputs)
 
 
 def source_stages(
@@ -175,6 +197,27 @@ def source_stages(
     set spec), and its evaluation with its own tokenizer on ``beir`` (a dataset spec; the level a transfer would
     ideally recover)."""
     root = Path(cfg.output) / "assets"
+    finetune = _source_finetune(cfg, root, untrained, pairs, identify)
+    ev_cfg = replace(
+        cfg.evaluate,
+        model=f"{finetune.output}/{MODEL}",
+        dataset=str(beir),
+        split=cfg.eval_split,
+        output=str(root / "source-eval"),
+        cache_dir=str(Path(cfg.output) / "cache" / "eval"),
+        overwrite=cfg.overwrite,
+    )
+    evaluate = Stage(
+        name="assets/source-eval",
+        job="evaluate",
+        cfg=ev_cfg,
+        inputs={"model": f"{finetune.ref}/{MODEL}", "dataset": identify("dataset", str(beir))},
+    )
+    return finetune, evaluate
+
+
+def _source_finetune(cfg: ReproduceConfig, root: Path, untrained: Path, pairs: str | Path, identify: Identify) -> Stage:
+    """The source's fine-tuning: the fixed ``demo.source_*`` recipe, last step kept, never scored on dev."""
     optim = replace(
         cfg.finetune.optim, max_steps=cfg.demo.source_steps, batch_size=cfg.demo.source_batch, lr=cfg.demo.source_lr
     )
@@ -191,28 +234,12 @@ def source_stages(
         query_length=cfg.evaluate.max_query_length,  # the written model encodes as it is scored
         document_length=cfg.evaluate.max_doc_length,
     )
-    finetune = Stage(
+    return Stage(
         name="assets/source",
         job="finetune",
         cfg=ft_cfg,
         inputs={"model": identify("model", str(untrained)), "train": identify("dataset", str(pairs))},
     )
-    ev_cfg = replace(
-        cfg.evaluate,
-        model=f"{ft_cfg.output}/{MODEL}",
-        dataset=str(beir),
-        split=cfg.eval_split,
-        output=str(root / "source-eval"),
-        cache_dir=str(Path(cfg.output) / "cache" / "eval"),
-        overwrite=cfg.overwrite,
-    )
-    evaluate = Stage(
-        name="assets/source-eval",
-        job="evaluate",
-        cfg=ev_cfg,
-        inputs={"model": f"{finetune.ref}/{MODEL}", "dataset": identify("dataset", str(beir))},
-    )
-    return finetune, evaluate
 
 
 def source_dev_stage(

@@ -7,7 +7,7 @@ import logging
 import math
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -81,41 +81,79 @@ def fit(
     opt = torch.optim.Adadelta(params, lr=cfg.lr, rho=cfg.rho, eps=cfg.eps)
     averaged = [p.detach().clone() for p in params] if cfg.weight_ema > 0 else None
     pred = predict(model, val)
-    best_state, best_loss, best_epoch = _trainable_state(params), stopping_loss(pred, val.score, cfg.stop_on), 0
-    best_mse, smooth, since, curve = mse(pred, val.score), best_loss, 0, []
-    best_smooth, start, epoch = best_loss, time.perf_counter(), 0
+    best = _Best.start(params, pred, val.score, cfg.stop_on)
+    patience = _Patience(smooth=best.loss, best=best.loss)
+    start, epoch = time.perf_counter(), 0
     for epoch in range(1, cfg.max_epochs + 1):
         train_epoch(model, params, opt, train, cfg, generator, averaged)
-        with _swapped(params, averaged):
-            pred = predict(model, val)
-            loss = stopping_loss(pred, val.score, cfg.stop_on)
-            if loss < best_loss:
-                best_state, best_loss, best_mse, best_epoch = (
-                    _trainable_state(params),
-                    loss,
-                    mse(pred, val.score),
-                    epoch,
-                )
-        curve.append(loss)
-        smooth = cfg.smoothing * smooth + (1 - cfg.smoothing) * loss
-        if smooth < best_smooth - cfg.min_delta:
-            best_smooth, since = smooth, 0
-        else:
-            since += 1
+        loss = _validate(model, params, averaged, val, cfg.stop_on, best, epoch)
+        patience.update(loss, cfg.smoothing, cfg.min_delta)
         if epoch % 10 == 0:
             log.info(
-                "%s epoch %d: val %s %.4f (best %.4f at %d)", stage, epoch, cfg.stop_on, loss, best_loss, best_epoch
+                "%s epoch %d: val %s %.4f (best %.4f at %d)", stage, epoch, cfg.stop_on, loss, best.loss, best.epoch
             )
-        if since >= cfg.patience or not math.isfinite(loss):
+        if patience.since >= cfg.patience or not math.isfinite(loss):
             break
-    _load(params, best_state)
+    _load(params, best.state)
     return FitResult(
-        best_epoch=best_epoch,
-        best_val_mse=best_mse,
+        best_epoch=best.epoch,
+        best_val_mse=best.mse,
         epochs_run=epoch,
-        val_curve=tuple(curve),
+        val_curve=tuple(patience.curve),
         seconds=time.perf_counter() - start,
     )
+
+
+@dataclass(kw_only=True)
+class _Best:
+    """The best raw epoch so far: its trainable weights, stopping loss, validation MSE and number (0: the start)."""
+
+    state: list[torch.Tensor]
+    loss: float
+    mse: float
+    epoch: int = 0
+
+    @classmethod
+    def start(cls, params: list[torch.Tensor], pred: np.ndarray, gold: np.ndarray, metric: str) -> _Best:
+        """The starting weights (epoch 0), whose validation predictions are ``pred``."""
+        return cls(state=_trainable_state(params), loss=stopping_loss(pred, gold, metric), mse=mse(pred, gold))
+
+
+@dataclass(kw_only=True)
+class _Patience:
+    """Early stopping's curve: each epoch's stopping loss, its moving average, the average's best, epochs since."""
+
+    smooth: float
+    best: float
+    since: int = 0
+    curve: list[float] = field(default_factory=list)
+
+    def update(self, loss: float, smoothing: float, min_delta: float) -> None:
+        """Record an epoch's loss; the count restarts when the average beats its best by more than ``min_delta``."""
+        self.curve.append(loss)
+        self.smooth = smoothing * self.smooth + (1 - smoothing) * loss
+        if self.smooth < self.best - min_delta:
+            self.best, self.since = self.smooth, 0
+        else:
+            self.since += 1
+
+
+def _validate(
+    model: MaLSTM,
+    params: list[torch.Tensor],
+    averaged: list[torch.Tensor] | None,
+    val: EncodedPairs,
+    metric: str,
+    best: _Best,
+    epoch: int,
+) -> float:
+    """The epoch's stopping loss on ``val`` under the evaluated weights, which become ``best`` when they beat it."""
+    with _swapped(params, averaged):
+        pred = predict(model, val)
+        loss = stopping_loss(pred, val.score, metric)
+        if loss < best.loss:
+            best.state, best.loss, best.mse, best.epoch = _trainable_state(params), loss, mse(pred, val.score), epoch
+    return loss
 
 
 def stopping_loss(pred: np.ndarray, gold: np.ndarray, metric: str) -> float:

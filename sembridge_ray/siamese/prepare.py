@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sembridge_ray.data.sick import read_sick_split
+from sembridge_ray.data.sick import Pair, read_sick_split
 from sembridge_ray.errors import InputError
 from sembridge_ray.siamese import augment as aug
 from sembridge_ray.siamese import contextual as ctx
@@ -78,16 +78,7 @@ def prepare(
     test_raw = list(require_pairs(f"SICK test in {sick_dir}", read_sick_split(sick_dir, "test")))
     train, val, test = tokenize_pairs(train_raw), tokenize_pairs(val_raw), tokenize_pairs(test_raw)
     counts: DataCounts = {"sick_train": len(train), "sick_validation": len(val), "sick_test": len(test)}
-    sts_train = sts_val = None
-    if pretrain.enabled:
-        pool = read_sts_pool(sts_dir, pretrain.years, pretrain.limit)
-        kept, removed = leak_guard(pool, test_raw)
-        sts_train_raw, sts_val_raw = split_validation(
-            require_pairs("the leak-guarded STS pool", kept), val_fraction, rng
-        )
-        sts_train, sts_val = tokenize_pairs(sts_train_raw), tokenize_pairs(sts_val_raw)
-        counts["sts_pool"], counts["removed_by_leak_guard"] = len(pool), removed
-        counts["pretrain_train"], counts["pretrain_validation"] = len(sts_train), len(sts_val)
+    sts_train, sts_val = _pretrain_pairs(pretrain, sts_dir, test_raw, val_fraction, rng, counts)
     needs_thesaurus = augment.enabled or vectors.retrofit > 0
     thesaurus, counts["thesaurus"] = load_thesaurus(augment, train) if needs_thesaurus else ({}, None)
     candidates = (c for cands in thesaurus.values() for c in cands) if augment.enabled else ()
@@ -102,14 +93,46 @@ def prepare(
         augmented, counts["augment_gate"] = augment_training(train, thesaurus, word_vecs, vocab.index, augment, rng)
     counts["augmented"] = len(augmented)
     log.info("data: %s", counts)
-    sts = [encode_pairs(p, vocab) if p is not None else None for p in (sts_train, sts_val)]
+    return _encoded(word_vecs.matrix, vocab, (train + augmented, val, test), (sts_train, sts_val), counts)
+
+
+def _pretrain_pairs(
+    pretrain: PretrainConfig,
+    sts_dir: Path,
+    test: list[Pair],
+    val_fraction: float,
+    rng: np.random.Generator,
+    counts: DataCounts,
+) -> tuple[list[TokenPair] | None, list[TokenPair] | None]:
+    """The leak-guarded STS pool split for pretraining, its sizes added to ``counts``; (None, None) when off."""
+    if not pretrain.enabled:
+        return None, None
+    pool = read_sts_pool(sts_dir, pretrain.years, pretrain.limit)
+    kept, removed = leak_guard(pool, test)
+    sts_train_raw, sts_val_raw = split_validation(require_pairs("the leak-guarded STS pool", kept), val_fraction, rng)
+    sts_train, sts_val = tokenize_pairs(sts_train_raw), tokenize_pairs(sts_val_raw)
+    counts["sts_pool"], counts["removed_by_leak_guard"] = len(pool), removed
+    counts["pretrain_train"], counts["pretrain_validation"] = len(sts_train), len(sts_val)
+    return sts_train, sts_val
+
+
+def _encoded(
+    embeddings: np.ndarray,
+    vocab: Vocabulary,
+    splits: tuple[list[TokenPair], list[TokenPair], list[TokenPair]],
+    sts: tuple[list[TokenPair] | None, list[TokenPair] | None],
+    counts: DataCounts,
+) -> Prepared:
+    """The (train, validation, test) and STS pairs as ids of ``vocab``, beside the embedding matrix and counts."""
+    sts_train, sts_val = (encode_pairs(p, vocab) if p is not None else None for p in sts)
+    train, val, test = splits
     return Prepared(
-        embeddings=word_vecs.matrix,
-        train=encode_pairs(train + augmented, vocab),
+        embeddings=embeddings,
+        train=encode_pairs(train, vocab),
         val=encode_pairs(val, vocab),
         test=encode_pairs(test, vocab),
-        sts_train=sts[0],
-        sts_val=sts[1],
+        sts_train=sts_train,
+        sts_val=sts_val,
         counts=counts,
     )
 

@@ -13,7 +13,7 @@ from scipy import stats
 
 from sembridge_ray.data.schema import CALIBRATED, GOLD, PAIR_ID, RAW
 from sembridge_ray.outputs import atomic_path, atomic_write_text
-from sembridge_ray.siamese.records import Metrics, Report, SplitMetrics
+from sembridge_ray.siamese.records import CalibrationRecord, Metrics, Report, SplitMetrics
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -87,7 +87,26 @@ def render_markdown(report: Report) -> str:
         "| model | Pearson r | Spearman ρ | MSE |",
         "|---|---|---|---|",
         *(_row(f"{name} (paper)", m) for name, m in PAPER.items()),
+        *_run_rows(report),
     ]
+    lines += [
+        "",
+        "Validation (30% of SICK train+trial, never trained on; its calibrated figures are the calibrator's "
+        "in-sample fit, its leave-one-out MSE is under Calibration): "
+        + "; ".join(f"{k} r {_fmt(v['pearson'])}, MSE {_fmt(v['mse'])}" for k, v in report["validation"].items()),
+        "",
+    ]
+    if report.get("vectors"):
+        lines += ["## Word vectors", "", *(f"- {k}: {v}" for k, v in report["vectors"].items()), ""]
+    lines += ["## Data", "", *(f"- {k}: {v}" for k, v in report["data"].items()), ""]
+    lines += _calibration_section(report["calibration"])
+    lines += ["![scatter](scatter.png)", ""]
+    return "\n".join(lines)
+
+
+def _run_rows(report: Report) -> list[str]:
+    """This run's table rows: the best restart, the mean ± std over the restarts, the ensemble if any."""
+    lines: list[str] = []
     n_seeds = len(report["seeds"])
     for kind, m in report["test"].items():
         lines.append(
@@ -104,30 +123,23 @@ def render_markdown(report: Report) -> str:
         lines.append(
             _row("mean of the restarts' predictions, calibrated (not the paper's method)", ensemble["test"][CALIBRATED])
         )
-    lines += [
+    return lines
+
+
+def _calibration_section(cal: CalibrationRecord) -> list[str]:
+    """The Calibration section and its plot, when a calibrator was fitted (none otherwise)."""
+    if cal.get("bandwidth") is None:
+        return []
+    return [
+        "## Calibration",
         "",
-        "Validation (30% of SICK train+trial, never trained on; its calibrated figures are the calibrator's "
-        "in-sample fit, its leave-one-out MSE is under Calibration): "
-        + "; ".join(f"{k} r {_fmt(v['pearson'])}, MSE {_fmt(v['mse'])}" for k, v in report["validation"].items()),
+        f"statsmodels KernelReg (local linear, Gaussian kernel) on {cal['n']} "
+        f"validation predictions; bandwidth {cal['bandwidth']:.5f} ({cal['method']}), leave-one-out MSE "
+        f"{cal['loo_mse']:.5f}; test predictions clipped to [1, 5].",
+        "",
+        "![calibration](calibration.png)",
         "",
     ]
-    if report.get("vectors"):
-        lines += ["## Word vectors", "", *(f"- {k}: {v}" for k, v in report["vectors"].items()), ""]
-    lines += ["## Data", "", *(f"- {k}: {v}" for k, v in report["data"].items()), ""]
-    cal = report["calibration"]
-    if cal.get("bandwidth") is not None:
-        lines += [
-            "## Calibration",
-            "",
-            f"statsmodels KernelReg (local linear, Gaussian kernel) on {cal['n']} "
-            f"validation predictions; bandwidth {cal['bandwidth']:.5f} ({cal['method']}), leave-one-out MSE "
-            f"{cal['loo_mse']:.5f}; test predictions clipped to [1, 5].",
-            "",
-            "![calibration](calibration.png)",
-            "",
-        ]
-    lines += ["![scatter](scatter.png)", ""]
-    return "\n".join(lines)
 
 
 def plot_calibration(path: Path, raw: np.ndarray, gold: np.ndarray, curve_x: np.ndarray, curve_y: np.ndarray) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +17,14 @@ from sembridge_ray.siamese.calibration import calibrate, fit_calibrator, search_
 from sembridge_ray.siamese.config import CalibrationConfig
 from sembridge_ray.siamese.loop import RestartResult
 from sembridge_ray.siamese.prepare import Prepared
-from sembridge_ray.siamese.records import CalibrationRecord, EnsembleRecord, Report, RestartRecord
+from sembridge_ray.siamese.records import (
+    CalibrationRecord,
+    EnsembleRecord,
+    Metrics,
+    Report,
+    RestartRecord,
+    SplitMetrics,
+)
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +104,30 @@ def write_results(
     (val_cal, test_cal), record, model = calibrated(
         calibration, best.val_pred, data.val.score, best.val_pred, best.test_pred
     )
+    validation, test = _best_metrics(out, data, best, val_cal, test_cal, calibration_on=calibration.enabled)
+    seeds = [restart_record(r, data, calibration) for r in results]
+    report: Report = {
+        "test": test,
+        "validation": validation,
+        "calibration": record,
+        "data": {**data.counts, "vectors": source},
+        "vectors": {"name": source, **data.counts.get("vectors", {})},
+        "best_seed": best.seed,
+        "seeds": seeds,
+        "seed_summary": _seed_summary(seeds, test),
+        "ensemble": ensemble(calibration, data, results, out) if add_ensemble else None,
+        "paper": rep.PAPER,
+        "seconds": seconds,
+    }
+    _plot_best(out, data, best, test_cal, model)
+    _write_report(out, report, started)
+    return report
+
+
+def _best_metrics(
+    out: Path, data: Prepared, best: RestartResult, val_cal: np.ndarray, test_cal: np.ndarray, *, calibration_on: bool
+) -> tuple[SplitMetrics, SplitMetrics]:
+    """Write the best restart's val_predictions.tsv and predictions.tsv; (validation, test) metrics read back."""
     rep.write_tsv(out / "val_predictions.tsv", data.val.pair_ids, {rep.GOLD: data.val.score, rep.RAW: best.val_pred})
     rep.write_tsv(
         out / "predictions.tsv",
@@ -107,30 +138,26 @@ def write_results(
     _, val_cols = rep.read_tsv(out / "val_predictions.tsv")
     validation = rep.split_metrics(val_cols)
     test = rep.split_metrics(test_cols)
-    if not calibration.enabled:
+    if not calibration_on:
         test.pop(rep.CALIBRATED)
     else:
         validation[rep.CALIBRATED] = rep.metrics(val_cal, data.val.score)
-    seeds = [restart_record(r, data, calibration) for r in results]
+    return validation, test
+
+
+def _seed_summary(seeds: Sequence[RestartRecord], kinds: Iterable[str]) -> dict[str, Metrics]:
+    """``test_<kind>_<metric>`` and ``val_mse`` -> mean, std and n over the restarts."""
     summary = {
         f"test_{kind}_{m}": rep.mean_std([s["test"][kind][m] for s in seeds])
-        for kind in test
+        for kind in kinds
         for m in ("pearson", "spearman", "mse")
     }
     summary["val_mse"] = rep.mean_std([s["val_mse"] for s in seeds])
-    report: Report = {
-        "test": test,
-        "validation": validation,
-        "calibration": record,
-        "data": {**data.counts, "vectors": source},
-        "vectors": {"name": source, **data.counts.get("vectors", {})},
-        "best_seed": best.seed,
-        "seeds": seeds,
-        "seed_summary": summary,
-        "ensemble": ensemble(calibration, data, results, out) if add_ensemble else None,
-        "paper": rep.PAPER,
-        "seconds": seconds,
-    }
+    return summary
+
+
+def _plot_best(out: Path, data: Prepared, best: RestartResult, test_cal: np.ndarray, model: KernelReg | None) -> None:
+    """calibration.png (when calibrated) and scatter.png of the best restart."""
     if model is not None:
         grid = np.linspace(min(best.val_pred.min(), 1.0), max(best.val_pred.max(), 5.0), 200)
         rep.plot_calibration(out / "calibration.png", best.val_pred, data.val.score, grid, calibrate(model, grid))
@@ -139,10 +166,13 @@ def write_results(
         data.test.score,
         {rep.RAW: best.test_pred, **({rep.CALIBRATED: test_cal} if model is not None else {})},
     )
-    seconds["total"] = round(time.perf_counter() - started, 1)
+
+
+def _write_report(out: Path, report: Report, started: float) -> None:
+    """Date the whole job (``seconds["total"]``), then write report.json and report.md."""
+    report["seconds"]["total"] = round(time.perf_counter() - started, 1)
     atomic_write_json(out / "report.json", report)
     rep.write_markdown(out / "report.md", report)
-    return report
 
 
 def ensemble(cfg: CalibrationConfig, data: Prepared, results: Sequence[RestartResult], out: Path) -> EnsembleRecord:

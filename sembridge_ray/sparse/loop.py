@@ -210,37 +210,72 @@ def train(
             break
         weights = step_weights(step, plan)
         lr = scheduler.get_last_lr()[0]
-        amp = torch.autocast(device_type, dtype=torch.bfloat16) if plan.bf16 else contextlib.nullcontext()
-        with amp:
-            reps = model(batch.query, *batch.docs)
-        reps = [_full_precision(r) for r in reps]  # the loss is never computed in bf16
-        parts = splade_objective(reps[0], reps[1:], weights, comm)
+        parts = _losses(model, batch, weights, comm, device_type if plan.bf16 else None)
         require_finite_loss(parts["loss"], step, lr, comm)
-        optimizer.zero_grad(set_to_none=True)
-        parts["loss"].backward()
-        for group in optimizer.param_groups:  # the embedding-only warm-up: the frozen group gets no update
-            if step <= group.get(FROZEN_UNTIL, 0):
-                for param in group["params"]:
-                    param.grad = None
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), plan.clip_norm) if plan.clip_norm > 0 else None
-        optimizer.step()
-        scheduler.step()
+        grad_norm = _update(model, optimizer, scheduler, parts["loss"], step, plan.clip_norm)
         metrics = None
         if step % plan.log_every == 0 or step == plan.total_steps:
             now = time.perf_counter()
-            means = comm.mean(torch.stack([v.detach().double() for v in parts.values()]))  # one collective
-            metrics = {
-                "step": step,
-                **dict(zip(parts, means.tolist(), strict=True)),
-                "lambda_q": weights.lambda_q,
-                "lambda_d": weights.lambda_d,
-                "lr": lr,
-                "examples_per_s": plan.global_batch * (step - last_logged) / max(now - clock, 1e-9),
-            }
-            if grad_norm is not None:
-                metrics["grad_norm"] = float(grad_norm)
+            speed = plan.global_batch * (step - last_logged) / max(now - clock, 1e-9)
+            metrics = _step_metrics(step, parts, weights, lr, speed, grad_norm, comm)
             clock, last_logged = now, step
         yield step, metrics
+
+
+def _losses(
+    model: torch.nn.Module, batch: PairBatch, weights: LossWeights, comm: Collective, autocast: str | None
+) -> dict[str, torch.Tensor]:
+    """The step's loss parts: the forward pass (in bf16 autocast on device type ``autocast``), the loss in fp32."""
+    amp = torch.autocast(autocast, dtype=torch.bfloat16) if autocast is not None else contextlib.nullcontext()
+    with amp:
+        reps = model(batch.query, *batch.docs)
+    reps = [_full_precision(r) for r in reps]  # the loss is never computed in bf16
+    return splade_objective(reps[0], reps[1:], weights, comm)
+
+
+def _update(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    loss: torch.Tensor,
+    step: int,
+    clip_norm: float,
+) -> torch.Tensor | None:
+    """Backward, the frozen group's gradients dropped, clipping (when ``clip_norm`` > 0: the norm), AdamW, schedule."""
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    for group in optimizer.param_groups:  # the embedding-only warm-up: the frozen group gets no update
+        if step <= group.get(FROZEN_UNTIL, 0):
+            for param in group["params"]:
+                param.grad = None
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm) if clip_norm > 0 else None
+    optimizer.step()
+    scheduler.step()
+    return grad_norm
+
+
+def _step_metrics(
+    step: int,
+    parts: dict[str, torch.Tensor],
+    weights: LossWeights,
+    lr: float | torch.Tensor,
+    speed: float,
+    grad_norm: torch.Tensor | None,
+    comm: Collective,
+) -> dict[str, float]:
+    """A logged step's metrics: the loss parts averaged over workers (one collective), the weights, lr and speed."""
+    means = comm.mean(torch.stack([v.detach().double() for v in parts.values()]))  # one collective
+    metrics = {
+        "step": step,
+        **dict(zip(parts, means.tolist(), strict=True)),
+        "lambda_q": weights.lambda_q,
+        "lambda_d": weights.lambda_d,
+        "lr": lr,
+        "examples_per_s": speed,
+    }
+    if grad_norm is not None:
+        metrics["grad_norm"] = float(grad_norm)
+    return metrics
 
 
 def require_finite_loss(loss: torch.Tensor, step: int, lr: float | torch.Tensor, comm: Collective) -> None:

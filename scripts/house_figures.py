@@ -35,6 +35,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "data",
         "testing",
         "model_card",
+        "provenance",
         "bundled",
         "bridges",
         "target_tokenizers",

@@ -42,6 +42,7 @@ from sembridge_ray.provenance import (
     all_licences,
     combined_licence,
     dataset_ref,
+    is_local,
     read_provenance,
     read_scores,
 )
@@ -126,7 +127,8 @@ def record_evaluation(model_dir: str | Path, found: Evaluation, replace: bool = 
         except OutputLocked as err:  # another evaluation, for a few writes; or a live run, for longer
             if time.monotonic() > deadline:
                 why = str(err)
-            time.sleep(0.2)
+            else:
+                time.sleep(0.2)
     log.log(logging.DEBUG if why.startswith("not a") else logging.INFO, "card of %s left as it is: %s", model_dir, why)
     return False
 
@@ -136,10 +138,12 @@ def _record(model_dir: Path, found: Evaluation, replace: bool) -> bool:
         remove(tmp)  # a killed writer's: a live one would hold the lock
     recorded, key = read_scores(model_dir), _key(found)
     known = {_key(e): e for e in recorded}
-    if new := known.get(key) != found and (key not in known or replace):
+    if new := (known.get(key) != found and (key not in known or replace)):
         recorded = [*(e for e in recorded if _key(e) != key), found]
         atomic_write_json(model_dir / SCORES, {"evaluations": recorded})
-        log.info("added %s %s on %s (%s) to the card of %s", PRIMARY, found["metrics"].get(PRIMARY), *key, model_dir)
+        log.info(
+            "added %s %s on %s (%s) to the card of %s", PRIMARY, found.get("metrics", {}).get(PRIMARY), *key, model_dir
+        )
     card = render(read_provenance(model_dir), recorded)
     try:
         same = (model_dir / CARD).read_text(encoding="utf-8") == card
@@ -157,10 +161,11 @@ METHODS = {
     "sembridge_plus": "SemBridge+",
     "focus": "FOCUS",
     "wechsel": "WECHSEL",
+    "omp": "OMP (orthogonal matching pursuit over the shared tokens)",
     "fvt": "FVT",
+    "mean": "mean-initialised",
+    "random": "randomly initialised",
 }
-METHODS |= {"omp": "OMP (orthogonal matching pursuit over the shared tokens)", "mean": "mean-initialised"}
-METHODS |= {"random": "randomly initialised"}
 LANGUAGES = {"ar": "Arabic", "de": "German", "en": "English", "es": "Spanish", "fr": "French", "hi": "Hindi"}
 LANGUAGES |= {"ja": "Japanese", "ko": "Korean", "ru": "Russian", "zh": "Chinese"}
 
@@ -327,8 +332,10 @@ def render(prov: Mapping[str, object], scores: Sequence[Evaluation] | None = Non
     card_data.task_name = "semantic search and sparse retrieval"
     ids = {item.get("hub_id", "") for item in licences if "data" in item["role"]} | {tune.get("train_id", "")}
     card_data.datasets = sorted(ids - {""})
-    source = init.get("source_model", "")
-    card_data.base_model = init.get("base_model", source if catalog.looks_like_hub(source) else "") or None
+    source = init.get("source_model", "")  # a provenance without base_model: the source, if a hub id
+    card_data.base_model = (
+        init.get("base_model", source if catalog.looks_like_hub(source) and not is_local(source) else "") or None
+    )
     return ModelCard.from_template(card_data, template_path=str(TEMPLATE)).content.rstrip("\n") + "\n"
 
 
@@ -337,7 +344,7 @@ def write_card(model_dir: Path, prov: Mapping[str, object], scores: Sequence[Eva
     is renamed into place); inputs whose licence is unknown are named in one warning line."""
     if unknown := [f"{item['role']} {item['name']!r}" for item in all_licences(prov) if item["hub"] == "unknown"]:
         log.warning(
-            "the model card names no licence for %s: %s (a README's `license:` declares it)",
+            "the model card names no licence for %s: %s (`license:` in the front matter of its README declares one)",
             ", ".join(unknown),
             UNKNOWN,
         )

@@ -34,6 +34,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "data",
         "testing",
         "model_card",
+        "provenance",
         "bundled",
         "bridges",
         "target_tokenizers",

@@ -141,7 +141,7 @@ def resolve_me5(root: Path) -> str:
     """The directory of the ``me5`` bridge under ``root`` (``bundled.CACHE``): built and published on first use,
     else hashed against its manifest (once per process); a damaged one is set aside with one warning and rebuilt.
     Marked with its licence so a model card names it."""
-    from sembridge_ray.model_card import ensure_marked, mark_asset
+    from sembridge_ray.provenance import ensure_marked, mark_asset
 
     entry = Path(root).expanduser() / ME5
     if _verified.get(entry) == _manifest_digest(entry):

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sembridge_ray.bridges import ME5, resolve_me5
-from sembridge_ray.model_card import ensure_marked
 from sembridge_ray.outputs import atomic_path
+from sembridge_ray.provenance import ensure_marked
 from sembridge_ray.target_tokenizers import TARGET_TOKENIZERS, build_target_tokenizer
 
 if TYPE_CHECKING:

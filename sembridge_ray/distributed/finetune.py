@@ -46,24 +46,22 @@ from sembridge_ray.jobs.export import ExportConfig, ExportResult
 from sembridge_ray.jobs.finetune import FinetuneConfig, FinetuneResult
 from sembridge_ray.json_types import JSONObject
 from sembridge_ray.logs import setup_logging
-from sembridge_ray.model_card import (
+from sembridge_ray.model_card import dev_scores, unchecked, write_card
+from sembridge_ray.outputs import atomic_path, atomic_write_json, atomic_write_text, claim_output, preflight
+from sembridge_ray.placement import Placement, local_precision
+from sembridge_ray.progress import EVERY_S, duration
+from sembridge_ray.provenance import (
     FinetuneFacts,
     Provenance,
     base_model,
     dataset_ref,
-    dev_scores,
     display_name,
     input_licences,
     language_of,
     read_provenance,
     read_scores,
-    unchecked,
     under,
-    write_card,
 )
-from sembridge_ray.outputs import atomic_path, atomic_write_json, atomic_write_text, claim_output, preflight
-from sembridge_ray.placement import Placement, local_precision
-from sembridge_ray.progress import EVERY_S, duration
 from sembridge_ray.sparse import loop
 from sembridge_ray.sparse.checkpoints import (
     RUN_CONFIG,
@@ -964,7 +962,7 @@ def card_provenance(
             "licences": input_licences("starting model", cfg.model, model),
         }
     licences = under("earlier fine-tuning", earlier.get("licences", []))
-    licences += input_licences("training data", cfg.train, train, "dataset")
+    licences += input_licences("training data", cfg.train, train)
     train_name, train_id = dataset_ref(cfg.train, train)
     facts: FinetuneFacts = {
         "model": display_name(cfg.model),
@@ -985,7 +983,7 @@ def card_provenance(
         facts["train_id"] = train_id
     if cfg.eval:
         dev = resolve(cfg.eval)
-        licences += input_licences("development data", cfg.eval, dev, "dataset")
+        licences += input_licences("development data", cfg.eval, dev)
         facts["eval"] = dataset_ref(cfg.eval, dev)[0]
         if scores := dev_scores(
             history, steps if published is None else published, dataset_ref(cfg.eval, dev), cfg.eval_split

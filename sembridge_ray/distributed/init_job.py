@@ -40,18 +40,11 @@ from sembridge_ray.embed_init.vocab import Partition, partition_vocab
 from sembridge_ray.errors import InputError
 from sembridge_ray.identity import model_identity, path_identity, require_unchanged
 from sembridge_ray.jobs.init import InitConfig, InitResult
-from sembridge_ray.model_card import (
-    InitFacts,
-    base_model,
-    display_name,
-    input_licences,
-    language_of,
-    unchecked,
-    write_card,
-)
+from sembridge_ray.model_card import unchecked, write_card
 from sembridge_ray.outputs import atomic_path, atomic_write_json, claim_output, preflight
 from sembridge_ray.placement import local_precision, pick_device
 from sembridge_ray.progress import duration
+from sembridge_ray.provenance import InitFacts, base_model, display_name, input_licences, language_of
 from sembridge_ray.sparse.finite import require_finite
 from sembridge_ray.sparse.model import (
     Serving,
@@ -380,7 +373,7 @@ def _initialise(
 def card_facts(cfg: InitConfig, report: InitReport, resolved: InitConfig | None = None) -> InitFacts:
     """What the model card says about an initialisation (``cfg`` with the inputs as the user named them, ``resolved``
     with bundled names materialised to paths): names without absolute paths, the base model on the hub, the target
-    language and the licence of every input (:mod:`sembridge_ray.model_card`)."""
+    language and the licence of every input (:mod:`sembridge_ray.provenance`)."""
     paths = resolved or cfg
     bridge = cfg.bridge_model if method(cfg.method).uses_bridge else ""
     bias_text = cfg.bias_text if cfg.bias == "frequency" else ""

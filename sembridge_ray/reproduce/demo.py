@@ -24,8 +24,8 @@ from sembridge_ray.data.sick import read_sick_split, write_sick_beir
 from sembridge_ray.data.sts import read_sts, sts_files
 from sembridge_ray.errors import InputError
 from sembridge_ray.json_types import JSONValue
-from sembridge_ray.model_card import ensure_marked, mark_asset
 from sembridge_ray.outputs import atomic_path, atomic_write_json
+from sembridge_ray.provenance import ensure_marked, mark_asset
 from sembridge_ray.resources import SICK_DIR, STS_DIR
 
 if TYPE_CHECKING:
@@ -79,7 +79,7 @@ class Asset:
     version: int = 1
     """Bump when the asset's construction changes: its record then differs and a rerun is refused (or rebuilt)."""
     known: str = ""
-    """The bundled asset it is (a ``model_card.KNOWN_ASSETS`` key), recorded beside it when built: a model card then
+    """The bundled asset it is (a ``catalog.KNOWN_ASSETS`` key), recorded beside it when built: a model card then
     names its licence when a job is given its path."""
     what: str = ""
     """What it is, in the words of a model card."""
@@ -199,7 +199,7 @@ def build_assets(root: Path, demo: DemoSettings, names: Iterable[str] | None = N
 
 
 def build_asset(root: Path, name: str, demo: DemoSettings) -> Path:
-    """Build asset ``name`` under ``root`` and mark it (``model_card.mark_asset``: which bundled asset it is, so
+    """Build asset ``name`` under ``root`` and mark it (``provenance.mark_asset``: which bundled asset it is, so
     a model card names its licence); unrecorded (:func:`build_assets` records it)."""
     asset, path = ASSETS[name], Path(root) / ASSETS[name].path
     asset.build(path, demo)

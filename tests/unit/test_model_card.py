@@ -15,6 +15,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 from huggingface_hub import ModelCard
 from huggingface_hub.repocard_data import EvalResult, ModelCardData, model_index_to_eval_results
 
@@ -28,8 +29,8 @@ from sembridge_ray.jobs.finetune import FinetuneConfig
 from sembridge_ray.jobs.init import InitConfig
 from sembridge_ray.jobs.reproduce import DemoSettings
 from sembridge_ray.manifest import IDENTITY, is_complete, output_fingerprint, read_manifest, write_success
-from sembridge_ray.model_card import (
-    CARD,
+from sembridge_ray.model_card import CARD, LOCK_WAIT_S, record_evaluation, render, unchecked, write_card
+from sembridge_ray.provenance import (
     PROVENANCE,
     SCORES,
     UNKNOWN,
@@ -39,10 +40,6 @@ from sembridge_ray.model_card import (
     input_licences,
     read_provenance,
     read_scores,
-    record_evaluation,
-    render,
-    unchecked,
-    write_card,
 )
 from sembridge_ray.reproduce import demo
 from sembridge_ray.resources import DATA_DIR, SICK_DIR
@@ -141,7 +138,7 @@ def quick(fixtures_root: Path, tmp_path_factory: pytest.TempPathFactory) -> dict
     tokenizer = _copy_with_readme(
         fixtures_root / "tok-bytebpe",
         root / "inputs" / "bpe",
-        "---\nlanguage: en\n---\n\nA byte-level BPE trained on STS text.\n\nLicence: CC BY-SA 3.0\n",
+        "---\nlanguage: en\nlicense: cc-by-sa-3.0\n---\n\nA byte-level BPE trained on STS text.\n",
     )
     bridge = _copy_with_readme(fixtures_root / "bridge", root / "inputs" / "bridge", "---\nlicense: mit\n---\n")
     assets = root / "out" / "assets"
@@ -202,6 +199,9 @@ def test_the_quick_models_card_is_publishable(quick: dict[str, Path], tmp_path: 
     _evaluate(model, quick["beir"], _metrics(tuned), tmp_path / "tuned")  # the fine-tuned stage
 
     text = (model / CARD).read_text(encoding="utf-8")
+    front = yaml.safe_load(text.split("---\n")[1])  # the front matter as any YAML reader sees it
+    assert {"library_name", "pipeline_tag", "tags", "base_model", "language", "license", "datasets"} <= set(front)
+    assert front["model-index"][0]["name"] == text.split("\n# ", 1)[1].split("\n")[0]  # the card's title
     data = _data(ModelCard(text, ignore_metadata_errors=False))  # the hub's parser and metadata validation
     assert data.library_name == "sentence-transformers" and data.pipeline_tag == "feature-extraction"
     assert {"sentence-transformers", "sparse-encoder", "splade", "sembridge"} <= set(data.tags or [])
@@ -211,6 +211,8 @@ def test_the_quick_models_card_is_publishable(quick: dict[str, Path], tmp_path: 
     assert "Attribution-NonCommercial-ShareAlike 3.0" in (SICK_DIR / "readme.txt").read_text(encoding="utf-8-sig")
     assert data.license == "cc-by-nc-sa-3.0"
     assert "training data: `sick-train-pairs.parquet`: CC BY-NC-SA 3.0" in text
+    for role, name, declared in (("source model", "bert-mlm", "apache-2.0"), ("bridge model", "bridge", "mit")):
+        assert f"- {role}: `{name}`: {declared} (its README.md)" in text  # as the fixture's READMEs declare them
     assert "RobZamp/sick" in (data.datasets or [])
     assert "(unknown)" not in text
     assert re.search(r"^# SemBridge \(α = 4\) sparse encoder for English: bert-mlm .*fine-tuned on", text, re.M)
@@ -273,15 +275,22 @@ def test_the_sick_pairs_lose_their_licence_when_copied_or_changed(
     assert _data(ModelCard.load(out / CARD)).license == "unknown"
 
 
-def test_a_local_dataset_states_its_own_licence(tmp_path: Path) -> None:
+def test_a_local_input_declares_its_licence_in_its_readmes_front_matter(tmp_path: Path) -> None:
+    """Only an explicit ``license:`` in a README's front matter counts (a directory's own, or the README beside a
+    file); a licence only mentioned in the text, or in other metadata, is no declaration: unknown."""
     beir = tmp_path / "my-set"
     beir.mkdir()
-    (beir / "README.md").write_text("# My set\n\n- **Licence:** CC BY 4.0\n", encoding="utf-8")
-    meta = tmp_path / "other-set"
-    meta.mkdir()
-    (meta / "dataset_info.json").write_text(json.dumps({"license": "apache-2.0"}), encoding="utf-8")
-    assert input_licences("training data", str(beir))[0]["hub"] == "cc-by-4.0"
-    assert input_licences("training data", str(meta))[0]["hub"] == "apache-2.0"
+    (beir / "README.md").write_text("---\nlicense: cc-by-4.0\n---\n# My set\n", encoding="utf-8")
+    (beir / "pairs.parquet").write_bytes(b"")
+    said = tmp_path / "other-set"
+    said.mkdir()
+    (said / "README.md").write_text("# Other set\n\n- **Licence:** CC BY 4.0\n", encoding="utf-8")
+    (said / "dataset_info.json").write_text(json.dumps({"license": "apache-2.0"}), encoding="utf-8")
+    (entry,) = input_licences("training data", str(beir))
+    assert (entry["hub"], entry["found"]) == ("cc-by-4.0", "its README.md")
+    assert input_licences("training data", str(beir / "pairs.parquet"))[0]["hub"] == "cc-by-4.0"
+    (unsaid,) = input_licences("training data", str(said))
+    assert unsaid["licence"] == UNKNOWN and unsaid["hub"] == "unknown"
 
 
 def test_a_bundled_dataset_spec_states_the_licence_its_files_carry(tmp_path: Path) -> None:
@@ -290,7 +299,7 @@ def test_a_bundled_dataset_spec_states_the_licence_its_files_carry(tmp_path: Pat
     notices = DATA_DIR / "xquad" / "CC-BY-SA4.0.txt", DATA_DIR / "arcd" / "LICENSE"
     assert "Attribution-ShareAlike 4.0 International" in notices[0].read_text("utf-8")
     assert notices[1].read_text("utf-8").startswith("MIT License")
-    entries = input_licences("training data", "xquad:ar+arcd:ar", repo_type="dataset")
+    entries = input_licences("training data", "xquad:ar+arcd:ar")
     assert [(e["name"], e["hub"]) for e in entries] == [("xquad:ar", "cc-by-sa-4.0"), ("arcd:ar", "mit")]
     assert combined_licence(entries)[0] == "cc-by-sa-4.0"
     (korquad,) = input_licences("development data", "korquad:ko")
@@ -368,7 +377,7 @@ def test_a_card_render_killed_midway_is_completed_by_the_next_evaluation(
     import sys
     from typing import cast
 
-    from sembridge_ray.model_card import Evaluation, record_evaluation
+    from sembridge_ray.provenance import Evaluation
 
     model = tmp_path / "cell" / "init" / "model"
     shutil.copytree(quick["init"].parent, model.parent)
@@ -386,3 +395,36 @@ def test_a_card_render_killed_midway_is_completed_by_the_next_evaluation(
     card = (model / CARD).read_text(encoding="utf-8")
     assert "0.4242" in card and "0.3" in card  # ... but the card shows what scores.json holds
     assert not stray.exists()
+
+
+def test_evaluations_of_one_model_take_turns_and_a_held_output_is_left_alone(
+    quick: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Concurrent evaluations of one model each add their scores (they take turns at the output's own lock); while a
+    run holds the output, an evaluation waits ``LOCK_WAIT_S`` and leaves the card as it is."""
+    from concurrent.futures import ThreadPoolExecutor
+    from typing import cast
+
+    from sembridge_ray import model_card
+    from sembridge_ray.locks import OutputLock
+    from sembridge_ray.provenance import Evaluation
+
+    model = tmp_path / "cell" / "init" / "model"
+    shutil.copytree(quick["init"].parent, model.parent)
+    splits = [f"split-{i}" for i in range(4)]
+
+    def found(split: str) -> Evaluation:
+        return cast(Evaluation, {"dataset": "sick-beir", "split": split, "metrics": {"nDCG@10": 0.5}})
+
+    with ThreadPoolExecutor(len(splits)) as pool:
+        assert all(pool.map(lambda split: record_evaluation(model, found(split)), splits))
+    assert {e["split"] for e in read_scores(model)} >= set(splits)
+    assert all(f"| sick-beir | {split} |" in (model / CARD).read_text(encoding="utf-8") for split in splits)
+
+    monkeypatch.setattr(model_card, "LOCK_WAIT_S", 0.5)
+    assert LOCK_WAIT_S > 0.5
+    before = (model / CARD).read_bytes()
+    with OutputLock(model.parent):  # a run (an --overwrite of this output, say) holds it
+        assert not record_evaluation(model, found("held"))
+    assert (model / CARD).read_bytes() == before and "held" not in {e["split"] for e in read_scores(model)}
+    assert record_evaluation(model, found("held"))  # once it is free

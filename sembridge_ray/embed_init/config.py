@@ -51,15 +51,21 @@ def _entmax(w: WeightingConfig, method: str) -> bool:
     return method in ENTMAX_BRIDGES
 
 
+ENTMAX = read(methods=ENTMAX_BRIDGES)
+WITH_POSITION = read(when=lambda w, m: w.position_aware, why="it is read with position_aware only", report=True)
+WHEN_ON = read(bridge=True, on=True, report=True)
+"""SemBridge+'s options: read with the bridge, recorded (and reported) only when on."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class WeightingConfig(Config):
     """How a bridged target token's row is weighted over the source rows (see ``embed_init.methods``)."""
 
     ALIASES: ClassVar[dict[str, str]] = {"softmax_top_k": "candidates", "wechsel_top_k": "wechsel_candidates"}
 
-    alpha: float = field(default=4.0, metadata=read(methods=ENTMAX_BRIDGES))
+    alpha: float = field(default=4.0, metadata=ENTMAX)
     """α of α-entmax for sembridge (2 = sparsemax, 1 = softmax over the ``candidates`` nearest)."""
-    temperature: float = field(default=1.0, metadata=read(methods=ENTMAX_BRIDGES))
+    temperature: float = field(default=1.0, metadata=ENTMAX)
     """Divides the cosines before α-entmax (1 = none, as in the paper)."""
     candidates: int = field(
         default=100,
@@ -79,20 +85,14 @@ class WeightingConfig(Config):
     position_aware: bool = field(default=False, metadata=read(report=True))
     """Match word-initial and continuation pieces within their own class first (docs/position-aware.md), for
     every similarity method. False: the released string rule, byte for byte."""
-    position_marker: str = field(
-        default="-",
-        metadata=read(when=lambda w, m: w.position_aware, why="it is read with position_aware only", report=True),
-    )
+    position_marker: str = field(default="-", metadata=WITH_POSITION)
     """With ``position_aware``: continuation pieces are bridged as this + their text, in both vocabularies
     (``ing`` and ``##ing`` -> "-ing"); "" leaves the strings as they are."""
-    position_penalty: float = field(
-        default=0.0,
-        metadata=read(when=lambda w, m: w.position_aware, why="it is read with position_aware only", report=True),
-    )
+    position_penalty: float = field(default=0.0, metadata=WITH_POSITION)
     """With ``position_aware``: subtracted from the cosine of a candidate of the other position class before
     α-entmax/softmax. 0 (no prior) is the kept rule: the marker alone; above 2 + the support radius it is a hard
     mask that falls back to every candidate only when a class has none."""
-    bridge_space: BridgeSpace = field(default="raw", metadata=read(bridge=True, on=True, report=True))
+    bridge_space: BridgeSpace = field(default="raw", metadata=WHEN_ON)
     """Post-processing of the bridge vectors before the cosines, fit on the candidates and the tokens to
     initialise: raw (the paper), center, abtt (centre, then remove the top ``bridge_components`` principal
     directions), whiten, or relative (cosines to the exact-overlap anchors, TokAlign; ``embed_init.plus``)."""
@@ -106,10 +106,10 @@ class WeightingConfig(Config):
         ),
     )
     """With ``bridge_space: abtt``: principal directions removed."""
-    fvt_weight: float = field(default=0.0, metadata=read(bridge=True, on=True, report=True))
+    fvt_weight: float = field(default=0.0, metadata=WHEN_ON)
     """Blends every bridged row with the uniform mix of its decomposition into source forms (FVT):
     ``(1 - fvt_weight) w_bridge + fvt_weight w_fvt``; 0 = the bridge alone (``embed_init.plus``)."""
-    lsq_ridge: float = field(default=0.0, metadata=read(bridge=True, on=True, report=True))
+    lsq_ridge: float = field(default=0.0, metadata=WHEN_ON)
     """Refit each bridged row's weights over its support by least squares in bridge space (SALT): the mix of the
     support's bridge vectors nearest the token's own, rows summing to 1, with this ridge towards the entmax/FVT
     weights; 0 = off (``embed_init.plus``)."""
@@ -136,7 +136,7 @@ class WeightingConfig(Config):
         ),
     )
     """With ``adaptive_support``: the support of ``fixed`` rows, and of ``fvt`` rows with no decomposition."""
-    random_blend: float = field(default=0.0, metadata=read(bridge=True, on=True, report=True))
+    random_blend: float = field(default=0.0, metadata=WHEN_ON)
     """Blends every bridged row with the random baseline's row for that token, ``(1 - random_blend) E_bridge +
     random_blend E_random`` (input and untied output rows; the bias stays the bridge's); 0 = off."""
 

@@ -309,9 +309,9 @@ def test_sembridge_plus_and_fvt_are_cells_of_the_grid_with_the_recipe_in_their_i
         for c in cells
     ]
     plus_init, fvt_init, faithful = (i for i in inits if isinstance(i, InitConfig))
-    assert all(getattr(plus_init, k) == v for k, v in SEMBRIDGE_PLUS.items())
+    assert all(getattr(plus_init.weighting, k) == v for k, v in SEMBRIDGE_PLUS.items())
     assert plus_init.identity_settings() != faithful.identity_settings()
-    assert fvt_init.method == "fvt" and not fvt_init.position_aware
+    assert fvt_init.method == "fvt" and not fvt_init.weighting.position_aware
     with pytest.raises(ConfigError, match="position-aware already"):
         ReproduceConfig(methods=("sembridge_plus+pa",))
 

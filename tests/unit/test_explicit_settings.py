@@ -145,7 +145,13 @@ def test_the_maths_reads_a_weighting_option_exactly_where_the_identity_records_i
     it reaches the maths only where the identity moves too (a recorded-only-when-on option moves it from its
     default)."""
     tp = typing.get_type_hints(WeightingConfig)[key]
-    bases: list[dict[str, object]] = [{}, {"alpha": 1.0}, {"position_aware": True}, {"bridge_space": "abtt"}, {"adaptive_support": "fixed"}]
+    bases: list[dict[str, object]] = [
+        {},
+        {"alpha": 1.0},
+        {"position_aware": True},
+        {"bridge_space": "abtt"},
+        {"adaptive_support": "fixed"},
+    ]
     for method in METHOD_NAMES:
         for extra in bases:
             try:

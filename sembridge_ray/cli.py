@@ -44,6 +44,8 @@ from sembridge_ray.config import (
     ConfigError,
     FieldInfo,
     apply_overrides,
+    canonical,
+    canonical_key,
     field_info,
     load_preset,
     merge,
@@ -125,6 +127,7 @@ def build_parser(
     info = field_info(cls, values)
     source = f"preset {preset!r}" if preset else "the built-in defaults"
     keys = [f"config keys (key=value; defaults of {source}):"]
+    keys += [f"  (the keys of {s}.* may also be given without {s}.)" for s in cls.SHORTHANDS]
     for key, fi in info.items():
         line = f"  {key} = {_show(fi.default)}   [{fi.type_name}]"
         if fi.choices:
@@ -151,7 +154,7 @@ def build_parser(
         f"--print-config); default: {preset or 'none'}",
     )
     for flag in flags:
-        fi = info[flag.key]
+        fi = info[canonical_key(cls, flag.key)]
         text = _first_paragraph(fi.doc) or f"sets {flag.key}"
         keys_text = ", ".join(flag.keys)
         group = required if flag.required and fi.default in ("", None, ()) else optional
@@ -204,7 +207,7 @@ def parse_config(
     preset = first.parse_known_args(argv)[0].preset
     # Only what the preset and the command line say: a value given there is explicit, even at its default (a
     # method's recipe refuses a conflicting explicit value, and fills in only what nobody set).
-    data: Mapping[str, object] = load_preset(resolve_preset(preset, job)) if preset else {}
+    data: Mapping[str, object] = canonical(cls, load_preset(resolve_preset(preset, job))) if preset else {}
     parser = build_parser(
         cls,
         flags,
@@ -221,13 +224,13 @@ def parse_config(
         key, sep, value = item.partition("=")
         if not sep:
             raise ConfigError(f"argument {item!r} is not a flag nor a key=value override{suggestion(key, cls)}")
-        given[key.strip()] = value
+        given[canonical_key(cls, key.strip())] = value  # a section's key may come without it (alpha=4)
     for flag in flags:
         raw = getattr(args, flag.key)
         if raw is None:
             continue
         value = str(raw).lower() if isinstance(raw, bool) else raw
-        for key in flag.keys:
+        for key in (canonical_key(cls, k) for k in flag.keys):
             if key in given and given[key] != value:
                 raise ConfigError(f"{key} is set twice: {flag.name} {value} and {key}={given[key]}")
             given[key] = value
@@ -241,9 +244,11 @@ def warn_inapplicable(cfg: Config, given: Mapping[str, str], flags: Sequence[Fla
     leaves it out as unused: WECHSEL's temperature with method sembridge, ``eval_every`` without ``--eval``);
     the run goes on, since the setting changes nothing."""
     unused = cfg.inapplicable(set(given))
-    names = {k: f.name for f in flags for k in f.keys}
+    names = {canonical_key(type(cfg), k): f.name for f in flags for k in f.keys}
     for key in unused:
-        log.warning("%s does nothing in this run (%s); it is not recorded", names.get(key, key), unused[key])
+        section, _, short = key.partition(".")
+        shown = names.get(key, short if section in cfg.SHORTHANDS else key)  # alpha, as it may be given
+        log.warning("%s does nothing in this run (%s); it is not recorded", shown, unused[key])
 
 
 def flags_markdown() -> str:
@@ -257,7 +262,9 @@ def flags_markdown() -> str:
         "Every job is `sembridge <job>` (or `python -m jobs.<module>` from a checkout). A flag is sugar for a config",
         "key: `--alpha 3` is `alpha=3`, and any key can be set as `key.sub=value`. One flag means one thing in every",
         "job. Boolean flags come in pairs (`--overwrite` / `--no-overwrite`); list flags take comma-separated values.",
-        "`sembridge <job> --help` explains every key; `sembridge --version` prints the version.",
+        "`sembridge <job> --help` explains every key; `sembridge --version` prints the version. The init job's",
+        "`weighting.*` keys (α, the candidates, the position-aware rule, SemBridge+'s options) may also be given",
+        "without `weighting.`: `alpha=3` is `weighting.alpha=3`, in presets and the grid's `init` section too.",
         "",
         "## Flags shared by several jobs",
         "",
@@ -282,7 +289,7 @@ def flags_markdown() -> str:
         preset = f" (preset `{spec.default_preset}`)" if spec.default_preset else ""
         lines += [f"| flag | key | type | default{preset} | meaning |", "|---|---|---|---|---|"]
         for flag in spec.flags:
-            fi = info[flag.key]
+            fi = info[canonical_key(spec.config, flag.key)]
             name = f"`{flag.name}` / `--no-{flag.name[2:]}`" if fi.type_name == "bool" else f"`{flag.name}`"
             if flag.required:
                 name += " (required)"
@@ -303,7 +310,9 @@ def flags_markdown() -> str:
 def _defaults(spec: JobSpec[Any, Any]) -> Mapping[str, object]:
     """The values a job's flags default to: its default preset's, else the dataclass defaults."""
     data: Mapping[str, object] = spec.config().to_dict()
-    return merge(data, load_preset(resolve_preset(spec.default_preset, spec.name))) if spec.default_preset else data
+    if not spec.default_preset:
+        return data
+    return merge(data, canonical(spec.config, load_preset(resolve_preset(spec.default_preset, spec.name))))
 
 
 def dump_config(cfg: Config) -> str:

@@ -106,7 +106,8 @@ def _build(cls: type[T], data: Mapping[str, object], prefix: str = "") -> T:
     names = {f.name for f in dataclasses.fields(cls)}
     aliases: dict[str, str] = getattr(cls, "ALIASES", {})
     upgrade = getattr(cls, "upgrade", None)
-    data = upgrade(dict(data)) if upgrade is not None else dict(data)
+    data = canonical(cls, data, prefix)
+    data = upgrade(data) if upgrade is not None else data
     for old, new in aliases.items():
         if old in data:
             log.warning("config key %s%s is now %s%s (the old name goes in the next release)", prefix, old, prefix, new)
@@ -114,12 +115,72 @@ def _build(cls: type[T], data: Mapping[str, object], prefix: str = "") -> T:
     for name in data:
         if name not in names:
             raise ConfigError(f"unknown config key {prefix}{name!s}{suggestion(name, cls, prefix)}")
+    shorthands = getattr(cls, "SHORTHANDS", ())
+
+    def value(name: str) -> object:
+        given, tp = data[name], hints[name]
+        if name in shorthands and isinstance(given, Mapping) and isinstance(tp, type):
+            return _build(tp, given, prefix)  # its keys named as they may be given: without the section
+        return coerce(given, tp, f"{prefix}{name}")
+
     try:
-        return cls(**{name: coerce(data[name], hints[name], f"{prefix}{name}") for name in data})
+        return cls(**{name: value(name) for name in data})
     except ConfigError as err:  # a nested config's own check names its key without the section
         if prefix and not str(err).startswith(prefix):
             raise ConfigError(f"{prefix}{err}") from None
         raise
+
+
+def _section_keys(tp: type) -> set[str]:
+    return {f.name for f in dataclasses.fields(tp)} | set(getattr(tp, "ALIASES", {}))
+
+
+def _shorthand(cls: type, name: str) -> str | None:
+    """The section of ``cls`` whose key ``name`` is when given without it (``SHORTHANDS``), else None."""
+    if name in {f.name for f in dataclasses.fields(cls)}:
+        return None
+    hints = typing.get_type_hints(cls)
+    return next((s for s in getattr(cls, "SHORTHANDS", ()) if name in _section_keys(hints[s])), None)
+
+
+def canonical_key(cls: type, key: str) -> str:
+    """The dotted ``key`` as ``cls`` nests it: a section's key given without the section gets it (``alpha`` ->
+    ``weighting.alpha``), in nested configs too (``init.alpha`` -> ``init.weighting.alpha``)."""
+    head, dot, rest = key.partition(".")
+    section = _shorthand(cls, head)
+    if section is not None:
+        return f"{section}.{key}"
+    tp = typing.get_type_hints(cls).get(head) if head in {f.name for f in dataclasses.fields(cls)} else None
+    return f"{head}.{canonical_key(tp, rest)}" if dot and isinstance(tp, type) and dataclasses.is_dataclass(tp) else key
+
+
+def canonical(cls: type, data: Mapping[str, object], prefix: str = "") -> dict[str, object]:
+    """Raw ``data`` (a preset, overrides) with every section's shorthand keys moved into their section, in nested
+    configs too; a key given both ways with two values is refused (neither could be said to win)."""
+    out = dict(data)
+    hints = typing.get_type_hints(cls)
+    for name in [k for k in out if _shorthand(cls, k) is not None]:
+        section = cast(str, _shorthand(cls, name))
+        nested = out.get(section)
+        inner = dict(nested) if isinstance(nested, Mapping) else {}
+        if nested is not None and not isinstance(nested, Mapping):
+            continue  # a section given as a built config, or not a mapping: _build says what is wrong
+        value = out.pop(name)
+        if name in inner and _differ(value, inner[name], typing.get_type_hints(hints[section]).get(name)):
+            raise ConfigError(f"{prefix}{name} is given twice: {value!r} and {prefix}{section}.{name}={inner[name]!r}")
+        out[section] = {**inner, name: value}
+    for name, value in out.items():
+        tp = hints.get(name)
+        if isinstance(value, Mapping) and isinstance(tp, type) and dataclasses.is_dataclass(tp):
+            out[name] = canonical(tp, value, f"{prefix}{name}.")
+    return out
+
+
+def _differ(a: object, b: object, tp: object) -> bool:
+    try:
+        return tp is None or coerce(a, tp) != coerce(b, tp)
+    except ConfigError:
+        return True
 
 
 def require(ok: bool, key: str, value: object, rule: str) -> None:
@@ -166,6 +227,9 @@ class Config:
     NOT_IDENTITY: ClassVar[tuple[str, ...]] = ()
     ALIASES: ClassVar[dict[str, str]] = {}
     """Old key -> new key, accepted with a warning for one release."""
+    SHORTHANDS: ClassVar[tuple[str, ...]] = ()
+    """Sections whose keys are also accepted without the section's name, for good (``alpha`` for
+    ``weighting.alpha``: the flat keys a section's settings had before it was composed)."""
 
     @classmethod
     def upgrade(cls, data: dict[str, object]) -> dict[str, object]:
@@ -229,8 +293,26 @@ class Config:
         return _build(cls, data)
 
     def with_overrides(self, overrides: Sequence[str]) -> Self:
-        """A copy with ``key.sub=value`` overrides applied (types coerced, unknown keys rejected)."""
-        return type(self).from_dict(apply_overrides(self.to_dict(), overrides))
+        """A copy with ``key.sub=value`` overrides applied (types coerced, unknown keys rejected; a section's keys
+        also without it, ``alpha=2``)."""
+        parts = (item.partition("=") for item in overrides)
+        keyed = [f"{canonical_key(type(self), k.strip())}={v}" if sep else k for k, sep, v in parts]
+        return type(self).from_dict(apply_overrides(self.to_dict(), keyed))
+
+    def with_settings(self, **changes: Any) -> Self:
+        """A copy with typed ``changes``, as :func:`dataclasses.replace` makes it (and checked so), a section's keys
+        also given without it (``alpha=2`` for ``weighting.alpha``, see ``SHORTHANDS``)."""
+        top: dict[str, Any] = {}
+        nested: dict[str, dict[str, Any]] = {}
+        for key, value in changes.items():
+            section = _shorthand(type(self), key)
+            if section is None:
+                top[key] = value
+            else:
+                nested.setdefault(section, {})[key] = value
+        for section, values in nested.items():
+            top[section] = dataclasses.replace(top.get(section, getattr(self, section)), **values)
+        return dataclasses.replace(self, **top)  # type: ignore[misc]  # a dataclass (Config's subclasses are)
 
 
 C = TypeVar("C", bound=Config)

@@ -229,16 +229,19 @@ def _numbers_close(a: str, b: str) -> bool:
 
 
 def every_key_is_covered(h: Harness) -> list[str]:
-    """Keys neither exempt nor read by any variant nor in NOT_IDENTITY would escape the check: none may."""
+    """Keys neither exempt nor read by any variant nor in NOT_IDENTITY would escape the check: none may. Nor may the
+    harness name a key the config does not have (``alpha`` for ``weighting.alpha``: its value would go unused)."""
     variants = [h.config({}), *(h.config(v) for v in h.variants)]
+    keys = dotted_keys(h.cls)
+    named = [*h.rounding, *h.values, *h.where, *h.copies]  # (exempt: a list shared by the jobs)
     return [
         k
-        for k in dotted_keys(h.cls)
+        for k in keys
         if not exempt(k, h.exempt)
         and not any(recorded(v, k) for v in variants)
         and not exempt(k, h.cls.NOT_IDENTITY)
         and k not in _unused_by_default(h)
-    ]
+    ] + [f"{k} (no such key)" for k in named if not any(x == k or x.startswith(k + ".") for x in keys)]
 
 
 def _unused_by_default(h: Harness) -> set[str]:

@@ -79,10 +79,11 @@ def input_identities(cfg: InitConfig) -> dict[str, str]:
     }
     if method(cfg.method).uses_bridge:
         inputs["bridge_model"] = check_bridge(cfg.bridge_model)
-        dim = bridge_dimension(cfg.bridge_model) if cfg.bridge_space == "abtt" else None
-        if dim is not None and cfg.bridge_components >= dim:
+        components = cfg.weighting.bridge_components
+        dim = bridge_dimension(cfg.bridge_model) if cfg.weighting.bridge_space == "abtt" else None
+        if dim is not None and components >= dim:
             raise InputError(
-                f"bridge_components={cfg.bridge_components}: must be below the bridge's dimension {dim} (abtt removes "
+                f"bridge_components={components}: must be below the bridge's dimension {dim} (abtt removes "
                 "that many principal directions; all of them leave no bridge)"
             )
     if cfg.bias == "frequency":
@@ -108,13 +109,14 @@ def new_rows(
     target tokenizers."""
     e_in, e_out, bias = matrices
     source_tok, target_tok = toks
+    w = cfg.rule
     rest = np.asarray(part.rest, dtype=np.int64)
     if not len(rest):  # every target token is copied: nothing to bridge, nothing to encode
         log.info("every target token has a source counterpart: the model is the copied rows alone")
         return no_new_rows(e_in, e_out, bias, bridged=not method(cfg.method).rows)
     if method(cfg.method).decomposes:
         return decomposed_rows(rest, plus.fvt_weights(source_tok, target_tok, rest, len(e_in)), matrices)
-    require_codable(cfg.weighting, len(part.anchors))  # omp without anchors: refused before any encoding
+    require_codable(cfg.method, w, len(part.anchors))  # omp without anchors: refused before any encoding
     if not method(cfg.method).uses_bridge:
         rows = explicit_rows(cfg.method, len(rest), e_in, cfg.seed)
         out_rows = None if e_out is None else explicit_rows(cfg.method, len(rest), e_out, cfg.seed + 1)
@@ -132,20 +134,22 @@ def new_rows(
     row_of = {int(i): n for n, i in enumerate(bridge.strings["target"].column("id").to_numpy())}
     new_vecs = tgt_vecs[[row_of[int(i)] for i in rest]]
     timings["bridge_encode_s"] = time.perf_counter() - start
-    if cfg.bridge_space != "raw":  # one transform of the union of the candidates and the tokens to initialise
+    if w.bridge_space != "raw":  # one transform of the union of the candidates and the tokens to initialise
         fitted = plus.space_transform(
             torch.cat([src_vecs[candidates], torch.from_numpy(new_vecs)]),
-            cfg.bridge_space,
-            cfg.bridge_components,
-            anchors=src_vecs[torch.tensor(part.anchors, dtype=torch.long)] if cfg.bridge_space == "relative" else None,
+            w.bridge_space,
+            w.bridge_components,
+            anchors=src_vecs[torch.tensor(part.anchors, dtype=torch.long)] if w.bridge_space == "relative" else None,
         )
         src_vecs[candidates] = plus.apply_transform(src_vecs[candidates], fitted)
         new_vecs = plus.apply_transform(torch.from_numpy(new_vecs), fitted).numpy()
-    decomposed = cfg.fvt_weight > 0 or cfg.weighting.adaptive_support == "fvt"
+    decomposed = w.fvt_weight > 0 or w.adaptive_support == "fvt"
     prior = plus.fvt_weights(source_tok, target_tok, rest, len(e_in)) if decomposed else None
-    classes = [torch.from_numpy(bridge.classes[side]) if cfg.position_aware else None for side in ("source", "target")]
+    classes = [torch.from_numpy(bridge.classes[side]) if w.position_aware else None for side in ("source", "target")]
     ctx = RowsContext(
-        weighting=cfg.weighting,
+        method=cfg.method,
+        weighting=w,
+        precision=cfg.precision,
         source_vecs=src_vecs,
         candidates=candidates,
         overlap_sources=torch.tensor(part.anchors, dtype=torch.long),
@@ -160,13 +164,13 @@ def new_rows(
     start = time.perf_counter()
     new = stages.rows(ctx, rest, new_vecs)
     timings["weights_s"] = time.perf_counter() - start
-    if cfg.random_blend > 0:  # here, not in the actors: the random rows are the random method's, in `rest` order
+    if w.random_blend > 0:  # here, not in the actors: the random rows are the random method's, in `rest` order
         new = replace(
             new,
-            inputs=_blend_rows(new.inputs, explicit_rows("random", len(rest), e_in, cfg.seed), cfg.random_blend),
+            inputs=_blend_rows(new.inputs, explicit_rows("random", len(rest), e_in, cfg.seed), w.random_blend),
             outputs=None
             if e_out is None or new.outputs is None
-            else _blend_rows(new.outputs, explicit_rows("random", len(rest), e_out, cfg.seed + 1), cfg.random_blend),
+            else _blend_rows(new.outputs, explicit_rows("random", len(rest), e_out, cfg.seed + 1), w.random_blend),
         )
     return new
 
@@ -315,7 +319,7 @@ def _initialise(
         assert e_in is not None  # a masked-LM always has input embeddings
         toks = {"source": source_tok, "target": target_tok}
         sizes = {"source": len(e_in), "target": part.size}
-        bridge = bridge_side(cfg.weighting, cfg.bridge_model, toks, sizes, neutral_symbols)
+        bridge = bridge_side(cfg.method, cfg.rule, cfg.precision, cfg.bridge_model, toks, sizes, neutral_symbols)
         new = new_rows(cfg, part, (e_in, e_out, bias), (source_tok, target_tok), stages, bridge, timings)
         if counts is not None and bias is not None:
             freqs = plus.log_frequencies(counts, new.target_ids)
@@ -383,8 +387,8 @@ def card_facts(cfg: InitConfig, report: InitReport, resolved: InitConfig | None 
         "bridge_model": display_name(bridge),
         "language": cfg.language or language_of(cfg.target_tokenizer, paths.target_tokenizer),
         "method": cfg.method,
-        "alpha": cfg.alpha,
-        "position_aware": cfg.position_aware,
+        "alpha": cfg.weighting.alpha,
+        "position_aware": cfg.weighting.position_aware,
         "kinds": report["kinds"],
         "support_histogram": report["support_histogram"],
         "base_model": base_model(cfg.source_model, paths.source_model),
@@ -411,32 +415,19 @@ def _report(
 ) -> InitReport:
     source_tokens = {i: t for t, i in source_tok.get_vocab().items()}
     bridge_fp, keys = bridge.fingerprint, bridge.keys
-    rule: dict[str, object] = {"position_aware": cfg.position_aware}
-    if cfg.position_aware:
-        rule |= {"position_marker": cfg.position_marker, "position_penalty": cfg.position_penalty}
-    if cfg.bridge_space != "raw":  # SemBridge+'s options, only when on: the released report keeps its bytes
-        rule["bridge_space"] = cfg.bridge_space
-        if cfg.bridge_space == "abtt":
-            rule["bridge_components"] = cfg.bridge_components
-    if cfg.fvt_weight > 0:
-        rule["fvt_weight"] = cfg.fvt_weight
-    if cfg.lsq_ridge > 0:
-        rule["lsq_ridge"] = cfg.lsq_ridge
-    if cfg.weighting.adaptive_support != "off":
-        rule |= {"adaptive_support": cfg.adaptive_support, "support_size": cfg.support_size}
-    if cfg.random_blend > 0:
-        rule["random_blend"] = cfg.random_blend
-    # one literal, in the order init_report.json has always been written (the position keys only when used)
+    # one literal, in the order init_report.json has always been written; the weighting options each say whether
+    # and when the report carries them (embed_init.config.Read: the position keys with position_aware, SemBridge+'s
+    # only when on, so the released report keeps its bytes)
     return cast(
         "InitReport",
         {
             "method": cfg.method,
-            "alpha": cfg.alpha,
+            "alpha": cfg.weighting.alpha,
             "bias": cfg.bias,
             "match": list(cfg.match),
             "copy_overlap": cfg.copy_overlap,
             "exclude_special_sources": cfg.exclude_special_sources,
-            **rule,
+            **cfg.weighting.reported(cfg.method),
             **report.counts(part, prov),
             "support_histogram": report.support_histogram(prov),
             "position": report.position_stats(prov, bridge.classes["target"], counterparts),

@@ -26,16 +26,16 @@ def remap_columns(weights: torch.Tensor, columns: torch.Tensor, m: int) -> torch
     )
 
 
-def screen_dtype_for(weighting: WeightingConfig, device: torch.device) -> torch.dtype:
-    """The screening GEMM only picks candidates (certified exact either way): bf16 only when the run asked for it,
-    and only on a CPU (cuBLAS may reduce bf16 products in reduced precision, which would void the bound)."""
-    return torch.bfloat16 if weighting.precision == "bf16" and device.type == "cpu" else torch.float32
+def screen_dtype_for(precision: str, device: torch.device) -> torch.dtype:
+    """The screening GEMM only picks candidates (certified exact either way): bf16 only when the run asked for it
+    (its resolved ``precision``), and only on a CPU (cuBLAS may reduce bf16 products in reduced precision, which
+    would void the bound)."""
+    return torch.bfloat16 if precision == "bf16" and device.type == "cpu" else torch.float32
 
 
-def require_codable(weighting: WeightingConfig, anchors: int) -> None:
+def require_codable(name: str, weighting: WeightingConfig, anchors: int) -> None:
     """Refuse what a method coding over the anchors (``omp``) cannot run with: no anchors to code over, or an option
     that assumes convex weights (blending them with FVT's mix, refitting them to sum to 1). Others: nothing to do."""
-    name = weighting.method
     if method(name).anchor_code is None:
         return
     if not anchors:
@@ -54,6 +54,7 @@ def require_codable(weighting: WeightingConfig, anchors: int) -> None:
 
 
 def method_weights(
+    name: str,
     weighting: WeightingConfig,
     new_vecs: torch.Tensor,
     source_vecs: torch.Tensor,
@@ -62,26 +63,28 @@ def method_weights(
     device: str | None = None,
     classes: tuple[torch.Tensor, torch.Tensor] | None = None,
     support: torch.Tensor | None = None,
+    precision: str = "fp32",
 ) -> torch.Tensor:
-    """CSR (n, |Vs|) weights of the bridge methods. ``candidates``: source ids allowed in the bridge
+    """CSR (n, |Vs|) weights of bridge method ``name``. ``candidates``: source ids allowed in the bridge
     (ascending); ``overlap_sources``: source ids some target token matches, copied or not (FOCUS's anchors; all
     candidates if none). With ``copy_overlap=false`` the anchors still restrict FOCUS, which would otherwise equal α=2.
     ``classes``: position classes of the new rows (n,) and of every source id (|Vs|,); with ``position_aware``
     each class's rows get their own prior (``embed_init.position``). ``support`` (n,): each row's support size
-    (adaptive sparsity, ``bridge_weights``). A method coding over the anchors (``omp``) reads neither: its CSR holds
-    float64 coefficients over the anchors, signed and not summing to 1 (:func:`require_codable` says when it runs)."""
-    entry = method(weighting.method)
+    (adaptive sparsity, ``bridge_weights``); ``precision``: the run's resolved one (:func:`screen_dtype_for`). A
+    method coding over the anchors (``omp``) reads neither: its CSR holds float64 coefficients over the anchors,
+    signed and not summing to 1 (:func:`require_codable` says when it runs)."""
+    entry = method(name)
     m = len(source_vecs)
     dev = torch.device(device or new_vecs.device)
     if entry.anchor_code is not None:
-        require_codable(weighting, len(overlap_sources))
+        require_codable(name, weighting, len(overlap_sources))
         codes = entry.anchor_code(weighting, new_vecs.to(dev), source_vecs[overlap_sources].to(dev))
         return remap_columns(codes.cpu(), overlap_sources, m)
     if entry.similarity is None:
-        raise ValueError(f"method {weighting.method!r} has no similarity weights")
+        raise ValueError(f"method {name!r} has no similarity weights")
     rule = entry.similarity(weighting)
     pool = overlap_sources if entry.anchors_only and len(overlap_sources) else candidates
-    pool_vecs = PreparedRows.of(source_vecs[pool], "source_vecs", dev, screen_dtype_for(weighting, dev))
+    pool_vecs = PreparedRows.of(source_vecs[pool], "source_vecs", dev, screen_dtype_for(precision, dev))
     rows = _pool_weights(new_vecs, pool_vecs, rule, dev, support)
     if not (weighting.position_aware and classes is not None):
         return remap_columns(rows(None, None), pool, m)

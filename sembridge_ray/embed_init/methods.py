@@ -16,7 +16,7 @@ A bridge method's rule maps the :class:`~sembridge_ray.embed_init.config.Weighti
 ``bridge_weights`` (``embed_init.baselines.method_weights`` applies it), or codes each token's bridge vector over the
 anchors' (``omp``: its weights are least-squares coefficients, which may be negative and need not sum to 1, unlike
 every other method's convex mix); a method without the bridge gives its rows directly; ``fvt`` decomposes the
-piece's string instead. A method with a ``recipe`` fixes InitConfig keys (the config applies them and refuses a
+piece's string instead. A method with a ``recipe`` fixes weighting options (the config applies them and refuses a
 conflicting value). The module imports no torch (the contracts and the command line read the registry); the row
 rules use only the tensors' own methods, and ``omp`` imports its solver when it runs.
 """
@@ -34,7 +34,7 @@ from sembridge_ray.embed_init.config import ANCHOR_CODES, EntmaxOptions, MethodN
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["METHODS", "METHOD_NAMES", "InitMethod", "MethodName", "method", "unused_settings"]
+__all__ = ["METHODS", "METHOD_NAMES", "InitMethod", "MethodName", "method"]
 
 SimilarityRule = Callable[[WeightingConfig], EntmaxOptions]
 """The weighting section -> the options of ``bridge_weights`` for a bridge method."""
@@ -84,9 +84,8 @@ class InitMethod:
 
     name: MethodName
     has_alpha: bool
-    """Takes the entmax α (the grid's ``--alphas`` axis)."""
-    settings: tuple[str, ...] = ()
-    """InitConfig keys that only this method reads."""
+    """Takes the entmax α (the grid's ``--alphas`` axis); the weighting options only some methods read say which
+    (``embed_init.config.Read``)."""
     similarity: SimilarityRule | None = None
     """A bridge method's rule: the bridge_weights options from the weighting section."""
     anchors_only: bool = False
@@ -100,7 +99,7 @@ class InitMethod:
     decomposes: bool = False
     """The rows are the uniform mix of each piece's decomposition into source forms (FVT), no bridge."""
     recipe: Mapping[str, object] = field(default_factory=dict)
-    """InitConfig keys this method fixes (``sembridge_plus``): applied when left at their defaults, a conflicting
+    """Weighting options this method fixes (``sembridge_plus``): applied when left at their defaults, a conflicting
     value refused."""
 
     def __post_init__(self) -> None:
@@ -132,43 +131,20 @@ three public settings; docs/sembridge-plus.md has the ablation and the evidence 
 METHODS: dict[str, InitMethod] = {
     m.name: m
     for m in (
-        InitMethod(
-            name="sembridge", has_alpha=True, settings=("alpha", "temperature", "candidates"), similarity=sembridge_rule
-        ),
+        InitMethod(name="sembridge", has_alpha=True, similarity=sembridge_rule),
         InitMethod(name="focus", has_alpha=False, similarity=focus_rule, anchors_only=True),
-        InitMethod(
-            name="wechsel",
-            has_alpha=False,
-            settings=("wechsel_candidates", "wechsel_temperature"),
-            similarity=wechsel_rule,
-        ),
-        InitMethod(name="omp", has_alpha=False, settings=("omp_atoms",), anchor_code=omp_code, anchors_only=True),
-        InitMethod(
-            name="sembridge_plus",
-            has_alpha=True,
-            settings=("alpha", "temperature", "candidates"),
-            similarity=sembridge_rule,
-            recipe=SEMBRIDGE_PLUS,
-        ),
+        InitMethod(name="wechsel", has_alpha=False, similarity=wechsel_rule),
+        InitMethod(name="omp", has_alpha=False, anchor_code=omp_code, anchors_only=True),
+        InitMethod(name="sembridge_plus", has_alpha=True, similarity=sembridge_rule, recipe=SEMBRIDGE_PLUS),
         InitMethod(name="fvt", has_alpha=False, decomposes=True),
         InitMethod(name="mean", has_alpha=False, rows=mean_rows),
         InitMethod(name="random", has_alpha=False, rows=random_rows),
     )
 }
 METHOD_NAMES: tuple[str, ...] = tuple(METHODS)
-# Keys that matter only when a method embeds strings with the bridge.
-BRIDGE_SETTINGS = (
-    "exclude_special_sources",
-    "bridge_batch_size",
-    "rows_batch_size",
-    "bridge_space",
-    "bridge_components",
-    "fvt_weight",
-    "lsq_ridge",
-    "adaptive_support",
-    "support_size",
-    "random_blend",
-)
+BRIDGE_SETTINGS = ("exclude_special_sources", "bridge_batch_size", "rows_batch_size")
+"""InitConfig keys outside the weighting section that matter only when a method embeds strings with the bridge (the
+section's options say so themselves: ``embed_init.config.Read``)."""
 
 
 def method(name: str) -> InitMethod:
@@ -176,13 +152,6 @@ def method(name: str) -> InitMethod:
         return METHODS[name]
     except KeyError:
         raise ValueError(f"unknown init method {name!r} (known: {', '.join(METHODS)})") from None
-
-
-def unused_settings(name: str) -> tuple[str, ...]:
-    """InitConfig keys that cannot change what method ``name`` computes (left out of its run identity)."""
-    own = method(name)
-    others = {key for m in METHODS.values() if m.name != name for key in m.settings} - set(own.settings)
-    return tuple(sorted(others | (set() if own.uses_bridge else set(BRIDGE_SETTINGS))))
 
 
 POSITION_AWARE = "+pa"

@@ -32,7 +32,7 @@ from sembridge_ray.embed_init.bridge import (
     vocab_strings,
 )
 from sembridge_ray.embed_init.combine import NewRows, csr_lists, weighted_rows
-from sembridge_ray.embed_init.config import WeightingConfig
+from sembridge_ray.embed_init.config import MethodName, WeightingConfig
 from sembridge_ray.embed_init.methods import method
 from sembridge_ray.identity import InputChanged
 from sembridge_ray.placement import Precision
@@ -46,10 +46,13 @@ _UNUSED_SOURCE = ("[unused", "madeupword", "[UNUSED")
 
 @dataclass(frozen=True, kw_only=True)
 class RowsContext:
-    """What every weights worker holds: the weighting section, the source bridge vectors (indexed by source id) and
-    matrices."""
+    """What every weights worker holds: the method, the weighting section as it reads it (``InitConfig.rule``), the
+    source bridge vectors (indexed by source id) and matrices."""
 
+    method: MethodName
     weighting: WeightingConfig
+    precision: Precision = "fp32"
+    """The run's resolved precision: the candidate screening's (``baselines.screen_dtype_for``)."""
     source_vecs: torch.Tensor
     """(|Vs rows|, D); zero rows for ids without a string."""
     candidates: torch.Tensor
@@ -73,7 +76,7 @@ class RowsContext:
     def __post_init__(self) -> None:
         # built in the driver before the weights stage: a method coding over the anchors (omp) that cannot run here
         # fails in one line, not in every actor
-        require_codable(self.weighting, len(self.overlap_sources))
+        require_codable(self.method, self.weighting, len(self.overlap_sources))
 
 
 def compute_rows(ctx: RowsContext, target_ids: np.ndarray, new_vecs: np.ndarray, device: str | None = None) -> NewRows:
@@ -87,6 +90,7 @@ def compute_rows(ctx: RowsContext, target_ids: np.ndarray, new_vecs: np.ndarray,
         prior = plus.select_rows(ctx.prior, rows)
     wc = ctx.weighting
     w = method_weights(
+        ctx.method,
         ctx.weighting,
         torch.from_numpy(new_vecs),
         ctx.source_vecs,
@@ -95,11 +99,12 @@ def compute_rows(ctx: RowsContext, target_ids: np.ndarray, new_vecs: np.ndarray,
         device=device,
         classes=classes,
         support=plus.support_sizes(prior, len(target_ids), wc.adaptive_support, wc.support_size),
+        precision=ctx.precision,
     )
     if prior is not None and wc.fvt_weight > 0:
         w = plus.blend(w, prior, wc.fvt_weight)
-    if ctx.weighting.lsq_ridge > 0:
-        w = plus.least_squares(w, torch.from_numpy(new_vecs), ctx.source_vecs, ctx.weighting.lsq_ridge)
+    if wc.lsq_ridge > 0:
+        w = plus.least_squares(w, torch.from_numpy(new_vecs), ctx.source_vecs, wc.lsq_ridge)
     return NewRows(
         target_ids=target_ids,
         weights=w,
@@ -238,17 +243,20 @@ class BridgeSide:
 
 
 def bridge_side(
+    name: str,
     weighting: WeightingConfig,
+    precision: str,
     bridge_model: str,
     toks: dict[str, PreTrainedTokenizerBase],
     sizes: dict[str, int],
     neutral_symbols: bool = True,
 ) -> BridgeSide:
-    """Bridge strings of the ``source`` and ``target`` tokenizers under the configured rule, and their cache keys: a
+    """Bridge strings of the ``source`` and ``target`` tokenizers under method ``name``'s rule (the bridge vectors'
+    ``precision``: the run's resolved one), and their cache keys: a
     key names the strings, so a vocabulary whose marked strings equal its released ones (a WordPiece one) keeps the
     released key and cache. ``neutral_symbols``: the position classes' rule (``position.position_class``)."""
     classes = {side: position.tokenizer_classes(tok, sizes[side], neutral_symbols) for side, tok in toks.items()}
-    if not method(weighting.method).uses_bridge:
+    if not method(name).uses_bridge:
         keys = {side: f"-{tokenizer_fingerprint(tok)}" for side, tok in toks.items()}
         return BridgeSide(fingerprint="", strings={}, keys=keys, classes=classes)
     fp = model_fingerprint(bridge_model)
@@ -261,7 +269,6 @@ def bridge_side(
             strings[side] = vocab_strings(tok, classes[side], marker)
             rule = RULE_VERSION if strings[side].equals(released) else position.marked_rule(marker)
         # bf16 vectors are other vectors: their own cache entry (fp32 keeps the keys it always had)
-        precision = weighting.precision
         keys[side] = f"{fp}-{tokenizer_fingerprint(tok, rule)}" + ("" if precision == "fp32" else f"-{precision}")
     return BridgeSide(fingerprint=fp, strings=strings, keys=keys, classes=classes, model=bridge_model)
 

@@ -46,12 +46,14 @@ the word position for any pair of vocabulary families (``embed_init.vocab``).
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
+from sembridge_ray.embed_init.config import BridgeSpace
 from sembridge_ray.embed_init.vocab import VocabIndex, canonical, tokenizer_family
 from sembridge_ray.errors import InputError
 
@@ -60,8 +62,7 @@ if TYPE_CHECKING:
 
     from transformers import PreTrainedTokenizerBase
 
-BridgeSpace = Literal["raw", "center", "abtt", "whiten", "relative"]
-BRIDGE_SPACES: tuple[str, ...] = ("raw", "center", "abtt", "whiten", "relative")
+BRIDGE_SPACES: tuple[str, ...] = typing.get_args(BridgeSpace)
 _WHITEN_FLOOR = 1e-6
 """Eigenvalues below this share of the largest are floored there when whitening (rank-deficient unions)."""
 

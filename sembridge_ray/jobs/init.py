@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import dataclasses
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from sembridge_ray.config import Config, coerce, require
-from sembridge_ray.embed_init.config import ENTMAX_BRIDGES, MethodName, WeightingConfig
-from sembridge_ray.embed_init.methods import BRIDGE_SETTINGS, METHODS, unused_settings
-from sembridge_ray.embed_init.plus import BridgeSpace
+from sembridge_ray.config import Config, canonical_key, coerce, require
+from sembridge_ray.embed_init.config import MethodName, WeightingConfig
+from sembridge_ray.embed_init.methods import BRIDGE_SETTINGS, METHODS
 from sembridge_ray.embed_init.records import InitReport, Sample
 from sembridge_ray.embed_init.vocab import MATCH_RULES
 from sembridge_ray.jobs import Flag, JobSpec
@@ -47,20 +47,6 @@ class InitConfig(Config):
     """How bridged tokens are initialised: sembridge (the released rule), sembridge_plus (the project's recipe,
     docs/sembridge-plus.md), or the focus/wechsel/omp/fvt/mean/random baselines (omp: least-squares codes over the
     anchors, so its weights may be negative and need not sum to 1)."""
-    alpha: float = 4.0
-    """α of α-entmax for sembridge (2 = sparsemax, 1 = softmax over the ``candidates`` nearest)."""
-    temperature: float = 1.0
-    """Divides the cosines before α-entmax (1 = none, as in the paper)."""
-    candidates: int = 100
-    """α=1 (softmax ablation) keeps this many nearest source tokens; full rows would be dense (formerly
-    ``softmax_top_k``)."""
-    wechsel_candidates: int = 10
-    """WECHSEL: nearest source tokens kept for its softmax (formerly ``wechsel_top_k``)."""
-    wechsel_temperature: float = 0.1
-    """WECHSEL: divides the cosines before its softmax."""
-    omp_atoms: int = 8
-    """OMP (Goddard & Fernandes Neto, 2025): anchors each new token's bridge vector is coded over by orthogonal
-    matching pursuit (its k; the anchors are the source tokens some target token matches, as FOCUS's)."""
     bias: Literal["remap", "index", "zero", "frequency"] = "remap"
     """MLM decoder bias: remap (same weights, copies for overlap/specials), index (HF resize), zero, or frequency
     (copies for overlap/specials; bridged tokens by their log-frequency on ``bias_text``, at the source bias' mean
@@ -74,37 +60,9 @@ class InitConfig(Config):
     """False sends every non-special token through the bridge (the low-overlap, cross-lingual setting)."""
     exclude_special_sources: bool = False
     """Drop special and [unused*] source tokens from the bridge candidates (the reference keeps them)."""
-    position_aware: bool = False
-    """Match word-initial and continuation pieces within their own class first (docs/position-aware.md), for
-    every similarity method. False: the released string rule, byte for byte."""
-    position_marker: str = "-"
-    """With ``position_aware``: continuation pieces are bridged as this + their text, in both vocabularies
-    (``ing`` and ``##ing`` -> "-ing"); "" leaves the strings as they are."""
-    position_penalty: float = 0.0
-    """With ``position_aware``: subtracted from the cosine of a candidate of the other position class before
-    α-entmax/softmax. 0 (no prior) is the kept rule: the marker alone; above 2 + the support radius it is a hard
-    mask that falls back to every candidate only when a class has none."""
-    bridge_space: BridgeSpace = "raw"
-    """Post-processing of the bridge vectors before the cosines, fit on the candidates and the tokens to
-    initialise: raw (the paper), center, abtt (centre, then remove the top ``bridge_components`` principal
-    directions), whiten, or relative (cosines to the exact-overlap anchors, TokAlign; ``embed_init.plus``)."""
-    bridge_components: int = 3
-    """With ``bridge_space: abtt``: principal directions removed."""
-    lsq_ridge: float = 0.0
-    """Refit each bridged row's weights over its support by least squares in bridge space, rows summing to 1,
-    with this ridge towards the entmax/FVT weights (SALT; ``embed_init.plus``); 0 = off."""
-    fvt_weight: float = 0.0
-    """Blends every bridged row with the uniform mix of its decomposition into source forms (FVT):
-    ``(1 - fvt_weight) w_bridge + fvt_weight w_fvt``; 0 = the bridge alone."""
-    adaptive_support: Literal["off", "fvt", "fixed"] = "off"
-    """Adaptive sparsity for sembridge(_plus): each bridged row gets its own temperature so that its α-entmax
-    support has a target size: its FVT decomposition's number of source forms (``fvt``) or ``support_size``
-    (``fixed``); off = the global temperature."""
-    support_size: int = 2
-    """With ``adaptive_support``: the support of ``fixed`` rows, and of ``fvt`` rows with no decomposition."""
-    random_blend: float = 0.0
-    """Blends every bridged row with the random baseline's row for that token, ``(1 - random_blend) E_bridge +
-    random_blend E_random`` (input and untied output rows; the bias stays the bridge's); 0 = off."""
+    weighting: WeightingConfig = field(default_factory=WeightingConfig)
+    """How a bridged token's row is weighted: α and its candidates, WECHSEL's softmax, OMP's atoms, the
+    position-aware rule and SemBridge+'s options (``embed_init.config``; each key also without ``weighting.``)."""
     seed: int = 0
     """Seeds the random baseline's rows (and those ``random_blend`` mixes in); read by nothing else."""
     samples: int = 50
@@ -146,9 +104,13 @@ class InitConfig(Config):
     driver and recorded so; the weights themselves are always solved in float64."""
     resources: ResourceConfig = field(default_factory=ResourceConfig)
 
-    # top_k is results per query (evaluate); the softmax's nearest source tokens are its candidates
-    ALIASES: ClassVar[dict[str, str]] = {"softmax_top_k": "candidates", "wechsel_top_k": "wechsel_candidates"}
-    IDENTITY_NAMES: ClassVar[dict[str, str]] = {"candidates": "softmax_top_k", "wechsel_candidates": "wechsel_top_k"}
+    SHORTHANDS: ClassVar[tuple[str, ...]] = ("weighting",)
+    IDENTITY_NAMES: ClassVar[dict[str, str]] = {
+        **{f"weighting.{f.name}": f.name for f in dataclasses.fields(WeightingConfig)},
+        # top_k is results per query (evaluate); the softmax's nearest source tokens are its candidates
+        "weighting.candidates": "softmax_top_k",
+        "weighting.wechsel_candidates": "wechsel_top_k",
+    }
     NOT_IDENTITY: ClassVar[tuple[str, ...]] = (
         "source_model",
         "target_tokenizer",
@@ -175,46 +137,36 @@ class InitConfig(Config):
         never silently replaced."""
         name = str(data.get("method", cls.__dataclass_fields__["method"].default)).strip()
         recipe = METHODS[name].recipe if name in METHODS else {}
-        hints = typing.get_type_hints(cls)
+        given = data.get("weighting", {})
+        if not recipe or not isinstance(given, Mapping):
+            return data
+        hints = typing.get_type_hints(WeightingConfig)
         for key, value in recipe.items():
-            if key in data:
-                given = coerce(data[key], hints[key], key)
-                require(given == value, key, given, f"method {name} fixes it to {value!r} (its recipe); leave it unset")
-        return {**data, **{k: v for k, v in recipe.items() if k not in data}}
+            if key in given:
+                found = coerce(given[key], hints[key], key)
+                require(found == value, key, found, f"method {name} fixes it to {value!r} (its recipe); leave it unset")
+        return {**data, "weighting": {**recipe, **given}}
 
     def __post_init__(self) -> None:
         # built directly or by dataclasses.replace (the grid's cells): a recipe sets its keys where they are at the
         # defaults; a conflicting value is refused, so a config always says what ran
-        defaults = {f.name: f.default for f in dataclasses.fields(self)}
         recipe = METHODS[self.method].recipe if self.method in METHODS else {}  # an unknown one: the check's error
+        defaults, fill = WeightingConfig(), dict[str, Any]()
         for key, value in recipe.items():
-            current = getattr(self, key)
-            if current == defaults[key]:
-                object.__setattr__(self, key, value)
+            current = getattr(self.weighting, key)
+            if current == getattr(defaults, key):
+                fill[key] = value
             else:
                 require(current == value, key, current, f"method {self.method} fixes it to {value!r}")
+        if fill:
+            object.__setattr__(self, "weighting", dataclasses.replace(self.weighting, **fill))
         super().__post_init__()
 
     @property
-    def weighting(self) -> WeightingConfig:
-        """The section the weighting maths reads (method, α, candidates, WECHSEL, position-aware, precision)."""
-        return WeightingConfig(
-            method=self.method,
-            alpha=self.alpha,
-            temperature=self.temperature,
-            candidates=self.candidates,
-            wechsel_candidates=self.wechsel_candidates,
-            wechsel_temperature=self.wechsel_temperature,
-            omp_atoms=self.omp_atoms,
-            position_aware=self.position_aware,
-            position_marker=self.position_marker,
-            position_penalty=self.position_penalty,
-            fvt_weight=self.fvt_weight,
-            lsq_ridge=self.lsq_ridge,
-            adaptive_support=self.adaptive_support if self.method in ENTMAX_BRIDGES else "off",
-            support_size=self.support_size,
-            precision=self.precision,
-        )
+    def rule(self) -> WeightingConfig:
+        """The weighting section as this run reads it (every option its method does not read at its default): what
+        the maths receives, so it cannot read a setting the run's identity leaves out."""
+        return self.weighting.for_method(self.method, METHODS[self.method].uses_bridge)
 
     def check(self) -> None:
         require(
@@ -223,13 +175,11 @@ class InitConfig(Config):
             self.grid,
             "init --grid is gone: the paper grid is `sembridge reproduce --preset paper` (--dry-run prints its plan)",
         )
-        self.weighting  # noqa: B018  (building the section checks its keys: alpha, the candidates, the penalty…)
+        self.weighting.check_method(self.method)
         for key in ("bridge_batch_size", "rows_batch_size", "query_length", "document_length"):
             require(getattr(self, key) >= 1, key, getattr(self, key), "must be >= 1")
         require(self.samples >= 0, "samples", self.samples, "must be >= 0")
         require(self.dry_run or not self.figures, "figures", self.figures, "is read by --dry-run's estimate only")
-        require(self.bridge_components >= 1, "bridge_components", self.bridge_components, "must be >= 1")
-        require(0 <= self.random_blend <= 1, "random_blend", self.random_blend, "must be in [0, 1]")
         require(
             (self.bias == "frequency") == bool(self.bias_text),
             "bias_text",
@@ -246,43 +196,33 @@ class InitConfig(Config):
 
     def identity_settings(self) -> dict[str, Any]:
         settings = super().identity_settings()
-        unused = set(unused_settings(self.method))
-        if not self.position_aware:
-            unused |= {"position_marker", "position_penalty"}
-        # SemBridge+'s options are recorded only when on: every earlier run keeps its identity
-        if self.bridge_space != "abtt":
-            unused.add("bridge_components")
-        if self.alpha != 1:  # α-entmax rows have the support the maths gives them: no candidate cut
-            unused.add("candidates")
-        if self.method != "random" and not self.random_blend:
+        entry = METHODS[self.method]
+        # each weighting option says when it is read and recorded (embed_init.config.Read): SemBridge+'s only when
+        # on, so every earlier run keeps its identity
+        kept = set(self.weighting.recorded(self.method, entry.uses_bridge))
+        unused = {f"weighting.{f.name}" for f in dataclasses.fields(WeightingConfig) if f.name not in kept}
+        if not entry.uses_bridge:
+            unused |= set(BRIDGE_SETTINGS)
+        if self.method != "random" and not self.weighting.random_blend:
             unused.add("seed")  # only the random rows are seeded
-        if self.method not in ENTMAX_BRIDGES:  # only an α-entmax bridge has a support to adapt
-            unused.add("adaptive_support")
-        if self.adaptive_support == "off" or self.method not in ENTMAX_BRIDGES:
-            unused.add("support_size")
-        unused |= {
-            k
-            for k in ("bridge_space", "fvt_weight", "lsq_ridge", "adaptive_support", "random_blend")
-            if getattr(self, k) == type(self).__dataclass_fields__[k].default
-        }
         recorded = {self.IDENTITY_NAMES.get(k, k) for k in unused}  # the settings carry the recorded names
         return {k: v for k, v in settings.items() if k not in recorded}
 
     def why_unused(self, key: str) -> str:
-        owners = [m.name for m in METHODS.values() if key in m.settings]
-        if owners and self.method not in owners:
-            return f"method {self.method} does not read it; only {' and '.join(owners)} does"
-        if key in BRIDGE_SETTINGS and not METHODS[self.method].uses_bridge:
+        key = canonical_key(type(self), key)
+        section, _, name = key.partition(".")
+        if section != "weighting":
+            if key in BRIDGE_SETTINGS and not METHODS[self.method].uses_bridge:
+                return f"method {self.method} uses no bridge"
+            if key == "seed":
+                return "only the random method's and random_blend's rows are seeded"
+            return super().why_unused(key)
+        rule = WeightingConfig.rule(name)
+        if rule.methods and self.method not in rule.methods:
+            return f"method {self.method} does not read it; only {' and '.join(rule.methods)} does"
+        if rule.bridge and not METHODS[self.method].uses_bridge:
             return f"method {self.method} uses no bridge"
-        return {
-            "position_marker": "it is read with position_aware only",
-            "position_penalty": "it is read with position_aware only",
-            "bridge_components": "it is read with bridge_space abtt only",
-            "candidates": "it is read with alpha 1 (softmax) only",
-            "seed": "only the random method's and random_blend's rows are seeded",
-            "adaptive_support": "only an α-entmax method (sembridge, sembridge_plus) has a support to adapt",
-            "support_size": "it is read with adaptive_support only",
-        }.get(key, super().why_unused(key))
+        return self.weighting.why_unused(name)
 
 
 @dataclass(frozen=True, kw_only=True)

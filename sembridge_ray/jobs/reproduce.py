@@ -22,8 +22,10 @@ from typing import ClassVar, Literal, cast
 
 from sembridge_ray import catalog
 from sembridge_ray.config import Config, ConfigError, coerce, require
+from sembridge_ray.embed_init.config import WeightingConfig
 from sembridge_ray.embed_init.methods import METHOD_NAMES, METHODS, parse_alpha, split_variant
 from sembridge_ray.errors import InputError
+from sembridge_ray.identity import flatten
 from sembridge_ray.jobs import Flag, JobSpec
 from sembridge_ray.jobs.evaluate import EvaluateConfig
 from sembridge_ray.jobs.finetune import FinetuneConfig
@@ -164,7 +166,7 @@ class ReproduceConfig(Config):
         "init.source_model",
         "init.target_tokenizer",
         "init.method",
-        "init.alpha",
+        "init.weighting.alpha",
         "init.output",
         "init.overwrite",
         "init.grid",
@@ -209,14 +211,15 @@ class ReproduceConfig(Config):
             old = str(data["preset"]).strip()
             data = {k: v for k, v in data.items() if k != "preset"} | {"assets": _ASSETS_OF_PRESET.get(old, old)}
         init = data.get("init")
-        if isinstance(init, dict):
-            defaults = InitConfig().to_dict()
-            hints = typing.get_type_hints(InitConfig)
-            changed = {k: v for k, v in init.items() if k in hints and coerce(v, hints[k], k) != defaults.get(k)}
+        section = init.get("weighting") if isinstance(init, dict) else None
+        if isinstance(section, dict):  # the recipes fix weighting options (init.alpha is init.weighting.alpha here)
+            defaults = WeightingConfig().to_dict()
+            hints = typing.get_type_hints(WeightingConfig)
+            changed = {k: v for k, v in section.items() if k in hints and coerce(v, hints[k], k) != defaults.get(k)}
             methods = coerce(data.get("methods", METHOD_NAMES), tuple[str, ...], "methods")
             for name in {split_variant(str(m))[0] for m in cast(tuple[str, ...], methods)} & set(METHOD_NAMES):
                 try:
-                    InitConfig.upgrade({**changed, "method": name})
+                    InitConfig.upgrade({"weighting": changed, "method": name})
                 except ConfigError as err:
                     raise ConfigError(f"init.{err} (method {name} is in methods)") from None
         return data
@@ -228,8 +231,9 @@ class ReproduceConfig(Config):
 
     def check(self) -> None:
         for key in self.PLANNED:
-            section, name = key.split(".")
-            value, default = getattr(getattr(self, section), name), getattr(type(getattr(self, section))(), name)
+            section, _, name = key.partition(".")
+            part = getattr(self, section)
+            value, default = flatten(part.to_dict())[name], flatten(type(part)().to_dict())[name]
             require(value == default, key, value, "is set per cell and stage by the grid; leave it unset")
         for entry in self.methods:
             problem = variant_problem(entry)

@@ -202,8 +202,8 @@ def init_dry_run(cfg: InitConfig) -> Plan:
         model=cfg.source_model,
         language=cfg.language or catalog.language_of(cfg.target_tokenizer),
         method=cfg.method,
-        alpha=cfg.alpha if method(cfg.method).has_alpha else None,
-        position_aware=cfg.position_aware,
+        alpha=cfg.weighting.alpha if method(cfg.method).has_alpha else None,
+        position_aware=cfg.weighting.position_aware,
     )
     return plan(
         [cell],

@@ -147,8 +147,11 @@ def _init_stage(
         bridge_model=cell.bridge or cfg.init.bridge_model,
         language=cfg.init.language or (cell.language if cfg.assets == "xling" else ""),
         method=cell.method,
-        position_aware=cell.position_aware or cfg.init.position_aware,
-        alpha=cell.alpha if cell.alpha is not None else cfg.init.alpha,
+        weighting=replace(
+            cfg.init.weighting,
+            position_aware=cell.position_aware or cfg.init.weighting.position_aware,
+            alpha=cell.alpha if cell.alpha is not None else cfg.init.weighting.alpha,
+        ),
         output=str(paths.init),
         overwrite=cfg.overwrite,
         resources=cell_resources(cfg, cfg.init.resources, gpus),

@@ -46,12 +46,11 @@ def test_ray_pipeline_equals_in_process_bit_for_bit(
         target_tokenizer=str(fixtures_root / tgt),
         bridge_model=str(fixtures_root / "bridge"),
         method=method,
-        **options,
         rows_batch_size=200,
         bridge_batch_size=64,
         cache_dir=str(tmp_path / "cache-ray"),
         resources=ResourceConfig(workers=2),
-    )
+    ).with_settings(**options)
     via_ray = run_init(replace(cfg, output=str(tmp_path / "ray")))
     local = initialise(replace(cfg, output=str(tmp_path / "local"), cache_dir=str(tmp_path / "cache-local")))
     assert not via_ray.skipped

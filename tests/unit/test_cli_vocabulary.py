@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from sembridge_ray import __version__, cli
-from sembridge_ray.config import ConfigError, dotted_keys, field_info
+from sembridge_ray.config import ConfigError, canonical_key, dotted_keys, field_info
 from sembridge_ray.jobs import JOBS, job_spec
 from tests.conftest import REPO
 
@@ -58,8 +58,9 @@ def test_every_job_has_the_flags_its_work_calls_for(job: str) -> None:
     }
     assert {f for f, needed in expected.items() if needed} <= flags
     info = field_info(spec.config)
-    for flag in spec.flags:  # every key a flag sets exists, with the same type as the flag's first key
-        assert {info[k].type_name for k in flag.keys} == {info[flag.key].type_name}, flag.name
+    for flag in spec.flags:  # every key a flag sets exists (alpha: weighting.alpha), with the first key's type
+        types = {info[canonical_key(spec.config, k)].type_name for k in flag.keys}
+        assert types == {info[canonical_key(spec.config, flag.key)].type_name}, flag.name
 
 
 def test_models_and_restarts_keep_their_old_spellings(caplog: pytest.LogCaptureFixture) -> None:

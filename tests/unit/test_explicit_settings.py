@@ -4,18 +4,22 @@ nor passes without a word (issue 33, points 5 and 13). No Ray, no model: configs
 from __future__ import annotations
 
 import logging
+import typing
+from dataclasses import fields, replace
 from pathlib import Path
 
 import pytest
 
 from sembridge_ray.cli import parse_config
 from sembridge_ray.config import ConfigError
-from sembridge_ray.embed_init.methods import SEMBRIDGE_PLUS
+from sembridge_ray.embed_init.config import WeightingConfig
+from sembridge_ray.embed_init.methods import METHOD_NAMES, SEMBRIDGE_PLUS
 from sembridge_ray.jobs import job_spec
 from sembridge_ray.jobs.evaluate import EvaluateConfig
 from sembridge_ray.jobs.finetune import FinetuneConfig
 from sembridge_ray.jobs.init import InitConfig
 from sembridge_ray.jobs.reproduce import ReproduceConfig
+from tests.unit.test_identity_coverage import perturbations
 
 REQUIRED = ["--model", "m", "--target-tokenizer", "t", "--output", "o"]
 
@@ -43,10 +47,10 @@ def test_a_recipe_refuses_an_explicit_value_that_conflicts_even_a_default(flags:
 
 def test_a_recipe_fills_what_nobody_set_and_takes_explicit_agreement() -> None:
     cfg = _init("--method", "sembridge_plus")
-    assert {k: getattr(cfg, k) for k in SEMBRIDGE_PLUS} == dict(SEMBRIDGE_PLUS)
+    assert {k: getattr(cfg.weighting, k) for k in SEMBRIDGE_PLUS} == dict(SEMBRIDGE_PLUS)
     assert _init("--method", "sembridge_plus", "--bridge-space", "relative", "--position-aware") == cfg
     assert InitConfig.from_dict(cfg.to_dict()) == cfg  # what workers and --print-config round-trip
-    assert _init("--bridge-space", "raw").bridge_space == "raw"  # without a recipe, raw is just raw
+    assert _init("--bridge-space", "raw").weighting.bridge_space == "raw"  # without a recipe, raw is just raw
 
 
 def test_a_grid_refuses_an_init_setting_that_a_listed_methods_recipe_fixes_otherwise() -> None:
@@ -55,7 +59,7 @@ def test_a_grid_refuses_an_init_setting_that_a_listed_methods_recipe_fixes_other
     with pytest.raises(ConfigError, match=r"init\.bridge_space='whiten': method sembridge_plus fixes it to"):
         ReproduceConfig.from_dict({"init": {"bridge_space": "whiten"}})
     grid = ReproduceConfig.from_dict({"init": {"bridge_space": "whiten"}, "methods": "sembridge,focus"})
-    assert grid.init.bridge_space == "whiten"
+    assert grid.init.weighting.bridge_space == "whiten"
     full = ReproduceConfig()
     assert "sembridge_plus" in full.methods and ReproduceConfig.from_dict(full.to_dict()) == full
 
@@ -64,7 +68,7 @@ def test_settings_a_run_does_not_read_stay_out_of_its_identity() -> None:
     """Reruns that differ only in them skip instead of being refused as other settings."""
     base = InitConfig()
     same = [
-        InitConfig(candidates=7),  # α=4: the rows' support is entmax's, no candidate cut
+        InitConfig().with_settings(candidates=7),  # α=4: the rows' support is entmax's, no candidate cut
         InitConfig(seed=3),  # plain sembridge has no random rows
         InitConfig(bridge_batch_size=7, rows_batch_size=9),  # how the work is cut
     ]
@@ -108,3 +112,66 @@ def test_presets_of_every_job_still_load(tmp_path: Path) -> None:
     for job in JOBS:
         for name in presets(job):
             assert isinstance(load_preset_file(PRESET_DIR / f"{job}_{name}.yaml"), job_spec(job).config)
+
+
+def test_the_weighting_section_takes_its_keys_with_or_without_its_name(tmp_path: Path) -> None:
+    """``alpha`` is ``weighting.alpha`` everywhere a user writes it: a flag, an override, a preset, a grid's ``init``
+    section; the later layer wins whichever spelling each uses, and one mapping spelling a key both ways with two
+    values is refused."""
+    nested = InitConfig(weighting=WeightingConfig(alpha=2.0, position_aware=True))
+    assert _init("--alpha", "2", "--position-aware") == _init("alpha=2", "weighting.position_aware=true")
+    assert _init("--alpha", "2", "--position-aware").weighting == nested.weighting
+    preset = tmp_path / "p.yaml"
+    preset.write_text("alpha: 3\nweighting:\n  position_aware: true\n", encoding="utf-8")
+    assert _init("--preset", str(preset)).weighting == replace(nested.weighting, alpha=3.0)
+    assert _init("--preset", str(preset), "weighting.alpha=2").weighting == nested.weighting
+    preset.write_text("weighting:\n  alpha: 3\n", encoding="utf-8")
+    assert _init("--preset", str(preset), "--alpha", "2", "position_aware=yes").weighting == nested.weighting
+    with pytest.raises(ConfigError, match=r"alpha is given twice: '2' and weighting\.alpha='3'"):
+        InitConfig.from_dict({"alpha": "2", "weighting": {"alpha": "3"}})
+    assert InitConfig.from_dict({"alpha": "2", "weighting": {"alpha": "2.0"}}).weighting.alpha == 2.0
+    grid = ReproduceConfig.from_dict({"init": {"temperature": 0.5, "weighting": {"position_aware": True}}})
+    assert grid.init.weighting == WeightingConfig(temperature=0.5, position_aware=True)
+    assert InitConfig().with_settings(alpha=2.0, position_aware=True, seed=4) == replace(nested, seed=4)
+    assert InitConfig().with_overrides(["alpha=2", "weighting.position_aware=true"]) == nested
+    with pytest.raises(ConfigError, match=r"^alpha=0\.5: must be >= 1"):  # named as given: --alpha, alpha=
+        _init("--alpha", "0.5")
+
+
+@pytest.mark.parametrize("key", [f.name for f in fields(WeightingConfig)])
+def test_the_maths_reads_a_weighting_option_exactly_where_the_identity_records_it(key: str) -> None:
+    """Each option's declaration (``embed_init.config.Read``) decides both what the identity records and what the
+    maths receives (``InitConfig.rule``): for every method, with the option's conditions met and not, a change of
+    it reaches the maths only where the identity moves too (a recorded-only-when-on option moves it from its
+    default)."""
+    tp = typing.get_type_hints(WeightingConfig)[key]
+    bases: list[dict[str, object]] = [
+        {},
+        {"alpha": 1.0},
+        {"position_aware": True},
+        {"bridge_space": "abtt"},
+        {"adaptive_support": "fixed"},
+    ]
+    for method in METHOD_NAMES:
+        for extra in bases:
+            try:
+                cfg = InitConfig().with_settings(method=method, **extra)
+            except ConfigError:
+                continue  # the recipe of sembridge_plus fixes bridge_space
+            value = getattr(cfg.weighting, key)
+            changed = None
+            for other in perturbations(value, tp, key):
+                try:
+                    changed = cfg.with_settings(**{key: other})
+                    break
+                except ConfigError:
+                    continue
+            if changed is None:
+                continue  # refused with these settings (e.g. a recipe's key, OMP's penalty)
+            moved = _weighting_identity(changed) != _weighting_identity(cfg)
+            assert (changed.rule != cfg.rule) == moved, (key, method, extra)
+
+
+def _weighting_identity(cfg: InitConfig) -> dict[str, object]:
+    names = {cfg.IDENTITY_NAMES[f"weighting.{f.name}"] for f in fields(WeightingConfig)}
+    return {k: v for k, v in cfg.identity_settings().items() if k in names}

@@ -113,7 +113,7 @@ def run(root: Path, out: Path, src: str, tgt: str, **overrides: Any) -> Path:
         cache_dir=str(out / "cache"),
         samples=5,
     )
-    return Path(initialise(replace(cfg, **overrides)).output)
+    return Path(initialise(cfg.with_settings(**overrides)).output)
 
 
 @pytest.fixture(scope="module")

@@ -36,8 +36,8 @@ from tests.unit.test_outputs import snapshot
 @pytest.mark.parametrize(
     ("build", "message"),
     [
-        (lambda: InitConfig(alpha=0.5), "alpha=0.5: must be >= 1"),
-        (lambda: InitConfig(temperature=0.0), "temperature=0.0: must be > 0"),
+        (lambda: InitConfig().with_settings(alpha=0.5), "alpha=0.5: must be >= 1"),
+        (lambda: InitConfig().with_settings(temperature=0.0), "temperature=0.0: must be > 0"),
         (lambda: InitConfig(match=("exact", "phonetic")), "unknown rule 'phonetic'"),
         (lambda: InitConfig(method="magic"), "method='magic': must be one of"),  # type: ignore[arg-type]
         (lambda: ResourceConfig(workers=0), "workers=0: must be >= 1"),
@@ -156,7 +156,7 @@ def init_cfg(fixtures_root: Path, tmp_path: Path) -> InitConfig:
 def test_init_rerun_with_other_settings_is_refused_and_overwrite_redoes(init_cfg: InitConfig) -> None:
     out = Path(initialise(init_cfg).output)
     before = snapshot(out)
-    changed = replace(init_cfg, method="focus", alpha=2.0)
+    changed = init_cfg.with_settings(method="focus", alpha=2.0)
     with pytest.raises(InputError) as err:
         initialise(changed)
     assert "alpha: 4.0 → (unset)" in str(err.value) and "method: sembridge → focus" in str(err.value)
@@ -334,7 +334,7 @@ def test_a_run_identity_differs_only_in_what_shapes_the_result() -> None:
     inputs = {"source_model": "sha256:1", "target_tokenizer": "sha256:2", "bridge_model": "sha256:3"}
     assert cfg.identity("init", inputs) == same.identity("init", inputs)
     mean = replace(cfg, method="mean")
-    assert replace(mean, alpha=2.0).identity_settings() == mean.identity_settings()  # mean has no α
+    assert mean.with_settings(alpha=2.0).identity_settings() == mean.identity_settings()  # mean has no α
     assert (
         RunIdentity(job="init", settings={"a": 1}).fingerprint != RunIdentity(job="init", settings={"a": 2}).fingerprint
     )

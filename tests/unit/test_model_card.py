@@ -23,6 +23,7 @@ from sembridge_ray.cli import run_job
 from sembridge_ray.distributed.evaluate import record_in_card
 from sembridge_ray.distributed.finetune import card_provenance
 from sembridge_ray.distributed.init_job import initialise
+from sembridge_ray.embed_init.config import WeightingConfig
 from sembridge_ray.identity import RunIdentity
 from sembridge_ray.jobs.evaluate import EvaluateConfig
 from sembridge_ray.jobs.finetune import FinetuneConfig
@@ -56,7 +57,7 @@ def model_dir(fixtures_root: Path, tmp_path_factory: pytest.TempPathFactory) -> 
         target_tokenizer=str(fixtures_root / "tok-bytebpe"),
         bridge_model=str(fixtures_root / "bridge"),
         output=str(out),
-        alpha=3.0,
+        weighting=WeightingConfig(alpha=3.0),
         language="ko",
         cache_dir=str(out.parent / "cache"),
         samples=2,
@@ -152,7 +153,7 @@ def quick(fixtures_root: Path, tmp_path_factory: pytest.TempPathFactory) -> dict
             target_tokenizer=str(tokenizer),
             bridge_model=str(bridge),
             output=str(init_out),
-            alpha=4.0,
+            weighting=WeightingConfig(alpha=4.0),
             cache_dir=str(root / "cache"),
             samples=2,
         )

@@ -146,7 +146,8 @@ def test_the_rows_stage_applies_the_code_over_the_anchors_to_every_source_matrix
     inputs, outputs, bias = torch.randn(60, 5, generator=gen), torch.randn(60, 5, generator=gen), torch.randn(60)
     anchors = torch.tensor([2, 3, 11, 17, 20, 31, 40, 41, 47, 52, 58])
     ctx = RowsContext(
-        weighting=WeightingConfig(method="omp", omp_atoms=3),
+        method="omp",
+        weighting=WeightingConfig(omp_atoms=3),
         source_vecs=source_vecs,
         candidates=torch.arange(60),
         overlap_sources=anchors,
@@ -178,8 +179,7 @@ def _config(root: Path, out: Path, **overrides: object) -> InitConfig:
         cache_dir=str(out.parent / "cache"),
         samples=3,
         method="omp",
-        **overrides,  # type: ignore[arg-type]
-    )
+    ).with_settings(**overrides)
 
 
 def _vectors(tok: object) -> dict[int, np.ndarray]:
@@ -235,6 +235,6 @@ def test_the_init_refuses_omp_without_anchors_or_with_convex_only_options(fixtur
 
 def test_omp_atoms_is_read_by_omp_only() -> None:
     assert "omp_atoms" in InitConfig(method="omp").identity_settings()
-    assert InitConfig(omp_atoms=3).identity_settings() == InitConfig().identity_settings()
+    assert InitConfig().with_settings(omp_atoms=3).identity_settings() == InitConfig().identity_settings()
     assert InitConfig().why_unused("omp_atoms") == "method sembridge does not read it; only omp does"
     assert "alpha" not in InitConfig(method="omp").identity_settings()

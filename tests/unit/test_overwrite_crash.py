@@ -65,7 +65,7 @@ def finished(fixtures_root: Path, tmp_path_factory: pytest.TempPathFactory) -> t
         cache_dir=str(root / "cache"),
         samples=3,
     )
-    reference = initialise(replace(old, alpha=2.0, output=str(root / "reference")))
+    reference = initialise(old.with_settings(alpha=2.0, output=str(root / "reference")))
     return old, Path(initialise(old).output), Path(reference.output)
 
 
@@ -82,7 +82,7 @@ def test_a_killed_overwrite_leaves_the_old_output_whole_and_the_same_command_com
     out = tmp_path / "init"
     shutil.copytree(old_output, out)  # a copied output is the same run (paths are not part of the identity)
     old = replace(template, output=str(out))
-    new = replace(old, alpha=2.0, overwrite=True)
+    new = old.with_settings(alpha=2.0, overwrite=True)
     before = snapshot(out)
     child = subprocess.run(
         [sys.executable, "-c", CHILD, json.dumps(new.to_dict()), point], cwd=REPO, capture_output=True, text=True

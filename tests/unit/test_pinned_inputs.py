@@ -27,8 +27,7 @@ def init_output(fixtures_root: Path, out: Path, cache: Path, **settings: object)
         output=str(out),
         cache_dir=str(cache),
         samples=0,
-        **settings,  # type: ignore[arg-type]
-    )
+    ).with_settings(**settings)
     initialise(cfg)
     return out
 

@@ -169,8 +169,7 @@ def _init(root: Path, out: Path, **overrides: object) -> tuple[dict[str, torch.T
         samples=3,
         copy_overlap=False,
         exclude_special_sources=True,
-        **overrides,  # type: ignore[arg-type]
-    )
+    ).with_settings(**overrides)
     result = initialise(cfg, NGRAM_STAGES)
     return load_file(out / "model" / "model.safetensors"), result
 
@@ -207,9 +206,9 @@ def test_options_off_are_the_released_rule(fixtures_root: Path, tmp_path: Path) 
     released, _ = _init(fixtures_root, tmp_path / "released")
     off, _ = _init(fixtures_root, tmp_path / "off", bridge_space="raw", fvt_weight=0.0, bridge_components=7)
     assert all(released[k].equal(off[k]) for k in released)
-    assert InitConfig(fvt_weight=0.0).identity_settings() == InitConfig().identity_settings()
-    assert "fvt_weight" in InitConfig(fvt_weight=0.5).identity_settings()
-    assert "bridge_components" in InitConfig(bridge_space="abtt").identity_settings()
+    assert InitConfig().with_settings(fvt_weight=0.0).identity_settings() == InitConfig().identity_settings()
+    assert "fvt_weight" in InitConfig().with_settings(fvt_weight=0.5).identity_settings()
+    assert "bridge_components" in InitConfig().with_settings(bridge_space="abtt").identity_settings()
 
 
 def test_fvt_weight_one_is_the_decomposition_where_there_is_one(fixtures_root: Path, tmp_path: Path) -> None:
@@ -223,12 +222,12 @@ def test_fvt_weight_one_is_the_decomposition_where_there_is_one(fixtures_root: P
 
 def test_the_sembridge_plus_recipe_is_applied_and_refuses_a_conflict() -> None:
     cfg = InitConfig(method="sembridge_plus")
-    assert all(getattr(cfg, k) == v for k, v in SEMBRIDGE_PLUS.items())
+    assert all(getattr(cfg.weighting, k) == v for k, v in SEMBRIDGE_PLUS.items())
     conflicts = {"bridge_space": "abtt", "fvt_weight": 0.9, "bridge_components": 9}
     key = next(k for k in SEMBRIDGE_PLUS if k in conflicts)
     assert SEMBRIDGE_PLUS[key] != conflicts[key]
     with pytest.raises(ConfigError, match=f"{key}=.*method sembridge_plus fixes it"):
-        InitConfig(method="sembridge_plus", **{key: conflicts[key]})  # type: ignore[arg-type]
+        InitConfig().with_settings(method="sembridge_plus", **{key: conflicts[key]})
     assert InitConfig(method="sembridge_plus").identity_settings()["method"] == "sembridge_plus"
 
 
@@ -366,16 +365,16 @@ def test_the_new_options_are_checked_and_recorded_only_when_on() -> None:
     with pytest.raises(
         ConfigError, match="adaptive_support='fvt': needs method sembridge or sembridge_plus with alpha"
     ):
-        InitConfig(alpha=1.0, adaptive_support="fvt")
+        InitConfig().with_settings(alpha=1.0, adaptive_support="fvt")
     # a grid's global option leaves the methods it does not apply to as they were
-    wechsel = InitConfig(method="wechsel", adaptive_support="fvt")
-    assert wechsel.weighting.adaptive_support == "off"
+    wechsel = InitConfig().with_settings(method="wechsel", adaptive_support="fvt")
+    assert wechsel.rule.adaptive_support == "off"
     assert wechsel.identity_settings() == InitConfig(method="wechsel").identity_settings()
     with pytest.raises(ConfigError, match="bias_text"):
         InitConfig(bias="frequency")
     with pytest.raises(ConfigError, match="random_blend"):
-        InitConfig(random_blend=1.5)
+        InitConfig().with_settings(random_blend=1.5)
     base = InitConfig().identity_settings()
-    assert InitConfig(support_size=5, random_blend=0.0).identity_settings() == base
-    on = InitConfig(adaptive_support="fvt", random_blend=0.25).identity_settings()
+    assert InitConfig().with_settings(support_size=5, random_blend=0.0).identity_settings() == base
+    on = InitConfig().with_settings(adaptive_support="fvt", random_blend=0.25).identity_settings()
     assert {on[k] for k in ("adaptive_support", "support_size", "random_blend")} == {"fvt", 2, 0.25}

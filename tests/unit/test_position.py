@@ -215,8 +215,7 @@ def run(root: Path, out: Path, src: str, tgt: str, **overrides: Any) -> tuple[pa
         samples=3,
         copy_overlap=False,
         exclude_special_sources=True,
-        **overrides,
-    )
+    ).with_settings(**overrides)
     result = initialise(cfg, NGRAM_STAGES)
     return pq.read_table(Path(result.output) / "provenance.parquet"), result.report
 

@@ -128,9 +128,7 @@ def snapshot(root: Path, out: Path, case: str, **extra: Any) -> dict[str, Any]:
         output=str(out / case),
         cache_dir=str(out / "cache"),
         samples=3,
-        **overrides,
-        **extra,
-    )
+    ).with_settings(**overrides, **extra)
     result = initialise(cfg)
     prov = pq.read_table(Path(result.output) / "provenance.parquet").to_pydict()
     rows = [i for i, k in enumerate(prov["kind"]) if k == "bridge"]
@@ -211,8 +209,8 @@ def cut_size(case: str) -> int | None:
     ``wechsel_candidates``), or None: an α-entmax support or FOCUS's anchors, where no cut picks among equals."""
     overrides = CASES[case][2]
     if overrides.get("method") == "wechsel":
-        return InitConfig().wechsel_candidates
-    return InitConfig().candidates if overrides.get("alpha") == 1.0 else None
+        return InitConfig().weighting.wechsel_candidates
+    return InitConfig().weighting.candidates if overrides.get("alpha") == 1.0 else None
 
 
 def assert_rows_match(got: dict[str, Any], want: dict[str, Any], atol: float, cut: int | None) -> None:

@@ -68,7 +68,7 @@ def test_the_default_screening_is_fp32_on_any_cpu(cpu_feature: bool) -> None:
     gen = torch.Generator().manual_seed(0)
     new, src = torch.randn(40, 16, generator=gen), torch.randn(300, 16, generator=gen)
     ids = torch.arange(300)
-    default = method_weights(InitConfig(precision="fp32").weighting, new, src, ids, ids)
+    default = method_weights("sembridge", InitConfig().weighting, new, src, ids, ids, precision="fp32")
     forced = weighting.bridge_weights(new, src, 4.0, screen=torch.float32)
     assert torch.equal(default.to_dense(), forced.to_dense())
     assert weighting.screen_dtype() == torch.float32

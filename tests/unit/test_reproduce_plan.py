@@ -170,7 +170,7 @@ def test_the_position_aware_variant_is_a_row_of_its_own_with_its_init_setting(tm
         for c in cells
     ]
     assert all(isinstance(i, InitConfig) for i in inits)
-    assert [(i.method, i.position_aware) for i in inits if isinstance(i, InitConfig)] == [
+    assert [(i.method, i.weighting.position_aware) for i in inits if isinstance(i, InitConfig)] == [
         ("sembridge", True),
         ("sembridge", False),
         ("focus", False),
@@ -395,9 +395,9 @@ def test_sembridge_plus_and_fvt_are_cells_of_the_grid_with_the_recipe_in_their_i
         for c in cells
     ]
     plus_init, fvt_init, faithful = (i for i in inits if isinstance(i, InitConfig))
-    assert all(getattr(plus_init, k) == v for k, v in SEMBRIDGE_PLUS.items())
+    assert all(getattr(plus_init.weighting, k) == v for k, v in SEMBRIDGE_PLUS.items())
     assert plus_init.identity_settings() != faithful.identity_settings()
-    assert fvt_init.method == "fvt" and not fvt_init.position_aware
+    assert fvt_init.method == "fvt" and not fvt_init.weighting.position_aware
     with pytest.raises(ConfigError, match="position-aware already"):
         ReproduceConfig(methods=("sembridge_plus+pa",))
 
@@ -567,7 +567,7 @@ def test_the_cross_lingual_preset_plans_every_language_with_its_own_sets_and_the
         assert (_evaluate(stages[1]).dataset, _evaluate(stages[3]).dataset) == (spec, spec)
         assert (tune.train, tune.eval, tune.eval_split) == (train, spec, "dev")
     alphas = sorted(
-        (s[0].cfg.alpha, s[0].cfg.bridge_model)  # type: ignore[attr-defined]
+        (s[0].cfg.weighting.alpha, s[0].cfg.bridge_model)  # type: ignore[attr-defined]
         for name, s in planned.cells.items()
         if name.split("__")[2] in ("sembridge", "sembridge@minilm") and name.startswith("minilm-splade__ar__")
     )

@@ -128,7 +128,7 @@ def test_the_package_ships_the_bundled_vocabularies_vectors(tmp_path: Path) -> N
     model = bundled.resolve("minilm")
     bundled.build_sick_bpe(tmp_path / "target")
     toks = {"source": load_tokenizer(model), "target": load_tokenizer(str(tmp_path / "target"))}
-    side = bridge_side(cfg.weighting, model, toks, {name: len(tok) for name, tok in toks.items()})
+    side = bridge_side(cfg.method, cfg.rule, cfg.precision, model, toks, {name: len(tok) for name, tok in toks.items()})
     assert sorted(p.name for p in cache.entries(BRIDGE_CACHE_DIR)) == sorted(side.keys.values())
     encode = in_process_stages(model, cfg.bridge_batch_size, "fp32", False).encode
     for name in ("source", "target"):

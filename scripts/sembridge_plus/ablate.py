@@ -1,7 +1,7 @@
 """SemBridge+'s selection and ablation on the offline settings, in one process (no Ray): init -> zero-shot nDCG@10
 on a split, every variant paired with a reference over the same queries (bootstrap CI, sign-flip p).
 
-Scores are the evaluate job's (``distributed.dev.score_queries``: the same encoding, exact search, TREC run and
+Scores are the evaluate job's (``jobs.dev.score_queries``: the same encoding, exact search, TREC run and
 ir-measures), so a variant here scores what ``jobs.evaluate`` gives its model on that split.
 
     # choose on the development split (SICK trial), the three public settings only
@@ -98,7 +98,7 @@ def score_model(model_dir: str, dev: Any, out: Path) -> dict[str, Any]:
     """The evaluate job's figures of a saved model on ``dev``; per-query nDCG@10 into ``out/per_query.tsv``."""
     from sentence_transformers import SparseEncoder
 
-    from sembridge_ray.distributed.dev import encode_share, score_queries
+    from sembridge_ray.jobs.dev import encode_share, score_queries
 
     model = SparseEncoder(model_dir, device="cpu")
     figures, per_query = score_queries(dev, encode_share(model, dev, (64, 256), "fp32", 0, 1))
@@ -111,7 +111,7 @@ def run_variant(
     base: InitConfig, dev: Any, out: Path, target: str, overrides: dict[str, Any], finetune: Any | None
 ) -> dict[str, Any]:
     """Init, zero-shot score; with ``finetune`` (a FinetuneConfig) also fine-tune (Ray Train) and score again."""
-    from sembridge_ray.distributed.init_job import initialise
+    from sembridge_ray.jobs.init_run import initialise
 
     assets = Path(base.source_model).parent.parent  # ASSETS/minilm-splade/model
     overrides = {k: v.format(assets=assets) if isinstance(v, str) else v for k, v in overrides.items()}
@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     if needs and args.tokenizers is None:
         parser.error(f"--settings {needs[0]} needs --tokenizers DIR (holding roberta-base/ and kobigbird-bert-base/)")
     setup_logging("WARNING")
-    from sembridge_ray.distributed.dev import load_judged
+    from sembridge_ray.jobs.dev import load_judged
 
     name, split = SPLITS[args.split]
     dev = load_judged(str(args.assets / name), split)

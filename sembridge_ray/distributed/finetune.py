@@ -39,9 +39,9 @@ from sembridge_ray.config import write_config
 from sembridge_ray.data.registry import dataset_identity
 from sembridge_ray.data.stream import StreamInfo, materialise_stream
 from sembridge_ray.distributed import cluster
-from sembridge_ray.distributed.dev import DevSet, Rows, evaluate_dev, load_dev
 from sembridge_ray.errors import InputError, environment_errno, find_user_error
 from sembridge_ray.identity import RunIdentity, model_identity, require_unchanged
+from sembridge_ray.jobs.dev import DevSet, Rows, evaluate_dev, load_dev
 from sembridge_ray.jobs.export import ExportConfig, ExportResult
 from sembridge_ray.jobs.finetune import FinetuneConfig, FinetuneResult
 from sembridge_ray.json_types import JSONObject

@@ -15,7 +15,6 @@ import ray
 
 from sembridge_ray.data.schema import ID
 from sembridge_ray.distributed import cluster
-from sembridge_ray.distributed.init_job import initialise
 from sembridge_ray.distributed.udfs import (
     BridgeEncodeUDF,
     InitRowsUDF,
@@ -28,6 +27,7 @@ from sembridge_ray.embed_init.bridge import VECTOR
 from sembridge_ray.embed_init.combine import NewRows
 from sembridge_ray.embed_init.pipeline import RowsContext, Stages, rows_from_tables
 from sembridge_ray.jobs.init import InitConfig, InitResult
+from sembridge_ray.jobs.init_run import initialise
 from sembridge_ray.progress import Progress
 
 log = logging.getLogger(__name__)
@@ -122,7 +122,7 @@ def collect(ds: ray.data.Dataset, progress: Progress) -> list[pa.Table]:
 
 def run_init(cfg: InitConfig, inputs: dict[str, str] | None = None, *, neutral_symbols: bool = True) -> InitResult:
     """One initialisation through Ray (inputs checked in the driver first; a finished output is skipped).
-    ``neutral_symbols``: see :func:`~sembridge_ray.distributed.init_job.initialise` (an ablation, no config key)."""
+    ``neutral_symbols``: see :func:`~sembridge_ray.jobs.init_run.initialise` (an ablation, no config key)."""
     cluster.require_reachable()
     cfg = replace(cfg, precision=cluster.resolve_precision(cfg.precision, cfg.resources))
     return initialise(cfg, ray_stages(cfg), inputs, neutral_symbols=neutral_symbols)

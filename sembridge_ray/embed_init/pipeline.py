@@ -4,7 +4,7 @@ position classes), the source's bridge vectors, and the hot stage (weights and c
 The two heavy stages are injected (:class:`Stages`): in this process for tests and small runs
 (:func:`in_process_stages`), or as Ray Data actor pools (``sembridge_ray.distributed.init``). Both call the same
 pure functions, so they agree bit for bit. The job itself (inputs, output claim, report, card) is
-``sembridge_ray.distributed.init_job``.
+``sembridge_ray.jobs.init_run``.
 """
 
 from __future__ import annotations

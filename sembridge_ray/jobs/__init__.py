@@ -11,6 +11,10 @@
 - ``reproduce``: ``sembridge reproduce`` / ``python -m jobs.reproduce``; ``ReproduceConfig`` → ``ReproduceResult``;
   ``distributed/reproduce.py``
 
+Beside them, the Ray-free part of a job's run, where it is more than the driver's glue: ``init_run`` (the init job
+end to end, its stages injected: Ray Data's actor pools or in-process ones) and ``dev`` (the fine-tuning job's
+development scoring, exactly as ``evaluate`` scores). ``sembridge_ray.distributed`` holds only what runs on Ray.
+
 Each module defines the job's frozen, keyword-only config (which checks its values when built), its result, its
 named flags and ``JOB``, the :class:`JobSpec` the command line runs. Presets live in ``sembridge_ray/presets`` as
 ``<job>_<name>.yaml`` and list only their deltas from the dataclass defaults.

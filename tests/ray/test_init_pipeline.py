@@ -15,9 +15,9 @@ from safetensors.torch import load_file
 from jobs import init_embeddings
 from sembridge_ray.distributed import cluster, udfs
 from sembridge_ray.distributed.init import run_init
-from sembridge_ray.distributed.init_job import initialise
 from sembridge_ray.embed_init.config import MethodName
 from sembridge_ray.jobs.init import InitConfig
+from sembridge_ray.jobs.init_run import initialise
 from sembridge_ray.placement import ResourceConfig
 
 

@@ -15,11 +15,11 @@ import pytest
 
 from sembridge_ray.config import Config
 from sembridge_ray.distributed import finetune as finetune_driver
-from sembridge_ray.distributed import init_job
 from sembridge_ray.distributed import malstm as malstm_driver
-from sembridge_ray.distributed.init_job import initialise
+from sembridge_ray.jobs import init_run as init_job
 from sembridge_ray.jobs.finetune import FinetuneConfig
 from sembridge_ray.jobs.init import InitConfig
+from sembridge_ray.jobs.init_run import initialise
 from sembridge_ray.jobs.malstm import MalstmConfig
 from sembridge_ray.resources import SICK_DIR, STS_DIR
 from tests.dead_settings import Harness, check, copy_input, every_key_is_covered, files_of

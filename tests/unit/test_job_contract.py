@@ -19,12 +19,12 @@ import yaml
 from jobs import evaluate, finetune, init_embeddings
 from sembridge_ray.cli import run_job, user_error
 from sembridge_ray.config import ConfigError
-from sembridge_ray.distributed.init_job import initialise
 from sembridge_ray.errors import InputError
 from sembridge_ray.identity import RunIdentity
 from sembridge_ray.jobs.evaluate import EvaluateConfig
 from sembridge_ray.jobs.finetune import FinetuneConfig, OptimConfig
 from sembridge_ray.jobs.init import InitConfig
+from sembridge_ray.jobs.init_run import initialise
 from sembridge_ray.jobs.malstm import MalstmConfig
 from sembridge_ray.jobs.reproduce import ReproduceConfig
 from sembridge_ray.outputs import SUCCESS, claim_output, is_complete
@@ -254,7 +254,7 @@ def test_read_only_and_full_filesystems_are_one_line(
     )
     monkeypatch.undo()
 
-    import sembridge_ray.distributed.init_job as init_job
+    import sembridge_ray.jobs.init_run as init_job
 
     weights = Path(init_cfg.output) / "model" / "model.safetensors"
 

@@ -22,12 +22,12 @@ from huggingface_hub.repocard_data import EvalResult, ModelCardData, model_index
 from sembridge_ray.cli import run_job
 from sembridge_ray.distributed.evaluate import record_in_card
 from sembridge_ray.distributed.finetune import card_provenance
-from sembridge_ray.distributed.init_job import initialise
 from sembridge_ray.embed_init.config import WeightingConfig
 from sembridge_ray.identity import RunIdentity
 from sembridge_ray.jobs.evaluate import EvaluateConfig
 from sembridge_ray.jobs.finetune import FinetuneConfig
 from sembridge_ray.jobs.init import InitConfig
+from sembridge_ray.jobs.init_run import initialise
 from sembridge_ray.jobs.reproduce import DemoSettings
 from sembridge_ray.manifest import IDENTITY, is_complete, output_fingerprint, read_manifest, write_success
 from sembridge_ray.model_card import CARD, LOCK_WAIT_S, record_evaluation, render, unchecked, write_card

@@ -11,10 +11,10 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from sembridge_ray.distributed.init_job import initialise, local_stages
 from sembridge_ray.embed_init.pipeline import Stages
 from sembridge_ray.identity import InputChanged, path_identity, require_unchanged
 from sembridge_ray.jobs.init import InitConfig
+from sembridge_ray.jobs.init_run import initialise, local_stages
 from sembridge_ray.outputs import SUCCESS
 
 

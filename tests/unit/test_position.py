@@ -18,7 +18,6 @@ from entmax import entmax_bisect, sparsemax
 from transformers import AutoTokenizer
 
 from sembridge_ray.data.schema import PROVENANCE_SCHEMA
-from sembridge_ray.distributed.init_job import initialise
 from sembridge_ray.embed_init.bridge import vocab_strings
 from sembridge_ray.embed_init.pipeline import Stages, compute_rows
 from sembridge_ray.embed_init.position import (
@@ -37,6 +36,7 @@ from sembridge_ray.embed_init.records import InitReport
 from sembridge_ray.embed_init.report import position_stats
 from sembridge_ray.embed_init.weighting import bridge_weights
 from sembridge_ray.jobs.init import InitConfig
+from sembridge_ray.jobs.init_run import initialise
 
 W, C, N = INITIAL, CONTINUATION, NEUTRAL  # word-initial, continuation, neutral
 

@@ -49,9 +49,9 @@ from tokenizers import Tokenizer
 from transformers import BertTokenizer, XLMRobertaTokenizer
 
 from sembridge_ray import testing
-from sembridge_ray.distributed.init_job import initialise
 from sembridge_ray.embed_init.bridge import vocab_strings
 from sembridge_ray.jobs.init import InitConfig
+from sembridge_ray.jobs.init_run import initialise
 from sembridge_ray.sparse.model import load_tokenizer
 
 DATA = Path(__file__).resolve().parent.parent / "data"

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from jobs import finetune, init_embeddings
-from sembridge_ray.distributed.init_job import initialise
 from sembridge_ray.jobs.init import InitConfig
+from sembridge_ray.jobs.init_run import initialise
 from sembridge_ray.sparse import model as sparse_model
 from tests.conftest import error_lines
 
@@ -90,7 +90,7 @@ def test_a_finished_output_is_pushed_by_a_rerun_without_recomputing(
         return f"https://hub/{repo}"
 
     monkeypatch.setattr(sparse_model, "push_model", push)
-    monkeypatch.setattr("sembridge_ray.distributed.init_job.check_push", lambda repo: None)
+    monkeypatch.setattr("sembridge_ray.jobs.init_run.check_push", lambda repo: None)
     stamp = (Path(first.output) / "_SUCCESS").stat().st_mtime_ns
     again = initialise(replace(cfg, push_to_hub="org/model"))
     assert again.skipped and again.pushed == "https://hub/org/model"

@@ -198,25 +198,39 @@ def _train(
     exported = export_checkpoint(result.checkpoint, cfg, work, info.total_steps, run_dir, named)
     # every worker (and the export) loaded the model, the stream was read: still the inputs the identity names?
     require_unchanged(identity.inputs, {"model": cfg.model, "train": cfg.train, "eval": cfg.eval})
+    summary = _summary(cfg, info.total_steps, name, resumed, plan.workers, start, exported, dev is not None)
+    atomic_write_json(work / SUMMARY, {**asdict(summary), "stream": asdict(info)})
+    return summary
+
+
+def _summary(
+    cfg: FinetuneConfig,
+    steps: int,
+    name: str,
+    resumed: int | None,
+    workers: int,
+    start: float,
+    exported: Exported,
+    with_dev: bool,
+) -> FinetuneResult:
+    """What ``finetune.json`` says of the run (its seconds since ``start``, a ``perf_counter`` reading)."""
     out = Path(cfg.output)
-    summary = FinetuneResult(
+    return FinetuneResult(
         output=str(out),
         model=str(out / MODEL_DIR),
-        steps=info.total_steps,
+        steps=steps,
         run_name=name,
         storage=cfg.storage or str((out / CHECKPOINT_DIR).resolve()),  # where they are once complete
         resumed_from=resumed,
-        workers=plan.workers,
+        workers=workers,
         seconds=round(time.perf_counter() - start, 2),
         final=exported.final,
         select=cfg.select,
         best=exported.best,
         collapsed=exported.collapsed,
-        convergence=dict(exported.convergence) if dev is not None else {},
+        convergence=dict(exported.convergence) if with_dev else {},
         eval_seconds=exported.eval_seconds,
     )
-    atomic_write_json(work / SUMMARY, {**asdict(summary), "stream": asdict(info)})
-    return summary
 
 
 def _run_storage(cfg: FinetuneConfig, work: Path, identity: RunIdentity) -> tuple[str, str, int | None]:

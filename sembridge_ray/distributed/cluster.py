@@ -51,7 +51,6 @@ def _free_port() -> int:
 
 def connect(num_cpus: int | None = None) -> ClusterInfo:
     """Join the cluster at ``RAY_ADDRESS``, or start a local one on 127.0.0.1 that this process owns."""
-    global _owned
     if not ray.is_initialized():
         quiet = logging.getLogger().getEffectiveLevel() > logging.DEBUG
         level = logging.WARNING if quiet else logging.DEBUG
@@ -62,36 +61,47 @@ def connect(num_cpus: int | None = None) -> ClusterInfo:
             require_reachable()
             ray.init(address=address, runtime_env=setup, logging_level=level, log_to_driver=True)
         else:
-            # A fresh local cluster, never an unrelated `ray start` head found in /tmp/ray; it binds to loopback
-            # (see sembridge_ray/distributed/__init__.py). Its GCS port is chosen here so the workers can be told.
-            # The dashboard (on loopback) serves the state API that Ray Train's placement-group cleaner polls;
-            # without it, the cleaner would query whatever listens on the default port. No port is given: Ray then
-            # binds the first free one from 8265 on itself. A port picked here and handed over could be taken in
-            # between (by this cluster's own agents: CI saw "address already in use", and Ray does not retry a
-            # port it was given).
-            port = _free_port()
-            previous = os.environ.get("RAY_GCS_SERVER_PORT")
-            os.environ["RAY_GCS_SERVER_PORT"] = str(port)
-            try:
-                ray.init(
-                    address="local",
-                    num_cpus=num_cpus or os.cpu_count(),
-                    include_dashboard=True,
-                    dashboard_host="127.0.0.1",
-                    runtime_env={**setup, "env_vars": {"RAY_ADDRESS": f"127.0.0.1:{port}"}},
-                    logging_level=level,
-                    log_to_driver=True,
-                )
-            finally:
-                if previous is None:
-                    os.environ.pop("RAY_GCS_SERVER_PORT", None)
-                else:
-                    os.environ["RAY_GCS_SERVER_PORT"] = previous
-            _owned = True
-            _adopt_orphans()
+            _start_local(num_cpus, setup, level)
         atexit.register(shutdown)  # before Ray's own: Ray Data is stopped first (see _stop_datasets)
         _restore_sigterm(sigterm)
         quiet_ray()
+    return _cluster_info()
+
+
+def _start_local(num_cpus: int | None, setup: dict[str, str], level: int) -> None:
+    """Start the local cluster this process owns (``connect`` without ``RAY_ADDRESS``)."""
+    global _owned
+    # A fresh local cluster, never an unrelated `ray start` head found in /tmp/ray; it binds to loopback
+    # (see sembridge_ray/distributed/__init__.py). Its GCS port is chosen here so the workers can be told.
+    # The dashboard (on loopback) serves the state API that Ray Train's placement-group cleaner polls;
+    # without it, the cleaner would query whatever listens on the default port. No port is given: Ray then
+    # binds the first free one from 8265 on itself. A port picked here and handed over could be taken in
+    # between (by this cluster's own agents: CI saw "address already in use", and Ray does not retry a
+    # port it was given).
+    port = _free_port()
+    previous = os.environ.get("RAY_GCS_SERVER_PORT")
+    os.environ["RAY_GCS_SERVER_PORT"] = str(port)
+    try:
+        ray.init(
+            address="local",
+            num_cpus=num_cpus or os.cpu_count(),
+            include_dashboard=True,
+            dashboard_host="127.0.0.1",
+            runtime_env={**setup, "env_vars": {"RAY_ADDRESS": f"127.0.0.1:{port}"}},
+            logging_level=level,
+            log_to_driver=True,
+        )
+    finally:
+        if previous is None:
+            os.environ.pop("RAY_GCS_SERVER_PORT", None)
+        else:
+            os.environ["RAY_GCS_SERVER_PORT"] = previous
+    _owned = True
+    _adopt_orphans()
+
+
+def _cluster_info() -> ClusterInfo:
+    """The joined cluster's resources and address, logged the first time this process sees it."""
     res = ray.cluster_resources()
     info = ClusterInfo(
         cpus=res.get("CPU", 0.0),

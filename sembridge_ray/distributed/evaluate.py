@@ -77,14 +77,7 @@ def run_evaluate(cfg: EvaluateConfig, inputs: dict[str, str] | None = None) -> E
     cluster.require_reachable()
     cfg = dataclasses.replace(cfg, precision=cluster.resolve_precision(cfg.precision, cfg.resources))
     (model, model_id), (spec, data_id) = resolve_model(cfg.model, cfg.trust_remote_code), resolve_dataset(cfg.dataset)
-    data = load_retrieval(spec, cfg.split)
-    if not data.qrels:
-        raise InputError(f"dataset {cfg.dataset!r}: split {data.split!r} has no qrels")
-    if not any(data.queries.get(q, "").strip() for q in data.qrels):
-        raise InputError(
-            f"dataset {cfg.dataset!r}: none of the {len(data.qrels)} queries judged in split {data.split!r} has a text "
-            f"({len(data.queries)} queries read)"
-        )
+    data = _judged_split(cfg, spec)
     identity = cfg.identity("evaluate", inputs or {"model": model_id, "dataset": data_id})
     # what was loaded is what the identity names: checked before an encoding is cached and before _SUCCESS
     pinned = functools.partial(require_unchanged, identity.inputs, {"model": model, "dataset": spec})
@@ -94,32 +87,59 @@ def run_evaluate(cfg: EvaluateConfig, inputs: dict[str, str] | None = None) -> E
             finished = json.loads((out / EVAL_METRICS).read_text(encoding="utf-8"))
             record_in_card(model, cfg, spec, finished, identity, replace=False)
             return EvaluateResult.from_metrics(str(out), finished, True)
-        work = claim.path  # the output, or its staging directory under --overwrite
-        write_config(cfg, work / CONFIG)
-        clock = _Clock()
-        key = fingerprint(identity.inputs["model"], identity.inputs["dataset"])
-        cache = Path(cfg.cache_dir) if cfg.cache_dir else work / "cache"
-        # one corpus encoding serves every split, except where each split has its own corpus (XQuAD's articles)
-        corpus = fingerprint(key, own) if (own := corpus_split(spec, data.split)) else key
-        docs, docs_hit = encode_corpus(cfg, model, data, corpus, cache, pinned)
-        clock.lap("encode_docs")
-        qids = sorted(q for q in data.qrels if q in data.queries)
-        queries, queries_hit = encode_queries(cfg, model, data, qids, fingerprint(key, data.split), cache, pinned)
-        clock.lap("encode_queries")
-        metrics = search_and_score(cfg, docs, queries, data, work / RUN, clock)
-        metrics |= {
-            "cache": {"docs": docs_hit, "queries": queries_hit},
-            "seconds": clock.laps,
-            "model": cfg.model,
-            "dataset": cfg.dataset,
-            "split": data.split,
-            "top_k": cfg.top_k,
-        }
-        atomic_write_json(work / EVAL_METRICS, metrics)
-        pinned()
+        # the output, or its staging directory under --overwrite
+        metrics = _evaluate_into(claim.path, cfg, model, spec, data, identity, pinned)
         claim.finish(exclude=("cache",))
     record_in_card(model, cfg, spec, metrics, identity)
     return EvaluateResult.from_metrics(str(out), metrics)
+
+
+def _judged_split(cfg: EvaluateConfig, spec: str) -> RetrievalData:
+    """The split ``cfg.split`` of ``spec``, refused when it has no qrels or none of its judged queries has a text."""
+    data = load_retrieval(spec, cfg.split)
+    if not data.qrels:
+        raise InputError(f"dataset {cfg.dataset!r}: split {data.split!r} has no qrels")
+    if not any(data.queries.get(q, "").strip() for q in data.qrels):
+        raise InputError(
+            f"dataset {cfg.dataset!r}: none of the {len(data.qrels)} queries judged in split {data.split!r} has a text "
+            f"({len(data.queries)} queries read)"
+        )
+    return data
+
+
+def _evaluate_into(
+    work: Path,
+    cfg: EvaluateConfig,
+    model: str,
+    spec: str,
+    data: RetrievalData,
+    identity: RunIdentity,
+    pinned: Callable[[], None],
+) -> dict[str, Any]:
+    """Encode (cached), search and score into ``work``: its config, run and ``metrics.json``, which it returns."""
+    write_config(cfg, work / CONFIG)
+    clock = _Clock()
+    key = fingerprint(identity.inputs["model"], identity.inputs["dataset"])
+    cache = Path(cfg.cache_dir) if cfg.cache_dir else work / "cache"
+    # one corpus encoding serves every split, except where each split has its own corpus (XQuAD's articles)
+    corpus = fingerprint(key, own) if (own := corpus_split(spec, data.split)) else key
+    docs, docs_hit = encode_corpus(cfg, model, data, corpus, cache, pinned)
+    clock.lap("encode_docs")
+    qids = sorted(q for q in data.qrels if q in data.queries)
+    queries, queries_hit = encode_queries(cfg, model, data, qids, fingerprint(key, data.split), cache, pinned)
+    clock.lap("encode_queries")
+    metrics = search_and_score(cfg, docs, queries, data, work / RUN, clock)
+    metrics |= {
+        "cache": {"docs": docs_hit, "queries": queries_hit},
+        "seconds": clock.laps,
+        "model": cfg.model,
+        "dataset": cfg.dataset,
+        "split": data.split,
+        "top_k": cfg.top_k,
+    }
+    atomic_write_json(work / EVAL_METRICS, metrics)
+    pinned()
+    return metrics
 
 
 def record_in_card(

@@ -137,6 +137,7 @@ def run_finetune(cfg: FinetuneConfig, inputs: dict[str, str] | None = None) -> F
 
 
 def _run_finetune(cfg: FinetuneConfig, inputs: dict[str, str] | None) -> FinetuneResult:
+    """:func:`run_finetune` without the push: everything checked before the output is claimed, then the training."""
     named = cfg  # as the user named the inputs: what the model card shows
     # bundled names: paths for the workers
     cfg = replace(cfg, model=resolve(cfg.model), train=resolve(cfg.train), eval=resolve(cfg.eval) if cfg.eval else "")
@@ -148,8 +149,26 @@ def _run_finetune(cfg: FinetuneConfig, inputs: dict[str, str] | None) -> Finetun
         Tracker.require()
     out = Path(cfg.output)
     if preflight(out, identity, cfg.overwrite):  # the output's checks (path, lock, settings) before Ray starts
-        return FinetuneResult.from_summary(json.loads((out / SUMMARY).read_text(encoding="utf-8")), skipped=True)
-    plan = cluster.expected_placement(cfg.resources, reserve=False)  # Train workers hold back no CPU for Ray Data
+        return _finished(out)
+    # Train workers hold back no CPU for Ray Data
+    _require_fit(cfg, cluster.expected_placement(cfg.resources, reserve=False))
+    with claim_output(out, identity, cfg.overwrite) as claim:
+        if claim.done:
+            return _finished(out)
+        # claim.path: the output, or its staging directory under --overwrite
+        summary = _train(claim.path, cfg, named, identity, dev)
+        # the card: evaluations of the finished model add their scores (model_card.record_evaluation)
+        claim.finish(exclude=(CHECKPOINT_DIR, DATA_DIR, TENSORBOARD_DIR, *unchecked(MODEL_DIR)))
+    return summary
+
+
+def _finished(out: Path) -> FinetuneResult:
+    """A finished output's result (skipped), from its summary."""
+    return FinetuneResult.from_summary(json.loads((out / SUMMARY).read_text(encoding="utf-8")), skipped=True)
+
+
+def _require_fit(cfg: FinetuneConfig, plan: Placement) -> None:
+    """An :class:`InputError` unless the cluster fits every worker asked for and the batch splits over them."""
     if plan.workers != cfg.resources.workers:  # the worker count shapes the weights: never fewer than recorded
         raise InputError(
             f"fine-tuning asks for {cfg.resources.workers} workers but the cluster fits {plan.workers} "
@@ -158,47 +177,68 @@ def _run_finetune(cfg: FinetuneConfig, inputs: dict[str, str] | None) -> Finetun
         )
     if cfg.optim.batch_size % plan.workers:
         raise InputError(f"batch size {cfg.optim.batch_size} does not split over {plan.workers} workers")
-    with claim_output(out, identity, cfg.overwrite) as claim:
-        if claim.done:
-            return FinetuneResult.from_summary(json.loads((out / SUMMARY).read_text(encoding="utf-8")), skipped=True)
-        work = claim.path  # the output, or its staging directory under --overwrite
-        stream, info = materialise_stream(stream_info(cfg), work / DATA_DIR)
-        write_config(cfg, work / "config.yaml")
-        plan = cluster.placement(cfg.resources, reserve=False)
-        if plan.workers != cfg.resources.workers:  # a joined cluster that shrank since the check above
-            raise InputError(f"the cluster now fits {plan.workers} of the {cfg.resources.workers} workers asked for")
-        storage, name = cfg.storage or str((work / CHECKPOINT_DIR).resolve()), run_name(identity)
-        resumed = latest_step(storage, name)
-        if resumed is not None:
-            log.info("resumed from step %d (run %s in %s)", resumed, name, storage)
-        storage_note(storage, cfg.storage)
-        start = time.perf_counter()
-        every = eval_steps(cfg, info.total_steps)
-        result = _fit(cfg, stream, info.total_steps, plan, storage, name, Evaluation(dev=dev, every=every, work=work))
-        run_dir = f"{storage.rstrip('/')}/{name}"
-        exported = export_checkpoint(result.checkpoint, cfg, work, info.total_steps, run_dir, named)
-        # every worker (and the export) loaded the model, the stream was read: still the inputs the identity names?
-        require_unchanged(identity.inputs, {"model": cfg.model, "train": cfg.train, "eval": cfg.eval})
-        summary = FinetuneResult(
-            output=str(out),
-            model=str(out / MODEL_DIR),
-            steps=info.total_steps,
-            run_name=name,
-            storage=cfg.storage or str((out / CHECKPOINT_DIR).resolve()),  # where they are once complete
-            resumed_from=resumed,
-            workers=plan.workers,
-            seconds=round(time.perf_counter() - start, 2),
-            final=exported.final,
-            select=cfg.select,
-            best=exported.best,
-            collapsed=exported.collapsed,
-            convergence=dict(exported.convergence) if dev is not None else {},
-            eval_seconds=exported.eval_seconds,
-        )
-        atomic_write_json(work / SUMMARY, {**asdict(summary), "stream": asdict(info)})
-        # the card: evaluations of the finished model add their scores (model_card.record_evaluation)
-        claim.finish(exclude=(CHECKPOINT_DIR, DATA_DIR, TENSORBOARD_DIR, *unchecked(MODEL_DIR)))
+
+
+def _train(
+    work: Path, cfg: FinetuneConfig, named: FinetuneConfig, identity: RunIdentity, dev: DevSet | None
+) -> FinetuneResult:
+    """Train into ``work`` (the claimed output or its staging directory), export the model, write the summary."""
+    stream, info = materialise_stream(stream_info(cfg), work / DATA_DIR)
+    write_config(cfg, work / "config.yaml")
+    plan = cluster.placement(cfg.resources, reserve=False)
+    if plan.workers != cfg.resources.workers:  # a joined cluster that shrank since the check above
+        raise InputError(f"the cluster now fits {plan.workers} of the {cfg.resources.workers} workers asked for")
+    storage, name, resumed = _run_storage(cfg, work, identity)
+    start = time.perf_counter()
+    every = eval_steps(cfg, info.total_steps)
+    result = _fit(cfg, stream, info.total_steps, plan, storage, name, Evaluation(dev=dev, every=every, work=work))
+    run_dir = f"{storage.rstrip('/')}/{name}"
+    exported = export_checkpoint(result.checkpoint, cfg, work, info.total_steps, run_dir, named)
+    # every worker (and the export) loaded the model, the stream was read: still the inputs the identity names?
+    require_unchanged(identity.inputs, {"model": cfg.model, "train": cfg.train, "eval": cfg.eval})
+    summary = _summary(cfg, info.total_steps, name, resumed, plan.workers, start, exported, dev is not None)
+    atomic_write_json(work / SUMMARY, {**asdict(summary), "stream": asdict(info)})
     return summary
+
+
+def _summary(
+    cfg: FinetuneConfig,
+    steps: int,
+    name: str,
+    resumed: int | None,
+    workers: int,
+    start: float,
+    exported: Exported,
+    with_dev: bool,
+) -> FinetuneResult:
+    """What ``finetune.json`` says of the run (its seconds since ``start``, a ``perf_counter`` reading)."""
+    out = Path(cfg.output)
+    return FinetuneResult(
+        output=str(out),
+        model=str(out / MODEL_DIR),
+        steps=steps,
+        run_name=name,
+        storage=cfg.storage or str((out / CHECKPOINT_DIR).resolve()),  # where they are once complete
+        resumed_from=resumed,
+        workers=workers,
+        seconds=round(time.perf_counter() - start, 2),
+        final=exported.final,
+        select=cfg.select,
+        best=exported.best,
+        collapsed=exported.collapsed,
+        convergence=dict(exported.convergence) if with_dev else {},
+        eval_seconds=exported.eval_seconds,
+    )
+
+
+def _run_storage(cfg: FinetuneConfig, work: Path, identity: RunIdentity) -> tuple[str, str, int | None]:
+    """(where the run's checkpoints go, the Ray Train run name, the step it resumes from: None for a new run)."""
+    storage, name = cfg.storage or str((work / CHECKPOINT_DIR).resolve()), run_name(identity)
+    resumed = latest_step(storage, name)
+    if resumed is not None:
+        log.info("resumed from step %d (run %s in %s)", resumed, name, storage)
+    storage_note(storage, cfg.storage)
+    return storage, name, resumed
 
 
 def stream_info(cfg: FinetuneConfig) -> StreamInfo:
@@ -321,12 +361,7 @@ def _trainer(
     func: Callable[[Mapping[str, object]], None] | None = None,
 ) -> TorchTrainer:
     """The TorchTrainer of a run; ``func`` replaces :func:`train_func` (tests record what the workers read)."""
-    ctx = ray.data.DataContext.get_current()
-    ctx.enable_progress_bars = False
-    # One block per row group, kept in order: every worker reads the same global batches (see data/stream.py).
-    # from_arrow needs no read tasks, which could not be scheduled when the workers hold every CPU.
-    parquet = pq.ParquetFile(stream)
-    dataset = ray.data.from_arrow([parquet.read_row_group(i) for i in range(parquet.num_row_groups)])
+    dataset = _stream_dataset(stream)
     resources = {"CPU": plan.cpus_per_worker, **({"GPU": plan.gpus_per_worker} if plan.use_gpu else {})}
     run_dir = f"{storage.rstrip('/')}/{name}"
     loop_config: LoopConfig = {
@@ -343,18 +378,33 @@ def _trainer(
         scaling_config=ray.train.ScalingConfig(
             num_workers=plan.workers, use_gpu=plan.use_gpu, resources_per_worker=resources
         ),
-        run_config=ray.train.RunConfig(
-            name=name,
-            storage_path=storage,
-            checkpoint_config=ray.train.CheckpointConfig(num_to_keep=cfg.keep_checkpoints),
-            failure_config=ray.train.FailureConfig(max_failures=0),
-            **_train_logging(),
-        ),  # restarts: see _fit
+        run_config=_run_config(cfg, storage, name),
         datasets={"train": dataset},
         dataset_config=ray.train.DataConfig(
             datasets_to_split=[], execution_options=ray.data.ExecutionOptions(preserve_order=True)
         ),
     )
+
+
+def _stream_dataset(stream: Path) -> ray.data.Dataset:
+    """The training stream as a Ray dataset of its row groups, in order (Ray Data's progress bars off)."""
+    ctx = ray.data.DataContext.get_current()
+    ctx.enable_progress_bars = False
+    # One block per row group, kept in order: every worker reads the same global batches (see data/stream.py).
+    # from_arrow needs no read tasks, which could not be scheduled when the workers hold every CPU.
+    parquet = pq.ParquetFile(stream)
+    return ray.data.from_arrow([parquet.read_row_group(i) for i in range(parquet.num_row_groups)])
+
+
+def _run_config(cfg: FinetuneConfig, storage: str, name: str) -> ray.train.RunConfig:
+    """Ray Train's run: its name and storage, the checkpoints kept, no restarts of its own (see ``_fit``)."""
+    return ray.train.RunConfig(
+        name=name,
+        storage_path=storage,
+        checkpoint_config=ray.train.CheckpointConfig(num_to_keep=cfg.keep_checkpoints),
+        failure_config=ray.train.FailureConfig(max_failures=0),
+        **_train_logging(),
+    )  # restarts: see _fit
 
 
 # Filesystems every node of a cluster sees; checkpoints anywhere else exist only on the node that wrote them.
@@ -532,21 +582,44 @@ def worker_body(config: LoopConfig, rt: Runtime) -> None:
     encoder = cast(SpladeEncoder, getattr(model, "module", model))
     optimizer, scheduler = loop.build_optimizer(model, cfg.optim, total)
     torch.manual_seed(cfg.seed * 1_000_003 + rank)
-    start, history, best = 0, list[dict[str, float]](), None
-    with rt.restore(config["run_dir"]) as ckpt:
-        if ckpt is not None:
-            state, rng, history = load_part(ckpt, rank)
-            start = loop.restore_state(state, encoder, optimizer, scheduler)
-            best = load_best(ckpt) if rank == 0 else None
-            if rng is not None:
-                loop.set_rng_state(rng)
+    start, history, best = _restore(rt, config["run_dir"], encoder, optimizer, scheduler)
     if start and rank == 0:
         log.info("resumed from step %d of %d", start, total)
     if rank == 0:
         log.info("%d worker(s) ready on %s: steps %d to %d", world, device, start + 1, total)
     batches = rt.batches(cfg, tokenizer, start)
+    plan = _loop_plan(cfg, total)
+    comm = TorchCollective() if world > 1 else LocalCollective()
+    steps = _Steps.open(config, cfg, rt, (encoder, optimizer, scheduler), tokenizer, start, history, best)
+    for step, metrics in loop.train(model, batches, optimizer, scheduler, plan, start=start, comm=comm):
+        steps.after(step, metrics)
+    steps.close()
+
+
+def _restore(
+    rt: Runtime,
+    run_dir: str,
+    encoder: SpladeEncoder,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+) -> tuple[int, list[dict[str, float]], BestState | None]:
+    """(the step, the metrics so far, rank 0's best weights) of the checkpoint this worker restores, its state and
+    RNG loaded into the live objects; (0, [], None) for a fresh run."""
+    start, history, best = 0, list[dict[str, float]](), None
+    with rt.restore(run_dir) as ckpt:
+        if ckpt is not None:
+            state, rng, history = load_part(ckpt, rt.rank)
+            start = loop.restore_state(state, encoder, optimizer, scheduler)
+            best = load_best(ckpt) if rt.rank == 0 else None
+            if rng is not None:
+                loop.set_rng_state(rng)
+    return start, history, best
+
+
+def _loop_plan(cfg: FinetuneConfig, total: int) -> loop.LoopPlan:
+    """What ``sparse.loop.train`` runs: the steps, the global batch, the loss, clipping, precision and logging."""
     bf16 = cfg.precision == "bf16"  # resolved by the driver (run_finetune), never per worker
-    plan = loop.LoopPlan(
+    return loop.LoopPlan(
         total_steps=total,
         global_batch=cfg.optim.batch_size,
         loss=cfg.loss,
@@ -554,56 +627,125 @@ def worker_body(config: LoopConfig, rt: Runtime) -> None:
         bf16=bf16,
         log_every=cfg.log_every,
     )
-    comm = TorchCollective() if world > 1 else LocalCollective()
-    dev = _DevRun.start(config, cfg, encoder, tokenizer, rank, world, str(device), best) if config["dev"] else None
-    tracker = Tracker.open(config["tensorboard"], start) if rank == 0 and config["tensorboard"] else None
-    if dev is not None and start == 0:
-        history.append({"step": 0, **dev.evaluate(0)})
-        if tracker is not None:
-            tracker.write(history[-1])
-    last_report = began = last_line = time.monotonic()
-    for step, metrics in loop.train(model, batches, optimizer, scheduler, plan, start=start, comm=comm):
-        if dev is not None and (step % int(config["eval_every"]) == 0 or step == total):
-            metrics = {**(metrics or {"step": step}), **dev.evaluate(step)}
-        if metrics is not None:
-            history.append(metrics)
+
+
+@dataclass(kw_only=True)
+class _Steps:
+    """What a worker does after each training step: evaluations, the metrics kept (history, TensorBoard), rank 0's
+    log lines, checkpoints and reports."""
+
+    cfg: FinetuneConfig
+    config: LoopConfig
+    rt: Runtime
+    training: tuple[SpladeEncoder, torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]
+    history: list[dict[str, float]]
+    dev: _DevRun | None
+    tracker: Tracker | None
+    start: int
+    total: int
+    began: float = field(init=False)
+    last_line: float = field(init=False)
+    last_report: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.last_report = self.began = self.last_line = time.monotonic()
+
+    @classmethod
+    def open(
+        cls,
+        config: LoopConfig,
+        cfg: FinetuneConfig,
+        rt: Runtime,
+        training: tuple[SpladeEncoder, torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler],
+        tokenizer: PreTrainedTokenizerBase,
+        start: int,
+        history: list[dict[str, float]],
+        best: BestState | None,
+    ) -> _Steps:
+        """The development evaluation and rank 0's tracker started, and step 0 evaluated in a fresh run."""
+        encoder, rank, world, device = training[0], rt.rank, rt.world, rt.device
+        dev = _DevRun.start(config, cfg, encoder, tokenizer, rank, world, str(device), best) if config["dev"] else None
+        tracker = Tracker.open(config["tensorboard"], start) if rank == 0 and config["tensorboard"] else None
+        if dev is not None and start == 0:
+            history.append({"step": 0, **dev.evaluate(0)})
             if tracker is not None:
-                tracker.write(metrics)
-            if rank == 0 and "loss" in metrics:
-                per_step = (time.monotonic() - began) / max(1, step - start)
-                log.info(
-                    "step %d/%d loss %.4f (%s %.4f) dims q %.0f d %.0f lr %.2e %.1f ex/s ETA %s",
-                    step,
-                    total,
-                    metrics["loss"],
-                    cfg.loss.ranking,
-                    metrics[cfg.loss.ranking],
-                    metrics["active_dims_q"],
-                    metrics["active_dims_d"],
-                    metrics["lr"],
-                    metrics["examples_per_s"],
-                    duration(per_step * (total - step)),
-                )
-                last_line = time.monotonic()
-        if rank == 0 and step < total and time.monotonic() - last_line >= EVERY_S:
+                tracker.write(history[-1])
+        total = int(config["total_steps"])
+        return cls(
+            cfg=cfg,
+            config=config,
+            rt=rt,
+            training=training,
+            history=history,
+            dev=dev,
+            tracker=tracker,
+            start=start,
+            total=total,
+        )
+
+    def close(self) -> None:
+        """The run's end: rank 0's TensorBoard events closed."""
+        if self.tracker is not None:
+            self.tracker.close()
+
+    def after(self, step: int, metrics: dict[str, float] | None) -> None:
+        """Step ``step`` done (``metrics``: None between two ``log_every`` steps): evaluate, log, checkpoint, report."""
+        if self.dev is not None and (step % int(self.config["eval_every"]) == 0 or step == self.total):
+            metrics = {**(metrics or {"step": step}), **self.dev.evaluate(step)}
+        if metrics is not None:
+            self._record(step, metrics)
+        if self.rt.rank == 0 and step < self.total and time.monotonic() - self.last_line >= EVERY_S:
             # between two log_every steps: where it is, by time (log_every is part of the run's identity)
-            per_step = (time.monotonic() - began) / max(1, step - start)
-            log.info("step %d/%d, %.2f s/step, ETA %s", step, total, per_step, duration(per_step * (total - step)))
-            last_line = time.monotonic()
-        if step % cfg.checkpoint_every == 0 or step == total:
-            # Never a checkpoint of weights that diverged: the newest finite one stays the one a rerun resumes from.
-            # Every worker holds the same weights (DDP), so every worker stops here together.
-            require_finite(encoder.state_dict(), f"training diverged at step {step}", loop.DIVERGED_HINT)
-            state = loop.capture_state(encoder, optimizer, scheduler, step)
-            kept = dev.best if dev is not None else None
-            parts = CheckpointParts(state=state, history=history, best=kept, run_config=config["cfg"])
-            rt.checkpoint(metrics or {"step": step}, parts)
-            last_report = time.monotonic()
-        elif metrics is not None and rt.due(last_report, cfg.report_every_s):
-            rt.report(metrics)
-            last_report = time.monotonic()
-    if tracker is not None:
-        tracker.close()
+            per_step = self._per_step(step)
+            log.info("step %d/%d, %.2f s/step, ETA %s", step, self.total, per_step, self._eta(per_step, step))
+            self.last_line = time.monotonic()
+        if step % self.cfg.checkpoint_every == 0 or step == self.total:
+            self._checkpoint(step, metrics)
+        elif metrics is not None and self.rt.due(self.last_report, self.cfg.report_every_s):
+            self.rt.report(metrics)
+            self.last_report = time.monotonic()
+
+    def _record(self, step: int, metrics: dict[str, float]) -> None:
+        """Keep a step's metrics (history, TensorBoard); rank 0 logs a training step's line."""
+        self.history.append(metrics)
+        if self.tracker is not None:
+            self.tracker.write(metrics)
+        if self.rt.rank == 0 and "loss" in metrics:
+            per_step = self._per_step(step)
+            log.info(
+                "step %d/%d loss %.4f (%s %.4f) dims q %.0f d %.0f lr %.2e %.1f ex/s ETA %s",
+                step,
+                self.total,
+                metrics["loss"],
+                self.cfg.loss.ranking,
+                metrics[self.cfg.loss.ranking],
+                metrics["active_dims_q"],
+                metrics["active_dims_d"],
+                metrics["lr"],
+                metrics["examples_per_s"],
+                self._eta(per_step, step),
+            )
+            self.last_line = time.monotonic()
+
+    def _per_step(self, step: int) -> float:
+        """Seconds per step since this worker began, at step ``step``."""
+        return (time.monotonic() - self.began) / max(1, step - self.start)
+
+    def _eta(self, per_step: float, step: int) -> str:
+        """The time left after step ``step`` at ``per_step`` seconds a step."""
+        return duration(per_step * (self.total - step))
+
+    def _checkpoint(self, step: int, metrics: dict[str, float] | None) -> None:
+        """Every rank's checkpoint part of step ``step`` (its weights checked finite first)."""
+        encoder, optimizer, scheduler = self.training
+        # Never a checkpoint of weights that diverged: the newest finite one stays the one a rerun resumes from.
+        # Every worker holds the same weights (DDP), so every worker stops here together.
+        require_finite(encoder.state_dict(), f"training diverged at step {step}", loop.DIVERGED_HINT)
+        state = loop.capture_state(encoder, optimizer, scheduler, step)
+        kept = self.dev.best if self.dev is not None else None
+        parts = CheckpointParts(state=state, history=self.history, best=kept, run_config=self.config["cfg"])
+        self.rt.checkpoint(metrics or {"step": step}, parts)
+        self.last_report = time.monotonic()
 
 
 def step_batches(
@@ -847,32 +989,10 @@ def export_checkpoint(
     """Write the final checkpoint's model (``select=last``) or the best evaluated weights it carries
     (``select=best``) into ``out/model`` as a SparseEncoder directory, and its metrics.jsonl; the final checkpoint
     must verify (on a path) and the weights be finite, or nothing is written."""
-    final_dir = Path(run_dir) / checkpoint_name(total_steps)
-    if is_local(run_dir):
-        if (problem := checkpoint_problem(final_dir)) is not None:
-            raise RuntimeError(f"the final checkpoint {final_dir} does not verify ({problem})")
-        state, _, history = load_part(final_dir, 0)
-        kept = load_best(final_dir)
-    elif checkpoint is not None:
-        with checkpoint.as_directory() as ckpt:
-            state, _, history = load_part(Path(ckpt), 0)
-            kept = load_best(Path(ckpt))
-    else:
-        raise RuntimeError("the training run reported no checkpoint")
-    if state["step"] != total_steps:
-        raise RuntimeError(f"the latest checkpoint is at step {state['step']}, not the last step {total_steps}")
+    state, history, kept = _final_checkpoint(checkpoint, total_steps, run_dir)
     mlm, tokenizer = load_mlm(cfg.model, cfg.trust_remote_code)
     exported = Exported(**read_evaluations(history, int(mlm.config.vocab_size), cfg.select))
-    weights = state["model"]
-    if cfg.select == "best":
-        if kept is None or not exported.best:
-            raise InputError(
-                f"select=best: every evaluation on {cfg.eval!r} collapsed ({len(exported.collapsed)} steps), so "
-                "there is no model to publish; see metrics.jsonl"
-            )
-        if kept["step"] != exported.best["step"]:
-            raise RuntimeError(f"the best weights kept are of step {kept['step']}, the metrics say {exported.best}")
-        weights = kept["model"]
+    weights = _published_weights(cfg, state, kept, exported)
     require_finite(weights, f"the {'best' if cfg.select == 'best' else 'final'} weights of {run_dir}")
     write_model(
         out / MODEL_DIR,
@@ -890,6 +1010,45 @@ def export_checkpoint(
     )
     atomic_write_text(out / TRAIN_METRICS, "".join(json.dumps(m) + "\n" for m in history))
     return exported
+
+
+def _final_checkpoint(
+    checkpoint: ray.train.Checkpoint | None, total_steps: int, run_dir: str
+) -> tuple[loop.TrainState, list[dict[str, float]], BestState | None]:
+    """(rank 0's state, the metrics, the best weights kept) of the run's final checkpoint: on a path, the one of
+    step ``total_steps``, which must verify; on object storage, the one Ray Train reported."""
+    final_dir = Path(run_dir) / checkpoint_name(total_steps)
+    if is_local(run_dir):
+        if (problem := checkpoint_problem(final_dir)) is not None:
+            raise RuntimeError(f"the final checkpoint {final_dir} does not verify ({problem})")
+        state, _, history = load_part(final_dir, 0)
+        kept = load_best(final_dir)
+    elif checkpoint is not None:
+        with checkpoint.as_directory() as ckpt:
+            state, _, history = load_part(Path(ckpt), 0)
+            kept = load_best(Path(ckpt))
+    else:
+        raise RuntimeError("the training run reported no checkpoint")
+    if state["step"] != total_steps:
+        raise RuntimeError(f"the latest checkpoint is at step {state['step']}, not the last step {total_steps}")
+    return state, history, kept
+
+
+def _published_weights(
+    cfg: FinetuneConfig, state: loop.TrainState, kept: BestState | None, exported: Exported
+) -> dict[str, torch.Tensor]:
+    """The weights ``cfg.select`` publishes: the final state's, or the best kept (which the metrics must name)."""
+    weights = state["model"]
+    if cfg.select == "best":
+        if kept is None or not exported.best:
+            raise InputError(
+                f"select=best: every evaluation on {cfg.eval!r} collapsed ({len(exported.collapsed)} steps), so "
+                "there is no model to publish; see metrics.jsonl"
+            )
+        if kept["step"] != exported.best["step"]:
+            raise RuntimeError(f"the best weights kept are of step {kept['step']}, the metrics say {exported.best}")
+        weights = kept["model"]
+    return weights
 
 
 def write_model(

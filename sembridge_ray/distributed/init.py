@@ -5,7 +5,7 @@ a pool would buy nothing but its start-up (``cluster.in_driver``: one CPU worker
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -52,52 +52,71 @@ def ray_stages(cfg: InitConfig) -> Stages:
         return loaded[0](block)
 
     def encode(table: pa.Table) -> np.ndarray:
-        plan = cluster.placement(cfg.resources)
-        # One block per encoder batch, cut at the same positions as in-process: a string's vector then does not
-        # depend on which other strings shared its (length-sorted, padded) batch.
-        size = cfg.bridge_batch_size
-        blocks = [table.slice(i, size) for i in range(0, table.num_rows, size)]
-        progress = Progress(log, "bridge encoding", table.num_rows, "strings")
-        if cluster.in_driver(plan, table.num_rows):
-            with actor_threads(plan, cfg.resources.threads_per_worker):
-                result = pa.concat_tables(count(map(encode_here, blocks), progress))
-        else:
-            out = ray.data.from_arrow(blocks).map_batches(
-                BridgeEncodeUDF,
-                fn_constructor_kwargs=bridge,
-                batch_format="pyarrow",
-                **actor_pool_args(plan, None),  # one block per call: blocks are cut by position above
-            )
-            result = pa.concat_tables(collect(out, progress))
-        order = {int(i): n for n, i in enumerate(result.column(ID).to_numpy())}
-        rows = [order[int(i)] for i in table.column(ID).to_numpy()]  # actor pools do not keep row order
-        return np.stack(result.column(VECTOR).to_numpy(zero_copy_only=False)[rows]).astype(np.float32)
+        return _encode(cfg, bridge, encode_here, table)
 
     def rows(ctx: RowsContext, target_ids: np.ndarray, new_vecs: np.ndarray) -> NewRows:
-        plan = cluster.placement(cfg.resources)
-        table = pa.table(
-            {ID: pa.array(target_ids.astype(np.int64)), VECTOR: pa.array(list(new_vecs), pa.list_(pa.float32()))}
-        )
-        # One block per batch of rows, cut by position: a row's cosines come from the same GEMM shapes whatever
-        # the cluster, so the weights are the same bit for bit on one node or many.
-        size = cfg.rows_batch_size
-        blocks = [table.slice(i, size) for i in range(0, max(1, table.num_rows), size)]
-        progress = Progress(log, "weights", table.num_rows, "rows")
-        if cluster.in_driver(plan, table.num_rows):
-            with actor_threads(plan, cfg.resources.threads_per_worker):
-                tables = list(count((rows_block(ctx, block, "cpu") for block in blocks), progress))
-            return rows_from_tables(tables, len(ctx.inputs))
-        ctx_ref = ray.put(ctx)  # source bridge matrix + E_s: in the object store once, shared by every actor
+        return _rows(cfg, ctx, target_ids, new_vecs)
+
+    return Stages(encode=encode, rows=rows)
+
+
+def _encode(
+    cfg: InitConfig, bridge: dict[str, Any], encode_here: Callable[[pa.Table], pa.Table], table: pa.Table
+) -> np.ndarray:
+    """The bridge vectors of ``table``'s strings, in its row order: in this process (``encode_here``) or by an actor
+    pool of ``BridgeEncodeUDF(**bridge)``."""
+    plan = cluster.placement(cfg.resources)
+    # One block per encoder batch, cut at the same positions as in-process: a string's vector then does not
+    # depend on which other strings shared its (length-sorted, padded) batch.
+    size = cfg.bridge_batch_size
+    blocks = [table.slice(i, size) for i in range(0, table.num_rows, size)]
+    progress = Progress(log, "bridge encoding", table.num_rows, "strings")
+    if cluster.in_driver(plan, table.num_rows):
+        with actor_threads(plan, cfg.resources.threads_per_worker):
+            result = pa.concat_tables(count(map(encode_here, blocks), progress))
+    else:
         out = ray.data.from_arrow(blocks).map_batches(
-            InitRowsUDF,
-            fn_constructor_kwargs={"context": [ctx_ref], "threads": cfg.resources.threads_per_worker},
+            BridgeEncodeUDF,
+            fn_constructor_kwargs=bridge,
             batch_format="pyarrow",
             **actor_pool_args(plan, None),  # one block per call: blocks are cut by position above
         )
-        tables = collect(out, progress)
-        return rows_from_tables(tables, len(ctx.inputs))
+        result = pa.concat_tables(collect(out, progress))
+    return _vectors_in_order(result, table)
 
-    return Stages(encode=encode, rows=rows)
+
+def _vectors_in_order(result: pa.Table, table: pa.Table) -> np.ndarray:
+    """The vectors of ``result`` (encoded blocks in any order) in the row order of ``table``, as float32."""
+    order = {int(i): n for n, i in enumerate(result.column(ID).to_numpy())}
+    rows = [order[int(i)] for i in table.column(ID).to_numpy()]  # actor pools do not keep row order
+    return np.stack(result.column(VECTOR).to_numpy(zero_copy_only=False)[rows]).astype(np.float32)
+
+
+def _rows(cfg: InitConfig, ctx: RowsContext, target_ids: np.ndarray, new_vecs: np.ndarray) -> NewRows:
+    """The weights stage: the new rows of ``target_ids`` (bridge vectors ``new_vecs``), in this process or by an
+    actor pool of ``InitRowsUDF``."""
+    plan = cluster.placement(cfg.resources)
+    table = pa.table(
+        {ID: pa.array(target_ids.astype(np.int64)), VECTOR: pa.array(list(new_vecs), pa.list_(pa.float32()))}
+    )
+    # One block per batch of rows, cut by position: a row's cosines come from the same GEMM shapes whatever
+    # the cluster, so the weights are the same bit for bit on one node or many.
+    size = cfg.rows_batch_size
+    blocks = [table.slice(i, size) for i in range(0, max(1, table.num_rows), size)]
+    progress = Progress(log, "weights", table.num_rows, "rows")
+    if cluster.in_driver(plan, table.num_rows):
+        with actor_threads(plan, cfg.resources.threads_per_worker):
+            tables = list(count((rows_block(ctx, block, "cpu") for block in blocks), progress))
+        return rows_from_tables(tables, len(ctx.inputs))
+    ctx_ref = ray.put(ctx)  # source bridge matrix + E_s: in the object store once, shared by every actor
+    out = ray.data.from_arrow(blocks).map_batches(
+        InitRowsUDF,
+        fn_constructor_kwargs={"context": [ctx_ref], "threads": cfg.resources.threads_per_worker},
+        batch_format="pyarrow",
+        **actor_pool_args(plan, None),  # one block per call: blocks are cut by position above
+    )
+    tables = collect(out, progress)
+    return rows_from_tables(tables, len(ctx.inputs))
 
 
 def count(tables: Iterator[pa.Table], progress: Progress) -> Iterator[pa.Table]:

@@ -92,29 +92,51 @@ def plan(
         est = cell_estimate(cell, datasets, epochs, batch, figures)
         planned = identities(cell) if identities is not None else {}
         found = {k: _state(p, planned.get(k), overwrite) for k, p in outputs(cell).items()}
-        states: dict[str, StageState] = {k: state for k, (state, _) in found.items()}
-        todo = {
-            "init_s": states["init"] == "todo",
-            "eval_s": any(states[k] == "todo" for k in states if k.endswith(STAGES)),
-            "finetune_s": any(states[k] == "todo" for k in states if k.endswith("/finetune")),
-        }
-        gpu_s = sum(v for k, v in est.items() if todo[k]) * gpus_per_cell
+        gpu_s = _todo_seconds(est, found) * gpus_per_cell
         total += gpu_s
-        rows.append(
-            {
-                "cell": cell.name,
-                "model": cell.model,
-                "language": cell.language,
-                "method": cell.variant,
-                "alpha": cell.alpha_label,
-                "target_tokenizer": tokenizers[cell.language],
-                "bridge_model": bridge if method(cell.method).uses_bridge else "",
-                "datasets": {d: catalog.dataset_hub_ids(d, cell.language) for d in datasets},
-                "stages": states,
-                "refusals": {k: why for k, (_, why) in found.items() if why},
-                "estimate_gpu_hours": round(gpu_s / 3600, 2),
-            }
-        )
+        rows.append(_planned_cell(cell, datasets, tokenizers, bridge, found, gpu_s))
+    return _plan_of(job, rows, total, gpus_per_cell, max_concurrent, figures)
+
+
+def _todo_seconds(est: dict[str, float], found: dict[str, tuple[StageState, str]]) -> float:
+    """The estimate's seconds (``cell_estimate``) of the stages not ``done`` or ``refused``."""
+    states = {k: state for k, (state, _) in found.items()}
+    todo = {
+        "init_s": states["init"] == "todo",
+        "eval_s": any(states[k] == "todo" for k in states if k.endswith(STAGES)),
+        "finetune_s": any(states[k] == "todo" for k in states if k.endswith("/finetune")),
+    }
+    return sum(v for k, v in est.items() if todo[k])
+
+
+def _planned_cell(
+    cell: Cell,
+    datasets: Sequence[str],
+    tokenizers: dict[str, str],
+    bridge: str,
+    found: dict[str, tuple[StageState, str]],
+    gpu_s: float,
+) -> PlannedCell:
+    """One cell's row of the plan: its hub ids, its stages' states and refusals, and its estimate."""
+    return {
+        "cell": cell.name,
+        "model": cell.model,
+        "language": cell.language,
+        "method": cell.variant,
+        "alpha": cell.alpha_label,
+        "target_tokenizer": tokenizers[cell.language],
+        "bridge_model": bridge if method(cell.method).uses_bridge else "",
+        "datasets": {d: catalog.dataset_hub_ids(d, cell.language) for d in datasets},
+        "stages": {k: state for k, (state, _) in found.items()},
+        "refusals": {k: why for k, (_, why) in found.items() if why},
+        "estimate_gpu_hours": round(gpu_s / 3600, 2),
+    }
+
+
+def _plan_of(
+    job: str, rows: list[PlannedCell], total: float, gpus_per_cell: float, max_concurrent: int, figures: Figures
+) -> Plan:
+    """The plan from its rows: the stage counts, the estimate (``total`` GPU-seconds) and its assumptions."""
     concurrent = max(1, max_concurrent)
     done = sum(s == "done" for r in rows for s in r["stages"].values())
     return {

@@ -16,6 +16,8 @@ from sembridge_ray.export.base import Hits, Vectors
 COLLECTION, FIELD, DOC_ID, PK = "sembridge", "sparse", "doc_id", "pk"
 BATCH = 1000
 MAX_ID_LENGTH = 512
+LOCATION = "milvus.db"
+"""What it writes under the output directory (embedded)."""
 
 
 class MilvusEngine:

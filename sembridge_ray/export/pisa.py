@@ -21,6 +21,8 @@ ALGORITHM = "ranked_or"
 def toks(vectors: Vectors, i: int) -> dict[str, float]:
     terms, weights = vectors.row(i)
     return dict(zip(map(str, terms.tolist()), weights.tolist(), strict=True))
+LOCATION = "pisa"
+"""What it writes under the output directory (embedded)."""
 
 
 class PisaEngine:

@@ -15,6 +15,8 @@ from sembridge_ray.export.base import Hits, Vectors
 
 COLLECTION, FIELD, DOC_ID = "sembridge", "sparse", "doc_id"
 BATCH = 256
+LOCATION = "qdrant"
+"""What it writes under the output directory (embedded)."""
 
 
 class QdrantEngine:

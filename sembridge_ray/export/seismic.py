@@ -43,6 +43,8 @@ def terms_of(vectors: Vectors, i: int) -> tuple[np.ndarray, np.ndarray]:
 
     terms, weights = vectors.row(i)
     return np.array([str(t) for t in terms.tolist()], dtype=seismic.get_seismic_string()), weights.astype(np.float32)
+LOCATION = "seismic.index"
+"""What it writes under the output directory (embedded)."""
 
 
 class SeismicEngine:

@@ -22,11 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from sembridge_ray.data.registry import load_retrieval
+from sembridge_ray.data.schema import ID, TEXT
 from sembridge_ray.distributed import cluster
 from sembridge_ray.distributed.evaluate import encode_corpus, encode_queries
 from sembridge_ray.distributed.finetune import run_export as run_checkpoint_export
 from sembridge_ray.errors import InputError
-from sembridge_ray.export.base import Vectors, require_package, require_reachable, size_on_disk
+from sembridge_ray.export.base import Vectors, require_package, require_reachable, require_tokenizer, size_on_disk
 from sembridge_ray.export.parity import K, exact_topk, parity
 from sembridge_ray.export.targets import Target, target
 from sembridge_ray.jobs.evaluate import EvaluateConfig
@@ -75,11 +76,14 @@ def run_target_export(cfg: ExportConfig) -> ExportResult:
         raise InputError(f"output {str(out)!r} exists: choose a new directory")
     start = time.perf_counter()
     if cfg.checkpoint:  # its weights as a SparseEncoder directory first
-        written = run_checkpoint_export(dataclasses.replace(cfg, target="sentence-transformers", output=str(out / "model")))
+        written = run_checkpoint_export(
+            dataclasses.replace(cfg, target="sentence-transformers", output=str(out / "model"))
+        )
         model_spec = written.output
     else:
         model_spec = cfg.model
     model, model_id = resolve_model(model_spec)
+    require_tokenizer(model)
     tokenizer = load_tokenizer(model)  # a model without a tokenizer stops here, before encoding
     spec, data_id = resolve_dataset(cfg.dataset)
     data = load_retrieval(spec, cfg.split)
@@ -172,7 +176,11 @@ def build_and_search(
     folder = out / "onnx"
     details = onnx.export(model, folder, found.name, cfg.max_query_length, cfg.max_doc_length)
     encoder = onnx.OnnxSparseEncoder(folder, threads=cfg.resources.threads_per_worker)
-    texts = {d: t for batch in data.corpus.batches(10_000) for d, t in zip(*(c.to_pylist() for c in batch.columns))}
+    texts = {
+        d: t
+        for batch in data.corpus.batches(10_000)
+        for d, t in zip(batch.column(ID).to_pylist(), batch.column(TEXT).to_pylist(), strict=True)
+    }
     onnx_docs = Vectors.from_rows(docs.ids, *encoder.encode([texts[d] for d in docs.ids], "document"))
     onnx_queries = Vectors.from_rows(queries.ids, *encoder.encode([data.queries[q] for q in queries.ids], "query"))
     return exact_topk(onnx_docs, onnx_queries, K), details, folder

@@ -64,9 +64,7 @@ class Engine(Protocol):
 def require_package(module: str, package: str, target: str) -> None:
     """InputError naming the pip package when the target's Python module is not installed."""
     if importlib.util.find_spec(module) is None:
-        raise InputError(
-            f"target {target!r} needs the Python package {package!r}: pip install 'sembridge-ray[export]'"
-        )
+        raise InputError(f"target {target!r} needs the Python package {package!r}: pip install 'sembridge-ray[export]'")
 
 
 def require_reachable(url: str, timeout: float = 3.0) -> None:
@@ -80,6 +78,24 @@ def require_reachable(url: str, timeout: float = 3.0) -> None:
             pass
     except OSError as err:
         raise InputError(f"--url {url!r}: unreachable ({err.strerror or err})") from None
+
+
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "vocab.txt",
+    "vocab.json",
+    "sentencepiece.bpe.model",
+    "spiece.model",
+    "tokenizer.model",
+)
+"""One of these makes a tokenizer (transformers would otherwise build an empty one from the config alone)."""
+
+
+def require_tokenizer(model_dir: str) -> None:
+    """InputError naming a model directory that holds no tokenizer file (the exported terms need its strings)."""
+    path = Path(model_dir)
+    if path.is_dir() and not any((path / name).is_file() for name in TOKENIZER_FILES):
+        raise InputError(f"model {model_dir!r} has no tokenizer (none of {', '.join(TOKENIZER_FILES)})")
 
 
 def size_on_disk(path: Path) -> int:

@@ -66,7 +66,9 @@ def mapping(target: str) -> dict[str, Any]:
     parameters = {"quantization_ceiling_ingest": CEILING_INGEST, "quantization_ceiling_search": CEILING_SEARCH}
     return {
         "settings": {"index": {"sparse": True}},
-        "mappings": {"properties": {FIELD: {"type": "sparse_vector", "method": {"name": "seismic", "parameters": parameters}}}},
+        "mappings": {
+            "properties": {FIELD: {"type": "sparse_vector", "method": {"name": "seismic", "parameters": parameters}}}
+        },
     }
 
 

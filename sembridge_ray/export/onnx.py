@@ -4,10 +4,10 @@ elastic/eland#827). The model's ``max_active_dims`` and the query/document lengt
 ``sembridge_export.json`` and applied by :class:`OnnxSparseEncoder`.
 
 Variants: ``onnx`` (``torch.onnx.export``, fp32), ``onnx-optimized`` (the same graph after ONNX Runtime's extended
-graph optimisations, saved; the level above fuses for the CPU at hand, which a saved model must not), ``onnx-int8`` (ONNX Runtime's dynamic int8 quantisation of the weights). The
-directory holds ``model.onnx``, the tokenizer files and ``sembridge_export.json``; sentence-transformers'
-``backend="onnx"`` needs optimum, which this stack cannot install (it pins transformers < 5), so
-:class:`OnnxSparseEncoder` (onnxruntime + the tokenizer) is the reader.
+graph optimisations, saved; the level above fuses for the CPU at hand, which a saved model must not), ``onnx-int8``
+(ONNX Runtime's dynamic int8 quantisation of the weights). The directory holds ``model.onnx``, the tokenizer files
+and ``sembridge_export.json``; sentence-transformers' ``backend="onnx"`` needs optimum, which this stack cannot
+install (it pins transformers < 5), so :class:`OnnxSparseEncoder` (onnxruntime + the tokenizer) is the reader.
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def export(model_dir: str, out: Path, variant: str, max_query_length: int, max_d
         "max_query_length": max_query_length,
         "max_doc_length": max_doc_length,
         "max_active_dims": getattr(model, "max_active_dims", None),
-        "vocab_size": int(model[0].auto_model.config.vocab_size),
+        "vocab_size": len(model.tokenizer),
         "pooling": "max over tokens of log1p(relu(MLM logits)), in the graph",
         "opset": OPSET,
     }

@@ -21,6 +21,8 @@ ALGORITHM = "ranked_or"
 def toks(vectors: Vectors, i: int) -> dict[str, float]:
     terms, weights = vectors.row(i)
     return dict(zip(map(str, terms.tolist()), weights.tolist(), strict=True))
+
+
 LOCATION = "pisa"
 """What it writes under the output directory (embedded)."""
 
@@ -33,7 +35,10 @@ class PisaEngine:
         import pandas as pd
 
         frame = pd.DataFrame(
-            {"qid": [str(i) for i in range(len(queries))], "query_toks": [toks(queries, i) for i in range(len(queries))]}
+            {
+                "qid": [str(i) for i in range(len(queries))],
+                "query_toks": [toks(queries, i) for i in range(len(queries))],
+            }
         )
         with quiet():
             retriever = self.index.quantized(num_results=k, threads=1, query_algorithm=ALGORITHM, toks_scale=SCALE)

@@ -56,9 +56,7 @@ def build(out: Path, docs: Vectors, url: str = "") -> tuple[QdrantEngine, dict[s
     client = connect(out, url)
     if client.collection_exists(COLLECTION):
         client.delete_collection(COLLECTION)
-    client.create_collection(
-        COLLECTION, vectors_config={}, sparse_vectors_config={FIELD: models.SparseVectorParams()}
-    )
+    client.create_collection(COLLECTION, vectors_config={}, sparse_vectors_config={FIELD: models.SparseVectorParams()})
     for start in range(0, len(docs), BATCH):
         points = []
         for i in range(start, min(start + BATCH, len(docs))):

@@ -1,7 +1,7 @@
 """Seismic (pyseismic-lsr): its approximate learned-sparse index (``SeismicIndex``: pruned posting lists, clustered
-blocks with summaries), saved as ``<output>/seismic.index``. Terms are Seismic strings (the decimal term id) and
-documents keep their ids. The search is approximate (``query_cut``, ``heap_factor`` below): its loss is measured
-(``docs/export.md``), not assumed.
+blocks with summaries), saved as ``<output>/sembridge.index.seismic`` (``SeismicIndex.load`` reads it). Terms are
+Seismic strings (the decimal term id) and documents keep their ids. The search is approximate (``query_cut``,
+``heap_factor`` below): its loss is measured (``docs/export.md``), not assumed.
 """
 
 from __future__ import annotations
@@ -43,7 +43,9 @@ def terms_of(vectors: Vectors, i: int) -> tuple[np.ndarray, np.ndarray]:
 
     terms, weights = vectors.row(i)
     return np.array([str(t) for t in terms.tolist()], dtype=seismic.get_seismic_string()), weights.astype(np.float32)
-LOCATION = "seismic.index"
+
+
+LOCATION = "sembridge.index.seismic"
 """What it writes under the output directory (embedded)."""
 
 
@@ -82,8 +84,8 @@ def build(out: Path, docs: Vectors, url: str = "") -> tuple[SeismicEngine, dict[
         docs.rows.values.astype(np.float32),
         docs.rows.indptr.astype(np.int64),
     )
-    path = out / "seismic.index"
+    path = out / LOCATION
     with quiet():
         index = seismic.SeismicIndex.build_from_dataset(data, num_threads=1)
-        index.save(str(path))
+        index.save(str(out / LOCATION.removesuffix(".index.seismic")))  # Seismic adds the suffix
     return SeismicEngine(index), {"index": str(path), "query_cut": QUERY_CUT, "heap_factor": HEAP_FACTOR}

@@ -51,7 +51,9 @@ class Target:
 TARGETS: dict[str, Target] = {
     t.name: t
     for t in (
-        Target(name="sentence-transformers", kind="model", summary="a SparseEncoder directory (a checkpoint's weights)"),
+        Target(
+            name="sentence-transformers", kind="model", summary="a SparseEncoder directory (a checkpoint's weights)"
+        ),
         Target(
             name="qdrant",
             kind="engine",

@@ -132,4 +132,3 @@ JOB = JobSpec(
     report=report,
     description=__doc__ or "",
 )
-

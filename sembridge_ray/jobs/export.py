@@ -110,6 +110,7 @@ FLAGS = (
     Flag(name="--max-query-length", key="max_query_length"),
     Flag(name="--max-doc-length", key="max_doc_length"),
     Flag(name="--workers", key="resources.workers"),
+    Flag(name="--gpus-per-worker", key="resources.gpus_per_worker"),
 )
 
 

@@ -16,11 +16,14 @@ from sembridge_ray.export.parity import exact_topk, parity
 from sembridge_ray.retrieval.store import parquet_files, read_vectors
 
 
-def test_export_to_embedded_qdrant(
-    ray_cluster: cluster.ClusterInfo, fixtures_root: Path, sick_beir: Path, tmp_path: Path
-) -> None:
+def test_export_to_embedded_qdrant(ray_cluster: cluster.ClusterInfo, fixtures_root: Path, tmp_path: Path) -> None:
     pytest.importorskip("qdrant_client")
     from qdrant_client import QdrantClient, models
+
+    from sembridge_ray.data.sick import write_sick_beir
+    from sembridge_ray.resources import SICK_DIR
+
+    sick_beir = write_sick_beir(SICK_DIR, tmp_path / "sick", limit=80, splits=("test",))  # the untrained model is dense
 
     out = tmp_path / "qdrant-export"
     model = fixtures_root / "bert-mlm"

@@ -1,0 +1,1 @@
+"""Measurement scripts (benchmarks, not tests)."""

@@ -39,6 +39,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "bridges",
         "target_tokenizers",
         "gpu_check",
+        "export",
     ),
 )
 """Top to bottom (the ``jobs/`` entrypoints and the benchmarks, which drive everything, above the command line);

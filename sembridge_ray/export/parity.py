@@ -26,7 +26,7 @@ K = 10
 RTOL = 1e-5
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Parity:
     queries: int
     overlap_at_10: float

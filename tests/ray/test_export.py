@@ -51,5 +51,5 @@ def test_export_to_embedded_qdrant(ray_cluster: cluster.ClusterInfo, fixtures_ro
     )
     client.close()
     first = Vectors(queries.ids[:1], queries.rows.slice(0, 1))
-    checked = parity(docs, first, [[p.payload["doc_id"] for p in found.points]])
+    checked = parity(docs, first, [[(p.payload or {})["doc_id"] for p in found.points]])
     assert checked.identical_up_to_ties == 1.0 and len(exact_topk(docs, first)[0]) == 10

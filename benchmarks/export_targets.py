@@ -154,22 +154,29 @@ def main(argv: list[str] | None = None) -> int:
             "max_query_length": 64,
             "max_doc_length": 256,
         }
-        lines = [run_side(name, shared) for name in args.sides.split(",")]
-    base = next((x for x in lines if x["side"] == "exact"), {})
-    fp32 = next((x for x in lines if x["side"] == "torch-fp32"), {})
-    for line in lines:
-        line |= {"docs": len(docs), "queries": len(queries)}
-        if "search_s" in line and base.get("search_s"):
-            line["search_qps"] = round(len(queries) / line["search_s"], 1)
-            line["search_ratio_vs_exact"] = round(base["search_s"] / line["search_s"], 3)
-        if "encode_s" in line and fp32.get("encode_s"):
-            line["encode_docs_per_s"] = round(len(docs) / line["encode_s"], 1)
-            line["encode_ratio_vs_torch_fp32"] = round(fp32["encode_s"] / line["encode_s"], 3)
-        if base.get("peak_rss_mb") and "peak_rss_mb" in line:
-            line["peak_rss_ratio_vs_exact"] = round(line["peak_rss_mb"] / base["peak_rss_mb"], 2)
-        print(json.dumps(line), flush=True)
+        lines: list[dict[str, Any]] = []
+        for name in args.sides.split(","):  # each line as its side ends (exact and torch-fp32 first: the bases)
+            line = run_side(name, shared)
+            lines.append(annotate(line, lines, len(docs), len(queries)))
+            print(json.dumps(line), flush=True)
     print(table(lines))
     return 0
+
+
+def annotate(line: dict[str, Any], done: list[dict[str, Any]], docs: int, queries: int) -> dict[str, Any]:
+    """Add the ratios to the exact search (search time, peak memory) and to PyTorch fp32 (encoding time)."""
+    base = next((x for x in [*done, line] if x["side"] == "exact"), {})
+    fp32 = next((x for x in [*done, line] if x["side"] == "torch-fp32"), {})
+    line |= {"docs": docs, "queries": queries}
+    if "search_s" in line and base.get("search_s"):
+        line["search_qps"] = round(queries / line["search_s"], 1)
+        line["search_ratio_vs_exact"] = round(base["search_s"] / line["search_s"], 3)
+    if "encode_s" in line and fp32.get("encode_s"):
+        line["encode_docs_per_s"] = round(docs / line["encode_s"], 1)
+        line["encode_ratio_vs_torch_fp32"] = round(fp32["encode_s"] / line["encode_s"], 3)
+    if base.get("peak_rss_mb") and "peak_rss_mb" in line:
+        line["peak_rss_ratio_vs_exact"] = round(line["peak_rss_mb"] / base["peak_rss_mb"], 2)
+    return line
 
 
 def table(lines: list[dict[str, Any]]) -> str:

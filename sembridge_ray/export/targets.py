@@ -14,7 +14,7 @@ from typing import Literal
 
 from sembridge_ray.errors import InputError
 
-Kind = Literal["model", "engine", "files", "encoder"]
+Kind = Literal["model", "engine", "files", "encoder", "variant"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -22,7 +22,8 @@ class Target:
     name: str
     kind: Kind
     """``model``: a SparseEncoder directory; ``engine``: an index searched here; ``files``: mapping, bulk NDJSON and
-    query bodies for a server; ``encoder``: the model in another runtime (its vectors are what is checked)."""
+    query bodies for a server; ``encoder``: the model in another runtime (its vectors are what is checked);
+    ``variant``: another model made from it (scored beside it, not held to a tolerance)."""
     module: str = ""
     """The adapter in ``sembridge_ray.export`` (``build``, or ``export`` for encoders)."""
     imports: str = ""
@@ -40,6 +41,8 @@ class Target:
     summary: str = ""
 
     def tolerance(self) -> dict[str, object]:
+        if self.kind == "variant":
+            return {"rule": "scored beside the full model, not held to a tolerance (another model)"}
         if self.exact:
             return {"rule": "identical up to ties on every query"}
         return {"min_overlap@10": self.min_overlap, "max_ndcg@10_loss": self.max_ndcg_loss}
@@ -150,6 +153,13 @@ TARGETS: dict[str, Target] = {
             min_overlap=0.8,
             max_ndcg_loss=0.03,
             summary="ONNX Runtime dynamic int8 quantisation of the weights",
+        ),
+        Target(
+            name="doc-only",
+            kind="variant",
+            module="doc_only",
+            exact=False,
+            summary="an inference-free SparseEncoder: IDF-weighted query tokens (Router + SparseStaticEmbedding)",
         ),
     )
 }

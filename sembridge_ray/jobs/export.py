@@ -10,7 +10,8 @@ would have published from those weights (same lengths, pooling and model card).
 
 Any other target (``docs/export.md``) encodes ``--dataset``'s corpus and the judged queries of ``--split`` through
 the evaluate job's encoding (Ray Data, cached), exports them (an embedded Qdrant or Milvus Lite, a Seismic or PISA
-index, OpenSearch/Elasticsearch mapping and bulk files, or the model as ONNX), searches the queries through the
+index, OpenSearch/Elasticsearch mapping and bulk files, the model as ONNX, or its inference-free ``doc-only``
+variant, which is scored beside the model rather than held to a tolerance), searches the queries through the
 target and compares its top-10 with the project's exact sparse search: ``export_report.json`` holds the parity and
 the sizes; a target below its documented tolerance fails the job (exit 2). ``--model`` is a model directory, or
 give ``--checkpoint`` to export its weights first (to ``<output>/model``). An existing output is refused.
@@ -39,6 +40,7 @@ TargetName = Literal[
     "onnx",
     "onnx-optimized",
     "onnx-int8",
+    "doc-only",
 ]
 
 

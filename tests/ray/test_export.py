@@ -53,3 +53,21 @@ def test_export_to_embedded_qdrant(ray_cluster: cluster.ClusterInfo, fixtures_ro
     first = Vectors(queries.ids[:1], queries.rows.slice(0, 1))
     checked = parity(docs, first, [[(p.payload or {})["doc_id"] for p in found.points]])
     assert checked.identical_up_to_ties == 1.0 and len(exact_topk(docs, first)[0]) == 10
+
+
+def test_export_the_doc_only_variant(ray_cluster: cluster.ClusterInfo, fixtures_root: Path, tmp_path: Path) -> None:
+    from sentence_transformers import SparseEncoder
+
+    from sembridge_ray.data.sick import write_sick_beir
+    from sembridge_ray.resources import SICK_DIR
+
+    sick_beir = write_sick_beir(SICK_DIR, tmp_path / "sick", limit=80, splits=("test",))
+    out = tmp_path / "doc-only"
+    argv = ["--target", "doc-only", "--model", str(fixtures_root / "bert-mlm"), "--dataset", str(sick_beir)]
+    assert export.main([*argv, "--output", str(out), "--workers", "1"]) == 0
+    (fixtures_root / "bert-mlm" / "exports.json").unlink()
+    report = json.loads((out / "export_report.json").read_text())
+    assert report["target"] == "doc-only" and report["passed"] is True
+    assert report["ndcg@10_target"] is not None and report["ndcg@10_exact"] is not None
+    model = SparseEncoder(str(out / "model-doc-only"), device="cpu")
+    assert model.encode_query(["a man"], convert_to_tensor=True).coalesce().values().numel() >= 1

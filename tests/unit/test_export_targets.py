@@ -236,3 +236,30 @@ def test_url_on_an_embedded_only_target_is_refused(tmp_path: Path, capsys: pytes
     pytest.importorskip("seismic")
     argv = ["--target", "seismic", "--url", "http://127.0.0.1:1", "--model", "m", "--dataset", "d"]
     assert "seismic" in _refused([*argv, "--output", str(tmp_path / "o")], capsys)
+
+
+def test_the_doc_only_variant_weights_queries_by_idf(fixtures_root: Path, tmp_path: Path) -> None:
+    from sembridge_ray.export import doc_only
+    from sembridge_ray.sparse.encode import encode_texts, sparse_rows
+    from sembridge_ray.sparse.model import load_sparse_encoder
+    from sembridge_ray.testing import source_text
+
+    model = str(fixtures_root / "bert-mlm")
+    full = load_sparse_encoder(model, max_length=256)
+    texts = source_text()[:300]
+    weights = doc_only.idf(full.tokenizer, texts, len(full.tokenizer))
+    token_sets = [set(full.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts]
+    for token in (full.tokenizer.convert_tokens_to_ids("man"), 100, 1500):  # an oracle: df counted by hand
+        df = sum(token in s for s in token_sets)
+        assert weights[token] == pytest.approx(np.log(1 + (len(texts) - df + 0.5) / (df + 0.5)), rel=1e-6)
+    assert weights[full.tokenizer.cls_token_id] == 0.0
+    variant = doc_only.write(model, tmp_path / "m", weights, "sick", 256)
+    assert json.loads((tmp_path / "m" / doc_only.CONFIG).read_text())["variant"].startswith("inference-free")
+    terms, values = (a[0] for a in sparse_rows(variant.encode_query(["a man is playing"], convert_to_tensor=True)))
+    asked = sorted(set(full.tokenizer("a man is playing", add_special_tokens=False)["input_ids"]))
+    assert terms.tolist() == [t for t in asked if weights[t] > 0]
+    np.testing.assert_allclose(values, weights[terms], rtol=1e-6)
+    docs = sparse_rows(variant.encode_document(texts[:4], convert_to_tensor=True))
+    want = encode_texts(full, texts[:4], 4, "document")
+    for a, b in zip(docs[1], want[1], strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5)

@@ -49,7 +49,8 @@ def write(model_dir: str, out: Path, weights: np.ndarray, corpus: str, max_doc_l
 
     full = load_sparse_encoder(model_dir, device="cpu", max_length=max_doc_length)
     static = SparseStaticEmbedding(full.tokenizer, weight=torch.from_numpy(weights.copy()), frozen=True)
-    router = Router.for_query_document(query_modules=[static], document_modules=[full[0], full[1]])
+    document: list[Any] = [full[0], full[1]]  # the model's Transformer and SpladePooling
+    router = Router.for_query_document(query_modules=[static], document_modules=document)
     SparseEncoder(modules=[router], device="cpu").save(str(out))
     note = {
         "variant": "inference-free (doc-only)",

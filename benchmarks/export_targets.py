@@ -16,6 +16,7 @@ import argparse
 import json
 import multiprocessing as mp
 import os
+from queue import Empty
 import resource
 import sys
 import tempfile
@@ -124,8 +125,15 @@ def run_side(name: str, args: dict[str, Any]) -> dict[str, Any]:
     queue = ctx.Queue()
     child = ctx.Process(target=side, args=(name, args, queue))
     child.start()
-    child.join(timeout=3600)
-    return queue.get(timeout=5) if child.exitcode == 0 else {"side": name, "error": f"exit {child.exitcode}"}
+    while True:  # read before joining: a child blocks on exit until what it queued is read
+        try:
+            result: dict[str, Any] = queue.get(timeout=5)
+            break
+        except Empty:
+            if not child.is_alive():
+                return {"side": name, "error": f"exit {child.exitcode}"}
+    child.join()
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,12 +16,12 @@ import argparse
 import json
 import multiprocessing as mp
 import os
-from queue import Empty
 import resource
 import sys
 import tempfile
 import time
 from pathlib import Path
+from queue import Empty
 from typing import Any
 
 ENGINES = ("qdrant", "milvus", "seismic", "pisa", "opensearch", "opensearch-sparse-vector", "elasticsearch")

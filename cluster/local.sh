@@ -89,10 +89,10 @@ setup() {
     build_bridge_cache
     return
   fi
-  echo "[local.sh] setup 2/3: installing sembridge-ray[dev] with $spec into .venv (about 2 min the first time;" \
+  echo "[local.sh] setup 2/3: installing sembridge-ray[dev,export] with $spec into .venv (about 2 min the first time;" \
     "pip's output: .venv/pip.log)"
   set +e
-  "$VENV/bin/python" -m pip install --progress-bar off "$spec" -e ".[dev]" 2>&1 | pip_phases "$VENV/pip.log"
+  "$VENV/bin/python" -m pip install --progress-bar off "$spec" -e ".[dev,export]" 2>&1 | pip_phases "$VENV/pip.log"
   rc=${PIPESTATUS[0]}
   set -e
   if [ "$rc" -ne 0 ]; then

@@ -38,6 +38,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "bundled",
         "bridges",
         "target_tokenizers",
+        "export",
     ),
 )
 """Top to bottom (the checkout's ``jobs/`` entrypoints and ``benchmarks/``, outside the package, drive it all);

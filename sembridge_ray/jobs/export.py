@@ -1,67 +1,137 @@
-"""The ``export`` job's contract: write one fine-tuning checkpoint as a SparseEncoder directory, so any step can be
-evaluated (``jobs.evaluate --model <output>``) or served.
+"""The ``export`` job's contract: write a model where it is served, and check it there against the exact answer.
 
     python -m jobs.export --checkpoint /shared/ft/ar/checkpoints/finetune-<run>/step_00000400 --output /tmp/step400
     sembridge export --checkpoint ... --output ... --select best    # the best evaluated weights it carries
+    sembridge export --target qdrant --model DIR --dataset sick --split test --output /tmp/qdrant
 
-The checkpoint must verify (every rank's manifest and checksums); the written model is the one ``jobs.finetune``
-would have published from those weights (same lengths, pooling and model card). An existing output is refused.
+``--target sentence-transformers`` (the default): a fine-tuning checkpoint as a SparseEncoder directory; the
+checkpoint must verify (every rank's manifest and checksums), and the written model is the one ``jobs.finetune``
+would have published from those weights (same lengths, pooling and model card).
+
+Any other target (``docs/export.md``) encodes ``--dataset``'s corpus and the judged queries of ``--split`` through
+the evaluate job's encoding (Ray Data, cached), exports them (an embedded Qdrant or Milvus Lite, a Seismic or PISA
+index, OpenSearch/Elasticsearch mapping and bulk files, the model as ONNX, or its inference-free ``doc-only``
+variant, which is scored beside the model rather than held to a tolerance), searches the queries through the
+target and compares its top-10 with the project's exact sparse search: ``export_report.json`` holds the parity and
+the sizes; a target below its documented tolerance fails the job (exit 2). ``--model`` is a model directory, or
+give ``--checkpoint`` to export its weights first (to ``<output>/model``). An existing output is refused.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from sembridge_ray.config import Config
 from sembridge_ray.errors import InputError
 from sembridge_ray.jobs import Flag, JobSpec
+from sembridge_ray.placement import ResourceConfig
+
+TargetName = Literal[
+    "sentence-transformers",
+    "qdrant",
+    "milvus",
+    "seismic",
+    "pisa",
+    "opensearch",
+    "opensearch-sparse-vector",
+    "elasticsearch",
+    "onnx",
+    "onnx-optimized",
+    "onnx-int8",
+    "doc-only",
+]
 
 
 @dataclass(frozen=True, kw_only=True)
 class ExportConfig(Config):
-    """Write a fine-tuning checkpoint's weights as a SparseEncoder directory."""
+    """Write a model where it is served (a SparseEncoder directory, a search engine, ONNX) and check its parity."""
 
+    target: TargetName = "sentence-transformers"
+    """Where the model goes: a SparseEncoder directory (from a checkpoint), an engine, bulk files, or ONNX."""
     checkpoint: str = ""
     """A checkpoint directory of a fine-tuning run (``<storage>/<run>/step_<n>``)."""
+    model: str = ""
+    """The SparseEncoder directory to export (targets other than sentence-transformers; or give --checkpoint)."""
+    dataset: str = ""
+    """The corpus to index and the queries to check parity with (a dataset spec, as for evaluate)."""
+    split: str = "test"
+    """The split whose judged queries check the parity."""
     output: str = ""
-    """The SparseEncoder directory to write (must not exist)."""
+    """The directory to write (must not exist)."""
     select: Literal["last", "best"] = "last"
     """``last``: the checkpoint's own weights; ``best``: the best evaluated weights up to its step."""
+    url: str = ""
+    """A running server to push to and search (qdrant, milvus, opensearch*, elasticsearch); "" = embedded/files."""
+    max_query_length: int = 64
+    """Query tokens (the same key as in evaluation)."""
+    max_doc_length: int = 256
+    """Document tokens (the same key as in evaluation)."""
+    cache_dir: str = ""
+    """Where encodings are cached (shared with evaluate's); "" = <output>/cache."""
+    resources: ResourceConfig = field(default_factory=ResourceConfig)
 
     def require_inputs(self) -> None:
-        for name in ("checkpoint", "output"):
+        if self.target == "sentence-transformers":
+            for name in ("checkpoint", "output"):
+                if not getattr(self, name):
+                    raise InputError(f"--{name} is required")
+            if self.url:
+                raise InputError("--url: target 'sentence-transformers' writes a directory, it pushes nowhere")
+            return
+        if not self.model and not self.checkpoint:
+            raise InputError(f"--model (or --checkpoint) is required for --target {self.target}")
+        if self.model and self.checkpoint:
+            raise InputError("give --model or --checkpoint, not both")
+        for name in ("dataset", "output"):
             if not getattr(self, name):
-                raise InputError(f"--{name} is required")
+                raise InputError(f"--{name} is required for --target {self.target}")
 
 
 @dataclass(frozen=True, kw_only=True)
 class ExportResult:
     output: str
-    step: int
-    """The step whose weights were written."""
-    checkpoint: str
+    step: int = 0
+    """The step whose weights were written (a checkpoint's export)."""
+    checkpoint: str = ""
+    target: str = "sentence-transformers"
+    report: dict[str, Any] = field(default_factory=dict)
+    """``export_report.json`` (targets other than sentence-transformers)."""
 
 
 FLAGS = (
-    Flag(name="--checkpoint", key="checkpoint", required=True),
+    Flag(name="--target", key="target"),
+    Flag(name="--checkpoint", key="checkpoint"),
+    Flag(name="--model", key="model"),
+    Flag(name="--dataset", key="dataset"),
+    Flag(name="--split", key="split"),
     Flag(name="--output", key="output", required=True),
     Flag(name="--select", key="select"),
+    Flag(name="--url", key="url"),
+    Flag(name="--max-query-length", key="max_query_length"),
+    Flag(name="--max-doc-length", key="max_doc_length"),
+    Flag(name="--workers", key="resources.workers"),
+    Flag(name="--gpus-per-worker", key="resources.gpus_per_worker"),
 )
 
 
 def report(result: ExportResult) -> str:
-    return json.dumps(asdict(result), indent=2) + f"\nmodel (step {result.step}): {result.output}"
+    if result.target == "sentence-transformers":
+        shown = {"output": result.output, "step": result.step, "checkpoint": result.checkpoint}
+        return json.dumps(shown, indent=2) + f"\nmodel (step {result.step}): {result.output}"
+    keys = ("target", "documents", "postings", "bytes", "seconds", "overlap@10", "ndcg@10_exact", "ndcg@10_target")
+    shown = {k: result.report.get(k) for k in keys}
+    return json.dumps(shown, indent=2) + f"\nexport_report.json: {result.output}/export_report.json"
 
 
 JOB = JobSpec(
     name="export",
-    summary="write a fine-tuning checkpoint as a SparseEncoder directory",
+    summary="write a model where it is served (SparseEncoder dir, engines, ONNX), checked against the exact search",
     entry="export",
     config=ExportConfig,
     flags=FLAGS,
-    driver="sembridge_ray.distributed.finetune:run_export",
+    driver="sembridge_ray.distributed.export:run_export",
     report=report,
     description=__doc__ or "",
 )

@@ -1,0 +1,198 @@
+"""Ray side of ``jobs.export``: a checkpoint as a SparseEncoder directory (``--target sentence-transformers``,
+:func:`sembridge_ray.distributed.finetune.run_export`), or a model exported to a target and checked there.
+
+    run_export(cfg) -> ExportResult
+
+For a target: every input is checked before any encoding (the target's package, ``--url`` answering, the model
+and its tokenizer, the dataset's judged queries); the corpus and the queries are encoded through the evaluate job's
+encoding (:func:`sembridge_ray.distributed.evaluate.encode_corpus`: Ray Data actor pool, cached under the same keys
+as an evaluation's); the Ray-free adapter in :mod:`sembridge_ray.export` builds the target; its top-10 on the
+queries is compared with the exact search (:mod:`sembridge_ray.export.parity`); ``export_report.json`` is written
+in the output (the input model is never written to), and a target outside its tolerance fails the job with one
+line (exit 2).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from sembridge_ray.data.registry import load_retrieval
+from sembridge_ray.data.schema import ID, TEXT
+from sembridge_ray.distributed import cluster
+from sembridge_ray.distributed.evaluate import encode_corpus, encode_queries
+from sembridge_ray.distributed.finetune import run_export as run_checkpoint_export
+from sembridge_ray.errors import InputError
+from sembridge_ray.export.base import Vectors, require_package, require_reachable, require_tokenizer, size_on_disk
+from sembridge_ray.export.parity import K, exact_topk, parity
+from sembridge_ray.export.targets import Target, target
+from sembridge_ray.jobs.evaluate import EvaluateConfig
+from sembridge_ray.jobs.export import ExportConfig, ExportResult
+from sembridge_ray.outputs import atomic_write_json
+from sembridge_ray.retrieval.sources import resolve_dataset, resolve_model
+from sembridge_ray.retrieval.store import fingerprint, parquet_files, read_vectors
+from sembridge_ray.sparse.model import load_tokenizer
+
+log = logging.getLogger(__name__)
+REPORT = "export_report.json"
+
+
+def run_export(cfg: ExportConfig) -> ExportResult:
+    cfg.require_inputs()
+    if cfg.target == "sentence-transformers":
+        return run_checkpoint_export(cfg)
+    return run_target_export(cfg)
+
+
+def check_target(cfg: ExportConfig) -> Target:
+    """The target, its package and its server: each refusal one line, before anything is read or encoded."""
+    found = target(cfg.target)
+    if found.imports:
+        require_package(found.imports, found.package, found.name)
+    if cfg.url:
+        if not found.url:
+            raise InputError(f"--url: target {found.name!r} has no server to push to (it is embedded)")
+        require_reachable(cfg.url)
+    return found
+
+
+def vocabulary(model: str, width: int) -> list[str]:
+    """Token strings of term ids 0..width-1 from the model's (target) tokenizer; an id past the tokenizer (a padded
+    vocabulary) is ``[unused-id-N]``."""
+    tokenizer = load_tokenizer(model)
+    size = len(tokenizer)
+    tokens = tokenizer.convert_ids_to_tokens(list(range(min(size, width))))
+    return [str(t) for t in tokens] + [f"[unused-id-{i}]" for i in range(size, width)]
+
+
+def run_target_export(cfg: ExportConfig) -> ExportResult:
+    found = check_target(cfg)
+    out = Path(cfg.output)
+    if out.exists() or out.is_symlink():
+        raise InputError(f"output {str(out)!r} exists: choose a new directory")
+    start = time.perf_counter()
+    if cfg.checkpoint:  # its weights as a SparseEncoder directory first
+        written = run_checkpoint_export(
+            dataclasses.replace(cfg, target="sentence-transformers", output=str(out / "model"))
+        )
+        model_spec = written.output
+    else:
+        model_spec = cfg.model
+    model, model_id = resolve_model(model_spec)
+    require_tokenizer(model)
+    tokenizer = load_tokenizer(model)  # a model without a tokenizer stops here, before encoding
+    spec, data_id = resolve_dataset(cfg.dataset)
+    data = load_retrieval(spec, cfg.split)
+    qids = sorted(q for q in data.qrels if data.queries.get(q, "").strip())
+    if not qids:
+        raise InputError(f"dataset {cfg.dataset!r}: split {data.split!r} has no judged query with a text")
+    cluster.require_reachable()
+    out.mkdir(parents=True)
+    eval_cfg = EvaluateConfig(
+        model=model,
+        dataset=cfg.dataset,
+        split=cfg.split,
+        output=str(out),
+        max_query_length=cfg.max_query_length,
+        max_doc_length=cfg.max_doc_length,
+        cache_dir=cfg.cache_dir or str(out / "cache"),
+        resources=cfg.resources,
+    )
+    eval_cfg = dataclasses.replace(eval_cfg, precision=cluster.resolve_precision(eval_cfg.precision, cfg.resources))
+    key = fingerprint(model_id, data_id)
+    cache = Path(eval_cfg.cache_dir)
+    docs_dir, _ = encode_corpus(eval_cfg, model, data, key, cache)
+    queries_dir, _ = encode_queries(eval_cfg, model, data, qids, fingerprint(key, data.split), cache)
+    docs, queries = (Vectors(*read_vectors(parquet_files(d))) for d in (docs_dir, queries_dir))
+    encoded = time.perf_counter()
+    log.info("export: %d documents, %d queries encoded; building %s", len(docs), len(queries), found.name)
+    exact = exact_topk(docs, queries, K)
+    hits, details, where = build_and_search(found, cfg, out, model, docs, queries, data, len(tokenizer))
+    built = time.perf_counter()
+    checked = parity(docs, queries, hits, data.qrels, K, exact)
+    report: dict[str, Any] = {
+        "target": found.name,
+        "model": model_spec,
+        "dataset": cfg.dataset,
+        "split": data.split,
+        "documents": len(docs),
+        "postings": docs.postings,
+        "bytes": size_on_disk(where) if where.exists() else 0,
+        "seconds": round(built - start, 2),
+        "seconds_by_stage": {"encode": round(encoded - start, 2), "export_and_search": round(built - encoded, 2)},
+        **checked.report(),
+        "tolerance": found.tolerance(),
+        "details": details,
+    }
+    report["passed"] = passes(found, report)
+    atomic_write_json(out / REPORT, report)
+    if not report["passed"]:
+        raise InputError(
+            f"target {found.name!r} lost more than its tolerance {found.tolerance()}: overlap@10 "
+            f"{report['overlap@10']}, identical up to ties {report['identical_up_to_ties']}, nDCG@10 "
+            f"{report['ndcg@10_target']} vs {report['ndcg@10_exact']} exact ({out / REPORT})"
+        )
+    return ExportResult(output=str(out), target=found.name, report=report)
+
+
+def passes(found: Target, report: dict[str, Any]) -> bool:
+    if found.kind == "variant":
+        return True
+    if found.exact:
+        return bool(report["identical_up_to_ties"] == 1.0)
+    loss = (report["ndcg@10_exact"] or 0.0) - (report["ndcg@10_target"] or 0.0)
+    return bool(report["overlap@10"] >= found.min_overlap and loss <= found.max_ndcg_loss + 1e-9)
+
+
+def build_and_search(
+    found: Target,
+    cfg: ExportConfig,
+    out: Path,
+    model: str,
+    docs: Vectors,
+    queries: Vectors,
+    data: Any,
+    tokenizer_size: int,
+) -> tuple[list[list[str]], dict[str, Any], Path]:
+    """Build the target in ``out``; its top-k for ``queries``, what the report says about it, and its files."""
+    if found.kind == "engine":
+        adapter: Any = found.adapter()
+        engine, details = adapter.build(out, docs, cfg.url)
+        try:
+            return engine.search(queries, K), details, out / adapter.LOCATION
+        finally:
+            engine.close()
+    if found.kind == "files":
+        from sembridge_ray.export import lucene
+
+        width = max(tokenizer_size, max(int(v.rows.indices.max(initial=-1)) + 1 for v in (docs, queries)))
+        files, details = lucene.build(out, found.name, docs, queries, vocabulary(model, width), K, cfg.url)
+        return files.search(queries, K), details, out / found.name
+    texts = {
+        d: t
+        for batch in data.corpus.batches(10_000)
+        for d, t in zip(batch.column(ID).to_pylist(), batch.column(TEXT).to_pylist(), strict=True)
+    }
+    if found.kind == "variant":
+        from sembridge_ray.export import doc_only
+        from sembridge_ray.sparse.encode import sparse_rows
+
+        folder = out / "model-doc-only"
+        width = max(tokenizer_size, int(docs.rows.indices.max(initial=-1)) + 1)
+        weights = doc_only.idf(load_tokenizer(model), (texts[d] for d in docs.ids), width)
+        variant = doc_only.write(model, folder, weights, cfg.dataset, cfg.max_doc_length)
+        asked = variant.encode_query([data.queries[q] for q in queries.ids], convert_to_tensor=True)
+        static = Vectors.from_rows(queries.ids, *sparse_rows(asked))
+        # the document route is the model's own: the documents' vectors are the ones encoded
+        return exact_topk(docs, static, K), {"model": str(folder), "idf_corpus": cfg.dataset}, folder
+    from sembridge_ray.export import onnx
+
+    folder = out / "onnx"
+    details = onnx.export(model, folder, found.name, cfg.max_query_length, cfg.max_doc_length)
+    encoder = onnx.OnnxSparseEncoder(folder, threads=cfg.resources.threads_per_worker)
+    onnx_docs = Vectors.from_rows(docs.ids, *encoder.encode([texts[d] for d in docs.ids], "document"))
+    onnx_queries = Vectors.from_rows(queries.ids, *encoder.encode([data.queries[q] for q in queries.ids], "query"))
+    return exact_topk(onnx_docs, onnx_queries, K), details, folder

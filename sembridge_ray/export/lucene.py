@@ -1,0 +1,248 @@
+"""OpenSearch and Elasticsearch: the index mapping, the bulk NDJSON and the search bodies, as files; ``url`` pushes
+them to a running server and searches there.
+
+- ``elasticsearch``: a ``sparse_vector`` field keyed by token strings. Elasticsearch reads a ``.`` in a key as an
+  object path, so keys are escaped: ``%`` -> ``%25``, then ``.`` -> ``%2E`` (:func:`escape`; :func:`unescape`
+  undoes it; ``##ing``, ``▁de`` and CJK tokens pass unchanged). Query: ``sparse_vector`` with ``query_vector``.
+- ``opensearch``: a ``rank_features`` field keyed by the same escaped token strings; query: ``neural_sparse`` with
+  ``query_tokens``.
+- ``opensearch-sparse-vector`` (OpenSearch 3.3+): a ``sparse_vector`` field (SEISMIC) keyed by the term id as a
+  string; weights above the ingest ceiling (``quantization_ceiling_ingest``, :data:`CEILING_INGEST` as OpenSearch's
+  default) are clipped to it here, as the engine would, and queries at the search ceiling.
+
+Weights are positive finite float32; both Lucene ``rank_features`` and Elasticsearch's ``sparse_vector`` keep 9
+significant bits of a weight (Lucene's ``FeatureField``: the float's bits shifted right by 15), which the parity
+without a server reproduces (:func:`stored`); with ``url``, the server's own answer is compared instead.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sembridge_ray.errors import InputError
+from sembridge_ray.export.base import Hits, Vectors
+from sembridge_ray.export.parity import exact_topk
+
+INDEX, FIELD = "sembridge", "sparse"
+MAPPING, BULK, SEARCHES = "mapping.json", "bulk.ndjson", "searches.ndjson"
+CEILING_INGEST, CEILING_SEARCH = 3.0, 16.0
+FLOAT_MIN_NORMAL = float(np.finfo(np.float32).tiny)
+
+
+def escape(token: str) -> str:
+    return token.replace("%", "%25").replace(".", "%2E")
+
+
+def unescape(name: str) -> str:
+    return name.replace("%2E", ".").replace("%25", "%")
+
+
+def feature_names(target: str, vocab: list[str]) -> list[str]:
+    """Term id -> the key the target's documents use for it."""
+    if target == "opensearch-sparse-vector":
+        return [str(i) for i in range(len(vocab))]
+    names = [escape(t) for t in vocab]
+    if "" in names:
+        raise InputError(f"the tokenizer has an empty token (id {names.index('')}): no engine accepts it")
+    if len(set(names)) != len(names):
+        dup = next(n for n in names if names.count(n) > 1)
+        raise InputError(f"the tokenizer has token {unescape(dup)!r} twice: the features would merge")
+    return names
+
+
+def mapping(target: str) -> dict[str, Any]:
+    if target == "elasticsearch":
+        return {"mappings": {"properties": {FIELD: {"type": "sparse_vector"}}}}
+    if target == "opensearch":
+        return {"mappings": {"properties": {FIELD: {"type": "rank_features"}}}}
+    parameters = {"quantization_ceiling_ingest": CEILING_INGEST, "quantization_ceiling_search": CEILING_SEARCH}
+    return {
+        "settings": {"index": {"sparse": True}},
+        "mappings": {
+            "properties": {FIELD: {"type": "sparse_vector", "method": {"name": "seismic", "parameters": parameters}}}
+        },
+    }
+
+
+def features(target: str, names: list[str], terms: np.ndarray, weights: np.ndarray, query: bool) -> dict[str, float]:
+    """One vector as the target's key -> weight object (weights below float32's smallest normal are left out: Lucene
+    rejects them)."""
+    keep = weights >= FLOAT_MIN_NORMAL
+    values = weights[keep].astype(np.float64)
+    if target == "opensearch-sparse-vector":
+        values = np.minimum(values, CEILING_SEARCH if query else CEILING_INGEST)
+    return {names[t]: float(v) for t, v in zip(terms[keep].tolist(), values.tolist(), strict=True)}
+
+
+def query_body(target: str, names: list[str], terms: np.ndarray, weights: np.ndarray, k: int) -> dict[str, Any]:
+    """The search request body for one query vector."""
+    vector = features(target, names, terms, weights, query=True)
+    if target == "elasticsearch":
+        query: dict[str, Any] = {"sparse_vector": {"field": FIELD, "query_vector": vector}}
+    elif target == "opensearch":
+        query = {"neural_sparse": {FIELD: {"query_tokens": vector}}}
+    else:
+        query = {"neural_sparse": {FIELD: {"query_tokens": vector, "method_parameters": {"k": k}}}}
+    return {"size": k, "_source": False, "query": query}
+
+
+def bulk_lines(target: str, names: list[str], docs: Vectors) -> Iterator[str]:
+    for i, doc_id in enumerate(docs.ids):
+        yield json.dumps({"index": {"_index": INDEX, "_id": doc_id}}, ensure_ascii=False) + "\n"
+        source = {FIELD: features(target, names, *docs.row(i), query=False)}
+        yield json.dumps(source, ensure_ascii=False) + "\n"
+
+
+def write(out: Path, target: str, docs: Vectors, queries: Vectors, vocab: list[str], k: int) -> dict[str, Any]:
+    """mapping.json, bulk.ndjson (``_bulk``) and searches.ndjson (``_msearch``, one body per query) in ``out``."""
+    names = feature_names(target, vocab)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / MAPPING).write_text(json.dumps(mapping(target), indent=2) + "\n", encoding="utf-8")
+    with open(out / BULK, "w", encoding="utf-8") as fh:
+        fh.writelines(bulk_lines(target, names, docs))
+    with open(out / SEARCHES, "w", encoding="utf-8") as fh:
+        for i in range(len(queries)):
+            fh.write(json.dumps({"index": INDEX}) + "\n")
+            fh.write(json.dumps(query_body(target, names, *queries.row(i), k), ensure_ascii=False) + "\n")
+    details: dict[str, Any] = {"index": INDEX, "field": FIELD, "files": [MAPPING, BULK, SEARCHES]}
+    if target == "opensearch-sparse-vector":
+        details |= {"keys": "term ids as strings", "ceiling_ingest": CEILING_INGEST, "ceiling_search": CEILING_SEARCH}
+    else:
+        details |= {"keys": "token strings, '%' -> '%25' then '.' -> '%2E'", "precision": "9 significant bits"}
+    return details
+
+
+def validate(path: Path, target: str) -> list[str]:
+    """Problems of a bulk NDJSON file under the engine's field rules ([] = none): action/source line pairs, keys
+    non-empty (no ``.`` for token strings; decimal ids for ``opensearch-sparse-vector``), weights positive finite
+    (at most the ingest ceiling for ``opensearch-sparse-vector``)."""
+    problems: list[str] = []
+    lines = path.read_text(encoding="utf-8").splitlines()
+    if len(lines) % 2:
+        problems.append(f"{len(lines)} lines: not action/source pairs")
+    for n in range(0, len(lines) - 1, 2):
+        action, source = json.loads(lines[n]), json.loads(lines[n + 1])
+        if set(action) != {"index"} or not action["index"].get("_id"):
+            problems.append(f"line {n + 1}: not an index action with an _id")
+        vector = source.get(FIELD)
+        if not isinstance(vector, dict):
+            problems.append(f"line {n + 2}: no {FIELD!r} object")
+            continue
+        for key, weight in vector.items():
+            if not key or (target != "opensearch-sparse-vector" and "." in key):
+                problems.append(f"line {n + 2}: feature name {key!r}")
+            if target == "opensearch-sparse-vector" and not key.isdigit():
+                problems.append(f"line {n + 2}: key {key!r} is not a term id")
+            if not (isinstance(weight, float | int) and math.isfinite(weight) and weight > 0):
+                problems.append(f"line {n + 2}: weight {weight!r} of {key!r} is not positive finite")
+            elif target == "opensearch-sparse-vector" and weight > CEILING_INGEST:
+                problems.append(f"line {n + 2}: weight {weight!r} of {key!r} above the ceiling {CEILING_INGEST}")
+    return problems
+
+
+def read_bulk(path: Path, target: str, vocab: list[str]) -> Vectors:
+    """A bulk NDJSON file back to vectors (term ids ascending): the round trip of :func:`write`."""
+    lookup = {name: i for i, name in enumerate(feature_names(target, vocab))}
+    ids, indices, values = [], [], []
+    lines = path.read_text(encoding="utf-8").splitlines()
+    for n in range(0, len(lines), 2):
+        ids.append(json.loads(lines[n])["index"]["_id"])
+        vector = json.loads(lines[n + 1])[FIELD]
+        pairs = sorted((lookup[k], w) for k, w in vector.items())
+        indices.append(np.array([t for t, _ in pairs], np.int32))
+        values.append(np.array([w for _, w in pairs], np.float32))
+    return Vectors.from_rows(ids, indices, values)
+
+
+def stored(target: str, vectors: Vectors) -> Vectors:
+    """The vectors as the engine keeps them: Lucene ``FeatureField``'s 9 significant bits (the float's bits with the
+    low 15 cleared) for token-string targets; ``opensearch-sparse-vector``'s clipped floats as written."""
+    if target == "opensearch-sparse-vector":
+        return vectors
+    bits = vectors.rows.values.astype(np.float32).view(np.int32)
+    kept = ((bits >> 15) << 15).view(np.float32)
+    return Vectors(vectors.ids, vectors.rows._replace(values=kept))
+
+
+class FilesEngine:
+    """Parity without a server: the bulk file read back, stored as the engine stores it, searched exactly."""
+
+    def __init__(self, docs: Vectors, target: str, vocab: list[str]) -> None:
+        self.docs, self.target, self.vocab = docs, target, vocab
+
+    def search(self, queries: Vectors, k: int) -> Hits:
+        names = feature_names(self.target, self.vocab)
+        lookup = {name: i for i, name in enumerate(names)}
+        rows = []
+        for i in range(len(queries)):  # the query as its body carries it
+            vector = features(self.target, names, *queries.row(i), query=True)
+            pairs = sorted((lookup[key], w) for key, w in vector.items())
+            rows.append((np.array([t for t, _ in pairs], np.int32), np.array([w for _, w in pairs], np.float32)))
+        sent = Vectors.from_rows(queries.ids, [r[0] for r in rows], [r[1] for r in rows])
+        return exact_topk(self.docs, sent, k)
+
+    def close(self) -> None:
+        pass
+
+
+class ServerEngine:
+    """Parity against a running server: the search bodies sent to ``_msearch``, the hits' ``_id``s read back."""
+
+    def __init__(self, url: str, target: str, vocab: list[str]) -> None:
+        self.url, self.target, self.vocab = url.rstrip("/"), target, vocab
+
+    def search(self, queries: Vectors, k: int) -> Hits:
+        names = feature_names(self.target, self.vocab)
+        body = "".join(
+            json.dumps({"index": INDEX}) + "\n" + json.dumps(query_body(self.target, names, *queries.row(i), k)) + "\n"
+            for i in range(len(queries))
+        )
+        answer = request(self.url + "/_msearch", body, "application/x-ndjson")
+        return [[str(h["_id"]) for h in r.get("hits", {}).get("hits", [])] for r in answer["responses"]]
+
+    def close(self) -> None:
+        pass
+
+
+def request(url: str, body: str | None, content_type: str = "application/json", method: str = "POST") -> Any:
+    data = None if body is None else body.encode("utf-8")
+    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": content_type})
+    with urllib.request.urlopen(req, timeout=120) as response:
+        return json.loads(response.read().decode("utf-8") or "null")
+
+
+def push(out: Path, url: str) -> None:
+    """Create the index from mapping.json (an existing one is deleted first), send bulk.ndjson, refresh."""
+    base = url.rstrip("/")
+    try:
+        request(f"{base}/{INDEX}", None, method="DELETE")
+    except urllib.error.HTTPError as err:
+        if err.code != 404:
+            raise
+    request(f"{base}/{INDEX}", (out / MAPPING).read_text(encoding="utf-8"), method="PUT")
+    result = request(f"{base}/_bulk", (out / BULK).read_text(encoding="utf-8"), "application/x-ndjson")
+    if result.get("errors"):
+        first = next(i for i in result["items"] if "error" in next(iter(i.values())))
+        raise InputError(f"--url {url!r}: the bulk request was refused: {json.dumps(first)[:300]}")
+    request(f"{base}/{INDEX}/_refresh", None)
+
+
+def build(
+    out: Path, target: str, docs: Vectors, queries: Vectors, vocab: list[str], k: int, url: str = ""
+) -> tuple[FilesEngine | ServerEngine, dict[str, Any]]:
+    folder = out / target
+    details = write(folder, target, docs, queries, vocab, k)
+    if problems := validate(folder / BULK, target):
+        raise ValueError(f"{folder / BULK}: {problems[0]} ({len(problems)} problems)")
+    if url:
+        push(folder, url)
+        return ServerEngine(url, target, vocab), details | {"url": url}
+    return FilesEngine(stored(target, read_bulk(folder / BULK, target, vocab)), target, vocab), details

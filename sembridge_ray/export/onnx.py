@@ -1,0 +1,135 @@
+"""ONNX: the SparseEncoder as one ONNX graph, token ids in, SPLADE vector out: the MLM, then the max pooling
+(``log1p(relu(logits))`` maxed over the unpadded tokens) inside the graph, so no runtime can drop it (the trap of
+elastic/eland#827). The model's ``max_active_dims`` and the query/document lengths are kept in
+``sembridge_export.json`` and applied by :class:`OnnxSparseEncoder`.
+
+Variants: ``onnx`` (``torch.onnx.export``, fp32), ``onnx-optimized`` (the same graph after ONNX Runtime's extended
+graph optimisations, saved; the level above fuses for the CPU at hand, which a saved model must not), ``onnx-int8``
+(ONNX Runtime's dynamic int8 quantisation of the weights). The directory holds ``model.onnx``, the tokenizer files
+and ``sembridge_export.json``; sentence-transformers' ``backend="onnx"`` needs optimum, which this stack cannot
+install (it pins transformers < 5), so :class:`OnnxSparseEncoder` (onnxruntime + the tokenizer) is the reader.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sembridge_ray.errors import InputError
+
+CONFIG, GRAPH = "sembridge_export.json", "model.onnx"
+INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+OPSET = 17
+VARIANTS = ("onnx", "onnx-optimized", "onnx-int8")
+
+
+def _plain_splade(model: Any) -> None:
+    """InputError unless ``model`` is a plain SPLADE encoder (Transformer + SpladePooling, no Router, no prompts)."""
+    from sentence_transformers.sparse_encoder.modules import SpladePooling
+
+    if len(model) != 2 or not isinstance(model[1], SpladePooling) or any(model.prompts.values()):
+        raise InputError("the ONNX targets export a plain SPLADE encoder (an MLM + SpladePooling, no router/prompts)")
+
+
+def export(model_dir: str, out: Path, variant: str, max_query_length: int, max_doc_length: int) -> dict[str, Any]:
+    """Write the ONNX encoder of ``model_dir`` to ``out``; returns what the report says about it."""
+    import torch
+
+    from sembridge_ray.sparse.model import load_sparse_encoder
+
+    model = load_sparse_encoder(model_dir, device="cpu", max_length=max_doc_length)
+    _plain_splade(model)
+    example = model.preprocess(["an example", "another, longer example text"])
+    names = [n for n in INPUTS if n in example]
+
+    class Graph(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+            return self.model(dict(zip(names, inputs, strict=True)))["sentence_embedding"]
+
+    out.mkdir(parents=True, exist_ok=True)
+    plain = out / (GRAPH if variant == "onnx" else "model.fp32.onnx")
+    axes = {n: {0: "batch", 1: "tokens"} for n in names} | {"vector": {0: "batch"}}
+    with torch.no_grad():
+        torch.onnx.export(
+            Graph().eval(),
+            tuple(example[n] for n in names),
+            str(plain),
+            input_names=names,
+            output_names=["vector"],
+            dynamic_axes=axes,
+            opset_version=OPSET,
+            dynamo=False,
+        )
+    if variant == "onnx-optimized":
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+        options.optimized_model_filepath = str(out / GRAPH)
+        ort.InferenceSession(str(plain), options, providers=["CPUExecutionProvider"])
+        plain.unlink()
+    elif variant == "onnx-int8":
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        quantize_dynamic(str(plain), str(out / GRAPH), weight_type=QuantType.QInt8)
+        plain.unlink()
+    model.tokenizer.save_pretrained(str(out))
+    config = {
+        "variant": variant,
+        "inputs": names,
+        "max_query_length": max_query_length,
+        "max_doc_length": max_doc_length,
+        "max_active_dims": getattr(model, "max_active_dims", None),
+        "vocab_size": len(model.tokenizer),
+        "pooling": "max over tokens of log1p(relu(MLM logits)), in the graph",
+        "opset": OPSET,
+    }
+    (out / CONFIG).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    return config
+
+
+class OnnxSparseEncoder:
+    """An exported directory, run with ONNX Runtime on the CPU: texts -> sparse rows (term ids ascending, weights
+    > 0), as :func:`sembridge_ray.sparse.encode.encode_texts` returns them."""
+
+    def __init__(self, path: str | Path, threads: int = 0) -> None:
+        import onnxruntime as ort
+        from transformers import AutoTokenizer
+
+        self.path = Path(path)
+        self.config = json.loads((self.path / CONFIG).read_text(encoding="utf-8"))
+        self.tokenizer = AutoTokenizer.from_pretrained(str(self.path))
+        options = ort.SessionOptions()
+        if threads > 0:
+            options.intra_op_num_threads = threads
+        self.session = ort.InferenceSession(str(self.path / GRAPH), options, providers=["CPUExecutionProvider"])
+
+    def encode(
+        self, texts: Sequence[str], role: str = "document", batch_size: int = 32
+    ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        length = self.config["max_query_length" if role == "query" else "max_doc_length"]
+        limit = self.config.get("max_active_dims")
+        order = np.argsort([-len(t) for t in texts], kind="stable")
+        indices: list[np.ndarray] = [np.zeros(0, np.int32)] * len(texts)
+        values: list[np.ndarray] = [np.zeros(0, np.float32)] * len(texts)
+        for start in range(0, len(texts), batch_size):
+            chosen = order[start : start + batch_size]
+            batch = self.tokenizer(
+                [texts[i] for i in chosen], padding=True, truncation=True, max_length=length, return_tensors="np"
+            )
+            feeds = {n: batch[n].astype(np.int64) for n in self.config["inputs"]}
+            dense = self.session.run(None, feeds)[0]
+            for i, row in zip(chosen, dense, strict=True):
+                nz = np.flatnonzero(row > 0)
+                if limit and len(nz) > limit:
+                    nz = np.sort(nz[np.argsort(-row[nz], kind="stable")[:limit]])
+                indices[i], values[i] = nz.astype(np.int32), row[nz].astype(np.float32)
+        return indices, values

@@ -1,0 +1,71 @@
+"""``python -m jobs.export --target qdrant`` end to end on the module's Ray cluster: the tiny bert-mlm over SICK
+sentences, encoded through the evaluate job's encoding, into an embedded Qdrant that reopens and answers as the
+exact search does."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from jobs import export
+from sembridge_ray.distributed import cluster
+from sembridge_ray.export.base import Vectors
+from sembridge_ray.export.parity import exact_topk, parity
+from sembridge_ray.retrieval.store import parquet_files, read_vectors
+
+
+def test_export_to_embedded_qdrant(ray_cluster: cluster.ClusterInfo, fixtures_root: Path, tmp_path: Path) -> None:
+    pytest.importorskip("qdrant_client")
+    from qdrant_client import QdrantClient, models
+
+    from sembridge_ray.data.sick import write_sick_beir
+    from sembridge_ray.resources import SICK_DIR
+
+    sick_beir = write_sick_beir(SICK_DIR, tmp_path / "sick", limit=80, splits=("test",))  # the untrained model is dense
+
+    out = tmp_path / "qdrant-export"
+    model = fixtures_root / "bert-mlm"
+    argv = ["--target", "qdrant", "--model", str(model), "--dataset", str(sick_beir), "--output", str(out)]
+    assert export.main([*argv, "--workers", "1"]) == 0
+    report = json.loads((out / "export_report.json").read_text())
+    assert {"target", "documents", "seconds", "overlap@10", "ndcg@10_exact", "ndcg@10_target"} <= set(report)
+    assert report["target"] == "qdrant" and report["passed"] is True
+    assert report["overlap@10"] == 1.0 and report["identical_up_to_ties"] == 1.0
+    assert report["ndcg@10_target"] == pytest.approx(report["ndcg@10_exact"])
+    assert not (model / "exports.json").exists()  # the input model is left as it was
+    # the vectors the job encoded (its cache), searched by a fresh client on the written collection
+    cache = out / "cache"
+    docs = Vectors(*read_vectors(parquet_files(next(cache.glob("docs-*")) / "vectors")))
+    queries = Vectors(*read_vectors(parquet_files(next(cache.glob("queries-*")) / "vectors")))
+    assert report["documents"] == len(docs) and report["postings"] == docs.postings
+    client = QdrantClient(path=str(out / "qdrant"))
+    terms, weights = queries.row(0)
+    found = client.query_points(
+        "sembridge",
+        query=models.SparseVector(indices=terms.tolist(), values=weights.tolist()),
+        using="sparse",
+        limit=10,
+    )
+    client.close()
+    first = Vectors(queries.ids[:1], queries.rows.slice(0, 1))
+    checked = parity(docs, first, [[(p.payload or {})["doc_id"] for p in found.points]])
+    assert checked.identical_up_to_ties == 1.0 and len(exact_topk(docs, first)[0]) == 10
+
+
+def test_export_the_doc_only_variant(ray_cluster: cluster.ClusterInfo, fixtures_root: Path, tmp_path: Path) -> None:
+    from sentence_transformers import SparseEncoder
+
+    from sembridge_ray.data.sick import write_sick_beir
+    from sembridge_ray.resources import SICK_DIR
+
+    sick_beir = write_sick_beir(SICK_DIR, tmp_path / "sick", limit=80, splits=("test",))
+    out = tmp_path / "doc-only"
+    argv = ["--target", "doc-only", "--model", str(fixtures_root / "bert-mlm"), "--dataset", str(sick_beir)]
+    assert export.main([*argv, "--output", str(out), "--workers", "1"]) == 0
+    report = json.loads((out / "export_report.json").read_text())
+    assert report["target"] == "doc-only" and report["passed"] is True
+    assert report["ndcg@10_target"] is not None and report["ndcg@10_exact"] is not None
+    model = SparseEncoder(str(out / "model-doc-only"), device="cpu")
+    assert model.encode_query(["a man"], convert_to_tensor=True).coalesce().values().numel() >= 1

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from sembridge_ray.data.registry import load_retrieval
+from sembridge_ray.data.retrieval import RetrievalData
 from sembridge_ray.data.schema import ID, TEXT
 from sembridge_ray.distributed import cluster
 from sembridge_ray.distributed.evaluate import encode_corpus, encode_queries
@@ -74,45 +75,16 @@ def run_target_export(cfg: ExportConfig) -> ExportResult:
     if out.exists() or out.is_symlink():
         raise InputError(f"output {str(out)!r} exists: choose a new directory")
     start = time.perf_counter()
-    if cfg.checkpoint:  # its weights as a SparseEncoder directory first
-        written = run_checkpoint_export(
-            dataclasses.replace(cfg, target="sentence-transformers", output=str(out / "model"))
-        )
-        model_spec = written.output
-    else:
-        model_spec = cfg.model
-    model, model_id = resolve_model(model_spec)
-    require_tokenizer(model)
-    tokenizer = load_tokenizer(model)  # a model without a tokenizer stops here, before encoding
-    spec, data_id = resolve_dataset(cfg.dataset)
-    data = load_retrieval(spec, cfg.split)
-    qids = sorted(q for q in data.qrels if data.queries.get(q, "").strip())
-    if not qids:
-        raise InputError(f"dataset {cfg.dataset!r}: split {data.split!r} has no judged query with a text")
+    model_spec, model, model_id, vocab_size = _model_of(cfg, out)
+    data, data_id, qids = _judged(cfg)
     cluster.require_reachable()
     out.mkdir(parents=True)
-    eval_cfg = EvaluateConfig(
-        model=model,
-        dataset=cfg.dataset,
-        split=cfg.split,
-        output=str(out),
-        max_query_length=cfg.max_query_length,
-        max_doc_length=cfg.max_doc_length,
-        cache_dir=cfg.cache_dir or str(out / "cache"),
-        resources=cfg.resources,
-    )
-    eval_cfg = dataclasses.replace(eval_cfg, precision=cluster.resolve_precision(eval_cfg.precision, cfg.resources))
-    key = fingerprint(model_id, data_id)
-    cache = Path(eval_cfg.cache_dir)
-    docs_dir, _ = encode_corpus(eval_cfg, model, data, key, cache)
-    queries_dir, _ = encode_queries(eval_cfg, model, data, qids, fingerprint(key, data.split), cache)
-    docs, queries = (Vectors(*read_vectors(parquet_files(d))) for d in (docs_dir, queries_dir))
+    docs, queries = _encoded(cfg, out, model, fingerprint(model_id, data_id), data, qids)
     encoded = time.perf_counter()
     log.info("export: %d documents, %d queries encoded; building %s", len(docs), len(queries), found.name)
     exact = exact_topk(docs, queries, K)
-    hits, details, where = build_and_search(found, cfg, out, model, docs, queries, data, len(tokenizer))
+    hits, details, where = build_and_search(found, cfg, out, model, docs, queries, data, vocab_size)
     built = time.perf_counter()
-    checked = parity(docs, queries, hits, data.qrels, K, exact)
     report: dict[str, Any] = {
         "target": found.name,
         "model": model_spec,
@@ -123,7 +95,7 @@ def run_target_export(cfg: ExportConfig) -> ExportResult:
         "bytes": size_on_disk(where) if where.exists() else 0,
         "seconds": round(built - start, 2),
         "seconds_by_stage": {"encode": round(encoded - start, 2), "export_and_search": round(built - encoded, 2)},
-        **checked.report(),
+        **parity(docs, queries, hits, data.qrels, K, exact).report(),
         "tolerance": found.tolerance(),
         "details": details,
     }
@@ -136,6 +108,53 @@ def run_target_export(cfg: ExportConfig) -> ExportResult:
             f"{report['ndcg@10_target']} vs {report['ndcg@10_exact']} exact ({out / REPORT})"
         )
     return ExportResult(output=str(out), target=found.name, report=report)
+
+
+def _model_of(cfg: ExportConfig, out: Path) -> tuple[str, str, str, int]:
+    """(the model as named, its resolved path, its identity, its vocabulary size); a checkpoint's weights are
+    written as a SparseEncoder directory first; a model without a tokenizer stops here, before encoding."""
+    if cfg.checkpoint:
+        written = run_checkpoint_export(
+            dataclasses.replace(cfg, target="sentence-transformers", output=str(out / "model"))
+        )
+        model_spec = written.output
+    else:
+        model_spec = cfg.model
+    model, model_id = resolve_model(model_spec)
+    require_tokenizer(model)
+    return model_spec, model, model_id, len(load_tokenizer(model))
+
+
+def _judged(cfg: ExportConfig) -> tuple[RetrievalData, str, list[str]]:
+    """The dataset's split, its identity and its judged query ids with a text (none: refused)."""
+    spec, data_id = resolve_dataset(cfg.dataset)
+    data = load_retrieval(spec, cfg.split)
+    qids = sorted(q for q in data.qrels if data.queries.get(q, "").strip())
+    if not qids:
+        raise InputError(f"dataset {cfg.dataset!r}: split {data.split!r} has no judged query with a text")
+    return data, data_id, qids
+
+
+def _encoded(
+    cfg: ExportConfig, out: Path, model: str, key: str, data: RetrievalData, qids: list[str]
+) -> tuple[Vectors, Vectors]:
+    """The corpus and the judged queries, encoded as the evaluate job encodes them (and cached under its keys)."""
+    eval_cfg = EvaluateConfig(
+        model=model,
+        dataset=cfg.dataset,
+        split=cfg.split,
+        output=str(out),
+        max_query_length=cfg.max_query_length,
+        max_doc_length=cfg.max_doc_length,
+        cache_dir=cfg.cache_dir or str(out / "cache"),
+        resources=cfg.resources,
+    )
+    eval_cfg = dataclasses.replace(eval_cfg, precision=cluster.resolve_precision(eval_cfg.precision, cfg.resources))
+    cache = Path(eval_cfg.cache_dir)
+    docs_dir, _ = encode_corpus(eval_cfg, model, data, key, cache)
+    queries_dir, _ = encode_queries(eval_cfg, model, data, qids, fingerprint(key, data.split), cache)
+    docs, queries = (Vectors(*read_vectors(parquet_files(d))) for d in (docs_dir, queries_dir))
+    return docs, queries
 
 
 def passes(found: Target, report: dict[str, Any]) -> bool:
@@ -154,7 +173,7 @@ def build_and_search(
     model: str,
     docs: Vectors,
     queries: Vectors,
-    data: Any,
+    data: RetrievalData,
     tokenizer_size: int,
 ) -> tuple[list[list[str]], dict[str, Any], Path]:
     """Build the target in ``out``; its top-k for ``queries``, what the report says about it, and its files."""
@@ -177,17 +196,45 @@ def build_and_search(
         for d, t in zip(batch.column(ID).to_pylist(), batch.column(TEXT).to_pylist(), strict=True)
     }
     if found.kind == "variant":
-        from sembridge_ray.export import doc_only
-        from sembridge_ray.sparse.encode import sparse_rows
+        return _doc_only(cfg, out, model, docs, queries, data, texts, tokenizer_size)
+    return _onnx(found, cfg, out, model, docs, queries, data, texts)
 
-        folder = out / "model-doc-only"
-        width = max(tokenizer_size, int(docs.rows.indices.max(initial=-1)) + 1)
-        weights = doc_only.idf(load_tokenizer(model), (texts[d] for d in docs.ids), width)
-        variant = doc_only.write(model, folder, weights, cfg.dataset, cfg.max_doc_length)
-        asked = variant.encode_query([data.queries[q] for q in queries.ids], convert_to_tensor=True)
-        static = Vectors.from_rows(queries.ids, *sparse_rows(asked))
-        # the document route is the model's own: the documents' vectors are the ones encoded
-        return exact_topk(docs, static, K), {"model": str(folder), "idf_corpus": cfg.dataset}, folder
+
+def _doc_only(
+    cfg: ExportConfig,
+    out: Path,
+    model: str,
+    docs: Vectors,
+    queries: Vectors,
+    data: RetrievalData,
+    texts: dict[str, str],
+    tokenizer_size: int,
+) -> tuple[list[list[str]], dict[str, Any], Path]:
+    """The inference-free variant (IDF of the corpus on the query side) and its top-k over the encoded documents."""
+    from sembridge_ray.export import doc_only
+    from sembridge_ray.sparse.encode import sparse_rows
+
+    folder = out / "model-doc-only"
+    width = max(tokenizer_size, int(docs.rows.indices.max(initial=-1)) + 1)
+    weights = doc_only.idf(load_tokenizer(model), (texts[d] for d in docs.ids), width)
+    variant = doc_only.write(model, folder, weights, cfg.dataset, cfg.max_doc_length)
+    asked = variant.encode_query([data.queries[q] for q in queries.ids], convert_to_tensor=True)
+    static = Vectors.from_rows(queries.ids, *sparse_rows(asked))
+    # the document route is the model's own: the documents' vectors are the ones encoded
+    return exact_topk(docs, static, K), {"model": str(folder), "idf_corpus": cfg.dataset}, folder
+
+
+def _onnx(
+    found: Target,
+    cfg: ExportConfig,
+    out: Path,
+    model: str,
+    docs: Vectors,
+    queries: Vectors,
+    data: RetrievalData,
+    texts: dict[str, str],
+) -> tuple[list[list[str]], dict[str, Any], Path]:
+    """The ONNX export; the corpus and the queries encoded again through it, searched exactly."""
     from sembridge_ray.export import onnx
 
     folder = out / "onnx"

@@ -125,20 +125,10 @@ def build_parser(
     key's flag is ``--x/--no-x``; a list key's takes comma-separated values; a required flag the preset leaves
     empty is listed under "required flags"."""
     info = field_info(cls, values)
-    source = f"preset {preset!r}" if preset else "the built-in defaults"
-    keys = [f"config keys (key=value; defaults of {source}):"]
-    keys += [f"  (the keys of {s}.* may also be given without {s}.)" for s in cls.SHORTHANDS]
-    for key, fi in info.items():
-        line = f"  {key} = {_show(fi.default)}   [{fi.type_name}]"
-        if fi.choices:
-            line += f" one of: {', '.join(map(str, fi.choices))}"
-        keys.append(line)
-        if fi.doc:
-            keys += textwrap.wrap(_first_paragraph(fi.doc), 110, initial_indent=" " * 6, subsequent_indent=" " * 6)
     parser = _Parser(
         prog=prog,
         description=description,
-        epilog="\n".join(keys),
+        epilog=_epilog(cls, info, preset),
         formatter_class=argparse.RawDescriptionHelpFormatter,
         allow_abbrev=False,  # a prefix must not silently pick a flag (--model vs --models)
     )
@@ -155,27 +145,49 @@ def build_parser(
     )
     for flag in flags:
         fi = info[canonical_key(cls, flag.key)]
-        text = _first_paragraph(fi.doc) or f"sets {flag.key}"
-        keys_text = ", ".join(flag.keys)
         group = required if flag.required and fi.default in ("", None, ()) else optional
-        shown = f"{text} (key {keys_text}; default: {_show(fi.default)})"
-        for name, target, help_text in [(flag.name, group, shown)] + [
-            (alias, parser, argparse.SUPPRESS)
-            for alias in flag.aliases  # older spellings: accepted, not shown
-        ]:
-            if fi.type_name == "bool":
-                target.add_argument(
-                    name, dest=flag.key, action=argparse.BooleanOptionalAction, default=None, help=help_text
-                )
-            else:
-                target.add_argument(name, dest=flag.key, default=None, metavar=_metavar(flag, fi), help=help_text)
-    optional.add_argument("--print-config", action="store_true", help="print the resolved config as YAML and exit")
-    optional.add_argument(
-        "--log-level", choices=LOG_LEVELS, default="INFO", help="this job's log level (default: INFO)"
-    )
-    optional.add_argument("--version", action="version", version=version_line())
+        _add_flag(parser, group, flag, fi)
+    _add_run_flags(optional)
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="any config key (see below)")
     return parser
+
+
+def _add_run_flags(group: argparse._ArgumentGroup) -> None:
+    """The flags every job has beside its config's: ``--print-config``, ``--log-level`` and ``--version``."""
+    group.add_argument("--print-config", action="store_true", help="print the resolved config as YAML and exit")
+    group.add_argument("--log-level", choices=LOG_LEVELS, default="INFO", help="this job's log level (default: INFO)")
+    group.add_argument("--version", action="version", version=version_line())
+
+
+def _epilog(cls: type[Config], info: Mapping[str, FieldInfo], preset: str | None) -> str:
+    """The ``--help`` epilog: every config key with its default, type, choices and first doc paragraph."""
+    source = f"preset {preset!r}" if preset else "the built-in defaults"
+    keys = [f"config keys (key=value; defaults of {source}):"]
+    keys += [f"  (the keys of {s}.* may also be given without {s}.)" for s in cls.SHORTHANDS]
+    for key, fi in info.items():
+        line = f"  {key} = {_show(fi.default)}   [{fi.type_name}]"
+        if fi.choices:
+            line += f" one of: {', '.join(map(str, fi.choices))}"
+        keys.append(line)
+        if fi.doc:
+            keys += textwrap.wrap(_first_paragraph(fi.doc), 110, initial_indent=" " * 6, subsequent_indent=" " * 6)
+    return "\n".join(keys)
+
+
+def _add_flag(parser: argparse.ArgumentParser, group: argparse._ArgumentGroup, flag: Flag, fi: FieldInfo) -> None:
+    """Add ``flag`` to ``group``, shown with its help, and its older spellings to ``parser``, accepted but hidden."""
+    text = _first_paragraph(fi.doc) or f"sets {flag.key}"
+    keys_text = ", ".join(flag.keys)
+    shown = f"{text} (key {keys_text}; default: {_show(fi.default)})"
+    targets: list[tuple[str, argparse._ActionsContainer, str]] = [(flag.name, group, shown)]
+    targets += [(alias, parser, argparse.SUPPRESS) for alias in flag.aliases]  # older spellings: accepted, not shown
+    for name, target, help_text in targets:
+        if fi.type_name == "bool":
+            target.add_argument(
+                name, dest=flag.key, action=argparse.BooleanOptionalAction, default=None, help=help_text
+            )
+        else:
+            target.add_argument(name, dest=flag.key, default=None, metavar=_metavar(flag, fi), help=help_text)
 
 
 def version_line() -> str:
@@ -219,6 +231,15 @@ def parse_config(
     )
     args = parser.parse_intermixed_args(argv)  # key=value overrides may sit between flags
     _warn_deprecated(flags, argv)
+    given = _given(cls, args, flags)
+    cfg = cls.from_dict(apply_overrides(data, [f"{k}={v}" for k, v in given.items()]))
+    warn_inapplicable(cfg, given, flags)
+    return cfg, args
+
+
+def _given(cls: type[Config], args: argparse.Namespace, flags: Sequence[Flag]) -> dict[str, str]:
+    """What the command line sets, canonical key -> raw value: the ``key=value`` overrides, then the named flags
+    (a key set both ways to different values is a :class:`ConfigError`)."""
     given: dict[str, str] = {}
     for item in args.overrides:
         key, sep, value = item.partition("=")
@@ -234,9 +255,7 @@ def parse_config(
             if key in given and given[key] != value:
                 raise ConfigError(f"{key} is set twice: {flag.name} {value} and {key}={given[key]}")
             given[key] = value
-    cfg = cls.from_dict(apply_overrides(data, [f"{k}={v}" for k, v in given.items()]))
-    warn_inapplicable(cfg, given, flags)
-    return cfg, args
+    return given
 
 
 def warn_inapplicable(cfg: Config, given: Mapping[str, str], flags: Sequence[Flag] = ()) -> None:
@@ -277,34 +296,40 @@ def flags_markdown() -> str:
             uses.setdefault(flag.name, []).append(job)
     lines += [f"| `{name}` | {', '.join(jobs)} |" for name, jobs in sorted(uses.items()) if len(jobs) > 1]
     for job in JOBS:
-        spec = job_spec(job)
-        info = field_info(spec.config, _defaults(spec))
-        lines += [
-            "",
-            f"## `sembridge {job}` (`python -m jobs.{spec.entry}`)",
-            "",
-            spec.summary[:1].upper() + spec.summary[1:] + ".",
-            "",
-        ]
-        preset = f" (preset `{spec.default_preset}`)" if spec.default_preset else ""
-        lines += [f"| flag | key | type | default{preset} | meaning |", "|---|---|---|---|---|"]
-        for flag in spec.flags:
-            fi = info[canonical_key(spec.config, flag.key)]
-            name = f"`{flag.name}` / `--no-{flag.name[2:]}`" if fi.type_name == "bool" else f"`{flag.name}`"
-            if flag.required:
-                name += " (required)"
-            if flag.aliases:
-                name += " (formerly " + ", ".join(f"`{a}`" for a in flag.aliases) + ")"
-            kind = "list" if _list_type(fi.type_name) else fi.type_name
-            if fi.choices:
-                kind = ("list of " if _list_type(fi.type_name) else "") + " \\| ".join(
-                    f"`{c}`" for c in fi.choices if c != ""
-                )
-            keys = ", ".join(f"`{k}`" for k in flag.keys)
-            meaning = _first_paragraph(fi.doc).replace("|", "\\|")
-            default = _show(fi.default).replace("|", "\\|")
-            lines.append(f"| {name} | {keys} | {kind} | `{default}` | {meaning} |")
+        lines += _job_flags_markdown(job_spec(job))
     return "\n".join(lines) + "\n"
+
+
+def _job_flags_markdown(spec: JobSpec[Any, Any]) -> list[str]:
+    """One job's section of ``docs/cli.md``: its summary and the table of its flags."""
+    info = field_info(spec.config, _defaults(spec))
+    lines = [
+        "",
+        f"## `sembridge {spec.name}` (`python -m jobs.{spec.entry}`)",
+        "",
+        spec.summary[:1].upper() + spec.summary[1:] + ".",
+        "",
+    ]
+    preset = f" (preset `{spec.default_preset}`)" if spec.default_preset else ""
+    lines += [f"| flag | key | type | default{preset} | meaning |", "|---|---|---|---|---|"]
+    lines += [_flag_row(flag, info[canonical_key(spec.config, flag.key)]) for flag in spec.flags]
+    return lines
+
+
+def _flag_row(flag: Flag, fi: FieldInfo) -> str:
+    """A flag's row in ``docs/cli.md``: its spellings, keys, type or choices, default and meaning."""
+    name = f"`{flag.name}` / `--no-{flag.name[2:]}`" if fi.type_name == "bool" else f"`{flag.name}`"
+    if flag.required:
+        name += " (required)"
+    if flag.aliases:
+        name += " (formerly " + ", ".join(f"`{a}`" for a in flag.aliases) + ")"
+    kind = "list" if _list_type(fi.type_name) else fi.type_name
+    if fi.choices:
+        kind = ("list of " if _list_type(fi.type_name) else "") + " \\| ".join(f"`{c}`" for c in fi.choices if c != "")
+    keys = ", ".join(f"`{k}`" for k in flag.keys)
+    meaning = _first_paragraph(fi.doc).replace("|", "\\|")
+    default = _show(fi.default).replace("|", "\\|")
+    return f"| {name} | {keys} | {kind} | `{default}` | {meaning} |"
 
 
 def _defaults(spec: JobSpec[Any, Any]) -> Mapping[str, object]:

@@ -38,6 +38,7 @@ from sembridge_ray.provenance import (
     Evaluation,
     FinetuneFacts,
     InitFacts,
+    InputLicence,
     Provenance,
     all_licences,
     combined_licence,
@@ -319,15 +320,26 @@ def render(prov: Mapping[str, object], scores: Sequence[Evaluation] | None = Non
             "unknown": sum(item["hub"] == "unknown" for item in licences),
             "version": __version__,
         },
-        facts={
-            "output_dimensionality": init.get("vocab_size"),
-            "similarity_fn_name": "Dot Product",
-            "query_length": tune.get("query_length") or init.get("query_length"),
-            "document_length": tune.get("document_length") or init.get("document_length"),
-        },
+        facts=_serving_facts(init, tune),
         model_index=_model_index(title, own, before, dev, bool(tune)),
         license_name=LICENCE_NAME if hub == "other" else None,
     )
+    _set_hub_fields(card_data, init, tune, licences)
+    return ModelCard.from_template(card_data, template_path=str(TEMPLATE)).content.rstrip("\n") + "\n"
+
+
+def _serving_facts(init: InitFacts, tune: FinetuneFacts) -> dict[str, object]:
+    """What the card says about using the model: its dimension, similarity and the lengths it was made for."""
+    return {
+        "output_dimensionality": init.get("vocab_size"),
+        "similarity_fn_name": "Dot Product",
+        "query_length": tune.get("query_length") or init.get("query_length"),
+        "document_length": tune.get("document_length") or init.get("document_length"),
+    }
+
+
+def _set_hub_fields(card_data: Any, init: InitFacts, tune: FinetuneFacts, licences: Sequence[InputLicence]) -> None:
+    """The hub metadata the card's data class does not take as arguments: pipeline, task, datasets, base model."""
     card_data.pipeline_tag, card_data.model_type = "feature-extraction", "SPLADE Sparse Encoder"
     card_data.task_name = "semantic search and sparse retrieval"
     ids = {item.get("hub_id", "") for item in licences if "data" in item["role"]} | {tune.get("train_id", "")}
@@ -336,7 +348,6 @@ def render(prov: Mapping[str, object], scores: Sequence[Evaluation] | None = Non
     card_data.base_model = (
         init.get("base_model", source if catalog.looks_like_hub(source) and not is_local(source) else "") or None
     )
-    return ModelCard.from_template(card_data, template_path=str(TEMPLATE)).content.rstrip("\n") + "\n"
 
 
 def write_card(model_dir: Path, prov: Mapping[str, object], scores: Sequence[Evaluation] | None = None) -> None:

@@ -52,6 +52,8 @@ from sembridge_ray.placement import Placement, local_precision
 from sembridge_ray.progress import EVERY_S, duration
 from sembridge_ray.provenance import (
     FinetuneFacts,
+    InitFacts,
+    InputLicence,
     Provenance,
     base_model,
     dataset_ref,
@@ -1114,12 +1116,7 @@ def card_provenance(
     prov = read_provenance(model)
     earlier = prov.get("finetune", {})
     if "init" not in prov:  # a model this project did not make: what the card can say about it
-        prov["init"] = {
-            "source_model": display_name(cfg.model),
-            "base_model": base_model(cfg.model, model),
-            "language": language_of(cfg.model, model),
-            "licences": input_licences("starting model", cfg.model, model),
-        }
+        prov["init"] = _foreign_init(cfg.model, model)
     licences = under("earlier fine-tuning", earlier.get("licences", []))
     licences += input_licences("training data", cfg.train, train)
     train_name, train_id = dataset_ref(cfg.train, train)
@@ -1141,13 +1138,29 @@ def card_provenance(
     if train_id:
         facts["train_id"] = train_id
     if cfg.eval:
-        dev = resolve(cfg.eval)
-        licences += input_licences("development data", cfg.eval, dev)
-        facts["eval"] = dataset_ref(cfg.eval, dev)[0]
-        if scores := dev_scores(
-            history, steps if published is None else published, dataset_ref(cfg.eval, dev), cfg.eval_split
-        ):
-            facts["dev"] = scores
+        licences += _record_dev(facts, cfg, history, steps if published is None else published)
     facts["licences"] = licences
     prov["finetune"] = facts
     return prov
+
+
+def _foreign_init(named: str, path: str) -> InitFacts:
+    """What the card can say about a starting model this project did not make (``named`` as the user gave it)."""
+    return {
+        "source_model": display_name(named),
+        "base_model": base_model(named, path),
+        "language": language_of(named, path),
+        "licences": input_licences("starting model", named, path),
+    }
+
+
+def _record_dev(
+    facts: FinetuneFacts, cfg: FinetuneConfig, history: Sequence[Mapping[str, float]], step: int
+) -> list[InputLicence]:
+    """Name the development set in ``facts``, with its nDCG@10 before the first step and at ``step``; its licences."""
+    dev = resolve(cfg.eval)
+    licences = input_licences("development data", cfg.eval, dev)
+    facts["eval"] = dataset_ref(cfg.eval, dev)[0]
+    if scores := dev_scores(history, step, dataset_ref(cfg.eval, dev), cfg.eval_split):
+        facts["dev"] = scores
+    return licences

@@ -24,6 +24,7 @@ from sembridge_ray.embed_init import plus, position, report
 from sembridge_ray.embed_init.baselines import explicit_rows, require_codable
 from sembridge_ray.embed_init.bridge import bridge_dimension, check_bridge, model_fingerprint
 from sembridge_ray.embed_init.combine import NewRows, compose, compose_bias, provenance, weighted_rows
+from sembridge_ray.embed_init.config import WeightingConfig
 from sembridge_ray.embed_init.methods import method
 from sembridge_ray.embed_init.pipeline import (
     BridgeSide,
@@ -58,7 +59,7 @@ from sembridge_ray.sparse.model import (
 from sembridge_ray.text import decode_line
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerBase
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 log = logging.getLogger(__name__)
 REPORT, MODEL = "init_report.json", "model"
@@ -122,57 +123,101 @@ def new_rows(
         out_rows = None if e_out is None else explicit_rows(cfg.method, len(rest), e_out, cfg.seed + 1)
         return NewRows(target_ids=rest, inputs=rows, outputs=out_rows)
     start = time.perf_counter()
+    src_vecs, candidates, new_vecs = _bridge_vectors(cfg, stages, bridge, source_tok, len(e_in), rest)
+    timings["bridge_encode_s"] = time.perf_counter() - start
+    if w.bridge_space != "raw":  # one transform of the union of the candidates and the tokens to initialise
+        new_vecs = _transform_space(w, part, src_vecs, candidates, new_vecs)
+    ctx = _rows_context(cfg, part, matrices, toks, rest, (src_vecs, candidates), bridge)
+    start = time.perf_counter()
+    new = stages.rows(ctx, rest, new_vecs)
+    timings["weights_s"] = time.perf_counter() - start
+    if w.random_blend > 0:  # here, not in the actors: the random rows are the random method's, in `rest` order
+        new = _blend_random(new, rest, e_in, e_out, cfg)
+    return new
+
+
+def _bridge_vectors(
+    cfg: InitConfig,
+    stages: Stages,
+    bridge: BridgeSide,
+    source_tok: PreTrainedTokenizerBase,
+    source_size: int,
+    rest: np.ndarray,
+) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
+    """The bridge's vectors (cached, else from ``stages.encode``): every source token's, the candidate sources, and
+    the vectors of the target tokens to initialise (``rest``), in its order."""
     cache_dir = Path(cfg.cache_dir)
     src_vecs, candidates = source_vectors(
         bridge.strings["source"],
         bridge.vectors("source", cache_dir, stages.encode),
-        len(e_in),
+        source_size,
         source_tok,
         cfg.exclude_special_sources,
     )
     tgt_vecs = bridge.vectors("target", cache_dir, stages.encode)
     row_of = {int(i): n for n, i in enumerate(bridge.strings["target"].column("id").to_numpy())}
-    new_vecs = tgt_vecs[[row_of[int(i)] for i in rest]]
-    timings["bridge_encode_s"] = time.perf_counter() - start
-    if w.bridge_space != "raw":  # one transform of the union of the candidates and the tokens to initialise
-        fitted = plus.space_transform(
-            torch.cat([src_vecs[candidates], torch.from_numpy(new_vecs)]),
-            w.bridge_space,
-            w.bridge_components,
-            anchors=src_vecs[torch.tensor(part.anchors, dtype=torch.long)] if w.bridge_space == "relative" else None,
-        )
-        src_vecs[candidates] = plus.apply_transform(src_vecs[candidates], fitted)
-        new_vecs = plus.apply_transform(torch.from_numpy(new_vecs), fitted).numpy()
+    return src_vecs, candidates, tgt_vecs[[row_of[int(i)] for i in rest]]
+
+
+def _transform_space(
+    w: WeightingConfig, part: Partition, src_vecs: torch.Tensor, candidates: torch.Tensor, new_vecs: np.ndarray
+) -> np.ndarray:
+    """``bridge_space``'s transform, fitted on the candidates and the tokens to initialise together: the candidates'
+    rows of ``src_vecs`` transformed in place, the new tokens' vectors returned transformed."""
+    fitted = plus.space_transform(
+        torch.cat([src_vecs[candidates], torch.from_numpy(new_vecs)]),
+        w.bridge_space,
+        w.bridge_components,
+        anchors=src_vecs[torch.tensor(part.anchors, dtype=torch.long)] if w.bridge_space == "relative" else None,
+    )
+    src_vecs[candidates] = plus.apply_transform(src_vecs[candidates], fitted)
+    return plus.apply_transform(torch.from_numpy(new_vecs), fitted).numpy()
+
+
+def _rows_context(
+    cfg: InitConfig,
+    part: Partition,
+    matrices: tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None],
+    toks: tuple[PreTrainedTokenizerBase, PreTrainedTokenizerBase],
+    rest: np.ndarray,
+    sources: tuple[torch.Tensor, torch.Tensor],
+    bridge: BridgeSide,
+) -> RowsContext:
+    """What ``stages.rows`` needs beside the new tokens' vectors: the rule, the source side (``sources``: its
+    vectors and candidates), the matrices, the position classes and the fvt prior where the rule uses them."""
+    w = cfg.rule
     decomposed = w.fvt_weight > 0 or w.adaptive_support == "fvt"
-    prior = plus.fvt_weights(source_tok, target_tok, rest, len(e_in)) if decomposed else None
+    prior = plus.fvt_weights(toks[0], toks[1], rest, len(matrices[0])) if decomposed else None
     classes = [torch.from_numpy(bridge.classes[side]) if w.position_aware else None for side in ("source", "target")]
-    ctx = RowsContext(
+    return RowsContext(
         method=cfg.method,
         weighting=w,
         precision=cfg.precision,
-        source_vecs=src_vecs,
-        candidates=candidates,
+        source_vecs=sources[0],
+        candidates=sources[1],
         overlap_sources=torch.tensor(part.anchors, dtype=torch.long),
-        inputs=e_in,
-        outputs=e_out,
-        bias=bias,
+        inputs=matrices[0],
+        outputs=matrices[1],
+        bias=matrices[2],
         source_classes=classes[0],
         target_classes=classes[1],
         prior=prior,
         prior_ids=torch.from_numpy(rest) if prior is not None else None,
     )
-    start = time.perf_counter()
-    new = stages.rows(ctx, rest, new_vecs)
-    timings["weights_s"] = time.perf_counter() - start
-    if w.random_blend > 0:  # here, not in the actors: the random rows are the random method's, in `rest` order
-        new = replace(
-            new,
-            inputs=_blend_rows(new.inputs, explicit_rows("random", len(rest), e_in, cfg.seed), w.random_blend),
-            outputs=None
-            if e_out is None or new.outputs is None
-            else _blend_rows(new.outputs, explicit_rows("random", len(rest), e_out, cfg.seed + 1), w.random_blend),
-        )
-    return new
+
+
+def _blend_random(
+    new: NewRows, rest: np.ndarray, e_in: torch.Tensor, e_out: torch.Tensor | None, cfg: InitConfig
+) -> NewRows:
+    """``random_blend`` of the bridged rows with the random method's (inputs, and outputs where untied)."""
+    weight = cfg.rule.random_blend
+    return replace(
+        new,
+        inputs=_blend_rows(new.inputs, explicit_rows("random", len(rest), e_in, cfg.seed), weight),
+        outputs=None
+        if e_out is None or new.outputs is None
+        else _blend_rows(new.outputs, explicit_rows("random", len(rest), e_out, cfg.seed + 1), weight),
+    )
 
 
 def _blend_rows(bridged: torch.Tensor, other: torch.Tensor, weight: float) -> torch.Tensor:
@@ -279,6 +324,63 @@ def _initialise(
     cfg: InitConfig, stages: Stages | None, inputs: dict[str, str] | None, neutral_symbols: bool
 ) -> InitResult:
     named = cfg  # as the user named the inputs (bundled names, hub ids): what the report and the card show
+    cfg = _resolved(cfg)
+    stages = stages or local_stages(cfg)
+    identity = cfg.identity("init", inputs or input_identities(cfg))
+    out = Path(cfg.output)
+    if preflight(out, identity, cfg.overwrite):
+        return _skipped(out)
+    timings: dict[str, float] = {}
+    start = time.perf_counter()
+    model, source_tok, target_tok, counts = _load_inputs(cfg)
+    with claim_output(out, identity, cfg.overwrite) as claim:
+        if claim.done:  # another run finished it meanwhile
+            return _skipped(out)
+        part = partition_vocab(source_tok, target_tok, cfg.match, copy_overlap=cfg.copy_overlap)
+        timings["load_and_partition_s"] = time.perf_counter() - start
+        if counts is not None:
+            require_varying_counts(counts, part.rest, cfg.bias_text)
+        _log_partition(part, cfg.method, timings["load_and_partition_s"])
+        matrices = _source_matrices(model)
+        toks = {"source": source_tok, "target": target_tok}
+        sizes = {"source": len(matrices[0]), "target": part.size}
+        bridge = bridge_side(cfg.method, cfg.rule, cfg.precision, cfg.bridge_model, toks, sizes, neutral_symbols)
+        new = new_rows(cfg, part, matrices, (source_tok, target_tok), stages, bridge, timings)
+        if counts is not None and matrices[2] is not None:
+            new = _frequency_bias(new, counts, matrices[2], source_tok)
+        start = time.perf_counter()
+        model = _target_model(model, target_tok, part, new, matrices, cfg.bias)
+        prov = provenance(part, new, {i: t for t, i in target_tok.get_vocab().items()})
+        counterparts = position.exact_counterparts(source_tok, target_tok, part.rest)
+        rep = _report(named, part, prov, source_tok, timings, bridge, counterparts)
+        _write_outputs(claim.path, cfg, named, model, target_tok, rep, prov)  # claim.path: the output or its staging
+        timings["compose_and_write_s"] = time.perf_counter() - start
+        rep["timings"] = {k: round(v, 3) for k, v in timings.items()}
+        atomic_write_json(claim.path / REPORT, rep)
+        _require_inputs_unchanged(identity.inputs, cfg)
+        claim.finish(exclude=unchecked(MODEL))  # the card: evaluations of the finished model add their scores
+        _log_written(out, prov.num_rows, timings["compose_and_write_s"])
+    return InitResult.from_report(str(out), rep)
+
+
+def _load_inputs(
+    cfg: InitConfig,
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, PreTrainedTokenizerBase, dict[int, int] | None]:
+    """The source model and tokenizer, the target tokenizer, and ``bias_text``'s token counts (``bias: frequency``
+    only): everything read before the output is claimed."""
+    model, source_tok = load_mlm(cfg.source_model, cfg.trust_remote_code)
+    target_tok = load_tokenizer(cfg.target_tokenizer, cfg.trust_remote_code)
+    counts = bias_counts(target_tok, cfg.bias_text) if cfg.bias == "frequency" else None
+    return model, source_tok, target_tok, counts
+
+
+def _log_written(out: Path, tokens: int, seconds: float) -> None:
+    """One log line: the output is complete."""
+    log.info("wrote %s: model, provenance of %d tokens, report (%s)", out, tokens, duration(seconds))
+
+
+def _resolved(cfg: InitConfig) -> InitConfig:
+    """``cfg`` with bundled names materialised to paths (for the actors) and ``precision: auto`` resolved here."""
     cfg = replace(
         cfg,
         source_model=resolve(cfg.source_model),
@@ -287,91 +389,98 @@ def _initialise(
     )  # bundled names: paths for the actors
     if cfg.precision == "auto":  # in this process (run_init resolves it for the actors before building them)
         cfg = replace(cfg, precision=local_precision(cfg.precision, use_gpu=pick_device() == "cuda"))
-    stages = stages or local_stages(cfg)
-    identity = cfg.identity("init", inputs or input_identities(cfg))
-    out = Path(cfg.output)
-    if preflight(out, identity, cfg.overwrite):
-        return InitResult.from_report(str(out), json.loads((out / REPORT).read_text(encoding="utf-8")), skipped=True)
-    timings: dict[str, float] = {}
-    start = time.perf_counter()
-    model, source_tok = load_mlm(cfg.source_model, cfg.trust_remote_code)
-    target_tok = load_tokenizer(cfg.target_tokenizer, cfg.trust_remote_code)
-    counts = bias_counts(target_tok, cfg.bias_text) if cfg.bias == "frequency" else None
-    with claim_output(out, identity, cfg.overwrite) as claim:
-        if claim.done:  # another run finished it meanwhile
-            return InitResult.from_report(
-                str(out), json.loads((out / REPORT).read_text(encoding="utf-8")), skipped=True
-            )
-        part = partition_vocab(source_tok, target_tok, cfg.match, copy_overlap=cfg.copy_overlap)
-        timings["load_and_partition_s"] = time.perf_counter() - start
-        if counts is not None:
-            require_varying_counts(counts, part.rest, cfg.bias_text)
-        log.info(
-            "vocabulary: %d target tokens: %d copied, %d specials, %d to initialise with %s (%s)",
-            part.size,
-            len(part.overlap),
-            len(part.specials),
-            len(part.rest),
-            cfg.method,
-            duration(timings["load_and_partition_s"]),
-        )
-        e_in, e_out, bias = (t.detach().clone() if t is not None else None for t in mlm_embeddings(model))
-        assert e_in is not None  # a masked-LM always has input embeddings
-        toks = {"source": source_tok, "target": target_tok}
-        sizes = {"source": len(e_in), "target": part.size}
-        bridge = bridge_side(cfg.method, cfg.rule, cfg.precision, cfg.bridge_model, toks, sizes, neutral_symbols)
-        new = new_rows(cfg, part, (e_in, e_out, bias), (source_tok, target_tok), stages, bridge, timings)
-        if counts is not None and bias is not None:
-            freqs = plus.log_frequencies(counts, new.target_ids)
-            sources = torch.tensor(sorted(set(range(len(bias))) - set(source_tok.all_special_ids)), dtype=torch.long)
-            new = replace(new, bias=plus.frequency_bias(freqs, bias[sources]))
+    return cfg
 
-        start = time.perf_counter()
-        inputs_rows = compose(part, e_in, new.inputs, new.target_ids, e_in.mean(0))
-        outputs = None
-        if e_out is not None:
-            assert new.outputs is not None  # bridged beside the inputs whenever the source has an output matrix
-            outputs = compose(part, e_out, new.outputs, new.target_ids, e_out.mean(0))
-        new_bias = None if bias is None else compose_bias(part, new, bias, cfg.bias)
-        model = target_model(model, target_tok, part.size, inputs_rows, outputs, new_bias)
-        tokens = {i: t for t, i in target_tok.get_vocab().items()}
-        prov = provenance(part, new, tokens)
-        counterparts = position.exact_counterparts(source_tok, target_tok, part.rest)
-        rep = _report(named, part, prov, source_tok, timings, bridge, counterparts)
-        work = claim.path  # the output, or its staging directory under --overwrite
-        write_config(cfg, work / "config.yaml")
-        require_finite(model.state_dict(), f"the initialised model for {out}")  # never a NaN model complete
-        with atomic_path(work / MODEL) as tmp:
-            serving = Serving(
-                query_length=cfg.query_length,
-                document_length=cfg.document_length,
-                pooling=read_pooling(cfg.source_model),
-            )
-            write_target_model(model, target_tok, tmp, serving)
-            write_card(tmp, {"init": card_facts(named, rep, cfg)})
-        with atomic_path(work / "provenance.parquet") as tmp:
-            pq.write_table(prov, tmp)
-        timings["compose_and_write_s"] = time.perf_counter() - start
-        rep["timings"] = {k: round(v, 3) for k, v in timings.items()}
-        atomic_write_json(work / REPORT, rep)
-        # everything was loaded: still the inputs the identity names (no --overwrite of one meanwhile)?
-        require_unchanged(
-            identity.inputs,
-            {
-                "source_model": cfg.source_model,
-                "target_tokenizer": cfg.target_tokenizer,
-                "bridge_model": cfg.bridge_model,
-                "bias_text": cfg.bias_text,
-            },
+
+def _skipped(out: Path) -> InitResult:
+    """The result of an output already complete with the same settings, from its report."""
+    return InitResult.from_report(str(out), json.loads((out / REPORT).read_text(encoding="utf-8")), skipped=True)
+
+
+def _log_partition(part: Partition, method_name: str, seconds: float) -> None:
+    """One log line: how the target vocabulary splits into copied, special and new tokens."""
+    log.info(
+        "vocabulary: %d target tokens: %d copied, %d specials, %d to initialise with %s (%s)",
+        part.size,
+        len(part.overlap),
+        len(part.specials),
+        len(part.rest),
+        method_name,
+        duration(seconds),
+    )
+
+
+def _source_matrices(model: PreTrainedModel) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """Copies of the source's input embeddings, untied output embeddings and decoder bias (None where absent)."""
+    e_in, e_out, bias = (t.detach().clone() if t is not None else None for t in mlm_embeddings(model))
+    assert e_in is not None  # a masked-LM always has input embeddings
+    return e_in, e_out, bias
+
+
+def _frequency_bias(
+    new: NewRows, counts: dict[int, int], bias: torch.Tensor, source_tok: PreTrainedTokenizerBase
+) -> NewRows:
+    """``bias: frequency``: the new tokens' decoder bias from their log-counts, on the scale of the source's
+    non-special biases."""
+    freqs = plus.log_frequencies(counts, new.target_ids)
+    sources = torch.tensor(sorted(set(range(len(bias))) - set(source_tok.all_special_ids)), dtype=torch.long)
+    return replace(new, bias=plus.frequency_bias(freqs, bias[sources]))
+
+
+def _target_model(
+    model: PreTrainedModel,
+    target_tok: PreTrainedTokenizerBase,
+    part: Partition,
+    new: NewRows,
+    matrices: tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None],
+    bias_policy: str,
+) -> PreTrainedModel:
+    """The source model with the target vocabulary: copied and new rows composed into each matrix (and the bias)."""
+    e_in, e_out, bias = matrices
+    inputs_rows = compose(part, e_in, new.inputs, new.target_ids, e_in.mean(0))
+    outputs = None
+    if e_out is not None:
+        assert new.outputs is not None  # bridged beside the inputs whenever the source has an output matrix
+        outputs = compose(part, e_out, new.outputs, new.target_ids, e_out.mean(0))
+    new_bias = None if bias is None else compose_bias(part, new, bias, bias_policy)
+    return target_model(model, target_tok, part.size, inputs_rows, outputs, new_bias)
+
+
+def _write_outputs(
+    work: Path,
+    cfg: InitConfig,
+    named: InitConfig,
+    model: PreTrainedModel,
+    target_tok: PreTrainedTokenizerBase,
+    rep: InitReport,
+    prov: pa.Table,
+) -> None:
+    """Write the config, the model directory (with its card) and the provenance into ``work``."""
+    write_config(cfg, work / "config.yaml")
+    require_finite(model.state_dict(), f"the initialised model for {Path(cfg.output)}")  # never a NaN model complete
+    with atomic_path(work / MODEL) as tmp:
+        serving = Serving(
+            query_length=cfg.query_length,
+            document_length=cfg.document_length,
+            pooling=read_pooling(cfg.source_model),
         )
-        claim.finish(exclude=unchecked(MODEL))  # the card: evaluations of the finished model add their scores
-        log.info(
-            "wrote %s: model, provenance of %d tokens, report (%s)",
-            out,
-            prov.num_rows,
-            duration(timings["compose_and_write_s"]),
-        )
-    return InitResult.from_report(str(out), rep)
+        write_target_model(model, target_tok, tmp, serving)
+        write_card(tmp, {"init": card_facts(named, rep, cfg)})
+    with atomic_path(work / "provenance.parquet") as tmp:
+        pq.write_table(prov, tmp)
+
+
+def _require_inputs_unchanged(inputs: dict[str, str], cfg: InitConfig) -> None:
+    """Everything was loaded: still the inputs the identity names (no ``--overwrite`` of one meanwhile)?"""
+    require_unchanged(
+        inputs,
+        {
+            "source_model": cfg.source_model,
+            "target_tokenizer": cfg.target_tokenizer,
+            "bridge_model": cfg.bridge_model,
+            "bias_text": cfg.bias_text,
+        },
+    )
 
 
 def card_facts(cfg: InitConfig, report: InitReport, resolved: InitConfig | None = None) -> InitFacts:

@@ -1,8 +1,9 @@
-"""Benchmark of ``bridge_weights`` against the released reference loop and the bare GEMM (``jobs.bench_init``).
+"""Benchmark of ``bridge_weights`` against the released reference loop and the bare GEMM
+(``jobs.bench_init``).
 
-The reference (SemBridge's released code): the full cosine matrix, then ``entmax_bisect`` one row at a time in
-fp32. The bare GEMM: the chunked fp32 ``new @ source.T`` alone, a floor no exact method can beat.
-"""
+The reference (SemBridge's released code): the full cosine matrix, then ``entmax_bisect`` one row at
+a time in fp32. The bare GEMM: the chunked fp32 ``new @ source.T`` alone, a floor no exact method
+can beat."""
 
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ from sembridge_ray.embed_init.weighting import _CHUNK_BYTES, bridge_weights, scr
 
 
 def synthetic(n: int, m: int, d: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Clustered vectors (500 centres + noise): similarity structure closer to real bridge spaces than iid."""
+    """Clustered vectors (500 centres + noise): similarity structure closer to real bridge spaces
+    than iid."""
     g = torch.Generator().manual_seed(seed)
     centres = torch.randn(500, d, generator=g)
     src = centres[torch.randint(0, 500, (m,), generator=g)] + 0.7 * torch.randn(m, d, generator=g)
@@ -37,12 +39,18 @@ def synthetic(n: int, m: int, d: int, seed: int = 0) -> tuple[torch.Tensor, torc
 
 
 def load_vectors(folder: Path) -> tuple[torch.Tensor, torch.Tensor]:
-    """``new.npy`` (N, D) and ``source.npy`` (M, D) float32, as written by :func:`write_real_vectors`."""
-    return torch.from_numpy(np.load(folder / "new.npy")), torch.from_numpy(np.load(folder / "source.npy"))
+    """``new.npy`` (N, D) and ``source.npy`` (M, D) float32, as written by
+    :func:`write_real_vectors`."""
+    return torch.from_numpy(np.load(folder / "new.npy")), torch.from_numpy(
+        np.load(folder / "source.npy")
+    )
 
 
-def write_real_vectors(folder: Path, source_tok: str, target_tok: str, bridge: str = "minilm") -> None:
-    """Bridge vectors of every source token and of the target's bridged tokens (the job's own rules)."""
+def write_real_vectors(
+    folder: Path, source_tok: str, target_tok: str, bridge: str = "minilm"
+) -> None:
+    """Bridge vectors of every source token and of the target's bridged tokens (the job's own
+    rules)."""
     from sembridge_ray.embed_init.bridge import encode_strings, load_bridge, vocab_strings
     from sembridge_ray.embed_init.vocab import partition_vocab
     from sembridge_ray.sparse.model import load_tokenizer
@@ -53,11 +61,16 @@ def write_real_vectors(folder: Path, source_tok: str, target_tok: str, bridge: s
     strings = vocab_strings(tgt)
     new = [
         t
-        for i, t in zip(strings.column("id").to_pylist(), strings.column("text").to_pylist(), strict=True)
+        for i, t in zip(
+            strings.column("id").to_pylist(), strings.column("text").to_pylist(), strict=True
+        )
         if i in rest
     ]
     folder.mkdir(parents=True, exist_ok=True)
-    np.save(folder / "source.npy", encode_strings(model, vocab_strings(src).column("text").to_pylist(), 512))
+    np.save(
+        folder / "source.npy",
+        encode_strings(model, vocab_strings(src).column("text").to_pylist(), 512),
+    )
     np.save(folder / "new.npy", encode_strings(model, new, 512))
 
 
@@ -81,7 +94,10 @@ def bare_gemm(new: torch.Tensor, src: torch.Tensor) -> float:
 
 
 def oracle(new: torch.Tensor, src: torch.Tensor, alpha: float) -> torch.Tensor:
-    cos = torch.nn.functional.normalize(new.double(), dim=1) @ torch.nn.functional.normalize(src.double(), dim=1).T
+    cos = (
+        torch.nn.functional.normalize(new.double(), dim=1)
+        @ torch.nn.functional.normalize(src.double(), dim=1).T
+    )
     return entmax_bisect(cos, alpha=alpha, dim=1, n_iter=60)
 
 
@@ -93,17 +109,24 @@ def _status_kb(field: str) -> int:
 
 
 def rss_growth_mb(fn: Callable[[], object]) -> float:
-    """Peak RSS above the current RSS while ``fn()`` runs (Linux: VmHWM reset through /proc/self/clear_refs)."""
+    """Peak RSS above the current RSS while ``fn()`` runs (Linux: VmHWM reset through
+    /proc/self/clear_refs)."""
     Path("/proc/self/clear_refs").write_text("5")
     base = _status_kb("VmRSS")
     fn()
     return (_status_kb("VmHWM") - base) / 1024
 
 
-def fresh_process_growth_mb(rows: int, vectors: str | None, shape: tuple[int, ...], alpha: float) -> float:
-    """:func:`rss_growth_mb` of bridge_weights on ``rows`` new tokens in a fresh process, so that memory freed
-    earlier in this one (and kept by the allocator) cannot hide growth."""
-    load = f"b.load_vectors(Path({vectors!r}))" if vectors else f"b.synthetic({rows}, {shape[0]}, {shape[1]})"
+def fresh_process_growth_mb(
+    rows: int, vectors: str | None, shape: tuple[int, ...], alpha: float
+) -> float:
+    """:func:`rss_growth_mb` of bridge_weights on ``rows`` new tokens in a fresh process, so that
+    memory freed earlier in this one (and kept by the allocator) cannot hide growth."""
+    load = (
+        f"b.load_vectors(Path({vectors!r}))"
+        if vectors
+        else f"b.synthetic({rows}, {shape[0]}, {shape[1]})"
+    )
     code = (
         f"from pathlib import Path; from benchmarks import bridge_weights as b; new, src = {load}; "
         f"new = new.repeat(({rows} + len(new) - 1) // len(new), 1)[:{rows}].clone(); "
@@ -161,7 +184,9 @@ def run(
             "screening_gemm": str(screen_dtype()).replace("torch.", ""),
             "threads": {"gemm": torch.get_num_threads(), "per_chunk_solve": 1},
             "load_average_1m": os.getloadavg()[0],
-            "runs_ratio_to_bare_gemm": [round(a / b, 2) for a, b in zip(ours_runs, gemm_runs, strict=True)],
+            "runs_ratio_to_bare_gemm": [
+                round(a / b, 2) for a, b in zip(ours_runs, gemm_runs, strict=True)
+            ],
             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
             f"rss_growth_mb_{memory_rows}_rows": round(
                 fresh_process_growth_mb(memory_rows, vectors, src.shape, alpha), 1
@@ -173,7 +198,11 @@ def run(
 def main(args: argparse.Namespace) -> BridgeWeightsRun:
     if args.write_real:
         write_real_vectors(Path(args.vectors), *args.write_real)
-    new, src = load_vectors(Path(args.vectors)) if args.vectors else synthetic(args.new, args.source, args.dim)
+    new, src = (
+        load_vectors(Path(args.vectors))
+        if args.vectors
+        else synthetic(args.new, args.source, args.dim)
+    )
     new = new[: args.new]
     result = run(new, src, args.alpha, args.ref_rows, args.vectors, args.memory_rows)
     print(json.dumps(result))

@@ -1,14 +1,15 @@
-"""A retrieval corpus drawn from a real encoder's statistics (seeded), for benchmarks that pruning must survive.
+"""A retrieval corpus drawn from a real encoder's statistics (seeded), for benchmarks that pruning
+must survive.
 
-The synthetic corpus of :mod:`benchmarks.synthetic` has uniform weights and independent terms: the worst
-case for dynamic pruning. Here the bundled SICK + STS sentences are encoded with the bundled MiniLM SPLADE
-(:func:`~sembridge_ray.sparse.encode.encode_texts`), each vector cut to its ``doc_max_active_dims`` largest weights (the
-untrained encoder activates about 4,000 terms per sentence; the cut gives SPLADE-v2-like sizes), and N documents
-are resampled from that sample:
+The synthetic corpus of :mod:`benchmarks.synthetic` has uniform weights and independent terms: the
+worst case for dynamic pruning. Here the bundled SICK + STS sentences are encoded with the bundled
+MiniLM SPLADE (:func:`~sembridge_ray.sparse.encode.encode_texts`), each vector cut to its
+``doc_max_active_dims`` largest weights (the untrained encoder activates about 4,000 terms per
+sentence; the cut gives SPLADE-v2-like sizes), and N documents are resampled from that sample:
 
 - a document's length is drawn from the sample's lengths;
-- its terms are drawn with probability ∝ document frequency (with replacement, duplicates merged, so lengths come
-  out slightly shorter);
+- its terms are drawn with probability ∝ document frequency (with replacement, duplicates merged, so
+  lengths come out slightly shorter);
 - each term's weight is drawn from that term's own observed weights.
 
 Queries are real: held-out sentences encoded the same way, cut to ``query_max_active_dims``.
@@ -30,8 +31,9 @@ CACHE = Path("~/.cache/sembridge_ray/bench").expanduser()
 
 @dataclass(frozen=True, kw_only=True)
 class TermStats:
-    """What the resampler keeps of the encoded sample: ``lengths`` (n,) active terms per document, ``df`` (V,),
-    and every term's observed weights, term-major (``weight_indptr`` (V + 1,), ``weights`` (nnz,))."""
+    """What the resampler keeps of the encoded sample: ``lengths`` (n,) active terms per document,
+    ``df`` (V,), and every term's observed weights, term-major (``weight_indptr`` (V + 1,),
+    ``weights`` (nnz,))."""
 
     lengths: np.ndarray
     df: np.ndarray
@@ -39,9 +41,11 @@ class TermStats:
     weights: np.ndarray
 
 
-def encode_sample(texts: list[str], max_active_dims: int, model: str = "minilm-splade", batch: int = 64) -> SparseBatch:
-    """Texts -> their SPLADE vectors (each cut to ``max_active_dims``), cached by texts and cut (the encoder is
-    bundled)."""
+def encode_sample(
+    texts: list[str], max_active_dims: int, model: str = "minilm-splade", batch: int = 64
+) -> SparseBatch:
+    """Texts -> their SPLADE vectors (each cut to ``max_active_dims``), cached by texts and cut (the
+    encoder is bundled)."""
     import hashlib
 
     key = hashlib.sha256("\n".join(texts).encode()).hexdigest()[:12]
@@ -55,10 +59,15 @@ def encode_sample(texts: list[str], max_active_dims: int, model: str = "minilm-s
 
     log.info("encoding %d texts with %s (once; cached in %s)", len(texts), model, path)
     idx, val = encode_texts(
-        load_sparse_encoder(resolve(model), max_length=128), texts, batch, max_active_dims=max_active_dims
+        load_sparse_encoder(resolve(model), max_length=128),
+        texts,
+        batch,
+        max_active_dims=max_active_dims,
     )
     indptr = np.concatenate([[0], np.cumsum([len(i) for i in idx])]).astype(np.int64)
-    out = SparseBatch(indptr, np.concatenate(idx).astype(np.int32), np.concatenate(val).astype(np.float32))
+    out = SparseBatch(
+        indptr, np.concatenate(idx).astype(np.int32), np.concatenate(val).astype(np.float32)
+    )
     CACHE.mkdir(parents=True, exist_ok=True)
     np.savez(path, indptr=out.indptr, indices=out.indices, values=out.values)
     return out
@@ -75,8 +84,11 @@ def term_stats(sample: SparseBatch, vocab: int) -> TermStats:
     )
 
 
-def resample(stats: TermStats, n: int, rng: np.random.Generator, chunk: int = 100_000) -> SparseBatch:
-    """``n`` documents drawn from ``stats`` (see the module docstring), terms ascending within a document."""
+def resample(
+    stats: TermStats, n: int, rng: np.random.Generator, chunk: int = 100_000
+) -> SparseBatch:
+    """``n`` documents drawn from ``stats`` (see the module docstring), terms ascending within a
+    document."""
     vocab = len(stats.df)
     cdf = np.cumsum(stats.df / stats.df.sum())
     cdf[-1] = 1.0
@@ -88,7 +100,9 @@ def resample(stats: TermStats, n: int, rng: np.random.Generator, chunk: int = 10
         terms = np.searchsorted(cdf, rng.random(len(docs)), side="right")
         key = np.unique(docs * vocab + terms)  # merged duplicates; document-major, terms ascending
         docs, terms = key // vocab, key % vocab
-        pick = stats.weight_indptr[terms] + (rng.random(len(terms)) * stats.df[terms]).astype(np.int64)
+        pick = stats.weight_indptr[terms] + (rng.random(len(terms)) * stats.df[terms]).astype(
+            np.int64
+        )
         indices.append(terms.astype(np.int32))
         values.append(stats.weights[pick])
         indptr.append(indptr[-1][-1] + np.cumsum(np.bincount(docs, minlength=m)))
@@ -103,7 +117,8 @@ def encoder_corpus(
     doc_max_active_dims: int = 128,
     query_max_active_dims: int = 32,
 ) -> tuple[SparseBatch, SparseBatch]:
-    """(``docs`` resampled documents, ``queries`` real encoded queries) over BERT's 30,522-term vocabulary."""
+    """(``docs`` resampled documents, ``queries`` real encoded queries) over BERT's 30,522-term
+    vocabulary."""
     from benchmarks.synthetic import BERT_VOCAB
     from sembridge_ray.bundled import bundled_text
 

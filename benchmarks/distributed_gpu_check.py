@@ -1,14 +1,15 @@
-"""The prepared GPU check's driver: every stage of a cell on the smoke presets' bundled assets (MiniLM SPLADE,
-the SICK-based miniature), through the same Ray drivers the jobs use, timed, and compared with the CPU.
+"""The prepared GPU check's driver: every stage of a cell on the smoke presets' bundled assets
+(MiniLM SPLADE, the SICK-based miniature), through the same Ray drivers the jobs use, timed, and
+compared with the CPU.
 
     main pass (this process, ``device``):  init -> evaluate zero-shot -> fine-tune (fp32, bf16; 1 then 2 workers)
                                             -> evaluate the bf16 1-worker model
     CPU reference (a child process that sees no GPU, ``CUDA_VISIBLE_DEVICES=""``): init again; evaluate the main
                                             pass's two models on the CPU
 
-The CPU reference runs in its own process with its own Ray cluster: in one cluster, a Ray actor that asks for no GPU
-still sees every GPU (Ray leaves ``CUDA_VISIBLE_DEVICES`` alone for it), and would compute on one.
-"""
+The CPU reference runs in its own process with its own Ray cluster: in one cluster, a Ray actor that
+asks for no GPU still sees every GPU (Ray leaves ``CUDA_VISIBLE_DEVICES`` alone for it), and would
+compute on one."""
 
 from __future__ import annotations
 
@@ -51,9 +52,11 @@ C = TypeVar("C", bound="Config")
 @dataclass(frozen=True, kw_only=True)
 class CheckConfig:
     device: str = "cuda"
-    """cuda: the check; cpu: the same stages on the CPU (the CPU reference, or a dry run of the whole check)."""
+    """cuda: the check; cpu: the same stages on the CPU (the CPU reference, or a dry run of the
+    whole check)."""
     output: Path = Path("outputs/gpu_check")
-    """Root of every stage's output (``<device>/<stage>``); the check's own subdirectories are replaced."""
+    """Root of every stage's output (``<device>/<stage>``); the check's own subdirectories are
+    replaced."""
     pairs: int | None = None
     """SICK pairs per split in the retrieval set (None: all of SICK, 4,927 test pairs)."""
     steps: int = 20
@@ -65,8 +68,8 @@ class CheckConfig:
     reference_for: Path | None = None
     """CPU reference mode: the main pass's directory whose models are evaluated here."""
     source_model: str = ""
-    """Init's source encoder ('': the smoke preset's bundled MiniLM SPLADE); a dry run may pass tiny test fixtures
-    (``python -m sembridge_ray.testing --out DIR``) here and below."""
+    """Init's source encoder ('': the smoke preset's bundled MiniLM SPLADE); a dry run may pass tiny
+    test fixtures (``python -m sembridge_ray.testing --out DIR``) here and below."""
     target_tokenizer: str = ""
     """Init's target tokenizer ('': the preset's bundled sick-bpe)."""
     bridge_model: str = ""
@@ -80,11 +83,16 @@ class CheckConfig:
 
 
 class GpuMemory:
-    """Samples ``nvidia-smi`` in a thread while a stage runs: peak MiB in use on the busiest GPU, and whether any
-    process computed on a GPU (a compute app listed, or memory in use grew by more than 64 MiB)."""
+    """Samples ``nvidia-smi`` in a thread while a stage runs: peak MiB in use on the busiest GPU,
+    and whether any process computed on a GPU (a compute app listed, or memory in use grew by more
+    than 64 MiB)."""
 
     def __init__(self, enabled: bool = True, every_s: float = 0.25) -> None:
-        self.enabled, self.every_s, self.apps = enabled and shutil.which("nvidia-smi") is not None, every_s, False
+        self.enabled, self.every_s, self.apps = (
+            enabled and shutil.which("nvidia-smi") is not None,
+            every_s,
+            False,
+        )
         self.peak: float | None = None
         self.base: float | None = None
         self._stop = threading.Event()
@@ -133,7 +141,8 @@ class StageBox(TypedDict, total=False):
 
 @contextmanager
 def timed(device: str, stage: str) -> Iterator[StageBox]:
-    """Times the block and samples GPU memory; on a CUDA pass, asserts that the stage computed on a GPU."""
+    """Times the block and samples GPU memory; on a CUDA pass, asserts that the stage computed on a
+    GPU."""
     box: StageBox = {}
     start = time.perf_counter()
     with GpuMemory(enabled=device == "cuda") as mem:  # a CPU pass on a GPU machine measures no GPU
@@ -141,7 +150,9 @@ def timed(device: str, stage: str) -> Iterator[StageBox]:
     box["wall_s"] = round(time.perf_counter() - start, 2)
     box["peak_gpu_mem_mib"] = mem.peak
     if device == "cuda" and not mem.used_gpu:
-        raise RuntimeError(f"stage {stage}: no process computed on a GPU while it ran (device asserted CUDA)")
+        raise RuntimeError(
+            f"stage {stage}: no process computed on a GPU while it ran (device asserted CUDA)"
+        )
 
 
 def preset(cls: type[C], name: str) -> C:
@@ -151,7 +162,8 @@ def preset(cls: type[C], name: str) -> C:
 
 
 def resources(base: ResourceConfig, device: str, workers: int = 1) -> ResourceConfig:
-    """One GPU per worker on a CUDA pass; on the CPU, the machine's cores shared among the workers' torch threads."""
+    """One GPU per worker on a CUDA pass; on the CPU, the machine's cores shared among the workers'
+    torch threads."""
     if device == "cuda":
         return replace(base, workers=workers, gpus_per_worker=1.0)
     threads = max(1, (os.cpu_count() or 2) // workers)
@@ -160,14 +172,22 @@ def resources(base: ResourceConfig, device: str, workers: int = 1) -> ResourceCo
 
 def init_stage(check: CheckConfig, out: Path) -> gc.Measured:
     base = preset(InitConfig, "init_smoke")
-    cache = out / "bridge-cache"  # fresh, so the bridge strings are encoded (and timed), never read back
+    # fresh, so the bridge strings are encoded (and timed), never read back
+    cache = out / "bridge-cache"
     cfg = replace(  # an asset the check names replaces the preset's
         base,
         source_model=check.source_model or base.source_model,
         target_tokenizer=check.target_tokenizer or base.target_tokenizer,
         bridge_model=check.bridge_model or base.bridge_model,
     )
-    cfg = replace(cfg, output=str(out / "init"), cache_dir=str(cache), overwrite=True, samples=0, precision="fp32")
+    cfg = replace(
+        cfg,
+        output=str(out / "init"),
+        cache_dir=str(cache),
+        overwrite=True,
+        samples=0,
+        precision="fp32",
+    )
     cfg = replace(cfg, resources=resources(base.resources, check.device))
     from sembridge_ray.distributed.init import run_init
 
@@ -179,19 +199,30 @@ def init_stage(check: CheckConfig, out: Path) -> gc.Measured:
     return gc.Measured(line=line, model=Path(result.model))
 
 
-def evaluate_stage(check: CheckConfig, stage: str, model: Path, dataset: Path, out: Path) -> gc.Measured:
+def evaluate_stage(
+    check: CheckConfig, stage: str, model: Path, dataset: Path, out: Path
+) -> gc.Measured:
     base = preset(EvaluateConfig, "evaluate_smoke")
-    cfg = replace(base, model=str(model), dataset=str(dataset), output=str(out / stage), overwrite=True)
-    # fp32, as labelled: the comparison is with the CPU's nDCG@10; bf16 is checked on the training curves
+    cfg = replace(
+        base, model=str(model), dataset=str(dataset), output=str(out / stage), overwrite=True
+    )
+    # fp32, as labelled: the comparison is with the CPU's nDCG@10; bf16 is checked on the training
+    # curves
     cfg = replace(cfg, resources=resources(base.resources, check.device), precision="fp32")
     from sembridge_ray.distributed.evaluate import run_evaluate
 
     with timed(check.device, stage) as box:
         result = run_evaluate(cfg)
     rate = result.num_docs / max(result.metrics["seconds"]["encode_docs"], 1e-9)
-    extra: dict[str, JSONValue] = {"nDCG@10": result.ndcg_at_10, "num_docs": result.num_docs, "model": str(model)}
+    extra: dict[str, JSONValue] = {
+        "nDCG@10": result.ndcg_at_10,
+        "num_docs": result.num_docs,
+        "model": str(model),
+    }
     return gc.Measured(
-        line=stage_line(stage, check.device, "float32", box, rate, extra), model=model, ndcg=result.ndcg_at_10
+        line=stage_line(stage, check.device, "float32", box, rate, extra),
+        model=model,
+        ndcg=result.ndcg_at_10,
     )
 
 
@@ -216,8 +247,12 @@ def finetune_stage(
 
     with timed(check.device, stage) as box:
         result = run_finetune(cfg)
-    history = [json.loads(s) for s in (out / stage / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
-    rates = sorted(m["examples_per_s"] for m in history[1:]) or [0.0]  # the first step pays for warm-up
+    history = [
+        json.loads(s)
+        for s in (out / stage / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    ]
+    # the first step pays for warm-up
+    rates = sorted(m["examples_per_s"] for m in history[1:]) or [0.0]
     extra: dict[str, JSONValue] = {
         "steps": result.steps,
         "workers": workers,
@@ -225,7 +260,9 @@ def finetune_stage(
     }
     dtype = "bfloat16 autocast" if bf16 else "float32"
     line = stage_line(stage, check.device, dtype, box, rates[len(rates) // 2], extra)
-    return gc.Measured(line=line, model=Path(result.model), losses=tuple(m["loss"] for m in history))
+    return gc.Measured(
+        line=line, model=Path(result.model), losses=tuple(m["loss"] for m in history)
+    )
 
 
 def stage_line(
@@ -260,7 +297,8 @@ def fresh(path: Path) -> Path:
 
 
 def main_pass(check: CheckConfig, gpus: int) -> list[gc.Measured]:
-    """Every stage on ``check.device``; fine-tuning with 2 workers only where there are 2 GPUs (or on the CPU)."""
+    """Every stage on ``check.device``; fine-tuning with 2 workers only where there are 2 GPUs (or
+    on the CPU)."""
     out = fresh(check.output / check.device)
     data = retrieval_set(check, out)
     init = init_stage(check, out)
@@ -275,21 +313,27 @@ def main_pass(check: CheckConfig, gpus: int) -> list[gc.Measured]:
     assert tuned is not None
     done.append(evaluate_stage(check, "evaluate_finetuned", tuned, data, out))
     models = {m.line.stage: str(m.model) for m in done if m.line.stage.startswith("evaluate")}
-    (out / MODELS).write_text(json.dumps(models, indent=2), encoding="utf-8")  # what the CPU reference evaluates
+    # what the CPU reference evaluates
+    (out / MODELS).write_text(json.dumps(models, indent=2), encoding="utf-8")
     return done
 
 
 def reference_pass(check: CheckConfig) -> gc.Reference:
-    """The CPU reference for a main pass in ``check.reference_for``: init again, and evaluate its two models."""
+    """The CPU reference for a main pass in ``check.reference_for``: init again, and evaluate its
+    two models."""
     assert check.reference_for is not None
     main = check.reference_for
     out = fresh(check.output / "cpu-reference")
     init = init_stage(check, out)
     models = json.loads((main / MODELS).read_text(encoding="utf-8"))
-    evals = {stage: evaluate_stage(check, stage, Path(model), main / "sick", out) for stage, model in models.items()}
+    evals = {
+        stage: evaluate_stage(check, stage, Path(model), main / "sick", out)
+        for stage, model in models.items()
+    }
     ref: gc.Reference = {
         "init_model": str(init.model),
-        "ndcg": {stage: m.ndcg for stage, m in evals.items() if m.ndcg is not None},  # evaluate stages have one
+        # evaluate stages have one
+        "ndcg": {stage: m.ndcg for stage, m in evals.items() if m.ndcg is not None},
         "lines": [json.loads(m.line.to_json()) for m in (init, *evals.values())],
     }
     (out / REFERENCE).write_text(json.dumps(ref, indent=2), encoding="utf-8")
@@ -316,7 +360,10 @@ def run_reference(check: CheckConfig, main: Path) -> gc.Reference:
     ]
     log.info("CPU reference: %s", " ".join(cmd))
     subprocess.run(cmd, env=env, check=True, cwd=ROOT)
-    return cast(gc.Reference, json.loads((check.output / "cpu-reference" / REFERENCE).read_text(encoding="utf-8")))
+    return cast(
+        gc.Reference,
+        json.loads((check.output / "cpu-reference" / REFERENCE).read_text(encoding="utf-8")),
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -331,15 +378,17 @@ class CheckResult:
 
 
 def run_gpu_check(check: CheckConfig, gpu_names: list[str]) -> CheckResult | None:
-    """The check (main pass, then the CPU reference in a child process, then the comparisons); in reference mode
-    only the reference pass (returns None)."""
+    """The check (main pass, then the CPU reference in a child process, then the comparisons); in
+    reference mode only the reference pass (returns None)."""
     if check.reference_for is not None:
         reference_pass(check)
         return None
     start = time.perf_counter()
     info = cluster.connect()
     if check.device == "cuda" and info.gpus < 1:
-        raise RuntimeError("Ray finds no GPU on this machine, although the check was asked to run on CUDA")
+        raise RuntimeError(
+            "Ray finds no GPU on this machine, although the check was asked to run on CUDA"
+        )
     done = main_pass(check, int(info.gpus))
     cluster.shutdown()  # its CPUs go to the CPU reference
     ref = run_reference(check, check.output / check.device)
@@ -349,13 +398,15 @@ def run_gpu_check(check: CheckConfig, gpu_names: list[str]) -> CheckResult | Non
         log.warning("the check took %.0f s, over its %.0f s budget", wall, BUDGET_S)
     gpu = gpu_names[0] if gpu_names else "none (CPU)"
     model = " ".join(check.asset_args()) or MODEL_NAME  # a dry run on other assets says which
-    return CheckResult(lines=lines, figures=gc.measured_figures(lines, gpu, len(gpu_names), model), wall_s=wall)
+    return CheckResult(
+        lines=lines, figures=gc.measured_figures(lines, gpu, len(gpu_names), model), wall_s=wall
+    )
 
 
 def report_gpu_check(check: CheckConfig, figures: Path | None = None) -> int:
-    """The command: run the check, print one JSON line per stage (stdout), write the measured figures (to
-    ``figures``, default ``figures.json`` beside the outputs: ``reproduce --dry-run --figures`` reads it). 0 when
-    every comparison holds."""
+    """The command: run the check, print one JSON line per stage (stdout), write the measured
+    figures (to ``figures``, default ``figures.json`` beside the outputs: ``reproduce --dry-run
+    --figures`` reads it). 0 when every comparison holds."""
     gpus = gc.nvidia_gpus() if check.device == "cuda" else []
     if check.device == "cuda" and not gc.cuda_ready():
         raise RuntimeError(f"nvidia-smi lists {gpus or 'no GPU'}, but this torch cannot use CUDA")

@@ -1,14 +1,15 @@
-"""Benchmark of the export targets (issue 36), not a test: encoding and search throughput of each target against
-the project's exact search on one corpus (the demo's: SICK test sentences, the bundled MiniLM SPLADE), with ratios
-and peak memory, and ONNX Runtime's encoding rate against PyTorch fp32.
+"""Benchmark of the export targets (issue 36), not a test: encoding and search throughput of each
+target against the project's exact search on one corpus (the demo's: SICK test sentences, the
+bundled MiniLM SPLADE), with ratios and peak memory, and ONNX Runtime's encoding rate against
+PyTorch fp32.
 
     python -m jobs.bench_export --docs 2000 --queries 200          # about 3 minutes on 2 CPUs
     python benchmarks/export_targets.py --model DIR --dataset SPEC --split test
 
-Each side runs in its own child process (spawned), so its peak resident memory (``ru_maxrss``) is its own: the
-same documents and queries are handed to each; the exact search's child is the baseline of the ratios. One JSON
-line per side, then a table. One thread for every side (``torch`` and ONNX Runtime intra-op, Seismic, PISA).
-"""
+Each side runs in its own child process (spawned), so its peak resident memory (``ru_maxrss``) is
+its own: the same documents and queries are handed to each; the exact search's child is the baseline
+of the ratios. One JSON line per side, then a table. One thread for every side (``torch`` and ONNX
+Runtime intra-op, Seismic, PISA)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,15 @@ from pathlib import Path
 from queue import Empty
 from typing import Any
 
-ENGINES = ("qdrant", "milvus", "seismic", "pisa", "opensearch", "opensearch-sparse-vector", "elasticsearch")
+ENGINES = (
+    "qdrant",
+    "milvus",
+    "seismic",
+    "pisa",
+    "opensearch",
+    "opensearch-sparse-vector",
+    "elasticsearch",
+)
 ENCODERS = ("onnx", "onnx-optimized", "onnx-int8")
 
 
@@ -86,13 +95,21 @@ def side(name: str, args: dict[str, Any], queue: Any) -> None:
             names = sorted_ids.to_pylist()
             hits = [[names[r] for r in row if r != PAD] for row in top.ranks]
         elif name == "torch-fp32":
-            _, out["encode_s"] = torch_encode(args["model"], args["texts"], "document", args["max_doc_length"])
+            _, out["encode_s"] = torch_encode(
+                args["model"], args["texts"], "document", args["max_doc_length"]
+            )
             hits = exact_topk(docs, queries)
         elif name in ENCODERS:
             from sembridge_ray.bundled import resolve
             from sembridge_ray.export import onnx
 
-            onnx.export(resolve(args["model"]), folder, name, args["max_query_length"], args["max_doc_length"])
+            onnx.export(
+                resolve(args["model"]),
+                folder,
+                name,
+                args["max_query_length"],
+                args["max_doc_length"],
+            )
             encoder = onnx.OnnxSparseEncoder(folder, threads=1)
             start = time.perf_counter()
             rows = encoder.encode(args["texts"], "document")
@@ -138,10 +155,16 @@ def run_side(name: str, args: dict[str, Any]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="bench_export", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="bench_export",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--model", default="minilm-splade", help="SparseEncoder directory or bundled name")
-    parser.add_argument("--dataset", default="sick", help="dataset spec (default: the demo's, SICK test)")
+    parser.add_argument(
+        "--model", default="minilm-splade", help="SparseEncoder directory or bundled name"
+    )
+    parser.add_argument(
+        "--dataset", default="sick", help="dataset spec (default: the demo's, SICK test)"
+    )
     parser.add_argument("--split", default="test")
     parser.add_argument("--docs", type=int, default=2000, help="documents (the corpus's first N)")
     parser.add_argument("--queries", type=int, default=200, help="judged queries")
@@ -154,7 +177,9 @@ def main(argv: list[str] | None = None) -> int:
     from sembridge_ray.export.base import Vectors
     from sembridge_ray.sparse.model import load_tokenizer
 
-    doc_ids, texts, qids, query_texts, qrels = load(args.model, args.dataset, args.split, args.docs, args.queries)
+    doc_ids, texts, qids, query_texts, qrels = load(
+        args.model, args.dataset, args.split, args.docs, args.queries
+    )
     doc_rows, _ = torch_encode(args.model, texts, "document", 256)
     query_rows, _ = torch_encode(args.model, query_texts, "query", 64)
     docs, queries = Vectors.from_rows(doc_ids, *doc_rows), Vectors.from_rows(qids, *query_rows)
@@ -174,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
             "max_doc_length": 256,
         }
         lines: list[dict[str, Any]] = []
-        for name in args.sides.split(","):  # each line as its side ends (exact and torch-fp32 first: the bases)
+        # each line as its side ends (exact and torch-fp32 first: the bases)
+        for name in args.sides.split(","):
             line = run_side(name, shared)
             lines.append(annotate(line, lines, len(docs), len(queries)))
             print(json.dumps(line), flush=True)
@@ -182,8 +208,11 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def annotate(line: dict[str, Any], done: list[dict[str, Any]], docs: int, queries: int) -> dict[str, Any]:
-    """Add the ratios to the exact search (search time, peak memory) and to PyTorch fp32 (encoding time)."""
+def annotate(
+    line: dict[str, Any], done: list[dict[str, Any]], docs: int, queries: int
+) -> dict[str, Any]:
+    """Add the ratios to the exact search (search time, peak memory) and to PyTorch fp32 (encoding
+    time)."""
     base = next((x for x in [*done, line] if x["side"] == "exact"), {})
     fp32 = next((x for x in [*done, line] if x["side"] == "torch-fp32"), {})
     line |= {"docs": docs, "queries": queries}
@@ -216,7 +245,9 @@ def table(lines: list[dict[str, Any]]) -> str:
     rows = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for line in lines:
         cells = [line.get(c, "") for c in cols]
-        rows.append("| " + " | ".join(f"{c:.4g}" if isinstance(c, float) else str(c) for c in cells) + " |")
+        rows.append(
+            "| " + " | ".join(f"{c:.4g}" if isinstance(c, float) else str(c) for c in cells) + " |"
+        )
     return "\n".join(rows)
 
 

@@ -1,8 +1,8 @@
-"""The prepared GPU check's plain parts (no Ray, no I/O beyond reading a model's weights): the tolerances, the
-comparisons of a GPU stage with the same stage on the CPU, the one-JSON-line-per-stage schema, and the measured
-figures the reproduction plan reads when given them. The driver is ``benchmarks.distributed_gpu_check``; the command is
-``bash cluster/local.sh gpu-check`` (or ``python -m jobs.gpu_check``).
-"""
+"""The prepared GPU check's plain parts (no Ray, no I/O beyond reading a model's weights): the
+tolerances, the comparisons of a GPU stage with the same stage on the CPU, the
+one-JSON-line-per-stage schema, and the measured figures the reproduction plan reads when given
+them. The driver is ``benchmarks.distributed_gpu_check``; the command is ``bash cluster/local.sh
+gpu-check`` (or ``python -m jobs.gpu_check``)."""
 
 from __future__ import annotations
 
@@ -26,8 +26,9 @@ NDCG_ATOL = 0.005
 BF16_EPS = 2.0**-8
 """bf16's unit roundoff (8 significand bits)."""
 LOSS_RTOL = 8 * BF16_EPS
-"""Loss curves, bf16 autocast vs fp32 on the same GPU: autocast rounds every matmul input to bf16 (relative error
-up to BF16_EPS each); over a short run the rounding compounds through the updates to a few units of it."""
+"""Loss curves, bf16 autocast vs fp32 on the same GPU: autocast rounds every matmul input to bf16
+(relative error up to BF16_EPS each); over a short run the rounding compounds through the updates to
+a few units of it."""
 
 STAGES = (
     "init",
@@ -38,9 +39,23 @@ STAGES = (
     "finetune_2w_bf16",
     "evaluate_finetuned",
 )
-"""In the order they run; ``finetune_<workers>w_<dtype>`` (the 2-worker pair only where there are 2 GPUs)."""
-THROUGHPUT_UNITS = {"init": "bridge_strings/s", "evaluate": "docs/s", "finetune": "train_examples/s"}
-LINE_FIELDS = ("stage", "device", "dtype", "wall_s", "throughput", "throughput_unit", "peak_gpu_mem_mib", "compare")
+"""In the order they run; ``finetune_<workers>w_<dtype>`` (the 2-worker pair only where there are 2
+GPUs)."""
+THROUGHPUT_UNITS = {
+    "init": "bridge_strings/s",
+    "evaluate": "docs/s",
+    "finetune": "train_examples/s",
+}
+LINE_FIELDS = (
+    "stage",
+    "device",
+    "dtype",
+    "wall_s",
+    "throughput",
+    "throughput_unit",
+    "peak_gpu_mem_mib",
+    "compare",
+)
 COMPARISON_FIELDS = ("against", "metric", "value", "reference", "diff", "tolerance", "ok")
 
 
@@ -69,7 +84,8 @@ class StageLine:
     throughput: float
     throughput_unit: str
     peak_gpu_mem_mib: float | None
-    """Peak memory in use on the busiest GPU while the stage ran (sampled with nvidia-smi); None without one."""
+    """Peak memory in use on the busiest GPU while the stage ran (sampled with nvidia-smi); None
+    without one."""
     compare: Comparison | None = None
     extra: dict[str, JSONValue] = field(default_factory=dict)
 
@@ -87,7 +103,8 @@ def _finite(value: object) -> object:
 
 
 class Reference(TypedDict):
-    """The CPU reference pass's ``reference.json``: what the comparisons need, and its own printed lines."""
+    """The CPU reference pass's ``reference.json``: what the comparisons need, and its own printed
+    lines."""
 
     init_model: str
     """The CPU's init output model."""
@@ -97,8 +114,9 @@ class Reference(TypedDict):
 
 
 class GpuFigures(TypedDict):
-    """The measured figures file (``figures.json``), in its key order: a figures file the reproduction plan reads
-    when given it (``reproduce --dry-run --figures FILE``; the format: ``sembridge_ray.reproduce.figures``)."""
+    """The measured figures file (``figures.json``), in its key order: a figures file the
+    reproduction plan reads when given it (``reproduce --dry-run --figures FILE``; the format:
+    ``sembridge_ray.reproduce.figures``)."""
 
     source: str
     gpu: str
@@ -123,10 +141,13 @@ class Measured:
 def compare_weights(
     gpu: Mapping[str, torch.Tensor], cpu: Mapping[str, torch.Tensor], atol: float = WEIGHT_ATOL
 ) -> Comparison:
-    """Largest |gpu - cpu| over every tensor of two state dicts (other names or shapes: infinitely different)."""
+    """Largest |gpu - cpu| over every tensor of two state dicts (other names or shapes: infinitely
+    different)."""
     diff = math.inf
     if gpu.keys() == cpu.keys() and all(gpu[k].shape == cpu[k].shape for k in gpu):
-        diffs = (float((gpu[k].double() - cpu[k].double()).abs().max()) for k in gpu if gpu[k].numel())
+        diffs = (
+            float((gpu[k].double() - cpu[k].double()).abs().max()) for k in gpu if gpu[k].numel()
+        )
         diff = max(diffs, default=0.0)
     return Comparison(
         against="cpu",
@@ -143,19 +164,28 @@ def compare_ndcg(gpu: float, cpu: float, atol: float = NDCG_ATOL) -> Comparison:
     """nDCG@10 of the same model on the GPU and on the CPU."""
     diff = abs(gpu - cpu)
     return Comparison(
-        against="cpu", metric="nDCG@10", value=gpu, reference=cpu, diff=diff, tolerance=atol, ok=diff <= atol
+        against="cpu",
+        metric="nDCG@10",
+        value=gpu,
+        reference=cpu,
+        diff=diff,
+        tolerance=atol,
+        ok=diff <= atol,
     )
 
 
 def loss_curve_diff(curve: Sequence[float], reference: Sequence[float]) -> float:
-    """max_i |curve_i - reference_i| / max(|reference_i|, 1): relative for losses above 1, absolute below (a loss
-    near 0 has no meaningful relative error). Curves of different lengths (or empty ones) differ infinitely."""
+    """max_i |curve_i - reference_i| / max(|reference_i|, 1): relative for losses above 1, absolute
+    below (a loss near 0 has no meaningful relative error). Curves of different lengths (or empty
+    ones) differ infinitely."""
     if len(curve) != len(reference) or not curve:
         return math.inf
     return max(abs(a - b) / max(abs(b), 1.0) for a, b in zip(curve, reference, strict=True))
 
 
-def compare_losses(bf16: Sequence[float], fp32: Sequence[float], rtol: float = LOSS_RTOL) -> Comparison:
+def compare_losses(
+    bf16: Sequence[float], fp32: Sequence[float], rtol: float = LOSS_RTOL
+) -> Comparison:
     """A bf16-autocast loss curve against the fp32 curve of the same run on the same GPU."""
     diff = loss_curve_diff(bf16, fp32)
     return Comparison(
@@ -170,8 +200,9 @@ def compare_losses(bf16: Sequence[float], fp32: Sequence[float], rtol: float = L
 
 
 def with_comparisons(done: list[Measured], reference: Mapping[str, object]) -> list[StageLine]:
-    """Each stage's line with its comparison: init weights and nDCG@10 against the CPU, bf16 loss curves against
-    the fp32 run with the same workers on the same device. ``reference`` is the CPU pass's :class:`Reference`."""
+    """Each stage's line with its comparison: init weights and nDCG@10 against the CPU, bf16 loss
+    curves against the fp32 run with the same workers on the same device. ``reference`` is the CPU
+    pass's :class:`Reference`."""
     ref = cast(Reference, reference)
     curves = {m.line.stage: m.losses for m in done}
     lines = []
@@ -188,13 +219,19 @@ def with_comparisons(done: list[Measured], reference: Mapping[str, object]) -> l
 
 
 def check_line(line: Mapping[str, object]) -> list[str]:
-    """Problems with one printed line (parsed JSON, not yet trusted) against the schema (empty when it conforms)."""
+    """Problems with one printed line (parsed JSON, not yet trusted) against the schema (empty when
+    it conforms)."""
     problems = [f"missing {k}" for k in LINE_FIELDS if k not in line]
     if problems:
         return problems
     if line["stage"] not in STAGES:
         problems.append(f"unknown stage {line['stage']!r}")
-    wall_s, throughput, peak, compare = line["wall_s"], line["throughput"], line["peak_gpu_mem_mib"], line["compare"]
+    wall_s, throughput, peak, compare = (
+        line["wall_s"],
+        line["throughput"],
+        line["peak_gpu_mem_mib"],
+        line["compare"],
+    )
     if not isinstance(wall_s, int | float) or wall_s < 0:
         problems.append("wall_s must be a number >= 0")
     if not isinstance(throughput, int | float) or throughput < 0:
@@ -210,9 +247,9 @@ def check_line(line: Mapping[str, object]) -> list[str]:
 
 
 def measured_figures(lines: Sequence[StageLine], gpu: str, gpus: int, model: str) -> GpuFigures:
-    """The throughputs the reproduction plan can divide by (``sembridge_ray.reproduce.figures``), the GPU beside them.
-    They are the check's miniature's (all-MiniLM-L6-v2 on SICK sentences): the source line says the paper's models
-    run slower."""
+    """The throughputs the reproduction plan can divide by (``sembridge_ray.reproduce.figures``),
+    the GPU beside them. They are the check's miniature's (all-MiniLM-L6-v2 on SICK sentences): the
+    source line says the paper's models run slower."""
     by_stage = {line.stage: line.throughput for line in lines}
     evals = [v for k, v in by_stage.items() if k.startswith("evaluate")]
     return {
@@ -232,10 +269,16 @@ def nvidia_gpus() -> list[str]:
     if shutil.which("nvidia-smi") is None:
         return []
     try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30, check=True).stdout
+        out = subprocess.run(
+            ["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30, check=True
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return []
-    return [line.split(":", 1)[1].split("(UUID")[0].strip() for line in out.splitlines() if line.startswith("GPU ")]
+    return [
+        line.split(":", 1)[1].split("(UUID")[0].strip()
+        for line in out.splitlines()
+        if line.startswith("GPU ")
+    ]
 
 
 def cuda_ready() -> bool:
@@ -256,5 +299,7 @@ def read_weights(model_dir: Path) -> dict[str, torch.Tensor]:
 
     tensors: dict[str, torch.Tensor] = {}
     for path in sorted(Path(model_dir).rglob("*.safetensors")):
-        tensors |= {f"{path.relative_to(model_dir)}:{k}": v for k, v in load_file(str(path)).items()}
+        tensors |= {
+            f"{path.relative_to(model_dir)}:{k}": v for k, v in load_file(str(path)).items()
+        }
     return tensors

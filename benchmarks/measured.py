@@ -1,18 +1,21 @@
-"""The figures the cost model can divide by, as measured by ``jobs.bench_peers``, and how CPU figures are scaled.
-The reproduction plan reads them only when given the file: ``reproduce --dry-run --figures measured.json`` (its
-format: ``sembridge_ray.reproduce.figures``).
+"""The figures the cost model can divide by, as measured by ``jobs.bench_peers``, and how CPU
+figures are scaled. The reproduction plan reads them only when given the file: ``reproduce --dry-run
+--figures measured.json`` (its format: ``sembridge_ray.reproduce.figures``).
 
-``measured.json`` holds ``{source, device, docs_per_s, train_examples_per_s, bridge_strings_per_s, gpu_scale,
-scaling}``: throughputs at the paper's shapes (documents of 256 tokens; training pairs of 64 + 256 tokens) on one
-device. A GPU run (``device`` "cuda") writes ``gpu_scale`` 1. A CPU run measures the bundled MiniLM SPLADE and
-writes the assumption that turns it into one A100-class GPU running BERT-base (``scaling``):
+``measured.json`` holds ``{source, device, docs_per_s, train_examples_per_s, bridge_strings_per_s,
+gpu_scale, scaling}``: throughputs at the paper's shapes (documents of 256 tokens; training pairs of
+64 + 256 tokens) on one device. A GPU run (``device`` "cuda") writes ``gpu_scale`` 1. A CPU run
+measures the bundled MiniLM SPLADE and writes the assumption that turns it into one A100-class GPU
+running BERT-base (``scaling``):
 
-- token counts: a rate at n tokens per item is converted to the paper's length in proportion to tokens (attention's
-  quadratic part is ignored: it is small next to the vocabulary projection at these lengths);
-- FLOPs: GPU rate = CPU rate × (A100 bf16 peak 312 TFLOP/s × 40% utilisation ÷ this CPU's measured fp32 GEMM
-  rate) × (MiniLM FLOPs per token ÷ BERT-base FLOPs per token);
-- the bridge: the benchmark embeds with the MiniLM bridge, the paper with BGE-M3 (XLM-R large: 24 layers of 1024,
-  no vocabulary projection), so its rate is further multiplied by :data:`BRIDGE_VS_ENCODERS` before it is written.
+- token counts: a rate at n tokens per item is converted to the paper's length in proportion to
+  tokens (attention's quadratic part is ignored: it is small next to the vocabulary projection at
+  these lengths);
+- FLOPs: GPU rate = CPU rate × (A100 bf16 peak 312 TFLOP/s × 40% utilisation ÷ this CPU's measured
+  fp32 GEMM rate) × (MiniLM FLOPs per token ÷ BERT-base FLOPs per token);
+- the bridge: the benchmark embeds with the MiniLM bridge, the paper with BGE-M3 (XLM-R large: 24
+  layers of 1024, no vocabulary projection), so its rate is further multiplied by
+  :data:`BRIDGE_VS_ENCODERS` before it is written.
 """
 
 from __future__ import annotations
@@ -39,8 +42,8 @@ class Rates(TypedDict, total=False):
 
 
 class MeasuredRecord(Rates, total=False):
-    """``measured.json``: ``source``, ``device``, the rates, then ``gpu_scale`` and ``scaling`` (the assumption that
-    turns them into one GPU's)."""
+    """``measured.json``: ``source``, ``device``, the rates, then ``gpu_scale`` and ``scaling`` (the
+    assumption that turns them into one GPU's)."""
 
     source: str
     device: str
@@ -49,7 +52,8 @@ class MeasuredRecord(Rates, total=False):
 
 
 def flops_per_token(layers: int, hidden: int, vocab: int = 30_522) -> float:
-    """Forward FLOPs per token of a BERT MLM: 12 h² weights per layer (attention 4 h², MLP 8 h²) + the projection."""
+    """Forward FLOPs per token of a BERT MLM: 12 h² weights per layer (attention 4 h², MLP 8 h²) +
+    the projection."""
     return 2 * (layers * 12 * hidden**2 + hidden * vocab)
 
 
@@ -83,20 +87,30 @@ def gpu_scale(cpu_flops: float) -> tuple[float, str]:
 
 
 def measured_record(device: str, source: str, rates: Rates) -> MeasuredRecord:
-    """The JSON written for the cost model (``rates`` already at the paper's lengths, on ``device``)."""
+    """The JSON written for the cost model (``rates`` already at the paper's lengths, on
+    ``device``)."""
     if device == "cuda":
-        return {"source": source, "device": device, **rates, "gpu_scale": 1.0, "scaling": "measured on the GPU itself"}
+        return {
+            "source": source,
+            "device": device,
+            **rates,
+            "gpu_scale": 1.0,
+            "scaling": "measured on the GPU itself",
+        }
     scale, text = gpu_scale(cpu_gemm_flops())
     if "bridge_strings_per_s" in rates:
-        rates = {**rates, "bridge_strings_per_s": rates["bridge_strings_per_s"] * BRIDGE_VS_ENCODERS}
+        rates = {
+            **rates,
+            "bridge_strings_per_s": rates["bridge_strings_per_s"] * BRIDGE_VS_ENCODERS,
+        }
         text += f"; the bridge's rate also x {BRIDGE_VS_ENCODERS:.3f} (MiniLM-L6 -> BGE-M3 FLOPs per token)"
     return {"source": source, "device": device, **rates, "gpu_scale": scale, "scaling": text}
 
 
 def write_measured(path: str | Path, record: MeasuredRecord) -> None:
-    """Merge ``record`` into ``path`` (rates measured by earlier runs stay unless re-measured), atomically. A kept
-    rate is re-expressed at the new ``gpu_scale`` (the CPU GEMM rate is measured again each run), so its scaled,
-    GPU-equivalent value does not move."""
+    """Merge ``record`` into ``path`` (rates measured by earlier runs stay unless re-measured),
+    atomically. A kept rate is re-expressed at the new ``gpu_scale`` (the CPU GEMM rate is measured
+    again each run), so its scaled, GPU-equivalent value does not move."""
     import json
 
     from sembridge_ray.outputs import atomic_write_json

@@ -1,16 +1,19 @@
-"""The project against the tools a user would otherwise run, side by side (``python -m jobs.bench_peers``).
+"""The project against the tools a user would otherwise run, side by side (``python -m
+jobs.bench_peers``).
 
-Each side of a comparison runs in its own child process (``python -m benchmarks.peers --side …``), so
-peak RSS is that side's alone; the parent alternates the sides (A B A B …) so a burst of load elsewhere hits both
-alike, and reports the median of each side, the throughput ratio (project ÷ peer) and the peak-memory ratio.
+Each side of a comparison runs in its own child process (``python -m benchmarks.peers --side …``),
+so peak RSS is that side's alone; the parent alternates the sides (A B A B …) so a burst of load
+elsewhere hits both alike, and reports the median of each side, the throughput ratio (project ÷
+peer) and the peak-memory ratio.
 
-- ``train``: one fine-tuning step on the bundled MiniLM SPLADE, the same pre-tokenised batches on both sides:
-  ``sparse.loop.train`` (``SpladeEncoder``, sparse-gradient pooling) vs ``SparseEncoder`` +
-  ``SpladeLoss(SparseMultipleNegativesRankingLoss)``, both with AdamW, the same schedule and gradient clipping.
-  Dropout is off on both so the losses can be compared step by step.
-- ``encode``: documents through the Ray Data actor's code (``SparseEncodeUDF`` on one staged file) vs
-  ``SparseEncoder.encode_document`` over the same list; then both in fp32 and bf16 (the project's
-  ``precision=bf16``, the peer under ``torch.autocast``), with the largest difference bf16 makes to the vectors.
+- ``train``: one fine-tuning step on the bundled MiniLM SPLADE, the same pre-tokenised batches on
+  both sides: ``sparse.loop.train`` (``SpladeEncoder``, sparse-gradient pooling) vs
+  ``SparseEncoder`` + ``SpladeLoss(SparseMultipleNegativesRankingLoss)``, both with AdamW, the same
+  schedule and gradient clipping. Dropout is off on both so the losses can be compared step by step.
+- ``encode``: documents through the Ray Data actor's code (``SparseEncodeUDF`` on one staged file)
+  vs ``SparseEncoder.encode_document`` over the same list; then both in fp32 and bf16 (the project's
+  ``precision=bf16``, the peer under ``torch.autocast``), with the largest difference bf16 makes to
+  the vectors.
 """
 
 from __future__ import annotations
@@ -55,7 +58,8 @@ MODEL = "minilm-splade"
 
 @dataclass(frozen=True, kw_only=True)
 class TrainCase:
-    """One comparison of training steps: batch pairs of (query_length, doc_length) tokens, full length."""
+    """One comparison of training steps: batch pairs of (query_length, doc_length) tokens, full
+    length."""
 
     batch: int = 16
     query_length: int = 64
@@ -90,13 +94,17 @@ def rss_mb() -> float:
 
 
 def long_texts(count: int, per_text: int, side: str = "a") -> list[str]:
-    """``count`` texts of ``per_text`` consecutive SICK sentences each (long enough to fill the max length)."""
+    """``count`` texts of ``per_text`` consecutive SICK sentences each (long enough to fill the max
+    length)."""
     from sembridge_ray.data.sick import read_sick_split
     from sembridge_ray.resources import SICK_DIR
 
     pairs = read_sick_split(SICK_DIR, "train")
     sents = [p.a if side == "a" else p.b for p in pairs]
-    return [" ".join(sents[(i * per_text + j) % len(sents)] for j in range(per_text)) for i in range(count)]
+    return [
+        " ".join(sents[(i * per_text + j) % len(sents)] for j in range(per_text))
+        for i in range(count)
+    ]
 
 
 def train_batches(
@@ -105,13 +113,20 @@ def train_batches(
     """``case.steps`` (queries, positives) feature pairs padded to exactly the case's lengths."""
 
     def tok(texts: list[str], length: int) -> dict[str, torch.Tensor]:
-        return dict(tokenizer(texts, padding="max_length", truncation=True, max_length=length, return_tensors="pt"))
+        return dict(
+            tokenizer(
+                texts, padding="max_length", truncation=True, max_length=length, return_tensors="pt"
+            )
+        )
 
     n = case.batch * case.steps
     queries, docs = long_texts(n, 6, "a"), long_texts(n, 12, "b")
     cut = range(0, n, case.batch)
     return [
-        (tok(queries[s : s + case.batch], case.query_length), tok(docs[s : s + case.batch], case.doc_length))
+        (
+            tok(queries[s : s + case.batch], case.query_length),
+            tok(docs[s : s + case.batch], case.doc_length),
+        )
         for s in cut
     ]
 
@@ -135,7 +150,12 @@ def _timed_steps(steps: Iterator[float]) -> StepTimes:
         times.append(now - clock)
         losses.append(loss)
         clock = now
-    return {"step_s": times, "losses": losses, "rss_before_mb": before, "peak_rss_mb": peak_rss_mb()}
+    return {
+        "step_s": times,
+        "losses": losses,
+        "rss_before_mb": before,
+        "peak_rss_mb": peak_rss_mb(),
+    }
 
 
 def train_project(case: TrainCase) -> StepTimes:
@@ -161,7 +181,10 @@ def train_project(case: TrainCase) -> StepTimes:
 
 def train_peer(case: TrainCase) -> StepTimes:
     from sentence_transformers import SparseEncoder
-    from sentence_transformers.sparse_encoder.losses import SparseMultipleNegativesRankingLoss, SpladeLoss
+    from sentence_transformers.sparse_encoder.losses import (
+        SparseMultipleNegativesRankingLoss,
+        SpladeLoss,
+    )
 
     from sembridge_ray.jobs.finetune import OptimConfig
     from sembridge_ray.sparse import loop
@@ -204,11 +227,16 @@ def _timed(fn: Callable[[], object]) -> Timing:
     fn()  # warm-up (first-call allocations, thread pools)
     before, start = rss_mb(), time.perf_counter()
     fn()
-    return {"seconds": time.perf_counter() - start, "rss_before_mb": before, "peak_rss_mb": peak_rss_mb()}
+    return {
+        "seconds": time.perf_counter() - start,
+        "rss_before_mb": before,
+        "peak_rss_mb": peak_rss_mb(),
+    }
 
 
 def encode_project(case: EncodeCase) -> Timing:
-    """The Ray Data actor's code, in this process: SparseEncodeUDF on one staged (id, text) Parquet file."""
+    """The Ray Data actor's code, in this process: SparseEncodeUDF on one staged (id, text) Parquet
+    file."""
     import tempfile
 
     import pyarrow as pa
@@ -234,14 +262,15 @@ def encode_project(case: EncodeCase) -> Timing:
 
 
 RAY_DATA_FILES = (1, 5)
-"""Staged files (each of the case's texts) the Ray Data side encodes, in two runs on one cluster: both pay the
-actor's start and model load, so their difference is the steady rate and the remainder the start-up."""
+"""Staged files (each of the case's texts) the Ray Data side encodes, in two runs on one cluster:
+both pay the actor's start and model load, so their difference is the steady rate and the remainder
+the start-up."""
 
 
 def encode_ray_data(case: EncodeCase) -> RayDataTiming:
-    """The evaluate job's own ``encode`` (Ray Data, a pool of one actor with the case's threads, on a local 2-CPU
-    cluster started before the clock), timed on ``RAY_DATA_FILES`` staged copies of the texts. Peak RSS would be the
-    driver's only, so it is not reported."""
+    """The evaluate job's own ``encode`` (Ray Data, a pool of one actor with the case's threads, on
+    a local 2-CPU cluster started before the clock), timed on ``RAY_DATA_FILES`` staged copies of
+    the texts. Peak RSS would be the driver's only, so it is not reported."""
     import tempfile
 
     import pyarrow as pa
@@ -258,7 +287,10 @@ def encode_ray_data(case: EncodeCase) -> RayDataTiming:
     seconds = []
     for run, count in enumerate(RAY_DATA_FILES):
         with tempfile.TemporaryDirectory() as tmp:
-            tables = (pa.table({ID: [f"{f}-{i}" for i in range(len(texts))], TEXT: texts}) for f in range(count))
+            tables = (
+                pa.table({ID: [f"{f}-{i}" for i in range(len(texts))], TEXT: texts})
+                for f in range(count)
+            )
             files = stage_corpus(tables, Path(tmp) / "staged")
             cfg = EvaluateConfig(
                 output=tmp,
@@ -275,7 +307,11 @@ def encode_ray_data(case: EncodeCase) -> RayDataTiming:
         "end_to_end_texts_per_s": round(large * len(texts) / seconds[1], 2),
     }
     if seconds[1] <= seconds[0]:  # the load changed between the two runs: no steady rate to be had
-        return out | {"steady_texts_per_s": None, "startup_s": None, "seconds": [round(t, 2) for t in seconds]}
+        return out | {
+            "steady_texts_per_s": None,
+            "startup_s": None,
+            "seconds": [round(t, 2) for t in seconds],
+        }
     steady = (large - small) * len(texts) / (seconds[1] - seconds[0])
     return out | {
         "steady_texts_per_s": round(steady, 2),
@@ -306,12 +342,16 @@ def encode_peer(case: EncodeCase) -> Timing:
 def _autocast(precision: str) -> AbstractContextManager[object]:
     import contextlib
 
-    return torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bf16" else contextlib.nullcontext()
+    return (
+        torch.autocast("cpu", dtype=torch.bfloat16)
+        if precision == "bf16"
+        else contextlib.nullcontext()
+    )
 
 
 def encode_differences(case: EncodeCase) -> Differences:
-    """Max |difference| of the document vectors: project bf16 vs fp32, peer (autocast) bf16 vs fp32, project fp32
-    vs peer fp32 (untimed)."""
+    """Max |difference| of the document vectors: project bf16 vs fp32, peer (autocast) bf16 vs fp32,
+    project fp32 vs peer fp32 (untimed)."""
     from sembridge_ray.sparse.encode import encode_texts
     from sembridge_ray.sparse.model import load_sparse_encoder
 
@@ -329,7 +369,9 @@ def encode_differences(case: EncodeCase) -> Differences:
 
     def peer(precision: str) -> torch.Tensor:
         with _autocast(precision):
-            emb = model.encode_document(texts, batch_size=case.batch, convert_to_tensor=True, show_progress_bar=False)
+            emb = model.encode_document(
+                texts, batch_size=case.batch, convert_to_tensor=True, show_progress_bar=False
+            )
         return emb.to_dense().float().cpu()
 
     fp32, bf16, peer32, peer16 = ours("fp32"), ours("bf16"), peer("fp32"), peer("bf16")
@@ -341,13 +383,18 @@ def encode_differences(case: EncodeCase) -> Differences:
 
 
 def compare_precision(case: EncodeCase, rounds: int = 2) -> PrecisionLine:
-    """The encoding in fp32 and bf16, project and peer (sentence-transformers under autocast), interleaved."""
+    """The encoding in fp32 and bf16, project and peer (sentence-transformers under autocast),
+    interleaved."""
     cases = {p: EncodeCase(**{**asdict(case), "precision": p}) for p in ("fp32", "bf16")}
-    runs: dict[str, list[float]] = {f"{side}_{p}": [] for side in ("project", "peer") for p in cases}
+    runs: dict[str, list[float]] = {
+        f"{side}_{p}": [] for side in ("project", "peer") for p in cases
+    }
     for _ in range(rounds):
         for name in runs:
             side, precision = name.split("_")
-            runs[name].append(case.texts / cast(Timing, run_side(f"encode-{side}", cases[precision]))["seconds"])
+            runs[name].append(
+                case.texts / cast(Timing, run_side(f"encode-{side}", cases[precision]))["seconds"]
+            )
     rate = {n: statistics.median(r) for n, r in runs.items()}
     from sembridge_ray.placement import native_bf16
 
@@ -375,12 +422,17 @@ def compare_encode(case: EncodeCase, rounds: int = 2) -> EncodeLine:
     return {
         "comparison": "encode_documents",
         "case": asdict(case),
-        "project": {"texts_per_s": round(rate["project"], 2), "peak_rss_mb": round(peak["project"], 1)},
+        "project": {
+            "texts_per_s": round(rate["project"], 2),
+            "peak_rss_mb": round(peak["project"], 1),
+        },
         "peer": {"texts_per_s": round(rate["peer"], 2), "peak_rss_mb": round(peak["peer"], 1)},
         "throughput_ratio": round(rate["project"] / rate["peer"], 3),
         "peak_memory_ratio": round(peak["project"] / peak["peer"], 3),
         "rounds": rounds,
-        "runs_texts_per_s": {n: [round(case.texts / r["seconds"], 2) for r in rs] for n, rs in runs.items()},
+        "runs_texts_per_s": {
+            n: [round(case.texts / r["seconds"], 2) for r in rs] for n, rs in runs.items()
+        },
         "ray_data": {
             **ray_data,
             "steady_ratio_to_in_process": steady and round(steady / rate["project"], 3),
@@ -393,8 +445,9 @@ def compare_encode(case: EncodeCase, rounds: int = 2) -> EncodeLine:
 
 
 def compare_init(rows: int = 3000, ref_rows: int = 100, repeats: int = 3) -> InitLine:
-    """bridge_weights (α=4, d=384, 30,522 synthetic clustered source rows) vs the bare GEMM and the reference loop;
-    and the bundled MiniLM bridge's strings/s on vocabulary pieces (what the init stage spends GPU time on)."""
+    """bridge_weights (α=4, d=384, 30,522 synthetic clustered source rows) vs the bare GEMM and the
+    reference loop; and the bundled MiniLM bridge's strings/s on vocabulary pieces (what the init
+    stage spends GPU time on)."""
     from benchmarks import bridge_weights as bench
     from sembridge_ray.embed_init.bridge import encode_strings, load_bridge
     from sembridge_ray.sparse.model import load_tokenizer
@@ -411,7 +464,10 @@ def compare_init(rows: int = 3000, ref_rows: int = 100, repeats: int = 3) -> Ini
     return {
         "comparison": "bridge_weights",
         "project": {"ms_per_row": ms["ours"]},
-        "peer": {"bare_gemm_ms_per_row": ms["bare_gemm"], "reference_loop_ms_per_row": ms["reference_loop"]},
+        "peer": {
+            "bare_gemm_ms_per_row": ms["bare_gemm"],
+            "reference_loop_ms_per_row": ms["reference_loop"],
+        },
         "ratio_to_bare_gemm": figures["ratio_to_bare_gemm"],
         "speedup_vs_reference": figures["speedup_vs_reference"],
         "screening_gemm": figures["screening_gemm"],
@@ -436,8 +492,8 @@ CASES: dict[str, type[TrainCase | EncodeCase]] = {"train": TrainCase, "encode": 
 
 
 def run_side(side: str, case: TrainCase | EncodeCase) -> object:
-    """One side in a fresh child process (its own peak RSS), with the case's thread count: what it printed, the
-    JSON of that side's record (``SIDES``)."""
+    """One side in a fresh child process (its own peak RSS), with the case's thread count: what it
+    printed, the JSON of that side's record (``SIDES``)."""
     cmd = [sys.executable, "-W", "ignore", "-m", "benchmarks.peers", "--side", side]
     cmd += ["--case", json.dumps(asdict(case))]
     done = subprocess.run(cmd, check=True, capture_output=True, text=True, env=child_env())
@@ -449,25 +505,34 @@ def train_rate(run: StepTimes, batch: int) -> float:
 
 
 def compare_train(case: TrainCase, rounds: int = 2) -> TrainLine:
-    """Alternate project and peer ``rounds`` times; medians of examples/s and peak RSS, losses step by step."""
+    """Alternate project and peer ``rounds`` times; medians of examples/s and peak RSS, losses step
+    by step."""
     runs: dict[str, list[StepTimes]] = {"project": [], "peer": []}
     for _ in range(rounds):
         for name in runs:
             runs[name].append(cast(StepTimes, run_side(f"train-{name}", case)))
     rate = {n: statistics.median(train_rate(r, case.batch) for r in rs) for n, rs in runs.items()}
     peak = {n: statistics.median(r["peak_rss_mb"] for r in rs) for n, rs in runs.items()}
-    loss_gap = max(abs(a - b) for a, b in zip(runs["project"][0]["losses"], runs["peer"][0]["losses"], strict=True))
+    loss_gap = max(
+        abs(a - b)
+        for a, b in zip(runs["project"][0]["losses"], runs["peer"][0]["losses"], strict=True)
+    )
     return {
         "comparison": "train_step",
         "case": asdict(case),
-        "project": {"examples_per_s": round(rate["project"], 3), "peak_rss_mb": round(peak["project"], 1)},
+        "project": {
+            "examples_per_s": round(rate["project"], 3),
+            "peak_rss_mb": round(peak["project"], 1),
+        },
         "peer": {"examples_per_s": round(rate["peer"], 3), "peak_rss_mb": round(peak["peer"], 1)},
         "throughput_ratio": round(rate["project"] / rate["peer"], 3),
         "peak_memory_ratio": round(peak["project"] / peak["peer"], 3),
         "max_loss_gap": loss_gap,
         "losses_project": runs["project"][0]["losses"],
         "rounds": rounds,
-        "runs_examples_per_s": {n: [round(train_rate(r, case.batch), 3) for r in rs] for n, rs in runs.items()},
+        "runs_examples_per_s": {
+            n: [round(train_rate(r, case.batch), 3) for r in rs] for n, rs in runs.items()
+        },
         "peer_name": "sentence_transformers SparseEncoder + SpladeLoss(SparseMultipleNegativesRankingLoss)",
     }
 
@@ -482,7 +547,8 @@ def run_all(
     queries: int,
     skip: frozenset[str] = frozenset(),
 ) -> Iterator[Mapping[str, object]]:
-    """The chosen comparisons' lines (JSON objects, one shape per comparison), each as soon as it is measured."""
+    """The chosen comparisons' lines (JSON objects, one shape per comparison), each as soon as it is
+    measured."""
     from benchmarks.retrieval_peers import compare_corpus
 
     if train:
@@ -501,23 +567,30 @@ PAPER_DOC_TOKENS, PAPER_PAIR_TOKENS = 256, 64 + 256
 
 
 def paper_rates(lines: Sequence[Mapping[str, object]]) -> Rates:
-    """The project's rates converted to the paper's lengths in proportion to tokens (see ``benchmarks.measured``)."""
+    """The project's rates converted to the paper's lengths in proportion to tokens (see
+    ``benchmarks.measured``)."""
     rates: Rates = {}
     for line in lines:  # the comparison's name says which line it is
         if line.get("comparison") == "train_step":
             train = cast(TrainLine, line)
             tokens = train["case"]["query_length"] + train["case"]["doc_length"]
-            rates["train_examples_per_s"] = train["project"]["examples_per_s"] * tokens / PAPER_PAIR_TOKENS
+            rates["train_examples_per_s"] = (
+                train["project"]["examples_per_s"] * tokens / PAPER_PAIR_TOKENS
+            )
         elif line.get("comparison") == "encode_documents":
             docs = cast(EncodeLine, line)
-            rates["docs_per_s"] = docs["project"]["texts_per_s"] * docs["mean_tokens"] / PAPER_DOC_TOKENS
+            rates["docs_per_s"] = (
+                docs["project"]["texts_per_s"] * docs["mean_tokens"] / PAPER_DOC_TOKENS
+            )
         elif line.get("comparison") == "bridge_weights":
             rates["bridge_strings_per_s"] = cast(InitLine, line)["bridge_strings_per_s"]
     return rates
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--side", choices=sorted(SIDES), required=True)
     parser.add_argument("--case", default="{}", help="the case's fields as JSON")
     args = parser.parse_args(argv)

@@ -1,4 +1,5 @@
-"""Peak memory of one SPLADE training step, plain vs chunked pooling (each variant in its own process).
+"""Peak memory of one SPLADE training step, plain vs chunked pooling (each variant in its own
+process).
 
     python -m benchmarks.pooling --chunk 32 --grads /tmp/g.pt    # one variant; prints JSON
 ``jobs.bench_train --memory`` runs both variants and compares their peaks and gradients.
@@ -50,7 +51,8 @@ GradDiffs = TypedDict(  # a key that is no identifier
 
 
 class MemoryComparison(TypedDict):
-    """``jobs.bench_train --memory``: both variants, their ratios and their gradients' differences."""
+    """``jobs.bench_train --memory``: both variants, their ratios and their gradients'
+    differences."""
 
     case: dict[str, int | str]
     naive: StepMemory
@@ -64,7 +66,8 @@ class MemoryComparison(TypedDict):
 
 @dataclass(frozen=True, kw_only=True)
 class MemoryCase:
-    """One training step of a shallow BERT MLM: the vocabulary projection dominates memory, as in BERT-base."""
+    """One training step of a shallow BERT MLM: the vocabulary projection dominates memory, as in
+    BERT-base."""
 
     batch: int = 64
     doc_length: int = 256
@@ -82,7 +85,8 @@ def _tokens(case: MemoryCase, length: int, g: torch.Generator) -> dict[str, torc
 
 
 def measure_step(case: MemoryCase, chunk: int, grads_path: Path | None = None) -> StepMemory:
-    """Run one forward + backward + AdamW step; peak RSS of this process, and its rise over the pre-step RSS."""
+    """Run one forward + backward + AdamW step; peak RSS of this process, and its rise over the
+    pre-step RSS."""
     from transformers import BertConfig, BertForMaskedLM
 
     torch.manual_seed(case.seed)
@@ -96,7 +100,9 @@ def measure_step(case: MemoryCase, chunk: int, grads_path: Path | None = None) -
         hidden_dropout_prob=0.0,
         attention_probs_dropout_prob=0.0,
     )
-    model = SpladeEncoder(BertForMaskedLM(config), chunk=chunk).to(getattr(torch, case.dtype)).train()
+    model = (
+        SpladeEncoder(BertForMaskedLM(config), chunk=chunk).to(getattr(torch, case.dtype)).train()
+    )
     optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5)
     g = torch.Generator().manual_seed(case.seed + 1)
     queries, docs = _tokens(case, case.query_length, g), _tokens(case, case.doc_length, g)
@@ -106,7 +112,9 @@ def measure_step(case: MemoryCase, chunk: int, grads_path: Path | None = None) -
     parts = splade_objective(reps[0], reps[1:], LossWeights(lambda_q=5e-5, lambda_d=3e-5))
     parts["loss"].backward()
     if grads_path is not None:
-        torch.save({n: p.grad for n, p in model.named_parameters() if p.grad is not None}, grads_path)
+        torch.save(
+            {n: p.grad for n, p in model.named_parameters() if p.grad is not None}, grads_path
+        )
     optimizer.step()
     seconds = time.perf_counter() - start
     peak = peak_rss_mb()
@@ -133,7 +141,8 @@ def _run_variant(case: MemoryCase, chunk: int, grads: Path) -> StepMemory:
         json.dumps(asdict(case)),
     ]
     done = subprocess.run(cmd, check=True, capture_output=True, text=True, env=child_env())
-    return cast(StepMemory, json.loads(done.stdout.strip().splitlines()[-1]))  # what measure_step printed
+    # what measure_step printed
+    return cast(StepMemory, json.loads(done.stdout.strip().splitlines()[-1]))
 
 
 def _grad_diffs(a: Path, b: Path) -> GradDiffs:
@@ -144,20 +153,22 @@ def _grad_diffs(a: Path, b: Path) -> GradDiffs:
         "max_abs_diff": diffs[worst],
         "tensor": worst,
         "tensor_max_abs": float(naive[worst].abs().max()),
-        "max_abs_diff_over_largest_grad": diffs[worst] / max(float(v.abs().max()) for v in naive.values()),
+        "max_abs_diff_over_largest_grad": diffs[worst]
+        / max(float(v.abs().max()) for v in naive.values()),
         "tensors_within_1e-5": sum(d <= 1e-5 for d in diffs.values()),
         "tensors": len(diffs),
     }
 
 
 def compare_memory(case: MemoryCase, chunk: int, workdir: Path) -> MemoryComparison:
-    """Both variants in fresh processes (peak RSS is per process) and their gradients' largest difference.
+    """Both variants in fresh processes (peak RSS is per process) and their gradients' largest
+    difference.
 
-    In fp32 the two paths sum a gradient over B·T tokens in different orders (whole vs per slice), which moves
-    sums over 20k tokens, such as a LayerNorm weight's, by ~1e-5 relative. A float64 run of the same step on a
-    smaller batch shows the paths agree up to rounding, and a float64 run of the full step (chunked; it equals
-    the plain path there) measures how far each fp32 path is from the exact gradients.
-    """
+    In fp32 the two paths sum a gradient over B·T tokens in different orders (whole vs per slice),
+    which moves sums over 20k tokens, such as a LayerNorm weight's, by ~1e-5 relative. A float64 run
+    of the same step on a smaller batch shows the paths agree up to rounding, and a float64 run of
+    the full step (chunked; it equals the plain path there) measures how far each fp32 path is from
+    the exact gradients."""
     runs = {
         name: _run_variant(case, size, workdir / f"grads-{name}.pt")
         for name, size in (("naive", 0), ("chunked", chunk))
@@ -165,7 +176,8 @@ def compare_memory(case: MemoryCase, chunk: int, workdir: Path) -> MemoryCompari
     small = replace(case, batch=8, dtype="float64")
     for name, size in (("naive64", 0), ("chunked64", chunk)):
         _run_variant(small, size, workdir / f"grads-{name}.pt")
-    _run_variant(replace(case, dtype="float64"), chunk, workdir / "grads-reference.pt")  # the exact gradients
+    # the exact gradients
+    _run_variant(replace(case, dtype="float64"), chunk, workdir / "grads-reference.pt")
     return {
         "case": asdict(case),
         "naive": runs["naive"],
@@ -175,7 +187,9 @@ def compare_memory(case: MemoryCase, chunk: int, workdir: Path) -> MemoryCompari
             runs["chunked"]["step_rss_increase_mb"] / runs["naive"]["step_rss_increase_mb"], 3
         ),
         "grads_fp32": _grad_diffs(workdir / "grads-naive.pt", workdir / "grads-chunked.pt"),
-        "grads_float64_batch8": _grad_diffs(workdir / "grads-naive64.pt", workdir / "grads-chunked64.pt"),
+        "grads_float64_batch8": _grad_diffs(
+            workdir / "grads-naive64.pt", workdir / "grads-chunked64.pt"
+        ),
         "fp32_error_vs_float64": {
             name: _grad_diffs(workdir / "grads-reference.pt", workdir / f"grads-{name}.pt")
             for name in ("naive", "chunked")
@@ -184,8 +198,12 @@ def compare_memory(case: MemoryCase, chunk: int, workdir: Path) -> MemoryCompari
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--chunk", type=int, required=True, help="0 = plain pooling over the full logits")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--chunk", type=int, required=True, help="0 = plain pooling over the full logits"
+    )
     parser.add_argument("--grads", type=Path, default=None, help="save the gradients here")
     parser.add_argument("--case", default="{}", help="MemoryCase fields as JSON")
     args = parser.parse_args(argv)

@@ -1,6 +1,6 @@
-"""The JSON lines ``python -m jobs.bench_peers`` prints, and what each side's child process hands back: plain
-``TypedDict`` s (no torch), in the key order they are written. ``case`` is the case's fields (``dataclasses.asdict``).
-"""
+"""The JSON lines ``python -m jobs.bench_peers`` prints, and what each side's child process hands
+back: plain ``TypedDict`` s (no torch), in the key order they are written. ``case`` is the case's
+fields (``dataclasses.asdict``)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ class StepTimes(TypedDict):
 
 
 class Timing(TypedDict):
-    """An encoding side: seconds of the timed call (after a warm-up call), RSS before it and at the peak."""
+    """An encoding side: seconds of the timed call (after a warm-up call), RSS before it and at the
+    peak."""
 
     seconds: float
     rss_before_mb: float
@@ -123,8 +124,9 @@ class MsPerToken(TypedDict):
 
 
 class BridgeWeightsRun(TypedDict):
-    """``bench.bridge_weights.run``: one timing of bridge_weights against the bare GEMM and the reference loop.
-    It also holds ``rss_growth_mb_<rows>_rows`` (the name carries the row count), after ``peak_rss_mb``."""
+    """``bench.bridge_weights.run``: one timing of bridge_weights against the bare GEMM and the
+    reference loop. It also holds ``rss_growth_mb_<rows>_rows`` (the name carries the row count),
+    after ``peak_rss_mb``."""
 
     alpha: float
     new_tokens: int

@@ -1,9 +1,9 @@
 """The retrieval benchmark: sharded exact search on Ray vs the same exact search in one process.
 
-Both sides run the same kernel (:func:`~sembridge_ray.retrieval.index.shard_topk`) on the same synthetic data with
-the same query batches; the baseline holds the whole corpus as one term-major CSR. A plain scipy CSR brute force,
-``(Q @ D.T).toarray()`` + the same top-k, is timed on a subset of queries (``speedup_vs_scipy``).
-"""
+Both sides run the same kernel (:func:`~sembridge_ray.retrieval.index.shard_topk`) on the same
+synthetic data with the same query batches; the baseline holds the whole corpus as one term-major
+CSR. A plain scipy CSR brute force, ``(Q @ D.T).toarray()`` + the same top-k, is timed on a subset
+of queries (``speedup_vs_scipy``)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,14 @@ import scipy.sparse as sp
 from benchmarks.synthetic import BenchConfig, sparse_vectors, zipf_probs
 from sembridge_ray.distributed import cluster
 from sembridge_ray.distributed.search import ShardedIndex
-from sembridge_ray.retrieval.index import SparseBatch, TopK, build_shard, shard_bounds, shard_topk, topk_rows
+from sembridge_ray.retrieval.index import (
+    SparseBatch,
+    TopK,
+    build_shard,
+    shard_bounds,
+    shard_topk,
+    topk_rows,
+)
 from sembridge_ray.retrieval.metrics import sparsity_stats, term_counts
 
 log = logging.getLogger(__name__)
@@ -33,22 +40,31 @@ def _timed(fn: Callable[[], Any]) -> tuple[Any, float]:
 
 
 def _batched(search: Callable[[SparseBatch], TopK], queries: SparseBatch, size: int) -> TopK:
-    parts = [search(queries.slice(s, min(s + size, queries.rows))) for s in range(0, queries.rows, size)]
+    parts = [
+        search(queries.slice(s, min(s + size, queries.rows))) for s in range(0, queries.rows, size)
+    ]
     return TopK(np.concatenate([p.scores for p in parts]), np.concatenate([p.ranks for p in parts]))
 
 
-def _scipy_product(docs: SparseBatch, ranks: np.ndarray, vocab: int, k: int) -> Callable[[SparseBatch], TopK]:
-    doc_t = sp.csr_matrix((docs.values, docs.indices, docs.indptr), shape=(docs.rows, vocab)).T.tocsr()
+def _scipy_product(
+    docs: SparseBatch, ranks: np.ndarray, vocab: int, k: int
+) -> Callable[[SparseBatch], TopK]:
+    doc_t = sp.csr_matrix(
+        (docs.values, docs.indices, docs.indptr), shape=(docs.rows, vocab)
+    ).T.tocsr()
 
     def search(q: SparseBatch) -> TopK:
-        scores = (sp.csr_matrix((q.values, q.indices, q.indptr), shape=(q.rows, vocab)) @ doc_t).toarray()
+        scores = (
+            sp.csr_matrix((q.values, q.indices, q.indptr), shape=(q.rows, vocab)) @ doc_t
+        ).toarray()
         return topk_rows(scores, ranks, k)
 
     return search
 
 
 def run_bench(cfg: BenchConfig) -> dict[str, Any]:
-    """Generate the data, time both sides ``cfg.repeats`` times, alternating, and report the best of each."""
+    """Generate the data, time both sides ``cfg.repeats`` times, alternating, and report the best of
+    each."""
     rng = np.random.default_rng(cfg.seed)
     probs = zipf_probs(cfg.vocab_size, cfg.zipf_exponent, rng)
     (docs, queries), gen_s = _timed(
@@ -73,7 +89,8 @@ def run_bench(cfg: BenchConfig) -> dict[str, Any]:
     cluster.connect()
     index, build_s = _timed(
         lambda: ShardedIndex.start(
-            build_shard(docs.slice(a, b), ranks[a:b], vocab) for a, b in shard_bounds(cfg.docs, 0, cfg.workers)
+            build_shard(docs.slice(a, b), ranks[a:b], vocab)
+            for a, b in shard_bounds(cfg.docs, 0, cfg.workers)
         )
     )
     sides = {
@@ -93,7 +110,10 @@ def run_bench(cfg: BenchConfig) -> dict[str, Any]:
     actors = index.stats()
     index.shutdown()
     best = {name: min(t) for name, t in times.items()}
-    identical = all(np.array_equal(getattr(tops["ray"], f), getattr(tops["single_process"], f)) for f in TopK._fields)
+    identical = all(
+        np.array_equal(getattr(tops["ray"], f), getattr(tops["single_process"], f))
+        for f in TopK._fields
+    )
     report |= {
         "single_process_qps": round(cfg.queries / best["single_process"], 2),
         "ray_qps": round(cfg.queries / best["ray"], 2),
@@ -106,13 +126,16 @@ def run_bench(cfg: BenchConfig) -> dict[str, Any]:
     report |= _scipy_reference(docs, ranks, queries, tops["single_process"], cfg)
     if "scipy_product_qps" in report:  # the issue's baseline: single-process scipy CSR brute force
         report["speedup_vs_scipy"] = round(report["ray_qps"] / report["scipy_product_qps"], 3)
-    return report | {"driver_peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+    return report | {
+        "driver_peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    }
 
 
 def _scipy_reference(
     docs: SparseBatch, ranks: np.ndarray, queries: SparseBatch, expected: TopK, cfg: BenchConfig
 ) -> dict[str, Any]:
-    """Queries/s of a plain ``(Q @ D.T).toarray()`` + the same top-k, on the first ``cfg.scipy_queries``."""
+    """Queries/s of a plain ``(Q @ D.T).toarray()`` + the same top-k, on the first
+    ``cfg.scipy_queries``."""
     if cfg.scipy_queries <= 0:
         return {}
     subset = queries.slice(0, min(cfg.scipy_queries, cfg.queries))

@@ -1,14 +1,16 @@
-"""Exact top-k against PISA and Seismic on two corpora (one process, one thread, interleaved repeats).
+"""Exact top-k against PISA and Seismic on two corpora (one process, one thread, interleaved
+repeats).
 
-Corpora: ``synthetic`` (:mod:`benchmarks.synthetic`: Zipf terms, uniform weights, adversarial for pruning)
-and ``encoder`` (:mod:`benchmarks.corpus`: resampled from the bundled MiniLM SPLADE's statistics, real
-queries). Sides: the project's term-major scan (:func:`~sembridge_ray.retrieval.index.shard_topk`) and its MaxScore
-(:func:`~sembridge_ray.retrieval.index.maxscore_topk`); Seismic's exact scan (``SeismicDataset.batch_search``) and
-its approximate index (``SeismicIndex``, recall@10 against the exact answer printed); PISA through
-``pyterrier-pisa`` (the ``bench`` extra): a learned-sparse index of the documents' weights quantised to integers
-(``toks_indexer``, scale 100, the PISA default for learned sparse), searched with MaxScore, block-max WAND and its
-exhaustive ``ranked_or``; PISA's top-k is exact on the quantised scores, so its recall@10 against the float answer
-is printed too.
+Corpora: ``synthetic`` (:mod:`benchmarks.synthetic`: Zipf terms, uniform weights, adversarial for
+pruning) and ``encoder`` (:mod:`benchmarks.corpus`: resampled from the bundled MiniLM SPLADE's
+statistics, real queries). Sides: the project's term-major scan
+(:func:`~sembridge_ray.retrieval.index.shard_topk`) and its MaxScore
+(:func:`~sembridge_ray.retrieval.index.maxscore_topk`); Seismic's exact scan
+(``SeismicDataset.batch_search``) and its approximate index (``SeismicIndex``, recall@10 against the
+exact answer printed); PISA through ``pyterrier-pisa`` (the ``bench`` extra): a learned-sparse index
+of the documents' weights quantised to integers (``toks_indexer``, scale 100, the PISA default for
+learned sparse), searched with MaxScore, block-max WAND and its exhaustive ``ranked_or``; PISA's
+top-k is exact on the quantised scores, so its recall@10 against the float answer is printed too.
 """
 
 from __future__ import annotations
@@ -30,7 +32,9 @@ from sembridge_ray.retrieval.index import SparseBatch, build_shard, maxscore_top
 Search = Callable[[], list[list[int]]]
 
 
-def make_corpus(name: str, docs: int, queries: int, seed: int = 0) -> tuple[SparseBatch, SparseBatch]:
+def make_corpus(
+    name: str, docs: int, queries: int, seed: int = 0
+) -> tuple[SparseBatch, SparseBatch]:
     if name == "encoder":
         from benchmarks.corpus import encoder_corpus
 
@@ -40,16 +44,22 @@ def make_corpus(name: str, docs: int, queries: int, seed: int = 0) -> tuple[Spar
     cfg = BenchConfig()
     rng = np.random.default_rng(seed)
     probs = zipf_probs(cfg.vocab_size, cfg.zipf_exponent, rng)
-    return sparse_vectors(docs, cfg.doc_draws, probs, rng), sparse_vectors(queries, cfg.query_draws, probs, rng)
+    return sparse_vectors(docs, cfg.doc_draws, probs, rng), sparse_vectors(
+        queries, cfg.query_draws, probs, rng
+    )
 
 
-def project_sides(docs: SparseBatch, queries: SparseBatch, k: int, maxscore: bool = True) -> dict[str, Search]:
+def project_sides(
+    docs: SparseBatch, queries: SparseBatch, k: int, maxscore: bool = True
+) -> dict[str, Search]:
     shard = build_shard(docs, np.arange(docs.rows, dtype=np.int64), 30522)
 
     def run(fn: Callable[..., Any]) -> Search:
         return lambda: [[int(r) for r in row if r >= 0] for row in fn(shard, queries, k).ranks]
 
-    return {"project_scan": run(shard_topk)} | ({"project_maxscore": run(maxscore_topk)} if maxscore else {})
+    return {"project_scan": run(shard_topk)} | (
+        {"project_maxscore": run(maxscore_topk)} if maxscore else {}
+    )
 
 
 def seismic_sides(
@@ -66,18 +76,23 @@ def seismic_sides(
     )
     qids = np.array([str(i) for i in range(queries.rows)], dtype=seismic.get_seismic_string())
     comps = [
-        np.array([str(t) for t in queries.slice(i, i + 1).indices], dtype=seismic.get_seismic_string())
+        np.array(
+            [str(t) for t in queries.slice(i, i + 1).indices], dtype=seismic.get_seismic_string()
+        )
         for i in range(queries.rows)
     ]
     vals = [queries.slice(i, i + 1).values.astype(np.float32) for i in range(queries.rows)]
 
     def ids(results: list[list[tuple[str, float, str]]]) -> list[list[int]]:
-        by_query = {int(row[0][0]): [int(doc) for _, _, doc in row] for row in results if row}  # rows come unordered
+        # rows come unordered
+        by_query = {int(row[0][0]): [int(doc) for _, _, doc in row] for row in results if row}
         return [by_query.get(i, []) for i in range(queries.rows)]
 
     sides: dict[str, Search] = {}
     if exact:
-        sides["seismic_exact"] = lambda: ids(data.batch_search(qids, comps, vals, k=k, num_threads=1))
+        sides["seismic_exact"] = lambda: ids(
+            data.batch_search(qids, comps, vals, k=k, num_threads=1)
+        )
     if approximate:  # clustering the postings takes minutes at 200k documents
         with _native_output_to_devnull():  # Seismic's Rust code prints its progress
             index = seismic.SeismicIndex.build_from_dataset(data, num_threads=1)
@@ -89,8 +104,9 @@ def seismic_sides(
 
 @contextlib.contextmanager
 def _native_output_to_devnull() -> Iterator[None]:
-    """File descriptors 1 and 2 to /dev/null for the block: PISA's and Seismic's native code write progress and log
-    lines there, past ``sys.stdout``, and stdout must carry only the benchmark's JSON lines."""
+    """File descriptors 1 and 2 to /dev/null for the block: PISA's and Seismic's native code write
+    progress and log lines there, past ``sys.stdout``, and stdout must carry only the benchmark's
+    JSON lines."""
     sys.stdout.flush()
     sys.stderr.flush()
     saved = [os.dup(fd) for fd in (1, 2)]
@@ -106,12 +122,18 @@ def _native_output_to_devnull() -> Iterator[None]:
 
 
 PISA_SCALE = 100.0
-PISA_ALGORITHMS = {"pisa_maxscore": "maxscore", "pisa_bmw": "block_max_wand", "pisa_ranked_or": "ranked_or"}
+PISA_ALGORITHMS = {
+    "pisa_maxscore": "maxscore",
+    "pisa_bmw": "block_max_wand",
+    "pisa_ranked_or": "ranked_or",
+}
 
 
-def pisa_sides(docs: SparseBatch, queries: SparseBatch, k: int, folder: str, names: list[str]) -> dict[str, Search]:
-    """PISA's index of ``docs`` in ``folder`` (built here, not timed) and a search per side in ``names`` (keys of
-    :data:`PISA_ALGORITHMS`)."""
+def pisa_sides(
+    docs: SparseBatch, queries: SparseBatch, k: int, folder: str, names: list[str]
+) -> dict[str, Search]:
+    """PISA's index of ``docs`` in ``folder`` (built here, not timed) and a search per side in
+    ``names`` (keys of :data:`PISA_ALGORITHMS`)."""
     import pandas as pd
     from pyterrier_pisa import PisaIndex
 
@@ -135,7 +157,9 @@ def pisa_sides(docs: SparseBatch, queries: SparseBatch, k: int, folder: str, nam
 
     def side(algorithm: str) -> Search:
         with _native_output_to_devnull():  # loading the index for search logs too
-            retriever = index.quantized(num_results=k, threads=1, query_algorithm=algorithm, toks_scale=PISA_SCALE)
+            retriever = index.quantized(
+                num_results=k, threads=1, query_algorithm=algorithm, toks_scale=PISA_SCALE
+            )
 
         def search() -> list[list[int]]:
             out = retriever.transform(frame)
@@ -148,8 +172,11 @@ def pisa_sides(docs: SparseBatch, queries: SparseBatch, k: int, folder: str, nam
     return {name: side(PISA_ALGORITHMS[name]) for name in names}
 
 
-def _timed_sides(sides: dict[str, Search], repeats: int) -> tuple[dict[str, list[float]], dict[str, list[list[int]]]]:
-    """Seconds of every run of each side, alternating sides (load elsewhere hits all alike), and each answer."""
+def _timed_sides(
+    sides: dict[str, Search], repeats: int
+) -> tuple[dict[str, list[float]], dict[str, list[list[int]]]]:
+    """Seconds of every run of each side, alternating sides (load elsewhere hits all alike), and
+    each answer."""
     times: dict[str, list[float]] = {s: [] for s in sides}
     answers: dict[str, list[list[int]]] = {}
     for _ in range(repeats):
@@ -161,36 +188,53 @@ def _timed_sides(sides: dict[str, Search], repeats: int) -> tuple[dict[str, list
 
 
 def recall(got: list[list[int]], exact: list[list[int]]) -> float:
-    return float(np.mean([len(set(g) & set(e)) / max(1, len(e)) for g, e in zip(got, exact, strict=True)]))
+    return float(
+        np.mean([len(set(g) & set(e)) / max(1, len(e)) for g, e in zip(got, exact, strict=True)])
+    )
 
 
 SIDES = ("project_scan", "project_maxscore", "seismic_exact", "seismic_approx", *PISA_ALGORITHMS)
-"""Every side; the scan is the exact answer the others are checked against, so it cannot be skipped."""
+"""Every side; the scan is the exact answer the others are checked against, so it cannot be
+skipped."""
 
 
 def check_skip(skip: frozenset[str]) -> None:
     """``ValueError`` naming any side in ``skip`` that is unknown or is the scan."""
     if bad := sorted(skip - set(SIDES[1:])):
-        raise ValueError(f"cannot skip {', '.join(bad)}: the sides that can be skipped are {', '.join(SIDES[1:])}")
+        raise ValueError(
+            f"cannot skip {', '.join(bad)}: the sides that can be skipped are {', '.join(SIDES[1:])}"
+        )
 
 
 def compare_corpus(
-    name: str, docs: int, queries: int, k: int = 10, repeats: int = 2, skip: frozenset[str] = frozenset()
+    name: str,
+    docs: int,
+    queries: int,
+    k: int = 10,
+    repeats: int = 2,
+    skip: frozenset[str] = frozenset(),
 ) -> list[dict[str, Any]]:
-    """One JSON-able line per peer on corpus ``name``: queries/s of both sides, ratio, recall@k of approximate ones.
-    ``skip``: sides left out (at 1M documents, the project's MaxScore and Seismic's clustering take most of the
-    time)."""
+    """One JSON-able line per peer on corpus ``name``: queries/s of both sides, ratio, recall@k of
+    approximate ones. ``skip``: sides left out (at 1M documents, the project's MaxScore and
+    Seismic's clustering take most of the time)."""
     check_skip(skip)
     d, q = make_corpus(name, docs, queries)
     sides = project_sides(d, q, k, maxscore="project_maxscore" not in skip)
     notes = {}
     if importlib.util.find_spec("seismic") is not None:
-        sides |= seismic_sides(d, q, k, approximate="seismic_approx" not in skip, exact="seismic_exact" not in skip)
+        sides |= seismic_sides(
+            d, q, k, approximate="seismic_approx" not in skip, exact="seismic_exact" not in skip
+        )
     else:
-        notes["seismic"] = "skipped: pyseismic-lsr is not installed (pip install 'sembridge-ray[bench]')"
-    with tempfile.TemporaryDirectory(prefix="pisa-") as folder:  # PISA's index, read while it is timed
+        notes["seismic"] = (
+            "skipped: pyseismic-lsr is not installed (pip install 'sembridge-ray[bench]')"
+        )
+    # PISA's index, read while it is timed
+    with tempfile.TemporaryDirectory(prefix="pisa-") as folder:
         if importlib.util.find_spec("pyterrier_pisa") is None:
-            notes["pisa"] = "skipped: pyterrier-pisa is not installed (pip install 'sembridge-ray[bench]')"
+            notes["pisa"] = (
+                "skipped: pyterrier-pisa is not installed (pip install 'sembridge-ray[bench]')"
+            )
         elif wanted := [a for a in PISA_ALGORITHMS if a not in skip]:
             sides |= pisa_sides(d, q, k, folder, wanted)
         times, answers = _timed_sides(sides, repeats)
@@ -215,4 +259,6 @@ def compare_corpus(
         for side in sides
         if side != best
     ]
-    return lines + [{"comparison": f"retrieval_{name}_{peer}", "note": note} for peer, note in notes.items()]
+    return lines + [
+        {"comparison": f"retrieval_{name}_{peer}", "note": note} for peer, note in notes.items()
+    ]

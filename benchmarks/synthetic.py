@@ -1,10 +1,10 @@
 """A synthetic SPLADE-like corpus for the retrieval benchmark (seeded, no I/O).
 
-Terms are drawn from a Zipf-like law p(v) ∝ 1/rank(v)^s over a shuffled vocabulary, with replacement, then
-deduplicated; weights are uniform on [0.05, 3], like log(1 + relu) activations. With s = 0.8, 130 draws per
-document and 40 per query this gives about 120 active dimensions per document, 39 per query, and about 3.8
-FLOPs per query–document pair: the range of SPLADE v2 on MS MARCO.
-"""
+Terms are drawn from a Zipf-like law p(v) ∝ 1/rank(v)^s over a shuffled vocabulary, with
+replacement, then deduplicated; weights are uniform on [0.05, 3], like log(1 + relu) activations.
+With s = 0.8, 130 draws per document and 40 per query this gives about 120 active dimensions per
+document, 39 per query, and about 3.8 FLOPs per query–document pair: the range of SPLADE v2 on MS
+MARCO."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ BERT_VOCAB = 30522
 
 @dataclass(frozen=True, kw_only=True)
 class BenchConfig(Config):
-    """``python -m jobs.bench_retrieval``: sharded Ray search vs a single-process brute force on the same data."""
+    """``python -m jobs.bench_retrieval``: sharded Ray search vs a single-process brute force on the
+    same data."""
 
     docs: int = 1_000_000
     queries: int = 1000
@@ -51,7 +52,8 @@ def zipf_probs(vocab_size: int, exponent: float, rng: np.random.Generator) -> np
 def sparse_vectors(
     rows: int, draws: int, probs: np.ndarray, rng: np.random.Generator, chunk: int = 50_000
 ) -> SparseBatch:
-    """rows vectors of ``draws`` terms drawn from ``probs`` (deduplicated, ascending) with weights in [0.05, 3]."""
+    """rows vectors of ``draws`` terms drawn from ``probs`` (deduplicated, ascending) with weights
+    in [0.05, 3]."""
     cdf = np.cumsum(probs)
     cdf[-1] = 1.0
     indptr, indices = [np.zeros(1, np.int64)], []

@@ -1,9 +1,9 @@
 """Throughput of the Ray Train fine-tuning loop vs the same steps in one plain torch process.
 
-Both run ``sparse.loop.train`` over the same training stream (SICK pairs) with the same model and thread count;
-the difference is Ray Train: Ray Data iteration, reporting, checkpointing and the worker process. The rate is
-steady-state examples/s: the first logging window (start-up, first batch) is left out of both.
-"""
+Both run ``sparse.loop.train`` over the same training stream (SICK pairs) with the same model and
+thread count; the difference is Ray Train: Ray Data iteration, reporting, checkpointing and the
+worker process. The rate is steady-state examples/s: the first logging window (start-up, first
+batch) is left out of both."""
 
 from __future__ import annotations
 
@@ -31,15 +31,19 @@ from sembridge_ray.sparse import loop
 from sembridge_ray.sparse.model import SpladeEncoder, load_mlm, load_tokenizer, save_sparse_encoder
 
 log = logging.getLogger(__name__)
-# The real bert-base-uncased tokenizer beside the checkout (as in tests/conftest.py), else the tiny fixture's.
+# The real bert-base-uncased tokenizer beside the checkout (as in tests/conftest.py), else the tiny
+# fixture's.
 SHARED_DATA = Path(
-    os.environ.get("SEMBRIDGE_SHARED_DATA", Path(__file__).resolve().parents[2].parent / "shared" / "data")
+    os.environ.get(
+        "SEMBRIDGE_SHARED_DATA", Path(__file__).resolve().parents[2].parent / "shared" / "data"
+    )
 )
 SHARED_TOKENIZER = SHARED_DATA / "tokenizers" / "bert-base-uncased"
 
 
 def bench_model(out: Path, tokenizer_dir: Path, hidden: int = 256, layers: int = 2) -> Path:
-    """A randomly initialised shallow BERT MLM over a real vocabulary, as a SparseEncoder directory."""
+    """A randomly initialised shallow BERT MLM over a real vocabulary, as a SparseEncoder
+    directory."""
     from transformers import BertConfig, BertForMaskedLM
 
     tok = load_tokenizer(str(tokenizer_dir))
@@ -80,7 +84,9 @@ def plain_run(cfg: FinetuneConfig, threads: int) -> list[dict[str, float]]:
     mlm, tok = load_mlm(cfg.model)
     model = SpladeEncoder(mlm, chunk=cfg.pool_chunk)
     optimizer, scheduler = loop.build_optimizer(model, cfg.optim, info.total_steps)
-    raw = (b.to_pydict() for b in pq.ParquetFile(stream).iter_batches(batch_size=cfg.optim.batch_size))
+    raw = (
+        b.to_pydict() for b in pq.ParquetFile(stream).iter_batches(batch_size=cfg.optim.batch_size)
+    )
     batches = loop.pair_batches(raw, tok, cfg.max_query_length, cfg.max_doc_length)
     plan = loop.LoopPlan(
         total_steps=info.total_steps,
@@ -94,7 +100,8 @@ def plain_run(cfg: FinetuneConfig, threads: int) -> list[dict[str, float]]:
 
 
 def steady_rate(metrics: list[dict[str, float]], batch: int) -> float:
-    """Examples/s over every logging window but the first (which holds start-up and the first batch)."""
+    """Examples/s over every logging window but the first (which holds start-up and the first
+    batch)."""
     examples = seconds = 0.0
     for prev, cur in itertools.pairwise(metrics):
         count = batch * (cur["step"] - prev["step"])
@@ -113,7 +120,8 @@ def compare_overhead(
     from sembridge_ray.distributed.finetune import run_finetune
 
     work = Path(workdir or tempfile.mkdtemp(prefix="bench-train-"))
-    # bert-base-uncased's vocabulary: beside the checkout, else the bundled MiniLM's (the same 30,522 pieces)
+    # bert-base-uncased's vocabulary: beside the checkout, else the bundled MiniLM's (the same
+    # 30,522 pieces)
     tokenizer = SHARED_TOKENIZER if SHARED_TOKENIZER.is_dir() else minilm_dir()
     cfg = FinetuneConfig(
         model=str(bench_model(work / "model", tokenizer)),

@@ -4,8 +4,8 @@
 #   bash cluster/local.sh quick [job args]     set up .venv, run the one-cell miniature in-process (init ->
 #                                              evaluate -> fine-tune -> evaluate, ~2 min on 2 CPUs), print its table
 #   bash cluster/local.sh test [pytest args]   set up .venv, run the default pytest selection (exit code = pytest's)
-#   bash cluster/local.sh check                set up .venv, run ruff (lint and format), mypy and the import-linter
-#                                              contracts (CI runs it)
+#   bash cluster/local.sh check                set up .venv, run ruff (lint and format), mypy, the import-linter
+#                                              contracts and the house figures (CI runs it)
 #   bash cluster/local.sh demo [job args]      set up .venv, start a private loopback Ray head unless RAY_ADDRESS is
 #                                              set, submit the demo with `ray job submit`, print its result
 #   bash cluster/local.sh xling [job args]     the same for the cross-lingual miniature (reproduce --preset xling:
@@ -120,6 +120,8 @@ run_checks() {
   "$VENV/bin/ruff" format --check .
   "$VENV/bin/mypy" sembridge_ray benchmarks jobs tests
   "$VENV/bin/lint-imports"
+  # the house figures (package lines, the share over 100 characters, functions over 50 lines), held to their limits
+  "$VENV/bin/python" scripts/house_figures.py --check
 }
 
 run_quick() {

@@ -1,6 +1,8 @@
-"""Bandwidth search for the MaLSTM calibration: the vectorised exact leave-one-out search against statsmodels' cv_ls.
+"""Bandwidth search for the MaLSTM calibration: the vectorised exact leave-one-out search against
+statsmodels' cv_ls.
 
-Prints one JSON line: both bandwidths, their LOO MSE by statsmodels' own ``cv_loo``, times, speed-up, peak memory.
+Prints one JSON line: both bandwidths, their LOO MSE by statsmodels' own ``cv_loo``, times,
+speed-up, peak memory.
     python -m jobs.bench_calibration                          # synthetic scores, n = 4,500
     python -m jobs.bench_calibration --predictions OUT/val_predictions.tsv
 """
@@ -20,8 +22,12 @@ from sembridge_ray.siamese.report import read_tsv
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--predictions", help="a val_predictions.tsv (pair_ID, gold, raw); default: synthetic")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--predictions", help="a val_predictions.tsv (pair_ID, gold, raw); default: synthetic"
+    )
     parser.add_argument("--n", type=int, default=4500, help="synthetic pairs (default 4,500)")
     args = parser.parse_args(argv)
     if args.predictions:

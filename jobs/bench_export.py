@@ -1,4 +1,5 @@
-"""Benchmark the export targets against the exact search (encoding and search throughput, peak memory, parity).
+"""Benchmark the export targets against the exact search (encoding and search throughput, peak
+memory, parity).
 
     python -m jobs.bench_export --docs 2000 --queries 200
 The script is ``benchmarks/export_targets.py``.

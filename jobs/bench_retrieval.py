@@ -1,10 +1,11 @@
-"""Benchmark exact sparse retrieval: sharded Ray actors vs one process, on a synthetic SPLADE-like corpus.
+"""Benchmark exact sparse retrieval: sharded Ray actors vs one process, on a synthetic SPLADE-like
+corpus.
 
     ray job submit --working-dir . -- python -m jobs.bench_retrieval --docs 1000000 --workers 2
 Smoke (2 CPUs, ~30 s):  python -m jobs.bench_retrieval --docs 20000 --queries 200
 
-Prints queries/s of both, the speed-up, whether the top-k lists are identical, and each actor's peak memory.
-"""
+Prints queries/s of both, the speed-up, whether the top-k lists are identical, and each actor's peak
+memory."""
 
 from __future__ import annotations
 
@@ -27,7 +28,9 @@ FLAGS = [
 
 def main(argv: list[str] | None = None) -> int:
     def body() -> int:
-        cfg, _ = parse_config(BenchConfig, argv, flags=FLAGS, job="bench_retrieval", description=__doc__ or "")
+        cfg, _ = parse_config(
+            BenchConfig, argv, flags=FLAGS, job="bench_retrieval", description=__doc__ or ""
+        )
         from benchmarks.retrieval import run_bench
         from sembridge_ray.outputs import atomic_write_json
 

@@ -1,11 +1,12 @@
-"""Fine-tuning benchmarks (print JSON figures; not tests). Run them with nothing else going on the machine.
+"""Fine-tuning benchmarks (print JSON figures; not tests). Run them with nothing else going on the
+machine.
 
     python -m jobs.bench_train --memory      # peak RSS of one step, batch 64 x 256 tokens, V = 30,522:
                                              # chunked vs plain pooling (target <= 50%), gradients compared
     python -m jobs.bench_train --overhead    # examples/s, Ray Train loop vs the same steps in plain torch
                                              # (target: overhead <= 15%)
-Through a cluster: ray job submit --working-dir . -- python -m jobs.bench_train --overhead --workers 2
-"""
+Through a cluster: ray job submit --working-dir . -- python -m jobs.bench_train --overhead --workers
+2"""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--memory", action="store_true")
     parser.add_argument("--overhead", action="store_true")
     parser.add_argument("--chunk", type=int, default=32, help="pooling slice (tokens) for --memory")
@@ -34,13 +37,22 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks.pooling import MemoryCase, compare_memory
 
         with tempfile.TemporaryDirectory() as tmp:
-            print(json.dumps({"memory": compare_memory(MemoryCase(), args.chunk, Path(tmp))}, indent=2))
+            print(
+                json.dumps(
+                    {"memory": compare_memory(MemoryCase(), args.chunk, Path(tmp))}, indent=2
+                )
+            )
     if args.overhead:
         from benchmarks.train_overhead import compare_overhead
 
         print(
             json.dumps(
-                {"overhead": compare_overhead(args.steps, args.batch, args.workers, args.cpus_per_worker)}, indent=2
+                {
+                    "overhead": compare_overhead(
+                        args.steps, args.batch, args.workers, args.cpus_per_worker
+                    )
+                },
+                indent=2,
             )
         )
     return 0

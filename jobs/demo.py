@@ -1,4 +1,5 @@
-"""The offline miniature of the SemBridge experiment: ``jobs.reproduce --preset demo`` (see its help).
+"""The offline miniature of the SemBridge experiment: ``jobs.reproduce --preset demo`` (see its
+help).
 
     ray job submit --runtime-env cluster/runtime_env.yaml --working-dir . \
         -- python -m jobs.demo --output "$PWD/outputs/demo"
@@ -13,7 +14,11 @@ from sembridge_ray.cli import run
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run("reproduce", ["--preset", "demo", *(sys.argv[1:] if argv is None else argv)], prog="python -m jobs.demo")
+    return run(
+        "reproduce",
+        ["--preset", "demo", *(sys.argv[1:] if argv is None else argv)],
+        prog="python -m jobs.demo",
+    )
 
 
 if __name__ == "__main__":

@@ -1,9 +1,9 @@
-"""Evaluate a sparse encoder on a retrieval set: Ray Data encoding, exact sharded top-k, ir-measures nDCG@10.
+"""Evaluate a sparse encoder on a retrieval set: Ray Data encoding, exact sharded top-k, ir-measures
+nDCG@10.
 
     ray job submit --runtime-env cluster/runtime_env.yaml --working-dir . -- python -m jobs.evaluate --help
-The contract (config, result, flags, presets) is ``sembridge_ray.jobs.evaluate``; installed, the same command is
-``sembridge evaluate``.
-"""
+The contract (config, result, flags, presets) is ``sembridge_ray.jobs.evaluate``; installed, the
+same command is ``sembridge evaluate``."""
 
 from __future__ import annotations
 

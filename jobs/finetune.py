@@ -1,9 +1,9 @@
-"""Fine-tune a SparseEncoder with InfoNCE + FLOPs on Ray Train (DDP); resumes from its newest complete checkpoint.
+"""Fine-tune a SparseEncoder with InfoNCE + FLOPs on Ray Train (DDP); resumes from its newest
+complete checkpoint.
 
     ray job submit --runtime-env cluster/runtime_env.yaml --working-dir . -- python -m jobs.finetune --help
-The contract (config, result, flags, presets) is ``sembridge_ray.jobs.finetune``; installed, the same command is
-``sembridge finetune``.
-"""
+The contract (config, result, flags, presets) is ``sembridge_ray.jobs.finetune``; installed, the
+same command is ``sembridge finetune``."""
 
 from __future__ import annotations
 

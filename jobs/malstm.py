@@ -1,9 +1,9 @@
-"""MaLSTM (Mueller & Thyagarajan, AAAI 2016) on SICK: STS pretraining, restarts as Ray tasks, calibration.
+"""MaLSTM (Mueller & Thyagarajan, AAAI 2016) on SICK: STS pretraining, restarts as Ray tasks,
+calibration.
 
     ray job submit --runtime-env cluster/runtime_env.yaml --working-dir . -- python -m jobs.malstm --help
-The contract (config, result, flags, presets) is ``sembridge_ray.jobs.malstm``; installed, the same command is
-``sembridge malstm``.
-"""
+The contract (config, result, flags, presets) is ``sembridge_ray.jobs.malstm``; installed, the same
+command is ``sembridge malstm``."""
 
 from __future__ import annotations
 

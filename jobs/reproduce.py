@@ -1,9 +1,9 @@
-"""Reproduce the SemBridge paper's tables (or its offline miniature, --preset demo) as a grid of cells.
+"""Reproduce the SemBridge paper's tables (or its offline miniature, --preset demo) as a grid of
+cells.
 
     ray job submit --runtime-env cluster/runtime_env.yaml --working-dir . -- python -m jobs.reproduce --help
-The contract (config, result, flags, presets) is ``sembridge_ray.jobs.reproduce``; installed, the same command is
-``sembridge reproduce``.
-"""
+The contract (config, result, flags, presets) is ``sembridge_ray.jobs.reproduce``; installed, the
+same command is ``sembridge reproduce``."""
 
 from __future__ import annotations
 

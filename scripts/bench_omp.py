@@ -1,14 +1,14 @@
-"""Time the batched OMP of the ``omp`` init method (``embed_init.omp.omp_weights``) against scikit-learn's
-``OrthogonalMatchingPursuit`` fitted row by row, on random unit anchors (bridge vectors are unit vectors), the two
-interleaved so that a load change on shared cores hits both alike.
+"""Time the batched OMP of the ``omp`` init method (``embed_init.omp.omp_weights``) against
+scikit-learn's ``OrthogonalMatchingPursuit`` fitted row by row, on random unit anchors (bridge
+vectors are unit vectors), the two interleaved so that a load change on shared cores hits both
+alike.
 
     python scripts/bench_omp.py                      # 2,000 targets x 5,000 anchors x 384 dims, k=8, 3 repeats
 
-Prints one JSON line: the median seconds of each, their ratio, the process' peak RSS (``getrusage``: at the end, and
-before and after the first batched call, before scikit-learn ran), the threads, and the largest coefficient
-difference between the two (and whether they chose the same atoms).
-Needs scikit-learn (the ``dev`` extra).
-"""
+Prints one JSON line: the median seconds of each, their ratio, the process' peak RSS (``getrusage``:
+at the end, and before and after the first batched call, before scikit-learn ran), the threads, and
+the largest coefficient difference between the two (and whether they chose the same atoms). Needs
+scikit-learn (the ``dev`` extra)."""
 
 from __future__ import annotations
 
@@ -37,7 +37,11 @@ def sklearn_rows(targets: np.ndarray, atoms: np.ndarray, k: int) -> np.ndarray:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # an early stop on a zero residual
         for row, y in enumerate(targets):
-            out[row] = OrthogonalMatchingPursuit(n_nonzero_coefs=k, fit_intercept=False).fit(design, y).coef_
+            out[row] = (
+                OrthogonalMatchingPursuit(n_nonzero_coefs=k, fit_intercept=False)
+                .fit(design, y)
+                .coef_
+            )
     return out
 
 

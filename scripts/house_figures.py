@@ -1,12 +1,13 @@
-"""Figures of the house: the import graph of ``sembridge_ray`` (cycles, imports that run against the layers) and the
-share of signatures typed with bare ``Any`` or ``dict[str, Any]``. Prints one JSON object.
+"""Figures of the house: the import graph of ``sembridge_ray`` (cycles, imports that run against the
+layers) and the share of signatures typed with bare ``Any`` or ``dict[str, Any]``. Prints one JSON
+object.
 
     python scripts/house_figures.py            # from the checkout's root
     python scripts/house_figures.py --edges    # also every import that runs upward
 
-Imports are read statically (``ast``), module-level and inside functions alike, ``TYPE_CHECKING`` blocks excluded
-(they never run). A ``from package import name`` counts as an import of ``package.name`` when that is a module.
-"""
+Imports are read statically (``ast``), module-level and inside functions alike, ``TYPE_CHECKING``
+blocks excluded (they never run). A ``from package import name`` counts as an import of
+``package.name`` when that is a module."""
 
 from __future__ import annotations
 
@@ -41,10 +42,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "export",
     ),
 )
-"""Top to bottom (the checkout's ``jobs/`` entrypoints and ``benchmarks/``, outside the package, drive it all);
-anything not named is a section or utility (config, errors, identity, outputs, locks, ...), the bottom layer. A
-module may import its own layer and those below it, never those above. The package's own ``__init__`` (the public
-facade) is in no layer."""
+"""Top to bottom (the checkout's ``jobs/`` entrypoints and ``benchmarks/``, outside the package,
+drive it all); anything not named is a section or utility (config, errors, identity, outputs, locks,
+...), the bottom layer. A module may import its own layer and those below it, never those above. The
+package's own ``__init__`` (the public facade) is in no layer."""
 
 
 def modules(root: Path = ROOT) -> dict[str, Path]:
@@ -67,15 +68,20 @@ def _type_checking(node: ast.AST) -> bool:
 
 
 def _imports(tree: ast.AST) -> Iterator[tuple[ast.ImportFrom | ast.Import, bool]]:
-    """Every import statement and whether it sits inside a function; TYPE_CHECKING blocks skipped."""
+    """Every import statement and whether it sits inside a function; TYPE_CHECKING blocks
+    skipped."""
 
-    def walk(node: ast.AST, in_function: bool) -> Iterator[tuple[ast.ImportFrom | ast.Import, bool]]:
+    def walk(
+        node: ast.AST, in_function: bool
+    ) -> Iterator[tuple[ast.ImportFrom | ast.Import, bool]]:
         for child in ast.iter_child_nodes(node):
             if _type_checking(child):
                 continue
             if isinstance(child, ast.Import | ast.ImportFrom):
                 yield child, in_function
-            inside = in_function or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
+            inside = in_function or isinstance(
+                child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
+            )
             yield from walk(child, inside)
 
     yield from walk(tree, False)
@@ -97,7 +103,9 @@ def import_graph(root: Path = ROOT) -> dict[str, dict[str, bool]]:
                 if node.level:  # relative: drop level - 1 trailing parts of the importer's package
                     parts = package.split(".")[: len(package.split(".")) - node.level + 1]
                     base = ".".join([*parts, base] if base else parts)
-                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+                targets = [
+                    f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names
+                ]
             for target in targets:
                 while target and target not in known:
                     target = target.rsplit(".", 1)[0] if "." in target else ""
@@ -108,7 +116,8 @@ def import_graph(root: Path = ROOT) -> dict[str, dict[str, bool]]:
 
 
 def cycles(graph: dict[str, dict[str, bool]]) -> list[list[str]]:
-    """Strongly connected components of more than one module (Tarjan), each sorted; a cycle's members."""
+    """Strongly connected components of more than one module (Tarjan), each sorted; a cycle's
+    members."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -151,7 +160,9 @@ def layer(module: str) -> int:
 
 def upward(graph: dict[str, dict[str, bool]]) -> list[tuple[str, str]]:
     """(importer, imported) where the imported module sits in a higher layer than its importer."""
-    return sorted((a, b) for a, edges in graph.items() for b in edges if a != PACKAGE and layer(b) < layer(a))
+    return sorted(
+        (a, b) for a, edges in graph.items() for b in edges if a != PACKAGE and layer(b) < layer(a)
+    )
 
 
 def _signatures(tree: ast.AST) -> Iterator[list[str]]:
@@ -168,10 +179,15 @@ _LOOSE = re.compile(r"\b(dict|Dict|Mapping|MutableMapping)\[str, Any\]")
 
 
 def signature_types(root: Path = ROOT) -> dict[str, float | int]:
-    """The package's function signatures, and the share of them with a bare ``Any`` (a parameter or the return
-    annotated ``Any``) or holding ``dict[str, Any]`` anywhere (``Mapping``/``MutableMapping[str, Any]`` count too:
-    the same untyped bag under another name)."""
-    sigs = [s for path in modules(root).values() for s in _signatures(ast.parse(path.read_text(encoding="utf-8")))]
+    """The package's function signatures, and the share of them with a bare ``Any`` (a parameter or
+    the return annotated ``Any``) or holding ``dict[str, Any]`` anywhere
+    (``Mapping``/``MutableMapping[str, Any]`` count too: the same untyped bag under another
+    name)."""
+    sigs = [
+        s
+        for path in modules(root).values()
+        for s in _signatures(ast.parse(path.read_text(encoding="utf-8")))
+    ]
     bare = sum(any(t == "Any" for t in sig) for sig in sigs)
     loose = sum(any(_LOOSE.search(t) for t in sig) for sig in sigs)
     total = max(1, len(sigs))
@@ -188,12 +204,14 @@ LINE_LIMIT = 100
 """The formatter's line length (``[tool.ruff] line-length``)."""
 LONG_FUNCTION = 50
 LIMITS = {"long_lines_share": 0.03, "functions_over_50": 8}
-"""What ``--check`` holds the package to (the anchors: fairseq2 1.3% and mergekit 0.3% of lines over 100)."""
+"""What ``--check`` holds the package to (the anchors: fairseq2 1.3% and mergekit 0.3% of lines over
+100)."""
 
 
 def style(root: Path = ROOT) -> dict[str, float | int]:
-    """The package's physical lines, the share of them longer than :data:`LINE_LIMIT` characters, and its
-    functions (methods and nested ones too) longer than :data:`LONG_FUNCTION` lines, decorators excluded."""
+    """The package's physical lines, the share of them longer than :data:`LINE_LIMIT` characters,
+    and its functions (methods and nested ones too) longer than :data:`LONG_FUNCTION` lines,
+    decorators excluded."""
     lines = long = functions = 0
     for path in modules(root).values():
         text = path.read_text(encoding="utf-8")
@@ -201,7 +219,10 @@ def style(root: Path = ROOT) -> dict[str, float | int]:
         lines += len(rows)
         long += sum(len(r) > LINE_LIMIT for r in rows)
         for node in ast.walk(ast.parse(text)):
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno is not None:
+            if (
+                isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+                and node.end_lineno is not None
+            ):
                 functions += node.end_lineno - node.lineno + 1 > LONG_FUNCTION
     return {
         "package_lines": lines,
@@ -211,9 +232,15 @@ def style(root: Path = ROOT) -> dict[str, float | int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--edges", action="store_true", help="list the upward imports and the cycles' members")
-    parser.add_argument("--check", action="store_true", help="exit 1 when a figure passes its limit (LIMITS)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--edges", action="store_true", help="list the upward imports and the cycles' members"
+    )
+    parser.add_argument(
+        "--check", action="store_true", help="exit 1 when a figure passes its limit (LIMITS)"
+    )
     args = parser.parse_args(argv)
     graph = import_graph()
     found, up = cycles(graph), upward(graph)

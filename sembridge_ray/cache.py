@@ -1,27 +1,30 @@
-"""Cache entries that verify what they serve and appear whole or not at all, whatever runs beside them.
+"""Cache entries that verify what they serve and appear whole or not at all, whatever runs beside
+them.
 
-An entry is a directory: the data files and ``_CACHE.json``, the sha256 of every file in it. A directory rather
-than a digest in each file's own metadata because it is one rule for every format (Parquet, npz, JSON), the
-digest covers every byte (a Parquet footer cannot hold the hash of the file it ends), and one rename publishes
-data and digests together.
+An entry is a directory: the data files and ``_CACHE.json``, the sha256 of every file in it. A
+directory rather than a digest in each file's own metadata because it is one rule for every format
+(Parquet, npz, JSON), the digest covers every byte (a Parquet footer cannot hold the hash of the
+file it ends), and one rename publishes data and digests together.
 
 - **Writing** (:func:`publish`): ``build(tmp)`` writes into a temporary sibling
-  ``.tmp-<name>@<host>-<pid>-<random>``, the manifest goes in last, and ``os.rename`` moves the directory into place.
-  Renaming onto a non-empty directory fails, so when another writer finished first its entry is kept (after it
-  verifies) and ours discarded: readers never see a half-written entry, and concurrent writers agree on one
-  entry without a lock. No fsync either: a write torn by a power cut fails its digests and is rebuilt.
-- **Reading** (:func:`load`): every file is hashed before the value is served. Small files are read once, hashed
-  and parsed from the same buffer (:meth:`Entry.read_bytes`); files that other processes read by path are streamed
-  through sha256 (:meth:`Entry.verified_path`). sha256 runs at about 0.9 GB/s on one core here (hashlib with
-  SHA-NI), about a tenth of the time pyarrow takes to parse the same bytes of bridge vectors.
-- **A bad entry** (a digest that differs, a file missing or extra, no or an unreadable manifest, content that does
-  not parse or is not what its key promises): one warning naming the file, the entry renamed to
-  ``<name>.corrupt-<UTC time>`` beside it (kept for a person to look at), and recomputed. Never served, never a
-  traceback.
-- **Shipped entries** (:func:`load_shipped`): entries the package ships, read-only, are verified the same way
-  and only ever refused (one warning), never moved or rewritten.
-- **Leftovers.** A temporary sibling whose writer is gone (same host, pid not running, nothing written in it for
-  :data:`QUIET_S`) is removed by the next writer of that entry.
+  ``.tmp-<name>@<host>-<pid>-<random>``, the manifest goes in last, and ``os.rename`` moves the
+  directory into place. Renaming onto a non-empty directory fails, so when another writer finished
+  first its entry is kept (after it verifies) and ours discarded: readers never see a half-written
+  entry, and concurrent writers agree on one entry without a lock. No fsync either: a write torn by
+  a power cut fails its digests and is rebuilt.
+- **Reading** (:func:`load`): every file is hashed before the value is served. Small files are read
+  once, hashed and parsed from the same buffer (:meth:`Entry.read_bytes`); files that other
+  processes read by path are streamed through sha256 (:meth:`Entry.verified_path`). sha256 runs at
+  about 0.9 GB/s on one core here (hashlib with SHA-NI), about a tenth of the time pyarrow takes to
+  parse the same bytes of bridge vectors.
+- **A bad entry** (a digest that differs, a file missing or extra, no or an unreadable manifest,
+  content that does not parse or is not what its key promises): one warning naming the file, the
+  entry renamed to ``<name>.corrupt-<UTC time>`` beside it (kept for a person to look at), and
+  recomputed. Never served, never a traceback.
+- **Shipped entries** (:func:`load_shipped`): entries the package ships, read-only, are verified the
+  same way and only ever refused (one warning), never moved or rewritten.
+- **Leftovers.** A temporary sibling whose writer is gone (same host, pid not running, nothing
+  written in it for :data:`QUIET_S`) is removed by the next writer of that entry.
 """
 
 from __future__ import annotations
@@ -47,18 +50,23 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 MANIFEST = "_CACHE.json"
 VERSION = 1
-TMP_PREFIX = ".tmp-"  # the prefix an output's manifest skips (outputs._artefacts): an entry being built is none
+# the prefix an output's manifest skips (outputs._artefacts): an entry being built is none
+TMP_PREFIX = ".tmp-"
 CORRUPT = ".corrupt-"
 QUIET_S = 600.0
-# What reading a damaged file raises: numpy's npz (BadZipFile, EOFError, KeyError), pyarrow (ArrowInvalid is a
-# ValueError, ArrowIOError an OSError), json (ValueError), a dataclass from bad JSON (TypeError).
+# What reading a damaged file raises: numpy's npz (BadZipFile, EOFError, KeyError), pyarrow
+# (ArrowInvalid is a ValueError, ArrowIOError an OSError), json (ValueError), a dataclass from bad
+# JSON (TypeError).
 UNREADABLE = (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile)
-_TAKEN = (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR)  # what rename says when the entry exists
-_NOT_OURS = (errno.EACCES, errno.EPERM)  # the environment refusing, not a damaged entry: raised, not set aside
+# what rename says when the entry exists
+_TAKEN = (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR)
+# the environment refusing, not a damaged entry: raised, not set aside
+_NOT_OURS = (errno.EACCES, errno.EPERM)
 
 
 class Corrupt(Exception):
-    """An entry that must not be served: ``file`` is the file at fault, ``problem`` says why in a few words."""
+    """An entry that must not be served: ``file`` is the file at fault, ``problem`` says why in a
+    few words."""
 
     def __init__(self, file: Path, problem: str) -> None:
         super().__init__(f"{file}: {problem}")
@@ -75,13 +83,15 @@ class Entry:
         self._unread = set(self.digests)
 
     def read_bytes(self, name: str) -> bytes:
-        """The bytes of ``name`` (relative to the entry), read once and hashed: parse from them, not the file."""
+        """The bytes of ``name`` (relative to the entry), read once and hashed: parse from them, not
+        the file."""
         data = self._file(name).read_bytes()
         self._check(name, hashlib.sha256(data).hexdigest())
         return data
 
     def verified_path(self, name: str) -> Path:
-        """The path of ``name`` after streaming it through sha256, for files that are read by path later."""
+        """The path of ``name`` after streaming it through sha256, for files that are read by path
+        later."""
         path = self._file(name)
         self._check(name, sha256_file(path))
         return path
@@ -103,7 +113,8 @@ class Entry:
 
 
 def _read_verified(path: Path, read: Callable[[Entry], T]) -> tuple[T | None, str]:
-    """(``read(entry)``, "") once every file of the entry at ``path`` verifies, else (None, "FILE: problem")."""
+    """(``read(entry)``, "") once every file of the entry at ``path`` verifies, else (None, "FILE:
+    problem")."""
     entry = None
     try:
         entry = Entry(path)
@@ -115,14 +126,18 @@ def _read_verified(path: Path, read: Callable[[Entry], T]) -> tuple[T | None, st
     except UNREADABLE as err:
         if isinstance(err, OSError) and err.errno in _NOT_OURS:
             raise
-        file, problem = entry.current if entry is not None else path / MANIFEST, f"unreadable ({_first_line(err)})"
+        file, problem = (
+            entry.current if entry is not None else path / MANIFEST,
+            f"unreadable ({_first_line(err)})",
+        )
     return None, f"{file}: {problem}"
 
 
 def load(path: Path, read: Callable[[Entry], T], what: str) -> T | None:
-    """``read(entry)`` of the entry at ``path`` once every file in it verifies; None when there is none, or when it
-    is bad (then it is moved aside with one warning). ``read`` parses (raising :class:`Corrupt` for content that is
-    not what the key promises) and must not return None; ``what`` names the cache in the warning."""
+    """``read(entry)`` of the entry at ``path`` once every file in it verifies; None when there is
+    none, or when it is bad (then it is moved aside with one warning). ``read`` parses (raising
+    :class:`Corrupt` for content that is not what the key promises) and must not return None;
+    ``what`` names the cache in the warning."""
     path = Path(path)
     if not path.exists() and not path.is_symlink():
         return None
@@ -134,9 +149,10 @@ def load(path: Path, read: Callable[[Entry], T], what: str) -> T | None:
 
 
 def load_shipped(path: Path, read: Callable[[Entry], T], what: str) -> T | None:
-    """``read(entry)`` of an entry that is not this cache's own (shipped read-only with the package) once every file
-    in it verifies; None when there is none, or when it is bad: then one warning names the file, and the entry is
-    left as it is (never moved aside or rewritten: the caller computes the value instead)."""
+    """``read(entry)`` of an entry that is not this cache's own (shipped read-only with the package)
+    once every file in it verifies; None when there is none, or when it is bad: then one warning
+    names the file, and the entry is left as it is (never moved aside or rewritten: the caller
+    computes the value instead)."""
     path = Path(path)
     if not path.is_dir():
         return None
@@ -146,18 +162,21 @@ def load_shipped(path: Path, read: Callable[[Entry], T], what: str) -> T | None:
     return value
 
 
-def publish(path: Path, build: Callable[[Path], T], read: Callable[[Entry], T], what: str) -> tuple[T, bool]:
-    """Write an entry at ``path``: ``build(tmp)`` creates the directory ``tmp`` (and its parents) when it has
-    something to write, fills it and returns its value; so a long or failing computation leaves no directory behind.
-    Returns (value, True) when ours was published, or (``read`` of the other writer's verified entry, False) when
-    one finished first."""
+def publish(
+    path: Path, build: Callable[[Path], T], read: Callable[[Entry], T], what: str
+) -> tuple[T, bool]:
+    """Write an entry at ``path``: ``build(tmp)`` creates the directory ``tmp`` (and its parents)
+    when it has something to write, fills it and returns its value; so a long or failing computation
+    leaves no directory behind. Returns (value, True) when ours was published, or (``read`` of the
+    other writer's verified entry, False) when one finished first."""
     path = Path(path)
     _sweep(path)
     tmp = _temporary(path)
     try:
         value = build(tmp)
         _write_manifest(tmp)
-        for _ in range(3):  # each failure moved a bad entry aside; more means something else keeps writing bad ones
+        # each failure moved a bad entry aside; more means something else keeps writing bad ones
+        for _ in range(3):
             try:
                 os.rename(tmp, path)
                 return value, True
@@ -168,13 +187,17 @@ def publish(path: Path, build: Callable[[Path], T], read: Callable[[Entry], T], 
             if theirs is not None:
                 log.info("%s %s was written meanwhile by another run; keeping that one", what, path)
                 return theirs, False
-        log.warning("%s %s: could not replace the entry there; using this run's result uncached", what, path)
+        log.warning(
+            "%s %s: could not replace the entry there; using this run's result uncached", what, path
+        )
         return value, False
     finally:
         _remove(tmp)
 
 
-def fetch(path: Path, read: Callable[[Entry], T], build: Callable[[Path], T], what: str) -> tuple[T, bool]:
+def fetch(
+    path: Path, read: Callable[[Entry], T], build: Callable[[Path], T], what: str
+) -> tuple[T, bool]:
     """(value, whether it came from the cache): :func:`load`, else :func:`publish`."""
     value = load(path, read, what)
     if value is not None:
@@ -183,17 +206,23 @@ def fetch(path: Path, read: Callable[[Entry], T], build: Callable[[Path], T], wh
 
 
 def entries(directory: Path, prefix: str = "") -> list[Path]:
-    """The published entries in ``directory`` whose names start with ``prefix``, by name (no temporaries, nothing
-    moved aside)."""
+    """The published entries in ``directory`` whose names start with ``prefix``, by name (no
+    temporaries, nothing moved aside)."""
     if not Path(directory).is_dir():
         return []
-    names = (p for p in Path(directory).iterdir() if p.name.startswith(prefix) and not p.name.startswith(TMP_PREFIX))
+    names = (
+        p
+        for p in Path(directory).iterdir()
+        if p.name.startswith(prefix) and not p.name.startswith(TMP_PREFIX)
+    )
     return sorted(p for p in names if CORRUPT not in p.name and p.is_dir())
 
 
 def discard(path: Path) -> None:
-    """Remove an entry that is no longer needed: renamed away first, so it disappears at once for readers."""
-    gone = _temporary(Path(path))  # named like a writer's: if this process dies mid-removal, the sweep ends it
+    """Remove an entry that is no longer needed: renamed away first, so it disappears at once for
+    readers."""
+    # named like a writer's: if this process dies mid-removal, the sweep ends it
+    gone = _temporary(Path(path))
     try:
         os.rename(path, gone)
     except FileNotFoundError:
@@ -202,8 +231,9 @@ def discard(path: Path) -> None:
 
 
 def set_aside(path: Path, inode: int | None, message: str) -> None:
-    """Move the bad entry at ``path`` to ``<name>.corrupt-<UTC time>`` and log ``message`` once; when the entry is
-    no longer the one that was read (another run moved or replaced it), leave it be."""
+    """Move the bad entry at ``path`` to ``<name>.corrupt-<UTC time>`` and log ``message`` once;
+    when the entry is no longer the one that was read (another run moved or replaced it), leave it
+    be."""
     aside = path.with_name(f"{path.name}{CORRUPT}{datetime.now(UTC).strftime('%Y%m%dT%H%M%S.%fZ')}")
     if _inode(path) != inode:
         log.info("%s; another run has moved it aside already", message)
@@ -234,7 +264,10 @@ def _manifest(path: Path) -> dict[str, str]:
     on_disk = _listing(path)
     missing, extra = sorted(set(files) - on_disk), sorted(on_disk - set(files))
     if missing or extra:
-        raise Corrupt(path / (missing or extra)[0], "listed but missing" if missing else "not listed in the manifest")
+        raise Corrupt(
+            path / (missing or extra)[0],
+            "listed but missing" if missing else "not listed in the manifest",
+        )
     if absent := [d for d in manifest.get("dirs", []) if not (path / d).is_dir()]:
         raise Corrupt(path / absent[0], "directory listed but missing")
     return files
@@ -246,7 +279,9 @@ def _first_line(err: BaseException) -> str:
 
 
 def _listing(path: Path) -> set[str]:
-    return {str(p.relative_to(path)) for p in path.rglob("*") if p.is_file() and p != path / MANIFEST}
+    return {
+        str(p.relative_to(path)) for p in path.rglob("*") if p.is_file() and p != path / MANIFEST
+    }
 
 
 def _write_manifest(tmp: Path) -> None:
@@ -255,12 +290,20 @@ def _write_manifest(tmp: Path) -> None:
     files = {name: sha256_file(tmp / name) for name in sorted(_listing(tmp))}
     dirs = sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_dir())
     written = datetime.now(UTC).isoformat(timespec="seconds")
-    manifest = {"version": VERSION, "files": files, "dirs": dirs, "written": written, "by": socket.gethostname()}
+    manifest = {
+        "version": VERSION,
+        "files": files,
+        "dirs": dirs,
+        "written": written,
+        "by": socket.gethostname(),
+    }
     (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
 
 
 def _temporary(path: Path) -> Path:
-    return path.with_name(f"{TMP_PREFIX}{path.name}@{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}")
+    return path.with_name(
+        f"{TMP_PREFIX}{path.name}@{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
+    )
 
 
 def _sweep(path: Path) -> None:
@@ -273,8 +316,8 @@ def _sweep(path: Path) -> None:
 
 
 def _abandoned(tmp: Path, owner: str) -> bool:
-    """Same host, pid gone, and quiet: a pid alone could be a live writer in another container with this hostname
-    (another pid namespace) sharing the cache over NFS."""
+    """Same host, pid gone, and quiet: a pid alone could be a live writer in another container with
+    this hostname (another pid namespace) sharing the cache over NFS."""
     host, pid, _ = [*owner.rsplit("-", 2), "", ""][:3]
     if host != socket.gethostname() or not pid.isdigit() or _running(int(pid)):
         return False

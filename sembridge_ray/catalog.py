@@ -1,8 +1,9 @@
-"""The paper's experiment as data: source encoders, target-language tokenizers, the bridge and datasets (hub ids).
+"""The paper's experiment as data: source encoders, target-language tokenizers, the bridge and
+datasets (hub ids).
 
-Target tokenizers: the SemBridge authors name only the Korean one (``monologg/kobigbird-bert-base``, from their
-example). The others are our choices of widely used monolingual tokenizers, documented here and in docs/sembridge.md.
-"""
+Target tokenizers: the SemBridge authors name only the Korean one (``monologg/kobigbird-bert-base``,
+from their example). The others are our choices of widely used monolingual tokenizers, documented
+here and in docs/sembridge.md."""
 
 from __future__ import annotations
 
@@ -43,8 +44,8 @@ ISO639_3 = {
     "pt": "por",
     "tr": "tur",
 }
-"""ISO 639-1 -> 639-3 of the languages WebFAQ's configs are named by (``ara-corpus``, ...); any other code passes
-through unchanged."""
+"""ISO 639-1 -> 639-3 of the languages WebFAQ's configs are named by (``ara-corpus``, ...); any
+other code passes through unchanged."""
 
 LANGUAGES = {
     "ar": Language(
@@ -75,7 +76,8 @@ LANGUAGES = {
 }
 
 
-# Licences as the inputs' hub pages state them (checked by hand; a model card repeats them with that caveat).
+# Licences as the inputs' hub pages state them (checked by hand; a model card repeats them with that
+# caveat).
 LICENCES = {
     "naver/splade-v3": "CC BY-NC-SA 4.0",
     "prithivida/Splade_PP_en_v1": "Apache 2.0",
@@ -97,7 +99,8 @@ LICENCES = {
 
 
 class KnownAsset(NamedTuple):
-    """A bundled input: what it is, the same thing on the hub, its language, its licence (``LICENCES``' by default)."""
+    """A bundled input: what it is, the same thing on the hub, its language, its licence
+    (``LICENCES``' by default)."""
 
     what: str
     hub_id: str = ""
@@ -108,8 +111,12 @@ class KnownAsset(NamedTuple):
 _MINILM, _ME5 = "sentence-transformers/all-MiniLM-L6-v2", "intfloat/multilingual-e5-small"
 KNOWN_ASSETS = {
     "minilm": KnownAsset("all-MiniLM-L6-v2, bundled", _MINILM, "en"),
-    "minilm-splade": KnownAsset("the bundled MiniLM SPLADE: all-MiniLM-L6-v2 with a masked-LM head", _MINILM, "en"),
-    "sick-bpe": KnownAsset("the bundled byte-level BPE tokenizer trained on SICK and STS text", language="en"),
+    "minilm-splade": KnownAsset(
+        "the bundled MiniLM SPLADE: all-MiniLM-L6-v2 with a masked-LM head", _MINILM, "en"
+    ),
+    "sick-bpe": KnownAsset(
+        "the bundled byte-level BPE tokenizer trained on SICK and STS text", language="en"
+    ),
     "sick": KnownAsset("SICK 2014, bundled", "RobZamp/sick", "en"),
     "sick+sts": KnownAsset(
         "SICK 2014 and STS 2012–2013 pairs, bundled",
@@ -123,17 +130,27 @@ KNOWN_ASSETS = {
         "aubmindlab/araelectra-base-discriminator",
         "ar",
     ),
-    "tok-zh": KnownAsset("bert-base-chinese's WordPiece (21,128), bundled", "google-bert/bert-base-chinese", "zh"),
-    "tok-hi": KnownAsset("iNLTK's Hindi SentencePiece Unigram (30,000) with SPLADE special tokens, bundled", "", "hi"),
-    "tok-ko": KnownAsset("KoBigBird's Korean WordPiece (32,500), bundled", "monologg/kobigbird-bert-base", "ko"),
+    "tok-zh": KnownAsset(
+        "bert-base-chinese's WordPiece (21,128), bundled", "google-bert/bert-base-chinese", "zh"
+    ),
+    "tok-hi": KnownAsset(
+        "iNLTK's Hindi SentencePiece Unigram (30,000) with SPLADE special tokens, bundled", "", "hi"
+    ),
+    "tok-ko": KnownAsset(
+        "KoBigBird's Korean WordPiece (32,500), bundled", "monologg/kobigbird-bert-base", "ko"
+    ),
     "tok-ru": KnownAsset(
         "multilingual-e5-small's XLM-R Unigram trimmed to the pieces of Russian text (XQuAD-ru articles 0-23)",
         _ME5,
         "ru",
     ),
 }
-KNOWN_ASSETS = {name: asset._replace(licence=asset.licence or LICENCES[name]) for name, asset in KNOWN_ASSETS.items()}
-"""Every bundled asset a job may be given as a path, by the name ``provenance.mark_asset`` records beside it."""
+KNOWN_ASSETS = {
+    name: asset._replace(licence=asset.licence or LICENCES[name])
+    for name, asset in KNOWN_ASSETS.items()
+}
+"""Every bundled asset a job may be given as a path, by the name ``provenance.mark_asset`` records
+beside it."""
 
 
 def looks_like_hub(name: str) -> bool:
@@ -147,17 +164,21 @@ def language_of(tokenizer: str) -> str:
 
 
 def slug(name: str) -> str:
-    """A filesystem-safe short name: a catalog key as is, else the hub id's/path's last part (never ``.`` or
-    ``..``: leading dots go, as a path component they would name this directory or its parent)."""
+    """A filesystem-safe short name: a catalog key as is, else the hub id's/path's last part (never
+    ``.`` or ``..``: leading dots go, as a path component they would name this directory or its
+    parent)."""
     for key, hub in SOURCE_MODELS.items():
         if name in (key, hub):
             return key
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name.rstrip("/").split("/")[-1]).strip("-").lstrip(".") or "model"
+    return (
+        re.sub(r"[^A-Za-z0-9_.-]+", "-", name.rstrip("/").split("/")[-1]).strip("-").lstrip(".")
+        or "model"
+    )
 
 
 PATH_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
-"""What a value that names a directory must look like (a language of the grid): a letter or digit first, then
-letters, digits, ``_`` and ``-``; so no ``/``, no ``..``, nothing hidden."""
+"""What a value that names a directory must look like (a language of the grid): a letter or digit
+first, then letters, digits, ``_`` and ``-``; so no ``/``, no ``..``, nothing hidden."""
 
 
 def path_name_problem(value: str) -> str | None:
@@ -172,8 +193,9 @@ def cell_name(model: str, language: str, method: str = "sembridge", alpha: float
     return f"{slug(model)}__{language}__{method}__a{alpha:g}"
 
 
-# Rough sizes for the dry run's compute estimate (passages, training queries). MIRACL: its README and the topics
-# files. WebFAQ: ara from the dataset card; the others are order-of-magnitude placeholders of the same size.
+# Rough sizes for the dry run's compute estimate (passages, training queries). MIRACL: its README
+# and the topics files. WebFAQ: ara from the dataset card; the others are order-of-magnitude
+# placeholders of the same size.
 CORPUS_SIZES = {
     "miracl": {"ar": 2_061_414, "zh": 4_934_368, "hi": 506_264, "ko": 1_486_752, "ru": 9_543_918},
     "webfaq": {"ar": 142_664, "zh": 150_000, "hi": 150_000, "ko": 150_000, "ru": 150_000},

@@ -1,12 +1,13 @@
 """The command line of every job: ``sembridge <job> [--preset NAME] [flags] [key.sub=value ...]``.
 
-Values layer as dataclass defaults < preset < ``key.sub=value`` overrides and named flags (sugar for overrides:
-``--alpha 3`` is ``alpha=3``; both go through the same coercion). ``--help`` explains every flag from the config
-field's docstring, lists the allowed values, and shows the defaults of the preset that will run. ``--print-config``
-prints the resolved config as YAML and exits; that file, given back with ``--config``, gives the same config.
+Values layer as dataclass defaults < preset < ``key.sub=value`` overrides and named flags (sugar for
+overrides: ``--alpha 3`` is ``alpha=3``; both go through the same coercion). ``--help`` explains
+every flag from the config field's docstring, lists the allowed values, and shows the defaults of
+the preset that will run. ``--print-config`` prints the resolved config as YAML and exits; that
+file, given back with ``--config``, gives the same config.
 
-Bad input and environment errors never show a traceback: :func:`run_job` prints one line naming them and returns
-exit code 2, also when a Ray worker raised them. A traceback and exit 1 mean a bug.
+Bad input and environment errors never show a traceback: :func:`run_job` prints one line naming them
+and returns exit code 2, also when a Ray worker raised them. A traceback and exit 1 mean a bug.
 
 Exit codes, the same for every job (docs/operations.md, "Exit codes"):
 
@@ -16,8 +17,9 @@ Exit codes, the same for every job (docs/operations.md, "Exit codes"):
 - 3: a grid (``reproduce``) finished, but some cells failed: one line ``error: cell ...`` each;
   the other cells' results are written, and a rerun retries the failed cells;
 - 130: interrupted (Ctrl-C, SIGINT);
-- 143: terminated (SIGTERM: preemption, ``kill``, ``docker stop``), after one line ``error: terminated (SIGTERM)``,
-  with the output's lock released and a Ray cluster the job started shut down.
+- 143: terminated (SIGTERM: preemption, ``kill``, ``docker stop``), after one line ``error:
+  terminated (SIGTERM)``, with the output's lock released and a Ray cluster the job started shut
+  down.
 """
 
 from __future__ import annotations
@@ -88,16 +90,16 @@ def _list_type(type_name: str) -> bool:
 
 
 def _metavar(flag: Flag, fi: FieldInfo) -> str:
-    """``{a,b}`` for choices (the empty choice, "none", is the default's to show), ``NAME`` otherwise;
-    ``X[,X...]`` for a list key."""
+    """``{a,b}`` for choices (the empty choice, "none", is the default's to show), ``NAME``
+    otherwise; ``X[,X...]`` for a list key."""
     shown = [str(c) for c in fi.choices if c != ""]
     one = "{" + ",".join(shown) + "}" if shown else flag.name.lstrip("-").upper().replace("-", "_")
     return f"{one}[,...]" if _list_type(fi.type_name) else one
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse whose errors are one ``error:`` line (exit 2, through :func:`run_job`), with a "did you mean" for
-    a mistyped flag."""
+    """argparse whose errors are one ``error:`` line (exit 2, through :func:`run_job`), with a "did
+    you mean" for a mistyped flag."""
 
     def error(self, message: str) -> NoReturn:
         unknown = message.removeprefix("unrecognized arguments: ")
@@ -121,9 +123,9 @@ def build_parser(
     prog: str,
     description: str,
 ) -> argparse.ArgumentParser:
-    """The job's parser: flag help from the config's docstrings, choices, and the defaults in ``values``. A boolean
-    key's flag is ``--x/--no-x``; a list key's takes comma-separated values; a required flag the preset leaves
-    empty is listed under "required flags"."""
+    """The job's parser: flag help from the config's docstrings, choices, and the defaults in
+    ``values``. A boolean key's flag is ``--x/--no-x``; a list key's takes comma-separated values; a
+    required flag the preset leaves empty is listed under "required flags"."""
     info = field_info(cls, values)
     parser = _Parser(
         prog=prog,
@@ -148,19 +150,30 @@ def build_parser(
         group = required if flag.required and fi.default in ("", None, ()) else optional
         _add_flag(parser, group, flag, fi)
     _add_run_flags(optional)
-    parser.add_argument("overrides", nargs="*", metavar="key=value", help="any config key (see below)")
+    parser.add_argument(
+        "overrides", nargs="*", metavar="key=value", help="any config key (see below)"
+    )
     return parser
 
 
 def _add_run_flags(group: argparse._ArgumentGroup) -> None:
-    """The flags every job has beside its config's: ``--print-config``, ``--log-level`` and ``--version``."""
-    group.add_argument("--print-config", action="store_true", help="print the resolved config as YAML and exit")
-    group.add_argument("--log-level", choices=LOG_LEVELS, default="INFO", help="this job's log level (default: INFO)")
+    """The flags every job has beside its config's: ``--print-config``, ``--log-level`` and
+    ``--version``."""
+    group.add_argument(
+        "--print-config", action="store_true", help="print the resolved config as YAML and exit"
+    )
+    group.add_argument(
+        "--log-level",
+        choices=LOG_LEVELS,
+        default="INFO",
+        help="this job's log level (default: INFO)",
+    )
     group.add_argument("--version", action="version", version=version_line())
 
 
 def _epilog(cls: type[Config], info: Mapping[str, FieldInfo], preset: str | None) -> str:
-    """The ``--help`` epilog: every config key with its default, type, choices and first doc paragraph."""
+    """The ``--help`` epilog: every config key with its default, type, choices and first doc
+    paragraph."""
     source = f"preset {preset!r}" if preset else "the built-in defaults"
     keys = [f"config keys (key=value; defaults of {source}):"]
     keys += [f"  (the keys of {s}.* may also be given without {s}.)" for s in cls.SHORTHANDS]
@@ -170,24 +183,36 @@ def _epilog(cls: type[Config], info: Mapping[str, FieldInfo], preset: str | None
             line += f" one of: {', '.join(map(str, fi.choices))}"
         keys.append(line)
         if fi.doc:
-            keys += textwrap.wrap(_first_paragraph(fi.doc), 110, initial_indent=" " * 6, subsequent_indent=" " * 6)
+            keys += textwrap.wrap(
+                _first_paragraph(fi.doc), 110, initial_indent=" " * 6, subsequent_indent=" " * 6
+            )
     return "\n".join(keys)
 
 
-def _add_flag(parser: argparse.ArgumentParser, group: argparse._ArgumentGroup, flag: Flag, fi: FieldInfo) -> None:
-    """Add ``flag`` to ``group``, shown with its help, and its older spellings to ``parser``, accepted but hidden."""
+def _add_flag(
+    parser: argparse.ArgumentParser, group: argparse._ArgumentGroup, flag: Flag, fi: FieldInfo
+) -> None:
+    """Add ``flag`` to ``group``, shown with its help, and its older spellings to ``parser``,
+    accepted but hidden."""
     text = _first_paragraph(fi.doc) or f"sets {flag.key}"
     keys_text = ", ".join(flag.keys)
     shown = f"{text} (key {keys_text}; default: {_show(fi.default)})"
     targets: list[tuple[str, argparse._ActionsContainer, str]] = [(flag.name, group, shown)]
-    targets += [(alias, parser, argparse.SUPPRESS) for alias in flag.aliases]  # older spellings: accepted, not shown
+    # older spellings: accepted, not shown
+    targets += [(alias, parser, argparse.SUPPRESS) for alias in flag.aliases]
     for name, target, help_text in targets:
         if fi.type_name == "bool":
             target.add_argument(
-                name, dest=flag.key, action=argparse.BooleanOptionalAction, default=None, help=help_text
+                name,
+                dest=flag.key,
+                action=argparse.BooleanOptionalAction,
+                default=None,
+                help=help_text,
             )
         else:
-            target.add_argument(name, dest=flag.key, default=None, metavar=_metavar(flag, fi), help=help_text)
+            target.add_argument(
+                name, dest=flag.key, default=None, metavar=_metavar(flag, fi), help=help_text
+            )
 
 
 def version_line() -> str:
@@ -199,7 +224,11 @@ def _warn_deprecated(flags: Sequence[Flag], argv: Sequence[str]) -> None:
         for alias in flag.aliases:
             negated = "--no-" + alias[2:]
             if any(a in (alias, negated) or a.startswith(alias + "=") for a in argv):
-                log.warning("flag %s is now %s (the old spelling goes in the next release)", alias, flag.name)
+                log.warning(
+                    "flag %s is now %s (the old spelling goes in the next release)",
+                    alias,
+                    flag.name,
+                )
 
 
 def parse_config(
@@ -212,14 +241,18 @@ def parse_config(
     prog: str | None = None,
     description: str = "",
 ) -> tuple[C, argparse.Namespace]:
-    """A job's command line -> (its frozen config, the parsed options: ``print_config``, ``log_level``)."""
+    """A job's command line -> (its frozen config, the parsed options: ``print_config``,
+    ``log_level``)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     first = argparse.ArgumentParser(add_help=False)
     first.add_argument("--preset", "--config", dest="preset", default=default_preset)
     preset = first.parse_known_args(argv)[0].preset
-    # Only what the preset and the command line say: a value given there is explicit, even at its default (a
-    # method's recipe refuses a conflicting explicit value, and fills in only what nobody set).
-    data: Mapping[str, object] = canonical(cls, load_preset(resolve_preset(preset, job))) if preset else {}
+    # Only what the preset and the command line say: a value given there is explicit, even at its
+    # default (a method's recipe refuses a conflicting explicit value, and fills in only what nobody
+    # set).
+    data: Mapping[str, object] = (
+        canonical(cls, load_preset(resolve_preset(preset, job))) if preset else {}
+    )
     parser = build_parser(
         cls,
         flags,
@@ -238,14 +271,17 @@ def parse_config(
 
 
 def _given(cls: type[Config], args: argparse.Namespace, flags: Sequence[Flag]) -> dict[str, str]:
-    """What the command line sets, canonical key -> raw value: the ``key=value`` overrides, then the named flags
-    (a key set both ways to different values is a :class:`ConfigError`)."""
+    """What the command line sets, canonical key -> raw value: the ``key=value`` overrides, then the
+    named flags (a key set both ways to different values is a :class:`ConfigError`)."""
     given: dict[str, str] = {}
     for item in args.overrides:
         key, sep, value = item.partition("=")
         if not sep:
-            raise ConfigError(f"argument {item!r} is not a flag nor a key=value override{suggestion(key, cls)}")
-        given[canonical_key(cls, key.strip())] = value  # a section's key may come without it (alpha=4)
+            raise ConfigError(
+                f"argument {item!r} is not a flag nor a key=value override{suggestion(key, cls)}"
+            )
+        # a section's key may come without it (alpha=4)
+        given[canonical_key(cls, key.strip())] = value
     for flag in flags:
         raw = getattr(args, flag.key)
         if raw is None:
@@ -259,20 +295,22 @@ def _given(cls: type[Config], args: argparse.Namespace, flags: Sequence[Flag]) -
 
 
 def warn_inapplicable(cfg: Config, given: Mapping[str, str], flags: Sequence[Flag] = ()) -> None:
-    """One warning line per setting given on the command line that this run does not read (the run's identity
-    leaves it out as unused: WECHSEL's temperature with method sembridge, ``eval_every`` without ``--eval``);
-    the run goes on, since the setting changes nothing."""
+    """One warning line per setting given on the command line that this run does not read (the run's
+    identity leaves it out as unused: WECHSEL's temperature with method sembridge, ``eval_every``
+    without ``--eval``); the run goes on, since the setting changes nothing."""
     unused = cfg.inapplicable(set(given))
     names = {canonical_key(type(cfg), k): f.name for f in flags for k in f.keys}
     for key in unused:
         section, _, short = key.partition(".")
-        shown = names.get(key, short if section in cfg.SHORTHANDS else key)  # alpha, as it may be given
+        # alpha, as it may be given
+        shown = names.get(key, short if section in cfg.SHORTHANDS else key)
         log.warning("%s does nothing in this run (%s); it is not recorded", shown, unused[key])
 
 
 def flags_markdown() -> str:
-    """``docs/cli.md``: every job's flags, generated from the configs (``tests/unit/test_cli_vocabulary.py`` fails
-    when the file is stale: regenerate it with ``python -m sembridge_ray.cli --flags-markdown > docs/cli.md``)."""
+    """``docs/cli.md``: every job's flags, generated from the configs
+    (``tests/unit/test_cli_vocabulary.py`` fails when the file is stale: regenerate it with ``python
+    -m sembridge_ray.cli --flags-markdown > docs/cli.md``)."""
     lines = [
         "# Command-line flags",
         "",
@@ -294,7 +332,9 @@ def flags_markdown() -> str:
     for job in JOBS:
         for flag in job_spec(job).flags:
             uses.setdefault(flag.name, []).append(job)
-    lines += [f"| `{name}` | {', '.join(jobs)} |" for name, jobs in sorted(uses.items()) if len(jobs) > 1]
+    lines += [
+        f"| `{name}` | {', '.join(jobs)} |" for name, jobs in sorted(uses.items()) if len(jobs) > 1
+    ]
     for job in JOBS:
         lines += _job_flags_markdown(job_spec(job))
     return "\n".join(lines) + "\n"
@@ -317,7 +357,8 @@ def _job_flags_markdown(spec: JobSpec[Any, Any]) -> list[str]:
 
 
 def _flag_row(flag: Flag, fi: FieldInfo) -> str:
-    """A flag's row in ``docs/cli.md``: its spellings, keys, type or choices, default and meaning."""
+    """A flag's row in ``docs/cli.md``: its spellings, keys, type or choices, default and
+    meaning."""
     name = f"`{flag.name}` / `--no-{flag.name[2:]}`" if fi.type_name == "bool" else f"`{flag.name}`"
     if flag.required:
         name += " (required)"
@@ -325,7 +366,9 @@ def _flag_row(flag: Flag, fi: FieldInfo) -> str:
         name += " (formerly " + ", ".join(f"`{a}`" for a in flag.aliases) + ")"
     kind = "list" if _list_type(fi.type_name) else fi.type_name
     if fi.choices:
-        kind = ("list of " if _list_type(fi.type_name) else "") + " \\| ".join(f"`{c}`" for c in fi.choices if c != "")
+        kind = ("list of " if _list_type(fi.type_name) else "") + " \\| ".join(
+            f"`{c}`" for c in fi.choices if c != ""
+        )
     keys = ", ".join(f"`{k}`" for k in flag.keys)
     meaning = _first_paragraph(fi.doc).replace("|", "\\|")
     default = _show(fi.default).replace("|", "\\|")
@@ -337,29 +380,33 @@ def _defaults(spec: JobSpec[Any, Any]) -> Mapping[str, object]:
     data: Mapping[str, object] = spec.config().to_dict()
     if not spec.default_preset:
         return data
-    return merge(data, canonical(spec.config, load_preset(resolve_preset(spec.default_preset, spec.name))))
+    return merge(
+        data, canonical(spec.config, load_preset(resolve_preset(spec.default_preset, spec.name)))
+    )
 
 
 def dump_config(cfg: Config) -> str:
     return yaml.safe_dump(cfg.to_dict(), sort_keys=False, allow_unicode=True)
 
 
-# ---- running a job ------------------------------------------------------------------------------------------
+# ---- running a job
+# ------------------------------------------------------------------------------------------
 
 
 def _raise_terminated(signum: int, frame: object) -> None:
-    """The SIGTERM handler: stop the job where the main thread is. Further SIGTERMs are ignored while it unwinds
-    (releasing its lock, shutting Ray down), so they cannot interrupt that."""
-    terminating.set()  # what the body raises next may not be the Terminated itself (ray.get makes a fresh one)
+    """The SIGTERM handler: stop the job where the main thread is. Further SIGTERMs are ignored
+    while it unwinds (releasing its lock, shutting Ray down), so they cannot interrupt that."""
+    # what the body raises next may not be the Terminated itself (ray.get makes a fresh one)
+    terminating.set()
     signal.signal(signal.SIGTERM, _ignore_signal)
     raise Terminated(signum)
 
 
 def _exit_when_terminated() -> None:
-    """The last thing at exit (registered before any other handler, so it runs after all of them): a terminated
-    job, its lock released, its Ray cluster shut down and its stderr flushed by then, ends at once with 143.
-    The interpreter's own finalization (torch's and Ray's native threads and objects) would take seconds more, which
-    a preemption's grace period does not give."""
+    """The last thing at exit (registered before any other handler, so it runs after all of them): a
+    terminated job, its lock released, its Ray cluster shut down and its stderr flushed by then,
+    ends at once with 143. The interpreter's own finalization (torch's and Ray's native threads and
+    objects) would take seconds more, which a preemption's grace period does not give."""
     if terminating.is_set():
         with contextlib.suppress(OSError, ValueError):
             sys.stdout.flush()
@@ -371,15 +418,17 @@ atexit.register(_exit_when_terminated)
 
 
 def _ignore_signal(signum: int, frame: object) -> None:
-    """A Python-level no-op rather than SIG_IGN, which the processes Ray starts meanwhile would inherit."""
+    """A Python-level no-op rather than SIG_IGN, which the processes Ray starts meanwhile would
+    inherit."""
 
 
 @contextlib.contextmanager
 def terminate_on_sigterm() -> Iterator[None]:
-    """While inside, SIGTERM raises :class:`Terminated` in the main thread (Python's default would end the process
-    at once, leaving the lock and Ray's processes behind). The previous handler is restored after, unless a SIGTERM
-    came: the process is then on its way out, and further SIGTERMs stay ignored so that what runs at exit (the Ray
-    cluster's shutdown, see ``distributed.cluster``) completes."""
+    """While inside, SIGTERM raises :class:`Terminated` in the main thread (Python's default would
+    end the process at once, leaving the lock and Ray's processes behind). The previous handler is
+    restored after, unless a SIGTERM came: the process is then on its way out, and further SIGTERMs
+    stay ignored so that what runs at exit (the Ray cluster's shutdown, see ``distributed.cluster``)
+    completes."""
     if threading.current_thread() is not threading.main_thread():
         yield  # signal handlers can only be set from the main thread; the caller's handler stays
         return
@@ -393,9 +442,10 @@ def terminate_on_sigterm() -> Iterator[None]:
 
 
 def run_job(main: Callable[[], int], level: str = "INFO") -> int:
-    """Run a job's body. Bad input and environment errors (disk full, read-only, permission) become one line on
-    stderr and exit code 2, also when a Ray worker raised them; a traceback and exit 1 are left for bugs. SIGTERM
-    and Ctrl-C unwind the body and end it with one line and exit code 143 or 130 (see the module docstring)."""
+    """Run a job's body. Bad input and environment errors (disk full, read-only, permission) become
+    one line on stderr and exit code 2, also when a Ray worker raised them; a traceback and exit 1
+    are left for bugs. SIGTERM and Ctrl-C unwind the body and end it with one line and exit code 143
+    or 130 (see the module docstring)."""
     setup_logging(level)
     try:
         with terminate_on_sigterm():
@@ -409,9 +459,11 @@ def run_job(main: Callable[[], int], level: str = "INFO") -> int:
 
 
 def _ending(err: BaseException) -> tuple[int | None, str]:
-    """How a job whose body raised ``err`` ends: (exit code, the line for stderr), or (None, "") for a bug (and for
-    a SystemExit of the body's own, e.g. ``--help``), whose traceback or exit stays as it is."""
-    # ray.init installs sys.exit(SIGTERM) as the handler while it starts (distributed.cluster puts run_job's back)
+    """How a job whose body raised ``err`` ends: (exit code, the line for stderr), or (None, "") for
+    a bug (and for a SystemExit of the body's own, e.g. ``--help``), whose traceback or exit stays
+    as it is."""
+    # ray.init installs sys.exit(SIGTERM) as the handler while it starts (distributed.cluster puts
+    # run_job's back)
     if terminating.is_set() or (isinstance(err, SystemExit) and err.code == signal.SIGTERM):
         return EXIT_TERMINATED, "error: terminated (SIGTERM)"
     if isinstance(err, KeyboardInterrupt):
@@ -439,8 +491,8 @@ def _level(argv: Sequence[str]) -> str:
 
 
 def run(job: str, argv: Sequence[str] | None = None, prog: str | None = None) -> int:
-    """Parse, run and report one job; the exit code (see the module docstring: 0 done, 2 bad input or environment,
-    3 a grid with failed cells, listed on stderr, one line each)."""
+    """Parse, run and report one job; the exit code (see the module docstring: 0 done, 2 bad input
+    or environment, 3 a grid with failed cells, listed on stderr, one line each)."""
     spec = job_spec(job)
     args = list(sys.argv[1:] if argv is None else argv)
     level = _level(args)
@@ -492,7 +544,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("\n".join(lines), file=sys.stdout if args[:1] in (["-h"], ["--help"]) else sys.stderr)
         if args and args[0] not in ("-h", "--help"):
             close = difflib.get_close_matches(args[0], JOBS, n=1)
-            print(f"error: unknown job {args[0]!r}" + (f"; did you mean {close[0]}?" if close else ""), file=sys.stderr)
+            print(
+                f"error: unknown job {args[0]!r}"
+                + (f"; did you mean {close[0]}?" if close else ""),
+                file=sys.stderr,
+            )
         return 0 if args[:1] in (["-h"], ["--help"]) else 2
     return run(args[0], args[1:], prog=f"sembridge {args[0]}")
 

@@ -1,9 +1,10 @@
-"""Typed, frozen job configs. Values layer as dataclass defaults < YAML preset < ``key.sub=value`` overrides.
+"""Typed, frozen job configs. Values layer as dataclass defaults < YAML preset < ``key.sub=value``
+overrides.
 
-Every value, from YAML or the command line, goes through :func:`coerce` with the field's annotation, so ``no``
-stays the string "no" in a ``str`` field and ``3e-5`` becomes a float in a ``float`` field. Unknown keys raise
-:class:`ConfigError` naming the key. Workers receive ``cfg.to_dict()`` and rebuild it with ``from_dict``.
-"""
+Every value, from YAML or the command line, goes through :func:`coerce` with the field's annotation,
+so ``no`` stays the string "no" in a ``str`` field and ``3e-5`` becomes a float in a ``float``
+field. Unknown keys raise :class:`ConfigError` naming the key. Workers receive ``cfg.to_dict()`` and
+rebuild it with ``from_dict``."""
 
 from __future__ import annotations
 
@@ -33,7 +34,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 T = TypeVar("T", bound="DataclassInstance")
-_TRUE, _FALSE, _NONE = {"true", "yes", "on", "1"}, {"false", "no", "off", "0"}, {"null", "none", "~", ""}
+_TRUE, _FALSE, _NONE = (
+    {"true", "yes", "on", "1"},
+    {"false", "no", "off", "0"},
+    {"null", "none", "~", ""},
+)
 
 
 class ConfigError(InputError):
@@ -41,8 +46,8 @@ class ConfigError(InputError):
 
 
 def coerce(value: object, tp: object, key: str = "") -> object:
-    """Convert a YAML/CLI value (usually a string) to the annotated type ``tp`` (a type or a typing form: a union,
-    a ``Literal``, ``tuple[X, ...]``, a config dataclass)."""
+    """Convert a YAML/CLI value (usually a string) to the annotated type ``tp`` (a type or a typing
+    form: a union, a ``Literal``, ``tuple[X, ...]``, a config dataclass)."""
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin in (typing.Union, types.UnionType):
         is_none = value is None or (isinstance(value, str) and value.strip().lower() in _NONE)
@@ -91,13 +96,17 @@ def _scalar(value: object, tp: object, key: str) -> object:
                 return value if isinstance(value, bool) else text.lower() in _TRUE
             raise ValueError(text)
         if tp is int:
-            return int(value) if isinstance(value, int) and not isinstance(value, bool) else int(text)
+            return (
+                int(value) if isinstance(value, int) and not isinstance(value, bool) else int(text)
+            )
         if tp is float:
             return float(text)
         if tp is str:
             return text if isinstance(value, str) else str(value)
     except ValueError:
-        raise ConfigError(f"{key}: {value!r} is not a valid {getattr(tp, '__name__', tp)}") from None
+        raise ConfigError(
+            f"{key}: {value!r} is not a valid {getattr(tp, '__name__', tp)}"
+        ) from None
     raise ConfigError(f"{key}: unsupported field type {tp!r}")
 
 
@@ -110,7 +119,13 @@ def _build(cls: type[T], data: Mapping[str, object], prefix: str = "") -> T:
     data = upgrade(data) if upgrade is not None else data
     for old, new in aliases.items():
         if old in data:
-            log.warning("config key %s%s is now %s%s (the old name goes in the next release)", prefix, old, prefix, new)
+            log.warning(
+                "config key %s%s is now %s%s (the old name goes in the next release)",
+                prefix,
+                old,
+                prefix,
+                new,
+            )
             data[new] = data.pop(old)
     for name in data:
         if name not in names:
@@ -120,7 +135,8 @@ def _build(cls: type[T], data: Mapping[str, object], prefix: str = "") -> T:
     def value(name: str) -> object:
         given, tp = data[name], hints[name]
         if name in shorthands and isinstance(given, Mapping) and isinstance(tp, type):
-            return _build(tp, given, prefix)  # its keys named as they may be given: without the section
+            # its keys named as they may be given: without the section
+            return _build(tp, given, prefix)
         return coerce(given, tp, f"{prefix}{name}")
 
     try:
@@ -136,27 +152,40 @@ def _section_keys(tp: type) -> set[str]:
 
 
 def _shorthand(cls: type, name: str) -> str | None:
-    """The section of ``cls`` whose key ``name`` is when given without it (``SHORTHANDS``), else None."""
+    """The section of ``cls`` whose key ``name`` is when given without it (``SHORTHANDS``), else
+    None."""
     if name in {f.name for f in dataclasses.fields(cls)}:
         return None
     hints = typing.get_type_hints(cls)
-    return next((s for s in getattr(cls, "SHORTHANDS", ()) if name in _section_keys(hints[s])), None)
+    return next(
+        (s for s in getattr(cls, "SHORTHANDS", ()) if name in _section_keys(hints[s])), None
+    )
 
 
 def canonical_key(cls: type, key: str) -> str:
-    """The dotted ``key`` as ``cls`` nests it: a section's key given without the section gets it (``alpha`` ->
-    ``weighting.alpha``), in nested configs too (``init.alpha`` -> ``init.weighting.alpha``)."""
+    """The dotted ``key`` as ``cls`` nests it: a section's key given without the section gets it
+    (``alpha`` -> ``weighting.alpha``), in nested configs too (``init.alpha`` ->
+    ``init.weighting.alpha``)."""
     head, dot, rest = key.partition(".")
     section = _shorthand(cls, head)
     if section is not None:
         return f"{section}.{key}"
-    tp = typing.get_type_hints(cls).get(head) if head in {f.name for f in dataclasses.fields(cls)} else None
-    return f"{head}.{canonical_key(tp, rest)}" if dot and isinstance(tp, type) and dataclasses.is_dataclass(tp) else key
+    tp = (
+        typing.get_type_hints(cls).get(head)
+        if head in {f.name for f in dataclasses.fields(cls)}
+        else None
+    )
+    return (
+        f"{head}.{canonical_key(tp, rest)}"
+        if dot and isinstance(tp, type) and dataclasses.is_dataclass(tp)
+        else key
+    )
 
 
 def canonical(cls: type, data: Mapping[str, object], prefix: str = "") -> dict[str, object]:
-    """Raw ``data`` (a preset, overrides) with every section's shorthand keys moved into their section, in nested
-    configs too; a key given both ways with two values is refused (neither could be said to win)."""
+    """Raw ``data`` (a preset, overrides) with every section's shorthand keys moved into their
+    section, in nested configs too; a key given both ways with two values is refused (neither could
+    be said to win)."""
     out = dict(data)
     hints = typing.get_type_hints(cls)
     for name in [k for k in out if _shorthand(cls, k) is not None]:
@@ -164,10 +193,15 @@ def canonical(cls: type, data: Mapping[str, object], prefix: str = "") -> dict[s
         nested = out.get(section)
         inner = dict(nested) if isinstance(nested, Mapping) else {}
         if nested is not None and not isinstance(nested, Mapping):
-            continue  # a section given as a built config, or not a mapping: _build says what is wrong
+            # a section given as a built config, or not a mapping: _build says what is wrong
+            continue
         value = out.pop(name)
-        if name in inner and _differ(value, inner[name], typing.get_type_hints(hints[section]).get(name)):
-            raise ConfigError(f"{prefix}{name} is given twice: {value!r} and {prefix}{section}.{name}={inner[name]!r}")
+        if name in inner and _differ(
+            value, inner[name], typing.get_type_hints(hints[section]).get(name)
+        ):
+            raise ConfigError(
+                f"{prefix}{name} is given twice: {value!r} and {prefix}{section}.{name}={inner[name]!r}"
+            )
         out[section] = {**inner, name: value}
     for name, value in out.items():
         tp = hints.get(name)
@@ -207,7 +241,8 @@ def _float_fields(cls: type) -> tuple[str, ...]:
 
 
 def suggestion(name: str, cls: type, prefix: str = "") -> str:
-    """ "; did you mean X?" for an unknown key: a key of the same name in a section, else the closest key."""
+    """ "; did you mean X?" for an unknown key: a key of the same name in a section, else the
+    closest key."""
     keys = [prefix + k for k in dotted_keys(cls)]
     same = [k for k in keys if k.rsplit(".", 1)[-1] == name]
     close = same or difflib.get_close_matches(prefix + name, keys, n=1, cutoff=0.6)
@@ -215,15 +250,16 @@ def suggestion(name: str, cls: type, prefix: str = "") -> str:
 
 
 class Config:
-    """Mixin for frozen dataclass configs: validation when built, ``to_dict``/``from_dict``, overrides, identity.
+    """Mixin for frozen dataclass configs: validation when built, ``to_dict``/``from_dict``,
+    overrides, identity.
 
-    A config checks itself when it is constructed (``__post_init__``): ``Literal`` fields against their choices,
-    then the class's own :meth:`check` for ranges. ``NOT_IDENTITY`` lists the dotted keys that change nothing a run
-    computes (paths of inputs, which enter the identity by content, the output, workers, caches, checkpoint and
-    report cadence).
-    """
+    A config checks itself when it is constructed (``__post_init__``): ``Literal`` fields against
+    their choices, then the class's own :meth:`check` for ranges. ``NOT_IDENTITY`` lists the dotted
+    keys that change nothing a run computes (paths of inputs, which enter the identity by content,
+    the output, workers, caches, checkpoint and report cadence)."""
 
-    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]  # every subclass is a dataclass
+    # every subclass is a dataclass
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
     NOT_IDENTITY: ClassVar[tuple[str, ...]] = ()
     ALIASES: ClassVar[dict[str, str]] = {}
     """Old key -> new key, accepted with a warning for one release."""
@@ -233,37 +269,40 @@ class Config:
 
     @classmethod
     def upgrade(cls, data: dict[str, object]) -> dict[str, object]:
-        """Rewrite older spellings in raw ``data`` (before coercion) that a plain key rename cannot express."""
+        """Rewrite older spellings in raw ``data`` (before coercion) that a plain key rename cannot
+        express."""
         return data
 
     def __post_init__(self) -> None:
-        # a class is hashable; mypy checks the instances' __hash__ (None for an eq dataclass) instead
+        # a class is hashable; mypy checks the instances' __hash__ (None for an eq dataclass)
+        # instead
         for name, choices in _literal_fields(type(self)):  # type: ignore[arg-type]
             value = getattr(self, name)
             require(value in choices, name, value, f"must be one of {list(choices)}")
         for name in _float_fields(type(self)):  # type: ignore[arg-type]
             value = getattr(self, name)
             ok = value is None or (isinstance(value, int | float) and math.isfinite(value))
-            require(ok, name, value, "must be a finite number")  # inf and nan pass every range check
+            # inf and nan pass every range check
+            require(ok, name, value, "must be a finite number")
         self.check()
 
     def check(self) -> None:
         """Raise :class:`ConfigError` naming the first value out of range (subclasses)."""
 
     IDENTITY_NAMES: ClassVar[dict[str, str]] = {}
-    """Dotted key -> the name a run's identity records it under, for keys renamed since runs were recorded: a
-    rename must not make every finished output look like another run."""
+    """Dotted key -> the name a run's identity records it under, for keys renamed since runs were
+    recorded: a rename must not make every finished output look like another run."""
 
     def identity_settings(self) -> dict[str, JSONValue]:
-        """The flattened settings that shape a run's result (see :mod:`sembridge_ray.identity`), under the names
-        identities record (``IDENTITY_NAMES``)."""
+        """The flattened settings that shape a run's result (see :mod:`sembridge_ray.identity`),
+        under the names identities record (``IDENTITY_NAMES``)."""
         settings = without(flatten(self.to_dict()), self.NOT_IDENTITY)
         return {self.IDENTITY_NAMES.get(k, k): v for k, v in settings.items()}
 
     def inapplicable(self, given: set[str]) -> dict[str, str]:
-        """Of the dotted keys in ``given`` (set explicitly), those this run does not read, with why: keys that
-        shape results in general but that this run's identity leaves out as unused (and that are not at their
-        default, which asks for nothing)."""
+        """Of the dotted keys in ``given`` (set explicitly), those this run does not read, with why:
+        keys that shape results in general but that this run's identity leaves out as unused (and
+        that are not at their default, which asks for nothing)."""
         recorded = self.identity_settings()
         defaults = flatten(type(self)().to_dict())
         values = flatten(self.to_dict())
@@ -284,8 +323,10 @@ class Config:
         return RunIdentity(job=job, settings=self.identity_settings(), inputs=inputs)
 
     def to_dict(self) -> JSONObject:
-        """The config as a JSON object (sections nested, tuples as lists): what workers receive and YAML holds."""
-        # the fields are JSON scalars, tuples of them and nested configs (coerce accepts nothing else)
+        """The config as a JSON object (sections nested, tuples as lists): what workers receive and
+        YAML holds."""
+        # the fields are JSON scalars, tuples of them and nested configs (coerce accepts nothing
+        # else)
         return cast(JSONObject, _plain(dataclasses.asdict(self)))
 
     @classmethod
@@ -293,15 +334,16 @@ class Config:
         return _build(cls, data)
 
     def with_overrides(self, overrides: Sequence[str]) -> Self:
-        """A copy with ``key.sub=value`` overrides applied (types coerced, unknown keys rejected; a section's keys
-        also without it, ``alpha=2``)."""
+        """A copy with ``key.sub=value`` overrides applied (types coerced, unknown keys rejected; a
+        section's keys also without it, ``alpha=2``)."""
         parts = (item.partition("=") for item in overrides)
         keyed = [f"{canonical_key(type(self), k.strip())}={v}" if sep else k for k, sep, v in parts]
         return type(self).from_dict(apply_overrides(self.to_dict(), keyed))
 
     def with_settings(self, **changes: Any) -> Self:
-        """A copy with typed ``changes``, as :func:`dataclasses.replace` makes it (and checked so), a section's keys
-        also given without it (``alpha=2`` for ``weighting.alpha``, see ``SHORTHANDS``)."""
+        """A copy with typed ``changes``, as :func:`dataclasses.replace` makes it (and checked so),
+        a section's keys also given without it (``alpha=2`` for ``weighting.alpha``, see
+        ``SHORTHANDS``)."""
         top: dict[str, Any] = {}
         nested: dict[str, dict[str, Any]] = {}
         for key, value in changes.items():
@@ -319,7 +361,8 @@ C = TypeVar("C", bound=Config)
 
 
 def _plain(value: object) -> object:
-    """A copy with every tuple a list and every mapping a dict, recursively (what YAML and JSON write)."""
+    """A copy with every tuple a list and every mapping a dict, recursively (what YAML and JSON
+    write)."""
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
@@ -346,8 +389,9 @@ def apply_overrides(data: Mapping[str, object], overrides: Sequence[str]) -> dic
 
 
 def load_preset(path: Path) -> dict[str, JSONValue]:
-    """Read a YAML preset with every scalar kept as a string (no YAML 1.1 ``no`` -> False surprises). A file that is
-    not UTF-8 or not YAML is a :class:`ConfigError` naming the file, line and column."""
+    """Read a YAML preset with every scalar kept as a string (no YAML 1.1 ``no`` -> False
+    surprises). A file that is not UTF-8 or not YAML is a :class:`ConfigError` naming the file, line
+    and column."""
     from sembridge_ray.text import text_lines
 
     if not path.is_file():
@@ -366,8 +410,8 @@ def load_preset(path: Path) -> dict[str, JSONValue]:
 
 
 def _yaml_problem(path: Path, text: str, err: yaml.YAMLError) -> str:
-    """One line for a YAML syntax error: ``file:line:column: what``. PyYAML's marks count from 0; its reader's
-    errors (a control character) give an offset into ``text`` instead."""
+    """One line for a YAML syntax error: ``file:line:column: what``. PyYAML's marks count from 0;
+    its reader's errors (a control character) give an offset into ``text`` instead."""
     mark = getattr(err, "problem_mark", None)
     line, column = (mark.line, mark.column) if mark is not None else (None, None)
     if mark is None and isinstance(getattr(err, "position", None), int):
@@ -376,7 +420,9 @@ def _yaml_problem(path: Path, text: str, err: yaml.YAMLError) -> str:
     where = str(path) if line is None or column is None else f"{path}:{line + 1}:{column + 1}"
     problem = getattr(err, "problem", None) or str(err).strip().splitlines()[0]
     context = getattr(err, "context", None)
-    return f"config preset {where}: not valid YAML: {problem}" + (f" ({context})" if context else "")
+    return f"config preset {where}: not valid YAML: {problem}" + (
+        f" ({context})" if context else ""
+    )
 
 
 def merge(base: Mapping[str, object], delta: Mapping[str, object]) -> dict[str, object]:
@@ -384,12 +430,15 @@ def merge(base: Mapping[str, object], delta: Mapping[str, object]) -> dict[str, 
     out = dict(base)
     for key, value in delta.items():
         old = out.get(key)
-        out[key] = merge(old, value) if isinstance(value, Mapping) and isinstance(old, Mapping) else value
+        out[key] = (
+            merge(old, value) if isinstance(value, Mapping) and isinstance(old, Mapping) else value
+        )
     return out
 
 
 def write_config(cfg: Config, path: Path) -> None:
-    """Write the resolved config as YAML (strings that YAML would misread are quoted by safe_dump)."""
+    """Write the resolved config as YAML (strings that YAML would misread are quoted by
+    safe_dump)."""
     from sembridge_ray.outputs import atomic_write_text
 
     atomic_write_text(path, yaml.safe_dump(cfg.to_dict(), sort_keys=False, allow_unicode=True))
@@ -411,7 +460,8 @@ class FieldInfo:
 
 @cache
 def attribute_docs(cls: type) -> dict[str, str]:
-    """Field name -> the docstring written under it in the class body (PEP 257 attribute docstrings)."""
+    """Field name -> the docstring written under it in the class body (PEP 257 attribute
+    docstrings)."""
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
     except (OSError, TypeError, SyntaxError):
@@ -431,15 +481,16 @@ def attribute_docs(cls: type) -> dict[str, str]:
 
 
 def choices_of(field: dataclasses.Field[object], tp: object) -> tuple[object, ...]:
-    """The allowed values of a field: a ``Literal``'s, or ``metadata={"choices": ...}`` (for tuples of names)."""
+    """The allowed values of a field: a ``Literal``'s, or ``metadata={"choices": ...}`` (for tuples
+    of names)."""
     if typing.get_origin(tp) is Literal:
         return typing.get_args(tp)
     return tuple(field.metadata.get("choices", ()))
 
 
 def field_info(cls: type, values: Mapping[str, object] | None = None) -> dict[str, FieldInfo]:
-    """Dotted key -> its type, default (from ``values`` when given: a preset's effective values), docstring and
-    choices, recursing into nested configs."""
+    """Dotted key -> its type, default (from ``values`` when given: a preset's effective values),
+    docstring and choices, recursing into nested configs."""
     out: dict[str, FieldInfo] = {}
     hints = typing.get_type_hints(cls)
     docs = attribute_docs(cls)
@@ -459,7 +510,9 @@ def field_info(cls: type, values: Mapping[str, object] | None = None) -> dict[st
         else:
             default = None
         name = getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
-        out[f.name] = FieldInfo(type_name=name, default=default, doc=docs.get(f.name, ""), choices=choices_of(f, tp))
+        out[f.name] = FieldInfo(
+            type_name=name, default=default, doc=docs.get(f.name, ""), choices=choices_of(f, tp)
+        )
     return out
 
 

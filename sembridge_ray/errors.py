@@ -1,5 +1,6 @@
-"""The errors a user can fix: bad input (:class:`InputError`) and an environment that refuses (disk full, read-only,
-permission). Jobs print either as one line and exit 2; a traceback is left for bugs."""
+"""The errors a user can fix: bad input (:class:`InputError`) and an environment that refuses (disk
+full, read-only, permission). Jobs print either as one line and exit 2; a traceback is left for
+bugs."""
 
 from __future__ import annotations
 
@@ -13,15 +14,16 @@ class InputError(ValueError):
 
 
 class Terminated(KeyboardInterrupt):
-    """The job was asked to stop by a signal (SIGTERM: a scheduler's preemption, ``kill``, ``docker stop``).
+    """The job was asked to stop by a signal (SIGTERM: a scheduler's preemption, ``kill``, ``docker
+    stop``).
 
-    :func:`sembridge_ray.cli.run_job` raises it in the main thread when the signal arrives, so every context manager
-    unwinds (the output lock is released, a directory the run created and left empty is removed) before the job
-    exits 143. A ``KeyboardInterrupt``, because that is what libraries already treat as "stop now": ``except
-    Exception`` lets it pass, Ray Data shuts its executor down on it, and a ``ray.get`` it interrupts raises a
-    ``KeyboardInterrupt`` (any other exception from a signal handler becomes a ``SystemError`` there, which a
-    failing grid cell's ``except Exception`` would record as a failure and go on).
-    """
+    :func:`sembridge_ray.cli.run_job` raises it in the main thread when the signal arrives, so every
+    context manager unwinds (the output lock is released, a directory the run created and left empty
+    is removed) before the job exits 143. A ``KeyboardInterrupt``, because that is what libraries
+    already treat as "stop now": ``except Exception`` lets it pass, Ray Data shuts its executor down
+    on it, and a ``ray.get`` it interrupts raises a ``KeyboardInterrupt`` (any other exception from
+    a signal handler becomes a ``SystemError`` there, which a failing grid cell's ``except
+    Exception`` would record as a failure and go on)."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signum)
@@ -29,9 +31,10 @@ class Terminated(KeyboardInterrupt):
 
 
 terminating = threading.Event()
-"""Set by the command line's SIGTERM handler (``sembridge_ray.cli``): the job is on its way out, and what runs at
-exit takes the quick way (a Ray cluster's shutdown bounded, then its processes killed; the interpreter's own
-finalization skipped), so the process ends within seconds of the signal, before a scheduler's SIGKILL."""
+"""Set by the command line's SIGTERM handler (``sembridge_ray.cli``): the job is on its way out, and
+what runs at exit takes the quick way (a Ray cluster's shutdown bounded, then its processes killed;
+the interpreter's own finalization skipped), so the process ends within seconds of the signal,
+before a scheduler's SIGKILL."""
 
 
 ENVIRONMENT_ERRNOS = {
@@ -46,8 +49,9 @@ ENVIRONMENT_ERRNOS = {
     errno.ENAMETOOLONG: "name too long",
     errno.EFBIG: "file too large",
 }
-# How libraries that raise no OSError report an errno: Rust's "(os error 28)" (safetensors, tokenizers), and
-# Arrow's "[errno 28]" (pyarrow filesystems, which Ray Train uploads checkpoints with).
+# How libraries that raise no OSError report an errno: Rust's "(os error 28)" (safetensors,
+# tokenizers), and Arrow's "[errno 28]" (pyarrow filesystems, which Ray Train uploads checkpoints
+# with).
 _OS_ERROR = re.compile(r"\(os error (\d+)\)|\[errno (\d+)\]", re.IGNORECASE)
 
 
@@ -60,9 +64,9 @@ def environment_errno(err: BaseException) -> int | None:
 
 
 def _causes(err: BaseException) -> list[BaseException]:
-    """What an exception wraps: its explicit ``__cause__``, a Ray task error's ``cause``, a Ray Train failure's
-    per-worker errors, an exception group's members (not the implicit ``__context__``: an error raised while
-    handling another is a new failure)."""
+    """What an exception wraps: its explicit ``__cause__``, a Ray task error's ``cause``, a Ray
+    Train failure's per-worker errors, an exception group's members (not the implicit
+    ``__context__``: an error raised while handling another is a new failure)."""
     found = [getattr(err, "cause", None), err.__cause__]
     failures = getattr(err, "worker_failures", None)
     if isinstance(failures, dict):
@@ -72,8 +76,8 @@ def _causes(err: BaseException) -> list[BaseException]:
 
 
 def find_user_error(err: BaseException) -> BaseException | None:
-    """The error caused by the user's input or environment, wherever it sits in the chain of causes (Ray wraps
-    what its workers raise); None when it is a bug."""
+    """The error caused by the user's input or environment, wherever it sits in the chain of causes
+    (Ray wraps what its workers raise); None when it is a bug."""
     stack, seen = [err], set()
     while stack:
         current = stack.pop(0)
@@ -81,7 +85,8 @@ def find_user_error(err: BaseException) -> BaseException | None:
             continue
         seen.add(id(current))
         wrapped = _causes(current)
-        if getattr(current, "cause", None) is not None:  # a Ray wrapper: also an instance of what it wraps
+        # a Ray wrapper: also an instance of what it wraps
+        if getattr(current, "cause", None) is not None:
             stack = wrapped + stack
             continue
         if isinstance(current, InputError) or environment_errno(current) is not None:

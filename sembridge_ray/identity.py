@@ -2,11 +2,11 @@
 
 An identity has two parts:
 
-- **settings**: the resolved config, flattened to dotted keys, minus the keys that change nothing the run computes
-  (its output path, workers, checkpoint and report cadence, cache directories; each config lists them in
-  ``NOT_IDENTITY``);
-- **inputs**: one identity string per input (model, tokenizer, bridge, dataset, …), so the same path with new
-  content is a new run and a moved or copied input is the same one:
+- **settings**: the resolved config, flattened to dotted keys, minus the keys that change nothing
+  the run computes (its output path, workers, checkpoint and report cadence, cache directories; each
+  config lists them in ``NOT_IDENTITY``);
+- **inputs**: one identity string per input (model, tokenizer, bridge, dataset, …), so the same path
+  with new content is a new run and a moved or copied input is the same one:
 
   | input                                  | identity                                                             |
   |----------------------------------------|----------------------------------------------------------------------|
@@ -16,16 +16,16 @@ An identity has two parts:
   | a hub id                               | ``hub:<type>:<id>@<commit>``: the commit the hub (or, offline, the   |
   |                                        | local HF cache) resolves ``main`` to                                 |
 
-The sampled digest of large files keeps a rerun's check cheap on multi-GB corpora and weights; it cannot see an
-edit that keeps a file's size and leaves its first and last MiB alone. A project output is identified by its run,
-whose manifest holds full sha256 checksums.
+The sampled digest of large files keeps a rerun's check cheap on multi-GB corpora and weights; it
+cannot see an edit that keeps a file's size and leaves its first and last MiB alone. A project
+output is identified by its run, whose manifest holds full sha256 checksums.
 
-**Inputs cannot change under a run.** A job identifies its inputs when it starts, and its workers load them later:
-an ``--overwrite`` of an input's output (or an edit of a plain directory) in between would make a result whose
-``identity.json`` names other inputs than the ones it was computed from. :func:`require_unchanged` identifies the
-local inputs again after they were loaded, and before anything computed from them is marked complete or cached;
-a change fails the run with :class:`InputChanged`, and nothing of it is kept as finished.
-"""
+**Inputs cannot change under a run.** A job identifies its inputs when it starts, and its workers
+load them later: an ``--overwrite`` of an input's output (or an edit of a plain directory) in
+between would make a result whose ``identity.json`` names other inputs than the ones it was computed
+from. :func:`require_unchanged` identifies the local inputs again after they were loaded, and before
+anything computed from them is marked complete or cached; a change fails the run with
+:class:`InputChanged`, and nothing of it is kept as finished."""
 
 from __future__ import annotations
 
@@ -47,8 +47,8 @@ RepoType = Literal["model", "dataset"]
 
 
 class IdentityRecord(TypedDict):
-    """``identity.json``: what :meth:`RunIdentity.to_dict` writes (``fingerprint`` is derived, so reading ignores
-    it; identities written before inputs were recorded have none)."""
+    """``identity.json``: what :meth:`RunIdentity.to_dict` writes (``fingerprint`` is derived, so
+    reading ignores it; identities written before inputs were recorded have none)."""
 
     job: str
     fingerprint: NotRequired[str]
@@ -58,29 +58,46 @@ class IdentityRecord(TypedDict):
 
 @dataclass(frozen=True, kw_only=True)
 class RunIdentity:
-    """What shapes one run's result: ``settings`` (dotted key -> value) and ``inputs`` (name -> identity)."""
+    """What shapes one run's result: ``settings`` (dotted key -> value) and ``inputs`` (name ->
+    identity)."""
 
     job: str
     settings: Mapping[str, object]
-    """A config's are JSON values (:meth:`Config.identity_settings`); anything else is fingerprinted as its str."""
+    """A config's are JSON values (:meth:`Config.identity_settings`); anything else is fingerprinted
+    as its str."""
     inputs: dict[str, str] = field(default_factory=dict)
 
     @property
     def fingerprint(self) -> str:
-        payload = json.dumps([self.job, self.settings, self.inputs], sort_keys=True, default=str, ensure_ascii=False)
+        payload = json.dumps(
+            [self.job, self.settings, self.inputs], sort_keys=True, default=str, ensure_ascii=False
+        )
         return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:24]
 
     def to_dict(self) -> IdentityRecord:
-        return {"job": self.job, "fingerprint": self.fingerprint, "settings": self.settings, "inputs": self.inputs}
+        return {
+            "job": self.job,
+            "fingerprint": self.fingerprint,
+            "settings": self.settings,
+            "inputs": self.inputs,
+        }
 
     @classmethod
     def from_dict(cls, data: IdentityRecord) -> RunIdentity:
-        return cls(job=str(data["job"]), settings=dict(data["settings"]), inputs=dict(data.get("inputs", {})))
+        return cls(
+            job=str(data["job"]),
+            settings=dict(data["settings"]),
+            inputs=dict(data.get("inputs", {})),
+        )
 
     def differences(self, old: RunIdentity) -> list[str]:
-        """``key: old → new`` for every setting and input that differs from ``old`` (settings first)."""
+        """``key: old → new`` for every setting and input that differs from ``old`` (settings
+        first)."""
         out = []
-        for prefix, new_map, old_map in (("", self.settings, old.settings), ("inputs.", self.inputs, old.inputs)):
+        for prefix, new_map, old_map in (
+            ("", self.settings, old.settings),
+            ("inputs.", self.inputs, old.inputs),
+        ):
             for key in sorted(set(new_map) | set(old_map)):
                 if new_map.get(key, _MISSING) != old_map.get(key, _MISSING):
                     out.append(
@@ -97,7 +114,9 @@ _MISSING = object()
 def _show(value: object) -> str:
     if value is _MISSING:
         return "(unset)"
-    text = json.dumps(value, ensure_ascii=False, default=str) if not isinstance(value, str) else value
+    text = (
+        json.dumps(value, ensure_ascii=False, default=str) if not isinstance(value, str) else value
+    )
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -113,23 +132,35 @@ def flatten(data: Mapping[str, JSONValue], prefix: str = "") -> dict[str, JSONVa
 
 
 def without(settings: Mapping[str, JSONValue], excluded: tuple[str, ...]) -> dict[str, JSONValue]:
-    """``settings`` minus every key equal to, or inside the section of, an ``excluded`` dotted key."""
-    return {k: v for k, v in settings.items() if not any(k == e or k.startswith(e + ".") for e in excluded)}
+    """``settings`` minus every key equal to, or inside the section of, an ``excluded`` dotted
+    key."""
+    return {
+        k: v
+        for k, v in settings.items()
+        if not any(k == e or k.startswith(e + ".") for e in excluded)
+    }
 
 
-# ---- input identities ---------------------------------------------------------------------------------------
+# ---- input identities
+# ---------------------------------------------------------------------------------------
 
 
 def path_identity(path: Path) -> str:
-    """A local file or directory: the fingerprint of the run that wrote it, else a digest of its contents."""
+    """A local file or directory: the fingerprint of the run that wrote it, else a digest of its
+    contents."""
     path = Path(path).expanduser()
     run = output_fingerprint(path)
     if run is not None:
         return run
     root = path.resolve()
-    files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file() and ".git" not in p.parts)
+    files = (
+        [root]
+        if root.is_file()
+        else sorted(p for p in root.rglob("*") if p.is_file() and ".git" not in p.parts)
+    )
     listing = tuple(
-        (str(f.relative_to(root)) if f != root else f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files
+        (str(f.relative_to(root)) if f != root else f.name, f.stat().st_size, f.stat().st_mtime_ns)
+        for f in files
     )
     return _content_digest(str(root), listing)
 
@@ -146,7 +177,8 @@ def _content_digest(root: str, listing: tuple[tuple[str, int, int], ...]) -> str
 
 
 def file_digest(path: Path, full: bool = False) -> str:
-    """sha256 of the whole file up to :data:`WHOLE_FILE_LIMIT` (or ``full``); else size + first and last MiB."""
+    """sha256 of the whole file up to :data:`WHOLE_FILE_LIMIT` (or ``full``); else size + first and
+    last MiB."""
     size = path.stat().st_size
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
@@ -161,7 +193,8 @@ def file_digest(path: Path, full: bool = False) -> str:
 
 
 def hub_identity(repo: str, repo_type: RepoType = "model") -> str:
-    """``hub:<type>:<id>@<commit>``; an id the hub (or, offline, the local cache) does not know is an InputError."""
+    """``hub:<type>:<id>@<commit>``; an id the hub (or, offline, the local cache) does not know is
+    an InputError."""
     return f"hub:{repo_type}:{repo}@{hub_revision(repo, repo_type)}"
 
 
@@ -177,8 +210,12 @@ def hub_revision(repo: str, repo_type: RepoType = "model") -> str:
             raise ValueError("no commit")
         return sha
     except Exception as err:  # the hub client raises many types; all mean "cannot have this repo"
-        where = "offline and not in the local Hugging Face cache" if constants.HF_HUB_OFFLINE else "hub"
-        raise InputError(f"{repo_type} {repo!r} not found (not a local path; {where}: {type(err).__name__})") from None
+        where = (
+            "offline and not in the local Hugging Face cache" if constants.HF_HUB_OFFLINE else "hub"
+        )
+        raise InputError(
+            f"{repo_type} {repo!r} not found (not a local path; {where}: {type(err).__name__})"
+        ) from None
 
 
 def looks_like_hub_id(spec: str) -> bool:
@@ -187,8 +224,9 @@ def looks_like_hub_id(spec: str) -> bool:
 
 
 def model_identity(spec: str, what: str = "model") -> str:
-    """A model, tokenizer or bridge given as a local directory or a hub id (bundled names are resolved to their
-    directories at the job's boundary, before this); anything else names itself."""
+    """A model, tokenizer or bridge given as a local directory or a hub id (bundled names are
+    resolved to their directories at the job's boundary, before this); anything else names
+    itself."""
     path = Path(spec).expanduser()
     if path.exists():
         return path_identity(path)
@@ -202,10 +240,11 @@ class InputChanged(InputError):
 
 
 def require_unchanged(recorded: Mapping[str, str], paths: Mapping[str, str]) -> None:
-    """Raise :class:`InputChanged` for the first input of ``paths`` (name -> local path) whose identity is no longer
-    the one ``recorded`` (name -> identity, as the run recorded it when it started). Inputs that are not local
-    files or directories (hub ids) are not checked; a project output is checked by its manifest (every file's
-    sha256), any other path by its content digest."""
+    """Raise :class:`InputChanged` for the first input of ``paths`` (name -> local path) whose
+    identity is no longer the one ``recorded`` (name -> identity, as the run recorded it when it
+    started). Inputs that are not local files or directories (hub ids) are not checked; a project
+    output is checked by its manifest (every file's sha256), any other path by its content
+    digest."""
     for name, spec in paths.items():
         was = recorded.get(name, "")
         if not was.startswith(("run:", "sha256:")):

@@ -1,9 +1,9 @@
-"""The types of JSON (and of YAML read as strings): what configs flatten to, what identities and manifests record.
+"""The types of JSON (and of YAML read as strings): what configs flatten to, what identities and
+manifests record.
 
-Defined once so that settings which really are JSON say so, instead of ``dict[str, Any]``. A record of known shape
-gets its own ``TypedDict`` beside its writer; these are for values whose shape is open (a config's nested settings,
-a preset, a value passed through).
-"""
+Defined once so that settings which really are JSON say so, instead of ``dict[str, Any]``. A record
+of known shape gets its own ``TypedDict`` beside its writer; these are for values whose shape is
+open (a config's nested settings, a preset, a value passed through)."""
 
 from __future__ import annotations
 

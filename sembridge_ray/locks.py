@@ -1,27 +1,31 @@
-"""One writer per output directory: an exclusive lock file, ``<output>/.lock``, taken before anything is written.
+"""One writer per output directory: an exclusive lock file, ``<output>/.lock``, taken before
+anything is written.
 
-The lock is a file created with ``O_CREAT | O_EXCL`` (atomic on local filesystems and on NFSv3+), holding its
-owner: pid, host, pid namespace, the process's start time and the command. The owner touches the file every
-:data:`HEARTBEAT_S` seconds while it holds the lock. A lock whose owner is gone is broken with a warning:
+The lock is a file created with ``O_CREAT | O_EXCL`` (atomic on local filesystems and on NFSv3+),
+holding its owner: pid, host, pid namespace, the process's start time and the command. The owner
+touches the file every :data:`HEARTBEAT_S` seconds while it holds the lock. A lock whose owner is
+gone is broken with a warning:
 
-- same host and the same pid namespace (the kernel's boot id and the namespace's inode match): decided by the pid
-  alone, never by age: the lock is stale when the pid is not running or now belongs to another process (a
-  different start time). A live owner that has not touched its lock for hours (stopped with SIGSTOP, a frozen
-  container, an output filesystem whose clock is far behind) still holds it;
-- same host name but another or an unknown pid namespace (two containers sharing a hostname and an NFS output; a
-  lock written by an older version): the pid is not running here *and* the heartbeat is older than
-  :data:`SAME_HOST_STALE_S`, or the heartbeat is older than :data:`STALE_AFTER_S`, since a live owner's pid may
-  simply not exist in this namespace;
-- another host: its heartbeat is older than :data:`STALE_AFTER_S`, since a pid on another machine cannot be checked.
+- same host and the same pid namespace (the kernel's boot id and the namespace's inode match):
+  decided by the pid alone, never by age: the lock is stale when the pid is not running or now
+  belongs to another process (a different start time). A live owner that has not touched its lock
+  for hours (stopped with SIGSTOP, a frozen container, an output filesystem whose clock is far
+  behind) still holds it;
+- same host name but another or an unknown pid namespace (two containers sharing a hostname and an
+  NFS output; a lock written by an older version): the pid is not running here *and* the heartbeat
+  is older than :data:`SAME_HOST_STALE_S`, or the heartbeat is older than :data:`STALE_AFTER_S`,
+  since a live owner's pid may simply not exist in this namespace;
+- another host: its heartbeat is older than :data:`STALE_AFTER_S`, since a pid on another machine
+  cannot be checked.
 
-A heartbeat's age is measured on the output filesystem's own clock, never this machine's: the lock's mtime
-against the mtime the filesystem gives a file created beside it now (:func:`filesystem_now`). An NFS server sets
-both, so a client whose clock is ahead or behind, or two hosts that disagree, cannot make a live lock look old.
+A heartbeat's age is measured on the output filesystem's own clock, never this machine's: the lock's
+mtime against the mtime the filesystem gives a file created beside it now (:func:`filesystem_now`).
+An NFS server sets both, so a client whose clock is ahead or behind, or two hosts that disagree,
+cannot make a live lock look old.
 
-A live owner is reported, never waited for: the second run exits at once naming it. On object storage (s3://,
-gs://) there is no exclusive create, so outputs must be on a POSIX filesystem (local disk, NFS, Lustre, …);
-checkpoints alone may go to object storage (``storage=``).
-"""
+A live owner is reported, never waited for: the second run exits at once naming it. On object
+storage (s3://, gs://) there is no exclusive create, so outputs must be on a POSIX filesystem (local
+disk, NFS, Lustre, …); checkpoints alone may go to object storage (``storage=``)."""
 
 from __future__ import annotations
 
@@ -43,7 +47,8 @@ LOCK = ".lock"
 HEARTBEAT_S = 30.0
 STALE_AFTER_S = 600.0
 SAME_HOST_STALE_S = 3 * HEARTBEAT_S
-"""How old the heartbeat of a same-host lock from another pid namespace must be, besides its pid not running here."""
+"""How old the heartbeat of a same-host lock from another pid namespace must be, besides its pid not
+running here."""
 log = logging.getLogger(__name__)
 
 
@@ -61,7 +66,8 @@ class Holder:
     proc_start: str
     command: str
     pid_ns: str = ""
-    """The boot id and pid namespace the pid belongs to (:func:`pid_namespace`); "" where unknown (older locks)."""
+    """The boot id and pid namespace the pid belongs to (:func:`pid_namespace`); "" where unknown
+    (older locks)."""
 
     @classmethod
     def me(cls) -> Holder:
@@ -80,8 +86,13 @@ class Holder:
         return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})  # type: ignore[arg-type]
 
     def here(self) -> bool:
-        """Whether its pid is one of this machine's and pid namespace's (so that checking the pid means something)."""
-        return self.host == socket.gethostname() and bool(self.pid_ns) and self.pid_ns == pid_namespace()
+        """Whether its pid is one of this machine's and pid namespace's (so that checking the pid
+        means something)."""
+        return (
+            self.host == socket.gethostname()
+            and bool(self.pid_ns)
+            and self.pid_ns == pid_namespace()
+        )
 
     def describe(self) -> str:
         when = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(self.started))
@@ -92,9 +103,9 @@ class Holder:
 
 
 def pid_namespace() -> str:
-    """``<boot id>/<pid namespace inode>``: the namespace's inode is unique on one running kernel, the boot id
-    tells kernels (machines, reboots) apart; two containers sharing a hostname differ in one of them. "" where
-    /proc does not say."""
+    """``<boot id>/<pid namespace inode>``: the namespace's inode is unique on one running kernel,
+    the boot id tells kernels (machines, reboots) apart; two containers sharing a hostname differ in
+    one of them. "" where /proc does not say."""
     try:
         boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
         namespace = os.readlink("/proc/self/ns/pid")
@@ -104,7 +115,8 @@ def pid_namespace() -> str:
 
 
 def _proc_start(pid: int) -> str:
-    """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat); "" where unknown."""
+    """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat); "" where
+    unknown."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
@@ -113,8 +125,8 @@ def _proc_start(pid: int) -> str:
 
 
 def _alive(holder: Holder) -> bool:
-    """Whether the holder's pid still runs here with the start time it recorded (True for another host's lock:
-    decided by the heartbeat age instead)."""
+    """Whether the holder's pid still runs here with the start time it recorded (True for another
+    host's lock: decided by the heartbeat age instead)."""
     if holder.host != socket.gethostname():
         return True
     try:
@@ -127,7 +139,8 @@ def _alive(holder: Holder) -> bool:
 
 
 def read_holder(path: Path) -> Holder | None:
-    """The lock's holder, or None when the file is absent or unreadable (being written, or damaged)."""
+    """The lock's holder, or None when the file is absent or unreadable (being written, or
+    damaged)."""
     try:
         return Holder.from_dict(json.loads(path.read_text(encoding="utf-8")))
     except (OSError, ValueError, TypeError, AttributeError):
@@ -142,9 +155,9 @@ def _read_bytes(path: Path) -> bytes | None:
 
 
 def filesystem_now(directory: Path) -> float:
-    """The current time on the clock of the filesystem holding ``directory``: the mtime it gives a file created
-    there now (an NFS server stamps it, as it stamps the heartbeats). This machine's clock where the directory takes
-    no file (read-only, gone)."""
+    """The current time on the clock of the filesystem holding ``directory``: the mtime it gives a
+    file created there now (an NFS server stamps it, as it stamps the heartbeats). This machine's
+    clock where the directory takes no file (read-only, gone)."""
     probe = Path(directory) / f"{LOCK}.clock-{os.getpid()}-{secrets.token_hex(4)}"
     try:
         fd = os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
@@ -159,8 +172,8 @@ def filesystem_now(directory: Path) -> float:
 
 
 def heartbeat_age(path: Path) -> float:
-    """Seconds since the lock file at ``path`` was last touched, on its filesystem's clock (:func:`filesystem_now`);
-    infinite when it is gone."""
+    """Seconds since the lock file at ``path`` was last touched, on its filesystem's clock
+    (:func:`filesystem_now`); infinite when it is gone."""
     try:
         mtime = path.stat().st_mtime
     except FileNotFoundError:
@@ -172,19 +185,22 @@ def _stale(path: Path, holder: Holder | None) -> bool:
     if not path.exists():
         return True
     if holder is None:
-        return heartbeat_age(path) > 10.0  # a lock that stays unreadable was left half-written by a crash
+        # a lock that stays unreadable was left half-written by a crash
+        return heartbeat_age(path) > 10.0
     if holder.here():
-        return not _alive(holder)  # the pid decides: a paused owner or a clock far behind never breaks a live lock
+        # the pid decides: a paused owner or a clock far behind never breaks a live lock
+        return not _alive(holder)
     age = heartbeat_age(path)
     if holder.host == socket.gethostname():
-        # same host name, another (or an unknown) pid namespace: a pid missing here may run there, but its
-        # heartbeat would then be fresh
+        # same host name, another (or an unknown) pid namespace: a pid missing here may run there,
+        # but its heartbeat would then be fresh
         return age > STALE_AFTER_S or (age > SAME_HOST_STALE_S and not _alive(holder))
     return age > STALE_AFTER_S
 
 
 def check_unlocked(out_dir: Path) -> None:
-    """Raise :class:`OutputLocked` naming the holder when a live run holds ``out_dir``'s lock (read-only)."""
+    """Raise :class:`OutputLocked` naming the holder when a live run holds ``out_dir``'s lock
+    (read-only)."""
     path = Path(out_dir) / LOCK
     if path.exists():
         holder = read_holder(path)
@@ -202,7 +218,9 @@ def _locked_message(out_dir: Path, holder: Holder | None) -> str:
 
 def _missing_message(out_dir: Path) -> str:
     if out_dir.is_symlink():
-        return f"output {out_dir} is a symbolic link to {os.readlink(out_dir)}, which does not exist"
+        return (
+            f"output {out_dir} is a symbolic link to {os.readlink(out_dir)}, which does not exist"
+        )
     return f"output {out_dir} does not exist (removed while this run was starting?)"
 
 
@@ -230,7 +248,9 @@ class OutputLock:
                 continue
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
-            self._beat = threading.Thread(target=self._heartbeat, name="output-lock-heartbeat", daemon=True)
+            self._beat = threading.Thread(
+                target=self._heartbeat, name="output-lock-heartbeat", daemon=True
+            )
             self._beat.start()
             return
         raise OutputLocked(_locked_message(self.path.parent, read_holder(self.path)))
@@ -239,7 +259,9 @@ class OutputLock:
         if _read_bytes(self.path) != seen:
             return  # someone else broke it and took a fresh lock meanwhile: the retry sees that one
         who = holder.describe() if holder else "an unreadable owner"
-        log.warning("breaking the stale lock of %s held by %s (no longer running)", self.path.parent, who)
+        log.warning(
+            "breaking the stale lock of %s held by %s (no longer running)", self.path.parent, who
+        )
         grave = self.path.with_name(f"{LOCK}.stale-{os.getpid()}")
         with contextlib.suppress(FileNotFoundError):
             os.replace(self.path, grave)
@@ -251,7 +273,8 @@ class OutputLock:
                 os.utime(self.path)
 
     def moved_to(self, directory: Path) -> None:
-        """The held lock's directory is about to be renamed to ``directory`` (an ``--overwrite`` swap): follow it."""
+        """The held lock's directory is about to be renamed to ``directory`` (an ``--overwrite``
+        swap): follow it."""
         self.path = Path(directory) / LOCK
 
     def release(self) -> None:

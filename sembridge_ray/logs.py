@@ -1,17 +1,20 @@
-"""One logging setup for every process of a job: the command line, the Ray drivers and every Ray worker.
+"""One logging setup for every process of a job: the command line, the Ray drivers and every Ray
+worker.
 
-``setup_logging`` gives the format every log line has (``LOG_FORMAT``) and demotes third-party noise that says
-nothing a user of these jobs can act on (hub progress bars, model-load reports, beta-feature warnings).
+``setup_logging`` gives the format every log line has (``LOG_FORMAT``) and demotes third-party noise
+that says nothing a user of these jobs can act on (hub progress bars, model-load reports,
+beta-feature warnings).
 
 Ray's own output is handled where it is made (see ``docs/operations.md``, "Logs"):
 
-- :data:`FALSE_ALARMS`: lines Ray prints, some at ERROR level, that report nothing wrong with the job. Those its
-  C++ core writes in a worker are skipped where Ray forwards them to the driver, by Ray's own
-  ``RAY_DEDUP_LOGS_SKIP_REGEX`` (:func:`ray_environment`); those Ray logs through a Python logger are filtered at
-  that logger, in every Ray worker (:func:`filter_false_alarm_records`). The driver's own stderr is not filtered:
-  on the demo (every stage of the paper's pipeline) Ray wrote none of them there.
-- Ray colours the ``(Actor pid=..)`` prefix of forwarded worker lines; ``RAY_COLOR_PREFIX=0`` turns that off unless
-  both stdout and stderr are terminals.
+- :data:`FALSE_ALARMS`: lines Ray prints, some at ERROR level, that report nothing wrong with the
+  job. Those its C++ core writes in a worker are skipped where Ray forwards them to the driver, by
+  Ray's own ``RAY_DEDUP_LOGS_SKIP_REGEX`` (:func:`ray_environment`); those Ray logs through a Python
+  logger are filtered at that logger, in every Ray worker (:func:`filter_false_alarm_records`). The
+  driver's own stderr is not filtered: on the demo (every stage of the paper's pipeline) Ray wrote
+  none of them there.
+- Ray colours the ``(Actor pid=..)`` prefix of forwarded worker lines; ``RAY_COLOR_PREFIX=0`` turns
+  that off unless both stdout and stderr are terminals.
 """
 
 from __future__ import annotations
@@ -43,18 +46,20 @@ _QUIET_WARNINGS = (
     "The given NumPy array is not writable",
     "Converting a tensor with requires_grad",
     "TypedStorage is deprecated",
-    # its replacement (torch.distributed._functional_collectives) is private; the autograd gather still works
+    # its replacement (torch.distributed._functional_collectives) is private; the autograd gather
+    # still works
     "torch.distributed.nn.functional.all_gather is deprecated",
 )
 
 
 @dataclass(frozen=True, kw_only=True)
 class FalseAlarm:
-    """Something Ray prints that reports nothing wrong with the job, and why it is dropped. ``pattern``: a regular
-    expression searched in the line (without colour codes), or, with ``logger``, in the message of that Python
-    logger's records (in every Ray worker: :func:`filter_false_alarm_records`), only those carrying an
-    ``exception`` of that class name when one is given; the first ``dropped`` of them per process are dropped and
-    the next ones shown (0: all dropped), so that one that persists is seen."""
+    """Something Ray prints that reports nothing wrong with the job, and why it is dropped.
+    ``pattern``: a regular expression searched in the line (without colour codes), or, with
+    ``logger``, in the message of that Python logger's records (in every Ray worker:
+    :func:`filter_false_alarm_records`), only those carrying an ``exception`` of that class name
+    when one is given; the first ``dropped`` of them per process are dropped and the next ones shown
+    (0: all dropped), so that one that persists is seen."""
 
     pattern: str
     why: str
@@ -120,7 +125,8 @@ class AlarmFilter(logging.Filter):
 
 
 def filter_false_alarm_records() -> None:
-    """Attach an :class:`AlarmFilter` to the logger of every :data:`FALSE_ALARMS` entry that has one (once)."""
+    """Attach an :class:`AlarmFilter` to the logger of every :data:`FALSE_ALARMS` entry that has one
+    (once)."""
     for alarm in FALSE_ALARMS:
         if alarm.logger:
             logger = logging.getLogger(alarm.logger)
@@ -129,7 +135,8 @@ def filter_false_alarm_records() -> None:
 
 
 def quiet_third_parties() -> None:
-    """Demote known third-party noise (hub progress bars, model-load reports, beta-feature warnings) to WARNING."""
+    """Demote known third-party noise (hub progress bars, model-load reports, beta-feature warnings)
+    to WARNING."""
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -147,9 +154,10 @@ def setup_logging(level: str | int = "INFO", force: bool = True) -> None:
 
 
 def project_handler(stream: TextIO | None = None) -> None:
-    """This project's loggers (``sembridge_ray.*``) print through a handler of their own, in :data:`LOG_FORMAT`, at
-    INFO: in a Ray worker, whose root logger has no handler (a Ray Data actor) or one of Ray Train's (message only),
-    so a worker's progress lines read like the driver's. Idempotent."""
+    """This project's loggers (``sembridge_ray.*``) print through a handler of their own, in
+    :data:`LOG_FORMAT`, at INFO: in a Ray worker, whose root logger has no handler (a Ray Data
+    actor) or one of Ray Train's (message only), so a worker's progress lines read like the
+    driver's. Idempotent."""
     logger = logging.getLogger("sembridge_ray")
     if any(getattr(h, "_sembridge", False) for h in logger.handlers):
         return
@@ -172,10 +180,10 @@ def terminal_output() -> bool:
 
 
 def ray_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment variables that quieten Ray's forwarded worker lines, as set by :func:`apply_ray_environment`:
-    ``RAY_COLOR_PREFIX=0`` unless both outputs are terminals, and :data:`FALSE_ALARMS` added to
-    ``RAY_DEDUP_LOGS_SKIP_REGEX`` (read once, when Ray is imported). A value the user set is kept (a skip regex
-    is extended)."""
+    """The environment variables that quieten Ray's forwarded worker lines, as set by
+    :func:`apply_ray_environment`: ``RAY_COLOR_PREFIX=0`` unless both outputs are terminals, and
+    :data:`FALSE_ALARMS` added to ``RAY_DEDUP_LOGS_SKIP_REGEX`` (read once, when Ray is imported). A
+    value the user set is kept (a skip regex is extended)."""
     env = os.environ if environ is None else environ
     out: dict[str, str] = {}
     if "RAY_COLOR_PREFIX" not in env and not terminal_output():
@@ -188,15 +196,19 @@ def ray_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def apply_ray_environment() -> None:
-    """Set :func:`ray_environment` in this process (before ``import ray`` for the skip regex to count)."""
+    """Set :func:`ray_environment` in this process (before ``import ray`` for the skip regex to
+    count)."""
     os.environ.update(ray_environment())
 
 
 # ---- `ray job submit`'s own lines (cluster/local.sh) ----
 
-_SUBMIT_RECORD = re.compile(r"^\d{4}-\d\d-\d\d [\d:,]+\s+(INFO|SUCC|WARN|WARNING|ERR|ERROR)\s+\w+\.py:\d+ -- ")
+_SUBMIT_RECORD = re.compile(
+    r"^\d{4}-\d\d-\d\d [\d:,]+\s+(INFO|SUCC|WARN|WARNING|ERR|ERROR)\s+\w+\.py:\d+ -- "
+)
 _SUBMIT_QUIET_WARNINGS = (
-    # local.sh passes --working-dir as well as cluster/runtime_env.yaml's working_dir: the same directory
+    # local.sh passes --working-dir as well as cluster/runtime_env.yaml's working_dir: the same
+    # directory
     "Overriding runtime_env working_dir with --working-dir option",
     # cluster/runtime_env.yaml excludes them already
     "is now ignored by default when packaging the working directory",
@@ -205,10 +217,11 @@ _SUBMITTED = re.compile(r"Job '(raysubmit_\w+)' submitted successfully")
 
 
 def job_submit_line(line: str, address: str = "") -> str | None:
-    """A line of ``ray job submit``'s output as ``cluster/local.sh`` shows it: the CLI's own INFO and SUCC lines
-    (packaging, banners, "next steps", the job supervisor's start-up) dropped but one, which says which job runs
-    and how to stop it; its warnings and errors kept, but for two about local.sh's own settings and the rules
-    around its banners; colour codes removed; the job's output as it is."""
+    """A line of ``ray job submit``'s output as ``cluster/local.sh`` shows it: the CLI's own INFO
+    and SUCC lines (packaging, banners, "next steps", the job supervisor's start-up) dropped but
+    one, which says which job runs and how to stop it; its warnings and errors kept, but for two
+    about local.sh's own settings and the rules around its banners; colour codes removed; the job's
+    output as it is."""
     text = strip_ansi(line).rstrip("\r\n")
     if (found := _SUBMITTED.search(text)) is not None:
         where = f" --address {address}" if address else ""
@@ -226,8 +239,8 @@ def job_submit_line(line: str, address: str = "") -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m sembridge_ray.logs ray-job-submit``: stdin through :func:`job_submit_line` to stdout, a line at a
-    time (``cluster/local.sh`` pipes ``ray job submit`` through it)."""
+    """``python -m sembridge_ray.logs ray-job-submit``: stdin through :func:`job_submit_line` to
+    stdout, a line at a time (``cluster/local.sh`` pipes ``ray job submit`` through it)."""
     args = sys.argv[1:] if argv is None else argv
     if args != ["ray-job-submit"]:
         print("usage: python -m sembridge_ray.logs ray-job-submit", file=sys.stderr)

@@ -1,9 +1,10 @@
-"""The ``_SUCCESS`` manifest of an output directory: the sha256 of every artefact and the run's fingerprint, written
-last; reading and verifying it; and the fingerprint of a finished output as an input identity.
+"""The ``_SUCCESS`` manifest of an output directory: the sha256 of every artefact and the run's
+fingerprint, written last; reading and verifying it; and the fingerprint of a finished output as an
+input identity.
 
-It knows files and JSON only (no run identities, locks or claims: :mod:`sembridge_ray.outputs` builds on it), so
-:mod:`sembridge_ray.identity` can ask it whether a path is a finished output of this project.
-"""
+It knows files and JSON only (no run identities, locks or claims: :mod:`sembridge_ray.outputs`
+builds on it), so :mod:`sembridge_ray.identity` can ask it whether a path is a finished output of
+this project."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ log = logging.getLogger(__name__)
 
 
 class Manifest(TypedDict):
-    """``_SUCCESS``, in its key order; a run may add keys of its own after these (``write_success``'s extras)."""
+    """``_SUCCESS``, in its key order; a run may add keys of its own after these
+    (``write_success``'s extras)."""
 
     files: dict[str, str]
     """Relative path -> sha256 of every artefact."""
@@ -39,7 +41,11 @@ def _artefacts(out_dir: Path, exclude: tuple[str, ...]) -> list[Path]:
     files = []
     for path in sorted(out_dir.rglob("*")):
         rel = path.relative_to(out_dir)
-        if not path.is_file() or rel.name == SUCCESS or any(p.startswith(TMP_PREFIX) for p in rel.parts):
+        if (
+            not path.is_file()
+            or rel.name == SUCCESS
+            or any(p.startswith(TMP_PREFIX) for p in rel.parts)
+        ):
             continue
         if rel.parts[0] in exclude or rel.as_posix() in exclude or rel.parts[0].startswith(LOCK):
             continue
@@ -49,7 +55,9 @@ def _artefacts(out_dir: Path, exclude: tuple[str, ...]) -> list[Path]:
 
 def _umask() -> int:
     try:  # thread-safe where /proc has it; os.umask() must set a value to read one
-        line = next(x for x in Path("/proc/self/status").read_text().splitlines() if x.startswith("Umask:"))
+        line = next(
+            x for x in Path("/proc/self/status").read_text().splitlines() if x.startswith("Umask:")
+        )
         return int(line.split()[1], 8)
     except (OSError, StopIteration, ValueError):
         mask = os.umask(0o022)
@@ -58,7 +66,8 @@ def _umask() -> int:
 
 
 def publish(out_dir: Path, files: list[Path]) -> None:
-    """Give ``files`` and the directories between them and ``out_dir`` the modes the umask allows."""
+    """Give ``files`` and the directories between them and ``out_dir`` the modes the umask
+    allows."""
     mask = _umask()
     dirs = {out_dir}
     for path in files:
@@ -69,9 +78,9 @@ def publish(out_dir: Path, files: list[Path]) -> None:
 
 
 def write_success(out_dir: Path, exclude: tuple[str, ...] = (), **extra: object) -> Manifest:
-    """Publish every artefact (but the ``exclude`` subdirs and relative file paths, e.g. a model card that later
-    evaluations extend) and write the ``_SUCCESS`` manifest of their checksums, last. The run's fingerprint comes
-    from ``identity.json`` when the run has one."""
+    """Publish every artefact (but the ``exclude`` subdirs and relative file paths, e.g. a model
+    card that later evaluations extend) and write the ``_SUCCESS`` manifest of their checksums,
+    last. The run's fingerprint comes from ``identity.json`` when the run has one."""
     out_dir = Path(out_dir)
     artefacts = _artefacts(out_dir, exclude)
     if not artefacts:  # read_manifest would not take it: a run that wrote nothing is not complete
@@ -82,7 +91,8 @@ def write_success(out_dir: Path, exclude: tuple[str, ...] = (), **extra: object)
     identity = _identity_fields(out_dir)
     if identity is not None:
         manifest |= identity
-    written = cast(Manifest, {**manifest, **extra})  # a Manifest with the run's extra keys after its own
+    # a Manifest with the run's extra keys after its own
+    written = cast(Manifest, {**manifest, **extra})
     atomic_write_json(out_dir / SUCCESS, written)
     (out_dir / SUCCESS).chmod(0o666 & ~_umask())
     return written
@@ -94,27 +104,38 @@ def read_manifest(out_dir: Path) -> Manifest | None:
         manifest = json.loads((Path(out_dir) / SUCCESS).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    # an empty list is no manifest: every job writes artefacts, so a _SUCCESS naming none vouches for nothing
-    ok = isinstance(manifest, dict) and isinstance(manifest.get("files"), dict) and bool(manifest["files"])
-    return cast(Manifest, manifest) if ok else None  # written by write_success; only its file list is relied on
+    # an empty list is no manifest: every job writes artefacts, so a _SUCCESS naming none vouches
+    # for nothing
+    ok = (
+        isinstance(manifest, dict)
+        and isinstance(manifest.get("files"), dict)
+        and bool(manifest["files"])
+    )
+    # written by write_success; only its file list is relied on
+    return cast(Manifest, manifest) if ok else None
 
 
 def is_complete(out_dir: Path) -> bool:
-    """True when ``_SUCCESS`` exists and every artefact it lists is present with the same checksum."""
+    """True when ``_SUCCESS`` exists and every artefact it lists is present with the same
+    checksum."""
     manifest = read_manifest(out_dir)
     if manifest is None:
         return False
     for rel, digest in manifest["files"].items():
         path = Path(out_dir) / rel
         if not path.is_file() or sha256_file(path) != digest:
-            log.warning("%s: %s changed or is missing; the directory no longer counts as complete", out_dir, rel)
+            log.warning(
+                "%s: %s changed or is missing; the directory no longer counts as complete",
+                out_dir,
+                rel,
+            )
             return False
     return True
 
 
 def output_fingerprint(path: Path) -> str | None:
-    """``run:<job>:<fingerprint>[/<sub>]`` when ``path`` is a complete output of this project or a folder listed in
-    one (an init output's ``model/``); None otherwise."""
+    """``run:<job>:<fingerprint>[/<sub>]`` when ``path`` is a complete output of this project or a
+    folder listed in one (an init output's ``model/``); None otherwise."""
     path = Path(path)
     for root in (path, path.parent):
         manifest = read_manifest(root)
@@ -124,7 +145,9 @@ def output_fingerprint(path: Path) -> str | None:
         if sub and not any(f.startswith(sub + "/") for f in manifest["files"]):
             continue
         if is_complete(root):
-            return f"run:{manifest.get('job', '')}:{manifest['fingerprint']}" + (f"/{sub}" if sub else "")
+            return f"run:{manifest.get('job', '')}:{manifest['fingerprint']}" + (
+                f"/{sub}" if sub else ""
+            )
     return None
 
 

@@ -1,17 +1,19 @@
-"""The model card the init and fine-tuning jobs write into every model they make (``model/README.md``), rendered
-from the provenance beside it (``sembridge.json``, :mod:`sembridge_ray.provenance`) and its scores (``scores.json``).
+"""The model card the init and fine-tuning jobs write into every model they make
+(``model/README.md``), rendered from the provenance beside it (``sembridge.json``,
+:mod:`sembridge_ray.provenance`) and its scores (``scores.json``).
 
-sentence-transformers' ``SparseEncoderModelCardData`` and the hub's ``ModelCard.from_template`` render it: the
-metadata hub users expect (``library_name``, ``pipeline_tag``, ``tags``, ``base_model``, ``language``, ``license``:
-the most restrictive of the inputs', ``datasets``, ``model-index``) and the body. The project adds the transfer's
-provenance, the licence of every input, the scores table and the loss. sentence-transformers keeps the card when it
-loads and pushes the model again, putting the repository id into its usage snippet.
+sentence-transformers' ``SparseEncoderModelCardData`` and the hub's ``ModelCard.from_template``
+render it: the metadata hub users expect (``library_name``, ``pipeline_tag``, ``tags``,
+``base_model``, ``language``, ``license``: the most restrictive of the inputs', ``datasets``,
+``model-index``) and the body. The project adds the transfer's provenance, the licence of every
+input, the scores table and the loss. sentence-transformers keeps the card when it loads and pushes
+the model again, putting the repository id into its usage snippet.
 
-**Scores**: the evaluate job adds them to a finished model of this project (:func:`record_evaluation`, under the
-output's own lock); the output's ``_SUCCESS`` leaves the card and ``scores.json`` out (:func:`unchecked`), so it
-stays complete with the same identity. Any other model keeps its card; its scores stay in ``metrics.json``. A
-fine-tuned model's card also shows its input model's scores (zero-shot) and its run's development-set scores.
-"""
+**Scores**: the evaluate job adds them to a finished model of this project
+(:func:`record_evaluation`, under the output's own lock); the output's ``_SUCCESS`` leaves the card
+and ``scores.json`` out (:func:`unchecked`), so it stays complete with the same identity. Any other
+model keeps its card; its scores stay in ``metrics.json``. A fine-tuned model's card also shows its
+input model's scores (zero-shot) and its run's development-set scores."""
 
 from __future__ import annotations
 
@@ -53,26 +55,34 @@ from sembridge_ray.sparse.config import RANKING_LABELS
 log = logging.getLogger(__name__)
 CARD = "README.md"
 LICENCE_NAME = "terms-of-the-inputs"
-"""``license_name`` of a card whose ``license`` is ``other`` (its ``license_link``: the card's licence section)."""
+"""``license_name`` of a card whose ``license`` is ``other`` (its ``license_link``: the card's
+licence section)."""
 TEMPLATE = DATA_DIR.parent / "model_card_template.md"
 PRIMARY, SHOWN_METRICS = "nDCG@10", ("nDCG@10", "RR@10", "R@100")
 LOCK_WAIT_S = 10.0
-"""How long :func:`record_evaluation` waits for the output's lock (another evaluation holds it for a few writes)."""
+"""How long :func:`record_evaluation` waits for the output's lock (another evaluation holds it for a
+few writes)."""
 
 
 def unchecked(model_subdir: str) -> tuple[str, ...]:
-    """The files the output's ``_SUCCESS`` leaves out: the card and the scores that evaluations add."""
+    """The files the output's ``_SUCCESS`` leaves out: the card and the scores that evaluations
+    add."""
     return (f"{model_subdir}/{CARD}", f"{model_subdir}/{SCORES}")
 
 
-# ---- scores ------------------------------------------------------------------------------------------------------
+# ---- scores
+# ------------------------------------------------------------------------------------------------------
 
 
 def dev_scores(
-    history: Sequence[Mapping[str, float]], step: int, dataset: tuple[str, str], split: str, key: str = "dev_nDCG@10"
+    history: Sequence[Mapping[str, float]],
+    step: int,
+    dataset: tuple[str, str],
+    split: str,
+    key: str = "dev_nDCG@10",
 ) -> DevScores:
-    """A fine-tuning run's development nDCG@10 before its first step and at the published ``step`` ({} when it was
-    not evaluated there)."""
+    """A fine-tuning run's development nDCG@10 before its first step and at the published ``step``
+    ({} when it was not evaluated there)."""
     scored = {int(m["step"]): float(m[key]) for m in history if key in m and "step" in m}
     if step not in scored:
         return {}
@@ -84,8 +94,11 @@ def dev_scores(
     return found
 
 
-def evaluation(dataset: str, resolved: str, split: str, metrics: Mapping[str, Any], run: str = "") -> Evaluation:
-    """An :class:`Evaluation` from an evaluate job's ``metrics.json`` (``dataset`` as the user named it)."""
+def evaluation(
+    dataset: str, resolved: str, split: str, metrics: Mapping[str, Any], run: str = ""
+) -> Evaluation:
+    """An :class:`Evaluation` from an evaluate job's ``metrics.json`` (``dataset`` as the user named
+    it)."""
     name, hub_id = dataset_ref(dataset, resolved)
     shown = {k: round(float(metrics[k]), 4) for k in SHOWN_METRICS if k in metrics}
     found = Evaluation(dataset=name, split=split, metrics=shown)
@@ -112,10 +125,11 @@ def _why_not(model_dir: Path) -> str | None:
 
 
 def record_evaluation(model_dir: str | Path, found: Evaluation, replace: bool = True) -> bool:
-    """Add ``found`` to the model's ``scores.json`` (replacing one of the same dataset and split, unless ``replace``
-    is False) and render its card again, both atomically under the output's lock; True when ``found`` was added. A
-    card behind its scores (a writer killed between the two) is rendered again either way. A model that may not
-    take scores (the module's docstring) is left as it is, with one line saying why."""
+    """Add ``found`` to the model's ``scores.json`` (replacing one of the same dataset and split,
+    unless ``replace`` is False) and render its card again, both atomically under the output's lock;
+    True when ``found`` was added. A card behind its scores (a writer killed between the two) is
+    rendered again either way. A model that may not take scores (the module's docstring) is left as
+    it is, with one line saying why."""
     model_dir = Path(model_dir)
     why = _why_not(model_dir) if model_dir.is_dir() else "not a directory"
     deadline = time.monotonic() + LOCK_WAIT_S
@@ -125,17 +139,26 @@ def record_evaluation(model_dir: str | Path, found: Evaluation, replace: bool = 
                 if is_complete(model_dir.parent):
                     return _record(model_dir, found, replace)
                 why = "its output is not complete"
-        except OutputLocked as err:  # another evaluation, for a few writes; or a live run, for longer
+        # another evaluation, for a few writes; or a live run, for longer
+        except OutputLocked as err:
             if time.monotonic() > deadline:
                 why = str(err)
             else:
                 time.sleep(0.2)
-    log.log(logging.DEBUG if why.startswith("not a") else logging.INFO, "card of %s left as it is: %s", model_dir, why)
+    log.log(
+        logging.DEBUG if why.startswith("not a") else logging.INFO,
+        "card of %s left as it is: %s",
+        model_dir,
+        why,
+    )
     return False
 
 
 def _record(model_dir: Path, found: Evaluation, replace: bool) -> bool:
-    for tmp in [*model_dir.glob(f"{TMP_PREFIX}{CARD}.*"), *model_dir.glob(f"{TMP_PREFIX}{SCORES}.*")]:
+    for tmp in [
+        *model_dir.glob(f"{TMP_PREFIX}{CARD}.*"),
+        *model_dir.glob(f"{TMP_PREFIX}{SCORES}.*"),
+    ]:
         remove(tmp)  # a killed writer's: a live one would hold the lock
     recorded, key = read_scores(model_dir), _key(found)
     known = {_key(e): e for e in recorded}
@@ -143,7 +166,11 @@ def _record(model_dir: Path, found: Evaluation, replace: bool) -> bool:
         recorded = [*(e for e in recorded if _key(e) != key), found]
         atomic_write_json(model_dir / SCORES, {"evaluations": recorded})
         log.info(
-            "added %s %s on %s (%s) to the card of %s", PRIMARY, found.get("metrics", {}).get(PRIMARY), *key, model_dir
+            "added %s %s on %s (%s) to the card of %s",
+            PRIMARY,
+            found.get("metrics", {}).get(PRIMARY),
+            *key,
+            model_dir,
         )
     card = render(read_provenance(model_dir), recorded)
     try:
@@ -155,7 +182,8 @@ def _record(model_dir: Path, found: Evaluation, replace: bool) -> bool:
     return new
 
 
-# ---- rendering ---------------------------------------------------------------------------------------------------
+# ---- rendering
+# ---------------------------------------------------------------------------------------------------
 
 METHODS = {
     "sembridge": "SemBridge",
@@ -167,14 +195,21 @@ METHODS = {
     "mean": "mean-initialised",
     "random": "randomly initialised",
 }
-LANGUAGES = {"ar": "Arabic", "de": "German", "en": "English", "es": "Spanish", "fr": "French", "hi": "Hindi"}
+LANGUAGES = {
+    "ar": "Arabic",
+    "de": "German",
+    "en": "English",
+    "es": "Spanish",
+    "fr": "French",
+    "hi": "Hindi",
+}
 LANGUAGES |= {"ja": "Japanese", "ko": "Korean", "ru": "Russian", "zh": "Chinese"}
 
 
 @lru_cache(maxsize=1)
 def _card_data_class() -> type[Any]:
-    """sentence-transformers' ``SparseEncoderModelCardData``, filled from a provenance instead of a loaded model
-    (imported on first use: reading a provenance never loads sentence-transformers)."""
+    """sentence-transformers' ``SparseEncoderModelCardData``, filled from a provenance instead of a
+    loaded model (imported on first use: reading a provenance never loads sentence-transformers)."""
     from huggingface_hub.utils import yaml_dump
     from sentence_transformers.sparse_encoder.model_card import SparseEncoderModelCardData
 
@@ -185,7 +220,8 @@ def _card_data_class() -> type[Any]:
         model_index: list[dict[str, Any]] = field(default_factory=list)
         license_name: str | None = None
 
-        def run_usage_snippet(self) -> None:  # it encodes with a loaded model: the template shows a fixed example
+        # it encodes with a loaded model: the template shows a fixed example
+        def run_usage_snippet(self) -> None:
             return None
 
         def generate_usage_snippet(self) -> str:
@@ -198,7 +234,9 @@ def _card_data_class() -> type[Any]:
             data: dict[str, Any] = super().to_dict()  # ST caches this very dict for to_yaml
             if self.model_index:
                 data["model-index"] = self.model_index
-                data["metrics"] = sorted({m["type"] for r in self.model_index[0]["results"] for m in r["metrics"]})
+                data["metrics"] = sorted(
+                    {m["type"] for r in self.model_index[0]["results"] for m in r["metrics"]}
+                )
             return data
 
         def to_yaml(self, line_break: Any = None, original_order: list[str] | None = None) -> str:
@@ -219,27 +257,48 @@ def _key(item: Evaluation | DevScores) -> tuple[str, str]:
     return item.get("dataset", ""), item.get("split", "")
 
 
-def _eval_rows(own: Sequence[Evaluation], before: Sequence[Evaluation], dev: DevScores, tuned: bool) -> list[list[str]]:
-    """Per (dataset, split): nDCG@10 zero-shot and (fine-tuned) fine-tuned, then the other metrics of this model."""
+def _eval_rows(
+    own: Sequence[Evaluation], before: Sequence[Evaluation], dev: DevScores, tuned: bool
+) -> list[list[str]]:
+    """Per (dataset, split): nDCG@10 zero-shot and (fine-tuned) fine-tuned, then the other metrics
+    of this model."""
     base = {_key(e): e.get("metrics", {}).get(PRIMARY) for e in before}
     rows = []
     for item in own:
         got = item.get("metrics", {})
-        values = [_num(base.get(_key(item))), _num(got.get(PRIMARY))] if tuned else [_num(got.get(PRIMARY))]
+        values = (
+            [_num(base.get(_key(item))), _num(got.get(PRIMARY))]
+            if tuned
+            else [_num(got.get(PRIMARY))]
+        )
         rows.append([*_key(item), *values, _num(got.get("RR@10")), _num(got.get("R@100"))])
     if tuned:
-        rows += [[*k, _num(v), "not evaluated yet", "–", "–"] for k, v in base.items() if k not in map(_key, own)]
+        rows += [
+            [*k, _num(v), "not evaluated yet", "–", "–"]
+            for k, v in base.items()
+            if k not in map(_key, own)
+        ]
     if dev:
         name = f"{dev.get('dataset')} (fine-tuning's development set, step {dev.get('step')})"
-        rows.append([name, dev.get("split", ""), _num(dev.get("zero_shot")), _num(dev.get("fine_tuned")), "–", "–"])
+        rows.append(
+            [
+                name,
+                dev.get("split", ""),
+                _num(dev.get("zero_shot")),
+                _num(dev.get("fine_tuned")),
+                "–",
+                "–",
+            ]
+        )
     return rows
 
 
 def _model_index(
     name: str, own: Sequence[Evaluation], before: Sequence[Evaluation], dev: DevScores, tuned: bool
 ) -> list[dict[str, Any]]:
-    """The hub's ``model-index``: per dataset and split, this model's nDCG@10 (RR@10, R@100) and, for a fine-tuned
-    model, the zero-shot nDCG@10 of the model it started from (metric type ``ndcg@10-zero-shot``)."""
+    """The hub's ``model-index``: per dataset and split, this model's nDCG@10 (RR@10, R@100) and,
+    for a fine-tuned model, the zero-shot nDCG@10 of the model it started from (metric type
+    ``ndcg@10-zero-shot``)."""
     from huggingface_hub.repocard_data import EvalResult, eval_results_to_model_index
 
     stage = " (fine-tuned)" if tuned else " (zero-shot)"
@@ -249,9 +308,15 @@ def _model_index(
         for item in own
         for metric, score in item.get("metrics", {}).items()
     ]
-    found += [(item, *zero_shot, item.get("metrics", {}).get(PRIMARY)) for item in (before if tuned else [])]
+    found += [
+        (item, *zero_shot, item.get("metrics", {}).get(PRIMARY))
+        for item in (before if tuned else [])
+    ]
     if dev:
-        found += [(dev, "ndcg@10", f"nDCG@10{stage}", dev.get("fine_tuned")), (dev, *zero_shot, dev.get("zero_shot"))]
+        found += [
+            (dev, "ndcg@10", f"nDCG@10{stage}", dev.get("fine_tuned")),
+            (dev, *zero_shot, dev.get("zero_shot")),
+        ]
     results = [
         EvalResult(
             task_type="sparse-information-retrieval",
@@ -270,35 +335,52 @@ def _model_index(
 
 
 def _title(init: InitFacts, tune: FinetuneFacts, alpha: str) -> str:
-    """A title from the facts: method (and α), language, source model, target vocabulary, training data."""
-    method, code, tokenizer = init.get("method", ""), init.get("language", ""), init.get("target_tokenizer", "")
+    """A title from the facts: method (and α), language, source model, target vocabulary, training
+    data."""
+    method, code, tokenizer = (
+        init.get("method", ""),
+        init.get("language", ""),
+        init.get("target_tokenizer", ""),
+    )
     label = METHODS.get(method, method) + (f" (α = {alpha})" if alpha else "")
     title = f"{label + ' s' if label else 'S'}parse encoder{f' for {LANGUAGES.get(code, code)}' if code else ''}: "
     title += re.sub(r"/model$", "", init.get("source_model", "")) or "a sparse encoder"
     title += f" with the {tokenizer} vocabulary" if tokenizer and method else ""
-    return title + (f", fine-tuned on {tune.get('train', 'retrieval pairs').split(' (')[0]}" if tune else "")
+    return title + (
+        f", fine-tuned on {tune.get('train', 'retrieval pairs').split(' (')[0]}" if tune else ""
+    )
 
 
 def _support(histogram: dict[str, int]) -> str:
     sizes = sorted((int(k), n) for k, n in histogram.items())
     total = sum(n for _, n in sizes)
     return (
-        f"mean {sum(k * n for k, n in sizes) / total:.1f}, max {sizes[-1][0]} (over {total} tokens)" if total else "–"
+        f"mean {sum(k * n for k, n in sizes) / total:.1f}, max {sizes[-1][0]} (over {total} tokens)"
+        if total
+        else "–"
     )
 
 
 def render(prov: Mapping[str, object], scores: Sequence[Evaluation] | None = None) -> str:
-    """The card's Markdown, from a :class:`Provenance` and the model's recorded evaluations (``scores.json``)."""
+    """The card's Markdown, from a :class:`Provenance` and the model's recorded evaluations
+    (``scores.json``)."""
     from huggingface_hub import ModelCard
 
     facts = cast(Provenance, prov)
     init, tune = facts.get("init", {}), facts.get("finetune", {})
     own, before, dev = list(scores or []), tune.get("zero_shot", []), tune.get("dev", {})
     code, licences = init.get("language", ""), all_licences(facts)
-    alpha = f"{init['alpha']:g}" if init.get("method") in ("sembridge", "sembridge_plus") and "alpha" in init else ""
+    alpha = (
+        f"{init['alpha']:g}"
+        if init.get("method") in ("sembridge", "sembridge_plus") and "alpha" in init
+        else ""
+    )
     hub, licence_name = combined_licence(licences)
     title = _title(init, tune, alpha)
-    train = {"name": tune.get("train", ""), **({"id": tune["train_id"]} if "train_id" in tune else {})}
+    train = {
+        "name": tune.get("train", ""),
+        **({"id": tune["train_id"]} if "train_id" in tune else {}),
+    }
     card_data = _card_data_class()(
         language=[code] if code else [],
         license=hub,
@@ -306,7 +388,14 @@ def render(prov: Mapping[str, object], scores: Sequence[Evaluation] | None = Non
         local_files_only=True,
         generate_widget_examples=False,
         train_datasets=[train] if "train" in tune else [],
-        tags=["sentence-transformers", "sparse-encoder", "sparse", "splade", "sembridge", "vocabulary-transfer"],
+        tags=[
+            "sentence-transformers",
+            "sparse-encoder",
+            "sparse",
+            "splade",
+            "sembridge",
+            "vocabulary-transfer",
+        ],
         sembridge={  # what the template shows beyond sentence-transformers' own fields
             "init": init,
             "tune": tune,
@@ -325,11 +414,14 @@ def render(prov: Mapping[str, object], scores: Sequence[Evaluation] | None = Non
         license_name=LICENCE_NAME if hub == "other" else None,
     )
     _set_hub_fields(card_data, init, tune, licences)
-    return ModelCard.from_template(card_data, template_path=str(TEMPLATE)).content.rstrip("\n") + "\n"
+    return (
+        ModelCard.from_template(card_data, template_path=str(TEMPLATE)).content.rstrip("\n") + "\n"
+    )
 
 
 def _serving_facts(init: InitFacts, tune: FinetuneFacts) -> dict[str, object]:
-    """What the card says about using the model: its dimension, similarity and the lengths it was made for."""
+    """What the card says about using the model: its dimension, similarity and the lengths it was
+    made for."""
     return {
         "output_dimensionality": init.get("vocab_size"),
         "similarity_fn_name": "Dot Product",
@@ -338,26 +430,44 @@ def _serving_facts(init: InitFacts, tune: FinetuneFacts) -> dict[str, object]:
     }
 
 
-def _set_hub_fields(card_data: Any, init: InitFacts, tune: FinetuneFacts, licences: Sequence[InputLicence]) -> None:
-    """The hub metadata the card's data class does not take as arguments: pipeline, task, datasets, base model."""
+def _set_hub_fields(
+    card_data: Any, init: InitFacts, tune: FinetuneFacts, licences: Sequence[InputLicence]
+) -> None:
+    """The hub metadata the card's data class does not take as arguments: pipeline, task, datasets,
+    base model."""
     card_data.pipeline_tag, card_data.model_type = "feature-extraction", "SPLADE Sparse Encoder"
     card_data.task_name = "semantic search and sparse retrieval"
-    ids = {item.get("hub_id", "") for item in licences if "data" in item["role"]} | {tune.get("train_id", "")}
+    ids = {item.get("hub_id", "") for item in licences if "data" in item["role"]} | {
+        tune.get("train_id", "")
+    }
     card_data.datasets = sorted(ids - {""})
-    source = init.get("source_model", "")  # a provenance without base_model: the source, if a hub id
+    # a provenance without base_model: the source, if a hub id
+    source = init.get("source_model", "")
     card_data.base_model = (
-        init.get("base_model", source if catalog.looks_like_hub(source) and not is_local(source) else "") or None
+        init.get(
+            "base_model", source if catalog.looks_like_hub(source) and not is_local(source) else ""
+        )
+        or None
     )
 
 
-def write_card(model_dir: Path, prov: Mapping[str, object], scores: Sequence[Evaluation] | None = None) -> None:
-    """Write ``README.md`` and ``sembridge.json`` (a :class:`Provenance`) into a SparseEncoder directory (before it
-    is renamed into place); inputs whose licence is unknown are named in one warning line."""
-    if unknown := [f"{item['role']} {item['name']!r}" for item in all_licences(prov) if item["hub"] == "unknown"]:
+def write_card(
+    model_dir: Path, prov: Mapping[str, object], scores: Sequence[Evaluation] | None = None
+) -> None:
+    """Write ``README.md`` and ``sembridge.json`` (a :class:`Provenance`) into a SparseEncoder
+    directory (before it is renamed into place); inputs whose licence is unknown are named in one
+    warning line."""
+    if unknown := [
+        f"{item['role']} {item['name']!r}"
+        for item in all_licences(prov)
+        if item["hub"] == "unknown"
+    ]:
         log.warning(
             "the model card names no licence for %s: %s (`license:` in the front matter of its README declares one)",
             ", ".join(unknown),
             UNKNOWN,
         )
-    (Path(model_dir) / PROVENANCE).write_text(json.dumps(prov, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    (Path(model_dir) / PROVENANCE).write_text(
+        json.dumps(prov, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
     (Path(model_dir) / CARD).write_text(render(prov, scores), encoding="utf-8")

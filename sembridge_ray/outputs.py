@@ -1,24 +1,29 @@
 """The output contract every job and every stage of ``jobs.reproduce`` follows.
 
-- **Atomic artefacts.** Files and directories are written to a temporary sibling and renamed into place.
+- **Atomic artefacts.** Files and directories are written to a temporary sibling and renamed into
+  place.
 - **A run's identity.** ``identity.json``, written when a run starts, holds its
-  :class:`~sembridge_ray.identity.RunIdentity` (the settings and inputs that shape the result, and their fingerprint).
-- **A manifest, last.** ``_SUCCESS`` lists the sha256 of every artefact and the run's fingerprint; a directory is
-  complete only when every listed file is present with the same checksum.
-- **Reruns.** :func:`claim_output` decides: same fingerprint and a verifying manifest -> skip; an unfinished run
-  with the same fingerprint -> resume; other settings -> refuse, naming the keys that differ (old → new), and leave
-  the directory untouched, unless ``overwrite``. Paths are not part of the identity, so a finished output that was
-  moved or copied still skips.
-- **Atomic overwrite.** ``overwrite`` builds the new run in ``<output>.overwrite-staging`` (same parent, so the same
-  filesystem; its own lock and identity) while the old output stays complete, verifiable and readable. Only after
-  the new run's ``_SUCCESS`` do two renames swap it in (old -> ``<output>.overwrite-previous``, staged -> output,
-  then the old copy is removed); a crash between them is completed by the next claim (:func:`settle`). So a crash
-  at any moment leaves the old complete output or the new one. The same ``overwrite`` command after a crash resumes
-  the staged run; a plain rerun of the old settings still skips on the old output (and says a staging is there).
-- **One writer.** The claim holds the directory's lock (:mod:`sembridge_ray.locks`) while the run writes (with
-  ``overwrite``, the output's and the staging directory's).
-- **Readable artefacts.** The manifest step gives every artefact the permissions the umask allows (0644 / 0755
-  under the usual 022), whatever the library that wrote it chose (safetensors, tempfile: 0600).
+  :class:`~sembridge_ray.identity.RunIdentity` (the settings and inputs that shape the result, and
+  their fingerprint).
+- **A manifest, last.** ``_SUCCESS`` lists the sha256 of every artefact and the run's fingerprint; a
+  directory is complete only when every listed file is present with the same checksum.
+- **Reruns.** :func:`claim_output` decides: same fingerprint and a verifying manifest -> skip; an
+  unfinished run with the same fingerprint -> resume; other settings -> refuse, naming the keys that
+  differ (old → new), and leave the directory untouched, unless ``overwrite``. Paths are not part of
+  the identity, so a finished output that was moved or copied still skips.
+- **Atomic overwrite.** ``overwrite`` builds the new run in ``<output>.overwrite-staging`` (same
+  parent, so the same filesystem; its own lock and identity) while the old output stays complete,
+  verifiable and readable. Only after the new run's ``_SUCCESS`` do two renames swap it in (old ->
+  ``<output>.overwrite-previous``, staged -> output, then the old copy is removed); a crash between
+  them is completed by the next claim (:func:`settle`). So a crash at any moment leaves the old
+  complete output or the new one. The same ``overwrite`` command after a crash resumes the staged
+  run; a plain rerun of the old settings still skips on the old output (and says a staging is
+  there).
+- **One writer.** The claim holds the directory's lock (:mod:`sembridge_ray.locks`) while the run
+  writes (with ``overwrite``, the output's and the staging directory's).
+- **Readable artefacts.** The manifest step gives every artefact the permissions the umask allows
+  (0644 / 0755 under the usual 022), whatever the library that wrote it chose (safetensors,
+  tempfile: 0600).
 """
 
 from __future__ import annotations
@@ -54,7 +59,8 @@ from sembridge_ray.manifest import (
 )
 
 log = logging.getLogger(__name__)
-__all__ = [  # what callers take from here: the claim, and the file and manifest helpers it builds on
+# what callers take from here: the claim, and the file and manifest helpers it builds on
+__all__ = [
     "IDENTITY",
     "LOCK",
     "SUCCESS",
@@ -74,17 +80,22 @@ __all__ = [  # what callers take from here: the claim, and the file and manifest
 
 def read_identity(out_dir: Path) -> RunIdentity | None:
     try:
-        return RunIdentity.from_dict(json.loads((Path(out_dir) / IDENTITY).read_text(encoding="utf-8")))
+        return RunIdentity.from_dict(
+            json.loads((Path(out_dir) / IDENTITY).read_text(encoding="utf-8"))
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
-# ---- claiming an output for a run ---------------------------------------------------------------------------
+# ---- claiming an output for a run
+# ---------------------------------------------------------------------------
 
 STAGING_SUFFIX = ".overwrite-staging"
-"""``<output>.overwrite-staging``: where ``--overwrite`` builds the new run beside the old output."""
+"""``<output>.overwrite-staging``: where ``--overwrite`` builds the new run beside the old
+output."""
 PREVIOUS_SUFFIX = ".overwrite-previous"
-"""``<output>.overwrite-previous``: the old output for the instant between the two renames of the swap."""
+"""``<output>.overwrite-previous``: the old output for the instant between the two renames of the
+swap."""
 
 
 class SettingsChanged(InputError):
@@ -100,16 +111,21 @@ def previous_dir(out_dir: Path) -> Path:
 
 
 def check_output_path(out_dir: Path) -> None:
-    """Fail, naming the path, when ``out_dir`` cannot be an output directory here (read-only; creates nothing)."""
+    """Fail, naming the path, when ``out_dir`` cannot be an output directory here (read-only;
+    creates nothing)."""
     out_dir = Path(out_dir)
     if out_dir.is_symlink() and not out_dir.exists():
-        raise InputError(f"output {out_dir} is a dangling symbolic link (to {os.readlink(out_dir)})")
+        raise InputError(
+            f"output {out_dir} is a dangling symbolic link (to {os.readlink(out_dir)})"
+        )
     if out_dir.exists() and not out_dir.is_dir():
         raise InputError(f"output {out_dir} exists and is not a directory")
     existing = out_dir
     while not existing.exists():
         if existing.is_symlink():
-            raise InputError(f"output {out_dir}: {existing} is a dangling symbolic link (to {os.readlink(existing)})")
+            raise InputError(
+                f"output {out_dir}: {existing} is a dangling symbolic link (to {os.readlink(existing)})"
+            )
         existing = existing.parent
     if not existing.is_dir():
         raise InputError(f"output {out_dir}: {existing} is a file, not a directory")
@@ -122,10 +138,10 @@ def check_output_path(out_dir: Path) -> None:
 
 
 def followed(out_dir: Path, say: bool = True) -> Path:
-    """``out_dir`` itself, or where it points when it is a symbolic link to a directory: the run, its staging
-    directory and an ``--overwrite`` swap all happen at the target (beside it, on its filesystem), and the link keeps
-    pointing at the output; replacing the link with a local directory would leave the old run complete at the
-    target."""
+    """``out_dir`` itself, or where it points when it is a symbolic link to a directory: the run,
+    its staging directory and an ``--overwrite`` swap all happen at the target (beside it, on its
+    filesystem), and the link keeps pointing at the output; replacing the link with a local
+    directory would leave the old run complete at the target."""
     out_dir = Path(out_dir)
     if out_dir.is_symlink() and out_dir.is_dir():
         target = out_dir.resolve()
@@ -136,24 +152,31 @@ def followed(out_dir: Path, say: bool = True) -> Path:
 
 
 def _pseudo_filesystem(path: Path) -> bool:
-    """/proc and /sys take no new directories whatever their permission bits say (root sees them writable)."""
+    """/proc and /sys take no new directories whatever their permission bits say (root sees them
+    writable)."""
     return path.resolve().parts[1:2] in (("proc",), ("sys",))
 
 
 def _entries(out_dir: Path) -> set[str]:
     """The names in ``out_dir`` but its lock."""
-    return {p.name for p in out_dir.iterdir() if not p.name.startswith(LOCK)} if out_dir.is_dir() else set()
+    return (
+        {p.name for p in out_dir.iterdir() if not p.name.startswith(LOCK)}
+        if out_dir.is_dir()
+        else set()
+    )
 
 
 def _foreign(out_dir: Path) -> bool:
-    """A non-empty directory with none of this project's files: never written into, never cleared."""
+    """A non-empty directory with none of this project's files: never written into, never
+    cleared."""
     names = _entries(out_dir)
     return bool(names) and not names & {IDENTITY, SUCCESS, "config.yaml"}
 
 
 def conflict(out_dir: Path, new: RunIdentity) -> str | None:
-    """What keeps ``out_dir`` from taking a run of ``new`` without ``overwrite``, in a few words (the settings that
-    differ, old → new); None when nothing does: it is absent, empty, or holds a run with the same identity."""
+    """What keeps ``out_dir`` from taking a run of ``new`` without ``overwrite``, in a few words
+    (the settings that differ, old → new); None when nothing does: it is absent, empty, or holds a
+    run with the same identity."""
     out_dir = Path(out_dir)
     settle(out_dir)
     if not _entries(out_dir):
@@ -170,7 +193,8 @@ def conflict(out_dir: Path, new: RunIdentity) -> str | None:
 
 
 def state(out_dir: Path) -> str:
-    """``finished`` (a manifest that verifies), ``damaged`` (a manifest that no longer verifies) or ``unfinished``."""
+    """``finished`` (a manifest that verifies), ``damaged`` (a manifest that no longer verifies) or
+    ``unfinished``."""
     if read_manifest(out_dir) is None:
         return "unfinished"
     return "finished" if is_complete(out_dir) else "damaged"
@@ -199,11 +223,10 @@ def _article(word: str) -> str:
 class Claim:
     """An output directory held by this run.
 
-    ``path`` is where the run writes: the output itself, or its staging directory when ``--overwrite`` replaces
-    another run (then :meth:`finish` swaps it into ``output`` once complete). ``done``: already complete with the
-    same identity (skip it; read it at ``output``); ``resumed``: an unfinished run with the same identity was there
-    (keep its partial work).
-    """
+    ``path`` is where the run writes: the output itself, or its staging directory when
+    ``--overwrite`` replaces another run (then :meth:`finish` swaps it into ``output`` once
+    complete). ``done``: already complete with the same identity (skip it; read it at ``output``);
+    ``resumed``: an unfinished run with the same identity was there (keep its partial work)."""
 
     path: Path
     identity: RunIdentity
@@ -217,8 +240,8 @@ class Claim:
         return self.path != self.output
 
     def finish(self, exclude: tuple[str, ...] = (), **extra: object) -> Manifest:
-        """Mark the run complete: publish the artefacts, write the manifest, last; a staged run then replaces the
-        old output (two renames, see :func:`swap_into_place`)."""
+        """Mark the run complete: publish the artefacts, write the manifest, last; a staged run then
+        replaces the old output (two renames, see :func:`swap_into_place`)."""
         manifest = write_success(self.path, exclude=exclude, **extra)
         if self._swap is not None:
             self._swap()
@@ -233,14 +256,19 @@ def is_done(out_dir: Path, identity: RunIdentity) -> bool:
 
 
 def preflight(out_dir: Path, identity: RunIdentity, overwrite: bool = False) -> bool:
-    """The checking half of :func:`claim_output`: True when ``out_dir`` is complete with this identity (skip);
-    raises :class:`InputError` when the run may not write there (path, live lock, other settings). It writes
-    nothing, except that it first completes a swap an ``--overwrite`` was killed in the middle of (:func:`settle`)."""
+    """The checking half of :func:`claim_output`: True when ``out_dir`` is complete with this
+    identity (skip); raises :class:`InputError` when the run may not write there (path, live lock,
+    other settings). It writes nothing, except that it first completes a swap an ``--overwrite`` was
+    killed in the middle of (:func:`settle`)."""
     check_output_path(out_dir)
     out_dir = followed(out_dir)
     check_unlocked(out_dir)
     if out_dir.is_dir() and is_done(out_dir, identity):
-        log.info("%s is complete with the same settings (run %s); skipping", out_dir, identity.fingerprint)
+        log.info(
+            "%s is complete with the same settings (run %s); skipping",
+            out_dir,
+            identity.fingerprint,
+        )
         _note_staging(out_dir, identity)
         return True
     reason = refusal(out_dir, identity)
@@ -250,7 +278,8 @@ def preflight(out_dir: Path, identity: RunIdentity, overwrite: bool = False) -> 
 
 
 def _note_staging(out_dir: Path, identity: RunIdentity) -> None:
-    """One warning line about a staged ``--overwrite`` that this run does not finish (never silently kept)."""
+    """One warning line about a staged ``--overwrite`` that this run does not finish (never silently
+    kept)."""
     stage = staging_dir(out_dir)
     staged = read_identity(stage)
     if stage.is_dir() and (staged is None or staged.fingerprint != identity.fingerprint):
@@ -264,9 +293,10 @@ def _note_staging(out_dir: Path, identity: RunIdentity) -> None:
 
 
 def settle(out_dir: Path) -> None:
-    """Complete the swap of an ``--overwrite`` that died between its two renames, so ``out_dir`` holds exactly one
-    complete run: the new one when the old output is already set aside (the staged run is complete by then), and
-    the leftover old copy is removed once the new one is in place. A live swap (its locks) is left alone."""
+    """Complete the swap of an ``--overwrite`` that died between its two renames, so ``out_dir``
+    holds exactly one complete run: the new one when the old output is already set aside (the staged
+    run is complete by then), and the leftover old copy is removed once the new one is in place. A
+    live swap (its locks) is left alone."""
     out_dir = Path(out_dir)
     previous, stage = previous_dir(out_dir), staging_dir(out_dir)
     if not previous.is_dir():
@@ -277,11 +307,17 @@ def settle(out_dir: Path) -> None:
         if not out_dir.exists() and stage.is_dir() and is_complete(stage):
             os.rename(stage, out_dir)
             _sync_dir(out_dir.parent)
-            log.warning("%s: finished the swap of an interrupted --overwrite (the new run is in place)", out_dir)
+            log.warning(
+                "%s: finished the swap of an interrupted --overwrite (the new run is in place)",
+                out_dir,
+            )
         elif not out_dir.exists():
-            os.rename(previous, out_dir)  # never happens by the swap's order; kept so no state loses the output
+            # never happens by the swap's order; kept so no state loses the output
+            os.rename(previous, out_dir)
             _sync_dir(out_dir.parent)
-            log.warning("%s: restored the old output set aside by an interrupted --overwrite", out_dir)
+            log.warning(
+                "%s: restored the old output set aside by an interrupted --overwrite", out_dir
+            )
             return
         remove(previous)
 
@@ -297,9 +333,10 @@ def _sync_dir(directory: Path) -> None:
 
 
 def swap_into_place(stage: Path, out_dir: Path, locks: tuple[OutputLock, OutputLock]) -> None:
-    """Replace ``out_dir`` by the complete staged run: ``out_dir`` -> ``<out>.overwrite-previous``, the stage ->
-    ``out_dir``, then the previous copy is removed. A crash between the renames is completed by :func:`settle`;
-    ``locks`` (the output's, the stage's) move with their directories, so the swap is never seen unlocked."""
+    """Replace ``out_dir`` by the complete staged run: ``out_dir`` -> ``<out>.overwrite-previous``,
+    the stage -> ``out_dir``, then the previous copy is removed. A crash between the renames is
+    completed by :func:`settle`; ``locks`` (the output's, the stage's) move with their directories,
+    so the swap is never seen unlocked."""
     out_lock, stage_lock = locks
     previous = previous_dir(out_dir)
     remove(previous)
@@ -314,8 +351,9 @@ def swap_into_place(stage: Path, out_dir: Path, locks: tuple[OutputLock, OutputL
 
 @contextlib.contextmanager
 def _locked(directory: Path) -> Iterator[tuple[OutputLock, bool]]:
-    """Hold ``directory``'s lock (creating the directory): (the lock, whether it was created). A run that fails
-    before writing anything but its identity into a directory it created removes the directory again."""
+    """Hold ``directory``'s lock (creating the directory): (the lock, whether it was created). A run
+    that fails before writing anything but its identity into a directory it created removes the
+    directory again."""
     try:
         directory.mkdir(parents=True)
         created = True
@@ -334,7 +372,12 @@ def _locked(directory: Path) -> Iterator[tuple[OutputLock, bool]]:
         yield lock, created
         failed = False
     finally:
-        empty = failed and created and lock.path.parent == directory and _entries(directory) <= {IDENTITY}
+        empty = (
+            failed
+            and created
+            and lock.path.parent == directory
+            and _entries(directory) <= {IDENTITY}
+        )
         if empty:
             (directory / IDENTITY).unlink(missing_ok=True)
         lock.release()
@@ -345,8 +388,8 @@ def _locked(directory: Path) -> Iterator[tuple[OutputLock, bool]]:
 
 @contextlib.contextmanager
 def _environment_errors(out_dir: Path) -> Iterator[None]:
-    """An environment errno raised without a path (e.g. safetensors' "(os error 28)") becomes an OSError naming
-    ``out_dir``, so the command line can print it as one line."""
+    """An environment errno raised without a path (e.g. safetensors' "(os error 28)") becomes an
+    OSError naming ``out_dir``, so the command line can print it as one line."""
     try:
         yield
     except Exception as err:
@@ -360,12 +403,12 @@ def _environment_errors(out_dir: Path) -> Iterator[None]:
 def claim_output(out_dir: Path, identity: RunIdentity, overwrite: bool = False) -> Iterator[Claim]:
     """Hold ``out_dir`` for a run of ``identity`` (see the module docstring for the rules).
 
-    Everything that can refuse (path, lock, identity) is checked before anything is written. A refusal is an
-    :class:`InputError` and leaves the directory as it was. With ``overwrite`` over another run, the new run is
-    built in :func:`staging_dir` (its own lock and identity; resumed by the same command after a crash) while the
-    old output stays complete and readable; :meth:`Claim.finish` swaps it in. A symbolic link to a directory is
-    followed (:func:`followed`): the link stays, its target takes the run.
-    """
+    Everything that can refuse (path, lock, identity) is checked before anything is written. A
+    refusal is an :class:`InputError` and leaves the directory as it was. With ``overwrite`` over
+    another run, the new run is built in :func:`staging_dir` (its own lock and identity; resumed by
+    the same command after a crash) while the old output stays complete and readable;
+    :meth:`Claim.finish` swaps it in. A symbolic link to a directory is followed (:func:`followed`):
+    the link stays, its target takes the run."""
     if preflight(out_dir, identity, overwrite):
         yield Claim(path=Path(out_dir), identity=identity, output=Path(out_dir), done=True)
         return
@@ -378,7 +421,12 @@ def claim_output(out_dir: Path, identity: RunIdentity, overwrite: bool = False) 
         reason = refusal(out_dir, identity)
         if reason is None:
             _note_staging(out_dir, identity)
-            yield _record(out_dir, identity, out_dir, resumed=not created and read_identity(out_dir) is not None)
+            yield _record(
+                out_dir,
+                identity,
+                out_dir,
+                resumed=not created and read_identity(out_dir) is not None,
+            )
             return
         if not overwrite:
             raise SettingsChanged(reason)
@@ -395,8 +443,8 @@ def claim_output(out_dir: Path, identity: RunIdentity, overwrite: bool = False) 
 
 
 def _stage(stage: Path, out_dir: Path, identity: RunIdentity, created: bool, reason: str) -> Claim:
-    """Under the stage's lock: the staged run of ``identity`` (resumed, or started after clearing a staged run of
-    other settings)."""
+    """Under the stage's lock: the staged run of ``identity`` (resumed, or started after clearing a
+    staged run of other settings)."""
     if is_done(stage, identity):
         log.info("%s: the staged --overwrite run is complete; swapping it in", out_dir)
         return Claim(path=stage, identity=identity, output=out_dir, done=True)

@@ -1,11 +1,10 @@
-"""Log lines a person can watch: one line per finished stage (counts and time), and, for long steps, a progress line
-at least every :data:`EVERY_S` seconds with the rate and an ETA. Plain logging, no terminal tricks, so the lines read
-the same in a terminal, in ``ray job logs`` and in a file.
+"""Log lines a person can watch: one line per finished stage (counts and time), and, for long steps,
+a progress line at least every :data:`EVERY_S` seconds with the rate and an ETA. Plain logging, no
+terminal tricks, so the lines read the same in a terminal, in ``ray job logs`` and in a file.
 
-The throttle is by time, never by unit of work: a step made of a few large units (a staged file of 5,000
-documents) still says how far it is, through :meth:`Progress.watch` (a heartbeat while nothing is counted) or a
-worker's own :class:`Progress` over the units it handles.
-"""
+The throttle is by time, never by unit of work: a step made of a few large units (a staged file of
+5,000 documents) still says how far it is, through :meth:`Progress.watch` (a heartbeat while nothing
+is counted) or a worker's own :class:`Progress` over the units it handles."""
 
 from __future__ import annotations
 
@@ -33,11 +32,12 @@ def duration(seconds: float) -> str:
 
 
 class Progress:
-    """Counts work done out of ``total`` and logs ``what: done/total unit (pct), rate, ETA`` at most every
-    ``every_s`` seconds while it runs (``every_s`` 0: on every :meth:`add`; infinite: only when asked).
+    """Counts work done out of ``total`` and logs ``what: done/total unit (pct), rate, ETA`` at most
+    every ``every_s`` seconds while it runs (``every_s`` 0: on every :meth:`add`; infinite: only
+    when asked).
 
-    ``clock`` (``time.monotonic``) is replaceable, so tests need no sleeps. :meth:`add` and :meth:`tick` may be
-    called from different threads."""
+    ``clock`` (``time.monotonic``) is replaceable, so tests need no sleeps. :meth:`add` and
+    :meth:`tick` may be called from different threads."""
 
     def __init__(
         self,
@@ -55,7 +55,8 @@ class Progress:
         self._lock = threading.Lock()
 
     def add(self, count: int = 1) -> None:
-        """``count`` more units done; a line when the last one is ``every_s`` old and work is left."""
+        """``count`` more units done; a line when the last one is ``every_s`` old and work is
+        left."""
         with self._lock:
             self.done += count
             now = self.clock()
@@ -63,8 +64,9 @@ class Progress:
                 self._emit(now)
 
     def tick(self) -> None:
-        """A heartbeat: a line when the last one is ``every_s`` old, even if nothing was counted since (a unit of
-        work can take longer than ``every_s``). Called by :meth:`watch`'s thread."""
+        """A heartbeat: a line when the last one is ``every_s`` old, even if nothing was counted
+        since (a unit of work can take longer than ``every_s``). Called by :meth:`watch`'s
+        thread."""
         with self._lock:
             now = self.clock()
             if now - self.last >= self.every_s and self.done < self.total:
@@ -97,8 +99,9 @@ class Progress:
 
     @contextlib.contextmanager
     def watch(self, interval: float = 1.0) -> Iterator[Progress]:
-        """While inside, a thread calls :meth:`tick` every ``interval`` seconds: a line at least every
-        ``every_s`` seconds even while one large unit of work is under way (actors starting, one staged file)."""
+        """While inside, a thread calls :meth:`tick` every ``interval`` seconds: a line at least
+        every ``every_s`` seconds even while one large unit of work is under way (actors starting,
+        one staged file)."""
         stop = threading.Event()
 
         def beat() -> None:
@@ -116,7 +119,8 @@ class Progress:
 
 @contextlib.contextmanager
 def stage(log: logging.Logger, what: str) -> Iterator[dict[str, str]]:
-    """Log ``what: <details> (<time>)`` when the block ends; the block may put details in the yielded dict."""
+    """Log ``what: <details> (<time>)`` when the block ends; the block may put details in the
+    yielded dict."""
     start = time.monotonic()
     details: dict[str, str] = {}
     yield details

@@ -1,15 +1,16 @@
-"""What a model this project made records about its inputs (``sembridge.json`` beside its card, and ``scores.json``)
-and how each input is named and licensed there (:mod:`sembridge_ray.model_card` renders it).
+"""What a model this project made records about its inputs (``sembridge.json`` beside its card, and
+``scores.json``) and how each input is named and licensed there (:mod:`sembridge_ray.model_card`
+renders it).
 
-**Names**: a bundled name, hub id or dataset spec as given, a local input by its last path component (two for a
-directory named ``model``): never an absolute path of the machine.
+**Names**: a bundled name, hub id or dataset spec as given, a local input by its last path component
+(two for a directory named ``model``): never an absolute path of the machine.
 
-**Licences**, by what each input is: a bundled name or catalogued hub id (``catalog.LICENCES``); a dataset spec
-(``registry.licence``); a bundled asset materialised to a path, by the marker written beside it when it was built
-(:func:`mark_asset`, checked against its content's identity); a model this project made (the licences its own
-``sembridge.json`` lists); an explicit ``license:`` in the front matter of a local input's README (a directory's
-own, or the one beside a file). Anything else is :data:`UNKNOWN`.
-"""
+**Licences**, by what each input is: a bundled name or catalogued hub id (``catalog.LICENCES``); a
+dataset spec (``registry.licence``); a bundled asset materialised to a path, by the marker written
+beside it when it was built (:func:`mark_asset`, checked against its content's identity); a model
+this project made (the licences its own ``sembridge.json`` lists); an explicit ``license:`` in the
+front matter of a local input's README (a directory's own, or the one beside a file). Anything else
+is :data:`UNKNOWN`."""
 
 from __future__ import annotations
 
@@ -26,13 +27,19 @@ from sembridge_ray.catalog import KNOWN_ASSETS, KnownAsset
 from sembridge_ray.identity import path_identity
 
 log = logging.getLogger(__name__)
-PROVENANCE, SCORES, README, ASSET_MARKER = "sembridge.json", "scores.json", "README.md", ".asset.json"
+PROVENANCE, SCORES, README, ASSET_MARKER = (
+    "sembridge.json",
+    "scores.json",
+    "README.md",
+    ".asset.json",
+)
 UNKNOWN = "unknown — check before publishing"
 
 
 class InputLicence(TypedDict):
-    """One input and its licence: ``role`` (``source model``, ``training data``, …), ``name``, ``licence`` (as its
-    source states it), ``hub`` (the hub's licence id), ``found`` (where), ``hub_id`` (the input on the hub)."""
+    """One input and its licence: ``role`` (``source model``, ``training data``, …), ``name``,
+    ``licence`` (as its source states it), ``hub`` (the hub's licence id), ``found`` (where),
+    ``hub_id`` (the input on the hub)."""
 
     role: str
     name: str
@@ -43,7 +50,8 @@ class InputLicence(TypedDict):
 
 
 class Evaluation(TypedDict, total=False):
-    """One evaluation of a model (``scores.json``); ``dataset_id``: the same data on the hub, where known."""
+    """One evaluation of a model (``scores.json``); ``dataset_id``: the same data on the hub, where
+    known."""
 
     dataset: str
     dataset_id: str
@@ -55,7 +63,8 @@ class Evaluation(TypedDict, total=False):
 
 
 class DevScores(TypedDict, total=False):
-    """The development set's nDCG@10 in a fine-tuning run: before the first step and at the published step."""
+    """The development set's nDCG@10 in a fine-tuning run: before the first step and at the
+    published step."""
 
     dataset: str
     dataset_id: str
@@ -66,7 +75,8 @@ class DevScores(TypedDict, total=False):
 
 
 class InitFacts(TypedDict, total=False):
-    """What the init job records (``init_job.card_facts``); ``base_model``: the hub id it is or was built from."""
+    """What the init job records (``init_job.card_facts``); ``base_model``: the hub id it is or was
+    built from."""
 
     source_model: str
     target_tokenizer: str
@@ -85,7 +95,8 @@ class InitFacts(TypedDict, total=False):
 
 
 class FinetuneFacts(TypedDict, total=False):
-    """What the fine-tuning job adds (``finetune.card_provenance``); ``zero_shot``: the input model's scores."""
+    """What the fine-tuning job adds (``finetune.card_provenance``); ``zero_shot``: the input
+    model's scores."""
 
     model: str
     train: str
@@ -130,16 +141,23 @@ def read_scores(model_dir: str | Path) -> list[Evaluation]:
     """The evaluations recorded beside a model's card ([] when none)."""
     data = _json(Path(model_dir) / SCORES)
     found = data.get("evaluations") if isinstance(data, dict) else None
-    return [cast(Evaluation, e) for e in found if isinstance(e, dict)] if isinstance(found, list) else []
+    return (
+        [cast(Evaluation, e) for e in found if isinstance(e, dict)]
+        if isinstance(found, list)
+        else []
+    )
 
 
 def is_local(name: str) -> bool:
     """Whether ``name`` is a path on this machine (not a bundled name, hub id or dataset spec)."""
-    return bool(name) and (name.startswith(("/", ".", "~")) or (":" not in name and Path(name).exists()))
+    return bool(name) and (
+        name.startswith(("/", ".", "~")) or (":" not in name and Path(name).exists())
+    )
 
 
 def display_name(name: str) -> str:
-    """``name`` as a card shows it (the module's docstring); a spec's local mirror by its last component."""
+    """``name`` as a card shows it (the module's docstring); a spec's local mirror by its last
+    component."""
     if not is_local(name):
         kind, sep, rest = name.partition(":")
         lang, at, mirror = rest.partition("@")
@@ -148,7 +166,8 @@ def display_name(name: str) -> str:
     return "/".join(parts[-2 if parts and parts[-1] == "model" else -1 :]) or "(unnamed)"
 
 
-# ---- what an input declares: a bundled asset's marker, a README's front matter ---------------------------------
+# ---- what an input declares: a bundled asset's marker, a README's front matter
+# ---------------------------------
 
 
 def _marker(path: Path) -> Path:
@@ -156,9 +175,14 @@ def _marker(path: Path) -> Path:
 
 
 def mark_asset(path: Path, asset: str, what: str = "") -> None:
-    """Record beside a freshly built bundled asset which one it is (a ``catalog.KNOWN_ASSETS`` key) and its content
-    identity, so a card names its licence when a job is given its path. A marker that cannot be written is skipped."""
-    record = {"asset": asset, "what": what or KNOWN_ASSETS[asset].what, "identity": path_identity(Path(path))}
+    """Record beside a freshly built bundled asset which one it is (a ``catalog.KNOWN_ASSETS`` key)
+    and its content identity, so a card names its licence when a job is given its path. A marker
+    that cannot be written is skipped."""
+    record = {
+        "asset": asset,
+        "what": what or KNOWN_ASSETS[asset].what,
+        "identity": path_identity(Path(path)),
+    }
     try:
         atomic_write_json(_marker(path), record)
     except OSError as err:
@@ -166,14 +190,15 @@ def mark_asset(path: Path, asset: str, what: str = "") -> None:
 
 
 def ensure_marked(path: Path, asset: str, what: str = "") -> None:
-    """:func:`mark_asset` unless a marker is there already (an asset built before markers existed gets one)."""
+    """:func:`mark_asset` unless a marker is there already (an asset built before markers existed
+    gets one)."""
     if Path(path).exists() and not _marker(path).is_file():
         mark_asset(path, asset, what)
 
 
 def known_asset(named: str, resolved: str = "") -> KnownAsset | None:
-    """The bundled asset an input is: by its name, or by the marker beside the path it was materialised to (its
-    ``what`` as the marker says) if the content is still what was marked."""
+    """The bundled asset an input is: by its name, or by the marker beside the path it was
+    materialised to (its ``what`` as the marker says) if the content is still what was marked."""
     path = Path(resolved or named).expanduser()
     if named in KNOWN_ASSETS or not is_local(str(resolved or named)):
         return KNOWN_ASSETS.get(named)
@@ -187,13 +212,15 @@ def known_asset(named: str, resolved: str = "") -> KnownAsset | None:
 
 
 def declared(path: str | Path, key: str) -> tuple[str, str]:
-    """(value, where) of ``key`` in the front matter of a local input's README (a directory's own, or the one beside
-    a file); ("", "") when none declares it."""
+    """(value, where) of ``key`` in the front matter of a local input's README (a directory's own,
+    or the one beside a file); ("", "") when none declares it."""
     from huggingface_hub.repocard import metadata_load
 
     path = Path(path).expanduser()
     readme, where = (
-        (path / README, f"its {README}") if path.is_dir() else (path.parent / README, "the README beside it")
+        (path / README, f"its {README}")
+        if path.is_dir()
+        else (path.parent / README, "the README beside it")
     )
     try:
         value = (metadata_load(readme) or {}).get(key) if readme.is_file() else None
@@ -203,7 +230,8 @@ def declared(path: str | Path, key: str) -> tuple[str, str]:
     return (value, where) if value else ("", "")
 
 
-# ---- licences ----------------------------------------------------------------------------------------------------
+# ---- licences
+# ----------------------------------------------------------------------------------------------------
 
 _CC = re.compile(r"\bCC[- ]BY((?:-(?:NC|SA|ND))*)[- ](\d\.\d)\b", re.IGNORECASE)
 _APACHE = re.compile(r"\s*apache[- ]?(licen[cs]e[, ]*)?(version )?2(\.0)?\b", re.IGNORECASE)
@@ -211,7 +239,8 @@ _APACHE = re.compile(r"\s*apache[- ]?(licen[cs]e[, ]*)?(version )?2(\.0)?\b", re
 
 def hub_licence(text: str) -> str:
     """The hub's licence id for a licence as a source states it (``CC BY-NC-SA 3.0 (SICK 2014)`` ->
-    ``cc-by-nc-sa-3.0``); ``other`` for several licences or one the hub has no id for, ``unknown`` for none."""
+    ``cc-by-nc-sa-3.0``); ``other`` for several licences or one the hub has no id for, ``unknown``
+    for none."""
     text = text.strip()
     if not text or text == UNKNOWN:
         return "unknown"
@@ -222,30 +251,39 @@ def hub_licence(text: str) -> str:
         return "other"
     if match := _CC.search(head):
         return f"cc-by{match.group(1).lower()}-{match.group(2)}"
-    return "apache-2.0" if _APACHE.match(head) else "mit" if re.match(r"\s*MIT\b", head) else "other"
+    return (
+        "apache-2.0" if _APACHE.match(head) else "mit" if re.match(r"\s*MIT\b", head) else "other"
+    )
 
 
 def combined_licence(licences: Sequence[InputLicence]) -> tuple[str, str]:
-    """(hub id, name) of a model made from inputs under ``licences``: the most restrictive; ``unknown`` when any is;
-    ``other`` (named by the list) for one the hub has no id for or for two share-alike ones that differ."""
+    """(hub id, name) of a model made from inputs under ``licences``: the most restrictive;
+    ``unknown`` when any is; ``other`` (named by the list) for one the hub has no id for or for two
+    share-alike ones that differ."""
     ids = sorted({item["hub"] for item in licences})
     if not ids or "unknown" in ids:
         return "unknown", ""
     rank = {i: (int("-nc" in i), int("-sa" in i or "-nd" in i)) for i in ids}
     strictest = [i for i in ids if rank[i] == max(rank.values())]
     if "other" in ids or (len(strictest) > 1 and rank[strictest[0]][1]):
-        return "other", f"the terms of its inputs ({'; '.join(sorted({item['licence'] for item in licences}))})"
+        return (
+            "other",
+            f"the terms of its inputs ({'; '.join(sorted({item['licence'] for item in licences}))})",
+        )
     return max(strictest, key=lambda i: ("apache" in i, i)), ""
 
 
 def _licence(role: str, name: str, licence: str, found: str, hub_id: str = "") -> InputLicence:
-    item = InputLicence(role=role, name=name, licence=licence or UNKNOWN, hub=hub_licence(licence), found=found)
+    item = InputLicence(
+        role=role, name=name, licence=licence or UNKNOWN, hub=hub_licence(licence), found=found
+    )
     return InputLicence(**item, hub_id=hub_id) if hub_id else item
 
 
 def input_licences(role: str, named: str, resolved: str = "") -> list[InputLicence]:
-    """The licence entries of one input (``named`` as the user gave it, ``resolved`` the path a bundled name was
-    materialised to): one entry, or, for a model this project made, those of its own inputs (roles prefixed)."""
+    """The licence entries of one input (``named`` as the user gave it, ``resolved`` the path a
+    bundled name was materialised to): one entry, or, for a model this project made, those of its
+    own inputs (roles prefixed)."""
     name, path = display_name(named), resolved or named
     if not named:
         return []
@@ -254,7 +292,10 @@ def input_licences(role: str, named: str, resolved: str = "") -> list[InputLicen
         return [_licence(role, name, catalog.LICENCES[named], "the project's catalog", hub_id)]
     if (specs := dataset_specs(named)) is not None:
         registry = "the project's dataset registry"
-        return [_licence(role, display_name(spec), text, registry if text else "", hub) for spec, text, hub in specs]
+        return [
+            _licence(role, display_name(spec), text, registry if text else "", hub)
+            for spec, text, hub in specs
+        ]
     if (known := known_asset(named, resolved)) is not None:
         return [_licence(role, name, known.licence, f"recognised as {known.what}", known.hub_id)]
     if not is_local(path):
@@ -265,8 +306,8 @@ def input_licences(role: str, named: str, resolved: str = "") -> list[InputLicen
 
 
 def dataset_specs(named: str) -> list[tuple[str, str, str]] | None:
-    """(spec, licence, hub id) of each part of a registry dataset spec (``xquad:ar+arcd:ar``); None for anything
-    else (a path, a hub id, a bundled name)."""
+    """(spec, licence, hub id) of each part of a registry dataset spec (``xquad:ar+arcd:ar``); None
+    for anything else (a path, a hub id, a bundled name)."""
     if ":" not in named or is_local(named):
         return None
     from sembridge_ray.data import registry  # it loads pyarrow: only where a card names a dataset
@@ -283,8 +324,8 @@ def under(role: str, licences: Sequence[InputLicence]) -> list[InputLicence]:
 
 
 def all_licences(prov: Mapping[str, object]) -> list[InputLicence]:
-    """Every input licence a provenance records (the init's, then the fine-tuning's); one written before licences
-    were recorded has them looked up by the names it holds."""
+    """Every input licence a provenance records (the init's, then the fine-tuning's); one written
+    before licences were recorded has them looked up by the names it holds."""
     init, tune = cast(Provenance, prov).get("init", {}), cast(Provenance, prov).get("finetune", {})
     if "licences" in init:
         found = list(init["licences"])
@@ -294,13 +335,20 @@ def all_licences(prov: Mapping[str, object]) -> list[InputLicence]:
             ("target tokenizer", "target_tokenizer"),
             ("bridge model", "bridge_model"),
         )
-        found = [item for role, key in named for item in input_licences(role, str(init.get(key, "")))]
+        found = [
+            item for role, key in named for item in input_licences(role, str(init.get(key, "")))
+        ]
     if tune:
-        found += tune["licences"] if "licences" in tune else input_licences("training data", tune.get("train", ""))
+        found += (
+            tune["licences"]
+            if "licences" in tune
+            else input_licences("training data", tune.get("train", ""))
+        )
     return found
 
 
-# ---- what else a card says about an input ------------------------------------------------------------------------
+# ---- what else a card says about an input
+# ------------------------------------------------------------------------
 
 
 def base_model(named: str, resolved: str = "") -> str:
@@ -310,17 +358,24 @@ def base_model(named: str, resolved: str = "") -> str:
         return known.hub_id
     if not is_local(path):
         return named if catalog.looks_like_hub(named) else ""
-    found = read_provenance(path).get("init", {}).get("base_model") or declared(path, "base_model")[0]
+    found = (
+        read_provenance(path).get("init", {}).get("base_model") or declared(path, "base_model")[0]
+    )
     return found if catalog.looks_like_hub(found) else ""
 
 
 def language_of(named: str, resolved: str = "") -> str:
-    """The language code of a target tokenizer: the catalog's, a bundled asset's, or its README's ("" if none)."""
+    """The language code of a target tokenizer: the catalog's, a bundled asset's, or its README's
+    ("" if none)."""
     if code := catalog.language_of(named):
         return code
     if (known := known_asset(named, resolved)) is not None:
         return known.language
-    return declared(resolved or named, "language")[0].split(" and ")[0] if is_local(resolved or named) else ""
+    return (
+        declared(resolved or named, "language")[0].split(" and ")[0]
+        if is_local(resolved or named)
+        else ""
+    )
 
 
 def dataset_ref(named: str, resolved: str = "") -> tuple[str, str]:

@@ -1,15 +1,19 @@
-"""Target-language tokenizers the package carries (``resources/tokenizers/<lang>/``, with their licences) or builds
-(Russian), each written as a directory that ``transformers.AutoTokenizer`` loads, with the five roles a SPLADE
-transfer maps (cls, sep, pad, mask, unk) and cls/sep added around every sequence.
+"""Target-language tokenizers the package carries (``resources/tokenizers/<lang>/``, with their
+licences) or builds (Russian), each written as a directory that ``transformers.AutoTokenizer``
+loads, with the five roles a SPLADE transfer maps (cls, sep, pad, mask, unk) and cls/sep added
+around every sequence.
 
 - **zh, ko**: bert-base-chinese's and KoBigBird's WordPiece files, loaded and saved as they are.
-- **ar**: AraELECTRA's WordPiece, with AraBERT's removal of diacritics and tatweel in front (:func:`arabic_tokenizer`).
-- **hi**: iNLTK's 30,000-piece Hindi Unigram; its ``tokenizer.json`` has no SPLADE specials, so the loadable one
-  marks ``<unk>``, ``<s>``, ``</s>`` (pieces 0-2) as special, appends ``<pad>`` and ``<mask>`` (ids 30000, 30001),
-  and adds ``<s> ... </s>`` (the bundled file itself is never changed).
-- **ru**: no licensed Russian tokenizer is bundled (the Wikipedia SentencePiece beside the checkout has no licence
-  and is never shipped). The bridge's XLM-R vocabulary (MIT, via multilingual-e5-small) is trimmed to the pieces
-  Russian text uses (:func:`russian_keep_ids`), keeping the pieces' order and scores (:func:`trim_unigram`).
+- **ar**: AraELECTRA's WordPiece, with AraBERT's removal of diacritics and tatweel in front
+  (:func:`arabic_tokenizer`).
+- **hi**: iNLTK's 30,000-piece Hindi Unigram; its ``tokenizer.json`` has no SPLADE specials, so the
+  loadable one marks ``<unk>``, ``<s>``, ``</s>`` (pieces 0-2) as special, appends ``<pad>`` and
+  ``<mask>`` (ids 30000, 30001), and adds ``<s> ... </s>`` (the bundled file itself is never
+  changed).
+- **ru**: no licensed Russian tokenizer is bundled (the Wikipedia SentencePiece beside the checkout
+  has no licence and is never shipped). The bridge's XLM-R vocabulary (MIT, via
+  multilingual-e5-small) is trimmed to the pieces Russian text uses (:func:`russian_keep_ids`),
+  keeping the pieces' order and scores (:func:`trim_unigram`).
 """
 
 from __future__ import annotations
@@ -29,7 +33,14 @@ from sembridge_ray.resources import DATA_DIR
 TOKENIZERS_DIR = DATA_DIR.parent / "tokenizers"
 SPLADE_ROLES = ("cls", "sep", "pad", "mask", "unk")
 MAX_LENGTH = 512
-UNIGRAM_ROLES = {"bos": "<s>", "eos": "</s>", "cls": "<s>", "sep": "</s>", "unk": "<unk>", "pad": "<pad>"}
+UNIGRAM_ROLES = {
+    "bos": "<s>",
+    "eos": "</s>",
+    "cls": "<s>",
+    "sep": "</s>",
+    "unk": "<unk>",
+    "pad": "<pad>",
+}
 XQUAD_RU = "xquad/xquad.ru.json"
 XQUAD_TRAIN_ARTICLES = 24
 """XQuAD's articles 0-23 (train and development); 24-47 are test text and never choose a piece."""
@@ -78,12 +89,15 @@ TARGET_TOKENIZERS = {
 
 
 def build_target_tokenizer(language: str, out: Path) -> Path:
-    """Write the loadable tokenizer of ``language`` to ``out`` (whole or not at all), with its licence files and a
-    README naming the licence, and mark it (``provenance.mark_asset``) so a model card names it."""
+    """Write the loadable tokenizer of ``language`` to ``out`` (whole or not at all), with its
+    licence files and a README naming the licence, and mark it (``provenance.mark_asset``) so a
+    model card names it."""
     from sembridge_ray.provenance import mark_asset
 
     if language not in TARGET_TOKENIZERS:
-        raise InputError(f"no bundled target tokenizer for {language!r} (have: {', '.join(TARGET_TOKENIZERS)})")
+        raise InputError(
+            f"no bundled target tokenizer for {language!r} (have: {', '.join(TARGET_TOKENIZERS)})"
+        )
     with atomic_path(Path(out)) as tmp:
         tokenizer = _BUILDERS[language]()
         check_roles(tokenizer, language)
@@ -95,10 +109,14 @@ def build_target_tokenizer(language: str, out: Path) -> Path:
 
 def check_roles(tokenizer: Any, name: str) -> None:
     """Raise unless ``tokenizer`` defines every SPLADE role and wraps a sequence in cls ... sep."""
-    missing = [role for role in SPLADE_ROLES if getattr(tokenizer, f"{role}_token_id", None) is None]
+    missing = [
+        role for role in SPLADE_ROLES if getattr(tokenizer, f"{role}_token_id", None) is None
+    ]
     ids = tokenizer("a")["input_ids"]
     if missing or ids[0] != tokenizer.cls_token_id or ids[-1] != tokenizer.sep_token_id:
-        raise InputError(f"target tokenizer {name!r}: roles {missing or 'present'}, a sequence encodes as {ids}")
+        raise InputError(
+            f"target tokenizer {name!r}: roles {missing or 'present'}, a sequence encodes as {ids}"
+        )
 
 
 def bundled_wordpiece(language: str) -> Any:
@@ -108,16 +126,19 @@ def bundled_wordpiece(language: str) -> Any:
 
 
 def arabic_tokenizer() -> Any:
-    """AraELECTRA's WordPiece with AraBERT's own preprocessing in front: diacritics (tashkeel, U+064B-U+0652) and
-    tatweel (U+0640) removed, as ``ArabertPreprocessor`` does before its tokenizer; the vocabulary has none, so
-    text that carries them (أيضاً, يُطلق) was 2.6% unknown pieces on XQuAD-ar, 0.3% with them removed. A generic fast
-    tokenizer, since transformers 5 rebuilds a ``BertTokenizer``'s normaliser from its config on loading."""
+    """AraELECTRA's WordPiece with AraBERT's own preprocessing in front: diacritics (tashkeel,
+    U+064B-U+0652) and tatweel (U+0640) removed, as ``ArabertPreprocessor`` does before its
+    tokenizer; the vocabulary has none, so text that carries them (أيضاً, يُطلق) was 2.6% unknown
+    pieces on XQuAD-ar, 0.3% with them removed. A generic fast tokenizer, since transformers 5
+    rebuilds a ``BertTokenizer``'s normaliser from its config on loading."""
     from tokenizers import Regex, normalizers
     from transformers import PreTrainedTokenizerFast
 
     bert = bundled_wordpiece("ar")
     backend = bert.backend_tokenizer
-    backend.normalizer = normalizers.Sequence([normalizers.Replace(Regex(ARABIC_MARKS), ""), backend.normalizer])
+    backend.normalizer = normalizers.Sequence(
+        [normalizers.Replace(Regex(ARABIC_MARKS), ""), backend.normalizer]
+    )
     roles = {f"{role}_token": getattr(bert, f"{role}_token") for role in SPLADE_ROLES}
     return PreTrainedTokenizerFast(tokenizer_object=backend, model_max_length=MAX_LENGTH, **roles)
 
@@ -129,9 +150,9 @@ def hindi_tokenizer() -> Any:
 
 
 def unigram_with_roles(tokenizer: Any) -> Any:
-    """A ``tokenizers`` Unigram made a transformers tokenizer with XLM-R's roles: ``<s>``, ``</s>``, ``<unk>``,
-    ``<pad>``, ``<mask>`` special (added at the end where the vocabulary lacks them), ``<s> A </s>`` around a
-    sequence and ``<s> A </s> B </s>`` around a pair."""
+    """A ``tokenizers`` Unigram made a transformers tokenizer with XLM-R's roles: ``<s>``, ``</s>``,
+    ``<unk>``, ``<pad>``, ``<mask>`` special (added at the end where the vocabulary lacks them),
+    ``<s> A </s>`` around a sequence and ``<s> A </s> B </s>`` around a pair."""
     from tokenizers import AddedToken, processors
     from transformers import PreTrainedTokenizerFast
 
@@ -139,7 +160,9 @@ def unigram_with_roles(tokenizer: Any) -> Any:
     tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials])
     bos, eos = (tokenizer.token_to_id(t) for t in ("<s>", "</s>"))
     tokenizer.post_processor = processors.TemplateProcessing(
-        single="<s> $A </s>", pair="<s> $A </s> $B:1 </s>:1", special_tokens=[("<s>", bos), ("</s>", eos)]
+        single="<s> $A </s>",
+        pair="<s> $A </s> $B:1 </s>:1",
+        special_tokens=[("<s>", bos), ("</s>", eos)],
     )
     roles = {f"{role}_token": token for role, token in UNIGRAM_ROLES.items()}
     return PreTrainedTokenizerFast(
@@ -160,13 +183,19 @@ def xquad_ru() -> Path:
 def xquad_texts(path: Path, articles: slice) -> list[str]:
     """The paragraphs and questions of XQuAD ``articles`` (SQuAD JSON), in file order."""
     data = json.loads(Path(path).read_text(encoding="utf-8"))["data"][articles]
-    return [t for a in data for p in a["paragraphs"] for t in (p["context"], *(q["question"] for q in p["qas"]))]
+    return [
+        t
+        for a in data
+        for p in a["paragraphs"]
+        for t in (p["context"], *(q["question"] for q in p["qas"]))
+    ]
 
 
 def is_kept_character(piece: str) -> bool:
-    """A single-character piece (``▁`` prefix aside, or ``▁`` itself) of the Cyrillic block, printable ASCII
-    (letters, digits, punctuation, symbols), the Latin-1 Supplement (``«»°é``…), General Punctuation (``—…“”``)
-    or ``№``: kept whether Russian text used it or not, so any such text still segments."""
+    """A single-character piece (``▁`` prefix aside, or ``▁`` itself) of the Cyrillic block,
+    printable ASCII (letters, digits, punctuation, symbols), the Latin-1 Supplement (``«»°é``…),
+    General Punctuation (``—…“”``) or ``№``: kept whether Russian text used it or not, so any such
+    text still segments."""
     body = piece[1:] if piece.startswith("▁") and len(piece) > 1 else piece
     if len(body) != 1:
         return False
@@ -181,8 +210,9 @@ def is_kept_character(piece: str) -> bool:
 
 
 def russian_keep_ids(spec: dict[str, Any], texts: Iterable[str]) -> list[int]:
-    """Ids of the Unigram ``spec`` (a ``tokenizer.json``) to keep for Russian: its special tokens, every piece the
-    encodings of ``texts`` use, and every piece :func:`is_kept_character` accepts; ascending."""
+    """Ids of the Unigram ``spec`` (a ``tokenizer.json``) to keep for Russian: its special tokens,
+    every piece the encodings of ``texts`` use, and every piece :func:`is_kept_character` accepts;
+    ascending."""
     from tokenizers import Tokenizer
 
     full = Tokenizer.from_str(json.dumps(spec))
@@ -193,24 +223,29 @@ def russian_keep_ids(spec: dict[str, Any], texts: Iterable[str]) -> list[int]:
 
 
 def trim_unigram(spec: dict[str, Any], keep: list[int]) -> dict[str, Any]:
-    """The Unigram ``tokenizer.json`` ``spec`` with only the pieces ``keep`` (ascending ids), in their order and with
-    their scores; the unknown id, added tokens and post-processor's special ids renumbered to match."""
+    """The Unigram ``tokenizer.json`` ``spec`` with only the pieces ``keep`` (ascending ids), in
+    their order and with their scores; the unknown id, added tokens and post-processor's special ids
+    renumbered to match."""
     new_id = {old: new for new, old in enumerate(keep)}
     out = json.loads(json.dumps(spec))
     model = out["model"]
     if model.get("type") != "Unigram" or model.get("unk_id") not in new_id:
-        raise InputError("trim_unigram: not a Unigram tokenizer.json, or its unknown piece is not kept")
+        raise InputError(
+            "trim_unigram: not a Unigram tokenizer.json, or its unknown piece is not kept"
+        )
     model["vocab"] = [spec["model"]["vocab"][i] for i in keep]
     model["unk_id"] = new_id[model["unk_id"]]
-    out["added_tokens"] = [{**t, "id": new_id[t["id"]]} for t in out.get("added_tokens", []) if t["id"] in new_id]
+    out["added_tokens"] = [
+        {**t, "id": new_id[t["id"]]} for t in out.get("added_tokens", []) if t["id"] in new_id
+    ]
     for special in ((out.get("post_processor") or {}).get("special_tokens") or {}).values():
         special["ids"] = [new_id[i] for i in special["ids"]]
     return out
 
 
 def russian_tokenizer(texts: list[str] | None = None) -> Any:
-    """The bridge's XLM-R vocabulary trimmed to Russian (:func:`russian_keep_ids` on ``texts``, by default XQuAD-ru's
-    articles 0-23), as a transformers tokenizer."""
+    """The bridge's XLM-R vocabulary trimmed to Russian (:func:`russian_keep_ids` on ``texts``, by
+    default XQuAD-ru's articles 0-23), as a transformers tokenizer."""
     from tokenizers import Tokenizer
 
     from sembridge_ray.bridges import me5_sources
@@ -232,8 +267,8 @@ _BUILDERS: dict[str, Callable[[], Any]] = {
 
 
 def licence_files(language: str) -> list[Path]:
-    """The licence files that travel with the tokenizer of ``language``: the bundled folder's, or for ``ru`` the
-    NOTICE of multilingual-e5-small beside the bridge's ``tokenizer.json``."""
+    """The licence files that travel with the tokenizer of ``language``: the bundled folder's, or
+    for ``ru`` the NOTICE of multilingual-e5-small beside the bridge's ``tokenizer.json``."""
     from sembridge_ray.bridges import me5_sources
 
     folder = me5_sources()[1].parent if language == "ru" else TOKENIZERS_DIR / language
@@ -246,7 +281,8 @@ def _copy_licences(language: str, out: Path) -> None:
     for file in files:
         shutil.copyfile(file, out / file.name)
     card = [
-        f"---\nlicense: {json.dumps(facts.licence, ensure_ascii=False)}\n---\n",  # what a model card shows
+        # what a model card shows
+        f"---\nlicense: {json.dumps(facts.licence, ensure_ascii=False)}\n---\n",
         f"# Target tokenizer `tok-{language}`: {facts.what}\n",
         f"- **Licence:** {facts.licence}; its text: {', '.join(f.name for f in files)} (beside this README).",
         f"- **On the hub:** {facts.hub_id or 'none'}.",

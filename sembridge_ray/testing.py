@@ -1,6 +1,7 @@
 """Tiny, deterministic models and tokenizers of every family we support, built offline.
 
-Registered by name, like real hub ids, so tests and smoke runs use them the way users use real models:
+Registered by name, like real hub ids, so tests and smoke runs use them the way users use real
+models:
 
 | name              | what                                                                       |
 |-------------------|----------------------------------------------------------------------------|
@@ -11,8 +12,8 @@ Registered by name, like real hub ids, so tests and smoke runs use them the way 
 | ``tok-unigram``   | target: SentencePiece-style Unigram (``▁`` word starts), XLM-R specials     |
 | ``bridge``        | a tiny sentence-transformers model (BERT + mean pooling), cased WordPiece  |
 
-Tokenizers are trained with the ``tokenizers`` library on the bundled SICK (sources) and STS 2012 (targets and
-bridge) text, so vocabularies overlap partially, as they do across languages.
+Tokenizers are trained with the ``tokenizers`` library on the bundled SICK (sources) and STS 2012
+(targets and bridge) text, so vocabularies overlap partially, as they do across languages.
 
     python -m sembridge_ray.testing --out DIR     # writes every fixture under DIR/<name>
 """
@@ -29,7 +30,16 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import (
+    AddedToken,
+    Tokenizer,
+    decoders,
+    models,
+    normalizers,
+    pre_tokenizers,
+    processors,
+    trainers,
+)
 from tokenizers.implementations import SentencePieceUnigramTokenizer
 from transformers import (
     BertConfig,
@@ -51,7 +61,12 @@ from sembridge_ray.sparse.model import save_sparse_encoder
 
 log = logging.getLogger(__name__)
 BERT_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-TINY: dict[str, Any] = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64}
+TINY: dict[str, Any] = {
+    "hidden_size": 32,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 2,
+    "intermediate_size": 64,
+}
 
 
 def source_text() -> list[str]:
@@ -71,7 +86,9 @@ def wordpiece_tokenizer(text: list[str], vocab_size: int, lowercase: bool) -> Be
     tok.normalizer = normalizers.BertNormalizer(lowercase=lowercase, strip_accents=lowercase)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tok.decoder = decoders.WordPiece()
-    tok.train_from_iterator(text, trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=BERT_SPECIALS))
+    tok.train_from_iterator(
+        text, trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=BERT_SPECIALS)
+    )
     cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
     tok.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]",
@@ -84,23 +101,33 @@ def wordpiece_tokenizer(text: list[str], vocab_size: int, lowercase: bool) -> Be
 def unigram_tokenizer(text: list[str], vocab_size: int) -> XLMRobertaTokenizer:
     sp = SentencePieceUnigramTokenizer()
     tokens: list[str | AddedToken] = list(ROBERTA_SPECIALS)
-    sp.train_from_iterator(iter(text), vocab_size=vocab_size, special_tokens=tokens, unk_token="<unk>")
-    # The trainer is not reproducible: it sums scores in parallel (last-bit noise), orders equal scores by a
-    # randomly seeded hash map, and gives the fallback characters order-dependent scores (about 1e-3 apart).
-    # Round scores to 0.01 and re-sort (specials, then score descending, then the piece) for stable ids.
+    sp.train_from_iterator(
+        iter(text), vocab_size=vocab_size, special_tokens=tokens, unk_token="<unk>"
+    )
+    # The trainer is not reproducible: it sums scores in parallel (last-bit noise), orders equal
+    # scores by a randomly seeded hash map, and gives the fallback characters order-dependent scores
+    # (about 1e-3 apart). Round scores to 0.01 and re-sort (specials, then score descending, then
+    # the piece) for stable ids.
     spec = json.loads(sp._tokenizer.to_str())
     pieces = [[p, round(score, 2)] for p, score in spec["model"]["vocab"]]
     specials = [p for p in pieces if p[0] in ROBERTA_SPECIALS]
-    others = sorted((p for p in pieces if p[0] not in ROBERTA_SPECIALS), key=lambda p: (-p[1], p[0]))
+    others = sorted(
+        (p for p in pieces if p[0] not in ROBERTA_SPECIALS), key=lambda p: (-p[1], p[0])
+    )
     spec["model"]["vocab"] = specials + others
     spec["model"]["unk_id"] = ROBERTA_SPECIALS.index("<unk>")
-    spec["added_tokens"] = [{**t, "id": ROBERTA_SPECIALS.index(t["content"])} for t in spec["added_tokens"]]
-    return XLMRobertaTokenizer(tokenizer_object=Tokenizer.from_str(json.dumps(spec)), model_max_length=128)
+    spec["added_tokens"] = [
+        {**t, "id": ROBERTA_SPECIALS.index(t["content"])} for t in spec["added_tokens"]
+    ]
+    return XLMRobertaTokenizer(
+        tokenizer_object=Tokenizer.from_str(json.dumps(spec)), model_max_length=128
+    )
 
 
 @contextlib.contextmanager
 def _seeded(seed: int) -> Iterator[None]:
-    """HF initialises weights from the global RNG: fork it so fixtures never disturb the caller's stream."""
+    """HF initialises weights from the global RNG: fork it so fixtures never disturb the caller's
+    stream."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         yield
@@ -148,13 +175,17 @@ def _save_bridge(out: Path, seed: int = 1) -> None:
     from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
 
     tok = wordpiece_tokenizer(source_text() + target_text(), 3000, lowercase=False)
-    config = BertConfig(vocab_size=len(tok), max_position_embeddings=256, pad_token_id=tok.pad_token_id, **TINY)
+    config = BertConfig(
+        vocab_size=len(tok), max_position_embeddings=256, pad_token_id=tok.pad_token_id, **TINY
+    )
     with _seeded(seed):
         backbone = BertModel(config, add_pooling_layer=False)
     with tempfile.TemporaryDirectory() as staging, atomic_path(out) as tmp:
         backbone.save_pretrained(staging)
         tok.save_pretrained(staging)
-        model = SentenceTransformer(modules=[Transformer(staging), Pooling(TINY["hidden_size"], "mean")], device="cpu")
+        model = SentenceTransformer(
+            modules=[Transformer(staging), Pooling(TINY["hidden_size"], "mean")], device="cpu"
+        )
         model.save(str(tmp))
 
 
@@ -164,12 +195,15 @@ def _source_bert(out: Path) -> None:
 
 
 def _sparse_bert(out: Path) -> None:
-    """The tiny BERT with its vocabulary bias lowered until about 1% of the logits of the source text are positive:
-    random weights otherwise activate nearly every dimension, which the fine-tuning job calls a collapsed model."""
+    """The tiny BERT with its vocabulary bias lowered until about 1% of the logits of the source
+    text are positive: random weights otherwise activate nearly every dimension, which the
+    fine-tuning job calls a collapsed model."""
     tok = wordpiece_tokenizer(source_text(), 2000, lowercase=True)
     model = tiny_bert_mlm(tok)
     with torch.no_grad():
-        enc = tok(source_text()[:64], padding=True, truncation=True, max_length=32, return_tensors="pt")
+        enc = tok(
+            source_text()[:64], padding=True, truncation=True, max_length=32, return_tensors="pt"
+        )
         logits = model(**enc).logits[enc["attention_mask"].bool()]
         model.cls.predictions.bias -= torch.quantile(logits.flatten()[::7], 0.99)
     _save_source(tok, model, out)
@@ -184,7 +218,9 @@ FIXTURES: dict[str, Callable[[Path], None]] = {
     "bert-mlm": _source_bert,
     "bert-splade": _sparse_bert,
     "roberta-mlm": _source_roberta,
-    "tok-wordpiece": lambda out: _save_tokenizer(wordpiece_tokenizer(target_text(), 1500, lowercase=False), out),
+    "tok-wordpiece": lambda out: _save_tokenizer(
+        wordpiece_tokenizer(target_text(), 1500, lowercase=False), out
+    ),
     "tok-bytebpe": lambda out: _save_tokenizer(byte_bpe_tokenizer(target_text(), 1500), out),
     "tok-unigram": lambda out: _save_tokenizer(unigram_tokenizer(target_text(), 1500), out),
     "bridge": _save_bridge,
@@ -192,7 +228,8 @@ FIXTURES: dict[str, Callable[[Path], None]] = {
 
 
 def build_fixture(name: str, root: Path) -> Path:
-    """Write fixture ``name`` under ``root/name`` (once; an existing directory is reused) and return its path."""
+    """Write fixture ``name`` under ``root/name`` (once; an existing directory is reused) and return
+    its path."""
     out = Path(root) / name
     if not out.is_dir():
         FIXTURES[name](out)
@@ -204,8 +241,12 @@ def build_all(root: Path) -> dict[str, Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", required=True, type=Path, help="directory to write the fixtures into")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--out", required=True, type=Path, help="directory to write the fixtures into"
+    )
     args = parser.parse_args(argv)
     for name, path in build_all(args.out).items():
         print(f"{name:<14} {path}")

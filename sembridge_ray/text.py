@@ -1,9 +1,10 @@
-"""Text inputs read line by line (UTF-8, gzip-compressed when the name ends in ``.gz``), so that a file that cannot
-be read is one :class:`InputError` naming it and the line: a byte that is not UTF-8, damaged or truncated gzip data.
+"""Text inputs read line by line (UTF-8, gzip-compressed when the name ends in ``.gz``), so that a
+file that cannot be read is one :class:`InputError` naming it and the line: a byte that is not
+UTF-8, damaged or truncated gzip data.
 
-Lines are read as bytes and decoded one at a time, because a text-mode file decodes ahead in 8 KiB chunks: its
-``UnicodeDecodeError`` is raised lines before the bad byte is reached and says nothing about where it is.
-"""
+Lines are read as bytes and decoded one at a time, because a text-mode file decodes ahead in 8 KiB
+chunks: its ``UnicodeDecodeError`` is raised lines before the bad byte is reached and says nothing
+about where it is."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ from typing import BinaryIO
 
 from sembridge_ray.errors import InputError
 
-# What gzip raises on damaged input: a bad header or CRC (BadGzipFile), a bad deflate stream (zlib.error), a
-# truncated file (EOFError).
+# What gzip raises on damaged input: a bad header or CRC (BadGzipFile), a bad deflate stream
+# (zlib.error), a truncated file (EOFError).
 GZIP_ERRORS = (gzip.BadGzipFile, zlib.error, EOFError)
 
 
@@ -25,19 +26,21 @@ def _open(path: Path) -> BinaryIO:
 
 
 def decode_line(raw: bytes, where: str) -> str:
-    """One line's bytes as text; a byte that is not UTF-8 is an :class:`InputError` at ``where`` (``file:line``),
-    naming the byte and its column."""
+    """One line's bytes as text; a byte that is not UTF-8 is an :class:`InputError` at ``where``
+    (``file:line``), naming the byte and its column."""
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as err:
         column = len(raw[: err.start].decode("utf-8", errors="replace")) + 1
-        raise InputError(f"{where}: not UTF-8 text (byte 0x{raw[err.start]:02x} at column {column})") from None
+        raise InputError(
+            f"{where}: not UTF-8 text (byte 0x{raw[err.start]:02x} at column {column})"
+        ) from None
 
 
 def text_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(line number from 1, line) of a UTF-8 text file, ``.gz`` decompressed; ``\\r\\n`` ends a line as ``\\n``
-    does (both are kept at the line's end, as ``\\n``). A missing file, a byte that is not UTF-8 or damaged gzip
-    data is an :class:`InputError` naming the file (and the line)."""
+    """(line number from 1, line) of a UTF-8 text file, ``.gz`` decompressed; ``\\r\\n`` ends a line
+    as ``\\n`` does (both are kept at the line's end, as ``\\n``). A missing file, a byte that is
+    not UTF-8 or damaged gzip data is an :class:`InputError` naming the file (and the line)."""
     path = Path(path)
     lineno = 0
     try:

@@ -1,18 +1,19 @@
-"""The dead-setting check's machinery, shared by ``tests/unit/test_dead_settings.py`` (init, fine-tuning, MaLSTM,
-in-process) and ``tests/ray/test_dead_settings.py`` (evaluate, and fine-tuning's worker count, on Ray).
+"""The dead-setting check's machinery, shared by ``tests/unit/test_dead_settings.py`` (init,
+fine-tuning, MaLSTM, in-process) and ``tests/ray/test_dead_settings.py`` (evaluate, and
+fine-tuning's worker count, on Ray).
 
-For a job, every config key is either exempt (named with the reason: it selects what the job does rather than
-what it computes, or another test shows it), or checked against the job's output on tiny fixtures:
+For a job, every config key is either exempt (named with the reason: it selects what the job does
+rather than what it computes, or another test shows it), or checked against the job's output on tiny
+fixtures:
 
-- a key the run's identity records (in the first :attr:`Harness.variants` where it does) is perturbed, and the
-  output must change;
-- a key the identity leaves out (its job's ``NOT_IDENTITY``, or unused with the default settings) is perturbed on
-  the default settings, and the output must not change (bit for bit, or within float rounding for the keys of
-  :attr:`Harness.rounding`, which change how the work is cut).
+- a key the run's identity records (in the first :attr:`Harness.variants` where it does) is
+  perturbed, and the output must change;
+- a key the identity leaves out (its job's ``NOT_IDENTITY``, or unused with the default settings) is
+  perturbed on the default settings, and the output must not change (bit for bit, or within float
+  rounding for the keys of :attr:`Harness.rounding`, which change how the work is cut).
 
-An output is what the job computed: its files, parsed where they carry wall-clock times or paths, which are left
-out (:func:`files_of`).
-"""
+An output is what the job computed: its files, parsed where they carry wall-clock times or paths,
+which are left out (:func:`files_of`)."""
 
 from __future__ import annotations
 
@@ -33,13 +34,23 @@ from sembridge_ray.identity import flatten
 from tests.unit.test_identity_coverage import leaf_types, perturbations, set_key
 
 Output = dict[str, Any]
-TIMES = ("seconds", "timings", "examples_per_s", "dev_seconds", "finished_at", "started", "started_at")
-"""Keys holding wall-clock figures, wherever they sit in a JSON artefact: no setting decides them."""
+TIMES = (
+    "seconds",
+    "timings",
+    "examples_per_s",
+    "dev_seconds",
+    "finished_at",
+    "started",
+    "started_at",
+)
+"""Keys holding wall-clock figures, wherever they sit in a JSON artefact: no setting decides
+them."""
 
 
 @dataclass(kw_only=True)
 class Harness:
-    """How to check one job: its config, the variants that make its conditional keys live, how to run it."""
+    """How to check one job: its config, the variants that make its conditional keys live, how to
+    run it."""
 
     job: str
     cls: type[Config]
@@ -48,18 +59,21 @@ class Harness:
     run: Callable[[Config, Path], Output]
     """Runs the config into a fresh directory; returns its output."""
     variants: list[dict[str, Any]] = field(default_factory=list)
-    """Further overrides of ``base`` under which conditional keys are read (another method, eval set, ...)."""
+    """Further overrides of ``base`` under which conditional keys are read (another method, eval
+    set, ...)."""
     exempt: dict[str, str] = field(default_factory=dict)
     """Key (or section) -> why this check does not perturb it."""
     rounding: tuple[str, ...] = ()
     """Keys that change only how work is cut: their output is compared within float rounding."""
     values: dict[str, Any] = field(default_factory=dict)
-    """Key -> the perturbed value to use (where the generic perturbation would be inert or invalid)."""
+    """Key -> the perturbed value to use (where the generic perturbation would be inert or
+    invalid)."""
     where: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """Key -> the overrides of ``base`` under which it is perturbed to show its effect (a stopping rule needs a run
-    that stops early); default: the first variant whose identity records it."""
+    """Key -> the overrides of ``base`` under which it is perturbed to show its effect (a stopping
+    rule needs a run that stops early); default: the first variant whose identity records it."""
     copies: dict[str, Callable[[Path, Path], Path]] = field(default_factory=dict)
-    """Input path keys -> (the input, a fresh directory) -> a copy elsewhere with the same content and name."""
+    """Input path keys -> (the input, a fresh directory) -> a copy elsewhere with the same content
+    and name."""
     inputs: Callable[[Config], dict[str, str]] = lambda cfg: {}
     """The job's identities of the config's inputs (by content), as the job records them."""
 
@@ -115,11 +129,13 @@ class Runs:
 
 
 def check(h: Harness, root: Path) -> list[str]:
-    """Every key of ``h``'s job checked (see the module docstring); the problems found, one line each.
+    """Every key of ``h``'s job checked (see the module docstring); the problems found, one line
+    each.
 
-    A key is perturbed where it shows (its :attr:`Harness.where`, else the first variant whose identity records
-    it) and there the output must change; and it is perturbed on the default settings, where the output must not
-    change when the identity does not (a key left out, or one recorded only when on, still off)."""
+    A key is perturbed where it shows (its :attr:`Harness.where`, else the first variant whose
+    identity records it) and there the output must change; and it is perturbed on the default
+    settings, where the output must not change when the identity does not (a key left out, or one
+    recorded only when on, still off)."""
     runs = Runs(h, root)
     default = h.config({})
     variants = [default, *(h.config(v) for v in h.variants)]
@@ -127,14 +143,19 @@ def check(h: Harness, root: Path) -> list[str]:
     for key in dotted_keys(h.cls):
         if exempt(key, h.exempt):
             continue
-        live = h.config(h.where[key]) if key in h.where else next((v for v in variants if recorded(v, key)), default)
+        live = (
+            h.config(h.where[key])
+            if key in h.where
+            else next((v for v in variants if recorded(v, key)), default)
+        )
         for base in dict.fromkeys([default, live]):  # each once
             changed = _with_copied_inputs(h, base, key, root)
             try:
                 moved = h.identity(changed) != h.identity(base)
                 if base is not live:
                     runs(changed)
-            except InputError:  # refused by the job on the default settings (select=best needs --eval)
+            # refused by the job on the default settings (select=best needs --eval)
+            except InputError:
                 if base is live:
                     raise
                 continue
@@ -146,7 +167,8 @@ def check(h: Harness, root: Path) -> list[str]:
 
 
 def _with_copied_inputs(h: Harness, cfg: Config, key: str, root: Path) -> Config:
-    """``cfg`` with ``key`` perturbed; an input path is replaced by a copy of the same content elsewhere."""
+    """``cfg`` with ``key`` perturbed; an input path is replaced by a copy of the same content
+    elsewhere."""
     if key not in h.copies:
         return perturbed(h, cfg, key)
     original = Path(str(flatten(cfg.to_dict())[key]))
@@ -155,7 +177,8 @@ def _with_copied_inputs(h: Harness, cfg: Config, key: str, root: Path) -> Config
 
 
 def copy_input(original: Path, where: Path) -> Path:
-    """A copy of a file or directory under ``where``, with the same name (what a card shows of a path)."""
+    """A copy of a file or directory under ``where``, with the same name (what a card shows of a
+    path)."""
     target = where / original.name
     if not target.exists():
         where.mkdir(parents=True, exist_ok=True)
@@ -164,12 +187,17 @@ def copy_input(original: Path, where: Path) -> Path:
 
 
 def files_of(root: Path, skip: tuple[str, ...] = ()) -> Output:
-    """Every file under ``root`` as an output: JSON without wall-clock keys or absolute paths, safetensors as
-    arrays, TSV and text as text, anything else as bytes; ``skip``: relative paths or names left out."""
+    """Every file under ``root`` as an output: JSON without wall-clock keys or absolute paths,
+    safetensors as arrays, TSV and text as text, anything else as bytes; ``skip``: relative paths or
+    names left out."""
     out: Output = {}
     for path in sorted(p for p in root.rglob("*") if p.is_file()):
         rel = path.relative_to(root).as_posix()
-        if rel in skip or path.name in skip or any(part.startswith((".tmp-", ".lock")) for part in Path(rel).parts):
+        if (
+            rel in skip
+            or path.name in skip
+            or any(part.startswith((".tmp-", ".lock")) for part in Path(rel).parts)
+        ):
             continue
         if path.suffix == ".safetensors":
             from safetensors.numpy import load_file
@@ -178,12 +206,18 @@ def files_of(root: Path, skip: tuple[str, ...] = ()) -> Output:
         elif path.suffix == ".json":
             out[rel] = _without_times(json.loads(path.read_text(encoding="utf-8")), root)
         elif path.suffix == ".jsonl":
-            out[rel] = [_without_times(json.loads(x), root) for x in path.read_text(encoding="utf-8").splitlines()]
+            out[rel] = [
+                _without_times(json.loads(x), root)
+                for x in path.read_text(encoding="utf-8").splitlines()
+            ]
         elif path.suffix in (".md", ".tsv", ".trec", ".txt", ".yaml"):
             text = path.read_text(encoding="utf-8").replace(str(root), "<root>")
-            out[rel] = re.sub(r"\bseconds: [0-9.]+", "seconds: #", text)  # a report's wall-clock lines
+            # a report's wall-clock lines
+            out[rel] = re.sub(r"\bseconds: [0-9.]+", "seconds: #", text)
         elif path.suffix in (".png",):
-            continue  # a figure is drawn from the tables compared above; its bytes carry the renderer's metadata
+            # a figure is drawn from the tables compared above; its bytes carry the renderer's
+            # metadata
+            continue
         else:
             out[rel] = path.read_bytes()
     return out
@@ -200,8 +234,8 @@ def _without_times(value: Any, root: Path) -> Any:
 
 
 def same(a: Any, b: Any, rounding: bool = False) -> bool:
-    """Equal outputs: bit for bit, or with ``rounding`` floats within 1e-5 (relative) and texts where every number
-    agrees to that."""
+    """Equal outputs: bit for bit, or with ``rounding`` floats within 1e-5 (relative) and texts
+    where every number agrees to that."""
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(same(a[k], b[k], rounding) for k in a)
     if isinstance(a, list) and isinstance(b, list):
@@ -229,8 +263,9 @@ def _numbers_close(a: str, b: str) -> bool:
 
 
 def every_key_is_covered(h: Harness) -> list[str]:
-    """Keys neither exempt nor read by any variant nor in NOT_IDENTITY would escape the check: none may. Nor may the
-    harness name a key the config does not have (``alpha`` for ``weighting.alpha``: its value would go unused)."""
+    """Keys neither exempt nor read by any variant nor in NOT_IDENTITY would escape the check: none
+    may. Nor may the harness name a key the config does not have (``alpha`` for ``weighting.alpha``:
+    its value would go unused)."""
     variants = [h.config({}), *(h.config(v) for v in h.variants)]
     keys = dotted_keys(h.cls)
     named = [*h.rounding, *h.values, *h.where, *h.copies]  # (exempt: a list shared by the jobs)
@@ -241,7 +276,11 @@ def every_key_is_covered(h: Harness) -> list[str]:
         and not any(recorded(v, k) for v in variants)
         and not exempt(k, h.cls.NOT_IDENTITY)
         and k not in _unused_by_default(h)
-    ] + [f"{k} (no such key)" for k in named if not any(x == k or x.startswith(k + ".") for x in keys)]
+    ] + [
+        f"{k} (no such key)"
+        for k in named
+        if not any(x == k or x.startswith(k + ".") for x in keys)
+    ]
 
 
 def _unused_by_default(h: Harness) -> set[str]:

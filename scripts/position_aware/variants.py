@@ -1,17 +1,17 @@
-"""Measure init variants on a miniature setting: init (through Ray) -> zero-shot eval [-> fine-tune -> eval], then
-every variant against the reference variant, paired over queries (bootstrap CI, sign-flip p), with the
-counterpart and support statistics of each init.
+"""Measure init variants on a miniature setting: init (through Ray) -> zero-shot eval [-> fine-tune
+-> eval], then every variant against the reference variant, paired over queries (bootstrap CI,
+sign-flip p), with the counterpart and support statistics of each init.
 
-The assets come from a demo reproduction run (``python -m jobs.reproduce --preset demo --output ROOT``): its
-``config.yaml`` gives the init/evaluate/finetune settings and ``ROOT/assets`` the source model and SICK data.
+The assets come from a demo reproduction run (``python -m jobs.reproduce --preset demo --output
+ROOT``): its ``config.yaml`` gives the init/evaluate/finetune settings and ``ROOT/assets`` the
+source model and SICK data.
 
     PYTHONPATH=. python scripts/position_aware/variants.py --demo /tmp/position-demo --out /tmp/position-exp \\
         --variants faithful,marker,prior-0.1 [--finetune] [--target /path/to/tokenizer --setting NAME]
 
-Variants are ``name=key:value;key:value`` InitConfig overrides, or one of the names in ``VARIANTS``; the ablation
-of the neutral position class (``marker-symbols-classed``) is no config key but ``initialise``'s ``neutral_symbols``
-(see ``embed_init.position.position_class``).
-"""
+Variants are ``name=key:value;key:value`` InitConfig overrides, or one of the names in ``VARIANTS``;
+the ablation of the neutral position class (``marker-symbols-classed``) is no config key but
+``initialise``'s ``neutral_symbols`` (see ``embed_init.position.position_class``). """
 
 from __future__ import annotations
 
@@ -37,13 +37,17 @@ from sembridge_ray.reproduce.stages import Assets
 log = logging.getLogger("position_aware.variants")
 ON = {"position_aware": True, "position_penalty": 0.0}
 HASH, HYPHEN = {**ON, "position_marker": "##"}, {**ON, "position_marker": "-"}
-VARIANTS: dict[str, dict[str, Any]] = {  # every marker spelled out, so that a rerun measures what docs/ reports
+# every marker spelled out, so that a rerun measures what docs/ reports
+VARIANTS: dict[str, dict[str, Any]] = {
     "faithful": {},
     "improved": {"position_aware": True},  # the defaults: must equal marker-hyphen
     "marker": HASH,
     "marker-hyphen": HYPHEN,
     "marker-symbols-classed": HASH,  # with neutral_symbols=False: see SYMBOLS_CLASSED
-    **{f"prior-{p:g}": {**ON, "position_marker": "", "position_penalty": p} for p in (0.05, 0.1, 0.2, 0.35, 0.5)},
+    **{
+        f"prior-{p:g}": {**ON, "position_marker": "", "position_penalty": p}
+        for p in (0.05, 0.1, 0.2, 0.35, 0.5)
+    },
     "mask": {**ON, "position_marker": "", "position_penalty": 4.0},
     **{f"marker+prior-{p:g}": {**HASH, "position_penalty": p} for p in (0.05, 0.1, 0.2)},
     "marker+mask": {**HASH, "position_penalty": 4.0},
@@ -63,13 +67,15 @@ VARIANTS: dict[str, dict[str, Any]] = {  # every marker spelled out, so that a r
 
 
 SYMBOLS_CLASSED = {"marker-symbols-classed"}
-"""Variants run with ``neutral_symbols=False``: punctuation and symbols get a position class like words do (the
-ablation of the neutral class; no config key, so these runs get their own outputs, never a shared one)."""
+"""Variants run with ``neutral_symbols=False``: punctuation and symbols get a position class like
+words do (the ablation of the neutral class; no config key, so these runs get their own outputs,
+never a shared one)."""
 STAGES = ("zero_shot", "finetuned")
 
 
 def parse_variant(text: str) -> tuple[str, dict[str, Any]]:
-    """``name`` (from VARIANTS) or ``name=key:value;key:value`` (InitConfig fields, coerced by their types)."""
+    """``name`` (from VARIANTS) or ``name=key:value;key:value`` (InitConfig fields, coerced by their
+    types)."""
     name, _, spec = text.partition("=")
     if not spec:
         return name, VARIANTS[name]
@@ -82,13 +88,16 @@ def parse_variant(text: str) -> tuple[str, dict[str, Any]]:
 
 
 def demo_assets(cfg: ReproduceConfig) -> Assets:
-    """The demo reproduction's inputs (already built: checked, not rebuilt), as its plan names them."""
+    """The demo reproduction's inputs (already built: checked, not rebuilt), as its plan names
+    them."""
     from sembridge_ray.jobs.reproduce import DEMO_LANGUAGE
     from sembridge_ray.reproduce.grid import DEMO_DATASET, DEMO_MODEL, Identities, demo_files
     from sembridge_ray.reproduce.stages import MODEL, source_stages
 
     files = demo_files(cfg)
-    source, _ = source_stages(cfg, files["untrained"], files["source_pairs"], files["beir"], Identities())
+    source, _ = source_stages(
+        cfg, files["untrained"], files["source_pairs"], files["beir"], Identities()
+    )
     return Assets(
         models={DEMO_MODEL: f"{source.output}/{MODEL}"},
         tokenizers={DEMO_LANGUAGE: str(files["target"])},
@@ -97,9 +106,16 @@ def demo_assets(cfg: ReproduceConfig) -> Assets:
 
 
 def run_variant(
-    cfg: ReproduceConfig, assets: Assets, out: Path, name: str, overrides: dict[str, Any], target: str, finetune: bool
+    cfg: ReproduceConfig,
+    assets: Assets,
+    out: Path,
+    name: str,
+    overrides: dict[str, Any],
+    target: str,
+    finetune: bool,
 ) -> dict[str, Any]:
-    """One variant's init, zero-shot eval and (optionally) fine-tune + eval; returns its report and metrics."""
+    """One variant's init, zero-shot eval and (optionally) fine-tune + eval; returns its report and
+    metrics."""
     from sembridge_ray.distributed.evaluate import run_evaluate
     from sembridge_ray.distributed.finetune import run_finetune
     from sembridge_ray.distributed.init import run_init
@@ -114,13 +130,22 @@ def run_variant(
         **overrides,
     )
     run_init(init, neutral_symbols=name not in SYMBOLS_CLASSED)
-    evaluate = replace(cfg.evaluate, dataset=eval_spec, split=cfg.eval_split, cache_dir=str(out / "cache" / "eval"))
+    evaluate = replace(
+        cfg.evaluate, dataset=eval_spec, split=cfg.eval_split, cache_dir=str(out / "cache" / "eval")
+    )
     metrics = {
-        "zero_shot": run_evaluate(replace(evaluate, model=str(root / "init" / "model"), output=str(root / "zero_shot")))
+        "zero_shot": run_evaluate(
+            replace(evaluate, model=str(root / "init" / "model"), output=str(root / "zero_shot"))
+        )
     }
     if finetune:
         run_finetune(
-            replace(cfg.finetune, model=str(root / "init" / "model"), train=train_spec, output=str(root / "finetune"))
+            replace(
+                cfg.finetune,
+                model=str(root / "init" / "model"),
+                train=train_spec,
+                output=str(root / "finetune"),
+            )
         )
         metrics["finetuned"] = run_evaluate(
             replace(evaluate, model=str(root / "finetune"), output=str(root / "finetuned"))
@@ -150,7 +175,9 @@ def compare_all(out: Path, rows: list[dict[str, Any]], reference: str) -> list[d
                 continue
             other = read_per_query(path)
             test = paired_test(np.array([other[q] for q in qids]), np.array([ref[q] for q in qids]))
-            result.append({"variant": row["variant"], "stage": stage, "reference": reference, **test})
+            result.append(
+                {"variant": row["variant"], "stage": stage, "reference": reference, **test}
+            )
     return result
 
 
@@ -169,12 +196,16 @@ def markdown(rows: list[dict[str, Any]], paired: list[dict[str, Any]], setting: 
             cells.append(f"{r[stage]:.3f}" if stage in r else "")
             t = tests.get((r["variant"], stage))
             cells.append(
-                f"{t['mean_diff']:+.3f} [{t['ci_low']:+.3f}, {t['ci_high']:+.3f}] {t['p_value']:.3f}" if t else ""
+                f"{t['mean_diff']:+.3f} [{t['ci_low']:+.3f}, {t['ci_high']:+.3f}] {t['p_value']:.3f}"
+                if t
+                else ""
             )
         pos = r.get("position") or {}
         cp, hist = pos.get("exact_counterpart", {}), pos.get("support_histogram", {})
         cells.append(" / ".join(_share(cp.get(c)) for c in ("word_initial", "continuation")))
-        cells.append(" / ".join(_mean_support(hist.get(c)) for c in ("word_initial", "continuation")))
+        cells.append(
+            " / ".join(_mean_support(hist.get(c)) for c in ("word_initial", "continuation"))
+        )
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -193,8 +224,12 @@ def _mean_support(hist: dict[str, int] | None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--demo", type=Path, required=True, help="a demo reproduction's output root")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--demo", type=Path, required=True, help="a demo reproduction's output root"
+    )
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--variants", default="faithful,marker")
     parser.add_argument("--reference", default="faithful")
@@ -207,7 +242,8 @@ def main(argv: list[str] | None = None) -> int:
     assets = demo_assets(cfg)  # already built: every stage is skipped
     target = args.target or next(iter(assets.tokenizers.values()))
     done = args.out / "variants.json"
-    rows = json.loads(done.read_text(encoding="utf-8")) if done.is_file() else []  # earlier invocations' variants
+    # earlier invocations' variants
+    rows = json.loads(done.read_text(encoding="utf-8")) if done.is_file() else []
     for text in args.variants.split(","):
         name, overrides = parse_variant(text)
         row = run_variant(cfg, assets, args.out, name, overrides, target, args.finetune)

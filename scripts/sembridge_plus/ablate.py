@@ -1,8 +1,9 @@
-"""SemBridge+'s selection and ablation on the offline settings, in one process (no Ray): init -> zero-shot nDCG@10
-on a split, every variant paired with a reference over the same queries (bootstrap CI, sign-flip p).
+"""SemBridge+'s selection and ablation on the offline settings, in one process (no Ray): init ->
+zero-shot nDCG@10 on a split, every variant paired with a reference over the same queries (bootstrap
+CI, sign-flip p).
 
-Scores are the evaluate job's (``jobs.dev.score_queries``: the same encoding, exact search, TREC run and
-ir-measures), so a variant here scores what ``jobs.evaluate`` gives its model on that split.
+Scores are the evaluate job's (``jobs.dev.score_queries``: the same encoding, exact search, TREC run
+and ir-measures), so a variant here scores what ``jobs.evaluate`` gives its model on that split.
 
     # choose on the development split (SICK trial), the three public settings only
     PYTHONPATH=. python scripts/sembridge_plus/ablate.py --assets ROOT/assets --split dev --out /tmp/plus-dev \\
@@ -11,10 +12,10 @@ ir-measures), so a variant here scores what ``jobs.evaluate`` gives its model on
     PYTHONPATH=. python scripts/sembridge_plus/ablate.py --assets ROOT/assets --split test --out /tmp/plus-test \\
         --tokenizers DIR --settings en-bpe,en-roberta,en-kobigbird,en-unigram,en-spbpe --variants sembridge_plus,...
 
-``ROOT`` is a demo reproduction's output (``jobs.reproduce --preset settings``): its source model and SICK
-sets. ``DIR`` holds the real roberta-base/ and kobigbird-bert-base/ tokenizer folders (not shipped with the
-package). Variants are names in ``VARIANTS`` or ``name=key:value;key:value`` InitConfig overrides.
-"""
+``ROOT`` is a demo reproduction's output (``jobs.reproduce --preset settings``): its source model
+and SICK sets. ``DIR`` holds the real roberta-base/ and kobigbird-bert-base/ tokenizer folders (not
+shipped with the package). Variants are names in ``VARIANTS`` or ``name=key:value;key:value``
+InitConfig overrides. """
 
 from __future__ import annotations
 
@@ -71,12 +72,14 @@ SPLITS = {"dev": ("sick-dev-beir", "dev"), "test": ("sick-beir", "test")}
 
 
 FINETUNE = "finetune."
-"""Prefix of a variant key that overrides the fine-tuning config (``finetune.optim.embedding_warmup_steps:5``)."""
+"""Prefix of a variant key that overrides the fine-tuning config
+(``finetune.optim.embedding_warmup_steps:5``)."""
 
 
 def parse_variant(text: str) -> tuple[str, dict[str, Any], list[str]]:
     """``a+b`` combines named variants; ``name=key:value;key:value`` gives InitConfig overrides, and
-    ``finetune.``-prefixed keys fine-tuning overrides (``key=value`` strings for ``with_overrides``)."""
+    ``finetune.``-prefixed keys fine-tuning overrides (``key=value`` strings for
+    ``with_overrides``)."""
     name, _, spec = text.partition("=")
     if not spec:
         out: dict[str, Any] = {}
@@ -95,7 +98,8 @@ def parse_variant(text: str) -> tuple[str, dict[str, Any], list[str]]:
 
 
 def score_model(model_dir: str, dev: Any, out: Path) -> dict[str, Any]:
-    """The evaluate job's figures of a saved model on ``dev``; per-query nDCG@10 into ``out/per_query.tsv``."""
+    """The evaluate job's figures of a saved model on ``dev``; per-query nDCG@10 into
+    ``out/per_query.tsv``."""
     from sentence_transformers import SparseEncoder
 
     from sembridge_ray.jobs.dev import encode_share, score_queries
@@ -103,18 +107,28 @@ def score_model(model_dir: str, dev: Any, out: Path) -> dict[str, Any]:
     model = SparseEncoder(model_dir, device="cpu")
     figures, per_query = score_queries(dev, encode_share(model, dev, (64, 256), "fp32", 0, 1))
     nd = per_query["nDCG@10"]
-    atomic_write_text(out / "per_query.tsv", "".join(f"{q}\t{v!r}\n" for q, v in sorted(nd.items())))
+    atomic_write_text(
+        out / "per_query.tsv", "".join(f"{q}\t{v!r}\n" for q, v in sorted(nd.items()))
+    )
     return figures
 
 
 def run_variant(
-    base: InitConfig, dev: Any, out: Path, target: str, overrides: dict[str, Any], finetune: Any | None
+    base: InitConfig,
+    dev: Any,
+    out: Path,
+    target: str,
+    overrides: dict[str, Any],
+    finetune: Any | None,
 ) -> dict[str, Any]:
-    """Init, zero-shot score; with ``finetune`` (a FinetuneConfig) also fine-tune (Ray Train) and score again."""
+    """Init, zero-shot score; with ``finetune`` (a FinetuneConfig) also fine-tune (Ray Train) and
+    score again."""
     from sembridge_ray.jobs.init_run import initialise
 
     assets = Path(base.source_model).parent.parent  # ASSETS/minilm-splade/model
-    overrides = {k: v.format(assets=assets) if isinstance(v, str) else v for k, v in overrides.items()}
+    overrides = {
+        k: v.format(assets=assets) if isinstance(v, str) else v for k, v in overrides.items()
+    }
     cfg = replace(base, target_tokenizer=target, output=str(out / "init"), **overrides)
     result = initialise(cfg)
     hist = result.support_histogram
@@ -136,10 +150,15 @@ def run_variant(
 
 
 def read_scores(path: Path) -> dict[str, float]:
-    return {q: float(v) for q, v in (line.split("\t") for line in path.read_text(encoding="utf-8").splitlines())}
+    return {
+        q: float(v)
+        for q, v in (line.split("\t") for line in path.read_text(encoding="utf-8").splitlines())
+    }
 
 
-def table(out: Path, settings: list[str], variants: list[str], reference: str, stage: str = "") -> str:
+def table(
+    out: Path, settings: list[str], variants: list[str], reference: str, stage: str = ""
+) -> str:
     lines = [
         f"| variant | {' | '.join(settings)} | mean |",
         "|---|" + "---|" * (len(settings) + 1),
@@ -159,7 +178,9 @@ def table(out: Path, settings: list[str], variants: list[str], reference: str, s
             text = f"{mean:.3f}"
             if name != reference and ref_path.is_file():
                 ref = read_scores(ref_path)
-                t = paired_test(np.array([scores[q] for q in qids]), np.array([ref[q] for q in qids]))
+                t = paired_test(
+                    np.array([scores[q] for q in qids]), np.array([ref[q] for q in qids])
+                )
                 text += f" ({t['mean_diff']:+.3f} [{t['ci_low']:+.3f}, {t['ci_high']:+.3f}] p={t['p_value']:.3f})"
             cells.append(text)
         cells.append(f"{np.mean(means):.3f}" if len(means) == len(settings) else "")
@@ -168,9 +189,15 @@ def table(out: Path, settings: list[str], variants: list[str], reference: str, s
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--assets", type=Path, required=True, help="a demo reproduction's assets directory")
-    parser.add_argument("--heldout", type=Path, default=Path("/tmp/heldout"), help="heldout_tokenizers.py's --out")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--assets", type=Path, required=True, help="a demo reproduction's assets directory"
+    )
+    parser.add_argument(
+        "--heldout", type=Path, default=Path("/tmp/heldout"), help="heldout_tokenizers.py's --out"
+    )
     parser.add_argument(
         "--tokenizers",
         type=Path,
@@ -183,12 +210,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variants", default="faithful,pa")
     parser.add_argument("--reference", default="faithful")
     parser.add_argument(
-        "--finetune", action="store_true", help="also fine-tune (the settings preset's recipe) and score again"
+        "--finetune",
+        action="store_true",
+        help="also fine-tune (the settings preset's recipe) and score again",
     )
     args = parser.parse_args(argv)
     needs = [s for s in args.settings.split(",") if "{tokenizers}" in SETTINGS.get(s, "")]
     if needs and args.tokenizers is None:
-        parser.error(f"--settings {needs[0]} needs --tokenizers DIR (holding roberta-base/ and kobigbird-bert-base/)")
+        parser.error(
+            f"--settings {needs[0]} needs --tokenizers DIR (holding roberta-base/ and kobigbird-bert-base/)"
+        )
     setup_logging("WARNING")
     from sembridge_ray.jobs.dev import load_judged
 
@@ -197,7 +228,12 @@ def main(argv: list[str] | None = None) -> int:
     root = args.assets.parent
     base = replace(
         read_config(
-            InitConfig, root / "cells" / next(iter(sorted((root / "cells").iterdir()))).name / "init" / "config.yaml"
+            InitConfig,
+            root
+            / "cells"
+            / next(iter(sorted((root / "cells").iterdir()))).name
+            / "init"
+            / "config.yaml",
         ),
         source_model=str(args.assets / "minilm-splade" / "model"),
         method="sembridge",
@@ -220,7 +256,9 @@ def main(argv: list[str] | None = None) -> int:
     done = args.out / "variants.json"
     rows = json.loads(done.read_text(encoding="utf-8")) if done.is_file() else []
     for setting in settings:
-        target = SETTINGS[setting].format(assets=args.assets, heldout=args.heldout, tokenizers=args.tokenizers)
+        target = SETTINGS[setting].format(
+            assets=args.assets, heldout=args.heldout, tokenizers=args.tokenizers
+        )
         for text in args.variants.split(","):
             vname, overrides, tuning = parse_variant(text)
             variants.append(vname) if vname not in variants else None
@@ -229,13 +267,21 @@ def main(argv: list[str] | None = None) -> int:
             tuned = finetune.with_overrides(tuning) if finetune is not None and tuning else finetune
             figures = run_variant(base, dev, args.out / setting / vname, target, overrides, tuned)
             rows.append(
-                {"setting": setting, "variant": vname, "overrides": overrides, "finetune_overrides": tuning, **figures}
+                {
+                    "setting": setting,
+                    "variant": vname,
+                    "overrides": overrides,
+                    "finetune_overrides": tuning,
+                    **figures,
+                }
             )
             print(f"{setting} {vname}: nDCG@10 {figures['dev_nDCG@10']:.4f}", flush=True)
             atomic_write_json(done, rows)
     text = table(args.out, settings, variants, args.reference)
     if args.finetune:
-        text += "\n## fine-tuned\n\n" + table(args.out, settings, variants, args.reference, "finetuned")
+        text += "\n## fine-tuned\n\n" + table(
+            args.out, settings, variants, args.reference, "finetuned"
+        )
     atomic_write_text(args.out / "table.md", text)
     print(text)
     return 0

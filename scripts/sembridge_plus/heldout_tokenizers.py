@@ -1,22 +1,25 @@
-"""Build SemBridge+'s two held-out English target vocabularies, fixed before any of their results were looked at.
+"""Build SemBridge+'s two held-out English target vocabularies, fixed before any of their results
+were looked at.
 
-Their families and training text differ from the three public settings (en-bpe: byte-level BPE on SICK + STS
-2012-13; en-roberta: byte-level BPE on web text; en-kobigbird: cased WordPiece on Korean text):
+Their families and training text differ from the three public settings (en-bpe: byte-level BPE on
+SICK + STS 2012-13; en-roberta: byte-level BPE on web text; en-kobigbird: cased WordPiece on Korean
+text):
 
-- ``en-unigram``: a SentencePiece Unigram (the family of XLM-R's and BGE-M3's tokenizers), 8,000 pieces, NFKC,
-  cased, trained on WordNet 3.0's glosses (definitions and examples);
-- ``en-spbpe``: a SentencePiece BPE with byte fallback (the family of LLaMA's tokenizer), 12,000 pieces, cased,
-  trained on the STS 2014-2016 sentences (the source model saw STS 2012-13 and SICK only).
+- ``en-unigram``: a SentencePiece Unigram (the family of XLM-R's and BGE-M3's tokenizers), 8,000
+  pieces, NFKC, cased, trained on WordNet 3.0's glosses (definitions and examples);
+- ``en-spbpe``: a SentencePiece BPE with byte fallback (the family of LLaMA's tokenizer), 12,000
+  pieces, cased, trained on the STS 2014-2016 sentences (the source model saw STS 2012-13 and SICK
+  only).
 
     PYTHONPATH=. python scripts/sembridge_plus/heldout_tokenizers.py --data DATA --out /tmp/heldout
 
-``DATA`` holds ``wordnet/nltk_data`` (nltk's ``wordnet`` corpus) and ``sts/<year>/*.tsv`` (the package's own
-``sembridge_ray/resources/data/sts`` has that layout).
+``DATA`` holds ``wordnet/nltk_data`` (nltk's ``wordnet`` corpus) and ``sts/<year>/*.tsv`` (the
+package's own ``sembridge_ray/resources/data/sts`` has that layout).
 
-writes ``OUT/en-unigram`` and ``OUT/en-spbpe`` (``tokenizer.json`` + the transformers files), deterministic for the
-same data. Their licences are the training text's: WordNet 3.0's licence and the STS tasks' (see each data
-directory's README); the vocabularies are not bundled with the project.
-"""
+writes ``OUT/en-unigram`` and ``OUT/en-spbpe`` (``tokenizer.json`` + the transformers files),
+deterministic for the same data. Their licences are the training text's: WordNet 3.0's licence and
+the STS tasks' (see each data directory's README); the vocabularies are not bundled with the
+project."""
 
 from __future__ import annotations
 
@@ -67,7 +70,9 @@ def unigram(text: list[str]):  # type: ignore[no-untyped-def]
     tok.normalizer = normalizers.NFKC()
     tok.pre_tokenizer = pre_tokenizers.Metaspace()
     tok.decoder = decoders.Metaspace()
-    trainer = trainers.UnigramTrainer(vocab_size=UNIGRAM_VOCAB, special_tokens=SPECIALS, unk_token="<unk>")
+    trainer = trainers.UnigramTrainer(
+        vocab_size=UNIGRAM_VOCAB, special_tokens=SPECIALS, unk_token="<unk>"
+    )
     tok.train_from_iterator(iter(text), trainer)
     return tok
 
@@ -80,7 +85,10 @@ def spbpe(text: list[str]):  # type: ignore[no-untyped-def]
     tok.decoder = decoders.Sequence([decoders.ByteFallback(), decoders.Metaspace()])
     alphabet = [f"<0x{b:02X}>" for b in range(256)]
     trainer = trainers.BpeTrainer(
-        vocab_size=SPBPE_VOCAB, min_frequency=2, special_tokens=SPECIALS + alphabet, show_progress=False
+        vocab_size=SPBPE_VOCAB,
+        min_frequency=2,
+        special_tokens=SPECIALS + alphabet,
+        show_progress=False,
     )
     tok.train_from_iterator(iter(text), trainer)
     return tok
@@ -104,8 +112,12 @@ def save(tok, out: Path) -> None:  # type: ignore[no-untyped-def]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", type=Path, required=True, help="holds wordnet/nltk_data and sts/<year>/*.tsv")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--data", type=Path, required=True, help="holds wordnet/nltk_data and sts/<year>/*.tsv"
+    )
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     save(unigram(wordnet_glosses(args.data)), args.out / "en-unigram")

@@ -1,1 +1,2 @@
-"""Dataset readers: SICK/STS (MaLSTM, demo text) and retrieval datasets (BEIR dirs, MIRACL, WebFAQ)."""
+"""Dataset readers: SICK/STS (MaLSTM, demo text) and retrieval datasets (BEIR dirs, MIRACL,
+WebFAQ)."""

@@ -1,10 +1,11 @@
-"""Training pairs: ``query``, ``positive`` and optional ``negative_1..k`` columns, materialised to Parquet once.
+"""Training pairs: ``query``, ``positive`` and optional ``negative_1..k`` columns, materialised to
+Parquet once.
 
-From a Parquet file of pairs they are read as they are; from a retrieval dataset (see ``data.retrieval``) each
-judged query with a relevant document gives one row (its best-graded positive, lowest doc id on ties), with up to
-``hard_negatives`` judged non-relevant documents (MIRACL ships annotator-judged negatives). Qrels naming unknown
-queries or documents are counted and skipped, with a warning.
-"""
+From a Parquet file of pairs they are read as they are; from a retrieval dataset (see
+``data.retrieval``) each judged query with a relevant document gives one row (its best-graded
+positive, lowest doc id on ties), with up to ``hard_negatives`` judged non-relevant documents
+(MIRACL ships annotator-judged negatives). Qrels naming unknown queries or documents are counted and
+skipped, with a warning."""
 
 from __future__ import annotations
 
@@ -44,32 +45,45 @@ def read_pairs(path: Path) -> pa.Table:
     missing = [c for c in (QUERY, POSITIVE) if c not in table.column_names]
     if missing:
         raise InputError(f"pairs file {path} lacks column(s) {', '.join(missing)}")
-    keep = [QUERY, POSITIVE, *sorted(c for c in table.column_names if c.startswith(NEGATIVE_PREFIX))]
+    keep = [
+        QUERY,
+        POSITIVE,
+        *sorted(c for c in table.column_names if c.startswith(NEGATIVE_PREFIX)),
+    ]
     for name in keep:
         _check_text_column(path, name, table.column(name))
     return table.select(keep)
 
 
 def _check_text_column(path: Path, name: str, column: pa.ChunkedArray) -> None:
-    """A pairs column must hold valid UTF-8 strings: Parquet readers do not check that the bytes of a string column
-    are UTF-8, and a bad one would fail later, in a training worker, with a traceback."""
+    """A pairs column must hold valid UTF-8 strings: Parquet readers do not check that the bytes of
+    a string column are UTF-8, and a bad one would fail later, in a training worker, with a
+    traceback."""
     if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
-        raise InputError(f"pairs file {path}: column {name!r} holds {column.type}, not text (string)")
+        raise InputError(
+            f"pairs file {path}: column {name!r} holds {column.type}, not text (string)"
+        )
     try:
         column.validate(full=True)
     except pa.ArrowInvalid as err:
-        raise InputError(f"pairs file {path}: column {name!r} is not valid UTF-8 text ({err})") from None
+        raise InputError(
+            f"pairs file {path}: column {name!r} is not valid UTF-8 text ({err})"
+        ) from None
 
 
 def pairs_from_retrieval(
     data: RetrievalData, hard_negatives: int = 0, batch: int = 50_000
 ) -> tuple[pa.Table, PairStats]:
-    """One row per judged query with a relevant document; streams the corpus once for the needed texts."""
+    """One row per judged query with a relevant document; streams the corpus once for the needed
+    texts."""
     plan, unknown_q = _pair_plan(data, hard_negatives)
     texts = _corpus_texts(data, {d for _, p, negs in plan for d in (p, *negs)}, batch)
     rows, unknown_d, without_neg = _pair_rows(data, plan, texts, hard_negatives)
     stats = PairStats(
-        rows=len(rows[QUERY]), unknown_queries=unknown_q, unknown_docs=unknown_d, without_negatives=without_neg
+        rows=len(rows[QUERY]),
+        unknown_queries=unknown_q,
+        unknown_docs=unknown_d,
+        without_negatives=without_neg,
     )
     if unknown_q or unknown_d or without_neg:
         log.warning(
@@ -86,11 +100,13 @@ def pairs_from_retrieval(
 
 
 _Planned = list[tuple[str, str, list[str]]]
-"""(query id, best positive, judged negatives) per judged query with a relevant document, in query id order."""
+"""(query id, best positive, judged negatives) per judged query with a relevant document, in query
+id order."""
 
 
 def _pair_plan(data: RetrievalData, hard_negatives: int) -> tuple[_Planned, int]:
-    """Each judged query's best-graded positive (lowest id on ties) and negatives; how many are not in the topics."""
+    """Each judged query's best-graded positive (lowest id on ties) and negatives; how many are not
+    in the topics."""
     plan: _Planned = []
     unknown_q = 0
     for qid in sorted(data.qrels):
@@ -109,7 +125,9 @@ def _corpus_texts(data: RetrievalData, needed: set[str], batch: int) -> dict[str
     """doc id -> text of the ``needed`` documents, in one pass over the corpus."""
     texts: dict[str, str] = {}
     for table in data.corpus.batches(batch):
-        for doc_id, text in zip(table.column(ID).to_pylist(), table.column(TEXT).to_pylist(), strict=True):
+        for doc_id, text in zip(
+            table.column(ID).to_pylist(), table.column(TEXT).to_pylist(), strict=True
+        ):
             if doc_id in needed:
                 texts[doc_id] = text
     return texts
@@ -118,8 +136,13 @@ def _corpus_texts(data: RetrievalData, needed: set[str], batch: int) -> dict[str
 def _pair_rows(
     data: RetrievalData, plan: _Planned, texts: dict[str, str], hard_negatives: int
 ) -> tuple[dict[str, list[str]], int, int]:
-    """The pairs' columns, and how many were skipped: positive not in the corpus, too few negatives in it."""
-    rows: dict[str, list[str]] = {QUERY: [], POSITIVE: [], **{c: [] for c in negative_columns(hard_negatives)}}
+    """The pairs' columns, and how many were skipped: positive not in the corpus, too few negatives
+    in it."""
+    rows: dict[str, list[str]] = {
+        QUERY: [],
+        POSITIVE: [],
+        **{c: [] for c in negative_columns(hard_negatives)},
+    }
     unknown_d = without_neg = 0
     for qid, positive, negs in plan:
         negs = [d for d in negs if d in texts]
@@ -136,9 +159,12 @@ def _pair_rows(
     return rows, unknown_d, without_neg
 
 
-def training_pairs(spec: str, split: str = "train", hard_negatives: int = 0) -> tuple[pa.Table, PairStats]:
-    """Pairs for a dataset spec or a ``.parquet`` pairs file, or for several joined by ``+`` (their pairs one after
-    the other: ``xquad:zh+cmrc2018:zh``); an empty result is an error naming the spec."""
+def training_pairs(
+    spec: str, split: str = "train", hard_negatives: int = 0
+) -> tuple[pa.Table, PairStats]:
+    """Pairs for a dataset spec or a ``.parquet`` pairs file, or for several joined by ``+`` (their
+    pairs one after the other: ``xquad:zh+cmrc2018:zh``); an empty result is an error naming the
+    spec."""
     tables, found = [], PairStats(rows=0)
     for part in parts(spec):
         table, stats = _part_pairs(part, split, hard_negatives)
@@ -150,7 +176,9 @@ def training_pairs(spec: str, split: str = "train", hard_negatives: int = 0) -> 
             without_negatives=found.without_negatives + stats.without_negatives,
         )
     if len({t.column_names.__len__() for t in tables}) > 1:
-        raise InputError(f"training set {spec!r}: its parts have different columns (hard negatives in some only)")
+        raise InputError(
+            f"training set {spec!r}: its parts have different columns (hard negatives in some only)"
+        )
     table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
     if table.num_rows == 0:
         raise InputError(f"training set {spec!r} ({split}) is empty")

@@ -11,10 +11,10 @@
 | a directory             | BEIR: ``corpus.jsonl``, ``queries.jsonl``, ``qrels/<split>.tsv``       | its own        |
 | ``A+B``                 | training sets concatenated (fine-tuning's ``--train`` only)            | each part's    |
 
-A spec names one :class:`Source` (its loader, identity, licence, languages and the hub ids it reads); adding a
-dataset is one entry in :data:`SOURCES`. The reading-comprehension sets (XQuAD, KorQuAD, CMRC, ARCD) become
-question -> answer-sentence retrieval sets (``data.squad``), split by article the same way in every language.
-"""
+A spec names one :class:`Source` (its loader, identity, licence, languages and the hub ids it
+reads); adding a dataset is one entry in :data:`SOURCES`. The reading-comprehension sets (XQuAD,
+KorQuAD, CMRC, ARCD) become question -> answer-sentence retrieval sets (``data.squad``), split by
+article the same way in every language."""
 
 from __future__ import annotations
 
@@ -23,7 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sembridge_ray.data import squad
-from sembridge_ray.data.retrieval import RetrievalData, load_beir, load_miracl, load_webfaq, miracl_split
+from sembridge_ray.data.retrieval import (
+    RetrievalData,
+    load_beir,
+    load_miracl,
+    load_webfaq,
+    miracl_split,
+)
 from sembridge_ray.errors import InputError
 
 PARTS = "+"
@@ -32,11 +38,13 @@ PARTS = "+"
 
 @dataclass(frozen=True, kw_only=True)
 class Spec:
-    """A parsed dataset spec: its source, language and local root (a mirror or a directory), or a path."""
+    """A parsed dataset spec: its source, language and local root (a mirror or a directory), or a
+    path."""
 
     text: str
     source: str
-    """A :data:`SOURCES` key, or ``beir`` for a directory and ``pairs`` for a Parquet file of pairs."""
+    """A :data:`SOURCES` key, or ``beir`` for a directory and ``pairs`` for a Parquet file of
+    pairs."""
     lang: str = ""
     root: str = ""
 
@@ -50,7 +58,8 @@ class Source:
     """(spec, split) -> the split's queries, judgements and corpus."""
     identity: Callable[[Spec], str]
     licence: str = ""
-    """As the source states it; "" where the hub card says (read by the model card from the local hub cache)."""
+    """As the source states it; "" where the hub card says (read by the model card from the local
+    hub cache)."""
     hub_id: str = ""
     """The hub dataset it reads or stands for ("" for none)."""
     languages: tuple[str, ...] | None = None
@@ -58,11 +67,13 @@ class Source:
     splits: tuple[str, ...] | None = None
     """The splits it has (None: whatever its files or the hub have, which then say so)."""
     test_split: str = "test"
-    """The split the evaluate job scores as a test; never a development set (MIRACL's public ``dev``)."""
+    """The split the evaluate job scores as a test; never a development set (MIRACL's public
+    ``dev``)."""
     mirror: bool = False
     """Takes ``@DIR``: a local copy instead of the bundled or hub files."""
     corpus_per_split: bool = False
-    """Each split has its own corpus (the sentences of its own articles), not one corpus shared by every split."""
+    """Each split has its own corpus (the sentences of its own articles), not one corpus shared by
+    every split."""
 
 
 def _path_identity(path: Path) -> str:
@@ -130,7 +141,8 @@ SOURCES: dict[str, Source] = {
 
 
 def parse(spec: str) -> Spec:
-    """A spec as the table above reads it; one that is none of them is an :class:`InputError` naming it."""
+    """A spec as the table above reads it; one that is none of them is an :class:`InputError` naming
+    it."""
     kind, sep, rest = spec.partition(":")
     if sep and kind in SOURCES and rest:
         lang, at, root = rest.partition("@")
@@ -139,7 +151,9 @@ def parse(spec: str) -> Spec:
             raise InputError(f"dataset {spec!r}: {kind} takes no @DIR")
         if not lang or (source.languages is not None and lang not in source.languages and not root):
             have = ", ".join(source.languages or ())
-            raise InputError(f"dataset {spec!r}: {kind} has no language {lang!r} (it has {have}; or give @DIR)")
+            raise InputError(
+                f"dataset {spec!r}: {kind} has no language {lang!r} (it has {have}; or give @DIR)"
+            )
         return Spec(text=spec, source=kind, lang=lang, root=root)
     path = Path(spec).expanduser()
     if path.is_dir():
@@ -147,12 +161,16 @@ def parse(spec: str) -> Spec:
     if path.is_file():  # a Parquet file of training pairs (read_pairs says so if it is not one)
         return Spec(text=spec, source="pairs", root=str(path))
     known = ", ".join(f"{k}:<lang>" + ("[@DIR]" if s.mirror else "") for k, s in SOURCES.items())
-    raise InputError(f"dataset {spec!r} is none of {known}, a BEIR directory or a .parquet file of pairs")
+    raise InputError(
+        f"dataset {spec!r} is none of {known}, a BEIR directory or a .parquet file of pairs"
+    )
 
 
 def parts(spec: str) -> list[str]:
     """The training sets of a ``+``-joined spec (one for a plain spec)."""
-    return [p for p in spec.split(PARTS) if p] if PARTS in spec and not Path(spec).exists() else [spec]
+    return (
+        [p for p in spec.split(PARTS) if p] if PARTS in spec and not Path(spec).exists() else [spec]
+    )
 
 
 def load_retrieval(spec: str, split: str) -> RetrievalData:
@@ -161,21 +179,27 @@ def load_retrieval(spec: str, split: str) -> RetrievalData:
     if parsed.source == "beir":
         return load_beir(Path(parsed.root), split)
     if parsed.source == "pairs":
-        raise InputError(f"dataset {spec!r} is a file of training pairs, not a retrieval set with judgements")
+        raise InputError(
+            f"dataset {spec!r} is a file of training pairs, not a retrieval set with judgements"
+        )
     source = SOURCES[parsed.source]
     if source.splits is not None and split not in source.splits:
-        raise InputError(f"dataset {spec!r}: no split {split!r} (it has {', '.join(source.splits)})")
+        raise InputError(
+            f"dataset {spec!r}: no split {split!r} (it has {', '.join(source.splits)})"
+        )
     return source.load(parsed, split)
 
 
 def dataset_identity(spec: str) -> str:
-    """The identity of what a spec reads (see :mod:`sembridge_ray.identity`); a ``+``-joined spec's parts' joined.
-    A bad spec or a missing input names itself."""
+    """The identity of what a spec reads (see :mod:`sembridge_ray.identity`); a ``+``-joined spec's
+    parts' joined. A bad spec or a missing input names itself."""
     found = []
     for part in parts(spec):
         parsed = parse(part) if Path(part).expanduser().exists() or ":" in part else None
         if parsed is None:
-            raise InputError(f"dataset {part!r} not found (neither a dataset spec nor a local path)")
+            raise InputError(
+                f"dataset {part!r} not found (neither a dataset spec nor a local path)"
+            )
         if parsed.source in ("beir", "pairs"):
             found.append(_path_identity(Path(parsed.root)))
         else:
@@ -184,8 +208,8 @@ def dataset_identity(spec: str) -> str:
 
 
 def corpus_split(spec: str, split: str) -> str:
-    """``split`` where the corpus ``spec`` searches in that split is its own (what an encoding of it is keyed by),
-    "" where every split shares one corpus (a BEIR directory, WebFAQ, MIRACL)."""
+    """``split`` where the corpus ``spec`` searches in that split is its own (what an encoding of it
+    is keyed by), "" where every split shares one corpus (a BEIR directory, WebFAQ, MIRACL)."""
     try:
         parsed = parse(spec)
     except InputError:
@@ -195,7 +219,8 @@ def corpus_split(spec: str, split: str) -> str:
 
 
 def is_test_split(spec: str, split: str) -> bool:
-    """Whether ``split`` of ``spec`` is what the evaluate job scores as a test (MIRACL's public ``dev`` is)."""
+    """Whether ``split`` of ``spec`` is what the evaluate job scores as a test (MIRACL's public
+    ``dev`` is)."""
     if split == "test":
         return True
     try:
@@ -220,8 +245,9 @@ def hub_id(spec: str) -> str:
 
 
 def licence(spec: str) -> str:
-    """The licence a spec's source states ("" where its hub card or its own directory says, and for a local copy
-    ``@DIR``: it may hold anything of the format, so the source's licence is not assumed for it)."""
+    """The licence a spec's source states ("" where its hub card or its own directory says, and for
+    a local copy ``@DIR``: it may hold anything of the format, so the source's licence is not
+    assumed for it)."""
     source = SOURCES.get(spec.partition(":")[0])
     return source.licence if source is not None and "@" not in spec else ""
 

@@ -1,5 +1,6 @@
-"""Retrieval datasets in the formats they are published in: BEIR directories, MIRACL topics/qrels/corpus and WebFAQ
-on the hub (``data.squad``: SQuAD-format reading comprehension). A dataset spec is parsed in ``data.registry``.
+"""Retrieval datasets in the formats they are published in: BEIR directories, MIRACL
+topics/qrels/corpus and WebFAQ on the hub (``data.squad``: SQuAD-format reading comprehension). A
+dataset spec is parsed in ``data.registry``.
 
 | spec               | source                                                                                  |
 |--------------------|-----------------------------------------------------------------------------------------|
@@ -10,9 +11,8 @@ on the hub (``data.squad``: SQuAD-format reading comprehension). A dataset spec 
 | a directory        | BEIR layout: ``corpus.jsonl`` (_id, title, text), ``queries.jsonl`` (_id, text),           |
 |                    | ``qrels/<split>.tsv`` (query-id, corpus-id, score; header)                                |
 
-Documents are ``title + " " + text``. Corpora are streamed in Arrow batches, never held whole: MIRACL ru has
-9.5M passages. Queries and qrels are small and held in memory.
-"""
+Documents are ``title + " " + text``. Corpora are streamed in Arrow batches, never held whole:
+MIRACL ru has 9.5M passages. Queries and qrels are small and held in memory."""
 
 from __future__ import annotations
 
@@ -77,7 +77,8 @@ def doc_text(title: str | None, text: str | None) -> str:
 
 
 def jsonl_batches(paths: list[Path], id_key: str, size: int) -> Iterator[pa.Table]:
-    """Stream JSONL(.gz) documents {id_key, title?, text} as (id, text) tables; bad lines name file:line."""
+    """Stream JSONL(.gz) documents {id_key, title?, text} as (id, text) tables; bad lines name
+    file:line."""
     ids: list[str] = []
     texts: list[str] = []
     for path in paths:
@@ -89,7 +90,9 @@ def jsonl_batches(paths: list[Path], id_key: str, size: int) -> Iterator[pa.Tabl
                 ids.append(str(row[id_key]))
                 texts.append(doc_text(row.get("title"), row.get("text")))
             except (ValueError, KeyError, TypeError):
-                raise InputError(f"{path}:{lineno}: not a JSON object with {id_key!r} and 'text'") from None
+                raise InputError(
+                    f"{path}:{lineno}: not a JSON object with {id_key!r} and 'text'"
+                ) from None
             if len(ids) == size:
                 yield pa.table({ID: ids, TEXT: texts}, schema=CORPUS_SCHEMA)
                 ids, texts = [], []
@@ -132,15 +135,22 @@ def read_tsv_topics(path: Path) -> dict[str, str]:
 
 
 def read_qrels(path: Path) -> Qrels:
-    """TREC qrels (``qid Q0 docid rel``, no header) or BEIR qrels (``query-id corpus-id score``, header)."""
+    """TREC qrels (``qid Q0 docid rel``, no header) or BEIR qrels (``query-id corpus-id score``,
+    header)."""
     qrels: Qrels = {}
     for lineno, line in text_lines(path):
         fields = line.split()
         if not fields or (lineno == 1 and fields[0] == "query-id"):
             continue
         if len(fields) not in (3, 4):
-            raise InputError(f"{path}:{lineno}: expected 3 (BEIR) or 4 (TREC) columns, got {len(fields)}")
-        qid, doc, rel = (fields[0], fields[1], fields[2]) if len(fields) == 3 else (fields[0], fields[2], fields[3])
+            raise InputError(
+                f"{path}:{lineno}: expected 3 (BEIR) or 4 (TREC) columns, got {len(fields)}"
+            )
+        qid, doc, rel = (
+            (fields[0], fields[1], fields[2])
+            if len(fields) == 3
+            else (fields[0], fields[2], fields[3])
+        )
         try:
             qrels.setdefault(qid, {})[doc] = int(float(rel))
         except ValueError:
@@ -155,7 +165,9 @@ def load_beir(root: Path, split: str) -> RetrievalData:
             raise InputError(f"BEIR directory {root}: {rel} not found")
     qrels_path = root / "qrels" / f"{split}.tsv"
     if not qrels_path.is_file():
-        raise InputError(f"BEIR directory {root}: no qrels for split {split!r} ({qrels_path} not found)")
+        raise InputError(
+            f"BEIR directory {root}: no qrels for split {split!r} ({qrels_path} not found)"
+        )
     corpus = Corpus(str(root), lambda n: jsonl_batches([root / "corpus.jsonl"], "_id", n))
     return RetrievalData(
         name=str(root),
@@ -167,7 +179,8 @@ def load_beir(root: Path, split: str) -> RetrievalData:
 
 
 def miracl_split(split: str) -> str:
-    """MIRACL publishes train/dev judgements; its test sets are hidden, so ``test`` evaluates on ``dev``."""
+    """MIRACL publishes train/dev judgements; its test sets are hidden, so ``test`` evaluates on
+    ``dev``."""
     return "dev" if split == "test" else split
 
 
@@ -191,11 +204,17 @@ def load_miracl(lang: str, split: str, mirror: Path | None = None) -> RetrievalD
 
     def batches(n: int) -> Iterator[pa.Table]:
         if not doc_files:
-            raise InputError(f"MIRACL {lang}: no corpus files (hub miracl/miracl-corpus or {mirror}/{lang}/corpus/)")
+            raise InputError(
+                f"MIRACL {lang}: no corpus files (hub miracl/miracl-corpus or {mirror}/{lang}/corpus/)"
+            )
         return jsonl_batches(doc_files, "docid", n)
 
     return RetrievalData(
-        name=f"miracl:{lang}", split=sp, queries=queries, qrels=judged, corpus=Corpus(f"miracl-corpus:{lang}", batches)
+        name=f"miracl:{lang}",
+        split=sp,
+        queries=queries,
+        qrels=judged,
+        corpus=Corpus(f"miracl-corpus:{lang}", batches),
     )
 
 
@@ -205,18 +224,23 @@ def _hub_file(repo: str, filename: str) -> Path:
     try:
         return Path(hf_hub_download(repo, filename, repo_type="dataset"))
     except Exception as err:  # the hub client raises many types; all mean "cannot have this file"
-        raise InputError(f"cannot fetch {filename} from hub dataset {repo}: {type(err).__name__}") from None
+        raise InputError(
+            f"cannot fetch {filename} from hub dataset {repo}: {type(err).__name__}"
+        ) from None
 
 
 def load_webfaq(lang: str, split: str) -> RetrievalData:
-    """WebFAQ retrieval configs ``<iso3>-corpus`` (split corpus), ``<iso3>-queries``, ``<iso3>-qrels``."""
+    """WebFAQ retrieval configs ``<iso3>-corpus`` (split corpus), ``<iso3>-queries``,
+    ``<iso3>-qrels``."""
     import datasets
 
     code = ISO639_3.get(lang, lang)
 
     def hub(config: str, hub_split: str) -> Any:
         try:
-            return datasets.load_dataset("PaDaS-Lab/webfaq-retrieval", f"{code}-{config}", split=hub_split)
+            return datasets.load_dataset(
+                "PaDaS-Lab/webfaq-retrieval", f"{code}-{config}", split=hub_split
+            )
         except Exception as err:  # datasets raises many types; all mean "cannot have this data"
             raise InputError(
                 f"cannot load PaDaS-Lab/webfaq-retrieval {code}-{config}[{hub_split}]: {type(err).__name__}"
@@ -227,7 +251,8 @@ def load_webfaq(lang: str, split: str) -> RetrievalData:
         qrels.setdefault(str(row["query-id"]), {})[str(row["corpus-id"])] = int(float(row["score"]))
     try:
         query_rows = hub("queries", split)
-    except InputError:  # older revisions had one "queries" split for all: filtered by the qrels below
+    # older revisions had one "queries" split for all: filtered by the qrels below
+    except InputError:
         query_rows = hub("queries", "queries")
     queries: dict[str, str] = {}
     for row in query_rows:
@@ -250,5 +275,7 @@ def load_webfaq(lang: str, split: str) -> RetrievalData:
 def positives(qrels: Qrels) -> Qrels:
     """Only the relevant judgements (grade > 0)."""
     return {
-        q: {d: g for d, g in docs.items() if g > 0} for q, docs in qrels.items() if any(g > 0 for g in docs.values())
+        q: {d: g for d, g in docs.items() if g > 0}
+        for q, docs in qrels.items()
+        if any(g > 0 for g in docs.values())
     }

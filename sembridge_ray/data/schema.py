@@ -6,7 +6,9 @@ import pyarrow as pa
 
 # Sparse vectors: one row per text.
 ID, TEXT, INDICES, VALUES = "id", "text", "indices", "values"
-SPARSE_SCHEMA = pa.schema([(ID, pa.string()), (INDICES, pa.list_(pa.int32())), (VALUES, pa.list_(pa.float32()))])
+SPARSE_SCHEMA = pa.schema(
+    [(ID, pa.string()), (INDICES, pa.list_(pa.int32())), (VALUES, pa.list_(pa.float32()))]
+)
 
 # Training pairs (Parquet): query, positive, optional negative_1..negative_k.
 QUERY, POSITIVE, NEGATIVE_PREFIX = "query", "positive", "negative"

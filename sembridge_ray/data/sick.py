@@ -9,9 +9,14 @@ from pathlib import Path
 from sembridge_ray.errors import InputError
 from sembridge_ray.text import text_lines
 
-SICK_FILES = {"train": "SICK_train.txt", "trial": "SICK_trial.txt", "test": "SICK_test_annotated.txt"}
+SICK_FILES = {
+    "train": "SICK_train.txt",
+    "trial": "SICK_trial.txt",
+    "test": "SICK_test_annotated.txt",
+}
 BEIR_SPLITS = {"train": "train", "dev": "trial", "test": "test"}
-"""BEIR split -> the SICK file it is built from: SICK's trial split is the development set, never trained on."""
+"""BEIR split -> the SICK file it is built from: SICK's trial split is the development set, never
+trained on."""
 _REQUIRED = ("pair_ID", "sentence_A", "sentence_B", "relatedness_score")
 
 
@@ -30,7 +35,9 @@ def read_sick(path: Path) -> list[Pair]:
     path = Path(path)
     if not path.is_file():
         raise InputError(f"SICK file not found: {path}")
-    rows = list(csv.reader((line for _, line in text_lines(path)), delimiter="\t", quoting=csv.QUOTE_NONE))
+    rows = list(
+        csv.reader((line for _, line in text_lines(path)), delimiter="\t", quoting=csv.QUOTE_NONE)
+    )
     if not rows or any(col not in rows[0] for col in _REQUIRED):
         raise InputError(f"{path}:1: header must contain {', '.join(_REQUIRED)}")
     header = rows[0]
@@ -45,7 +52,9 @@ def read_sick(path: Path) -> list[Pair]:
         try:
             value = float(score)
         except ValueError:
-            raise InputError(f"{path}:{lineno}: relatedness_score {score!r} is not a number") from None
+            raise InputError(
+                f"{path}:{lineno}: relatedness_score {score!r} is not a number"
+            ) from None
         pairs.append(Pair(pair_id=pid, a=a, b=b, score=value))
     if not pairs:
         raise InputError(f"{path}: no pairs")
@@ -71,18 +80,20 @@ def write_sick_beir(
 ) -> Path:
     """A BEIR-layout retrieval set from real SICK judgements.
 
-    Queries are sentence A, documents are sentence B (both deduplicated, ids ``q<n>``/``d<n>`` in first-seen
-    order over ``splits``). A pair with relatedness >= ``min_score`` makes B relevant to A: grade 2 from 4.5, else
-    1 (graded, so nDCG's gains matter). ``qrels/<split>.tsv`` comes from the SICK file :data:`BEIR_SPLITS` names
-    (``train`` from train, ``dev`` from trial, ``test`` from test), so a fine-tuning that trains on ``train`` and
-    selects on ``dev`` never sees its development pairs; ``limit`` keeps the first n pairs of each split (smoke
-    runs); ``splits`` picks which splits feed the corpus and qrels.
-    """
+    Queries are sentence A, documents are sentence B (both deduplicated, ids ``q<n>``/``d<n>`` in
+    first-seen order over ``splits``). A pair with relatedness >= ``min_score`` makes B relevant to
+    A: grade 2 from 4.5, else 1 (graded, so nDCG's gains matter). ``qrels/<split>.tsv`` comes from
+    the SICK file :data:`BEIR_SPLITS` names (``train`` from train, ``dev`` from trial, ``test`` from
+    test), so a fine-tuning that trains on ``train`` and selects on ``dev`` never sees its
+    development pairs; ``limit`` keeps the first n pairs of each split (smoke runs); ``splits``
+    picks which splits feed the corpus and qrels."""
     from sembridge_ray.outputs import atomic_path
 
     unknown = [s for s in splits if s not in BEIR_SPLITS]
     if unknown:
-        raise InputError(f"unknown SICK BEIR split {unknown[0]!r} (known: {', '.join(BEIR_SPLITS)})")
+        raise InputError(
+            f"unknown SICK BEIR split {unknown[0]!r} (known: {', '.join(BEIR_SPLITS)})"
+        )
     pairs_of = {name: read_sick_split(sick_dir, BEIR_SPLITS[name]) for name in splits}
     queries, docs, qrels = _beir_judgements(pairs_of, min_score, limit)
     with atomic_path(Path(out_dir)) as tmp:
@@ -93,7 +104,8 @@ def write_sick_beir(
 def _beir_judgements(
     pairs_of: dict[str, list[Pair]], min_score: float, limit: int | None
 ) -> tuple[dict[str, str], dict[str, str], _Qrels]:
-    """(query text -> id, document text -> id, qrels per split) from the first ``limit`` pairs of each split."""
+    """(query text -> id, document text -> id, qrels per split) from the first ``limit`` pairs of
+    each split."""
     queries: dict[str, str] = {}
     docs: dict[str, str] = {}
     qrels: _Qrels = {}
@@ -112,10 +124,14 @@ def _write_beir(folder: Path, queries: dict[str, str], docs: dict[str, str], qre
     import json
 
     (folder / "qrels").mkdir(parents=True)
-    lines = [json.dumps({"_id": i, "title": "", "text": t}, ensure_ascii=False) for t, i in docs.items()]
+    lines = [
+        json.dumps({"_id": i, "title": "", "text": t}, ensure_ascii=False) for t, i in docs.items()
+    ]
     (folder / "corpus.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     lines = [json.dumps({"_id": i, "text": t}, ensure_ascii=False) for t, i in queries.items()]
     (folder / "queries.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     for split, rows in qrels.items():
         body = "".join(f"{q}\t{d}\t{g}\n" for q, d, g in sorted(set(rows)))
-        (folder / "qrels" / f"{split}.tsv").write_text("query-id\tcorpus-id\tscore\n" + body, encoding="utf-8")
+        (folder / "qrels" / f"{split}.tsv").write_text(
+            "query-id\tcorpus-id\tscore\n" + body, encoding="utf-8"
+        )

@@ -1,22 +1,26 @@
-"""Retrieval sets from SQuAD v1.1-format reading-comprehension files: XQuAD, KorQuAD 1.0, CMRC 2018, ARCD.
+"""Retrieval sets from SQuAD v1.1-format reading-comprehension files: XQuAD, KorQuAD 1.0, CMRC 2018,
+ARCD.
 
 The rules, the same for every source:
 
-- A query is a question; its id is the question's ``id`` (XQuAD uses the same ids in every language).
+- A query is a question; its id is the question's ``id`` (XQuAD uses the same ids in every
+  language).
 - The documents are the sentences of the paragraphs of the split's articles, with ids
-  ``<article>-<paragraph>-<sentence>`` (indices from 0; the article index counts across a source's files in the
-  order :data:`SOURCES` lists them). The article-paragraph prefix is the same in every XQuAD language; the sentence
-  count may differ. Titles are not used.
-- Sentences (:func:`sentence_spans`): a sentence ends after ``.`` ``!`` ``?`` followed by whitespace, and after
-  ``।`` ``。`` ``！`` ``？`` ``؟`` (no whitespace needed), except inside a question's answer. The spans partition
-  the paragraph, so every ``answer_start`` inside it falls in exactly one sentence.
-- The one relevant document of a question (grade 1) is the sentence holding its first answer's ``answer_start``;
-  a start outside its paragraph is an :class:`InputError` naming the question.
-- Splits by article index (:func:`article_splits`): ``train`` the first third, ``dev`` the next sixth, ``test`` the
-  rest; CMRC 2018 and ARCD are training data only, with every article in ``train``.
+  ``<article>-<paragraph>-<sentence>`` (indices from 0; the article index counts across a source's
+  files in the order :data:`SOURCES` lists them). The article-paragraph prefix is the same in every
+  XQuAD language; the sentence count may differ. Titles are not used.
+- Sentences (:func:`sentence_spans`): a sentence ends after ``.`` ``!`` ``?`` followed by
+  whitespace, and after ``।`` ``。`` ``！`` ``？`` ``؟`` (no whitespace needed), except inside a
+  question's answer. The spans partition the paragraph, so every ``answer_start`` inside it falls in
+  exactly one sentence.
+- The one relevant document of a question (grade 1) is the sentence holding its first answer's
+  ``answer_start``; a start outside its paragraph is an :class:`InputError` naming the question.
+- Splits by article index (:func:`article_splits`): ``train`` the first third, ``dev`` the next
+  sixth, ``test`` the rest; CMRC 2018 and ARCD are training data only, with every article in
+  ``train``.
 
-KorQuAD 1.0 is CC BY-ND 2.0 KR (no derivatives): its file ships unmodified and is converted here, in memory only.
-"""
+KorQuAD 1.0 is CC BY-ND 2.0 KR (no derivatives): its file ships unmodified and is converted here, in
+memory only."""
 
 from __future__ import annotations
 
@@ -37,15 +41,16 @@ from sembridge_ray.errors import InputError
 from sembridge_ray.resources import ARCD_DIR, CMRC2018_DIR, KORQUAD_DIR, XQUAD_DIR
 
 SPLITS = ("train", "dev", "test")
-# A boundary: whitespace after . ! ? (so "3.14" and "U.S.A" stay whole), or right after a CJK, Devanagari or
-# Arabic sentence end. The whitespace joins the sentence before it.
+# A boundary: whitespace after . ! ? (so "3.14" and "U.S.A" stay whole), or right after a CJK,
+# Devanagari or Arabic sentence end. The whitespace joins the sentence before it.
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[।。！？؟])\s*")
 LANG_CODE = re.compile(r"[A-Za-z]{2,3}(?:[-_][A-Za-z0-9]+)*")
 
 
 @dataclass(frozen=True, kw_only=True)
 class Question:
-    """A question and its first answer's character span in the paragraph (``end`` from the answer text's length)."""
+    """A question and its first answer's character span in the paragraph (``end`` from the answer
+    text's length)."""
 
     qid: str
     text: str
@@ -63,7 +68,8 @@ Article = tuple[Paragraph, ...]
 
 
 def _read_json(path: Path) -> Any:
-    """A JSON file (UTF-8, an optional BOM); a missing file, bad UTF-8 or bad JSON is one line naming the file."""
+    """A JSON file (UTF-8, an optional BOM); a missing file, bad UTF-8 or bad JSON is one line
+    naming the file."""
     try:
         raw = path.read_bytes()
     except (FileNotFoundError, IsADirectoryError):
@@ -80,16 +86,21 @@ def _read_json(path: Path) -> Any:
 def _question(qa: Any, where: str) -> Question:
     qid, text, answers = str(qa["id"]), qa["question"], qa["answers"]
     if not answers:
-        raise InputError(f"{where}: question {qid!r} has no answer (SQuAD 2.0 unanswerable questions are not read)")
+        raise InputError(
+            f"{where}: question {qid!r} has no answer (SQuAD 2.0 unanswerable questions are not read)"
+        )
     start, answer = answers[0]["answer_start"], answers[0]["text"]
     if not isinstance(text, str) or not isinstance(answer, str) or type(start) is not int:
-        raise InputError(f"{where}: question {qid!r}: 'question', 'text' or 'answer_start' has the wrong type")
+        raise InputError(
+            f"{where}: question {qid!r}: 'question', 'text' or 'answer_start' has the wrong type"
+        )
     return Question(qid=qid, text=text, start=start, end=start + len(answer))
 
 
 def read_squad(path: Path) -> list[Article]:
-    """The articles of a SQuAD v1.1 JSON file (``data[].paragraphs[].{context, qas[]}``), in file order; a field
-    that is missing or of the wrong type is an :class:`InputError` naming the article and paragraph."""
+    """The articles of a SQuAD v1.1 JSON file (``data[].paragraphs[].{context, qas[]}``), in file
+    order; a field that is missing or of the wrong type is an :class:`InputError` naming the article
+    and paragraph."""
     data = _read_json(path)
     articles: list[Article] = []
     try:
@@ -107,11 +118,14 @@ def read_squad(path: Path) -> list[Article]:
     return articles
 
 
-def sentence_spans(context: str, keep_whole: Iterable[tuple[int, int]] = ()) -> list[tuple[int, int]]:
-    """Sentence spans ``[start, end)`` that partition ``context`` (empty for blank text), each one's whitespace
-    kept at its end. No boundary falls strictly inside a ``keep_whole`` span: the answers of a paragraph's
-    questions, so that the relevant sentence holds the whole answer (initials as in "John C. Messenger" and
-    answers of two sentences would otherwise be cut; 2-17 of XQuAD's 1,190 questions per language)."""
+def sentence_spans(
+    context: str, keep_whole: Iterable[tuple[int, int]] = ()
+) -> list[tuple[int, int]]:
+    """Sentence spans ``[start, end)`` that partition ``context`` (empty for blank text), each one's
+    whitespace kept at its end. No boundary falls strictly inside a ``keep_whole`` span: the answers
+    of a paragraph's questions, so that the relevant sentence holds the whole answer (initials as in
+    "John C. Messenger" and answers of two sentences would otherwise be cut; 2-17 of XQuAD's 1,190
+    questions per language)."""
     if not context.strip():
         return []
     keep = list(keep_whole)
@@ -125,19 +139,23 @@ def sentence_spans(context: str, keep_whole: Iterable[tuple[int, int]] = ()) -> 
 
 
 def article_splits(n: int) -> dict[str, range]:
-    """Article indices per split for a file of ``n`` articles: ``train`` the first third, ``dev`` the next sixth,
-    ``test`` the rest (half), the two boundaries n/3 and n/2 rounded half up to whole articles: ``(n + 1) // 3``
-    and ``(n + 1) // 2``. XQuAD (48): 0-15, 16-23, 24-47. KorQuAD 1.0 dev (140): 0-46, 47-69, 70-139."""
+    """Article indices per split for a file of ``n`` articles: ``train`` the first third, ``dev``
+    the next sixth, ``test`` the rest (half), the two boundaries n/3 and n/2 rounded half up to
+    whole articles: ``(n + 1) // 3`` and ``(n + 1) // 2``. XQuAD (48): 0-15, 16-23, 24-47. KorQuAD
+    1.0 dev (140): 0-46, 47-69, 70-139."""
     first, second = (n + 1) // 3, (n + 1) // 2
     return {"train": range(first), "dev": range(first, second), "test": range(second, n)}
 
 
 def training_only(n: int) -> dict[str, range]:
-    """Every article in ``train``: for sources used only to make training pairs (CMRC 2018, ARCD)."""
+    """Every article in ``train``: for sources used only to make training pairs (CMRC 2018,
+    ARCD)."""
     return {"train": range(n)}
 
 
-def squad_retrieval(name: str, split: str, articles: Sequence[Article], indices: range) -> RetrievalData:
+def squad_retrieval(
+    name: str, split: str, articles: Sequence[Article], indices: range
+) -> RetrievalData:
     """The retrieval set of the articles at ``indices`` (see the module docstring for the rules)."""
     queries: dict[str, str] = {}
     qrels: Qrels = {}
@@ -161,7 +179,11 @@ def squad_retrieval(name: str, split: str, articles: Sequence[Article], indices:
                 queries[q.qid] = q.text
                 qrels[q.qid] = {f"{a}-{p}-{s}": 1}
     return RetrievalData(
-        name=name, split=split, queries=queries, qrels=qrels, corpus=Corpus(f"{name}/{split}", _batcher(ids, texts))
+        name=name,
+        split=split,
+        queries=queries,
+        qrels=qrels,
+        corpus=Corpus(f"{name}/{split}", _batcher(ids, texts)),
     )
 
 
@@ -185,26 +207,32 @@ class SquadSource:
     loader: SquadLoader
     licence: str
     languages: tuple[str, ...] | None
-    """The languages it reads from a directory; None: any (an XQuAD-format ``<dir>/xquad.<lang>.json``)."""
+    """The languages it reads from a directory; None: any (an XQuAD-format
+    ``<dir>/xquad.<lang>.json``)."""
     bundled_languages: tuple[str, ...]
     bundled: Path
-    """The bundled directory (``resources/data/<source>``; its README and licence notice beside the files)."""
+    """The bundled directory (``resources/data/<source>``; its README and licence notice beside the
+    files)."""
     file_names: Callable[[str], tuple[str, ...]]
     """The files read for a language, in order, under ``bundled`` or the directory given."""
     split_rule: Callable[[int], dict[str, range]]
     mirror: bool
-    """Whether the registry's spec takes ``@DIR`` (every loader here reads a directory given as ``root``)."""
+    """Whether the registry's spec takes ``@DIR`` (every loader here reads a directory given as
+    ``root``)."""
 
     @property
     def splits(self) -> tuple[str, ...]:
         return tuple(self.split_rule(0))
 
     def files(self, lang: str, root: Path | None = None) -> list[Path]:
-        """The files for ``lang``: bundled, or under ``root``; a missing one is one line naming what was sought."""
+        """The files for ``lang``: bundled, or under ``root``; a missing one is one line naming what
+        was sought."""
         if not LANG_CODE.fullmatch(lang):
             raise InputError(f"{self.name}: {lang!r} is not a language code")
         if self.languages is not None and lang not in self.languages:
-            raise InputError(f"{self.name}: no language {lang!r} (it has: {', '.join(self.languages)})")
+            raise InputError(
+                f"{self.name}: no language {lang!r} (it has: {', '.join(self.languages)})"
+            )
         if root is None:
             if lang not in self.bundled_languages:
                 raise InputError(
@@ -214,20 +242,23 @@ class SquadSource:
             return [self.bundled / f for f in self.file_names(lang)]
         if not Path(root).is_dir():
             raise InputError(f"{self.name}: directory {root} not found")
-        missing = [str(Path(root) / f) for f in self.file_names(lang) if not (Path(root) / f).is_file()]
+        missing = [
+            str(Path(root) / f) for f in self.file_names(lang) if not (Path(root) / f).is_file()
+        ]
         if missing:
             raise InputError(f"{self.name}: {', '.join(missing)} not found")
         return [Path(root) / f for f in self.file_names(lang)]
 
 
 def source_files(name: str, lang: str, root: Path | None = None) -> list[Path]:
-    """The files a source reads for ``lang``, bundled or under ``root`` (see :meth:`SquadSource.files`)."""
+    """The files a source reads for ``lang``, bundled or under ``root`` (see
+    :meth:`SquadSource.files`)."""
     return _source(name).files(lang, root)
 
 
 def source_file(name: str, lang: str, root: Path | None = None) -> Path:
-    """The one path whose contents identify what a source reads: its file, or the directory holding its files
-    where it reads several (CMRC 2018: dev + trial)."""
+    """The one path whose contents identify what a source reads: its file, or the directory holding
+    its files where it reads several (CMRC 2018: dev + trial)."""
     files = source_files(name, lang, root)
     return files[0] if len(files) == 1 else files[0].parent
 
@@ -239,20 +270,26 @@ def _source(name: str) -> SquadSource:
 
 
 def load(name: str, lang: str, split: str, root: Path | None = None) -> RetrievalData:
-    """One split of a source's retrieval set; a split it lacks is one line naming the source and its splits."""
+    """One split of a source's retrieval set; a split it lacks is one line naming the source and its
+    splits."""
     source = _source(name)
     if split not in source.splits:
-        raise InputError(f"{source.name} has only the split(s) {', '.join(source.splits)}, not {split!r}")
+        raise InputError(
+            f"{source.name} has only the split(s) {', '.join(source.splits)}, not {split!r}"
+        )
     articles = [article for path in source.files(lang, root) for article in read_squad(path)]
     indices = source.split_rule(len(articles))[split]
     spec = f"{name}:{lang}" + (f"@{root}" if root is not None else "")
     if not indices:
-        raise InputError(f"{spec}: split {split!r} has no articles (the file(s) hold {len(articles)})")
+        raise InputError(
+            f"{spec}: split {split!r} has no articles (the file(s) hold {len(articles)})"
+        )
     return squad_retrieval(spec, split, articles, indices)
 
 
 def load_xquad(lang: str, split: str, root: Path | None = None) -> RetrievalData:
-    """XQuAD ``xquad.<lang>.json``: bundled for en, ar, zh, hi, ru; any language from a directory. Split by article."""
+    """XQuAD ``xquad.<lang>.json``: bundled for en, ar, zh, hi, ru; any language from a directory.
+    Split by article."""
     return load("xquad", lang, split, root)
 
 
@@ -317,6 +354,6 @@ SOURCES: Mapping[str, SquadSource] = {
         mirror=False,
     ),
 }
-"""Source name -> its loader, licence, languages and bundled files: read by the dataset registry (specs
-``xquad:<lang>[@DIR]``, ``korquad:ko[@DIR]``, ``cmrc2018:zh``, ``arcd:ar``), with :func:`load` and
-:func:`source_file`."""
+"""Source name -> its loader, licence, languages and bundled files: read by the dataset registry
+(specs ``xquad:<lang>[@DIR]``, ``korquad:ko[@DIR]``, ``cmrc2018:zh``, ``arcd:ar``), with
+:func:`load` and :func:`source_file`."""

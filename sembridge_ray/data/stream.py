@@ -1,16 +1,18 @@
-"""The training stream: pairs in the exact order training consumes them, materialised to Parquet once.
+"""The training stream: pairs in the exact order training consumes them, materialised to Parquet
+once.
 
-Row ``s · B + i`` is pair i of global batch s (B = the global batch size). With ``batch_sampler=no_duplicates``
-(the default) epoch e is cut by sentence-transformers' own ``NoDuplicatesBatchSampler`` (seed + e): no text occurs
-twice in a global batch, so no in-batch negative is a copy of another pair's query or positive. With
-``batch_sampler`` epoch e is a permutation of the pairs seeded by (seed, e), cut to whole batches (the order
-before duplicate-free batches existed). Because the order lives in the file, step s sees the same pairs for any
-number of workers and after any resume: a resumed run skips s · B rows and continues.
+Row ``s · B + i`` is pair i of global batch s (B = the global batch size). With
+``batch_sampler=no_duplicates`` (the default) epoch e is cut by sentence-transformers' own
+``NoDuplicatesBatchSampler`` (seed + e): no text occurs twice in a global batch, so no in-batch
+negative is a copy of another pair's query or positive. With ``batch_sampler`` epoch e is a
+permutation of the pairs seeded by (seed, e), cut to whole batches (the order before duplicate-free
+batches existed). Because the order lives in the file, step s sees the same pairs for any number of
+workers and after any resume: a resumed run skips s · B rows and continues.
 
 The stream and its settings (``train_stream.json``) form one :mod:`sembridge_ray.cache` entry,
-``<out_dir>/train_stream/``: a resume reuses them only when both verify against their sha256 and the settings
-match; otherwise the entry is moved aside with a warning and the stream is materialised again.
-"""
+``<out_dir>/train_stream/``: a resume reuses them only when both verify against their sha256 and the
+settings match; otherwise the entry is moved aside with a warning and the stream is materialised
+again."""
 
 from __future__ import annotations
 
@@ -35,7 +37,8 @@ STREAM_ENTRY, STREAM_FILE, STREAM_INFO = "train_stream", "train_stream.parquet",
 
 @dataclass(frozen=True, kw_only=True)
 class StreamInfo:
-    """What was materialised, and the settings it was materialised for (a rerun reuses a matching stream)."""
+    """What was materialised, and the settings it was materialised for (a rerun reuses a matching
+    stream)."""
 
     spec: str
     split: str
@@ -56,12 +59,12 @@ class StreamInfo:
 def training_stream(
     pairs: pa.Table, batch_size: int, steps: int, seed: int, batch_sampler: str = "no_duplicates"
 ) -> pa.Table:
-    """pairs (N rows) -> the first ``steps`` global batches (steps · batch_size rows) over seeded epochs.
+    """pairs (N rows) -> the first ``steps`` global batches (steps · batch_size rows) over seeded
+    epochs.
 
-    ``batch_sampler``: each epoch is ``NoDuplicatesBatchSampler(seed=seed, drop_last=True)`` at epoch e (its
-    ``N // batch_size`` batches), or ``np.random.default_rng([seed, epoch]).permutation(N)`` truncated to whole
-    batches.
-    """
+    ``batch_sampler``: each epoch is ``NoDuplicatesBatchSampler(seed=seed, drop_last=True)`` at
+    epoch e (its ``N // batch_size`` batches), or ``np.random.default_rng([seed,
+    epoch]).permutation(N)`` truncated to whole batches."""
     per_epoch = pairs.num_rows // batch_size
     if per_epoch == 0:
         raise ValueError(f"{pairs.num_rows} pairs make no global batch of {batch_size}")
@@ -77,16 +80,23 @@ def training_stream(
     return pa.concat_tables(parts).slice(0, steps * batch_size)
 
 
-def _no_duplicate_orders(pairs: pa.Table, batch_size: int, seed: int, epochs: int) -> Iterator[np.ndarray]:
-    """Each epoch's row order as sentence-transformers' ``NoDuplicatesBatchSampler`` batches it (the sampler a
-    ``SparseEncoderTrainer`` user picks with ``BatchSamplers.NO_DUPLICATES``), batches concatenated."""
+def _no_duplicate_orders(
+    pairs: pa.Table, batch_size: int, seed: int, epochs: int
+) -> Iterator[np.ndarray]:
+    """Each epoch's row order as sentence-transformers' ``NoDuplicatesBatchSampler`` batches it (the
+    sampler a ``SparseEncoderTrainer`` user picks with ``BatchSamplers.NO_DUPLICATES``), batches
+    concatenated."""
     import torch
     from datasets import Dataset
     from datasets.table import InMemoryTable
     from sentence_transformers.base.sampler import NoDuplicatesBatchSampler
 
     sampler = NoDuplicatesBatchSampler(
-        Dataset(InMemoryTable(pairs)), batch_size=batch_size, drop_last=True, generator=torch.Generator(), seed=seed
+        Dataset(InMemoryTable(pairs)),
+        batch_size=batch_size,
+        drop_last=True,
+        generator=torch.Generator(),
+        seed=seed,
     )
     for epoch in range(epochs):
         sampler.set_epoch(epoch)
@@ -94,11 +104,11 @@ def _no_duplicate_orders(pairs: pa.Table, batch_size: int, seed: int, epochs: in
 
 
 def materialise_stream(request: StreamInfo, out_dir: Path) -> tuple[Path, StreamInfo]:
-    """Write ``out_dir/train_stream/train_stream.parquet`` (+ ``.json``) for ``request``, or reuse the one already
-    there when it verifies and was made for the same settings.
+    """Write ``out_dir/train_stream/train_stream.parquet`` (+ ``.json``) for ``request``, or reuse
+    the one already there when it verifies and was made for the same settings.
 
-    An empty training set, or fewer pairs than one global batch, is an :class:`InputError` naming the spec.
-    """
+    An empty training set, or fewer pairs than one global batch, is an :class:`InputError` naming
+    the spec."""
     entry = Path(out_dir) / STREAM_ENTRY
     (path, info), hit = cache.fetch(
         entry,
@@ -115,7 +125,8 @@ def _stored_stream(entry: cache.Entry, request: StreamInfo) -> tuple[Path, Strea
     info = StreamInfo(**json.loads(entry.read_bytes(STREAM_INFO)))
     if _settings(info) != _settings(request):
         raise cache.Corrupt(entry.current, "made for other settings")
-    return entry.path / STREAM_FILE, info  # the cache streams the Parquet file through sha256 before it is served
+    # the cache streams the Parquet file through sha256 before it is served
+    return entry.path / STREAM_FILE, info
 
 
 def _build_stream(request: StreamInfo, entry: Path, tmp: Path) -> tuple[Path, StreamInfo]:
@@ -142,12 +153,28 @@ def _build_stream(request: StreamInfo, entry: Path, tmp: Path) -> tuple[Path, St
     pq.write_table(stream, tmp / STREAM_FILE, row_group_size=8192)
     (tmp / STREAM_INFO).write_text(json.dumps(asdict(info), indent=2) + "\n", encoding="utf-8")
     path = entry / STREAM_FILE
-    log.info("training stream: %d pairs, %d steps per epoch, %d steps -> %s", info.pairs, per_epoch, total, path)
+    log.info(
+        "training stream: %d pairs, %d steps per epoch, %d steps -> %s",
+        info.pairs,
+        per_epoch,
+        total,
+        path,
+    )
     return path, info
 
 
-_SETTINGS = ("spec", "split", "hard_negatives", "batch_size", "epochs", "max_steps", "seed", "batch_sampler")
-"""The fields of a :class:`StreamInfo` the stream is made from (the rest is counted while it is made)."""
+_SETTINGS = (
+    "spec",
+    "split",
+    "hard_negatives",
+    "batch_size",
+    "epochs",
+    "max_steps",
+    "seed",
+    "batch_sampler",
+)
+"""The fields of a :class:`StreamInfo` the stream is made from (the rest is counted while it is
+made)."""
 
 
 def _settings(info: StreamInfo) -> tuple[object, ...]:

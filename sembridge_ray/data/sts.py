@@ -1,4 +1,5 @@
-"""SemEval STS 2012-2016 pairs (``score<TAB>s1<TAB>s2``, 0-5, no header; unscored lines are dropped)."""
+"""SemEval STS 2012-2016 pairs (``score<TAB>s1<TAB>s2``, 0-5, no header; unscored lines are
+dropped)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from sembridge_ray.text import text_lines
 
 
 def read_sts(path: Path) -> list[Pair]:
-    """Read one STS file; a wrong column count or a non-numeric score is an error naming ``file:line``."""
+    """Read one STS file; a wrong column count or a non-numeric score is an error naming
+    ``file:line``."""
     path = Path(path)
     if not path.is_file():
         raise InputError(f"STS file not found: {path}")
@@ -22,7 +24,9 @@ def read_sts(path: Path) -> list[Pair]:
             continue
         fields = line.split("\t")
         if len(fields) != 3:
-            raise InputError(f"{path}:{lineno}: expected 3 tab-separated columns, got {len(fields)}")
+            raise InputError(
+                f"{path}:{lineno}: expected 3 tab-separated columns, got {len(fields)}"
+            )
         score, a, b = fields
         if not score.strip():
             continue  # pairs the organisers did not score
@@ -30,7 +34,9 @@ def read_sts(path: Path) -> list[Pair]:
             value = float(score)
         except ValueError:
             raise InputError(f"{path}:{lineno}: score {score!r} is not a number") from None
-        pairs.append(Pair(pair_id=f"{path.parent.name}/{path.name}:{lineno}", a=a, b=b, score=value))
+        pairs.append(
+            Pair(pair_id=f"{path.parent.name}/{path.name}:{lineno}", a=a, b=b, score=value)
+        )
     return pairs
 
 
@@ -46,6 +52,7 @@ def sts_files(sts_dir: Path, years: Sequence[int]) -> list[Path]:
 
 
 def read_sts_sentences(path: Path) -> list[str]:
-    """Both sentences of every line of one STS file, scored or not (unlabeled text for word vectors)."""
+    """Both sentences of every line of one STS file, scored or not (unlabeled text for word
+    vectors)."""
     rows = [line.rstrip("\r\n").split("\t") for _, line in text_lines(path) if line.strip()]
     return [s for fields in rows if len(fields) == 3 for s in fields[1:]]

@@ -1,9 +1,10 @@
-"""Connecting to Ray: ``RAY_ADDRESS`` when set (a ``ray job submit`` driver or a user's cluster), else a local
-in-process cluster bound to loopback, sized to this machine, and owned by this process:
+"""Connecting to Ray: ``RAY_ADDRESS`` when set (a ``ray job submit`` driver or a user's cluster),
+else a local in-process cluster bound to loopback, sized to this machine, and owned by this process:
 
-- its workers see ``RAY_ADDRESS`` of this cluster (a job-level runtime env) and its dashboard runs on loopback,
-  registered in this cluster's GCS, so Ray's own helpers that look a cluster up (Ray Train's placement-group
-  cleaner) find this one, never another Ray instance of the user on the machine;
+- its workers see ``RAY_ADDRESS`` of this cluster (a job-level runtime env) and its dashboard runs
+  on loopback, registered in this cluster's GCS, so Ray's own helpers that look a cluster up (Ray
+  Train's placement-group cleaner) find this one, never another Ray instance of the user on the
+  machine;
 - it is shut down when the process exits, and every process it started is waited for (killed after
   :data:`REAP_TIMEOUT_S`), so nothing of the job outlives it.
 """
@@ -26,7 +27,13 @@ import psutil
 import ray
 
 from sembridge_ray.errors import InputError, terminating
-from sembridge_ray.placement import Placement, Precision, ResourceConfig, local_precision, plan_placement
+from sembridge_ray.placement import (
+    Placement,
+    Precision,
+    ResourceConfig,
+    local_precision,
+    plan_placement,
+)
 
 log = logging.getLogger(__name__)
 REAP_TIMEOUT_S = 15.0
@@ -50,19 +57,22 @@ def _free_port() -> int:
 
 
 def connect(num_cpus: int | None = None) -> ClusterInfo:
-    """Join the cluster at ``RAY_ADDRESS``, or start a local one on 127.0.0.1 that this process owns."""
+    """Join the cluster at ``RAY_ADDRESS``, or start a local one on 127.0.0.1 that this process
+    owns."""
     if not ray.is_initialized():
         quiet = logging.getLogger().getEffectiveLevel() > logging.DEBUG
         level = logging.WARNING if quiet else logging.DEBUG
         setup = {"worker_process_setup_hook": "sembridge_ray.distributed.cluster.setup_worker"}
         address = os.environ.get("RAY_ADDRESS")
-        sigterm = signal.getsignal(signal.SIGTERM)  # ray.init replaces it with sys.exit(15); the job's own stays
+        # ray.init replaces it with sys.exit(15); the job's own stays
+        sigterm = signal.getsignal(signal.SIGTERM)
         if address:
             require_reachable()
             ray.init(address=address, runtime_env=setup, logging_level=level, log_to_driver=True)
         else:
             _start_local(num_cpus, setup, level)
-        atexit.register(shutdown)  # before Ray's own: Ray Data is stopped first (see _stop_datasets)
+        # before Ray's own: Ray Data is stopped first (see _stop_datasets)
+        atexit.register(shutdown)
         _restore_sigterm(sigterm)
         quiet_ray()
     return _cluster_info()
@@ -71,13 +81,13 @@ def connect(num_cpus: int | None = None) -> ClusterInfo:
 def _start_local(num_cpus: int | None, setup: dict[str, str], level: int) -> None:
     """Start the local cluster this process owns (``connect`` without ``RAY_ADDRESS``)."""
     global _owned
-    # A fresh local cluster, never an unrelated `ray start` head found in /tmp/ray; it binds to loopback
-    # (see sembridge_ray/distributed/__init__.py). Its GCS port is chosen here so the workers can be told.
-    # The dashboard (on loopback) serves the state API that Ray Train's placement-group cleaner polls;
-    # without it, the cleaner would query whatever listens on the default port. No port is given: Ray then
-    # binds the first free one from 8265 on itself. A port picked here and handed over could be taken in
-    # between (by this cluster's own agents: CI saw "address already in use", and Ray does not retry a
-    # port it was given).
+    # A fresh local cluster, never an unrelated `ray start` head found in /tmp/ray; it binds to
+    # loopback (see sembridge_ray/distributed/__init__.py). Its GCS port is chosen here so the
+    # workers can be told. The dashboard (on loopback) serves the state API that Ray Train's
+    # placement-group cleaner polls; without it, the cleaner would query whatever listens on the
+    # default port. No port is given: Ray then binds the first free one from 8265 on itself. A port
+    # picked here and handed over could be taken in between (by this cluster's own agents: CI saw
+    # "address already in use", and Ray does not retry a port it was given).
     port = _free_port()
     previous = os.environ.get("RAY_GCS_SERVER_PORT")
     os.environ["RAY_GCS_SERVER_PORT"] = str(port)
@@ -111,20 +121,27 @@ def _cluster_info() -> ClusterInfo:
     )
     if info.address not in _announced:
         _announced.add(info.address)
-        log.info("Ray cluster at %s: %d node(s), %g CPUs, %g GPUs", info.address, info.nodes, info.cpus, info.gpus)
+        log.info(
+            "Ray cluster at %s: %d node(s), %g CPUs, %g GPUs",
+            info.address,
+            info.nodes,
+            info.cpus,
+            info.gpus,
+        )
     return info
 
 
 def _restore_sigterm(handler: Any) -> None:
-    """Put back a Python SIGTERM handler that ray.init replaced (cli.run_job's unwinds the job: lock released, exit
-    143). Without one (the default action), Ray's stays: it exits through atexit, which shuts the cluster down."""
+    """Put back a Python SIGTERM handler that ray.init replaced (cli.run_job's unwinds the job: lock
+    released, exit 143). Without one (the default action), Ray's stays: it exits through atexit,
+    which shuts the cluster down."""
     if callable(handler) and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, handler)
 
 
 def quiet_ray() -> None:
-    """Ray's own INFO chatter (dataset plans, "0/?" progress, report bookkeeping) demoted to WARNING; Ray Data's
-    progress bars only on a terminal. ``--log-level DEBUG`` keeps everything."""
+    """Ray's own INFO chatter (dataset plans, "0/?" progress, report bookkeeping) demoted to
+    WARNING; Ray Data's progress bars only on a terminal. ``--log-level DEBUG`` keeps everything."""
     if logging.getLogger().getEffectiveLevel() <= logging.DEBUG:
         return
     for name in ("ray", "ray.data", "ray.train", "ray.tune"):
@@ -134,8 +151,9 @@ def quiet_ray() -> None:
 
 
 def quiet_ray_data() -> None:
-    """Ray Data configures its own "ray.data" logger (INFO on the console: plans, "0/?" progress) whenever it runs;
-    its documented knob is RAY_DATA_LOGGING_CONFIG: the same config with the console at WARNING."""
+    """Ray Data configures its own "ray.data" logger (INFO on the console: plans, "0/?" progress)
+    whenever it runs; its documented knob is RAY_DATA_LOGGING_CONFIG: the same config with the
+    console at WARNING."""
     from importlib import resources
 
     config = resources.files("sembridge_ray") / "resources" / "ray_data_logging.yaml"
@@ -145,22 +163,26 @@ def quiet_ray_data() -> None:
         from ray.util.debug import log_once
 
         configure_logging()
-        log_once("ray_data_progress_manager_disabled")  # spend the once-only "progress bars disabled" warning
+        # spend the once-only "progress bars disabled" warning
+        log_once("ray_data_progress_manager_disabled")
     except ImportError:  # another Ray layout: its INFO lines stay
         pass
 
 
 def setup_worker() -> None:
-    """Run in every Ray worker of a job (``worker_process_setup_hook``): the same quiet logging as the driver, and
-    this project's INFO lines (a training worker's steps) kept."""
+    """Run in every Ray worker of a job (``worker_process_setup_hook``): the same quiet logging as
+    the driver, and this project's INFO lines (a training worker's steps) kept."""
     from sembridge_ray.logs import filter_false_alarm_records, project_handler, quiet_third_parties
 
     quiet_third_parties()
     filter_false_alarm_records()
-    project_handler()  # a Ray Data actor's root logger has no handler: its progress lines would be lost
+    # a Ray Data actor's root logger has no handler: its progress lines would be lost
+    project_handler()
     for name in ("ray", "ray.data", "ray.train", "ray.tune"):
         logging.getLogger(name).setLevel(logging.WARNING)
-    try:  # Ray Train v2 logs every report (the whole metrics dict) at INFO, on a logger named by its file path
+    # Ray Train v2 logs every report (the whole metrics dict) at INFO, on a logger named by its file
+    # path
+    try:
         from ray.train.v2._internal.execution import context
 
         logging.getLogger(context.__file__).setLevel(logging.WARNING)
@@ -172,20 +194,23 @@ def setup_worker() -> None:
 
 
 QUICK_SHUTDOWN_S = 1.5
-"""How long a terminated job (SIGTERM: ``errors.terminating``) waits for Ray's own shutdown before it kills what
-is left of a cluster it owns: measured here, a graceful shutdown takes 1.4 s and waiting for its workers 1 s more
-(up to 10 s and 15 s on a loaded machine), where a preemption grants a few seconds."""
+"""How long a terminated job (SIGTERM: ``errors.terminating``) waits for Ray's own shutdown before
+it kills what is left of a cluster it owns: measured here, a graceful shutdown takes 1.4 s and
+waiting for its workers 1 s more (up to 10 s and 15 s on a loaded machine), where a preemption
+grants a few seconds."""
 
 
 def shutdown() -> None:
-    """Disconnect; a cluster this process started is shut down and its processes are waited for. After a SIGTERM,
-    quickly: every wait bounded (Ray Data's executors, Ray's shutdown), then the owned cluster's processes killed."""
+    """Disconnect; a cluster this process started is shut down and its processes are waited for.
+    After a SIGTERM, quickly: every wait bounded (Ray Data's executors, Ray's shutdown), then the
+    owned cluster's processes killed."""
     global _owned
     if not ray.is_initialized():
         return
     quick = terminating.is_set()
     _stop_datasets(timeout=QUICK_SHUTDOWN_S if quick else 10.0)
-    if quick:  # Ray's shutdown can wait on processes for seconds: a daemon thread, given a bounded time
+    # Ray's shutdown can wait on processes for seconds: a daemon thread, given a bounded time
+    if quick:
         closing = threading.Thread(target=ray.shutdown, name="ray-shutdown", daemon=True)
         closing.start()
         closing.join(QUICK_SHUTDOWN_S)
@@ -197,8 +222,9 @@ def shutdown() -> None:
 
 
 def _adopt_orphans() -> None:
-    """Make this process the child subreaper of what it starts (Linux ``prctl``): a Ray worker whose raylet exits
-    first is re-parented here rather than to init, so the shutdown still finds and waits for it."""
+    """Make this process the child subreaper of what it starts (Linux ``prctl``): a Ray worker whose
+    raylet exits first is re-parented here rather than to init, so the shutdown still finds and
+    waits for it."""
     if not sys.platform.startswith("linux"):
         return
     import ctypes
@@ -208,14 +234,16 @@ def _adopt_orphans() -> None:
 
 
 def _stop_datasets(timeout: float = 10.0) -> None:
-    """Stop the Ray Data executions still running (a job stopped by SIGTERM or Ctrl-C in the middle of a dataset):
-    their scheduling thread would call into Ray after the shutdown, which ends the process at once with exit code 1,
-    before the cluster's processes are waited for."""
+    """Stop the Ray Data executions still running (a job stopped by SIGTERM or Ctrl-C in the middle
+    of a dataset): their scheduling thread would call into Ray after the shutdown, which ends the
+    process at once with exit code 1, before the cluster's processes are waited for."""
     try:
         from ray.data._internal.execution.streaming_executor import StreamingExecutor
     except ImportError:  # another Ray layout: nothing to stop this way
         return
-    running = [t for t in threading.enumerate() if isinstance(t, StreamingExecutor) and t.is_alive()]
+    running = [
+        t for t in threading.enumerate() if isinstance(t, StreamingExecutor) and t.is_alive()
+    ]
     for executor in running:
         executor.shutdown(force=True)
     deadline = time.monotonic() + timeout
@@ -224,23 +252,24 @@ def _stop_datasets(timeout: float = 10.0) -> None:
 
 
 def _reap(timeout: float = REAP_TIMEOUT_S) -> None:
-    """Wait for the Ray processes below this one to exit (the exited ones re-parented here are collected by
-    psutil's wait) and kill the ones still there after ``timeout``: they are this job's own cluster's. Other
-    children of the process are left alone."""
+    """Wait for the Ray processes below this one to exit (the exited ones re-parented here are
+    collected by psutil's wait) and kill the ones still there after ``timeout``: they are this job's
+    own cluster's. Other children of the process are left alone."""
     procs = _ray_descendants()
     _, left = psutil.wait_procs(procs, timeout=timeout)
     for proc in left:
         with contextlib.suppress(psutil.Error):
             proc.kill()
-    psutil.wait_procs(left, timeout=max(timeout, 1.0))  # one unkillable (uninterruptible sleep) is the OS's
+    # one unkillable (uninterruptible sleep) is the OS's
+    psutil.wait_procs(left, timeout=max(timeout, 1.0))
     if left:  # expected after a SIGTERM (no time for a graceful end), a surprise otherwise
         level = logging.INFO if terminating.is_set() else logging.WARNING
         log.log(level, "killed %d Ray processes of this job that outlived the shutdown", len(left))
 
 
 def _ray_descendants() -> list[psutil.Process]:
-    """The live processes below this one that are Ray's (GCS, raylet, dashboard, agents and workers all run code
-    from Ray's package or carry a ``ray::`` title)."""
+    """The live processes below this one that are Ray's (GCS, raylet, dashboard, agents and workers
+    all run code from Ray's package or carry a ``ray::`` title)."""
     found = []
     for proc in psutil.Process().children(recursive=True):
         with contextlib.suppress(psutil.Error):
@@ -251,9 +280,9 @@ def _ray_descendants() -> list[psutil.Process]:
 
 def require_reachable(timeout_s: float | None = None) -> None:
     """With ``RAY_ADDRESS`` set, check that something answers there within ``timeout_s`` (default
-    :data:`REACH_TIMEOUT_S`; a TCP connect to its host and port, retried), before a job claims its output:
-    ``ray.init`` would otherwise retry for minutes. Nothing to check for ``auto``, ``local`` or an already connected
-    driver. A refusal is one :class:`InputError` line."""
+    :data:`REACH_TIMEOUT_S`; a TCP connect to its host and port, retried), before a job claims its
+    output: ``ray.init`` would otherwise retry for minutes. Nothing to check for ``auto``, ``local``
+    or an already connected driver. A refusal is one :class:`InputError` line."""
     address = os.environ.get("RAY_ADDRESS", "").strip()
     if not address or address in ("auto", "local") or ray.is_initialized():
         return
@@ -275,8 +304,8 @@ def require_reachable(timeout_s: float | None = None) -> None:
 
 
 def address_endpoint(address: str) -> tuple[str, int]:
-    """``host:port``, ``ray://host:port`` or ``http(s)://host:port`` -> (host, port); the ports Ray defaults to
-    (GCS 6379, client 10001, dashboard 8265) when none is given."""
+    """``host:port``, ``ray://host:port`` or ``http(s)://host:port`` -> (host, port); the ports Ray
+    defaults to (GCS 6379, client 10001, dashboard 8265) when none is given."""
     scheme, sep, rest = address.partition("://")
     if not sep:
         scheme, rest = "", address
@@ -288,14 +317,16 @@ def address_endpoint(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-_BF16_GPUS: dict[str, bool] = {}  # cluster address -> whether its GPU workers compute bf16 (probed once)
+# cluster address -> whether its GPU workers compute bf16 (probed once)
+_BF16_GPUS: dict[str, bool] = {}
 
 
 def resolve_precision(setting: Precision, res: ResourceConfig, reserve: bool = True) -> Precision:
-    """A job's ``precision`` as its workers will run it: ``auto`` is bf16 when they get CUDA GPUs that support bf16,
-    fp32 otherwise (CPUs always: results must not depend on a CPU feature); fp32 and bf16 stay. Without
-    ``RAY_ADDRESS`` the cluster is this machine's, so nothing starts for the answer; on a joined cluster one tiny
-    GPU task asks a worker. A bf16 choice, or one a joined cluster answered, is logged."""
+    """A job's ``precision`` as its workers will run it: ``auto`` is bf16 when they get CUDA GPUs
+    that support bf16, fp32 otherwise (CPUs always: results must not depend on a CPU feature); fp32
+    and bf16 stay. Without ``RAY_ADDRESS`` the cluster is this machine's, so nothing starts for the
+    answer; on a joined cluster one tiny GPU task asks a worker. A bf16 choice, or one a joined
+    cluster answered, is logged."""
     if setting != "auto" or res.gpus_per_worker == 0:
         return "fp32" if setting == "auto" else setting
     if not os.environ.get("RAY_ADDRESS") and not ray.is_initialized():
@@ -303,11 +334,17 @@ def resolve_precision(setting: Precision, res: ResourceConfig, reserve: bool = T
 
         chosen: Precision = local_precision(setting, torch.cuda.is_available())
     else:
-        info = connect()  # plan_placement, not placement(): its "the cluster fits fewer" line comes with the work
+        # plan_placement, not placement(): its "the cluster fits fewer" line comes with the work
+        info = connect()
         plan = plan_placement(res, info.cpus, info.gpus, reserve=reserve)
         chosen = "bf16" if plan.use_gpu and _gpus_have_bf16(plan.gpus_per_worker) else "fp32"
     level = logging.INFO if chosen == "bf16" or os.environ.get("RAY_ADDRESS") else logging.DEBUG
-    log.log(level, "precision auto: %s (%s)", chosen, "CUDA GPUs with bf16" if chosen == "bf16" else "no bf16 GPU")
+    log.log(
+        level,
+        "precision auto: %s (%s)",
+        chosen,
+        "CUDA GPUs with bf16" if chosen == "bf16" else "no bf16 GPU",
+    )
     return chosen
 
 
@@ -326,27 +363,34 @@ def _gpus_have_bf16(gpus: float) -> bool:
 
 
 IN_DRIVER_ROWS = int(os.environ.get("SEMBRIDGE_IN_DRIVER_ROWS", "2000"))
-"""Inputs of at most this many rows (texts, documents, queries, token strings) are computed in the driver's process
-on CPU (:func:`in_driver`): a Ray actor would cost more to start (a process, torch's imports, the model: seconds
-each) than the work. ``SEMBRIDGE_IN_DRIVER_ROWS=0`` keeps small inputs on actors (the fault-injection tests)."""
+"""Inputs of at most this many rows (texts, documents, queries, token strings) are computed in the
+driver's process on CPU (:func:`in_driver`): a Ray actor would cost more to start (a process,
+torch's imports, the model: seconds each) than the work. ``SEMBRIDGE_IN_DRIVER_ROWS=0`` keeps small
+inputs on actors (the fault-injection tests)."""
 
 
 def in_driver(plan: Placement, rows: int) -> bool:
-    """Whether a stage of ``rows`` inputs planned as ``plan`` runs in this process instead of in Ray actors: never
-    with GPUs; on CPU when the input is small (:data:`IN_DRIVER_ROWS`), or when ``plan`` is one worker on a
-    one-node cluster and this process is the job's driver (a cell run as a Ray task beside others keeps its
-    actors, whose CPUs Ray reserves). The driver runs the actors' code on the same batches with their torch thread
-    count (``udfs.actor_threads``), so the results are the actors' bit for bit."""
+    """Whether a stage of ``rows`` inputs planned as ``plan`` runs in this process instead of in Ray
+    actors: never with GPUs; on CPU when the input is small (:data:`IN_DRIVER_ROWS`), or when
+    ``plan`` is one worker on a one-node cluster and this process is the job's driver (a cell run as
+    a Ray task beside others keeps its actors, whose CPUs Ray reserves). The driver runs the actors'
+    code on the same batches with their torch thread count (``udfs.actor_threads``), so the results
+    are the actors' bit for bit."""
     if plan.use_gpu:
         return False
     if rows <= IN_DRIVER_ROWS:
         return True
-    return plan.workers == 1 and connect().nodes == 1 and ray.get_runtime_context().worker.mode == ray.SCRIPT_MODE
+    return (
+        plan.workers == 1
+        and connect().nodes == 1
+        and ray.get_runtime_context().worker.mode == ray.SCRIPT_MODE
+    )
 
 
 def expected_placement(res: ResourceConfig, reserve: bool = True) -> Placement:
-    """:func:`placement` as it will be, without starting a local cluster to know it: the connected or joined
-    cluster's, else this machine's (the local cluster :func:`connect` starts has its CPUs and GPUs)."""
+    """:func:`placement` as it will be, without starting a local cluster to know it: the connected
+    or joined cluster's, else this machine's (the local cluster :func:`connect` starts has its CPUs
+    and GPUs)."""
     if ray.is_initialized() or os.environ.get("RAY_ADDRESS"):
         return placement(res, reserve)
     import torch
@@ -361,6 +405,9 @@ def placement(res: ResourceConfig, reserve: bool = True) -> Placement:
     plan = plan_placement(res, info.cpus, info.gpus, reserve=reserve)
     if plan.workers < res.workers or (res.gpus_per_worker and not plan.use_gpu):
         log.warning(
-            "asked for %d workers (gpus/worker %s); the cluster fits %s", res.workers, res.gpus_per_worker, plan
+            "asked for %d workers (gpus/worker %s); the cluster fits %s",
+            res.workers,
+            res.gpus_per_worker,
+            plan,
         )
     return plan

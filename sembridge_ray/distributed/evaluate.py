@@ -1,13 +1,14 @@
-"""Ray side of ``jobs.evaluate``: encode (Ray Data actor pool, cached) -> exact sharded search -> run + metrics.
-Small inputs (``cluster.in_driver``: a few hundred texts, a small corpus) are encoded and searched in the driver by
-the same code, with the same results: an actor costs more to start than their work.
+"""Ray side of ``jobs.evaluate``: encode (Ray Data actor pool, cached) -> exact sharded search ->
+run + metrics. Small inputs (``cluster.in_driver``: a few hundred texts, a small corpus) are encoded
+and searched in the driver by the same code, with the same results: an actor costs more to start
+than their work.
 
     run_evaluate(cfg) -> EvaluateResult        (what the evaluate job and the reproduction driver call)
 
-Outputs in ``cfg.output``: ``run.trec``, ``metrics.json``, ``per_query.tsv``, ``config.yaml``, ``identity.json``
-and ``_SUCCESS`` last, under the output contract of :mod:`sembridge_ray.outputs`. Encodings are cached by the
-identities of the model and dataset, so a new output for an encoded (model, dataset) only searches again.
-"""
+Outputs in ``cfg.output``: ``run.trec``, ``metrics.json``, ``per_query.tsv``, ``config.yaml``,
+``identity.json`` and ``_SUCCESS`` last, under the output contract of :mod:`sembridge_ray.outputs`.
+Encodings are cached by the identities of the model and dataset, so a new output for an encoded
+(model, dataset) only searches again."""
 
 from __future__ import annotations
 
@@ -34,7 +35,14 @@ from sembridge_ray.data.retrieval import RetrievalData
 from sembridge_ray.data.schema import ID, TEXT
 from sembridge_ray.distributed import cluster
 from sembridge_ray.distributed.search import LocalIndex, ShardedIndex
-from sembridge_ray.distributed.udfs import PATH, ROWS, SparseEncodeUDF, actor_pool_args, actor_threads, arrow_blocks
+from sembridge_ray.distributed.udfs import (
+    PATH,
+    ROWS,
+    SparseEncodeUDF,
+    actor_pool_args,
+    actor_threads,
+    arrow_blocks,
+)
 from sembridge_ray.errors import InputError
 from sembridge_ray.identity import InputChanged, RunIdentity, require_unchanged
 from sembridge_ray.jobs.evaluate import EvaluateConfig, EvaluateResult
@@ -70,17 +78,24 @@ RUN, EVAL_METRICS, CONFIG, PER_QUERY = "run.trec", "metrics.json", "config.yaml"
 def run_evaluate(cfg: EvaluateConfig, inputs: dict[str, str] | None = None) -> EvaluateResult:
     """Encode, retrieve and score one (model, dataset, split); returns what ``metrics.json`` holds.
 
-    Everything is resolved and checked before the output is touched; ``inputs`` (the model's and dataset's
-    identities) may be given by a caller that planned them (``jobs.reproduce``).
-    """
+    Everything is resolved and checked before the output is touched; ``inputs`` (the model's and
+    dataset's identities) may be given by a caller that planned them (``jobs.reproduce``)."""
     cfg.require_inputs()
     cluster.require_reachable()
-    cfg = dataclasses.replace(cfg, precision=cluster.resolve_precision(cfg.precision, cfg.resources))
-    (model, model_id), (spec, data_id) = resolve_model(cfg.model, cfg.trust_remote_code), resolve_dataset(cfg.dataset)
+    cfg = dataclasses.replace(
+        cfg, precision=cluster.resolve_precision(cfg.precision, cfg.resources)
+    )
+    (model, model_id), (spec, data_id) = (
+        resolve_model(cfg.model, cfg.trust_remote_code),
+        resolve_dataset(cfg.dataset),
+    )
     data = _judged_split(cfg, spec)
     identity = cfg.identity("evaluate", inputs or {"model": model_id, "dataset": data_id})
-    # what was loaded is what the identity names: checked before an encoding is cached and before _SUCCESS
-    pinned = functools.partial(require_unchanged, identity.inputs, {"model": model, "dataset": spec})
+    # what was loaded is what the identity names: checked before an encoding is cached and before
+    # _SUCCESS
+    pinned = functools.partial(
+        require_unchanged, identity.inputs, {"model": model, "dataset": spec}
+    )
     out = Path(cfg.output)
     with claim_output(out, identity, cfg.overwrite) as claim:
         if claim.done:
@@ -95,7 +110,8 @@ def run_evaluate(cfg: EvaluateConfig, inputs: dict[str, str] | None = None) -> E
 
 
 def _judged_split(cfg: EvaluateConfig, spec: str) -> RetrievalData:
-    """The split ``cfg.split`` of ``spec``, refused when it has no qrels or none of its judged queries has a text."""
+    """The split ``cfg.split`` of ``spec``, refused when it has no qrels or none of its judged
+    queries has a text."""
     data = load_retrieval(spec, cfg.split)
     if not data.qrels:
         raise InputError(f"dataset {cfg.dataset!r}: split {data.split!r} has no qrels")
@@ -116,17 +132,21 @@ def _evaluate_into(
     identity: RunIdentity,
     pinned: Callable[[], None],
 ) -> dict[str, Any]:
-    """Encode (cached), search and score into ``work``: its config, run and ``metrics.json``, which it returns."""
+    """Encode (cached), search and score into ``work``: its config, run and ``metrics.json``, which
+    it returns."""
     write_config(cfg, work / CONFIG)
     clock = _Clock()
     key = fingerprint(identity.inputs["model"], identity.inputs["dataset"])
     cache = Path(cfg.cache_dir) if cfg.cache_dir else work / "cache"
-    # one corpus encoding serves every split, except where each split has its own corpus (XQuAD's articles)
+    # one corpus encoding serves every split, except where each split has its own corpus (XQuAD's
+    # articles)
     corpus = fingerprint(key, own) if (own := corpus_split(spec, data.split)) else key
     docs, docs_hit = encode_corpus(cfg, model, data, corpus, cache, pinned)
     clock.lap("encode_docs")
     qids = sorted(q for q in data.qrels if q in data.queries)
-    queries, queries_hit = encode_queries(cfg, model, data, qids, fingerprint(key, data.split), cache, pinned)
+    queries, queries_hit = encode_queries(
+        cfg, model, data, qids, fingerprint(key, data.split), cache, pinned
+    )
     clock.lap("encode_queries")
     metrics = search_and_score(cfg, docs, queries, data, work / RUN, clock)
     metrics |= {
@@ -151,9 +171,9 @@ def record_in_card(
     replace: bool = True,
 ) -> None:
     """Add the scores to the scored model's card when it is a finished model of this project
-    (:func:`sembridge_ray.model_card.record_evaluation`; else they stay in ``metrics.json`` only). ``replace=False``
-    (a finished evaluation skipped): only when the card has none of this dataset and split yet. Never fails the
-    evaluation."""
+    (:func:`sembridge_ray.model_card.record_evaluation`; else they stay in ``metrics.json`` only).
+    ``replace=False`` (a finished evaluation skipped): only when the card has none of this dataset
+    and split yet. Never fails the evaluation."""
     if not Path(model).is_dir():
         return  # a hub model: its card is the hub's
     try:  # never the scores of one model into another's card (an --overwrite of it since)
@@ -185,10 +205,16 @@ def _nothing() -> None:
 
 
 def encode_corpus(
-    cfg: EvaluateConfig, model: str, data: RetrievalData, key: str, cache: Path, pinned: Callable[[], None] = _nothing
+    cfg: EvaluateConfig,
+    model: str,
+    data: RetrievalData,
+    key: str,
+    cache: Path,
+    pinned: Callable[[], None] = _nothing,
 ) -> tuple[Path, bool]:
-    """The corpus's sparse vectors (cached): staged to Parquet by the driver, encoded by the actor pool; ``pinned``
-    raises when the model is no longer the one ``key`` names (then no entry is published under it)."""
+    """The corpus's sparse vectors (cached): staged to Parquet by the driver, encoded by the actor
+    pool; ``pinned`` raises when the model is no longer the one ``key`` names (then no entry is
+    published under it)."""
     entry = fingerprint(
         "docs",
         ENCODING_VERSION,
@@ -222,7 +248,8 @@ def encode_queries(
     cache: Path,
     pinned: Callable[[], None] = _nothing,
 ) -> tuple[Path, bool]:
-    """The vectors of the qrels queries that have text (cached; ``pinned`` as for :func:`encode_corpus`)."""
+    """The vectors of the qrels queries that have text (cached; ``pinned`` as for
+    :func:`encode_corpus`)."""
     entry = fingerprint(
         "queries",
         ENCODING_VERSION,
@@ -248,11 +275,13 @@ def encode_queries(
 
 
 def encode(files: list[Path], dest: Path, cfg: EvaluateConfig, model: str, role: str) -> None:
-    """Staged (id, text) Parquet files -> sparse Parquet files (id, indices, values) of the same names in ``dest``,
-    through a pool of encoder actors (one GPU each when there are GPUs), or in this process when a pool is not worth
-    starting (``cluster.in_driver``). See :class:`SparseEncodeUDF`: the vectors are the same bit for bit on one node
-    or many, in an actor or here."""
-    plan = cluster.placement(cfg.resources)  # connects first: Ray Data alone would ray.init() anywhere
+    """Staged (id, text) Parquet files -> sparse Parquet files (id, indices, values) of the same
+    names in ``dest``, through a pool of encoder actors (one GPU each when there are GPUs), or in
+    this process when a pool is not worth starting (``cluster.in_driver``). See
+    :class:`SparseEncodeUDF`: the vectors are the same bit for bit on one node or many, in an actor
+    or here."""
+    # connects first: Ray Data alone would ray.init() anywhere
+    plan = cluster.placement(cfg.resources)
     query = role == "query"
     total = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
     with atomic_path(dest) as tmp:
@@ -266,17 +295,24 @@ def encode(files: list[Path], dest: Path, cfg: EvaluateConfig, model: str, role:
             "batch_size": cfg.encode_batch_size,
             "out_dir": str(tmp),
             "threads": cfg.resources.threads_per_worker,
-            "precision": cluster.resolve_precision(cfg.precision, cfg.resources),  # run_evaluate resolved it already
+            # run_evaluate resolved it already
+            "precision": cluster.resolve_precision(cfg.precision, cfg.resources),
         }
         progress = Progress(log, f"encoding {'queries' if query else 'documents'}", total, "texts")
-        if cluster.in_driver(plan, total):  # the pool's work, here: the same files, batches and threads
+        # the pool's work, here: the same files, batches and threads
+        if cluster.in_driver(plan, total):
             with actor_threads(plan, cfg.resources.threads_per_worker):
                 SparseEncodeUDF(**kwargs, device="cpu")(pa.table({PATH: [str(f) for f in files]}))
             progress.add(total)
         else:
-            paths = ray.data.from_items([{PATH: str(f)} for f in files], override_num_blocks=max(1, len(files)))
+            paths = ray.data.from_items(
+                [{PATH: str(f)} for f in files], override_num_blocks=max(1, len(files))
+            )
             encoded = paths.map_batches(
-                SparseEncodeUDF, fn_constructor_kwargs=kwargs, batch_format="pyarrow", **actor_pool_args(plan, 1)
+                SparseEncodeUDF,
+                fn_constructor_kwargs=kwargs,
+                batch_format="pyarrow",
+                **actor_pool_args(plan, 1),
             )
             for done in arrow_blocks(encoded):
                 progress.add(int(pc.sum(done.column(ROWS)).as_py() or 0))
@@ -284,7 +320,12 @@ def encode(files: list[Path], dest: Path, cfg: EvaluateConfig, model: str, role:
 
 
 def search_and_score(
-    cfg: EvaluateConfig, docs: Path, queries: Path, data: RetrievalData, run_path: Path, clock: _Clock
+    cfg: EvaluateConfig,
+    docs: Path,
+    queries: Path,
+    data: RetrievalData,
+    run_path: Path,
+    clock: _Clock,
 ) -> dict[str, Any]:
     """Index the corpus in shard actors, search every encoded query, write the run, score it."""
     files = parquet_files(docs)
@@ -294,23 +335,36 @@ def search_and_score(
     bounds = shard_bounds(len(ranks), cfg.shard_size, plan.workers)
     shards = ShardStream(files=files, bounds=bounds, ranks=ranks)
     built = Progress(log, "index: building shards", len(ranks), "documents")
-    with built.watch():  # a line every EVERY_S seconds while the shards are built and their actors start
-        if len(ranks) <= cluster.IN_DRIVER_ROWS:  # held whole, searched here: starting actors would cost more
+    # a line every EVERY_S seconds while the shards are built and their actors start
+    with built.watch():
+        # held whole, searched here: starting actors would cost more
+        if len(ranks) <= cluster.IN_DRIVER_ROWS:
             index: LocalIndex | ShardedIndex = LocalIndex.start(_counted(shards, built))
-        else:  # more shards than workers: the actors share the workers' CPUs (each still holds one shard)
+        # more shards than workers: the actors share the workers' CPUs (each still holds one shard)
+        else:
             cpus = plan.cpus_per_worker * min(1.0, plan.workers / len(bounds))
             index = ShardedIndex.start(_counted(shards, built), cpus)
-    log.info("index: %d documents in %d shards (%s)", len(ranks), len(bounds), duration(clock.lap("index")))
+    log.info(
+        "index: %d documents in %d shards (%s)",
+        len(ranks),
+        len(bounds),
+        duration(clock.lap("index")),
+    )
     try:
         progress = Progress(log, "search", qvec.rows, "queries")
-        top, actors = index.search(qvec, cfg.top_k, cfg.query_batch_size, progress=progress), index.stats()
+        top, actors = (
+            index.search(qvec, cfg.top_k, cfg.query_batch_size, progress=progress),
+            index.stats(),
+        )
         progress.finish()
     finally:
         index.shutdown()
     with atomic_path(run_path) as tmp, open(tmp, "w", encoding="utf-8") as fh:
         fh.writelines(run_lines(qids, top, sorted_ids, cfg.run_tag))
     clock.lap("search")
-    return _metrics(data, run_path, sorted_ids, top, len(qids), term_counts(qvec.indices, 0), shards.doc_df) | {
+    return _metrics(
+        data, run_path, sorted_ids, top, len(qids), term_counts(qvec.indices, 0), shards.doc_df
+    ) | {
         "shards": len(bounds),
         "actors": actors,
     }
@@ -324,8 +378,9 @@ def _counted(shards: ShardStream, progress: Progress) -> Iterator[Shard]:
 
 @dataclass(kw_only=True)
 class ShardStream:
-    """The index shards, built one at a time from the encoded files as the actors take them (the corpus is never
-    held whole), and the documents' term counts, summed as the shards go by (``doc_df``, complete once iterated)."""
+    """The index shards, built one at a time from the encoded files as the actors take them (the
+    corpus is never held whole), and the documents' term counts, summed as the shards go by
+    (``doc_df``, complete once iterated)."""
 
     files: list[Path]
     bounds: list[tuple[int, int]]
@@ -333,7 +388,9 @@ class ShardStream:
     doc_df: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     def __iter__(self) -> Iterator[Shard]:
-        for (start, stop), rows in zip(self.bounds, iter_row_ranges(self.files, self.bounds), strict=True):
+        for (start, stop), rows in zip(
+            self.bounds, iter_row_ranges(self.files, self.bounds), strict=True
+        ):
             self.doc_df = _add(self.doc_df, term_counts(rows.indices, 0))
             yield build_shard(rows, self.ranks[start:stop], int(rows.indices.max(initial=-1)) + 1)
 
@@ -355,7 +412,9 @@ def _metrics(
     judged = pa.array(sorted({d for docs in data.qrels.values() for d in docs}), pa.string())
     missing = set(pc.filter(judged, pc.invert(pc.is_in(judged, value_set=sorted_ids))).to_pylist())
     if missing:
-        log.warning("%d qrels documents are not in the corpus (counted in metrics.json)", len(missing))
+        log.warning(
+            "%d qrels documents are not in the corpus (counted in metrics.json)", len(missing)
+        )
     per_query = per_query_metrics(data.qrels, read_run(run_path))
     atomic_write_text(run_path.parent / PER_QUERY, per_query_tsv(per_query))
     return mean_metrics(per_query) | {

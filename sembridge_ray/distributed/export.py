@@ -1,16 +1,17 @@
-"""Ray side of ``jobs.export``: a checkpoint as a SparseEncoder directory (``--target sentence-transformers``,
-:func:`sembridge_ray.distributed.finetune.run_export`), or a model exported to a target and checked there.
+"""Ray side of ``jobs.export``: a checkpoint as a SparseEncoder directory (``--target
+sentence-transformers``, :func:`sembridge_ray.distributed.finetune.run_export`), or a model exported
+to a target and checked there.
 
     run_export(cfg) -> ExportResult
 
-For a target: every input is checked before any encoding (the target's package, ``--url`` answering, the model
-and its tokenizer, the dataset's judged queries); the corpus and the queries are encoded through the evaluate job's
-encoding (:func:`sembridge_ray.distributed.evaluate.encode_corpus`: Ray Data actor pool, cached under the same keys
-as an evaluation's); the Ray-free adapter in :mod:`sembridge_ray.export` builds the target; its top-10 on the
-queries is compared with the exact search (:mod:`sembridge_ray.export.parity`); ``export_report.json`` is written
-in the output (the input model is never written to), and a target outside its tolerance fails the job with one
-line (exit 2).
-"""
+For a target: every input is checked before any encoding (the target's package, ``--url`` answering,
+the model and its tokenizer, the dataset's judged queries); the corpus and the queries are encoded
+through the evaluate job's encoding (:func:`sembridge_ray.distributed.evaluate.encode_corpus`: Ray
+Data actor pool, cached under the same keys as an evaluation's); the Ray-free adapter in
+:mod:`sembridge_ray.export` builds the target; its top-10 on the queries is compared with the exact
+search (:mod:`sembridge_ray.export.parity`); ``export_report.json`` is written in the output (the
+input model is never written to), and a target outside its tolerance fails the job with one line
+(exit 2)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,13 @@ from sembridge_ray.distributed import cluster
 from sembridge_ray.distributed.evaluate import encode_corpus, encode_queries
 from sembridge_ray.distributed.finetune import run_export as run_checkpoint_export
 from sembridge_ray.errors import InputError
-from sembridge_ray.export.base import Vectors, require_package, require_reachable, require_tokenizer, size_on_disk
+from sembridge_ray.export.base import (
+    Vectors,
+    require_package,
+    require_reachable,
+    require_tokenizer,
+    size_on_disk,
+)
 from sembridge_ray.export.parity import K, exact_topk, parity
 from sembridge_ray.export.targets import Target, target
 from sembridge_ray.jobs.evaluate import EvaluateConfig
@@ -49,20 +56,23 @@ def run_export(cfg: ExportConfig) -> ExportResult:
 
 
 def check_target(cfg: ExportConfig) -> Target:
-    """The target, its package and its server: each refusal one line, before anything is read or encoded."""
+    """The target, its package and its server: each refusal one line, before anything is read or
+    encoded."""
     found = target(cfg.target)
     if found.imports:
         require_package(found.imports, found.package, found.name)
     if cfg.url:
         if not found.url:
-            raise InputError(f"--url: target {found.name!r} has no server to push to (it is embedded)")
+            raise InputError(
+                f"--url: target {found.name!r} has no server to push to (it is embedded)"
+            )
         require_reachable(cfg.url)
     return found
 
 
 def vocabulary(model: str, width: int) -> list[str]:
-    """Token strings of term ids 0..width-1 from the model's (target) tokenizer; an id past the tokenizer (a padded
-    vocabulary) is ``[unused-id-N]``."""
+    """Token strings of term ids 0..width-1 from the model's (target) tokenizer; an id past the
+    tokenizer (a padded vocabulary) is ``[unused-id-N]``."""
     tokenizer = load_tokenizer(model)
     size = len(tokenizer)
     tokens = tokenizer.convert_ids_to_tokens(list(range(min(size, width))))
@@ -81,7 +91,9 @@ def run_target_export(cfg: ExportConfig) -> ExportResult:
     out.mkdir(parents=True)
     docs, queries = _encoded(cfg, out, model, fingerprint(model_id, data_id), data, qids)
     encoded = time.perf_counter()
-    log.info("export: %d documents, %d queries encoded; building %s", len(docs), len(queries), found.name)
+    log.info(
+        "export: %d documents, %d queries encoded; building %s", len(docs), len(queries), found.name
+    )
     exact = exact_topk(docs, queries, K)
     hits, details, where = build_and_search(found, cfg, out, model, docs, queries, data, vocab_size)
     built = time.perf_counter()
@@ -94,7 +106,10 @@ def run_target_export(cfg: ExportConfig) -> ExportResult:
         "postings": docs.postings,
         "bytes": size_on_disk(where) if where.exists() else 0,
         "seconds": round(built - start, 2),
-        "seconds_by_stage": {"encode": round(encoded - start, 2), "export_and_search": round(built - encoded, 2)},
+        "seconds_by_stage": {
+            "encode": round(encoded - start, 2),
+            "export_and_search": round(built - encoded, 2),
+        },
         **parity(docs, queries, hits, data.qrels, K, exact).report(),
         "tolerance": found.tolerance(),
         "details": details,
@@ -111,8 +126,9 @@ def run_target_export(cfg: ExportConfig) -> ExportResult:
 
 
 def _model_of(cfg: ExportConfig, out: Path) -> tuple[str, str, str, int]:
-    """(the model as named, its resolved path, its identity, its vocabulary size); a checkpoint's weights are
-    written as a SparseEncoder directory first; a model without a tokenizer stops here, before encoding."""
+    """(the model as named, its resolved path, its identity, its vocabulary size); a checkpoint's
+    weights are written as a SparseEncoder directory first; a model without a tokenizer stops here,
+    before encoding."""
     if cfg.checkpoint:
         written = run_checkpoint_export(
             dataclasses.replace(cfg, target="sentence-transformers", output=str(out / "model"))
@@ -131,14 +147,17 @@ def _judged(cfg: ExportConfig) -> tuple[RetrievalData, str, list[str]]:
     data = load_retrieval(spec, cfg.split)
     qids = sorted(q for q in data.qrels if data.queries.get(q, "").strip())
     if not qids:
-        raise InputError(f"dataset {cfg.dataset!r}: split {data.split!r} has no judged query with a text")
+        raise InputError(
+            f"dataset {cfg.dataset!r}: split {data.split!r} has no judged query with a text"
+        )
     return data, data_id, qids
 
 
 def _encoded(
     cfg: ExportConfig, out: Path, model: str, key: str, data: RetrievalData, qids: list[str]
 ) -> tuple[Vectors, Vectors]:
-    """The corpus and the judged queries, encoded as the evaluate job encodes them (and cached under its keys)."""
+    """The corpus and the judged queries, encoded as the evaluate job encodes them (and cached under
+    its keys)."""
     eval_cfg = EvaluateConfig(
         model=model,
         dataset=cfg.dataset,
@@ -149,10 +168,14 @@ def _encoded(
         cache_dir=cfg.cache_dir or str(out / "cache"),
         resources=cfg.resources,
     )
-    eval_cfg = dataclasses.replace(eval_cfg, precision=cluster.resolve_precision(eval_cfg.precision, cfg.resources))
+    eval_cfg = dataclasses.replace(
+        eval_cfg, precision=cluster.resolve_precision(eval_cfg.precision, cfg.resources)
+    )
     cache = Path(eval_cfg.cache_dir)
     docs_dir, _ = encode_corpus(eval_cfg, model, data, key, cache)
-    queries_dir, _ = encode_queries(eval_cfg, model, data, qids, fingerprint(key, data.split), cache)
+    queries_dir, _ = encode_queries(
+        eval_cfg, model, data, qids, fingerprint(key, data.split), cache
+    )
     docs, queries = (Vectors(*read_vectors(parquet_files(d))) for d in (docs_dir, queries_dir))
     return docs, queries
 
@@ -176,7 +199,8 @@ def build_and_search(
     data: RetrievalData,
     tokenizer_size: int,
 ) -> tuple[list[list[str]], dict[str, Any], Path]:
-    """Build the target in ``out``; its top-k for ``queries``, what the report says about it, and its files."""
+    """Build the target in ``out``; its top-k for ``queries``, what the report says about it, and
+    its files."""
     if found.kind == "engine":
         adapter: Any = found.adapter()
         engine, details = adapter.build(out, docs, cfg.url)
@@ -187,8 +211,12 @@ def build_and_search(
     if found.kind == "files":
         from sembridge_ray.export import lucene
 
-        width = max(tokenizer_size, max(int(v.rows.indices.max(initial=-1)) + 1 for v in (docs, queries)))
-        files, details = lucene.build(out, found.name, docs, queries, vocabulary(model, width), K, cfg.url)
+        width = max(
+            tokenizer_size, max(int(v.rows.indices.max(initial=-1)) + 1 for v in (docs, queries))
+        )
+        files, details = lucene.build(
+            out, found.name, docs, queries, vocabulary(model, width), K, cfg.url
+        )
         return files.search(queries, K), details, out / found.name
     texts = {
         d: t
@@ -210,7 +238,8 @@ def _doc_only(
     texts: dict[str, str],
     tokenizer_size: int,
 ) -> tuple[list[list[str]], dict[str, Any], Path]:
-    """The inference-free variant (IDF of the corpus on the query side) and its top-k over the encoded documents."""
+    """The inference-free variant (IDF of the corpus on the query side) and its top-k over the
+    encoded documents."""
     from sembridge_ray.export import doc_only
     from sembridge_ray.sparse.encode import sparse_rows
 
@@ -240,6 +269,10 @@ def _onnx(
     folder = out / "onnx"
     details = onnx.export(model, folder, found.name, cfg.max_query_length, cfg.max_doc_length)
     encoder = onnx.OnnxSparseEncoder(folder, threads=cfg.resources.threads_per_worker)
-    onnx_docs = Vectors.from_rows(docs.ids, *encoder.encode([texts[d] for d in docs.ids], "document"))
-    onnx_queries = Vectors.from_rows(queries.ids, *encoder.encode([data.queries[q] for q in queries.ids], "query"))
+    onnx_docs = Vectors.from_rows(
+        docs.ids, *encoder.encode([texts[d] for d in docs.ids], "document")
+    )
+    onnx_queries = Vectors.from_rows(
+        queries.ids, *encoder.encode([data.queries[q] for q in queries.ids], "query")
+    )
     return exact_topk(onnx_docs, onnx_queries, K), details, folder

@@ -1,6 +1,6 @@
-"""Ray side of the init job: bridge encoding and the weights stage as Ray Data actor pools, or in the driver where
-a pool would buy nothing but its start-up (``cluster.in_driver``: one CPU worker on one machine, or a small input).
-"""
+"""Ray side of the init job: bridge encoding and the weights stage as Ray Data actor pools, or in
+the driver where a pool would buy nothing but its start-up (``cluster.in_driver``: one CPU worker on
+one machine, or a small input)."""
 
 from __future__ import annotations
 
@@ -34,9 +34,10 @@ log = logging.getLogger(__name__)
 
 
 def ray_stages(cfg: InitConfig) -> Stages:
-    """Both heavy stages as actor pools sized by ``cfg.resources`` (one GPU per actor when present), or in this
-    process where :func:`cluster.in_driver` says so (the bridge model then loaded once for both vocabularies). Ray
-    is joined on first use, so bad input fails before any cluster starts."""
+    """Both heavy stages as actor pools sized by ``cfg.resources`` (one GPU per actor when present),
+    or in this process where :func:`cluster.in_driver` says so (the bridge model then loaded once
+    for both vocabularies). Ray is joined on first use, so bad input fails before any cluster
+    starts."""
     bridge: dict[str, Any] = {
         "name": cfg.bridge_model,
         "batch_size": cfg.bridge_batch_size,
@@ -44,7 +45,8 @@ def ray_stages(cfg: InitConfig) -> Stages:
         "threads": cfg.resources.threads_per_worker,
         "precision": cfg.precision,
     }
-    loaded: list[BridgeEncodeUDF] = []  # the bridge model in this process: loaded once, for both vocabularies
+    # the bridge model in this process: loaded once, for both vocabularies
+    loaded: list[BridgeEncodeUDF] = []
 
     def encode_here(block: pa.Table) -> pa.Table:
         if not loaded:
@@ -61,13 +63,16 @@ def ray_stages(cfg: InitConfig) -> Stages:
 
 
 def _encode(
-    cfg: InitConfig, bridge: dict[str, Any], encode_here: Callable[[pa.Table], pa.Table], table: pa.Table
+    cfg: InitConfig,
+    bridge: dict[str, Any],
+    encode_here: Callable[[pa.Table], pa.Table],
+    table: pa.Table,
 ) -> np.ndarray:
-    """The bridge vectors of ``table``'s strings, in its row order: in this process (``encode_here``) or by an actor
-    pool of ``BridgeEncodeUDF(**bridge)``."""
+    """The bridge vectors of ``table``'s strings, in its row order: in this process
+    (``encode_here``) or by an actor pool of ``BridgeEncodeUDF(**bridge)``."""
     plan = cluster.placement(cfg.resources)
-    # One block per encoder batch, cut at the same positions as in-process: a string's vector then does not
-    # depend on which other strings shared its (length-sorted, padded) batch.
+    # One block per encoder batch, cut at the same positions as in-process: a string's vector then
+    # does not depend on which other strings shared its (length-sorted, padded) batch.
     size = cfg.bridge_batch_size
     blocks = [table.slice(i, size) for i in range(0, table.num_rows, size)]
     progress = Progress(log, "bridge encoding", table.num_rows, "strings")
@@ -86,21 +91,27 @@ def _encode(
 
 
 def _vectors_in_order(result: pa.Table, table: pa.Table) -> np.ndarray:
-    """The vectors of ``result`` (encoded blocks in any order) in the row order of ``table``, as float32."""
+    """The vectors of ``result`` (encoded blocks in any order) in the row order of ``table``, as
+    float32."""
     order = {int(i): n for n, i in enumerate(result.column(ID).to_numpy())}
     rows = [order[int(i)] for i in table.column(ID).to_numpy()]  # actor pools do not keep row order
     return np.stack(result.column(VECTOR).to_numpy(zero_copy_only=False)[rows]).astype(np.float32)
 
 
-def _rows(cfg: InitConfig, ctx: RowsContext, target_ids: np.ndarray, new_vecs: np.ndarray) -> NewRows:
-    """The weights stage: the new rows of ``target_ids`` (bridge vectors ``new_vecs``), in this process or by an
-    actor pool of ``InitRowsUDF``."""
+def _rows(
+    cfg: InitConfig, ctx: RowsContext, target_ids: np.ndarray, new_vecs: np.ndarray
+) -> NewRows:
+    """The weights stage: the new rows of ``target_ids`` (bridge vectors ``new_vecs``), in this
+    process or by an actor pool of ``InitRowsUDF``."""
     plan = cluster.placement(cfg.resources)
     table = pa.table(
-        {ID: pa.array(target_ids.astype(np.int64)), VECTOR: pa.array(list(new_vecs), pa.list_(pa.float32()))}
+        {
+            ID: pa.array(target_ids.astype(np.int64)),
+            VECTOR: pa.array(list(new_vecs), pa.list_(pa.float32())),
+        }
     )
-    # One block per batch of rows, cut by position: a row's cosines come from the same GEMM shapes whatever
-    # the cluster, so the weights are the same bit for bit on one node or many.
+    # One block per batch of rows, cut by position: a row's cosines come from the same GEMM shapes
+    # whatever the cluster, so the weights are the same bit for bit on one node or many.
     size = cfg.rows_batch_size
     blocks = [table.slice(i, size) for i in range(0, max(1, table.num_rows), size)]
     progress = Progress(log, "weights", table.num_rows, "rows")
@@ -108,7 +119,8 @@ def _rows(cfg: InitConfig, ctx: RowsContext, target_ids: np.ndarray, new_vecs: n
         with actor_threads(plan, cfg.resources.threads_per_worker):
             tables = list(count((rows_block(ctx, block, "cpu") for block in blocks), progress))
         return rows_from_tables(tables, len(ctx.inputs))
-    ctx_ref = ray.put(ctx)  # source bridge matrix + E_s: in the object store once, shared by every actor
+    # source bridge matrix + E_s: in the object store once, shared by every actor
+    ctx_ref = ray.put(ctx)
     out = ray.data.from_arrow(blocks).map_batches(
         InitRowsUDF,
         fn_constructor_kwargs={"context": [ctx_ref], "threads": cfg.resources.threads_per_worker},
@@ -120,7 +132,8 @@ def _rows(cfg: InitConfig, ctx: RowsContext, target_ids: np.ndarray, new_vecs: n
 
 
 def count(tables: Iterator[pa.Table], progress: Progress) -> Iterator[pa.Table]:
-    """``tables`` computed here, one at a time, counted in ``progress`` as they come; finished at the end."""
+    """``tables`` computed here, one at a time, counted in ``progress`` as they come; finished at
+    the end."""
     for table in tables:
         progress.add(table.num_rows)
         yield table
@@ -128,8 +141,8 @@ def count(tables: Iterator[pa.Table], progress: Progress) -> Iterator[pa.Table]:
 
 
 def collect(ds: ray.data.Dataset, progress: Progress) -> list[pa.Table]:
-    """Every output block of ``ds`` as it finishes (in any order), counted in ``progress`` (a line at least every
-    ``EVERY_S`` seconds, also while the actors start)."""
+    """Every output block of ``ds`` as it finishes (in any order), counted in ``progress`` (a line
+    at least every ``EVERY_S`` seconds, also while the actors start)."""
     tables = []
     with progress.watch():
         for table in arrow_blocks(ds):
@@ -139,9 +152,12 @@ def collect(ds: ray.data.Dataset, progress: Progress) -> list[pa.Table]:
     return tables
 
 
-def run_init(cfg: InitConfig, inputs: dict[str, str] | None = None, *, neutral_symbols: bool = True) -> InitResult:
-    """One initialisation through Ray (inputs checked in the driver first; a finished output is skipped).
-    ``neutral_symbols``: see :func:`~sembridge_ray.jobs.init_run.initialise` (an ablation, no config key)."""
+def run_init(
+    cfg: InitConfig, inputs: dict[str, str] | None = None, *, neutral_symbols: bool = True
+) -> InitResult:
+    """One initialisation through Ray (inputs checked in the driver first; a finished output is
+    skipped). ``neutral_symbols``: see :func:`~sembridge_ray.jobs.init_run.initialise` (an ablation,
+    no config key)."""
     cluster.require_reachable()
     cfg = replace(cfg, precision=cluster.resolve_precision(cfg.precision, cfg.resources))
     return initialise(cfg, ray_stages(cfg), inputs, neutral_symbols=neutral_symbols)

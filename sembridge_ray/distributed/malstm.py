@@ -1,5 +1,5 @@
-"""Ray side of the MaLSTM job: the driver prepares the data once, every restart (seed) trains as its own Ray task,
-and the driver reports the best one by validation MSE."""
+"""Ray side of the MaLSTM job: the driver prepares the data once, every restart (seed) trains as its
+own Ray task, and the driver reports the best one by validation MSE."""
 
 from __future__ import annotations
 
@@ -29,8 +29,11 @@ log = logging.getLogger(__name__)
 REPORT = "report.json"
 
 
-def _train_task(data: Prepared, train: TrainConfig, pretrain: PretrainConfig, seed: int, threads: int) -> RestartResult:
-    """A Ray task: one restart on ``threads`` CPU threads (the LSTM is small; one thread per task is fastest)."""
+def _train_task(
+    data: Prepared, train: TrainConfig, pretrain: PretrainConfig, seed: int, threads: int
+) -> RestartResult:
+    """A Ray task: one restart on ``threads`` CPU threads (the LSTM is small; one thread per task is
+    fastest)."""
     import torch
 
     torch.set_num_threads(threads)
@@ -39,7 +42,8 @@ def _train_task(data: Prepared, train: TrainConfig, pretrain: PretrainConfig, se
 
 
 def run_restarts(data: Prepared, cfg: MalstmConfig) -> list[RestartResult]:
-    """``cfg.restarts`` restarts as Ray tasks, at most ``resources.workers`` at once; a line per finished restart."""
+    """``cfg.restarts`` restarts as Ray tasks, at most ``resources.workers`` at once; a line per
+    finished restart."""
     plan = cluster.placement(cfg.resources, reserve=False)
     task = ray.remote(_train_task).options(num_cpus=plan.cpus_per_worker, num_gpus=0)
     data_ref = ray.put(data)
@@ -67,16 +71,22 @@ def run_restarts(data: Prepared, cfg: MalstmConfig) -> list[RestartResult]:
 
 
 def input_identities(cfg: MalstmConfig) -> dict[str, str]:
-    """The data, vectors and thesaurus the run reads, identified by content (checked to exist first)."""
+    """The data, vectors and thesaurus the run reads, identified by content (checked to exist
+    first)."""
     parse_source(cfg.vectors.source)  # a missing vectors file fails before anything slow
     inputs = {"sick": path_identity(sick_dir(cfg))}
     if cfg.pretrain.enabled:
         inputs["sts"] = path_identity(sts_dir(cfg))
     inputs["vectors"] = vectors_identity(cfg.vectors.source)
-    uses_wordnet = cfg.augment.enabled or cfg.vectors.retrofit > 0 or cfg.vectors.source == MINILM_CONTEXT
-    if uses_wordnet:  # the thesaurus, and the context corpus's glosses, come from WordNet when nltk finds it
+    uses_wordnet = (
+        cfg.augment.enabled or cfg.vectors.retrofit > 0 or cfg.vectors.source == MINILM_CONTEXT
+    )
+    # the thesaurus, and the context corpus's glosses, come from WordNet when nltk finds it
+    if uses_wordnet:
         wordnet = find_wordnet(cfg.augment)
-        inputs["thesaurus"] = "wordnet-3.0" if wordnet is not None else path_identity(aug.BUNDLED_THESAURUS)
+        inputs["thesaurus"] = (
+            "wordnet-3.0" if wordnet is not None else path_identity(aug.BUNDLED_THESAURUS)
+        )
     return inputs
 
 
@@ -103,14 +113,27 @@ def prepare_data(cfg: MalstmConfig) -> Prepared:
 
 
 def run_local(cfg: MalstmConfig, work: Path) -> Path:
-    """The MaLSTM job's computation in this process, no Ray, into ``work`` (its report, predictions and tables, no
-    claim, identity or ``_SUCCESS``): the same data preparation, restarts (one after the other) and results as
-    :func:`run_malstm`. For tests and studies that train many tiny variants (``tests/unit/test_dead_settings.py``)."""
+    """The MaLSTM job's computation in this process, no Ray, into ``work`` (its report, predictions
+    and tables, no claim, identity or ``_SUCCESS``): the same data preparation, restarts (one after
+    the other) and results as :func:`run_malstm`. For tests and studies that train many tiny
+    variants (``tests/unit/test_dead_settings.py``)."""
     data = prepare_data(cfg)
-    results = [train_restart(data, cfg.train, cfg.pretrain, seed) for seed in range(cfg.seed, cfg.seed + cfg.restarts)]
+    results = [
+        train_restart(data, cfg.train, cfg.pretrain, seed)
+        for seed in range(cfg.seed, cfg.seed + cfg.restarts)
+    ]
     work.mkdir(parents=True, exist_ok=True)
     source = cfg.vectors.source
-    write_results(work, data, results, cfg.calibration, source=source, add_ensemble=cfg.ensemble, seconds={}, started=0)
+    write_results(
+        work,
+        data,
+        results,
+        cfg.calibration,
+        source=source,
+        add_ensemble=cfg.ensemble,
+        seconds={},
+        started=0,
+    )
     return work
 
 
@@ -120,7 +143,9 @@ def run_malstm(cfg: MalstmConfig) -> MalstmResult:
     cluster.require_reachable()
     with claim_output(out, identity, cfg.overwrite) as claim:
         if claim.done:
-            return MalstmResult.from_report(str(out), json.loads((out / REPORT).read_text(encoding="utf-8")), True)
+            return MalstmResult.from_report(
+                str(out), json.loads((out / REPORT).read_text(encoding="utf-8")), True
+            )
         work = claim.path  # the output, or its staging directory under --overwrite
         start = time.perf_counter()
         data = prepare_data(cfg)

@@ -1,15 +1,15 @@
-"""Ray side of the reproduction: plan every stage, check them all against what is on disk, then run the cells
-(inline or as concurrent Ray tasks) and write the tables and plots.
+"""Ray side of the reproduction: plan every stage, check them all against what is on disk, then run
+the cells (inline or as concurrent Ray tasks) and write the tables and plots.
 
-A cell initialises once; then for each dataset it evaluates zero-shot, fine-tunes on the training split (scored
-on the development set as it trains, where there is one: the demo's SICK trial split, or ``finetune.eval``) and
-evaluates again. Each source model is scored once on that development set, the level its transfers' dev curves
-are drawn against. Every stage has its own output directory under the output contract (:mod:`sembridge_ray.outputs`):
-before any work, every planned stage is compared with what its directory holds, and stages whose settings changed
-are listed and refused unless ``--overwrite``. A rerun then skips finished stages and resumes unfinished ones
-(fine-tuning from its last checkpoint). A cell whose inputs are missing, or that fails, is recorded with its error
-and does not stop the others.
-"""
+A cell initialises once; then for each dataset it evaluates zero-shot, fine-tunes on the training
+split (scored on the development set as it trains, where there is one: the demo's SICK trial split,
+or ``finetune.eval``) and evaluates again. Each source model is scored once on that development set,
+the level its transfers' dev curves are drawn against. Every stage has its own output directory
+under the output contract (:mod:`sembridge_ray.outputs`): before any work, every planned stage is
+compared with what its directory holds, and stages whose settings changed are listed and refused
+unless ``--overwrite``. A rerun then skips finished stages and resumes unfinished ones (fine-tuning
+from its last checkpoint). A cell whose inputs are missing, or that fails, is recorded with its
+error and does not stop the others."""
 
 from __future__ import annotations
 
@@ -31,7 +31,13 @@ from sembridge_ray.distributed.init import run_init
 from sembridge_ray.errors import InputError
 from sembridge_ray.jobs.reproduce import CellOutcome, ReproduceConfig, ReproduceResult
 from sembridge_ray.locks import OutputLock
-from sembridge_ray.outputs import atomic_write_json, atomic_write_text, conflict, is_complete, is_done
+from sembridge_ray.outputs import (
+    atomic_write_json,
+    atomic_write_text,
+    conflict,
+    is_complete,
+    is_done,
+)
 from sembridge_ray.reproduce import cells as cellmod
 from sembridge_ray.reproduce import compare, demo, plots, results
 from sembridge_ray.reproduce.grid import XLING_ASSETS, Plan, plan
@@ -46,25 +52,30 @@ SOURCE_EVAL = "source-eval"
 
 
 def resolved_precisions(cfg: ReproduceConfig, gpus: float) -> ReproduceConfig:
-    """Each stage job's ``precision`` as its workers will run it (see ``cluster.resolve_precision``), so the
-    planned identities are the ones the stages record."""
+    """Each stage job's ``precision`` as its workers will run it (see
+    ``cluster.resolve_precision``), so the planned identities are the ones the stages record."""
     sections = {}
     for name in ("init", "finetune", "evaluate"):
         section = getattr(cfg, name)
         res = cell_resources(cfg, section.resources, gpus)
-        sections[name] = replace(section, precision=cluster.resolve_precision(section.precision, res))
+        sections[name] = replace(
+            section, precision=cluster.resolve_precision(section.precision, res)
+        )
     return replace(cfg, **sections)
 
 
 def check_plan(cfg: ReproduceConfig, planned: Plan) -> None:
-    """Refuse, listing them, when stages on disk were run with other settings (unless ``overwrite``)."""
+    """Refuse, listing them, when stages on disk were run with other settings (unless
+    ``overwrite``)."""
     changed = []
     for cell, stage in planned.all_stages():
         detail = conflict(stage.output, stage.identity)
         if detail is not None:
             changed.append(f"{cell}/{stage.name} ({detail})")
     if changed and not cfg.overwrite:
-        shown = "; ".join(changed[:6]) + (f"; and {len(changed) - 6} more" if len(changed) > 6 else "")
+        shown = "; ".join(changed[:6]) + (
+            f"; and {len(changed) - 6} more" if len(changed) > 6 else ""
+        )
         raise InputError(
             f"{len(changed)} finished or started stages have other settings: {shown}; rerun with "
             "--overwrite to redo them (and what depends on them), or choose another --output"
@@ -81,7 +92,8 @@ def run_stage(stage: Stage, cell: str = "") -> None:
 
 
 def run_cell(cfg: ReproduceConfig, name: str, stages: list[Stage]) -> CellOutcome:
-    """All stages of one cell in order; finished ones are skipped. Rebuilds the results tables after each."""
+    """All stages of one cell in order; finished ones are skipped. Rebuilds the results tables after
+    each."""
     for stage in stages:
         run_stage(stage, name)
         if stage.job == "evaluate" or stage.name == "init":
@@ -89,15 +101,24 @@ def run_cell(cfg: ReproduceConfig, name: str, stages: list[Stage]) -> CellOutcom
     return CellOutcome(cell=name, ok=True)
 
 
-def refresh(cfg: ReproduceConfig, failures: dict[str, str] | None = None, final: bool = False) -> list[results.Row]:
-    """Rewrite results.csv / results.md (at the end also comparisons.csv and the plots) from the finished stages."""
+def refresh(
+    cfg: ReproduceConfig, failures: dict[str, str] | None = None, final: bool = False
+) -> list[results.Row]:
+    """Rewrite results.csv / results.md (at the end also comparisons.csv and the plots) from the
+    finished stages."""
     out = Path(cfg.output)
     cells = cellmod.config_cells(cfg)
     if failures is None:
-        failures = json.loads((out / "failures.json").read_text()) if (out / "failures.json").is_file() else {}
+        failures = (
+            json.loads((out / "failures.json").read_text())
+            if (out / "failures.json").is_file()
+            else {}
+        )
     rows = results.collect(out, cells, cfg.datasets)
     results.write_csv(rows, out / "results.csv")
-    text = results.markdown(rows, cfg.languages, failures) + results.convergence_markdown(rows, cfg.languages)
+    text = results.markdown(rows, cfg.languages, failures) + results.convergence_markdown(
+        rows, cfg.languages
+    )
     if final:
         paired = compare.comparisons(out, cells, cfg.datasets)
         results.write_csv(paired, out / "comparisons.csv", compare.COLUMNS)
@@ -110,7 +131,11 @@ def refresh(cfg: ReproduceConfig, failures: dict[str, str] | None = None, final:
     source = out / "assets" / SOURCE_EVAL / "metrics.json"
     if is_complete(source.parent):
         ndcg = json.loads(source.read_text(encoding="utf-8"))["nDCG@10"]
-        where = "on English XQuAD test (the same questions, in English)" if cfg.assets == "xling" else "here"
+        where = (
+            "on English XQuAD test (the same questions, in English)"
+            if cfg.assets == "xling"
+            else "here"
+        )
         text += f"\nThe source encoder with its own tokenizer (before the swap) scores nDCG@10 {ndcg:.3f} {where}.\n"
     for model in cfg.models:
         if (dev := plots.source_dev_score(out, model)) is not None:
@@ -120,7 +145,8 @@ def refresh(cfg: ReproduceConfig, failures: dict[str, str] | None = None, final:
 
 
 def _guarded_stage(stage: Stage) -> None:
-    """A source model's development score: it only draws a reference line, so its failure is logged, not fatal."""
+    """A source model's development score: it only draws a reference line, so its failure is logged,
+    not fatal."""
     try:
         run_stage(stage)
     except Exception as err:  # the cells do not depend on it
@@ -133,7 +159,10 @@ def _guarded(cfg: ReproduceConfig, name: str, stages: list[Stage]) -> CellOutcom
     except Exception as err:  # a failing cell is recorded and must not stop the others
         log.error("cell %s failed: %s", name, err)
         return CellOutcome(
-            cell=name, ok=False, error=f"{type(err).__name__}: {err}", traceback=traceback.format_exc(limit=8)
+            cell=name,
+            ok=False,
+            error=f"{type(err).__name__}: {err}",
+            traceback=traceback.format_exc(limit=8),
         )
 
 
@@ -156,7 +185,11 @@ def run_reproduce(cfg: ReproduceConfig) -> ReproduceResult:
             run_stage(stage)
         for stage in planned.sources:
             _guarded_stage(stage)
-        todo = {c: s for c, s in planned.cells.items() if not all(is_done(x.output, x.identity) for x in s)}
+        todo = {
+            c: s
+            for c, s in planned.cells.items()
+            if not all(is_done(x.output, x.identity) for x in s)
+        }
         width = concurrency(cfg, info.gpus)
         log.info(
             "%d cells (%d unfinished, %d not runnable), %d at a time",
@@ -167,7 +200,9 @@ def run_reproduce(cfg: ReproduceConfig) -> ReproduceResult:
         )
         items = list(todo.items())
         cells = progress.Progress(log, "cells", len(items), "finished", every_s=float("inf"))
-        outcomes = _run_inline(cfg, items, cells) if width == 1 else _run_tasks(cfg, items, width, cells)
+        outcomes = (
+            _run_inline(cfg, items, cells) if width == 1 else _run_tasks(cfg, items, width, cells)
+        )
         cells.finish()
         failures = dict(planned.failures) | {o.cell: o.error for o in outcomes if not o.ok}
         atomic_write_json(out / "failures.json", failures)
@@ -176,7 +211,10 @@ def run_reproduce(cfg: ReproduceConfig) -> ReproduceResult:
             atomic_write_text(out / "cells" / name / "error.txt", error + "\n\n" + detail)
         refresh(cfg, failures, final=True)
     return ReproduceResult(
-        output=str(out), cells=len(planned.cells) + len(planned.failures), ran=len(todo), failures=failures
+        output=str(out),
+        cells=len(planned.cells) + len(planned.failures),
+        ran=len(todo),
+        failures=failures,
     )
 
 
@@ -193,7 +231,8 @@ def _run_inline(
 def _run_tasks(
     cfg: ReproduceConfig, cells: list[tuple[str, list[Stage]]], width: int, count: progress.Progress
 ) -> list[CellOutcome]:
-    """Cells as Ray tasks, at most ``width`` in flight; each task drives its own actor pools and trainers."""
+    """Cells as Ray tasks, at most ``width`` in flight; each task drives its own actor pools and
+    trainers."""
     task = ray.remote(num_cpus=0, max_retries=0)(_guarded)
     pending, done = list(cells), []
     running: list[Any] = []
@@ -213,4 +252,6 @@ def _count(count: progress.Progress, outcome: CellOutcome, running: int) -> None
     log.info("cell %s %s", outcome.cell, "finished" if outcome.ok else f"FAILED: {outcome.error}")
     count.add()
     if count.done < count.total:
-        log.info("%s; %d running, %d waiting", count.line(), running, count.total - count.done - running)
+        log.info(
+            "%s; %d running, %d waiting", count.line(), running, count.total - count.done - running
+        )

@@ -1,16 +1,18 @@
-"""Exact sparse search on Ray: one actor per term-major shard; the driver merges the shards' top-k lists.
+"""Exact sparse search on Ray: one actor per term-major shard; the driver merges the shards' top-k
+lists.
 
-Each shard is put in the object store once and read zero-copy by its actor. Query batches are put once and sent to
-every shard; up to ``window`` batches are in flight, so the actors keep working while the driver merges earlier
-batches.
+Each shard is put in the object store once and read zero-copy by its actor. Query batches are put
+once and sent to every shard; up to ``window`` batches are in flight, so the actors keep working
+while the driver merges earlier batches.
 
-Faults: the driver keeps every shard's reference, so a shard actor that dies (OOM, a lost node) is restarted by Ray
-(``max_restarts``) and its pending calls are retried (``max_task_retries``); if it cannot be restarted any more,
-the driver starts a new actor from the same shard and asks again. Answers are exact and deterministic, so a
-disturbed search returns exactly what an undisturbed one does.
+Faults: the driver keeps every shard's reference, so a shard actor that dies (OOM, a lost node) is
+restarted by Ray (``max_restarts``) and its pending calls are retried (``max_task_retries``); if it
+cannot be restarted any more, the driver starts a new actor from the same shard and asks again.
+Answers are exact and deterministic, so a disturbed search returns exactly what an undisturbed one
+does.
 
-A small corpus is searched in the driver instead (:class:`LocalIndex`: the same batches, shard answers and merge,
-so the same top-k), where starting the actors would cost more than the search.
+A small corpus is searched in the driver instead (:class:`LocalIndex`: the same batches, shard
+answers and merge, so the same top-k), where starting the actors would cost more than the search.
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ class ShardActor:
     def __init__(self, refs: list[ray.ObjectRef], threads: int = 1) -> None:
         import torch
 
-        torch.set_num_threads(max(1, threads))  # topk only; the actor's CPU share is what Ray gave it
+        # topk only; the actor's CPU share is what Ray gave it
+        torch.set_num_threads(max(1, threads))
         self._ref = refs[0]
         self.shard: Shard = ray.get(self._ref)
 
@@ -57,10 +60,16 @@ class ShardActor:
 
 
 def shard_stats(shard: Shard) -> dict[str, Any]:
-    """Documents, shard size, and the memory of the process holding it: peak resident, and now private (anon) vs
-    shared (an actor's shard is in object-store pages), from /proc where the OS has it."""
+    """Documents, shard size, and the memory of the process holding it: peak resident, and now
+    private (anon) vs shared (an actor's shard is in object-store pages), from /proc where the OS
+    has it."""
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return {"docs": shard.n_docs, "shard_mb": shard.nbytes / 2**20, "peak_rss_mb": peak_kib / 1024, **_proc_memory()}
+    return {
+        "docs": shard.n_docs,
+        "shard_mb": shard.nbytes / 2**20,
+        "peak_rss_mb": peak_kib / 1024,
+        **_proc_memory(),
+    }
 
 
 def _proc_memory() -> dict[str, float]:
@@ -69,11 +78,16 @@ def _proc_memory() -> dict[str, float]:
         lines = Path("/proc/self/status").read_text().splitlines()
     except OSError:
         return {}
-    return {fields[p[0]]: int(p[1]) / 1024 for p in (line.split() for line in lines) if p and p[0] in fields}
+    return {
+        fields[p[0]]: int(p[1]) / 1024
+        for p in (line.split() for line in lines)
+        if p and p[0] in fields
+    }
 
 
 class ShardedIndex:
-    """A corpus split into shards held by Ray actors; :meth:`search` is an exact top-k over all of them."""
+    """A corpus split into shards held by Ray actors; :meth:`search` is an exact top-k over all of
+    them."""
 
     def __init__(self, refs: list[ray.ObjectRef], n_docs: int, num_cpus: float) -> None:
         self.refs = refs  # held for the index's lifetime: a restarted actor reads its shard again
@@ -86,7 +100,8 @@ class ShardedIndex:
 
     @classmethod
     def start(cls, shards: Iterable[Shard], num_cpus: float = 1.0) -> ShardedIndex:
-        """Put each shard in the object store (the caller may drop it at once) and start its actor."""
+        """Put each shard in the object store (the caller may drop it at once) and start its
+        actor."""
         refs, n_docs = [], 0
         for shard in shards:
             n_docs += shard.n_docs
@@ -99,7 +114,8 @@ class ShardedIndex:
         return getattr(self.actors[shard], method).remote(*args)
 
     def _get(self, refs: list[ray.ObjectRef], method: str, *args: Any) -> list[Any]:
-        """Every shard's answer; a shard whose actor is gone for good gets a new actor and is asked again."""
+        """Every shard's answer; a shard whose actor is gone for good gets a new actor and is asked
+        again."""
         out: list[Any] = []
         for shard, ref in enumerate(refs):
             for attempt in range(RESTARTS + 1):
@@ -109,21 +125,32 @@ class ShardedIndex:
                 except ray.exceptions.RayActorError as err:
                     if attempt == RESTARTS:
                         raise
-                    log.warning("shard %d: its actor died for good (%s); starting a new one", shard, type(err).__name__)
+                    log.warning(
+                        "shard %d: its actor died for good (%s); starting a new one",
+                        shard,
+                        type(err).__name__,
+                    )
                     self.actors[shard] = self._actor(self.refs[shard])
                     ref = self._ask(shard, method, *args)
         return out
 
     def search(
-        self, queries: SparseBatch, k: int, batch_size: int = 32, window: int = 4, progress: Progress | None = None
+        self,
+        queries: SparseBatch,
+        k: int,
+        batch_size: int = 32,
+        window: int = 4,
+        progress: Progress | None = None,
     ) -> TopK:
-        """queries (Q, V) -> the exact top-k over every shard: scores (Q, k), global ranks (Q, k); ``progress``
-        counts the queries answered."""
+        """queries (Q, V) -> the exact top-k over every shard: scores (Q, k), global ranks (Q, k);
+        ``progress`` counts the queries answered."""
         pending: deque[tuple[ray.ObjectRef, list[ray.ObjectRef]]] = deque()
         merged: list[TopK] = []
         for start in range(0, queries.rows, batch_size):
             batch = ray.put(queries.slice(start, min(start + batch_size, queries.rows)))
-            pending.append((batch, [self._ask(i, "topk", batch, k) for i in range(len(self.actors))]))
+            pending.append(
+                (batch, [self._ask(i, "topk", batch, k) for i in range(len(self.actors))])
+            )
             if len(pending) >= window:
                 batch, refs = pending.popleft()
                 merged.append(merge_topk(self._get(refs, "topk", batch, k), k))
@@ -135,7 +162,9 @@ class ShardedIndex:
                 progress.add(len(merged[-1].scores))
         if not merged:
             return TopK(np.zeros((0, k), np.float32), np.zeros((0, k), np.int64))
-        return TopK(np.concatenate([m.scores for m in merged]), np.concatenate([m.ranks for m in merged]))
+        return TopK(
+            np.concatenate([m.scores for m in merged]), np.concatenate([m.ranks for m in merged])
+        )
 
     def stats(self) -> list[dict[str, Any]]:
         return self._get([self._ask(i, "stats") for i in range(len(self.actors))], "stats")
@@ -151,8 +180,9 @@ class ShardedIndex:
 
 
 class LocalIndex:
-    """The shards held and searched in this process, batch by batch as :meth:`ShardedIndex.search` asks its actors
-    and merged alike, so the top-k is the same; the interface of :class:`ShardedIndex`."""
+    """The shards held and searched in this process, batch by batch as :meth:`ShardedIndex.search`
+    asks its actors and merged alike, so the top-k is the same; the interface of
+    :class:`ShardedIndex`."""
 
     def __init__(self, shards: list[Shard]) -> None:
         self.shards = shards
@@ -163,7 +193,12 @@ class LocalIndex:
         return cls(list(shards))
 
     def search(
-        self, queries: SparseBatch, k: int, batch_size: int = 32, window: int = 4, progress: Progress | None = None
+        self,
+        queries: SparseBatch,
+        k: int,
+        batch_size: int = 32,
+        window: int = 4,
+        progress: Progress | None = None,
     ) -> TopK:
         """As :meth:`ShardedIndex.search` (``window`` is unused: nothing is in flight)."""
         merged: list[TopK] = []
@@ -174,7 +209,9 @@ class LocalIndex:
                 progress.add(len(merged[-1].scores))
         if not merged:
             return TopK(np.zeros((0, k), np.float32), np.zeros((0, k), np.int64))
-        return TopK(np.concatenate([m.scores for m in merged]), np.concatenate([m.ranks for m in merged]))
+        return TopK(
+            np.concatenate([m.scores for m in merged]), np.concatenate([m.ranks for m in merged])
+        )
 
     def stats(self) -> list[dict[str, Any]]:
         return [shard_stats(shard) for shard in self.shards]

@@ -1,6 +1,6 @@
-"""Ray Data callable classes: load once in ``__init__``, call pure functions in ``__call__``. The driver runs the
-same classes itself for inputs an actor pool is not worth starting for (``cluster.in_driver``), under
-:func:`actor_threads`."""
+"""Ray Data callable classes: load once in ``__init__``, call pure functions in ``__call__``. The
+driver runs the same classes itself for inputs an actor pool is not worth starting for
+(``cluster.in_driver``), under :func:`actor_threads`."""
 
 from __future__ import annotations
 
@@ -29,7 +29,8 @@ log = logging.getLogger(__name__)
 
 
 def use_threads(threads: int) -> None:
-    """``threads`` > 0: this actor's torch thread count (see ``ResourceConfig.threads_per_worker``)."""
+    """``threads`` > 0: this actor's torch thread count (see
+    ``ResourceConfig.threads_per_worker``)."""
     if threads > 0:
         import torch
 
@@ -38,8 +39,9 @@ def use_threads(threads: int) -> None:
 
 @contextlib.contextmanager
 def actor_threads(placement: Placement, threads: int) -> Iterator[None]:
-    """torch's thread count in this process while it does an actor's work, then put back: ``threads``
-    (``threads_per_worker``) when > 0, else the worker's CPU share, as Ray sets it for an actor (OMP_NUM_THREADS)."""
+    """torch's thread count in this process while it does an actor's work, then put back:
+    ``threads`` (``threads_per_worker``) when > 0, else the worker's CPU share, as Ray sets it for
+    an actor (OMP_NUM_THREADS)."""
     import torch
 
     before = torch.get_num_threads()
@@ -51,14 +53,14 @@ def actor_threads(placement: Placement, threads: int) -> Iterator[None]:
 
 
 class SparseEncodeUDF:
-    """Ray Data actor: holds a SparseEncoder on its device; turns staged (id, text) Parquet files into sparse vector
-    files of the same name in ``out_dir``, and returns one row per file (its path and row count).
+    """Ray Data actor: holds a SparseEncoder on its device; turns staged (id, text) Parquet files
+    into sparse vector files of the same name in ``out_dir``, and returns one row per file (its path
+    and row count).
 
-    Each file is encoded whole by :func:`~sembridge_ray.sparse.encode.encode_texts`, in batches of ``batch_size``
-    texts cut from the file's texts sorted by length (so batches pad little), rows written in the file's order: the
-    vectors depend on the file alone, not on Ray's block boundaries, and a file whose actor died is simply encoded
-    again.
-    """
+    Each file is encoded whole by :func:`~sembridge_ray.sparse.encode.encode_texts`, in batches of
+    ``batch_size`` texts cut from the file's texts sorted by length (so batches pad little), rows
+    written in the file's order: the vectors depend on the file alone, not on Ray's block
+    boundaries, and a file whose actor died is simply encoded again."""
 
     def __init__(
         self,
@@ -73,16 +75,24 @@ class SparseEncodeUDF:
         trust_remote_code: bool = False,
         device: str = "",
     ) -> None:
-        """``role`` "query" or "document" encodes with ``encode_query``/``encode_document`` (the model's prompts
-        or router for that side, where it has them); None uses plain ``encode``. ``precision`` is the driver's
-        resolved one (fp32 or bf16), never decided here; ``device`` "" is :func:`pick_device`'s."""
+        """``role`` "query" or "document" encodes with ``encode_query``/``encode_document`` (the
+        model's prompts or router for that side, where it has them); None uses plain ``encode``.
+        ``precision`` is the driver's resolved one (fp32 or bf16), never decided here; ``device`` ""
+        is :func:`pick_device`'s."""
         from sembridge_ray.sparse.model import load_sparse_encoder
 
         use_threads(threads)
         self.model = load_sparse_encoder(
-            model_dir, device=device or pick_device(), max_length=max_length, trust_remote_code=trust_remote_code
+            model_dir,
+            device=device or pick_device(),
+            max_length=max_length,
+            trust_remote_code=trust_remote_code,
         )
-        self.max_active_dims, self.batch_size, self.precision = max_active_dims, batch_size, precision
+        self.max_active_dims, self.batch_size, self.precision = (
+            max_active_dims,
+            batch_size,
+            precision,
+        )
         self.out_dir, self.role = Path(out_dir), role
 
     def __call__(self, batch: pa.Table) -> pa.Table:
@@ -95,21 +105,33 @@ class SparseEncodeUDF:
             table = pq.read_table(path, columns=[ID, TEXT])
             texts = [str(t) for t in table.column(TEXT).to_pylist()]
             # a staged file can take minutes: this actor says how far it is, every EVERY_S seconds
-            what = f"encoding {'queries' if self.role == 'query' else 'documents'} ({Path(path).name})"
+            what = (
+                f"encoding {'queries' if self.role == 'query' else 'documents'} ({Path(path).name})"
+            )
             progress = Progress(log, what, len(texts), "texts")
             indices, values = encode_texts(
-                self.model, texts, self.batch_size, self.role, self.max_active_dims, self.precision, done=progress.add
+                self.model,
+                texts,
+                self.batch_size,
+                self.role,
+                self.max_active_dims,
+                self.precision,
+                done=progress.add,
             )
             target = self.out_dir / Path(path).name
             with atomic_path(target) as tmp:
-                pq.write_table(sparse_table([str(i) for i in table.column(ID).to_pylist()], indices, values), tmp)
+                pq.write_table(
+                    sparse_table([str(i) for i in table.column(ID).to_pylist()], indices, values),
+                    tmp,
+                )
             written.append(str(target))
             counts.append(table.num_rows)
         return pa.table({PATH: written, ROWS: pa.array(counts, pa.int64())})
 
 
 def arrow_blocks(ds: ray.data.Dataset) -> Iterator[pa.Table]:
-    """Every output block of the Ray dataset ``ds`` as an Arrow table, as it finishes (in any order)."""
+    """Every output block of the Ray dataset ``ds`` as an Arrow table, as it finishes (in any
+    order)."""
     for block in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
         yield cast(pa.Table, block)
 
@@ -124,8 +146,8 @@ class PoolArgs(TypedDict):
 
 
 def actor_pool_args(placement: Placement, batch_size: int | None) -> PoolArgs:
-    """``map_batches`` keyword arguments for an actor pool of ``placement.workers`` actors; ``batch_size`` None
-    hands each actor call one whole block."""
+    """``map_batches`` keyword arguments for an actor pool of ``placement.workers`` actors;
+    ``batch_size`` None hands each actor call one whole block."""
     import ray
 
     return {
@@ -152,22 +174,28 @@ class BridgeEncodeUDF:
 
         use_threads(threads)
         self.name, self.batch_size, self.precision = name, batch_size, precision
-        self.model = load_bridge(name, device=device or pick_device(), trust_remote_code=trust_remote_code)
+        self.model = load_bridge(
+            name, device=device or pick_device(), trust_remote_code=trust_remote_code
+        )
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         from sembridge_ray.embed_init.bridge import VECTOR, encode_strings
 
-        vecs = encode_strings(self.model, batch.column(TEXT).to_pylist(), self.batch_size, self.name, self.precision)
-        return pa.table({ID: batch.column(ID), VECTOR: pa.array(list(vecs), pa.list_(pa.float32()))})
+        vecs = encode_strings(
+            self.model, batch.column(TEXT).to_pylist(), self.batch_size, self.name, self.precision
+        )
+        return pa.table(
+            {ID: batch.column(ID), VECTOR: pa.array(list(vecs), pa.list_(pa.float32()))}
+        )
 
 
 class InitRowsUDF:
-    """Ray Data actor: holds the source bridge matrix and E_s (from the object store, put once); computes the
-    weights and composed rows of a batch of bridged target tokens."""
+    """Ray Data actor: holds the source bridge matrix and E_s (from the object store, put once);
+    computes the weights and composed rows of a batch of bridged target tokens."""
 
     def __init__(self, context: list[ObjectRef[RowsContext]], threads: int = 0) -> None:
-        """``context``: [the reference of the driver's one :class:`RowsContext`], put in the object store once and
-        shared by every actor."""
+        """``context``: [the reference of the driver's one :class:`RowsContext`], put in the object
+        store once and shared by every actor."""
         import ray
 
         use_threads(threads)

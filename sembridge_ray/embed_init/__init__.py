@@ -1,1 +1,2 @@
-"""SemBridge embedding initialisation: vocabulary partition, exact entmax weights, composition, baselines."""
+"""SemBridge embedding initialisation: vocabulary partition, exact entmax weights, composition,
+baselines."""

@@ -1,5 +1,6 @@
-"""The bridge side: token strings, the bridge encoder, fingerprints and the verified cache of bridge vectors (with
-the entries the package ships for its bundled vocabularies, :func:`shipped_vectors`)."""
+"""The bridge side: token strings, the bridge encoder, fingerprints and the verified cache of bridge
+vectors (with the entries the package ships for its bundled vocabularies,
+:func:`shipped_vectors`)."""
 
 from __future__ import annotations
 
@@ -30,38 +31,44 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 VECTOR = "vector"
 BRIDGE_FILE = "vectors.parquet"  # in a cache entry <cache_dir>/<key>/
-RULE_VERSION = "decode-strip-or-raw-v1"  # part of the cache key: bump if the string rule ever changes
+# part of the cache key: bump if the string rule ever changes
+RULE_VERSION = "decode-strip-or-raw-v1"
 SPOT_CHECK = 16
 """Strings of a shipped entry encoded again before it is used (:func:`shipped_vectors`)."""
 SPOT_ATOL = 1e-4
-"""The most a spot-checked vector may differ from the shipped one, per component: fp32 vectors of the same model
-differ by ~1e-7 between machines and batchings; another model's, or bf16 ones, by 1e-3 and more."""
+"""The most a spot-checked vector may differ from the shipped one, per component: fp32 vectors of
+the same model differ by ~1e-7 between machines and batchings; another model's, or bf16 ones, by
+1e-3 and more."""
 
 
 def resolve_bridge(name: str) -> str:
-    """``minilm`` -> the bundled all-MiniLM-L6-v2 directory; anything else as given (hub id or path)."""
+    """``minilm`` -> the bundled all-MiniLM-L6-v2 directory; anything else as given (hub id or
+    path)."""
     from sembridge_ray.bundled import resolve
 
     return resolve(name)
 
 
 def check_bridge(name: str) -> str:
-    """The bridge model's identity, after checking it is a sentence-transformers or transformers model (a local
-    directory with ``modules.json`` or ``config.json``, or a hub id); fails here, in the driver, not in an actor."""
+    """The bridge model's identity, after checking it is a sentence-transformers or transformers
+    model (a local directory with ``modules.json`` or ``config.json``, or a hub id); fails here, in
+    the driver, not in an actor."""
     from sembridge_ray.identity import model_identity
 
     resolved = resolve_bridge(name)
     path = Path(resolved).expanduser()
     if path.exists() and not any((path / f).is_file() for f in ("modules.json", "config.json")):
-        raise InputError(f"bridge model {name!r} is not a model directory (no modules.json or config.json in {path})")
+        raise InputError(
+            f"bridge model {name!r} is not a model directory (no modules.json or config.json in {path})"
+        )
     return model_identity(resolved, "bridge model")
 
 
 def bridge_dimension(name: str) -> int | None:
-    """The dimension of a local sentence-transformers bridge's vectors, read from its module configs (the last
-    ``Dense`` module's ``out_features``, else the pooling's ``embedding_dimension``, ``word_embedding_dimension``
-    before sentence-transformers 6) without loading weights; None where they do not say (a hub id, a plain
-    transformers directory)."""
+    """The dimension of a local sentence-transformers bridge's vectors, read from its module configs
+    (the last ``Dense`` module's ``out_features``, else the pooling's ``embedding_dimension``,
+    ``word_embedding_dimension`` before sentence-transformers 6) without loading weights; None where
+    they do not say (a hub id, a plain transformers directory)."""
     path = Path(resolve_bridge(name)).expanduser()
     try:
         modules = json.loads((path / "modules.json").read_text(encoding="utf-8"))
@@ -70,7 +77,11 @@ def bridge_dimension(name: str) -> int | None:
     found = None
     for module in modules if isinstance(modules, list) else []:
         kind, where = str(module.get("type", "")), path / str(module.get("path", ""))
-        keys = ("out_features",) if kind.endswith(".Dense") else ("embedding_dimension", "word_embedding_dimension")
+        keys = (
+            ("out_features",)
+            if kind.endswith(".Dense")
+            else ("embedding_dimension", "word_embedding_dimension")
+        )
         if kind.endswith((".Dense", ".Pooling")):
             try:
                 config = json.loads((where / "config.json").read_text(encoding="utf-8"))
@@ -80,36 +91,50 @@ def bridge_dimension(name: str) -> int | None:
     return found
 
 
-def load_bridge(name: str, device: str = "cpu", trust_remote_code: bool = False) -> SentenceTransformer:
+def load_bridge(
+    name: str, device: str = "cpu", trust_remote_code: bool = False
+) -> SentenceTransformer:
     from sentence_transformers import SentenceTransformer
 
     try:
-        return SentenceTransformer(resolve_bridge(name), device=device, trust_remote_code=trust_remote_code)
+        return SentenceTransformer(
+            resolve_bridge(name), device=device, trust_remote_code=trust_remote_code
+        )
     except (OSError, ValueError, KeyError) as err:
-        raise InputError(f"cannot load bridge model {name!r}: {str(err).strip().splitlines()[0]}") from None
+        raise InputError(
+            f"cannot load bridge model {name!r}: {str(err).strip().splitlines()[0]}"
+        ) from None
 
 
 def encode_strings(
-    model: SentenceTransformer, strings: list[str], batch_size: int, name: str = "bridge", precision: str = "fp32"
+    model: SentenceTransformer,
+    strings: list[str],
+    batch_size: int,
+    name: str = "bridge",
+    precision: str = "fp32",
 ) -> np.ndarray:
-    """(n, D) float32 bridge vectors of ``strings`` (bf16 autocast when ``precision`` says so); non-finite output is
-    an error naming the model."""
+    """(n, D) float32 bridge vectors of ``strings`` (bf16 autocast when ``precision`` says so);
+    non-finite output is an error naming the model."""
     import torch
 
     from sembridge_ray.sparse.encode import autocast_for
 
     with autocast_for(torch.device(getattr(model, "device", "cpu")), precision):
-        vecs = model.encode(strings, batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False)
+        vecs = model.encode(
+            strings, batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False
+        )
     vecs = np.asarray(vecs, dtype=np.float32).reshape(len(strings), -1)
     if not np.isfinite(vecs).all():
         raise InputError(f"bridge model {name!r} returned non-finite vectors")
     return vecs
 
 
-def vocab_strings(tokenizer: PreTrainedTokenizerBase, classes: np.ndarray | None = None, marker: str = "") -> pa.Table:
-    """(id, text) for every vocabulary id, ascending: the strings the bridge embeds. With ``classes`` (position
-    class by id, ``position.vocab_classes``) and a ``marker``, continuation pieces carry the marker
-    (``position.marked_string``)."""
+def vocab_strings(
+    tokenizer: PreTrainedTokenizerBase, classes: np.ndarray | None = None, marker: str = ""
+) -> pa.Table:
+    """(id, text) for every vocabulary id, ascending: the strings the bridge embeds. With
+    ``classes`` (position class by id, ``position.vocab_classes``) and a ``marker``, continuation
+    pieces carry the marker (``position.marked_string``)."""
     pairs = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
     texts = [bridge_string(tokenizer, i, tok) for tok, i in pairs]
     if classes is not None and marker:
@@ -122,17 +147,23 @@ def vocab_strings(tokenizer: PreTrainedTokenizerBase, classes: np.ndarray | None
 
 
 def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase, rule: str = RULE_VERSION) -> str:
-    """Content hash of a tokenizer's vocabulary, family and special tokens (not of its file layout), and of the
-    string ``rule`` (so the bridge caches of two rules never share a key)."""
+    """Content hash of a tokenizer's vocabulary, family and special tokens (not of its file layout),
+    and of the string ``rule`` (so the bridge caches of two rules never share a key)."""
     payload = json.dumps(
-        [sorted(tokenizer.get_vocab().items()), tokenizer_family(tokenizer), tokenizer.all_special_tokens, rule],
+        [
+            sorted(tokenizer.get_vocab().items()),
+            tokenizer_family(tokenizer),
+            tokenizer.all_special_tokens,
+            rule,
+        ],
         ensure_ascii=False,
     )
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:16]
 
 
 def model_fingerprint(name: str) -> str:
-    """A local directory: hash of its files' contents; a hub id: id + cached snapshot revision when known."""
+    """A local directory: hash of its files' contents; a hub id: id + cached snapshot revision when
+    known."""
     path = Path(resolve_bridge(name))
     if path.is_dir():
         digest = hashlib.sha256()
@@ -152,10 +183,11 @@ def model_fingerprint(name: str) -> str:
 def cached_vectors(
     cache_dir: Path, key: str, strings: pa.Table, encode: Callable[[pa.Table], np.ndarray]
 ) -> np.ndarray:
-    """(n, D) float32 vectors for ``strings`` (id, text): from the verified cache entry ``cache_dir/key/``
-    (:mod:`sembridge_ray.cache`), or else from the package's shipped entry of that key (:func:`shipped_vectors`) or
-    encoded, and published there. Runs sharing a bridge and a vocabulary share it; when two encode it at once, both
-    return the one entry that was published."""
+    """(n, D) float32 vectors for ``strings`` (id, text): from the verified cache entry
+    ``cache_dir/key/`` (:mod:`sembridge_ray.cache`), or else from the package's shipped entry of
+    that key (:func:`shipped_vectors`) or encoded, and published there. Runs sharing a bridge and a
+    vocabulary share it; when two encode it at once, both return the one entry that was
+    published."""
     entry = Path(cache_dir).expanduser() / key
 
     def build(tmp: Path) -> np.ndarray:
@@ -164,10 +196,15 @@ def cached_vectors(
         if vecs is None:
             vecs = encode(strings)
         tmp.mkdir(parents=True)
-        pq.write_table(strings.append_column(VECTOR, pa.array(list(vecs), pa.list_(pa.float32()))), tmp / BRIDGE_FILE)
+        pq.write_table(
+            strings.append_column(VECTOR, pa.array(list(vecs), pa.list_(pa.float32()))),
+            tmp / BRIDGE_FILE,
+        )
         return vecs
 
-    vecs, hit = cache.fetch(entry, lambda found: _stored_vectors(found, strings), build, "bridge cache")
+    vecs, hit = cache.fetch(
+        entry, lambda found: _stored_vectors(found, strings), build, "bridge cache"
+    )
     if hit:
         log.info("bridge vectors from cache %s", entry)
     return vecs
@@ -176,20 +213,26 @@ def cached_vectors(
 def shipped_vectors(
     key: str, strings: pa.Table, encode: Callable[[pa.Table], np.ndarray], root: Path | None = None
 ) -> np.ndarray | None:
-    """The vectors of ``strings`` that the package ships under ``key`` (``<bridge model>-<vocabulary>``
-    fingerprints: the bundled MiniLM bridge and the bundled source and target vocabularies, so the quick start does
-    not encode 38,522 strings), or None: none shipped for ``key``, or refused with one warning when a file does not
-    match its sha256, the entry holds other strings, or :data:`SPOT_CHECK` of them, encoded now with ``encode``,
-    differ from the shipped vectors by more than :data:`SPOT_ATOL`. A refused entry is left as it is. ``root``:
-    where the entries are (default :data:`~sembridge_ray.resources.BRIDGE_CACHE_DIR`, in the package)."""
+    """The vectors of ``strings`` that the package ships under ``key`` (``<bridge
+    model>-<vocabulary>`` fingerprints: the bundled MiniLM bridge and the bundled source and target
+    vocabularies, so the quick start does not encode 38,522 strings), or None: none shipped for
+    ``key``, or refused with one warning when a file does not match its sha256, the entry holds
+    other strings, or :data:`SPOT_CHECK` of them, encoded now with ``encode``, differ from the
+    shipped vectors by more than :data:`SPOT_ATOL`. A refused entry is left as it is. ``root``:
+    where the entries are (default :data:`~sembridge_ray.resources.BRIDGE_CACHE_DIR`, in the
+    package)."""
     path = Path(root if root is not None else BRIDGE_CACHE_DIR) / key
     what = "the package's bridge cache"
     vecs = cache.load_shipped(path, lambda found: _stored_vectors(found, strings), what)
     if vecs is None:
         return None
-    rows = np.unique(np.linspace(0, len(vecs) - 1, min(SPOT_CHECK, len(vecs))).round().astype(np.int64))
+    rows = np.unique(
+        np.linspace(0, len(vecs) - 1, min(SPOT_CHECK, len(vecs))).round().astype(np.int64)
+    )
     fresh = encode(strings.take(pa.array(rows)))
-    diff = float(np.abs(fresh - vecs[rows]).max()) if fresh.shape == vecs[rows].shape else float("inf")
+    diff = (
+        float(np.abs(fresh - vecs[rows]).max()) if fresh.shape == vecs[rows].shape else float("inf")
+    )
     if not diff <= SPOT_ATOL:
         log.warning(
             "%s %s: %d of its vectors, encoded again, differ from it by up to %.3g (above %g: another model or "
@@ -206,12 +249,22 @@ def shipped_vectors(
 
 
 def _stored_vectors(entry: cache.Entry, strings: pa.Table) -> np.ndarray:
-    """The vectors of the entry's ``vectors.parquet``, or of its parts ``vectors-<n>.parquet`` in name order (a
-    shipped entry's files stay under the 10 MiB that Ray's working-directory upload warns about)."""
-    parts = sorted(n for n in entry.digests if n == BRIDGE_FILE or re.fullmatch(r"vectors-\d+\.parquet", n))
+    """The vectors of the entry's ``vectors.parquet``, or of its parts ``vectors-<n>.parquet`` in
+    name order (a shipped entry's files stay under the 10 MiB that Ray's working-directory upload
+    warns about)."""
+    parts = sorted(
+        n for n in entry.digests if n == BRIDGE_FILE or re.fullmatch(r"vectors-\d+\.parquet", n)
+    )
     if not parts:
         raise cache.Corrupt(entry.path / BRIDGE_FILE, "missing")
-    table = pa.concat_tables([pq.read_table(pa.BufferReader(entry.read_bytes(name))) for name in parts])
-    if not (table.column(ID).equals(strings.column(ID)) and table.column(TEXT).equals(strings.column(TEXT))):
-        raise cache.Corrupt(entry.current, "holds the vectors of other strings than the vocabulary's")
+    table = pa.concat_tables(
+        [pq.read_table(pa.BufferReader(entry.read_bytes(name))) for name in parts]
+    )
+    if not (
+        table.column(ID).equals(strings.column(ID))
+        and table.column(TEXT).equals(strings.column(TEXT))
+    ):
+        raise cache.Corrupt(
+            entry.current, "holds the vectors of other strings than the vocabulary's"
+        )
     return np.stack(table.column(VECTOR).to_numpy(zero_copy_only=False)).astype(np.float32)

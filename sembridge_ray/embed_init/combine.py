@@ -1,5 +1,5 @@
-"""Composition: new rows E_t[i] = Σ_j w_ij E_s[j] (sparse CSR x dense), the decoder bias by policy, and the
-provenance of every target row."""
+"""Composition: new rows E_t[i] = Σ_j w_ij E_s[j] (sparse CSR x dense), the decoder bias by policy,
+and the provenance of every target row."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from sembridge_ray.embed_init.vocab import Partition
 
 @dataclass(frozen=True, kw_only=True)
 class NewRows:
-    """The bridged target ids (in ``target_ids`` order) with their rows. ``weights`` (CSR over source ids) is
-    None for rules without token-level evidence (mean, random); ``outputs``/``bias`` only when the source has an
-    untied output matrix / a decoder bias."""
+    """The bridged target ids (in ``target_ids`` order) with their rows. ``weights`` (CSR over
+    source ids) is None for rules without token-level evidence (mean, random); ``outputs``/``bias``
+    only when the source has an untied output matrix / a decoder bias."""
 
     target_ids: np.ndarray
     inputs: torch.Tensor
@@ -39,21 +39,26 @@ def csr_lists(weights: torch.Tensor) -> tuple[list[np.ndarray], list[np.ndarray]
 def weighted_rows(weights: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
     """CSR (n, M) x (M, d) -> (n, d), accumulated in float64 in CSR order.
 
-    Not ``torch.sparse.mm``: each row's result must not depend on which other rows share its batch, so that the
-    Ray pipeline (batches) and the in-process path (one call) agree bit for bit.
-    """
+    Not ``torch.sparse.mm``: each row's result must not depend on which other rows share its batch,
+    so that the Ray pipeline (batches) and the in-process path (one call) agree bit for bit."""
     crow = weights.crow_indices()
     rows = torch.repeat_interleave(torch.arange(len(crow) - 1), crow[1:] - crow[:-1])
     terms = source[weights.col_indices()].double() * weights.values().double().unsqueeze(-1)
-    out = torch.zeros((len(crow) - 1, *source.shape[1:]), dtype=torch.float64).index_add_(0, rows, terms)
+    out = torch.zeros((len(crow) - 1, *source.shape[1:]), dtype=torch.float64).index_add_(
+        0, rows, terms
+    )
     return out.to(source.dtype)
 
 
 def compose(
-    part: Partition, source: torch.Tensor, new_rows: torch.Tensor, target_ids: np.ndarray, fill: torch.Tensor
+    part: Partition,
+    source: torch.Tensor,
+    new_rows: torch.Tensor,
+    target_ids: np.ndarray,
+    fill: torch.Tensor,
 ) -> torch.Tensor:
-    """Target matrix (|Vt|, ...) from a source one (|Vs|, ...): copies for specials and overlap, ``new_rows`` at
-    ``target_ids``, ``fill`` elsewhere (unused ids)."""
+    """Target matrix (|Vt|, ...) from a source one (|Vs|, ...): copies for specials and overlap,
+    ``new_rows`` at ``target_ids``, ``fill`` elsewhere (unused ids)."""
     out = fill.to(source.dtype).expand(part.size, *source.shape[1:]).clone()
     copies = {**part.overlap, **part.specials}
     if copies:
@@ -66,9 +71,10 @@ def compose(
 
 
 def compose_bias(part: Partition, new: NewRows, bias: torch.Tensor, policy: str) -> torch.Tensor:
-    """The target decoder bias: ``remap`` composes it like the rows (copies, Σ w b_s, the mean for rows without
-    weights), ``index`` keeps position i's bias (zero past the source size: HF ``resize_token_embeddings``),
-    ``zero`` zeros it; ``frequency`` composes like ``remap`` (``new.bias`` holds the frequency prior)."""
+    """The target decoder bias: ``remap`` composes it like the rows (copies, Σ w b_s, the mean for
+    rows without weights), ``index`` keeps position i's bias (zero past the source size: HF
+    ``resize_token_embeddings``), ``zero`` zeros it; ``frequency`` composes like ``remap``
+    (``new.bias`` holds the frequency prior)."""
     if policy == "zero":
         return torch.zeros(part.size, dtype=bias.dtype)
     if policy == "index":
@@ -89,7 +95,11 @@ def provenance(part: Partition, new: NewRows, tokens: dict[int, str]) -> pa.Tabl
     ws: list[np.ndarray] = [np.zeros(0, np.float32)] * part.size
     for kind, table in (("overlap", part.overlap), ("special", part.specials)):
         for tid, (sid, _) in table.items():
-            kinds[tid], ids[tid], ws[tid] = kind, np.array([sid], np.int32), np.array([1.0], np.float32)
+            kinds[tid], ids[tid], ws[tid] = (
+                kind,
+                np.array([sid], np.int32),
+                np.array([1.0], np.float32),
+            )
     if new.weights is not None:
         cols, vals = csr_lists(new.weights)
         for tid, c, v in zip(new.target_ids.tolist(), cols, vals, strict=True):

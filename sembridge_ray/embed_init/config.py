@@ -1,8 +1,9 @@
-"""The weighting section of an init config (``InitConfig.weighting``): α and its candidates, WECHSEL's softmax,
-OMP's atoms, the position-aware rule and SemBridge+'s options. Each option declares next to itself when a run reads
-it and what it records (:class:`Read`); the run's identity, the init report and the ``does nothing`` warnings ask
-the declaration. The section's keys are also accepted without their prefix (``alpha=4``, ``--alpha``, ``alpha: 4``
-in a preset), as they always were."""
+"""The weighting section of an init config (``InitConfig.weighting``): α and its candidates,
+WECHSEL's softmax, OMP's atoms, the position-aware rule and SemBridge+'s options. Each option
+declares next to itself when a run reads it and what it records (:class:`Read`); the run's identity,
+the init report and the ``does nothing`` warnings ask the declaration. The section's keys are also
+accepted without their prefix (``alpha=4``, ``--alpha``, ``alpha: 4`` in a preset), as they always
+were."""
 
 from __future__ import annotations
 
@@ -14,19 +15,23 @@ from typing import Any, ClassVar, Literal
 
 from sembridge_ray.config import Config, require
 
-MethodName = Literal["sembridge", "sembridge_plus", "focus", "wechsel", "omp", "fvt", "mean", "random"]
+MethodName = Literal[
+    "sembridge", "sembridge_plus", "focus", "wechsel", "omp", "fvt", "mean", "random"
+]
 ENTMAX_BRIDGES: tuple[MethodName, ...] = ("sembridge", "sembridge_plus")
-"""The methods whose rows are an α-entmax of the bridge cosines (the ones ``adaptive_support`` applies to)."""
+"""The methods whose rows are an α-entmax of the bridge cosines (the ones ``adaptive_support``
+applies to)."""
 ANCHOR_CODES: tuple[MethodName, ...] = ("omp",)
-"""The methods whose rows are least-squares codes over the anchors, not a mix weighted by cosines (no cosine prior:
-``position_penalty`` is refused for them)."""
+"""The methods whose rows are least-squares codes over the anchors, not a mix weighted by cosines
+(no cosine prior: ``position_penalty`` is refused for them)."""
 BridgeSpace = Literal["raw", "center", "abtt", "whiten", "relative"]
 AdaptiveSupport = Literal["off", "fvt", "fixed"]
 
 
 @dataclass(frozen=True, kw_only=True)
 class Read:
-    """When a run reads a weighting option, and what it records of it (the option's field metadata)."""
+    """When a run reads a weighting option, and what it records of it (the option's field
+    metadata)."""
 
     methods: tuple[MethodName, ...] = ()
     """Only these methods read it (empty: every method)."""
@@ -37,9 +42,11 @@ class Read:
     why: str = ""
     """Why it does nothing when ``when`` does not hold (the warning for an explicit value)."""
     on: bool = False
-    """Recorded only when not at its default (an option added after runs were recorded: they keep their identity)."""
+    """Recorded only when not at its default (an option added after runs were recorded: they keep
+    their identity)."""
     report: bool = False
-    """``init_report.json`` carries it when read (for any method) and, with ``on``, not at its default."""
+    """``init_report.json`` carries it when read (for any method) and, with ``on``, not at its
+    default."""
 
 
 def read(**rule: Any) -> dict[str, Read]:
@@ -52,16 +59,22 @@ def _entmax(w: WeightingConfig, method: str) -> bool:
 
 
 ENTMAX = read(methods=ENTMAX_BRIDGES)
-WITH_POSITION = read(when=lambda w, m: w.position_aware, why="it is read with position_aware only", report=True)
+WITH_POSITION = read(
+    when=lambda w, m: w.position_aware, why="it is read with position_aware only", report=True
+)
 WHEN_ON = read(bridge=True, on=True, report=True)
 """SemBridge+'s options: read with the bridge, recorded (and reported) only when on."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class WeightingConfig(Config):
-    """How a bridged target token's row is weighted over the source rows (see ``embed_init.methods``)."""
+    """How a bridged target token's row is weighted over the source rows (see
+    ``embed_init.methods``)."""
 
-    ALIASES: ClassVar[dict[str, str]] = {"softmax_top_k": "candidates", "wechsel_top_k": "wechsel_candidates"}
+    ALIASES: ClassVar[dict[str, str]] = {
+        "softmax_top_k": "candidates",
+        "wechsel_top_k": "wechsel_candidates",
+    }
 
     alpha: float = field(default=4.0, metadata=ENTMAX)
     """α of α-entmax for sembridge (2 = sparsemax, 1 = softmax over the ``candidates`` nearest)."""
@@ -70,32 +83,38 @@ class WeightingConfig(Config):
     candidates: int = field(
         default=100,
         metadata=read(
-            methods=ENTMAX_BRIDGES, when=lambda w, m: w.alpha == 1, why="it is read with alpha 1 (softmax) only"
+            methods=ENTMAX_BRIDGES,
+            when=lambda w, m: w.alpha == 1,
+            why="it is read with alpha 1 (softmax) only",
         ),
     )
-    """α=1 (softmax ablation) keeps this many nearest source tokens; full rows would be dense (formerly
-    ``softmax_top_k``)."""
+    """α=1 (softmax ablation) keeps this many nearest source tokens; full rows would be dense
+    (formerly ``softmax_top_k``)."""
     wechsel_candidates: int = field(default=10, metadata=read(methods=("wechsel",)))
     """WECHSEL: nearest source tokens kept for its softmax (formerly ``wechsel_top_k``)."""
     wechsel_temperature: float = field(default=0.1, metadata=read(methods=("wechsel",)))
     """WECHSEL: divides the cosines before its softmax."""
     omp_atoms: int = field(default=8, metadata=read(methods=("omp",)))
-    """OMP (Goddard & Fernandes Neto, 2025): anchors each new token's bridge vector is coded over by orthogonal
-    matching pursuit (its k; the anchors are the source tokens some target token matches, as FOCUS's)."""
+    """OMP (Goddard & Fernandes Neto, 2025): anchors each new token's bridge vector is coded over by
+    orthogonal matching pursuit (its k; the anchors are the source tokens some target token matches,
+    as FOCUS's)."""
     position_aware: bool = field(default=False, metadata=read(report=True))
-    """Match word-initial and continuation pieces within their own class first (docs/position-aware.md), for
-    every similarity method. False: the released string rule, byte for byte."""
+    """Match word-initial and continuation pieces within their own class first
+    (docs/position-aware.md), for every similarity method. False: the released string rule, byte for
+    byte."""
     position_marker: str = field(default="-", metadata=WITH_POSITION)
-    """With ``position_aware``: continuation pieces are bridged as this + their text, in both vocabularies
-    (``ing`` and ``##ing`` -> "-ing"); "" leaves the strings as they are."""
+    """With ``position_aware``: continuation pieces are bridged as this + their text, in both
+    vocabularies (``ing`` and ``##ing`` -> "-ing"); "" leaves the strings as they are."""
     position_penalty: float = field(default=0.0, metadata=WITH_POSITION)
-    """With ``position_aware``: subtracted from the cosine of a candidate of the other position class before
-    α-entmax/softmax. 0 (no prior) is the kept rule: the marker alone; above 2 + the support radius it is a hard
-    mask that falls back to every candidate only when a class has none."""
+    """With ``position_aware``: subtracted from the cosine of a candidate of the other position
+    class before α-entmax/softmax. 0 (no prior) is the kept rule: the marker alone; above 2 + the
+    support radius it is a hard mask that falls back to every candidate only when a class has
+    none."""
     bridge_space: BridgeSpace = field(default="raw", metadata=WHEN_ON)
-    """Post-processing of the bridge vectors before the cosines, fit on the candidates and the tokens to
-    initialise: raw (the paper), center, abtt (centre, then remove the top ``bridge_components`` principal
-    directions), whiten, or relative (cosines to the exact-overlap anchors, TokAlign; ``embed_init.plus``)."""
+    """Post-processing of the bridge vectors before the cosines, fit on the candidates and the
+    tokens to initialise: raw (the paper), center, abtt (centre, then remove the top
+    ``bridge_components`` principal directions), whiten, or relative (cosines to the exact-overlap
+    anchors, TokAlign; ``embed_init.plus``)."""
     bridge_components: int = field(
         default=3,
         metadata=read(
@@ -110,9 +129,9 @@ class WeightingConfig(Config):
     """Blends every bridged row with the uniform mix of its decomposition into source forms (FVT):
     ``(1 - fvt_weight) w_bridge + fvt_weight w_fvt``; 0 = the bridge alone (``embed_init.plus``)."""
     lsq_ridge: float = field(default=0.0, metadata=WHEN_ON)
-    """Refit each bridged row's weights over its support by least squares in bridge space (SALT): the mix of the
-    support's bridge vectors nearest the token's own, rows summing to 1, with this ridge towards the entmax/FVT
-    weights; 0 = off (``embed_init.plus``)."""
+    """Refit each bridged row's weights over its support by least squares in bridge space (SALT):
+    the mix of the support's bridge vectors nearest the token's own, rows summing to 1, with this
+    ridge towards the entmax/FVT weights; 0 = off (``embed_init.plus``)."""
     adaptive_support: AdaptiveSupport = field(
         default="off",
         metadata=read(
@@ -123,9 +142,10 @@ class WeightingConfig(Config):
             report=True,
         ),
     )
-    """Adaptive sparsity for sembridge(_plus): each bridged row gets its own temperature so that its α-entmax
-    support has a target size: its FVT decomposition's number of source forms (``fvt``; ``support_size`` where it
-    has none) or ``support_size`` (``fixed``); off = the global temperature (``embed_init.plus``)."""
+    """Adaptive sparsity for sembridge(_plus): each bridged row gets its own temperature so that its
+    α-entmax support has a target size: its FVT decomposition's number of source forms (``fvt``;
+    ``support_size`` where it has none) or ``support_size`` (``fixed``); off = the global
+    temperature (``embed_init.plus``)."""
     support_size: int = field(
         default=2,
         metadata=read(
@@ -135,10 +155,12 @@ class WeightingConfig(Config):
             report=True,
         ),
     )
-    """With ``adaptive_support``: the support of ``fixed`` rows, and of ``fvt`` rows with no decomposition."""
+    """With ``adaptive_support``: the support of ``fixed`` rows, and of ``fvt`` rows with no
+    decomposition."""
     random_blend: float = field(default=0.0, metadata=WHEN_ON)
-    """Blends every bridged row with the random baseline's row for that token, ``(1 - random_blend) E_bridge +
-    random_blend E_random`` (input and untied output rows; the bias stays the bridge's); 0 = off."""
+    """Blends every bridged row with the random baseline's row for that token, ``(1 - random_blend)
+    E_bridge + random_blend E_random`` (input and untied output rows; the bias stays the bridge's);
+    0 = off."""
 
     def check(self) -> None:
         require(
@@ -148,10 +170,23 @@ class WeightingConfig(Config):
             "must be >= 1 (1 = softmax over the softmax_top_k nearest, 2 = sparsemax, 4 = the paper)",
         )
         require(self.temperature > 0, "temperature", self.temperature, "must be > 0")
-        require(self.wechsel_temperature > 0, "wechsel_temperature", self.wechsel_temperature, "must be > 0")
-        for key in ("candidates", "wechsel_candidates", "omp_atoms", "bridge_components", "support_size"):
+        require(
+            self.wechsel_temperature > 0,
+            "wechsel_temperature",
+            self.wechsel_temperature,
+            "must be > 0",
+        )
+        for key in (
+            "candidates",
+            "wechsel_candidates",
+            "omp_atoms",
+            "bridge_components",
+            "support_size",
+        ):
             require(getattr(self, key) >= 1, key, getattr(self, key), "must be >= 1")
-        require(self.position_penalty >= 0, "position_penalty", self.position_penalty, "must be >= 0")
+        require(
+            self.position_penalty >= 0, "position_penalty", self.position_penalty, "must be >= 0"
+        )
         for key in ("fvt_weight", "random_blend"):
             require(0 <= getattr(self, key) <= 1, key, getattr(self, key), "must be in [0, 1]")
         require(self.lsq_ridge >= 0, "lsq_ridge", self.lsq_ridge, "must be >= 0 (0 = off)")
@@ -179,7 +214,8 @@ class WeightingConfig(Config):
         return rule
 
     def reads(self, key: str, method: str, bridge: bool) -> bool:
-        """Whether a run of ``method`` (``bridge``: it uses the bridge) reads option ``key`` with these settings."""
+        """Whether a run of ``method`` (``bridge``: it uses the bridge) reads option ``key`` with
+        these settings."""
         rule = self.rule(key)
         return (
             (not rule.methods or method in rule.methods)
@@ -189,15 +225,19 @@ class WeightingConfig(Config):
 
     def _shown(self, key: str, method: str, bridge: bool) -> bool:
         default = WeightingConfig.__dataclass_fields__[key].default
-        return self.reads(key, method, bridge) and not (self.rule(key).on and getattr(self, key) == default)
+        return self.reads(key, method, bridge) and not (
+            self.rule(key).on and getattr(self, key) == default
+        )
 
     def recorded(self, method: str, bridge: bool) -> list[str]:
-        """The options a run's identity records: those it reads, an ``on`` option only when not at its default."""
+        """The options a run's identity records: those it reads, an ``on`` option only when not at
+        its default."""
         return [f.name for f in dataclasses.fields(self) if self._shown(f.name, method, bridge)]
 
     def reported(self, method: str) -> dict[str, object]:
-        """What ``init_report.json`` says of the section: the ``report`` options read (as by a bridge method), an
-        ``on`` option only when not at its default; in the order of the fields."""
+        """What ``init_report.json`` says of the section: the ``report`` options read (as by a
+        bridge method), an ``on`` option only when not at its default; in the order of the
+        fields."""
         return {
             f.name: getattr(self, f.name)
             for f in dataclasses.fields(self)
@@ -205,9 +245,12 @@ class WeightingConfig(Config):
         }
 
     def for_method(self, method: str, bridge: bool) -> WeightingConfig:
-        """The section as a run of ``method`` reads it: every option it does not read at its default."""
+        """The section as a run of ``method`` reads it: every option it does not read at its
+        default."""
         unread: dict[str, Any] = {
-            f.name: f.default for f in dataclasses.fields(self) if not self.reads(f.name, method, bridge)
+            f.name: f.default
+            for f in dataclasses.fields(self)
+            if not self.reads(f.name, method, bridge)
         }
         return dataclasses.replace(self, **unread)
 
@@ -217,7 +260,8 @@ class WeightingConfig(Config):
 
 @dataclass(frozen=True, kw_only=True)
 class EntmaxOptions:
-    """The options of :func:`~sembridge_ray.embed_init.weighting.bridge_weights` a method's rule sets."""
+    """The options of :func:`~sembridge_ray.embed_init.weighting.bridge_weights` a method's rule
+    sets."""
 
     alpha: float
     """α of α-entmax (1 = softmax)."""

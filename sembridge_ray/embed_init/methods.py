@@ -1,5 +1,5 @@
-"""The one registry of initialisation methods: each entry carries its own rule, so adding a method is one entry
-here and the rest of the code asks instead of listing.
+"""The one registry of initialisation methods: each entry carries its own rule, so adding a method
+is one entry here and the rest of the code asks instead of listing.
 
 | method      | bridge | α   | rule for a bridged target token                                                    |
 |-------------|--------|-----|------------------------------------------------------------------------------------|
@@ -12,14 +12,14 @@ here and the rest of the code asks instead of listing.
 | mean        | no     | no  | the mean source row                                                                |
 | random      | no     | no  | N(mean, std) per dimension of the source rows, seeded                              |
 
-A bridge method's rule maps the :class:`~sembridge_ray.embed_init.config.WeightingConfig` to the options of
-``bridge_weights`` (``embed_init.baselines.method_weights`` applies it), or codes each token's bridge vector over the
-anchors' (``omp``: its weights are least-squares coefficients, which may be negative and need not sum to 1, unlike
-every other method's convex mix); a method without the bridge gives its rows directly; ``fvt`` decomposes the
-piece's string instead. A method with a ``recipe`` fixes weighting options (the config applies them and refuses a
-conflicting value). The module imports no torch (the contracts and the command line read the registry); the row
-rules use only the tensors' own methods, and ``omp`` imports its solver when it runs.
-"""
+A bridge method's rule maps the :class:`~sembridge_ray.embed_init.config.WeightingConfig` to the
+options of ``bridge_weights`` (``embed_init.baselines.method_weights`` applies it), or codes each
+token's bridge vector over the anchors' (``omp``: its weights are least-squares coefficients, which
+may be negative and need not sum to 1, unlike every other method's convex mix); a method without the
+bridge gives its rows directly; ``fvt`` decomposes the piece's string instead. A method with a
+``recipe`` fixes weighting options (the config applies them and refuses a conflicting value). The
+module imports no torch (the contracts and the command line read the registry); the row rules use
+only the tensors' own methods, and ``omp`` imports its solver when it runs."""
 
 from __future__ import annotations
 
@@ -41,12 +41,16 @@ SimilarityRule = Callable[[WeightingConfig], EntmaxOptions]
 ExplicitRows = Callable[[int, "torch.Tensor", int], "torch.Tensor"]
 """(rows n, source matrix (|Vs|, d), seed) -> (n, d) rows of a method without the bridge."""
 AnchorCode = Callable[[WeightingConfig, "torch.Tensor", "torch.Tensor"], "torch.Tensor"]
-"""(weighting section, new bridge vectors (n, D), the anchors' bridge vectors (K, D)) -> CSR (n, K) coefficients."""
+"""(weighting section, new bridge vectors (n, D), the anchors' bridge vectors (K, D)) -> CSR (n, K)
+coefficients."""
 
 
 def sembridge_rule(w: WeightingConfig) -> EntmaxOptions:
-    """α-entmax of cos / temperature; α=1 is a softmax over the ``candidates`` nearest (full rows would be dense)."""
-    return EntmaxOptions(alpha=w.alpha, temperature=w.temperature, candidates=w.candidates if w.alpha == 1 else None)
+    """α-entmax of cos / temperature; α=1 is a softmax over the ``candidates`` nearest (full rows
+    would be dense)."""
+    return EntmaxOptions(
+        alpha=w.alpha, temperature=w.temperature, candidates=w.candidates if w.alpha == 1 else None
+    )
 
 
 def focus_rule(w: WeightingConfig) -> EntmaxOptions:
@@ -56,12 +60,16 @@ def focus_rule(w: WeightingConfig) -> EntmaxOptions:
 
 def wechsel_rule(w: WeightingConfig) -> EntmaxOptions:
     """Softmax of cos / ``wechsel_temperature`` over the ``wechsel_candidates`` nearest."""
-    return EntmaxOptions(alpha=1.0, temperature=w.wechsel_temperature, candidates=w.wechsel_candidates)
+    return EntmaxOptions(
+        alpha=1.0, temperature=w.wechsel_temperature, candidates=w.wechsel_candidates
+    )
 
 
 def omp_code(w: WeightingConfig, new: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor:
-    """Orthogonal matching pursuit with ``omp_atoms`` atoms over the anchors: least-squares coefficients."""
-    from sembridge_ray.embed_init.omp import omp_weights  # here, not above: the registry module imports no torch
+    """Orthogonal matching pursuit with ``omp_atoms`` atoms over the anchors: least-squares
+    coefficients."""
+    # here, not above: the registry module imports no torch
+    from sembridge_ray.embed_init.omp import omp_weights
 
     return omp_weights(new, anchors, w.omp_atoms)
 
@@ -80,30 +88,37 @@ def random_rows(n: int, source: torch.Tensor, seed: int) -> torch.Tensor:
 
 @dataclass(frozen=True, kw_only=True)
 class InitMethod:
-    """One initialisation method: its name, what it reads, and its rule (a similarity rule or explicit rows)."""
+    """One initialisation method: its name, what it reads, and its rule (a similarity rule or
+    explicit rows)."""
 
     name: MethodName
     has_alpha: bool
-    """Takes the entmax α (the grid's ``--alphas`` axis); the weighting options only some methods read say which
-    (``embed_init.config.Read``)."""
+    """Takes the entmax α (the grid's ``--alphas`` axis); the weighting options only some methods
+    read say which (``embed_init.config.Read``)."""
     similarity: SimilarityRule | None = None
     """A bridge method's rule: the bridge_weights options from the weighting section."""
     anchors_only: bool = False
-    """The bridge candidates are the overlap's sources only (FOCUS's anchors; every candidate if there are none, but
-    an ``anchor_code`` method is refused without them)."""
+    """The bridge candidates are the overlap's sources only (FOCUS's anchors; every candidate if
+    there are none, but an ``anchor_code`` method is refused without them)."""
     anchor_code: AnchorCode | None = None
-    """A bridge method that codes each token's bridge vector over the anchors' (``anchors_only``): its weights are
-    the code's coefficients, signed and not summing to 1 (``omp``)."""
+    """A bridge method that codes each token's bridge vector over the anchors' (``anchors_only``):
+    its weights are the code's coefficients, signed and not summing to 1 (``omp``)."""
     rows: ExplicitRows | None = None
     """A method without the bridge: its rows for the tokens left to initialise."""
     decomposes: bool = False
-    """The rows are the uniform mix of each piece's decomposition into source forms (FVT), no bridge."""
+    """The rows are the uniform mix of each piece's decomposition into source forms (FVT), no
+    bridge."""
     recipe: Mapping[str, object] = field(default_factory=dict)
-    """Weighting options this method fixes (``sembridge_plus``): applied when left at their defaults, a conflicting
-    value refused."""
+    """Weighting options this method fixes (``sembridge_plus``): applied when left at their
+    defaults, a conflicting value refused."""
 
     def __post_init__(self) -> None:
-        rules = (self.similarity is not None, self.anchor_code is not None, self.rows is not None, self.decomposes)
+        rules = (
+            self.similarity is not None,
+            self.anchor_code is not None,
+            self.rows is not None,
+            self.decomposes,
+        )
         if sum(rules) != 1:
             raise ValueError(
                 f"init method {self.name!r} needs exactly one of a similarity rule, an anchor code, explicit rows or "
@@ -111,11 +126,14 @@ class InitMethod:
             )
         codes = self.anchor_code is not None
         if codes != (self.name in ANCHOR_CODES) or (codes and not self.anchors_only):
-            raise ValueError(f"init method {self.name!r}: an anchor code goes with anchors_only and ANCHOR_CODES")
+            raise ValueError(
+                f"init method {self.name!r}: an anchor code goes with anchors_only and ANCHOR_CODES"
+            )
 
     @property
     def uses_bridge(self) -> bool:
-        """Embeds token strings with the bridge model and weights source rows by similarity or codes over anchors."""
+        """Embeds token strings with the bridge model and weights source rows by similarity or codes
+        over anchors."""
         return self.similarity is not None or self.anchor_code is not None
 
 
@@ -125,8 +143,9 @@ SEMBRIDGE_PLUS: Mapping[str, object] = {
     "fvt_weight": 0.5,
     "random_blend": 0.5,
 }
-"""The frozen SemBridge+ recipe on top of the released rule, chosen on development data only (SICK trial, the
-three public settings; docs/sembridge-plus.md has the ablation and the evidence for each key)."""
+"""The frozen SemBridge+ recipe on top of the released rule, chosen on development data only (SICK
+trial, the three public settings; docs/sembridge-plus.md has the ablation and the evidence for each
+key)."""
 
 METHODS: dict[str, InitMethod] = {
     m.name: m
@@ -135,7 +154,9 @@ METHODS: dict[str, InitMethod] = {
         InitMethod(name="focus", has_alpha=False, similarity=focus_rule, anchors_only=True),
         InitMethod(name="wechsel", has_alpha=False, similarity=wechsel_rule),
         InitMethod(name="omp", has_alpha=False, anchor_code=omp_code, anchors_only=True),
-        InitMethod(name="sembridge_plus", has_alpha=True, similarity=sembridge_rule, recipe=SEMBRIDGE_PLUS),
+        InitMethod(
+            name="sembridge_plus", has_alpha=True, similarity=sembridge_rule, recipe=SEMBRIDGE_PLUS
+        ),
         InitMethod(name="fvt", has_alpha=False, decomposes=True),
         InitMethod(name="mean", has_alpha=False, rows=mean_rows),
         InitMethod(name="random", has_alpha=False, rows=random_rows),
@@ -143,8 +164,8 @@ METHODS: dict[str, InitMethod] = {
 }
 METHOD_NAMES: tuple[str, ...] = tuple(METHODS)
 BRIDGE_SETTINGS = ("exclude_special_sources", "bridge_batch_size", "rows_batch_size")
-"""InitConfig keys outside the weighting section that matter only when a method embeds strings with the bridge (the
-section's options say so themselves: ``embed_init.config.Read``)."""
+"""InitConfig keys outside the weighting section that matter only when a method embeds strings with
+the bridge (the section's options say so themselves: ``embed_init.config.Read``)."""
 
 
 def method(name: str) -> InitMethod:
@@ -155,7 +176,8 @@ def method(name: str) -> InitMethod:
 
 
 POSITION_AWARE = "+pa"
-"""Suffix of a bridge method in ``methods`` that runs it with ``position_aware=true`` (e.g. ``sembridge+pa``)."""
+"""Suffix of a bridge method in ``methods`` that runs it with ``position_aware=true`` (e.g.
+``sembridge+pa``)."""
 
 
 def split_variant(name: str) -> tuple[str, bool]:

@@ -1,11 +1,11 @@
-"""The init job's reusable steps, without Ray and without the job's config: the bridge side (strings, cache keys,
-position classes), the source's bridge vectors, and the hot stage (weights and composed rows of bridged tokens).
+"""The init job's reusable steps, without Ray and without the job's config: the bridge side
+(strings, cache keys, position classes), the source's bridge vectors, and the hot stage (weights and
+composed rows of bridged tokens).
 
 The two heavy stages are injected (:class:`Stages`): in this process for tests and small runs
-(:func:`in_process_stages`), or as Ray Data actor pools (``sembridge_ray.distributed.init``). Both call the same
-pure functions, so they agree bit for bit. The job itself (inputs, output claim, report, card) is
-``sembridge_ray.jobs.init_run``.
-"""
+(:func:`in_process_stages`), or as Ray Data actor pools (``sembridge_ray.distributed.init``). Both
+call the same pure functions, so they agree bit for bit. The job itself (inputs, output claim,
+report, card) is ``sembridge_ray.jobs.init_run``."""
 
 from __future__ import annotations
 
@@ -46,8 +46,8 @@ _UNUSED_SOURCE = ("[unused", "madeupword", "[UNUSED")
 
 @dataclass(frozen=True, kw_only=True)
 class RowsContext:
-    """What every weights worker holds: the method, the weighting section as it reads it (``InitConfig.rule``), the
-    source bridge vectors (indexed by source id) and matrices."""
+    """What every weights worker holds: the method, the weighting section as it reads it
+    (``InitConfig.rule``), the source bridge vectors (indexed by source id) and matrices."""
 
     method: MethodName
     weighting: WeightingConfig
@@ -68,22 +68,27 @@ class RowsContext:
     target_classes: torch.Tensor | None = None
     """Position class by target id (position_aware only)."""
     prior: torch.Tensor | None = None
-    """With ``fvt_weight`` > 0 or ``adaptive_support: fvt``: CSR (len(prior_ids), |Vs rows|) decomposition
-    weights (``embed_init.plus``)."""
+    """With ``fvt_weight`` > 0 or ``adaptive_support: fvt``: CSR (len(prior_ids), |Vs rows|)
+    decomposition weights (``embed_init.plus``)."""
     prior_ids: torch.Tensor | None = None
     """The target ids of ``prior``'s rows, ascending."""
 
     def __post_init__(self) -> None:
-        # built in the driver before the weights stage: a method coding over the anchors (omp) that cannot run here
-        # fails in one line, not in every actor
+        # built in the driver before the weights stage: a method coding over the anchors (omp) that
+        # cannot run here fails in one line, not in every actor
         require_codable(self.method, self.weighting, len(self.overlap_sources))
 
 
-def compute_rows(ctx: RowsContext, target_ids: np.ndarray, new_vecs: np.ndarray, device: str | None = None) -> NewRows:
+def compute_rows(
+    ctx: RowsContext, target_ids: np.ndarray, new_vecs: np.ndarray, device: str | None = None
+) -> NewRows:
     """Weights and composed rows for bridged target ids (the hot stage; shard it freely by rows)."""
     classes = None
     if ctx.source_classes is not None and ctx.target_classes is not None:
-        classes = (ctx.target_classes[torch.as_tensor(target_ids, dtype=torch.long)], ctx.source_classes)
+        classes = (
+            ctx.target_classes[torch.as_tensor(target_ids, dtype=torch.long)],
+            ctx.source_classes,
+        )
     prior = None
     if ctx.prior is not None and ctx.prior_ids is not None:
         rows = torch.searchsorted(ctx.prior_ids, torch.as_tensor(target_ids, dtype=torch.long))
@@ -114,11 +119,19 @@ def compute_rows(ctx: RowsContext, target_ids: np.ndarray, new_vecs: np.ndarray,
     )
 
 
-ROW_IDS, ROW_COLS, ROW_WEIGHTS, ROW_IN, ROW_OUT, ROW_BIAS = "id", "source_ids", "weights", "inputs", "outputs", "bias"
+ROW_IDS, ROW_COLS, ROW_WEIGHTS, ROW_IN, ROW_OUT, ROW_BIAS = (
+    "id",
+    "source_ids",
+    "weights",
+    "inputs",
+    "outputs",
+    "bias",
+)
 
 
 def rows_table(new: NewRows) -> pa.Table:
-    """NewRows of a bridged rule as Arrow (what Ray actors send back); exact inverse: :func:`rows_from_tables`."""
+    """NewRows of a bridged rule as Arrow (what Ray actors send back); exact inverse:
+    :func:`rows_from_tables`."""
     if new.weights is None:
         raise ValueError("rows_table: only bridged rules (with weights) travel as row tables")
     cols, vals = csr_lists(new.weights)
@@ -126,10 +139,14 @@ def rows_table(new: NewRows) -> pa.Table:
         ROW_IDS: pa.array(new.target_ids.astype(np.int64)),
         ROW_COLS: pa.array([c.tolist() for c in cols], pa.list_(pa.int32())),
         ROW_WEIGHTS: pa.array([v.tolist() for v in vals], pa.list_(pa.float32())),
-        ROW_IN: pa.array(list(new.inputs.numpy()), pa.list_(pa.from_numpy_dtype(new.inputs.numpy().dtype))),
+        ROW_IN: pa.array(
+            list(new.inputs.numpy()), pa.list_(pa.from_numpy_dtype(new.inputs.numpy().dtype))
+        ),
     }
     if new.outputs is not None:
-        data[ROW_OUT] = pa.array(list(new.outputs.numpy()), pa.list_(pa.from_numpy_dtype(new.outputs.numpy().dtype)))
+        data[ROW_OUT] = pa.array(
+            list(new.outputs.numpy()), pa.list_(pa.from_numpy_dtype(new.outputs.numpy().dtype))
+        )
     if new.bias is not None:
         data[ROW_BIAS] = pa.array(new.bias.numpy())
     return pa.table(data)
@@ -167,14 +184,18 @@ def _stack(table: pa.Table, name: str) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class Stages:
-    """The heavy stages: bridge encoding of (id, text) tables, and rows for (target ids, vectors)."""
+    """The heavy stages: bridge encoding of (id, text) tables, and rows for (target ids,
+    vectors)."""
 
     encode: Callable[[pa.Table], np.ndarray]
     rows: Callable[[RowsContext, np.ndarray, np.ndarray], NewRows]
 
 
-def in_process_stages(bridge_model: str, batch_size: int, precision: Precision, trust_remote_code: bool) -> Stages:
-    """Both stages in this process; the bridge model is loaded on first use (a method without it never loads it)."""
+def in_process_stages(
+    bridge_model: str, batch_size: int, precision: Precision, trust_remote_code: bool
+) -> Stages:
+    """Both stages in this process; the bridge model is loaded on first use (a method without it
+    never loads it)."""
 
     @functools.cache
     def model() -> SentenceTransformer:
@@ -182,10 +203,13 @@ def in_process_stages(bridge_model: str, batch_size: int, precision: Precision, 
 
     def encode(table: pa.Table) -> np.ndarray:
         texts = table.column("text").to_pylist()
-        # Batch boundaries fixed by position, as in the Ray stage: vectors must not depend on the batching.
+        # Batch boundaries fixed by position, as in the Ray stage: vectors must not depend on the
+        # batching.
         return np.concatenate(
             [
-                encode_strings(model(), texts[i : i + batch_size], batch_size, bridge_model, precision)
+                encode_strings(
+                    model(), texts[i : i + batch_size], batch_size, bridge_model, precision
+                )
                 for i in range(0, len(texts), batch_size)
             ]
             or [np.zeros((0, 0), np.float32)]
@@ -201,8 +225,9 @@ def source_vectors(
     source_tok: PreTrainedTokenizerBase,
     exclude_special_sources: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Bridge vectors ``vecs`` of the source ``strings`` (id, text) by source id (zero rows where no string), and
-    the candidate ids (without specials and ``[unused*]`` rows when ``exclude_special_sources``)."""
+    """Bridge vectors ``vecs`` of the source ``strings`` (id, text) by source id (zero rows where no
+    string), and the candidate ids (without specials and ``[unused*]`` rows when
+    ``exclude_special_sources``)."""
     ids = strings.column("id").to_numpy()
     out = torch.zeros(rows, vecs.shape[1], dtype=torch.float32)
     out[torch.from_numpy(ids.astype(np.int64))] = torch.from_numpy(vecs)
@@ -217,7 +242,8 @@ def source_vectors(
 
 @dataclass(frozen=True, kw_only=True)
 class BridgeSide:
-    """The bridge side of one init: strings and cache keys per vocabulary, position classes by id."""
+    """The bridge side of one init: strings and cache keys per vocabulary, position classes by
+    id."""
 
     fingerprint: str
     strings: dict[str, pa.Table]
@@ -226,9 +252,12 @@ class BridgeSide:
     model: str = ""
     """The bridge model the keys' fingerprint is of."""
 
-    def vectors(self, side: str, cache_dir: Path, encode: Callable[[pa.Table], np.ndarray]) -> np.ndarray:
-        """(n, D) bridge vectors of ``side``'s strings, from the cache or encoded into it; a bridge model that
-        changed while it was encoding (its fingerprint is the cache key's) fails before any entry is published."""
+    def vectors(
+        self, side: str, cache_dir: Path, encode: Callable[[pa.Table], np.ndarray]
+    ) -> np.ndarray:
+        """(n, D) bridge vectors of ``side``'s strings, from the cache or encoded into it; a bridge
+        model that changed while it was encoding (its fingerprint is the cache key's) fails before
+        any entry is published."""
 
         def pinned(table: pa.Table) -> np.ndarray:
             vecs = encode(table)
@@ -251,11 +280,15 @@ def bridge_side(
     sizes: dict[str, int],
     neutral_symbols: bool = True,
 ) -> BridgeSide:
-    """Bridge strings of the ``source`` and ``target`` tokenizers under method ``name``'s rule (the bridge vectors'
-    ``precision``: the run's resolved one), and their cache keys: a
-    key names the strings, so a vocabulary whose marked strings equal its released ones (a WordPiece one) keeps the
-    released key and cache. ``neutral_symbols``: the position classes' rule (``position.position_class``)."""
-    classes = {side: position.tokenizer_classes(tok, sizes[side], neutral_symbols) for side, tok in toks.items()}
+    """Bridge strings of the ``source`` and ``target`` tokenizers under method ``name``'s rule (the
+    bridge vectors' ``precision``: the run's resolved one), and their cache keys: a key names the
+    strings, so a vocabulary whose marked strings equal its released ones (a WordPiece one) keeps
+    the released key and cache. ``neutral_symbols``: the position classes' rule
+    (``position.position_class``)."""
+    classes = {
+        side: position.tokenizer_classes(tok, sizes[side], neutral_symbols)
+        for side, tok in toks.items()
+    }
     if not method(name).uses_bridge:
         keys = {side: f"-{tokenizer_fingerprint(tok)}" for side, tok in toks.items()}
         return BridgeSide(fingerprint="", strings={}, keys=keys, classes=classes)
@@ -269,12 +302,19 @@ def bridge_side(
             strings[side] = vocab_strings(tok, classes[side], marker)
             rule = RULE_VERSION if strings[side].equals(released) else position.marked_rule(marker)
         # bf16 vectors are other vectors: their own cache entry (fp32 keeps the keys it always had)
-        keys[side] = f"{fp}-{tokenizer_fingerprint(tok, rule)}" + ("" if precision == "fp32" else f"-{precision}")
-    return BridgeSide(fingerprint=fp, strings=strings, keys=keys, classes=classes, model=bridge_model)
+        keys[side] = f"{fp}-{tokenizer_fingerprint(tok, rule)}" + (
+            "" if precision == "fp32" else f"-{precision}"
+        )
+    return BridgeSide(
+        fingerprint=fp, strings=strings, keys=keys, classes=classes, model=bridge_model
+    )
 
 
-def no_new_rows(e_in: torch.Tensor, e_out: torch.Tensor | None, bias: torch.Tensor | None, bridged: bool) -> NewRows:
-    """The NewRows of an init with no target token left to initialise (a target vocabulary inside the source's)."""
+def no_new_rows(
+    e_in: torch.Tensor, e_out: torch.Tensor | None, bias: torch.Tensor | None, bridged: bool
+) -> NewRows:
+    """The NewRows of an init with no target token left to initialise (a target vocabulary inside
+    the source's)."""
     empty = torch.zeros((0, *e_in.shape[1:]), dtype=e_in.dtype)
     weights = None
     if bridged:

@@ -1,47 +1,54 @@
-"""SemBridge+'s options on top of the released rule (docs/sembridge-plus.md has the ablation and the recipe kept).
+"""SemBridge+'s options on top of the released rule (docs/sembridge-plus.md has the ablation and the
+recipe kept).
 
-- **Bridge-space post-processing** (``bridge_space``). Single-token embeddings of a sentence encoder are
-  anisotropic: their cosines crowd together, and α=4's narrow supports then hang on tiny gaps. One transform is fit
-  on the union of the bridge candidates' vectors and the vectors of the target tokens to initialise, and applied to
-  both before the weights are solved: ``center`` subtracts the mean; ``abtt`` ("all but the top", Mu & Viswanath,
-  ICLR 2018) also removes the top ``bridge_components`` principal directions; ``whiten`` maps the centred vectors to
-  unit variance along every principal direction (ZCA); ``relative`` compares tokens by their cosines to the
-  anchors (TokAlign, Li et al., ACL 2025: the source tokens some target token matches exactly). Closed form: numpy's
-  eigendecomposition is the oracle.
+- **Bridge-space post-processing** (``bridge_space``). Single-token embeddings of a sentence encoder
+  are anisotropic: their cosines crowd together, and α=4's narrow supports then hang on tiny gaps.
+  One transform is fit on the union of the bridge candidates' vectors and the vectors of the target
+  tokens to initialise, and applied to both before the weights are solved: ``center`` subtracts the
+  mean; ``abtt`` ("all but the top", Mu & Viswanath, ICLR 2018) also removes the top
+  ``bridge_components`` principal directions; ``whiten`` maps the centred vectors to unit variance
+  along every principal direction (ZCA); ``relative`` compares tokens by their cosines to the
+  anchors (TokAlign, Li et al., ACL 2025: the source tokens some target token matches exactly).
+  Closed form: numpy's eigendecomposition is the oracle.
 
-Why ``relative`` is a D x D map and not the anchor-cosine vectors themselves: with the unit anchors A (K, D),
-``cos(x A^T, y A^T) = x M y / (|x|_M |y|_M)`` for ``M = A^T A``, so ``x -> x M^(1/2)`` gives the same cosines with
-D columns instead of K (thousands of anchors against a few hundred dimensions); the test checks it against the
-K-column vectors.
-- **A compositional prior** (``fvt_weight``, FVT: Gee et al., 2022). The target piece's canonical form (its word
-  position kept: ``▁play`` word-initial, ``ing`` a continuation) is cut greedily, longest first, into canonical
-  forms of the source vocabulary (falling back to lower case for an uncased source); the uniform mix of those
-  source rows is blended with the bridge weights, ``(1 - λ) w_bridge + λ w_fvt``, so the row stays a convex mix.
-  Characters no source form covers are dropped (FVT's UNK); a piece with no cover keeps its bridge weights. The
-  ``fvt`` baseline method is this decomposition alone (the mean source row for a piece it cannot cover).
+Why ``relative`` is a D x D map and not the anchor-cosine vectors themselves: with the unit anchors
+A (K, D), ``cos(x A^T, y A^T) = x M y / (|x|_M |y|_M)`` for ``M = A^T A``, so ``x -> x M^(1/2)``
+gives the same cosines with D columns instead of K (thousands of anchors against a few hundred
+dimensions); the test checks it against the K-column vectors.
+- **A compositional prior** (``fvt_weight``, FVT: Gee et al., 2022). The target piece's canonical
+  form (its word position kept: ``▁play`` word-initial, ``ing`` a continuation) is cut greedily,
+  longest first, into canonical forms of the source vocabulary (falling back to lower case for an
+  uncased source); the uniform mix of those source rows is blended with the bridge weights, ``(1 -
+  λ) w_bridge + λ w_fvt``, so the row stays a convex mix. Characters no source form covers are
+  dropped (FVT's UNK); a piece with no cover keeps its bridge weights. The ``fvt`` baseline method
+  is this decomposition alone (the mean source row for a piece it cannot cover).
 
-- **Least-squares weights** (``lsq_ridge``, after SALT, ACL Findings 2025: keep entmax to choose the support, then
-  fit the weights). Each row's weights are refit over its support as the affine mix of the support's unit bridge
-  vectors closest to the token's own, with a ridge towards the entmax (and FVT) weights: the larger ``lsq_ridge``,
-  the closer to the released weights. Closed form (Lagrange); the test solves the KKT system with numpy.
+- **Least-squares weights** (``lsq_ridge``, after SALT, ACL Findings 2025: keep entmax to choose the
+  support, then fit the weights). Each row's weights are refit over its support as the affine mix of
+  the support's unit bridge vectors closest to the token's own, with a ridge towards the entmax (and
+  FVT) weights: the larger ``lsq_ridge``, the closer to the released weights. Closed form
+  (Lagrange); the test solves the KKT system with numpy.
 
-- **Adaptive sparsity** (``adaptive_support``): α and the temperature are global in the released rule, so every
-  token gets whatever support its cosines give. Here each row gets its own temperature so that its support has a
-  target size: the number of source forms its FVT decomposition has (``fvt``; ``support_size`` where it has none)
-  or ``support_size`` for all (``fixed``). The temperature is closed-form
-  (``weighting.support_temperature``), and the rows stay exact α-entmax of their full rows at that temperature.
-- **A decoder-bias prior** (``bias: frequency``): the bridged rows' MLM decoder bias from how often the target
-  tokenizer produces each token on target-language text (``bias_text``): log(1 + count), standardised over the
-  bridged tokens, then shifted and scaled to the source bias' mean and spread (a masked LM's bias is a unigram
-  log-prior: frequent tokens higher). Copied rows keep their own bias.
-- **A random component** (``random_blend``): each bridged row blended with the ``random`` baseline's row for the
-  same token, ``(1 - β) E_bridge + β E_random`` (input and untied output rows; the bias keeps the bridge's). It
-  tests one reading of the ``random`` baseline's zero-shot score on vocabularies that cut words into fragments:
-  distinct rows keep unrelated fragments apart, where bridged mixes of them are near-identical.
+- **Adaptive sparsity** (``adaptive_support``): α and the temperature are global in the released
+  rule, so every token gets whatever support its cosines give. Here each row gets its own
+  temperature so that its support has a target size: the number of source forms its FVT
+  decomposition has (``fvt``; ``support_size`` where it has none) or ``support_size`` for all
+  (``fixed``). The temperature is closed-form (``weighting.support_temperature``), and the rows stay
+  exact α-entmax of their full rows at that temperature.
+- **A decoder-bias prior** (``bias: frequency``): the bridged rows' MLM decoder bias from how often
+  the target tokenizer produces each token on target-language text (``bias_text``): log(1 + count),
+  standardised over the bridged tokens, then shifted and scaled to the source bias' mean and spread
+  (a masked LM's bias is a unigram log-prior: frequent tokens higher). Copied rows keep their own
+  bias.
+- **A random component** (``random_blend``): each bridged row blended with the ``random`` baseline's
+  row for the same token, ``(1 - β) E_bridge + β E_random`` (input and untied output rows; the bias
+  keeps the bridge's). It tests one reading of the ``random`` baseline's zero-shot score on
+  vocabularies that cut words into fragments: distinct rows keep unrelated fragments apart, where
+  bridged mixes of them are near-identical.
 
-Why the decomposition is not the source tokenizer's own ``tokenize``: a continuation piece (``ing`` inside a
-word) has no text of its own that every source tokenizer splits as a continuation; cutting canonical forms keeps
-the word position for any pair of vocabulary families (``embed_init.vocab``).
+Why the decomposition is not the source tokenizer's own ``tokenize``: a continuation piece (``ing``
+inside a word) has no text of its own that every source tokenizer splits as a continuation; cutting
+canonical forms keeps the word position for any pair of vocabulary families (``embed_init.vocab``).
 """
 
 from __future__ import annotations
@@ -64,15 +71,16 @@ if TYPE_CHECKING:
 
 BRIDGE_SPACES: tuple[str, ...] = typing.get_args(BridgeSpace)
 _WHITEN_FLOOR = 1e-6
-"""Eigenvalues below this share of the largest are floored there when whitening (rank-deficient unions)."""
+"""Eigenvalues below this share of the largest are floored there when whitening (rank-deficient
+unions)."""
 
 
 def space_transform(
     vectors: torch.Tensor, mode: str, components: int, anchors: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """The affine map ``x -> (x - mean) @ matrix`` of ``mode`` fit on ``vectors`` (n, D) in float64: (mean (D,),
-    matrix (D, D)); None for ``raw``. ``abtt`` removes the top ``components`` principal directions; ``relative``
-    needs ``anchors`` (K, D), the anchor tokens' vectors."""
+    """The affine map ``x -> (x - mean) @ matrix`` of ``mode`` fit on ``vectors`` (n, D) in float64:
+    (mean (D,), matrix (D, D)); None for ``raw``. ``abtt`` removes the top ``components`` principal
+    directions; ``relative`` needs ``anchors`` (K, D), the anchor tokens' vectors."""
     if mode == "raw":
         return None
     if mode not in BRIDGE_SPACES:
@@ -95,7 +103,8 @@ def space_transform(
     centred = x - mean
     values, vecs = torch.linalg.eigh(centred.T @ centred / max(len(x), 1))  # ascending eigenvalues
     if mode == "abtt":
-        if components >= dim:  # removing every direction maps every token to the mean: no bridge left
+        # removing every direction maps every token to the mean: no bridge left
+        if components >= dim:
             raise InputError(
                 f"bridge_components={components}: must be below the bridge's dimension {dim} (abtt removes that many "
                 "principal directions)"
@@ -106,7 +115,9 @@ def space_transform(
     return mean, vecs @ torch.diag(values.clamp_min(floor).rsqrt()) @ vecs.T
 
 
-def apply_transform(x: torch.Tensor, fitted: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+def apply_transform(
+    x: torch.Tensor, fitted: tuple[torch.Tensor, torch.Tensor] | None
+) -> torch.Tensor:
     """``x`` (n, D) mapped by :func:`space_transform`'s result, in float64, returned as float32."""
     if fitted is None:
         return x
@@ -115,8 +126,8 @@ def apply_transform(x: torch.Tensor, fitted: tuple[torch.Tensor, torch.Tensor] |
 
 
 def decompose(canon: str, index: VocabIndex, folded: dict[str, int], longest: int) -> list[int]:
-    """Source ids covering canonical form ``canon``: greedy longest match left to right over source canonical forms
-    (exact, then lower-cased); an uncovered character is skipped."""
+    """Source ids covering canonical form ``canon``: greedy longest match left to right over source
+    canonical forms (exact, then lower-cased); an uncovered character is skipped."""
     out: list[int] = []
     i, n = 0, len(canon)
     while i < n:
@@ -135,7 +146,8 @@ def decompose(canon: str, index: VocabIndex, folded: dict[str, int], longest: in
 
 
 def folded_index(index: VocabIndex) -> dict[str, int]:
-    """Lower-cased canonical form -> source id: an already lower-case form first, then the lowest id."""
+    """Lower-cased canonical form -> source id: an already lower-case form first, then the lowest
+    id."""
     folded: dict[str, int] = {}
     for canon, sid in sorted(index.exact.items(), key=lambda kv: (kv[0] != kv[0].lower(), kv[1])):
         folded.setdefault(canon.lower(), sid)
@@ -143,11 +155,17 @@ def folded_index(index: VocabIndex) -> dict[str, int]:
 
 
 def fvt_weights(
-    source: PreTrainedTokenizerBase, target: PreTrainedTokenizerBase, target_ids: Iterable[int], m: int
+    source: PreTrainedTokenizerBase,
+    target: PreTrainedTokenizerBase,
+    target_ids: Iterable[int],
+    m: int,
 ) -> torch.Tensor:
-    """CSR (n, m) float32: each target id's uniform mix over its decomposition (:func:`decompose`; a repeated
-    piece counts as often as it occurs), rows in ``target_ids`` order; an empty row where nothing covers it."""
-    index = VocabIndex.build(source.get_vocab(), tokenizer_family(source), exclude=source.all_special_ids)
+    """CSR (n, m) float32: each target id's uniform mix over its decomposition (:func:`decompose`; a
+    repeated piece counts as often as it occurs), rows in ``target_ids`` order; an empty row where
+    nothing covers it."""
+    index = VocabIndex.build(
+        source.get_vocab(), tokenizer_family(source), exclude=source.all_special_ids
+    )
     folded = folded_index(index)
     longest = max((len(c) for c in index.exact), default=1)
     family = tokenizer_family(target)
@@ -157,7 +175,11 @@ def fvt_weights(
     cols: list[int] = []
     vals: list[float] = []
     for row, tid in enumerate(ids):
-        pieces = decompose(canonical(tokens[tid], family), index, folded, longest) if tid in tokens else []
+        pieces = (
+            decompose(canonical(tokens[tid], family), index, folded, longest)
+            if tid in tokens
+            else []
+        )
         counts: dict[int, int] = {}
         for sid in pieces:
             counts[sid] = counts.get(sid, 0) + 1
@@ -165,7 +187,9 @@ def fvt_weights(
             rows.append(row)
             cols.append(sid)
             vals.append(counts[sid] / len(pieces))
-    return _csr(np.array(rows, np.int64), np.array(cols, np.int64), np.array(vals, np.float64), len(ids), m)
+    return _csr(
+        np.array(rows, np.int64), np.array(cols, np.int64), np.array(vals, np.float64), len(ids), m
+    )
 
 
 def select_rows(weights: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
@@ -185,17 +209,23 @@ def select_rows(weights: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
 
 
 def blend(bridge: torch.Tensor, prior: torch.Tensor, weight: float) -> torch.Tensor:
-    """CSR ``(1 - weight) bridge + weight prior`` row by row (float64 sums, float32 out), renormalised to sum to 1;
-    a row whose prior is empty keeps its bridge weights. Both (n, m), rows summing to 1."""
+    """CSR ``(1 - weight) bridge + weight prior`` row by row (float64 sums, float32 out),
+    renormalised to sum to 1; a row whose prior is empty keeps its bridge weights. Both (n, m), rows
+    summing to 1."""
     n, m = bridge.shape
     has = (prior.crow_indices()[1:] - prior.crow_indices()[:-1]) > 0
     parts = []
-    for w, scale in ((bridge, torch.where(has, 1.0 - weight, 1.0)), (prior, torch.full((n,), weight))):
+    for w, scale in (
+        (bridge, torch.where(has, 1.0 - weight, 1.0)),
+        (prior, torch.full((n,), weight)),
+    ):
         crow = w.crow_indices()
         row = torch.repeat_interleave(torch.arange(n), crow[1:] - crow[:-1])
         parts.append((row, w.col_indices(), w.values().double() * scale.double()[row]))
     row, col, val = (torch.cat(x) for x in zip(*parts, strict=True))
-    coo = torch.sparse_coo_tensor(torch.stack([row, col]), val, (n, m), check_invariants=False).coalesce()
+    coo = torch.sparse_coo_tensor(
+        torch.stack([row, col]), val, (n, m), check_invariants=False
+    ).coalesce()
     (r, c), v = coo.indices(), coo.values()
     keep = v > 0
     r, c, v = r[keep], c[keep], v[keep]
@@ -206,15 +236,17 @@ def blend(bridge: torch.Tensor, prior: torch.Tensor, weight: float) -> torch.Ten
 def least_squares(
     weights: torch.Tensor, new_vecs: torch.Tensor, source_vecs: torch.Tensor, ridge: float
 ) -> torch.Tensor:
-    """Each row's weights refit over its support J (SALT's least-squares step): with the unit bridge vectors B_J and
-    b of the token, ``argmin |B_J^T w - b|^2 + ridge |w - w0|^2`` subject to ``sum w = 1`` (Lagrange, closed
-    form), ``w0`` the row's weights. Rows of one entry stay 1; weights may turn negative (an affine mix). CSR
-    (n, m) float32 in, the same sparsity out."""
+    """Each row's weights refit over its support J (SALT's least-squares step): with the unit bridge
+    vectors B_J and b of the token, ``argmin |B_J^T w - b|^2 + ridge |w - w0|^2`` subject to ``sum w
+    = 1`` (Lagrange, closed form), ``w0`` the row's weights. Rows of one entry stay 1; weights may
+    turn negative (an affine mix). CSR (n, m) float32 in, the same sparsity out."""
     n, m = weights.shape
     crow = weights.crow_indices().numpy()
     cols = weights.col_indices().numpy()
     vals = weights.values().double().numpy().copy()
-    unit = torch.nn.functional.normalize(source_vecs[torch.from_numpy(cols)].double(), dim=1).numpy()  # (nnz, D)
+    unit = torch.nn.functional.normalize(
+        source_vecs[torch.from_numpy(cols)].double(), dim=1
+    ).numpy()  # (nnz, D)
     target = torch.nn.functional.normalize(new_vecs.double(), dim=1).numpy()
     for r in range(n):  # supports are a handful of entries: one tiny solve per row
         lo, hi = crow[r], crow[r + 1]
@@ -229,9 +261,9 @@ def least_squares(
 
 
 def support_sizes(prior: torch.Tensor | None, n: int, mode: str, size: int) -> torch.Tensor | None:
-    """(n,) support targets of the bridged rows for ``adaptive_support`` ``mode`` (None for ``off``): ``fixed``
-    gives ``size`` to every row; ``fvt`` the number of source forms in each row's decomposition (CSR ``prior``
-    (n, m)), ``size`` where the piece has none."""
+    """(n,) support targets of the bridged rows for ``adaptive_support`` ``mode`` (None for
+    ``off``): ``fixed`` gives ``size`` to every row; ``fvt`` the number of source forms in each
+    row's decomposition (CSR ``prior`` (n, m)), ``size`` where the piece has none."""
     if mode == "off":
         return None
     sizes = torch.full((n,), size, dtype=torch.int64)
@@ -264,14 +296,15 @@ def token_counts(tokenizer: PreTrainedTokenizerBase, texts: Iterable[str]) -> di
 
 
 def log_frequencies(counts: Mapping[int, int], ids: np.ndarray) -> np.ndarray:
-    """(len(ids),) float64: log(1 + the count of each of ``ids``) in ``counts`` (:func:`token_counts`)."""
+    """(len(ids),) float64: log(1 + the count of each of ``ids``) in ``counts``
+    (:func:`token_counts`)."""
     return np.log1p(np.array([counts.get(int(i), 0) for i in ids], dtype=np.float64))
 
 
 def frequency_bias(log_freq: np.ndarray, source_bias: torch.Tensor) -> torch.Tensor:
-    """The bridged rows' decoder bias (n,) from their log-frequencies (n,): standardised over them, then at the
-    mean and spread (population std, float64) of ``source_bias``; all at the mean where the frequencies do not
-    vary. Returned in ``source_bias``'s dtype."""
+    """The bridged rows' decoder bias (n,) from their log-frequencies (n,): standardised over them,
+    then at the mean and spread (population std, float64) of ``source_bias``; all at the mean where
+    the frequencies do not vary. Returned in ``source_bias``'s dtype."""
     src = source_bias.double()
     spread = float(log_freq.std()) if len(log_freq) else 0.0
     z = (log_freq - log_freq.mean()) / spread if spread > 0 else np.zeros_like(log_freq)

@@ -1,5 +1,5 @@
-"""The shapes of ``init_report.json`` and its parts, as typed dicts: what the job writes and its contract reads,
-with no import beyond ``typing`` (the contract stays light)."""
+"""The shapes of ``init_report.json`` and its parts, as typed dicts: what the job writes and its
+contract reads, with no import beyond ``typing`` (the contract stays light)."""
 
 from __future__ import annotations
 

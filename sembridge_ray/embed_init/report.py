@@ -1,5 +1,5 @@
-"""init_report.json: counts, support sizes (overall and per position class), the exact counterparts that get no
-weight, timings, fingerprints, and the paper's Table 3 sample."""
+"""init_report.json: counts, support sizes (overall and per position class), the exact counterparts
+that get no weight, timings, fingerprints, and the paper's Table 3 sample."""
 
 from __future__ import annotations
 
@@ -17,20 +17,31 @@ from sembridge_ray.embed_init.vocab import Partition
 def support_histogram(prov: pa.Table) -> dict[str, int]:
     """Number of bridge rows per support size (non-zero weights)."""
     kinds = prov.column(KIND).to_pylist()
-    sizes = [len(s) for s, k in zip(prov.column(SOURCE_IDS).to_pylist(), kinds, strict=True) if k == "bridge"]
+    sizes = [
+        len(s)
+        for s, k in zip(prov.column(SOURCE_IDS).to_pylist(), kinds, strict=True)
+        if k == "bridge"
+    ]
     return {str(size): count for size, count in sorted(Counter(sizes).items())}
 
 
 SAMPLE_SEED = 0
-"""Seeds the report's choice of sample tokens: one fixed choice, so runs of every method and seed show the same
-tokens side by side (``seed`` shapes what the random rows are, never which rows the report shows)."""
+"""Seeds the report's choice of sample tokens: one fixed choice, so runs of every method and seed
+show the same tokens side by side (``seed`` shapes what the random rows are, never which rows the
+report shows)."""
 
 
-def sample_rows(prov: pa.Table, source_tokens: dict[int, str], n: int, seed: int = SAMPLE_SEED) -> list[Sample]:
+def sample_rows(
+    prov: pa.Table, source_tokens: dict[int, str], n: int, seed: int = SAMPLE_SEED
+) -> list[Sample]:
     """``n`` bridged target tokens (seeded choice) with their top-3 source tokens and weights."""
     bridged = [i for i, k in enumerate(prov.column(KIND).to_pylist()) if k == "bridge"]
     rng = np.random.default_rng(seed)
-    chosen = sorted(rng.choice(bridged, size=min(n, len(bridged)), replace=False).tolist()) if bridged else []
+    chosen = (
+        sorted(rng.choice(bridged, size=min(n, len(bridged)), replace=False).tolist())
+        if bridged
+        else []
+    )
     out: list[Sample] = []
     for row in chosen:
         ids = prov.column(SOURCE_IDS)[row].as_py()
@@ -40,7 +51,10 @@ def sample_rows(prov: pa.Table, source_tokens: dict[int, str], n: int, seed: int
             {
                 "target_id": prov.column(TARGET_ID)[row].as_py(),
                 "token": prov.column(TOKEN)[row].as_py(),
-                "top": [{"source_id": i, "token": source_tokens.get(i, ""), "weight": round(w, 4)} for w, i in top],
+                "top": [
+                    {"source_id": i, "token": source_tokens.get(i, ""), "weight": round(w, 4)}
+                    for w, i in top
+                ],
             }
         )
     return out
@@ -69,11 +83,16 @@ def sample_table(samples: list[Sample]) -> str:
     return "\n".join(lines)
 
 
-def position_stats(prov: pa.Table, classes: np.ndarray, counterparts: dict[int, int]) -> PositionStats:
-    """Per position class of the bridged target tokens (``position.CLASS_NAMES``): how many have an exact source
-    counterpart (same canonical form), how many of those put zero weight on it and that share, and the support-size
-    histogram. ``classes``: class by target id; ``counterparts``: target id -> source id."""
-    stats: dict[str, CounterpartStats] = {name: {"with_counterpart": 0, "zero_weight": 0} for name in CLASS_NAMES}
+def position_stats(
+    prov: pa.Table, classes: np.ndarray, counterparts: dict[int, int]
+) -> PositionStats:
+    """Per position class of the bridged target tokens (``position.CLASS_NAMES``): how many have an
+    exact source counterpart (same canonical form), how many of those put zero weight on it and that
+    share, and the support-size histogram. ``classes``: class by target id; ``counterparts``: target
+    id -> source id."""
+    stats: dict[str, CounterpartStats] = {
+        name: {"with_counterpart": 0, "zero_weight": 0} for name in CLASS_NAMES
+    }
     sizes: dict[str, Counter[int]] = {name: Counter() for name in CLASS_NAMES}
     columns = (prov.column(c).to_pylist() for c in (TARGET_ID, KIND, SOURCE_IDS))
     for tid, kind, ids in zip(*columns, strict=True):
@@ -90,9 +109,13 @@ def position_stats(prov: pa.Table, classes: np.ndarray, counterparts: dict[int, 
     }
     for entry in [*stats.values(), total]:
         entry["zero_weight_share"] = (
-            round(entry["zero_weight"] / entry["with_counterpart"], 4) if entry["with_counterpart"] else None
+            round(entry["zero_weight"] / entry["with_counterpart"], 4)
+            if entry["with_counterpart"]
+            else None
         )
     return {
         "exact_counterpart": {**stats, "all": total},
-        "support_histogram": {name: {str(k): v for k, v in sorted(c.items())} for name, c in sizes.items()},
+        "support_histogram": {
+            name: {str(k): v for k, v in sorted(c.items())} for name, c in sizes.items()
+        },
     }

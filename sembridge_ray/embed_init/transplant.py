@@ -1,4 +1,5 @@
-"""Writing the initialised model: the source MLM with its vocabulary-sized tensors swapped for the target's."""
+"""Writing the initialised model: the source MLM with its vocabulary-sized tensors swapped for the
+target's."""
 
 from __future__ import annotations
 
@@ -19,11 +20,11 @@ def target_model(
     outputs: torch.Tensor | None,
     bias: torch.Tensor | None,
 ) -> PreTrainedModel:
-    """Resize ``model`` to ``size`` rows and install the target input/output embeddings and decoder bias.
+    """Resize ``model`` to ``size`` rows and install the target input/output embeddings and decoder
+    bias.
 
-    The special-token ids in the config follow the target tokenizer: RoBERTa derives position ids from
-    ``pad_token_id``, so a stale one would silently shift every position.
-    """
+    The special-token ids in the config follow the target tokenizer: RoBERTa derives position ids
+    from ``pad_token_id``, so a stale one would silently shift every position."""
     model.resize_token_embeddings(size, mean_resizing=False)
     with torch.no_grad():
         embeddings = cast(torch.Tensor, model.get_input_embeddings().weight)
@@ -32,8 +33,8 @@ def target_model(
         if outputs is not None and head is not None and head.weight is not embeddings:
             cast(torch.Tensor, head.weight).copy_(outputs)
         if bias is not None:
-            # BERT/RoBERTa tie `cls.predictions.bias`/`lm_head.bias` to the decoder's bias; update every
-            # vocabulary-sized bias once, whether or not a given architecture ties them.
+            # BERT/RoBERTa tie `cls.predictions.bias`/`lm_head.bias` to the decoder's bias; update
+            # every vocabulary-sized bias once, whether or not a given architecture ties them.
             seen: set[int] = set()
             for name, tensor in model.state_dict(keep_vars=True).items():
                 if name.endswith("bias") and tensor.shape == (size,) and id(tensor) not in seen:
@@ -49,8 +50,12 @@ def target_model(
 
 
 def write_target_model(
-    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out_dir: Path, serving: Serving | None = None
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    out_dir: Path,
+    serving: Serving | None = None,
 ) -> None:
-    """Save as a SparseEncoder directory with the target tokenizer, its length capped at the encoder's."""
+    """Save as a SparseEncoder directory with the target tokenizer, its length capped at the
+    encoder's."""
     tokenizer.model_max_length = min(int(tokenizer.model_max_length), max_positions(model))
     save_sparse_encoder(model, tokenizer, out_dir, serving)

@@ -1,5 +1,5 @@
-"""Vocabulary partition: which target tokens copy a source row (specials by role, string overlap) and which
-need the bridge.
+"""Vocabulary partition: which target tokens copy a source row (specials by role, string overlap)
+and which need the bridge.
 
 Canonical forms make vocabularies of different families comparable:
 
@@ -10,11 +10,10 @@ Canonical forms make vocabularies of different families comparable:
 | byte-level BPE  | bytes mapped back to text, a leading space becomes ``▁``; partial UTF-8 as  |
 |                 | ``<0xNN>`` bytes (so it matches byte-fallback tokens and never text)        |
 
-Match rules, tried in this order for each non-special target token (``--match``): **symbols** (digits,
-punctuation, symbols or whitespace only; by exact, then fuzzy key), **exact** (canonical form), **fuzzy**
-(lower-cased, ``▁`` removed). Among source tokens sharing a key the one whose own canonical form equals the key
-wins, then the lowest id.
-"""
+Match rules, tried in this order for each non-special target token (``--match``): **symbols**
+(digits, punctuation, symbols or whitespace only; by exact, then fuzzy key), **exact** (canonical
+form), **fuzzy** (lower-cased, ``▁`` removed). Among source tokens sharing a key the one whose own
+canonical form equals the key wins, then the lowest id."""
 
 from __future__ import annotations
 
@@ -41,7 +40,11 @@ _BRACKETED = re.compile(r"^\[.*\]$", re.DOTALL)
 @cache
 def _byte_decoder() -> dict[str, int]:
     """GPT-2's printable-character <-> byte table, inverted (``Ġ`` -> 0x20)."""
-    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), 256))
+    keep = (
+        list(range(ord("!"), ord("~") + 1))
+        + list(range(ord("¡"), ord("¬") + 1))
+        + list(range(ord("®"), 256))
+    )
     chars, extra = list(keep), 0
     for b in range(256):
         if b not in keep:
@@ -73,7 +76,11 @@ def canonical(token: str, family: Family, prefix: str = "##") -> str:
     if _BYTE_FALLBACK.match(token):
         return token
     if family == "wordpiece":
-        return token[len(prefix) :] if token.startswith(prefix) and len(token) > len(prefix) else WORD_START + token
+        return (
+            token[len(prefix) :]
+            if token.startswith(prefix) and len(token) > len(prefix)
+            else WORD_START + token
+        )
     if family == "bytebpe":
         table = _byte_decoder()
         try:
@@ -95,7 +102,9 @@ def fuzzy_key(canon: str) -> str:
 def is_symbol(canon: str) -> bool:
     """Digits, punctuation, symbols or whitespace only (a bare ``▁`` counts as whitespace)."""
     body = canon.replace(WORD_START, " ")
-    return bool(body) and all(ch.isdigit() or ch.isspace() or unicodedata.category(ch)[0] in "PS" for ch in body)
+    return bool(body) and all(
+        ch.isdigit() or ch.isspace() or unicodedata.category(ch)[0] in "PS" for ch in body
+    )
 
 
 def role_ids(tokenizer: PreTrainedTokenizerBase) -> dict[str, int]:
@@ -109,20 +118,24 @@ def role_ids(tokenizer: PreTrainedTokenizerBase) -> dict[str, int]:
 
 
 def bridge_string(tokenizer: PreTrainedTokenizerBase, token_id: int, raw: str) -> str:
-    """The reference's rule: ``decode([id]).strip()``, or the raw vocabulary string if that is empty or [..]."""
+    """The reference's rule: ``decode([id]).strip()``, or the raw vocabulary string if that is empty
+    or [..]."""
     text = str(tokenizer.decode([token_id])).strip()  # one id decodes to one string
     return raw if not text or _BRACKETED.match(text) else text
 
 
 @dataclass(frozen=True)
 class VocabIndex:
-    """A source vocabulary keyed for matching: exact canonical form and fuzzy key -> preferred source id."""
+    """A source vocabulary keyed for matching: exact canonical form and fuzzy key -> preferred
+    source id."""
 
     exact: dict[str, int]
     fuzzy: dict[str, int]
 
     @classmethod
-    def build(cls, vocab: Mapping[str, int], family: Family, exclude: Iterable[int] = ()) -> VocabIndex:
+    def build(
+        cls, vocab: Mapping[str, int], family: Family, exclude: Iterable[int] = ()
+    ) -> VocabIndex:
         skip = set(exclude)
         exact: dict[str, int] = {}
         fuzzy: dict[str, tuple[bool, int]] = {}
@@ -133,7 +146,8 @@ class VocabIndex:
             exact.setdefault(canon, token_id)  # ids ascending: the first is the lowest
             key = fuzzy_key(canon)
             if key:
-                rank = (canon != key, token_id)  # own canonical form equals the key first, then lowest id
+                # own canonical form equals the key first, then lowest id
+                rank = (canon != key, token_id)
                 if key not in fuzzy or rank < fuzzy[key]:
                     fuzzy[key] = rank
         return cls(exact, {k: r[1] for k, r in fuzzy.items()})
@@ -149,8 +163,8 @@ class VocabIndex:
 
 @dataclass(frozen=True, kw_only=True)
 class Partition:
-    """Every target id lands in exactly one of: specials (by role), overlap (by rule), rest (the bridge),
-    unused (ids the tokenizer never produces, e.g. holes in a vocab.json)."""
+    """Every target id lands in exactly one of: specials (by role), overlap (by rule), rest (the
+    bridge), unused (ids the tokenizer never produces, e.g. holes in a vocab.json)."""
 
     size: int
     specials: dict[int, tuple[int, str]]  # target id -> (source id, role)
@@ -158,7 +172,8 @@ class Partition:
     rest: list[int]
     unused: list[int] = field(default_factory=list)
     anchors: list[int] = field(default_factory=list)
-    """Source ids that some target token matches by the rules, copied or not (FOCUS's anchor set), ascending."""
+    """Source ids that some target token matches by the rules, copied or not (FOCUS's anchor set),
+    ascending."""
 
 
 def partition_vocab(
@@ -167,11 +182,14 @@ def partition_vocab(
     rules: Iterable[str] = MATCH_RULES,
     copy_overlap: bool = True,
 ) -> Partition:
-    """Split the target vocabulary into specials, overlap and the rest. ``copy_overlap=False`` sends every
-    non-special token through the bridge (the low-overlap setting of a cross-lingual transfer)."""
+    """Split the target vocabulary into specials, overlap and the rest. ``copy_overlap=False`` sends
+    every non-special token through the bridge (the low-overlap setting of a cross-lingual
+    transfer)."""
     unknown = set(rules) - set(MATCH_RULES)
     if unknown:
-        raise ValueError(f"unknown match rule(s): {sorted(unknown)} (known: {', '.join(MATCH_RULES)})")
+        raise ValueError(
+            f"unknown match rule(s): {sorted(unknown)} (known: {', '.join(MATCH_RULES)})"
+        )
     rules = [r for r in MATCH_RULES if r in set(rules)]
     src_roles, tgt_roles = role_ids(source), role_ids(target)
     specials: dict[int, tuple[int, str]] = {}
@@ -200,7 +218,14 @@ def partition_vocab(
             overlap[tid] = hit
     used = set(vocab.values())
     unused = [i for i in range(size) if i not in used]
-    return Partition(size=size, specials=specials, overlap=overlap, rest=rest, unused=unused, anchors=sorted(anchors))
+    return Partition(
+        size=size,
+        specials=specials,
+        overlap=overlap,
+        rest=rest,
+        unused=unused,
+        anchors=sorted(anchors),
+    )
 
 
 def _match(index: VocabIndex, canon: str, rules: list[str]) -> tuple[int, str] | None:

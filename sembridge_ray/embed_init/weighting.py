@@ -1,17 +1,19 @@
-"""Exact, chunked α-entmax bridge weights: ``w_i = α-entmax(cos(new_i, source))`` as a sparse CSR matrix.
+"""Exact, chunked α-entmax bridge weights: ``w_i = α-entmax(cos(new_i, source))`` as a sparse CSR
+matrix.
 
-Why not call ``entmax_bisect`` on full rows (the released reference): it holds N × M scores, runs 50 bisection
-passes over all M columns per row, and in fp32 it is off by up to 4e-3 at α=4 (the weight at the support boundary
-is a cube root of a tiny margin). Here:
+Why not call ``entmax_bisect`` on full rows (the released reference): it holds N × M scores, runs 50
+bisection passes over all M columns per row, and in fp32 it is off by up to 4e-3 at α=4 (the weight
+at the support boundary is a cube root of a tiny margin). Here:
 
-1. per chunk of rows, one GEMM gives screening scores (fp32, or bf16 when the run's precision asks for it) and
-   :func:`top_candidates` keeps k per row;
-2. the candidates' cosines are recomputed in float64 and the threshold τ is solved on them, for many chunks in one
-   call, with the ``entmax`` package itself (``sparsemax`` for α=2, ``entmax15`` for α=1.5, ``entmax_bisect``
-   otherwise);
-3. α-entmax's support is a prefix of the sorted scores, so if the k-th candidate lies below τ by more than twice
-   the screening GEMM's error bound, no column outside the candidates can enter the support: the row is exact.
-   Rows that fail are redone alone with 4× more candidates, up to the full row.
+1. per chunk of rows, one GEMM gives screening scores (fp32, or bf16 when the run's precision asks
+   for it) and :func:`top_candidates` keeps k per row;
+2. the candidates' cosines are recomputed in float64 and the threshold τ is solved on them, for many
+   chunks in one call, with the ``entmax`` package itself (``sparsemax`` for α=2, ``entmax15`` for
+   α=1.5, ``entmax_bisect`` otherwise);
+3. α-entmax's support is a prefix of the sorted scores, so if the k-th candidate lies below τ by
+   more than twice the screening GEMM's error bound, no column outside the candidates can enter the
+   support: the row is exact. Rows that fail are redone alone with 4× more candidates, up to the
+   full row.
 """
 
 from __future__ import annotations
@@ -30,17 +32,19 @@ _CHUNK_BYTES = 32 << 20  # fp32 scores held per chunk: flat memory whatever N is
 
 
 def screen_dtype(asked: torch.dtype | None = None) -> torch.dtype:
-    """The GEMM that picks candidates: fp32 unless the caller asks for bf16 (``precision: bf16``). bf16 is 3x faster
-    than fp32 on CPUs with AVX512-BF16/AMX (measured: 0.066 vs 0.203 ms per token at M=30,522, D=384) and its error
-    is bounded below, so the weights stay exact; but which candidates tie at the k-th place can differ in the last
-    bit, so the choice is the run's (recorded), never the CPU's. Callers keep fp32 on CUDA: cuBLAS may reduce bf16
-    products in reduced precision, which would void the bound."""
+    """The GEMM that picks candidates: fp32 unless the caller asks for bf16 (``precision: bf16``).
+    bf16 is 3x faster than fp32 on CPUs with AVX512-BF16/AMX (measured: 0.066 vs 0.203 ms per token
+    at M=30,522, D=384) and its error is bounded below, so the weights stay exact; but which
+    candidates tie at the k-th place can differ in the last bit, so the choice is the run's
+    (recorded), never the CPU's. Callers keep fp32 on CUDA: cuBLAS may reduce bf16 products in
+    reduced precision, which would void the bound."""
     return asked or torch.float32
 
 
 def score_error(dtype: torch.dtype, dim: int) -> float:
-    """Bound on |screened cosine - exact cosine| for unit vectors: rounding both inputs costs 2u·Σ|x_i y_i| <= 2u
-    (u = 2^-8 for bf16, 2^-24 for fp32) and fp32 accumulation at most (D + 2)·2^-24."""
+    """Bound on |screened cosine - exact cosine| for unit vectors: rounding both inputs costs
+    2u·Σ|x_i y_i| <= 2u (u = 2^-8 for bf16, 2^-24 for fp32) and fp32 accumulation at most (D +
+    2)·2^-24."""
     u = 2.0**-8 if dtype == torch.bfloat16 else 2.0**-24
     return 2 * u + (dim + 2) * 2.0**-24
 
@@ -49,8 +53,9 @@ def score_error(dtype: torch.dtype, dim: int) -> float:
 class PreparedRows:
     """Rows as given (any float dtype), their fp32 unit version for the GEMM, and float64 norms.
 
-    The source side of :func:`bridge_weights` is the same for every batch of new rows: a caller that weights several
-    batches against one matrix prepares it once (:meth:`of`) and passes it instead of the tensor."""
+    The source side of :func:`bridge_weights` is the same for every batch of new rows: a caller that
+    weights several batches against one matrix prepares it once (:meth:`of`) and passes it instead
+    of the tensor."""
 
     raw: torch.Tensor
     unit32: torch.Tensor
@@ -59,7 +64,9 @@ class PreparedRows:
     """Unit rows in the screening dtype."""
 
     @classmethod
-    def of(cls, x: torch.Tensor, name: str, device: torch.device, screen: torch.dtype) -> PreparedRows:
+    def of(
+        cls, x: torch.Tensor, name: str, device: torch.device, screen: torch.dtype
+    ) -> PreparedRows:
         if x.dim() != 2:
             raise ValueError(f"{name} must be 2-D (rows, dim), got shape {tuple(x.shape)}")
         x = x.detach().to(device=device)
@@ -72,18 +79,21 @@ class PreparedRows:
         return cls(raw=x, unit32=unit32, norm64=norm64, screen=unit32.to(screen))
 
     def unit64(self, idx: torch.Tensor) -> torch.Tensor:
-        """Float64 unit vectors of rows ``idx`` (any shape), normalised in float64 from the given values."""
+        """Float64 unit vectors of rows ``idx`` (any shape), normalised in float64 from the given
+        values."""
         return self.raw[idx].double() / self.norm64[idx].unsqueeze(-1)
 
     def cosines(self, unit64: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-        """Float64 cosines (B, k) of unit rows ``unit64`` (B, D) with rows ``idx`` (B, k) of these vectors: the
-        dot product with the raw rows, then one division by their norms (not B·k·D of them).
+        """Float64 cosines (B, k) of unit rows ``unit64`` (B, D) with rows ``idx`` (B, k) of these
+        vectors: the dot product with the raw rows, then one division by their norms (not B·k·D of
+        them).
 
-        Wide rounds (k >= M / 128) take the dense float64 product with every row and gather from it instead of
-        gathering B·k·D values: near-uniform bridge spaces (``relative`` on a cross-lingual vocabulary) widen the
-        α-entmax supports until k reaches thousands, where the gather held 7 GB and took minutes. Measured on one
-        thread, B=275, M=30,522, D=384: gather 0.35 / 1.2 / 5.2 / 44 s at k = 128 / 512 / 2,048 / 8,192 against
-        0.4-0.7 s dense; the two agree within 1e-14."""
+        Wide rounds (k >= M / 128) take the dense float64 product with every row and gather from it
+        instead of gathering B·k·D values: near-uniform bridge spaces (``relative`` on a
+        cross-lingual vocabulary) widen the α-entmax supports until k reaches thousands, where the
+        gather held 7 GB and took minutes. Measured on one thread, B=275, M=30,522, D=384: gather
+        0.35 / 1.2 / 5.2 / 44 s at k = 128 / 512 / 2,048 / 8,192 against 0.4-0.7 s dense; the two
+        agree within 1e-14."""
         if idx.shape[1] * 128 >= len(self.raw):
             return (unit64 @ self.raw64.T).gather(1, idx) / self.norm64[idx]
         return torch.einsum("bd,bkd->bk", unit64, self.raw[idx].double()) / self.norm64[idx]
@@ -96,13 +106,14 @@ class PreparedRows:
 
 @contextlib.contextmanager
 def one_thread(device: torch.device) -> Iterator[None]:
-    """Run the per-chunk ops after the GEMM (top-k, float64 gathers, entmax on (B, k)) on one CPU thread.
+    """Run the per-chunk ops after the GEMM (top-k, float64 gathers, entmax on (B, k)) on one CPU
+    thread.
 
-    Each is a short pass split across an OpenMP team; when the cores are shared (another process busy), a team
-    member is often descheduled and the others spin at the barrier. Measured on 2 loaded cores: the solve stage
-    took 0.49-0.66 s per 1,500 rows on 2 threads vs 0.17-0.27 s on 1; the candidate search (group maxima and
-    top-k over (274, 30,522)) 0.33-0.66 s per 3,000 rows on 2 threads vs 0.15-0.17 s on 1 (idle: 0.05 vs 0.08).
-    The GEMM keeps its threads."""
+    Each is a short pass split across an OpenMP team; when the cores are shared (another process
+    busy), a team member is often descheduled and the others spin at the barrier. Measured on 2
+    loaded cores: the solve stage took 0.49-0.66 s per 1,500 rows on 2 threads vs 0.17-0.27 s on 1;
+    the candidate search (group maxima and top-k over (274, 30,522)) 0.33-0.66 s per 3,000 rows on 2
+    threads vs 0.15-0.17 s on 1 (idle: 0.05 vs 0.08). The GEMM keeps its threads."""
     if device.type != "cpu":
         yield
         return
@@ -115,15 +126,16 @@ def one_thread(device: torch.device) -> Iterator[None]:
 
 
 def initial_k(alpha: float) -> int:
-    """Candidates per row before certification: α=4 supports are 2-6 wide, α=2 up to ~60 on real vocabularies. A row
-    whose k-th candidate could still be in the support is redone with 4k; at α=4, k=8 is 18% faster than 16 on
-    the synthetic benchmark (supports 3-7 wide there) since the float64 solve costs in proportion to k."""
+    """Candidates per row before certification: α=4 supports are 2-6 wide, α=2 up to ~60 on real
+    vocabularies. A row whose k-th candidate could still be in the support is redone with 4k; at
+    α=4, k=8 is 18% faster than 16 on the synthetic benchmark (supports 3-7 wide there) since the
+    float64 solve costs in proportion to k."""
     return 8 if alpha >= 3 else 96 if alpha >= 1.5 else 512
 
 
 def entmax_rows(scores: torch.Tensor, alpha: float) -> torch.Tensor:
-    """α-entmax over the last dim of float64 ``scores`` (B, k), via the entmax package (exact sort-based forms
-    where they exist)."""
+    """α-entmax over the last dim of float64 ``scores`` (B, k), via the entmax package (exact
+    sort-based forms where they exist)."""
     if alpha == 2.0:
         return sparsemax(scores, dim=-1)
     if alpha == 1.5:
@@ -141,15 +153,15 @@ GROUP = 32
 
 
 def top_candidates(scores: torch.Tensor, k: int) -> torch.Tensor:
-    """Column ids (B, k) of the k largest entries of each row of ``scores`` (B, M): a top-k set as ``torch.topk``
-    gives, any order, ties broken either way.
+    """Column ids (B, k) of the k largest entries of each row of ``scores`` (B, M): a top-k set as
+    ``torch.topk`` gives, any order, ties broken either way.
 
-    Why not ``scores.topk(k)`` directly: it walks all M columns with a selection per row; here one vectorised
-    ``amax`` takes the maximum of each group of ``GROUP`` columns and ``topk`` runs on the M / GROUP maxima, then on
-    the k·GROUP columns of the k best groups. Exact: an entry outside those groups is at most each of their k
-    maxima, so it is not above the k-th value returned. Measured at (274, 30,522), k=8, one thread: 6.5 ms vs 12.9 ms;
-    ``torch.topk`` is the oracle in the tests.
-    """
+    Why not ``scores.topk(k)`` directly: it walks all M columns with a selection per row; here one
+    vectorised ``amax`` takes the maximum of each group of ``GROUP`` columns and ``topk`` runs on
+    the M / GROUP maxima, then on the k·GROUP columns of the k best groups. Exact: an entry outside
+    those groups is at most each of their k maxima, so it is not above the k-th value returned.
+    Measured at (274, 30,522), k=8, one thread: 6.5 ms vs 12.9 ms; ``torch.topk`` is the oracle in
+    the tests."""
     b, m = scores.shape
     groups = -(-m // GROUP)
     if groups <= 4 * k:  # too few groups to narrow anything
@@ -166,8 +178,9 @@ def top_candidates(scores: torch.Tensor, k: int) -> torch.Tensor:
 
 
 _SOLVE_ROWS = 8192
-"""Rows whose candidates are solved together: one entmax call over many chunks (its per-call cost is mostly
-fixed: 26-38 ms for 3,000 rows in one call vs 64-114 ms in 11), with their (rows, k) candidates bounded."""
+"""Rows whose candidates are solved together: one entmax call over many chunks (its per-call cost is
+mostly fixed: 26-38 ms for 3,000 rows in one call vs 64-114 ms in 11), with their (rows, k)
+candidates bounded."""
 
 
 def _kept(rows: torch.Tensor, idx: torch.Tensor, probs: torch.Tensor) -> Entries:
@@ -178,8 +191,8 @@ def _kept(rows: torch.Tensor, idx: torch.Tensor, probs: torch.Tensor) -> Entries
 def _candidates(
     new: PreparedRows, rows: torch.Tensor, src: PreparedRows, k: int, offsets: torch.Tensor | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """For ``rows`` of ``new``: the k best source ids by screening score (one GEMM in the screening dtype, on all
-    threads) and their float64 cosines (+ offsets), (B, k) each."""
+    """For ``rows`` of ``new``: the k best source ids by screening score (one GEMM in the screening
+    dtype, on all threads) and their float64 cosines (+ offsets), (B, k) each."""
     scores = new.unit32[rows].to(src.screen.dtype) @ src.screen.T
     if offsets is not None:  # added in fp32 (not bf16): one more rounding, counted in _screen_error
         scores = scores.float() + offsets.float()
@@ -192,7 +205,8 @@ def _candidates(
 
 
 def _screen_error(src: PreparedRows, offsets: torch.Tensor | None) -> float:
-    """Bound on |screening score - exact score| (see :func:`score_error`), offsets' fp32 addition included."""
+    """Bound on |screening score - exact score| (see :func:`score_error`), offsets' fp32 addition
+    included."""
     error = score_error(src.screen.dtype, src.screen.shape[1])
     if offsets is not None:
         error += 2.0**-24 * (1 + float(offsets.abs().max()))
@@ -200,23 +214,29 @@ def _screen_error(src: PreparedRows, offsets: torch.Tensor | None) -> float:
 
 
 def support_temperature(scores: torch.Tensor, alpha: float, sizes: torch.Tensor) -> torch.Tensor:
-    """Per row, a temperature T at which α-entmax(scores / T) keeps exactly ``sizes`` entries: (B,) float64 for
-    float64 ``scores`` (B, k) sorted descending, ``1 <= sizes < k``, α > 1.
+    """Per row, a temperature T at which α-entmax(scores / T) keeps exactly ``sizes`` entries: (B,)
+    float64 for float64 ``scores`` (B, k) sorted descending, ``1 <= sizes < k``, α > 1.
 
-    Closed form, no bisection: entry s (1-based, sorted) is in the support of α-entmax(x / T) iff the others above
-    it hold less than all the mass at τ = (α-1) x_s / T, i.e. ``Σ_{i<s} ((α-1)(x_i - x_s) / T)^(1/(α-1)) < 1``,
-    i.e. T > T_s := (Σ_{i<s} ((α-1)(x_i - x_s))^(1/(α-1)))^(α-1). T_s grows with s, so the support is exactly s
-    on (T_s, T_{s+1}]; the geometric middle of that interval is returned (half of T_{s+1} when s = 1). A tie
-    across the s-th place (x_s = x_{s+1}) leaves that interval empty: the support is then the largest size below
-    s that keeps the tie whole, or, where the tie reaches the top, the smallest above it (1 where none is in
-    ``scores``). ``entmax_bisect`` is the oracle in the tests."""
+    Closed form, no bisection: entry s (1-based, sorted) is in the support of α-entmax(x / T) iff
+    the others above it hold less than all the mass at τ = (α-1) x_s / T, i.e. ``Σ_{i<s} ((α-1)(x_i
+    - x_s) / T)^(1/(α-1)) < 1``, i.e. T > T_s := (Σ_{i<s} ((α-1)(x_i - x_s))^(1/(α-1)))^(α-1). T_s
+    grows with s, so the support is exactly s on (T_s, T_{s+1}]; the geometric middle of that
+    interval is returned (half of T_{s+1} when s = 1). A tie across the s-th place (x_s = x_{s+1})
+    leaves that interval empty: the support is then the largest size below s that keeps the tie
+    whole, or, where the tie reaches the top, the smallest above it (1 where none is in ``scores``).
+    ``entmax_bisect`` is the oracle in the tests."""
     b, k = scores.shape
-    span = min(k, int(sizes.max()) + 2) if b else 1  # T_1 .. T_span: enough for every row's s and s + 1
+    # T_1 .. T_span: enough for every row's s and s + 1
+    span = min(k, int(sizes.max()) + 2) if b else 1
     head = scores[:, :span]
-    gaps = ((alpha - 1) * (head.unsqueeze(1) - head.unsqueeze(2))).clamp_min(0).pow(1.0 / (alpha - 1))
-    above = torch.ones(span, span, dtype=torch.bool, device=scores.device).triu(1).T  # (s, i): i < s
+    gaps = (
+        ((alpha - 1) * (head.unsqueeze(1) - head.unsqueeze(2))).clamp_min(0).pow(1.0 / (alpha - 1))
+    )
+    # (s, i): i < s
+    above = torch.ones(span, span, dtype=torch.bool, device=scores.device).triu(1).T
     bounds = (gaps * above).sum(2).pow(alpha - 1)  # (B, span): T_s for s = 1..span
-    open_ = bounds[:, 1:] > bounds[:, :-1]  # (B, span - 1): (T_s, T_{s+1}] is not empty, s = 1..span-1
+    # (B, span - 1): (T_s, T_{s+1}] is not empty, s = 1..span-1
+    open_ = bounds[:, 1:] > bounds[:, :-1]
     cols = torch.arange(1, span, device=scores.device)
     want = sizes.unsqueeze(1)
     below = torch.where(open_ & (cols <= want), cols, 0).amax(1)
@@ -232,10 +252,10 @@ def support_temperature(scores: torch.Tensor, alpha: float, sizes: torch.Tensor)
 def _certify(
     exact: torch.Tensor, idx: torch.Tensor, alpha: float, slack: torch.Tensor | float, whole: bool
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Candidates' float64 scores and ids (B, k) -> (probs f64 (B, k), source ids, certified mask), sorted by
-    score. A row is certified when its last candidate is outside the support by more than ``slack`` (twice the
-    screening error, over the temperature; per row or one for all): no column left out can then enter it.
-    ``whole``: every column is a candidate, so every row is exact."""
+    """Candidates' float64 scores and ids (B, k) -> (probs f64 (B, k), source ids, certified mask),
+    sorted by score. A row is certified when its last candidate is outside the support by more than
+    ``slack`` (twice the screening error, over the temperature; per row or one for all): no column
+    left out can then enter it. ``whole``: every column is a candidate, so every row is exact."""
     exact, order = exact.sort(dim=1, descending=True, stable=True)
     idx = idx.gather(1, order)
     probs = entmax_rows(exact, alpha)
@@ -256,24 +276,30 @@ def _entmax_round(
     offsets: torch.Tensor | None,
     support: torch.Tensor | None = None,
 ) -> tuple[Entries, torch.Tensor]:
-    """One round over ``rows`` with ``k`` candidates each: screened chunk by chunk (N × M is never held), then
-    solved in one call. Returns the certified rows' triplets and the rows left for a wider round. ``support``
-    (sizes of ``rows``): each row's own temperature (:func:`support_temperature`) instead of ``temperature``."""
+    """One round over ``rows`` with ``k`` candidates each: screened chunk by chunk (N × M is never
+    held), then solved in one call. Returns the certified rows' triplets and the rows left for a
+    wider round. ``support`` (sizes of ``rows``): each row's own temperature
+    (:func:`support_temperature`) instead of ``temperature``."""
     m = src.screen.shape[0]
     found = [_candidates(new, part, src, k, offsets) for part in rows.split(chunk)]
     idx, exact = (torch.cat(col) for col in zip(*found, strict=True))
     with one_thread(idx.device):
         error = 2 * _screen_error(src, offsets)
         if support is None:
-            probs, idx, ok = _certify(exact / temperature, idx, alpha, error / temperature, whole=k == m)
+            probs, idx, ok = _certify(
+                exact / temperature, idx, alpha, error / temperature, whole=k == m
+            )
             return _kept(rows[ok], idx[ok], probs[ok]), rows[~ok]
         exact, order = exact.sort(dim=1, descending=True, stable=True)
         sizes = support.clamp(max=k - 1)
         temps = torch.ones(len(rows), dtype=torch.float64, device=exact.device)
         if k > 1:  # one source row: weight 1 whatever the temperature
             temps = support_temperature(exact, alpha, sizes)
-        probs, idx, ok = _certify(exact / temps[:, None], idx.gather(1, order), alpha, error / temps, whole=k == m)
-        if k < m:  # the temperature comes from the top s + 1 scores: no column left out may be among them
+        probs, idx, ok = _certify(
+            exact / temps[:, None], idx.gather(1, order), alpha, error / temps, whole=k == m
+        )
+        # the temperature comes from the top s + 1 scores: no column left out may be among them
+        if k < m:
             ok &= exact.gather(1, sizes.unsqueeze(1)).squeeze(1) - exact[:, -1] >= error
         return _kept(rows[ok], idx[ok], probs[ok]), rows[~ok]
 
@@ -290,21 +316,24 @@ def bridge_weights(
     screen: torch.dtype | None = None,
     support: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Convex weights over source tokens for each new token: sparse CSR (N, M), float32, rows summing to 1.
+    """Convex weights over source tokens for each new token: sparse CSR (N, M), float32, rows
+    summing to 1.
 
-    ``alpha > 1``: exact α-entmax of the cosine similarities (``temperature`` divides them; 1 by default, as in
-    the paper). ``alpha == 2`` equals ``entmax.sparsemax``. ``alpha == 1``: softmax(cos / temperature) over the
-    ``top_k`` most similar source tokens (all of them when None: dense rows), as WECHSEL does with k=10, T=0.1.
-    ``offsets`` (M,): an additive prior on the cosines, the same for every row (before ``temperature``; see
-    ``embed_init.position``). Cosines are computed in row chunks on ``device`` (default: where ``new_vecs``
-    lives); N × M is never held; ``screen`` is the dtype of the candidate-screening GEMM (fp32 by default, see
-    :func:`screen_dtype`). ``source_vecs`` may come prepared (:meth:`PreparedRows.of`, for many calls against one
-    matrix): its device and screening dtype then hold. Non-finite input raises ``ValueError``.
+    ``alpha > 1``: exact α-entmax of the cosine similarities (``temperature`` divides them; 1 by
+    default, as in the paper). ``alpha == 2`` equals ``entmax.sparsemax``. ``alpha == 1``:
+    softmax(cos / temperature) over the ``top_k`` most similar source tokens (all of them when None:
+    dense rows), as WECHSEL does with k=10, T=0.1. ``offsets`` (M,): an additive prior on the
+    cosines, the same for every row (before ``temperature``; see ``embed_init.position``). Cosines
+    are computed in row chunks on ``device`` (default: where ``new_vecs`` lives); N × M is never
+    held; ``screen`` is the dtype of the candidate-screening GEMM (fp32 by default, see
+    :func:`screen_dtype`). ``source_vecs`` may come prepared (:meth:`PreparedRows.of`, for many
+    calls against one matrix): its device and screening dtype then hold. Non-finite input raises
+    ``ValueError``.
 
-    ``support`` (N,) ints >= 1, α > 1 only (adaptive sparsity): row i keeps exactly ``support[i]`` source tokens
-    (fewer only when ties or the source size allow no more), each row divided by its own temperature
-    (:func:`support_temperature`, from the row's full top ``support[i] + 1`` scores) instead of ``temperature``.
-    """
+    ``support`` (N,) ints >= 1, α > 1 only (adaptive sparsity): row i keeps exactly ``support[i]``
+    source tokens (fewer only when ties or the source size allow no more), each row divided by its
+    own temperature (:func:`support_temperature`, from the row's full top ``support[i] + 1`` scores)
+    instead of ``temperature``."""
     if alpha < 1:
         raise ValueError(f"alpha must be >= 1, got {alpha}")
     if temperature <= 0:
@@ -323,18 +352,23 @@ def _prepared_pair(
     device: str | torch.device | None,
     screen: torch.dtype | None,
 ) -> tuple[PreparedRows, PreparedRows, torch.device]:
-    """Both sides of :func:`bridge_weights` prepared, on one device and of one dimension, and the device asked for."""
+    """Both sides of :func:`bridge_weights` prepared, on one device and of one dimension, and the
+    device asked for."""
     if isinstance(source_vecs, PreparedRows) and device is None:
         device = source_vecs.raw.device
     dev = torch.device(device) if device is not None else new_vecs.device
     src = _source_rows(source_vecs, dev, screen_dtype(screen), explicit=screen is not None)
     new = PreparedRows.of(new_vecs, "new_vecs", src.raw.device, src.screen.dtype)
     if new.raw.shape[1] != src.raw.shape[1]:
-        raise ValueError(f"dimension mismatch: new_vecs {new.raw.shape[1]} vs source_vecs {src.raw.shape[1]}")
+        raise ValueError(
+            f"dimension mismatch: new_vecs {new.raw.shape[1]} vs source_vecs {src.raw.shape[1]}"
+        )
     return new, src, dev
 
 
-def _checked_offsets(offsets: torch.Tensor | None, m: int, dev: torch.device) -> torch.Tensor | None:
+def _checked_offsets(
+    offsets: torch.Tensor | None, m: int, dev: torch.device
+) -> torch.Tensor | None:
     """``offsets`` (m,) as float64 on ``dev``, refused unless finite and of that shape."""
     if offsets is None:
         return None
@@ -343,7 +377,9 @@ def _checked_offsets(offsets: torch.Tensor | None, m: int, dev: torch.device) ->
     return offsets.to(device=dev, dtype=torch.float64)
 
 
-def _checked_support(support: torch.Tensor | None, alpha: float, n: int, dev: torch.device) -> torch.Tensor | None:
+def _checked_support(
+    support: torch.Tensor | None, alpha: float, n: int, dev: torch.device
+) -> torch.Tensor | None:
     """``support`` (n,) as int64 on ``dev``, refused unless α > 1 and every size >= 1."""
     if support is None:
         return None
@@ -358,14 +394,21 @@ def _row_chunk(m: int) -> int:
 
 
 def _softmax_weights(
-    new: PreparedRows, src: PreparedRows, temperature: float, top_k: int | None, offsets: torch.Tensor | None
+    new: PreparedRows,
+    src: PreparedRows,
+    temperature: float,
+    top_k: int | None,
+    offsets: torch.Tensor | None,
 ) -> torch.Tensor:
-    """α = 1: every row's softmax over its ``top_k`` nearest source rows (all when None), chunk by chunk."""
+    """α = 1: every row's softmax over its ``top_k`` nearest source rows (all when None), chunk by
+    chunk."""
     n, m = len(new.raw), len(src.raw)
     chunk = _row_chunk(m)
     parts: list[Entries] = []
     for start in range(0, n, chunk):
-        rows, cols, vals = _softmax_rows(new, slice(start, min(start + chunk, n)), src, temperature, top_k, offsets)
+        rows, cols, vals = _softmax_rows(
+            new, slice(start, min(start + chunk, n)), src, temperature, top_k, offsets
+        )
         parts.append((rows.cpu() + start, cols.cpu(), vals.cpu()))
     return _to_csr(parts, n, m)
 
@@ -379,12 +422,14 @@ def _entmax_weights(
     support: torch.Tensor | None,
     dev: torch.device,
 ) -> torch.Tensor:
-    """α > 1: rounds of :func:`_entmax_round` until every row is certified exact, each with 4x the candidates."""
+    """α > 1: rounds of :func:`_entmax_round` until every row is certified exact, each with 4x the
+    candidates."""
     n, m = len(new.raw), len(src.raw)
     chunk = _row_chunk(m)
     parts: list[Entries] = []
     pending, k = torch.arange(n, device=dev), initial_k(alpha)
-    if support is not None and n:  # the temperature needs the top s + 1 scores, and a candidate below them
+    # the temperature needs the top s + 1 scores, and a candidate below them
+    if support is not None and n:
         k = max(k, int(support.max()) + 2)
     while len(pending):  # later rounds: only the rows that failed, with 4x the candidates
         failed = []
@@ -425,13 +470,18 @@ def _softmax_rows(
 
 
 def _source_rows(
-    source_vecs: torch.Tensor | PreparedRows, device: torch.device, screen: torch.dtype, explicit: bool
+    source_vecs: torch.Tensor | PreparedRows,
+    device: torch.device,
+    screen: torch.dtype,
+    explicit: bool,
 ) -> PreparedRows:
-    """The source side of :func:`bridge_weights`: prepared here, or as the caller prepared it (on ``device``, in
-    the screening dtype ``screen`` when the caller asked for one)."""
+    """The source side of :func:`bridge_weights`: prepared here, or as the caller prepared it (on
+    ``device``, in the screening dtype ``screen`` when the caller asked for one)."""
     if not isinstance(source_vecs, PreparedRows):
         return PreparedRows.of(source_vecs, "source_vecs", device, screen)
-    if source_vecs.raw.device.type != device.type or (explicit and source_vecs.screen.dtype != screen):
+    if source_vecs.raw.device.type != device.type or (
+        explicit and source_vecs.screen.dtype != screen
+    ):
         raise ValueError(
             f"source_vecs were prepared on {source_vecs.raw.device} for {source_vecs.screen.dtype} screening, "
             f"asked: {device}, {screen}"
@@ -444,7 +494,10 @@ def _to_csr(parts: list[Entries], n: int, m: int) -> torch.Tensor:
     if parts:
         rows, cols, vals = (torch.cat(col) for col in zip(*parts, strict=True))
     else:
-        rows, cols, vals = (torch.zeros(0, dtype=dt) for dt in (torch.int64, torch.int64, torch.float64))
+        rows, cols, vals = (
+            torch.zeros(0, dtype=dt) for dt in (torch.int64, torch.int64, torch.float64)
+        )
     rows, cols, vals = sort_entries(rows, cols, vals, m)
-    sums = torch.zeros(n, dtype=torch.float64).index_add_(0, rows, vals)  # summed in the sorted order
+    # summed in the sorted order
+    sums = torch.zeros(n, dtype=torch.float64).index_add_(0, rows, vals)
     return csr_from_sorted(rows, cols, (vals / sums[rows]).to(torch.float32), n, m)

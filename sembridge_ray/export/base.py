@@ -1,5 +1,5 @@
-"""What every target shares: the vectors it exports (:class:`Vectors`), an engine's interface (:class:`Engine`),
-the check that its Python package is there, and the size of what it wrote."""
+"""What every target shares: the vectors it exports (:class:`Vectors`), an engine's interface
+(:class:`Engine`), the check that its Python package is there, and the size of what it wrote."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ from sembridge_ray.retrieval.index import SparseBatch
 
 @dataclass(frozen=True)
 class Vectors:
-    """Sparse vectors with their ids: ``ids[i]`` is row ``i`` of ``rows`` (CSR, term ids ascending, weights > 0)."""
+    """Sparse vectors with their ids: ``ids[i]`` is row ``i`` of ``rows`` (CSR, term ids ascending,
+    weights > 0)."""
 
     ids: list[str]
     rows: SparseBatch
@@ -40,13 +41,26 @@ class Vectors:
         return one.indices, one.values
 
     @classmethod
-    def from_rows(cls, ids: Sequence[str], indices: Sequence[np.ndarray], values: Sequence[np.ndarray]) -> Vectors:
-        """Per-row arrays (what :func:`sembridge_ray.sparse.encode.encode_texts` returns) -> :class:`Vectors`."""
+    def from_rows(
+        cls, ids: Sequence[str], indices: Sequence[np.ndarray], values: Sequence[np.ndarray]
+    ) -> Vectors:
+        """Per-row arrays (what :func:`sembridge_ray.sparse.encode.encode_texts` returns) ->
+        :class:`Vectors`."""
         indptr = np.zeros(len(indices) + 1, np.int64)
         np.cumsum([len(i) for i in indices], out=indptr[1:])
-        flat_i = np.concatenate([np.asarray(i, np.int32) for i in indices]) if indices else np.zeros(0, np.int32)
-        flat_v = np.concatenate([np.asarray(v, np.float32) for v in values]) if values else np.zeros(0, np.float32)
-        return cls(list(ids), SparseBatch(indptr, flat_i.astype(np.int32), flat_v.astype(np.float32)))
+        flat_i = (
+            np.concatenate([np.asarray(i, np.int32) for i in indices])
+            if indices
+            else np.zeros(0, np.int32)
+        )
+        flat_v = (
+            np.concatenate([np.asarray(v, np.float32) for v in values])
+            if values
+            else np.zeros(0, np.float32)
+        )
+        return cls(
+            list(ids), SparseBatch(indptr, flat_i.astype(np.int32), flat_v.astype(np.float32))
+        )
 
 
 Hits = list[list[str]]
@@ -64,11 +78,14 @@ class Engine(Protocol):
 def require_package(module: str, package: str, target: str) -> None:
     """InputError naming the pip package when the target's Python module is not installed."""
     if importlib.util.find_spec(module) is None:
-        raise InputError(f"target {target!r} needs the Python package {package!r}: pip install 'sembridge-ray[export]'")
+        raise InputError(
+            f"target {target!r} needs the Python package {package!r}: pip install 'sembridge-ray[export]'"
+        )
 
 
 def require_reachable(url: str, timeout: float = 3.0) -> None:
-    """InputError naming ``url`` unless a TCP connection to its host and port opens (before any encoding)."""
+    """InputError naming ``url`` unless a TCP connection to its host and port opens (before any
+    encoding)."""
     parts = urlsplit(url if "://" in url else f"http://{url}")
     if not parts.hostname:
         raise InputError(f"--url {url!r}: not a URL (http://host:port)")
@@ -88,14 +105,18 @@ TOKENIZER_FILES = (
     "spiece.model",
     "tokenizer.model",
 )
-"""One of these makes a tokenizer (transformers would otherwise build an empty one from the config alone)."""
+"""One of these makes a tokenizer (transformers would otherwise build an empty one from the config
+alone)."""
 
 
 def require_tokenizer(model_dir: str) -> None:
-    """InputError naming a model directory that holds no tokenizer file (the exported terms need its strings)."""
+    """InputError naming a model directory that holds no tokenizer file (the exported terms need its
+    strings)."""
     path = Path(model_dir)
     if path.is_dir() and not any((path / name).is_file() for name in TOKENIZER_FILES):
-        raise InputError(f"model {model_dir!r} has no tokenizer (none of {', '.join(TOKENIZER_FILES)})")
+        raise InputError(
+            f"model {model_dir!r} has no tokenizer (none of {', '.join(TOKENIZER_FILES)})"
+        )
 
 
 def size_on_disk(path: Path) -> int:

@@ -1,14 +1,15 @@
-"""The inference-free (doc-only) variant: documents through the transferred SPLADE model, queries without a model.
+"""The inference-free (doc-only) variant: documents through the transferred SPLADE model, queries
+without a model.
 
-A sentence-transformers ``Router``: the ``query`` route is a ``SparseStaticEmbedding`` over the model's own (after a
-transfer: the target) tokenizer, weighting each query token by its IDF in the corpus
-(``log(1 + (N - df + 0.5) / (df + 0.5))``, BM25's, positive for every token; special tokens 0), the ``document``
-route the model's Transformer and SpladePooling unchanged. A query then costs a tokenisation, the way
-OpenSearch's doc-only models are served; the documents' vectors are those of the full model.
+A sentence-transformers ``Router``: the ``query`` route is a ``SparseStaticEmbedding`` over the
+model's own (after a transfer: the target) tokenizer, weighting each query token by its IDF in the
+corpus (``log(1 + (N - df + 0.5) / (df + 0.5))``, BM25's, positive for every token; special tokens
+0), the ``document`` route the model's Transformer and SpladePooling unchanged. A query then costs a
+tokenisation, the way OpenSearch's doc-only models are served; the documents' vectors are those of
+the full model.
 
-It is another model, so it is scored (its nDCG@10 beside the full model's) rather than held to a parity tolerance;
-``sembridge_export.json`` in the written directory says which model it is.
-"""
+It is another model, so it is scored (its nDCG@10 beside the full model's) rather than held to a
+parity tolerance; ``sembridge_export.json`` in the written directory says which model it is."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ CONFIG = "sembridge_export.json"
 
 
 def idf(tokenizer: Any, texts: Iterable[str], vocab_size: int, batch: int = 1000) -> np.ndarray:
-    """(vocab_size,) float32 IDF of each token over ``texts`` (document frequency of the token's presence)."""
+    """(vocab_size,) float32 IDF of each token over ``texts`` (document frequency of the token's
+    presence)."""
     df = np.zeros(vocab_size, np.int64)
     n, chunk = 0, []
     for text in [*texts, None]:
@@ -39,7 +41,8 @@ def idf(tokenizer: Any, texts: Iterable[str], vocab_size: int, batch: int = 1000
 
 
 def write(model_dir: str, out: Path, weights: np.ndarray, corpus: str, max_doc_length: int) -> Any:
-    """Save the doc-only SparseEncoder of ``model_dir`` with query ``weights`` to ``out``; returns it, loaded back."""
+    """Save the doc-only SparseEncoder of ``model_dir`` with query ``weights`` to ``out``; returns
+    it, loaded back."""
     import torch
     from sentence_transformers import SparseEncoder
     from sentence_transformers.base.modules import Router
@@ -48,7 +51,9 @@ def write(model_dir: str, out: Path, weights: np.ndarray, corpus: str, max_doc_l
     from sembridge_ray.sparse.model import load_sparse_encoder
 
     full = load_sparse_encoder(model_dir, device="cpu", max_length=max_doc_length)
-    static = SparseStaticEmbedding(full.tokenizer, weight=torch.from_numpy(weights.copy()), frozen=True)
+    static = SparseStaticEmbedding(
+        full.tokenizer, weight=torch.from_numpy(weights.copy()), frozen=True
+    )
     document: list[Any] = [full[0], full[1]]  # the model's Transformer and SpladePooling
     router = Router.for_query_document(query_modules=[static], document_modules=document)
     SparseEncoder(modules=[router], device="cpu").save(str(out))

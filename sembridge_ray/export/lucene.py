@@ -1,19 +1,21 @@
-"""OpenSearch and Elasticsearch: the index mapping, the bulk NDJSON and the search bodies, as files; ``url`` pushes
-them to a running server and searches there.
+"""OpenSearch and Elasticsearch: the index mapping, the bulk NDJSON and the search bodies, as files;
+``url`` pushes them to a running server and searches there.
 
-- ``elasticsearch``: a ``sparse_vector`` field keyed by token strings. Elasticsearch reads a ``.`` in a key as an
-  object path, so keys are escaped: ``%`` -> ``%25``, then ``.`` -> ``%2E`` (:func:`escape`; :func:`unescape`
-  undoes it; ``##ing``, ``▁de`` and CJK tokens pass unchanged). Query: ``sparse_vector`` with ``query_vector``.
-- ``opensearch``: a ``rank_features`` field keyed by the same escaped token strings; query: ``neural_sparse`` with
-  ``query_tokens``.
-- ``opensearch-sparse-vector`` (OpenSearch 3.3+): a ``sparse_vector`` field (SEISMIC) keyed by the term id as a
-  string; weights above the ingest ceiling (``quantization_ceiling_ingest``, :data:`CEILING_INGEST` as OpenSearch's
-  default) are clipped to it here, as the engine would, and queries at the search ceiling.
+- ``elasticsearch``: a ``sparse_vector`` field keyed by token strings. Elasticsearch reads a ``.``
+  in a key as an object path, so keys are escaped: ``%`` -> ``%25``, then ``.`` -> ``%2E``
+  (:func:`escape`; :func:`unescape` undoes it; ``##ing``, ``▁de`` and CJK tokens pass unchanged).
+  Query: ``sparse_vector`` with ``query_vector``.
+- ``opensearch``: a ``rank_features`` field keyed by the same escaped token strings; query:
+  ``neural_sparse`` with ``query_tokens``.
+- ``opensearch-sparse-vector`` (OpenSearch 3.3+): a ``sparse_vector`` field (SEISMIC) keyed by the
+  term id as a string; weights above the ingest ceiling (``quantization_ceiling_ingest``,
+  :data:`CEILING_INGEST` as OpenSearch's default) are clipped to it here, as the engine would, and
+  queries at the search ceiling.
 
-Weights are positive finite float32; both Lucene ``rank_features`` and Elasticsearch's ``sparse_vector`` keep 9
-significant bits of a weight (Lucene's ``FeatureField``: the float's bits shifted right by 15), which the parity
-without a server reproduces (:func:`stored`); with ``url``, the server's own answer is compared instead.
-"""
+Weights are positive finite float32; both Lucene ``rank_features`` and Elasticsearch's
+``sparse_vector`` keep 9 significant bits of a weight (Lucene's ``FeatureField``: the float's bits
+shifted right by 15), which the parity without a server reproduces (:func:`stored`); with ``url``,
+the server's own answer is compared instead."""
 
 from __future__ import annotations
 
@@ -51,10 +53,14 @@ def feature_names(target: str, vocab: list[str]) -> list[str]:
         return [str(i) for i in range(len(vocab))]
     names = [escape(t) for t in vocab]
     if "" in names:
-        raise InputError(f"the tokenizer has an empty token (id {names.index('')}): no engine accepts it")
+        raise InputError(
+            f"the tokenizer has an empty token (id {names.index('')}): no engine accepts it"
+        )
     if len(set(names)) != len(names):
         dup = next(n for n in names if names.count(n) > 1)
-        raise InputError(f"the tokenizer has token {unescape(dup)!r} twice: the features would merge")
+        raise InputError(
+            f"the tokenizer has token {unescape(dup)!r} twice: the features would merge"
+        )
     return names
 
 
@@ -63,18 +69,28 @@ def mapping(target: str) -> dict[str, Any]:
         return {"mappings": {"properties": {FIELD: {"type": "sparse_vector"}}}}
     if target == "opensearch":
         return {"mappings": {"properties": {FIELD: {"type": "rank_features"}}}}
-    parameters = {"quantization_ceiling_ingest": CEILING_INGEST, "quantization_ceiling_search": CEILING_SEARCH}
+    parameters = {
+        "quantization_ceiling_ingest": CEILING_INGEST,
+        "quantization_ceiling_search": CEILING_SEARCH,
+    }
     return {
         "settings": {"index": {"sparse": True}},
         "mappings": {
-            "properties": {FIELD: {"type": "sparse_vector", "method": {"name": "seismic", "parameters": parameters}}}
+            "properties": {
+                FIELD: {
+                    "type": "sparse_vector",
+                    "method": {"name": "seismic", "parameters": parameters},
+                }
+            }
         },
     }
 
 
-def features(target: str, names: list[str], terms: np.ndarray, weights: np.ndarray, query: bool) -> dict[str, float]:
-    """One vector as the target's key -> weight object (weights below float32's smallest normal are left out: Lucene
-    rejects them)."""
+def features(
+    target: str, names: list[str], terms: np.ndarray, weights: np.ndarray, query: bool
+) -> dict[str, float]:
+    """One vector as the target's key -> weight object (weights below float32's smallest normal are
+    left out: Lucene rejects them)."""
     keep = weights >= FLOAT_MIN_NORMAL
     values = weights[keep].astype(np.float64)
     if target == "opensearch-sparse-vector":
@@ -82,7 +98,9 @@ def features(target: str, names: list[str], terms: np.ndarray, weights: np.ndarr
     return {names[t]: float(v) for t, v in zip(terms[keep].tolist(), values.tolist(), strict=True)}
 
 
-def query_body(target: str, names: list[str], terms: np.ndarray, weights: np.ndarray, k: int) -> dict[str, Any]:
+def query_body(
+    target: str, names: list[str], terms: np.ndarray, weights: np.ndarray, k: int
+) -> dict[str, Any]:
     """The search request body for one query vector."""
     vector = features(target, names, terms, weights, query=True)
     if target == "elasticsearch":
@@ -101,8 +119,11 @@ def bulk_lines(target: str, names: list[str], docs: Vectors) -> Iterator[str]:
         yield json.dumps(source, ensure_ascii=False) + "\n"
 
 
-def write(out: Path, target: str, docs: Vectors, queries: Vectors, vocab: list[str], k: int) -> dict[str, Any]:
-    """mapping.json, bulk.ndjson (``_bulk``) and searches.ndjson (``_msearch``, one body per query) in ``out``."""
+def write(
+    out: Path, target: str, docs: Vectors, queries: Vectors, vocab: list[str], k: int
+) -> dict[str, Any]:
+    """mapping.json, bulk.ndjson (``_bulk``) and searches.ndjson (``_msearch``, one body per query)
+    in ``out``."""
     names = feature_names(target, vocab)
     out.mkdir(parents=True, exist_ok=True)
     (out / MAPPING).write_text(json.dumps(mapping(target), indent=2) + "\n", encoding="utf-8")
@@ -111,19 +132,29 @@ def write(out: Path, target: str, docs: Vectors, queries: Vectors, vocab: list[s
     with open(out / SEARCHES, "w", encoding="utf-8") as fh:
         for i in range(len(queries)):
             fh.write(json.dumps({"index": INDEX}) + "\n")
-            fh.write(json.dumps(query_body(target, names, *queries.row(i), k), ensure_ascii=False) + "\n")
+            fh.write(
+                json.dumps(query_body(target, names, *queries.row(i), k), ensure_ascii=False) + "\n"
+            )
     details: dict[str, Any] = {"index": INDEX, "field": FIELD, "files": [MAPPING, BULK, SEARCHES]}
     if target == "opensearch-sparse-vector":
-        details |= {"keys": "term ids as strings", "ceiling_ingest": CEILING_INGEST, "ceiling_search": CEILING_SEARCH}
+        details |= {
+            "keys": "term ids as strings",
+            "ceiling_ingest": CEILING_INGEST,
+            "ceiling_search": CEILING_SEARCH,
+        }
     else:
-        details |= {"keys": "token strings, '%' -> '%25' then '.' -> '%2E'", "precision": "9 significant bits"}
+        details |= {
+            "keys": "token strings, '%' -> '%25' then '.' -> '%2E'",
+            "precision": "9 significant bits",
+        }
     return details
 
 
 def validate(path: Path, target: str) -> list[str]:
-    """Problems of a bulk NDJSON file under the engine's field rules ([] = none): action/source line pairs, keys
-    non-empty (no ``.`` for token strings; decimal ids for ``opensearch-sparse-vector``), weights positive finite
-    (at most the ingest ceiling for ``opensearch-sparse-vector``)."""
+    """Problems of a bulk NDJSON file under the engine's field rules ([] = none): action/source line
+    pairs, keys non-empty (no ``.`` for token strings; decimal ids for
+    ``opensearch-sparse-vector``), weights positive finite (at most the ingest ceiling for
+    ``opensearch-sparse-vector``)."""
     problems: list[str] = []
     lines = path.read_text(encoding="utf-8").splitlines()
     if len(lines) % 2:
@@ -142,9 +173,13 @@ def validate(path: Path, target: str) -> list[str]:
             if target == "opensearch-sparse-vector" and not key.isdigit():
                 problems.append(f"line {n + 2}: key {key!r} is not a term id")
             if not (isinstance(weight, float | int) and math.isfinite(weight) and weight > 0):
-                problems.append(f"line {n + 2}: weight {weight!r} of {key!r} is not positive finite")
+                problems.append(
+                    f"line {n + 2}: weight {weight!r} of {key!r} is not positive finite"
+                )
             elif target == "opensearch-sparse-vector" and weight > CEILING_INGEST:
-                problems.append(f"line {n + 2}: weight {weight!r} of {key!r} above the ceiling {CEILING_INGEST}")
+                problems.append(
+                    f"line {n + 2}: weight {weight!r} of {key!r} above the ceiling {CEILING_INGEST}"
+                )
     return problems
 
 
@@ -163,8 +198,9 @@ def read_bulk(path: Path, target: str, vocab: list[str]) -> Vectors:
 
 
 def stored(target: str, vectors: Vectors) -> Vectors:
-    """The vectors as the engine keeps them: Lucene ``FeatureField``'s 9 significant bits (the float's bits with the
-    low 15 cleared) for token-string targets; ``opensearch-sparse-vector``'s clipped floats as written."""
+    """The vectors as the engine keeps them: Lucene ``FeatureField``'s 9 significant bits (the
+    float's bits with the low 15 cleared) for token-string targets; ``opensearch-sparse-vector``'s
+    clipped floats as written."""
     if target == "opensearch-sparse-vector":
         return vectors
     bits = vectors.rows.values.astype(np.float32).view(np.int32)
@@ -173,7 +209,8 @@ def stored(target: str, vectors: Vectors) -> Vectors:
 
 
 class FilesEngine:
-    """Parity without a server: the bulk file read back, stored as the engine stores it, searched exactly."""
+    """Parity without a server: the bulk file read back, stored as the engine stores it, searched
+    exactly."""
 
     def __init__(self, docs: Vectors, target: str, vocab: list[str]) -> None:
         self.docs, self.target, self.vocab = docs, target, vocab
@@ -185,7 +222,12 @@ class FilesEngine:
         for i in range(len(queries)):  # the query as its body carries it
             vector = features(self.target, names, *queries.row(i), query=True)
             pairs = sorted((lookup[key], w) for key, w in vector.items())
-            rows.append((np.array([t for t, _ in pairs], np.int32), np.array([w for _, w in pairs], np.float32)))
+            rows.append(
+                (
+                    np.array([t for t, _ in pairs], np.int32),
+                    np.array([w for _, w in pairs], np.float32),
+                )
+            )
         sent = Vectors.from_rows(queries.ids, [r[0] for r in rows], [r[1] for r in rows])
         return exact_topk(self.docs, sent, k)
 
@@ -194,7 +236,8 @@ class FilesEngine:
 
 
 class ServerEngine:
-    """Parity against a running server: the search bodies sent to ``_msearch``, the hits' ``_id``s read back."""
+    """Parity against a running server: the search bodies sent to ``_msearch``, the hits' ``_id``s
+    read back."""
 
     def __init__(self, url: str, target: str, vocab: list[str]) -> None:
         self.url, self.target, self.vocab = url.rstrip("/"), target, vocab
@@ -202,25 +245,35 @@ class ServerEngine:
     def search(self, queries: Vectors, k: int) -> Hits:
         names = feature_names(self.target, self.vocab)
         body = "".join(
-            json.dumps({"index": INDEX}) + "\n" + json.dumps(query_body(self.target, names, *queries.row(i), k)) + "\n"
+            json.dumps({"index": INDEX})
+            + "\n"
+            + json.dumps(query_body(self.target, names, *queries.row(i), k))
+            + "\n"
             for i in range(len(queries))
         )
         answer = request(self.url + "/_msearch", body, "application/x-ndjson")
-        return [[str(h["_id"]) for h in r.get("hits", {}).get("hits", [])] for r in answer["responses"]]
+        return [
+            [str(h["_id"]) for h in r.get("hits", {}).get("hits", [])] for r in answer["responses"]
+        ]
 
     def close(self) -> None:
         pass
 
 
-def request(url: str, body: str | None, content_type: str = "application/json", method: str = "POST") -> Any:
+def request(
+    url: str, body: str | None, content_type: str = "application/json", method: str = "POST"
+) -> Any:
     data = None if body is None else body.encode("utf-8")
-    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": content_type})
+    req = urllib.request.Request(
+        url, data=data, method=method, headers={"Content-Type": content_type}
+    )
     with urllib.request.urlopen(req, timeout=120) as response:
         return json.loads(response.read().decode("utf-8") or "null")
 
 
 def push(out: Path, url: str) -> None:
-    """Create the index from mapping.json (an existing one is deleted first), send bulk.ndjson, refresh."""
+    """Create the index from mapping.json (an existing one is deleted first), send bulk.ndjson,
+    refresh."""
     base = url.rstrip("/")
     try:
         request(f"{base}/{INDEX}", None, method="DELETE")
@@ -228,7 +281,9 @@ def push(out: Path, url: str) -> None:
         if err.code != 404:
             raise
     request(f"{base}/{INDEX}", (out / MAPPING).read_text(encoding="utf-8"), method="PUT")
-    result = request(f"{base}/_bulk", (out / BULK).read_text(encoding="utf-8"), "application/x-ndjson")
+    result = request(
+        f"{base}/_bulk", (out / BULK).read_text(encoding="utf-8"), "application/x-ndjson"
+    )
     if result.get("errors"):
         first = next(i for i in result["items"] if "error" in next(iter(i.values())))
         raise InputError(f"--url {url!r}: the bulk request was refused: {json.dumps(first)[:300]}")
@@ -245,4 +300,6 @@ def build(
     if url:
         push(folder, url)
         return ServerEngine(url, target, vocab), details | {"url": url}
-    return FilesEngine(stored(target, read_bulk(folder / BULK, target, vocab)), target, vocab), details
+    return FilesEngine(
+        stored(target, read_bulk(folder / BULK, target, vocab)), target, vocab
+    ), details

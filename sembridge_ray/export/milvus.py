@@ -1,10 +1,9 @@
-"""Milvus: a collection of (``pk`` int64 row number, ``doc_id`` string, ``sparse`` SPARSE_FLOAT_VECTOR) with a
-``SPARSE_INVERTED_INDEX`` under inner product, built and searched with ``drop_ratio`` 0 (nothing pruned), so its
-top-k equals the exact one up to ties.
+"""Milvus: a collection of (``pk`` int64 row number, ``doc_id`` string, ``sparse``
+SPARSE_FLOAT_VECTOR) with a ``SPARSE_INVERTED_INDEX`` under inner product, built and searched with
+``drop_ratio`` 0 (nothing pruned), so its top-k equals the exact one up to ties.
 
-Embedded by default: Milvus Lite, ``MilvusClient("<output>/milvus.db")``; ``url``: a Milvus server's URI (the
-collection is replaced).
-"""
+Embedded by default: Milvus Lite, ``MilvusClient("<output>/milvus.db")``; ``url``: a Milvus server's
+URI (the collection is replaced)."""
 
 from __future__ import annotations
 
@@ -25,7 +24,10 @@ class MilvusEngine:
         self.client, self.collection = client, collection
 
     def search(self, queries: Vectors, k: int) -> Hits:
-        data = [dict(zip(*(a.tolist() for a in queries.row(i)), strict=True)) for i in range(len(queries))]
+        data = [
+            dict(zip(*(a.tolist() for a in queries.row(i)), strict=True))
+            for i in range(len(queries))
+        ]
         out: Hits = []
         for start in range(0, len(data), 100):
             found = self.client.search(
@@ -56,7 +58,10 @@ def build(out: Path, docs: Vectors, url: str = "") -> tuple[MilvusEngine, dict[s
     schema.add_field(FIELD, DataType.SPARSE_FLOAT_VECTOR)
     index = client.prepare_index_params()
     index.add_index(
-        field_name=FIELD, index_type="SPARSE_INVERTED_INDEX", metric_type="IP", params={"drop_ratio_build": 0.0}
+        field_name=FIELD,
+        index_type="SPARSE_INVERTED_INDEX",
+        metric_type="IP",
+        params={"drop_ratio_build": 0.0},
     )
     client.create_collection(COLLECTION, schema=schema, index_params=index)
     for start in range(0, len(docs), BATCH):
@@ -67,4 +72,9 @@ def build(out: Path, docs: Vectors, url: str = "") -> tuple[MilvusEngine, dict[s
             rows.append({PK: i, DOC_ID: docs.ids[i], FIELD: sparse})
         client.insert(COLLECTION, rows)
     client.flush(COLLECTION)
-    return MilvusEngine(client), {"collection": COLLECTION, "vector": FIELD, "id_field": DOC_ID, "uri": uri}
+    return MilvusEngine(client), {
+        "collection": COLLECTION,
+        "vector": FIELD,
+        "id_field": DOC_ID,
+        "uri": uri,
+    }

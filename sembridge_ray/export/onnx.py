@@ -1,14 +1,14 @@
-"""ONNX: the SparseEncoder as one ONNX graph, token ids in, SPLADE vector out: the MLM, then the max pooling
-(``log1p(relu(logits))`` maxed over the unpadded tokens) inside the graph, so no runtime can drop it (the trap of
-elastic/eland#827). The model's ``max_active_dims`` and the query/document lengths are kept in
-``sembridge_export.json`` and applied by :class:`OnnxSparseEncoder`.
+"""ONNX: the SparseEncoder as one ONNX graph, token ids in, SPLADE vector out: the MLM, then the max
+pooling (``log1p(relu(logits))`` maxed over the unpadded tokens) inside the graph, so no runtime can
+drop it (the trap of elastic/eland#827). The model's ``max_active_dims`` and the query/document
+lengths are kept in ``sembridge_export.json`` and applied by :class:`OnnxSparseEncoder`.
 
-Variants: ``onnx`` (``torch.onnx.export``, fp32), ``onnx-optimized`` (the same graph after ONNX Runtime's extended
-graph optimisations, saved; the level above fuses for the CPU at hand, which a saved model must not), ``onnx-int8``
-(ONNX Runtime's dynamic int8 quantisation of the weights). The directory holds ``model.onnx``, the tokenizer files
-and ``sembridge_export.json``; sentence-transformers' ``backend="onnx"`` needs optimum, which this stack cannot
-install (it pins transformers < 5), so :class:`OnnxSparseEncoder` (onnxruntime + the tokenizer) is the reader.
-"""
+Variants: ``onnx`` (``torch.onnx.export``, fp32), ``onnx-optimized`` (the same graph after ONNX
+Runtime's extended graph optimisations, saved; the level above fuses for the CPU at hand, which a
+saved model must not), ``onnx-int8`` (ONNX Runtime's dynamic int8 quantisation of the weights). The
+directory holds ``model.onnx``, the tokenizer files and ``sembridge_export.json``;
+sentence-transformers' ``backend="onnx"`` needs optimum, which this stack cannot install (it pins
+transformers < 5), so :class:`OnnxSparseEncoder` (onnxruntime + the tokenizer) is the reader."""
 
 from __future__ import annotations
 
@@ -28,14 +28,19 @@ VARIANTS = ("onnx", "onnx-optimized", "onnx-int8")
 
 
 def _plain_splade(model: Any) -> None:
-    """InputError unless ``model`` is a plain SPLADE encoder (Transformer + SpladePooling, no Router, no prompts)."""
+    """InputError unless ``model`` is a plain SPLADE encoder (Transformer + SpladePooling, no
+    Router, no prompts)."""
     from sentence_transformers.sparse_encoder.modules import SpladePooling
 
     if len(model) != 2 or not isinstance(model[1], SpladePooling) or any(model.prompts.values()):
-        raise InputError("the ONNX targets export a plain SPLADE encoder (an MLM + SpladePooling, no router/prompts)")
+        raise InputError(
+            "the ONNX targets export a plain SPLADE encoder (an MLM + SpladePooling, no router/prompts)"
+        )
 
 
-def export(model_dir: str, out: Path, variant: str, max_query_length: int, max_doc_length: int) -> dict[str, Any]:
+def export(
+    model_dir: str, out: Path, variant: str, max_query_length: int, max_doc_length: int
+) -> dict[str, Any]:
     """Write the ONNX encoder of ``model_dir`` to ``out``; returns what the report says about it."""
     import torch
 
@@ -85,8 +90,9 @@ def export(model_dir: str, out: Path, variant: str, max_query_length: int, max_d
 
 
 def _finish(plain: Path, graph: Path, variant: str) -> None:
-    """The plain fp32 graph as ``variant`` at ``graph``: optimised (ONNX Runtime's extended level: the highest
-    bakes in this machine's CPU) or dynamically quantised to int8; the plain one is then removed."""
+    """The plain fp32 graph as ``variant`` at ``graph``: optimised (ONNX Runtime's extended level:
+    the highest bakes in this machine's CPU) or dynamically quantised to int8; the plain one is then
+    removed."""
     if variant == "onnx-optimized":
         import onnxruntime as ort
 
@@ -103,8 +109,8 @@ def _finish(plain: Path, graph: Path, variant: str) -> None:
 
 
 class OnnxSparseEncoder:
-    """An exported directory, run with ONNX Runtime on the CPU: texts -> sparse rows (term ids ascending, weights
-    > 0), as :func:`sembridge_ray.sparse.encode.encode_texts` returns them."""
+    """An exported directory, run with ONNX Runtime on the CPU: texts -> sparse rows (term ids
+    ascending, weights > 0), as :func:`sembridge_ray.sparse.encode.encode_texts` returns them."""
 
     def __init__(self, path: str | Path, threads: int = 0) -> None:
         import onnxruntime as ort
@@ -116,7 +122,9 @@ class OnnxSparseEncoder:
         options = ort.SessionOptions()
         if threads > 0:
             options.intra_op_num_threads = threads
-        self.session = ort.InferenceSession(str(self.path / GRAPH), options, providers=["CPUExecutionProvider"])
+        self.session = ort.InferenceSession(
+            str(self.path / GRAPH), options, providers=["CPUExecutionProvider"]
+        )
 
     def encode(
         self, texts: Sequence[str], role: str = "document", batch_size: int = 32
@@ -129,7 +137,11 @@ class OnnxSparseEncoder:
         for start in range(0, len(texts), batch_size):
             chosen = order[start : start + batch_size]
             batch = self.tokenizer(
-                [texts[i] for i in chosen], padding=True, truncation=True, max_length=length, return_tensors="np"
+                [texts[i] for i in chosen],
+                padding=True,
+                truncation=True,
+                max_length=length,
+                return_tensors="np",
             )
             feeds = {n: batch[n].astype(np.int64) for n in self.config["inputs"]}
             dense = self.session.run(None, feeds)[0]

@@ -1,12 +1,12 @@
 """Parity: a target's top-k against the project's exact sparse search on the same vectors.
 
-The exact answer is :func:`sembridge_ray.retrieval.index.shard_topk` over the exported document vectors (scores
-descending, ties by document id). A target's list is *identical up to ties* for a query when the exact scores of
-the documents it returned, sorted, equal the exact top-k scores (relative 1e-5: engines sum in their own order, in
-float32): it may order tied documents otherwise, or pick others among those tied at the cut, and nothing else.
-``overlap@10`` is the plain mean share of the exact top-10 the target returned; nDCG@10 of both runs is computed
-with ir-measures on the queries' judgements, each run ranked as it came back.
-"""
+The exact answer is :func:`sembridge_ray.retrieval.index.shard_topk` over the exported document
+vectors (scores descending, ties by document id). A target's list is *identical up to ties* for a
+query when the exact scores of the documents it returned, sorted, equal the exact top-k scores
+(relative 1e-5: engines sum in their own order, in float32): it may order tied documents otherwise,
+or pick others among those tied at the cut, and nothing else. ``overlap@10`` is the plain mean share
+of the exact top-10 the target returned; nDCG@10 of both runs is computed with ir-measures on the
+queries' judgements, each run ranked as it came back."""
 
 from __future__ import annotations
 
@@ -30,10 +30,11 @@ RTOL = 1e-5
 class Parity:
     queries: int
     overlap_at_10: float
-    """Mean over the queries of |target top-10 ∩ exact top-10| / |exact top-10| (queries with an empty exact list
-    count 1 when the target's is empty too)."""
+    """Mean over the queries of |target top-10 ∩ exact top-10| / |exact top-10| (queries with an
+    empty exact list count 1 when the target's is empty too)."""
     identical_up_to_ties: float
-    """Share of the queries whose target list equals the exact one up to ties (see the module docstring)."""
+    """Share of the queries whose target list equals the exact one up to ties (see the module
+    docstring)."""
     ndcg_at_10_exact: float | None
     ndcg_at_10_target: float | None
 
@@ -43,14 +44,20 @@ class Parity:
             "queries": out["queries"],
             "overlap@10": round(self.overlap_at_10, 6),
             "identical_up_to_ties": round(self.identical_up_to_ties, 6),
-            "ndcg@10_exact": None if self.ndcg_at_10_exact is None else round(self.ndcg_at_10_exact, 6),
-            "ndcg@10_target": None if self.ndcg_at_10_target is None else round(self.ndcg_at_10_target, 6),
+            "ndcg@10_exact": None
+            if self.ndcg_at_10_exact is None
+            else round(self.ndcg_at_10_exact, 6),
+            "ndcg@10_target": None
+            if self.ndcg_at_10_target is None
+            else round(self.ndcg_at_10_target, 6),
         }
 
 
 def matrix(vectors: Vectors, width: int) -> sp.csr_matrix:
     rows = vectors.rows
-    return sp.csr_matrix((rows.values.astype(np.float64), rows.indices, rows.indptr), shape=(rows.rows, width))
+    return sp.csr_matrix(
+        (rows.values.astype(np.float64), rows.indices, rows.indptr), shape=(rows.rows, width)
+    )
 
 
 def width_of(*vectors: Vectors) -> int:
@@ -80,12 +87,14 @@ def parity(
     k: int = K,
     exact: Hits | None = None,
 ) -> Parity:
-    """Compare ``got`` (a target's top-k per query of ``queries``) with the exact search over ``docs``."""
+    """Compare ``got`` (a target's top-k per query of ``queries``) with the exact search over
+    ``docs``."""
     exact = exact_topk(docs, queries, k) if exact is None else exact
     if len(got) != len(exact):
         raise ValueError(f"{len(got)} result lists for {len(exact)} queries")
     width = width_of(docs, queries)
-    scores = (matrix(queries, width) @ matrix(docs, width).T).tocsr()  # exact float64 scores, sparse
+    # exact float64 scores, sparse
+    scores = (matrix(queries, width) @ matrix(docs, width).T).tocsr()
     position = {d: i for i, d in enumerate(docs.ids)}
     overlap, same = [], []
     for q, (want, have) in enumerate(zip(exact, got, strict=True)):
@@ -108,6 +117,9 @@ def parity(
 
 
 def ndcg(qrels: Mapping[str, Mapping[str, int]], qids: list[str], hits: Hits) -> float:
-    """nDCG@10 of a ranked run (the order as returned: scores are 1/(rank + 1)) over every qrels query."""
-    run = {q: {d: 1.0 / (r + 1) for r, d in enumerate(row)} for q, row in zip(qids, hits, strict=True)}
+    """nDCG@10 of a ranked run (the order as returned: scores are 1/(rank + 1)) over every qrels
+    query."""
+    run = {
+        q: {d: 1.0 / (r + 1) for r, d in enumerate(row)} for q, row in zip(qids, hits, strict=True)
+    }
     return retrieval_metrics(qrels, run, [nDCG @ 10])[str(nDCG @ 10)]

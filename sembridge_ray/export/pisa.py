@@ -1,9 +1,8 @@
-"""PISA (pyterrier-pisa): a learned-sparse index of quantised impacts. Each document weight w becomes the integer
-``int(w * SCALE)`` (pyterrier-pisa's ``toks_indexer``; the scale is recorded in the report and in
-``<output>/pisa/sembridge_export.json``); queries are scaled the same way and searched exhaustively
-(``ranked_or``), so the only loss is the quantisation's, measured in ``docs/export.md``. Terms are the decimal term
-ids; documents keep their ids (``docno``).
-"""
+"""PISA (pyterrier-pisa): a learned-sparse index of quantised impacts. Each document weight w
+becomes the integer ``int(w * SCALE)`` (pyterrier-pisa's ``toks_indexer``; the scale is recorded in
+the report and in ``<output>/pisa/sembridge_export.json``); queries are scaled the same way and
+searched exhaustively (``ranked_or``), so the only loss is the quantisation's, measured in
+``docs/export.md``. Terms are the decimal term ids; documents keep their ids (``docno``)."""
 
 from __future__ import annotations
 
@@ -41,7 +40,9 @@ class PisaEngine:
             }
         )
         with quiet():
-            retriever = self.index.quantized(num_results=k, threads=1, query_algorithm=ALGORITHM, toks_scale=SCALE)
+            retriever = self.index.quantized(
+                num_results=k, threads=1, query_algorithm=ALGORITHM, toks_scale=SCALE
+            )
             found = retriever.transform(frame)
         ranked = found.sort_values(["qid", "rank"])
         by_query = ranked.groupby("qid")["docno"].apply(list).to_dict()
@@ -57,7 +58,16 @@ def build(out: Path, docs: Vectors, url: str = "") -> tuple[PisaEngine, dict[str
     folder = out / "pisa"
     index = PisaIndex(str(folder), stemmer="none", threads=1, overwrite=True)
     with quiet():
-        index.toks_indexer(scale=SCALE).index({"docno": docs.ids[i], "toks": toks(docs, i)} for i in range(len(docs)))
-    details = {"index": str(folder), "scale": SCALE, "algorithm": ALGORITHM, "impact": "int(weight * scale)"}
-    (folder / "sembridge_export.json").write_text(json.dumps(details, indent=2) + "\n", encoding="utf-8")
+        index.toks_indexer(scale=SCALE).index(
+            {"docno": docs.ids[i], "toks": toks(docs, i)} for i in range(len(docs))
+        )
+    details = {
+        "index": str(folder),
+        "scale": SCALE,
+        "algorithm": ALGORITHM,
+        "impact": "int(weight * scale)",
+    }
+    (folder / "sembridge_export.json").write_text(
+        json.dumps(details, indent=2) + "\n", encoding="utf-8"
+    )
     return PisaEngine(index), details

@@ -1,10 +1,10 @@
-"""Qdrant: a collection with one sparse vector per document (``sparse``: term ids and float32 weights) and the
-document id in the payload (Qdrant's point ids are integers: the row number). Qdrant scores sparse vectors exactly
-(dot product over the shared terms), so its top-k equals the exact one up to ties.
+"""Qdrant: a collection with one sparse vector per document (``sparse``: term ids and float32
+weights) and the document id in the payload (Qdrant's point ids are integers: the row number).
+Qdrant scores sparse vectors exactly (dot product over the shared terms), so its top-k equals the
+exact one up to ties.
 
-Embedded by default: qdrant-client's local mode, ``QdrantClient(path=<output>/qdrant)``, which any later
-``QdrantClient(path=...)`` opens; ``url``: a Qdrant server (the collection is replaced).
-"""
+Embedded by default: qdrant-client's local mode, ``QdrantClient(path=<output>/qdrant)``, which any
+later ``QdrantClient(path=...)`` opens; ``url``: a Qdrant server (the collection is replaced)."""
 
 from __future__ import annotations
 
@@ -50,19 +50,29 @@ def connect(out: Path, url: str = "") -> Any:
 
 
 def build(out: Path, docs: Vectors, url: str = "") -> tuple[QdrantEngine, dict[str, Any]]:
-    """Index ``docs`` into a fresh collection; returns the engine and what the report says about it."""
+    """Index ``docs`` into a fresh collection; returns the engine and what the report says about
+    it."""
     from qdrant_client import models
 
     client = connect(out, url)
     if client.collection_exists(COLLECTION):
         client.delete_collection(COLLECTION)
-    client.create_collection(COLLECTION, vectors_config={}, sparse_vectors_config={FIELD: models.SparseVectorParams()})
+    client.create_collection(
+        COLLECTION, vectors_config={}, sparse_vectors_config={FIELD: models.SparseVectorParams()}
+    )
     for start in range(0, len(docs), BATCH):
         points = []
         for i in range(start, min(start + BATCH, len(docs))):
             terms, weights = docs.row(i)
             vector = models.SparseVector(indices=terms.tolist(), values=weights.tolist())
-            points.append(models.PointStruct(id=i, vector={FIELD: vector}, payload={DOC_ID: docs.ids[i]}))
+            points.append(
+                models.PointStruct(id=i, vector={FIELD: vector}, payload={DOC_ID: docs.ids[i]})
+            )
         client.upsert(COLLECTION, points=points, wait=True)
     where = url or str(out / "qdrant")
-    return QdrantEngine(client), {"collection": COLLECTION, "vector": FIELD, "payload_id": DOC_ID, "location": where}
+    return QdrantEngine(client), {
+        "collection": COLLECTION,
+        "vector": FIELD,
+        "payload_id": DOC_ID,
+        "location": where,
+    }

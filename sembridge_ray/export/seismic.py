@@ -1,8 +1,8 @@
-"""Seismic (pyseismic-lsr): its approximate learned-sparse index (``SeismicIndex``: pruned posting lists, clustered
-blocks with summaries), saved as ``<output>/sembridge.index.seismic`` (``SeismicIndex.load`` reads it). Terms are
-Seismic strings (the decimal term id) and documents keep their ids. The search is approximate (``query_cut``,
-``heap_factor`` below): its loss is measured (``docs/export.md``), not assumed.
-"""
+"""Seismic (pyseismic-lsr): its approximate learned-sparse index (``SeismicIndex``: pruned posting
+lists, clustered blocks with summaries), saved as ``<output>/sembridge.index.seismic``
+(``SeismicIndex.load`` reads it). Terms are Seismic strings (the decimal term id) and documents keep
+their ids. The search is approximate (``query_cut``, ``heap_factor`` below): its loss is measured
+(``docs/export.md``), not assumed."""
 
 from __future__ import annotations
 
@@ -18,12 +18,14 @@ import numpy as np
 from sembridge_ray.export.base import Hits, Vectors
 
 QUERY_CUT, HEAP_FACTOR = 20, 0.9
-"""Search settings: the query's largest terms kept, and the heap factor (1 = no approximation in the blocks)."""
+"""Search settings: the query's largest terms kept, and the heap factor (1 = no approximation in the
+blocks)."""
 
 
 @contextlib.contextmanager
 def quiet() -> Iterator[None]:
-    """File descriptors 1 and 2 to /dev/null: Seismic's (and PISA's) native code prints progress there."""
+    """File descriptors 1 and 2 to /dev/null: Seismic's (and PISA's) native code prints progress
+    there."""
     sys.stdout.flush()
     sys.stderr.flush()
     saved = [os.dup(fd) for fd in (1, 2)]
@@ -42,7 +44,9 @@ def terms_of(vectors: Vectors, i: int) -> tuple[np.ndarray, np.ndarray]:
     import seismic
 
     terms, weights = vectors.row(i)
-    return np.array([str(t) for t in terms.tolist()], dtype=seismic.get_seismic_string()), weights.astype(np.float32)
+    return np.array(
+        [str(t) for t in terms.tolist()], dtype=seismic.get_seismic_string()
+    ), weights.astype(np.float32)
 
 
 LOCATION = "sembridge.index.seismic"
@@ -67,7 +71,8 @@ class SeismicEngine:
             heap_factor=HEAP_FACTOR,
             num_threads=1,
         )
-        by_query = {int(row[0][0]): [str(doc) for _, _, doc in row] for row in found if row}  # rows come unordered
+        # rows come unordered
+        by_query = {int(row[0][0]): [str(doc) for _, _, doc in row] for row in found if row}
         return [by_query.get(i, []) for i in range(len(queries))]
 
     def close(self) -> None:
@@ -88,4 +93,8 @@ def build(out: Path, docs: Vectors, url: str = "") -> tuple[SeismicEngine, dict[
     with quiet():
         index = seismic.SeismicIndex.build_from_dataset(data, num_threads=1)
         index.save(str(out / LOCATION.removesuffix(".index.seismic")))  # Seismic adds the suffix
-    return SeismicEngine(index), {"index": str(path), "query_cut": QUERY_CUT, "heap_factor": HEAP_FACTOR}
+    return SeismicEngine(index), {
+        "index": str(path),
+        "query_cut": QUERY_CUT,
+        "heap_factor": HEAP_FACTOR,
+    }

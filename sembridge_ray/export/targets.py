@@ -1,10 +1,9 @@
 """The registry of export targets: what each writes, the package it needs and its tolerance.
 
-A target's tolerance is what its parity (:mod:`sembridge_ray.export.parity`) must reach on the evaluation queries,
-or the export fails (exit 2). Exact targets must equal the exact top-10 up to ties on every query; a quantised or
-approximate one may lose at most its measured share of overlap@10 and of nDCG@10 (``docs/export.md`` gives the
-measurement behind each number).
-"""
+A target's tolerance is what its parity (:mod:`sembridge_ray.export.parity`) must reach on the
+evaluation queries, or the export fails (exit 2). Exact targets must equal the exact top-10 up to
+ties on every query; a quantised or approximate one may lose at most its measured share of
+overlap@10 and of nDCG@10 (``docs/export.md`` gives the measurement behind each number)."""
 
 from __future__ import annotations
 
@@ -21,9 +20,10 @@ Kind = Literal["model", "engine", "files", "encoder", "variant"]
 class Target:
     name: str
     kind: Kind
-    """``model``: a SparseEncoder directory; ``engine``: an index searched here; ``files``: mapping, bulk NDJSON and
-    query bodies for a server; ``encoder``: the model in another runtime (its vectors are what is checked);
-    ``variant``: another model made from it (scored beside it, not held to a tolerance)."""
+    """``model``: a SparseEncoder directory; ``engine``: an index searched here; ``files``: mapping,
+    bulk NDJSON and query bodies for a server; ``encoder``: the model in another runtime (its
+    vectors are what is checked); ``variant``: another model made from it (scored beside it, not
+    held to a tolerance)."""
     module: str = ""
     """The adapter in ``sembridge_ray.export`` (``build``, or ``export`` for encoders)."""
     imports: str = ""
@@ -55,7 +55,9 @@ TARGETS: dict[str, Target] = {
     t.name: t
     for t in (
         Target(
-            name="sentence-transformers", kind="model", summary="a SparseEncoder directory (a checkpoint's weights)"
+            name="sentence-transformers",
+            kind="model",
+            summary="a SparseEncoder directory (a checkpoint's weights)",
         ),
         Target(
             name="qdrant",

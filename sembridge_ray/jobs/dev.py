@@ -1,21 +1,22 @@
-"""Development evaluation during fine-tuning: nDCG@10 and sparsity of the weights being trained, scored exactly as
-the evaluate job scores a saved model.
+"""Development evaluation during fine-tuning: nDCG@10 and sparsity of the weights being trained,
+scored exactly as the evaluate job scores a saved model.
 
-Why not Ray Train's validation hook (``ray.train.report(..., validation=...)``, alpha in the installed Ray): it
-validates a reported checkpoint in a separate Ray task. That task needs resources of its own, which the training
-workers hold on a small cluster (it would run after training, or fight the workers for the same GPU), and it
-needs a full checkpoint (model and AdamW state, about three times the model) at every evaluation. Here the workers
-evaluate the weights they hold, between two steps: each encodes its share of the dev corpus and queries (whole
-staged chunks, as the evaluate job's encoder pool does), rank 0 searches and scores, and every rank receives the
-figures. No rank waits longer than its own share of the encoding plus rank 0's search.
+Why not Ray Train's validation hook (``ray.train.report(..., validation=...)``, alpha in the
+installed Ray): it validates a reported checkpoint in a separate Ray task. That task needs resources
+of its own, which the training workers hold on a small cluster (it would run after training, or
+fight the workers for the same GPU), and it needs a full checkpoint (model and AdamW state, about
+three times the model) at every evaluation. Here the workers evaluate the weights they hold, between
+two steps: each encodes its share of the dev corpus and queries (whole staged chunks, as the
+evaluate job's encoder pool does), rank 0 searches and scores, and every rank receives the figures.
+No rank waits longer than its own share of the encoding plus rank 0's search.
 
-Equality with the evaluate job. A chunk is ``EvaluateConfig.stage_rows`` texts in corpus order (queries: sorted
-ids), encoded whole by ``encode_texts`` in batches of ``encode_batch_size``, by a SparseEncoder written and loaded
-the way the job's final model is, at the lengths it is written to encode with (``query_length``,
-``document_length``); the search is the same exact top-k over one shard, the run goes through the
-same TREC formatting and ir-measures. So ``jobs.evaluate`` of a checkpoint exported at an evaluated step gives the
-nDCG@10 and mean active dimensions recorded at that step (tests/ray/test_finetune_eval.py).
-"""
+Equality with the evaluate job. A chunk is ``EvaluateConfig.stage_rows`` texts in corpus order
+(queries: sorted ids), encoded whole by ``encode_texts`` in batches of ``encode_batch_size``, by a
+SparseEncoder written and loaded the way the job's final model is, at the lengths it is written to
+encode with (``query_length``, ``document_length``); the search is the same exact top-k over one
+shard, the run goes through the same TREC formatting and ir-measures. So ``jobs.evaluate`` of a
+checkpoint exported at an evaluated step gives the nDCG@10 and mean active dimensions recorded at
+that step (tests/ray/test_finetune_eval.py)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,15 @@ from sembridge_ray.data.registry import is_test_split, load_retrieval
 from sembridge_ray.data.schema import ID, TEXT
 from sembridge_ray.errors import InputError
 from sembridge_ray.jobs.evaluate import EvaluateConfig
-from sembridge_ray.retrieval.index import Shard, SparseBatch, TopK, build_shard, merge_topk, rank_ids, shard_topk
+from sembridge_ray.retrieval.index import (
+    Shard,
+    SparseBatch,
+    TopK,
+    build_shard,
+    merge_topk,
+    rank_ids,
+    shard_topk,
+)
 from sembridge_ray.retrieval.metrics import mean_metrics, per_query_metrics, term_counts
 from sembridge_ray.retrieval.store import parse_run, run_lines, sparse_batch
 from sembridge_ray.sparse.convergence import DEV_DIMS_D, DEV_DIMS_Q, DEV_PRIMARY
@@ -75,8 +84,9 @@ class DevSet:
 
 
 def load_dev(spec: str, split: str, max_queries: int = 0, seed: int = 0) -> DevSet:
-    """Read ``spec``'s ``split`` (the forms of ``--train``) into chunks; ``max_queries`` > 0 keeps a seeded sample
-    of the judged queries (the corpus stays whole). A split without judgements is an :class:`InputError`."""
+    """Read ``spec``'s ``split`` (the forms of ``--train``) into chunks; ``max_queries`` > 0 keeps a
+    seeded sample of the judged queries (the corpus stays whole). A split without judgements is an
+    :class:`InputError`."""
     if is_test_split(spec, split):
         raise InputError(
             f"eval_split {split!r} of {spec!r} is what the evaluate job scores as its test: choose recipes on "
@@ -86,10 +96,11 @@ def load_dev(spec: str, split: str, max_queries: int = 0, seed: int = 0) -> DevS
 
 
 def load_judged(spec: str, split: str, max_queries: int = 0, seed: int = 0) -> DevSet:
-    """:func:`load_dev` without its refusal of a test split: for a script that reports a recipe chosen on the
-    development set (``scripts/sembridge_plus``), never for choosing one."""
+    """:func:`load_dev` without its refusal of a test split: for a script that reports a recipe
+    chosen on the development set (``scripts/sembridge_plus``), never for choosing one."""
     data = load_retrieval(spec, split)
-    if split != "test" and is_test_split(spec, split):  # MIRACL's public dev: the registry knows which
+    # MIRACL's public dev: the registry knows which
+    if split != "test" and is_test_split(spec, split):
         log.warning(
             "%s split %r is what the evaluate job scores as its test: use it to choose a recipe only when the test "
             "is elsewhere",
@@ -100,11 +111,15 @@ def load_judged(spec: str, split: str, max_queries: int = 0, seed: int = 0) -> D
         raise InputError(f"development set {spec!r}: split {data.split!r} has no qrels")
     qrels = {q: dict(d) for q, d in data.qrels.items()}
     if max_queries and len(qrels) > max_queries:
-        keep = np.random.default_rng(seed).choice(np.array(sorted(qrels)), max_queries, replace=False)
+        keep = np.random.default_rng(seed).choice(
+            np.array(sorted(qrels)), max_queries, replace=False
+        )
         qrels = {q: qrels[q] for q in sorted(keep.tolist())}
     qids = sorted(q for q in qrels if q in data.queries)
     if not any(data.queries[q].strip() for q in qids):
-        raise InputError(f"development set {spec!r}: no judged query of split {data.split!r} has a text")
+        raise InputError(
+            f"development set {spec!r}: no judged query of split {data.split!r} has a text"
+        )
     rows = _EVALUATE.stage_rows
     chunks = [
         DevChunk(
@@ -116,30 +131,49 @@ def load_judged(spec: str, split: str, max_queries: int = 0, seed: int = 0) -> D
         if t.num_rows
     ]
     chunks += [
-        DevChunk(role="query", ids=qids[i : i + rows], texts=[data.queries[q] for q in qids[i : i + rows]])
+        DevChunk(
+            role="query",
+            ids=qids[i : i + rows],
+            texts=[data.queries[q] for q in qids[i : i + rows]],
+        )
         for i in range(0, len(qids), rows)
     ]
     dev = DevSet(name=spec, split=data.split, chunks=chunks, qrels=qrels)
     if not dev.documents:
         raise InputError(f"development set {spec!r}: the corpus is empty")
-    log.info("development set %s (%s): %d queries, %d documents", spec, data.split, dev.queries, dev.documents)
+    log.info(
+        "development set %s (%s): %d queries, %d documents",
+        spec,
+        data.split,
+        dev.queries,
+        dev.documents,
+    )
     return dev
 
 
 Gather = Callable[[dict[int, Rows]], list[dict[int, Rows]]]
-"""Every rank's encoded chunks, on rank 0 (the other ranks get []); one process: ``lambda mine: [mine]``."""
+"""Every rank's encoded chunks, on rank 0 (the other ranks get []); one process: ``lambda mine:
+[mine]``."""
 
 
 def encode_share(
-    model: SparseEncoder, dev: DevSet, lengths: tuple[int, int], precision: str, rank: int, world: int
+    model: SparseEncoder,
+    dev: DevSet,
+    lengths: tuple[int, int],
+    precision: str,
+    rank: int,
+    world: int,
 ) -> dict[int, Rows]:
-    """This rank's chunks (every ``world``-th), encoded as the evaluate job's encoder pool encodes a staged file."""
+    """This rank's chunks (every ``world``-th), encoded as the evaluate job's encoder pool encodes a
+    staged file."""
     query_length, doc_length = lengths
     mine: dict[int, Rows] = {}
     for number in range(rank, len(dev.chunks), world):
         chunk = dev.chunks[number]
         set_max_length(model, query_length if chunk.role == "query" else doc_length)
-        mine[number] = encode_texts(model, chunk.texts, _EVALUATE.encode_batch_size, chunk.role, None, precision)
+        mine[number] = encode_texts(
+            model, chunk.texts, _EVALUATE.encode_batch_size, chunk.role, None, precision
+        )
     return mine
 
 
@@ -152,8 +186,12 @@ def score_queries(
     dev: DevSet, encoded: dict[int, Rows], top_k: int = _EVALUATE.top_k
 ) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
     """:func:`score`'s figures and the per-query measures they average (ir-measures' names)."""
-    docs = [(dev.chunks[n], encoded[n]) for n in sorted(encoded) if dev.chunks[n].role == "document"]
-    queries = [(dev.chunks[n], encoded[n]) for n in sorted(encoded) if dev.chunks[n].role == "query"]
+    docs = [
+        (dev.chunks[n], encoded[n]) for n in sorted(encoded) if dev.chunks[n].role == "document"
+    ]
+    queries = [
+        (dev.chunks[n], encoded[n]) for n in sorted(encoded) if dev.chunks[n].role == "query"
+    ]
     doc_ids, vectors = _rows(docs)
     ranks, sorted_ids = rank_ids(pa.array(doc_ids, pa.string()))
     shard = build_shard(vectors, ranks, int(vectors.indices.max(initial=-1)) + 1)
@@ -171,9 +209,16 @@ def score_queries(
 
 
 def evaluate_dev(
-    model: SparseEncoder, dev: DevSet, lengths: tuple[int, int], precision: str, rank: int, world: int, gather: Gather
+    model: SparseEncoder,
+    dev: DevSet,
+    lengths: tuple[int, int],
+    precision: str,
+    rank: int,
+    world: int,
+    gather: Gather,
 ) -> dict[str, float] | None:
-    """Encode this rank's share, gather on rank 0 and score there: the figures on rank 0, None elsewhere."""
+    """Encode this rank's share, gather on rank 0 and score there: the figures on rank 0, None
+    elsewhere."""
     parts = gather(encode_share(model, dev, lengths, precision, rank, world))
     if rank != 0:
         return None
@@ -181,7 +226,8 @@ def evaluate_dev(
 
 
 def _rows(chunks: Sequence[tuple[DevChunk, Rows]]) -> tuple[list[str], SparseBatch]:
-    """The ids and CSR rows of chunks, in order (through the same Arrow table the evaluate job writes)."""
+    """The ids and CSR rows of chunks, in order (through the same Arrow table the evaluate job
+    writes)."""
     ids = [i for chunk, _ in chunks for i in chunk.ids]
     indices = [row for _, rows in chunks for row in rows[0]]
     values = [row for _, rows in chunks for row in rows[1]]
@@ -189,7 +235,8 @@ def _rows(chunks: Sequence[tuple[DevChunk, Rows]]) -> tuple[list[str], SparseBat
 
 
 def _search(shard: Shard, queries: SparseBatch, k: int, batch: int) -> TopK:
-    """The evaluate job's search on one shard: query batches, each shard's top-k merged (a merge of one)."""
+    """The evaluate job's search on one shard: query batches, each shard's top-k merged (a merge of
+    one)."""
     parts = [
         merge_topk([shard_topk(shard, queries.slice(i, min(i + batch, queries.rows)), k)], k)
         for i in range(0, queries.rows, batch)

@@ -1,13 +1,13 @@
-"""The ``evaluate`` job's contract: encode a corpus and its queries with a sparse encoder (Ray Data actor pool,
-cached), retrieve exactly (sharded top-k on Ray actors) and score with ir-measures.
+"""The ``evaluate`` job's contract: encode a corpus and its queries with a sparse encoder (Ray Data
+actor pool, cached), retrieve exactly (sharded top-k on Ray actors) and score with ir-measures.
 
     sembridge evaluate --model /shared/ft/ar/model --dataset miracl:ar --split test --output /shared/eval/ar \\
         --workers 4
     python -m jobs.evaluate --preset smoke --output /tmp/eval-smoke     # the bundled MiniLM SPLADE on SICK, 2 CPUs
 
-Writes ``run.trec``, ``metrics.json`` (nDCG@10, R@100, RR@10 over every qrels query, sparsity statistics),
-``per_query.tsv``, ``config.yaml``, ``identity.json`` and ``_SUCCESS``; encodings are cached (``cache_dir``).
-"""
+Writes ``run.trec``, ``metrics.json`` (nDCG@10, R@100, RR@10 over every qrels query, sparsity
+statistics), ``per_query.tsv``, ``config.yaml``, ``identity.json`` and ``_SUCCESS``; encodings are
+cached (``cache_dir``). """
 
 from __future__ import annotations
 
@@ -23,12 +23,14 @@ from sembridge_ray.placement import Precision, ResourceConfig
 
 @dataclass(frozen=True, kw_only=True)
 class EvaluateConfig(Config):
-    """Encode a corpus and its queries with a sparse encoder, retrieve exactly, score with ir-measures."""
+    """Encode a corpus and its queries with a sparse encoder, retrieve exactly, score with
+    ir-measures."""
 
     model: str = ""
     """SparseEncoder directory, hub id, or a bundled name (``minilm-splade``)."""
     dataset: str = ""
-    """``webfaq:<lang>``, ``miracl:<lang>[@DIR]``, a BEIR-layout directory, or ``sick`` (SICK test as BEIR)."""
+    """``webfaq:<lang>``, ``miracl:<lang>[@DIR]``, a BEIR-layout directory, or ``sick`` (SICK test
+    as BEIR)."""
     split: str = "test"
     """Qrels split (MIRACL has no public test judgements: ``test`` means ``dev`` there)."""
     trust_remote_code: bool = False
@@ -40,7 +42,8 @@ class EvaluateConfig(Config):
     shard_size: int = 0
     """Documents per index shard, one Ray actor each; 0 = one shard per worker."""
     doc_max_active_dims: int | None = None
-    """Keep each document's k largest weights (pruning, sentence-transformers' ``max_active_dims``); None = all."""
+    """Keep each document's k largest weights (pruning, sentence-transformers' ``max_active_dims``);
+    None = all."""
     query_max_active_dims: int | None = None
     """Keep each query's k largest weights; None = all."""
     max_query_length: int = 64
@@ -52,7 +55,8 @@ class EvaluateConfig(Config):
     query_batch_size: int = 32
     """Queries per scoring call; a shard actor holds a (batch, shard_size) float32 score block."""
     cache_dir: str = ""
-    """Where encodings are cached by fingerprint (model, dataset, split, lengths, pruning); "" = <output>/cache."""
+    """Where encodings are cached by fingerprint (model, dataset, split, lengths, pruning); "" =
+    <output>/cache."""
     stage_rows: int = 5000
     """Corpus rows per staged Parquet file (the unit of work the encoder pool receives)."""
     run_tag: str = "sembridge_ray"
@@ -60,13 +64,14 @@ class EvaluateConfig(Config):
     overwrite: bool = False
     """Replace an output written with other settings (otherwise such a rerun is refused)."""
     precision: Precision = "auto"
-    """The encoders' matmuls: fp32, bf16 autocast, or auto = bf16 where the actors run on CUDA GPUs that support
-    it, fp32 everywhere else (on a CPU the vectors equal SparseEncoder.encode_query/encode_document in fp32).
-    Resolved once in the driver and recorded so."""
+    """The encoders' matmuls: fp32, bf16 autocast, or auto = bf16 where the actors run on CUDA GPUs
+    that support it, fp32 everywhere else (on a CPU the vectors equal
+    SparseEncoder.encode_query/encode_document in fp32). Resolved once in the driver and recorded
+    so."""
     resources: ResourceConfig = field(default_factory=ResourceConfig)
 
-    # The search is exact, so shards and query batches change no result; the encoder's batches change the vectors
-    # only by float rounding (padding); inputs are identified by content.
+    # The search is exact, so shards and query batches change no result; the encoder's batches
+    # change the vectors only by float rounding (padding); inputs are identified by content.
     ALIASES: ClassVar[dict[str, str]] = {
         "query_max_length": "max_query_length",
         "doc_max_length": "max_doc_length",
@@ -84,7 +89,8 @@ class EvaluateConfig(Config):
         "cache_dir",
         "shard_size",
         "query_batch_size",
-        "encode_batch_size",  # how the encoding is cut (float rounding aside; its cache entry keeps it, exactly)
+        # how the encoding is cut (float rounding aside; its cache entry keeps it, exactly)
+        "encode_batch_size",
         "stage_rows",
         "trust_remote_code",  # may load a model, changes nothing it computes
         "overwrite",
@@ -101,7 +107,12 @@ class EvaluateConfig(Config):
             "stage_rows",
         ):
             require(getattr(self, key) >= 1, key, getattr(self, key), "must be >= 1")
-        require(self.shard_size >= 0, "shard_size", self.shard_size, "must be >= 0 (0 = one shard per worker)")
+        require(
+            self.shard_size >= 0,
+            "shard_size",
+            self.shard_size,
+            "must be >= 0 (0 = one shard per worker)",
+        )
         for key in ("doc_max_active_dims", "query_max_active_dims"):
             value = getattr(self, key)
             require(value is None or value >= 1, key, value, "must be >= 1 or null (no pruning)")
@@ -121,7 +132,8 @@ class EvaluateConfig(Config):
 
 @dataclass(frozen=True, kw_only=True)
 class EvaluateResult:
-    """The scores of one evaluation (``metrics.json`` holds them all, with sparsity and timing figures)."""
+    """The scores of one evaluation (``metrics.json`` holds them all, with sparsity and timing
+    figures)."""
 
     output: str
     ndcg_at_10: float
@@ -134,7 +146,9 @@ class EvaluateResult:
     skipped: bool = False
 
     @classmethod
-    def from_metrics(cls, output: str, metrics: dict[str, Any], skipped: bool = False) -> EvaluateResult:
+    def from_metrics(
+        cls, output: str, metrics: dict[str, Any], skipped: bool = False
+    ) -> EvaluateResult:
         return cls(
             output=output,
             ndcg_at_10=metrics["nDCG@10"],

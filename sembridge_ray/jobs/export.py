@@ -1,20 +1,23 @@
-"""The ``export`` job's contract: write a model where it is served, and check it there against the exact answer.
+"""The ``export`` job's contract: write a model where it is served, and check it there against the
+exact answer.
 
     python -m jobs.export --checkpoint /shared/ft/ar/checkpoints/finetune-<run>/step_00000400 --output /tmp/step400
     sembridge export --checkpoint ... --output ... --select best    # the best evaluated weights it carries
     sembridge export --target qdrant --model DIR --dataset sick --split test --output /tmp/qdrant
 
-``--target sentence-transformers`` (the default): a fine-tuning checkpoint as a SparseEncoder directory; the
-checkpoint must verify (every rank's manifest and checksums), and the written model is the one ``jobs.finetune``
-would have published from those weights (same lengths, pooling and model card).
+``--target sentence-transformers`` (the default): a fine-tuning checkpoint as a SparseEncoder
+directory; the checkpoint must verify (every rank's manifest and checksums), and the written model
+is the one ``jobs.finetune`` would have published from those weights (same lengths, pooling and
+model card).
 
-Any other target (``docs/export.md``) encodes ``--dataset``'s corpus and the judged queries of ``--split`` through
-the evaluate job's encoding (Ray Data, cached), exports them (an embedded Qdrant or Milvus Lite, a Seismic or PISA
-index, OpenSearch/Elasticsearch mapping and bulk files, the model as ONNX, or its inference-free ``doc-only``
-variant, which is scored beside the model rather than held to a tolerance), searches the queries through the
-target and compares its top-10 with the project's exact sparse search: ``export_report.json`` holds the parity and
-the sizes; a target below its documented tolerance fails the job (exit 2). ``--model`` is a model directory, or
-give ``--checkpoint`` to export its weights first (to ``<output>/model``). An existing output is refused.
+Any other target (``docs/export.md``) encodes ``--dataset``'s corpus and the judged queries of
+``--split`` through the evaluate job's encoding (Ray Data, cached), exports them (an embedded Qdrant
+or Milvus Lite, a Seismic or PISA index, OpenSearch/Elasticsearch mapping and bulk files, the model
+as ONNX, or its inference-free ``doc-only`` variant, which is scored beside the model rather than
+held to a tolerance), searches the queries through the target and compares its top-10 with the
+project's exact sparse search: ``export_report.json`` holds the parity and the sizes; a target below
+its documented tolerance fails the job (exit 2). ``--model`` is a model directory, or give
+``--checkpoint`` to export its weights first (to ``<output>/model``). An existing output is refused.
 """
 
 from __future__ import annotations
@@ -46,24 +49,30 @@ TargetName = Literal[
 
 @dataclass(frozen=True, kw_only=True)
 class ExportConfig(Config):
-    """Write a model where it is served (a SparseEncoder directory, a search engine, ONNX) and check its parity."""
+    """Write a model where it is served (a SparseEncoder directory, a search engine, ONNX) and check
+    its parity."""
 
     target: TargetName = "sentence-transformers"
-    """Where the model goes: a SparseEncoder directory (from a checkpoint), an engine, bulk files, or ONNX."""
+    """Where the model goes: a SparseEncoder directory (from a checkpoint), an engine, bulk files,
+    or ONNX."""
     checkpoint: str = ""
     """A checkpoint directory of a fine-tuning run (``<storage>/<run>/step_<n>``)."""
     model: str = ""
-    """The SparseEncoder directory to export (targets other than sentence-transformers; or give --checkpoint)."""
+    """The SparseEncoder directory to export (targets other than sentence-transformers; or give
+    --checkpoint)."""
     dataset: str = ""
-    """The corpus to index and the queries to check parity with (a dataset spec, as for evaluate)."""
+    """The corpus to index and the queries to check parity with (a dataset spec, as for
+    evaluate)."""
     split: str = "test"
     """The split whose judged queries check the parity."""
     output: str = ""
     """The directory to write (must not exist)."""
     select: Literal["last", "best"] = "last"
-    """``last``: the checkpoint's own weights; ``best``: the best evaluated weights up to its step."""
+    """``last``: the checkpoint's own weights; ``best``: the best evaluated weights up to its
+    step."""
     url: str = ""
-    """A running server to push to and search (qdrant, milvus, opensearch*, elasticsearch); "" = embedded/files."""
+    """A running server to push to and search (qdrant, milvus, opensearch*, elasticsearch); "" =
+    embedded/files."""
     max_query_length: int = 64
     """Query tokens (the same key as in evaluation)."""
     max_doc_length: int = 256
@@ -78,7 +87,9 @@ class ExportConfig(Config):
                 if not getattr(self, name):
                     raise InputError(f"--{name} is required")
             if self.url:
-                raise InputError("--url: target 'sentence-transformers' writes a directory, it pushes nowhere")
+                raise InputError(
+                    "--url: target 'sentence-transformers' writes a directory, it pushes nowhere"
+                )
             return
         if not self.model and not self.checkpoint:
             raise InputError(f"--model (or --checkpoint) is required for --target {self.target}")
@@ -120,7 +131,16 @@ def report(result: ExportResult) -> str:
     if result.target == "sentence-transformers":
         shown = {"output": result.output, "step": result.step, "checkpoint": result.checkpoint}
         return json.dumps(shown, indent=2) + f"\nmodel (step {result.step}): {result.output}"
-    keys = ("target", "documents", "postings", "bytes", "seconds", "overlap@10", "ndcg@10_exact", "ndcg@10_target")
+    keys = (
+        "target",
+        "documents",
+        "postings",
+        "bytes",
+        "seconds",
+        "overlap@10",
+        "ndcg@10_exact",
+        "ndcg@10_target",
+    )
     shown = {k: result.report.get(k) for k in keys}
     return json.dumps(shown, indent=2) + f"\nexport_report.json: {result.output}/export_report.json"
 

@@ -1,13 +1,13 @@
-"""The ``finetune`` job's contract: fine-tune a SparseEncoder with InfoNCE + FLOPs on Ray Train (DDP), checkpointed
-and resumable; the paper's recipe is batch 64, lr 2e-5, bf16, 1 epoch.
+"""The ``finetune`` job's contract: fine-tune a SparseEncoder with InfoNCE + FLOPs on Ray Train
+(DDP), checkpointed and resumable; the paper's recipe is batch 64, lr 2e-5, bf16, 1 epoch.
 
     sembridge finetune --preset paper --model /shared/init/ar/model --train webfaq:ar --output /shared/ft/ar \\
         --workers 4
     python -m jobs.finetune --preset smoke --output /tmp/ft-smoke       # the bundled MiniLM SPLADE, 2 CPUs
 
-Writes ``model/`` (SparseEncoder + model card), ``metrics.jsonl`` (one line per logged step), ``finetune.json``,
-``checkpoints/``, ``data/`` (the materialised training stream), ``config.yaml``, ``identity.json`` and ``_SUCCESS``.
-"""
+Writes ``model/`` (SparseEncoder + model card), ``metrics.jsonl`` (one line per logged step),
+``finetune.json``, ``checkpoints/``, ``data/`` (the materialised training stream), ``config.yaml``,
+``identity.json`` and ``_SUCCESS``. """
 
 from __future__ import annotations
 
@@ -39,20 +39,21 @@ class FinetuneConfig(Config):
     train: str = ""
     """webfaq:<lang>, miracl:<lang>[@MIRROR], a BEIR directory, or a .parquet file of pairs."""
     output: str = ""
-    """Output directory: the fine-tuned SparseEncoder in ``<output>/model``, metrics.jsonl, config.yaml, checkpoints/,
-    _SUCCESS."""
+    """Output directory: the fine-tuned SparseEncoder in ``<output>/model``, metrics.jsonl,
+    config.yaml, checkpoints/, _SUCCESS."""
     split: str = "train"
     """Split of a retrieval dataset whose judgements make the training pairs."""
     hard_negatives: int = 0
-    """Judged non-relevant documents per query used as extra negatives (0 = in-batch negatives only)."""
+    """Judged non-relevant documents per query used as extra negatives (0 = in-batch negatives
+    only)."""
     max_query_length: int = 64
     """Query tokens (the same key as in evaluation)."""
     max_doc_length: int = 256
     """Document tokens (the same key as in evaluation)."""
     pool_chunk: int = 0
-    """Tokens per slice of the vocabulary projection in SPLADE pooling (0 = as many as a 256 MiB logits budget
-    allows; see ``sparse.pooling.POOL_BUDGET_BYTES``): memory, not results (the same weights bit for bit), so not
-    part of the run's identity."""
+    """Tokens per slice of the vocabulary projection in SPLADE pooling (0 = as many as a 256 MiB
+    logits budget allows; see ``sparse.pooling.POOL_BUDGET_BYTES``): memory, not results (the same
+    weights bit for bit), so not part of the run's identity."""
     seed: int = 0
     """Seeds the pair order (one permutation per epoch) and dropout."""
     checkpoint_every: int = 500
@@ -60,52 +61,61 @@ class FinetuneConfig(Config):
     keep_checkpoints: int = 2
     """Checkpoints Ray Train keeps (the newest ones)."""
     storage: str = ""
-    """Where checkpoints go: a path or a URI Ray supports (s3://, gs://); empty = <output>/checkpoints."""
+    """Where checkpoints go: a path or a URI Ray supports (s3://, gs://); empty =
+    <output>/checkpoints."""
     max_failures: int = 3
     """Worker-group restarts from the latest checkpoint before the run fails."""
     log_every: int = 10
-    """Log and record metrics every K steps (part of the run's identity: it decides the lines of metrics.jsonl)."""
+    """Log and record metrics every K steps (part of the run's identity: it decides the lines of
+    metrics.jsonl)."""
     report_every_s: float = 10.0
-    """Least seconds between metric reports to Ray Train on logged steps (checkpoint steps always report). Ray
-    Train V2 takes in one report per 2 s health check, and a faster report blocks the training step until then."""
+    """Least seconds between metric reports to Ray Train on logged steps (checkpoint steps always
+    report). Ray Train V2 takes in one report per 2 s health check, and a faster report blocks the
+    training step until then."""
     trust_remote_code: bool = False
     """Let transformers run code shipped with a hub model (off unless you trust its repository)."""
     push_to_hub: str = ""
-    """After a successful run, upload the model to this hub repository (``org/name``; needs a token and network)."""
+    """After a successful run, upload the model to this hub repository (``org/name``; needs a token
+    and network)."""
     overwrite: bool = False
     """Replace an output written with other settings (otherwise such a rerun is refused)."""
     query_length: int = 64
-    """Query tokens the written model encodes with (sentence-transformers' ``query_length``): the evaluation's
-    ``max_query_length``, so ``SparseEncoder(model).encode_query`` gives the vectors that were scored."""
+    """Query tokens the written model encodes with (sentence-transformers' ``query_length``): the
+    evaluation's ``max_query_length``, so ``SparseEncoder(model).encode_query`` gives the vectors
+    that were scored."""
     document_length: int = 256
-    """Document tokens the written model encodes with (its ``document_length`` and ``max_seq_length``, capped at
-    the encoder's positions): the evaluation's ``max_doc_length``."""
+    """Document tokens the written model encodes with (its ``document_length`` and
+    ``max_seq_length``, capped at the encoder's positions): the evaluation's ``max_doc_length``."""
     batch_sampler: BatchSampler = "no_duplicates"
-    """How pairs are batched: ``no_duplicates`` (sentence-transformers' ``BatchSamplers.NO_DUPLICATES``: no text
-    twice in a global batch, so no in-batch negative is another query's copy of a positive) or ``batch_sampler``
-    (a plain seeded shuffle, as before)."""
+    """How pairs are batched: ``no_duplicates`` (sentence-transformers'
+    ``BatchSamplers.NO_DUPLICATES``: no text twice in a global batch, so no in-batch negative is
+    another query's copy of a positive) or ``batch_sampler`` (a plain seeded shuffle, as before)."""
     eval: str = ""
-    """Development set scored during training (the forms of ``train``); empty = none. Never a test split."""
+    """Development set scored during training (the forms of ``train``); empty = none. Never a test
+    split."""
     eval_split: str = "dev"
     """Its split (SICK's dev is its trial split; ``test`` is refused)."""
     eval_every: int = 0
     """Evaluate every K steps, before the first step and at the end; 0 = every tenth of the run."""
     eval_max_queries: int = 0
-    """Score a seeded sample of this many judged queries (against the whole corpus); 0 = all of them."""
+    """Score a seeded sample of this many judged queries (against the whole corpus); 0 = all of
+    them."""
     select: Select = "last"
-    """Which weights ``model/`` publishes: ``last`` (the paper's recipe) or ``best`` (the evaluated step with the
-    highest dev nDCG@10 whose vectors are not collapsed; needs ``eval``)."""
+    """Which weights ``model/`` publishes: ``last`` (the paper's recipe) or ``best`` (the evaluated
+    step with the highest dev nDCG@10 whose vectors are not collapsed; needs ``eval``)."""
     tensorboard: bool = False
-    """Also write losses, sparsity and dev scores as TensorBoard event files under ``<output>/tensorboard``."""
+    """Also write losses, sparsity and dev scores as TensorBoard event files under
+    ``<output>/tensorboard``."""
     precision: Precision = "auto"
-    """bf16 autocast or fp32 for the model's matmuls (the loss is always fp32): auto = bf16 where the workers run
-    on CUDA GPUs that support it, fp32 everywhere else. Resolved once in the driver and recorded so."""
+    """bf16 autocast or fp32 for the model's matmuls (the loss is always fp32): auto = bf16 where
+    the workers run on CUDA GPUs that support it, fp32 everywhere else. Resolved once in the driver
+    and recorded so."""
     optim: OptimConfig = field(default_factory=OptimConfig)
     loss: LossConfig = field(default_factory=LossConfig)
     resources: ResourceConfig = field(default_factory=ResourceConfig)
 
-    # Identified by content (inputs), or changing nothing a run computes: a rerun that differs only in these
-    # resumes the same run.
+    # Identified by content (inputs), or changing nothing a run computes: a rerun that differs only
+    # in these resumes the same run.
     NOT_IDENTITY: ClassVar[tuple[str, ...]] = (
         "model",
         "train",
@@ -123,19 +133,30 @@ class FinetuneConfig(Config):
         "resources",  # but resources.workers, recorded as "workers" (identity_settings)
     )
 
-    EVAL_SETTINGS: ClassVar[tuple[str, ...]] = ("eval_split", "eval_every", "eval_max_queries", "select")
-    """Read only with a development set (``eval``): without one they change nothing (``select`` is ``last``)."""
+    EVAL_SETTINGS: ClassVar[tuple[str, ...]] = (
+        "eval_split",
+        "eval_every",
+        "eval_max_queries",
+        "select",
+    )
+    """Read only with a development set (``eval``): without one they change nothing (``select`` is
+    ``last``)."""
 
     def identity_settings(self) -> dict[str, JSONValue]:
-        # The number of Ray Train workers shapes the weights: each rank draws its own dropout masks (seeded by
-        # seed and rank) over its share of the batch, so 1 and 2 workers train apart (max |diff| ~1e-3 after a few
-        # steps); the batches, their order and the loss are the same for any number. The driver runs exactly
-        # this many (run_finetune refuses a cluster that fits fewer).
+        # The number of Ray Train workers shapes the weights: each rank draws its own dropout masks
+        # (seeded by seed and rank) over its share of the batch, so 1 and 2 workers train apart (max
+        # |diff| ~1e-3 after a few steps); the batches, their order and the loss are the same for
+        # any number. The driver runs exactly this many (run_finetune refuses a cluster that fits
+        # fewer).
         settings = {**super().identity_settings(), "workers": self.resources.workers}
-        if self.loss.ranking == "infonce":  # recorded only when another: every earlier run keeps its identity
+        # recorded only when another: every earlier run keeps its identity
+        if self.loss.ranking == "infonce":
             settings.pop("loss.ranking", None)
-        if not self.optim.embedding_warmup_steps:  # recorded only when on: every earlier run keeps its identity
-            settings = {k: v for k, v in settings.items() if not k.startswith("optim.embedding_warmup_")}
+        # recorded only when on: every earlier run keeps its identity
+        if not self.optim.embedding_warmup_steps:
+            settings = {
+                k: v for k, v in settings.items() if not k.startswith("optim.embedding_warmup_")
+            }
         if not self.eval:
             settings = {k: v for k, v in settings.items() if k not in self.EVAL_SETTINGS}
         return settings
@@ -149,11 +170,18 @@ class FinetuneConfig(Config):
 
     @classmethod
     def upgrade(cls, data: dict[str, object]) -> dict[str, object]:
-        """``optim.bf16`` (auto/on/off) is now ``precision`` (auto/bf16/fp32): both spellings still work."""
+        """``optim.bf16`` (auto/on/off) is now ``precision`` (auto/bf16/fp32): both spellings still
+        work."""
         optim = data.get("optim")
         if isinstance(optim, dict) and "bf16" in optim:
-            log.warning("config key optim.bf16 is now precision (on = bf16, off = fp32); the old name goes soon")
-            data = {**data, "optim": {k: v for k, v in optim.items() if k != "bf16"}, "precision": optim["bf16"]}
+            log.warning(
+                "config key optim.bf16 is now precision (on = bf16, off = fp32); the old name goes soon"
+            )
+            data = {
+                **data,
+                "optim": {k: v for k, v in optim.items() if k != "bf16"},
+                "precision": optim["bf16"],
+            }
         value = str(data.get("precision", "")).strip().lower()
         if value in _BF16_WORDS:
             data = {**data, "precision": _BF16_WORDS[value]}
@@ -170,11 +198,24 @@ class FinetuneConfig(Config):
             "keep_checkpoints",
         ):
             require(getattr(self, key) >= 1, key, getattr(self, key), "must be >= 1")
-        for key in ("hard_negatives", "pool_chunk", "max_failures", "report_every_s", "eval_every", "eval_max_queries"):
+        for key in (
+            "hard_negatives",
+            "pool_chunk",
+            "max_failures",
+            "report_every_s",
+            "eval_every",
+            "eval_max_queries",
+        ):
             require(getattr(self, key) >= 0, key, getattr(self, key), "must be >= 0")
-        from sembridge_ray.data.registry import is_test_split  # the registry loads pyarrow: not for every import
+        # the registry loads pyarrow: not for every import
+        from sembridge_ray.data.registry import is_test_split
 
-        require(self.eval_split != "test", "eval_split", self.eval_split, "is a test split: choose recipes on dev data")
+        require(
+            self.eval_split != "test",
+            "eval_split",
+            self.eval_split,
+            "is a test split: choose recipes on dev data",
+        )
         require(
             not (self.eval and is_test_split(self.eval, self.eval_split)),
             "eval_split",
@@ -194,7 +235,8 @@ class FinetuneConfig(Config):
 
 @dataclass(frozen=True, kw_only=True)
 class FinetuneResult:
-    """What a fine-tuning run produced (``finetune.json`` holds it, with the training stream's statistics)."""
+    """What a fine-tuning run produced (``finetune.json`` holds it, with the training stream's
+    statistics)."""
 
     output: str
     model: str
@@ -210,14 +252,17 @@ class FinetuneResult:
     skipped: bool = False
     """The output was already complete with the same settings."""
     pushed: str = ""
-    """The hub URL the model was pushed to by this run (``push_to_hub``; recorded in ``pushed.json``)."""
+    """The hub URL the model was pushed to by this run (``push_to_hub``; recorded in
+    ``pushed.json``)."""
     select: str = "last"
     best: dict[str, Any] = field(default_factory=dict)
-    """The published step and why (``step``, ``dev_nDCG@10``, ``reason``); empty without a development set."""
+    """The published step and why (``step``, ``dev_nDCG@10``, ``reason``); empty without a
+    development set."""
     collapsed: list[dict[str, Any]] = field(default_factory=list)
     """Evaluated steps whose vectors collapsed (``step``, ``reason``): never selected."""
     convergence: dict[str, Any] = field(default_factory=dict)
-    """Of the dev curve (``sparse.convergence``): ``final``, ``steps_to_95``, ``auc``, ``evaluations``."""
+    """Of the dev curve (``sparse.convergence``): ``final``, ``steps_to_95``, ``auc``,
+    ``evaluations``."""
     eval_seconds: float = 0.0
     """Wall time the workers spent evaluating (part of ``seconds``)."""
 
@@ -227,7 +272,8 @@ class FinetuneResult:
 
     @classmethod
     def from_summary(cls, summary: Mapping[str, Any], skipped: bool = False) -> FinetuneResult:
-        """From ``finetune.json`` (its other keys, such as the stream's statistics, are left out)."""
+        """From ``finetune.json`` (its other keys, such as the stream's statistics, are left
+        out)."""
         names = set(cls.__dataclass_fields__) - {"skipped", "pushed"}
         return cls(**{k: v for k, v in summary.items() if k in names}, skipped=skipped)
 
@@ -261,7 +307,9 @@ FLAGS = (
 def report(result: FinetuneResult) -> str:
     shown = ("loss", *get_args(RankingName), "active_dims_d")  # the ranking loss under its own name
     final = ", ".join(f"{k} {v:.4g}" for k, v in result.final.items() if k in shown)
-    done = "already complete" if result.skipped else f"{result.steps} steps in {result.seconds:.0f} s"
+    done = (
+        "already complete" if result.skipped else f"{result.steps} steps in {result.seconds:.0f} s"
+    )
     return json.dumps(asdict(result), indent=2) + f"\n{done} ({final})\nmodel: {result.model}"
 
 

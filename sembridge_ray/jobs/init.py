@@ -1,12 +1,12 @@
-"""The ``init`` job's contract: initialise a target-language sparse encoder from a source one (SemBridge or a
-baseline), as a Ray Data job.
+"""The ``init`` job's contract: initialise a target-language sparse encoder from a source one
+(SemBridge or a baseline), as a Ray Data job.
 
     sembridge init --model naver/splade-v3 --target-tokenizer monologg/kobigbird-bert-base \\
         --bridge-model BAAI/bge-m3 --output /shared/init/splade-v3-ko
     python -m jobs.init_embeddings --preset smoke --output /tmp/init-smoke        # the bundled MiniLM, 2 CPUs
 
-Writes ``model/`` (a SentenceTransformers SparseEncoder with its model card), ``provenance.parquet``,
-``init_report.json``, ``config.yaml``, ``identity.json`` and ``_SUCCESS``.
+Writes ``model/`` (a SentenceTransformers SparseEncoder with its model card),
+``provenance.parquet``, ``init_report.json``, ``config.yaml``, ``identity.json`` and ``_SUCCESS``.
 """
 
 from __future__ import annotations
@@ -32,82 +32,95 @@ class InitConfig(Config):
     """Initialise a target-language sparse encoder from a source one."""
 
     source_model: str = ""
-    """Source SparseEncoder/MLM: hub id, directory, or a bundled name (``minilm-splade``); tied embeddings
-    expected, an untied output layer is handled."""
+    """Source SparseEncoder/MLM: hub id, directory, or a bundled name (``minilm-splade``); tied
+    embeddings expected, an untied output layer is handled."""
     target_tokenizer: str = ""
     """Target tokenizer: hub id, directory, or a bundled name (``sick-bpe``)."""
     language: str = ""
-    """The target language's code, for the model card; empty: the catalog's, when the tokenizer is one of the
-    paper's."""
+    """The target language's code, for the model card; empty: the catalog's, when the tokenizer is
+    one of the paper's."""
     bridge_model: str = "BAAI/bge-m3"
-    """Bridge sentence-transformers model: hub id, directory, or ``minilm`` (the bundled all-MiniLM-L6-v2)."""
+    """Bridge sentence-transformers model: hub id, directory, or ``minilm`` (the bundled
+    all-MiniLM-L6-v2)."""
     output: str = ""
     """Output directory (the model in ``<output>/model``)."""
     method: MethodName = "sembridge"
-    """How bridged tokens are initialised: sembridge (the released rule), sembridge_plus (the project's recipe,
-    docs/sembridge-plus.md), or the focus/wechsel/omp/fvt/mean/random baselines (omp: least-squares codes over the
-    anchors, so its weights may be negative and need not sum to 1)."""
+    """How bridged tokens are initialised: sembridge (the released rule), sembridge_plus (the
+    project's recipe, docs/sembridge-plus.md), or the focus/wechsel/omp/fvt/mean/random baselines
+    (omp: least-squares codes over the anchors, so its weights may be negative and need not sum to
+    1)."""
     bias: Literal["remap", "index", "zero", "frequency"] = "remap"
-    """MLM decoder bias: remap (same weights, copies for overlap/specials), index (HF resize), zero, or frequency
-    (copies for overlap/specials; bridged tokens by their log-frequency on ``bias_text``, at the source bias' mean
-    and spread: ``embed_init.plus``)."""
+    """MLM decoder bias: remap (same weights, copies for overlap/specials), index (HF resize), zero,
+    or frequency (copies for overlap/specials; bridged tokens by their log-frequency on
+    ``bias_text``, at the source bias' mean and spread: ``embed_init.plus``)."""
     bias_text: str = ""
-    """With ``bias: frequency``: target-language text to count tokens on: a ``.txt`` file (one text per line) or a
-    Parquet file (every string column, e.g. training pairs)."""
-    match: tuple[str, ...] = field(default=("exact", "fuzzy", "symbols"), metadata={"choices": MATCH_RULES})
+    """With ``bias: frequency``: target-language text to count tokens on: a ``.txt`` file (one text
+    per line) or a Parquet file (every string column, e.g. training pairs)."""
+    match: tuple[str, ...] = field(
+        default=("exact", "fuzzy", "symbols"), metadata={"choices": MATCH_RULES}
+    )
     """String rules that make a target token copy a source row, tried in order (comma-separated)."""
     copy_overlap: bool = True
-    """False sends every non-special token through the bridge (the low-overlap, cross-lingual setting)."""
+    """False sends every non-special token through the bridge (the low-overlap, cross-lingual
+    setting)."""
     exclude_special_sources: bool = False
-    """Drop special and [unused*] source tokens from the bridge candidates (the reference keeps them)."""
+    """Drop special and [unused*] source tokens from the bridge candidates (the reference keeps
+    them)."""
     weighting: WeightingConfig = field(default_factory=WeightingConfig)
-    """How a bridged token's row is weighted: α and its candidates, WECHSEL's softmax, OMP's atoms, the
-    position-aware rule and SemBridge+'s options (``embed_init.config``; each key also without ``weighting.``)."""
+    """How a bridged token's row is weighted: α and its candidates, WECHSEL's softmax, OMP's atoms,
+    the position-aware rule and SemBridge+'s options (``embed_init.config``; each key also without
+    ``weighting.``)."""
     seed: int = 0
-    """Seeds the random baseline's rows (and those ``random_blend`` mixes in); read by nothing else."""
+    """Seeds the random baseline's rows (and those ``random_blend`` mixes in); read by nothing
+    else."""
     samples: int = 50
     """Target tokens shown with their top-3 source tokens (the paper's Table 3)."""
     bridge_batch_size: int = 256
-    """Token strings per bridge-encoder batch (per actor); changes the vectors only by float rounding (padding),
-    so not part of the run's identity."""
+    """Token strings per bridge-encoder batch (per actor); changes the vectors only by float
+    rounding (padding), so not part of the run's identity."""
     rows_batch_size: int = 1024
-    """Bridged target tokens per weights batch (per actor); changes the weights only by float rounding (GEMM
-    shapes), so not part of the run's identity."""
+    """Bridged target tokens per weights batch (per actor); changes the weights only by float
+    rounding (GEMM shapes), so not part of the run's identity."""
     cache_dir: str = "~/.cache/sembridge_ray/bridge"
     """Bridge vectors cached as Parquet per (bridge model, tokenizer) fingerprint."""
     trust_remote_code: bool = False
     """Let transformers run code shipped with a hub model (off unless you trust its repository)."""
     dry_run: bool = False
-    """Print the plan (the stage, whether its output is already complete, a GPU-hour estimate) and run nothing:
-    the schema of ``reproduce --dry-run``."""
+    """Print the plan (the stage, whether its output is already complete, a GPU-hour estimate) and
+    run nothing: the schema of ``reproduce --dry-run``."""
     json: bool = False
     """With ``dry_run``: print the plan as JSON instead of the summary table."""
     figures: str = ""
-    """With ``dry_run``: a figures file (JSON throughputs, as the GPU check or ``jobs.bench_peers`` write them:
-    ``sembridge_ray.reproduce.figures``) the GPU-hour estimate divides by; empty = the built-in rough figures."""
+    """With ``dry_run``: a figures file (JSON throughputs, as the GPU check or ``jobs.bench_peers``
+    write them: ``sembridge_ray.reproduce.figures``) the GPU-hour estimate divides by; empty = the
+    built-in rough figures."""
     grid: str = ""
-    """Gone: the paper grid is ``sembridge reproduce --preset paper`` (``--dry-run`` prints its plan); kept one
-    release so ``--grid`` says so."""
+    """Gone: the paper grid is ``sembridge reproduce --preset paper`` (``--dry-run`` prints its
+    plan); kept one release so ``--grid`` says so."""
     push_to_hub: str = ""
-    """After a successful run, upload the model to this hub repository (``org/name``; needs a token and network)."""
+    """After a successful run, upload the model to this hub repository (``org/name``; needs a token
+    and network)."""
     overwrite: bool = False
     """Replace an output written with other settings (otherwise such a rerun is refused)."""
     query_length: int = 64
-    """Query tokens the written model encodes with (sentence-transformers' ``query_length``): the evaluation's
-    ``max_query_length``, so ``SparseEncoder(model).encode_query`` gives the vectors that were scored."""
+    """Query tokens the written model encodes with (sentence-transformers' ``query_length``): the
+    evaluation's ``max_query_length``, so ``SparseEncoder(model).encode_query`` gives the vectors
+    that were scored."""
     document_length: int = 256
-    """Document tokens the written model encodes with (its ``document_length`` and ``max_seq_length``, capped at
-    the encoder's positions): the evaluation's ``max_doc_length``."""
+    """Document tokens the written model encodes with (its ``document_length`` and
+    ``max_seq_length``, capped at the encoder's positions): the evaluation's ``max_doc_length``."""
     precision: Precision = "auto"
-    """The bridge encoder's matmuls and the candidate screening: fp32, bf16, or auto = bf16 where the actors run
-    on CUDA GPUs that support it (the screening stays fp32 on CUDA), fp32 everywhere else. Resolved once in the
-    driver and recorded so; the weights themselves are always solved in float64."""
+    """The bridge encoder's matmuls and the candidate screening: fp32, bf16, or auto = bf16 where
+    the actors run on CUDA GPUs that support it (the screening stays fp32 on CUDA), fp32 everywhere
+    else. Resolved once in the driver and recorded so; the weights themselves are always solved in
+    float64."""
     resources: ResourceConfig = field(default_factory=ResourceConfig)
 
     SHORTHANDS: ClassVar[tuple[str, ...]] = ("weighting",)
     IDENTITY_NAMES: ClassVar[dict[str, str]] = {
         **{f"weighting.{f.name}": f.name for f in dataclasses.fields(WeightingConfig)},
-        # top_k is results per query (evaluate); the softmax's nearest source tokens are its candidates
+        # top_k is results per query (evaluate); the softmax's nearest source tokens are its
+        # candidates
         "weighting.candidates": "softmax_top_k",
         "weighting.wechsel_candidates": "wechsel_top_k",
     }
@@ -126,15 +139,16 @@ class InitConfig(Config):
         "overwrite",
         "resources",
         "bias_text",  # identified by content (inputs)
-        "bridge_batch_size",  # how work is cut, not what it computes (float rounding aside: docs/operations.md)
+        # how work is cut, not what it computes (float rounding aside: docs/operations.md)
+        "bridge_batch_size",
         "rows_batch_size",
     )
 
     @classmethod
     def upgrade(cls, data: dict[str, object]) -> dict[str, object]:
-        """A method's recipe (sembridge_plus) fills in its keys; a key given explicitly (a flag, an override, a
-        preset, even at its default value) must agree with it, or the config is refused: an explicit value is
-        never silently replaced."""
+        """A method's recipe (sembridge_plus) fills in its keys; a key given explicitly (a flag, an
+        override, a preset, even at its default value) must agree with it, or the config is refused:
+        an explicit value is never silently replaced."""
         name = str(data.get("method", cls.__dataclass_fields__["method"].default)).strip()
         recipe = METHODS[name].recipe if name in METHODS else {}
         given = data.get("weighting", {})
@@ -144,28 +158,37 @@ class InitConfig(Config):
         for key, value in recipe.items():
             if key in given:
                 found = coerce(given[key], hints[key], key)
-                require(found == value, key, found, f"method {name} fixes it to {value!r} (its recipe); leave it unset")
+                require(
+                    found == value,
+                    key,
+                    found,
+                    f"method {name} fixes it to {value!r} (its recipe); leave it unset",
+                )
         return {**data, "weighting": {**recipe, **given}}
 
     def __post_init__(self) -> None:
-        # built directly or by dataclasses.replace (the grid's cells): a recipe sets its keys where they are at the
-        # defaults; a conflicting value is refused, so a config always says what ran
-        recipe = METHODS[self.method].recipe if self.method in METHODS else {}  # an unknown one: the check's error
+        # built directly or by dataclasses.replace (the grid's cells): a recipe sets its keys where
+        # they are at the defaults; a conflicting value is refused, so a config always says what ran
+        # an unknown one: the check's error
+        recipe = METHODS[self.method].recipe if self.method in METHODS else {}
         defaults, fill = WeightingConfig(), dict[str, Any]()
         for key, value in recipe.items():
             current = getattr(self.weighting, key)
             if current == getattr(defaults, key):
                 fill[key] = value
             else:
-                require(current == value, key, current, f"method {self.method} fixes it to {value!r}")
+                require(
+                    current == value, key, current, f"method {self.method} fixes it to {value!r}"
+                )
         if fill:
             object.__setattr__(self, "weighting", dataclasses.replace(self.weighting, **fill))
         super().__post_init__()
 
     @property
     def rule(self) -> WeightingConfig:
-        """The weighting section as this run reads it (every option its method does not read at its default): what
-        the maths receives, so it cannot read a setting the run's identity leaves out."""
+        """The weighting section as this run reads it (every option its method does not read at its
+        default): what the maths receives, so it cannot read a setting the run's identity leaves
+        out."""
         return self.weighting.for_method(self.method, METHODS[self.method].uses_bridge)
 
     def check(self) -> None:
@@ -179,7 +202,12 @@ class InitConfig(Config):
         for key in ("bridge_batch_size", "rows_batch_size", "query_length", "document_length"):
             require(getattr(self, key) >= 1, key, getattr(self, key), "must be >= 1")
         require(self.samples >= 0, "samples", self.samples, "must be >= 0")
-        require(self.dry_run or not self.figures, "figures", self.figures, "is read by --dry-run's estimate only")
+        require(
+            self.dry_run or not self.figures,
+            "figures",
+            self.figures,
+            "is read by --dry-run's estimate only",
+        )
         require(
             (self.bias == "frequency") == bool(self.bias_text),
             "bias_text",
@@ -197,15 +225,18 @@ class InitConfig(Config):
     def identity_settings(self) -> dict[str, Any]:
         settings = super().identity_settings()
         entry = METHODS[self.method]
-        # each weighting option says when it is read and recorded (embed_init.config.Read): SemBridge+'s only when
-        # on, so every earlier run keeps its identity
+        # each weighting option says when it is read and recorded (embed_init.config.Read):
+        # SemBridge+'s only when on, so every earlier run keeps its identity
         kept = set(self.weighting.recorded(self.method, entry.uses_bridge))
-        unused = {f"weighting.{f.name}" for f in dataclasses.fields(WeightingConfig) if f.name not in kept}
+        unused = {
+            f"weighting.{f.name}" for f in dataclasses.fields(WeightingConfig) if f.name not in kept
+        }
         if not entry.uses_bridge:
             unused |= set(BRIDGE_SETTINGS)
         if self.method != "random" and not self.weighting.random_blend:
             unused.add("seed")  # only the random rows are seeded
-        recorded = {self.IDENTITY_NAMES.get(k, k) for k in unused}  # the settings carry the recorded names
+        # the settings carry the recorded names
+        recorded = {self.IDENTITY_NAMES.get(k, k) for k in unused}
         return {k: v for k, v in settings.items() if k not in recorded}
 
     def why_unused(self, key: str) -> str:
@@ -244,7 +275,8 @@ class InitResult:
     skipped: bool = False
     """The output was already complete with the same settings."""
     pushed: str = ""
-    """The hub URL the model was pushed to by this run (``push_to_hub``; recorded in ``pushed.json``)."""
+    """The hub URL the model was pushed to by this run (``push_to_hub``; recorded in
+    ``pushed.json``)."""
 
     @classmethod
     def from_report(cls, output: str, report: InitReport, skipped: bool = False) -> InitResult:

@@ -1,8 +1,7 @@
-"""The init job end to end, without Ray: inputs checked and identified, the output claimed, the vocabulary
-partitioned, new rows from the injected stages (``embed_init.pipeline``), the model composed and written with its
-provenance, report and card. ``sembridge_ray.distributed.init`` runs it with Ray Data actor pools as the stages;
-tests and small runs with the in-process ones.
-"""
+"""The init job end to end, without Ray: inputs checked and identified, the output claimed, the
+vocabulary partitioned, new rows from the injected stages (``embed_init.pipeline``), the model
+composed and written with its provenance, report and card. ``sembridge_ray.distributed.init`` runs
+it with Ray Data actor pools as the stages; tests and small runs with the in-process ones."""
 
 from __future__ import annotations
 
@@ -23,7 +22,13 @@ from sembridge_ray.config import write_config
 from sembridge_ray.embed_init import plus, position, report
 from sembridge_ray.embed_init.baselines import explicit_rows, require_codable
 from sembridge_ray.embed_init.bridge import bridge_dimension, check_bridge, model_fingerprint
-from sembridge_ray.embed_init.combine import NewRows, compose, compose_bias, provenance, weighted_rows
+from sembridge_ray.embed_init.combine import (
+    NewRows,
+    compose,
+    compose_bias,
+    provenance,
+    weighted_rows,
+)
 from sembridge_ray.embed_init.config import WeightingConfig
 from sembridge_ray.embed_init.methods import method
 from sembridge_ray.embed_init.pipeline import (
@@ -45,7 +50,13 @@ from sembridge_ray.model_card import unchecked, write_card
 from sembridge_ray.outputs import atomic_path, atomic_write_json, claim_output, preflight
 from sembridge_ray.placement import local_precision, pick_device
 from sembridge_ray.progress import duration
-from sembridge_ray.provenance import InitFacts, base_model, display_name, input_licences, language_of
+from sembridge_ray.provenance import (
+    InitFacts,
+    base_model,
+    display_name,
+    input_licences,
+    language_of,
+)
 from sembridge_ray.sparse.finite import require_finite
 from sembridge_ray.sparse.model import (
     Serving,
@@ -67,11 +78,14 @@ REPORT, MODEL = "init_report.json", "model"
 
 def local_stages(cfg: InitConfig) -> Stages:
     """Both heavy stages in this process, as ``cfg`` sets them."""
-    return in_process_stages(cfg.bridge_model, cfg.bridge_batch_size, cfg.precision, cfg.trust_remote_code)
+    return in_process_stages(
+        cfg.bridge_model, cfg.bridge_batch_size, cfg.precision, cfg.trust_remote_code
+    )
 
 
 def input_identities(cfg: InitConfig) -> dict[str, str]:
-    """Check that every input exists (before anything is loaded or written) and identify it by content."""
+    """Check that every input exists (before anything is loaded or written) and identify it by
+    content."""
     if not (cfg.source_model and cfg.target_tokenizer and cfg.output):
         raise InputError("--model, --target-tokenizer and --output are required")
     inputs = {
@@ -90,7 +104,9 @@ def input_identities(cfg: InitConfig) -> dict[str, str]:
     if cfg.bias == "frequency":
         text = Path(cfg.bias_text)
         if not text.is_file():
-            raise InputError(f"--bias-text {cfg.bias_text}: no such file (a .txt or Parquet file of target text)")
+            raise InputError(
+                f"--bias-text {cfg.bias_text}: no such file (a .txt or Parquet file of target text)"
+            )
         inputs["bias_text"] = path_identity(text)
     return inputs
 
@@ -104,10 +120,10 @@ def new_rows(
     bridge: BridgeSide,
     timings: dict[str, float],
 ) -> NewRows:
-    """The rows of the target tokens left to initialise (``part.rest``): by the method's explicit rule, or bridged
-    (vectors from the cache or ``stages.encode``, weights and rows from ``stages.rows``), or decomposed (fvt).
-    ``matrices``: the source's (input embeddings, untied output embeddings, decoder bias); ``toks``: the source and
-    target tokenizers."""
+    """The rows of the target tokens left to initialise (``part.rest``): by the method's explicit
+    rule, or bridged (vectors from the cache or ``stages.encode``, weights and rows from
+    ``stages.rows``), or decomposed (fvt). ``matrices``: the source's (input embeddings, untied
+    output embeddings, decoder bias); ``toks``: the source and target tokenizers."""
     e_in, e_out, bias = matrices
     source_tok, target_tok = toks
     w = cfg.rule
@@ -116,22 +132,31 @@ def new_rows(
         log.info("every target token has a source counterpart: the model is the copied rows alone")
         return no_new_rows(e_in, e_out, bias, bridged=not method(cfg.method).rows)
     if method(cfg.method).decomposes:
-        return decomposed_rows(rest, plus.fvt_weights(source_tok, target_tok, rest, len(e_in)), matrices)
-    require_codable(cfg.method, w, len(part.anchors))  # omp without anchors: refused before any encoding
+        return decomposed_rows(
+            rest, plus.fvt_weights(source_tok, target_tok, rest, len(e_in)), matrices
+        )
+    # omp without anchors: refused before any encoding
+    require_codable(cfg.method, w, len(part.anchors))
     if not method(cfg.method).uses_bridge:
         rows = explicit_rows(cfg.method, len(rest), e_in, cfg.seed)
-        out_rows = None if e_out is None else explicit_rows(cfg.method, len(rest), e_out, cfg.seed + 1)
+        out_rows = (
+            None if e_out is None else explicit_rows(cfg.method, len(rest), e_out, cfg.seed + 1)
+        )
         return NewRows(target_ids=rest, inputs=rows, outputs=out_rows)
     start = time.perf_counter()
-    src_vecs, candidates, new_vecs = _bridge_vectors(cfg, stages, bridge, source_tok, len(e_in), rest)
+    src_vecs, candidates, new_vecs = _bridge_vectors(
+        cfg, stages, bridge, source_tok, len(e_in), rest
+    )
     timings["bridge_encode_s"] = time.perf_counter() - start
-    if w.bridge_space != "raw":  # one transform of the union of the candidates and the tokens to initialise
+    # one transform of the union of the candidates and the tokens to initialise
+    if w.bridge_space != "raw":
         new_vecs = _transform_space(w, part, src_vecs, candidates, new_vecs)
     ctx = _rows_context(cfg, part, matrices, toks, rest, (src_vecs, candidates), bridge)
     start = time.perf_counter()
     new = stages.rows(ctx, rest, new_vecs)
     timings["weights_s"] = time.perf_counter() - start
-    if w.random_blend > 0:  # here, not in the actors: the random rows are the random method's, in `rest` order
+    # here, not in the actors: the random rows are the random method's, in `rest` order
+    if w.random_blend > 0:
         new = _blend_random(new, rest, e_in, e_out, cfg)
     return new
 
@@ -144,8 +169,9 @@ def _bridge_vectors(
     source_size: int,
     rest: np.ndarray,
 ) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
-    """The bridge's vectors (cached, else from ``stages.encode``): every source token's, the candidate sources, and
-    the vectors of the target tokens to initialise (``rest``), in its order."""
+    """The bridge's vectors (cached, else from ``stages.encode``): every source token's, the
+    candidate sources, and the vectors of the target tokens to initialise (``rest``), in its
+    order."""
     cache_dir = Path(cfg.cache_dir)
     src_vecs, candidates = source_vectors(
         bridge.strings["source"],
@@ -160,15 +186,22 @@ def _bridge_vectors(
 
 
 def _transform_space(
-    w: WeightingConfig, part: Partition, src_vecs: torch.Tensor, candidates: torch.Tensor, new_vecs: np.ndarray
+    w: WeightingConfig,
+    part: Partition,
+    src_vecs: torch.Tensor,
+    candidates: torch.Tensor,
+    new_vecs: np.ndarray,
 ) -> np.ndarray:
-    """``bridge_space``'s transform, fitted on the candidates and the tokens to initialise together: the candidates'
-    rows of ``src_vecs`` transformed in place, the new tokens' vectors returned transformed."""
+    """``bridge_space``'s transform, fitted on the candidates and the tokens to initialise together:
+    the candidates' rows of ``src_vecs`` transformed in place, the new tokens' vectors returned
+    transformed."""
     fitted = plus.space_transform(
         torch.cat([src_vecs[candidates], torch.from_numpy(new_vecs)]),
         w.bridge_space,
         w.bridge_components,
-        anchors=src_vecs[torch.tensor(part.anchors, dtype=torch.long)] if w.bridge_space == "relative" else None,
+        anchors=src_vecs[torch.tensor(part.anchors, dtype=torch.long)]
+        if w.bridge_space == "relative"
+        else None,
     )
     src_vecs[candidates] = plus.apply_transform(src_vecs[candidates], fitted)
     return plus.apply_transform(torch.from_numpy(new_vecs), fitted).numpy()
@@ -183,12 +216,16 @@ def _rows_context(
     sources: tuple[torch.Tensor, torch.Tensor],
     bridge: BridgeSide,
 ) -> RowsContext:
-    """What ``stages.rows`` needs beside the new tokens' vectors: the rule, the source side (``sources``: its
-    vectors and candidates), the matrices, the position classes and the fvt prior where the rule uses them."""
+    """What ``stages.rows`` needs beside the new tokens' vectors: the rule, the source side
+    (``sources``: its vectors and candidates), the matrices, the position classes and the fvt prior
+    where the rule uses them."""
     w = cfg.rule
     decomposed = w.fvt_weight > 0 or w.adaptive_support == "fvt"
     prior = plus.fvt_weights(toks[0], toks[1], rest, len(matrices[0])) if decomposed else None
-    classes = [torch.from_numpy(bridge.classes[side]) if w.position_aware else None for side in ("source", "target")]
+    classes = [
+        torch.from_numpy(bridge.classes[side]) if w.position_aware else None
+        for side in ("source", "target")
+    ]
     return RowsContext(
         method=cfg.method,
         weighting=w,
@@ -209,14 +246,17 @@ def _rows_context(
 def _blend_random(
     new: NewRows, rest: np.ndarray, e_in: torch.Tensor, e_out: torch.Tensor | None, cfg: InitConfig
 ) -> NewRows:
-    """``random_blend`` of the bridged rows with the random method's (inputs, and outputs where untied)."""
+    """``random_blend`` of the bridged rows with the random method's (inputs, and outputs where
+    untied)."""
     weight = cfg.rule.random_blend
     return replace(
         new,
         inputs=_blend_rows(new.inputs, explicit_rows("random", len(rest), e_in, cfg.seed), weight),
         outputs=None
         if e_out is None or new.outputs is None
-        else _blend_rows(new.outputs, explicit_rows("random", len(rest), e_out, cfg.seed + 1), weight),
+        else _blend_rows(
+            new.outputs, explicit_rows("random", len(rest), e_out, cfg.seed + 1), weight
+        ),
     )
 
 
@@ -226,15 +266,22 @@ def _blend_rows(bridged: torch.Tensor, other: torch.Tensor, weight: float) -> to
 
 
 def read_texts(path: str) -> list[str]:
-    """``bias_text``: a ``.txt`` file (one text per line, UTF-8; ``.gz`` too) or a Parquet file (every string
-    column's values). A file that cannot be read is an :class:`InputError` naming it (and the line)."""
+    """``bias_text``: a ``.txt`` file (one text per line, UTF-8; ``.gz`` too) or a Parquet file
+    (every string column's values). A file that cannot be read is an :class:`InputError` naming it
+    (and the line)."""
     file = Path(path)
     if file.suffix == ".parquet":
         try:
             table = pq.read_table(file)
         except (OSError, ValueError) as err:  # pyarrow's ArrowInvalid is a ValueError
-            raise InputError(f"--bias-text {path}: not a readable Parquet file ({str(err).splitlines()[0]})") from None
-        strings = [f.name for f in table.schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
+            raise InputError(
+                f"--bias-text {path}: not a readable Parquet file ({str(err).splitlines()[0]})"
+            ) from None
+        strings = [
+            f.name
+            for f in table.schema
+            if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)
+        ]
         return [text for name in strings for text in table.column(name).to_pylist() if text]
     raw = file.read_bytes()
     try:
@@ -247,8 +294,8 @@ def read_texts(path: str) -> list[str]:
 
 
 def bias_counts(tokenizer: PreTrainedTokenizerBase, path: str) -> dict[int, int]:
-    """The target tokens' counts on ``bias_text``, read whole before any work: an unreadable or empty text is one
-    :class:`InputError`."""
+    """The target tokens' counts on ``bias_text``, read whole before any work: an unreadable or
+    empty text is one :class:`InputError`."""
     texts = read_texts(path)
     if not texts:
         raise InputError(f"--bias-text {path}: holds no text (every line or string is empty)")
@@ -256,8 +303,9 @@ def bias_counts(tokenizer: PreTrainedTokenizerBase, path: str) -> dict[int, int]
 
 
 def require_varying_counts(counts: dict[int, int], rest: list[int], text: str) -> None:
-    """``bias: frequency`` standardises the log-counts of the tokens it initialises: refuse a text in which they do
-    not vary (none occurs, or all equally often), which would give every one the same bias (the source's mean)."""
+    """``bias: frequency`` standardises the log-counts of the tokens it initialises: refuse a text
+    in which they do not vary (none occurs, or all equally often), which would give every one the
+    same bias (the source's mean)."""
     seen = {counts.get(int(i), 0) for i in rest}
     if len(rest) > 1 and len(seen) < 2:
         found = "none of them occurs" if seen == {0} else "all occur equally often"
@@ -272,8 +320,8 @@ def decomposed_rows(
     weights: torch.Tensor,
     matrices: tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None],
 ) -> NewRows:
-    """The fvt baseline's rows: each piece's decomposition weights composed, the mean source row (and bias) where
-    nothing covers the piece (its weights row is empty)."""
+    """The fvt baseline's rows: each piece's decomposition weights composed, the mean source row
+    (and bias) where nothing covers the piece (its weights row is empty)."""
     covered = (weights.crow_indices()[1:] - weights.crow_indices()[:-1]) > 0
 
     def rows(matrix: torch.Tensor | None) -> torch.Tensor | None:
@@ -303,15 +351,16 @@ def initialise(
     *,
     neutral_symbols: bool = True,
 ) -> InitResult:
-    """Run the whole initialisation into ``cfg.output`` (model dir, provenance, report, config, _SUCCESS), then
-    push the model when ``push_to_hub`` is set (also a finished output's: a rerun publishes without recomputing).
+    """Run the whole initialisation into ``cfg.output`` (model dir, provenance, report, config,
+    _SUCCESS), then push the model when ``push_to_hub`` is set (also a finished output's: a rerun
+    publishes without recomputing).
 
-    Inputs are checked and loaded before the output is claimed (:func:`~sembridge_ray.outputs.claim_output`):
-    bad input leaves an existing output untouched. ``inputs`` (identities) may come from a caller that planned
-    them (``jobs.reproduce``). ``neutral_symbols=False`` is the position-aware ablation of the neutral class
-    (``scripts/position_aware/variants.py``; ``position.position_class``): no config key, since no user would pick
-    it, and so in no identity either: give such a run an output of its own.
-    """
+    Inputs are checked and loaded before the output is claimed
+    (:func:`~sembridge_ray.outputs.claim_output`): bad input leaves an existing output untouched.
+    ``inputs`` (identities) may come from a caller that planned them (``jobs.reproduce``).
+    ``neutral_symbols=False`` is the position-aware ablation of the neutral class
+    (``scripts/position_aware/variants.py``; ``position.position_class``): no config key, since no
+    user would pick it, and so in no identity either: give such a run an output of its own."""
     if cfg.push_to_hub:
         check_push(cfg.push_to_hub)  # before any work: a push that cannot happen fails in a second
     result = _initialise(cfg, stages, inputs, neutral_symbols)
@@ -323,7 +372,8 @@ def initialise(
 def _initialise(
     cfg: InitConfig, stages: Stages | None, inputs: dict[str, str] | None, neutral_symbols: bool
 ) -> InitResult:
-    named = cfg  # as the user named the inputs (bundled names, hub ids): what the report and the card show
+    # as the user named the inputs (bundled names, hub ids): what the report and the card show
+    named = cfg
     cfg = _resolved(cfg)
     stages = stages or local_stages(cfg)
     identity = cfg.identity("init", inputs or input_identities(cfg))
@@ -344,7 +394,9 @@ def _initialise(
         matrices = _source_matrices(model)
         toks = {"source": source_tok, "target": target_tok}
         sizes = {"source": len(matrices[0]), "target": part.size}
-        bridge = bridge_side(cfg.method, cfg.rule, cfg.precision, cfg.bridge_model, toks, sizes, neutral_symbols)
+        bridge = bridge_side(
+            cfg.method, cfg.rule, cfg.precision, cfg.bridge_model, toks, sizes, neutral_symbols
+        )
         new = new_rows(cfg, part, matrices, (source_tok, target_tok), stages, bridge, timings)
         if counts is not None and matrices[2] is not None:
             new = _frequency_bias(new, counts, matrices[2], source_tok)
@@ -353,21 +405,25 @@ def _initialise(
         prov = provenance(part, new, {i: t for t, i in target_tok.get_vocab().items()})
         counterparts = position.exact_counterparts(source_tok, target_tok, part.rest)
         rep = _report(named, part, prov, source_tok, timings, bridge, counterparts)
-        _write_outputs(claim.path, cfg, named, model, target_tok, rep, prov)  # claim.path: the output or its staging
+        # claim.path: the output or its staging
+        _write_outputs(claim.path, cfg, named, model, target_tok, rep, prov)
         timings["compose_and_write_s"] = time.perf_counter() - start
         rep["timings"] = {k: round(v, 3) for k, v in timings.items()}
         atomic_write_json(claim.path / REPORT, rep)
         _require_inputs_unchanged(identity.inputs, cfg)
-        claim.finish(exclude=unchecked(MODEL))  # the card: evaluations of the finished model add their scores
+        # the card: evaluations of the finished model add their scores
+        claim.finish(exclude=unchecked(MODEL))
         _log_written(out, prov.num_rows, timings["compose_and_write_s"])
     return InitResult.from_report(str(out), rep)
 
 
 def _load_inputs(
     cfg: InitConfig,
-) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, PreTrainedTokenizerBase, dict[int, int] | None]:
-    """The source model and tokenizer, the target tokenizer, and ``bias_text``'s token counts (``bias: frequency``
-    only): everything read before the output is claimed."""
+) -> tuple[
+    PreTrainedModel, PreTrainedTokenizerBase, PreTrainedTokenizerBase, dict[int, int] | None
+]:
+    """The source model and tokenizer, the target tokenizer, and ``bias_text``'s token counts
+    (``bias: frequency`` only): everything read before the output is claimed."""
     model, source_tok = load_mlm(cfg.source_model, cfg.trust_remote_code)
     target_tok = load_tokenizer(cfg.target_tokenizer, cfg.trust_remote_code)
     counts = bias_counts(target_tok, cfg.bias_text) if cfg.bias == "frequency" else None
@@ -376,25 +432,33 @@ def _load_inputs(
 
 def _log_written(out: Path, tokens: int, seconds: float) -> None:
     """One log line: the output is complete."""
-    log.info("wrote %s: model, provenance of %d tokens, report (%s)", out, tokens, duration(seconds))
+    log.info(
+        "wrote %s: model, provenance of %d tokens, report (%s)", out, tokens, duration(seconds)
+    )
 
 
 def _resolved(cfg: InitConfig) -> InitConfig:
-    """``cfg`` with bundled names materialised to paths (for the actors) and ``precision: auto`` resolved here."""
+    """``cfg`` with bundled names materialised to paths (for the actors) and ``precision: auto``
+    resolved here."""
     cfg = replace(
         cfg,
         source_model=resolve(cfg.source_model),
         target_tokenizer=resolve(cfg.target_tokenizer),
         bridge_model=resolve(cfg.bridge_model),
     )  # bundled names: paths for the actors
-    if cfg.precision == "auto":  # in this process (run_init resolves it for the actors before building them)
-        cfg = replace(cfg, precision=local_precision(cfg.precision, use_gpu=pick_device() == "cuda"))
+    # in this process (run_init resolves it for the actors before building them)
+    if cfg.precision == "auto":
+        cfg = replace(
+            cfg, precision=local_precision(cfg.precision, use_gpu=pick_device() == "cuda")
+        )
     return cfg
 
 
 def _skipped(out: Path) -> InitResult:
     """The result of an output already complete with the same settings, from its report."""
-    return InitResult.from_report(str(out), json.loads((out / REPORT).read_text(encoding="utf-8")), skipped=True)
+    return InitResult.from_report(
+        str(out), json.loads((out / REPORT).read_text(encoding="utf-8")), skipped=True
+    )
 
 
 def _log_partition(part: Partition, method_name: str, seconds: float) -> None:
@@ -410,9 +474,14 @@ def _log_partition(part: Partition, method_name: str, seconds: float) -> None:
     )
 
 
-def _source_matrices(model: PreTrainedModel) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-    """Copies of the source's input embeddings, untied output embeddings and decoder bias (None where absent)."""
-    e_in, e_out, bias = (t.detach().clone() if t is not None else None for t in mlm_embeddings(model))
+def _source_matrices(
+    model: PreTrainedModel,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """Copies of the source's input embeddings, untied output embeddings and decoder bias (None
+    where absent)."""
+    e_in, e_out, bias = (
+        t.detach().clone() if t is not None else None for t in mlm_embeddings(model)
+    )
     assert e_in is not None  # a masked-LM always has input embeddings
     return e_in, e_out, bias
 
@@ -420,10 +489,12 @@ def _source_matrices(model: PreTrainedModel) -> tuple[torch.Tensor, torch.Tensor
 def _frequency_bias(
     new: NewRows, counts: dict[int, int], bias: torch.Tensor, source_tok: PreTrainedTokenizerBase
 ) -> NewRows:
-    """``bias: frequency``: the new tokens' decoder bias from their log-counts, on the scale of the source's
-    non-special biases."""
+    """``bias: frequency``: the new tokens' decoder bias from their log-counts, on the scale of the
+    source's non-special biases."""
     freqs = plus.log_frequencies(counts, new.target_ids)
-    sources = torch.tensor(sorted(set(range(len(bias))) - set(source_tok.all_special_ids)), dtype=torch.long)
+    sources = torch.tensor(
+        sorted(set(range(len(bias))) - set(source_tok.all_special_ids)), dtype=torch.long
+    )
     return replace(new, bias=plus.frequency_bias(freqs, bias[sources]))
 
 
@@ -435,12 +506,14 @@ def _target_model(
     matrices: tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None],
     bias_policy: str,
 ) -> PreTrainedModel:
-    """The source model with the target vocabulary: copied and new rows composed into each matrix (and the bias)."""
+    """The source model with the target vocabulary: copied and new rows composed into each matrix
+    (and the bias)."""
     e_in, e_out, bias = matrices
     inputs_rows = compose(part, e_in, new.inputs, new.target_ids, e_in.mean(0))
     outputs = None
     if e_out is not None:
-        assert new.outputs is not None  # bridged beside the inputs whenever the source has an output matrix
+        # bridged beside the inputs whenever the source has an output matrix
+        assert new.outputs is not None
         outputs = compose(part, e_out, new.outputs, new.target_ids, e_out.mean(0))
     new_bias = None if bias is None else compose_bias(part, new, bias, bias_policy)
     return target_model(model, target_tok, part.size, inputs_rows, outputs, new_bias)
@@ -457,7 +530,8 @@ def _write_outputs(
 ) -> None:
     """Write the config, the model directory (with its card) and the provenance into ``work``."""
     write_config(cfg, work / "config.yaml")
-    require_finite(model.state_dict(), f"the initialised model for {Path(cfg.output)}")  # never a NaN model complete
+    # never a NaN model complete
+    require_finite(model.state_dict(), f"the initialised model for {Path(cfg.output)}")
     with atomic_path(work / MODEL) as tmp:
         serving = Serving(
             query_length=cfg.query_length,
@@ -471,7 +545,8 @@ def _write_outputs(
 
 
 def _require_inputs_unchanged(inputs: dict[str, str], cfg: InitConfig) -> None:
-    """Everything was loaded: still the inputs the identity names (no ``--overwrite`` of one meanwhile)?"""
+    """Everything was loaded: still the inputs the identity names (no ``--overwrite`` of one
+    meanwhile)?"""
     require_unchanged(
         inputs,
         {
@@ -483,10 +558,13 @@ def _require_inputs_unchanged(inputs: dict[str, str], cfg: InitConfig) -> None:
     )
 
 
-def card_facts(cfg: InitConfig, report: InitReport, resolved: InitConfig | None = None) -> InitFacts:
-    """What the model card says about an initialisation (``cfg`` with the inputs as the user named them, ``resolved``
-    with bundled names materialised to paths): names without absolute paths, the base model on the hub, the target
-    language and the licence of every input (:mod:`sembridge_ray.provenance`)."""
+def card_facts(
+    cfg: InitConfig, report: InitReport, resolved: InitConfig | None = None
+) -> InitFacts:
+    """What the model card says about an initialisation (``cfg`` with the inputs as the user named
+    them, ``resolved`` with bundled names materialised to paths): names without absolute paths, the
+    base model on the hub, the target language and the licence of every input
+    (:mod:`sembridge_ray.provenance`)."""
     paths = resolved or cfg
     bridge = cfg.bridge_model if method(cfg.method).uses_bridge else ""
     bias_text = cfg.bias_text if cfg.bias == "frequency" else ""
@@ -524,9 +602,9 @@ def _report(
 ) -> InitReport:
     source_tokens = {i: t for t, i in source_tok.get_vocab().items()}
     bridge_fp, keys = bridge.fingerprint, bridge.keys
-    # one literal, in the order init_report.json has always been written; the weighting options each say whether
-    # and when the report carries them (embed_init.config.Read: the position keys with position_aware, SemBridge+'s
-    # only when on, so the released report keeps its bytes)
+    # one literal, in the order init_report.json has always been written; the weighting options each
+    # say whether and when the report carries them (embed_init.config.Read: the position keys with
+    # position_aware, SemBridge+'s only when on, so the released report keeps its bytes)
     return cast(
         "InitReport",
         {
@@ -544,7 +622,8 @@ def _report(
             "fingerprints": {
                 "source_model": model_fingerprint(cfg.source_model),
                 "bridge_model": bridge_fp,
-                "source_tokenizer": keys["source"].split("-")[1],  # <bridge>-<tokenizer>[-<precision>]
+                # <bridge>-<tokenizer>[-<precision>]
+                "source_tokenizer": keys["source"].split("-")[1],
                 "target_tokenizer": keys["target"].split("-")[1],
             },
             "models": {

@@ -1,13 +1,14 @@
-"""The ``malstm`` job's contract: MaLSTM (Mueller & Thyagarajan, AAAI 2016) on SICK: STS pretraining, optional
-thesaurus augmentation, restarts as parallel Ray tasks, statsmodels local-linear calibration.
+"""The ``malstm`` job's contract: MaLSTM (Mueller & Thyagarajan, AAAI 2016) on SICK: STS
+pretraining, optional thesaurus augmentation, restarts as parallel Ray tasks, statsmodels
+local-linear calibration.
 
     sembridge malstm --output /shared/malstm                    # the default preset, ``paper``
     python -m jobs.malstm --preset smoke --output /tmp/malstm-smoke    # every stage on a sliver, 2 CPUs
 
-The dataclass defaults are the paper's recipe as the authors ran it (preset ``faithful`` adds nothing); ``paper``,
-the default preset, lists the measured deltas for the offline vectors; ``smoke`` shrinks every stage. Writes
-``report.json``, ``report.md`` with its plots, ``predictions.tsv``, ``val_predictions.tsv``, ``config.yaml``,
-``identity.json`` and ``_SUCCESS``.
+The dataclass defaults are the paper's recipe as the authors ran it (preset ``faithful`` adds
+nothing); ``paper``, the default preset, lists the measured deltas for the offline vectors;
+``smoke`` shrinks every stage. Writes ``report.json``, ``report.md`` with its plots,
+``predictions.tsv``, ``val_predictions.tsv``, ``config.yaml``, ``identity.json`` and ``_SUCCESS``.
 """
 
 from __future__ import annotations
@@ -51,21 +52,26 @@ class MalstmConfig(Config):
     output: str = "outputs/malstm"
     """Output directory."""
     sick: str = ""
-    """SICK 2014 directory (``SICK_train.txt``, ``SICK_trial.txt``, ``SICK_test_annotated.txt``); empty = bundled."""
+    """SICK 2014 directory (``SICK_train.txt``, ``SICK_trial.txt``, ``SICK_test_annotated.txt``);
+    empty = bundled."""
     sts: str = ""
     """STS directory with one folder per year; empty = bundled."""
     restarts: int = 4
-    """Restarts (formerly ``seeds``), run as parallel Ray tasks; the best by validation MSE is reported."""
+    """Restarts (formerly ``seeds``), run as parallel Ray tasks; the best by validation MSE is
+    reported."""
     seed: int = 0
     """First restart's seed (restart k uses seed + k)."""
     data_seed: int = 0
-    """Seeds the validation splits, the augmentation draws and the OOV vectors (shared by every restart)."""
+    """Seeds the validation splits, the augmentation draws and the OOV vectors (shared by every
+    restart)."""
     val_fraction: float = 0.3
-    """Share of SICK train+trial (and of the STS pool) held out for early stopping and calibration."""
+    """Share of SICK train+trial (and of the STS pool) held out for early stopping and
+    calibration."""
     limit_train: int = 0
     """Use only the first N SICK train+trial pairs (0 = all 5,000; smoke runs)."""
     ensemble: bool = False
-    """Also report the mean of all restarts' predictions (calibrated on validation): not the paper's method."""
+    """Also report the mean of all restarts' predictions (calibrated on validation): not the paper's
+    method."""
     overwrite: bool = False
     """Replace an output written with other settings (otherwise such a rerun is refused)."""
     vectors: VectorConfig = field(default_factory=VectorConfig)
@@ -73,11 +79,14 @@ class MalstmConfig(Config):
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     calibration: CalibrationConfig = field(default_factory=CalibrationConfig)
-    resources: ResourceConfig = field(default_factory=lambda: ResourceConfig(workers=2, reserve_cpus=0))
+    resources: ResourceConfig = field(
+        default_factory=lambda: ResourceConfig(workers=2, reserve_cpus=0)
+    )
     """``workers``: restarts trained at once, each a one-CPU Ray task."""
 
     ALIASES: ClassVar[dict[str, str]] = {"seeds": "restarts"}
-    IDENTITY_NAMES: ClassVar[dict[str, str]] = {"restarts": "seeds"}  # the name finished runs recorded
+    # the name finished runs recorded
+    IDENTITY_NAMES: ClassVar[dict[str, str]] = {"restarts": "seeds"}
     NOT_IDENTITY: ClassVar[tuple[str, ...]] = (
         "output",
         "sick",
@@ -94,7 +103,11 @@ class MalstmConfig(Config):
         require(0 < self.val_fraction < 1, "val_fraction", self.val_fraction, "must be in (0, 1)")
         require(self.limit_train >= 0, "limit_train", self.limit_train, "must be >= 0 (0 = all)")
 
-    CONTEXT_SETTINGS: ClassVar[tuple[str, ...]] = ("vectors.layer", "vectors.pooling", "vectors.contexts")
+    CONTEXT_SETTINGS: ClassVar[tuple[str, ...]] = (
+        "vectors.layer",
+        "vectors.pooling",
+        "vectors.contexts",
+    )
     """Read by the ``minilm-context`` vectors only."""
 
     def identity_settings(self) -> dict[str, JSONValue]:
@@ -103,7 +116,8 @@ class MalstmConfig(Config):
         if sep:  # word2vec:PATH: the file enters the identity by content, as an input
             settings["vectors.source"] = kind
         unused = set() if self.vectors.source == MINILM_CONTEXT else set(self.CONTEXT_SETTINGS)
-        if not sep:  # MiniLM gives every word a vector: only a word2vec file leaves words out of vocabulary
+        # MiniLM gives every word a vector: only a word2vec file leaves words out of vocabulary
+        if not sep:
             unused.add("vectors.oov_std")
         return {k: v for k, v in settings.items() if k not in unused}
 
@@ -117,7 +131,8 @@ class MalstmConfig(Config):
 
 @dataclass(frozen=True, kw_only=True)
 class MalstmResult:
-    """The reported restart's scores on SICK test (``report.json`` holds every restart and the calibration)."""
+    """The reported restart's scores on SICK test (``report.json`` holds every restart and the
+    calibration)."""
 
     output: str
     best_seed: int
@@ -157,7 +172,9 @@ FLAGS = (
 def report(result: MalstmResult) -> str:
     from pathlib import Path
 
-    scores = json.dumps({"output": result.output, "best_seed": result.best_seed, "test": result.test})
+    scores = json.dumps(
+        {"output": result.output, "best_seed": result.best_seed, "test": result.test}
+    )
     return f"{scores}\nreport.md: {Path(result.output, 'report.md')}"
 
 

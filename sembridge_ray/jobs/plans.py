@@ -1,9 +1,9 @@
-"""The dry run's plan, one schema for every job that has one (``init --dry-run``, ``reproduce --dry-run``): cells,
-the stages of each with whether their output is already complete, and a GPU-hour estimate with its source.
+"""The dry run's plan, one schema for every job that has one (``init --dry-run``, ``reproduce
+--dry-run``): cells, the stages of each with whether their output is already complete, and a
+GPU-hour estimate with its source.
 
-``--dry-run`` prints :func:`plan_table` (a summary a person reads); ``--dry-run --json`` prints the plan itself as
-JSON, in the key order of :class:`Plan`.
-"""
+``--dry-run`` prints :func:`plan_table` (a summary a person reads); ``--dry-run --json`` prints the
+plan itself as JSON, in the key order of :class:`Plan`."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from typing import Literal, TypedDict
 
 StageState = Literal["done", "todo", "refused"]
-"""``done``: complete on disk (a rerun checks its checksums and skips it); ``todo``: to run (or redo, with
-``--overwrite``); ``refused``: its output holds a run with other settings, so the run (without ``--overwrite``)
-refuses to start. Predicted from the settings alone: a changed input is found when the run identifies it."""
+"""``done``: complete on disk (a rerun checks its checksums and skips it); ``todo``: to run (or
+redo, with ``--overwrite``); ``refused``: its output holds a run with other settings, so the run
+(without ``--overwrite``) refuses to start. Predicted from the settings alone: a changed input is
+found when the run identifies it."""
 
 
 class PlannedCell(TypedDict):
@@ -32,7 +33,8 @@ class PlannedCell(TypedDict):
     stages: dict[str, StageState]
     """Stage -> ``done``, ``todo`` or ``refused`` (:data:`StageState`)."""
     refusals: dict[str, str]
-    """Stage -> the settings that differ from its output's run (old → new), for the ``refused`` ones."""
+    """Stage -> the settings that differ from its output's run (old → new), for the ``refused``
+    ones."""
     estimate_gpu_hours: float
     """The ``todo`` stages' estimate."""
 
@@ -58,7 +60,8 @@ class Plan(TypedDict):
     estimate_wall_hours_at_concurrency: dict[str, float]
     """Concurrent cells (as a string) -> wall-clock hours."""
     figures_source: str
-    """Where the throughputs behind the estimate come from (the GPU check's measured figures, or built-in ones)."""
+    """Where the throughputs behind the estimate come from (the GPU check's measured figures, or
+    built-in ones)."""
     assumptions: Assumptions
 
 
@@ -75,7 +78,8 @@ def render_plan(result: PlanResult) -> str:
 
 
 def plan_table(plan: Plan) -> str:
-    """The plan as a person reads it: one row per cell, then the totals and where the estimate comes from."""
+    """The plan as a person reads it: one row per cell, then the totals and where the estimate comes
+    from."""
     rows = [["cell", "language", "method", "α", "stages done/todo", "GPU-h"]]
     for c in plan["cells"]:
         done = sum(state == "done" for state in c["stages"].values())
@@ -103,16 +107,24 @@ def plan_table(plan: Plan) -> str:
     lines += [
         "",
         f"{plan['job']} plan: {plan['total_cells']} cell(s), {plan['stages_done']} stage(s) done, "
-        f"{plan['stages_todo']} to run" + (f", {plan['stages_refused']} refused" if plan["stages_refused"] else ""),
+        f"{plan['stages_todo']} to run"
+        + (f", {plan['stages_refused']} refused" if plan["stages_refused"] else ""),
         f"estimate: {plan['estimate_gpu_hours']:g} GPU-hours to run, ~{wall:g} h wall at {concurrent} cell(s) at once "
         f"({a['note']})",
         f"figures: {plan['figures_source']} (bridge {a['bridge_strings_per_s']:g} strings/s, "
         f"{a['docs_per_s']:g} docs/s, {a['seconds_per_step']:g} s/step)",
         "nothing ran; --json prints every field (hub ids per cell), drop --dry-run to run",
     ]
-    refused = [(c["cell"], stage, why) for c in plan["cells"] for stage, why in c["refusals"].items()]
+    refused = [
+        (c["cell"], stage, why) for c in plan["cells"] for stage, why in c["refusals"].items()
+    ]
     if refused:
-        lines += ["", "a run would refuse (their outputs hold runs with other settings; --overwrite redoes them):"]
+        lines += [
+            "",
+            "a run would refuse (their outputs hold runs with other settings; --overwrite redoes them):",
+        ]
         lines += [f"  {cell}/{stage}: {why}" for cell, stage, why in refused[:10]]
-        lines += [f"  and {len(refused) - 10} more (--json lists them)"] if len(refused) > 10 else []
+        lines += (
+            [f"  and {len(refused) - 10} more (--json lists them)"] if len(refused) > 10 else []
+        )
     return "\n".join(lines)

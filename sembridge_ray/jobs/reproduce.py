@@ -1,8 +1,9 @@
-"""The ``reproduce`` job's contract: the SemBridge paper's grid (or its offline miniature): cells of (model,
-language, method, α), each init → per dataset zero-shot evaluation → fine-tuning → evaluation, cells as concurrent
-Ray tasks; ``results.csv``, ``results.md``, ``comparisons.csv`` and ``plots/``. With a development set (the
-demo's SICK trial split, or ``finetune.eval``) each fine-tuning is scored on it as it trains and each source model
-once: ``results.csv``'s ``dev_final``, ``steps_to_95``, ``dev_auc`` and ``plots/convergence.png``.
+"""The ``reproduce`` job's contract: the SemBridge paper's grid (or its offline miniature): cells of
+(model, language, method, α), each init → per dataset zero-shot evaluation → fine-tuning →
+evaluation, cells as concurrent Ray tasks; ``results.csv``, ``results.md``, ``comparisons.csv`` and
+``plots/``. With a development set (the demo's SICK trial split, or ``finetune.eval``) each
+fine-tuning is scored on it as it trains and each source model once: ``results.csv``'s
+``dev_final``, ``steps_to_95``, ``dev_auc`` and ``plots/convergence.png``.
 
     sembridge reproduce --preset paper --output /shared/outputs/paper --gpus-per-cell 1
     sembridge reproduce --preset paper --output ROOT --dry-run       # the plan and its GPU-hour estimate
@@ -33,8 +34,8 @@ from sembridge_ray.jobs.init import InitConfig
 from sembridge_ray.jobs.plans import PlanResult, render_plan
 
 BRIDGE, ALPHA = "@", "="
-"""``METHOD[+pa][@BRIDGE][=ALPHA]``: a grid's ``methods`` entry with its own bridge, or its own α (which replaces the
-``alphas`` axis for that entry): ``sembridge=2``, ``sembridge@minilm``."""
+"""``METHOD[+pa][@BRIDGE][=ALPHA]``: a grid's ``methods`` entry with its own bridge, or its own α
+(which replaces the ``alphas`` axis for that entry): ``sembridge=2``, ``sembridge@minilm``."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,7 +50,8 @@ class Variant:
 
 
 def parse_variant(entry: str) -> Variant:
-    """``sembridge+pa@minilm=2`` -> Variant(sembridge, True, minilm, "2"); the method is checked by the caller."""
+    """``sembridge+pa@minilm=2`` -> Variant(sembridge, True, minilm, "2"); the method is checked by
+    the caller."""
     rest, _, alpha = entry.partition(ALPHA)
     rest, _, bridge = rest.partition(BRIDGE)
     base, aware = split_variant(rest.strip())
@@ -82,8 +84,8 @@ def variant_problem(entry: str) -> str | None:
 
 DATASETS = ("webfaq", "miracl", "sick", "xquad")
 XLING_LANGUAGES = ("ar", "zh", "hi", "ko", "ru")
-"""The cross-lingual miniature's languages: a bundled target tokenizer each (``tok-<lang>``), XQuAD (KorQuAD for
-ko) as the retrieval set."""
+"""The cross-lingual miniature's languages: a bundled target tokenizer each (``tok-<lang>``), XQuAD
+(KorQuAD for ko) as the retrieval set."""
 DEMO_LANGUAGE = "en-bpe"
 """The miniature's own target vocabulary: a byte-level BPE it trains on the bundled text."""
 _ASSETS_OF_PRESET = {"paper": "hub", "demo": "bundled", "xling": "xling"}
@@ -92,15 +94,18 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, kw_only=True)
 class DemoSettings(Config):
-    """The offline miniature: a MiniLM SPLADE source, a byte-level BPE target, SICK as retrieval (train pairs to
-    fine-tune on, the trial split as the development set, test judgements to score)."""
+    """The offline miniature: a MiniLM SPLADE source, a byte-level BPE target, SICK as retrieval
+    (train pairs to fine-tune on, the trial split as the development set, test judgements to
+    score)."""
 
     test_pairs: int = 800
     """SICK test pairs whose sentences form the retrieval set (queries A, documents B)."""
     target_vocab: int = 8000
-    """Size of the cased byte-level BPE target vocabulary (trained on the bundled SICK + STS text)."""
+    """Size of the cased byte-level BPE target vocabulary (trained on the bundled SICK + STS
+    text)."""
     mlm_bias: float = -2.5
-    """Constant decoder bias of the fresh MLM head (with 0, about 29.5k of its 30.5k dimensions fire on any input)."""
+    """Constant decoder bias of the fresh MLM head (with 0, about 29.5k of its 30.5k dimensions fire
+    on any input)."""
     source_steps: int = 30
     """InfoNCE + FLOPs steps that make the MiniLM SPLADE source a retriever."""
     source_batch: int = 32
@@ -114,10 +119,11 @@ class ReproduceConfig(Config):
     """One cell per (model, language, method, α); per dataset: zero-shot eval, fine-tune, eval."""
 
     assets: Literal["hub", "bundled", "xling"] = "hub"
-    """Where the cells' inputs come from: ``hub``, the hub's models, tokenizers and datasets (the paper); ``bundled``,
-    the offline English miniature built from the package's own data (``DemoSettings``); ``xling``, the offline
-    cross-lingual miniature: an English MiniLM SPLADE trained on XQuAD-en, bundled target tokenizers, XQuAD (KorQuAD
-    for ko) as retrieval sets, the bundled multilingual bridge (docs/xling.md)."""
+    """Where the cells' inputs come from: ``hub``, the hub's models, tokenizers and datasets (the
+    paper); ``bundled``, the offline English miniature built from the package's own data
+    (``DemoSettings``); ``xling``, the offline cross-lingual miniature: an English MiniLM SPLADE
+    trained on XQuAD-en, bundled target tokenizers, XQuAD (KorQuAD for ko) as retrieval sets, the
+    bundled multilingual bridge (docs/xling.md)."""
     output: str = ""
     """Root of the grid: one directory per cell and stage, the tables and the plots."""
     dry_run: bool = False
@@ -125,8 +131,9 @@ class ReproduceConfig(Config):
     json: bool = False
     """With ``dry_run``: print the plan as JSON (every field) instead of the summary table."""
     figures: str = ""
-    """With ``dry_run``: a figures file (JSON throughputs, as the GPU check or ``jobs.bench_peers`` write them:
-    ``sembridge_ray.reproduce.figures``) the GPU-hour estimate divides by; empty = the built-in rough figures."""
+    """With ``dry_run``: a figures file (JSON throughputs, as the GPU check or ``jobs.bench_peers``
+    write them: ``sembridge_ray.reproduce.figures``) the GPU-hour estimate divides by; empty = the
+    built-in rough figures."""
     models: tuple[str, ...] = tuple(catalog.SOURCE_MODELS.values())
     """Source encoders: catalog keys, hub ids or directories (comma-separated)."""
     languages: tuple[str, ...] = tuple(catalog.LANGUAGES)
@@ -134,8 +141,8 @@ class ReproduceConfig(Config):
     datasets: tuple[str, ...] = field(default=("webfaq", "miracl"), metadata={"choices": DATASETS})
     """Datasets each cell is evaluated and fine-tuned on."""
     methods: tuple[str, ...] = field(default=METHOD_NAMES, metadata={"choices": METHOD_NAMES})
-    """Initialisation methods (one cell each; sembridge once per α); a bridge method + ``+pa`` (``sembridge+pa``)
-    is its position-aware variant, a row of its own."""
+    """Initialisation methods (one cell each; sembridge once per α); a bridge method + ``+pa``
+    (``sembridge+pa``) is its position-aware variant, a row of its own."""
     alphas: tuple[str, ...] = ("4",)
     """α values for sembridge cells; ``softmax`` = α 1 (the ablation is 2,3,4,softmax)."""
     max_concurrent: int = 0
@@ -143,15 +150,18 @@ class ReproduceConfig(Config):
     gpus_per_cell: float = 1.0
     """GPUs each cell's stages ask for (a fraction shares a GPU between cells)."""
     miracl_mirror: str = ""
-    """A local MIRACL mirror (``<lang>/topics…tsv``, ``qrels…tsv``, ``corpus/*.jsonl.gz``); empty = the hub."""
+    """A local MIRACL mirror (``<lang>/topics…tsv``, ``qrels…tsv``, ``corpus/*.jsonl.gz``); empty =
+    the hub."""
     xquad_dir: str = ""
-    """With ``assets: xling``: a directory of XQuAD-format files ``xquad.<lang>.json`` read for every language
-    instead of the bundled XQuAD and KorQuAD (any language the bridge covers, with its tokenizer in
-    ``target_tokenizers``); empty = the bundled files."""
+    """With ``assets: xling``: a directory of XQuAD-format files ``xquad.<lang>.json`` read for
+    every language instead of the bundled XQuAD and KorQuAD (any language the bridge covers, with
+    its tokenizer in ``target_tokenizers``); empty = the bundled files."""
     target_tokenizers: tuple[str, ...] = ()
-    """Per-language overrides of the catalog's target tokenizer, ``lang=HUB_ID_OR_PATH`` (e.g. a local mirror). With
-    bundled assets: the tokenizer of each language but ``en-bpe`` (the bundled BPE), e.g. the settings preset's
-    ``en-roberta=DIR/roberta-base,en-kobigbird=DIR/kobigbird-bert-base`` (with those in ``languages``)."""
+    """Per-language overrides of the catalog's target tokenizer, ``lang=HUB_ID_OR_PATH`` (e.g. a
+    local mirror). With bundled assets: the tokenizer of each language but ``en-bpe`` (the bundled
+    BPE), e.g. the settings preset's
+    ``en-roberta=DIR/roberta-base,en-kobigbird=DIR/kobigbird-bert-base`` (with those in
+    ``languages``)."""
     eval_split: str = "test"
     """Split evaluated (MIRACL's public judgements: ``test`` means ``dev`` there)."""
     init: InitConfig = field(default_factory=lambda: InitConfig(bridge_model=catalog.BRIDGE))
@@ -159,8 +169,8 @@ class ReproduceConfig(Config):
     evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
     demo: DemoSettings = field(default_factory=DemoSettings)
     overwrite: bool = False
-    """Redo the stages whose settings changed since they ran (otherwise the run is refused, listing them);
-    finished stages with unchanged settings are still skipped."""
+    """Redo the stages whose settings changed since they ran (otherwise the run is refused, listing
+    them); finished stages with unchanged settings are still skipped."""
 
     PLANNED: ClassVar[tuple[str, ...]] = (
         "init.source_model",
@@ -185,10 +195,11 @@ class ReproduceConfig(Config):
         "evaluate.cache_dir",
         "evaluate.overwrite",
     )
-    """Stage keys the plan sets per cell and stage (from ``models``, ``languages``, ``methods``, ``alphas``,
-    ``datasets``, ``eval_split``, ``output``, ``overwrite``; the written models' lengths from ``evaluate``'s):
-    setting them here is refused, since it would change nothing."""
-    # The stages' identities hold everything else (the sections' own NOT_IDENTITY keys aside); these steer the run.
+    """Stage keys the plan sets per cell and stage (from ``models``, ``languages``, ``methods``,
+    ``alphas``, ``datasets``, ``eval_split``, ``output``, ``overwrite``; the written models' lengths
+    from ``evaluate``'s): setting them here is refused, since it would change nothing."""
+    # The stages' identities hold everything else (the sections' own NOT_IDENTITY keys aside); these
+    # steer the run.
     NOT_IDENTITY: ClassVar[tuple[str, ...]] = (
         "output",
         "dry_run",
@@ -202,22 +213,34 @@ class ReproduceConfig(Config):
 
     @classmethod
     def upgrade(cls, data: dict[str, object]) -> dict[str, object]:
-        """The former key ``preset: paper | demo`` is ``assets: hub | bundled``. An ``init`` key set to something
-        other than its default must agree with the recipe of every method of the grid that has one (refused here,
-        before any cell is planned). At its default it sets the other methods' cells (``to_dict`` writes every key,
-        so a default there cannot be told from one a user wrote)."""
+        """The former key ``preset: paper | demo`` is ``assets: hub | bundled``. An ``init`` key set
+        to something other than its default must agree with the recipe of every method of the grid
+        that has one (refused here, before any cell is planned). At its default it sets the other
+        methods' cells (``to_dict`` writes every key, so a default there cannot be told from one a
+        user wrote)."""
         if "preset" in data:
-            log.warning("config key preset is now assets (paper = hub, demo = bundled); the old name goes soon")
+            log.warning(
+                "config key preset is now assets (paper = hub, demo = bundled); the old name goes soon"
+            )
             old = str(data["preset"]).strip()
-            data = {k: v for k, v in data.items() if k != "preset"} | {"assets": _ASSETS_OF_PRESET.get(old, old)}
+            data = {k: v for k, v in data.items() if k != "preset"} | {
+                "assets": _ASSETS_OF_PRESET.get(old, old)
+            }
         init = data.get("init")
         section = init.get("weighting") if isinstance(init, dict) else None
-        if isinstance(section, dict):  # the recipes fix weighting options (init.alpha is init.weighting.alpha here)
+        # the recipes fix weighting options (init.alpha is init.weighting.alpha here)
+        if isinstance(section, dict):
             defaults = WeightingConfig().to_dict()
             hints = typing.get_type_hints(WeightingConfig)
-            changed = {k: v for k, v in section.items() if k in hints and coerce(v, hints[k], k) != defaults.get(k)}
+            changed = {
+                k: v
+                for k, v in section.items()
+                if k in hints and coerce(v, hints[k], k) != defaults.get(k)
+            }
             methods = coerce(data.get("methods", METHOD_NAMES), tuple[str, ...], "methods")
-            for name in {split_variant(str(m))[0] for m in cast(tuple[str, ...], methods)} & set(METHOD_NAMES):
+            for name in {split_variant(str(m))[0] for m in cast(tuple[str, ...], methods)} & set(
+                METHOD_NAMES
+            ):
                 try:
                     InitConfig.upgrade({"weighting": changed, "method": name})
                 except ConfigError as err:
@@ -234,7 +257,12 @@ class ReproduceConfig(Config):
             section, _, name = key.partition(".")
             part = getattr(self, section)
             value, default = flatten(part.to_dict())[name], flatten(type(part)().to_dict())[name]
-            require(value == default, key, value, "is set per cell and stage by the grid; leave it unset")
+            require(
+                value == default,
+                key,
+                value,
+                "is set per cell and stage by the grid; leave it unset",
+            )
         for entry in self.methods:
             problem = variant_problem(entry)
             if problem is not None and problem.startswith("unknown method"):
@@ -245,20 +273,45 @@ class ReproduceConfig(Config):
                 value = parse_alpha(alpha)
             except ValueError:
                 value = float("nan")
-            require(value >= 1, "alphas", ",".join(self.alphas), f"{alpha!r} is not a number >= 1 or 'softmax'")
-            require(math.isfinite(value), "alphas", ",".join(self.alphas), f"{alpha!r} is not a finite number")
+            require(
+                value >= 1,
+                "alphas",
+                ",".join(self.alphas),
+                f"{alpha!r} is not a number >= 1 or 'softmax'",
+            )
+            require(
+                math.isfinite(value),
+                "alphas",
+                ",".join(self.alphas),
+                f"{alpha!r} is not a finite number",
+            )
         named = [("languages", lang) for lang in self.languages]
-        named += [("target_tokenizers", item.partition("=")[0].strip()) for item in self.target_tokenizers]
+        named += [
+            ("target_tokenizers", item.partition("=")[0].strip()) for item in self.target_tokenizers
+        ]
         for key, lang in named:
             problem = catalog.path_name_problem(lang)
             require(problem is None, key, lang, problem or "")
         bad = [d for d in self.datasets if d not in DATASETS]
         require(
-            not bad, "datasets", ",".join(self.datasets), f"unknown dataset {bad[:1]} (known: {', '.join(DATASETS)})"
+            not bad,
+            "datasets",
+            ",".join(self.datasets),
+            f"unknown dataset {bad[:1]} (known: {', '.join(DATASETS)})",
         )
-        require(self.max_concurrent >= 0, "max_concurrent", self.max_concurrent, "must be >= 0 (0 = by GPUs)")
+        require(
+            self.max_concurrent >= 0,
+            "max_concurrent",
+            self.max_concurrent,
+            "must be >= 0 (0 = by GPUs)",
+        )
         require(self.gpus_per_cell >= 0, "gpus_per_cell", self.gpus_per_cell, "must be >= 0")
-        require(self.dry_run or not self.figures, "figures", self.figures, "is read by --dry-run's estimate only")
+        require(
+            self.dry_run or not self.figures,
+            "figures",
+            self.figures,
+            "is read by --dry-run's estimate only",
+        )
 
     def require_inputs(self) -> None:
         """Raise :class:`InputError` when the grid has no output root."""
@@ -266,8 +319,9 @@ class ReproduceConfig(Config):
             raise InputError("--output ROOT is required")
 
     def demo_tokenizers(self) -> dict[str, str]:
-        """The miniature's target vocabularies besides the bundled ``en-bpe`` (``DEMO_LANGUAGE``, which it
-        builds): ``target_tokenizers`` items LANG=DIR; a language named without one is refused."""
+        """The miniature's target vocabularies besides the bundled ``en-bpe`` (``DEMO_LANGUAGE``,
+        which it builds): ``target_tokenizers`` items LANG=DIR; a language named without one is
+        refused."""
         named = self.named_tokenizers()
         missing = [lang for lang in self.languages if lang != DEMO_LANGUAGE and lang not in named]
         if missing:
@@ -277,10 +331,13 @@ class ReproduceConfig(Config):
         return {lang: named[lang] for lang in self.languages if lang != DEMO_LANGUAGE}
 
     def xling_tokenizers(self) -> dict[str, str]:
-        """The cross-lingual miniature's target tokenizer per language: ``target_tokenizers`` items LANG=DIR, else the
-        bundled ``tok-<lang>`` (:data:`XLING_LANGUAGES`); another language without one is refused."""
+        """The cross-lingual miniature's target tokenizer per language: ``target_tokenizers`` items
+        LANG=DIR, else the bundled ``tok-<lang>`` (:data:`XLING_LANGUAGES`); another language
+        without one is refused."""
         named = self.named_tokenizers()
-        missing = [lang for lang in self.languages if lang not in named and lang not in XLING_LANGUAGES]
+        missing = [
+            lang for lang in self.languages if lang not in named and lang not in XLING_LANGUAGES
+        ]
         if missing:
             raise InputError(
                 f"language {missing[0]!r} has no bundled tokenizer ({', '.join(XLING_LANGUAGES)} have): name it with "
@@ -299,20 +356,29 @@ class ReproduceConfig(Config):
         return overrides
 
     def tokenizer_per_language(self) -> dict[str, str]:
-        """The catalog's target tokenizer per language, unless ``target_tokenizers`` overrides it."""
+        """The catalog's target tokenizer per language, unless ``target_tokenizers`` overrides
+        it."""
         overrides = self.named_tokenizers()
-        unknown = [lang for lang in self.languages if lang not in overrides and lang not in catalog.LANGUAGES]
+        unknown = [
+            lang
+            for lang in self.languages
+            if lang not in overrides and lang not in catalog.LANGUAGES
+        ]
         if unknown:
             raise InputError(
                 f"language {unknown[0]!r} is not in the catalog ({', '.join(catalog.LANGUAGES)}); "
                 "name its tokenizer with target_tokenizers=LANG=HUB_ID_OR_PATH"
             )
-        return {lang: overrides.get(lang) or catalog.LANGUAGES[lang].tokenizer for lang in self.languages}
+        return {
+            lang: overrides.get(lang) or catalog.LANGUAGES[lang].tokenizer
+            for lang in self.languages
+        }
 
 
 @dataclass(frozen=True, kw_only=True)
 class CellOutcome:
-    """How one cell ended: ``ok``, or its error (and the traceback, written to ``cells/<cell>/error.txt``)."""
+    """How one cell ended: ``ok``, or its error (and the traceback, written to
+    ``cells/<cell>/error.txt``)."""
 
     cell: str
     ok: bool
@@ -359,7 +425,11 @@ FLAGS = (
         key="init.resources.gpus_per_worker",
         also=("finetune.resources.gpus_per_worker", "evaluate.resources.gpus_per_worker"),
     ),
-    Flag(name="--max-query-length", key="evaluate.max_query_length", also=("finetune.max_query_length",)),
+    Flag(
+        name="--max-query-length",
+        key="evaluate.max_query_length",
+        also=("finetune.max_query_length",),
+    ),
     Flag(name="--max-doc-length", key="evaluate.max_doc_length", also=("finetune.max_doc_length",)),
     Flag(
         name="--trust-remote-code",

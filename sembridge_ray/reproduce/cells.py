@@ -23,15 +23,16 @@ class Cell:
     method: MethodName
     alpha: float | None  # None for the baselines, which have no α
     position_aware: bool = False
-    """The ``+pa`` variant: the init's position-aware bridging (docs/position-aware.md), not the released rule."""
+    """The ``+pa`` variant: the init's position-aware bridging (docs/position-aware.md), not the
+    released rule."""
     bridge: str = ""
-    """The ``@BRIDGE`` variant: this cell's bridge model instead of the grid's ``init.bridge_model`` (the
-    wrong-bridge control, ``sembridge@minilm``); "" = the grid's."""
+    """The ``@BRIDGE`` variant: this cell's bridge model instead of the grid's ``init.bridge_model``
+    (the wrong-bridge control, ``sembridge@minilm``); "" = the grid's."""
 
     @property
     def variant(self) -> str:
-        """The method as the grid's ``methods`` names it (without an ``=α``): ``sembridge``, ``sembridge+pa``,
-        ``sembridge@minilm``, ``focus``, ..."""
+        """The method as the grid's ``methods`` names it (without an ``=α``): ``sembridge``,
+        ``sembridge+pa``, ``sembridge@minilm``, ``focus``, ..."""
         aware = POSITION_AWARE if self.position_aware else ""
         return self.method + aware + (f"{BRIDGE}{self.bridge}" if self.bridge else "")
 
@@ -48,10 +49,13 @@ class Cell:
 
 
 def expand(
-    models: tuple[str, ...], languages: tuple[str, ...], methods: tuple[str, ...], alphas: tuple[str, ...]
+    models: tuple[str, ...],
+    languages: tuple[str, ...],
+    methods: tuple[str, ...],
+    alphas: tuple[str, ...],
 ) -> list[Cell]:
-    """Every (model, language, method, α) cell, in a deterministic order; baselines once, without α; an entry with
-    its own ``=α`` once, at that α."""
+    """Every (model, language, method, α) cell, in a deterministic order; baselines once, without α;
+    an entry with its own ``=α`` once, at that α."""
     cells: list[Cell] = []
     for model in models:
         for lang in languages:
@@ -102,6 +106,6 @@ def cell_paths(output: Path, cell: Cell) -> CellPaths:
 
 
 def source_dev_path(output: Path, model: str) -> Path:
-    """Where the source model ``model`` (as ``models`` names it) is scored on the development set, with its own
-    tokenizer: the level the fine-tuned transfers' dev curves are drawn against."""
+    """Where the source model ``model`` (as ``models`` names it) is scored on the development set,
+    with its own tokenizer: the level the fine-tuned transfers' dev curves are drawn against."""
     return Path(output) / "sources" / catalog.slug(model) / "dev"

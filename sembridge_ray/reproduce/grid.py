@@ -1,8 +1,8 @@
-"""The reproduction's grid, planned before anything runs, without Ray: the demo's assets and the source models'
-development stages, every cell's stages with their configs and the identities of their inputs (``Plan``). The
-driver (``sembridge_ray.distributed.reproduce``) checks it against the disk and runs it; the dry run
-(``reproduce.plan``) reads each stage's settings from it to say which stages a run would refuse.
-"""
+"""The reproduction's grid, planned before anything runs, without Ray: the demo's assets and the
+source models' development stages, every cell's stages with their configs and the identities of
+their inputs (``Plan``). The driver (``sembridge_ray.distributed.reproduce``) checks it against the
+disk and runs it; the dry run (``reproduce.plan``) reads each stage's settings from it to say which
+stages a run would refuse."""
 
 from __future__ import annotations
 
@@ -36,8 +36,9 @@ DEMO_MODEL, DEMO_DATASET = "minilm-splade", "sick"
 
 @dataclass(kw_only=True)
 class Plan:
-    """Every stage to run, in order: the demo's asset stages first, then the source models' development scores,
-    then the cells'; cells that could not be planned (a missing input) with their error."""
+    """Every stage to run, in order: the demo's asset stages first, then the source models'
+    development scores, then the cells'; cells that could not be planned (a missing input) with
+    their error."""
 
     assets: list[Stage] = field(default_factory=list)
     sources: list[Stage] = field(default_factory=list)
@@ -50,8 +51,8 @@ class Plan:
 
 
 def input_identity(kind: str, name: str) -> str:
-    """The identity of one input of a stage (see :mod:`sembridge_ray.identity`; bundled names are resolved here, at
-    the job's boundary); a missing one is an InputError."""
+    """The identity of one input of a stage (see :mod:`sembridge_ray.identity`; bundled names are
+    resolved here, at the job's boundary); a missing one is an InputError."""
     name = bundled.resolve(name)
     if kind == "dataset":
         return dataset_identity(name)
@@ -61,8 +62,9 @@ def input_identity(kind: str, name: str) -> str:
 
 
 class Identities:
-    """Input identities, computed once per (kind, name): a grid asks for the same models and datasets many times.
-    ``known`` maps the paths of inputs that are themselves stages (the demo's source model) to their stage refs."""
+    """Input identities, computed once per (kind, name): a grid asks for the same models and
+    datasets many times. ``known`` maps the paths of inputs that are themselves stages (the demo's
+    source model) to their stage refs."""
 
     def __init__(self, compute: Callable[[str, str], str] = input_identity) -> None:
         self.compute = compute
@@ -84,31 +86,35 @@ def paper_assets(cfg: ReproduceConfig) -> Assets:
         specs[("webfaq", lang)] = (f"webfaq:{lang}",) * 2
         specs[("miracl", lang)] = (f"miracl:{lang}{mirror}",) * 2
     models = {m: catalog.SOURCE_MODELS.get(m, m) for m in cfg.models}
-    dev = DevSet(spec=cfg.finetune.eval, split=cfg.finetune.eval_split) if cfg.finetune.eval else None
+    dev = (
+        DevSet(spec=cfg.finetune.eval, split=cfg.finetune.eval_split) if cfg.finetune.eval else None
+    )
     return Assets(models=models, tokenizers=cfg.tokenizer_per_language(), specs=specs, dev=dev)
 
 
 def demo_files(cfg: ReproduceConfig, names: tuple[str, ...] | None = None) -> dict[str, Path]:
-    """The miniature's deterministic inputs under ``<output>/assets`` (the retrieval set, training pairs, the target
-    tokenizer and the untrained MiniLM SPLADE; ``names``: only those), built when missing, and rebuilt under
-    ``--overwrite`` when built from other ``demo.*`` settings (:func:`~sembridge_ray.reproduce.demo.check_assets`
-    refused it otherwise)."""
+    """The miniature's deterministic inputs under ``<output>/assets`` (the retrieval set, training
+    pairs, the target tokenizer and the untrained MiniLM SPLADE; ``names``: only those), built when
+    missing, and rebuilt under ``--overwrite`` when built from other ``demo.*`` settings
+    (:func:`~sembridge_ray.reproduce.demo.check_assets` refused it otherwise)."""
     root = Path(cfg.output) / "assets"
     demo.check_assets(root, cfg.demo, cfg.overwrite, names)
     return demo.build_assets(root, cfg.demo, names)
 
 
 XLING_ASSETS = ("untrained",)
-"""What the cross-lingual miniature builds under ``<output>/assets``: the untrained MiniLM SPLADE (its retrieval sets
-and tokenizers are bundled). The source trains on English XQuAD training articles alone: adding the bundled SICK + STS
-pairs (60 steps instead of one 13-step epoch) scored the same on English development articles (nDCG@10 0.797 vs
-0.798) in 2.4 times the time (docs/xling.md)."""
+"""What the cross-lingual miniature builds under ``<output>/assets``: the untrained MiniLM SPLADE
+(its retrieval sets and tokenizers are bundled). The source trains on English XQuAD training
+articles alone: adding the bundled SICK + STS pairs (60 steps instead of one 13-step epoch) scored
+the same on English development articles (nDCG@10 0.797 vs 0.798) in 2.4 times the time
+(docs/xling.md)."""
 XLING_SOURCE_LANGUAGE = "en"
 
 
 def xling_specs(cfg: ReproduceConfig, lang: str) -> tuple[str, str]:
-    """(retrieval set, training set) of one language of the cross-lingual miniature: XQuAD (``xquad_dir`` when
-    given), KorQuAD for Korean; Chinese and Arabic also train on CMRC 2018 and ARCD."""
+    """(retrieval set, training set) of one language of the cross-lingual miniature: XQuAD
+    (``xquad_dir`` when given), KorQuAD for Korean; Chinese and Arabic also train on CMRC 2018 and
+    ARCD."""
     if lang == "ko" and not (cfg.xquad_dir and (Path(cfg.xquad_dir) / "xquad.ko.json").is_file()):
         spec = "korquad:ko"
     else:
@@ -117,10 +123,13 @@ def xling_specs(cfg: ReproduceConfig, lang: str) -> tuple[str, str]:
     return spec, spec + (f"+{extra}" if extra else "")
 
 
-def xling_assets(cfg: ReproduceConfig, files: dict[str, Path], identify: Identities, result: Plan) -> Assets:
-    """The cross-lingual miniature's cells' inputs, and its source stages (in ``result.assets``): the untrained
-    MiniLM SPLADE trained on English XQuAD training articles, scored on English
-    XQuAD test (the level a transfer would ideally recover) and, as every source, on its development articles."""
+def xling_assets(
+    cfg: ReproduceConfig, files: dict[str, Path], identify: Identities, result: Plan
+) -> Assets:
+    """The cross-lingual miniature's cells' inputs, and its source stages (in ``result.assets``):
+    the untrained MiniLM SPLADE trained on English XQuAD training articles, scored on English XQuAD
+    test (the level a transfer would ideally recover) and, as every source, on its development
+    articles."""
     english = f"xquad:{XLING_SOURCE_LANGUAGE}"
     source, source_eval = source_stages(cfg, files["untrained"], english, english, identify)
     result.assets = [source, source_eval]
@@ -134,29 +143,41 @@ def xling_assets(cfg: ReproduceConfig, files: dict[str, Path], identify: Identit
         split = cfg.finetune.eval_split
         dev = DevSet(spec=english, split=split)
         devs = {lang: DevSet(spec=specs[("xquad", lang)][0], split=split) for lang in tokenizers}
-    return Assets(models={DEMO_MODEL: source_model}, tokenizers=tokenizers, specs=specs, dev=dev, devs=devs)
+    return Assets(
+        models={DEMO_MODEL: source_model}, tokenizers=tokenizers, specs=specs, dev=dev, devs=devs
+    )
 
 
 def plan(
-    cfg: ReproduceConfig, gpus: float, files: dict[str, Path] | None = None, identify: Identities | None = None
+    cfg: ReproduceConfig,
+    gpus: float,
+    files: dict[str, Path] | None = None,
+    identify: Identities | None = None,
 ) -> Plan:
-    """Every stage of every cell, with identities; no stage runs here. ``files`` (the demo's assets; built when not
-    given) and ``identify`` (default: by content) let a test plan without building or reading anything."""
+    """Every stage of every cell, with identities; no stage runs here. ``files`` (the demo's assets;
+    built when not given) and ``identify`` (default: by content) let a test plan without building or
+    reading anything."""
     result = Plan()
     identify = identify or Identities()
     if cfg.assets == "bundled":
         files = files or demo_files(cfg)
-        source, source_eval = source_stages(cfg, files["untrained"], files["source_pairs"], files["beir"], identify)
+        source, source_eval = source_stages(
+            cfg, files["untrained"], files["source_pairs"], files["beir"], identify
+        )
         result.assets = [source, source_eval]
         source_model = f"{source.output}/{MODEL}"
         identify.known[source_model] = f"{source.ref}/{MODEL}"
-        # en-bpe: the bundled BPE built above; any other "language" is another English target vocabulary named in
-        # target_tokenizers (e.g. en-roberta=DIR): the same source and retrieval set, another segmentation
+        # en-bpe: the bundled BPE built above; any other "language" is another English target
+        # vocabulary named in target_tokenizers (e.g. en-roberta=DIR): the same source and retrieval
+        # set, another segmentation
         tokenizers = {DEMO_LANGUAGE: str(files["target"]), **cfg.demo_tokenizers()}
         assets = Assets(
             models={DEMO_MODEL: source_model},
             tokenizers=tokenizers,
-            specs={(DEMO_DATASET, lang): (str(files["beir"]), str(files["sick_train"])) for lang in tokenizers},
+            specs={
+                (DEMO_DATASET, lang): (str(files["beir"]), str(files["sick_train"]))
+                for lang in tokenizers
+            },
             dev=DevSet(spec=cfg.finetune.eval or str(files["dev"]), split=cfg.finetune.eval_split),
         )
     elif cfg.assets == "xling":
@@ -176,9 +197,11 @@ def plan(
     return result
 
 
-def source_dev_stages(cfg: ReproduceConfig, assets: Assets, gpus: float, identify: Identities) -> list[Stage]:
-    """Each source model scored on the development set (none without one); a model that cannot be identified is
-    left out here: its cells record the error."""
+def source_dev_stages(
+    cfg: ReproduceConfig, assets: Assets, gpus: float, identify: Identities
+) -> list[Stage]:
+    """Each source model scored on the development set (none without one); a model that cannot be
+    identified is left out here: its cells record the error."""
     if assets.dev is None:
         return []
     stages = []

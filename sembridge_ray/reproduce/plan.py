@@ -1,7 +1,7 @@
-"""The dry run: every cell with its hub ids, which of its stages are already complete on disk, and a rough compute
-estimate of the rest. Contacts nothing; the estimate divides by the figures file given (``--figures``), else by
-built-in figures (``sembridge_ray.reproduce.figures``). One schema (``jobs.plans.Plan``) for ``reproduce`` and
-``init``."""
+"""The dry run: every cell with its hub ids, which of its stages are already complete on disk, and a
+rough compute estimate of the rest. Contacts nothing; the estimate divides by the figures file given
+(``--figures``), else by built-in figures (``sembridge_ray.reproduce.figures``). One schema
+(``jobs.plans.Plan``) for ``reproduce`` and ``init``."""
 
 from __future__ import annotations
 
@@ -29,16 +29,23 @@ def cell_estimate(
 ) -> dict[str, float]:
     """GPU-seconds per stage of one cell (init, evaluations, fine-tuning)."""
     init = 60_000 / figures.bridge_strings_per_s  # ~30k source + ~30k target strings, encoded once
-    evals = sum(2 * catalog.CORPUS_SIZES.get(d, {}).get(cell.language, 0) / figures.docs_per_s for d in datasets)
+    evals = sum(
+        2 * catalog.CORPUS_SIZES.get(d, {}).get(cell.language, 0) / figures.docs_per_s
+        for d in datasets
+    )
     train = sum(
-        epochs * catalog.TRAIN_QUERIES.get(d, {}).get(cell.language, 0) / batch * figures.seconds_per_step
+        epochs
+        * catalog.TRAIN_QUERIES.get(d, {}).get(cell.language, 0)
+        / batch
+        * figures.seconds_per_step
         for d in datasets
     )
     return {"init_s": init, "eval_s": evals, "finetune_s": train}
 
 
 def cell_stage_outputs(output: Path, cell: Cell, datasets: Sequence[str]) -> dict[str, Path]:
-    """Stage name -> its output directory, in run order (``reproduce.stages.cell_stages`` writes there)."""
+    """Stage name -> its output directory, in run order (``reproduce.stages.cell_stages`` writes
+    there)."""
     paths = cell_paths(output, cell)
     out = {"init": paths.init}
     for d in datasets:
@@ -48,19 +55,24 @@ def cell_stage_outputs(output: Path, cell: Cell, datasets: Sequence[str]) -> dic
 
 
 UNKNOWN_TO_A_DRY_RUN = ("precision", "workers")
-"""Settings a dry run cannot know as the run will record them (``auto`` precision and the workers a cell gets are
-resolved against the cluster): left out when it predicts a refusal."""
+"""Settings a dry run cannot know as the run will record them (``auto`` precision and the workers a
+cell gets are resolved against the cluster): left out when it predicts a refusal."""
 
 
-def _state(path: Path, planned: RunIdentity | None = None, overwrite: bool = False) -> tuple[StageState, str]:
-    """(state, the differing settings when ``refused``). ``refused`` when the output holds a run whose recorded
-    settings differ from ``planned``'s (unless ``overwrite``: then ``todo``, it is redone); else ``done`` when it is
-    marked complete (its ``_SUCCESS`` manifest: a run verifies the checksums before it skips it; a dry run reads no
-    artefact), else ``todo``."""
+def _state(
+    path: Path, planned: RunIdentity | None = None, overwrite: bool = False
+) -> tuple[StageState, str]:
+    """(state, the differing settings when ``refused``). ``refused`` when the output holds a run
+    whose recorded settings differ from ``planned``'s (unless ``overwrite``: then ``todo``, it is
+    redone); else ``done`` when it is marked complete (its ``_SUCCESS`` manifest: a run verifies the
+    checksums before it skips it; a dry run reads no artefact), else ``todo``."""
     recorded = read_identity(path)
     if planned is not None and recorded is not None:
         mine, theirs = (
-            RunIdentity(job=i.job, settings={k: v for k, v in i.settings.items() if k not in UNKNOWN_TO_A_DRY_RUN})
+            RunIdentity(
+                job=i.job,
+                settings={k: v for k, v in i.settings.items() if k not in UNKNOWN_TO_A_DRY_RUN},
+            )
             for i in (planned, recorded)
         )
         if changes := mine.differences(theirs):
@@ -83,9 +95,10 @@ def plan(
     identities: Callable[[Cell], dict[str, RunIdentity]] | None = None,
     overwrite: bool = False,
 ) -> Plan:
-    """The plan of ``cells``. ``outputs``: a cell's stages -> their output directories; a stage whose output is
-    complete there is ``done``, and the estimate counts only the others. ``identities``: a cell's stages -> their
-    planned identities (settings only), to say which stages a run without ``overwrite`` would refuse."""
+    """The plan of ``cells``. ``outputs``: a cell's stages -> their output directories; a stage
+    whose output is complete there is ``done``, and the estimate counts only the others.
+    ``identities``: a cell's stages -> their planned identities (settings only), to say which stages
+    a run without ``overwrite`` would refuse."""
     rows: list[PlannedCell] = []
     total = 0.0
     for cell in cells:
@@ -117,7 +130,8 @@ def _planned_cell(
     found: dict[str, tuple[StageState, str]],
     gpu_s: float,
 ) -> PlannedCell:
-    """One cell's row of the plan: its hub ids, its stages' states and refusals, and its estimate."""
+    """One cell's row of the plan: its hub ids, its stages' states and refusals, and its
+    estimate."""
     return {
         "cell": cell.name,
         "model": cell.model,
@@ -134,9 +148,15 @@ def _planned_cell(
 
 
 def _plan_of(
-    job: str, rows: list[PlannedCell], total: float, gpus_per_cell: float, max_concurrent: int, figures: Figures
+    job: str,
+    rows: list[PlannedCell],
+    total: float,
+    gpus_per_cell: float,
+    max_concurrent: int,
+    figures: Figures,
 ) -> Plan:
-    """The plan from its rows: the stage counts, the estimate (``total`` GPU-seconds) and its assumptions."""
+    """The plan from its rows: the stage counts, the estimate (``total`` GPU-seconds) and its
+    assumptions."""
     concurrent = max(1, max_concurrent)
     done = sum(s == "done" for r in rows for s in r["stages"].values())
     return {
@@ -161,7 +181,8 @@ def _plan_of(
 
 
 def dry_run(cfg: ReproduceConfig) -> Plan:
-    """The plan of a ReproduceConfig: every cell, its hub ids, and the estimate. Imports no Ray, contacts nothing."""
+    """The plan of a ReproduceConfig: every cell, its hub ids, and the estimate. Imports no Ray,
+    contacts nothing."""
     if cfg.assets == "bundled":  # the miniature builds its target tokenizer itself
         built = f"{cfg.output}/assets/target-bpe (built: byte-level BPE)"
         tokenizers = {DEMO_LANGUAGE: built, **cfg.demo_tokenizers()}  # refuses what the run refuses
@@ -187,11 +208,13 @@ def dry_run(cfg: ReproduceConfig) -> Plan:
 
 
 def planned_identities(cfg: ReproduceConfig) -> Callable[[Cell], dict[str, RunIdentity]]:
-    """Each cell's stages -> the identity the run would give them, settings only (inputs named, not read: a dry run
-    contacts nothing): the grid the driver runs (``reproduce.grid``), the miniature's assets where it would build
-    them."""
+    """Each cell's stages -> the identity the run would give them, settings only (inputs named, not
+    read: a dry run contacts nothing): the grid the driver runs (``reproduce.grid``), the
+    miniature's assets where it would build them."""
     files = {name: Path(cfg.output) / "assets" / asset.path for name, asset in demo.ASSETS.items()}
-    planned = grid_plan(cfg, 0.0, files=files, identify=Identities(compute=lambda kind, name: f"{kind}:{name}"))
+    planned = grid_plan(
+        cfg, 0.0, files=files, identify=Identities(compute=lambda kind, name: f"{kind}:{name}")
+    )
     by_cell = {
         c: {s.name: RunIdentity(job=s.job, settings=s.cfg.identity_settings()) for s in st}
         for c, st in planned.cells.items()
@@ -204,22 +227,29 @@ def planned_identities(cfg: ReproduceConfig) -> Callable[[Cell], dict[str, RunId
 
 
 def concurrency(cfg: ReproduceConfig, gpus: float) -> int:
-    """Cells at once: ``max_concurrent`` when set, else the cluster's GPUs / ``gpus_per_cell`` (at least 1)."""
+    """Cells at once: ``max_concurrent`` when set, else the cluster's GPUs / ``gpus_per_cell`` (at
+    least 1)."""
     if cfg.max_concurrent > 0:
         return cfg.max_concurrent
     return max(1, math.floor(gpus / cfg.gpus_per_cell)) if gpus > 0 and cfg.gpus_per_cell > 0 else 1
 
 
 def dry_run_result(cfg: ReproduceConfig) -> ReproduceResult:
-    """The reproduce job's dry run: the plan, nothing run (pure: imports no Ray, contacts nothing)."""
+    """The reproduce job's dry run: the plan, nothing run (pure: imports no Ray, contacts
+    nothing)."""
     cfg.require_inputs()
     return ReproduceResult(
-        output=cfg.output, cells=0, ran=0, failures={}, plan=PlanResult(plan=dry_run(cfg), json=cfg.json)
+        output=cfg.output,
+        cells=0,
+        ran=0,
+        failures={},
+        plan=PlanResult(plan=dry_run(cfg), json=cfg.json),
     )
 
 
 def init_dry_run(cfg: InitConfig) -> Plan:
-    """``init --dry-run``: its one cell in the reproduction's schema (stage ``init``). Contacts nothing."""
+    """``init --dry-run``: its one cell in the reproduction's schema (stage ``init``). Contacts
+    nothing."""
     cell = Cell(
         model=cfg.source_model,
         language=cfg.language or catalog.language_of(cfg.target_tokenizer),
@@ -249,5 +279,7 @@ def init_dry_run_result(cfg: InitConfig) -> PlanResult:
     if not cfg.source_model or not cfg.target_tokenizer or not cfg.output:
         from sembridge_ray.errors import InputError
 
-        raise InputError("--model, --target-tokenizer and --output are required (also with --dry-run)")
+        raise InputError(
+            "--model, --target-tokenizer and --output are required (also with --dry-run)"
+        )
     return PlanResult(plan=init_dry_run(cfg), json=cfg.json)

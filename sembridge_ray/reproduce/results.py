@@ -1,4 +1,5 @@
-"""results.csv and results.md, rebuilt from the finished stage directories (so they are always consistent)."""
+"""results.csv and results.md, rebuilt from the finished stage directories (so they are always
+consistent)."""
 
 from __future__ import annotations
 
@@ -35,9 +36,11 @@ COLUMNS = [
     "dev_auc",
     "best_step",
 ]
-"""The columns of results.csv; new ones are appended, so a reader of the older columns by position still works."""
+"""The columns of results.csv; new ones are appended, so a reader of the older columns by position
+still works."""
 CONVERGENCE_KEYS = {"dev_final": "final", "steps_to_95": "steps_to_95", "dev_auc": "auc"}
-"""results.csv column -> key of finetune.json's ``convergence`` (the dev curve's figures, sparse.convergence)."""
+"""results.csv column -> key of finetune.json's ``convergence`` (the dev curve's figures,
+sparse.convergence)."""
 METRIC_KEYS = {
     "ndcg@10": "nDCG@10",
     "r@100": "R@100",
@@ -56,8 +59,8 @@ def _json(path: Path) -> dict[str, object]:
 
 
 def _value(record: Mapping[str, object], key: str, default: str | float = "") -> str | float:
-    """A number (or text) a stage's JSON records under ``key``: the evaluate job's metrics, the fine-tuning's
-    summary hold plain numbers there."""
+    """A number (or text) a stage's JSON records under ``key``: the evaluate job's metrics, the
+    fine-tuning's summary hold plain numbers there."""
     return cast("str | float", record.get(key, default))
 
 
@@ -72,7 +75,11 @@ def collect(output: Path, cells: Sequence[Cell], datasets: Sequence[str]) -> lis
                 if not is_complete(folder):
                     continue
                 metrics = _json(folder / "metrics.json")
-                train = _json(paths.finetune(dataset) / FINETUNE_SUMMARY) if stage == "finetuned" else {}
+                train = (
+                    _json(paths.finetune(dataset) / FINETUNE_SUMMARY)
+                    if stage == "finetuned"
+                    else {}
+                )
                 rows.append(
                     {
                         "model": cell.model,
@@ -92,14 +99,16 @@ def collect(output: Path, cells: Sequence[Cell], datasets: Sequence[str]) -> lis
 
 
 def convergence_columns(summary: Mapping[str, object]) -> Row:
-    """A fine-tuning summary's dev-curve figures as results.csv columns: ``dev_final``, ``steps_to_95``,
-    ``dev_auc`` (all "" without a scored development set) and ``best_step`` (the published step under
-    ``select: best``, else "")."""
+    """A fine-tuning summary's dev-curve figures as results.csv columns: ``dev_final``,
+    ``steps_to_95``, ``dev_auc`` (all "" without a scored development set) and ``best_step`` (the
+    published step under ``select: best``, else "")."""
     figures = summary.get("convergence")
     figures = figures if isinstance(figures, Mapping) and figures.get("evaluations") else {}
     row: Row = {col: _number(figures.get(key)) for col, key in CONVERGENCE_KEYS.items()}
     best = summary.get("best")
-    chosen = best.get("step") if summary.get("select") == "best" and isinstance(best, Mapping) else None
+    chosen = (
+        best.get("step") if summary.get("select") == "best" and isinstance(best, Mapping) else None
+    )
     return row | {"best_step": _number(chosen)}
 
 
@@ -110,7 +119,9 @@ def _number(value: object) -> str | float:
     return value
 
 
-def write_csv(rows: Sequence[Mapping[str, object]], path: Path, columns: Sequence[str] = COLUMNS) -> None:
+def write_csv(
+    rows: Sequence[Mapping[str, object]], path: Path, columns: Sequence[str] = COLUMNS
+) -> None:
     """``rows`` as CSV with a header of ``columns``, written atomically."""
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=list(columns))
@@ -124,15 +135,24 @@ def _fmt(value: object) -> str:
 
 
 def markdown(
-    rows: Sequence[Mapping[str, str | float]], languages: Sequence[str], failures: dict[str, str] | None = None
+    rows: Sequence[Mapping[str, str | float]],
+    languages: Sequence[str],
+    failures: dict[str, str] | None = None,
 ) -> str:
-    """Paper-style tables: one per (dataset, stage); rows model x method(α); columns languages + average."""
+    """Paper-style tables: one per (dataset, stage); rows model x method(α); columns languages +
+    average."""
     out = ["# Results (nDCG@10)", ""]
-    groups: dict[tuple[str, str], dict[tuple[str, str, str], dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
+    groups: dict[tuple[str, str], dict[tuple[str, str, str], dict[str, float]]] = defaultdict(
+        lambda: defaultdict(dict)
+    )
     for r in rows:
         group = groups[(str(r["dataset"]), str(r["stage"]))]
-        group[(str(r["model"]), str(r["method"]), str(r["alpha"]))][str(r["language"])] = float(r["ndcg@10"])
-    for (dataset, stage), table in sorted(groups.items(), key=lambda kv: (kv[0][0], STAGES.index(kv[0][1]))):
+        group[(str(r["model"]), str(r["method"]), str(r["alpha"]))][str(r["language"])] = float(
+            r["ndcg@10"]
+        )
+    for (dataset, stage), table in sorted(
+        groups.items(), key=lambda kv: (kv[0][0], STAGES.index(kv[0][1]))
+    ):
         out += [
             f"## {dataset} — {stage.replace('_', '-')}",
             "",
@@ -144,17 +164,28 @@ def markdown(
             done = [v for v in values if not math.isnan(v)]
             avg = sum(done) / len(done) if len(done) == len(values) else math.nan
             label = f"{method} (α={alpha})" if alpha else method
-            out.append(f"| {model} | {label} | " + " | ".join(_fmt(v) for v in values) + f" | {_fmt(avg)} |")
+            out.append(
+                f"| {model} | {label} | "
+                + " | ".join(_fmt(v) for v in values)
+                + f" | {_fmt(avg)} |"
+            )
         out.append("")
     if failures:
-        out += ["## Failed cells", ""] + [f"- `{name}`: {err}" for name, err in sorted(failures.items())] + [""]
+        out += (
+            ["## Failed cells", ""]
+            + [f"- `{name}`: {err}" for name, err in sorted(failures.items())]
+            + [""]
+        )
     return "\n".join(out)
 
 
-def convergence_markdown(rows: Sequence[Mapping[str, str | float]], languages: Sequence[str]) -> str:
-    """A results.md section where fine-tuning was scored on a development set as it trained: per dataset and
-    model, rows method(α), columns languages, each cell ``final · steps to 95% · AUC`` of the dev curve, and the
-    mean AUC (the mean dev score across training: higher = better and sooner)."""
+def convergence_markdown(
+    rows: Sequence[Mapping[str, str | float]], languages: Sequence[str]
+) -> str:
+    """A results.md section where fine-tuning was scored on a development set as it trained: per
+    dataset and model, rows method(α), columns languages, each cell ``final · steps to 95% · AUC``
+    of the dev curve, and the mean AUC (the mean dev score across training: higher = better and
+    sooner)."""
     tuned = [r for r in rows if r["stage"] == STAGES[1] and r.get("dev_auc") not in ("", None)]
     if not tuned:
         return ""
@@ -162,11 +193,13 @@ def convergence_markdown(rows: Sequence[Mapping[str, str | float]], languages: S
         "## Convergence (development nDCG@10 while fine-tuning: final · steps to 95% of final · AUC)",
         "",
     ]
-    groups: dict[tuple[str, str], dict[tuple[str, str], dict[str, Mapping[str, str | float]]]] = defaultdict(
-        lambda: defaultdict(dict)
+    groups: dict[tuple[str, str], dict[tuple[str, str], dict[str, Mapping[str, str | float]]]] = (
+        defaultdict(lambda: defaultdict(dict))
     )
     for r in tuned:
-        groups[(str(r["dataset"]), str(r["model"]))][(str(r["method"]), str(r["alpha"]))][str(r["language"])] = r
+        groups[(str(r["dataset"]), str(r["model"]))][(str(r["method"]), str(r["alpha"]))][
+            str(r["language"])
+        ] = r
     for (dataset, model), table in sorted(groups.items()):
         out += [
             f"### {dataset} — {model}",
@@ -183,7 +216,9 @@ def convergence_markdown(rows: Sequence[Mapping[str, str | float]], languages: S
                     continue
                 aucs.append(float(found["dev_auc"]))
                 steps = found["steps_to_95"]
-                cells.append(f"{_fmt(float(found['dev_final']))} · {steps if steps != '' else '–'} · {_fmt(aucs[-1])}")
+                cells.append(
+                    f"{_fmt(float(found['dev_final']))} · {steps if steps != '' else '–'} · {_fmt(aucs[-1])}"
+                )
             mean = sum(aucs) / len(aucs) if len(aucs) == len(languages) else math.nan
             label = f"{method} (α={alpha})" if alpha else method
             out.append(f"| {label} | " + " | ".join(cells) + f" | {_fmt(mean)} |")

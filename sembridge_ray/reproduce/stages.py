@@ -1,11 +1,12 @@
-"""The stages of a reproduction, planned before any of them runs: each stage's config, inputs and identity.
+"""The stages of a reproduction, planned before any of them runs: each stage's config, inputs and
+identity.
 
-A stage's inputs are identified without running anything upstream: a stage that reads another stage's output
-refers to it as ``run:<job>:<fingerprint>`` of that stage's planned identity, which is exactly what
-:func:`sembridge_ray.identity.path_identity` reports for the finished output. So the driver can compare every
-stage of every cell with what is on disk before starting any work, and a stage run later on its own (``jobs.evaluate``
-on a cell's fine-tuned model) sees the same identities.
-"""
+A stage's inputs are identified without running anything upstream: a stage that reads another
+stage's output refers to it as ``run:<job>:<fingerprint>`` of that stage's planned identity, which
+is exactly what :func:`sembridge_ray.identity.path_identity` reports for the finished output. So the
+driver can compare every stage of every cell with what is on disk before starting any work, and a
+stage run later on its own (``jobs.evaluate`` on a cell's fine-tuned model) sees the same
+identities."""
 
 from __future__ import annotations
 
@@ -26,8 +27,9 @@ from sembridge_ray.reproduce.cells import STAGES, Cell, CellPaths, cell_paths, s
 
 
 def cell_resources(cfg: ReproduceConfig, base: ResourceConfig, gpus: float) -> ResourceConfig:
-    """A stage's resources inside a cell: on a GPU cluster, ``gpus_per_cell`` GPUs (whole GPUs as one worker each, a
-    fraction as one worker with that share); without GPUs, the stage's configured resources."""
+    """A stage's resources inside a cell: on a GPU cluster, ``gpus_per_cell`` GPUs (whole GPUs as
+    one worker each, a fraction as one worker with that share); without GPUs, the stage's configured
+    resources."""
     if gpus <= 0 or cfg.gpus_per_cell <= 0:
         return base
     if cfg.gpus_per_cell < 1:
@@ -63,17 +65,20 @@ class Stage:
 
 
 def require_under(root: Path, stage: Stage) -> None:
-    """Refuse a stage whose output is not inside the grid's ``root`` (after ``..`` and links are resolved): values
-    that become path components are checked where they are read, and this is the last word, so no setting can aim a
-    stage at another grid's directory."""
+    """Refuse a stage whose output is not inside the grid's ``root`` (after ``..`` and links are
+    resolved): values that become path components are checked where they are read, and this is the
+    last word, so no setting can aim a stage at another grid's directory."""
     where = stage.output.resolve()
     if not where.is_relative_to(root.resolve()):
-        raise InputError(f"stage {stage.name}: its output {stage.output} resolves to {where}, outside --output {root}")
+        raise InputError(
+            f"stage {stage.name}: its output {stage.output} resolves to {where}, outside --output {root}"
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
 class DevSet:
-    """The development set fine-tuning is scored on while it trains (``finetune.eval`` / ``eval_split``)."""
+    """The development set fine-tuning is scored on while it trains (``finetune.eval`` /
+    ``eval_split``)."""
 
     spec: str
     split: str
@@ -81,9 +86,10 @@ class DevSet:
 
 @dataclass(frozen=True, kw_only=True)
 class Assets:
-    """Where a cell's inputs come from: model and tokenizer names or paths, (eval, train) dataset specs per
-    (dataset, language), and the development set (None: fine-tuning is not scored while it trains): ``dev`` for
-    every cell and the source models, ``devs`` per language where each language has its own."""
+    """Where a cell's inputs come from: model and tokenizer names or paths, (eval, train) dataset
+    specs per (dataset, language), and the development set (None: fine-tuning is not scored while it
+    trains): ``dev`` for every cell and the source models, ``devs`` per language where each language
+    has its own."""
 
     models: dict[str, str]
     tokenizers: dict[str, str]
@@ -99,9 +105,11 @@ Identify = Callable[[str, str], str]
 """(kind: "model" | "dataset", name or path) -> identity; raises InputError for a missing input."""
 
 
-def cell_stages(cfg: ReproduceConfig, cell: Cell, assets: Assets, gpus: float, identify: Identify) -> list[Stage]:
-    """init, then per dataset: zero-shot evaluation, fine-tuning (scored on ``assets.dev`` as it trains, when
-    there is one), evaluation of the fine-tuned model."""
+def cell_stages(
+    cfg: ReproduceConfig, cell: Cell, assets: Assets, gpus: float, identify: Identify
+) -> list[Stage]:
+    """init, then per dataset: zero-shot evaluation, fine-tuning (scored on ``assets.dev`` as it
+    trains, when there is one), evaluation of the fine-tuned model."""
     paths = cell_paths(Path(cfg.output), cell)
     init = _init_stage(cfg, cell, paths, assets, gpus, identify)
     stages = [init]
@@ -119,10 +127,19 @@ def cell_stages(cfg: ReproduceConfig, cell: Cell, assets: Assets, gpus: float, i
         data = identify("dataset", eval_spec)
         zero = replace(evaluate, model=str(paths.model), output=str(paths.eval(dataset, STAGES[0])))
         stages.append(
-            Stage(name=f"{dataset}/{STAGES[0]}", job="evaluate", cfg=zero, inputs={"model": model, "dataset": data})
+            Stage(
+                name=f"{dataset}/{STAGES[0]}",
+                job="evaluate",
+                cfg=zero,
+                inputs={"model": model, "dataset": data},
+            )
         )
-        finetune = _finetune_stage(cfg, cell, paths, assets, gpus, identify, dataset, train_spec, model)
-        tuned = replace(evaluate, model=f"{finetune.output}/{MODEL}", output=str(paths.eval(dataset, STAGES[1])))
+        finetune = _finetune_stage(
+            cfg, cell, paths, assets, gpus, identify, dataset, train_spec, model
+        )
+        tuned = replace(
+            evaluate, model=f"{finetune.output}/{MODEL}", output=str(paths.eval(dataset, STAGES[1]))
+        )
         stages += [
             finetune,
             Stage(
@@ -136,7 +153,12 @@ def cell_stages(cfg: ReproduceConfig, cell: Cell, assets: Assets, gpus: float, i
 
 
 def _init_stage(
-    cfg: ReproduceConfig, cell: Cell, paths: CellPaths, assets: Assets, gpus: float, identify: Identify
+    cfg: ReproduceConfig,
+    cell: Cell,
+    paths: CellPaths,
+    assets: Assets,
+    gpus: float,
+    identify: Identify,
 ) -> Stage:
     """The cell's init: its source model through its language's tokenizer, by its method."""
     source, tokenizer = assets.models[cell.model], assets.tokenizers[cell.language]
@@ -158,7 +180,10 @@ def _init_stage(
         query_length=cfg.evaluate.max_query_length,  # the written model encodes as it is scored
         document_length=cfg.evaluate.max_doc_length,
     )
-    inputs = {"source_model": identify("model", source), "target_tokenizer": identify("model", tokenizer)}
+    inputs = {
+        "source_model": identify("model", source),
+        "target_tokenizer": identify("model", tokenizer),
+    }
     if method(cell.method).uses_bridge:
         inputs["bridge_model"] = identify("bridge", init_cfg.bridge_model)
     return Stage(name="init", job="init", cfg=init_cfg, inputs=inputs)
@@ -175,7 +200,8 @@ def _finetune_stage(
     train_spec: str,
     model: str,
 ) -> Stage:
-    """The cell's fine-tuning of its init ``model`` (a stage ref) on ``train_spec``, scored on its dev set if any."""
+    """The cell's fine-tuning of its init ``model`` (a stage ref) on ``train_spec``, scored on its
+    dev set if any."""
     ft_cfg = replace(
         cfg.finetune,
         model=str(paths.model),
@@ -196,9 +222,9 @@ def _finetune_stage(
 def source_stages(
     cfg: ReproduceConfig, untrained: Path, pairs: str | Path, beir: str | Path, identify: Identify
 ) -> tuple[Stage, Stage]:
-    """A miniature's source encoder: a brief fine-tuning of the untrained MiniLM SPLADE on ``pairs`` (a training
-    set spec), and its evaluation with its own tokenizer on ``beir`` (a dataset spec; the level a transfer would
-    ideally recover)."""
+    """A miniature's source encoder: a brief fine-tuning of the untrained MiniLM SPLADE on ``pairs``
+    (a training set spec), and its evaluation with its own tokenizer on ``beir`` (a dataset spec;
+    the level a transfer would ideally recover)."""
     root = Path(cfg.output) / "assets"
     finetune = _source_finetune(cfg, root, untrained, pairs, identify)
     ev_cfg = replace(
@@ -219,10 +245,16 @@ def source_stages(
     return finetune, evaluate
 
 
-def _source_finetune(cfg: ReproduceConfig, root: Path, untrained: Path, pairs: str | Path, identify: Identify) -> Stage:
-    """The source's fine-tuning: the fixed ``demo.source_*`` recipe, last step kept, never scored on dev."""
+def _source_finetune(
+    cfg: ReproduceConfig, root: Path, untrained: Path, pairs: str | Path, identify: Identify
+) -> Stage:
+    """The source's fine-tuning: the fixed ``demo.source_*`` recipe, last step kept, never scored on
+    dev."""
     optim = replace(
-        cfg.finetune.optim, max_steps=cfg.demo.source_steps, batch_size=cfg.demo.source_batch, lr=cfg.demo.source_lr
+        cfg.finetune.optim,
+        max_steps=cfg.demo.source_steps,
+        batch_size=cfg.demo.source_batch,
+        lr=cfg.demo.source_lr,
     )
     ft_cfg = replace(
         cfg.finetune,
@@ -230,9 +262,12 @@ def _source_finetune(cfg: ReproduceConfig, root: Path, untrained: Path, pairs: s
         train=str(pairs),
         output=str(root / "minilm-splade"),
         optim=optim,
-        eval="",  # the source's recipe is fixed (demo.source_*): it is scored on dev once, by source_dev_stage
+        # the source's recipe is fixed (demo.source_*): it is scored on dev once, by
+        # source_dev_stage
+        eval="",
         select="last",
-        batch_sampler="no_duplicates",  # an ablation of the transfers' batches leaves the source as it is
+        # an ablation of the transfers' batches leaves the source as it is
+        batch_sampler="no_duplicates",
         overwrite=cfg.overwrite,
         query_length=cfg.evaluate.max_query_length,  # the written model encodes as it is scored
         document_length=cfg.evaluate.max_doc_length,
@@ -241,16 +276,20 @@ def _source_finetune(cfg: ReproduceConfig, root: Path, untrained: Path, pairs: s
         name="assets/source",
         job="finetune",
         cfg=ft_cfg,
-        inputs={"model": identify("model", str(untrained)), "train": identify("dataset", str(pairs))},
+        inputs={
+            "model": identify("model", str(untrained)),
+            "train": identify("dataset", str(pairs)),
+        },
     )
 
 
 def source_dev_stage(
     cfg: ReproduceConfig, name: str, model: str, dev: DevSet, gpus: float, identify: Identify
 ) -> Stage:
-    """The source model ``name`` (as ``models`` names it; at ``model``, a path, hub id or stage ref) scored once on
-    the development set with its own tokenizer, under :func:`~sembridge_ray.reproduce.cells.source_dev_path`: the
-    level the dev curves of its transfers are drawn against."""
+    """The source model ``name`` (as ``models`` names it; at ``model``, a path, hub id or stage ref)
+    scored once on the development set with its own tokenizer, under
+    :func:`~sembridge_ray.reproduce.cells.source_dev_path`: the level the dev curves of its
+    transfers are drawn against."""
     ev_cfg = replace(
         cfg.evaluate,
         model=model,
@@ -262,4 +301,6 @@ def source_dev_stage(
         resources=cell_resources(cfg, cfg.evaluate.resources, gpus),
     )
     inputs = {"model": identify("model", model), "dataset": identify("dataset", dev.spec)}
-    return Stage(name=f"sources/{catalog.slug(name)}/dev", job="evaluate", cfg=ev_cfg, inputs=inputs)
+    return Stage(
+        name=f"sources/{catalog.slug(name)}/dev", job="evaluate", cfg=ev_cfg, inputs=inputs
+    )

@@ -1,5 +1,5 @@
-"""Bundled data files (see ``resources/data/README.md`` for their sources and licences) and the bridge vectors of
-the bundled vocabularies (``bridge_cache/README.md``)."""
+"""Bundled data files (see ``resources/data/README.md`` for their sources and licences) and the
+bridge vectors of the bundled vocabularies (``bridge_cache/README.md``)."""
 
 from pathlib import Path
 

@@ -1,1 +1,2 @@
-"""Exact sparse retrieval: term-major CSR shards, per-shard top-k and its merge, ir-measures scoring (no Ray)."""
+"""Exact sparse retrieval: term-major CSR shards, per-shard top-k and its merge, ir-measures scoring
+(no Ray)."""

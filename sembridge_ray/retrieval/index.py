@@ -1,18 +1,21 @@
-"""Exact top-k over sparse (SPLADE) vectors, one shard at a time, and the merge of the shards' lists.
+"""Exact top-k over sparse (SPLADE) vectors, one shard at a time, and the merge of the shards'
+lists.
 
-A shard holds n documents *term-major*: the CSR of its (n, V) document matrix transposed, i.e. an inverted index
-whose row v lists the documents with term v active and their weights. A query batch is scored against it with
-Gustavson's row-by-row sparse × sparse product into a dense (B, n) accumulator, so the work is
-Σ_q Σ_{v ∈ q} df(v) multiply-adds: the posting lists the queries touch, never the whole shard.
+A shard holds n documents *term-major*: the CSR of its (n, V) document matrix transposed, i.e. an
+inverted index whose row v lists the documents with term v active and their weights. A query batch
+is scored against it with Gustavson's row-by-row sparse × sparse product into a dense (B, n)
+accumulator, so the work is Σ_q Σ_{v ∈ q} df(v) multiply-adds: the posting lists the queries touch,
+never the whole shard.
 
-Order is total and deterministic: score descending, then document id ascending. Ids enter as ``ranks``: the
-position of each document's id in the sorted list of all ids (:func:`rank_ids`), so ties compare integers, and
-the merge of per-shard lists equals the top-k of the whole corpus. A document with score 0 (no shared term) is
-never returned; rows are padded with score 0 and rank -1 (:data:`PAD`).
+Order is total and deterministic: score descending, then document id ascending. Ids enter as
+``ranks``: the position of each document's id in the sorted list of all ids (:func:`rank_ids`), so
+ties compare integers, and the merge of per-shard lists equals the top-k of the whole corpus. A
+document with score 0 (no shared term) is never returned; rows are padded with score 0 and rank -1
+(:data:`PAD`).
 
-Each (query, document) score sums the products over the query's terms in ascending term order, whichever shard
-holds the document, so a sharded search returns bit-identical scores to an unsharded one.
-"""
+Each (query, document) score sums the products over the query's terms in ascending term order,
+whichever shard holds the document, so a sharded search returns bit-identical scores to an unsharded
+one."""
 
 from __future__ import annotations
 
@@ -33,14 +36,16 @@ PAD = -1
 
 
 class TopK(NamedTuple):
-    """Per query, the k best documents: ``scores`` (B, k) float32 descending, ``ranks`` (B, k) int64 (-1 = pad)."""
+    """Per query, the k best documents: ``scores`` (B, k) float32 descending, ``ranks`` (B, k) int64
+    (-1 = pad)."""
 
     scores: np.ndarray
     ranks: np.ndarray
 
 
 class SparseBatch(NamedTuple):
-    """B sparse vectors in CSR form: ``indptr`` (B + 1,), ``indices`` (nnz,) int32 and ``values`` (nnz,) float32."""
+    """B sparse vectors in CSR form: ``indptr`` (B + 1,), ``indices`` (nnz,) int32 and ``values``
+    (nnz,) float32."""
 
     indptr: np.ndarray
     indices: np.ndarray
@@ -52,17 +57,20 @@ class SparseBatch(NamedTuple):
 
     def slice(self, start: int, stop: int) -> SparseBatch:
         lo, hi = int(self.indptr[start]), int(self.indptr[stop])
-        return SparseBatch(self.indptr[start : stop + 1] - lo, self.indices[lo:hi], self.values[lo:hi])
+        return SparseBatch(
+            self.indptr[start : stop + 1] - lo, self.indices[lo:hi], self.values[lo:hi]
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
 class Shard:
-    """n documents term-major: postings of term v are ``docs[indptr[v]:indptr[v+1]]`` with ``weights``.
+    """n documents term-major: postings of term v are ``docs[indptr[v]:indptr[v+1]]`` with
+    ``weights``.
 
-    ``indptr`` (V + 1,) int64, ``docs`` (nnz,) int32 local document numbers (ascending within a term),
-    ``weights`` (nnz,) float32, ``ranks`` (n,) int64 the global tie-break key of each local document, ``upper``
-    (V,) float32 the largest weight of each term (0 for an empty list): MaxScore's per-term upper bound.
-    """
+    ``indptr`` (V + 1,) int64, ``docs`` (nnz,) int32 local document numbers (ascending within a
+    term), ``weights`` (nnz,) float32, ``ranks`` (n,) int64 the global tie-break key of each local
+    document, ``upper`` (V,) float32 the largest weight of each term (0 for an empty list):
+    MaxScore's per-term upper bound."""
 
     indptr: np.ndarray
     docs: np.ndarray
@@ -84,13 +92,17 @@ class Shard:
 
 
 def build_shard(docs: SparseBatch, ranks: np.ndarray, vocab_size: int) -> Shard:
-    """Document-major rows (n, V) -> a term-major :class:`Shard` (the transpose, as an inverted index)."""
+    """Document-major rows (n, V) -> a term-major :class:`Shard` (the transpose, as an inverted
+    index)."""
     if docs.rows != len(ranks):
         raise ValueError(f"{docs.rows} documents but {len(ranks)} ranks")
     # int32 offsets where they fit: scipy would otherwise widen every index of the shard to int64
-    indptr = docs.indptr.astype(np.int32) if docs.indptr[-1] < np.iinfo(np.int32).max else docs.indptr
+    indptr = (
+        docs.indptr.astype(np.int32) if docs.indptr[-1] < np.iinfo(np.int32).max else docs.indptr
+    )
     csc = sp.csr_matrix((docs.values, docs.indices, indptr), shape=(docs.rows, vocab_size)).tocsc()
-    csc.sort_indices()  # documents ascending within each posting list (MaxScore's candidate lookups rely on it)
+    # documents ascending within each posting list (MaxScore's candidate lookups rely on it)
+    csc.sort_indices()
     weights = csc.data.astype(np.float32, copy=False)
     indptr = csc.indptr.astype(np.int64)
     return Shard(
@@ -103,7 +115,8 @@ def build_shard(docs: SparseBatch, ranks: np.ndarray, vocab_size: int) -> Shard:
 
 
 def term_upper_bounds(indptr: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """indptr (V + 1,), weights (nnz,) term-major -> (V,) float32: each posting list's largest weight (0 if empty)."""
+    """indptr (V + 1,), weights (nnz,) term-major -> (V,) float32: each posting list's largest
+    weight (0 if empty)."""
     upper = np.zeros(len(indptr) - 1, dtype=np.float32)
     full = np.flatnonzero(np.diff(indptr) > 0)
     if len(full):
@@ -112,7 +125,8 @@ def term_upper_bounds(indptr: np.ndarray, weights: np.ndarray) -> np.ndarray:
 
 
 def score_batch(shard: Shard, queries: SparseBatch) -> np.ndarray:
-    """queries (B, V) sparse × shard (V, n) term-major -> scores (B, n) float32, exactly (the reference path)."""
+    """queries (B, V) sparse × shard (V, n) term-major -> scores (B, n) float32, exactly (the
+    reference path)."""
     scores = np.zeros((queries.rows, shard.n_docs), dtype=np.float32)
     for row in range(queries.rows):
         accumulate(scores[row], shard, queries.slice(row, row + 1))
@@ -120,17 +134,18 @@ def score_batch(shard: Shard, queries: SparseBatch) -> np.ndarray:
 
 
 GATHER = 1 << 16
-"""Postings gathered into one scatter-add: short lists are batched, so the Python loop stays short even for dense
-queries; a list longer than a quarter of this is scattered straight from its slice (no gather copy)."""
+"""Postings gathered into one scatter-add: short lists are batched, so the Python loop stays short
+even for dense queries; a list longer than a quarter of this is scattered straight from its slice
+(no gather copy)."""
 
 
 def accumulate(acc: np.ndarray, shard: Shard, query: SparseBatch) -> None:
     """acc (n,) += one query (1, V) × shard (V, n), term by term in ascending term order.
 
-    Consecutive short posting lists are gathered (up to :data:`GATHER` entries) into one ``np.add.at``; a long
-    list is scattered from its slice. ``np.add.at`` adds in the given order, so every score sums its products in
-    the query's term order whichever shard holds the document, and whatever the grouping.
-    """
+    Consecutive short posting lists are gathered (up to :data:`GATHER` entries) into one
+    ``np.add.at``; a long list is scattered from its slice. ``np.add.at`` adds in the given order,
+    so every score sums its products in the query's term order whichever shard holds the document,
+    and whatever the grouping."""
     terms, values = _canonical(query.indices), _canonical(query.values)
     inside = terms < shard.vocab_size  # a term no document of this vocabulary has scores nothing
     terms, values = terms[inside], values[inside]
@@ -142,7 +157,9 @@ def accumulate(acc: np.ndarray, shard: Shard, query: SparseBatch) -> None:
     docs, weights = _canonical(shard.docs), _canonical(shard.weights)
     for lo, hi in itertools.pairwise([0, *cuts.tolist(), len(terms)]):
         if hi - lo == 1:
-            np.add.at(acc, docs[starts[lo] : stops[lo]], weights[starts[lo] : stops[lo]] * values[lo])
+            np.add.at(
+                acc, docs[starts[lo] : stops[lo]], weights[starts[lo] : stops[lo]] * values[lo]
+            )
         elif hi > lo:
             size = lengths[lo:hi]
             pos = np.repeat(starts[lo:hi] - (np.cumsum(size) - size), size) + np.arange(size.sum())
@@ -150,17 +167,19 @@ def accumulate(acc: np.ndarray, shard: Shard, query: SparseBatch) -> None:
 
 
 def _canonical(array: np.ndarray) -> np.ndarray:
-    """A zero-copy view with numpy's own dtype object. Unpickled arrays (Ray's object store) carry fresh dtype
-    instances (numpy#6422), and with those ``np.add.at`` leaves its fast indexed loop: ~30x slower, measured."""
+    """A zero-copy view with numpy's own dtype object. Unpickled arrays (Ray's object store) carry
+    fresh dtype instances (numpy#6422), and with those ``np.add.at`` leaves its fast indexed loop:
+    ~30x slower, measured."""
     return array.view(array.dtype.type)
 
 
 def row_topk(scores: np.ndarray, ranks: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """scores (n,), ranks (n,) -> the min(k, n) best (scores, ranks), unordered; ties at the cut go to low ranks.
+    """scores (n,), ranks (n,) -> the min(k, n) best (scores, ranks), unordered; ties at the cut go
+    to low ranks.
 
-    ``torch.topk`` finds k + 1 candidates in O(n). Only when the k-th and (k+1)-th values tie (and are > 0) is the
-    row redone over every document with at least that score, so the cut is decided by rank, not by chance.
-    """
+    ``torch.topk`` finds k + 1 candidates in O(n). Only when the k-th and (k+1)-th values tie (and
+    are > 0) is the row redone over every document with at least that score, so the cut is decided
+    by rank, not by chance."""
     width = min(k + 1, len(scores))
     values, where = (t.numpy() for t in torch.topk(torch.from_numpy(scores), width))
     if width > k and values[k - 1] == values[k] > 0:
@@ -172,7 +191,8 @@ def row_topk(scores: np.ndarray, ranks: np.ndarray, k: int) -> tuple[np.ndarray,
 
 
 def topk_rows(scores: np.ndarray, ranks: np.ndarray, k: int) -> TopK:
-    """scores (B, n), ranks (n,) -> the k best per row by (score desc, rank asc), positive scores only."""
+    """scores (B, n), ranks (n,) -> the k best per row by (score desc, rank asc), positive scores
+    only."""
     rows = [row_topk(row, ranks, k) for row in scores]
     return _stack(rows, len(scores), min(k, scores.shape[1]), k)
 
@@ -180,9 +200,9 @@ def topk_rows(scores: np.ndarray, ranks: np.ndarray, k: int) -> TopK:
 def shard_topk(shard: Shard, queries: SparseBatch, k: int) -> TopK:
     """The exact top-k of a query batch within one shard: (B, k) scores and global ranks.
 
-    Query by query into one reused (n,) accumulator: the shard's score memory is 4 bytes per document, and the
-    top-k reads a row that is still in cache (a (B, n) block would be page-faulted in and read back from memory).
-    """
+    Query by query into one reused (n,) accumulator: the shard's score memory is 4 bytes per
+    document, and the top-k reads a row that is still in cache (a (B, n) block would be page-faulted
+    in and read back from memory)."""
     acc = np.empty(shard.n_docs, dtype=np.float32)
     rows = []
     for row in range(queries.rows):
@@ -193,27 +213,33 @@ def shard_topk(shard: Shard, queries: SparseBatch, k: int) -> TopK:
 
 
 def maxscore_topk(shard: Shard, queries: SparseBatch, k: int) -> TopK:
-    """The same answer as :func:`shard_topk` (scores bit for bit, ties included), with MaxScore pruning.
+    """The same answer as :func:`shard_topk` (scores bit for bit, ties included), with MaxScore
+    pruning.
 
-    Per query: (1) the cheapest posting lists (about 1/8 of the query's postings) are scored, and the exact scores
-    of their k best documents give θ, a lower bound on the k-th best score; (2) the longest lists whose upper
-    bounds q_t · max_w(t) sum below θ (minus a rounding slack) are *non-essential*: a document found in none of the
-    other lists cannot reach θ; (3) the other lists are scored, the documents whose partial score plus the
-    non-essential bound reaches θ - slack are rescored exactly (every term, in ascending term order, as
-    :func:`accumulate` sums them), and the top-k is taken among them. The slack covers fp32 rounding of every sum
-    involved (4 (m + 1) 2^-24 Σ bounds for m query terms), so no document that brute force ranks is ever dropped.
-    A query whose bound cannot prune falls back to the plain scan.
+    Per query: (1) the cheapest posting lists (about 1/8 of the query's postings) are scored, and
+    the exact scores of their k best documents give θ, a lower bound on the k-th best score; (2) the
+    longest lists whose upper bounds q_t · max_w(t) sum below θ (minus a rounding slack) are
+    *non-essential*: a document found in none of the other lists cannot reach θ; (3) the other lists
+    are scored, the documents whose partial score plus the non-essential bound reaches θ - slack are
+    rescored exactly (every term, in ascending term order, as :func:`accumulate` sums them), and the
+    top-k is taken among them. The slack covers fp32 rounding of every sum involved (4 (m + 1) 2^-24
+    Σ bounds for m query terms), so no document that brute force ranks is ever dropped. A query
+    whose bound cannot prune falls back to the plain scan.
 
-    Not the default search: measured against :func:`shard_topk` (``jobs.bench_peers --retrieval``, 200k documents,
-    500 queries, idle) it is 27x (synthetic) and 41x (encoder statistics) slower; PISA's own MaxScore is slower than
-    the scan there too (3.3x, 4.6x). SPLADE weights cut to a document's top 128 lie in a narrow band (about
-    1-2.3 for the bundled encoder), so the bounds skip few lists and nearly every document stays a candidate,
-    while the scan's scatter-add costs a few ns per posting. Kept, tested, for corpora with skewed weights (long
-    lists of small weights), where it prunes.
-    """
-    upper = shard.upper if shard.upper is not None else term_upper_bounds(shard.indptr, shard.weights)
+    Not the default search: measured against :func:`shard_topk` (``jobs.bench_peers --retrieval``,
+    200k documents, 500 queries, idle) it is 27x (synthetic) and 41x (encoder statistics) slower;
+    PISA's own MaxScore is slower than the scan there too (3.3x, 4.6x). SPLADE weights cut to a
+    document's top 128 lie in a narrow band (about 1-2.3 for the bundled encoder), so the bounds
+    skip few lists and nearly every document stays a candidate, while the scan's scatter-add costs a
+    few ns per posting. Kept, tested, for corpora with skewed weights (long lists of small weights),
+    where it prunes."""
+    upper = (
+        shard.upper if shard.upper is not None else term_upper_bounds(shard.indptr, shard.weights)
+    )
     acc = np.empty(shard.n_docs, dtype=np.float32)
-    rows = [_maxscore_row(shard, upper, queries.slice(r, r + 1), k, acc) for r in range(queries.rows)]
+    rows = [
+        _maxscore_row(shard, upper, queries.slice(r, r + 1), k, acc) for r in range(queries.rows)
+    ]
     return _stack(rows, queries.rows, min(k, shard.n_docs), k)
 
 
@@ -224,7 +250,8 @@ def _maxscore_row(
     inside = terms < shard.vocab_size
     terms, values = terms[inside], values[inside]
     df = shard.indptr[terms + 1] - shard.indptr[terms]
-    bound = upper[terms].astype(np.float64) * values.astype(np.float64)  # q_t · max_w(t) >= any product of t
+    # q_t · max_w(t) >= any product of t
+    bound = upper[terms].astype(np.float64) * values.astype(np.float64)
     slack = 4 * (len(terms) + 1) * 2.0**-24 * float(bound.sum())
     by_cost = np.argsort(df, kind="stable")  # cheapest lists first
     first = by_cost[: max(1, int(np.searchsorted(np.cumsum(df[by_cost]), df.sum() / 8)))]
@@ -235,7 +262,11 @@ def _maxscore_row(
     theta = float(np.sort(exact)[-k]) if len(exact) >= k else 0.0
     rest = by_cost[np.isin(by_cost, first, invert=True)][::-1]  # the rest, longest lists first
     spent = np.cumsum(bound[rest])
-    skip = rest[: int(np.searchsorted(spent, theta - slack, side="left"))] if theta > slack else rest[:0]
+    skip = (
+        rest[: int(np.searchsorted(spent, theta - slack, side="left"))]
+        if theta > slack
+        else rest[:0]
+    )
     if theta <= 0 or not len(skip):
         acc.fill(0.0)
         accumulate(acc, shard, query)
@@ -253,9 +284,12 @@ def _accumulate_terms(acc: np.ndarray, shard: Shard, terms: np.ndarray, values: 
     accumulate(acc, shard, SparseBatch(indptr, terms, values))
 
 
-def exact_scores(shard: Shard, terms: np.ndarray, values: np.ndarray, cands: np.ndarray) -> np.ndarray:
-    """The scores of documents ``cands`` (ascending) for one query, summed exactly as :func:`accumulate` does:
-    fp32 products added in ascending term order. Each list is searched (binary search) for the candidates."""
+def exact_scores(
+    shard: Shard, terms: np.ndarray, values: np.ndarray, cands: np.ndarray
+) -> np.ndarray:
+    """The scores of documents ``cands`` (ascending) for one query, summed exactly as
+    :func:`accumulate` does: fp32 products added in ascending term order. Each list is searched
+    (binary search) for the candidates."""
     out = np.zeros(len(cands), dtype=np.float32)
     docs, weights = _canonical(shard.docs), _canonical(shard.weights)
     for term, value in zip(terms.tolist(), values, strict=True):
@@ -279,29 +313,38 @@ def _sort_pad(scores: np.ndarray, ranks: np.ndarray, k: int) -> TopK:
     order = np.lexsort((ranks, -scores), axis=1)[:, :k]
     scores, ranks = np.take_along_axis(scores, order, 1), np.take_along_axis(ranks, order, 1)
     empty = scores <= 0
-    return _pad(np.where(empty, 0, scores).astype(np.float32), np.where(empty, PAD, ranks).astype(np.int64), k)
+    return _pad(
+        np.where(empty, 0, scores).astype(np.float32),
+        np.where(empty, PAD, ranks).astype(np.int64),
+        k,
+    )
 
 
 def _pad(scores: np.ndarray, ranks: np.ndarray, k: int) -> TopK:
     extra = k - scores.shape[1]
     if extra <= 0:
         return TopK(scores, ranks)
-    return TopK(np.pad(scores, ((0, 0), (0, extra))), np.pad(ranks, ((0, 0), (0, extra)), constant_values=PAD))
+    return TopK(
+        np.pad(scores, ((0, 0), (0, extra))),
+        np.pad(ranks, ((0, 0), (0, extra)), constant_values=PAD),
+    )
 
 
 def merge_topk(parts: list[TopK], k: int) -> TopK:
-    """Per-shard top-k lists of the same queries -> the top-k of their union (what one big shard would give)."""
+    """Per-shard top-k lists of the same queries -> the top-k of their union (what one big shard
+    would give)."""
     return _sort_pad(
-        np.concatenate([p.scores for p in parts], axis=1), np.concatenate([p.ranks for p in parts], axis=1), k
+        np.concatenate([p.scores for p in parts], axis=1),
+        np.concatenate([p.ranks for p in parts], axis=1),
+        k,
     )
 
 
 def rank_ids(ids: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
     """ids (N,) strings -> (ranks (N,) int64, the ids sorted): ``sorted_ids[ranks[i]] == ids[i]``.
 
-    Strings sort by UTF-8 bytes, i.e. by code point, as Python and trec_eval compare them. A duplicate id is an
-    :class:`InputError` naming it.
-    """
+    Strings sort by UTF-8 bytes, i.e. by code point, as Python and trec_eval compare them. A
+    duplicate id is an :class:`InputError` naming it."""
     ids = ids.combine_chunks() if isinstance(ids, pa.ChunkedArray) else ids
     order = pc.sort_indices(ids)
     sorted_ids = ids.take(order)
@@ -309,14 +352,17 @@ def rank_ids(ids: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
         dup = pc.equal(sorted_ids.slice(1), sorted_ids.slice(0, len(sorted_ids) - 1))
         if pc.any(dup).as_py():
             first = pc.index(dup, True).as_py()
-            raise InputError(f"document id {sorted_ids[first].as_py()!r} appears more than once in the corpus")
+            raise InputError(
+                f"document id {sorted_ids[first].as_py()!r} appears more than once in the corpus"
+            )
     ranks = np.empty(len(ids), dtype=np.int64)
     ranks[order.to_numpy()] = np.arange(len(ids), dtype=np.int64)
     return ranks, sorted_ids
 
 
 def shard_bounds(n_docs: int, shard_size: int, workers: int) -> list[tuple[int, int]]:
-    """Split n documents into contiguous shards of at most ``shard_size`` (0 = one per worker), sizes within 1."""
+    """Split n documents into contiguous shards of at most ``shard_size`` (0 = one per worker),
+    sizes within 1."""
     size = shard_size if shard_size > 0 else math.ceil(n_docs / max(1, workers))
     count = max(1, math.ceil(n_docs / max(1, size)))
     edges = [n_docs * i // count for i in range(count + 1)]

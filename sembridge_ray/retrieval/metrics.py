@@ -1,10 +1,11 @@
-"""Retrieval quality with ir-measures (trec_eval semantics) and sparsity statistics of the encodings.
+"""Retrieval quality with ir-measures (trec_eval semantics) and sparsity statistics of the
+encodings.
 
-Quality is averaged over **every query in the qrels**, as ``trec_eval -c`` does: a query with no retrieved
-document scores 0, and so does a qrels query with no text to encode. nDCG uses the graded relevance as its gain.
-ir-measures sends nDCG@10 and R@100 to pytrec_eval (trec_eval orders tied scores by document id descending)
-and RR@10 to the MS MARCO evaluator (ties by document id ascending, as our run's rank column).
-"""
+Quality is averaged over **every query in the qrels**, as ``trec_eval -c`` does: a query with no
+retrieved document scores 0, and so does a qrels query with no text to encode. nDCG uses the graded
+relevance as its gain. ir-measures sends nDCG@10 and R@100 to pytrec_eval (trec_eval orders tied
+scores by document id descending) and RR@10 to the MS MARCO evaluator (ties by document id
+ascending, as our run's rank column)."""
 
 from __future__ import annotations
 
@@ -21,8 +22,11 @@ PRIMARY = nDCG @ 10
 MEASURES = (PRIMARY, R @ 100, RR @ 10)
 
 
-def per_query_metrics(qrels: Qrels, run: Run, measures: Iterable[Any] = MEASURES) -> dict[str, dict[str, float]]:
-    """{measure name: {qrels query id: value}} for every qrels query (0 for a query with no retrieved document)."""
+def per_query_metrics(
+    qrels: Qrels, run: Run, measures: Iterable[Any] = MEASURES
+) -> dict[str, dict[str, float]]:
+    """{measure name: {qrels query id: value}} for every qrels query (0 for a query with no
+    retrieved document)."""
     measures = list(measures)
     per_query: dict[str, dict[str, float]] = {str(m): {} for m in measures}
     judged_run = {q: dict(docs) for q, docs in run.items() if q in qrels and docs}
@@ -35,16 +39,23 @@ def per_query_metrics(qrels: Qrels, run: Run, measures: Iterable[Any] = MEASURES
 
 def mean_metrics(per_query: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
     """{measure: mean over the queries} of :func:`per_query_metrics`' output."""
-    return {name: (sum(values.values()) / len(values) if values else 0.0) for name, values in per_query.items()}
+    return {
+        name: (sum(values.values()) / len(values) if values else 0.0)
+        for name, values in per_query.items()
+    }
 
 
-def retrieval_metrics(qrels: Qrels, run: Run, measures: Iterable[Any] = MEASURES) -> dict[str, float]:
-    """{measure name in ir-measures notation: mean over every qrels query}; missing queries count as 0."""
+def retrieval_metrics(
+    qrels: Qrels, run: Run, measures: Iterable[Any] = MEASURES
+) -> dict[str, float]:
+    """{measure name in ir-measures notation: mean over every qrels query}; missing queries count as
+    0."""
     return mean_metrics(per_query_metrics(qrels, run, measures))
 
 
 def per_query_tsv(per_query: Mapping[str, Mapping[str, float]]) -> str:
-    """``query_id`` and one column per measure, a row per qrels query (sorted), for paired comparisons."""
+    """``query_id`` and one column per measure, a row per qrels query (sorted), for paired
+    comparisons."""
     names = list(per_query)
     qids = sorted(next(iter(per_query.values()), {}))
     lines = ["\t".join(["query_id", *names])]
@@ -53,15 +64,17 @@ def per_query_tsv(per_query: Mapping[str, Mapping[str, float]]) -> str:
 
 
 def term_counts(indices: np.ndarray, vocab_size: int) -> np.ndarray:
-    """indices (nnz,) of the active terms of many vectors -> df (V,) int64: how many vectors have each term."""
+    """indices (nnz,) of the active terms of many vectors -> df (V,) int64: how many vectors have
+    each term."""
     return np.bincount(indices, minlength=vocab_size).astype(np.int64)
 
 
 def flops_per_pair(query_df: np.ndarray, n_queries: int, doc_df: np.ndarray, n_docs: int) -> float:
-    """Expected multiply-adds per query–document pair, Σ_v p_q(v)·p_d(v) (SPLADE, Paria et al. 2020).
+    """Expected multiply-adds per query–document pair, Σ_v p_q(v)·p_d(v) (SPLADE, Paria et al.
+    2020).
 
-    query_df (Vq,), doc_df (Vd,): vectors with term v active; p = df / count. The shorter vector is zero-padded.
-    """
+    query_df (Vq,), doc_df (Vd,): vectors with term v active; p = df / count. The shorter vector is
+    zero-padded."""
     if n_queries == 0 or n_docs == 0:
         return 0.0
     size = max(len(query_df), len(doc_df))
@@ -70,8 +83,11 @@ def flops_per_pair(query_df: np.ndarray, n_queries: int, doc_df: np.ndarray, n_d
     return float(np.dot(p_q, p_d))
 
 
-def sparsity_stats(query_df: np.ndarray, n_queries: int, doc_df: np.ndarray, n_docs: int) -> dict[str, float]:
-    """Mean active dimensions per query and per document, and FLOPs per pair (from the df vectors alone)."""
+def sparsity_stats(
+    query_df: np.ndarray, n_queries: int, doc_df: np.ndarray, n_docs: int
+) -> dict[str, float]:
+    """Mean active dimensions per query and per document, and FLOPs per pair (from the df vectors
+    alone)."""
     return {
         "mean_active_dims_query": float(query_df.sum() / n_queries) if n_queries else 0.0,
         "mean_active_dims_doc": float(doc_df.sum() / n_docs) if n_docs else 0.0,
@@ -80,8 +96,9 @@ def sparsity_stats(query_df: np.ndarray, n_queries: int, doc_df: np.ndarray, n_d
 
 
 def unknown_judgements(qrels: Qrels, missing: set[str]) -> dict[str, int]:
-    """Counts of qrels entries naming ``missing`` documents (not in the corpus). They are reported, and kept:
-    a relevant document the corpus lacks still counts against recall and nDCG, as in trec_eval."""
+    """Counts of qrels entries naming ``missing`` documents (not in the corpus). They are reported,
+    and kept: a relevant document the corpus lacks still counts against recall and nDCG, as in
+    trec_eval."""
     entries = [(q, d, g) for q, docs in qrels.items() for d, g in docs.items() if d in missing]
     return {
         "unknown_qrels_docs": len({d for _, d, _ in entries}),

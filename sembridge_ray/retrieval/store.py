@@ -1,8 +1,9 @@
-"""Sparse vectors on disk and runs on disk: Parquet shards in, CSR row ranges out; TREC run files; fingerprints.
+"""Sparse vectors on disk and runs on disk: Parquet shards in, CSR row ranges out; TREC run files;
+fingerprints.
 
-Vector files have ``id`` string, ``indices`` list<int32>, ``values`` list<float32> (``data.schema.SPARSE_SCHEMA``).
-They are read in a fixed order (sorted file names, then row order), so row numbers are stable between passes.
-"""
+Vector files have ``id`` string, ``indices`` list<int32>, ``values`` list<float32>
+(``data.schema.SPARSE_SCHEMA``). They are read in a fixed order (sorted file names, then row order),
+so row numbers are stable between passes."""
 
 from __future__ import annotations
 
@@ -35,8 +36,16 @@ def sparse_batch(table: pa.Table) -> SparseBatch:
     lengths = pc.list_value_length(table.column(INDICES)).to_numpy(zero_copy_only=False)
     indptr = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=indptr[1:])
-    indices = pc.list_flatten(table.column(INDICES)).to_numpy(zero_copy_only=False).astype(np.int32, copy=False)
-    values = pc.list_flatten(table.column(VALUES)).to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
+    indices = (
+        pc.list_flatten(table.column(INDICES))
+        .to_numpy(zero_copy_only=False)
+        .astype(np.int32, copy=False)
+    )
+    values = (
+        pc.list_flatten(table.column(VALUES))
+        .to_numpy(zero_copy_only=False)
+        .astype(np.float32, copy=False)
+    )
     return SparseBatch(indptr, indices, values)
 
 
@@ -44,7 +53,9 @@ def read_vectors(files: Sequence[Path]) -> tuple[list[str], SparseBatch]:
     """All rows of (small) vector files, sorted by id: ids and CSR rows."""
     table = pa.concat_tables([pq.read_table(f) for f in files]) if files else None
     if table is None or table.num_rows == 0:
-        return [], SparseBatch(np.zeros(1, np.int64), np.zeros(0, np.int32), np.zeros(0, np.float32))
+        return [], SparseBatch(
+            np.zeros(1, np.int64), np.zeros(0, np.int32), np.zeros(0, np.float32)
+        )
     table = table.sort_by(ID)
     return table.column(ID).to_pylist(), sparse_batch(table)
 
@@ -52,8 +63,13 @@ def read_vectors(files: Sequence[Path]) -> tuple[list[str], SparseBatch]:
 def iter_row_ranges(
     files: Sequence[Path], bounds: Sequence[tuple[int, int]], chunk: int = 65536
 ) -> Iterator[SparseBatch]:
-    """One CSR batch per consecutive ``[start, stop)`` range of rows, streaming: one range in memory at a time."""
-    stream = (b for f in files for b in pq.ParquetFile(f).iter_batches(batch_size=chunk, columns=[INDICES, VALUES]))
+    """One CSR batch per consecutive ``[start, stop)`` range of rows, streaming: one range in memory
+    at a time."""
+    stream = (
+        b
+        for f in files
+        for b in pq.ParquetFile(f).iter_batches(batch_size=chunk, columns=[INDICES, VALUES])
+    )
     held: list[pa.RecordBatch] = []
     have = 0
     for start, stop in bounds:
@@ -76,7 +92,8 @@ def fingerprint(*parts: object) -> str:
 
 
 def format_score(score: float) -> str:
-    """Nine significant digits: every float32 round-trips, so trec_eval sees the order we computed."""
+    """Nine significant digits: every float32 round-trips, so trec_eval sees the order we
+    computed."""
     return f"{float(score):.9g}"
 
 
@@ -85,18 +102,22 @@ def run_lines(qids: Sequence[str], top: TopK, sorted_ids: pa.Array, tag: str) ->
     for row, qid in enumerate(qids):
         valid = top.ranks[row] != PAD
         docids = sorted_ids.take(pa.array(top.ranks[row][valid])).to_pylist()
-        for rank, (doc, score) in enumerate(zip(docids, top.scores[row][valid], strict=True), start=1):
+        for rank, (doc, score) in enumerate(
+            zip(docids, top.scores[row][valid], strict=True), start=1
+        ):
             yield f"{qid} Q0 {doc} {rank} {format_score(score)} {tag}\n"
 
 
 def read_run(path: Path) -> dict[str, dict[str, float]]:
-    """A TREC run file -> {qid: {docid: score}} (what trec_eval reads: the rank column is ignored)."""
+    """A TREC run file -> {qid: {docid: score}} (what trec_eval reads: the rank column is
+    ignored)."""
     with open(path, encoding="utf-8") as fh:
         return parse_run(fh)
 
 
 def parse_run(lines: Iterable[str]) -> dict[str, dict[str, float]]:
-    """TREC run lines -> {qid: {docid: score}}: the scores as the run file holds them (see :func:`format_score`)."""
+    """TREC run lines -> {qid: {docid: score}}: the scores as the run file holds them (see
+    :func:`format_score`)."""
     run: dict[str, dict[str, float]] = {}
     for line in lines:
         fields = line.split()
@@ -106,7 +127,8 @@ def parse_run(lines: Iterable[str]) -> dict[str, dict[str, float]]:
 
 
 def stage_corpus(batches: Iterator[pa.Table], directory: Path) -> list[Path]:
-    """Write a streamed (id, text) corpus as one Parquet file per batch; returns the files, in order."""
+    """Write a streamed (id, text) corpus as one Parquet file per batch; returns the files, in
+    order."""
     directory.mkdir(parents=True, exist_ok=True)
     files = []
     for number, table in enumerate(batches):

@@ -1,10 +1,11 @@
-"""Thesaurus augmentation of the training pairs, as Mueller & Thyagarajan did it (reconstructed from their data).
+"""Thesaurus augmentation of the training pairs, as Mueller & Thyagarajan did it (reconstructed from
+their data).
 
-Candidates for a word are the head lemmas of its WordNet 3.0 synsets (``synset.name().split('.')[0]``),
-deduplicated, minus the word itself. Each pass replaces every non-stopword token that has candidates by one drawn
-uniformly, accepted only when the word vectors' cosine clears the gate; a new pair is kept only when both sentences
-changed, keeps its source's score, and is dropped when it duplicates a pair already present.
-"""
+Candidates for a word are the head lemmas of its WordNet 3.0 synsets
+(``synset.name().split('.')[0]``), deduplicated, minus the word itself. Each pass replaces every
+non-stopword token that has candidates by one drawn uniformly, accepted only when the word vectors'
+cosine clears the gate; a new pair is kept only when both sentences changed, keeps its source's
+score, and is dropped when it duplicates a pair already present."""
 
 from __future__ import annotations
 
@@ -19,9 +20,12 @@ from sembridge_ray.errors import InputError
 from sembridge_ray.siamese.data import TokenPair
 
 log = logging.getLogger(__name__)
-BUNDLED_THESAURUS = Path(__file__).resolve().parent.parent / "resources" / "thesaurus" / "sick_wordnet30.tsv"
+BUNDLED_THESAURUS = (
+    Path(__file__).resolve().parent.parent / "resources" / "thesaurus" / "sick_wordnet30.tsv"
+)
 
-# NLTK's English stopword list (nltk_data corpora/stopwords/english), which the authors' code filtered with.
+# NLTK's English stopword list (nltk_data corpora/stopwords/english), which the authors' code
+# filtered with.
 STOPWORDS = frozenset(
     [
         "i",
@@ -210,14 +214,16 @@ Thesaurus = Mapping[str, Sequence[str]]
 
 
 def wordnet_candidates(word: str, wordnet: object) -> list[str]:
-    """Head lemmas of the WordNet synsets of ``word``, in WordNet's order, deduplicated, minus ``word`` itself."""
+    """Head lemmas of the WordNet synsets of ``word``, in WordNet's order, deduplicated, minus
+    ``word`` itself."""
     key = word.lower()
     heads = dict.fromkeys(s.name().split(".")[0] for s in wordnet.synsets(key))  # type: ignore[attr-defined]
     return [h for h in heads if h != key]
 
 
 def load_wordnet(extra_dir: str = "") -> object | None:
-    """nltk's WordNet 3.0 reader, or None when its files cannot be found (``extra_dir`` joins nltk's search path)."""
+    """nltk's WordNet 3.0 reader, or None when its files cannot be found (``extra_dir`` joins nltk's
+    search path)."""
     import nltk
     from nltk.corpus import wordnet
 
@@ -228,7 +234,9 @@ def load_wordnet(extra_dir: str = "") -> object | None:
     except LookupError:
         return None
     if wordnet.get_version() != "3.0":
-        log.warning("WordNet %s found; the authors' thesaurus was WordNet 3.0", wordnet.get_version())
+        log.warning(
+            "WordNet %s found; the authors' thesaurus was WordNet 3.0", wordnet.get_version()
+        )
     return wordnet
 
 
@@ -257,16 +265,19 @@ def read_thesaurus(path: Path) -> dict[str, list[str]]:
 
 def format_thesaurus(thesaurus: Thesaurus, header: str) -> str:
     lines = [f"# {h}" if h else "#" for h in header.splitlines()]
-    return "\n".join([*lines, *(f"{w}\t{' '.join(c)}" for w, c in sorted(thesaurus.items()))]) + "\n"
+    return (
+        "\n".join([*lines, *(f"{w}\t{' '.join(c)}" for w, c in sorted(thesaurus.items()))]) + "\n"
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
 class Draws:
-    """Every pass's random pick, drawn before any gate is applied so that gates can be compared on the same draws.
+    """Every pass's random pick, drawn before any gate is applied so that gates can be compared on
+    the same draws.
 
-    ``slots`` (S, 3) are (pair, side, position) of the eligible tokens; ``choice`` (passes, S) the candidate picked,
-    as its string; ``cosine`` (passes, S) its word-vector cosine with the token (nan when either lacks a vector).
-    """
+    ``slots`` (S, 3) are (pair, side, position) of the eligible tokens; ``choice`` (passes, S) the
+    candidate picked, as its string; ``cosine`` (passes, S) its word-vector cosine with the token
+    (nan when either lacks a vector)."""
 
     slots: np.ndarray
     choice: np.ndarray
@@ -280,8 +291,8 @@ def draw_substitutions(
     passes: int,
     rng: np.random.Generator,
 ) -> Draws:
-    """Pick one candidate uniformly for every eligible token in every pass (eligible: not a stopword, has
-    candidates)."""
+    """Pick one candidate uniformly for every eligible token in every pass (eligible: not a
+    stopword, has candidates)."""
     slots, cands = [], []
     for i, pair in enumerate(pairs):
         for side, tokens in enumerate((pair.a, pair.b)):
@@ -296,7 +307,11 @@ def draw_substitutions(
     cache: dict[tuple[str, str], float] = {}
     for p in range(passes):
         for s, k in enumerate(picks[p]):
-            token = pairs[slots[s][0]].a[slots[s][2]] if slots[s][1] == 0 else pairs[slots[s][0]].b[slots[s][2]]
+            token = (
+                pairs[slots[s][0]].a[slots[s][2]]
+                if slots[s][1] == 0
+                else pairs[slots[s][0]].b[slots[s][2]]
+            )
             word = cands[s][k]
             if (token, word) not in cache:
                 cache[(token, word)] = similarity(token, word)
@@ -307,8 +322,8 @@ def draw_substitutions(
 def apply_gate(pairs: Sequence[TokenPair], draws: Draws, gate: float) -> list[TokenPair]:
     """The new pairs that ``draws`` make when substitutions need cosine >= ``gate``, in pass order.
 
-    Kept only when both sentences changed; duplicates of the originals or of earlier new pairs are dropped.
-    """
+    Kept only when both sentences changed; duplicates of the originals or of earlier new pairs are
+    dropped."""
     seen = {(p.a, p.b) for p in pairs}
     out = []
     for p in range(draws.choice.shape[0]):
@@ -332,12 +347,15 @@ def _substitute(tokens: tuple[str, ...], edits: Mapping[int, str]) -> tuple[str,
     return tuple(edits.get(i, t) for i, t in enumerate(tokens))
 
 
-def choose_gate(pairs: Sequence[TokenPair], draws: Draws, floor: float, target: int, steps: int = 20) -> float:
-    """The smallest gate >= ``floor`` whose augmentation yields at most ``target`` new pairs (bisection).
+def choose_gate(
+    pairs: Sequence[TokenPair], draws: Draws, floor: float, target: int, steps: int = 20
+) -> float:
+    """The smallest gate >= ``floor`` whose augmentation yields at most ``target`` new pairs
+    (bisection).
 
-    An option beside the paper's fixed 0.6: with MiniLM word vectors 0.6 is far looser than with word2vec
-    (27k pairs instead of the paper's ~10k, many of them wrong senses), so the gate can be set by the count instead.
-    """
+    An option beside the paper's fixed 0.6: with MiniLM word vectors 0.6 is far looser than with
+    word2vec (27k pairs instead of the paper's ~10k, many of them wrong senses), so the gate can be
+    set by the count instead."""
     if len(apply_gate(pairs, draws, floor)) <= target:
         return floor
     lo, hi = floor, 1.0 + 1e-9
@@ -351,21 +369,24 @@ def choose_gate(pairs: Sequence[TokenPair], draws: Draws, floor: float, target: 
 
 
 def write_bundled_thesaurus(sick_dir: Path, wordnet: object, path: Path = BUNDLED_THESAURUS) -> int:
-    """Derive the thesaurus of the SICK training vocabulary (train + trial, lower-cased) from WordNet 3.0 and write
-    it with the WordNet licence as its header; returns the number of words. Regenerate with
-    ``NLTK_DATA=DIR python -m sembridge_ray.siamese.augment``, DIR holding nltk's ``wordnet`` corpus
-    (``python -m nltk.downloader -d DIR wordnet``)."""
+    """Derive the thesaurus of the SICK training vocabulary (train + trial, lower-cased) from
+    WordNet 3.0 and write it with the WordNet licence as its header; returns the number of words.
+    Regenerate with ``NLTK_DATA=DIR python -m sembridge_ray.siamese.augment``, DIR holding nltk's
+    ``wordnet`` corpus (``python -m nltk.downloader -d DIR wordnet``)."""
     from sembridge_ray.data.sick import read_sick_split
     from sembridge_ray.outputs import atomic_write_text
     from sembridge_ray.siamese.data import tokenize
 
     pairs = read_sick_split(sick_dir, "train") + read_sick_split(sick_dir, "trial")
-    thesaurus = build_thesaurus((t for p in pairs for s in (p.a, p.b) for t in tokenize(s)), wordnet)
+    thesaurus = build_thesaurus(
+        (t for p in pairs for s in (p.a, p.b) for t in tokenize(s)), wordnet
+    )
     licence = (path.parent / "WORDNET_LICENSE.txt").read_text(encoding="utf-8")
     header = (
         "Head lemmas of the WordNet 3.0 synsets of each word of the SICK 2014 train+trial vocabulary "
         "(lower-cased),\nminus the word itself: synset.name().split('.')[0], deduplicated, in WordNet's "
-        "order. Derived from WordNet 3.0,\nwhose licence follows and applies to this file.\n\n" + licence
+        "order. Derived from WordNet 3.0,\nwhose licence follows and applies to this file.\n\n"
+        + licence
     )
     atomic_write_text(path, format_thesaurus(thesaurus, header))
     return len(thesaurus)

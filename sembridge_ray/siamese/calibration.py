@@ -1,11 +1,11 @@
-"""Calibration of raw MaLSTM scores: statsmodels' local-linear kernel regression (Gaussian kernel) fitted on the
-validation predictions, applied to test predictions, clipped to [1, 5].
+"""Calibration of raw MaLSTM scores: statsmodels' local-linear kernel regression (Gaussian kernel)
+fitted on the validation predictions, applied to test predictions, clipped to [1, 5].
 
-statsmodels chooses the bandwidth with ``bw='cv_ls'``: Nelder-Mead over its leave-one-out objective ``cv_loo``,
-which loops over the n points in Python (O(n²) per evaluation, ~40 evaluations). :func:`search_bandwidth` minimises
-the same objective, evaluated exactly but vectorised (:func:`loo_mse`), and hands the bandwidth to ``KernelReg`` as
-``bw=[h]``, so the fitted curve is statsmodels' own.
-"""
+statsmodels chooses the bandwidth with ``bw='cv_ls'``: Nelder-Mead over its leave-one-out objective
+``cv_loo``, which loops over the n points in Python (O(n²) per evaluation, ~40 evaluations).
+:func:`search_bandwidth` minimises the same objective, evaluated exactly but vectorised
+(:func:`loo_mse`), and hands the bandwidth to ``KernelReg`` as ``bw=[h]``, so the fitted curve is
+statsmodels' own."""
 
 from __future__ import annotations
 
@@ -19,24 +19,27 @@ from statsmodels.nonparametric.kernel_regression import KernelReg
 
 _SQRT_2PI = math.sqrt(2 * math.pi)
 _CANCELLATION = 1e6
-"""Rows whose expanded Σwd² is a difference of terms this much larger than itself are redone directly ..."""
+"""Rows whose expanded Σwd² is a difference of terms this much larger than itself are redone
+directly ..."""
 _DEGENERATE = 1e3
-"""... and so are rows whose weighted spread var_w(d)/E_w(d²) is below 1/this (practically a one-point fit)."""
+"""... and so are rows whose weighted spread var_w(d)/E_w(d²) is below 1/this (practically a
+one-point fit)."""
 
 
 class LooObjective:
-    """statsmodels' ``cv_loo`` for local-linear regression with a Gaussian kernel, exact and vectorised.
+    """statsmodels' ``cv_loo`` for local-linear regression with a Gaussian kernel, exact and
+    vectorised.
 
-    For x (n,), y (n,) and a bandwidth h, :meth:`predictions` gives the leave-one-out estimates ĝ₋ᵢ(xᵢ) (n,) term
-    for term as statsmodels does: weights wᵢⱼ = φ((xⱼ − xᵢ)/h)/((n−1)h) for j ≠ i, the 2×2 normal matrix
-    [[Σw, Σwd], [Σwd, Σwd²]] and right-hand side [Σwy, Σwdy] with d = xᵢ − xⱼ (statsmodels negates exog), solved
-    with ``np.linalg.pinv``.
+    For x (n,), y (n,) and a bandwidth h, :meth:`predictions` gives the leave-one-out estimates
+    ĝ₋ᵢ(xᵢ) (n,) term for term as statsmodels does: weights wᵢⱼ = φ((xⱼ − xᵢ)/h)/((n−1)h) for j ≠ i,
+    the 2×2 normal matrix [[Σw, Σwd], [Σwd, Σwd²]] and right-hand side [Σwy, Σwdy] with d = xᵢ − xⱼ
+    (statsmodels negates exog), solved with ``np.linalg.pinv``.
 
-    How it is fast: x is sorted and cut into blocks; each block pair (I ≤ J) costs one exp over its squared
-    distances (precomputed once, n²/2 floats) and two small matrix products, K_IJ @ basis and K_IJᵀ @ basis, with
-    basis = [1, u, u², y, uy] and u = x − (the centre of the receiving block). Centring per block keeps the expanded
-    second moment Σw(u_j − u_i)² as precise as the direct sum, since only nearby points carry weight.
-    """
+    How it is fast: x is sorted and cut into blocks; each block pair (I ≤ J) costs one exp over its
+    squared distances (precomputed once, n²/2 floats) and two small matrix products, K_IJ @ basis
+    and K_IJᵀ @ basis, with basis = [1, u, u², y, uy] and u = x − (the centre of the receiving
+    block). Centring per block keeps the expanded second moment Σw(u_j − u_i)² as precise as the
+    direct sum, since only nearby points carry weight."""
 
     def __init__(self, x: np.ndarray, y: np.ndarray, block: int = 256) -> None:
         x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
@@ -49,10 +52,15 @@ class LooObjective:
         self.blocks = [slice(s, min(self.n, s + block)) for s in range(0, self.n, block)]
         self.centres = [float(self.x[b].mean()) for b in self.blocks]
         pairs = [(i, j) for i in range(len(self.blocks)) for j in range(i, len(self.blocks))]
-        self.d2 = {(i, j): np.square(self.x[self.blocks[i], None] - self.x[None, self.blocks[j]]) for i, j in pairs}
+        self.d2 = {
+            (i, j): np.square(self.x[self.blocks[i], None] - self.x[None, self.blocks[j]])
+            for i, j in pairs
+        }
         # bases[(i, j)]: block j's points seen from block i's centre (none of it depends on h)
         self.bases = {
-            (i, j): self._basis(self.blocks[j], self.centres[i]) for a, b in pairs for i, j in ((a, b), (b, a))
+            (i, j): self._basis(self.blocks[j], self.centres[i])
+            for a, b in pairs
+            for i, j in ((a, b), (b, a))
         }
 
     def _basis(self, rows: slice, centre: float) -> np.ndarray:
@@ -80,12 +88,16 @@ class LooObjective:
         a0, a1, a2, y0, y1 = moments.T
         s0, s1, s2 = a0, u * a0 - a1, u * u * a0 - 2 * u * a1 + a2  # Σw, Σwd, Σwd²
         t0, t1 = y0, u * y0 - y1  # Σwy, Σwdy
-        # Rows where the expansion cancels, or whose normal matrix is near singular (a bandwidth far below the
-        # spacing of the points: pinv then amplifies rounding), are summed term by term instead.
+        # Rows where the expansion cancels, or whose normal matrix is near singular (a bandwidth far
+        # below the spacing of the points: pinv then amplifies rounding), are summed term by term
+        # instead.
         size = u * u * a0 + 2 * np.abs(u * a1) + a2
-        redo = np.flatnonzero(~((size <= _CANCELLATION * s2) & (s0 * s2 - s1 * s1 > s0 * s2 / _DEGENERATE)))
+        redo = np.flatnonzero(
+            ~((size <= _CANCELLATION * s2) & (s0 * s2 - s1 * s1 > s0 * s2 / _DEGENERATE))
+        )
         normal = np.stack([np.stack([s0, s1], -1), np.stack([s1, s2], -1)], -2)  # (n, 2, 2)
-        with np.errstate(all="ignore"):  # a huge h makes the normal matrix singular; pinv copes, as in statsmodels
+        # a huge h makes the normal matrix singular; pinv copes, as in statsmodels
+        with np.errstate(all="ignore"):
             est = (np.linalg.pinv(normal) @ np.stack([t0, t1], -1)[..., None])[:, 0, 0]
         est[redo] = self._direct(redo, h)
         out = np.empty(self.n)
@@ -93,8 +105,8 @@ class LooObjective:
         return out
 
     def _direct(self, rows: np.ndarray, h: float) -> np.ndarray:
-        """ĝ₋ᵢ(xᵢ) for ``rows`` (sorted positions), with statsmodels' own operations in its own order, so that even a
-        near-singular fit (pinv amplifying rounding) comes out the same."""
+        """ĝ₋ᵢ(xᵢ) for ``rows`` (sorted positions), with statsmodels' own operations in its own
+        order, so that even a near-singular fit (pinv amplifying rounding) comes out the same."""
         x, y = self.x[self.rank], self.y[self.rank]  # the caller's order
         out = np.empty(len(rows))
         for r, i in enumerate(self.order[rows]):
@@ -102,7 +114,9 @@ class LooObjective:
             ker = (1.0 / np.sqrt(2 * np.pi)) * np.exp(-((exog[:, 0] - at[0]) ** 2) / (h**2 * 2.0))
             ker = (ker / h / float(len(exog)))[:, np.newaxis]
             dx = exog - at
-            normal = np.array([[ker.sum(), (dx * ker).sum()], [(dx * ker).sum(), np.dot(dx.T, dx * ker)[0, 0]]])
+            normal = np.array(
+                [[ker.sum(), (dx * ker).sum()], [(dx * ker).sum(), np.dot(dx.T, dx * ker)[0, 0]]]
+            )
             rhs = np.array([[(ker * endog).sum()], [(dx * ker * endog).sum(axis=0)[0]]])
             out[r] = np.dot(np.linalg.pinv(normal), rhs)[0, 0]
         return out
@@ -135,13 +149,15 @@ class Bandwidth:
 
 
 def search_bandwidth(x: np.ndarray, y: np.ndarray, xtol: float = 1e-6) -> Bandwidth:
-    """Minimise :func:`loo_mse` over h, in log h, within [h0·2⁻¹⁶, h0·2⁴⁰] (at the top the weights are equal to float
-    precision: the global linear fit, which the objective approaches from above as h grows).
+    """Minimise :func:`loo_mse` over h, in log h, within [h0·2⁻¹⁶, h0·2⁴⁰] (at the top the weights
+    are equal to float precision: the global linear fit, which the objective approaches from above
+    as h grows).
 
-    1. Downhill from statsmodels' own start h0 (the normal-reference rule) to the local minimum there, as its
-       Nelder-Mead does: bracket from (h0, 1.05·h0), then Brent's method to ``xtol``.
-    2. A log₂ grid h0·2ᵏ, k = −4..4, to find other basins (widened while its best point sits on an edge and beats
-       step 1); when a grid point beats step 1, Brent's method refines that grid cell too.
+    1. Downhill from statsmodels' own start h0 (the normal-reference rule) to the local minimum
+       there, as its Nelder-Mead does: bracket from (h0, 1.05·h0), then Brent's method to ``xtol``.
+    2. A log₂ grid h0·2ᵏ, k = −4..4, to find other basins (widened while its best point sits on an
+       edge and beats step 1); when a grid point beats step 1, Brent's method refines that grid cell
+       too.
     The result is the best point evaluated, so it is never worse than any point either step saw.
     """
     objective = LooObjective(x, y)
@@ -176,7 +192,8 @@ def search_bandwidth(x: np.ndarray, y: np.ndarray, xtol: float = 1e-6) -> Bandwi
 def _downhill(
     f: Callable[[float], float], a: float, b: float, bounds: tuple[float, float]
 ) -> tuple[float, float, float]:
-    """(a, b, c) with f(b) <= f(a), f(c), walking downhill from a past b with golden-ratio steps; stops at a bound."""
+    """(a, b, c) with f(b) <= f(a), f(c), walking downhill from a past b with golden-ratio steps;
+    stops at a bound."""
     if f(b) > f(a):
         a, b = b, a
     while True:
@@ -187,18 +204,24 @@ def _downhill(
 
 
 def _refine(f: Callable[[float], float], triple: tuple[float, float, float], xtol: float) -> None:
-    """Brent's method (bounded) inside the outer points of ``triple``; every point it tries lands in f's cache."""
+    """Brent's method (bounded) inside the outer points of ``triple``; every point it tries lands in
+    f's cache."""
     lo, hi = min(triple[0], triple[2]), max(triple[0], triple[2])
     if hi > lo:
         optimize.minimize_scalar(f, bounds=(lo, hi), method="bounded", options={"xatol": xtol})
 
 
 def fit_calibrator(pred: np.ndarray, gold: np.ndarray, h: float | None = None) -> KernelReg:
-    """statsmodels ``KernelReg(gold ~ pred, var_type='c', reg_type='ll')``, with bandwidth ``h`` (``None``: its own
-    cv_ls search)."""
+    """statsmodels ``KernelReg(gold ~ pred, var_type='c', reg_type='ll')``, with bandwidth ``h``
+    (``None``: its own cv_ls search)."""
     bw: object = "cv_ls" if h is None else [h]
     return KernelReg(
-        endog=np.asarray(gold, float), exog=np.asarray(pred, float), var_type="c", reg_type="ll", bw=bw, rng=0
+        endog=np.asarray(gold, float),
+        exog=np.asarray(pred, float),
+        var_type="c",
+        reg_type="ll",
+        bw=bw,
+        rng=0,
     )
 
 
@@ -208,15 +231,16 @@ def calibrate(model: KernelReg, pred: np.ndarray) -> np.ndarray:
 
 
 def synthetic_scores(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """(raw (n,), gold (n,)): gold on 1-5 and a compressed, bent, noisy raw score, like an uncalibrated MaLSTM."""
+    """(raw (n,), gold (n,)): gold on 1-5 and a compressed, bent, noisy raw score, like an
+    uncalibrated MaLSTM."""
     gold = np.clip(rng.normal(3.5, 1.0, n), 1, 5)
     raw = np.clip(2.5 + 0.5 * (gold - 3) + 0.2 * np.sin(3 * gold) + rng.normal(0, 0.4, n), 1, 5)
     return raw, gold
 
 
 def compare_with_statsmodels(raw: np.ndarray, gold: np.ndarray) -> dict[str, float | int | bool]:
-    """Both searches on the same scores: times, bandwidths, and each bandwidth's LOO MSE by statsmodels' own
-    ``cv_loo`` (the oracle), plus the fast search's peak traced allocation."""
+    """Both searches on the same scores: times, bandwidths, and each bandwidth's LOO MSE by
+    statsmodels' own ``cv_loo`` (the oracle), plus the fast search's peak traced allocation."""
     import time
     import tracemalloc
 
@@ -230,7 +254,9 @@ def compare_with_statsmodels(raw: np.ndarray, gold: np.ndarray) -> dict[str, flo
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     oracle = fit_calibrator(raw, gold, 1.0)
-    loo_theirs, loo_ours = (float(oracle.cv_loo(np.array([h]), oracle._est_loc_linear)[0]) for h in (theirs, ours.h))
+    loo_theirs, loo_ours = (
+        float(oracle.cv_loo(np.array([h]), oracle._est_loc_linear)[0]) for h in (theirs, ours.h)
+    )
     return {
         "n": len(raw),
         "statsmodels_seconds": round(t1 - t0, 3),

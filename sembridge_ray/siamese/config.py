@@ -1,8 +1,8 @@
 """The MaLSTM's settings, section by section, beside the code that reads them: the word vectors
-(``siamese.vectors``, ``siamese.prepare``), the thesaurus augmentation (``siamese.augment``), a training stage and the
-STS pretraining (``siamese.loop``) and the calibration (``siamese.results``). ``sembridge_ray.jobs.malstm`` composes
-them into the job's config; their field names are its dotted keys (``train.lr``, ``vectors.source``, ...).
-"""
+(``siamese.vectors``, ``siamese.prepare``), the thesaurus augmentation (``siamese.augment``), a
+training stage and the STS pretraining (``siamese.loop``) and the calibration (``siamese.results``).
+``sembridge_ray.jobs.malstm`` composes them into the job's config; their field names are its dotted
+keys (``train.lr``, ``vectors.source``, ...)."""
 
 from __future__ import annotations
 
@@ -22,30 +22,34 @@ class VectorConfig(Config):
     """Fixed word vectors."""
 
     source: str = "minilm"
-    """``minilm`` (each word alone through the bundled all-MiniLM-L6-v2, 384-d), ``minilm-context`` (MiniLM hidden
-    states of the word averaged over its contexts in SICK train/trial, STS and WordNet text; Bommasani et al. 2020),
-    ``minilm-input`` (MiniLM's input word-piece embeddings, averaged) or ``word2vec:PATH`` (the paper's GoogleNews
-    300-d, or any word2vec file, binary or text)."""
+    """``minilm`` (each word alone through the bundled all-MiniLM-L6-v2, 384-d), ``minilm-context``
+    (MiniLM hidden states of the word averaged over its contexts in SICK train/trial, STS and
+    WordNet text; Bommasani et al. 2020), ``minilm-input`` (MiniLM's input word-piece embeddings,
+    averaged) or ``word2vec:PATH`` (the paper's GoogleNews 300-d, or any word2vec file, binary or
+    text)."""
     layer: int = 6
     """``minilm-context``: hidden layer to read (0 = the embedding layer's output, 6 = the last)."""
     pooling: Literal["mean", "first"] = "mean"
     """``minilm-context``: how a word's pieces are pooled within one context."""
     contexts: int = 10
-    """``minilm-context``: a word's vector averages its first N occurrences in the corpus (in corpus order)."""
+    """``minilm-context``: a word's vector averages its first N occurrences in the corpus (in corpus
+    order)."""
     retrofit: int = 0
-    """Retrofit the vectors to the thesaurus (Faruqui et al. 2015) with this many iterations (10 in the paper);
-    0 = off. Works with every source."""
+    """Retrofit the vectors to the thesaurus (Faruqui et al. 2015) with this many iterations (10 in
+    the paper); 0 = off. Works with every source."""
     normalize: bool = True
-    """Scale known vectors to length ``scale`` (all-MiniLM-L6-v2 already outputs unit vectors; word2vec does not)."""
+    """Scale known vectors to length ``scale`` (all-MiniLM-L6-v2 already outputs unit vectors;
+    word2vec does not)."""
     scale: float = 1.0
-    """Norm of the known vectors after normalising (GoogleNews word2vec vectors have norms of about 2-3)."""
+    """Norm of the known vectors after normalising (GoogleNews word2vec vectors have norms of about
+    2-3)."""
     center: bool = False
     """Subtract the mean known vector first (before the cosine gate and the model see them)."""
     oov_std: float = 0.01
     """Per-component std of the seeded random vectors of out-of-vocabulary words."""
     cache_dir: str = "~/.cache/sembridge_ray/word_vectors"
-    """Where MiniLM word vectors are cached, per word (only new words are encoded), keyed by source, model, corpus,
-    contexts, layer and pooling."""
+    """Where MiniLM word vectors are cached, per word (only new words are encoded), keyed by source,
+    model, corpus, contexts, layer and pooling."""
 
     def check(self) -> None:
         require(self.scale > 0, "scale", self.scale, "must be > 0")
@@ -66,17 +70,24 @@ class AugmentConfig(Config):
     min_cosine: float = 0.6
     """The paper's gate: a substitution needs word-vector cosine >= this."""
     target_pairs: int = 0
-    """> 0: raise the gate (never below ``min_cosine``) until at most this many new pairs remain; 0 = fixed gate."""
+    """> 0: raise the gate (never below ``min_cosine``) until at most this many new pairs remain; 0
+    = fixed gate."""
     thesaurus: Literal["auto", "wordnet", "bundled"] = "auto"
-    """``auto``: WordNet 3.0 through nltk when it is found, else the bundled thesaurus of the SICK training
-    vocabulary."""
+    """``auto``: WordNet 3.0 through nltk when it is found, else the bundled thesaurus of the SICK
+    training vocabulary."""
     wordnet_dir: str = ""
-    """Extra nltk data directory to search for WordNet (besides ``NLTK_DATA`` and nltk's defaults)."""
+    """Extra nltk data directory to search for WordNet (besides ``NLTK_DATA`` and nltk's
+    defaults)."""
 
     def check(self) -> None:
         require(self.passes >= 0, "passes", self.passes, "must be >= 0")
         require(-1 <= self.min_cosine <= 1, "min_cosine", self.min_cosine, "must be in [-1, 1]")
-        require(self.target_pairs >= 0, "target_pairs", self.target_pairs, "must be >= 0 (0 = fixed gate)")
+        require(
+            self.target_pairs >= 0,
+            "target_pairs",
+            self.target_pairs,
+            "must be >= 0 (0 = fixed gate)",
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -100,14 +111,16 @@ class TrainConfig(Config):
     patience: int = 30
     """Stop after this many epochs without a new best (smoothed) validation loss."""
     stop_on: Literal["mse", "pearson"] = "mse"
-    """Early-stopping loss on validation: the raw MSE, or 1 − Pearson r (what survives calibration)."""
+    """Early-stopping loss on validation: the raw MSE, or 1 − Pearson r (what survives
+    calibration)."""
     smoothing: float = 0.0
-    """Exponential moving average factor for the stopping criterion (0 = the raw validation loss)."""
+    """Exponential moving average factor for the stopping criterion (0 = the raw validation
+    loss)."""
     min_delta: float = 0.0
     """Least improvement of the stopping loss that counts as a new best."""
     weight_ema: float = 0.0
-    """> 0: evaluate and keep an exponential moving average of the weights with this per-step decay (Polyak
-    averaging; not in the paper). 0 = the optimiser's own iterates, as the paper."""
+    """> 0: evaluate and keep an exponential moving average of the weights with this per-step decay
+    (Polyak averaging; not in the paper). 0 = the optimiser's own iterates, as the paper."""
     forget_bias: float = 1.5
     """Initial bias of the LSTM's forget gate."""
     init_sigma: float = 0.2
@@ -133,7 +146,8 @@ class PretrainConfig(Config):
     enabled: bool = True
     """Pretrain on STS before training on SICK (the paper does)."""
     years: tuple[int, ...] = (2012, 2013)
-    """STS years in the pool; 2012 + 2013 is the paper's "SemEval 2013 STS" as far as it is redistributable."""
+    """STS years in the pool; 2012 + 2013 is the paper's "SemEval 2013 STS" as far as it is
+    redistributable."""
     max_epochs: int = 100
     """Pretraining epochs at most."""
     patience: int = 10
@@ -151,9 +165,11 @@ class PretrainConfig(Config):
 
 @dataclass(frozen=True, kw_only=True)
 class CalibrationConfig(Config):
-    """Local-linear calibration of the raw scores, fitted on validation (statsmodels ``KernelReg``)."""
+    """Local-linear calibration of the raw scores, fitted on validation (statsmodels
+    ``KernelReg``)."""
 
     enabled: bool = True
     """Calibrate (the paper does; it raises Pearson r, never Spearman ρ)."""
     bandwidth: Literal["loo", "cv_ls"] = "loo"
-    """``loo``: the vectorised exact leave-one-out search; ``cv_ls``: statsmodels' own (slow) search."""
+    """``loo``: the vectorised exact leave-one-out search; ``cv_ls``: statsmodels' own (slow)
+    search."""

@@ -1,12 +1,13 @@
-"""Static word vectors distilled from MiniLM: aggregated contextual vectors (Bommasani et al., ACL 2020,
-"Interpreting Pretrained Contextualized Representations via Reductions to Static Embeddings") and the input
-word-piece embeddings.
+"""Static word vectors distilled from MiniLM: aggregated contextual vectors (Bommasani et al., ACL
+2020, "Interpreting Pretrained Contextualized Representations via Reductions to Static Embeddings")
+and the input word-piece embeddings.
 
-A word's aggregated vector is the mean, over its first ``k`` occurrences in an unlabeled corpus (corpus order), of
-the pooled hidden state of its word pieces at one layer. The corpus is SICK train + trial, every STS sentence and,
-where nltk finds WordNet, its glosses and examples; SICK test is never read. A word seen in no context gets its
-decontextualised vector instead: the same layer and pooling with the word alone as the input (Bommasani's
-"decontextualized" reduction), so that every row lives in the same space.
+A word's aggregated vector is the mean, over its first ``k`` occurrences in an unlabeled corpus
+(corpus order), of the pooled hidden state of its word pieces at one layer. The corpus is SICK train
++ trial, every STS sentence and, where nltk finds WordNet, its glosses and examples; SICK test is
+never read. A word seen in no context gets its decontextualised vector instead: the same layer and
+pooling with the word alone as the input (Bommasani's "decontextualized" reduction), so that every
+row lives in the same space.
 
 Words are matched lower-cased (the model is uncased), after the job's own tokenisation.
 """
@@ -31,17 +32,24 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 POOLINGS = ("mean", "first")
 MAX_WORDS = 64
-"""Corpus sentences are cut to their first 64 tokens, so that every counted occurrence fits in the model's input."""
+"""Corpus sentences are cut to their first 64 tokens, so that every counted occurrence fits in the
+model's input."""
 Occurrences = dict[str, list[tuple[int, int]]]
 
 
 def context_corpus(sick_dir: Path, sts_dir: Path, wordnet: object | None) -> list[str]:
-    """SICK train + trial, then both sentences of every STS line of every year present (scored or not), then the
-    WordNet glosses and examples when ``wordnet`` is given; deduplicated, first occurrence kept. Never SICK test."""
+    """SICK train + trial, then both sentences of every STS line of every year present (scored or
+    not), then the WordNet glosses and examples when ``wordnet`` is given; deduplicated, first
+    occurrence kept. Never SICK test."""
     from sembridge_ray.data.sick import read_sick_split
     from sembridge_ray.data.sts import read_sts_sentences, sts_files
 
-    sick = [s for split in ("train", "trial") for p in read_sick_split(sick_dir, split) for s in (p.a, p.b)]
+    sick = [
+        s
+        for split in ("train", "trial")
+        for p in read_sick_split(sick_dir, split)
+        for s in (p.a, p.b)
+    ]
     years = [y for y in range(2012, 2017) if (Path(sts_dir) / str(y)).is_dir()]
     sts = [s for f in sts_files(sts_dir, years) for s in read_sts_sentences(f)]
     glosses: list[str] = []
@@ -64,7 +72,8 @@ def corpus_tokens(corpus: Sequence[str]) -> list[list[str]]:
 
 
 def first_occurrences(tokens: Sequence[Sequence[str]], words: Iterable[str], k: int) -> Occurrences:
-    """word -> its first ``k`` (sentence, position) occurrences in corpus order; words never seen are absent."""
+    """word -> its first ``k`` (sentence, position) occurrences in corpus order; words never seen
+    are absent."""
     wanted = set(words)
     found: Occurrences = {}
     for s, sentence in enumerate(tokens):
@@ -75,7 +84,8 @@ def first_occurrences(tokens: Sequence[Sequence[str]], words: Iterable[str], k: 
 
 
 def pool_pieces(hidden: torch.Tensor, pieces: Sequence[int], pooling: str) -> torch.Tensor:
-    """hidden (L, T, D) -> (L, D): the word's pieces (indices into T) pooled by ``mean`` or ``first``."""
+    """hidden (L, T, D) -> (L, D): the word's pieces (indices into T) pooled by ``mean`` or
+    ``first``."""
     if pooling == "first":
         return hidden[:, pieces[0]]
     return hidden[:, list(pieces)].mean(dim=1)
@@ -88,8 +98,9 @@ def aggregate_contexts(
     occurrences: Occurrences,
     batch_size: int = 64,
 ) -> dict[str, dict[str, np.ndarray]]:
-    """pooling -> word -> (L, D) float32: the mean over a word's occurrences of its pooled pieces at every hidden
-    layer the model returns (L = embeddings + each layer). Sentences are encoded once, in length order."""
+    """pooling -> word -> (L, D) float32: the mean over a word's occurrences of its pooled pieces at
+    every hidden layer the model returns (L = embeddings + each layer). Sentences are encoded once,
+    in length order."""
     import torch
 
     by_sentence: dict[int, list[tuple[str, int]]] = {}
@@ -105,7 +116,8 @@ def aggregate_contexts(
             batch = order[start : start + batch_size]
             enc = tokenizer([list(tokens[s]) for s in batch], is_split_into_words=True, padding=True, truncation=True,
                             max_length=512, return_tensors="pt")  # fmt: skip
-            hidden = torch.stack(model(**enc, output_hidden_states=True).hidden_states, dim=1)  # (B, L, T, D)
+            # (B, L, T, D)
+            hidden = torch.stack(model(**enc, output_hidden_states=True).hidden_states, dim=1)
             for row, s in enumerate(batch):
                 ids = enc.word_ids(row)
                 for word, pos in by_sentence[s]:
@@ -124,7 +136,8 @@ def aggregate_contexts(
 def decontextualised(
     model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, words: Sequence[str]
 ) -> dict[str, dict[str, np.ndarray]]:
-    """pooling -> word -> (L, D): each word alone (``[CLS] pieces [SEP]``); all-``[UNK]`` words are left out."""
+    """pooling -> word -> (L, D): each word alone (``[CLS] pieces [SEP]``); all-``[UNK]`` words are
+    left out."""
     corpus = [[w] for w in words]
     occ = {w: [(i, 0)] for i, w in enumerate(words) if _known(tokenizer, w)}
     return aggregate_contexts(model, tokenizer, corpus, occ)
@@ -138,7 +151,8 @@ def _known(tokenizer: PreTrainedTokenizerBase, word: str) -> bool:
 def input_embeddings(
     model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, words: Sequence[str]
 ) -> dict[str, np.ndarray]:
-    """word -> (D,): the mean of its word pieces' input embeddings (no position or type embedding, no layer)."""
+    """word -> (D,): the mean of its word pieces' input embeddings (no position or type embedding,
+    no layer)."""
     table = model.get_input_embeddings().get_parameter("weight").detach()
     out = {}
     for word in dict.fromkeys(words):

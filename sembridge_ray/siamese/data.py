@@ -1,5 +1,5 @@
-"""SICK and STS for the MaLSTM: tokenisation, the validation split, the STS pretraining pool and its leak guard,
-and padded id arrays for training."""
+"""SICK and STS for the MaLSTM: tokenisation, the validation split, the STS pretraining pool and its
+leak guard, and padded id arrays for training."""
 
 from __future__ import annotations
 
@@ -36,19 +36,27 @@ def require_pairs(name: str, pairs: Sequence[Pair]) -> Sequence[Pair]:
 
 
 def read_sick_training(sick_dir: Path, limit: int = 0) -> list[Pair]:
-    """SICK train + trial, the paper's 5,000 training pairs (the first ``limit`` when > 0, for smoke runs)."""
+    """SICK train + trial, the paper's 5,000 training pairs (the first ``limit`` when > 0, for smoke
+    runs)."""
     pairs = read_sick_split(sick_dir, "train") + read_sick_split(sick_dir, "trial")
     return list(require_pairs(f"SICK train+trial in {sick_dir}", pairs[: limit or None]))
 
 
-def split_validation(pairs: Sequence[Pair], fraction: float, rng: np.random.Generator) -> tuple[list[Pair], list[Pair]]:
-    """A seeded random ``fraction`` of ``pairs`` held out for validation: (train, validation), both non-empty."""
+def split_validation(
+    pairs: Sequence[Pair], fraction: float, rng: np.random.Generator
+) -> tuple[list[Pair], list[Pair]]:
+    """A seeded random ``fraction`` of ``pairs`` held out for validation: (train, validation), both
+    non-empty."""
     n_val = round(len(pairs) * fraction)
     if not 0 < n_val < len(pairs):
-        raise InputError(f"a validation fraction of {fraction} leaves an empty split of {len(pairs)} pairs")
+        raise InputError(
+            f"a validation fraction of {fraction} leaves an empty split of {len(pairs)} pairs"
+        )
     order = rng.permutation(len(pairs))
     val = set(order[:n_val].tolist())
-    return [p for i, p in enumerate(pairs) if i not in val], [p for i, p in enumerate(pairs) if i in val]
+    return [p for i, p in enumerate(pairs) if i not in val], [
+        p for i, p in enumerate(pairs) if i in val
+    ]
 
 
 def read_sts_pool(sts_dir: Path, years: Sequence[int], limit: int = 0) -> list[Pair]:
@@ -62,7 +70,8 @@ def read_sts_pool(sts_dir: Path, years: Sequence[int], limit: int = 0) -> list[P
 
 
 def leak_guard(pool: Sequence[Pair], protected: Iterable[Pair]) -> tuple[list[Pair], int]:
-    """Drop every ``pool`` pair whose two normalised sentences match a ``protected`` pair in either order.
+    """Drop every ``pool`` pair whose two normalised sentences match a ``protected`` pair in either
+    order.
 
     Returns (kept pairs, number removed).
     """
@@ -76,7 +85,8 @@ def leak_guard(pool: Sequence[Pair], protected: Iterable[Pair]) -> tuple[list[Pa
 
 @dataclass(frozen=True, kw_only=True)
 class TokenPair:
-    """A pair after tokenisation; augmented copies keep the source pair's score and get ``<id>~aug<pass>``."""
+    """A pair after tokenisation; augmented copies keep the source pair's score and get
+    ``<id>~aug<pass>``."""
 
     pair_id: str
     a: tuple[str, ...]
@@ -85,12 +95,16 @@ class TokenPair:
 
 
 def tokenize_pairs(pairs: Iterable[Pair]) -> list[TokenPair]:
-    return [TokenPair(pair_id=p.pair_id, a=tuple(tokenize(p.a)), b=tuple(tokenize(p.b)), score=p.score) for p in pairs]
+    return [
+        TokenPair(pair_id=p.pair_id, a=tuple(tokenize(p.a)), b=tuple(tokenize(p.b)), score=p.score)
+        for p in pairs
+    ]
 
 
 @dataclass(frozen=True, kw_only=True)
 class EncodedPairs:
-    """Padded id arrays: ``ids_a`` (N, Ta), ``len_a`` (N,), ``ids_b`` (N, Tb), ``len_b`` (N,), ``score`` (N,)."""
+    """Padded id arrays: ``ids_a`` (N, Ta), ``len_a`` (N,), ``ids_b`` (N, Tb), ``len_b`` (N,),
+    ``score`` (N,)."""
 
     pair_ids: tuple[str, ...]
     ids_a: np.ndarray
@@ -123,7 +137,8 @@ def vocabulary(*groups: Iterable[TokenPair]) -> Vocabulary:
 
 
 def encode_pairs(pairs: Sequence[TokenPair], vocab: Vocabulary) -> EncodedPairs:
-    """Token pairs -> padded id arrays (an empty sentence keeps length 0 and encodes as all padding)."""
+    """Token pairs -> padded id arrays (an empty sentence keeps length 0 and encodes as all
+    padding)."""
 
     def pad(sides: list[tuple[str, ...]]) -> tuple[np.ndarray, np.ndarray]:
         lengths = np.array([len(s) for s in sides], dtype=np.int64)

@@ -1,4 +1,5 @@
-"""Training and prediction for the MaLSTM, free of Ray: Adadelta, gradient-norm clipping, early stopping."""
+"""Training and prediction for the MaLSTM, free of Ray: Adadelta, gradient-norm clipping, early
+stopping."""
 
 from __future__ import annotations
 
@@ -23,8 +24,8 @@ Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tens
 
 
 def batches(data: EncodedPairs, size: int, order: np.ndarray | None = None) -> Iterator[Batch]:
-    """(ids_a (B, Ta), len_a (B,), ids_b (B, Tb), len_b (B,), score (B,)) in ``order``, trimmed to each batch's
-    longest sentence."""
+    """(ids_a (B, Ta), len_a (B,), ids_b (B, Tb), len_b (B,), score (B,)) in ``order``, trimmed to
+    each batch's longest sentence."""
     order = np.arange(len(data)) if order is None else order
     for start in range(0, len(order), size):
         idx = order[start : start + size]
@@ -52,8 +53,8 @@ def mse(pred: np.ndarray, gold: np.ndarray) -> float:
 
 @dataclass(frozen=True, kw_only=True)
 class FitResult:
-    """The best epoch (1-based; 0 = the starting weights) by the stopping metric, that epoch's validation MSE, and
-    the stopping metric's curve."""
+    """The best epoch (1-based; 0 = the starting weights) by the stopping metric, that epoch's
+    validation MSE, and the stopping metric's curve."""
 
     best_epoch: int
     best_val_mse: float
@@ -72,11 +73,11 @@ def fit(
 ) -> FitResult:
     """Train ``model`` in place and leave it at its best validation epoch.
 
-    Early stopping watches an exponential moving average of the validation MSE (``cfg.smoothing``; 0 = the raw
-    value), because the raw curve jumps between epochs; the weights kept are those of the best *raw* epoch.
-    With ``cfg.weight_ema`` > 0 the weights evaluated (and kept) are an exponential moving average of the
-    optimiser's iterates (Polyak averaging), updated after every step.
-    """
+    Early stopping watches an exponential moving average of the validation MSE (``cfg.smoothing``; 0
+    = the raw value), because the raw curve jumps between epochs; the weights kept are those of the
+    best *raw* epoch. With ``cfg.weight_ema`` > 0 the weights evaluated (and kept) are an
+    exponential moving average of the optimiser's iterates (Polyak averaging), updated after every
+    step."""
     params: list[torch.Tensor] = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.Adadelta(params, lr=cfg.lr, rho=cfg.rho, eps=cfg.eps)
     averaged = [p.detach().clone() for p in params] if cfg.weight_ema > 0 else None
@@ -90,7 +91,13 @@ def fit(
         patience.update(loss, cfg.smoothing, cfg.min_delta)
         if epoch % 10 == 0:
             log.info(
-                "%s epoch %d: val %s %.4f (best %.4f at %d)", stage, epoch, cfg.stop_on, loss, best.loss, best.epoch
+                "%s epoch %d: val %s %.4f (best %.4f at %d)",
+                stage,
+                epoch,
+                cfg.stop_on,
+                loss,
+                best.loss,
+                best.epoch,
             )
         if patience.since >= cfg.patience or not math.isfinite(loss):
             break
@@ -106,7 +113,8 @@ def fit(
 
 @dataclass(kw_only=True)
 class _Best:
-    """The best raw epoch so far: its trainable weights, stopping loss, validation MSE and number (0: the start)."""
+    """The best raw epoch so far: its trainable weights, stopping loss, validation MSE and number
+    (0: the start)."""
 
     state: list[torch.Tensor]
     loss: float
@@ -114,14 +122,21 @@ class _Best:
     epoch: int = 0
 
     @classmethod
-    def start(cls, params: list[torch.Tensor], pred: np.ndarray, gold: np.ndarray, metric: str) -> _Best:
+    def start(
+        cls, params: list[torch.Tensor], pred: np.ndarray, gold: np.ndarray, metric: str
+    ) -> _Best:
         """The starting weights (epoch 0), whose validation predictions are ``pred``."""
-        return cls(state=_trainable_state(params), loss=stopping_loss(pred, gold, metric), mse=mse(pred, gold))
+        return cls(
+            state=_trainable_state(params),
+            loss=stopping_loss(pred, gold, metric),
+            mse=mse(pred, gold),
+        )
 
 
 @dataclass(kw_only=True)
 class _Patience:
-    """Early stopping's curve: each epoch's stopping loss, its moving average, the average's best, epochs since."""
+    """Early stopping's curve: each epoch's stopping loss, its moving average, the average's best,
+    epochs since."""
 
     smooth: float
     best: float
@@ -129,7 +144,8 @@ class _Patience:
     curve: list[float] = field(default_factory=list)
 
     def update(self, loss: float, smoothing: float, min_delta: float) -> None:
-        """Record an epoch's loss; the count restarts when the average beats its best by more than ``min_delta``."""
+        """Record an epoch's loss; the count restarts when the average beats its best by more than
+        ``min_delta``."""
         self.curve.append(loss)
         self.smooth = smoothing * self.smooth + (1 - smoothing) * loss
         if self.smooth < self.best - min_delta:
@@ -147,18 +163,24 @@ def _validate(
     best: _Best,
     epoch: int,
 ) -> float:
-    """The epoch's stopping loss on ``val`` under the evaluated weights, which become ``best`` when they beat it."""
+    """The epoch's stopping loss on ``val`` under the evaluated weights, which become ``best`` when
+    they beat it."""
     with _swapped(params, averaged):
         pred = predict(model, val)
         loss = stopping_loss(pred, val.score, metric)
         if loss < best.loss:
-            best.state, best.loss, best.mse, best.epoch = _trainable_state(params), loss, mse(pred, val.score), epoch
+            best.state, best.loss, best.mse, best.epoch = (
+                _trainable_state(params),
+                loss,
+                mse(pred, val.score),
+                epoch,
+            )
     return loss
 
 
 def stopping_loss(pred: np.ndarray, gold: np.ndarray, metric: str) -> float:
-    """Lower is better: the raw MSE, or 1 − Pearson r (what a calibrated model's MSE depends on: a monotone
-    recalibration removes the raw scores' offset and scale, not their correlation)."""
+    """Lower is better: the raw MSE, or 1 − Pearson r (what a calibrated model's MSE depends on: a
+    monotone recalibration removes the raw scores' offset and scale, not their correlation)."""
     if metric == "mse":
         return mse(pred, gold)
     r = float(np.corrcoef(pred, gold)[0, 1])
@@ -174,7 +196,8 @@ def train_epoch(
     generator: torch.Generator,
     averaged: list[torch.Tensor] | None,
 ) -> None:
-    """One shuffled pass: MSE on (y − 1)/4, gradient-norm clipping, then the running weight average if any."""
+    """One shuffled pass: MSE on (y − 1)/4, gradient-norm clipping, then the running weight average
+    if any."""
     model.train()
     order = torch.randperm(len(train), generator=generator).numpy()
     for ids_a, len_a, ids_b, len_b, score in batches(train, cfg.batch_size, order):
@@ -215,7 +238,8 @@ def _swapped(params: list[torch.Tensor], weights: list[torch.Tensor] | None) -> 
 
 @dataclass(frozen=True, kw_only=True)
 class RestartResult:
-    """One restart: its best model's raw predictions on validation (N_val,) and test (N_test,), and how it got there."""
+    """One restart: its best model's raw predictions on validation (N_val,) and test (N_test,), and
+    how it got there."""
 
     seed: int
     val_pred: np.ndarray
@@ -225,15 +249,21 @@ class RestartResult:
     train: FitResult
 
 
-def train_restart(data: Prepared, train: TrainConfig, pretrain: PretrainConfig, seed: int) -> RestartResult:
-    """Pretrain on STS (when ``data`` has it; ``pretrain``'s epochs and patience, ``train``'s optimiser), then train on
-    SICK from those weights; everything seeded by ``seed``."""
+def train_restart(
+    data: Prepared, train: TrainConfig, pretrain: PretrainConfig, seed: int
+) -> RestartResult:
+    """Pretrain on STS (when ``data`` has it; ``pretrain``'s epochs and patience, ``train``'s
+    optimiser), then train on SICK from those weights; everything seeded by ``seed``."""
     generator = torch.Generator().manual_seed(seed)
-    model = MaLSTM(torch.tensor(data.embeddings), train.hidden, train.forget_bias, train.init_sigma, generator)
+    model = MaLSTM(
+        torch.tensor(data.embeddings), train.hidden, train.forget_bias, train.init_sigma, generator
+    )
     pre = None
     if data.sts_train is not None and data.sts_val is not None:
         stage = replace(train, max_epochs=pretrain.max_epochs, patience=pretrain.patience)
-        pre = fit(model, data.sts_train, data.sts_val, stage, generator, stage=f"seed {seed} pretrain")
+        pre = fit(
+            model, data.sts_train, data.sts_val, stage, generator, stage=f"seed {seed} pretrain"
+        )
     result = fit(model, data.train, data.val, train, generator, stage=f"seed {seed} train")
     return RestartResult(
         seed=seed,

@@ -1,4 +1,5 @@
-"""The MaLSTM: one LSTM shared by both sentences, scored by 1 + 4·exp(−‖h_a − h_b‖₁) (Mueller & Thyagarajan, 2016)."""
+"""The MaLSTM: one LSTM shared by both sentences, scored by 1 + 4·exp(−‖h_a − h_b‖₁) (Mueller &
+Thyagarajan, 2016)."""
 
 from __future__ import annotations
 
@@ -16,9 +17,8 @@ LSTM_PARAMETERS = ("weight_hh_l0", "weight_ih_l0", "bias_hh_l0", "bias_ih_l0")
 class MaLSTM(nn.Module):
     """Siamese LSTM over fixed word vectors.
 
-    ``embeddings`` (V, D) stay frozen; the LSTM(D -> hidden) is the only trained part and is shared by both sides
-    (one module, so the weights are tied by construction).
-    """
+    ``embeddings`` (V, D) stay frozen; the LSTM(D -> hidden) is the only trained part and is shared
+    by both sides (one module, so the weights are tied by construction)."""
 
     def __init__(
         self,
@@ -36,8 +36,8 @@ class MaLSTM(nn.Module):
     def encode(self, ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """ids (B, T) long, lengths (B,) -> hidden state at each sentence's true last token (B, H).
 
-        Packed sequences make the LSTM stop at each true length, so trailing padding never reaches h.
-        """
+        Packed sequences make the LSTM stop at each true length, so trailing padding never reaches
+        h."""
         packed = pack_padded_sequence(
             self.embed(ids), lengths.cpu().clamp(min=1), batch_first=True, enforce_sorted=False
         )
@@ -47,10 +47,11 @@ class MaLSTM(nn.Module):
     def forward(
         self, ids_a: torch.Tensor, len_a: torch.Tensor, ids_b: torch.Tensor, len_b: torch.Tensor
     ) -> torch.Tensor:
-        """ids_a (B, Ta), len_a (B,), ids_b (B, Tb), len_b (B,) -> similarity in (0, 1] (B,) = exp(−‖h_a − h_b‖₁).
+        """ids_a (B, Ta), len_a (B,), ids_b (B, Tb), len_b (B,) -> similarity in (0, 1] (B,) =
+        exp(−‖h_a − h_b‖₁).
 
-        Both sides run through the LSTM in one call (a (2B, T) batch): the same weights, half the kernel launches.
-        """
+        Both sides run through the LSTM in one call (a (2B, T) batch): the same weights, half the
+        kernel launches."""
         width = max(ids_a.shape[1], ids_b.shape[1])
         ids = torch.cat([pad_to(ids_a, width), pad_to(ids_b, width)])
         h = self.encode(ids, torch.cat([len_a, len_b]))
@@ -78,12 +79,15 @@ def pad_to(ids: torch.Tensor, width: int) -> torch.Tensor:
     return nn.functional.pad(ids, (0, width - ids.shape[1]), value=PAD)
 
 
-def init_lstm(lstm: nn.LSTM, forget_bias: float, sigma: float, generator: torch.Generator | None) -> None:
-    """The authors' initialisation: N(0, σ²) scaled by 1/√H for the recurrent weights and by 1/(H·D)^¼ for the input
-    weights (σ = 0.2 gives std 0.028 and 0.017 at H = 50, D = 384); biases U(−0.5, 0.5) with the forget gate at 1.5.
+def init_lstm(
+    lstm: nn.LSTM, forget_bias: float, sigma: float, generator: torch.Generator | None
+) -> None:
+    """The authors' initialisation: N(0, σ²) scaled by 1/√H for the recurrent weights and by
+    1/(H·D)^¼ for the input weights (σ = 0.2 gives std 0.028 and 0.017 at H = 50, D = 384); biases
+    U(−0.5, 0.5) with the forget gate at 1.5.
 
-    PyTorch orders the gates (input, forget, cell, output) and adds two biases; the biases go in ``bias_ih``.
-    """
+    PyTorch orders the gates (input, forget, cell, output) and adds two biases; the biases go in
+    ``bias_ih``."""
     hidden, dim = lstm.hidden_size, lstm.input_size
     w_hh, w_ih, b_hh, b_ih = (cast(torch.Tensor, getattr(lstm, n)) for n in LSTM_PARAMETERS)
     with torch.no_grad():

@@ -1,4 +1,5 @@
-"""Everything the restarts share, built once by the driver: splits, STS pool, thesaurus, vectors, augmentation."""
+"""Everything the restarts share, built once by the driver: splits, STS pool, thesaurus, vectors,
+augmentation."""
 
 from __future__ import annotations
 
@@ -47,7 +48,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, kw_only=True)
 class Prepared:
-    """Encoded splits over one embedding matrix; ``sts_*`` are None without pretraining. ``counts`` go to the report."""
+    """Encoded splits over one embedding matrix; ``sts_*`` are None without pretraining. ``counts``
+    go to the report."""
 
     embeddings: np.ndarray
     train: EncodedPairs
@@ -69,31 +71,48 @@ def prepare(
     val_fraction: float,
     data_seed: int,
 ) -> Prepared:
-    """Split the first ``limit_train`` SICK train+trial pairs (0 = all) into train and a seeded ``val_fraction``
-    for validation, read the leak-guarded STS pool when ``pretrain.enabled``, build the vectors and the augmented
-    pairs; ``data_seed`` seeds the splits, the augmentation draws and the OOV vectors."""
+    """Split the first ``limit_train`` SICK train+trial pairs (0 = all) into train and a seeded
+    ``val_fraction`` for validation, read the leak-guarded STS pool when ``pretrain.enabled``, build
+    the vectors and the augmented pairs; ``data_seed`` seeds the splits, the augmentation draws and
+    the OOV vectors."""
     parse_source(vectors.source)  # a missing vectors file fails before anything slow
     rng = np.random.default_rng(data_seed)
-    train_raw, val_raw = split_validation(read_sick_training(sick_dir, limit_train), val_fraction, rng)
+    train_raw, val_raw = split_validation(
+        read_sick_training(sick_dir, limit_train), val_fraction, rng
+    )
     test_raw = list(require_pairs(f"SICK test in {sick_dir}", read_sick_split(sick_dir, "test")))
     train, val, test = tokenize_pairs(train_raw), tokenize_pairs(val_raw), tokenize_pairs(test_raw)
-    counts: DataCounts = {"sick_train": len(train), "sick_validation": len(val), "sick_test": len(test)}
+    counts: DataCounts = {
+        "sick_train": len(train),
+        "sick_validation": len(val),
+        "sick_test": len(test),
+    }
     sts_train, sts_val = _pretrain_pairs(pretrain, sts_dir, test_raw, val_fraction, rng, counts)
     needs_thesaurus = augment.enabled or vectors.retrofit > 0
-    thesaurus, counts["thesaurus"] = load_thesaurus(augment, train) if needs_thesaurus else ({}, None)
+    thesaurus, counts["thesaurus"] = (
+        load_thesaurus(augment, train) if needs_thesaurus else ({}, None)
+    )
     candidates = (c for cands in thesaurus.values() for c in cands) if augment.enabled else ()
-    vocab = Vocabulary([*vocabulary(train, val, test, sts_train or [], sts_val or []).words, *candidates])
+    vocab = Vocabulary(
+        [*vocabulary(train, val, test, sts_train or [], sts_val or []).words, *candidates]
+    )
     start = time.perf_counter()
-    word_vecs, build = word_vectors(vectors, augment, vocab.words, thesaurus, rng, sick_dir, sts_dir)
+    word_vecs, build = word_vectors(
+        vectors, augment, vocab.words, thesaurus, rng, sick_dir, sts_dir
+    )
     build["seconds"] = round(time.perf_counter() - start, 1)
     counts["vectors"] = build
     counts["oov_rate"], counts["oov_type_rate"] = oov_stats(word_vecs, vocab, train + val + test)
     augmented: list[TokenPair] = []
     if augment.enabled:
-        augmented, counts["augment_gate"] = augment_training(train, thesaurus, word_vecs, vocab.index, augment, rng)
+        augmented, counts["augment_gate"] = augment_training(
+            train, thesaurus, word_vecs, vocab.index, augment, rng
+        )
     counts["augmented"] = len(augmented)
     log.info("data: %s", counts)
-    return _encoded(word_vecs.matrix, vocab, (train + augmented, val, test), (sts_train, sts_val), counts)
+    return _encoded(
+        word_vecs.matrix, vocab, (train + augmented, val, test), (sts_train, sts_val), counts
+    )
 
 
 def _pretrain_pairs(
@@ -104,12 +123,15 @@ def _pretrain_pairs(
     rng: np.random.Generator,
     counts: DataCounts,
 ) -> tuple[list[TokenPair] | None, list[TokenPair] | None]:
-    """The leak-guarded STS pool split for pretraining, its sizes added to ``counts``; (None, None) when off."""
+    """The leak-guarded STS pool split for pretraining, its sizes added to ``counts``; (None, None)
+    when off."""
     if not pretrain.enabled:
         return None, None
     pool = read_sts_pool(sts_dir, pretrain.years, pretrain.limit)
     kept, removed = leak_guard(pool, test)
-    sts_train_raw, sts_val_raw = split_validation(require_pairs("the leak-guarded STS pool", kept), val_fraction, rng)
+    sts_train_raw, sts_val_raw = split_validation(
+        require_pairs("the leak-guarded STS pool", kept), val_fraction, rng
+    )
     sts_train, sts_val = tokenize_pairs(sts_train_raw), tokenize_pairs(sts_val_raw)
     counts["sts_pool"], counts["removed_by_leak_guard"] = len(pool), removed
     counts["pretrain_train"], counts["pretrain_validation"] = len(sts_train), len(sts_val)
@@ -123,7 +145,8 @@ def _encoded(
     sts: tuple[list[TokenPair] | None, list[TokenPair] | None],
     counts: DataCounts,
 ) -> Prepared:
-    """The (train, validation, test) and STS pairs as ids of ``vocab``, beside the embedding matrix and counts."""
+    """The (train, validation, test) and STS pairs as ids of ``vocab``, beside the embedding matrix
+    and counts."""
     sts_train, sts_val = (encode_pairs(p, vocab) if p is not None else None for p in sts)
     train, val, test = splits
     return Prepared(
@@ -138,12 +161,14 @@ def _encoded(
 
 
 def find_wordnet(cfg: AugmentConfig) -> object | None:
-    """WordNet through nltk (searching ``cfg.wordnet_dir`` too), unless the bundled thesaurus is demanded."""
+    """WordNet through nltk (searching ``cfg.wordnet_dir`` too), unless the bundled thesaurus is
+    demanded."""
     return aug.load_wordnet(cfg.wordnet_dir) if cfg.thesaurus != "bundled" else None
 
 
 def load_thesaurus(cfg: AugmentConfig, train: list[TokenPair]) -> tuple[dict[str, list[str]], str]:
-    """(word -> candidates, where they came from): WordNet when available (or demanded), else the bundled file."""
+    """(word -> candidates, where they came from): WordNet when available (or demanded), else the
+    bundled file."""
     wordnet = find_wordnet(cfg)
     if wordnet is not None:
         return aug.build_thesaurus((t for p in train for t in (*p.a, *p.b)), wordnet), "wordnet-3.0"
@@ -164,22 +189,24 @@ def word_vectors(
     sick_dir: Path,
     sts_dir: Path,
 ) -> tuple[WordVectors, VectorBuild]:
-    """The embedding matrix of ``words`` from the configured source, retrofitted when asked, and the parameters it
-    was built with (for the report)."""
+    """The embedding matrix of ``words`` from the configured source, retrofitted when asked, and the
+    parameters it was built with (for the report)."""
     v = vectors
     found, build = lookup_vectors(v, augment, words, sick_dir, sts_dir)
     if v.retrofit:
         found = retrofit_found(found, thesaurus, v.retrofit, v.normalize)
         build["retrofit"], build["retrofit_lexicon"] = v.retrofit, augment.thesaurus
-    table = assemble_matrix(words, found, rng, v.oov_std, v.normalize, v.center, v.scale, source=v.source)
+    table = assemble_matrix(
+        words, found, rng, v.oov_std, v.normalize, v.center, v.scale, source=v.source
+    )
     return table, build
 
 
 def lookup_vectors(
     vectors: VectorConfig, augment: AugmentConfig, words: list[str], sick_dir: Path, sts_dir: Path
 ) -> tuple[dict[str, np.ndarray], VectorBuild]:
-    """word -> vector for the words of ``words`` the source knows, and how they were built; ``augment`` says where
-    WordNet (whose glosses join the contextual corpus) is looked for."""
+    """word -> vector for the words of ``words`` the source knows, and how they were built;
+    ``augment`` says where WordNet (whose glosses join the contextual corpus) is looked for."""
     v = vectors
     kind, path = parse_source(v.source)
     build: VectorBuild = {"source": kind}
@@ -196,7 +223,9 @@ def lookup_vectors(
     found, stats = encode_contextual(words, spec, cache_dir)
     build["layer"], build["pooling"], build["contexts"] = v.layer, v.pooling, v.contexts
     build["corpus_sentences"], build["corpus_digest"] = len(corpus), ctx.corpus_digest(corpus)
-    build["corpus_parts"] = ["sick-train", "sick-trial", "sts-all-years"] + (["wordnet-3.0-glosses"] if wordnet else [])
+    build["corpus_parts"] = ["sick-train", "sick-trial", "sts-all-years"] + (
+        ["wordnet-3.0-glosses"] if wordnet else []
+    )
     build["words"], build["seen_in_context"], build["built_now"] = (
         stats["words"],
         stats["seen_in_context"],
@@ -208,8 +237,8 @@ def lookup_vectors(
 def retrofit_found(
     found: dict[str, np.ndarray], thesaurus: dict[str, list[str]], iterations: int, normalize: bool
 ) -> dict[str, np.ndarray]:
-    """The vectors of ``found`` retrofitted to the thesaurus (unit-normalised first when ``normalize``, as the
-    released code does)."""
+    """The vectors of ``found`` retrofitted to the thesaurus (unit-normalised first when
+    ``normalize``, as the released code does)."""
     words = list(found)
     matrix = np.stack([found[w] for w in words]).astype(np.float64)
     if normalize:
@@ -218,8 +247,11 @@ def retrofit_found(
     return dict(zip(words, fitted, strict=True))
 
 
-def oov_stats(vectors: WordVectors, vocab: Vocabulary, pairs: list[TokenPair]) -> tuple[float, float]:
-    """Out-of-vocabulary rates over SICK's token occurrences (train, validation, test) and over its word types."""
+def oov_stats(
+    vectors: WordVectors, vocab: Vocabulary, pairs: list[TokenPair]
+) -> tuple[float, float]:
+    """Out-of-vocabulary rates over SICK's token occurrences (train, validation, test) and over its
+    word types."""
     tokens = [t for p in pairs for t in (*p.a, *p.b)]
     types = set(tokens)
     oov_tokens = sum(bool(vectors.oov[vocab.index[t]]) for t in tokens)
@@ -241,5 +273,9 @@ def augment_training(
         return vectors.cosine(index[word], index[candidate])
 
     draws = aug.draw_substitutions(train, thesaurus, similarity, cfg.passes, rng)
-    gate = aug.choose_gate(train, draws, cfg.min_cosine, cfg.target_pairs) if cfg.target_pairs else cfg.min_cosine
+    gate = (
+        aug.choose_gate(train, draws, cfg.min_cosine, cfg.target_pairs)
+        if cfg.target_pairs
+        else cfg.min_cosine
+    )
     return aug.apply_gate(train, draws, gate), gate

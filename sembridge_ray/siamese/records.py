@@ -1,6 +1,6 @@
-"""The shapes of the MaLSTM's JSON records: ``report.json`` and its parts (the data counts ``prepare`` gathers, each
-restart's line, the calibration). Plain ``TypedDict`` s, importing nothing, so that the job's contract can name the
-report it reads without loading the maths."""
+"""The shapes of the MaLSTM's JSON records: ``report.json`` and its parts (the data counts
+``prepare`` gathers, each restart's line, the calibration). Plain ``TypedDict`` s, importing
+nothing, so that the job's contract can name the report it reads without loading the maths."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ SplitMetrics = dict[str, Metrics]
 
 
 class ContextStats(TypedDict):
-    """What building aggregated contextual vectors took: words asked for, seen in the corpus, encoded now."""
+    """What building aggregated contextual vectors took: words asked for, seen in the corpus,
+    encoded now."""
 
     words: int
     seen_in_context: int
@@ -39,7 +40,8 @@ class VectorBuild(TypedDict, total=False):
 
 
 class DataCounts(TypedDict, total=False):
-    """Split sizes, the STS pool and its leak guard, the thesaurus, the vectors, OOV rates and augmentation."""
+    """Split sizes, the STS pool and its leak guard, the thesaurus, the vectors, OOV rates and
+    augmentation."""
 
     sick_train: Required[int]
     sick_validation: Required[int]
@@ -57,7 +59,8 @@ class DataCounts(TypedDict, total=False):
 
 
 class CalibrationRecord(TypedDict):
-    """The calibrator fitted on validation; with calibration off only the first four keys, bandwidth None."""
+    """The calibrator fitted on validation; with calibration off only the first four keys, bandwidth
+    None."""
 
     enabled: bool
     bandwidth: float | None
@@ -89,7 +92,8 @@ class RestartRecord(TypedDict):
 
 
 class EnsembleRecord(TypedDict):
-    """The mean of every restart's predictions, calibrated like a single model (not the paper's method)."""
+    """The mean of every restart's predictions, calibrated like a single model (not the paper's
+    method)."""
 
     restarts: int
     test: SplitMetrics
@@ -98,7 +102,8 @@ class EnsembleRecord(TypedDict):
 
 
 class Report(TypedDict):
-    """``report.json``: the best restart's scores, every restart, the data and the paper's figures."""
+    """``report.json``: the best restart's scores, every restart, the data and the paper's
+    figures."""
 
     test: SplitMetrics
     validation: SplitMetrics

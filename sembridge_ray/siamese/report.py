@@ -1,5 +1,5 @@
-"""The MaLSTM report: metrics, prediction TSVs (read back for the metrics, so they recompute exactly), report.md
-beside the paper's rows, and the two plots."""
+"""The MaLSTM report: metrics, prediction TSVs (read back for the metrics, so they recompute
+exactly), report.md beside the paper's rows, and the two plots."""
 
 from __future__ import annotations
 
@@ -39,7 +39,8 @@ def metrics(pred: np.ndarray, gold: np.ndarray) -> Metrics:
 
 
 def write_tsv(path: Path, pair_ids: Sequence[str], columns: Mapping[str, np.ndarray]) -> None:
-    """``pair_ID`` then ``columns``; floats as ``repr`` (the shortest text that reads back as the same float64)."""
+    """``pair_ID`` then ``columns``; floats as ``repr`` (the shortest text that reads back as the
+    same float64)."""
     names = [PAIR_ID, *columns]
     with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8", newline="") as fh:
         writer = csv.writer(fh, delimiter="\t", lineterminator="\n")
@@ -54,18 +55,26 @@ def read_tsv(path: Path) -> tuple[list[str], dict[str, np.ndarray]]:
         rows = list(csv.reader(fh, delimiter="\t"))
     header, body = rows[0], rows[1:]
     return [r[0] for r in body], {
-        name: np.array([float(r[i]) for r in body]) for i, name in enumerate(header) if name != PAIR_ID
+        name: np.array([float(r[i]) for r in body])
+        for i, name in enumerate(header)
+        if name != PAIR_ID
     }
 
 
 def split_metrics(columns: Mapping[str, np.ndarray]) -> SplitMetrics:
     """{raw: metrics, calibrated: metrics (when the column is there)} against the gold column."""
-    return {name: metrics(columns[name], columns[GOLD]) for name in (RAW, CALIBRATED) if name in columns}
+    return {
+        name: metrics(columns[name], columns[GOLD]) for name in (RAW, CALIBRATED) if name in columns
+    }
 
 
 def mean_std(values: Sequence[float]) -> Metrics:
     arr = np.asarray(values, dtype=np.float64)
-    return {"mean": float(arr.mean()), "std": float(arr.std(ddof=1)) if len(arr) > 1 else 0.0, "n": len(arr)}
+    return {
+        "mean": float(arr.mean()),
+        "std": float(arr.std(ddof=1)) if len(arr) > 1 else 0.0,
+        "n": len(arr),
+    }
 
 
 def _fmt(value: float | None) -> str:
@@ -76,7 +85,9 @@ def _fmt(value: float | None) -> str:
 
 
 def _row(name: str, m: Mapping[str, float]) -> str:
-    return f"| {name} | {_fmt(m.get('pearson'))} | {_fmt(m.get('spearman'))} | {_fmt(m.get('mse'))} |"
+    return (
+        f"| {name} | {_fmt(m.get('pearson'))} | {_fmt(m.get('spearman'))} | {_fmt(m.get('mse'))} |"
+    )
 
 
 def render_markdown(report: Report) -> str:
@@ -93,7 +104,10 @@ def render_markdown(report: Report) -> str:
         "",
         "Validation (30% of SICK train+trial, never trained on; its calibrated figures are the calibrator's "
         "in-sample fit, its leave-one-out MSE is under Calibration): "
-        + "; ".join(f"{k} r {_fmt(v['pearson'])}, MSE {_fmt(v['mse'])}" for k, v in report["validation"].items()),
+        + "; ".join(
+            f"{k} r {_fmt(v['pearson'])}, MSE {_fmt(v['mse'])}"
+            for k, v in report["validation"].items()
+        ),
         "",
     ]
     if report.get("vectors"):
@@ -105,12 +119,16 @@ def render_markdown(report: Report) -> str:
 
 
 def _run_rows(report: Report) -> list[str]:
-    """This run's table rows: the best restart, the mean ± std over the restarts, the ensemble if any."""
+    """This run's table rows: the best restart, the mean ± std over the restarts, the ensemble if
+    any."""
     lines: list[str] = []
     n_seeds = len(report["seeds"])
     for kind, m in report["test"].items():
         lines.append(
-            _row(f"this run, {kind}: restart seed {report['best_seed']}, best of {n_seeds} by validation MSE", m)
+            _row(
+                f"this run, {kind}: restart seed {report['best_seed']}, best of {n_seeds} by validation MSE",
+                m,
+            )
         )
     for kind in report["test"]:
         cells = [report["seed_summary"][f"test_{kind}_{k}"] for k in ("pearson", "spearman", "mse")]
@@ -121,7 +139,10 @@ def _run_rows(report: Report) -> list[str]:
         )
     if ensemble := report.get("ensemble"):
         lines.append(
-            _row("mean of the restarts' predictions, calibrated (not the paper's method)", ensemble["test"][CALIBRATED])
+            _row(
+                "mean of the restarts' predictions, calibrated (not the paper's method)",
+                ensemble["test"][CALIBRATED],
+            )
         )
     return lines
 
@@ -142,13 +163,19 @@ def _calibration_section(cal: CalibrationRecord) -> list[str]:
     ]
 
 
-def plot_calibration(path: Path, raw: np.ndarray, gold: np.ndarray, curve_x: np.ndarray, curve_y: np.ndarray) -> None:
+def plot_calibration(
+    path: Path, raw: np.ndarray, gold: np.ndarray, curve_x: np.ndarray, curve_y: np.ndarray
+) -> None:
     """Validation raw scores vs gold, with the fitted calibration curve."""
     fig, ax = _figure()
     ax.scatter(raw, gold, s=4, alpha=0.3, label="validation pairs")
     ax.plot(curve_x, curve_y, color="C3", lw=2, label="calibration (KernelReg ll)")
     ax.plot([1, 5], [1, 5], color="grey", lw=1, ls="--", label="identity")
-    ax.set(xlabel="raw MaLSTM score", ylabel="gold relatedness", title="Calibration on the validation split")
+    ax.set(
+        xlabel="raw MaLSTM score",
+        ylabel="gold relatedness",
+        title="Calibration on the validation split",
+    )
     ax.legend(loc="upper left")
     _save(fig, path)
 
@@ -157,7 +184,14 @@ def plot_scatter(path: Path, gold: np.ndarray, columns: Mapping[str, np.ndarray]
     """Test predictions (raw, calibrated) against gold."""
     fig, ax = _figure()
     for i, (name, pred) in enumerate(columns.items()):
-        ax.scatter(gold, pred, s=4, alpha=0.3, color=f"C{i}", label=f"{name} (r {metrics(pred, gold)['pearson']:.4f})")
+        ax.scatter(
+            gold,
+            pred,
+            s=4,
+            alpha=0.3,
+            color=f"C{i}",
+            label=f"{name} (r {metrics(pred, gold)['pearson']:.4f})",
+        )
     ax.plot([1, 5], [1, 5], color="grey", lw=1, ls="--")
     ax.set(xlabel="gold relatedness", ylabel="prediction", title="SICK test: prediction vs gold")
     ax.legend(loc="upper left")

@@ -1,5 +1,6 @@
-"""From the restarts' predictions to the job's artefacts: pick the best restart by validation MSE, calibrate it on
-validation, write the TSVs, and compute every reported metric from the TSVs as written."""
+"""From the restarts' predictions to the job's artefacts: pick the best restart by validation MSE,
+calibrate it on validation, write the TSVs, and compute every reported metric from the TSVs as
+written."""
 
 from __future__ import annotations
 
@@ -32,10 +33,15 @@ log = logging.getLogger(__name__)
 def calibrated(
     cfg: CalibrationConfig, val_pred: np.ndarray, val_gold: np.ndarray, *preds: np.ndarray
 ) -> tuple[list[np.ndarray], CalibrationRecord, KernelReg | None]:
-    """Fit the calibrator on validation only and apply it to ``preds``: (calibrated arrays, calibration record,
-    fitted KernelReg or None). With calibration off, predictions pass through unchanged."""
+    """Fit the calibrator on validation only and apply it to ``preds``: (calibrated arrays,
+    calibration record, fitted KernelReg or None). With calibration off, predictions pass through
+    unchanged."""
     if not cfg.enabled:
-        return list(preds), {"enabled": False, "bandwidth": None, "loo_mse": None, "n": len(val_pred)}, None
+        return (
+            list(preds),
+            {"enabled": False, "bandwidth": None, "loo_mse": None, "n": len(val_pred)},
+            None,
+        )
     start = time.perf_counter()
     if cfg.bandwidth == "loo":
         bw = search_bandwidth(val_pred, val_gold)
@@ -44,8 +50,12 @@ def calibrated(
     else:
         model = fit_calibrator(val_pred, val_gold)
         h = float(abs(model.bw[0]))
-        # statsmodels returns the objective as a 1-element array, which NumPy 2 no longer turns into a float
-        loo, evaluations = float(np.ravel(model.cv_loo(np.array([h]), model._est_loc_linear))[0]), None
+        # statsmodels returns the objective as a 1-element array, which NumPy 2 no longer turns into
+        # a float
+        loo, evaluations = (
+            float(np.ravel(model.cv_loo(np.array([h]), model._est_loc_linear))[0]),
+            None,
+        )
     record: CalibrationRecord = {
         "enabled": True,
         "bandwidth": h,
@@ -59,8 +69,11 @@ def calibrated(
 
 
 def restart_record(r: RestartResult, data: Prepared, cfg: CalibrationConfig) -> RestartRecord:
-    """One restart's line in report.json (its own calibration, fitted on its own validation predictions)."""
-    (_val_cal, test_cal), cal, _ = calibrated(cfg, r.val_pred, data.val.score, r.val_pred, r.test_pred)
+    """One restart's line in report.json (its own calibration, fitted on its own validation
+    predictions)."""
+    (_val_cal, test_cal), cal, _ = calibrated(
+        cfg, r.val_pred, data.val.score, r.val_pred, r.test_pred
+    )
     return {
         "seed": r.seed,
         "val_mse": r.val_mse,
@@ -94,7 +107,8 @@ def write_results(
     seconds: dict[str, float],
     started: float,
 ) -> Report:
-    """predictions.tsv, val_predictions.tsv, the plots, report.json and report.md; returns the report.
+    """predictions.tsv, val_predictions.tsv, the plots, report.json and report.md; returns the
+    report.
 
     ``source`` names the word vectors for the report; ``add_ensemble`` adds the mean of the restarts
     (ensemble_predictions.tsv). ``seconds`` holds the earlier stages' times; ``started`` (a
@@ -104,7 +118,9 @@ def write_results(
     (val_cal, test_cal), record, model = calibrated(
         calibration, best.val_pred, data.val.score, best.val_pred, best.test_pred
     )
-    validation, test = _best_metrics(out, data, best, val_cal, test_cal, calibration_on=calibration.enabled)
+    validation, test = _best_metrics(
+        out, data, best, val_cal, test_cal, calibration_on=calibration.enabled
+    )
     seeds = [restart_record(r, data, calibration) for r in results]
     report: Report = {
         "test": test,
@@ -125,10 +141,21 @@ def write_results(
 
 
 def _best_metrics(
-    out: Path, data: Prepared, best: RestartResult, val_cal: np.ndarray, test_cal: np.ndarray, *, calibration_on: bool
+    out: Path,
+    data: Prepared,
+    best: RestartResult,
+    val_cal: np.ndarray,
+    test_cal: np.ndarray,
+    *,
+    calibration_on: bool,
 ) -> tuple[SplitMetrics, SplitMetrics]:
-    """Write the best restart's val_predictions.tsv and predictions.tsv; (validation, test) metrics read back."""
-    rep.write_tsv(out / "val_predictions.tsv", data.val.pair_ids, {rep.GOLD: data.val.score, rep.RAW: best.val_pred})
+    """Write the best restart's val_predictions.tsv and predictions.tsv; (validation, test) metrics
+    read back."""
+    rep.write_tsv(
+        out / "val_predictions.tsv",
+        data.val.pair_ids,
+        {rep.GOLD: data.val.score, rep.RAW: best.val_pred},
+    )
     rep.write_tsv(
         out / "predictions.tsv",
         data.test.pair_ids,
@@ -156,11 +183,15 @@ def _seed_summary(seeds: Sequence[RestartRecord], kinds: Iterable[str]) -> dict[
     return summary
 
 
-def _plot_best(out: Path, data: Prepared, best: RestartResult, test_cal: np.ndarray, model: KernelReg | None) -> None:
+def _plot_best(
+    out: Path, data: Prepared, best: RestartResult, test_cal: np.ndarray, model: KernelReg | None
+) -> None:
     """calibration.png (when calibrated) and scatter.png of the best restart."""
     if model is not None:
         grid = np.linspace(min(best.val_pred.min(), 1.0), max(best.val_pred.max(), 5.0), 200)
-        rep.plot_calibration(out / "calibration.png", best.val_pred, data.val.score, grid, calibrate(model, grid))
+        rep.plot_calibration(
+            out / "calibration.png", best.val_pred, data.val.score, grid, calibrate(model, grid)
+        )
     rep.plot_scatter(
         out / "scatter.png",
         data.test.score,
@@ -175,9 +206,11 @@ def _write_report(out: Path, report: Report, started: float) -> None:
     rep.write_markdown(out / "report.md", report)
 
 
-def ensemble(cfg: CalibrationConfig, data: Prepared, results: Sequence[RestartResult], out: Path) -> EnsembleRecord:
-    """Not the paper's method: the mean of every restart's raw predictions, calibrated on validation like a single
-    model; written to ensemble_predictions.tsv."""
+def ensemble(
+    cfg: CalibrationConfig, data: Prepared, results: Sequence[RestartResult], out: Path
+) -> EnsembleRecord:
+    """Not the paper's method: the mean of every restart's raw predictions, calibrated on validation
+    like a single model; written to ensemble_predictions.tsv."""
     val = np.mean([r.val_pred for r in results], axis=0)
     test = np.mean([r.test_pred for r in results], axis=0)
     (test_cal,), calibration, _ = calibrated(cfg, val, data.val.score, test)

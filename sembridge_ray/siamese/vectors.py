@@ -5,10 +5,10 @@
 - ``minilm-input``: the mean of the word's pieces' input embeddings (a cheap baseline);
 - ``word2vec:PATH``: gensim KeyedVectors, binary or text (the paper's GoogleNews vectors).
 
-Any source can then be retrofitted to the thesaurus (``retrofit.py``). Words without a vector get small seeded
-random ones; row 0 is the zero padding vector. The MiniLM vectors are cached per word under ``vectors.cache_dir``,
-verified on every read, and concurrent runs add words without losing any (:func:`_read_cache`).
-"""
+Any source can then be retrofitted to the thesaurus (``retrofit.py``). Words without a vector get
+small seeded random ones; row 0 is the zero padding vector. The MiniLM vectors are cached per word
+under ``vectors.cache_dir``, verified on every read, and concurrent runs add words without losing
+any (:func:`_read_cache`)."""
 
 from __future__ import annotations
 
@@ -31,20 +31,23 @@ from sembridge_ray.siamese.records import ContextStats
 log = logging.getLogger(__name__)
 WORD2VEC = "word2vec:"
 NAMED = (MINILM, MINILM_CONTEXT, MINILM_INPUT)
-_PART, _PART_FILE = "part-", "words.npz"  # a word-vector cache is a directory of parts (see _read_cache)
+# a word-vector cache is a directory of parts (see _read_cache)
+_PART, _PART_FILE = "part-", "words.npz"
 _MAX_PARTS = 16  # beyond this many parts, a writer merges them into one
 
 
 @dataclass(frozen=True, kw_only=True)
 class WordVectors:
-    """``matrix`` (V, D) float32 with row 0 = padding; ``oov`` (V,) bool marks the rows that were drawn at random."""
+    """``matrix`` (V, D) float32 with row 0 = padding; ``oov`` (V,) bool marks the rows that were
+    drawn at random."""
 
     matrix: np.ndarray
     oov: np.ndarray
     source: str
 
     def cosine(self, i: int, j: int) -> float:
-        """Cosine of rows i and j; nan when either is out of vocabulary (no evidence of similarity)."""
+        """Cosine of rows i and j; nan when either is out of vocabulary (no evidence of
+        similarity)."""
         if self.oov[i] or self.oov[j]:
             return float("nan")
         a, b = self.matrix[i], self.matrix[j]
@@ -52,7 +55,8 @@ class WordVectors:
 
 
 def parse_source(source: str) -> tuple[str, Path | None]:
-    """A named source -> (name, None); ``word2vec:PATH`` -> ("word2vec", PATH), the file checked to exist."""
+    """A named source -> (name, None); ``word2vec:PATH`` -> ("word2vec", PATH), the file checked to
+    exist."""
     if source in NAMED:
         return source, None
     if source.startswith(WORD2VEC):
@@ -64,8 +68,9 @@ def parse_source(source: str) -> tuple[str, Path | None]:
 
 
 def vectors_identity(source: str) -> str:
-    """The identity of a vectors source: the word2vec file's, or the bundled MiniLM's, content (the context corpus
-    is the run's SICK and STS inputs, identified beside it, plus WordNet, named by the thesaurus)."""
+    """The identity of a vectors source: the word2vec file's, or the bundled MiniLM's, content (the
+    context corpus is the run's SICK and STS inputs, identified beside it, plus WordNet, named by
+    the thesaurus)."""
     from sembridge_ray.identity import path_identity
 
     kind, path = parse_source(source)
@@ -75,12 +80,14 @@ def vectors_identity(source: str) -> str:
 
 
 def read_word2vec(path: Path, words: Sequence[str]) -> dict[str, np.ndarray]:
-    """Vectors of ``words`` from a word2vec file, binary or text (detected); a word missing in its own case falls
-    back to its lower-cased form (GoogleNews is cased, SICK starts sentences with capitals)."""
+    """Vectors of ``words`` from a word2vec file, binary or text (detected); a word missing in its
+    own case falls back to its lower-cased form (GoogleNews is cased, SICK starts sentences with
+    capitals)."""
     from gensim.models import KeyedVectors
 
     kv = None
-    for binary in (False, True):  # a binary file fails the text parser at its first vector, so try text first
+    # a binary file fails the text parser at its first vector, so try text first
+    for binary in (False, True):
         try:
             kv = KeyedVectors.load_word2vec_format(str(path), binary=binary)
             break
@@ -97,12 +104,15 @@ def read_word2vec(path: Path, words: Sequence[str]) -> dict[str, np.ndarray]:
     return found
 
 
-def encode_minilm(words: Sequence[str], cache_dir: Path, batch_size: int = 256) -> dict[str, np.ndarray]:
-    """Each word (``_`` read as a space, for WordNet phrases) as its own sentence through all-MiniLM-L6-v2 (384-d).
+def encode_minilm(
+    words: Sequence[str], cache_dir: Path, batch_size: int = 256
+) -> dict[str, np.ndarray]:
+    """Each word (``_`` read as a space, for WordNet phrases) as its own sentence through
+    all-MiniLM-L6-v2 (384-d).
 
-    Vectors are cached per word in ``cache_dir`` under the model's fingerprint (see :func:`_read_cache`), so later
-    runs encode only new words. A word whose word pieces are all ``[UNK]`` counts as out of vocabulary.
-    """
+    Vectors are cached per word in ``cache_dir`` under the model's fingerprint (see
+    :func:`_read_cache`), so later runs encode only new words. A word whose word pieces are all
+    ``[UNK]`` counts as out of vocabulary."""
     from sentence_transformers import SentenceTransformer
 
     model_dir = minilm_dir()
@@ -113,12 +123,16 @@ def encode_minilm(words: Sequence[str], cache_dir: Path, batch_size: int = 256) 
         log.info("encoding %d words with all-MiniLM-L6-v2 (%d cached)", len(missing), len(known))
         model = SentenceTransformer(str(model_dir), device="cpu")
         texts = [w.replace("_", " ") for w in missing]
-        vectors = model.encode(texts, batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False)
+        vectors = model.encode(
+            texts, batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False
+        )
         unk = model.tokenizer.unk_token_id
         new: dict[str, np.ndarray | None] = {}
         for word, text, vec in zip(missing, texts, vectors, strict=True):
             pieces = model.tokenizer(text, add_special_tokens=False)["input_ids"]
-            new[word] = None if not pieces or all(p == unk for p in pieces) else vec.astype(np.float32)
+            new[word] = (
+                None if not pieces or all(p == unk for p in pieces) else vec.astype(np.float32)
+            )
         _write_cache(path, new)
         known |= new
     return {w: v for w in words if (v := known[w]) is not None}
@@ -126,8 +140,9 @@ def encode_minilm(words: Sequence[str], cache_dir: Path, batch_size: int = 256) 
 
 @dataclass(frozen=True, kw_only=True)
 class ContextSpec:
-    """What determines aggregated contextual vectors besides the model: the corpus, the layer (0 = the embedding
-    layer's output, 6 = MiniLM's last), the pooling of a word's pieces and the number of contexts per word."""
+    """What determines aggregated contextual vectors besides the model: the corpus, the layer (0 =
+    the embedding layer's output, 6 = MiniLM's last), the pooling of a word's pieces and the number
+    of contexts per word."""
 
     corpus: tuple[str, ...]
     layer: int
@@ -148,9 +163,10 @@ class ContextSpec:
 def encode_contextual(
     words: Sequence[str], spec: ContextSpec, cache_dir: Path
 ) -> tuple[dict[str, np.ndarray], ContextStats]:
-    """(word -> aggregated vector, build stats) for ``words`` (matched lower-cased), cached per word under the
-    model, corpus, contexts, layer and pooling. One pass fills the caches of every layer up to ``spec.layer`` and
-    every pooling, so choosing them on validation costs one pass at the deepest layer."""
+    """(word -> aggregated vector, build stats) for ``words`` (matched lower-cased), cached per word
+    under the model, corpus, contexts, layer and pooling. One pass fills the caches of every layer
+    up to ``spec.layer`` and every pooling, so choosing them on validation costs one pass at the
+    deepest layer."""
     model_dir = minilm_dir()
     keys = list(dict.fromkeys(w.lower() for w in words))
     known = _read_cache(spec.cache_path(cache_dir, model_dir))
@@ -163,7 +179,9 @@ def encode_contextual(
     return found, {"words": len(keys), "seen_in_context": len(seen), "built_now": len(missing)}
 
 
-def _fill_context_caches(words: list[str], spec: ContextSpec, cache_dir: Path, model_dir: Path) -> None:
+def _fill_context_caches(
+    words: list[str], spec: ContextSpec, cache_dir: Path, model_dir: Path
+) -> None:
     from transformers import AutoModel, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
@@ -211,11 +229,11 @@ def _fingerprint(model_dir: Path) -> str:
 def _read_cache(path: Path) -> dict[str, np.ndarray | None]:
     """word -> vector (None: out of vocabulary) from the word-vector cache ``path``.
 
-    The cache is a directory of immutable parts, each a :mod:`sembridge_ray.cache` entry holding the words one run
-    added, named by their content: a run never rewrites what another wrote, so two runs adding words at once lose
-    none. A damaged part is moved aside with a warning and its words are computed again. A word in two parts (two
-    runs computed it at once) takes the first part's vector, by name.
-    """
+    The cache is a directory of immutable parts, each a :mod:`sembridge_ray.cache` entry holding the
+    words one run added, named by their content: a run never rewrites what another wrote, so two
+    runs adding words at once lose none. A damaged part is moved aside with a warning and its words
+    are computed again. A word in two parts (two runs computed it at once) takes the first part's
+    vector, by name."""
     return _read_parts(path)[1]
 
 
@@ -232,7 +250,8 @@ def _read_parts(path: Path) -> tuple[list[Path], dict[str, np.ndarray | None]]:
 
 
 def _write_cache(path: Path, new: dict[str, np.ndarray | None]) -> None:
-    """Add the words of ``new`` to the cache ``path`` as one part; merge the parts into one when there are many."""
+    """Add the words of ``new`` to the cache ``path`` as one part; merge the parts into one when
+    there are many."""
     if not new:
         return
     _publish_part(path, new)
@@ -241,7 +260,8 @@ def _write_cache(path: Path, new: dict[str, np.ndarray | None]) -> None:
         merged = _publish_part(path, known)
         for old in parts:
             if old != merged:
-                cache.discard(old)  # a reader that listed it meanwhile misses its words and computes them again
+                # a reader that listed it meanwhile misses its words and computes them again
+                cache.discard(old)
 
 
 def _publish_part(path: Path, words: dict[str, np.ndarray | None]) -> Path:
@@ -263,7 +283,12 @@ def _part_bytes(known: dict[str, np.ndarray | None]) -> bytes:
     zero = np.zeros(dim, np.float32)
     vectors = np.stack([v if (v := known[w]) is not None else zero for w in words])
     buffer = io.BytesIO()
-    np.savez(buffer, words=np.array(words), vectors=vectors, oov=np.array([known[w] is None for w in words]))
+    np.savez(
+        buffer,
+        words=np.array(words),
+        vectors=vectors,
+        oov=np.array([known[w] is None for w in words]),
+    )
     return buffer.getvalue()
 
 
@@ -285,10 +310,10 @@ def assemble_matrix(
 ) -> WordVectors:
     """Rows for ``words`` (row i+1 = words[i]) from ``found`` -> WordVectors with (V+1, D) float32.
 
-    ``center`` subtracts the mean known vector (MiniLM word vectors share a large common direction, so their raw
-    cosines sit around 0.2-0.4 even for unrelated words); ``normalize`` then scales known rows to length ``scale``.
-    Out-of-vocabulary rows are N(0, oov_std²) per component, drawn from ``rng`` in word order.
-    """
+    ``center`` subtracts the mean known vector (MiniLM word vectors share a large common direction,
+    so their raw cosines sit around 0.2-0.4 even for unrelated words); ``normalize`` then scales
+    known rows to length ``scale``. Out-of-vocabulary rows are N(0, oov_std²) per component, drawn
+    from ``rng`` in word order."""
     if not found:
         raise InputError("no word of the vocabulary has a vector")
     dim = next(iter(found.values())).shape[0]

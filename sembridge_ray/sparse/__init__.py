@@ -1,1 +1,2 @@
-"""SPLADE-style sparse encoders: pooling, regularisers, losses, the training loop (no Ray inside)."""
+"""SPLADE-style sparse encoders: pooling, regularisers, losses, the training loop (no Ray
+inside)."""

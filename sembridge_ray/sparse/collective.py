@@ -1,8 +1,8 @@
 """What the training maths needs from a process group, behind a two-method interface.
 
-The loop and the losses call ``gather`` and ``mean``; they never import ``torch.distributed``. A single process
-uses :class:`LocalCollective`; DDP workers (Ray Train sets up the process group) use :class:`TorchCollective`.
-"""
+The loop and the losses call ``gather`` and ``mean``; they never import ``torch.distributed``. A
+single process uses :class:`LocalCollective`; DDP workers (Ray Train sets up the process group) use
+:class:`TorchCollective`."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ class Collective(Protocol):
     world: int
 
     def gather(self, tensor: torch.Tensor) -> torch.Tensor:
-        """(b, ...) on each worker -> (world · b, ...) in rank order; gradients flow back to each local shard."""
+        """(b, ...) on each worker -> (world · b, ...) in rank order; gradients flow back to each
+        local shard."""
         ...
 
     def mean(self, tensor: torch.Tensor) -> torch.Tensor:

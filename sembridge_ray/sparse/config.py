@@ -1,4 +1,5 @@
-"""The sections of a fine-tuning config the training loop reads: the optimiser and its schedule, the loss."""
+"""The sections of a fine-tuning config the training loop reads: the optimiser and its schedule, the
+loss."""
 
 from __future__ import annotations
 
@@ -21,18 +22,20 @@ class OptimConfig(Config):
     clip_norm: float = 1.0
     """Gradient clipping (global L2 norm); 0 disables it."""
     batch_size: int = 64
-    """GLOBAL batch (all workers together, not per device): each of N workers takes batch_size / N pairs, and
-    in-batch negatives span all of them."""
+    """GLOBAL batch (all workers together, not per device): each of N workers takes batch_size / N
+    pairs, and in-batch negatives span all of them."""
     epochs: int = 1
     """Passes over the training pairs (one permutation each, seeded)."""
     max_steps: int | None = None
     """Caps the number of optimiser steps (None = epochs × pairs // batch_size)."""
     embedding_warmup_steps: int = 0
-    """The first K steps train only the vocabulary-sized parameters (input and output embeddings, decoder bias),
-    at ``lr × embedding_warmup_lr_scale``, the rest frozen; then every parameter trains on the usual warm-up and
-    decay over the remaining steps (TokAlign's first stage, for freshly swapped vocabularies). 0 = off."""
+    """The first K steps train only the vocabulary-sized parameters (input and output embeddings,
+    decoder bias), at ``lr × embedding_warmup_lr_scale``, the rest frozen; then every parameter
+    trains on the usual warm-up and decay over the remaining steps (TokAlign's first stage, for
+    freshly swapped vocabularies). 0 = off."""
     embedding_warmup_lr_scale: float = 10.0
-    """With ``embedding_warmup_steps``: the vocabulary parameters' learning rate during it, as a multiple of lr."""
+    """With ``embedding_warmup_steps``: the vocabulary parameters' learning rate during it, as a
+    multiple of lr."""
 
     def check(self) -> None:
         require(self.lr > 0, "lr", self.lr, "must be > 0")
@@ -42,8 +45,18 @@ class OptimConfig(Config):
         require(self.clip_norm >= 0, "clip_norm", self.clip_norm, "must be >= 0 (0 = off)")
         require(self.batch_size >= 1, "batch_size", self.batch_size, "must be >= 1")
         require(self.epochs >= 1, "epochs", self.epochs, "must be >= 1")
-        require(self.max_steps is None or self.max_steps >= 1, "max_steps", self.max_steps, "must be >= 1 or null")
-        require(self.embedding_warmup_steps >= 0, "embedding_warmup_steps", self.embedding_warmup_steps, "must be >= 0")
+        require(
+            self.max_steps is None or self.max_steps >= 1,
+            "max_steps",
+            self.max_steps,
+            "must be >= 1 or null",
+        )
+        require(
+            self.embedding_warmup_steps >= 0,
+            "embedding_warmup_steps",
+            self.embedding_warmup_steps,
+            "must be >= 0",
+        )
         require(
             self.embedding_warmup_lr_scale > 0,
             "embedding_warmup_lr_scale",
@@ -67,12 +80,13 @@ RANKING_LABELS: dict[str, str] = {"infonce": "InfoNCE", "infonce_symmetric": "sy
 
 @dataclass(frozen=True, kw_only=True)
 class LossConfig(Config):
-    """A ranking loss (InfoNCE: dot product, scale 1, in-batch + optional hard negatives) + λ-weighted FLOPs."""
+    """A ranking loss (InfoNCE: dot product, scale 1, in-batch + optional hard negatives) +
+    λ-weighted FLOPs."""
 
     ranking: RankingName = "infonce"
-    """The ranking loss: ``infonce`` (query -> documents, SPLADE's), or ``infonce_symmetric`` (one softmax over
-    query -> documents and document -> queries, sentence-transformers' ``SparseMultipleNegativesRankingLoss`` with
-    ``directions=("query_to_doc", "doc_to_query")``)."""
+    """The ranking loss: ``infonce`` (query -> documents, SPLADE's), or ``infonce_symmetric`` (one
+    softmax over query -> documents and document -> queries, sentence-transformers'
+    ``SparseMultipleNegativesRankingLoss`` with ``directions=("query_to_doc", "doc_to_query")``)."""
 
     lambda_q: float = 5e-5
     """Weight of the FLOPs regulariser on queries."""
@@ -81,7 +95,8 @@ class LossConfig(Config):
     flops_warmup: float = 1 / 3
     """λq and λd grow quadratically from 0 over this fraction of the steps."""
     anti_collapse: float = 0.0
-    """Weight of (1/Σq)² + (1/Σd)² (0 = off); for freshly swapped vocabularies whose vectors empty out."""
+    """Weight of (1/Σq)² + (1/Σd)² (0 = off); for freshly swapped vocabularies whose vectors empty
+    out."""
     scale: float = 1.0
     """Multiplies the dot products in InfoNCE (1 = plain dot product, as SPLADE)."""
 

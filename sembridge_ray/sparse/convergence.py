@@ -1,16 +1,17 @@
-"""Convergence of a fine-tuning run, read from its development curve (dev nDCG@10 at each evaluation step).
+"""Convergence of a fine-tuning run, read from its development curve (dev nDCG@10 at each evaluation
+step).
 
 - ``final``: the score at the last evaluation (the end of training);
-- ``steps_to_95``: the first evaluated step whose score reaches 95% of ``final`` (a run that starts above it
-  reaches it at step 0); None for a curve without evaluations;
-- ``auc``: the area under the curve over the evaluated span (trapezoids, divided by the steps from the first
-  evaluation, step 0, to the last), i.e. the mean score across training: a run that converges faster has the
-  larger area at the same final score.
+- ``steps_to_95``: the first evaluated step whose score reaches 95% of ``final`` (a run that starts
+  above it reaches it at step 0); None for a curve without evaluations;
+- ``auc``: the area under the curve over the evaluated span (trapezoids, divided by the steps from
+  the first evaluation, step 0, to the last), i.e. the mean score across training: a run that
+  converges faster has the larger area at the same final score.
 
-A collapsed model is one whose mean active dimensions of queries or documents are below one (empty vectors) or at
-least :data:`DENSE_SHARE` of the vocabulary (no sparsity left): its score says nothing about retrieval with a sparse
-index, so it is never selected as the best checkpoint (the failure of sentence-transformers issue 3431).
-"""
+A collapsed model is one whose mean active dimensions of queries or documents are below one (empty
+vectors) or at least :data:`DENSE_SHARE` of the vocabulary (no sparsity left): its score says
+nothing about retrieval with a sparse index, so it is never selected as the best checkpoint (the
+failure of sentence-transformers issue 3431)."""
 
 from __future__ import annotations
 
@@ -41,8 +42,11 @@ class Convergence(TypedDict):
     evaluations: int
 
 
-def dev_curve(history: Sequence[Mapping[str, float]], key: str = DEV_PRIMARY) -> list[tuple[int, float]]:
-    """(step, score) of every metrics line that holds ``key``, in step order (one per step: the last wins)."""
+def dev_curve(
+    history: Sequence[Mapping[str, float]], key: str = DEV_PRIMARY
+) -> list[tuple[int, float]]:
+    """(step, score) of every metrics line that holds ``key``, in step order (one per step: the last
+    wins)."""
     points = {int(line["step"]): float(line[key]) for line in history if key in line}
     return sorted(points.items())
 
@@ -72,9 +76,11 @@ def collapse(dims_q: float, dims_d: float, vocab_size: int) -> str | None:
     return None
 
 
-def read_evaluations(history: Sequence[Mapping[str, float]], vocab_size: int, select: str = "last") -> Evaluations:
-    """The convergence figures, the collapsed steps and the best step (the highest dev nDCG@10 of a step that did
-    not collapse; the earliest on a tie) of a run's metrics lines."""
+def read_evaluations(
+    history: Sequence[Mapping[str, float]], vocab_size: int, select: str = "last"
+) -> Evaluations:
+    """The convergence figures, the collapsed steps and the best step (the highest dev nDCG@10 of a
+    step that did not collapse; the earliest on a tie) of a run's metrics lines."""
     final = next((m for m in reversed(history) if "loss" in m), history[-1] if history else {})
     evaluated = [m for m in history if DEV_PRIMARY in m]
     collapsed = [
@@ -94,7 +100,12 @@ def read_evaluations(history: Sequence[Mapping[str, float]], vocab_size: int, se
             )
         else:
             reason = "select=last publishes the last step; this is the evaluated step a select=best run would publish"
-        best = {"step": int(top["step"]), DEV_PRIMARY: top[DEV_PRIMARY], "reason": reason, "last_step": last}
+        best = {
+            "step": int(top["step"]),
+            DEV_PRIMARY: top[DEV_PRIMARY],
+            "reason": reason,
+            "last_step": last,
+        }
     return {
         "final": dict(final),
         "best": best,

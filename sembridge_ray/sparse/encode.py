@@ -1,11 +1,11 @@
 """Encoding texts into sparse rows, and sparse rows <-> Arrow.
 
-:func:`encode_texts` is what the Ray Data actors run (``SparseEncodeUDF``): texts sorted by length inside each call
-(little padding), the vocabulary projection over the unpadded tokens only, log1p on the (B, V) maxima rather than on
-every token's logits, and the non-zeros extracted on the device (only they are copied back). Rows come back in input
-order; in fp32 (the default) they equal sentence-transformers' ``encode`` on the same model. ``precision="bf16"``
-autocasts the matmuls, on any device, only when the caller asks: a CPU's features never decide it.
-"""
+:func:`encode_texts` is what the Ray Data actors run (``SparseEncodeUDF``): texts sorted by length
+inside each call (little padding), the vocabulary projection over the unpadded tokens only, log1p on
+the (B, V) maxima rather than on every token's logits, and the non-zeros extracted on the device
+(only they are copied back). Rows come back in input order; in fp32 (the default) they equal
+sentence-transformers' ``encode`` on the same model. ``precision="bf16"`` autocasts the matmuls, on
+any device, only when the caller asks: a CPU's features never decide it."""
 
 from __future__ import annotations
 
@@ -27,7 +27,9 @@ if TYPE_CHECKING:
     from sembridge_ray.sparse.pooling import Head
 
 
-def sparse_rows(emb: torch.Tensor, max_active_dims: int | None = None) -> tuple[list[np.ndarray], list[np.ndarray]]:
+def sparse_rows(
+    emb: torch.Tensor, max_active_dims: int | None = None
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """emb (B, V), dense or sparse -> per row: indices (int32, ascending) and values (float32, > 0).
 
     ``max_active_dims`` keeps each row's that many largest values (ties broken by lower index): the
@@ -49,14 +51,19 @@ def sparse_rows(emb: torch.Tensor, max_active_dims: int | None = None) -> tuple[
 
 Rows = tuple[list[np.ndarray], list[np.ndarray]]
 ROLE_PROMPTS = {"query": ("query",), "document": ("document", "passage", "corpus"), None: ()}
-"""Prompt names ``SparseEncoder.encode_query``/``encode_document`` would use: a model with one takes ST's own path."""
+"""Prompt names ``SparseEncoder.encode_query``/``encode_document`` would use: a model with one takes
+ST's own path."""
 ENCODER_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
-POOL_BUDGET_BYTES = 256 << 20  # token logits held at once while pooling (fp32: ~2,100 tokens at V = 30,522)
+# token logits held at once while pooling (fp32: ~2,100 tokens at V = 30,522)
+POOL_BUDGET_BYTES = 256 << 20
 
 
-def fast_parts(model: SparseEncoder, role: str | None) -> tuple[PreTrainedModel, Head, torch.nn.Linear] | None:
-    """(MLM, head transform, vocabulary projection) of a plain SPLADE ``SparseEncoder`` (fill-mask Transformer +
-    SpladePooling(max, relu), no Router, no prompt for ``role``, no ``max_active_dims``); else None."""
+def fast_parts(
+    model: SparseEncoder, role: str | None
+) -> tuple[PreTrainedModel, Head, torch.nn.Linear] | None:
+    """(MLM, head transform, vocabulary projection) of a plain SPLADE ``SparseEncoder`` (fill-mask
+    Transformer + SpladePooling(max, relu), no Router, no prompt for ``role``, no
+    ``max_active_dims``); else None."""
     from sentence_transformers.sparse_encoder.modules import SpladePooling
 
     from sembridge_ray.sparse.model import mlm_head_name, split_head
@@ -64,7 +71,10 @@ def fast_parts(model: SparseEncoder, role: str | None) -> tuple[PreTrainedModel,
     if len(model) != 2 or getattr(model, "max_active_dims", None) or model.default_prompt_name:
         return None
     pooling, mlm = model[1], getattr(model[0], "auto_model", None)
-    if not isinstance(pooling, SpladePooling) or (pooling.pooling_strategy, pooling.activation_function) != (
+    if not isinstance(pooling, SpladePooling) or (
+        pooling.pooling_strategy,
+        pooling.activation_function,
+    ) != (
         "max",
         "relu",
     ):
@@ -79,12 +89,12 @@ def fast_parts(model: SparseEncoder, role: str | None) -> tuple[PreTrainedModel,
 def pool_unpadded(
     feats: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, mask: torch.Tensor
 ) -> torch.Tensor:
-    """feats (B, T, H), weight (V, H), bias (V,), mask (B, T) -> (B, V) SPLADE max pooling, without autograd.
+    """feats (B, T, H), weight (V, H), bias (V,), mask (B, T) -> (B, V) SPLADE max pooling, without
+    autograd.
 
-    Only the unpadded tokens are projected (in groups of examples within :data:`POOL_BUDGET_BYTES`), and the
-    relu'd maxima go through log1p once. Equals ``splade_pool(feats @ weight.T + bias, mask)``: a padded position
-    contributes 0 there, which the relu floor gives here.
-    """
+    Only the unpadded tokens are projected (in groups of examples within :data:`POOL_BUDGET_BYTES`),
+    and the relu'd maxima go through log1p once. Equals ``splade_pool(feats @ weight.T + bias,
+    mask)``: a padded position contributes 0 there, which the relu floor gives here."""
     lengths = mask.sum(dim=1).tolist()
     tokens = feats[mask.bool()]  # (N, H), row-major: each example's tokens are contiguous
     per_group = max(1, POOL_BUDGET_BYTES // (weight.shape[0] * 4 * max(1, max(lengths))))
@@ -92,16 +102,20 @@ def pool_unpadded(
     for g in range(0, len(lengths), per_group):
         group = lengths[g : g + per_group]
         logits = F.linear(tokens[start : start + sum(group)], weight, bias).clamp_(min=0)  # (n, V)
-        out += [seg.max(dim=0).values if len(seg) else logits.new_zeros(logits.shape[1]) for seg in logits.split(group)]
+        out += [
+            seg.max(dim=0).values if len(seg) else logits.new_zeros(logits.shape[1])
+            for seg in logits.split(group)
+        ]
         start += sum(group)
     return torch.log1p(torch.stack(out).float())
 
 
 def device_rows(pooled: torch.Tensor, max_active_dims: int | None = None) -> Rows:
-    """(B, V) on any device -> per row: indices (int32, ascending) and values (float32, > 0), as :func:`sparse_rows`.
+    """(B, V) on any device -> per row: indices (int32, ascending) and values (float32, > 0), as
+    :func:`sparse_rows`.
 
-    Non-zeros (and the ``max_active_dims`` cut, ties to the lower index) are found on the device; only they are
-    copied."""
+    Non-zeros (and the ``max_active_dims`` cut, ties to the lower index) are found on the device;
+    only they are copied."""
     if max_active_dims is not None and max_active_dims < pooled.shape[1]:
         # stable sort of -value keeps the lower index first among equal values
         keep = torch.argsort(-pooled, dim=1, stable=True)[:, :max_active_dims]
@@ -117,7 +131,11 @@ def autocast_for(device: torch.device, precision: str) -> contextlib.AbstractCon
     """bf16 autocast on ``device`` when ``precision`` is bf16; nothing for fp32."""
     if precision not in ("fp32", "bf16"):
         raise ValueError(f"precision must be fp32 or bf16 once resolved, got {precision!r}")
-    return torch.autocast(device.type, dtype=torch.bfloat16) if precision == "bf16" else contextlib.nullcontext()
+    return (
+        torch.autocast(device.type, dtype=torch.bfloat16)
+        if precision == "bf16"
+        else contextlib.nullcontext()
+    )
 
 
 def encode_texts(
@@ -131,16 +149,22 @@ def encode_texts(
 ) -> Rows:
     """Texts -> sparse rows in input order, with a ``SparseEncoder``'s weights and tokenizer.
 
-    Batches are cut from the texts sorted by length (longest first). A model :func:`fast_parts` cannot take apart
-    (Router, prompts, other pooling) is encoded with its own ``encode``/``encode_query``/``encode_document``.
-    ``done(n)`` is called as texts are encoded (after each batch; once at the end for such a model): progress.
-    """
+    Batches are cut from the texts sorted by length (longest first). A model :func:`fast_parts`
+    cannot take apart (Router, prompts, other pooling) is encoded with its own
+    ``encode``/``encode_query``/``encode_document``. ``done(n)`` is called as texts are encoded
+    (after each batch; once at the end for such a model): progress."""
     parts = fast_parts(model, role)
     amp = autocast_for(model.device, precision)
     if parts is None:
-        encode = {None: model.encode, "query": model.encode_query, "document": model.encode_document}[role]
+        encode = {
+            None: model.encode,
+            "query": model.encode_query,
+            "document": model.encode_document,
+        }[role]
         with amp:
-            emb = encode(list(texts), batch_size=batch_size, convert_to_tensor=True, show_progress_bar=False)
+            emb = encode(
+                list(texts), batch_size=batch_size, convert_to_tensor=True, show_progress_bar=False
+            )
         rows = sparse_rows(emb, max_active_dims)
         if done is not None:
             done(len(texts))
@@ -155,7 +179,9 @@ def encode_texts(
             features = model.preprocess([texts[i] for i in chosen])
             inputs = {k: features[k].to(model.device) for k in ENCODER_INPUTS if k in features}
             hidden = mlm.base_model(**inputs).last_hidden_state
-            pooled = pool_unpadded(transform(hidden), decoder.weight, decoder.bias, inputs["attention_mask"])
+            pooled = pool_unpadded(
+                transform(hidden), decoder.weight, decoder.bias, inputs["attention_mask"]
+            )
             for i, idx, val in zip(chosen, *device_rows(pooled, max_active_dims), strict=True):
                 indices[i], values[i] = idx, val
             if done is not None:
@@ -163,7 +189,9 @@ def encode_texts(
     return indices, values
 
 
-def sparse_table(ids: Sequence[str], indices: Sequence[np.ndarray], values: Sequence[np.ndarray]) -> pa.Table:
+def sparse_table(
+    ids: Sequence[str], indices: Sequence[np.ndarray], values: Sequence[np.ndarray]
+) -> pa.Table:
     """Rows -> a table with ``id`` string, ``indices`` list<int32>, ``values`` list<float32>."""
 
     def lists(arrays: Sequence[np.ndarray], dtype: pa.DataType) -> pa.Array:

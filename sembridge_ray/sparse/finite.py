@@ -1,9 +1,10 @@
-"""Refusing numbers that cannot be right: a diverged loss, a model whose weights hold NaN or infinity.
+"""Refusing numbers that cannot be right: a diverged loss, a model whose weights hold NaN or
+infinity.
 
-A job whose training diverged, or whose model came out non-finite, must not mark its output complete; the error is
-an :class:`~sembridge_ray.errors.InputError` (one line, exit 2, never retried) because what a user changes to fix it
-is an input: the learning rate, the training data, the source model.
-"""
+A job whose training diverged, or whose model came out non-finite, must not mark its output
+complete; the error is an :class:`~sembridge_ray.errors.InputError` (one line, exit 2, never
+retried) because what a user changes to fix it is an input: the learning rate, the training data,
+the source model."""
 
 from __future__ import annotations
 
@@ -15,11 +16,13 @@ from sembridge_ray.errors import InputError
 
 
 class NonFiniteError(InputError):
-    """A loss or weights with NaN or infinite values; the message names the step or the model, and the tensor."""
+    """A loss or weights with NaN or infinite values; the message names the step or the model, and
+    the tensor."""
 
 
 def nonfinite(tensors: Mapping[str, torch.Tensor]) -> list[str]:
-    """The names of the floating-point tensors of ``tensors`` (a state dict) that hold a NaN or an infinity."""
+    """The names of the floating-point tensors of ``tensors`` (a state dict) that hold a NaN or an
+    infinity."""
     return [
         name
         for name, t in tensors.items()
@@ -28,7 +31,8 @@ def nonfinite(tensors: Mapping[str, torch.Tensor]) -> list[str]:
 
 
 def require_finite(tensors: Mapping[str, torch.Tensor], what: str, hint: str = "") -> None:
-    """Raise :class:`NonFiniteError` when a tensor of ``tensors`` is not finite: ``what`` says whose they are."""
+    """Raise :class:`NonFiniteError` when a tensor of ``tensors`` is not finite: ``what`` says whose
+    they are."""
     bad = nonfinite(tensors)
     if bad:
         raise NonFiniteError(

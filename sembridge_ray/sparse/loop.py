@@ -1,11 +1,12 @@
-"""The SPLADE fine-tuning loop: framework-free (no Ray, no DDP inside); tests feed it a list of tiny batches.
+"""The SPLADE fine-tuning loop: framework-free (no Ray, no DDP inside); tests feed it a list of tiny
+batches.
 
-``train`` yields ``(step, metrics)`` after every optimiser step (``metrics`` on logged steps, else None). The
-caller owns checkpointing: ``capture_state`` / ``restore_state`` round-trip the model, AdamW, the schedule and the
-step; ``pair_batches(..., skip=step)`` puts the data stream at the same position, so a resumed run takes exactly
-the steps an uninterrupted one would have taken. A step whose loss is not finite on any worker stops the loop
-with :class:`~sembridge_ray.sparse.finite.NonFiniteError` before it updates the weights.
-"""
+``train`` yields ``(step, metrics)`` after every optimiser step (``metrics`` on logged steps, else
+None). The caller owns checkpointing: ``capture_state`` / ``restore_state`` round-trip the model,
+AdamW, the schedule and the step; ``pair_batches(..., skip=step)`` puts the data stream at the same
+position, so a resumed run takes exactly the steps an uninterrupted one would have taken. A step
+whose loss is not finite on any worker stops the loop with
+:class:`~sembridge_ray.sparse.finite.NonFiniteError` before it updates the weights."""
 
 from __future__ import annotations
 
@@ -41,7 +42,8 @@ class TrainState(TypedDict):
     step: int
     model: dict[str, torch.Tensor]
     optimizer: dict[str, Any]
-    """``Optimizer.state_dict()``, as torch types it (nested per-parameter state and hyper-parameters)."""
+    """``Optimizer.state_dict()``, as torch types it (nested per-parameter state and
+    hyper-parameters)."""
     scheduler: dict[str, Any]
     """``LRScheduler.state_dict()``, likewise."""
 
@@ -56,7 +58,8 @@ class RngState(TypedDict):
 
 @dataclass(frozen=True)
 class PairBatch:
-    """One worker's share of a step: tokenised queries and [positives, hard negatives…], row-aligned."""
+    """One worker's share of a step: tokenised queries and [positives, hard negatives…],
+    row-aligned."""
 
     query: Features
     docs: list[Features]
@@ -81,16 +84,26 @@ def tokenize_pairs(
     max_doc_length: int,
     device: str | torch.device = "cpu",
 ) -> PairBatch:
-    """Columns ``query``, ``positive``, ``negative_1..k`` (equal-length sequences of texts) -> a PairBatch."""
+    """Columns ``query``, ``positive``, ``negative_1..k`` (equal-length sequences of texts) -> a
+    PairBatch."""
 
     def encode(texts: Sequence[object], max_length: int) -> Features:
         enc = tokenizer(
-            [str(t) for t in texts], padding=True, truncation=True, max_length=max_length, return_tensors="pt"
+            [str(t) for t in texts],
+            padding=True,
+            truncation=True,
+            max_length=max_length,
+            return_tensors="pt",
         )
         return {k: v.to(device) for k, v in enc.items()}
 
-    negatives = sorted((c for c in rows if c.startswith(NEGATIVE_PREFIX)), key=lambda c: int(c.rsplit("_", 1)[1]))
-    docs = [encode(rows[POSITIVE], max_doc_length), *(encode(rows[c], max_doc_length) for c in negatives)]
+    negatives = sorted(
+        (c for c in rows if c.startswith(NEGATIVE_PREFIX)), key=lambda c: int(c.rsplit("_", 1)[1])
+    )
+    docs = [
+        encode(rows[POSITIVE], max_doc_length),
+        *(encode(rows[c], max_doc_length) for c in negatives),
+    ]
     return PairBatch(encode(rows[QUERY], max_query_length), docs)
 
 
@@ -114,18 +127,21 @@ def pair_batches(
     skip: int = 0,
     device: str | torch.device = "cpu",
 ) -> Iterator[PairBatch]:
-    """Global batches of raw text (in step order) -> this worker's tokenised batches, from global batch ``skip``.
+    """Global batches of raw text (in step order) -> this worker's tokenised batches, from global
+    batch ``skip``.
 
-    Skipped batches are not tokenised. Every worker reads the same global batches and keeps its slice, so the
-    batch of step s is the same for any number of workers and after any resume.
-    """
+    Skipped batches are not tokenised. Every worker reads the same global batches and keeps its
+    slice, so the batch of step s is the same for any number of workers and after any resume."""
     for index, rows in enumerate(raw):
         if index >= skip:
-            yield tokenize_pairs(worker_rows(rows, rank, world), tokenizer, max_query_length, max_doc_length, device)
+            yield tokenize_pairs(
+                worker_rows(rows, rank, world), tokenizer, max_query_length, max_doc_length, device
+            )
 
 
 def lr_factor(step: int, total_steps: int, warmup_ratio: float) -> float:
-    """Learning-rate multiplier of 1-based update ``step``: linear warm-up to 1, then linear decay towards 0."""
+    """Learning-rate multiplier of 1-based update ``step``: linear warm-up to 1, then linear decay
+    towards 0."""
     warmup = max(0, round(warmup_ratio * total_steps))
     if step <= warmup:
         return step / warmup
@@ -141,10 +157,11 @@ def build_optimizer(
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
     """AdamW and its schedule (``lr_factor``); build after the model is on its device.
 
-    With ``optim.embedding_warmup_steps`` K: two groups, the vocabulary-sized parameters (:func:`vocabulary_params`)
-    at ``lr × embedding_warmup_lr_scale`` for steps 1..K, the rest frozen then (``FROZEN_UNTIL``: :func:`train`
-    drops their gradients, so AdamW neither moves them nor updates their moments); from step K+1 both groups follow
-    ``lr_factor`` over the remaining steps."""
+    With ``optim.embedding_warmup_steps`` K: two groups, the vocabulary-sized parameters
+    (:func:`vocabulary_params`) at ``lr × embedding_warmup_lr_scale`` for steps 1..K, the rest
+    frozen then (``FROZEN_UNTIL``: :func:`train` drops their gradients, so AdamW neither moves them
+    nor updates their moments); from step K+1 both groups follow ``lr_factor`` over the remaining
+    steps."""
     warm = min(optim.embedding_warmup_steps, max(total_steps - 1, 0))
 
     def after(done: int) -> float:
@@ -167,8 +184,9 @@ def build_optimizer(
 
 
 def vocabulary_params(model: torch.nn.Module) -> list[torch.nn.Parameter]:
-    """The parameters of a (DDP-wrapped) ``SpladeEncoder`` with one row per vocabulary entry: the input
-    embeddings, an untied output matrix, the decoder bias (position and type embeddings have fewer rows)."""
+    """The parameters of a (DDP-wrapped) ``SpladeEncoder`` with one row per vocabulary entry: the
+    input embeddings, an untied output matrix, the decoder bias (position and type embeddings have
+    fewer rows)."""
     encoder = cast("SpladeEncoder", getattr(model, "module", model))
     size = cast("torch.nn.Embedding", encoder.mlm.get_input_embeddings()).num_embeddings
     return [p for p in model.parameters() if p.ndim and p.shape[0] == size]
@@ -195,12 +213,13 @@ def train(
     start: int = 0,
     comm: Collective | None = None,
 ) -> Iterator[tuple[int, dict[str, float] | None]]:
-    """Run steps ``start + 1 .. plan.total_steps`` over ``batches`` (which begin at step ``start + 1``).
+    """Run steps ``start + 1 .. plan.total_steps`` over ``batches`` (which begin at step ``start +
+    1``).
 
     ``model(*features)`` returns one (b, V) tensor per features dict (see ``SpladeEncoder``). Yields
-    ``(step, metrics)``; metrics (global over workers) on every ``log_every``-th and on the last step. Raises
-    :class:`NonFiniteError` naming the first step whose loss is NaN or infinite, before that step's update.
-    """
+    ``(step, metrics)``; metrics (global over workers) on every ``log_every``-th and on the last
+    step. Raises :class:`NonFiniteError` naming the first step whose loss is NaN or infinite, before
+    that step's update."""
     comm = comm or LocalCollective()
     device_type = next(model.parameters()).device.type
     model.train()
@@ -223,10 +242,19 @@ def train(
 
 
 def _losses(
-    model: torch.nn.Module, batch: PairBatch, weights: LossWeights, comm: Collective, autocast: str | None
+    model: torch.nn.Module,
+    batch: PairBatch,
+    weights: LossWeights,
+    comm: Collective,
+    autocast: str | None,
 ) -> dict[str, torch.Tensor]:
-    """The step's loss parts: the forward pass (in bf16 autocast on device type ``autocast``), the loss in fp32."""
-    amp = torch.autocast(autocast, dtype=torch.bfloat16) if autocast is not None else contextlib.nullcontext()
+    """The step's loss parts: the forward pass (in bf16 autocast on device type ``autocast``), the
+    loss in fp32."""
+    amp = (
+        torch.autocast(autocast, dtype=torch.bfloat16)
+        if autocast is not None
+        else contextlib.nullcontext()
+    )
     with amp:
         reps = model(batch.query, *batch.docs)
     reps = [_full_precision(r) for r in reps]  # the loss is never computed in bf16
@@ -241,14 +269,18 @@ def _update(
     step: int,
     clip_norm: float,
 ) -> torch.Tensor | None:
-    """Backward, the frozen group's gradients dropped, clipping (when ``clip_norm`` > 0: the norm), AdamW, schedule."""
+    """Backward, the frozen group's gradients dropped, clipping (when ``clip_norm`` > 0: the norm),
+    AdamW, schedule."""
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
-    for group in optimizer.param_groups:  # the embedding-only warm-up: the frozen group gets no update
+    # the embedding-only warm-up: the frozen group gets no update
+    for group in optimizer.param_groups:
         if step <= group.get(FROZEN_UNTIL, 0):
             for param in group["params"]:
                 param.grad = None
-    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm) if clip_norm > 0 else None
+    grad_norm = (
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm) if clip_norm > 0 else None
+    )
     optimizer.step()
     scheduler.step()
     return grad_norm
@@ -263,7 +295,8 @@ def _step_metrics(
     grad_norm: torch.Tensor | None,
     comm: Collective,
 ) -> dict[str, float]:
-    """A logged step's metrics: the loss parts averaged over workers (one collective), the weights, lr and speed."""
+    """A logged step's metrics: the loss parts averaged over workers (one collective), the weights,
+    lr and speed."""
     means = comm.mean(torch.stack([v.detach().double() for v in parts.values()]))  # one collective
     metrics = {
         "step": step,
@@ -278,12 +311,15 @@ def _step_metrics(
     return metrics
 
 
-def require_finite_loss(loss: torch.Tensor, step: int, lr: float | torch.Tensor, comm: Collective) -> None:
-    """Stop at a step whose loss is NaN or infinite on any worker: nothing trained after it can be right.
+def require_finite_loss(
+    loss: torch.Tensor, step: int, lr: float | torch.Tensor, comm: Collective
+) -> None:
+    """Stop at a step whose loss is NaN or infinite on any worker: nothing trained after it can be
+    right.
 
-    Each worker's loss holds its own queries' InfoNCE, so one worker may diverge alone (a NaN from its share of the
-    data); the finiteness flags are averaged over workers (one scalar collective) so every worker stops at the same
-    step, and none waits for the others in the next collective.
+    Each worker's loss holds its own queries' InfoNCE, so one worker may diverge alone (a NaN from
+    its share of the data); the finiteness flags are averaged over workers (one scalar collective)
+    so every worker stops at the same step, and none waits for the others in the next collective.
     """
     everywhere = comm.mean(torch.isfinite(loss.detach()).to(torch.float32).reshape(1))
     if everywhere.item() != 1.0:
@@ -297,9 +333,13 @@ def _full_precision(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def capture_state(
-    model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: torch.optim.lr_scheduler.LRScheduler, step: int
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    step: int,
 ) -> TrainState:
-    """Everything but the data position and the RNG that a resume needs (tensors are references, not copies)."""
+    """Everything but the data position and the RNG that a resume needs (tensors are references, not
+    copies)."""
     return {
         "step": step,
         "model": model.state_dict(),
@@ -314,7 +354,8 @@ def restore_state(
     optimizer: torch.optim.Optimizer,
     scheduler: torch.optim.lr_scheduler.LRScheduler,
 ) -> int:
-    """Load a ``capture_state`` dict into live objects (the optimiser state follows the parameters' device)."""
+    """Load a ``capture_state`` dict into live objects (the optimiser state follows the parameters'
+    device)."""
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])

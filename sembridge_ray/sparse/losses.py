@@ -1,11 +1,12 @@
-"""The SPLADE training objective: InfoNCE with in-batch (and optional hard) negatives plus FLOPs regularisation.
+"""The SPLADE training objective: InfoNCE with in-batch (and optional hard) negatives plus FLOPs
+regularisation.
 
-Documents and queries are all-gathered across workers, so the negative pool of every query is the global batch and
-FLOPs is taken over the global batch: N workers compute exactly the loss and gradients of one process on the
-global batch (DDP averages the gradients; the gather's backward returns every worker's gradient to each shard).
-Values equal sentence-transformers' ``SpladeLoss(SparseMultipleNegativesRankingLoss(scale, dot), FlopsLoss)``
-on one process (``tests/unit/test_sparse_losses.py``).
-"""
+Documents and queries are all-gathered across workers, so the negative pool of every query is the
+global batch and FLOPs is taken over the global batch: N workers compute exactly the loss and
+gradients of one process on the global batch (DDP averages the gradients; the gather's backward
+returns every worker's gradient to each shard). Values equal sentence-transformers'
+``SpladeLoss(SparseMultipleNegativesRankingLoss(scale, dot), FlopsLoss)`` on one process
+(``tests/unit/test_sparse_losses.py``)."""
 
 from __future__ import annotations
 
@@ -19,13 +20,16 @@ from sembridge_ray.sparse.collective import Collective, LocalCollective
 from sembridge_ray.sparse.regularizers import active_dims, anti_collapse, flops
 
 
-def infonce(queries: torch.Tensor, docs: Sequence[torch.Tensor], offset: int = 0, scale: float = 1.0) -> torch.Tensor:
-    """queries (b, V), docs [positives (B, V), negatives_1 (B, V), …], offset -> scalar cross-entropy.
+def infonce(
+    queries: torch.Tensor, docs: Sequence[torch.Tensor], offset: int = 0, scale: float = 1.0
+) -> torch.Tensor:
+    """queries (b, V), docs [positives (B, V), negatives_1 (B, V), …], offset -> scalar
+    cross-entropy.
 
-    Query i's positive is row ``offset + i`` of ``docs[0]``; every other row of every ``docs`` tensor is a negative.
-    Scores are dot products times ``scale`` (1 for SPLADE). With ``b == B`` and ``offset == 0`` this is the
-    single-process in-batch loss; a worker passes its local queries, the gathered documents and its rank · b.
-    """
+    Query i's positive is row ``offset + i`` of ``docs[0]``; every other row of every ``docs``
+    tensor is a negative. Scores are dot products times ``scale`` (1 for SPLADE). With ``b == B``
+    and ``offset == 0`` this is the single-process in-batch loss; a worker passes its local queries,
+    the gathered documents and its rank · b."""
     candidates = torch.cat(list(docs), dim=0)  # (B · (1 + k), V)
     scores = scale * queries @ candidates.T  # (b, B · (1 + k))
     labels = torch.arange(offset, offset + queries.shape[0], device=queries.device)
@@ -34,7 +38,8 @@ def infonce(queries: torch.Tensor, docs: Sequence[torch.Tensor], offset: int = 0
 
 @dataclass(frozen=True, kw_only=True)
 class RankingBatch:
-    """What a ranking loss sees on one worker: its queries, every worker's queries and documents, its offset."""
+    """What a ranking loss sees on one worker: its queries, every worker's queries and documents,
+    its offset."""
 
     queries: torch.Tensor
     """(b, V): this worker's queries."""
@@ -48,8 +53,9 @@ class RankingBatch:
 
 
 def symmetric_infonce(batch: RankingBatch) -> torch.Tensor:
-    """One softmax per query over its scores to every document *and* its positive's scores to every query, as
-    sentence-transformers' ``SparseMultipleNegativesRankingLoss(directions=("query_to_doc", "doc_to_query"))``
+    """One softmax per query over its scores to every document *and* its positive's scores to every
+    query, as sentence-transformers'
+    ``SparseMultipleNegativesRankingLoss(directions=("query_to_doc", "doc_to_query"))``
     (``partition_mode="joint"``): the positive is scored from the query side."""
     rows = torch.arange(batch.queries.shape[0], device=batch.queries.device)
     local = rows + batch.offset
@@ -63,9 +69,9 @@ RANKING_LOSSES: dict[str, Callable[[RankingBatch], torch.Tensor]] = {
     "infonce": lambda b: infonce(b.queries, b.docs, b.offset, b.scale),
     "infonce_symmetric": symmetric_infonce,
 }
-"""The ranking losses by name (``LossConfig.ranking``). The objective returns the loss under its name, and the log
-and the job's report print it under that name: a new loss is one entry here plus its name and label in
-``sparse.config.RANKING_LABELS``."""
+"""The ranking losses by name (``LossConfig.ranking``). The objective returns the loss under its
+name, and the log and the job's report print it under that name: a new loss is one entry here plus
+its name and label in ``sparse.config.RANKING_LABELS``."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,35 +82,53 @@ class LossWeights:
     lambda_d: float
     anti_collapse: float = 0.0
     scale: float = 1.0
-    """Multiplies InfoNCE's dot products (``LossConfig.scale``; sentence-transformers' ``scale``)."""
+    """Multiplies InfoNCE's dot products (``LossConfig.scale``; sentence-transformers'
+    ``scale``)."""
     ranking: str = "infonce"
     """A :data:`RANKING_LOSSES` name (``LossConfig.ranking``)."""
 
 
 def splade_objective(
-    queries: torch.Tensor, docs: Sequence[torch.Tensor], weights: LossWeights, comm: Collective | None = None
+    queries: torch.Tensor,
+    docs: Sequence[torch.Tensor],
+    weights: LossWeights,
+    comm: Collective | None = None,
 ) -> dict[str, torch.Tensor]:
-    """queries (b, V), docs [positives (b, V), negatives… (b, V)] on this worker -> loss parts (scalars).
+    """queries (b, V), docs [positives (b, V), negatives… (b, V)] on this worker -> loss parts
+    (scalars).
 
-    ``loss`` = ranking + λq · flops_q + λd · flops_d [+ w · anti_collapse], the ranking loss under its
-    :data:`RANKING_LOSSES` name (``infonce``); flops_d covers positives and hard negatives together, as
-    ``SpladeLoss`` does. The ranking loss is this worker's share (its queries); the other parts are global, as are
-    ``active_dims_q``/``active_dims_d`` (mean non-zeros per vector; no gradient).
-    """
+    ``loss`` = ranking + λq · flops_q + λd · flops_d [+ w · anti_collapse], the ranking loss under
+    its :data:`RANKING_LOSSES` name (``infonce``); flops_d covers positives and hard negatives
+    together, as ``SpladeLoss`` does. The ranking loss is this worker's share (its queries); the
+    other parts are global, as are ``active_dims_q``/``active_dims_d`` (mean non-zeros per vector;
+    no gradient)."""
     comm = comm or LocalCollective()
     all_q = comm.gather(queries)
     all_docs = [comm.gather(d) for d in docs]
     doc_pool = torch.cat(all_docs, dim=0)
     batch = RankingBatch(
-        queries=queries, all_queries=all_q, docs=all_docs, offset=comm.rank * queries.shape[0], scale=weights.scale
+        queries=queries,
+        all_queries=all_q,
+        docs=all_docs,
+        offset=comm.rank * queries.shape[0],
+        scale=weights.scale,
     )
     parts = {
         weights.ranking: RANKING_LOSSES[weights.ranking](batch),
         "flops_q": flops(all_q),
         "flops_d": flops(doc_pool),
     }
-    loss = parts[weights.ranking] + weights.lambda_q * parts["flops_q"] + weights.lambda_d * parts["flops_d"]
+    loss = (
+        parts[weights.ranking]
+        + weights.lambda_q * parts["flops_q"]
+        + weights.lambda_d * parts["flops_d"]
+    )
     if weights.anti_collapse > 0:
         parts["anti_collapse"] = anti_collapse(all_q, doc_pool)
         loss = loss + weights.anti_collapse * parts["anti_collapse"]
-    return {"loss": loss, **parts, "active_dims_q": active_dims(all_q), "active_dims_d": active_dims(doc_pool)}
+    return {
+        "loss": loss,
+        **parts,
+        "active_dims_q": active_dims(all_q),
+        "active_dims_d": active_dims(doc_pool),
+    }

@@ -1,4 +1,5 @@
-"""Loading and writing sentence-transformers ``SparseEncoder`` directories (MLM + SPLADE max pooling)."""
+"""Loading and writing sentence-transformers ``SparseEncoder`` directories (MLM + SPLADE max
+pooling)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,13 @@ from transformers import (
 )
 
 from sembridge_ray.errors import InputError
-from sembridge_ray.sparse.pooling import Head, slice_tokens, splade_max_pool, splade_pool, splade_pool_chunked
+from sembridge_ray.sparse.pooling import (
+    Head,
+    slice_tokens,
+    splade_max_pool,
+    splade_pool,
+    splade_pool_chunked,
+)
 
 if TYPE_CHECKING:
     from sentence_transformers import SparseEncoder
@@ -28,19 +35,27 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def load_mlm(name: str, trust_remote_code: bool = False) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """Load an MLM and its tokenizer from a hub id, directory or bundled name; failure is an :class:`InputError`
-    naming it."""
+def load_mlm(
+    name: str, trust_remote_code: bool = False
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load an MLM and its tokenizer from a hub id, directory or bundled name; failure is an
+    :class:`InputError` naming it."""
     try:
         tokenizer = AutoTokenizer.from_pretrained(name, trust_remote_code=trust_remote_code)
         model, info = AutoModelForMaskedLM.from_pretrained(
-            name, trust_remote_code=trust_remote_code, use_safetensors=True, output_loading_info=True
+            name,
+            trust_remote_code=trust_remote_code,
+            use_safetensors=True,
+            output_loading_info=True,
         )
     except (OSError, ValueError, KeyError) as err:
         raise InputError(f"cannot load masked-LM model {name!r}: {_first_line(err)}") from None
     head = mlm_head_name(model)
-    fresh = [k for k in info.get("missing_keys", ()) if head is not None and k.startswith(head + ".")]
-    if fresh:  # transformers would initialise the head at random (its warning is among the quietened ones)
+    fresh = [
+        k for k in info.get("missing_keys", ()) if head is not None and k.startswith(head + ".")
+    ]
+    # transformers would initialise the head at random (its warning is among the quietened ones)
+    if fresh:
         found = ", ".join(getattr(model.config, "architectures", None) or [type(model).__name__])
         raise InputError(
             f"model {name!r} is not a sparse encoder: its weights ({found}) hold no masked-LM head "
@@ -62,13 +77,14 @@ def _first_line(err: BaseException) -> str:
 
 
 MAX_RELU = {"pooling_strategy": "max", "activation_function": "relu"}
-"""SPLADE's pooling: max over tokens of log(1 + relu) (sentence-transformers' "relu" already applies the log)."""
+"""SPLADE's pooling: max over tokens of log(1 + relu) (sentence-transformers' "relu" already applies
+the log)."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class Serving:
-    """How a written SparseEncoder directory encodes when loaded: the lengths the project scores it with
-    (``document_length`` is also its ``max_seq_length``) and its SPLADE pooling settings."""
+    """How a written SparseEncoder directory encodes when loaded: the lengths the project scores it
+    with (``document_length`` is also its ``max_seq_length``) and its SPLADE pooling settings."""
 
     query_length: int | None = None
     document_length: int | None = None
@@ -76,13 +92,15 @@ class Serving:
 
 
 def read_pooling(model_dir: str | Path) -> dict[str, str]:
-    """The SpladePooling settings (strategy, activation) of a SparseEncoder directory; SPLADE's max/relu for a
-    plain masked-LM directory, a hub id or a layout without one."""
+    """The SpladePooling settings (strategy, activation) of a SparseEncoder directory; SPLADE's
+    max/relu for a plain masked-LM directory, a hub id or a layout without one."""
     path = Path(model_dir)
     for module in _modules(path):
         if str(module.get("type", "")).endswith("SpladePooling"):
             try:
-                config = json.loads((path / str(module.get("path", "")) / "config.json").read_text(encoding="utf-8"))
+                config = json.loads(
+                    (path / str(module.get("path", "")) / "config.json").read_text(encoding="utf-8")
+                )
             except (OSError, ValueError):
                 break
             return {k: str(config[k]) for k in MAX_RELU if k in config} | {
@@ -94,9 +112,9 @@ def read_pooling(model_dir: str | Path) -> dict[str, str]:
 def build_sparse_encoder(
     mlm_dir: Path, device: str = "cpu", serving: Serving | None = None, **kwargs: object
 ) -> SparseEncoder:
-    """A ``SparseEncoder`` = fill-mask Transformer over ``mlm_dir`` + SpladePooling (``serving.pooling``, by
-    default max over tokens of log(1 + relu)) whose dimension is the vocabulary's from the start, encoding queries
-    and documents at ``serving``'s lengths."""
+    """A ``SparseEncoder`` = fill-mask Transformer over ``mlm_dir`` + SpladePooling
+    (``serving.pooling``, by default max over tokens of log(1 + relu)) whose dimension is the
+    vocabulary's from the start, encoding queries and documents at ``serving``'s lengths."""
     from sentence_transformers import SparseEncoder
     from sentence_transformers.sparse_encoder.modules import SpladePooling, Transformer
 
@@ -114,14 +132,17 @@ def build_sparse_encoder(
 
 
 def save_sparse_encoder(
-    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out_dir: Path, serving: Serving | None = None
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    out_dir: Path,
+    serving: Serving | None = None,
 ) -> None:
     """Write ``out_dir`` as a SparseEncoder directory that also loads with ``AutoModelForMaskedLM``.
 
-    ``serving`` sets what ``SparseEncoder(out_dir)`` encodes with: its ``document_length`` becomes the
-    tokenizer's ``model_max_length`` (sentence-transformers' ``max_seq_length``), capped at the encoder's positions.
-    ``out_dir`` should be a fresh (temporary) path; callers rename it into place (see ``outputs.atomic_path``).
-    """
+    ``serving`` sets what ``SparseEncoder(out_dir)`` encodes with: its ``document_length`` becomes
+    the tokenizer's ``model_max_length`` (sentence-transformers' ``max_seq_length``), capped at the
+    encoder's positions. ``out_dir`` should be a fresh (temporary) path; callers rename it into
+    place (see ``outputs.atomic_path``)."""
     if cast(torch.Tensor, model.get_input_embeddings().weight).shape[0] != model.config.vocab_size:
         raise ValueError("config.vocab_size must equal the number of embedding rows")
     serving = serving or Serving()
@@ -130,18 +151,25 @@ def save_sparse_encoder(
     with tempfile.TemporaryDirectory(dir=Path(out_dir).parent) as staging:
         model.save_pretrained(staging, safe_serialization=True)
         tokenizer.save_pretrained(staging)
-        build_sparse_encoder(Path(staging), serving=serving).save(str(out_dir), safe_serialization=True)
+        build_sparse_encoder(Path(staging), serving=serving).save(
+            str(out_dir), safe_serialization=True
+        )
 
 
 def max_positions(model: PreTrainedModel) -> int:
     """Usable sequence length of the encoder (RoBERTa reserves padding_idx + 1 positions)."""
     positions = getattr(model.config, "max_position_embeddings", 512)
-    return positions - 2 if getattr(model.config, "model_type", "") in ("roberta", "xlm-roberta") else positions
+    return (
+        positions - 2
+        if getattr(model.config, "model_type", "") in ("roberta", "xlm-roberta")
+        else positions
+    )
 
 
 def check_push(repo_id: str) -> None:
-    """Refuse, before any work, a ``--push-to-hub`` that cannot succeed: a malformed repository id, offline mode,
-    no token. One :class:`InputError` line each; whether the token may write there is the hub's answer, at the end."""
+    """Refuse, before any work, a ``--push-to-hub`` that cannot succeed: a malformed repository id,
+    offline mode, no token. One :class:`InputError` line each; whether the token may write there is
+    the hub's answer, at the end."""
     from huggingface_hub import constants, get_token
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
@@ -152,22 +180,33 @@ def check_push(repo_id: str) -> None:
             f"--push-to-hub {repo_id!r} is not a hub repository id (org/name): {_first_line(err)}"
         ) from None
     if constants.HF_HUB_OFFLINE:
-        raise InputError(f"--push-to-hub {repo_id!r}: HF_HUB_OFFLINE is set; publishing needs the hub (unset it)")
+        raise InputError(
+            f"--push-to-hub {repo_id!r}: HF_HUB_OFFLINE is set; publishing needs the hub (unset it)"
+        )
     if not get_token():
-        raise InputError(f"--push-to-hub {repo_id!r}: no Hugging Face token (set HF_TOKEN or run `hf auth login`)")
+        raise InputError(
+            f"--push-to-hub {repo_id!r}: no Hugging Face token (set HF_TOKEN or run `hf auth login`)"
+        )
 
 
 def push_model(model_dir: Path, repo_id: str) -> str:
-    """Upload a SparseEncoder directory, its model card included, with sentence-transformers' own ``push_to_hub``;
-    no hub (offline, no token, no network) is one :class:`InputError` naming the repository."""
+    """Upload a SparseEncoder directory, its model card included, with sentence-transformers' own
+    ``push_to_hub``; no hub (offline, no token, no network) is one :class:`InputError` naming the
+    repository."""
     from huggingface_hub import constants
 
     if constants.HF_HUB_OFFLINE:
-        raise InputError(f"cannot push to the hub repository {repo_id!r}: HF_HUB_OFFLINE is set (offline)")
+        raise InputError(
+            f"cannot push to the hub repository {repo_id!r}: HF_HUB_OFFLINE is set (offline)"
+        )
     try:
-        url = load_sparse_encoder(str(model_dir)).push_to_hub(repo_id, local_model_path=str(model_dir), exist_ok=True)
+        url = load_sparse_encoder(str(model_dir)).push_to_hub(
+            repo_id, local_model_path=str(model_dir), exist_ok=True
+        )
     except Exception as err:  # the hub client raises many types; all mean "the push did not happen"
-        raise InputError(f"cannot push to the hub repository {repo_id!r}: {_first_line(err)}") from None
+        raise InputError(
+            f"cannot push to the hub repository {repo_id!r}: {_first_line(err)}"
+        ) from None
     log.info("pushed %s to %s", model_dir, url)
     return str(url)
 
@@ -177,8 +216,8 @@ PUSHED = "pushed.json"
 
 
 def publish(out: Path, model: str, repo_id: str) -> str:
-    """Push the model directory ``out/model`` of a finished output and record it in ``out/pushed.json`` (repository,
-    URL, the run's fingerprint, time); returns the URL."""
+    """Push the model directory ``out/model`` of a finished output and record it in
+    ``out/pushed.json`` (repository, URL, the run's fingerprint, time); returns the URL."""
     from sembridge_ray.outputs import atomic_write_json, read_identity
 
     url = push_model(Path(out) / model, repo_id)
@@ -189,18 +228,30 @@ def publish(out: Path, model: str, repo_id: str) -> str:
     identity = read_identity(Path(out))
     pushes = [
         *pushes,
-        {"repo_id": repo_id, "url": url, "run": identity.fingerprint if identity else "", "at": time.time()},
+        {
+            "repo_id": repo_id,
+            "url": url,
+            "run": identity.fingerprint if identity else "",
+            "at": time.time(),
+        },
     ]
     atomic_write_json(Path(out) / PUSHED, pushes)
     return url
 
 
 @torch.no_grad()
-def mlm_embeddings(model: PreTrainedModel) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-    """(input embeddings (V, d), untied output embeddings (V, d) or None, decoder bias (V,) or None)."""
+def mlm_embeddings(
+    model: PreTrainedModel,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """(input embeddings (V, d), untied output embeddings (V, d) or None, decoder bias (V,) or
+    None)."""
     inp = cast(torch.Tensor, model.get_input_embeddings().weight)
     out_layer = model.get_output_embeddings()
-    out = None if out_layer is None or out_layer.weight is inp else cast(torch.Tensor, out_layer.weight)
+    out = (
+        None
+        if out_layer is None or out_layer.weight is inp
+        else cast(torch.Tensor, out_layer.weight)
+    )
     bias = getattr(out_layer, "bias", None) if out_layer is not None else None
     return inp, out, bias
 
@@ -221,8 +272,9 @@ def load_sparse_encoder(
 
 
 def set_max_length(model: SparseEncoder, max_length: int) -> None:
-    """Make ``model`` encode either side at ``max_length`` tokens, whatever its own settings (an encoder of one
-    side at a time: evaluation's query and document pools, or the development evaluation between the two)."""
+    """Make ``model`` encode either side at ``max_length`` tokens, whatever its own settings (an
+    encoder of one side at a time: evaluation's query and document pools, or the development
+    evaluation between the two)."""
     model.max_seq_length = max_length
     for module in model:
         for name in ("query_length", "document_length"):
@@ -236,18 +288,22 @@ _ENCODER_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
 def mlm_head_name(mlm: PreTrainedModel) -> str | None:
-    """The attribute holding the module that maps hidden states to vocabulary logits (BERT ``cls``, RoBERTa/XLM-R
-    ``lm_head``), or None for an architecture without one (such a model is pooled over its full logits)."""
-    return next((n for n in _HEAD_ATTRS if isinstance(getattr(mlm, n, None), torch.nn.Module)), None)
+    """The attribute holding the module that maps hidden states to vocabulary logits (BERT ``cls``,
+    RoBERTa/XLM-R ``lm_head``), or None for an architecture without one (such a model is pooled over
+    its full logits)."""
+    return next(
+        (n for n in _HEAD_ATTRS if isinstance(getattr(mlm, n, None), torch.nn.Module)), None
+    )
 
 
 def split_head(head: torch.nn.Module) -> tuple[Head, torch.nn.Linear] | None:
-    """An MLM head -> (its transform: hidden (B, T, H) -> features (B, T, H'), its vocabulary projection), so the
-    projection can run inside :func:`splade_max_pool`; None for a layout not known here.
+    """An MLM head -> (its transform: hidden (B, T, H) -> features (B, T, H'), its vocabulary
+    projection), so the projection can run inside :func:`splade_max_pool`; None for a layout not
+    known here.
 
-    Known: BERT's ``cls.predictions`` (``transform`` then ``decoder``) and RoBERTa/XLM-R's ``lm_head`` (``dense``,
-    gelu, ``layer_norm``, ``decoder``). A probe checks that transform then projection reproduces the head.
-    """
+    Known: BERT's ``cls.predictions`` (``transform`` then ``decoder``) and RoBERTa/XLM-R's
+    ``lm_head`` (``dense``, gelu, ``layer_norm``, ``decoder``). A probe checks that transform then
+    projection reproduces the head."""
     predictions = getattr(head, "predictions", None)
     if predictions is not None and hasattr(predictions, "transform"):
         transform, decoder = predictions.transform, getattr(predictions, "decoder", None)
@@ -263,7 +319,8 @@ def split_head(head: torch.nn.Module) -> tuple[Head, torch.nn.Linear] | None:
 class _RobertaTransform(torch.nn.Module):
     def __init__(self, head: torch.nn.Module) -> None:
         super().__init__()
-        self.head = [head]  # a list: not a submodule, so the head's parameters are not registered twice
+        # a list: not a submodule, so the head's parameters are not registered twice
+        self.head = [head]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         head: Any = self.head[0]  # a RobertaLMHead: dense, then gelu, then layer_norm
@@ -284,25 +341,28 @@ def _reproduces(head: torch.nn.Module, transform: Head, decoder: torch.nn.Linear
 
 
 class SpladeEncoder(torch.nn.Module):
-    """A masked LM with SPLADE max pooling, for training: ``forward(*features) -> [(B, V) per features dict]``.
+    """A masked LM with SPLADE max pooling, for training: ``forward(*features) -> [(B, V) per
+    features dict]``.
 
-    Encoding several inputs (queries, positives, negatives) in one ``forward`` keeps a DDP wrapper to one call per
-    step. The head's vocabulary projection runs inside :func:`splade_max_pool` (sparse gradient, no (B, T, V)
-    tensor kept for backward; ``chunk`` tokens at a time, 0 = as the memory budget allows); a head that
-    :func:`split_head` does not know is pooled with recomputation in slices. The vectors equal the SparseEncoder's
-    (MLM logits + SpladePooling max/relu).
-    """
+    Encoding several inputs (queries, positives, negatives) in one ``forward`` keeps a DDP wrapper
+    to one call per step. The head's vocabulary projection runs inside :func:`splade_max_pool`
+    (sparse gradient, no (B, T, V) tensor kept for backward; ``chunk`` tokens at a time, 0 = as the
+    memory budget allows); a head that :func:`split_head` does not know is pooled with recomputation
+    in slices. The vectors equal the SparseEncoder's (MLM logits + SpladePooling max/relu)."""
 
     def __init__(self, mlm: PreTrainedModel, chunk: int = 0) -> None:
         super().__init__()
         self.mlm = mlm
         self.chunk = chunk
-        self.head_name = mlm_head_name(mlm)  # a name, not the module: it must not appear twice in state_dict()
+        # a name, not the module: it must not appear twice in state_dict()
+        self.head_name = mlm_head_name(mlm)
         parts = split_head(getattr(mlm, self.head_name)) if self.head_name is not None else None
-        self._split = [parts] if parts is not None else []  # a list: keeps the modules out of state_dict()
+        # a list: keeps the modules out of state_dict()
+        self._split = [parts] if parts is not None else []
         if self.head_name is None:
             log.warning(
-                "%s has no single MLM head module: pooling over its full logits (more memory)", type(mlm).__name__
+                "%s has no single MLM head module: pooling over its full logits (more memory)",
+                type(mlm).__name__,
             )
 
     def encode(self, features: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -314,10 +374,14 @@ class SpladeEncoder(torch.nn.Module):
         hidden = self.mlm.base_model(**inputs).last_hidden_state  # (B, T, H)
         if self._split:
             transform, decoder = self._split[0]
-            return splade_max_pool(transform(hidden), decoder.weight, decoder.bias, mask, self.chunk)
+            return splade_max_pool(
+                transform(hidden), decoder.weight, decoder.bias, mask, self.chunk
+            )
         head = getattr(self.mlm, self.head_name)
         vocab = self.mlm.config.vocab_size
-        chunk = self.chunk or slice_tokens(hidden.shape[0], hidden.shape[1], vocab, hidden.element_size())
+        chunk = self.chunk or slice_tokens(
+            hidden.shape[0], hidden.shape[1], vocab, hidden.element_size()
+        )
         return splade_pool_chunked(hidden, mask, head, chunk)
 
     def forward(self, *features: dict[str, torch.Tensor]) -> list[torch.Tensor]:
@@ -325,8 +389,9 @@ class SpladeEncoder(torch.nn.Module):
 
 
 def check_mlm(name: str, trust_remote_code: bool = False) -> None:
-    """Fail fast, naming ``name``, when it is not a loadable masked LM with its head: tokenizer and config load, and
-    a local directory's weights hold the MLM head (a dense encoder would get a randomly initialised one)."""
+    """Fail fast, naming ``name``, when it is not a loadable masked LM with its head: tokenizer and
+    config load, and a local directory's weights hold the MLM head (a dense encoder would get a
+    randomly initialised one)."""
     from transformers import AutoConfig
 
     load_tokenizer(name, trust_remote_code=trust_remote_code)
@@ -340,12 +405,16 @@ def check_mlm(name: str, trust_remote_code: bool = False) -> None:
             raise InputError(f"model {name!r} is not a sparse encoder: {problem}")
 
 
-def sparse_encoder_problem(path: Path, config: PretrainedConfig, trust_remote_code: bool = False) -> str | None:
-    """What keeps the directory ``path`` from being a SPLADE-style sparse encoder, in a few words, or None.
+def sparse_encoder_problem(
+    path: Path, config: PretrainedConfig, trust_remote_code: bool = False
+) -> str | None:
+    """What keeps the directory ``path`` from being a SPLADE-style sparse encoder, in a few words,
+    or None.
 
-    A sentence-transformers directory must have a sparse module (SpladePooling, …) rather than dense pooling; its
-    masked LM's weights must hold the vocabulary head (``cls.*`` for BERT, ``lm_head.*`` for RoBERTa/XLM-R): read
-    from the safetensors headers and an architecture built on the meta device, so no weight is loaded."""
+    A sentence-transformers directory must have a sparse module (SpladePooling, …) rather than dense
+    pooling; its masked LM's weights must hold the vocabulary head (``cls.*`` for BERT,
+    ``lm_head.*`` for RoBERTa/XLM-R): read from the safetensors headers and an architecture built on
+    the meta device, so no weight is loaded."""
     modules = _module_types(path)
     if modules and not any(".sparse_encoder." in t for t in modules):
         shown = ", ".join(t.rsplit(".", 1)[-1] for t in modules)
@@ -353,7 +422,8 @@ def sparse_encoder_problem(path: Path, config: PretrainedConfig, trust_remote_co
     keys = _weight_names(path)
     if keys is None:
         pickled = sorted(p.name for p in path.glob("*") if p.suffix in PICKLE_WEIGHTS)
-        if pickled:  # never unpickled (a pickle can run code): refused here, before any output is claimed
+        # never unpickled (a pickle can run code): refused here, before any output is claimed
+        if pickled:
             return (
                 f"its weights are pickle files only ({', '.join(pickled)}); this project loads safetensors only: "
                 "convert them (transformers: from_pretrained(...).save_pretrained(DIR, safe_serialization=True))"
@@ -362,16 +432,20 @@ def sparse_encoder_problem(path: Path, config: PretrainedConfig, trust_remote_co
     head = _mlm_head_prefix(config, trust_remote_code)
     if head is not None and not any(k.startswith(head + ".") for k in keys):
         found = ", ".join(getattr(config, "architectures", None) or [type(config).__name__])
-        return f"its weights ({found}) hold no masked-LM head ({head}.*), which a sparse encoder needs"
+        return (
+            f"its weights ({found}) hold no masked-LM head ({head}.*), which a sparse encoder needs"
+        )
     return None
 
 
 PICKLE_WEIGHTS = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
-"""Suffixes of weight files in Python's pickle format (``pytorch_model.bin``), which this project never loads."""
+"""Suffixes of weight files in Python's pickle format (``pytorch_model.bin``), which this project
+never loads."""
 
 
 def _modules(path: Path) -> list[dict[str, object]]:
-    """The entries of a sentence-transformers ``modules.json`` (none when it is missing or not a list)."""
+    """The entries of a sentence-transformers ``modules.json`` (none when it is missing or not a
+    list)."""
     try:
         modules = json.loads((path / "modules.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -384,7 +458,8 @@ def _module_types(path: Path) -> list[str]:
 
 
 def _weight_names(path: Path) -> set[str] | None:
-    """Every tensor name in the directory's safetensors files (headers only), or None when there are none."""
+    """Every tensor name in the directory's safetensors files (headers only), or None when there are
+    none."""
     from safetensors import safe_open
 
     files = sorted(path.glob("*.safetensors"))
@@ -401,7 +476,8 @@ def _weight_names(path: Path) -> set[str] | None:
 
 
 def _mlm_head_prefix(config: PretrainedConfig, trust_remote_code: bool) -> str | None:
-    """The attribute name of the masked-LM head of ``config``'s architecture (built on the meta device)."""
+    """The attribute name of the masked-LM head of ``config``'s architecture (built on the meta
+    device)."""
     try:
         with torch.device("meta"):
             mlm = AutoModelForMaskedLM.from_config(config, trust_remote_code=trust_remote_code)

@@ -1,5 +1,6 @@
-"""Fine-tuning never resumes from a damaged checkpoint: a whole job SIGKILLed, its newest checkpoints truncated,
-rerun (each job in its own process and cluster, as a user runs them). Fault injection: marker ``chaos``."""
+"""Fine-tuning never resumes from a damaged checkpoint: a whole job SIGKILLed, its newest
+checkpoints truncated, rerun (each job in its own process and cluster, as a user runs them). Fault
+injection: marker ``chaos``."""
 
 from __future__ import annotations
 
@@ -25,7 +26,9 @@ pytestmark = pytest.mark.chaos
 STEPS, EVERY = 12, 2
 
 
-def _job(out: Path, fixtures_root: Path, sick_beir: Path, *extra: str, every: int = EVERY) -> list[str]:
+def _job(
+    out: Path, fixtures_root: Path, sick_beir: Path, *extra: str, every: int = EVERY
+) -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -53,7 +56,8 @@ def _run(cmd: list[str]) -> subprocess.CompletedProcess[str]:
 
 
 def _registered(root: Path) -> tuple[Path, int] | None:
-    """(run directory, newest step Ray Train registered) of the run under ``root``, once it registered one."""
+    """(run directory, newest step Ray Train registered) of the run under ``root``, once it
+    registered one."""
     for registry in root.glob(f"**/finetune-*/{REGISTRY}"):
         try:
             latest = json.loads(registry.read_text())["latest_checkpoint_result"]
@@ -67,14 +71,16 @@ def _registered(root: Path) -> tuple[Path, int] | None:
 
 def _alive(sid: int) -> list[int]:
     """The processes of session ``sid`` that have not exited (zombies left out)."""
-    ps = subprocess.run(["ps", "-eo", "pid=,sid=,stat="], capture_output=True, text=True).stdout.split("\n")
+    ps = subprocess.run(
+        ["ps", "-eo", "pid=,sid=,stat="], capture_output=True, text=True
+    ).stdout.split("\n")
     rows = [line.split() for line in ps if line.strip()]
     return [int(pid) for pid, s, stat, *_ in rows if int(s) == sid and not stat.startswith("Z")]
 
 
 def _kill_now(job: subprocess.Popen[bytes]) -> None:
-    """SIGKILL every process of the job's session at once (driver, GCS, raylet, Train controller and workers), so
-    that training stops about where it was seen, and wait until none is left."""
+    """SIGKILL every process of the job's session at once (driver, GCS, raylet, Train controller and
+    workers), so that training stops about where it was seen, and wait until none is left."""
     deadline = time.time() + 30
     while (left := _alive(job.pid)) and time.time() < deadline:
         for pid in left:
@@ -94,10 +100,15 @@ def test_a_truncated_newest_checkpoint_is_set_aside_and_the_run_resumes_to_the_u
     out = tmp_path / "damaged" / "ft"
     cmd = _job(out, fixtures_root, sick_beir)
     with open(tmp_path / "first.log", "w") as log:
-        first = subprocess.Popen(cmd, cwd=REPO, env=_env(), start_new_session=True, stdout=log, stderr=log)
+        first = subprocess.Popen(
+            cmd, cwd=REPO, env=_env(), start_new_session=True, stdout=log, stderr=log
+        )
         deadline = time.time() + 300
-        try:  # interrupted once a second checkpoint is registered, so that an earlier complete one exists
-            while ((seen := _registered(out.parent)) is None or seen[1] < 2 * EVERY) and first.poll() is None:
+        # interrupted once a second checkpoint is registered, so that an earlier complete one exists
+        try:
+            while (
+                (seen := _registered(out.parent)) is None or seen[1] < 2 * EVERY
+            ) and first.poll() is None:
                 assert time.time() < deadline, (tmp_path / "first.log").read_text()[-3000:]
                 time.sleep(0.1)
         finally:
@@ -105,9 +116,11 @@ def test_a_truncated_newest_checkpoint_is_set_aside_and_the_run_resumes_to_the_u
     found = _registered(out.parent)
     assert found is not None, (tmp_path / "first.log").read_text()[-3000:]
     run_dir, registered = found
-    assert registered < STEPS and not is_complete(out), "the run finished before it could be interrupted"
-    # The registered checkpoint, and any the workers wrote after it before they died, lose half their state.pt:
-    # the newest checkpoint that verifies is then the one before the registered one.
+    assert registered < STEPS and not is_complete(out), (
+        "the run finished before it could be interrupted"
+    )
+    # The registered checkpoint, and any the workers wrote after it before they died, lose half
+    # their state.pt: the newest checkpoint that verifies is then the one before the registered one.
     for step, directory in checkpoint_dirs(run_dir):
         if step >= registered and (directory / STATE).is_file():
             state = directory / STATE
@@ -117,13 +130,25 @@ def test_a_truncated_newest_checkpoint_is_set_aside_and_the_run_resumes_to_the_u
     log_text = second.stdout + second.stderr
     assert second.returncode == 0, log_text[-3000:]
     previous = registered - EVERY
-    assert f"resumed from step {previous} " in log_text and "training failed (attempt" not in log_text
-    warnings = [line for line in log_text.splitlines() if "does not verify" in line]
-    assert len(warnings) == 1 and f"step_{registered:08d}" in warnings[0] and "set aside as" in warnings[0]
-    assert len(list(run_dir.glob(f"step_{registered:08d}.damaged-*"))) == 1  # beside the run, not deleted
-    assert json.loads((out / "finetune.json").read_text())["resumed_from"] == previous and is_complete(out)
-    assert [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()] == list(
-        range(1, STEPS + 1)
+    assert (
+        f"resumed from step {previous} " in log_text and "training failed (attempt" not in log_text
     )
-    a, b = load_file(out / "model" / "model.safetensors"), load_file(undisturbed / "model" / "model.safetensors")
+    warnings = [line for line in log_text.splitlines() if "does not verify" in line]
+    assert (
+        len(warnings) == 1
+        and f"step_{registered:08d}" in warnings[0]
+        and "set aside as" in warnings[0]
+    )
+    # beside the run, not deleted
+    assert len(list(run_dir.glob(f"step_{registered:08d}.damaged-*"))) == 1
+    assert json.loads((out / "finetune.json").read_text())[
+        "resumed_from"
+    ] == previous and is_complete(out)
+    assert [
+        json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()
+    ] == list(range(1, STEPS + 1))
+    a, b = (
+        load_file(out / "model" / "model.safetensors"),
+        load_file(undisturbed / "model" / "model.safetensors"),
+    )
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

@@ -1,10 +1,11 @@
-"""Jobs on a simulated multi-node cluster (Ray's own ``ray.cluster_utils.Cluster``: a head and worker nodes as
-separate raylets on 127.0.0.1), reached through ``RAY_ADDRESS`` as a user's jobs are. A worker node is removed in
-the middle of each stage (and a fresh one added where the stage needs the capacity back); every job must finish
-with the same artefacts or metrics as an undisturbed run.
+"""Jobs on a simulated multi-node cluster (Ray's own ``ray.cluster_utils.Cluster``: a head and
+worker nodes as separate raylets on 127.0.0.1), reached through ``RAY_ADDRESS`` as a user's jobs
+are. A worker node is removed in the middle of each stage (and a fresh one added where the stage
+needs the capacity back); every job must finish with the same artefacts or metrics as an undisturbed
+run.
 
-The head has no CPUs, so all work lands on the worker nodes and losing one always costs running work.
-"""
+The head has no CPUs, so all work lands on the worker nodes and losing one always costs running
+work."""
 
 from __future__ import annotations
 
@@ -38,15 +39,16 @@ def _free_port() -> int:
 
 
 class SimCluster:
-    """A head (0 CPUs) and ``workers`` one-CPU nodes; jobs run as subprocesses with ``RAY_ADDRESS`` pointing here."""
+    """A head (0 CPUs) and ``workers`` one-CPU nodes; jobs run as subprocesses with ``RAY_ADDRESS``
+    pointing here."""
 
     def __init__(self, tmp: Path, workers: int = 2) -> None:
         import ray._private.utils
         from ray.cluster_utils import Cluster
 
         port = _free_port()
-        # Workers of every node see this cluster's address (Ray Train's cleaner must not find another instance),
-        # and the user's "current cluster" file in /tmp/ray is left alone.
+        # Workers of every node see this cluster's address (Ray Train's cleaner must not find
+        # another instance), and the user's "current cluster" file in /tmp/ray is left alone.
         os.environ["RAY_ADDRESS"] = f"127.0.0.1:{port}"
         keep = ray._private.utils.write_ray_address
         ray._private.utils.write_ray_address = lambda *a, **k: None
@@ -91,12 +93,21 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimCluster]:
 
 def _start(args: list[str], address: str | None, log: Path) -> subprocess.Popen:
     # small inputs on actors too (cluster.in_driver), so that the faults below hit the actors' work
-    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "SEMBRIDGE_IN_DRIVER_ROWS": "0"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "HF_HUB_OFFLINE": "1",
+        "SEMBRIDGE_IN_DRIVER_ROWS": "0",
+    }
     env.pop("RAY_ADDRESS", None)
     if address:
         env["RAY_ADDRESS"] = address
     return subprocess.Popen(
-        [sys.executable, "-m", *args], cwd=REPO, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT
+        [sys.executable, "-m", *args],
+        cwd=REPO,
+        env=env,
+        stdout=open(log, "w"),
+        stderr=subprocess.STDOUT,
     )
 
 
@@ -105,14 +116,19 @@ def _job(args: list[str], address: str | None, log: Path, timeout: float = 1200)
     assert proc.wait(timeout=timeout) == 0, log.read_text()[-4000:]
 
 
-def _disturbed(sim: SimCluster, args: list[str], log: Path, ready: Callable[[], bool], timeout: float = 1200) -> None:
-    """Run a job on ``sim``; when ``ready()`` says the stage is under way, remove a worker node and add a fresh one
-    (Ray's node API wants the main thread, so the job is polled here). The fault must come before the job ends."""
+def _disturbed(
+    sim: SimCluster, args: list[str], log: Path, ready: Callable[[], bool], timeout: float = 1200
+) -> None:
+    """Run a job on ``sim``; when ``ready()`` says the stage is under way, remove a worker node and
+    add a fresh one (Ray's node API wants the main thread, so the job is polled here). The fault
+    must come before the job ends."""
     proc = _start(args, sim.address, log)
     deadline = time.time() + timeout
     while proc.poll() is None and not ready() and time.time() < deadline:
         time.sleep(0.1)
-    assert proc.poll() is None, "the job finished before the fault could be injected: " + log.read_text()[-2000:]
+    assert proc.poll() is None, (
+        "the job finished before the fault could be injected: " + log.read_text()[-2000:]
+    )
     sim.remove_one()
     sim.nodes.append(sim.add())
     assert proc.wait(timeout=max(1.0, deadline - time.time())) == 0, log.read_text()[-4000:]
@@ -166,7 +182,9 @@ def _init_args(fixtures_root: Path, out: Path, cache: Path) -> list[str]:
 def test_init_survives_a_lost_node_with_identical_artefacts(
     sim: SimCluster, fixtures_root: Path, tmp_path: Path
 ) -> None:
-    _job(_init_args(fixtures_root, tmp_path / "local", tmp_path / "c1"), None, tmp_path / "local.log")
+    _job(
+        _init_args(fixtures_root, tmp_path / "local", tmp_path / "c1"), None, tmp_path / "local.log"
+    )
     # the source side's bridge vectors are cached: the target side and the weights stage are running
     _disturbed(
         sim,
@@ -175,7 +193,9 @@ def test_init_survives_a_lost_node_with_identical_artefacts(
         _exists("[!.]*/vectors.parquet", tmp_path / "c2"),  # a published entry, not a temporary
     )
     for name in ("model/model.safetensors", "provenance.parquet"):
-        assert (tmp_path / "lost" / name).read_bytes() == (tmp_path / "local" / name).read_bytes(), name
+        assert (tmp_path / "lost" / name).read_bytes() == (
+            tmp_path / "local" / name
+        ).read_bytes(), name
     assert is_complete(tmp_path / "lost")
 
 
@@ -213,7 +233,10 @@ def test_finetune_on_two_nodes_survives_a_lost_node_with_identical_weights(
     assert "training failed (attempt 1 of 4)" in log and "restarting from step" in log
     a, b = (load_file(tmp_path / run / "model" / "model.safetensors") for run in ("lost", "local"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    steps = [json.loads(x)["step"] for x in (tmp_path / "lost" / "metrics.jsonl").read_text().splitlines()]
+    steps = [
+        json.loads(x)["step"]
+        for x in (tmp_path / "lost" / "metrics.jsonl").read_text().splitlines()
+    ]
     assert steps == list(range(1, 9))
 
 
@@ -265,8 +288,24 @@ def test_two_cell_reproduction_survives_a_lost_node_with_the_same_results(
     )
 
     def rows(out: Path) -> list[dict[str, str]]:
-        keep = ("model", "language", "dataset", "method", "alpha", "stage", "ndcg@10", "r@100", "rr@10", "train_steps")
-        return [{k: r[k] for k in keep} for r in csv.DictReader((out / "results.csv").open(encoding="utf-8"))]
+        keep = (
+            "model",
+            "language",
+            "dataset",
+            "method",
+            "alpha",
+            "stage",
+            "ndcg@10",
+            "r@100",
+            "rr@10",
+            "train_steps",
+        )
+        return [
+            {k: r[k] for k in keep}
+            for r in csv.DictReader((out / "results.csv").open(encoding="utf-8"))
+        ]
 
-    assert rows(tmp_path / "lost") == rows(tmp_path / "local") and len(rows(tmp_path / "local")) == 4
+    assert (
+        rows(tmp_path / "lost") == rows(tmp_path / "local") and len(rows(tmp_path / "local")) == 4
+    )
     shutil.rmtree(tmp_path / "mirror")

@@ -6,7 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from sembridge_ray.distributed import cluster  # sets the loopback environment before Ray is imported
+# sets the loopback environment before Ray is imported
+from sembridge_ray.distributed import cluster
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,5 @@
-"""A Ray Data actor pool writes sparse Parquet files with list columns, equal to in-process encoding."""
+"""A Ray Data actor pool writes sparse Parquet files with list columns, equal to in-process
+encoding."""
 
 from __future__ import annotations
 
@@ -27,13 +28,20 @@ def test_actor_pool_writes_list_columns_equal_to_in_process(
     plan = cluster.placement(ResourceConfig(workers=2))
     assert plan.workers == 1 and not plan.use_gpu  # 2 CPUs: one held back for Ray Data's own tasks
     table = pa.table({ID: [f"t{i}" for i in range(len(texts))], TEXT: texts})
-    files = stage_corpus((table.slice(i, 15) for i in range(0, len(texts), 15)), tmp_path / "staged")
+    files = stage_corpus(
+        (table.slice(i, 15) for i in range(0, len(texts), 15)), tmp_path / "staged"
+    )
     ds = ray.data.from_items([{PATH: str(f)} for f in files], override_num_blocks=len(files))
     enc = tmp_path / "enc"
     enc.mkdir()
     out = ds.map_batches(
         SparseEncodeUDF,
-        fn_constructor_kwargs={"model_dir": model, "max_length": 32, "batch_size": 16, "out_dir": str(enc)},
+        fn_constructor_kwargs={
+            "model_dir": model,
+            "max_length": 32,
+            "batch_size": 16,
+            "out_dir": str(enc),
+        },
         batch_format="pyarrow",
         **actor_pool_args(plan, 1),
     ).take_all()

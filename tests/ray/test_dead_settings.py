@@ -1,6 +1,7 @@
-"""Every setting does what it says, for the jobs that need Ray (``tests/dead_settings.py`` says how): every key of
-the evaluate job; and fine-tuning's worker count, which ``tests/unit/test_dead_settings.py`` (one worker, in one
-process) cannot show. The one-process fine-tuning there is checked here to be the job with one worker."""
+"""Every setting does what it says, for the jobs that need Ray (``tests/dead_settings.py`` says
+how): every key of the evaluate job; and fine-tuning's worker count, which
+``tests/unit/test_dead_settings.py`` (one worker, in one process) cannot show. The one-process
+fine-tuning there is checked here to be the job with one worker."""
 
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ def run_evaluate_job(cfg: Config, out: Path) -> dict[str, Any]:
     assert isinstance(cfg, EvaluateConfig)
     run_evaluate(replace(cfg, output=str(out)))
     found = files_of(out, skip=("identity.json", "config.yaml", "_SUCCESS", "cache"))
-    # how the run went (cache hits, its shard actors' memory) and the inputs as named (compared by content)
+    # how the run went (cache hits, its shard actors' memory) and the inputs as named (compared by
+    # content)
     for key in ("cache", "actors", "shards", "model", "dataset"):
         found["metrics.json"].pop(key)
     return found
@@ -37,7 +39,9 @@ def evaluate_inputs(cfg: Config) -> dict[str, str]:
     return {"model": resolve_model(cfg.model)[1], "dataset": resolve_dataset(cfg.dataset)[1]}
 
 
-def test_every_evaluate_setting_does_what_its_identity_says(ray_cluster, fixtures_root: Path, tmp_path: Path) -> None:
+def test_every_evaluate_setting_does_what_its_identity_says(
+    ray_cluster, fixtures_root: Path, tmp_path: Path
+) -> None:
     beir = tiny_beir(tmp_path / "beir")
     harness = Harness(
         job="evaluate",
@@ -64,7 +68,8 @@ def test_every_evaluate_setting_does_what_its_identity_says(ray_cluster, fixture
             "top_k": 3,
             "doc_max_active_dims": 5,
             "query_max_active_dims": 3,
-            "max_query_length": 4,  # shorter than the texts: a length that truncates nothing changes nothing
+            # shorter than the texts: a length that truncates nothing changes nothing
+            "max_query_length": 4,
             "max_doc_length": 4,
             "encode_batch_size": 3,
             "stage_rows": 5,
@@ -85,9 +90,9 @@ def _weights(model: Path) -> dict[str, np.ndarray]:
 def test_one_ray_train_worker_is_the_local_run_and_two_train_apart(
     ray_cluster, fixtures_root: Path, tmp_path: Path
 ) -> None:
-    """``run_local`` (what the unit dead-setting check trains) is the job with one worker, to float rounding (the
-    worker's threads sum in another order); two workers train apart (each draws its own dropout masks), which is
-    why the worker count is in the identity."""
+    """``run_local`` (what the unit dead-setting check trains) is the job with one worker, to float
+    rounding (the worker's threads sum in another order); two workers train apart (each draws its
+    own dropout masks), which is why the worker count is in the identity."""
     beir = tiny_beir(tmp_path / "beir")
     cfg = FinetuneConfig(
         model=str(fixtures_root / "bert-splade"),
@@ -99,7 +104,9 @@ def test_one_ray_train_worker_is_the_local_run_and_two_train_apart(
         resources=ResourceConfig(workers=1),
     )
     local = _weights(finetune_driver.run_local(replace(cfg, output="local"), tmp_path / "local"))
-    one = _weights(Path(finetune_driver.run_finetune(replace(cfg, output=str(tmp_path / "one"))).model))
+    one = _weights(
+        Path(finetune_driver.run_finetune(replace(cfg, output=str(tmp_path / "one"))).model)
+    )
     two_cfg = replace(cfg, output=str(tmp_path / "two"), resources=ResourceConfig(workers=2))
     two = _weights(Path(finetune_driver.run_finetune(two_cfg).model))
     assert one.keys() == local.keys() == two.keys()

@@ -1,4 +1,5 @@
-"""jobs.evaluate end to end on Ray: the tiny bert-mlm fixture over real SICK sentences in a BEIR directory."""
+"""jobs.evaluate end to end on Ray: the tiny bert-mlm fixture over real SICK sentences in a BEIR
+directory."""
 
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ from tests.unit.test_outputs import snapshot
 
 @pytest.fixture(scope="module")
 def dataset(sick_beir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """SICK as BEIR, plus judgements naming two documents the corpus lacks and a query that has no text."""
+    """SICK as BEIR, plus judgements naming two documents the corpus lacks and a query that has no
+    text."""
     root = tmp_path_factory.mktemp("eval") / "sick"
     shutil.copytree(sick_beir, root)
     with open(root / "qrels" / "test.tsv", "a", encoding="utf-8") as fh:
@@ -41,9 +43,13 @@ def dataset(sick_beir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def first_run(
-    ray_cluster: cluster.ClusterInfo, fixtures_root: Path, dataset: Path, tmp_path_factory: pytest.TempPathFactory
+    ray_cluster: cluster.ClusterInfo,
+    fixtures_root: Path,
+    dataset: Path,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> tuple[EvaluateConfig, dict]:
-    """Through Ray's actors (encoder pools, shard actors), however small the fixture (``IN_DRIVER_ROWS`` 0)."""
+    """Through Ray's actors (encoder pools, shard actors), however small the fixture
+    (``IN_DRIVER_ROWS`` 0)."""
     out = tmp_path_factory.mktemp("eval-out")
     cfg = EvaluateConfig(
         model=str(fixtures_root / "bert-mlm"),
@@ -60,14 +66,23 @@ def first_run(
 
 
 def brute_force_scores(model_dir: Path, dataset: Path) -> tuple[list[str], list[str], np.ndarray]:
-    """Exact float64 scores of every query against every document, encoded in-process by the same encoder."""
+    """Exact float64 scores of every query against every document, encoded in-process by the same
+    encoder."""
     data = load_beir(dataset, "test")
     qids = sorted(q for q in data.qrels if q in data.queries)
     corpus = pa.concat_tables(list(data.corpus.batches(1000)))
     query_enc = load_sparse_encoder(str(model_dir), max_length=64)
     doc_enc = load_sparse_encoder(str(model_dir), max_length=256)
-    q = query_enc.encode_query([data.queries[i] for i in qids], convert_to_tensor=True).to_dense().double()
-    d = doc_enc.encode_document(corpus.column(TEXT).to_pylist(), convert_to_tensor=True).to_dense().double()
+    q = (
+        query_enc.encode_query([data.queries[i] for i in qids], convert_to_tensor=True)
+        .to_dense()
+        .double()
+    )
+    d = (
+        doc_enc.encode_document(corpus.column(TEXT).to_pylist(), convert_to_tensor=True)
+        .to_dense()
+        .double()
+    )
     return qids, corpus.column(ID).to_pylist(), (q @ d.T).numpy()
 
 
@@ -129,14 +144,18 @@ def test_rerun_skips_and_rescoring_reuses_the_cache(first_run: tuple[EvaluateCon
     again = run_evaluate(cfg)
     assert again.skipped and again.metrics == metrics
     assert (Path(cfg.output) / SUCCESS).stat().st_mtime_ns == stamp
-    other = EvaluateConfig.from_dict(cfg.to_dict() | {"output": cfg.output + "-k20", "top_k": 20, "shard_size": 0})
+    other = EvaluateConfig.from_dict(
+        cfg.to_dict() | {"output": cfg.output + "-k20", "top_k": 20, "shard_size": 0}
+    )
     rescored = run_evaluate(other).metrics
     assert rescored["cache"] == {"docs": True, "queries": True}
-    assert rescored["nDCG@10"] == pytest.approx(metrics["nDCG@10"], abs=1e-12)  # top-20 holds the top-10
+    # top-20 holds the top-10
+    assert rescored["nDCG@10"] == pytest.approx(metrics["nDCG@10"], abs=1e-12)
 
 
 def _artefacts(out: Path) -> dict[str, object]:
-    """What a run produced, minus what may differ between runs (timings, cache hits, actor memory, paths)."""
+    """What a run produced, minus what may differ between runs (timings, cache hits, actor memory,
+    paths)."""
     metrics = json.loads((out / "metrics.json").read_text())
     for key in ("seconds", "cache", "actors", "shards"):
         metrics.pop(key)
@@ -176,7 +195,12 @@ def test_reruns_other_settings_overwrite_copies_and_determinism(
 
     # a fresh, independent run (new cache, other shards, one worker) gives byte-identical artefacts
     fresh = EvaluateConfig.from_dict(
-        cfg.to_dict() | {"output": str(tmp_path / "fresh"), "shard_size": 0, "cache_dir": str(tmp_path / "cache2")}
+        cfg.to_dict()
+        | {
+            "output": str(tmp_path / "fresh"),
+            "shard_size": 0,
+            "cache_dir": str(tmp_path / "cache2"),
+        }
     )
     run_evaluate(replace(fresh, resources=ResourceConfig(workers=1)))
     assert _artefacts(tmp_path / "fresh") == _artefacts(Path(cfg.output))
@@ -193,20 +217,30 @@ def test_encoding_through_ray_equals_in_process(
     monkeypatch: pytest.MonkeyPatch,
     in_driver: bool,
 ) -> None:
-    """The encoder pool's vectors, and the driver's for an input too small for a pool, are sentence-transformers'."""
+    """The encoder pool's vectors, and the driver's for an input too small for a pool, are
+    sentence-transformers'."""
     monkeypatch.setattr(cluster, "IN_DRIVER_ROWS", cluster.IN_DRIVER_ROWS if in_driver else 0)
     model = str(fixtures_root / "bert-mlm")
-    texts = ["A man is playing a guitar", "The kids are running in the park", "Nobody is riding a horse"] * 3
+    texts = [
+        "A man is playing a guitar",
+        "The kids are running in the park",
+        "Nobody is riding a horse",
+    ] * 3
     table = pa.table({ID: [f"t{i}" for i in range(len(texts))], TEXT: texts})
     cfg = EvaluateConfig(
-        doc_max_active_dims=5, max_doc_length=8, encode_batch_size=4, resources=ResourceConfig(workers=2)
+        doc_max_active_dims=5,
+        max_doc_length=8,
+        encode_batch_size=4,
+        resources=ResourceConfig(workers=2),
     )
     files = stage_corpus((table.slice(i, 4) for i in range(0, len(texts), 4)), tmp_path / "staged")
     encode(files, tmp_path / "enc", cfg, model, "document")
     ids, got = read_vectors(parquet_files(tmp_path / "enc"))
     enc = load_sparse_encoder(model, max_length=8)
     idx, val = sparse_rows(enc.encode_document(texts, convert_to_tensor=True), max_active_dims=5)
-    assert pq.read_table(parquet_files(tmp_path / "enc")[0]).schema.field("indices").type == pa.list_(pa.int32())
+    assert pq.read_table(parquet_files(tmp_path / "enc")[0]).schema.field(
+        "indices"
+    ).type == pa.list_(pa.int32())
     row_of = {doc: row for row, doc in enumerate(ids)}
     for n in range(len(texts)):
         lo, hi = got.indptr[row_of[f"t{n}"]], got.indptr[row_of[f"t{n}"] + 1]
@@ -218,8 +252,9 @@ def test_encoding_through_ray_equals_in_process(
 def test_small_input_in_the_driver_equals_the_actors(
     first_run: tuple[EvaluateConfig, dict], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The same settings as the actors' run, but a fresh cache: a fixture this small is encoded and searched in the
-    driver (no pool, no shard actor), and every artefact is the actors' byte for byte."""
+    """The same settings as the actors' run, but a fresh cache: a fixture this small is encoded and
+    searched in the driver (no pool, no shard actor), and every artefact is the actors' byte for
+    byte."""
     cfg, _ = first_run
     decided: list[bool] = []
     decide = cluster.in_driver
@@ -230,19 +265,26 @@ def test_small_input_in_the_driver_equals_the_actors(
 
     monkeypatch.setattr(cluster, "in_driver", recorded)
     monkeypatch.setattr(ShardedIndex, "start", lambda *a, **k: pytest.fail("shard actors started"))
-    monkeypatch.setattr(ray.data, "from_items", lambda *a, **k: pytest.fail("an encoder pool started"))
+    monkeypatch.setattr(
+        ray.data, "from_items", lambda *a, **k: pytest.fail("an encoder pool started")
+    )
     here = replace(cfg, output=str(tmp_path / "driver"), cache_dir=str(tmp_path / "cache"))
     metrics = run_evaluate(here).metrics
     assert decided == [True, True]  # the documents, the queries
-    assert metrics["cache"] == {"docs": False, "queries": False} and metrics["shards"] == first_run[1]["shards"]
-    assert _artefacts(tmp_path / "driver") == _artefacts(Path(cfg.output))  # run.trec, per_query.tsv, metrics
+    assert (
+        metrics["cache"] == {"docs": False, "queries": False}
+        and metrics["shards"] == first_run[1]["shards"]
+    )
+    # run.trec, per_query.tsv, metrics
+    assert _artefacts(tmp_path / "driver") == _artefacts(Path(cfg.output))
 
 
 def test_a_dataset_whose_splits_have_their_own_corpus_never_serves_one_splits_encoding_to_another(
     ray_cluster: cluster.ClusterInfo, fixtures_root: Path, tmp_path: Path
 ) -> None:
-    """XQuAD's dev and test search the sentences of different articles: dev then test through one cache scores test
-    as an evaluation of test alone does, and every judged sentence is in the corpus searched."""
+    """XQuAD's dev and test search the sentences of different articles: dev then test through one
+    cache scores test as an evaluation of test alone does, and every judged sentence is in the
+    corpus searched."""
     dev = EvaluateConfig(
         model=str(fixtures_root / "bert-splade"),
         dataset="xquad:en",

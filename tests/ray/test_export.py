@@ -1,6 +1,6 @@
-"""``python -m jobs.export --target qdrant`` end to end on the module's Ray cluster: the tiny bert-mlm over SICK
-sentences, encoded through the evaluate job's encoding, into an embedded Qdrant that reopens and answers as the
-exact search does."""
+"""``python -m jobs.export --target qdrant`` end to end on the module's Ray cluster: the tiny
+bert-mlm over SICK sentences, encoded through the evaluate job's encoding, into an embedded Qdrant
+that reopens and answers as the exact search does."""
 
 from __future__ import annotations
 
@@ -16,21 +16,40 @@ from sembridge_ray.export.parity import exact_topk, parity
 from sembridge_ray.retrieval.store import parquet_files, read_vectors
 
 
-def test_export_to_embedded_qdrant(ray_cluster: cluster.ClusterInfo, fixtures_root: Path, tmp_path: Path) -> None:
+def test_export_to_embedded_qdrant(
+    ray_cluster: cluster.ClusterInfo, fixtures_root: Path, tmp_path: Path
+) -> None:
     pytest.importorskip("qdrant_client")
     from qdrant_client import QdrantClient, models
 
     from sembridge_ray.data.sick import write_sick_beir
     from sembridge_ray.resources import SICK_DIR
 
-    sick_beir = write_sick_beir(SICK_DIR, tmp_path / "sick", limit=80, splits=("test",))  # the untrained model is dense
+    # the untrained model is dense
+    sick_beir = write_sick_beir(SICK_DIR, tmp_path / "sick", limit=80, splits=("test",))
 
     out = tmp_path / "qdrant-export"
     model = fixtures_root / "bert-mlm"
-    argv = ["--target", "qdrant", "--model", str(model), "--dataset", str(sick_beir), "--output", str(out)]
+    argv = [
+        "--target",
+        "qdrant",
+        "--model",
+        str(model),
+        "--dataset",
+        str(sick_beir),
+        "--output",
+        str(out),
+    ]
     assert export.main([*argv, "--workers", "1"]) == 0
     report = json.loads((out / "export_report.json").read_text())
-    assert {"target", "documents", "seconds", "overlap@10", "ndcg@10_exact", "ndcg@10_target"} <= set(report)
+    assert {
+        "target",
+        "documents",
+        "seconds",
+        "overlap@10",
+        "ndcg@10_exact",
+        "ndcg@10_target",
+    } <= set(report)
     assert report["target"] == "qdrant" and report["passed"] is True
     assert report["overlap@10"] == 1.0 and report["identical_up_to_ties"] == 1.0
     assert report["ndcg@10_target"] == pytest.approx(report["ndcg@10_exact"])
@@ -54,7 +73,9 @@ def test_export_to_embedded_qdrant(ray_cluster: cluster.ClusterInfo, fixtures_ro
     assert checked.identical_up_to_ties == 1.0 and len(exact_topk(docs, first)[0]) == 10
 
 
-def test_export_the_doc_only_variant(ray_cluster: cluster.ClusterInfo, fixtures_root: Path, tmp_path: Path) -> None:
+def test_export_the_doc_only_variant(
+    ray_cluster: cluster.ClusterInfo, fixtures_root: Path, tmp_path: Path
+) -> None:
     from sentence_transformers import SparseEncoder
 
     from sembridge_ray.data.sick import write_sick_beir
@@ -62,7 +83,14 @@ def test_export_the_doc_only_variant(ray_cluster: cluster.ClusterInfo, fixtures_
 
     sick_beir = write_sick_beir(SICK_DIR, tmp_path / "sick", limit=80, splits=("test",))
     out = tmp_path / "doc-only"
-    argv = ["--target", "doc-only", "--model", str(fixtures_root / "bert-mlm"), "--dataset", str(sick_beir)]
+    argv = [
+        "--target",
+        "doc-only",
+        "--model",
+        str(fixtures_root / "bert-mlm"),
+        "--dataset",
+        str(sick_beir),
+    ]
     assert export.main([*argv, "--output", str(out), "--workers", "1"]) == 0
     report = json.loads((out / "export_report.json").read_text())
     assert report["target"] == "doc-only" and report["passed"] is True

@@ -1,5 +1,6 @@
-"""Faults on one node: a shard actor killed mid-search, a Ray Train worker killed mid-run, a full disk under the
-checkpoints, a job's processes after it exits, and the private head of cluster/local.sh beside another cluster."""
+"""Faults on one node: a shard actor killed mid-search, a Ray Train worker killed mid-run, a full
+disk under the checkpoints, a job's processes after it exits, and the private head of
+cluster/local.sh beside another cluster."""
 
 from __future__ import annotations
 
@@ -32,13 +33,19 @@ from tests.processes import outliving
 
 
 def _env() -> dict[str, str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "HF_HUB_OFFLINE": "1",
+        "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5",
+    }
     env.pop("RAY_ADDRESS", None)
     return env
 
 
 def _processes(pattern: str) -> list[int]:
-    """Processes below this test process whose command line matches ``pattern`` (Ray names its workers)."""
+    """Processes below this test process whose command line matches ``pattern`` (Ray names its
+    workers)."""
     found = []
     for proc in psutil.Process().children(recursive=True):
         with contextlib.suppress(psutil.Error):
@@ -52,7 +59,9 @@ def test_a_killed_shard_actor_is_restarted_and_the_answers_are_identical(ray_clu
     probs = zipf_probs(3000, 1.1, rng)
     docs, queries = sparse_vectors(3000, 60, probs, rng), sparse_vectors(64, 12, probs, rng)
     ranks = np.arange(3000, dtype=np.int64)
-    shards = [build_shard(docs.slice(a, b), ranks[a:b], 3000) for a, b in shard_bounds(3000, 1000, 1)]
+    shards = [
+        build_shard(docs.slice(a, b), ranks[a:b], 3000) for a, b in shard_bounds(3000, 1000, 1)
+    ]
     index = ShardedIndex.start(shards, num_cpus=0.5)
     try:
         undisturbed = index.search(queries, 10, batch_size=8)
@@ -67,7 +76,9 @@ def test_a_killed_shard_actor_is_restarted_and_the_answers_are_identical(ray_clu
         index.shutdown()
 
 
-def test_a_job_leaves_no_ray_process_behind(ray_cluster, fixtures_root: Path, tmp_path: Path) -> None:
+def test_a_job_leaves_no_ray_process_behind(
+    ray_cluster, fixtures_root: Path, tmp_path: Path
+) -> None:
     cmd = [
         sys.executable,
         "-m",
@@ -86,7 +97,13 @@ def test_a_job_leaves_no_ray_process_behind(ray_cluster, fixtures_root: Path, tm
         "samples=2",
     ]
     proc = subprocess.Popen(
-        cmd, cwd=REPO, env=_env(), start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        cmd,
+        cwd=REPO,
+        env=_env(),
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     log = proc.communicate(timeout=600)[0]
     assert proc.returncode == 0, log[-3000:]
@@ -95,7 +112,9 @@ def test_a_job_leaves_no_ray_process_behind(ray_cluster, fixtures_root: Path, tm
 
 
 @pytest.fixture(scope="module")
-def undisturbed(ray_cluster, fixtures_root: Path, sick_beir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def undisturbed(
+    ray_cluster, fixtures_root: Path, sick_beir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
     from sembridge_ray.distributed.finetune import run_finetune
 
     out = tmp_path_factory.mktemp("ft") / "undisturbed"
@@ -118,7 +137,11 @@ def _ft_cfg(fixtures_root: Path, sick_beir: Path, out: Path, **kw: Any) -> Finet
 
 
 def test_a_killed_train_worker_costs_at_most_checkpoint_every_steps(
-    undisturbed: Path, fixtures_root: Path, sick_beir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    undisturbed: Path,
+    fixtures_root: Path,
+    sick_beir: Path,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     from sembridge_ray.distributed.finetune import run_finetune
 
@@ -142,11 +165,17 @@ def test_a_killed_train_worker_costs_at_most_checkpoint_every_steps(
         result = run_finetune(_ft_cfg(fixtures_root, sick_beir, out))
     killer.join(timeout=5)
     assert "step" in killed, "the run ended before a worker could be killed"
-    restart = re.search(r"training failed \(attempt 1 of 4\).*restarting from step (\d+)", caplog.text)
-    assert restart and int(restart.group(1)) >= killed["step"] - 2  # at most checkpoint_every steps lost
+    restart = re.search(
+        r"training failed \(attempt 1 of 4\).*restarting from step (\d+)", caplog.text
+    )
+    # at most checkpoint_every steps lost
+    assert restart and int(restart.group(1)) >= killed["step"] - 2
     assert result.steps == 10 and is_complete(out)
     assert [m["step"] for m in _metrics(out)] == list(range(1, 11))
-    a, b = load_file(out / "model" / "model.safetensors"), load_file(undisturbed / "model" / "model.safetensors")
+    a, b = (
+        load_file(out / "model" / "model.safetensors"),
+        load_file(undisturbed / "model" / "model.safetensors"),
+    )
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
@@ -163,7 +192,9 @@ def test_a_full_disk_under_the_checkpoints_fails_fast_with_one_line(
 ) -> None:
     mount = tmp_path / "small"
     mount.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], capture_output=True).returncode:
+    if subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], capture_output=True
+    ).returncode:
         pytest.skip("cannot mount a tmpfs here (needs root)")
     try:
         cmd = [
@@ -181,20 +212,29 @@ def test_a_full_disk_under_the_checkpoints_fails_fast_with_one_line(
             f"storage={mount}",
         ]
         start = time.perf_counter()
-        proc = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(
+            cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600
+        )
         errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
         assert proc.returncode == 2, proc.stderr[-3000:]
-        assert len(errors) == 1 and "(disk full)" in errors[0] and str(mount) in errors[0], proc.stderr[-3000:]
-        assert "training failed (attempt" not in proc.stderr  # not retried: it would fail the same way
+        assert len(errors) == 1 and "(disk full)" in errors[0] and str(mount) in errors[0], (
+            proc.stderr[-3000:]
+        )
+        # not retried: it would fail the same way
+        assert "training failed (attempt" not in proc.stderr
         assert not is_complete(tmp_path / "ft")
         print(f"failed fast in {time.perf_counter() - start:.1f} s")
     finally:
         subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
-def test_local_sh_uses_a_private_head_and_leaves_other_clusters_alone(ray_cluster, tmp_path: Path) -> None:
+def test_local_sh_uses_a_private_head_and_leaves_other_clusters_alone(
+    ray_cluster, tmp_path: Path
+) -> None:
     if not (REPO / ".venv" / "bin" / "ray").is_file():
-        pytest.skip("cluster/local.sh needs the project's .venv (made by `bash cluster/local.sh setup`)")
+        pytest.skip(
+            "cluster/local.sh needs the project's .venv (made by `bash cluster/local.sh setup`)"
+        )
     ours = ray_cluster.address
     raylets = _processes(r"raylet/raylet")
     code = "import sembridge_ray.distributed.cluster as c; print('JOB_SAW', c.connect().address)"
@@ -212,5 +252,6 @@ def test_local_sh_uses_a_private_head_and_leaves_other_clusters_alone(ray_cluste
     assert seen != ours and seen.startswith("127.0.0.1:")
     head = int(re.search(r"stopping the private Ray head \(pid (\d+)\)", proc.stdout).group(1))  # type: ignore[union-attr]
     assert outliving(head) == [], "processes of the private head outlived local.sh"
-    assert ray.get(ray.remote(lambda: "alive").remote()) == "alive"  # the other cluster is untouched
+    # the other cluster is untouched
+    assert ray.get(ray.remote(lambda: "alive").remote()) == "alive"
     assert set(raylets) <= set(_processes(r"raylet/raylet"))

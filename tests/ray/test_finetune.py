@@ -1,4 +1,5 @@
-"""Fine-tuning on Ray Train: a 2-worker CPU run on a BEIR directory, and resume after the driver is killed."""
+"""Fine-tuning on Ray Train: a 2-worker CPU run on a BEIR directory, and resume after the driver is
+killed."""
 
 from __future__ import annotations
 
@@ -57,17 +58,23 @@ def test_two_worker_run_writes_a_sparse_encoder_and_per_step_metrics(
     metrics = _metrics(out)
     assert [m["step"] for m in metrics] == [1, 2, 3, 4]
     assert all(set(m) >= METRIC_KEYS for m in metrics)
-    assert all(m["flops_q"] > 0 and m["active_dims_d"] > 0 and m["examples_per_s"] > 0 for m in metrics)
+    assert all(
+        m["flops_q"] > 0 and m["active_dims_d"] > 0 and m["examples_per_s"] > 0 for m in metrics
+    )
     model = SparseEncoder(result.model, device="cpu")
     assert model.get_embedding_dimension() == 2000  # right on load, before any encode
     emb = model.encode(["a man is playing a guitar"], convert_to_tensor=True)
     assert emb.shape[-1] == 2000 and emb.to_dense().count_nonzero() > 0
-    # the published model encodes documents as the evaluate job scores them (its default max_doc_length)
+    # the published model encodes documents as the evaluate job scores them (its default
+    # max_doc_length)
     from tests.unit.test_published_model import LONG_TEXTS, assert_encodes_as_evaluated
 
     assert_encodes_as_evaluated(result.model, LONG_TEXTS[:20], EvaluateConfig())
     assert (out / "config.yaml").is_file() and is_complete(out)
-    assert sorted(p.name for p in (out / "checkpoints").glob("finetune-*/step_*")) == ["step_00000002", "step_00000004"]
+    assert sorted(p.name for p in (out / "checkpoints").glob("finetune-*/step_*")) == [
+        "step_00000002",
+        "step_00000004",
+    ]
     again = run_finetune(cfg)
     assert again.skipped and again.steps == 4
 
@@ -98,7 +105,11 @@ def test_one_writer_per_output_then_other_settings_refused_and_overwrite_redone(
     env.pop("RAY_ADDRESS", None)
     with open(tmp_path / "first.log", "w") as log:
         first = subprocess.Popen(
-            [sys.executable, "-m", "jobs.finetune", *args, "--lr", "1e-4"], cwd=REPO, env=env, stdout=log, stderr=log
+            [sys.executable, "-m", "jobs.finetune", *args, "--lr", "1e-4"],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=log,
         )
         deadline = time.time() + 120
         while not (out / ".lock").exists() and first.poll() is None and time.time() < deadline:
@@ -108,13 +119,18 @@ def test_one_writer_per_output_then_other_settings_refused_and_overwrite_redone(
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and f"is locked by pid {first.pid} on host" in err[0]
         assert first.wait(timeout=600) == 0, (tmp_path / "first.log").read_text()[-3000:]
-    assert is_complete(out) and yaml.safe_load((out / "config.yaml").read_text())["optim"]["lr"] == 1e-4
+    assert (
+        is_complete(out)
+        and yaml.safe_load((out / "config.yaml").read_text())["optim"]["lr"] == 1e-4
+    )
 
     assert finetune.main([*args, "--lr", "3e-4"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "optim.lr: 0.0001 → 0.0003" in err[0]
     assert finetune.main([*args, "--lr", "3e-4", "--max-steps", "2", "--overwrite"]) == 0
-    assert yaml.safe_load((out / "config.yaml").read_text())["optim"]["lr"] == 3e-4 and is_complete(out)
+    assert yaml.safe_load((out / "config.yaml").read_text())["optim"]["lr"] == 3e-4 and is_complete(
+        out
+    )
     runs = list((out / "checkpoints").glob("finetune-*"))
     assert len(runs) == 1 and sorted(p.name for p in runs[0].glob("step_*")) == ["step_00000002"]
     assert [m["step"] for m in _metrics(out)] == [1, 2]
@@ -123,8 +139,8 @@ def test_one_writer_per_output_then_other_settings_refused_and_overwrite_redone(
 def test_a_cluster_that_fits_fewer_workers_than_asked_is_refused_before_the_output(
     ray_cluster, fixtures_root, sick_beir, tmp_path
 ) -> None:
-    """The worker count is in the run's identity (each rank draws its own dropout masks): a run never trains on
-    fewer workers than its identity records."""
+    """The worker count is in the run's identity (each rank draws its own dropout masks): a run
+    never trains on fewer workers than its identity records."""
     import pytest
 
     from sembridge_ray.distributed.finetune import run_finetune
@@ -141,5 +157,8 @@ def test_a_cluster_that_fits_fewer_workers_than_asked_is_refused_before_the_outp
     with pytest.raises(InputError, match="asks for 3 workers but the cluster fits 2"):
         run_finetune(cfg)
     assert not (tmp_path / "ft").exists()
-    one, two = (cfg.identity("finetune", {}) for cfg in (FinetuneConfig(resources=ResourceConfig(workers=1)), cfg))
+    one, two = (
+        cfg.identity("finetune", {})
+        for cfg in (FinetuneConfig(resources=ResourceConfig(workers=1)), cfg)
+    )
     assert one.fingerprint != two.fingerprint

@@ -1,7 +1,7 @@
-"""Fine-tuning that shows its convergence: the development scores recorded during training are those of a separate
-evaluate run of the checkpoint at that step; select=best publishes that step's weights byte for byte; TensorBoard
-gets the same figures; and no global batch a worker reads holds a text twice, for 1 and 2 workers and after a
-resume."""
+"""Fine-tuning that shows its convergence: the development scores recorded during training are those
+of a separate evaluate run of the checkpoint at that step; select=best publishes that step's weights
+byte for byte; TensorBoard gets the same figures; and no global batch a worker reads holds a text
+twice, for 1 and 2 workers and after a resume."""
 
 from __future__ import annotations
 
@@ -18,7 +18,13 @@ import ray.train
 
 from sembridge_ray.distributed import cluster
 from sembridge_ray.distributed.evaluate import run_evaluate
-from sembridge_ray.distributed.finetune import Evaluation, _trainer, run_export, run_finetune, step_batches
+from sembridge_ray.distributed.finetune import (
+    Evaluation,
+    _trainer,
+    run_export,
+    run_finetune,
+    step_batches,
+)
 from sembridge_ray.jobs.evaluate import EvaluateConfig
 from sembridge_ray.jobs.export import ExportConfig
 from sembridge_ray.jobs.finetune import FinetuneConfig, OptimConfig
@@ -39,7 +45,8 @@ def _cfg(fixtures_root: Path, sick_beir: Path, out: Path, **kw: Any) -> Finetune
         "eval_every": 2,
         "max_query_length": 32,
         "max_doc_length": 64,
-        "query_length": 24,  # the evaluation's lengths (those the written model encodes with), not training's
+        # the evaluation's lengths (those the written model encodes with), not training's
+        "query_length": 24,
         "document_length": 48,
         "checkpoint_every": 2,
         "keep_checkpoints": 10,
@@ -55,7 +62,9 @@ def _lines(out: Path) -> list[dict[str, float]]:
 
 
 @pytest.fixture(scope="module")
-def best_run(ray_cluster, fixtures_root: Path, sick_beir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def best_run(
+    ray_cluster, fixtures_root: Path, sick_beir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
     out = tmp_path_factory.mktemp("eval") / "ft"
     run_finetune(_cfg(fixtures_root, sick_beir, out, select="best", tensorboard=True))
     return out
@@ -65,11 +74,15 @@ def test_dev_scores_equal_an_evaluate_run_of_the_checkpoint_at_that_step(
     best_run: Path, sick_beir: Path, tmp_path: Path
 ) -> None:
     evaluated = {int(m["step"]): m for m in _lines(best_run) if DEV in m}
-    assert sorted(evaluated) == [0, 2, 4, 6]  # before the first step, every eval_every steps, at the end
+    # before the first step, every eval_every steps, at the end
+    assert sorted(evaluated) == [0, 2, 4, 6]
     checkpoints = dict(checkpoint_dirs(next((best_run / "checkpoints").iterdir())))
     for step in (2, 4):
         model = tmp_path / f"step{step}"
-        assert run_export(ExportConfig(checkpoint=str(checkpoints[step]), output=str(model))).step == step
+        assert (
+            run_export(ExportConfig(checkpoint=str(checkpoints[step]), output=str(model))).step
+            == step
+        )
         result = run_evaluate(
             EvaluateConfig(
                 model=str(model),
@@ -83,19 +96,27 @@ def test_dev_scores_equal_an_evaluate_run_of_the_checkpoint_at_that_step(
         )
         scored = json.loads((Path(result.output) / "metrics.json").read_text())
         assert evaluated[step][DEV] == scored["nDCG@10"]
-        assert evaluated[step]["dev_active_dims_q"] == pytest.approx(scored["mean_active_dims_query"], rel=1e-12)
-        assert evaluated[step]["dev_active_dims_d"] == pytest.approx(scored["mean_active_dims_doc"], rel=1e-12)
+        assert evaluated[step]["dev_active_dims_q"] == pytest.approx(
+            scored["mean_active_dims_query"], rel=1e-12
+        )
+        assert evaluated[step]["dev_active_dims_d"] == pytest.approx(
+            scored["mean_active_dims_doc"], rel=1e-12
+        )
 
 
-def test_select_best_publishes_the_best_steps_weights_byte_for_byte(best_run: Path, tmp_path: Path) -> None:
+def test_select_best_publishes_the_best_steps_weights_byte_for_byte(
+    best_run: Path, tmp_path: Path
+) -> None:
     evaluated = [m for m in _lines(best_run) if DEV in m]
-    best = max(evaluated, key=lambda m: (m[DEV], -m["step"]))  # the oracle: the metrics lines themselves
+    # the oracle: the metrics lines themselves
+    best = max(evaluated, key=lambda m: (m[DEV], -m["step"]))
     summary = json.loads((best_run / "finetune.json").read_text())
     assert summary["best"]["step"] == best["step"] and summary["best"][DEV] == best[DEV]
     assert summary["collapsed"] == [] and summary["convergence"]["final"] == evaluated[-1][DEV]
     checkpoints = dict(checkpoint_dirs(next((best_run / "checkpoints").iterdir())))
     step = int(best["step"])
-    if step == 0:  # the input model itself won: its weights were never checkpointed, the model is the input's
+    # the input model itself won: its weights were never checkpointed, the model is the input's
+    if step == 0:
         pytest.skip("the untrained model scored best on this run")
     run_export(ExportConfig(checkpoint=str(checkpoints[step]), output=str(tmp_path / "best")))
     published = (best_run / "model" / "model.safetensors").read_bytes()
@@ -111,14 +132,22 @@ def test_tensorboard_holds_the_logged_figures(best_run: Path) -> None:
     loss = {e.step: e.value for e in events.Scalars("loss")}
     lines = _lines(best_run)
     assert dev == pytest.approx({int(m["step"]): m[DEV] for m in lines if DEV in m}, rel=1e-6)
-    assert loss == pytest.approx({int(m["step"]): m["loss"] for m in lines if "loss" in m}, rel=1e-6)
+    assert loss == pytest.approx(
+        {int(m["step"]): m["loss"] for m in lines if "loss" in m}, rel=1e-6
+    )
 
 
 def test_two_workers_score_the_untrained_model_as_one_does(
     best_run: Path, fixtures_root: Path, sick_beir: Path, tmp_path: Path
 ) -> None:
     out = tmp_path / "two"
-    cfg = _cfg(fixtures_root, sick_beir, out, eval_every=0, resources=ResourceConfig(workers=2, reserve_cpus=0))
+    cfg = _cfg(
+        fixtures_root,
+        sick_beir,
+        out,
+        eval_every=0,
+        resources=ResourceConfig(workers=2, reserve_cpus=0),
+    )
     run_finetune(replace(cfg, optim=replace(cfg.optim, max_steps=2)))
     one = next(m for m in _lines(best_run) if m["step"] == 0)
     two = next(m for m in _lines(out) if m["step"] == 0)
@@ -128,7 +157,8 @@ def test_two_workers_score_the_untrained_model_as_one_does(
 
 
 class _Recorder:
-    """A tokenizer that notes the texts it is given (queries, then positives, per step) and tokenises nothing."""
+    """A tokenizer that notes the texts it is given (queries, then positives, per step) and
+    tokenises nothing."""
 
     def __init__(self) -> None:
         self.calls: list[list[str]] = []
@@ -139,19 +169,26 @@ class _Recorder:
 
 
 def _read_batches(loop_config: Mapping[str, object], *, start: int, record: str) -> None:
-    """A worker that reads its share of every step as train_func does (step_batches) and writes what it read."""
+    """A worker that reads its share of every step as train_func does (step_batches) and writes what
+    it read."""
     cfg = FinetuneConfig.from_dict(loop_config["cfg"])  # type: ignore[arg-type]
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     recorder = _Recorder()
     for _ in step_batches(cfg, recorder, rank, world, start, "cpu"):
         pass
-    steps = [{"query": q, "positive": p} for q, p in zip(recorder.calls[::2], recorder.calls[1::2], strict=True)]
+    steps = [
+        {"query": q, "positive": p}
+        for q, p in zip(recorder.calls[::2], recorder.calls[1::2], strict=True)
+    ]
     Path(record, f"rank{rank}.json").write_text(json.dumps(steps))
 
 
-def _read(cfg: FinetuneConfig, stream: Path, workers: int, start: int, record: Path) -> list[dict[str, list[str]]]:
-    """What every worker of a ``workers``-worker group reads from step ``start + 1``: per step, the union."""
+def _read(
+    cfg: FinetuneConfig, stream: Path, workers: int, start: int, record: Path
+) -> list[dict[str, list[str]]]:
+    """What every worker of a ``workers``-worker group reads from step ``start + 1``: per step, the
+    union."""
     record.mkdir(parents=True)
     plan = cluster.placement(replace(cfg.resources, workers=workers, reserve_cpus=0), reserve=False)
     ev = Evaluation(dev=None, every=0, work=record)
@@ -164,9 +201,12 @@ def _read(cfg: FinetuneConfig, stream: Path, workers: int, start: int, record: P
     ]
 
 
-def test_no_global_batch_a_worker_reads_holds_a_text_twice(ray_cluster, sick_beir: Path, tmp_path: Path) -> None:
-    """Batches of 32 over two epochs of the fixture's 106 pairs: a plain shuffle puts a text twice in most of them
-    (checked on its stream first), the duplicate-free stream in none, as the workers read it."""
+def test_no_global_batch_a_worker_reads_holds_a_text_twice(
+    ray_cluster, sick_beir: Path, tmp_path: Path
+) -> None:
+    """Batches of 32 over two epochs of the fixture's 106 pairs: a plain shuffle puts a text twice
+    in most of them (checked on its stream first), the duplicate-free stream in none, as the workers
+    read it."""
     from sembridge_ray.data.stream import StreamInfo, materialise_stream
 
     def clashes(batch: dict[str, list[str]]) -> int:
@@ -174,24 +214,37 @@ def test_no_global_batch_a_worker_reads_holds_a_text_twice(ray_cluster, sick_bei
         return len(texts) - len(set(texts))
 
     request = StreamInfo(
-        spec=str(sick_beir), split="train", hard_negatives=0, batch_size=32, epochs=2, max_steps=6, seed=0
+        spec=str(sick_beir),
+        split="train",
+        hard_negatives=0,
+        batch_size=32,
+        epochs=2,
+        max_steps=6,
+        seed=0,
     )
-    plain, _ = materialise_stream(replace(request, batch_sampler="batch_sampler"), tmp_path / "plain")
+    plain, _ = materialise_stream(
+        replace(request, batch_sampler="batch_sampler"), tmp_path / "plain"
+    )
     rows = pq.read_table(plain).to_pylist()
     assert (
         sum(
-            clashes({k: [r[k] for r in rows[i : i + 32]] for k in ("query", "positive")}) > 0 for i in range(0, 192, 32)
+            clashes({k: [r[k] for r in rows[i : i + 32]] for k in ("query", "positive")}) > 0
+            for i in range(0, 192, 32)
         )
         >= 3
     )
     stream, info = materialise_stream(request, tmp_path / "data")
     assert info.total_steps == 6
     cfg = FinetuneConfig(
-        model="m", train=str(sick_beir), output=str(tmp_path), optim=OptimConfig(batch_size=32, max_steps=6)
+        model="m",
+        train=str(sick_beir),
+        output=str(tmp_path),
+        optim=OptimConfig(batch_size=32, max_steps=6),
     )
     one = _read(cfg, stream, 1, 0, tmp_path / "one")
     two = _read(cfg, stream, 2, 0, tmp_path / "two")
-    resumed = _read(cfg, stream, 2, 4, tmp_path / "resumed")  # a run resumed from its step-4 checkpoint
+    # a run resumed from its step-4 checkpoint
+    resumed = _read(cfg, stream, 2, 4, tmp_path / "resumed")
     assert len(one) == len(two) == 6 and len(resumed) == 2
     assert all(len(b["query"]) == 32 and clashes(b) == 0 for b in one + two + resumed)
     assert [sorted(b["query"]) for b in two] == [sorted(b["query"]) for b in one]

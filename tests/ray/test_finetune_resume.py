@@ -1,4 +1,5 @@
-"""Resume after a simulated driver death: the whole process group is killed after the first checkpoint."""
+"""Resume after a simulated driver death: the whole process group is killed after the first
+checkpoint."""
 
 from __future__ import annotations
 
@@ -41,16 +42,22 @@ def _job(out: Path, fixtures_root: Path, sick_beir: Path) -> list[str]:
 
 
 def _env() -> dict[str, str]:
-    # Its own in-process cluster, which dies with its process group. Ray Train V2 takes in one report per health
-    # check (2 s by default); a shorter interval keeps the checkpoint-every-2-steps runs of this test short.
-    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5"}
+    # Its own in-process cluster, which dies with its process group. Ray Train V2 takes in one
+    # report per health check (2 s by default); a shorter interval keeps the
+    # checkpoint-every-2-steps runs of this test short.
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "HF_HUB_OFFLINE": "1",
+        "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5",
+    }
     env.pop("RAY_ADDRESS", None)
     return env
 
 
 def _kill_session(sid: int) -> None:
-    """SIGKILL the driver's process group (driver, GCS, raylet), then the Ray workers it started: they run in
-    process groups of their own within the driver's session."""
+    """SIGKILL the driver's process group (driver, GCS, raylet), then the Ray workers it started:
+    they run in process groups of their own within the driver's session."""
     os.killpg(sid, signal.SIGKILL)
     time.sleep(1)
     deadline = time.time() + 20
@@ -70,11 +77,15 @@ def _latest(out: Path) -> int | None:
     return latest_step(str((out / "checkpoints").resolve()), run_name(identity))
 
 
-def test_a_killed_run_resumes_from_its_checkpoint_and_ends_at_max_steps(fixtures_root, sick_beir, tmp_path) -> None:
+def test_a_killed_run_resumes_from_its_checkpoint_and_ends_at_max_steps(
+    fixtures_root, sick_beir, tmp_path
+) -> None:
     out = tmp_path / "ft"
     cmd = _job(out, fixtures_root, sick_beir)
     with open(tmp_path / "first.log", "w") as log:
-        first = subprocess.Popen(cmd, cwd=REPO, env=_env(), start_new_session=True, stdout=log, stderr=log)
+        first = subprocess.Popen(
+            cmd, cwd=REPO, env=_env(), start_new_session=True, stdout=log, stderr=log
+        )
         deadline = time.time() + 240
         try:
             while _latest(out) is None and time.time() < deadline and first.poll() is None:

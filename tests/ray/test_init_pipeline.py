@@ -1,4 +1,5 @@
-"""The init job through Ray Data equals the in-process result bit for bit; reruns skip; the job's CLI."""
+"""The init job through Ray Data equals the in-process result bit for bit; reruns skip; the job's
+CLI."""
 
 from __future__ import annotations
 
@@ -26,8 +27,14 @@ from sembridge_ray.placement import ResourceConfig
     [
         ("roberta-mlm", "tok-unigram", "sembridge", {}),
         ("bert-mlm", "tok-bytebpe", "focus", {}),
-        # SemBridge+'s options: a transform fit on every row before the batches, a blend and a refit row by row in them
-        ("bert-mlm", "tok-bytebpe", "sembridge", {"bridge_space": "abtt", "fvt_weight": 0.5, "lsq_ridge": 0.5}),
+        # SemBridge+'s options: a transform fit on every row before the batches, a blend and a refit
+        # row by row in them
+        (
+            "bert-mlm",
+            "tok-bytebpe",
+            "sembridge",
+            {"bridge_space": "abtt", "fvt_weight": 0.5, "lsq_ridge": 0.5},
+        ),
     ],
 )
 def test_ray_pipeline_equals_in_process_bit_for_bit(
@@ -40,7 +47,8 @@ def test_ray_pipeline_equals_in_process_bit_for_bit(
     method: MethodName,
     options: dict[str, Any],
 ) -> None:
-    monkeypatch.setattr(cluster, "IN_DRIVER_ROWS", 0)  # actor pools, however small the fixture vocabularies
+    # actor pools, however small the fixture vocabularies
+    monkeypatch.setattr(cluster, "IN_DRIVER_ROWS", 0)
     cfg = InitConfig(
         source_model=str(fixtures_root / src),
         target_tokenizer=str(fixtures_root / tgt),
@@ -52,7 +60,9 @@ def test_ray_pipeline_equals_in_process_bit_for_bit(
         resources=ResourceConfig(workers=2),
     ).with_settings(**options)
     via_ray = run_init(replace(cfg, output=str(tmp_path / "ray")))
-    local = initialise(replace(cfg, output=str(tmp_path / "local"), cache_dir=str(tmp_path / "cache-local")))
+    local = initialise(
+        replace(cfg, output=str(tmp_path / "local"), cache_dir=str(tmp_path / "cache-local"))
+    )
     assert not via_ray.skipped
     a, b = (
         load_file(tmp_path / "ray" / "model" / "model.safetensors"),
@@ -67,11 +77,16 @@ def test_ray_pipeline_equals_in_process_bit_for_bit(
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_stages_in_the_driver_equal_the_actor_pools(
-    ray_cluster: cluster.ClusterInfo, fixtures_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int
+    ray_cluster: cluster.ClusterInfo,
+    fixtures_root: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    workers: int,
 ) -> None:
-    """Where ``cluster.in_driver`` says so (a small vocabulary; one worker on this one-node cluster, whatever the
-    input) the bridge encoding and the weights run in the driver, the bridge model loaded once for both
-    vocabularies, and the model and provenance are the actor pools' bit for bit."""
+    """Where ``cluster.in_driver`` says so (a small vocabulary; one worker on this one-node cluster,
+    whatever the input) the bridge encoding and the weights run in the driver, the bridge model
+    loaded once for both vocabularies, and the model and provenance are the actor pools' bit for
+    bit."""
     cfg = InitConfig(
         source_model=str(fixtures_root / "bert-mlm"),
         target_tokenizer=str(fixtures_root / "tok-bytebpe"),
@@ -82,7 +97,9 @@ def test_stages_in_the_driver_equal_the_actor_pools(
     )
     with monkeypatch.context() as mp:
         mp.setattr(cluster, "in_driver", lambda plan, rows: False)
-        pools = run_init(replace(cfg, output=str(tmp_path / "pools"), cache_dir=str(tmp_path / "c1")))
+        pools = run_init(
+            replace(cfg, output=str(tmp_path / "pools"), cache_dir=str(tmp_path / "c1"))
+        )
     loaded: list[object] = []
     load = udfs.BridgeEncodeUDF.__init__
 
@@ -91,9 +108,12 @@ def test_stages_in_the_driver_equal_the_actor_pools(
         load(self, *args, **kwargs)
 
     monkeypatch.setattr(udfs.BridgeEncodeUDF, "__init__", counted)
-    monkeypatch.setattr(ray.data, "from_arrow", lambda *a, **k: pytest.fail("an actor pool started"))
+    monkeypatch.setattr(
+        ray.data, "from_arrow", lambda *a, **k: pytest.fail("an actor pool started")
+    )
     if workers == 1:
-        monkeypatch.setattr(cluster, "IN_DRIVER_ROWS", 0)  # one worker on one node: the driver, whatever the size
+        # one worker on one node: the driver, whatever the size
+        monkeypatch.setattr(cluster, "IN_DRIVER_ROWS", 0)
     here = run_init(replace(cfg, output=str(tmp_path / "driver"), cache_dir=str(tmp_path / "c2")))
     assert loaded == ["cpu"]  # once, for the source and the target vocabularies
     a, b = (load_file(Path(r.output) / "model" / "model.safetensors") for r in (pools, here))
@@ -104,7 +124,10 @@ def test_stages_in_the_driver_equal_the_actor_pools(
 
 
 def test_job_cli_smoke_and_bad_input(
-    ray_cluster: cluster.ClusterInfo, fixtures_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ray_cluster: cluster.ClusterInfo,
+    fixtures_root: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     args = [
         "--model",
@@ -127,7 +150,9 @@ def test_job_cli_smoke_and_bad_input(
     assert "top-3 source tokens" in printed
     assert json.loads((tmp_path / "out" / "init_report.json").read_text())["alpha"] == 2.0
     bad = [
-        a.replace(str(fixtures_root / "bert-mlm"), str(tmp_path / "missing-model")).replace("/out", "/out2")
+        a.replace(str(fixtures_root / "bert-mlm"), str(tmp_path / "missing-model")).replace(
+            "/out", "/out2"
+        )
         for a in args
     ]
     assert init_embeddings.main(bad) == 2

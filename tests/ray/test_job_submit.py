@@ -1,4 +1,5 @@
-"""`ray job submit` to a loopback head runs an entrypoint from `--working-dir .` that imports the package."""
+"""`ray job submit` to a loopback head runs an entrypoint from `--working-dir .` that imports the
+package."""
 
 from __future__ import annotations
 
@@ -26,8 +27,8 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict[str, str]]]:
-    """A `ray start --head --block` on loopback, stopped by signalling that process (not `ray stop`, which
-    would kill every Ray process of the user)."""
+    """A `ray start --head --block` on loopback, stopped by signalling that process (not `ray stop`,
+    which would kill every Ray process of the user)."""
     if not shutil.which(RAY):
         pytest.skip("ray CLI not found")
     gcs, dash = _free_port(), _free_port()
@@ -58,7 +59,9 @@ def head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict[s
     )
     address = f"http://127.0.0.1:{dash}"
     deadline = time.monotonic() + READY_S
-    while subprocess.run([RAY, "job", "list", "--address", address], env=env, capture_output=True).returncode:
+    while subprocess.run(
+        [RAY, "job", "list", "--address", address], env=env, capture_output=True
+    ).returncode:
         if time.monotonic() > deadline or proc.poll() is not None:
             proc.terminate()
             pytest.fail("the local Ray head did not come up")
@@ -72,32 +75,48 @@ def head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict[s
 
 
 READY_S = 600
-"""How long the head and its job agent get to answer, and a submission to go through: generous, since the tests
-wait on readiness (a loaded machine takes minutes), never on a fixed sleep."""
-NOT_READY = ("No available agent", "Connection aborted", "RemoteDisconnected", "timed out", "Timeout")
+"""How long the head and its job agent get to answer, and a submission to go through: generous,
+since the tests wait on readiness (a loaded machine takes minutes), never on a fixed sleep."""
+NOT_READY = (
+    "No available agent",
+    "Connection aborted",
+    "RemoteDisconnected",
+    "timed out",
+    "Timeout",
+)
 """What ``ray job submit`` says while the head's job agent cannot take a job yet."""
 
 
 def _submit(head: tuple[str, dict[str, str]], code: str) -> subprocess.CompletedProcess[str]:
-    """Submit, retrying with backoff while the new head's job agent is not up yet or does not answer in time (a
-    loaded machine), until :data:`READY_S`."""
+    """Submit, retrying with backoff while the new head's job agent is not up yet or does not answer
+    in time (a loaded machine), until :data:`READY_S`."""
     address, env = head
     deadline = time.monotonic() + READY_S
     attempt = 0
     while True:
         try:
             result = _submit_once(address, env, code, max(60.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired as err:  # the CLI itself hung waiting on the head: not ready either
-            result = subprocess.CompletedProcess(err.cmd, 1, "", f"submission timed out after {err.timeout:.0f} s")
+        # the CLI itself hung waiting on the head: not ready either
+        except subprocess.TimeoutExpired as err:
+            result = subprocess.CompletedProcess(
+                err.cmd, 1, "", f"submission timed out after {err.timeout:.0f} s"
+            )
         said = result.stdout + result.stderr
         not_ready = any(m in said for m in NOT_READY)
-        if result.returncode == 0 or not not_ready or "submitted successfully" in said or time.monotonic() > deadline:
+        if (
+            result.returncode == 0
+            or not not_ready
+            or "submitted successfully" in said
+            or time.monotonic() > deadline
+        ):
             return result
         time.sleep(min(2**attempt, 10))
         attempt += 1
 
 
-def _submit_once(address: str, env: dict[str, str], code: str, timeout: float) -> subprocess.CompletedProcess[str]:
+def _submit_once(
+    address: str, env: dict[str, str], code: str, timeout: float
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [
             RAY,
@@ -122,7 +141,9 @@ def _submit_once(address: str, env: dict[str, str], code: str, timeout: float) -
     )
 
 
-def test_submitted_job_imports_the_package_and_sees_the_cluster(head: tuple[str, dict[str, str]]) -> None:
+def test_submitted_job_imports_the_package_and_sees_the_cluster(
+    head: tuple[str, dict[str, str]],
+) -> None:
     code = (
         "import os, ray, sembridge_ray, sembridge_ray.distributed.cluster as c; info = c.connect(); "
         "print('PKG', sembridge_ray.__version__, 'CPUS', info.cpus, 'ADDR', info.address)"

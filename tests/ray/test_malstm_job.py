@@ -25,7 +25,16 @@ def smoke_run(ray_cluster: cluster.ClusterInfo, tmp_path_factory: pytest.TempPat
     cache = tmp_path_factory.mktemp("vectors")
     # the bundled thesaurus keeps the run independent of whether nltk finds WordNet here
     assert (
-        job.main(["--preset", "smoke", "--output", str(out), f"vectors.cache_dir={cache}", "augment.thesaurus=bundled"])
+        job.main(
+            [
+                "--preset",
+                "smoke",
+                "--output",
+                str(out),
+                f"vectors.cache_dir={cache}",
+                "augment.thesaurus=bundled",
+            ]
+        )
         == 0
     )
     return out
@@ -52,9 +61,17 @@ def test_smoke_run_writes_every_artefact_and_success_last(smoke_run: Path) -> No
 def test_report_recomputes_exactly_from_the_prediction_files(smoke_run: Path) -> None:
     report = json.loads((smoke_run / "report.json").read_text())
     ids, test = read_tsv(smoke_run / "predictions.tsv")
-    assert (smoke_run / "predictions.tsv").read_text().splitlines()[0].split("\t") == [PAIR_ID, GOLD, RAW, CALIBRATED]
+    assert (smoke_run / "predictions.tsv").read_text().splitlines()[0].split("\t") == [
+        PAIR_ID,
+        GOLD,
+        RAW,
+        CALIBRATED,
+    ]
     assert len(ids) == len(set(ids)) == 4927
-    assert report["test"] == {RAW: metrics(test[RAW], test[GOLD]), CALIBRATED: metrics(test[CALIBRATED], test[GOLD])}
+    assert report["test"] == {
+        RAW: metrics(test[RAW], test[GOLD]),
+        CALIBRATED: metrics(test[CALIBRATED], test[GOLD]),
+    }
     assert test[CALIBRATED].min() >= 1 and test[CALIBRATED].max() <= 5
     val_ids, val = read_tsv(smoke_run / "val_predictions.tsv")
     assert set(val) == {GOLD, RAW} and len(val_ids) == report["data"]["sick_validation"] == 150
@@ -66,10 +83,17 @@ def test_report_keys_follow_the_contract(smoke_run: Path) -> None:
     for split in ("test", "validation"):
         assert set(report[split]) == {RAW, CALIBRATED}
         assert all(set(m) == {"pearson", "spearman", "mse"} for m in report[split].values())
-    assert {"bandwidth", "loo_mse", "n"} <= set(report["calibration"]) and report["calibration"]["n"] == 150
-    assert {"sick_train", "sick_validation", "augmented", "pretrain_train", "removed_by_leak_guard", "oov_rate"} <= set(
-        report["data"]
-    )
+    assert {"bandwidth", "loo_mse", "n"} <= set(report["calibration"]) and report["calibration"][
+        "n"
+    ] == 150
+    assert {
+        "sick_train",
+        "sick_validation",
+        "augmented",
+        "pretrain_train",
+        "removed_by_leak_guard",
+        "oov_rate",
+    } <= set(report["data"])
     assert [s["seed"] for s in report["seeds"]] == [0, 1]
     assert report["best_seed"] == min(report["seeds"], key=lambda s: s["val_mse"])["seed"]
     assert report["paper"]["MaLSTM"] == {"pearson": 0.8822, "spearman": 0.8345, "mse": 0.2286}
@@ -102,9 +126,18 @@ def test_a_copied_output_skips_other_settings_are_refused_and_overwrite_redoes(
     assert job.main(same) == 0  # a moved or copied output is the same run: skipped
     assert snapshot(copy) == before
     *_, scores, artefact = capsys.readouterr().out.strip().splitlines()
-    assert json.loads(scores)["output"] == str(copy) and artefact == f"report.md: {copy / 'report.md'}"
+    assert (
+        json.loads(scores)["output"] == str(copy) and artefact == f"report.md: {copy / 'report.md'}"
+    )
 
-    tiny = ["--restarts", "1", "--no-pretrain", "--no-augment", "train.max_epochs=1", "limit_train=200"]
+    tiny = [
+        "--restarts",
+        "1",
+        "--no-pretrain",
+        "--no-augment",
+        "train.max_epochs=1",
+        "limit_train=200",
+    ]
     assert job.main([*same, *tiny]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "seeds: 2 → 1" in err[0] and "pretrain.enabled: true → false" in err[0]

@@ -1,6 +1,7 @@
-"""An input replaced by an ``--overwrite`` while an evaluation or a fine-tuning reads it fails that run (one line,
-nothing marked complete), and no encoding of the new model is cached under the old model's key: a later
-evaluation of each model gets its own vectors and its own scores (issue 33, point 2)."""
+"""An input replaced by an ``--overwrite`` while an evaluation or a fine-tuning reads it fails that
+run (one line, nothing marked complete), and no encoding of the new model is cached under the old
+model's key: a later evaluation of each model gets its own vectors and its own scores (issue 33,
+point 2)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,11 @@ from tests.unit.test_pinned_inputs import init_output, overwrite_swap
 
 
 def test_a_model_replaced_before_the_encoder_loads_it_fails_the_evaluation_and_poisons_no_cache(
-    ray_cluster, fixtures_root: Path, sick_beir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ray_cluster,
+    fixtures_root: Path,
+    sick_beir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     a = init_output(fixtures_root, tmp_path / "a", tmp_path / "bridge-cache")
     b = init_output(fixtures_root, tmp_path / "b", tmp_path / "bridge-cache", alpha=2.0)
@@ -39,7 +44,8 @@ def test_a_model_replaced_before_the_encoder_loads_it_fails_the_evaluation_and_p
     real = evaluate_driver.SparseEncodeUDF
 
     class SwappedFirst(real):  # type: ignore[misc, valid-type]
-        """An ``init --overwrite`` of ``a`` finishes between the evaluation's identity and its encoder's load."""
+        """An ``init --overwrite`` of ``a`` finishes between the evaluation's identity and its
+        encoder's load."""
 
         def __init__(self, *args: object, **kwargs: object) -> None:
             if (b / "model").exists():
@@ -47,7 +53,9 @@ def test_a_model_replaced_before_the_encoder_loads_it_fails_the_evaluation_and_p
             super().__init__(*args, **kwargs)
 
     monkeypatch.setattr(evaluate_driver, "SparseEncodeUDF", SwappedFirst)
-    with pytest.raises(InputChanged, match=r"input model .*/a/model changed while this run was reading it"):
+    with pytest.raises(
+        InputChanged, match=r"input model .*/a/model changed while this run was reading it"
+    ):
         evaluate_driver.run_evaluate(cfg)
     assert not (tmp_path / "eval-a" / SUCCESS).exists()
     assert [p.name for p in cache.glob("*") if not p.name.startswith(".tmp-")] == []
@@ -55,7 +63,12 @@ def test_a_model_replaced_before_the_encoder_loads_it_fails_the_evaluation_and_p
     # the model now at a is b's: evaluated there and as its own copy, the same vectors and scores
     now = evaluate_driver.run_evaluate(replace(cfg, output=str(tmp_path / "eval-a2")))
     copy = evaluate_driver.run_evaluate(
-        replace(cfg, model=str(b_copy / "model"), output=str(tmp_path / "eval-b"), cache_dir=str(tmp_path / "c2"))
+        replace(
+            cfg,
+            model=str(b_copy / "model"),
+            output=str(tmp_path / "eval-b"),
+            cache_dir=str(tmp_path / "c2"),
+        )
     )
     assert now.metrics["nDCG@10"] == copy.metrics["nDCG@10"]
     scores = json.loads((a / "model" / "scores.json").read_text())["evaluations"]
@@ -63,7 +76,11 @@ def test_a_model_replaced_before_the_encoder_loads_it_fails_the_evaluation_and_p
 
 
 def test_a_model_replaced_while_it_trains_fails_the_fine_tuning_unfinished(
-    ray_cluster, fixtures_root: Path, sick_beir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ray_cluster,
+    fixtures_root: Path,
+    sick_beir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     a = init_output(fixtures_root, tmp_path / "a", tmp_path / "bridge-cache")
     b = init_output(fixtures_root, tmp_path / "b", tmp_path / "bridge-cache", alpha=2.0)
@@ -84,6 +101,8 @@ def test_a_model_replaced_while_it_trains_fails_the_fine_tuning_unfinished(
         optim=OptimConfig(batch_size=4, max_steps=2),
         resources=ResourceConfig(workers=1),
     )
-    with pytest.raises(InputChanged, match=r"input model .*/a/model changed while this run was reading it"):
+    with pytest.raises(
+        InputChanged, match=r"input model .*/a/model changed while this run was reading it"
+    ):
         finetune_driver.run_finetune(cfg)
     assert not (tmp_path / "ft" / SUCCESS).exists()

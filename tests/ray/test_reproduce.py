@@ -1,7 +1,8 @@
-"""The reproduction driver on the paper preset's code path, with local stand-ins for the hub: fixture paths for the
-source model, bridge and target tokenizer, and a MIRACL mirror built from real SICK pairs. Two cells run as
-concurrent Ray tasks; one of them fails and must not stop the other. Fine-tuning is scored on a development set
-(``finetune.eval``: SICK trial), and so is the source model, once."""
+"""The reproduction driver on the paper preset's code path, with local stand-ins for the hub:
+fixture paths for the source model, bridge and target tokenizer, and a MIRACL mirror built from real
+SICK pairs. Two cells run as concurrent Ray tasks; one of them fails and must not stop the other.
+Fine-tuning is scored on a development set (``finetune.eval``: SICK trial), and so is the source
+model, once."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from tests.conftest import error_lines
 
 
 def miracl_mirror(sick_beir: Path, root: Path, lang: str = "ko") -> Path:
-    """MIRACL's mirror layout (topics/qrels TSV per split, gzipped JSONL corpus) from a BEIR directory."""
+    """MIRACL's mirror layout (topics/qrels TSV per split, gzipped JSONL corpus) from a BEIR
+    directory."""
     base = root / lang
     (base / "corpus").mkdir(parents=True)
     queries = {}
@@ -27,7 +29,9 @@ def miracl_mirror(sick_beir: Path, root: Path, lang: str = "ko") -> Path:
         qrels = read_qrels(sick_beir / "qrels" / f"{beir_split}.tsv")
         topics = "".join(f"{q}\t{queries[q]}\n" for q in sorted(qrels))
         (base / f"topics.miracl-v1.0-{lang}-{split}.tsv").write_text(topics, encoding="utf-8")
-        judged = "".join(f"{q} Q0 {d} {g}\n" for q in sorted(qrels) for d, g in sorted(qrels[q].items()))
+        judged = "".join(
+            f"{q} Q0 {d} {g}\n" for q in sorted(qrels) for d, g in sorted(qrels[q].items())
+        )
         (base / f"qrels.miracl-v1.0-{lang}-{split}.tsv").write_text(judged, encoding="utf-8")
     with gzip.open(base / "corpus" / "docs-0.jsonl.gz", "wt", encoding="utf-8") as fh:
         for line in (sick_beir / "corpus.jsonl").read_text(encoding="utf-8").splitlines():
@@ -90,15 +94,22 @@ def test_paper_path_runs_cells_concurrently_records_failures_and_resumes(
         ("sembridge", "4", "finetuned", "miracl", "ko"),
     }
     for row in rows:  # the table is the evaluation job's own metrics.json
-        metrics = json.loads((out / "cells" / row["cell"] / "miracl" / row["stage"] / "metrics.json").read_text())
+        metrics = json.loads(
+            (out / "cells" / row["cell"] / "miracl" / row["stage"] / "metrics.json").read_text()
+        )
         assert float(row["ndcg@10"]) == metrics["nDCG@10"] and 0.0 <= metrics["nDCG@10"] <= 1.0
     tuned = next(r for r in rows if r["stage"] == "finetuned")
     assert tuned["train_steps"] == "2"
-    summary = json.loads((out / "cells" / tuned["cell"] / "miracl" / "finetune" / "finetune.json").read_text())
+    summary = json.loads(
+        (out / "cells" / tuned["cell"] / "miracl" / "finetune" / "finetune.json").read_text()
+    )
     figures = summary["convergence"]
     assert figures["evaluations"] == 3  # steps 0, 1 and 2
-    assert float(tuned["dev_final"]) == figures["final"] and float(tuned["dev_auc"]) == figures["auc"]
-    assert int(tuned["steps_to_95"]) == figures["steps_to_95"] and tuned["best_step"] == ""  # select: last
+    assert (
+        float(tuned["dev_final"]) == figures["final"] and float(tuned["dev_auc"]) == figures["auc"]
+    )
+    # select: last
+    assert int(tuned["steps_to_95"]) == figures["steps_to_95"] and tuned["best_step"] == ""
     assert next(r for r in rows if r["stage"] == "zero_shot")["dev_final"] == ""
     source_dev = json.loads((out / "sources" / "bert-mlm" / "dev" / "metrics.json").read_text())
     assert 0.0 <= source_dev["nDCG@10"] <= 1.0
@@ -111,7 +122,8 @@ def test_paper_path_runs_cells_concurrently_records_failures_and_resumes(
     }
 
     stamps = {p: p.stat().st_mtime_ns for p in (out / "cells").glob("*/miracl/*/metrics.json")}
-    assert reproduce.main(args) == 3  # rerun: finished stages are skipped, the failing cell is retried
+    # rerun: finished stages are skipped, the failing cell is retried
+    assert reproduce.main(args) == 3
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
 
     changed = [*args, "finetune.optim.lr=2e-4"]

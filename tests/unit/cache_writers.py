@@ -1,10 +1,10 @@
-"""Writers for the two-process tests of ``test_caches.py``, importable by a spawned process (which imports this
-module, not the test module and its imports).
+"""Writers for the two-process tests of ``test_caches.py``, importable by a spawned process (which
+imports this module, not the test module and its imports).
 
-Each writer waits on a barrier inside its build, so both have missed the cache before either publishes: the race
-to publish one entry happens every time, not by luck. Writer ``index`` computes values offset by ``index``, so the
-two results are equal only when the loser serves the winner's entry.
-"""
+Each writer waits on a barrier inside its build, so both have missed the cache before either
+publishes: the race to publish one entry happens every time, not by luck. Writer ``index`` computes
+values offset by ``index``, so the two results are equal only when the loser serves the winner's
+entry."""
 
 from __future__ import annotations
 
@@ -19,7 +19,9 @@ BARRIER_S = 120.0  # a spawned interpreter importing torch takes seconds on a bu
 
 def strings() -> pa.Table:
     """A four-token vocabulary's (id, text), as ``bridge.vocab_strings`` gives them."""
-    return pa.table({"id": pa.array([0, 1, 2, 5], pa.int32()), "text": ["[PAD]", "cat", "sat", "##s"]})
+    return pa.table(
+        {"id": pa.array([0, 1, 2, 5], pa.int32()), "text": ["[PAD]", "cat", "sat", "##s"]}
+    )
 
 
 def vectors(table: pa.Table, offset: float = 0.0) -> np.ndarray:
@@ -37,7 +39,9 @@ def bytes_writer(entry: str, index: int, barrier: Any, results: Any) -> None:
         (tmp / "data.bin").write_bytes(f"written by {index}".encode())
         return f"written by {index}".encode()
 
-    value, hit = cache.fetch(Path(entry), lambda found: found.read_bytes("data.bin"), build, "test cache")
+    value, hit = cache.fetch(
+        Path(entry), lambda found: found.read_bytes("data.bin"), build, "test cache"
+    )
     results.put((index, value, hit))
 
 
@@ -59,7 +63,10 @@ def encode_cache_writer(entry: str, index: int, barrier: Any, results: Any) -> N
     def build(tmp: Path) -> dict[str, Any]:
         barrier.wait(BARRIER_S)
         (tmp / VECTORS).mkdir()
-        pq.write_table(pa.table({"id": ["d0", "d1"], "value": [float(index), 1.0]}), tmp / VECTORS / "part-0.parquet")
+        pq.write_table(
+            pa.table({"id": ["d0", "d1"], "value": [float(index), 1.0]}),
+            tmp / VECTORS / "part-0.parquet",
+        )
         return {"rows": 2}
 
     directory, hit = cached(Path(entry), build)
@@ -67,7 +74,8 @@ def encode_cache_writer(entry: str, index: int, barrier: Any, results: Any) -> N
 
 
 def word_vector_writer(path: str, index: int, barrier: Any, results: Any) -> None:
-    """Read the cache, then add a word of one's own: the read-modify-write that used to lose one writer's words."""
+    """Read the cache, then add a word of one's own: the read-modify-write that used to lose one
+    writer's words."""
     from sembridge_ray.siamese import vectors as word_vectors
 
     before = word_vectors._read_cache(Path(path))

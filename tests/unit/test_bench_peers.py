@@ -1,4 +1,5 @@
-"""The benchmark's bookkeeping (no timing here): rates converted to the paper's lengths, the merged JSON."""
+"""The benchmark's bookkeeping (no timing here): rates converted to the paper's lengths, the merged
+JSON."""
 
 from __future__ import annotations
 
@@ -39,7 +40,12 @@ def test_measured_json_keeps_rates_a_later_run_did_not_measure(tmp_path: Path) -
     write_measured(path, {"source": "a", "device": "cuda", "docs_per_s": 5.0, "gpu_scale": 1.0})
     write_measured(path, measured_record("cuda", "b", {"train_examples_per_s": 7.0}))
     data = json.loads(path.read_text())
-    assert (data["source"], data["docs_per_s"], data["train_examples_per_s"], data["gpu_scale"]) == ("b", 5.0, 7.0, 1.0)
+    assert (
+        data["source"],
+        data["docs_per_s"],
+        data["train_examples_per_s"],
+        data["gpu_scale"],
+    ) == ("b", 5.0, 7.0, 1.0)
 
 
 @pytest.mark.parametrize("skip", [{"project_scan"}, {"pisa_wand"}])
@@ -51,14 +57,17 @@ def test_retrieval_refuses_to_skip_the_scan_or_an_unknown_side(skip: set[str]) -
 
 
 def test_pisa_and_seismic_sides_find_the_scans_documents() -> None:
-    """The peers as the benchmark drives them, on a small synthetic corpus: Seismic's exact scan returns the
-    project's exact answer (the oracle here is the project's scan, itself checked against brute force in
-    test_retrieval_index); PISA's top-10 on quantised weights nearly always does."""
+    """The peers as the benchmark drives them, on a small synthetic corpus: Seismic's exact scan
+    returns the project's exact answer (the oracle here is the project's scan, itself checked
+    against brute force in test_retrieval_index); PISA's top-10 on quantised weights nearly always
+    does."""
     pytest.importorskip("pyterrier_pisa")
     pytest.importorskip("seismic")
     from benchmarks.retrieval_peers import compare_corpus
 
-    lines = compare_corpus("synthetic", 3000, 20, repeats=1, skip=frozenset({"project_maxscore", "seismic_approx"}))
+    lines = compare_corpus(
+        "synthetic", 3000, 20, repeats=1, skip=frozenset({"project_maxscore", "seismic_approx"})
+    )
     by_side = {line["peer"]["side"]: line for line in lines if "peer" in line}
     assert set(by_side) == {"seismic_exact", "pisa_maxscore", "pisa_bmw", "pisa_ranked_or"}
     assert by_side["seismic_exact"]["peer"]["recall@10"] >= 0.99
@@ -68,15 +77,19 @@ def test_pisa_and_seismic_sides_find_the_scans_documents() -> None:
 
 
 def test_a_cpu_record_scales_the_bridge_to_bge_m3() -> None:
-    """BGE-M3 (24 x 1024, no projection) costs about 28x MiniLM-L6's encoder per token; BERT-base's MLM about 4.9x
-    MiniLM-L6's MLM: the bridge's CPU rate is scaled by their quotient on top of the file's gpu_scale."""
+    """BGE-M3 (24 x 1024, no projection) costs about 28x MiniLM-L6's encoder per token; BERT-base's
+    MLM about 4.9x MiniLM-L6's MLM: the bridge's CPU rate is scaled by their quotient on top of the
+    file's gpu_scale."""
     from benchmarks.measured import BRIDGE_VS_ENCODERS
 
     minilm, bge = 2 * 6 * 12 * 384**2, 2 * 24 * 12 * 1024**2
     mlm_ratio = (2 * (6 * 12 * 384**2 + 384 * 30_522)) / (2 * (12 * 12 * 768**2 + 768 * 30_522))
     assert pytest.approx((minilm / bge) / mlm_ratio) == BRIDGE_VS_ENCODERS
     cpu = measured_record("cpu", "t", {"bridge_strings_per_s": 100.0, "docs_per_s": 10.0})
-    assert cpu["bridge_strings_per_s"] == pytest.approx(100.0 * BRIDGE_VS_ENCODERS) and cpu["docs_per_s"] == 10.0
+    assert (
+        cpu["bridge_strings_per_s"] == pytest.approx(100.0 * BRIDGE_VS_ENCODERS)
+        and cpu["docs_per_s"] == 10.0
+    )
     assert "BGE-M3" in cpu["scaling"]
     gpu = measured_record("cuda", "t", {"bridge_strings_per_s": 100.0})
     assert (gpu["bridge_strings_per_s"], gpu["gpu_scale"]) == (100.0, 1.0)
@@ -85,7 +98,9 @@ def test_a_cpu_record_scales_the_bridge_to_bge_m3() -> None:
 def test_a_kept_rate_keeps_its_gpu_equivalent_when_the_scale_is_remeasured(tmp_path: Path) -> None:
     path = tmp_path / "measured.json"
     write_measured(path, {"source": "a", "device": "cpu", "docs_per_s": 5.0, "gpu_scale": 200.0})
-    write_measured(path, {"source": "b", "device": "cpu", "train_examples_per_s": 2.0, "gpu_scale": 100.0})
+    write_measured(
+        path, {"source": "b", "device": "cpu", "train_examples_per_s": 2.0, "gpu_scale": 100.0}
+    )
     data = json.loads(path.read_text())
     assert data["docs_per_s"] * data["gpu_scale"] == pytest.approx(5.0 * 200.0)
     assert data["train_examples_per_s"] * data["gpu_scale"] == pytest.approx(2.0 * 100.0)

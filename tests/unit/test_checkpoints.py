@@ -1,5 +1,6 @@
-"""The restore rule of fine-tuning checkpoints: the newest that verifies, damaged ones set aside once, Ray Train's
-registry kept consistent with what is left (hand-built checkpoint directories and registries, no Ray)."""
+"""The restore rule of fine-tuning checkpoints: the newest that verifies, damaged ones set aside
+once, Ray Train's registry kept consistent with what is left (hand-built checkpoint directories and
+registries, no Ray)."""
 
 from __future__ import annotations
 
@@ -22,13 +23,20 @@ from sembridge_ray.sparse.checkpoints import (
 
 
 def _checkpoint(run: Path, step: int, world: int = 2) -> Path:
-    """A checkpoint as ``train_func`` writes it: every rank's part, rank 0 with the state and the metrics."""
+    """A checkpoint as ``train_func`` writes it: every rank's part, rank 0 with the state and the
+    metrics."""
     directory = run / checkpoint_name(step)
     directory.mkdir(parents=True)
     for rank in range(world):
         state = {"step": step, "model": {"w": torch.full((3,), float(step))}} if rank == 0 else None
-        metrics = "".join(json.dumps({"step": s}) + "\n" for s in range(1, step + 1)) if rank == 0 else None
-        write_part(directory, rank, world, {"cpu": torch.zeros(4, dtype=torch.uint8)}, state, metrics)
+        metrics = (
+            "".join(json.dumps({"step": s}) + "\n" for s in range(1, step + 1))
+            if rank == 0
+            else None
+        )
+        write_part(
+            directory, rank, world, {"cpu": torch.zeros(4, dtype=torch.uint8)}, state, metrics
+        )
     return directory
 
 
@@ -58,7 +66,9 @@ def _registry(run: Path, steps: list[int]) -> dict:
     return snapshot
 
 
-def test_a_checkpoint_verifies_until_a_file_is_truncated_or_a_rank_manifest_is_lost(tmp_path: Path) -> None:
+def test_a_checkpoint_verifies_until_a_file_is_truncated_or_a_rank_manifest_is_lost(
+    tmp_path: Path,
+) -> None:
     directory = _checkpoint(tmp_path, 4)
     assert checkpoint_problem(directory) is None
     _truncate(directory / "state.pt")
@@ -77,7 +87,8 @@ def test_the_restore_point_is_the_newest_checkpoint_that_verifies(tmp_path: Path
     _truncate(tmp_path / checkpoint_name(6) / "state.pt")
     assert restore_point(tmp_path) == (4, tmp_path / checkpoint_name(4))
     assert restore_point(tmp_path / "absent") is None
-    assert restore_point("s3://bucket/run") is None  # object storage is not verified: Ray's registry decides
+    # object storage is not verified: Ray's registry decides
+    assert restore_point("s3://bucket/run") is None
 
 
 def test_a_damaged_registered_checkpoint_is_set_aside_once_and_dropped_from_the_registry(
@@ -85,7 +96,8 @@ def test_a_damaged_registered_checkpoint_is_set_aside_once_and_dropped_from_the_
 ) -> None:
     for step in (4, 6):
         _checkpoint(tmp_path, step)
-    (tmp_path / checkpoint_name(8)).mkdir()  # unregistered and unfinished: Ray writes over it at step 8
+    # unregistered and unfinished: Ray writes over it at step 8
+    (tmp_path / checkpoint_name(8)).mkdir()
     before = _registry(tmp_path, [4, 6])
     _truncate(tmp_path / checkpoint_name(6) / "state.pt")
     damaged_bytes = (tmp_path / checkpoint_name(6) / "state.pt").read_bytes()
@@ -93,7 +105,8 @@ def test_a_damaged_registered_checkpoint_is_set_aside_once_and_dropped_from_the_
     with caplog.at_level(logging.WARNING, logger="sembridge_ray.sparse.checkpoints"):
         moved = set_aside_damaged(str(tmp_path))
     assert len(moved) == 1 and moved[0].name.startswith("step_00000006.damaged-")
-    assert (moved[0] / "state.pt").read_bytes() == damaged_bytes  # kept for a person to look at, not deleted
+    # kept for a person to look at, not deleted
+    assert (moved[0] / "state.pt").read_bytes() == damaged_bytes
     assert not (tmp_path / checkpoint_name(6)).exists() and (tmp_path / checkpoint_name(8)).is_dir()
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "step_00000006" in warnings[0]
@@ -108,7 +121,8 @@ def test_a_damaged_registered_checkpoint_is_set_aside_once_and_dropped_from_the_
     }  # Ray's version, report index and validation state untouched
     assert restore_point(tmp_path) == (4, tmp_path / checkpoint_name(4))
 
-    assert set_aside_damaged(str(tmp_path)) == []  # nothing left to set aside: a second pass changes nothing
+    # nothing left to set aside: a second pass changes nothing
+    assert set_aside_damaged(str(tmp_path)) == []
     assert json.loads((tmp_path / REGISTRY).read_text()) == after
 
 
@@ -132,10 +146,14 @@ def test_when_every_registered_checkpoint_is_damaged_the_registry_is_empty(tmp_p
 
 def test_an_unreadable_registry_is_set_aside_and_checkpoints_are_kept(tmp_path: Path) -> None:
     _checkpoint(tmp_path, 4)
-    (tmp_path / REGISTRY).write_text('{"ray_version": "2.60.0", "checkpoint_res')  # cut short mid-write
+    # cut short mid-write
+    (tmp_path / REGISTRY).write_text('{"ray_version": "2.60.0", "checkpoint_res')
     moved = set_aside_damaged(tmp_path)
     assert [p.name.split(".damaged-")[0] for p in moved] == [REGISTRY]
-    assert not (tmp_path / REGISTRY).exists() and restore_point(tmp_path) == (4, tmp_path / checkpoint_name(4))
+    assert not (tmp_path / REGISTRY).exists() and restore_point(tmp_path) == (
+        4,
+        tmp_path / checkpoint_name(4),
+    )
 
 
 def test_object_storage_and_runs_without_a_registry_are_left_alone(tmp_path: Path) -> None:
@@ -158,12 +176,17 @@ def test_the_registry_loses_pending_and_validated_entries_of_dropped_checkpoints
         "current_report_index": 6,
     }
     out = without_checkpoints(snapshot, {"step_00000006"})
-    assert out["checkpoint_results"] == [_entry(2), _entry(4)] and out["checkpoint_report_indices"] == [1, 3]
+    assert out["checkpoint_results"] == [_entry(2), _entry(4)] and out[
+        "checkpoint_report_indices"
+    ] == [1, 3]
     assert out["latest_checkpoint_result"] == _entry(4)  # the most recently reported of those left
-    assert out["pending_training_results"] == [_entry(4)] and out["pending_validation_specs"] == [True]
+    assert out["pending_training_results"] == [_entry(4)] and out["pending_validation_specs"] == [
+        True
+    ]
     assert out["validated_checkpoint_dir_names"] == ["step_00000002"]
     assert out["failed_validation_checkpoint_dir_names"] == [] and out["current_report_index"] == 6
-    assert snapshot["checkpoint_results"] == [_entry(2), _entry(4), _entry(6)]  # the input is not modified
+    # the input is not modified
+    assert snapshot["checkpoint_results"] == [_entry(2), _entry(4), _entry(6)]
 
 
 def test_a_registry_of_another_layout_is_set_aside_not_half_edited(tmp_path: Path) -> None:

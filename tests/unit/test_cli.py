@@ -1,4 +1,5 @@
-"""The command line every job shares: layering, --help that explains itself, --print-config, conflicts, errors."""
+"""The command line every job shares: layering, --help that explains itself, --print-config,
+conflicts, errors."""
 
 from __future__ import annotations
 
@@ -26,21 +27,38 @@ def test_layers_defaults_preset_overrides_flags(tmp_path: Path) -> None:
     (tmp_path / "small.yaml").write_text("steps: 5\nname: preset\noptim:\n  lr: 1e-3\n")
     cfg, _ = parse_config(
         Job,
-        ["--preset", str(tmp_path / "small.yaml"), "name=cli", "--lr", "3e-5", "answer=no", "--no-enabled"],
+        [
+            "--preset",
+            str(tmp_path / "small.yaml"),
+            "name=cli",
+            "--lr",
+            "3e-5",
+            "answer=no",
+            "--no-enabled",
+        ],
         flags=FLAGS,
     )
-    assert (cfg.steps, cfg.name, cfg.optim.lr, cfg.enabled, cfg.answer) == (5, "cli", 3e-5, False, "no")
+    assert (cfg.steps, cfg.name, cfg.optim.lr, cfg.enabled, cfg.answer) == (
+        5,
+        "cli",
+        3e-5,
+        False,
+        "no",
+    )
 
 
 def test_unknown_preset_is_named() -> None:
-    with pytest.raises(ConfigError, match=r"preset 'huge' not found for finetune .*known: paper, smoke"):
+    with pytest.raises(
+        ConfigError, match=r"preset 'huge' not found for finetune .*known: paper, smoke"
+    ):
         parse_config(job_spec("finetune").config, ["--preset", "huge"], job="finetune")
 
 
 def test_a_flag_and_an_override_that_disagree_are_an_error() -> None:
     with pytest.raises(ConfigError, match=r"optim.lr is set twice: --lr 1e-4 and optim.lr=2e-4"):
         parse_config(Job, ["--lr", "1e-4", "optim.lr=2e-4"], flags=FLAGS)
-    cfg, _ = parse_config(Job, ["--lr", "1e-4", "optim.lr=1e-4"], flags=FLAGS)  # the same value twice is fine
+    # the same value twice is fine
+    cfg, _ = parse_config(Job, ["--lr", "1e-4", "optim.lr=1e-4"], flags=FLAGS)
     assert cfg.optim.lr == 1e-4
 
 
@@ -59,7 +77,9 @@ def test_renamed_keys_still_work_for_one_release(caplog: pytest.LogCaptureFixtur
 
 
 @pytest.mark.parametrize("job", JOBS)
-def test_help_lists_choices_effective_defaults_and_the_module(job: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_help_lists_choices_effective_defaults_and_the_module(
+    job: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     spec = job_spec(job)
     with pytest.raises(SystemExit) as exit_:
         run(job, ["--help"])
@@ -70,7 +90,8 @@ def test_help_lists_choices_effective_defaults_and_the_module(job: str, capsys: 
     for f in dataclasses.fields(spec.config):
         if typing.get_origin(hints[f.name]) is typing.Literal:
             assert f"one of: {', '.join(map(str, typing.get_args(hints[f.name])))}" in text, f.name
-    for flag in spec.flags:  # every flag explains itself from the field's docstring, not "sets <key>"
+    # every flag explains itself from the field's docstring, not "sets <key>"
+    for flag in spec.flags:
         assert f"sets {flag.key} (key" not in text, flag.name
 
 
@@ -85,7 +106,10 @@ def test_help_shows_the_default_presets_values(capsys: pytest.CaptureFixture[str
     )
     with pytest.raises(SystemExit):
         run("init", ["--help"])
-    assert "--method {sembridge,sembridge_plus,focus,wechsel,omp,fvt,mean,random}" in capsys.readouterr().out
+    assert (
+        "--method {sembridge,sembridge_plus,focus,wechsel,omp,fvt,mean,random}"
+        in capsys.readouterr().out
+    )
 
 
 @pytest.mark.parametrize("job", JOBS)
@@ -115,12 +139,18 @@ def test_print_config_round_trips(
     assert run(job, args) == 0
     printed = capsys.readouterr().out
     (tmp_path / "resolved.yaml").write_text(printed)
-    again, _ = parse_config(spec.config, ["--config", str(tmp_path / "resolved.yaml")], flags=spec.flags, job=job)
-    first, _ = parse_config(spec.config, args[:-1], flags=spec.flags, job=job, default_preset=spec.default_preset)
+    again, _ = parse_config(
+        spec.config, ["--config", str(tmp_path / "resolved.yaml")], flags=spec.flags, job=job
+    )
+    first, _ = parse_config(
+        spec.config, args[:-1], flags=spec.flags, job=job, default_preset=spec.default_preset
+    )
     assert again == first
 
 
-def test_run_job_turns_input_errors_into_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+def test_run_job_turns_input_errors_into_one_line_and_exit_2(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     def body() -> int:
         raise InputError("model 'x/y' not found")
 

@@ -6,7 +6,15 @@ from typing import Literal
 
 import pytest
 
-from sembridge_ray.config import Config, ConfigError, coerce, load_preset, merge, read_config, write_config
+from sembridge_ray.config import (
+    Config,
+    ConfigError,
+    coerce,
+    load_preset,
+    merge,
+    read_config,
+    write_config,
+)
 
 
 @dataclass(frozen=True)
@@ -75,7 +83,12 @@ def test_yaml_preset_values_are_coerced_not_yaml_typed(tmp_path: Path) -> None:
     preset = tmp_path / "p.yaml"
     preset.write_text("answer: no\noptim:\n  lr: 3e-5\nenabled: no\n")
     cfg = Job.from_dict(merge(Job().to_dict(), load_preset(preset)))
-    assert (cfg.answer, cfg.enabled, cfg.optim.lr, cfg.optim.betas) == ("no", False, 3e-5, (0.9, 0.999))
+    assert (cfg.answer, cfg.enabled, cfg.optim.lr, cfg.optim.betas) == (
+        "no",
+        False,
+        3e-5,
+        (0.9, 0.999),
+    )
 
 
 def test_configs_are_frozen() -> None:

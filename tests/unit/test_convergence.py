@@ -6,10 +6,18 @@ import math
 
 import pytest
 
-from sembridge_ray.sparse.convergence import DEV_PRIMARY, collapse, convergence, dev_curve, read_evaluations
+from sembridge_ray.sparse.convergence import (
+    DEV_PRIMARY,
+    collapse,
+    convergence,
+    dev_curve,
+    read_evaluations,
+)
 
 
-def _line(step: int, ndcg: float, q: float = 40.0, d: float = 80.0, **more: float) -> dict[str, float]:
+def _line(
+    step: int, ndcg: float, q: float = 40.0, d: float = 80.0, **more: float
+) -> dict[str, float]:
     return {"step": step, DEV_PRIMARY: ndcg, "dev_active_dims_q": q, "dev_active_dims_d": d, **more}
 
 
@@ -20,7 +28,8 @@ def test_steps_to_95_and_the_area_under_the_curve() -> None:
     assert figures["steps_to_95"] == 20  # 0.95 * 0.6 = 0.57: 0.5 < 0.57 <= 0.58
     # trapezoids: 10 * (0.35 + 0.54 + 0.59) / 30
     assert figures["auc"] == pytest.approx((0.35 + 0.54 + 0.59) / 3)
-    assert convergence([(0, 0.7), (10, 0.6)])["steps_to_95"] == 0  # already above 95% of the final score
+    # already above 95% of the final score
+    assert convergence([(0, 0.7), (10, 0.6)])["steps_to_95"] == 0
     empty = convergence([])
     assert empty["steps_to_95"] is None and math.isnan(empty["final"])
 
@@ -40,8 +49,10 @@ def test_a_collapsed_step_is_never_the_best_even_with_the_highest_score() -> Non
     history = [
         _line(0, 0.20),
         {"step": 5, "loss": 2.0, **_line(5, 0.35)},
-        {"step": 10, "loss": 1.5, **_line(10, 0.90, q=0.0)},  # empty queries: the score is an artefact
-        {"step": 15, "loss": 1.4, **_line(15, 0.35)},  # ties the step-5 score: the earlier step wins
+        # empty queries: the score is an artefact
+        {"step": 10, "loss": 1.5, **_line(10, 0.90, q=0.0)},
+        # ties the step-5 score: the earlier step wins
+        {"step": 15, "loss": 1.4, **_line(15, 0.35)},
     ]
     found = read_evaluations(history, vocab_size=1000, select="best")
     assert found["best"]["step"] == 5 and found["best"][DEV_PRIMARY] == 0.35

@@ -1,7 +1,8 @@
-"""Every setting does what it says (issue 33): on tiny fixtures, perturbing a key a run's identity records changes
-the job's output, and perturbing a key it leaves out does not (``tests/dead_settings.py`` says how). Here the jobs
-that run in one process without Ray: init (the job itself), fine-tuning (``run_local``: the job's worker body,
-checkpoints and export with one worker) and MaLSTM (``run_local``: its preparation, restarts and results).
+"""Every setting does what it says (issue 33): on tiny fixtures, perturbing a key a run's identity
+records changes the job's output, and perturbing a key it leaves out does not
+(``tests/dead_settings.py`` says how). Here the jobs that run in one process without Ray: init (the
+job itself), fine-tuning (``run_local``: the job's worker body, checkpoints and export with one
+worker) and MaLSTM (``run_local``: its preparation, restarts and results).
 ``tests/ray/test_dead_settings.py`` checks evaluate, and fine-tuning's worker count, on Ray."""
 
 from __future__ import annotations
@@ -33,11 +34,37 @@ RAY_AND_RERUNS = {
 
 
 def tiny_beir(root: Path, n: int = 12) -> Path:
-    """A BEIR directory of ``n`` queries, each with one relevant and one judged non-relevant document, every text
-    distinct; train, dev and test judgements over thirds of the queries."""
+    """A BEIR directory of ``n`` queries, each with one relevant and one judged non-relevant
+    document, every text distinct; train, dev and test judgements over thirds of the queries."""
     (root / "qrels").mkdir(parents=True, exist_ok=True)
-    words = ["red", "green", "blue", "old", "new", "small", "big", "fast", "slow", "warm", "cold", "dark"]
-    things = ["dog", "cat", "car", "house", "tree", "river", "bird", "ship", "road", "lamp", "chair", "book"]
+    words = [
+        "red",
+        "green",
+        "blue",
+        "old",
+        "new",
+        "small",
+        "big",
+        "fast",
+        "slow",
+        "warm",
+        "cold",
+        "dark",
+    ]
+    things = [
+        "dog",
+        "cat",
+        "car",
+        "house",
+        "tree",
+        "river",
+        "bird",
+        "ship",
+        "road",
+        "lamp",
+        "chair",
+        "book",
+    ]
     corpus = [{"_id": f"p{i}", "text": f"a {words[i]} {things[i]} is here"} for i in range(n)]
     corpus += [{"_id": f"n{i}", "text": f"no {things[(i + 5) % n]} at all {i}"} for i in range(n)]
     queries = [{"_id": f"q{i}", "text": f"where is the {words[i]} {things[i]}"} for i in range(n)]
@@ -45,18 +72,22 @@ def tiny_beir(root: Path, n: int = 12) -> Path:
     (root / "queries.jsonl").write_text("".join(json.dumps(q) + "\n" for q in queries))
     for split, part in (("train", range(n)), ("dev", range(0, n, 2)), ("test", range(1, n, 2))):
         lines = [f"q{i}\tp{i}\t1\nq{i}\tn{i}\t0\n" for i in part]
-        (root / "qrels" / f"{split}.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(lines))
+        (root / "qrels" / f"{split}.tsv").write_text(
+            "query-id\tcorpus-id\tscore\n" + "".join(lines)
+        )
     return root
 
 
-# ---- init -----------------------------------------------------------------------------------------------------
+# ---- init
+# -----------------------------------------------------------------------------------------------------
 
 
 def run_init(cfg: Config, out: Path) -> dict[str, Any]:
     assert isinstance(cfg, InitConfig)
     initialise(replace(cfg, output=str(out)))
     found = files_of(out, skip=("identity.json", "config.yaml", "_SUCCESS"))
-    found["init_report.json"].pop("models")  # the inputs' paths (the inputs are compared by content)
+    # the inputs' paths (the inputs are compared by content)
+    found["init_report.json"].pop("models")
     return found
 
 
@@ -64,7 +95,9 @@ def run_init(cfg: Config, out: Path) -> dict[str, Any]:
 def init_harness(fixtures_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Harness:
     root = tmp_path_factory.mktemp("init-settings")
     text = root / "text.txt"
-    text.write_text("a man is playing a guitar\nthe woman is slicing an onion\ntwo dogs run\n", encoding="utf-8")
+    text.write_text(
+        "a man is playing a guitar\nthe woman is slicing an onion\ntwo dogs run\n", encoding="utf-8"
+    )
     return Harness(
         job="init",
         cls=InitConfig,
@@ -73,7 +106,8 @@ def init_harness(fixtures_root: Path, tmp_path_factory: pytest.TempPathFactory) 
             "target_tokenizer": str(fixtures_root / "tok-bytebpe"),
             "bridge_model": str(fixtures_root / "bridge"),
             "cache_dir": str(root / "cache"),
-            "output": str(root / "out"),  # required by the job; each run here writes into a directory of its own
+            # required by the job; each run here writes into a directory of its own
+            "output": str(root / "out"),
             "samples": 3,
             "copy_overlap": False,
             "precision": "fp32",
@@ -100,7 +134,8 @@ def init_harness(fixtures_root: Path, tmp_path_factory: pytest.TempPathFactory) 
         },
         rounding=("bridge_batch_size", "rows_batch_size"),
         values={
-            "precision": "bf16",  # "auto" is fp32 on a CPU: the identity records the resolved precision
+            # "auto" is fp32 on a CPU: the identity records the resolved precision
+            "precision": "bf16",
             "weighting.position_marker": "~",
             "language": "de",
             "bias": "index",
@@ -117,12 +152,15 @@ def init_harness(fixtures_root: Path, tmp_path_factory: pytest.TempPathFactory) 
     )
 
 
-def test_every_init_setting_does_what_its_identity_says(init_harness: Harness, tmp_path: Path) -> None:
+def test_every_init_setting_does_what_its_identity_says(
+    init_harness: Harness, tmp_path: Path
+) -> None:
     assert every_key_is_covered(init_harness) == []
     assert check(init_harness, tmp_path) == []
 
 
-# ---- fine-tuning --------------------------------------------------------------------------------------------------
+# ---- fine-tuning
+# --------------------------------------------------------------------------------------------------
 
 
 def run_finetune(cfg: Config, out: Path) -> dict[str, Any]:
@@ -175,7 +213,8 @@ def finetune_harness(fixtures_root: Path, tmp_path_factory: pytest.TempPathFacto
             "loss.lambda_d": 0.5,
             "loss.anti_collapse": 0.5,
             "pool_chunk": 1,
-            "max_query_length": 4,  # shorter than the tiny texts: a length that truncates nothing changes nothing
+            # shorter than the tiny texts: a length that truncates nothing changes nothing
+            "max_query_length": 4,
             "max_doc_length": 4,
         },
         copies={k: copy_input for k in ("model", "train")},
@@ -183,12 +222,15 @@ def finetune_harness(fixtures_root: Path, tmp_path_factory: pytest.TempPathFacto
     )
 
 
-def test_every_finetune_setting_does_what_its_identity_says(finetune_harness: Harness, tmp_path: Path) -> None:
+def test_every_finetune_setting_does_what_its_identity_says(
+    finetune_harness: Harness, tmp_path: Path
+) -> None:
     assert every_key_is_covered(finetune_harness) == []
     assert check(finetune_harness, tmp_path) == []
 
 
-# ---- MaLSTM ------------------------------------------------------------------------------------------------------
+# ---- MaLSTM
+# ------------------------------------------------------------------------------------------------------
 
 
 def run_malstm(cfg: Config, out: Path) -> dict[str, Any]:
@@ -199,9 +241,13 @@ def run_malstm(cfg: Config, out: Path) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def malstm_harness(tmp_path_factory: pytest.TempPathFactory) -> Harness:
     root = tmp_path_factory.mktemp("malstm-settings")
-    w2v = root / "vectors.txt"  # a tiny word2vec text file: most SICK words are out of its vocabulary
+    # a tiny word2vec text file: most SICK words are out of its vocabulary
+    w2v = root / "vectors.txt"
     words = ["a", "man", "woman", "is", "the", "dog", "playing", "and"]
-    rows = [f"{w} " + " ".join(f"{((i * 7 + j * 3) % 11 - 5) / 10:.1f}" for j in range(8)) for i, w in enumerate(words)]
+    rows = [
+        f"{w} " + " ".join(f"{((i * 7 + j * 3) % 11 - 5) / 10:.1f}" for j in range(8))
+        for i, w in enumerate(words)
+    ]
     w2v.write_text(f"{len(words)} 8\n" + "\n".join(rows) + "\n", encoding="utf-8")
     return Harness(
         job="malstm",
@@ -236,28 +282,36 @@ def malstm_harness(tmp_path_factory: pytest.TempPathFactory) -> Harness:
             "train.smoothing": 0.5,
             "train.min_delta": 0.1,
         },
-        where={  # stopping rules show only in runs that stop early: a high learning rate makes the curve jump
+        # stopping rules show only in runs that stop early: a high learning rate makes the curve
+        # jump
+        where={
             "train.patience": {"train": {"max_epochs": 6, "patience": 1, "lr": 30.0}},
             "train.smoothing": {"train": {"max_epochs": 6, "patience": 1, "lr": 30.0}},
             "train.min_delta": {"train": {"max_epochs": 6, "patience": 1, "lr": 5.0}},
-            "pretrain.patience": {"pretrain": {"max_epochs": 6, "patience": 1}, "train": {"lr": 30.0}},
+            "pretrain.patience": {
+                "pretrain": {"max_epochs": 6, "patience": 1},
+                "train": {"lr": 30.0},
+            },
         },
         copies={k: copy_input for k in ("sick", "sts")},
         inputs=lambda cfg: malstm_driver.input_identities(cfg),  # type: ignore[arg-type]
     )
 
 
-def test_every_malstm_setting_does_what_its_identity_says(malstm_harness: Harness, tmp_path: Path) -> None:
+def test_every_malstm_setting_does_what_its_identity_says(
+    malstm_harness: Harness, tmp_path: Path
+) -> None:
     assert every_key_is_covered(malstm_harness) == []
     assert check(malstm_harness, tmp_path) == []
 
 
-# ---- the check itself -------------------------------------------------------------------------------------------
+# ---- the check itself
+# -------------------------------------------------------------------------------------------
 
 
 def test_the_check_finds_a_dead_setting_and_one_the_identity_misses(tmp_path: Path) -> None:
-    """A toy job whose ``lr`` is recorded but read by nothing, and whose ``scale`` is read but not recorded: the
-    check names both, and nothing else."""
+    """A toy job whose ``lr`` is recorded but read by nothing, and whose ``scale`` is read but not
+    recorded: the check names both, and nothing else."""
 
     @dataclass(frozen=True, kw_only=True)
     class Toy(Config):

@@ -1,5 +1,6 @@
-"""Diverged training and non-finite models are refused: the loop stops at the first non-finite step before it
-updates the weights, and a state dict with NaN or infinity is named, as a one-line input error."""
+"""Diverged training and non-finite models are refused: the loop stops at the first non-finite step
+before it updates the weights, and a state dict with NaN or infinity is named, as a one-line input
+error."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from sembridge_ray.sparse.model import SpladeEncoder, load_mlm
 
 
 class Toy(torch.nn.Module):
-    """A linear 'encoder' with SPLADE's activation: features {"x": (b, 4)} -> (b, 4) non-negative."""
+    """A linear 'encoder' with SPLADE's activation: features {"x": (b, 4)} -> (b, 4)
+    non-negative."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -47,22 +49,26 @@ def test_the_loop_stops_at_the_first_non_finite_loss_before_updating_the_weights
     optimizer, scheduler = build_optimizer(toy, OptimConfig(lr=1e-2), 6)
     plan = LoopPlan(total_steps=6, global_batch=2, log_every=1)
     done, weights = [], {}
-    with pytest.raises(NonFiniteError, match=r"^training diverged at step 4: the loss is not finite") as err:
+    with pytest.raises(
+        NonFiniteError, match=r"^training diverged at step 4: the loss is not finite"
+    ) as err:
         for step, metrics in train(toy, _batches(6, nan_at=4), optimizer, scheduler, plan):
-            assert metrics is not None and metrics["loss"] == metrics["loss"]  # every yielded step is finite
+            # every yielded step is finite
+            assert metrics is not None and metrics["loss"] == metrics["loss"]
             done.append(step)
             weights = _weights(toy)
     assert done == [1, 2, 3]
     after = _weights(toy)
     assert all(torch.equal(after[k], weights[k]) for k in after)  # step 4 changed nothing
     assert nonfinite(after) == []
-    assert isinstance(err.value, InputError) and user_error(err.value) == str(err.value)  # one line, exit 2
+    # one line, exit 2
+    assert isinstance(err.value, InputError) and user_error(err.value) == str(err.value)
     assert "\n" not in str(err.value) and "optim.lr" in str(err.value)
 
 
 class OtherWorkerDiverged(LocalCollective):
-    """Rank 0's view of a two-worker group whose other worker's loss is NaN: in every all-reduce the other worker
-    contributes 0 (its finiteness flag), so the mean of the flags is 1/2."""
+    """Rank 0's view of a two-worker group whose other worker's loss is NaN: in every all-reduce the
+    other worker contributes 0 (its finiteness flag), so the mean of the flags is 1/2."""
 
     world = 2
 
@@ -86,15 +92,27 @@ def test_a_huge_weight_decay_on_a_real_encoder_is_stopped_at_step_two(fixtures_r
     mlm, tokenizer = load_mlm(str(fixtures_root / "bert-mlm"))
     model = SpladeEncoder(mlm, chunk=4)
     # AdamW's decoupled decay multiplies every weight by 1 - lr · weight_decay = 1 - 1e11 per step
-    optimizer, scheduler = build_optimizer(model, OptimConfig(lr=1e-4, weight_decay=1e15, warmup_ratio=0.0), 4)
-    raw = [{"query": ["a man plays a guitar", "a dog runs"], "positive": ["someone plays", "the dog is running"]}]
+    optimizer, scheduler = build_optimizer(
+        model, OptimConfig(lr=1e-4, weight_decay=1e15, warmup_ratio=0.0), 4
+    )
+    raw = [
+        {
+            "query": ["a man plays a guitar", "a dog runs"],
+            "positive": ["someone plays", "the dog is running"],
+        }
+    ]
     batches = pair_batches(raw * 4, tokenizer, 16, 16)
     done = []
     # step 2's learning rate: 1e-4 · (4 - 2 + 1) / 4 with no warm-up (linear decay)
-    with pytest.raises(NonFiniteError, match=r"at step 2: the loss is not finite \(learning rate 7\.5e-05\)"):
-        for step, _ in train(model, batches, optimizer, scheduler, LoopPlan(total_steps=4, global_batch=2)):
+    with pytest.raises(
+        NonFiniteError, match=r"at step 2: the loss is not finite \(learning rate 7\.5e-05\)"
+    ):
+        for step, _ in train(
+            model, batches, optimizer, scheduler, LoopPlan(total_steps=4, global_batch=2)
+        ):
             done.append(step)
-            assert nonfinite(model.state_dict()) == []  # step 1's weights, about 1e9, are still finite
+            # step 1's weights, about 1e9, are still finite
+            assert nonfinite(model.state_dict()) == []
     assert done == [1]  # step 1's loss (initial weights) is finite
 
 
@@ -119,6 +137,7 @@ def test_non_finite_tensors_of_a_state_dict_are_named_and_refused() -> None:
 def test_a_real_model_is_finite(fixtures_root) -> None:
     mlm, _ = load_mlm(str(fixtures_root / "bert-mlm"))
     assert nonfinite(mlm.state_dict()) == []
-    bias = mlm.state_dict()["cls.predictions.bias"]  # a view of the parameter: writing it poisons the model
+    # a view of the parameter: writing it poisons the model
+    bias = mlm.state_dict()["cls.predictions.bias"]
     bias[7] = float("nan")
     assert "cls.predictions.bias" in nonfinite(mlm.state_dict())

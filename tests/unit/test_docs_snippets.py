@@ -1,35 +1,40 @@
-"""Every ```bash and ```python block of README.md, cluster/README.md and docs/*.md is checked against the code, so the
-docs cannot drift from it: a renamed flag, a removed preset or a broken Python snippet fails here. No Ray starts and
-no job does work; the whole file takes about ten seconds on 2 CPUs.
+"""Every ```bash and ```python block of README.md, cluster/README.md and docs/*.md is checked
+against the code, so the docs cannot drift from it: a renamed flag, a removed preset or a broken
+Python snippet fails here. No Ray starts and no job does work; the whole file takes about ten
+seconds on 2 CPUs.
 
-**What runs.** An HTML comment on the nearest non-blank line before the fence (invisible when rendered) says how a
-block is checked:
+**What runs.** An HTML comment on the nearest non-blank line before the fence (invisible when
+rendered) says how a block is checked:
 
-- no marker: the block runs as written and must succeed. Allowed in shell blocks are only commands that do no work:
-  a job command with ``--help``, ``--print-config`` or ``--dry-run``, any Python program with ``--help``, and
-  ``sembridge --help`` / ``--version``; anything else fails the test with a request to mark the block. A Python
-  block is executed.
-- ``<!-- snippet: parse (why) -->``: nothing does work, every command is only parsed by the program it names. A job
-  command (``sembridge JOB …``, ``python -m jobs.X …`` for a job's entry point) runs with ``--print-config``
-  appended, which resolves and validates its preset, flags and ``key=value`` overrides; one that does no work anyway
-  (``--help``, ``--dry-run``, …) runs as written. Any other Python program (``python -m pkg.mod``,
-  ``python scripts/x.py``) runs up to its argparse parse and stops there. A command after ``--`` (``ray job submit …
-  -- python -m jobs.X``, ``bash cluster/local.sh job -- …``) is checked the same way; other programs (``bash``,
-  ``ray``, ``kubectl``, ``pip``, ``export``) are not run. In a Python block marked so, the code is compiled only.
-- ``<!-- snippet: skip (why) -->``: nothing in the block runs (a cluster, an install, network, minutes of work).
+- no marker: the block runs as written and must succeed. Allowed in shell blocks are only commands
+  that do no work: a job command with ``--help``, ``--print-config`` or ``--dry-run``, any Python
+  program with ``--help``, and ``sembridge --help`` / ``--version``; anything else fails the test
+  with a request to mark the block. A Python block is executed.
+- ``<!-- snippet: parse (why) -->``: nothing does work, every command is only parsed by the program
+  it names. A job command (``sembridge JOB …``, ``python -m jobs.X …`` for a job's entry point) runs
+  with ``--print-config`` appended, which resolves and validates its preset, flags and ``key=value``
+  overrides; one that does no work anyway (``--help``, ``--dry-run``, …) runs as written. Any other
+  Python program (``python -m pkg.mod``, ``python scripts/x.py``) runs up to its argparse parse and
+  stops there. A command after ``--`` (``ray job submit … -- python -m jobs.X``, ``bash
+  cluster/local.sh job -- …``) is checked the same way; other programs (``bash``, ``ray``,
+  ``kubectl``, ``pip``, ``export``) are not run. In a Python block marked so, the code is compiled
+  only.
+- ``<!-- snippet: skip (why) -->``: nothing in the block runs (a cluster, an install, network,
+  minutes of work).
 
-**How commands run.** In this process, from a temporary working directory (relative outputs land there):
-``sembridge ARGS`` is ``sembridge_ray.cli.main(ARGS)`` (what the console script calls), ``python -m M ARGS`` is
-``M.main(ARGS)`` (every ``jobs.*`` entry point has one; else ``runpy``), ``python path.py ARGS`` is ``runpy`` of
-the checkout's file; one test checks that the installed ``sembridge`` prints what the in-process call prints.
-Leading ``VAR=value`` assignments are ignored; ``&&``, ``;`` and ``&`` separate commands.
+**How commands run.** In this process, from a temporary working directory (relative outputs land
+there): ``sembridge ARGS`` is ``sembridge_ray.cli.main(ARGS)`` (what the console script calls),
+``python -m M ARGS`` is ``M.main(ARGS)`` (every ``jobs.*`` entry point has one; else ``runpy``),
+``python path.py ARGS`` is ``runpy`` of the checkout's file; one test checks that the installed
+``sembridge`` prints what the in-process call prints. Leading ``VAR=value`` assignments are ignored;
+``&&``, ``;`` and ``&`` separate commands.
 
-**Placeholders.** In ``parse`` blocks a synopsis reads as one example: ``[optional]`` parts are kept, ``a|b`` takes
-``a``, and a bare ``key=value``, ``...`` or ``…`` is dropped. Upper-case placeholders in :data:`PLACEHOLDERS` get a
-value of their type (``--workers N`` -> ``--workers 2``); any other (``DIR``, ``SPEC``, ``ROOT``) stays a string,
-which parsing accepts. In Python blocks, the paths in :data:`PYTHON_PATHS` become a tiny fixture of the same kind
-(the quick start's fine-tuned model: a tiny SparseEncoder from ``sembridge_ray.testing``).
-"""
+**Placeholders.** In ``parse`` blocks a synopsis reads as one example: ``[optional]`` parts are
+kept, ``a|b`` takes ``a``, and a bare ``key=value``, ``...`` or ``…`` is dropped. Upper-case
+placeholders in :data:`PLACEHOLDERS` get a value of their type (``--workers N`` -> ``--workers 2``);
+any other (``DIR``, ``SPEC``, ``ROOT``) stays a string, which parsing accepts. In Python blocks, the
+paths in :data:`PYTHON_PATHS` become a tiny fixture of the same kind (the quick start's fine-tuned
+model: a tiny SparseEncoder from ``sembridge_ray.testing``)."""
 
 from __future__ import annotations
 
@@ -57,8 +62,11 @@ MARKER = re.compile(r"^<!--\s*snippet:\s*(?P<kind>[a-z-]+)\s*(?:\((?P<why>.+)\))
 KINDS = ("parse", "skip")
 
 PLACEHOLDERS = {"N": "2", "K": "5", "G": "0", "DOCS": "1000", "PRESET": "smoke"}
-"""Upper-case placeholders of synopses that must parse as numbers (or name a preset every such job has)."""
-PYTHON_PATHS = {"outputs/quick/cells/minilm-splade__en-bpe__sembridge__a4/sick/finetune/model": "bert-splade"}
+"""Upper-case placeholders of synopses that must parse as numbers (or name a preset every such job
+has)."""
+PYTHON_PATHS = {
+    "outputs/quick/cells/minilm-splade__en-bpe__sembridge__a4/sick/finetune/model": "bert-splade"
+}
 """Paths in Python snippets -> the ``sembridge_ray.testing`` fixture that stands in for them."""
 NO_WORK = ("--help", "-h", "--print-config", "--dry-run", "--version")
 """A command holding one of these does no work: it runs as written, in every mode."""
@@ -95,11 +103,15 @@ def blocks(path: Path) -> list[Block]:
         if lang in SHELL + PYTHON:
             before = next((lines[j].strip() for j in range(i - 1, -1, -1) if lines[j].strip()), "")
             marker = MARKER.match(before)
-            kind, why = ("run", "") if marker is None else (marker.group("kind"), marker.group("why") or "")
+            kind, why = (
+                ("run", "") if marker is None else (marker.group("kind"), marker.group("why") or "")
+            )
             if marker is None and before.startswith("<!--") and "snippet" in before:
                 kind, why = f"malformed marker {before!r}", ""
             code = "\n".join(lines[i + 1 : end])
-            found.append(Block(path, i + 1, "python" if lang in PYTHON else "bash", code, kind, why))
+            found.append(
+                Block(path, i + 1, "python" if lang in PYTHON else "bash", code, kind, why)
+            )
         i = end + 1
     return found
 
@@ -107,11 +119,13 @@ def blocks(path: Path) -> list[Block]:
 ALL = [b for path in DOCS for b in blocks(path)]
 
 
-# ---- shell ----------------------------------------------------------------------------------------------------
+# ---- shell
+# ----------------------------------------------------------------------------------------------------
 
 
 def commands(code: str) -> list[list[str]]:
-    """The commands of a shell block: continuations joined, comments dropped, split at ``&&``, ``;``, ``&``."""
+    """The commands of a shell block: continuations joined, comments dropped, split at ``&&``,
+    ``;``, ``&``."""
     out: list[list[str]] = [[]]
     for line in code.replace("\\\n", "").splitlines():
         for token in [*shlex.split(line, comments=True), ";"]:
@@ -141,7 +155,10 @@ class Parsed(Exception):
 
 @contextlib.contextmanager
 def stop_after_parsing() -> Iterator[None]:
-    originals = {name: getattr(argparse.ArgumentParser, name) for name in ("parse_args", "parse_intermixed_args")}
+    originals = {
+        name: getattr(argparse.ArgumentParser, name)
+        for name in ("parse_args", "parse_intermixed_args")
+    }
 
     def stopper(name: str) -> Callable[..., object]:
         def parse(self: argparse.ArgumentParser, *args: object, **kwargs: object) -> object:
@@ -186,13 +203,18 @@ def program(argv: list[str]) -> Program | None:
         main = getattr(importlib.import_module(module), "main", None)
         if callable(main):
             return Program(main, args, job=module.startswith("jobs.") and module[5:] in JOB_ENTRIES)
-        return Program(as_main(lambda: runpy.run_module(module, run_name="__main__"), module), args, job=False)
+        return Program(
+            as_main(lambda: runpy.run_module(module, run_name="__main__"), module), args, job=False
+        )
     script = str(REPO / argv[1])
-    return Program(as_main(lambda: runpy.run_path(script, run_name="__main__"), script), argv[2:], job=False)
+    return Program(
+        as_main(lambda: runpy.run_path(script, run_name="__main__"), script), argv[2:], job=False
+    )
 
 
 def as_main(run: Callable[[], object], name: str) -> Callable[[list[str]], object]:
-    """``run`` (a module or script run as ``__main__``) as a function of its arguments, given in ``sys.argv``."""
+    """``run`` (a module or script run as ``__main__``) as a function of its arguments, given in
+    ``sys.argv``."""
 
     def call(args: list[str]) -> object:
         saved = sys.argv
@@ -206,7 +228,8 @@ def as_main(run: Callable[[], object], name: str) -> Callable[[list[str]], objec
 
 
 def call(prog: Program, args: list[str], parse_only: bool) -> tuple[int, str]:
-    """Run ``prog`` on ``args``: (exit code, what it printed). ``parse_only``: stop after the argparse parse."""
+    """Run ``prog`` on ``args``: (exit code, what it printed). ``parse_only``: stop after the
+    argparse parse."""
     out = io.StringIO()
     code: object = 0
     stop = stop_after_parsing() if parse_only else contextlib.nullcontext()
@@ -223,14 +246,17 @@ def call(prog: Program, args: list[str], parse_only: bool) -> tuple[int, str]:
 
 
 def check_command(argv: list[str], kind: str) -> None:
-    """Run or parse one command of a block of ``kind`` ("run" or "parse"); AssertionError if it fails."""
+    """Run or parse one command of a block of ``kind`` ("run" or "parse"); AssertionError if it
+    fails."""
     shown = shlex.join(argv)
     if kind == "parse":
         argv = synopsis(argv)
     prog = program(argv)
     if prog is None:
         if kind == "run":
-            raise AssertionError(f"{shown}: not a command the test runs; mark the block parse or skip")
+            raise AssertionError(
+                f"{shown}: not a command the test runs; mark the block parse or skip"
+            )
         if "--" in argv:
             check_command(argv[argv.index("--") + 1 :], kind)
         return
@@ -246,7 +272,8 @@ def check_command(argv: list[str], kind: str) -> None:
     assert code == 0, f"{shown}: exit code {code}\n{printed[-3000:]}"
 
 
-# ---- python ---------------------------------------------------------------------------------------------------
+# ---- python
+# ---------------------------------------------------------------------------------------------------
 
 
 def run_python(block: Block, fixtures: Path) -> None:
@@ -263,7 +290,8 @@ def run_python(block: Block, fixtures: Path) -> None:
         exec(compiled, {"__name__": "__snippet__"})
 
 
-# ---- the tests ------------------------------------------------------------------------------------------------
+# ---- the tests
+# ------------------------------------------------------------------------------------------------
 
 
 def test_the_docs_have_snippets_and_every_marker_is_known() -> None:
@@ -274,7 +302,9 @@ def test_the_docs_have_snippets_and_every_marker_is_known() -> None:
     assert unexplained == [], "a parse or skip marker says why: <!-- snippet: skip (why) -->"
 
 
-@pytest.mark.parametrize("block", [b for b in ALL if b.kind in ("run", "parse")], ids=lambda b: b.name)
+@pytest.mark.parametrize(
+    "block", [b for b in ALL if b.kind in ("run", "parse")], ids=lambda b: b.name
+)
 def test_snippet(block: Block, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     if block.lang == "python":
@@ -287,12 +317,14 @@ def test_snippet(block: Block, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_in_process_commands_are_what_the_shell_runs(tmp_path: Path) -> None:
-    """The snippets call the console script's function in this process; once, the installed ``sembridge`` of this
-    environment, run as a shell would, prints the same."""
+    """The snippets call the console script's function in this process; once, the installed
+    ``sembridge`` of this environment, run as a shell would, prints the same."""
     exe = Path(sys.executable).with_name("sembridge")
     if not exe.is_file():
         pytest.skip("no sembridge console script beside this Python (the package is not installed)")
-    shell = subprocess.run([str(exe), "init", "--help"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    shell = subprocess.run(
+        [str(exe), "init", "--help"], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
     prog = program(["sembridge", "init", "--help"])
     assert prog is not None
     code, printed = call(prog, prog.args, parse_only=False)
@@ -302,16 +334,23 @@ def test_in_process_commands_are_what_the_shell_runs(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("command", "kind"),
     [
-        ("sembridge init --source-modle SRC --target-tokenizer TGT --output OUT", "parse"),  # a misspelt flag
-        ("python -m jobs.finetune --model DIR --train SPEC --output DIR --workers N --bogus 1", "parse"),
+        # a misspelt flag
+        ("sembridge init --source-modle SRC --target-tokenizer TGT --output OUT", "parse"),
+        (
+            "python -m jobs.finetune --model DIR --train SPEC --output DIR --workers N --bogus 1",
+            "parse",
+        ),
         ("sembridge reproduce --preset no-such-preset --output ROOT --dry-run", "run"),
         ("python -m jobs.bench_peers --retrieval --no-such-flag", "parse"),  # an argparse program
-        ("ray job submit --working-dir . -- python -m jobs.malstm --output o alpha=3", "parse"),  # an unknown key
+        # an unknown key
+        ("ray job submit --working-dir . -- python -m jobs.malstm --output o alpha=3", "parse"),
         ("sembridge evaluate --preset smoke --output /tmp/eval", "run"),  # does work, unmarked
         ("bash cluster/local.sh quick", "run"),  # not a Python program, unmarked
     ],
 )
-def test_a_broken_snippet_fails(command: str, kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_broken_snippet_fails(
+    command: str, kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     with pytest.raises(AssertionError):
         for argv in commands(command):
@@ -326,7 +365,20 @@ def test_markers_and_synopses_read_as_documented(tmp_path: Path) -> None:
         encoding="utf-8",
     )
     found = [(b.lang, b.kind, b.why, b.line) for b in blocks(doc)]
-    assert found == [("bash", "skip", "needs a GPU", 3), ("python", "run", "", 7), ("bash", "parse", "", 12)]
-    example = ["--bias", "remap|index|zero]", "[--workers", "N]", "[key=value", "...]", "--url", "http://a|b"]
+    assert found == [
+        ("bash", "skip", "needs a GPU", 3),
+        ("python", "run", "", 7),
+        ("bash", "parse", "", 12),
+    ]
+    example = [
+        "--bias",
+        "remap|index|zero]",
+        "[--workers",
+        "N]",
+        "[key=value",
+        "...]",
+        "--url",
+        "http://a|b",
+    ]
     assert synopsis(example) == ["--bias", "remap", "--workers", "2", "--url", "http://a|b"]
     assert commands("a b \\\n  c # note\nd && e &\n") == [["a", "b", "c"], ["d"], ["e"]]

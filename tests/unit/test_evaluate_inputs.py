@@ -22,7 +22,8 @@ def beir(root: Path, corpus: list[dict], queries: list[dict], qrels: str) -> Pat
 
 @pytest.fixture
 def model(fixtures_root: Path) -> Path:
-    """A tiny sparse encoder: it passes the driver's checks; these runs fail on their data before Ray starts."""
+    """A tiny sparse encoder: it passes the driver's checks; these runs fail on their data before
+    Ray starts."""
     return fixtures_root / "bert-mlm"
 
 
@@ -32,31 +33,61 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
 
 
 def test_missing_model_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    data = beir(tmp_path / "d", [{"_id": "d1", "text": "x"}], [{"_id": "q1", "text": "x"}], "q1\td1\t1\n")
-    code, err = run(capsys, "--model", str(tmp_path / "nope"), "--dataset", str(data), "--output", str(tmp_path / "o"))
+    data = beir(
+        tmp_path / "d", [{"_id": "d1", "text": "x"}], [{"_id": "q1", "text": "x"}], "q1\td1\t1\n"
+    )
+    code, err = run(
+        capsys,
+        "--model",
+        str(tmp_path / "nope"),
+        "--dataset",
+        str(data),
+        "--output",
+        str(tmp_path / "o"),
+    )
     assert code == 2 and err == f"error: model {str(tmp_path / 'nope')!r} not found"
 
 
-def test_empty_corpus_is_named(tmp_path: Path, model: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_empty_corpus_is_named(
+    tmp_path: Path, model: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     data = beir(tmp_path / "d", [], [{"_id": "q1", "text": "x"}], "q1\td1\t1\n")
-    code, err = run(capsys, "--model", str(model), "--dataset", str(data), "--output", str(tmp_path / "o"))
+    code, err = run(
+        capsys, "--model", str(model), "--dataset", str(data), "--output", str(tmp_path / "o")
+    )
     assert code == 2 and "corpus" in err and "is empty" in err and str(data) in err
 
 
-def test_split_without_qrels_is_named(tmp_path: Path, model: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_split_without_qrels_is_named(
+    tmp_path: Path, model: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     data = beir(tmp_path / "d", [{"_id": "d1", "text": "x"}], [{"_id": "q1", "text": "x"}], "")
-    code, err = run(capsys, "--model", str(model), "--dataset", str(data), "--output", str(tmp_path / "o"))
+    code, err = run(
+        capsys, "--model", str(model), "--dataset", str(data), "--output", str(tmp_path / "o")
+    )
     assert code == 2 and "split 'test' has no qrels" in err
     code, err = run(
-        capsys, "--model", str(model), "--dataset", str(data), "--split", "dev", "--output", str(tmp_path / "o")
+        capsys,
+        "--model",
+        str(model),
+        "--dataset",
+        str(data),
+        "--split",
+        "dev",
+        "--output",
+        str(tmp_path / "o"),
     )
     assert code == 2 and "no qrels for split 'dev'" in err
 
 
-def test_duplicate_query_id_is_an_error(tmp_path: Path, model: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_duplicate_query_id_is_an_error(
+    tmp_path: Path, model: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     queries = [{"_id": "q1", "text": "x"}, {"_id": "q1", "text": "y"}]
     data = beir(tmp_path / "d", [{"_id": "d1", "text": "x"}], queries, "q1\td1\t1\n")
-    code, err = run(capsys, "--model", str(model), "--dataset", str(data), "--output", str(tmp_path / "o"))
+    code, err = run(
+        capsys, "--model", str(model), "--dataset", str(data), "--output", str(tmp_path / "o")
+    )
     assert code == 2 and "query id 'q1' appears twice" in err
 
 
@@ -85,7 +116,13 @@ def test_flags_map_onto_the_config() -> None:
         flags=FLAGS,
         job="evaluate",
     )
-    assert (cfg.top_k, cfg.resources.workers, cfg.shard_size, cfg.doc_max_active_dims, cfg.split) == (
+    assert (
+        cfg.top_k,
+        cfg.resources.workers,
+        cfg.shard_size,
+        cfg.doc_max_active_dims,
+        cfg.split,
+    ) == (
         50,
         3,
         1000,
@@ -96,10 +133,19 @@ def test_flags_map_onto_the_config() -> None:
     assert isinstance(smoke, EvaluateConfig) and smoke.model == "minilm-splade"
 
 
-def test_no_judged_query_with_text_is_refused(tmp_path: Path, model: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    data = beir(tmp_path / "d", [{"_id": "d1", "text": "x"}], [], "q1\td1\t1\n")  # an empty queries.jsonl
-    code, err = run(capsys, "--model", str(model), "--dataset", str(data), "--output", str(tmp_path / "o"))
-    assert code == 2 and "none of the 1 queries judged in split 'test' has a text" in err and "\n" not in err
+def test_no_judged_query_with_text_is_refused(
+    tmp_path: Path, model: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # an empty queries.jsonl
+    data = beir(tmp_path / "d", [{"_id": "d1", "text": "x"}], [], "q1\td1\t1\n")
+    code, err = run(
+        capsys, "--model", str(model), "--dataset", str(data), "--output", str(tmp_path / "o")
+    )
+    assert (
+        code == 2
+        and "none of the 1 queries judged in split 'test' has a text" in err
+        and "\n" not in err
+    )
     assert not (tmp_path / "o").exists()
 
 
@@ -110,11 +156,17 @@ def test_a_dense_model_is_refused_naming_what_was_found(
     import shutil
 
     dense = tmp_path / "dense"
-    shutil.copytree(fixtures_root / "bridge", dense)  # a BERT + mean-pooling sentence-transformers model
+    # a BERT + mean-pooling sentence-transformers model
+    shutil.copytree(fixtures_root / "bridge", dense)
     if kind == "plain":
-        (dense / "modules.json").unlink()  # a transformers BertModel directory: no MLM head in its weights
-    data = beir(tmp_path / "d", [{"_id": "d1", "text": "x"}], [{"_id": "q1", "text": "x"}], "q1\td1\t1\n")
-    code, err = run(capsys, "--model", str(dense), "--dataset", str(data), "--output", str(tmp_path / "o"))
+        # a transformers BertModel directory: no MLM head in its weights
+        (dense / "modules.json").unlink()
+    data = beir(
+        tmp_path / "d", [{"_id": "d1", "text": "x"}], [{"_id": "q1", "text": "x"}], "q1\td1\t1\n"
+    )
+    code, err = run(
+        capsys, "--model", str(dense), "--dataset", str(data), "--output", str(tmp_path / "o")
+    )
     assert code == 2 and f"model {str(dense)!r} is not a sparse encoder" in err and "\n" not in err
     assert ("dense embedding model" if kind != "plain" else "hold no masked-LM head (cls.*)") in err
     assert not (tmp_path / "o").exists()
@@ -131,11 +183,18 @@ def test_an_unreachable_ray_address_is_one_line_before_the_output_is_claimed(
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{port}")
-    monkeypatch.setattr(cluster, "REACH_TIMEOUT_S", 0.5)  # what the check waits for: its own bound, not ray.init's
-    data = beir(tmp_path / "d", [{"_id": "d1", "text": "x"}], [{"_id": "q1", "text": "x"}], "q1\td1\t1\n")
-    code, err = run(capsys, "--model", str(model), "--dataset", str(data), "--output", str(tmp_path / "o"))
+    # what the check waits for: its own bound, not ray.init's
+    monkeypatch.setattr(cluster, "REACH_TIMEOUT_S", 0.5)
+    data = beir(
+        tmp_path / "d", [{"_id": "d1", "text": "x"}], [{"_id": "q1", "text": "x"}], "q1\td1\t1\n"
+    )
+    code, err = run(
+        capsys, "--model", str(model), "--dataset", str(data), "--output", str(tmp_path / "o")
+    )
     assert (
-        code == 2 and err.startswith(f"error: RAY_ADDRESS=127.0.0.1:{port}: no Ray cluster answers") and "\n" not in err
+        code == 2
+        and err.startswith(f"error: RAY_ADDRESS=127.0.0.1:{port}: no Ray cluster answers")
+        and "\n" not in err
     )
     assert "0.5 s)" in err and not cluster.ray.is_initialized() and not (tmp_path / "o").exists()
 

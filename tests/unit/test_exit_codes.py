@@ -1,5 +1,6 @@
-"""The exit codes every job shares (sembridge_ray/cli.py's docstring, docs/operations.md "Exit codes"): 0 done,
-1 a bug, 2 bad input or environment, 3 a grid with failed cells (listed), 130 interrupted, 143 terminated."""
+"""The exit codes every job shares (sembridge_ray/cli.py's docstring, docs/operations.md "Exit
+codes"): 0 done, 1 a bug, 2 bad input or environment, 3 a grid with failed cells (listed), 130
+interrupted, 143 terminated."""
 
 from __future__ import annotations
 
@@ -21,8 +22,9 @@ from tests.conftest import error_lines
 
 @pytest.fixture
 def sigterm_handler() -> Iterator[None]:
-    """The test process's SIGTERM handler, put back after a test that was sent SIGTERM, and the process no longer
-    marked as terminating (which would end pytest at exit with 143, as it ends a terminated job)."""
+    """The test process's SIGTERM handler, put back after a test that was sent SIGTERM, and the
+    process no longer marked as terminating (which would end pytest at exit with 143, as it ends a
+    terminated job)."""
     previous = signal.getsignal(signal.SIGTERM)
     yield
     signal.signal(signal.SIGTERM, previous)
@@ -41,7 +43,9 @@ def fake_grid(cfg: ReproduceConfig) -> ReproduceResult:
 def _fake_reproduce(monkeypatch: pytest.MonkeyPatch, failures: dict[str, str]) -> None:
     """``reproduce`` with its driver replaced by :func:`fake_grid` ending with these failures."""
     monkeypatch.setattr(f"{__name__}.FAILURES", failures)
-    monkeypatch.setattr(reproduce, "JOB", dataclasses.replace(reproduce.JOB, driver=f"{__name__}:fake_grid"))
+    monkeypatch.setattr(
+        reproduce, "JOB", dataclasses.replace(reproduce.JOB, driver=f"{__name__}:fake_grid")
+    )
 
 
 def test_a_grid_with_failed_cells_exits_3_listing_each(
@@ -71,8 +75,11 @@ def test_a_grid_without_failures_exits_0(
 
 def test_the_codes_are_the_documented_ones() -> None:
     assert (cli.EXIT_DONE, cli.EXIT_BUG, cli.EXIT_INPUT, cli.EXIT_FAILED_CELLS) == (0, 1, 2, 3)
-    assert (cli.EXIT_INTERRUPTED, cli.EXIT_TERMINATED) == (130, 143)  # 128 + the signal, as shells report them
-    docs = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text(encoding="utf-8")
+    # 128 + the signal, as shells report them
+    assert (cli.EXIT_INTERRUPTED, cli.EXIT_TERMINATED) == (130, 143)
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text(
+        encoding="utf-8"
+    )
     section = docs.split("## Exit codes", 1)[1].split("\n## ", 1)[0]
     for code in ("0", "1", "2", "3", "130", "143"):
         assert f"| {code} |" in section, code
@@ -121,8 +128,9 @@ def test_a_second_sigterm_does_not_interrupt_the_unwinding(
 def test_sigterm_is_told_apart_from_what_a_library_turned_it_into(
     capsys: pytest.CaptureFixture[str], sigterm_handler: None, raised: type[BaseException]
 ) -> None:
-    """Inside ray.get, Ray catches the handler's exception: a KeyboardInterrupt becomes a fresh KeyboardInterrupt,
-    anything else a SystemError. Either way the job was terminated, not interrupted and not a bug."""
+    """Inside ray.get, Ray catches the handler's exception: a KeyboardInterrupt becomes a fresh
+    KeyboardInterrupt, anything else a SystemError. Either way the job was terminated, not
+    interrupted and not a bug."""
 
     def body() -> int:
         try:
@@ -135,7 +143,9 @@ def test_sigterm_is_told_apart_from_what_a_library_turned_it_into(
     assert error_lines(capsys) == ["error: terminated (SIGTERM)"]
 
 
-def test_the_previous_handler_is_back_after_a_job_that_was_not_terminated(sigterm_handler: None) -> None:
+def test_the_previous_handler_is_back_after_a_job_that_was_not_terminated(
+    sigterm_handler: None,
+) -> None:
     def mine(signum: int, frame: object) -> None:
         pass
 

@@ -1,5 +1,6 @@
-"""A value given explicitly is never silently replaced, and a setting a run does not read neither refuses its reruns
-nor passes without a word (issue 33, points 5 and 13). No Ray, no model: configs and the command line only."""
+"""A value given explicitly is never silently replaced, and a setting a run does not read neither
+refuses its reruns nor passes without a word (issue 33, points 5 and 13). No Ray, no model: configs
+and the command line only."""
 
 from __future__ import annotations
 
@@ -33,14 +34,17 @@ def _init(*argv: str) -> InitConfig:
 @pytest.mark.parametrize(
     ("flags", "key"),
     [
-        (["--bridge-space", "raw"], "bridge_space='raw'"),  # the dataclass default, given explicitly
+        # the dataclass default, given explicitly
+        (["--bridge-space", "raw"], "bridge_space='raw'"),
         (["--fvt-weight", "0"], "fvt_weight=0.0"),
         (["--random-blend", "0"], "random_blend=0.0"),
         (["--no-position-aware"], "position_aware=False"),
         (["bridge_space=whiten"], "bridge_space='whiten'"),
     ],
 )
-def test_a_recipe_refuses_an_explicit_value_that_conflicts_even_a_default(flags: list[str], key: str) -> None:
+def test_a_recipe_refuses_an_explicit_value_that_conflicts_even_a_default(
+    flags: list[str], key: str
+) -> None:
     with pytest.raises(ConfigError, match=f"{key}: method sembridge_plus fixes it to"):
         _init("--method", "sembridge_plus", *flags)
 
@@ -48,17 +52,25 @@ def test_a_recipe_refuses_an_explicit_value_that_conflicts_even_a_default(flags:
 def test_a_recipe_fills_what_nobody_set_and_takes_explicit_agreement() -> None:
     cfg = _init("--method", "sembridge_plus")
     assert {k: getattr(cfg.weighting, k) for k in SEMBRIDGE_PLUS} == dict(SEMBRIDGE_PLUS)
-    assert _init("--method", "sembridge_plus", "--bridge-space", "relative", "--position-aware") == cfg
+    assert (
+        _init("--method", "sembridge_plus", "--bridge-space", "relative", "--position-aware") == cfg
+    )
     assert InitConfig.from_dict(cfg.to_dict()) == cfg  # what workers and --print-config round-trip
-    assert _init("--bridge-space", "raw").weighting.bridge_space == "raw"  # without a recipe, raw is just raw
+    # without a recipe, raw is just raw
+    assert _init("--bridge-space", "raw").weighting.bridge_space == "raw"
 
 
 def test_a_grid_refuses_an_init_setting_that_a_listed_methods_recipe_fixes_otherwise() -> None:
-    """Refused when the grid is read, not as a failed cell later. At its default an ``init`` key sets the other
-    methods' cells (a grid's config round-trips through ``to_dict``, which writes every key)."""
-    with pytest.raises(ConfigError, match=r"init\.bridge_space='whiten': method sembridge_plus fixes it to"):
+    """Refused when the grid is read, not as a failed cell later. At its default an ``init`` key
+    sets the other methods' cells (a grid's config round-trips through ``to_dict``, which writes
+    every key)."""
+    with pytest.raises(
+        ConfigError, match=r"init\.bridge_space='whiten': method sembridge_plus fixes it to"
+    ):
         ReproduceConfig.from_dict({"init": {"bridge_space": "whiten"}})
-    grid = ReproduceConfig.from_dict({"init": {"bridge_space": "whiten"}, "methods": "sembridge,focus"})
+    grid = ReproduceConfig.from_dict(
+        {"init": {"bridge_space": "whiten"}, "methods": "sembridge,focus"}
+    )
     assert grid.init.weighting.bridge_space == "whiten"
     full = ReproduceConfig()
     assert "sembridge_plus" in full.methods and ReproduceConfig.from_dict(full.to_dict()) == full
@@ -68,27 +80,47 @@ def test_settings_a_run_does_not_read_stay_out_of_its_identity() -> None:
     """Reruns that differ only in them skip instead of being refused as other settings."""
     base = InitConfig()
     same = [
-        InitConfig().with_settings(candidates=7),  # α=4: the rows' support is entmax's, no candidate cut
+        # α=4: the rows' support is entmax's, no candidate cut
+        InitConfig().with_settings(candidates=7),
         InitConfig(seed=3),  # plain sembridge has no random rows
         InitConfig(bridge_batch_size=7, rows_batch_size=9),  # how the work is cut
     ]
-    assert {c.identity("init", {}).fingerprint for c in [base, *same]} == {base.identity("init", {}).fingerprint}
-    for read in ({"alpha": 1.0, "candidates": 7}, {"method": "random", "seed": 3}, {"seed": 3, "random_blend": 0.5}):
-        reference = InitConfig.from_dict({k: v for k, v in read.items() if k not in ("candidates", "seed")})
+    assert {c.identity("init", {}).fingerprint for c in [base, *same]} == {
+        base.identity("init", {}).fingerprint
+    }
+    for read in (
+        {"alpha": 1.0, "candidates": 7},
+        {"method": "random", "seed": 3},
+        {"seed": 3, "random_blend": 0.5},
+    ):
+        reference = InitConfig.from_dict(
+            {k: v for k, v in read.items() if k not in ("candidates", "seed")}
+        )
         assert InitConfig.from_dict(read).identity("init", {}) != reference.identity("init", {})
     tune = FinetuneConfig()
     off = FinetuneConfig(eval_split="validation", eval_every=3, eval_max_queries=5)
     assert off.identity("finetune", {}) == tune.identity("finetune", {})
     on = FinetuneConfig(eval="dev")
-    assert FinetuneConfig(eval="dev", eval_every=3).identity("finetune", {}) != on.identity("finetune", {})
-    assert EvaluateConfig(encode_batch_size=8, stage_rows=9).identity("evaluate", {}) == EvaluateConfig().identity(
-        "evaluate", {}
+    assert FinetuneConfig(eval="dev", eval_every=3).identity("finetune", {}) != on.identity(
+        "finetune", {}
     )
+    assert EvaluateConfig(encode_batch_size=8, stage_rows=9).identity(
+        "evaluate", {}
+    ) == EvaluateConfig().identity("evaluate", {})
 
 
-def test_an_option_the_run_does_not_read_is_named_in_one_warning(caplog: pytest.LogCaptureFixture) -> None:
+def test_an_option_the_run_does_not_read_is_named_in_one_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     with caplog.at_level(logging.WARNING):
-        _init("--method", "sembridge", "wechsel_temperature=0.2", "position_penalty=0.5", "--alpha", "4")
+        _init(
+            "--method",
+            "sembridge",
+            "wechsel_temperature=0.2",
+            "position_penalty=0.5",
+            "--alpha",
+            "4",
+        )
     said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert said == [
         "position_penalty does nothing in this run (it is read with position_aware only); it is not recorded",
@@ -98,7 +130,9 @@ def test_an_option_the_run_does_not_read_is_named_in_one_warning(caplog: pytest.
     caplog.clear()
     spec = job_spec("finetune")
     with caplog.at_level(logging.WARNING):
-        parse_config(FinetuneConfig, ["--eval-every", "5", "--lr", "1e-4"], flags=spec.flags, job="finetune")
+        parse_config(
+            FinetuneConfig, ["--eval-every", "5", "--lr", "1e-4"], flags=spec.flags, job="finetune"
+        )
     said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert said == [
         "--eval-every does nothing in this run (it is read with a development set (--eval) only); it is not recorded"
@@ -106,44 +140,59 @@ def test_an_option_the_run_does_not_read_is_named_in_one_warning(caplog: pytest.
 
 
 def test_presets_of_every_job_still_load(tmp_path: Path) -> None:
-    """Presets are explicit values now (not merged over the defaults): each still builds its config."""
+    """Presets are explicit values now (not merged over the defaults): each still builds its
+    config."""
     from sembridge_ray.jobs import JOBS, PRESET_DIR, load_preset_file, presets
 
     for job in JOBS:
         for name in presets(job):
-            assert isinstance(load_preset_file(PRESET_DIR / f"{job}_{name}.yaml"), job_spec(job).config)
+            assert isinstance(
+                load_preset_file(PRESET_DIR / f"{job}_{name}.yaml"), job_spec(job).config
+            )
 
 
 def test_the_weighting_section_takes_its_keys_with_or_without_its_name(tmp_path: Path) -> None:
-    """``alpha`` is ``weighting.alpha`` everywhere a user writes it: a flag, an override, a preset, a grid's ``init``
-    section; the later layer wins whichever spelling each uses, and one mapping spelling a key both ways with two
-    values is refused."""
+    """``alpha`` is ``weighting.alpha`` everywhere a user writes it: a flag, an override, a preset,
+    a grid's ``init`` section; the later layer wins whichever spelling each uses, and one mapping
+    spelling a key both ways with two values is refused."""
     nested = InitConfig(weighting=WeightingConfig(alpha=2.0, position_aware=True))
-    assert _init("--alpha", "2", "--position-aware") == _init("alpha=2", "weighting.position_aware=true")
+    assert _init("--alpha", "2", "--position-aware") == _init(
+        "alpha=2", "weighting.position_aware=true"
+    )
     assert _init("--alpha", "2", "--position-aware").weighting == nested.weighting
     preset = tmp_path / "p.yaml"
     preset.write_text("alpha: 3\nweighting:\n  position_aware: true\n", encoding="utf-8")
     assert _init("--preset", str(preset)).weighting == replace(nested.weighting, alpha=3.0)
     assert _init("--preset", str(preset), "weighting.alpha=2").weighting == nested.weighting
     preset.write_text("weighting:\n  alpha: 3\n", encoding="utf-8")
-    assert _init("--preset", str(preset), "--alpha", "2", "position_aware=yes").weighting == nested.weighting
+    assert (
+        _init("--preset", str(preset), "--alpha", "2", "position_aware=yes").weighting
+        == nested.weighting
+    )
     with pytest.raises(ConfigError, match=r"alpha is given twice: '2' and weighting\.alpha='3'"):
         InitConfig.from_dict({"alpha": "2", "weighting": {"alpha": "3"}})
-    assert InitConfig.from_dict({"alpha": "2", "weighting": {"alpha": "2.0"}}).weighting.alpha == 2.0
-    grid = ReproduceConfig.from_dict({"init": {"temperature": 0.5, "weighting": {"position_aware": True}}})
+    assert (
+        InitConfig.from_dict({"alpha": "2", "weighting": {"alpha": "2.0"}}).weighting.alpha == 2.0
+    )
+    grid = ReproduceConfig.from_dict(
+        {"init": {"temperature": 0.5, "weighting": {"position_aware": True}}}
+    )
     assert grid.init.weighting == WeightingConfig(temperature=0.5, position_aware=True)
-    assert InitConfig().with_settings(alpha=2.0, position_aware=True, seed=4) == replace(nested, seed=4)
+    assert InitConfig().with_settings(alpha=2.0, position_aware=True, seed=4) == replace(
+        nested, seed=4
+    )
     assert InitConfig().with_overrides(["alpha=2", "weighting.position_aware=true"]) == nested
-    with pytest.raises(ConfigError, match=r"^alpha=0\.5: must be >= 1"):  # named as given: --alpha, alpha=
+    # named as given: --alpha, alpha=
+    with pytest.raises(ConfigError, match=r"^alpha=0\.5: must be >= 1"):
         _init("--alpha", "0.5")
 
 
 @pytest.mark.parametrize("key", [f.name for f in fields(WeightingConfig)])
 def test_the_maths_reads_a_weighting_option_exactly_where_the_identity_records_it(key: str) -> None:
-    """Each option's declaration (``embed_init.config.Read``) decides both what the identity records and what the
-    maths receives (``InitConfig.rule``): for every method, with the option's conditions met and not, a change of
-    it reaches the maths only where the identity moves too (a recorded-only-when-on option moves it from its
-    default)."""
+    """Each option's declaration (``embed_init.config.Read``) decides both what the identity records
+    and what the maths receives (``InitConfig.rule``): for every method, with the option's
+    conditions met and not, a change of it reaches the maths only where the identity moves too (a
+    recorded-only-when-on option moves it from its default)."""
     tp = typing.get_type_hints(WeightingConfig)[key]
     bases: list[dict[str, object]] = [
         {},

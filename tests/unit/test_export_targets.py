@@ -1,7 +1,8 @@
-"""The export targets (issue 36), Ray-free: every embedded target's top-10 against a brute-force float64 oracle on
-40 queries (exact targets identical up to ties, quantised ones within their documented tolerance), the
-OpenSearch/Elasticsearch bulk files against the engines' field rules and back to the same vectors, the ONNX encoder
-against PyTorch, and bad input refused with one line, exit 2, before any encoding."""
+"""The export targets (issue 36), Ray-free: every embedded target's top-10 against a brute-force
+float64 oracle on 40 queries (exact targets identical up to ties, quantised ones within their
+documented tolerance), the OpenSearch/Elasticsearch bulk files against the engines' field rules and
+back to the same vectors, the ONNX encoder against PyTorch, and bad input refused with one line,
+exit 2, before any encoding."""
 
 from __future__ import annotations
 
@@ -25,12 +26,15 @@ VOCAB = 3000
 
 @pytest.fixture(scope="module")
 def corpus() -> tuple[Vectors, Vectors]:
-    """400 documents, 40 queries: Zipf-drawn terms, uniform weights (many near-ties: the tie rule is exercised)."""
+    """400 documents, 40 queries: Zipf-drawn terms, uniform weights (many near-ties: the tie rule is
+    exercised)."""
     rng = np.random.default_rng(7)
     probs = zipf_probs(VOCAB, 1.1, rng)
     docs = sparse_vectors(400, 60, probs, rng)
     queries = sparse_vectors(40, 12, probs, rng)
-    return Vectors([f"doc-{i:04d}" for i in range(400)], docs), Vectors([f"q{i}" for i in range(40)], queries)
+    return Vectors([f"doc-{i:04d}" for i in range(400)], docs), Vectors(
+        [f"q{i}" for i in range(40)], queries
+    )
 
 
 def dense(vectors: Vectors) -> np.ndarray:
@@ -42,21 +46,26 @@ def dense(vectors: Vectors) -> np.ndarray:
 
 
 def oracle(docs: Vectors, queries: Vectors, k: int = 10) -> tuple[np.ndarray, list[list[float]]]:
-    """float64 brute force: every (query, document) score, and each query's k best positive scores."""
+    """float64 brute force: every (query, document) score, and each query's k best positive
+    scores."""
     scores = dense(queries) @ dense(docs).T
     best = [sorted((s for s in row if s > 0), reverse=True)[:k] for row in scores]
     return scores, best
 
 
 def agrees(docs: Vectors, queries: Vectors, hits: list[list[str]]) -> list[bool]:
-    """Per query: the returned documents' oracle scores are the k best scores (ties may be chosen either way)."""
+    """Per query: the returned documents' oracle scores are the k best scores (ties may be chosen
+    either way)."""
     scores, best = oracle(docs, queries)
     where = {d: i for i, d in enumerate(docs.ids)}
     got = [
         sorted((scores[q, where[d]] for d in row[:10] if scores[q, where[d]] > 0), reverse=True)
         for q, row in enumerate(hits)
     ]
-    return [len(g) == len(b) and np.allclose(g, b, rtol=1e-5, atol=0) for g, b in zip(got, best, strict=True)]
+    return [
+        len(g) == len(b) and np.allclose(g, b, rtol=1e-5, atol=0)
+        for g, b in zip(got, best, strict=True)
+    ]
 
 
 def test_the_exact_search_is_the_oracle(corpus: tuple[Vectors, Vectors]) -> None:
@@ -65,7 +74,9 @@ def test_the_exact_search_is_the_oracle(corpus: tuple[Vectors, Vectors]) -> None
 
 
 @pytest.mark.parametrize("name", ["qdrant", "milvus", "seismic", "pisa"])
-def test_an_embedded_engine_returns_the_exact_top10(name: str, corpus: tuple[Vectors, Vectors], tmp_path: Path) -> None:
+def test_an_embedded_engine_returns_the_exact_top10(
+    name: str, corpus: tuple[Vectors, Vectors], tmp_path: Path
+) -> None:
     found = TARGETS[name]
     pytest.importorskip(found.imports)
     docs, queries = corpus
@@ -121,16 +132,29 @@ def test_bulk_files_follow_the_field_rules_and_round_trip(target: str, tmp_path:
     for i in range(len(docs)):
         terms, values = docs.row(i)
         keep = values >= lucene.FLOAT_MIN_NORMAL
-        want = np.minimum(values[keep], 3.0) if target == "opensearch-sparse-vector" else values[keep]
+        want = (
+            np.minimum(values[keep], 3.0) if target == "opensearch-sparse-vector" else values[keep]
+        )
         np.testing.assert_array_equal(back.row(i)[0], terms[keep])
         np.testing.assert_array_equal(back.row(i)[1], want)
-    names = [k for line in (tmp_path / lucene.BULK).read_text().splitlines()[1::2] for k in json.loads(line)["sparse"]]
+    names = [
+        k
+        for line in (tmp_path / lucene.BULK).read_text().splitlines()[1::2]
+        for k in json.loads(line)["sparse"]
+    ]
     if target == "opensearch-sparse-vector":
         assert all(n.isdigit() for n in names)
-        params = json.loads((tmp_path / lucene.MAPPING).read_text())["mappings"]["properties"]["sparse"]["method"]
+        params = json.loads((tmp_path / lucene.MAPPING).read_text())["mappings"]["properties"][
+            "sparse"
+        ]["method"]
         assert params["parameters"]["quantization_ceiling_ingest"] == 3.0
     else:
-        assert not any("." in n for n in names) and {"e%2Eg%2E", "a%2Eb%25c", "東京", "##ing"} <= set(names)
+        assert not any("." in n for n in names) and {
+            "e%2Eg%2E",
+            "a%2Eb%25c",
+            "東京",
+            "##ing",
+        } <= set(names)
         assert {lucene.unescape(lucene.escape(t)) for t in vocab} == set(vocab)
     body = json.loads((tmp_path / lucene.SEARCHES).read_text().splitlines()[1])
     assert body["size"] == 10 and "query" in body
@@ -140,9 +164,15 @@ def test_bad_bulk_lines_are_named(tmp_path: Path) -> None:
     from sembridge_ray.export import lucene
 
     path = tmp_path / "bulk.ndjson"
-    path.write_text('{"index": {"_id": "a"}}\n{"sparse": {"x.y": 1.0, "z": -2.0, "": 1.0, "w": NaN}}\n')
+    path.write_text(
+        '{"index": {"_id": "a"}}\n{"sparse": {"x.y": 1.0, "z": -2.0, "": 1.0, "w": NaN}}\n'
+    )
     problems = lucene.validate(path, "elasticsearch")
-    assert len(problems) == 4 and any("'x.y'" in p for p in problems) and any("-2.0" in p for p in problems)
+    assert (
+        len(problems) == 4
+        and any("'x.y'" in p for p in problems)
+        and any("-2.0" in p for p in problems)
+    )
     path.write_text('{"index": {"_id": "a"}}\n{"sparse": {"12": 3.5, "tok": 1.0}}\n')
     assert len(lucene.validate(path, "opensearch-sparse-vector")) == 2
 
@@ -168,10 +198,12 @@ def test_onnx_encodes_as_pytorch(variant: str, fixtures_root: Path, tmp_path: Pa
     model = str(fixtures_root / "bert-mlm")
     texts, asked = source_text()[:200], source_text()[2000:2040]
     torch_docs = Vectors.from_rows(
-        [f"d{i}" for i in range(200)], *encode_texts(load_sparse_encoder(model, max_length=256), texts, 32, "document")
+        [f"d{i}" for i in range(200)],
+        *encode_texts(load_sparse_encoder(model, max_length=256), texts, 32, "document"),
     )
     torch_queries = Vectors.from_rows(
-        [f"q{i}" for i in range(40)], *encode_texts(load_sparse_encoder(model, max_length=64), asked, 32, "query")
+        [f"q{i}" for i in range(40)],
+        *encode_texts(load_sparse_encoder(model, max_length=64), asked, 32, "query"),
     )
     config = onnx.export(model, tmp_path, variant, 64, 256)
     assert config["variant"] == variant and (tmp_path / onnx.GRAPH).is_file()
@@ -202,7 +234,10 @@ def _refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
 
 
 def test_an_unknown_target_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    line = _refused(["--target", "lucene", "--model", "m", "--dataset", "d", "--output", str(tmp_path / "o")], capsys)
+    line = _refused(
+        ["--target", "lucene", "--model", "m", "--dataset", "d", "--output", str(tmp_path / "o")],
+        capsys,
+    )
     assert "lucene" in line
     assert not (tmp_path / "o").exists()
 
@@ -212,7 +247,16 @@ def test_an_unreachable_url_is_one_line_before_encoding(
 ) -> None:
     pytest.importorskip("qdrant_client")
     url = f"http://127.0.0.1:{_free_loopback_port()}"
-    argv = ["--target", "qdrant", "--url", url, "--model", str(fixtures_root / "bert-mlm"), "--dataset", "sick"]
+    argv = [
+        "--target",
+        "qdrant",
+        "--url",
+        url,
+        "--model",
+        str(fixtures_root / "bert-mlm"),
+        "--dataset",
+        "sick",
+    ]
     line = _refused([*argv, "--output", str(tmp_path / "o")], capsys)
     assert url in line and "unreachable" in line
     assert not (tmp_path / "o").exists()
@@ -226,13 +270,24 @@ def test_a_model_without_a_tokenizer_is_one_line_before_encoding(
     shutil.copytree(fixtures_root / "bert-mlm", model)
     for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
         (model / name).unlink(missing_ok=True)
-    argv = ["--target", "qdrant", "--model", str(model), "--dataset", "sick", "--output", str(tmp_path / "o")]
+    argv = [
+        "--target",
+        "qdrant",
+        "--model",
+        str(model),
+        "--dataset",
+        "sick",
+        "--output",
+        str(tmp_path / "o"),
+    ]
     line = _refused(argv, capsys)
     assert "tokenizer" in line and str(model) in line
     assert not (tmp_path / "o").exists()
 
 
-def test_url_on_an_embedded_only_target_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_url_on_an_embedded_only_target_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     pytest.importorskip("seismic")
     argv = ["--target", "seismic", "--url", "http://127.0.0.1:1", "--model", "m", "--dataset", "d"]
     assert "seismic" in _refused([*argv, "--output", str(tmp_path / "o")], capsys)
@@ -249,13 +304,21 @@ def test_the_doc_only_variant_weights_queries_by_idf(fixtures_root: Path, tmp_pa
     texts = source_text()[:300]
     weights = doc_only.idf(full.tokenizer, texts, len(full.tokenizer))
     token_sets = [set(full.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts]
-    for token in (full.tokenizer.convert_tokens_to_ids("man"), 100, 1500):  # an oracle: df counted by hand
+    # an oracle: df counted by hand
+    for token in (full.tokenizer.convert_tokens_to_ids("man"), 100, 1500):
         df = sum(token in s for s in token_sets)
-        assert weights[token] == pytest.approx(np.log(1 + (len(texts) - df + 0.5) / (df + 0.5)), rel=1e-6)
+        assert weights[token] == pytest.approx(
+            np.log(1 + (len(texts) - df + 0.5) / (df + 0.5)), rel=1e-6
+        )
     assert weights[full.tokenizer.cls_token_id] == 0.0
     variant = doc_only.write(model, tmp_path / "m", weights, "sick", 256)
-    assert json.loads((tmp_path / "m" / doc_only.CONFIG).read_text())["variant"].startswith("inference-free")
-    terms, values = (a[0] for a in sparse_rows(variant.encode_query(["a man is playing"], convert_to_tensor=True)))
+    assert json.loads((tmp_path / "m" / doc_only.CONFIG).read_text())["variant"].startswith(
+        "inference-free"
+    )
+    terms, values = (
+        a[0]
+        for a in sparse_rows(variant.encode_query(["a man is playing"], convert_to_tensor=True))
+    )
     asked = sorted(set(full.tokenizer("a man is playing", add_special_tokens=False)["input_ids"]))
     assert terms.tolist() == [t for t in asked if weights[t] > 0]
     np.testing.assert_allclose(values, weights[terms], rtol=1e-6)

@@ -7,9 +7,21 @@ import torch
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
 from sembridge_ray.sparse.model import load_sparse_encoder
-from sembridge_ray.testing import FIXTURES, byte_bpe_tokenizer, target_text, tiny_bert_mlm, unigram_tokenizer
+from sembridge_ray.testing import (
+    FIXTURES,
+    byte_bpe_tokenizer,
+    target_text,
+    tiny_bert_mlm,
+    unigram_tokenizer,
+)
 
-TOKENIZERS = {"tok-wordpiece": "##", "tok-bytebpe": "Ġ", "tok-unigram": "▁", "bert-mlm": "##", "roberta-mlm": "Ġ"}
+TOKENIZERS = {
+    "tok-wordpiece": "##",
+    "tok-bytebpe": "Ġ",
+    "tok-unigram": "▁",
+    "bert-mlm": "##",
+    "roberta-mlm": "Ġ",
+}
 
 
 def test_every_fixture_is_written(fixtures_root: Path) -> None:
@@ -21,7 +33,11 @@ def test_tokenizer_families_have_their_markers(fixtures_root: Path, name: str, m
     tok = AutoTokenizer.from_pretrained(fixtures_root / name)
     vocab = tok.get_vocab()
     assert sum(marker in t for t in vocab) > 100
-    assert tok.pad_token_id is not None and tok.mask_token_id is not None and tok.cls_token_id is not None
+    assert (
+        tok.pad_token_id is not None
+        and tok.mask_token_id is not None
+        and tok.cls_token_id is not None
+    )
 
 
 @pytest.mark.parametrize("name", ["bert-mlm", "roberta-mlm"])
@@ -50,7 +66,10 @@ def test_builders_are_deterministic() -> None:
     uni_a, uni_b = unigram_tokenizer(text, 600), unigram_tokenizer(text, 600)
     assert uni_a.get_vocab() == uni_b.get_vocab()
     a, b = tiny_bert_mlm(uni_a, seed=3), tiny_bert_mlm(uni_b, seed=3)
-    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True))
+    assert all(
+        torch.equal(x, y)
+        for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True)
+    )
 
 
 def test_seeded_builders_leave_the_global_rng_alone() -> None:

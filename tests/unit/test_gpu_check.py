@@ -1,5 +1,6 @@
-"""The GPU check's plain parts on CPU tensors (no Ray): the comparisons against hand-computed cases, the JSON line
-schema, the measured figures the reproduction plan reads, and the skip path of ``local.sh gpu-check``."""
+"""The GPU check's plain parts on CPU tensors (no Ray): the comparisons against hand-computed cases,
+the JSON line schema, the measured figures the reproduction plan reads, and the skip path of
+``local.sh gpu-check``."""
 
 from __future__ import annotations
 
@@ -36,7 +37,8 @@ def test_weights_within_and_outside_1e_5() -> None:
     ok = gc.compare_weights(near, cpu)
     assert ok.ok and ok.diff == pytest.approx(9e-6, rel=1e-6)
     bad = gc.compare_weights(far, cpu)
-    assert not bad.ok and bad.diff == pytest.approx(2e-5, rel=1e-2)  # float32 spacing at 1 is 1.2e-7
+    # float32 spacing at 1 is 1.2e-7
+    assert not bad.ok and bad.diff == pytest.approx(2e-5, rel=1e-2)
 
 
 def test_weights_with_other_names_or_shapes_differ() -> None:
@@ -56,7 +58,8 @@ def test_ndcg_within_and_outside_0_005() -> None:
 
 def test_loss_curve_difference_by_hand() -> None:
     assert gc.LOSS_RTOL == 8 * 2**-8 == 0.03125
-    # step 1: |2.0 - 2.02| / 2.02 = 0.0099; step 2: 0; step 3 (below 1, absolute): |0.5 - 0.49| = 0.01
+    # step 1: |2.0 - 2.02| / 2.02 = 0.0099; step 2: 0; step 3 (below 1, absolute): |0.5 - 0.49| =
+    # 0.01
     assert gc.loss_curve_diff([2.0, 1.5, 0.5], [2.02, 1.5, 0.49]) == pytest.approx(0.01)
     assert gc.compare_losses([2.0, 1.5, 0.5], [2.02, 1.5, 0.49]).ok
     assert gc.compare_losses([0.01], [0.04]).ok  # 0.03 absolute, under 0.03125
@@ -86,7 +89,8 @@ def test_bf16_autocast_curve_is_within_tolerance_of_fp32_and_a_different_run_is_
     fp32 = toy_losses(bf16=False)
     bf16 = toy_losses(bf16=True)
     assert bf16 != fp32 and gc.compare_losses(bf16, fp32).ok
-    assert not gc.compare_losses(toy_losses(bf16=False, lr=2.0), fp32).ok  # other hyper-parameters: a real change
+    # other hyper-parameters: a real change
+    assert not gc.compare_losses(toy_losses(bf16=False, lr=2.0), fp32).ok
 
 
 def test_line_schema() -> None:
@@ -122,18 +126,37 @@ def test_each_stage_gets_its_comparison(tmp_path: Path) -> None:
         gc.Measured(line=line("finetune_1w_bf16"), losses=(2.01, 1.0)),
         gc.Measured(line=line("evaluate_finetuned"), ndcg=0.75),
     ]
-    ref = {"init_model": str(cpu), "ndcg": {"evaluate_zero_shot": 0.699, "evaluate_finetuned": 0.74}}
+    ref = {
+        "init_model": str(cpu),
+        "ndcg": {"evaluate_zero_shot": 0.699, "evaluate_finetuned": 0.74},
+    }
     got = {x.stage: x.compare for x in gc.with_comparisons(done, ref)}
-    assert got["init"] is not None and not got["init"].ok and got["init"].metric == "max_abs_weight_diff"
+    assert (
+        got["init"] is not None
+        and not got["init"].ok
+        and got["init"].metric == "max_abs_weight_diff"
+    )
     assert got["evaluate_zero_shot"] is not None and got["evaluate_zero_shot"].ok
     assert got["evaluate_finetuned"] is not None and not got["evaluate_finetuned"].ok  # 0.01
     assert got["finetune_1w_fp32"] is None
-    assert got["finetune_1w_bf16"] is not None and got["finetune_1w_bf16"].diff == pytest.approx(0.005)
+    assert got["finetune_1w_bf16"] is not None and got["finetune_1w_bf16"].diff == pytest.approx(
+        0.005
+    )
 
 
-def test_measured_figures_feed_the_plan_when_given(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    lines = [line("init"), line("evaluate_zero_shot"), line("finetune_1w_bf16"), line("evaluate_finetuned")]
-    lines = [replace(x, throughput=t) for x, t in zip(lines, (5000.0, 2000.0, 640.0, 2500.0), strict=True)]
+def test_measured_figures_feed_the_plan_when_given(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = [
+        line("init"),
+        line("evaluate_zero_shot"),
+        line("finetune_1w_bf16"),
+        line("evaluate_finetuned"),
+    ]
+    lines = [
+        replace(x, throughput=t)
+        for x, t in zip(lines, (5000.0, 2000.0, 640.0, 2500.0), strict=True)
+    ]
     measured = gc.measured_figures(lines, "NVIDIA H200", 1, "MiniLM")
     path = tmp_path / "figures.json"
     gc.write_figures(measured, path)
@@ -144,11 +167,16 @@ def test_measured_figures_feed_the_plan_when_given(tmp_path: Path, capsys: pytes
     argv = ["--preset", "paper", "--dry-run", "--json", "--output", str(tmp_path / "plan")]
     assert reproduce.main([*argv, "--figures", str(path)]) == 0
     plan = json.loads(capsys.readouterr().out)
-    assert "NVIDIA H200" in plan["figures_source"] and plan["assumptions"]["seconds_per_step"] == 0.1
+    assert (
+        "NVIDIA H200" in plan["figures_source"] and plan["assumptions"]["seconds_per_step"] == 0.1
+    )
 
     assert reproduce.main(argv) == 0  # no file given: the built-in figures
     plan = json.loads(capsys.readouterr().out)
-    assert plan["figures_source"] == figures.BUILT_IN.source and plan["assumptions"]["docs_per_s"] == 1000
+    assert (
+        plan["figures_source"] == figures.BUILT_IN.source
+        and plan["assumptions"]["docs_per_s"] == 1000
+    )
 
 
 def test_a_broken_figures_file_is_named(tmp_path: Path) -> None:
@@ -156,13 +184,16 @@ def test_a_broken_figures_file_is_named(tmp_path: Path) -> None:
     path.write_text('{"gpu": "x"}')
     with pytest.raises(InputError, match=r"figures\.json"):
         figures.read_figures(path, batch=64)
-    gc.write_figures(gc.measured_figures([line("init")], "G", 1, "M"), path)  # no evaluate or fine-tune stage ran
+    # no evaluate or fine-tune stage ran
+    gc.write_figures(gc.measured_figures([line("init")], "G", 1, "M"), path)
     with pytest.raises(InputError, match=r"figures\.json: docs_per_s must be a number > 0"):
         figures.read_figures(path, batch=64)
 
 
 @pytest.mark.parametrize("smi", ["missing", "no devices"])
-def test_local_sh_gpu_check_skips_with_one_line_and_installs_nothing(tmp_path: Path, smi: str) -> None:
+def test_local_sh_gpu_check_skips_with_one_line_and_installs_nothing(
+    tmp_path: Path, smi: str
+) -> None:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     if smi == "no devices":  # what nvidia-smi says on a machine with the driver but no GPU
@@ -171,7 +202,13 @@ def test_local_sh_gpu_check_skips_with_one_line_and_installs_nothing(tmp_path: P
     # PYTHON=false: any set-up (venv, pip) would fail, so exit 0 proves the skip came first.
     env = {**os.environ, "PATH": f"{bin_dir}:/usr/bin:/bin", "PYTHON": "false"}
     done = subprocess.run(
-        ["bash", str(REPO / "cluster" / "local.sh"), "gpu-check"], env=env, capture_output=True, text=True, timeout=30
+        ["bash", str(REPO / "cluster" / "local.sh"), "gpu-check"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.count("\n") == 1 and "skipped: no CUDA GPU" in done.stdout and done.stderr == ""
+    assert (
+        done.stdout.count("\n") == 1 and "skipped: no CUDA GPU" in done.stdout and done.stderr == ""
+    )

@@ -1,6 +1,7 @@
-"""The house rules, read from the source (no import runs): no import cycle, counting imports inside functions (Ray
-keeps such a test for its train package); no import against the layers; ``kw_only`` on every dataclass of three or
-more fields; few untyped signatures. The figures come from ``scripts/house_figures.py``, which a person runs too."""
+"""The house rules, read from the source (no import runs): no import cycle, counting imports inside
+functions (Ray keeps such a test for its train package); no import against the layers; ``kw_only``
+on every dataclass of three or more fields; few untyped signatures. The figures come from
+``scripts/house_figures.py``, which a person runs too."""
 
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def house() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("house_figures", REPO / "scripts" / "house_figures.py")
+    spec = importlib.util.spec_from_file_location(
+        "house_figures", REPO / "scripts" / "house_figures.py"
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules.setdefault("house_figures", module)
@@ -25,7 +28,9 @@ def house() -> ModuleType:
     return module
 
 
-def test_the_cycle_finder_sees_a_cycle_closed_inside_a_function(house: ModuleType, tmp_path: Path) -> None:
+def test_the_cycle_finder_sees_a_cycle_closed_inside_a_function(
+    house: ModuleType, tmp_path: Path
+) -> None:
     package = tmp_path / "sembridge_ray"
     package.mkdir()
     (package / "__init__.py").write_text("")
@@ -57,14 +62,17 @@ def _dataclass_decorator(node: ast.ClassDef) -> ast.expr | None:
 def _fields(node: ast.ClassDef) -> int:
     """Annotated class attributes that are dataclass fields (``ClassVar`` ones are not)."""
     return sum(
-        isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name) and "ClassVar" not in ast.unparse(s.annotation)
+        isinstance(s, ast.AnnAssign)
+        and isinstance(s.target, ast.Name)
+        and "ClassVar" not in ast.unparse(s.annotation)
         for s in node.body
     )
 
 
 def _kw_only(decorator: ast.expr) -> bool:
     return isinstance(decorator, ast.Call) and any(
-        k.arg == "kw_only" and isinstance(k.value, ast.Constant) and k.value.value is True for k in decorator.keywords
+        k.arg == "kw_only" and isinstance(k.value, ast.Constant) and k.value.value is True
+        for k in decorator.keywords
     )
 
 

@@ -1,8 +1,10 @@
-"""Every config key of every job either shapes the run's identity or is listed in that job's ``NOT_IDENTITY``.
+"""Every config key of every job either shapes the run's identity or is listed in that job's
+``NOT_IDENTITY``.
 
-For the single jobs a key is in the identity when changing it changes the fingerprint; for ``reproduce``, when
-changing it changes a planned stage's identity or what the demo's assets are built from. No key may do neither
-unless it is documented as not shaping a result, and every documented key must exist."""
+For the single jobs a key is in the identity when changing it changes the fingerprint; for
+``reproduce``, when changing it changes a planned stage's identity or what the demo's assets are
+built from. No key may do neither unless it is documented as not shaping a result, and every
+documented key must exist."""
 
 from __future__ import annotations
 
@@ -60,13 +62,19 @@ def _perturbed(value: Any, tp: Any, key: str) -> Any:
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if type(None) in args:
         inner = next(a for a in args if a is not type(None))
-        return perturbed(value, inner, key) if value is not None else {int: 7, float: 0.5, str: "x"}[inner]
+        return (
+            perturbed(value, inner, key)
+            if value is not None
+            else {int: 7, float: 0.5, str: "x"}[inner]
+        )
     if origin is tuple:
         choices = field_choices.get(key)
         if choices:
             extra = [c for c in choices if c not in value]
             return (*value, extra[0]) if extra else tuple(value[:-1])
-        return tuple(value[:-1]) if len(value) > 1 else (*value, "x=y" if "=" in str(value) else "5")
+        return (
+            tuple(value[:-1]) if len(value) > 1 else (*value, "x=y" if "=" in str(value) else "5")
+        )
     if tp is bool:
         return not value
     if tp is int:
@@ -101,8 +109,15 @@ def test_every_key_of_a_job_is_in_its_identity_or_documented_as_not_shaping_it(j
     documented = cls.NOT_IDENTITY
     assert [e for e in documented if not any(k == e or k.startswith(e + ".") for k in keys)] == []
     variants: list[Config] = [cls()]
-    if cls is InitConfig:  # some keys matter only to some methods, with position-aware bridging or SemBridge+'s options
-        on = {"position_aware": True, "bridge_space": "abtt", "fvt_weight": 0.5, "lsq_ridge": 0.5, "random_blend": 0.5}
+    # some keys matter only to some methods, with position-aware bridging or SemBridge+'s options
+    if cls is InitConfig:
+        on = {
+            "position_aware": True,
+            "bridge_space": "abtt",
+            "fvt_weight": 0.5,
+            "lsq_ridge": 0.5,
+            "random_blend": 0.5,
+        }
         entmax = {"adaptive_support": "fixed"}  # only an α-entmax bridge has a support to adapt
         variants = [
             InitConfig.from_dict(
@@ -110,7 +125,10 @@ def test_every_key_of_a_job_is_in_its_identity_or_documented_as_not_shaping_it(j
                     "method": m,
                     **{
                         k: v
-                        for k, v in {**on, **(entmax if m in ("sembridge", "sembridge_plus") else {})}.items()
+                        for k, v in {
+                            **on,
+                            **(entmax if m in ("sembridge", "sembridge_plus") else {}),
+                        }.items()
                         if k not in METHODS[m].recipe
                     },
                 }
@@ -118,16 +136,22 @@ def test_every_key_of_a_job_is_in_its_identity_or_documented_as_not_shaping_it(j
             for m in METHOD_NAMES
         ]
         variants.append(InitConfig().with_settings(alpha=1.0))  # the softmax's candidate cut
-    if cls is MalstmConfig:  # the context vectors' keys with minilm-context only, oov_std with a word2vec file
+    # the context vectors' keys with minilm-context only, oov_std with a word2vec file
+    if cls is MalstmConfig:
         variants += [
             MalstmConfig.from_dict({"vectors": {"source": "minilm-context"}}),
             MalstmConfig.from_dict({"vectors": {"source": "word2vec:/x.bin"}}),
         ]
-    if cls is FinetuneConfig:  # the embedding-only warm-up's keys are recorded only when it is on, eval_* with eval,
+    # the embedding-only warm-up's keys are recorded only when it is on, eval_* with eval,
+    if cls is FinetuneConfig:
         # the ranking loss when it is not InfoNCE
         variants.append(
             FinetuneConfig.from_dict(
-                {"optim": {"embedding_warmup_steps": 3}, "eval": "dev", "loss": {"ranking": "infonce_symmetric"}}
+                {
+                    "optim": {"embedding_warmup_steps": 3},
+                    "eval": "dev",
+                    "loss": {"ranking": "infonce_symmetric"},
+                }
             )
         )
     shaping = {k for cfg in variants for k in cfg.identity_settings()}
@@ -145,8 +169,9 @@ def test_every_key_of_a_job_is_in_its_identity_or_documented_as_not_shaping_it(j
 
 
 def first_valid(cls: type[Config], data: dict[str, Any], key: str, values: list[Any]) -> Config:
-    """The config with ``key`` set to the first of ``values`` its checks accept (a method whose recipe fixes a key
-    the base sets otherwise, e.g. sembridge_plus against bridge_space=abtt, is refused and the next one tried)."""
+    """The config with ``key`` set to the first of ``values`` its checks accept (a method whose
+    recipe fixes a key the base sets otherwise, e.g. sembridge_plus against bridge_space=abtt, is
+    refused and the next one tried)."""
     errors = []
     for value in values:
         try:
@@ -157,9 +182,14 @@ def first_valid(cls: type[Config], data: dict[str, Any], key: str, values: list[
 
 
 def stage_fingerprints(cfg: ReproduceConfig, files: dict[str, Path]) -> dict[str, Any]:
-    """Everything a reproduction's results depend on: each planned stage's identity and the demo assets' record."""
-    planned = plan(cfg, 0.0, files=files, identify=Identities(compute=lambda kind, name: f"{kind}:{name}"))
-    found: dict[str, Any] = {f"{c}/{s.name}": s.identity.fingerprint for c, s in planned.all_stages()}
+    """Everything a reproduction's results depend on: each planned stage's identity and the demo
+    assets' record."""
+    planned = plan(
+        cfg, 0.0, files=files, identify=Identities(compute=lambda kind, name: f"{kind}:{name}")
+    )
+    found: dict[str, Any] = {
+        f"{c}/{s.name}": s.identity.fingerprint for c, s in planned.all_stages()
+    }
     if cfg.preset in ("demo", "xling"):
         names = demo.ASSETS if cfg.preset == "demo" else XLING_ASSETS
         found |= {f"assets/{n}": demo.asset_settings(demo.ASSETS[n], cfg.demo) for n in names}
@@ -167,11 +197,14 @@ def stage_fingerprints(cfg: ReproduceConfig, files: dict[str, Path]) -> dict[str
 
 
 @pytest.mark.parametrize("preset", ["paper", "demo", "quick", "settings", "convergence", "xling"])
-def test_every_key_of_the_reproduction_reaches_a_stage_identity_or_is_documented(preset: str, tmp_path: Path) -> None:
+def test_every_key_of_the_reproduction_reaches_a_stage_identity_or_is_documented(
+    preset: str, tmp_path: Path
+) -> None:
     base = load_preset_file(PRESET_DIR / f"reproduce_{preset}.yaml")
     assert isinstance(base, ReproduceConfig)
     base = dataclasses.replace(base, output=str(tmp_path / "root"))
-    if base.preset == "paper":  # 2 models x 1 language keep every key's effect visible at a tenth of the cells
+    # 2 models x 1 language keep every key's effect visible at a tenth of the cells
+    if base.preset == "paper":
         base = dataclasses.replace(base, models=base.models[:2], languages=base.languages[:1])
     info = field_info(ReproduceConfig)
     field_choices.clear()
@@ -181,7 +214,9 @@ def test_every_key_of_the_reproduction_reaches_a_stage_identity_or_is_documented
     keys = dotted_keys(ReproduceConfig)
     assert [e for e in documented if not any(k == e or k.startswith(e + ".") for k in keys)] == []
     before = stage_fingerprints(base, files)
-    planned = plan(base, 0.0, files=files, identify=Identities(compute=lambda kind, name: f"{kind}:{name}"))
+    planned = plan(
+        base, 0.0, files=files, identify=Identities(compute=lambda kind, name: f"{kind}:{name}")
+    )
     inert = []
     for key, tp in leaf_types(ReproduceConfig).items():
         section, _, name = key.partition(".")
@@ -193,27 +228,38 @@ def test_every_key_of_the_reproduction_reaches_a_stage_identity_or_is_documented
                 continue  # the stage job's own documented exemptions (resources, caches, ...)
             renamed = type(getattr(base, section)).IDENTITY_NAMES.get(name, name)
             if stages and all(renamed not in s.cfg.identity_settings() for s in stages):
-                continue  # every planned stage's job declares it unused (e.g. WECHSEL's settings in a sembridge grid)
+                # every planned stage's job declares it unused (e.g. WECHSEL's settings in a
+                # sembridge grid)
+                continue
         if base.preset == "paper" and section == "demo":
-            continue  # the miniature's settings do nothing on the hub's assets (DemoSettings says so)
+            # the miniature's settings do nothing on the hub's assets (DemoSettings says so)
+            continue
         if base.preset in ("demo", "xling") and key == "miracl_mirror":
             continue  # only the paper preset's MIRACL cells read it
         if base.preset == "xling" and key in ("demo.test_pairs", "demo.target_vocab"):
-            continue  # the cross-lingual miniature builds neither the SICK retrieval set nor the BPE target
+            # the cross-lingual miniature builds neither the SICK retrieval set nor the BPE target
+            continue
         recipes = [METHODS[parse_variant(m).method].recipe for m in base.methods]
         if section == "init" and any(name.removeprefix("weighting.") in r for r in recipes):
-            continue  # a listed method's recipe fixes it, so any other value is refused (the other presets cover it)
+            # a listed method's recipe fixes it, so any other value is refused (the other presets
+            # cover it)
+            continue
         if base.preset != "xling" and key == "xquad_dir":
             continue  # only the cross-lingual miniature reads XQuAD
         data = _nested_copy(base.to_dict())
         try:
-            changed = ReproduceConfig.from_dict(set_key(data, key, perturbed(flatten(data)[key], tp, key)))
+            changed = ReproduceConfig.from_dict(
+                set_key(data, key, perturbed(flatten(data)[key], tp, key))
+            )
         except ValueError as err:
             pytest.fail(f"{key}: the perturbed value is invalid: {err}")
         try:
             after = stage_fingerprints(changed, files)
         except (KeyError, ValueError):
-            continue  # the plan itself changed: this key picks the cells' inputs (models, languages, ...)
+            # the plan itself changed: this key picks the cells' inputs (models, languages, ...)
+            continue
         if after == before:
             inert.append(key)
-    assert inert == [], f"{preset}: keys that shape no stage and are not in ReproduceConfig.NOT_IDENTITY: {inert}"
+    assert inert == [], (
+        f"{preset}: keys that shape no stage and are not in ReproduceConfig.NOT_IDENTITY: {inert}"
+    )

@@ -1,5 +1,6 @@
-"""``init --grid`` is gone (one grid driver: ``jobs.reproduce``); the flag says where the grid went, in one line.
-The paper grid's plan is ``reproduce --preset paper --dry-run`` (tests/unit/test_reproduce_plan.py)."""
+"""``init --grid`` is gone (one grid driver: ``jobs.reproduce``); the flag says where the grid went,
+in one line. The paper grid's plan is ``reproduce --preset paper --dry-run``
+(tests/unit/test_reproduce_plan.py)."""
 
 from __future__ import annotations
 
@@ -17,4 +18,8 @@ def test_the_grid_flag_points_at_the_reproduction(
 ) -> None:
     assert init_embeddings.main(["--grid", grid, "--output", str(tmp_path)]) == 2
     err = error_lines(capsys)
-    assert len(err) == 1 and "init --grid is gone" in err[0] and "sembridge reproduce --preset paper" in err[0]
+    assert (
+        len(err) == 1
+        and "init --grid is gone" in err[0]
+        and "sembridge reproduce --preset paper" in err[0]
+    )

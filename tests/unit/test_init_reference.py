@@ -1,5 +1,6 @@
-"""The init job's output against a plain, independent reference of the rules (full rows, float64 entmax), on
-tiny models of every tokenizer family; plus the bias policies and the baselines' rules."""
+"""The init job's output against a plain, independent reference of the rules (full rows, float64
+entmax), on tiny models of every tokenizer family; plus the bias policies and the baselines'
+rules."""
 
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ ROLES = ("cls", "sep", "pad", "mask", "unk", "bos", "eos")
 FALLBACK = {"bos": "cls", "eos": "sep", "cls": "bos", "sep": "eos"}
 
 
-# ---- the reference: written from the rules in the issue, sharing no code with sembridge_ray.embed_init ----
+# ---- the reference: written from the rules in the issue, sharing no code with
+# sembridge_ray.embed_init ----
 
 
 def ref_canonical(tok: Any, token: str) -> str:
@@ -73,7 +75,8 @@ def ref_partition(src: Any, tgt: Any) -> tuple[dict[int, int], list[int]]:
         if tid in copies:
             continue
         c = ref_canonical(tgt, token)
-        hit = exact.get(c)  # with all three rules on, symbols/exact/fuzzy reduce to: exact, else fuzzy
+        # with all three rules on, symbols/exact/fuzzy reduce to: exact, else fuzzy
+        hit = exact.get(c)
         if hit is None:
             hit = fuzzy.get(c.replace("▁", "").lower(), (None, None))[1]
         if hit is None:
@@ -91,9 +94,15 @@ def ref_string(tok: Any, tid: int, raw: str) -> str:
 def ref_weights(bridge: Any, src: Any, tgt: Any, rest: list[int], alpha: float) -> torch.Tensor:
     svocab = sorted(src.get_vocab().items(), key=lambda kv: kv[1])
     tvocab = dict((i, t) for t, i in tgt.get_vocab().items())
-    s_vec = bridge.encode([ref_string(src, i, t) for t, i in svocab], convert_to_tensor=True).double()
-    n_vec = bridge.encode([ref_string(tgt, i, tvocab[i]) for i in rest], convert_to_tensor=True).double()
-    cos = torch.nn.functional.normalize(n_vec, dim=1) @ torch.nn.functional.normalize(s_vec, dim=1).T
+    s_vec = bridge.encode(
+        [ref_string(src, i, t) for t, i in svocab], convert_to_tensor=True
+    ).double()
+    n_vec = bridge.encode(
+        [ref_string(tgt, i, tvocab[i]) for i in rest], convert_to_tensor=True
+    ).double()
+    cos = (
+        torch.nn.functional.normalize(n_vec, dim=1) @ torch.nn.functional.normalize(s_vec, dim=1).T
+    )
     w = sparsemax(cos, dim=1) if alpha == 2 else entmax_bisect(cos, alpha=alpha, dim=1, n_iter=60)
     full = torch.zeros(len(rest), max(i for _, i in svocab) + 1, dtype=torch.float64)
     full[:, [i for _, i in svocab]] = w
@@ -122,11 +131,15 @@ def out(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def load(path: Path) -> tuple[Any, Any]:
-    return AutoModelForMaskedLM.from_pretrained(path / "model"), AutoTokenizer.from_pretrained(path / "model")
+    return AutoModelForMaskedLM.from_pretrained(path / "model"), AutoTokenizer.from_pretrained(
+        path / "model"
+    )
 
 
 @pytest.mark.parametrize(("src", "tgt"), COMBOS)
-def test_written_model_matches_the_reference(fixtures_root: Path, out: Path, src: str, tgt: str) -> None:
+def test_written_model_matches_the_reference(
+    fixtures_root: Path, out: Path, src: str, tgt: str
+) -> None:
     result = run(fixtures_root, out, src, tgt)
     model, tok = load(result)
     source = AutoModelForMaskedLM.from_pretrained(fixtures_root / src)
@@ -139,7 +152,9 @@ def test_written_model_matches_the_reference(fixtures_root: Path, out: Path, src
     e_s = source.get_input_embeddings().weight.detach().double()
     expected = torch.zeros(len(t_tok), e_s.shape[1], dtype=torch.float64)
     expected[list(copies)] = e_s[list(copies.values())]
-    w = ref_weights(SentenceTransformer(str(fixtures_root / "bridge"), device="cpu"), s_tok, t_tok, rest, 4.0)
+    w = ref_weights(
+        SentenceTransformer(str(fixtures_root / "bridge"), device="cpu"), s_tok, t_tok, rest, 4.0
+    )
     expected[rest] = w @ e_s
     got = model.get_input_embeddings().weight.detach().double()
     assert (got - expected).abs().max().item() < 1e-4
@@ -148,7 +163,10 @@ def test_written_model_matches_the_reference(fixtures_root: Path, out: Path, src
     b_exp[list(copies)] = b_s[list(copies.values())]
     b_exp[rest] = w @ b_s
     assert (model.get_output_embeddings().bias.detach().double() - b_exp).abs().max().item() < 1e-4
-    assert model.get_output_embeddings().weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()
+    assert (
+        model.get_output_embeddings().weight.data_ptr()
+        == model.get_input_embeddings().weight.data_ptr()
+    )
     assert model.config.pad_token_id == tok.pad_token_id
     vec = SparseEncoder(str(result / "model"), device="cpu").encode(
         ["A man is playing a guitar"], convert_to_tensor=True
@@ -173,10 +191,12 @@ def test_provenance_and_report(fixtures_root: Path, out: Path) -> None:
     import json
 
     rep = json.loads((result / "init_report.json").read_text())
-    assert rep["kinds"]["bridge"] == kinds.count("bridge") and sum(rep["support_histogram"].values()) == kinds.count(
-        "bridge"
+    assert rep["kinds"]["bridge"] == kinds.count("bridge") and sum(
+        rep["support_histogram"].values()
+    ) == kinds.count("bridge")
+    assert {"method", "alpha", "bias", "timings", "fingerprints", "samples", "match_rules"} <= set(
+        rep
     )
-    assert {"method", "alpha", "bias", "timings", "fingerprints", "samples", "match_rules"} <= set(rep)
     assert len(rep["samples"]) == 5 and all(len(s["top"]) <= 3 for s in rep["samples"])
     assert is_complete(result)
 
@@ -188,44 +208,63 @@ def test_bias_policies(fixtures_root: Path, out: Path) -> None:
     assert not bool(zero.get_output_embeddings().bias.any())
     index, _ = load(run(fixtures_root, out, "bert-mlm", "tok-unigram", bias="index"))
     resized = AutoModelForMaskedLM.from_pretrained(fixtures_root / "bert-mlm")
-    resized.resize_token_embeddings(1500, mean_resizing=False)  # what the released reference inherits
+    # what the released reference inherits
+    resized.resize_token_embeddings(1500, mean_resizing=False)
     assert torch.equal(index.get_output_embeddings().bias, resized.get_output_embeddings().bias)
     assert torch.equal(index.get_output_embeddings().bias, b_s[:1500])
 
 
 def test_baselines(fixtures_root: Path, out: Path) -> None:
     prov = {
-        m: pq.read_table(run(fixtures_root, out, "bert-mlm", "tok-unigram", method=m) / "provenance.parquet")
+        m: pq.read_table(
+            run(fixtures_root, out, "bert-mlm", "tok-unigram", method=m) / "provenance.parquet"
+        )
         for m in ("focus", "wechsel", "mean", "random")
     }
     base = pq.read_table(run(fixtures_root, out, "bert-mlm", "tok-unigram") / "provenance.parquet")
     overlap_sources = {
         s[0]
-        for s, k in zip(base.column("source_ids").to_pylist(), base.column("kind").to_pylist(), strict=True)
+        for s, k in zip(
+            base.column("source_ids").to_pylist(), base.column("kind").to_pylist(), strict=True
+        )
         if k == "overlap"
     }
     for ids, kind in zip(
-        prov["focus"].column("source_ids").to_pylist(), prov["focus"].column("kind").to_pylist(), strict=True
+        prov["focus"].column("source_ids").to_pylist(),
+        prov["focus"].column("kind").to_pylist(),
+        strict=True,
     ):
         if kind == "bridge":
             assert set(ids) <= overlap_sources
     sizes = {
         len(i)
         for i, k in zip(
-            prov["wechsel"].column("source_ids").to_pylist(), prov["wechsel"].column("kind").to_pylist(), strict=True
+            prov["wechsel"].column("source_ids").to_pylist(),
+            prov["wechsel"].column("kind").to_pylist(),
+            strict=True,
         )
         if k == "bridge"
     }
     assert sizes == {10}
     assert prov["mean"].column("kind").to_pylist() == prov["random"].column("kind").to_pylist()
-    e_s = AutoModelForMaskedLM.from_pretrained(fixtures_root / "bert-mlm").get_input_embeddings().weight.detach()
+    e_s = (
+        AutoModelForMaskedLM.from_pretrained(fixtures_root / "bert-mlm")
+        .get_input_embeddings()
+        .weight.detach()
+    )
     mean, _ = load(run(fixtures_root, out, "bert-mlm", "tok-unigram", method="mean"))
     rand, _ = load(run(fixtures_root, out, "bert-mlm", "tok-unigram", method="random"))
     rows = [i for i, k in enumerate(prov["mean"].column("kind").to_pylist()) if k == "random"]
-    torch.testing.assert_close(mean.get_input_embeddings().weight[rows], e_s.mean(0).expand(len(rows), -1))
+    torch.testing.assert_close(
+        mean.get_input_embeddings().weight[rows], e_s.mean(0).expand(len(rows), -1)
+    )
     r = rand.get_input_embeddings().weight[rows].detach().double()
-    assert (r.mean(0) - e_s.double().mean(0)).abs().max() < 4 * (e_s.double().std(0).max() / np.sqrt(len(rows)))
-    again, _ = load(run(fixtures_root, out, "bert-mlm", "tok-unigram", method="random", seed=0, samples=4))
+    assert (r.mean(0) - e_s.double().mean(0)).abs().max() < 4 * (
+        e_s.double().std(0).max() / np.sqrt(len(rows))
+    )
+    again, _ = load(
+        run(fixtures_root, out, "bert-mlm", "tok-unigram", method="random", seed=0, samples=4)
+    )
     assert torch.equal(again.get_input_embeddings().weight, rand.get_input_embeddings().weight)
 
 
@@ -235,19 +274,27 @@ def test_empty_overlap_is_reported(fixtures_root: Path, out: Path) -> None:
     result = run(fixtures_root, out, "bert-mlm", "tok-unigram", copy_overlap=False)
     rep = json.loads((result / "init_report.json").read_text())
     assert rep["overlap_empty"] is True and rep["kinds"].get("overlap", 0) == 0
-    # FOCUS keeps its anchors (the tokens that would have been copied), so it does not collapse to sparsemax (α=2).
-    copied = pq.read_table(run(fixtures_root, out, "bert-mlm", "tok-unigram") / "provenance.parquet")
+    # FOCUS keeps its anchors (the tokens that would have been copied), so it does not collapse to
+    # sparsemax (α=2).
+    copied = pq.read_table(
+        run(fixtures_root, out, "bert-mlm", "tok-unigram") / "provenance.parquet"
+    )
     anchors = {
         s[0]
-        for s, k in zip(copied.column("source_ids").to_pylist(), copied.column("kind").to_pylist(), strict=True)
+        for s, k in zip(
+            copied.column("source_ids").to_pylist(), copied.column("kind").to_pylist(), strict=True
+        )
         if k == "overlap"
     }
     focus = pq.read_table(
-        run(fixtures_root, out, "bert-mlm", "tok-unigram", copy_overlap=False, method="focus") / "provenance.parquet"
+        run(fixtures_root, out, "bert-mlm", "tok-unigram", copy_overlap=False, method="focus")
+        / "provenance.parquet"
     )
     used = {
         i
-        for ids, k in zip(focus.column("source_ids").to_pylist(), focus.column("kind").to_pylist(), strict=True)
+        for ids, k in zip(
+            focus.column("source_ids").to_pylist(), focus.column("kind").to_pylist(), strict=True
+        )
         if k == "bridge"
         for i in ids
     }
@@ -258,7 +305,8 @@ def test_empty_overlap_is_reported(fixtures_root: Path, out: Path) -> None:
 def test_a_target_vocabulary_inside_the_source_writes_the_copied_model(
     fixtures_root: Path, out: Path, method: str
 ) -> None:
-    """Nothing left to initialise (the source's own tokenizer as the target): the model is the source, copied."""
+    """Nothing left to initialise (the source's own tokenizer as the target): the model is the
+    source, copied."""
     result = run(fixtures_root, out, "bert-mlm", "bert-mlm", method=method)
     assert is_complete(result)
     model, _ = load(result)
@@ -280,7 +328,11 @@ def test_missing_inputs_are_named(fixtures_root: Path, tmp_path: Path) -> None:
         initialise(cfg)
     with pytest.raises(InputError, match="nothing-here"):
         initialise(
-            replace(cfg, source_model=str(fixtures_root / "bert-mlm"), target_tokenizer=str(tmp_path / "nothing-here"))
+            replace(
+                cfg,
+                source_model=str(fixtures_root / "bert-mlm"),
+                target_tokenizer=str(tmp_path / "nothing-here"),
+            )
         )
     with pytest.raises(InputError, match="bridge model"):
         initialise(

@@ -1,6 +1,7 @@
-"""Every job under the output contract, without Ray: values checked when configs are built, reruns with other
-settings refused (and --overwrite honoured), failed reruns leaving a finished output byte-identical, errors of the
-input or environment as one line and exit 2, readable and reproducible artefacts (the init job in-process)."""
+"""Every job under the output contract, without Ray: values checked when configs are built, reruns
+with other settings refused (and --overwrite honoured), failed reruns leaving a finished output
+byte-identical, errors of the input or environment as one line and exit 2, readable and reproducible
+artefacts (the init job in-process)."""
 
 from __future__ import annotations
 
@@ -47,16 +48,31 @@ from tests.unit.test_outputs import snapshot
         (lambda: EvaluateConfig(top_k=0), "top_k=0: must be >= 1"),
         (lambda: EvaluateConfig(run_tag="two words"), "must be one word"),
         (lambda: MalstmConfig(restarts=0), "restarts=0: must be >= 1"),
-        (lambda: MalstmConfig.from_dict({"train": {"rho": "1.5"}}), "train.rho=1.5: must be in (0, 1)"),
+        (
+            lambda: MalstmConfig.from_dict({"train": {"rho": "1.5"}}),
+            "train.rho=1.5: must be in (0, 1)",
+        ),
         (lambda: ReproduceConfig(methods=("sembridge", "nope")), "unknown method 'nope'"),
         (lambda: ReproduceConfig(alphas=("0.5",)), "'0.5' is not a number >= 1"),
-        (lambda: FinetuneConfig.from_dict({"optim": {"lr": "inf"}}), "optim.lr=inf: must be a finite number"),
+        (
+            lambda: FinetuneConfig.from_dict({"optim": {"lr": "inf"}}),
+            "optim.lr=inf: must be a finite number",
+        ),
         (lambda: FinetuneConfig.from_dict({"optim": {"lr": "10"}}), "optim.lr=10.0: must be <= 1"),
         (lambda: InitConfig.from_dict({"alpha": "inf"}), "alpha=inf: must be a finite number"),
-        (lambda: InitConfig.from_dict({"temperature": "inf"}), "temperature=inf: must be a finite number"),
-        (lambda: InitConfig.from_dict({"wechsel_temperature": "nan"}), "wechsel_temperature=nan: must be a finite"),
+        (
+            lambda: InitConfig.from_dict({"temperature": "inf"}),
+            "temperature=inf: must be a finite number",
+        ),
+        (
+            lambda: InitConfig.from_dict({"wechsel_temperature": "nan"}),
+            "wechsel_temperature=nan: must be a finite",
+        ),
         (lambda: ReproduceConfig(alphas=("4", "inf")), "'inf' is not a finite number"),
-        (lambda: ReproduceConfig.from_dict({"init": {"method": "focus"}}), "init.method='focus': is set per cell"),
+        (
+            lambda: ReproduceConfig.from_dict({"init": {"method": "focus"}}),
+            "init.method='focus': is set per cell",
+        ),
         (  # the embedding-only warm-up's learning rate is bounded as lr alone is
             lambda: OptimConfig(lr=1.0, embedding_warmup_steps=5, embedding_warmup_lr_scale=1e6),
             "embedding_warmup_lr_scale=1000000.0: with lr 1 the warm-up's learning rate is 1e",
@@ -64,14 +80,16 @@ from tests.unit.test_outputs import snapshot
     ],
 )
 def test_configs_reject_out_of_range_values_when_built(build, message: str) -> None:
-    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+    with pytest.raises(
+        ConfigError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")
+    ):
         build()
 
 
 def test_bad_alpha_fails_in_the_driver_before_any_heavy_import(tmp_path: Path) -> None:
-    """Refused while the config is read: neither Ray nor transformers or sentence-transformers is imported
-    (what makes such a refusal take a second, not minutes: a property, where a wall-clock bound would fail on a
-    loaded machine)."""
+    """Refused while the config is read: neither Ray nor transformers or sentence-transformers is
+    imported (what makes such a refusal take a second, not minutes: a property, where a wall-clock
+    bound would fail on a loaded machine)."""
     heavy = ("ray", "transformers", "sentence_transformers")
     code = (
         "import sys, jobs.init_embeddings as job; rc = job.main(sys.argv[1:]); "
@@ -104,7 +122,8 @@ def test_bad_alpha_fails_in_the_driver_before_any_heavy_import(tmp_path: Path) -
 
 
 class RayTaskErrorLike(InputError):
-    """What Ray raises for a worker's exception: an instance of the cause's class too, whose text is a traceback."""
+    """What Ray raises for a worker's exception: an instance of the cause's class too, whose text is
+    a traceback."""
 
     def __init__(self, cause: BaseException) -> None:
         super().__init__("ray::UDF() (pid=1, ip=127.0.0.1)\n  File ...\nTraceback ...")
@@ -121,7 +140,9 @@ def test_user_errors_are_found_inside_ray_wrappers_and_bugs_are_not() -> None:
     bad_model = InputError("cannot load bridge model 'x': not a directory")
     assert user_error(RayTaskErrorLike(bad_model)) == str(bad_model)
     wrapped = RuntimeError("map_batches failed")
-    wrapped.__cause__ = RayTaskErrorLike(OSError(errno.ENOSPC, "No space left on device", "/out/cache/x.parquet"))
+    wrapped.__cause__ = RayTaskErrorLike(
+        OSError(errno.ENOSPC, "No space left on device", "/out/cache/x.parquet")
+    )
     assert user_error(wrapped) == "/out/cache/x.parquet: No space left on device (disk full)"
     rust = RuntimeError(
         "Error while serializing: IoError(Os { code: 30, kind: ReadOnlyFilesystem, message: "
@@ -132,7 +153,10 @@ def test_user_errors_are_found_inside_ray_wrappers_and_bugs_are_not() -> None:
         user_error(PermissionError(errno.EACCES, "Permission denied", "/shared/out"))
         == "/shared/out: Permission denied (permission denied)"
     )
-    assert user_error(KeyError("step")) is None and user_error(FileNotFoundError(errno.ENOENT, "gone")) is None
+    assert (
+        user_error(KeyError("step")) is None
+        and user_error(FileNotFoundError(errno.ENOENT, "gone")) is None
+    )
     bug = RuntimeError("bug while handling")
     bug.__context__ = InputError("an earlier, handled problem")
     assert user_error(bug) is None
@@ -153,13 +177,17 @@ def init_cfg(fixtures_root: Path, tmp_path: Path) -> InitConfig:
     )
 
 
-def test_init_rerun_with_other_settings_is_refused_and_overwrite_redoes(init_cfg: InitConfig) -> None:
+def test_init_rerun_with_other_settings_is_refused_and_overwrite_redoes(
+    init_cfg: InitConfig,
+) -> None:
     out = Path(initialise(init_cfg).output)
     before = snapshot(out)
     changed = init_cfg.with_settings(method="focus", alpha=2.0)
     with pytest.raises(InputError) as err:
         initialise(changed)
-    assert "alpha: 4.0 → (unset)" in str(err.value) and "method: sembridge → focus" in str(err.value)
+    assert "alpha: 4.0 → (unset)" in str(err.value) and "method: sembridge → focus" in str(
+        err.value
+    )
     assert snapshot(out) == before
     assert initialise(init_cfg).skipped
     redone = initialise(replace(changed, overwrite=True))
@@ -199,7 +227,10 @@ def test_a_bad_bridge_model_is_one_line_from_the_driver(
         "--output",
         init_cfg.output,
     ]
-    for bridge, reason in ((str(not_a_model), "is not a model directory"), ("no-org/no-such-bridge", "not found")):
+    for bridge, reason in (
+        (str(not_a_model), "is not a model directory"),
+        ("no-org/no-such-bridge", "not found"),
+    ):
         assert init_embeddings.main([*args, "--bridge-model", bridge]) == 2
         # progress log lines (timestamped) may precede it; the error itself is one line
         err = error_lines(capsys)
@@ -220,7 +251,10 @@ def test_output_path_that_is_a_file_is_one_line(
         init_cfg.bridge_model,
     ]
     assert init_embeddings.main([*args, "--output", str(tmp_path / "a-file")]) == 2
-    assert capsys.readouterr().err.strip() == f"error: output {tmp_path / 'a-file'} exists and is not a directory"
+    assert (
+        capsys.readouterr().err.strip()
+        == f"error: output {tmp_path / 'a-file'} exists and is not a directory"
+    )
     assert (
         finetune.main(
             [
@@ -247,7 +281,9 @@ def test_read_only_and_full_filesystems_are_one_line(
 ) -> None:
     real_access = os.access
     parent = Path(init_cfg.output).parent
-    monkeypatch.setattr(os, "access", lambda p, m: False if str(p) == str(parent) else real_access(p, m))
+    monkeypatch.setattr(
+        os, "access", lambda p, m: False if str(p) == str(parent) else real_access(p, m)
+    )
     assert run_init_job(init_cfg) == 2
     assert capsys.readouterr().err.strip() == (
         f"error: output {init_cfg.output}: {parent} is not writable (permission denied)"
@@ -270,19 +306,29 @@ def test_read_only_and_full_filesystems_are_one_line(
 def _mount_tmpfs(path: Path, options: str) -> bool:
     path.mkdir(parents=True, exist_ok=True)
     return (
-        subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True).returncode == 0
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True
+        ).returncode
+        == 0
     )
 
 
 @pytest.mark.parametrize(
-    ("options", "expected"), [("ro,size=1m", "(read-only file system)"), ("size=96k", "(disk full)")]
+    ("options", "expected"),
+    [("ro,size=1m", "(read-only file system)"), ("size=96k", "(disk full)")],
 )
 def test_real_read_only_and_full_filesystems(
-    init_cfg: InitConfig, tmp_path: Path, options: str, expected: str, capsys: pytest.CaptureFixture[str]
+    init_cfg: InitConfig,
+    tmp_path: Path,
+    options: str,
+    expected: str,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     mount = tmp_path / "mnt"
     if not _mount_tmpfs(mount, options):
-        pytest.skip("cannot mount a tmpfs here (needs root); the injected-error test covers the message")
+        pytest.skip(
+            "cannot mount a tmpfs here (needs root); the injected-error test covers the message"
+        )
     try:
         out = mount / "init"
         assert run_init_job(replace(init_cfg, output=str(out))) == 2
@@ -307,10 +353,17 @@ def test_model_weights_are_readable_by_others(init_cfg: InitConfig) -> None:
 def test_two_runs_give_byte_identical_artefacts(init_cfg: InitConfig, tmp_path: Path) -> None:
     a = snapshot(Path(initialise(init_cfg).output))
     b = snapshot(
-        Path(initialise(replace(init_cfg, output=str(tmp_path / "again"), cache_dir=str(tmp_path / "cache2"))).output)
+        Path(
+            initialise(
+                replace(
+                    init_cfg, output=str(tmp_path / "again"), cache_dir=str(tmp_path / "cache2")
+                )
+            ).output
+        )
     )
     reports = [json.loads(x.pop("init_report.json")) for x in (a, b)]
-    configs = [yaml.safe_load(x.pop("config.yaml")) for x in (a, b)]  # they name their own output and cache
+    # they name their own output and cache
+    configs = [yaml.safe_load(x.pop("config.yaml")) for x in (a, b)]
     a.pop(SUCCESS), b.pop(SUCCESS)  # holds a finish time
     assert a == b
     assert [{k: v for k, v in c.items() if k not in ("output", "cache_dir")} for c in configs] == [
@@ -331,17 +384,24 @@ def test_a_run_identity_differs_only_in_what_shapes_the_result() -> None:
         overwrite=True,
         resources=ResourceConfig(workers=7),
     )
-    inputs = {"source_model": "sha256:1", "target_tokenizer": "sha256:2", "bridge_model": "sha256:3"}
+    inputs = {
+        "source_model": "sha256:1",
+        "target_tokenizer": "sha256:2",
+        "bridge_model": "sha256:3",
+    }
     assert cfg.identity("init", inputs) == same.identity("init", inputs)
     mean = replace(cfg, method="mean")
-    assert mean.with_settings(alpha=2.0).identity_settings() == mean.identity_settings()  # mean has no α
+    # mean has no α
+    assert mean.with_settings(alpha=2.0).identity_settings() == mean.identity_settings()
     assert (
-        RunIdentity(job="init", settings={"a": 1}).fingerprint != RunIdentity(job="init", settings={"a": 2}).fingerprint
+        RunIdentity(job="init", settings={"a": 1}).fingerprint
+        != RunIdentity(job="init", settings={"a": 2}).fingerprint
     )
 
 
 def test_claim_is_the_only_way_in(tmp_path: Path) -> None:
-    """A job that skips never takes the lock or writes; one that refuses never creates the directory."""
+    """A job that skips never takes the lock or writes; one that refuses never creates the
+    directory."""
     ident = RunIdentity(job="t", settings={"x": 1})
     with claim_output(tmp_path / "o", ident) as claim:
         claim.finish()

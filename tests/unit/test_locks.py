@@ -1,4 +1,5 @@
-"""The output lock across pid namespaces (containers sharing a hostname and an NFS output) and a missing output."""
+"""The output lock across pid namespaces (containers sharing a hostname and an NFS output) and a
+missing output."""
 
 from __future__ import annotations
 
@@ -42,7 +43,9 @@ def test_the_namespace_names_this_kernel_and_pid_namespace() -> None:
 
 
 @pytest.mark.parametrize("recorded", ["other", "unrecorded"])
-def test_a_dead_pid_of_another_namespace_is_held_while_its_heartbeat_is_fresh(tmp_path: Path, recorded: str) -> None:
+def test_a_dead_pid_of_another_namespace_is_held_while_its_heartbeat_is_fresh(
+    tmp_path: Path, recorded: str
+) -> None:
     out = tmp_path / "out"
     pid_ns = _other_namespace() if recorded == "other" else ""
     _write_lock(out, _dead_pid(), HOST, age_s=SAME_HOST_STALE_S / 3, pid_ns=pid_ns)
@@ -59,8 +62,8 @@ def test_a_dead_pid_of_another_namespace_is_held_while_its_heartbeat_is_fresh(tm
 
 
 def test_an_old_heartbeat_does_not_break_a_lock_whose_pid_runs(tmp_path: Path) -> None:
-    """Another namespace, heartbeat past the same-host limit, but the pid runs here: it may be the owner (held until
-    the heartbeat is older than STALE_AFTER_S, as for another host)."""
+    """Another namespace, heartbeat past the same-host limit, but the pid runs here: it may be the
+    owner (held until the heartbeat is older than STALE_AFTER_S, as for another host)."""
     out = tmp_path / "out"
     _write_lock(out, os.getppid(), HOST, age_s=SAME_HOST_STALE_S + 10, pid_ns=_other_namespace())
     with pytest.raises(OutputLocked, match=f"pid {os.getppid()} on host {HOST}"):
@@ -76,10 +79,14 @@ def test_a_lock_written_by_a_newer_version_is_read(tmp_path: Path) -> None:
         OutputLock(out).acquire()
 
 
-def test_an_output_under_a_dangling_symlink_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_output_under_a_dangling_symlink_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     link = tmp_path / "out"
     link.symlink_to(tmp_path / "gone" / "out")
-    with pytest.raises(InputError, match=f"output {link} is a symbolic link to {tmp_path / 'gone' / 'out'}, which"):
+    with pytest.raises(
+        InputError, match=f"output {link} is a symbolic link to {tmp_path / 'gone' / 'out'}, which"
+    ):
         OutputLock(link).acquire()
 
     def body() -> int:
@@ -88,13 +95,18 @@ def test_an_output_under_a_dangling_symlink_is_one_line(tmp_path: Path, capsys: 
 
     assert run_job(body) == 2
     target = tmp_path / "gone" / "out"
-    assert error_lines(capsys) == [f"error: output {link} is a symbolic link to {target}, which does not exist"]
+    assert error_lines(capsys) == [
+        f"error: output {link} is a symbolic link to {target}, which does not exist"
+    ]
     assert not (tmp_path / "gone").exists()
 
 
-def test_a_live_owner_in_this_namespace_keeps_its_lock_however_old_its_heartbeat(tmp_path: Path) -> None:
-    """The pid decides for a holder on this host and pid namespace: an owner paused for an hour (SIGSTOP, a frozen
-    container) or an output filesystem whose clock is far behind must not lose its lock to an --overwrite."""
+def test_a_live_owner_in_this_namespace_keeps_its_lock_however_old_its_heartbeat(
+    tmp_path: Path,
+) -> None:
+    """The pid decides for a holder on this host and pid namespace: an owner paused for an hour
+    (SIGSTOP, a frozen container) or an output filesystem whose clock is far behind must not lose
+    its lock to an --overwrite."""
     from sembridge_ray.locks import _proc_start
 
     out = tmp_path / "out"
@@ -118,9 +130,9 @@ def test_a_live_owner_in_this_namespace_keeps_its_lock_however_old_its_heartbeat
 def test_another_hosts_heartbeat_is_aged_on_the_output_filesystems_clock(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """This machine's clock an hour ahead of the output filesystem's (NFS with clock skew): another host's lock
-    touched just now is fresh, as the filesystem stamps it; one touched longer ago than STALE_AFTER_S on that clock
-    is stale."""
+    """This machine's clock an hour ahead of the output filesystem's (NFS with clock skew): another
+    host's lock touched just now is fresh, as the filesystem stamps it; one touched longer ago than
+    STALE_AFTER_S on that clock is stale."""
     out = tmp_path / "out"
     _write_lock(out, 4242, "another-host")
     os.utime(out / LOCK)  # touched now, on the filesystem's clock

@@ -1,5 +1,6 @@
-"""The logging setup without Ray: Ray's known false alarms dropped, real errors kept, no colour codes in a log
-file, the report after every log line, and ``ray job submit``'s own lines as cluster/local.sh shows them."""
+"""The logging setup without Ray: Ray's known false alarms dropped, real errors kept, no colour
+codes in a log file, the report after every log line, and ``ray job submit``'s own lines as
+cluster/local.sh shows them."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import pytest
 from sembridge_ray import logs
 from sembridge_ray.logs import is_false_alarm, job_submit_line, ray_environment
 
-# Ray's lines as they come: the driver's own C++ core (straight to fd 2), and a worker's, forwarded with its
-# coloured prefix.
+# Ray's lines as they come: the driver's own C++ core (straight to fd 2), and a worker's, forwarded
+# with its coloured prefix.
 DRIVER_ALARM = (
     "[2026-12-03 06:23:13,876 E 19994 19994] core_worker.cc:2465: Actor with class name: "
     "'MapWorker(MapBatches(SparseEncodeUDF))' and ID: '56a52f15bafbe29cc3996f8b01000000' has constructor arguments "
@@ -30,8 +31,11 @@ REAL_ERROR = "[2026-12-03 06:23:14,000 E 19994 19994] core_worker.cc:812: Failed
 def test_the_known_false_alarms_and_nothing_else() -> None:
     assert is_false_alarm(DRIVER_ALARM) and is_false_alarm(WORKER_ALARM)
     assert not is_false_alarm(REAL_ERROR)
-    assert not is_false_alarm("2026-12-03 06:24:15,002 ERROR sembridge_ray.distributed.reproduce: cell x failed")
-    assert not is_false_alarm("Actor with class name: 'A' has constructor arguments")  # not the C++ core's line
+    assert not is_false_alarm(
+        "2026-12-03 06:24:15,002 ERROR sembridge_ray.distributed.reproduce: cell x failed"
+    )
+    # not the C++ core's line
+    assert not is_false_alarm("Actor with class name: 'A' has constructor arguments")
     assert all(alarm.why for alarm in logs.FALSE_ALARMS)
 
 
@@ -39,7 +43,9 @@ class GetTimeoutError(Exception):
     """Named as Ray's: the filter matches the class name, so these tests need no Ray."""
 
 
-def test_ray_trains_transient_timeouts_are_dropped_twice_then_shown(caplog: pytest.LogCaptureFixture) -> None:
+def test_ray_trains_transient_timeouts_are_dropped_twice_then_shown(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     alarm = next(a for a in logs.FALSE_ALARMS if a.logger)
     logger = logging.getLogger(f"{alarm.logger}.test")  # a child: the filter is the test's alone
     logger.addFilter(logs.AlarmFilter(alarm))
@@ -49,20 +55,30 @@ def test_ray_trains_transient_timeouts_are_dropped_twice_then_shown(caplog: pyte
         try:
             raise error
         except Exception:
-            logger.warning("Failed to %s resource request for train-1. If this only happens ...", what, exc_info=True)
+            logger.warning(
+                "Failed to %s resource request for train-1. If this only happens ...",
+                what,
+                exc_info=True,
+            )
 
     warn(ValueError("another cause"))  # shown: not the transient timeout
     warn(GetTimeoutError("Get timed out"))
     warn(GetTimeoutError("Get timed out"), "cancel")
-    assert [r.exc_info[1].__class__.__name__ for r in caplog.records if r.exc_info] == ["ValueError"]
+    assert [r.exc_info[1].__class__.__name__ for r in caplog.records if r.exc_info] == [
+        "ValueError"
+    ]
     warn(GetTimeoutError("Get timed out"))  # the third: it persists, so it shows
     assert len(caplog.records) == 2
     logs.filter_false_alarm_records()
     logs.filter_false_alarm_records()
-    assert sum(isinstance(f, logs.AlarmFilter) for f in logging.getLogger(alarm.logger).filters) == 1
+    assert (
+        sum(isinstance(f, logs.AlarmFilter) for f in logging.getLogger(alarm.logger).filters) == 1
+    )
 
 
-def test_ray_environment_no_colour_in_files_and_the_alarms_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ray_environment_no_colour_in_files_and_the_alarms_skipped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setattr(logs, "terminal_output", lambda: False)
     env = ray_environment({})
     assert env["RAY_COLOR_PREFIX"] == "0"
@@ -95,7 +111,11 @@ Running entrypoint for job raysubmit_xT9r3xEVx2ZtxcQQ: python -m jobs.demo --out
 
 
 def test_ray_job_submit_says_which_job_and_keeps_what_matters() -> None:
-    shown = [s for line in SUBMIT.splitlines() if (s := job_submit_line(line, "http://127.0.0.1:59265")) is not None]
+    shown = [
+        s
+        for line in SUBMIT.splitlines()
+        if (s := job_submit_line(line, "http://127.0.0.1:59265")) is not None
+    ]
     assert shown == [
         "[local.sh] submitted job raysubmit_xT9r3xEVx2ZtxcQQ (to stop it: ray job stop raysubmit_xT9r3xEVx2ZtxcQQ "
         "--address http://127.0.0.1:59265)",

@@ -8,7 +8,13 @@ import pytest
 from sembridge_ray.siamese import augment as aug
 from sembridge_ray.siamese.data import TokenPair
 
-THESAURUS = {"man": ["guy", "valet"], "playing": ["play"], "guitar": ["axe"], "dog": ["hound"], "runs": ["sprints"]}
+THESAURUS = {
+    "man": ["guy", "valet"],
+    "playing": ["play"],
+    "guitar": ["axe"],
+    "dog": ["hound"],
+    "runs": ["sprints"],
+}
 COSINE = {
     ("man", "guy"): 0.9,
     ("man", "valet"): 0.2,
@@ -27,8 +33,12 @@ def pair(pid: str, a: str, b: str, score: float = 4.0) -> TokenPair:
     return TokenPair(pair_id=pid, a=tuple(a.split()), b=tuple(b.split()), score=score)
 
 
-def run(pairs: list[TokenPair], gate: float = 0.6, passes: int = 10, seed: int = 0) -> list[TokenPair]:
-    draws = aug.draw_substitutions(pairs, THESAURUS, similarity, passes, np.random.default_rng(seed))
+def run(
+    pairs: list[TokenPair], gate: float = 0.6, passes: int = 10, seed: int = 0
+) -> list[TokenPair]:
+    draws = aug.draw_substitutions(
+        pairs, THESAURUS, similarity, passes, np.random.default_rng(seed)
+    )
     return aug.apply_gate(pairs, draws, gate)
 
 
@@ -67,7 +77,8 @@ def test_gates_compare_on_the_same_draws_and_choose_gate_meets_the_target() -> N
     draws = aug.draw_substitutions(pairs, THESAURUS, similarity, 10, np.random.default_rng(0))
     loose, strict = aug.apply_gate(pairs, draws, 0.6), aug.apply_gate(pairs, draws, 0.85)
     assert len(strict) < len(loose)
-    assert {w for p in strict for w in (*p.a, *p.b)} & {"play", "axe"} == set()  # cosines 0.8, 0.7 < 0.85
+    # cosines 0.8, 0.7 < 0.85
+    assert {w for p in strict for w in (*p.a, *p.b)} & {"play", "axe"} == set()
     gate = aug.choose_gate(pairs, draws, 0.6, target=len(strict))
     assert gate > 0.6 and len(aug.apply_gate(pairs, draws, gate)) <= len(strict)
     assert aug.choose_gate(pairs, draws, 0.6, target=10**6) == 0.6
@@ -96,7 +107,9 @@ class _WordNet:
 
 def test_wordnet_candidates_are_deduplicated_head_lemmas_minus_the_word() -> None:
     assert aug.wordnet_candidates("Riding", _WordNet()) == ["ride", "drive"]
-    assert aug.build_thesaurus(["Riding", "riding", "xyzzy"], _WordNet()) == {"riding": ["ride", "drive"]}
+    assert aug.build_thesaurus(["Riding", "riding", "xyzzy"], _WordNet()) == {
+        "riding": ["ride", "drive"]
+    }
 
 
 def test_bundled_thesaurus_carries_the_wordnet_licence_and_reads_back() -> None:
@@ -114,4 +127,6 @@ def test_bundled_thesaurus_is_what_wordnet_gives(shared_data: Path) -> None:
         pytest.skip("WordNet not readable")
     bundled = aug.read_thesaurus(aug.BUNDLED_THESAURUS)
     sample = sorted(bundled)[::10]
-    assert {w: aug.wordnet_candidates(w, wordnet) for w in sample} == {w: bundled[w] for w in sample}
+    assert {w: aug.wordnet_candidates(w, wordnet) for w in sample} == {
+        w: bundled[w] for w in sample
+    }

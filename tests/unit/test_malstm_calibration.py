@@ -16,7 +16,8 @@ from sembridge_ray.siamese.calibration import (
 
 
 def _data(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Gold relatedness on 1-5 and a noisy, bent, compressed raw score, like an uncalibrated MaLSTM."""
+    """Gold relatedness on 1-5 and a noisy, bent, compressed raw score, like an uncalibrated
+    MaLSTM."""
     rng = np.random.default_rng(seed)
     gold = np.clip(rng.normal(3.5, 1.0, n), 1, 5)
     raw = np.clip(2.5 + 0.5 * (gold - 3) + 0.2 * np.sin(3 * gold) + rng.normal(0, 0.4, n), 1, 5)
@@ -52,16 +53,23 @@ def test_loo_predictions_equal_statsmodels_term_by_term() -> None:
 def test_ties_and_unsorted_input_and_blocks_give_the_same_objective() -> None:
     raw, gold = _data(700, seed=2)
     raw[::7] = np.round(raw[::7], 1)  # ties
-    assert LooObjective(raw, gold, block=64)(0.2) == pytest.approx(LooObjective(raw, gold, block=1000)(0.2), rel=1e-12)
+    assert LooObjective(raw, gold, block=64)(0.2) == pytest.approx(
+        LooObjective(raw, gold, block=1000)(0.2), rel=1e-12
+    )
 
 
 def _varied(seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Raw scores of varied shapes: some LOO curves have a narrow interior basin beside a plateau at large h
-    (seed 37: a log2 grid alone misses the basin), some only the plateau (the global linear fit is best)."""
+    """Raw scores of varied shapes: some LOO curves have a narrow interior basin beside a plateau at
+    large h (seed 37: a log2 grid alone misses the basin), some only the plateau (the global linear
+    fit is best)."""
     rng = np.random.default_rng(seed)
     n = int(rng.choice([80, 150, 300]))
     gold = np.clip(rng.normal(3.5, 1, n), 1, 5)
-    raw = 2.5 + rng.uniform(0.2, 0.8) * (gold - 3) + rng.uniform(0, 0.4) * np.sin(rng.uniform(1, 6) * gold)
+    raw = (
+        2.5
+        + rng.uniform(0.2, 0.8) * (gold - 3)
+        + rng.uniform(0, 0.4) * np.sin(rng.uniform(1, 6) * gold)
+    )
     return np.clip(raw + rng.normal(0, rng.uniform(0.2, 0.8), n), 1, 5), gold
 
 
@@ -73,7 +81,8 @@ def test_bandwidth_search_is_no_worse_than_statsmodels_cv_ls(seed: int) -> None:
     oracle = _oracle(raw, gold)
     their_loo = oracle.cv_loo(np.abs(theirs.bw), oracle._est_loc_linear)[0]
     our_loo = oracle.cv_loo(np.array([ours.h]), oracle._est_loc_linear)[0]
-    assert our_loo <= their_loo * (1 + 1e-12)  # equal to rounding where the objective is flat (seeds 8, 28)
+    # equal to rounding where the objective is flat (seeds 8, 28)
+    assert our_loo <= their_loo * (1 + 1e-12)
     assert ours.loo_mse == pytest.approx(our_loo, rel=1e-10)
     assert ours.evaluations < 64  # ~20 with an interior minimum; a plateau walks out to h0·2⁴⁰
 

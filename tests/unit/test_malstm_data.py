@@ -34,11 +34,28 @@ def test_tokenize_splits_whitespace_and_punctuation_and_keeps_case() -> None:
 
 
 def test_leak_guard_drops_test_pairs_in_either_order_after_normalising() -> None:
-    test = [Pair(pair_id="1", a="A man is playing a guitar", b="A woman is slicing an onion", score=3.0)]
+    test = [
+        Pair(pair_id="1", a="A man is playing a guitar", b="A woman is slicing an onion", score=3.0)
+    ]
     pool = [
-        Pair(pair_id="s:1", a="a woman is slicing an onion.", b="A man is  playing a guitar .", score=4.0),  # swapped
-        Pair(pair_id="s:2", a="A man is playing a guitar.", b="A woman is slicing an onion", score=4.0),  # same order
-        Pair(pair_id="s:3", a="A man is playing a guitar.", b="A woman is slicing a tomato", score=2.0),
+        Pair(
+            pair_id="s:1",
+            a="a woman is slicing an onion.",
+            b="A man is  playing a guitar .",
+            score=4.0,
+        ),  # swapped
+        Pair(
+            pair_id="s:2",
+            a="A man is playing a guitar.",
+            b="A woman is slicing an onion",
+            score=4.0,
+        ),  # same order
+        Pair(
+            pair_id="s:3",
+            a="A man is playing a guitar.",
+            b="A woman is slicing a tomato",
+            score=2.0,
+        ),
     ]  # not the pair
     kept, removed = leak_guard(pool, test)
     assert removed == 2 and [p.pair_id for p in kept] == ["s:3"]
@@ -73,8 +90,12 @@ def _sick_copy(tmp_path: Path, train_extra: str = "", trial: str | None = None) 
     d = tmp_path / "sick"
     d.mkdir()
     for name in ("SICK_train.txt", "SICK_test_annotated.txt"):
-        (d / name).write_bytes((SICK_DIR / name).read_bytes() + train_extra.encode() * (name == "SICK_train.txt"))
-    (d / "SICK_trial.txt").write_text(trial if trial is not None else (SICK_DIR / "SICK_trial.txt").read_text())
+        (d / name).write_bytes(
+            (SICK_DIR / name).read_bytes() + train_extra.encode() * (name == "SICK_train.txt")
+        )
+    (d / "SICK_trial.txt").write_text(
+        trial if trial is not None else (SICK_DIR / "SICK_trial.txt").read_text()
+    )
     return d
 
 
@@ -89,19 +110,32 @@ def test_malformed_sick_row_fails_the_job_with_file_and_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: str, message: str
 ) -> None:
     out = tmp_path / "out"
-    code = job.main(["--preset", "smoke", "--output", str(out), "--sick", str(_sick_copy(tmp_path, extra))])
+    code = job.main(
+        ["--preset", "smoke", "--output", str(out), "--sick", str(_sick_copy(tmp_path, extra))]
+    )
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1
     assert re.search(message, err)
     assert not (out / "_SUCCESS").exists()
 
 
-def test_malformed_sts_row_fails_the_job_with_file_and_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_malformed_sts_row_fails_the_job_with_file_and_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     sts = tmp_path / "sts" / "2012"
     sts.mkdir(parents=True)
     (sts / "x.test.tsv").write_text("4.0\ta\tb\nfive\tc\td\n")
     code = job.main(
-        ["--preset", "smoke", "--output", str(tmp_path / "o"), "--sts", str(tmp_path / "sts"), "--sts-years", "2012"]
+        [
+            "--preset",
+            "smoke",
+            "--output",
+            str(tmp_path / "o"),
+            "--sts",
+            str(tmp_path / "sts"),
+            "--sts-years",
+            "2012",
+        ]
     )
     assert code == 2 and "x.test.tsv:2: score 'five'" in capsys.readouterr().err
 

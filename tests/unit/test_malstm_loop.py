@@ -12,17 +12,35 @@ from sembridge_ray.siamese.data import EncodedPairs, encode_pairs, tokenize_pair
 from sembridge_ray.siamese.loop import fit, predict
 from sembridge_ray.siamese.model import MaLSTM
 
-WORDS = ["man", "woman", "dog", "cat", "plays", "runs", "sleeps", "eats", "guitar", "ball", "food", "quickly"]
+WORDS = [
+    "man",
+    "woman",
+    "dog",
+    "cat",
+    "plays",
+    "runs",
+    "sleeps",
+    "eats",
+    "guitar",
+    "ball",
+    "food",
+    "quickly",
+]
 
 
 def _pairs(n: int, seed: int) -> list[Pair]:
-    """Relatedness = 1 + 4 · (share of words the two sentences have in common): learnable from the words alone."""
+    """Relatedness = 1 + 4 · (share of words the two sentences have in common): learnable from the
+    words alone."""
     rng = np.random.default_rng(seed)
     out = []
     for i in range(n):
         a = rng.choice(WORDS, 4, replace=False)
         b = np.concatenate([a[: rng.integers(0, 5)], rng.choice(WORDS, 4, replace=False)])[:4]
-        out.append(Pair(pair_id=str(i), a=" ".join(a), b=" ".join(b), score=1 + 4 * len(set(a) & set(b)) / 4))
+        out.append(
+            Pair(
+                pair_id=str(i), a=" ".join(a), b=" ".join(b), score=1 + 4 * len(set(a) & set(b)) / 4
+            )
+        )
     return out
 
 
@@ -42,7 +60,9 @@ CFG = TrainConfig(hidden=8, batch_size=16, max_epochs=15, patience=15)
 def test_training_lowers_validation_mse_and_keeps_the_best_epoch(weight_ema: float) -> None:
     model, train, val = _setup()
     before = float(np.mean((predict(model, val) - val.score) ** 2))
-    result = fit(model, train, val, replace(CFG, weight_ema=weight_ema), torch.Generator().manual_seed(0))
+    result = fit(
+        model, train, val, replace(CFG, weight_ema=weight_ema), torch.Generator().manual_seed(0)
+    )
     after = float(np.mean((predict(model, val) - val.score) ** 2))
     assert after < before and after == result.best_val_mse == min(result.val_curve)
     assert result.val_curve[result.best_epoch - 1] == result.best_val_mse
@@ -51,8 +71,11 @@ def test_training_lowers_validation_mse_and_keeps_the_best_epoch(weight_ema: flo
 def test_early_stopping_waits_patience_epochs_after_the_best() -> None:
     model, train, val = _setup()
     start = predict(model, val)
-    result = fit(model, train, val, replace(CFG, lr=0.0, patience=4), torch.Generator().manual_seed(0))
-    assert (result.best_epoch, result.epochs_run) == (0, 4)  # nothing improves: stop after `patience` epochs
+    result = fit(
+        model, train, val, replace(CFG, lr=0.0, patience=4), torch.Generator().manual_seed(0)
+    )
+    # nothing improves: stop after `patience` epochs
+    assert (result.best_epoch, result.epochs_run) == (0, 4)
     np.testing.assert_array_equal(predict(model, val), start)  # and keep the starting weights
 
 

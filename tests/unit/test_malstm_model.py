@@ -24,7 +24,8 @@ def test_one_lstm_is_shared_by_both_sides() -> None:
     a, la, b, lb = _batch()
     with torch.no_grad():
         assert torch.allclose(model(a, la, b, lb), model(b, lb, a, la))  # symmetric
-        assert torch.allclose(to_score(model(a, la, a, la)), torch.full((2,), 5.0))  # same sentence -> 5
+        # same sentence -> 5
+        assert torch.allclose(to_score(model(a, la, a, la)), torch.full((2,), 5.0))
 
 
 def test_padding_and_batch_company_do_not_change_the_prediction() -> None:
@@ -34,7 +35,10 @@ def test_padding_and_batch_company_do_not_change_the_prediction() -> None:
         base = model(a, la, b, lb)
         padded = model(pad_to(a, 9), la, pad_to(b, 7), lb)
         alone = torch.cat(
-            [model(a[i : i + 1, : la[i]], la[i : i + 1], b[i : i + 1, : lb[i]], lb[i : i + 1]) for i in range(2)]
+            [
+                model(a[i : i + 1, : la[i]], la[i : i + 1], b[i : i + 1, : lb[i]], lb[i : i + 1])
+                for i in range(2)
+            ]
         )
     assert torch.allclose(base, padded, atol=1e-7) and torch.allclose(base, alone, atol=1e-6)
 
@@ -50,9 +54,14 @@ def test_the_representation_is_the_hidden_state_at_the_true_last_token() -> None
 
 def test_authors_initialisation_small_normal_weights_and_forget_bias() -> None:
     model = _model()
-    weight = model.lstm.get_parameter  # the LSTM's parameters by name (attribute access is untyped in torch)
+    # the LSTM's parameters by name (attribute access is untyped in torch)
+    weight = model.lstm.get_parameter
     bias = weight("bias_ih_l0") + weight("bias_hh_l0")
-    assert torch.all(bias[5:10] == 1.5) and bias[:5].abs().max() <= 0.5 and bias[10:].abs().max() <= 0.5
+    assert (
+        torch.all(bias[5:10] == 1.5)
+        and bias[:5].abs().max() <= 0.5
+        and bias[10:].abs().max() <= 0.5
+    )
     assert abs(weight("weight_hh_l0").std().item() - 0.2 / 5**0.5) < 0.03  # H = 5
     assert abs(weight("weight_ih_l0").std().item() - 0.2 / 40**0.25) < 0.03  # H·D = 5·8
     assert not model.embed.weight.requires_grad

@@ -44,7 +44,9 @@ def _restart(seed: int, data: Prepared, noise: float, rng: np.random.Generator) 
         val_curve=(1.0,),
         seconds=0.1,
     )
-    return RestartResult(seed=seed, val_pred=val, test_pred=test, val_mse=fit.best_val_mse, pretrain=None, train=fit)
+    return RestartResult(
+        seed=seed, val_pred=val, test_pred=test, val_mse=fit.best_val_mse, pretrain=None, train=fit
+    )
 
 
 @pytest.fixture
@@ -76,22 +78,31 @@ def _run(tmp_path: Path, data: Prepared, cfg: MalstmConfig) -> Report:
     )
 
 
-def test_best_restart_by_validation_mse_and_exact_recomputation(tmp_path: Path, data: Prepared) -> None:
+def test_best_restart_by_validation_mse_and_exact_recomputation(
+    tmp_path: Path, data: Prepared
+) -> None:
     report = _run(tmp_path, data, MalstmConfig(ensemble=True))
     assert report["best_seed"] == 1  # the least noisy restart has the lowest validation MSE
     test = read_tsv(tmp_path / "predictions.tsv")[1]
-    assert report["test"] == {RAW: metrics(test[RAW], test[GOLD]), CALIBRATED: metrics(test[CALIBRATED], test[GOLD])}
+    assert report["test"] == {
+        RAW: metrics(test[RAW], test[GOLD]),
+        CALIBRATED: metrics(test[CALIBRATED], test[GOLD]),
+    }
     assert json.loads((tmp_path / "report.json").read_text())["test"] == report["test"]
     assert report["seed_summary"]["test_calibrated_pearson"]["n"] == 3
     ens = read_tsv(tmp_path / "ensemble_predictions.tsv")[1]
     ensemble = report["ensemble"]
-    assert ensemble is not None and ensemble["test"][CALIBRATED] == metrics(ens[CALIBRATED], ens[GOLD])
+    assert ensemble is not None and ensemble["test"][CALIBRATED] == metrics(
+        ens[CALIBRATED], ens[GOLD]
+    )
     assert {"report.md", "calibration.png", "scatter.png", "val_predictions.tsv"} <= {
         p.name for p in tmp_path.iterdir()
     }
 
 
-def test_without_calibration_the_calibrated_column_repeats_raw(tmp_path: Path, data: Prepared) -> None:
+def test_without_calibration_the_calibrated_column_repeats_raw(
+    tmp_path: Path, data: Prepared
+) -> None:
     report = _run(tmp_path, data, MalstmConfig().with_overrides(["calibration.enabled=false"]))
     test = read_tsv(tmp_path / "predictions.tsv")[1]
     np.testing.assert_array_equal(test[CALIBRATED], test[RAW])

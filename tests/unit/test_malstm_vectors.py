@@ -26,14 +26,17 @@ def test_word2vec_loader_reads_binary_and_text(w2v_file: Path) -> None:
     kind, path = parse_source(f"word2vec:{w2v_file}")
     assert kind == "word2vec" and path == w2v_file
     found = read_word2vec(path, ["man", "Guitar", "zebra"])
-    assert set(found) == {"man", "Guitar"}  # "Guitar" falls back to "guitar"; "zebra" is out of vocabulary
+    # "Guitar" falls back to "guitar"; "zebra" is out of vocabulary
+    assert set(found) == {"man", "Guitar"}
     np.testing.assert_array_equal(found["Guitar"], [0.0, 2.0, 0.0])
 
 
 def test_missing_or_bad_vectors_are_input_errors(tmp_path: Path) -> None:
     with pytest.raises(InputError, match=r"word2vec vectors file not found: .*nope\.bin"):
         parse_source(f"word2vec:{tmp_path / 'nope.bin'}")
-    with pytest.raises(InputError, match=r"expected one of minilm, minilm-context, minilm-input or .word2vec:PATH."):
+    with pytest.raises(
+        InputError, match=r"expected one of minilm, minilm-context, minilm-input or .word2vec:PATH."
+    ):
         parse_source("glove")
     bad = tmp_path / "bad.txt"
     bad.write_text("not a header\n")

@@ -1,10 +1,12 @@
-"""The model card the init and fine-tuning jobs write: it names the method, α, bridge and target tokenizer, and
-sentence-transformers loads the model with it and keeps it (so a push carries it); pushing offline is one line.
+"""The model card the init and fine-tuning jobs write: it names the method, α, bridge and target
+tokenizer, and sentence-transformers loads the model with it and keeps it (so a push carries it);
+pushing offline is one line.
 
-A quick-like model (the tiny fixtures as inputs, the demo's own SICK assets as training and evaluation data, scores
-recorded the way the evaluate job records them) has a card whose metadata the hub's own parser reads: the licence
-of the SICK training pairs (CC BY-NC-SA 3.0, as SICK's bundled readme states it), nDCG@10 zero-shot and fine-tuned
-in the ``model-index``, and no absolute path of this machine."""
+A quick-like model (the tiny fixtures as inputs, the demo's own SICK assets as training and
+evaluation data, scores recorded the way the evaluate job records them) has a card whose metadata
+the hub's own parser reads: the licence of the SICK training pairs (CC BY-NC-SA 3.0, as SICK's
+bundled readme states it), nDCG@10 zero-shot and fine-tuned in the ``model-index``, and no absolute
+path of this machine."""
 
 from __future__ import annotations
 
@@ -29,8 +31,21 @@ from sembridge_ray.jobs.finetune import FinetuneConfig
 from sembridge_ray.jobs.init import InitConfig
 from sembridge_ray.jobs.init_run import initialise
 from sembridge_ray.jobs.reproduce import DemoSettings
-from sembridge_ray.manifest import IDENTITY, is_complete, output_fingerprint, read_manifest, write_success
-from sembridge_ray.model_card import CARD, LOCK_WAIT_S, record_evaluation, render, unchecked, write_card
+from sembridge_ray.manifest import (
+    IDENTITY,
+    is_complete,
+    output_fingerprint,
+    read_manifest,
+    write_success,
+)
+from sembridge_ray.model_card import (
+    CARD,
+    LOCK_WAIT_S,
+    record_evaluation,
+    render,
+    unchecked,
+    write_card,
+)
 from sembridge_ray.provenance import (
     PROVENANCE,
     SCORES,
@@ -45,8 +60,11 @@ from sembridge_ray.provenance import (
 from sembridge_ray.reproduce import demo
 from sembridge_ray.resources import DATA_DIR, SICK_DIR
 
-# An absolute path of a POSIX machine as it would appear in text (not a URL's path: no scheme or host before it).
-ABSOLUTE = re.compile(r"(?<![\w:/.\-])/(?:home|tmp|root|work|Users|var|private|mnt|opt|srv|data|scratch)/")
+# An absolute path of a POSIX machine as it would appear in text (not a URL's path: no scheme or
+# host before it).
+ABSOLUTE = re.compile(
+    r"(?<![\w:/.\-])/(?:home|tmp|root|work|Users|var|private|mnt|opt|srv|data|scratch)/"
+)
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +111,8 @@ def test_a_fine_tuned_card_extends_the_initialisation() -> None:
     }
     card = render(prov)
     assert "base_model: naver/splade-v3" in card and "for Arabic: naver/splade-v3" in card
-    assert "| training data | miracl:ar |" in card and "CC BY-NC-SA 4.0" in card  # splade-v3's licence
+    # splade-v3's licence
+    assert "| training data | miracl:ar |" in card and "CC BY-NC-SA 4.0" in card
     assert _data(ModelCard(card)).language == ["ar"]
 
 
@@ -116,7 +135,8 @@ def test_pushing_offline_is_one_line(
     )
 
 
-# ---- the quick-like model ---------------------------------------------------------------------------------------
+# ---- the quick-like model
+# ---------------------------------------------------------------------------------------
 
 
 def _copy_with_readme(src: Path, dst: Path, readme: str) -> Path:
@@ -127,9 +147,10 @@ def _copy_with_readme(src: Path, dst: Path, readme: str) -> Path:
 
 @pytest.fixture(scope="module")
 def quick(fixtures_root: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Inputs and outputs laid out as the quick start's: local inputs that state their licences in their own
-    READMEs, the demo's SICK assets materialised under ``assets/`` by the demo's own builder, an init output, and a
-    fine-tuning output of it whose card is written by the fine-tuning job's provenance."""
+    """Inputs and outputs laid out as the quick start's: local inputs that state their licences in
+    their own READMEs, the demo's SICK assets materialised under ``assets/`` by the demo's own
+    builder, an init output, and a fine-tuning output of it whose card is written by the fine-tuning
+    job's provenance."""
     root = tmp_path_factory.mktemp("quick")
     source = _copy_with_readme(
         fixtures_root / "bert-mlm",
@@ -141,10 +162,13 @@ def quick(fixtures_root: Path, tmp_path_factory: pytest.TempPathFactory) -> dict
         root / "inputs" / "bpe",
         "---\nlanguage: en\nlicense: cc-by-sa-3.0\n---\n\nA byte-level BPE trained on STS text.\n",
     )
-    bridge = _copy_with_readme(fixtures_root / "bridge", root / "inputs" / "bridge", "---\nlicense: mit\n---\n")
+    bridge = _copy_with_readme(
+        fixtures_root / "bridge", root / "inputs" / "bridge", "---\nlicense: mit\n---\n"
+    )
     assets = root / "out" / "assets"
     paths = {
-        name: demo.build_asset(assets, name, DemoSettings(test_pairs=100)) for name in ("sick_train", "dev", "beir")
+        name: demo.build_asset(assets, name, DemoSettings(test_pairs=100))
+        for name in ("sick_train", "dev", "beir")
     }
     init_out = root / "out" / "cells" / "cell" / "init"
     initialise(
@@ -163,12 +187,21 @@ def quick(fixtures_root: Path, tmp_path_factory: pytest.TempPathFactory) -> dict
 
 def _metrics(ndcg: float) -> dict[str, object]:
     """metrics.json of an evaluation (the keys the evaluate job writes)."""
-    return {"nDCG@10": ndcg, "RR@10": ndcg + 0.05, "R@100": 0.9, "num_queries": 61, "num_docs": 134, "split": "test"}
+    return {
+        "nDCG@10": ndcg,
+        "RR@10": ndcg + 0.05,
+        "R@100": 0.9,
+        "num_queries": 61,
+        "num_docs": 134,
+        "split": "test",
+    }
 
 
 def _evaluate(model: Path, beir: Path, metrics: dict[str, object], tmp: Path) -> None:
     """What the evaluate job does after scoring ``model``: record the scores in its card."""
-    cfg = EvaluateConfig(model=str(model), dataset=str(beir), split="test", output=str(tmp / "eval"))
+    cfg = EvaluateConfig(
+        model=str(model), dataset=str(beir), split="test", output=str(tmp / "eval")
+    )
     identity = RunIdentity(job="evaluate", settings={"model": str(model)}, inputs={})
     record_in_card(str(model), cfg, str(beir), metrics, identity)
 
@@ -187,42 +220,70 @@ def _fine_tune(quick: dict[str, Path], out: Path, dev: tuple[float, float]) -> P
     )
     history = [{"step": 0, "dev_nDCG@10": dev[0]}, {"step": 3, "loss": 1.5, "dev_nDCG@10": dev[1]}]
     write_card(model, card_provenance(cfg, 3, {"loss": 1.5}, history, 3))
-    (out / IDENTITY).write_text(json.dumps(RunIdentity(job="finetune", settings={"x": 1}).to_dict()), "utf-8")
+    (out / IDENTITY).write_text(
+        json.dumps(RunIdentity(job="finetune", settings={"x": 1}).to_dict()), "utf-8"
+    )
     write_success(out, exclude=unchecked("model"))
     return model
 
 
 def test_the_quick_models_card_is_publishable(quick: dict[str, Path], tmp_path: Path) -> None:
     zero, tuned, dev = 0.3127, 0.4481, (0.2513, 0.3359)
-    _evaluate(quick["init"], quick["beir"], _metrics(zero), tmp_path / "zero")  # the zero-shot stage
+    # the zero-shot stage
+    _evaluate(quick["init"], quick["beir"], _metrics(zero), tmp_path / "zero")
     model = _fine_tune(quick, tmp_path / "finetune", dev)
     identity = output_fingerprint(model)
     _evaluate(model, quick["beir"], _metrics(tuned), tmp_path / "tuned")  # the fine-tuned stage
 
     text = (model / CARD).read_text(encoding="utf-8")
     front = yaml.safe_load(text.split("---\n")[1])  # the front matter as any YAML reader sees it
-    assert {"library_name", "pipeline_tag", "tags", "base_model", "language", "license", "datasets"} <= set(front)
-    assert front["model-index"][0]["name"] == text.split("\n# ", 1)[1].split("\n")[0]  # the card's title
-    data = _data(ModelCard(text, ignore_metadata_errors=False))  # the hub's parser and metadata validation
-    assert data.library_name == "sentence-transformers" and data.pipeline_tag == "feature-extraction"
-    assert {"sentence-transformers", "sparse-encoder", "splade", "sembridge"} <= set(data.tags or [])
+    assert {
+        "library_name",
+        "pipeline_tag",
+        "tags",
+        "base_model",
+        "language",
+        "license",
+        "datasets",
+    } <= set(front)
+    # the card's title
+    assert front["model-index"][0]["name"] == text.split("\n# ", 1)[1].split("\n")[0]
+    # the hub's parser and metadata validation
+    data = _data(ModelCard(text, ignore_metadata_errors=False))
+    assert (
+        data.library_name == "sentence-transformers" and data.pipeline_tag == "feature-extraction"
+    )
+    assert {"sentence-transformers", "sparse-encoder", "splade", "sembridge"} <= set(
+        data.tags or []
+    )
     assert data.language == ["en"]  # the target tokenizer's README
     assert data.base_model == "google-bert/bert-base-uncased"  # the source model's README
-    # SICK's own readme states its licence; the card's metadata carries it (the most restrictive input here)
-    assert "Attribution-NonCommercial-ShareAlike 3.0" in (SICK_DIR / "readme.txt").read_text(encoding="utf-8-sig")
+    # SICK's own readme states its licence; the card's metadata carries it (the most restrictive
+    # input here)
+    assert "Attribution-NonCommercial-ShareAlike 3.0" in (SICK_DIR / "readme.txt").read_text(
+        encoding="utf-8-sig"
+    )
     assert data.license == "cc-by-nc-sa-3.0"
     assert "training data: `sick-train-pairs.parquet`: CC BY-NC-SA 3.0" in text
-    for role, name, declared in (("source model", "bert-mlm", "apache-2.0"), ("bridge model", "bridge", "mit")):
-        assert f"- {role}: `{name}`: {declared} (its README.md)" in text  # as the fixture's READMEs declare them
+    for role, name, declared in (
+        ("source model", "bert-mlm", "apache-2.0"),
+        ("bridge model", "bridge", "mit"),
+    ):
+        # as the fixture's READMEs declare them
+        assert f"- {role}: `{name}`: {declared} (its README.md)" in text
     assert "RobZamp/sick" in (data.datasets or [])
     assert "(unknown)" not in text
-    assert re.search(r"^# SemBridge \(α = 4\) sparse encoder for English: bert-mlm .*fine-tuned on", text, re.M)
+    assert re.search(
+        r"^# SemBridge \(α = 4\) sparse encoder for English: bert-mlm .*fine-tuned on", text, re.M
+    )
 
     name, results = model_index_to_eval_results(data.to_dict()["model-index"])
     assert name == data.model_name
 
     def score(kind: str, split: str) -> float:
-        (found,) = [r.metric_value for r in results if r.metric_type == kind and r.dataset_split == split]
+        (found,) = [
+            r.metric_value for r in results if r.metric_type == kind and r.dataset_split == split
+        ]
         return float(found)
 
     assert score("ndcg@10", "test") == pytest.approx(tuned, abs=5e-5)
@@ -231,10 +292,20 @@ def test_the_quick_models_card_is_publishable(quick: dict[str, Path], tmp_path: 
     assert score("ndcg@10-zero-shot", "dev") == pytest.approx(dev[0], abs=5e-5)
     assert all(isinstance(r, EvalResult) and r.dataset_type == "RobZamp/sick" for r in results)
 
-    for path in (model / CARD, model / PROVENANCE, model / SCORES, quick["init"] / CARD, quick["init"] / PROVENANCE):
+    for path in (
+        model / CARD,
+        model / PROVENANCE,
+        model / SCORES,
+        quick["init"] / CARD,
+        quick["init"] / PROVENANCE,
+    ):
         written = path.read_text(encoding="utf-8")
         assert not ABSOLUTE.search(written), (path.name, ABSOLUTE.search(written))
-        assert str(quick["root"]) not in written and str(tmp_path) not in written and str(Path.home()) not in written
+        assert (
+            str(quick["root"]) not in written
+            and str(tmp_path) not in written
+            and str(Path.home()) not in written
+        )
 
     # recording the scores left the finished outputs complete, with the same identity
     assert is_complete(model.parent) and output_fingerprint(model) == identity
@@ -242,13 +313,20 @@ def test_the_quick_models_card_is_publishable(quick: dict[str, Path], tmp_path: 
     assert f"model/{CARD}" not in read_manifest(quick["init"].parent)["files"]  # type: ignore[index]
 
 
-def test_the_zero_shot_score_is_in_the_initialised_models_card(quick: dict[str, Path], tmp_path: Path) -> None:
+def test_the_zero_shot_score_is_in_the_initialised_models_card(
+    quick: dict[str, Path], tmp_path: Path
+) -> None:
     _evaluate(quick["init"], quick["beir"], _metrics(0.2718), tmp_path)
     (found,) = [e for e in read_scores(quick["init"]) if e["split"] == "test"]
-    assert found["metrics"]["nDCG@10"] == pytest.approx(0.2718) and found["dataset_id"] == "RobZamp/sick"
+    assert (
+        found["metrics"]["nDCG@10"] == pytest.approx(0.2718)
+        and found["dataset_id"] == "RobZamp/sick"
+    )
     card = _data(ModelCard.load(quick["init"] / CARD))
     _, results = model_index_to_eval_results(card.to_dict()["model-index"])
-    assert [r.metric_value for r in results if r.metric_type == "ndcg@10"] == [pytest.approx(0.2718)]
+    assert [r.metric_value for r in results if r.metric_type == "ndcg@10"] == [
+        pytest.approx(0.2718)
+    ]
 
 
 def test_the_sick_pairs_lose_their_licence_when_copied_or_changed(
@@ -272,13 +350,19 @@ def test_the_sick_pairs_lose_their_licence_when_copied_or_changed(
     with caplog.at_level(logging.WARNING, logger="sembridge_ray.model_card"):
         write_card(out, prov)
     lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
-    assert len(lines) == 1 and "pairs.parquet" in lines[0] and "nowhere" in lines[0] and UNKNOWN in lines[0]
+    assert (
+        len(lines) == 1
+        and "pairs.parquet" in lines[0]
+        and "nowhere" in lines[0]
+        and UNKNOWN in lines[0]
+    )
     assert _data(ModelCard.load(out / CARD)).license == "unknown"
 
 
 def test_a_local_input_declares_its_licence_in_its_readmes_front_matter(tmp_path: Path) -> None:
-    """Only an explicit ``license:`` in a README's front matter counts (a directory's own, or the README beside a
-    file); a licence only mentioned in the text, or in other metadata, is no declaration: unknown."""
+    """Only an explicit ``license:`` in a README's front matter counts (a directory's own, or the
+    README beside a file); a licence only mentioned in the text, or in other metadata, is no
+    declaration: unknown."""
     beir = tmp_path / "my-set"
     beir.mkdir()
     (beir / "README.md").write_text("---\nlicense: cc-by-4.0\n---\n# My set\n", encoding="utf-8")
@@ -295,26 +379,36 @@ def test_a_local_input_declares_its_licence_in_its_readmes_front_matter(tmp_path
 
 
 def test_a_bundled_dataset_spec_states_the_licence_its_files_carry(tmp_path: Path) -> None:
-    """Each part of a joined training spec gets the licence of the files it reads (the notices bundled beside
-    them are the oracle); a local copy of the format (@DIR) is not assumed to be under the bundled one's terms."""
+    """Each part of a joined training spec gets the licence of the files it reads (the notices
+    bundled beside them are the oracle); a local copy of the format (@DIR) is not assumed to be
+    under the bundled one's terms."""
     notices = DATA_DIR / "xquad" / "CC-BY-SA4.0.txt", DATA_DIR / "arcd" / "LICENSE"
     assert "Attribution-ShareAlike 4.0 International" in notices[0].read_text("utf-8")
     assert notices[1].read_text("utf-8").startswith("MIT License")
     entries = input_licences("training data", "xquad:ar+arcd:ar")
-    assert [(e["name"], e["hub"]) for e in entries] == [("xquad:ar", "cc-by-sa-4.0"), ("arcd:ar", "mit")]
+    assert [(e["name"], e["hub"]) for e in entries] == [
+        ("xquad:ar", "cc-by-sa-4.0"),
+        ("arcd:ar", "mit"),
+    ]
     assert combined_licence(entries)[0] == "cc-by-sa-4.0"
     (korquad,) = input_licences("development data", "korquad:ko")
-    assert "Attribution-NoDerivs 2.0 Korea" in (DATA_DIR / "korquad" / "NOTICE.md").read_text("utf-8")
+    assert "Attribution-NoDerivs 2.0 Korea" in (DATA_DIR / "korquad" / "NOTICE.md").read_text(
+        "utf-8"
+    )
     assert korquad["licence"] == "CC BY-ND 2.0 KR"
     (copy,) = input_licences("training data", f"xquad:sw@{tmp_path}")
     assert copy["licence"] == UNKNOWN and copy["name"] == f"xquad:sw@<local mirror {tmp_path.name}>"
 
 
-def test_cards_of_models_that_may_not_change_are_left_alone(quick: dict[str, Path], tmp_path: Path) -> None:
+def test_cards_of_models_that_may_not_change_are_left_alone(
+    quick: dict[str, Path], tmp_path: Path
+) -> None:
     fresh = shutil.ignore_patterns(SCORES)
-    loose = tmp_path / "exported"  # a project model outside any finished output: identified by its content
+    # a project model outside any finished output: identified by its content
+    loose = tmp_path / "exported"
     shutil.copytree(quick["init"], loose, ignore=fresh)
-    old = tmp_path / "old"  # a finished output whose manifest checksums the card (an older version wrote it)
+    # a finished output whose manifest checksums the card (an older version wrote it)
+    old = tmp_path / "old"
     shutil.copytree(quick["init"].parent, old, ignore=fresh)
     (old / IDENTITY).write_text(json.dumps(RunIdentity(job="init", settings={}).to_dict()), "utf-8")
     write_success(old)
@@ -327,8 +421,10 @@ def test_cards_of_models_that_may_not_change_are_left_alone(quick: dict[str, Pat
     (found,) = [e for e in read_scores(quick["init"]) if e["split"] == "test"]
     assert found["metrics"]["nDCG@10"] == pytest.approx(0.61)
     found["metrics"]["nDCG@10"] = 0.7
-    assert not record_evaluation(quick["init"], found, replace=False)  # a finished evaluation skipped: kept
-    assert not record_evaluation(quick["init"], read_scores(quick["init"])[0])  # the same scores: nothing written
+    # a finished evaluation skipped: kept
+    assert not record_evaluation(quick["init"], found, replace=False)
+    # the same scores: nothing written
+    assert not record_evaluation(quick["init"], read_scores(quick["init"])[0])
 
 
 @pytest.mark.parametrize(
@@ -354,7 +450,8 @@ def test_the_most_restrictive_licence_applies() -> None:
 
     assert combined_licence(entries("apache-2.0", "mit", "cc-by-nc-sa-3.0"))[0] == "cc-by-nc-sa-3.0"
     assert combined_licence(entries("apache-2.0", "mit"))[0] == "apache-2.0"
-    assert combined_licence(entries("cc-by-nc-sa-3.0", "cc-by-nc-sa-4.0"))[0] == "other"  # two share-alikes
+    # two share-alikes
+    assert combined_licence(entries("cc-by-nc-sa-3.0", "cc-by-nc-sa-4.0"))[0] == "other"
     assert combined_licence(entries("apache-2.0", "unknown"))[0] == "unknown"
 
 
@@ -371,9 +468,9 @@ def test_a_manifest_leaves_out_the_named_files(tmp_path: Path) -> None:
 def test_a_card_render_killed_midway_is_completed_by_the_next_evaluation(
     quick: dict[str, Path], tmp_path: Path
 ) -> None:
-    """Killed between ``scores.json`` and the card (issue 33, 13): the card lacked its score and a ``.tmp-`` file
-    stayed. The next evaluation of the model, even one that adds nothing (a skip), renders the card again and
-    removes the dead writer's temporary."""
+    """Killed between ``scores.json`` and the card (issue 33, 13): the card lacked its score and a
+    ``.tmp-`` file stayed. The next evaluation of the model, even one that adds nothing (a skip),
+    renders the card again and removes the dead writer's temporary."""
     import subprocess
     import sys
     from typing import cast
@@ -386,9 +483,15 @@ def test_a_card_render_killed_midway_is_completed_by_the_next_evaluation(
     before = (model / CARD).read_text(encoding="utf-8")
     (found,) = read_scores(model)
     scores = json.loads((model / SCORES).read_text(encoding="utf-8"))
-    later = cast(Evaluation, {**found, "split": "dev", "metrics": {**found["metrics"], "nDCG@10": 0.4242}})
-    (model / SCORES).write_text(json.dumps({"evaluations": [*scores["evaluations"], later]}), encoding="utf-8")
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    later = cast(
+        Evaluation, {**found, "split": "dev", "metrics": {**found["metrics"], "nDCG@10": 0.4242}}
+    )
+    (model / SCORES).write_text(
+        json.dumps({"evaluations": [*scores["evaluations"], later]}), encoding="utf-8"
+    )
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
     stray = model / f".tmp-{CARD}.{dead.stdout.strip()}"
     stray.write_text("half a card")
     assert "0.4242" not in before and (model / CARD).read_text(encoding="utf-8") == before
@@ -401,8 +504,9 @@ def test_a_card_render_killed_midway_is_completed_by_the_next_evaluation(
 def test_evaluations_of_one_model_take_turns_and_a_held_output_is_left_alone(
     quick: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Concurrent evaluations of one model each add their scores (they take turns at the output's own lock); while a
-    run holds the output, an evaluation waits ``LOCK_WAIT_S`` and leaves the card as it is."""
+    """Concurrent evaluations of one model each add their scores (they take turns at the output's
+    own lock); while a run holds the output, an evaluation waits ``LOCK_WAIT_S`` and leaves the card
+    as it is."""
     from concurrent.futures import ThreadPoolExecutor
     from typing import cast
 
@@ -415,17 +519,23 @@ def test_evaluations_of_one_model_take_turns_and_a_held_output_is_left_alone(
     splits = [f"split-{i}" for i in range(4)]
 
     def found(split: str) -> Evaluation:
-        return cast(Evaluation, {"dataset": "sick-beir", "split": split, "metrics": {"nDCG@10": 0.5}})
+        return cast(
+            Evaluation, {"dataset": "sick-beir", "split": split, "metrics": {"nDCG@10": 0.5}}
+        )
 
     with ThreadPoolExecutor(len(splits)) as pool:
         assert all(pool.map(lambda split: record_evaluation(model, found(split)), splits))
     assert {e["split"] for e in read_scores(model)} >= set(splits)
-    assert all(f"| sick-beir | {split} |" in (model / CARD).read_text(encoding="utf-8") for split in splits)
+    assert all(
+        f"| sick-beir | {split} |" in (model / CARD).read_text(encoding="utf-8") for split in splits
+    )
 
     monkeypatch.setattr(model_card, "LOCK_WAIT_S", 0.5)
     assert LOCK_WAIT_S > 0.5
     before = (model / CARD).read_bytes()
     with OutputLock(model.parent):  # a run (an --overwrite of this output, say) holds it
         assert not record_evaluation(model, found("held"))
-    assert (model / CARD).read_bytes() == before and "held" not in {e["split"] for e in read_scores(model)}
+    assert (model / CARD).read_bytes() == before and "held" not in {
+        e["split"] for e in read_scores(model)
+    }
     assert record_evaluation(model, found("held"))  # once it is free

@@ -1,4 +1,5 @@
-"""The output contract: atomic artefacts, manifests, run identities, reruns, locks and permissions (no Ray)."""
+"""The output contract: atomic artefacts, manifests, run identities, reruns, locks and permissions
+(no Ray)."""
 
 from __future__ import annotations
 
@@ -36,7 +37,9 @@ from sembridge_ray.outputs import (
 
 def snapshot(root: Path) -> dict[str, bytes]:
     """Every file under ``root`` with its bytes: 'byte-identical' made checkable."""
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+    }
 
 
 def unlocked(files: dict[str, bytes]) -> dict[str, bytes]:
@@ -46,7 +49,9 @@ def unlocked(files: dict[str, bytes]) -> dict[str, bytes]:
 
 def ident(**settings: object) -> RunIdentity:
     return RunIdentity(
-        job="test", settings={"alpha": 4.0, "method": "sembridge", **settings}, inputs={"model": "sha256:abc"}
+        job="test",
+        settings={"alpha": 4.0, "method": "sembridge", **settings},
+        inputs={"model": "sha256:abc"},
     )
 
 
@@ -88,8 +93,9 @@ def test_manifest_verifies_and_detects_changes(tmp_path: Path) -> None:
 
 
 def test_a_manifest_that_lists_no_files_vouches_for_nothing(tmp_path: Path) -> None:
-    """A ``_SUCCESS`` whose file list is empty (hand-edited, or written by a tool that lost the list) is not a
-    finished output: the rerun redoes the work instead of skipping with the artefacts gone."""
+    """A ``_SUCCESS`` whose file list is empty (hand-edited, or written by a tool that lost the
+    list) is not a finished output: the rerun redoes the work instead of skipping with the artefacts
+    gone."""
     out = finished(tmp_path / "out", ident())
     manifest = json.loads((out / SUCCESS).read_text())
     (out / SUCCESS).write_text(json.dumps({**manifest, "files": {}}))
@@ -116,19 +122,29 @@ def test_same_identity_skips_and_a_moved_or_copied_output_still_skips(tmp_path: 
             assert claim.done
 
 
-def test_other_settings_are_refused_naming_the_keys_and_leaving_the_output_untouched(tmp_path: Path) -> None:
+def test_other_settings_are_refused_naming_the_keys_and_leaving_the_output_untouched(
+    tmp_path: Path,
+) -> None:
     out = finished(tmp_path / "out", ident())
     before = snapshot(out)
-    new = RunIdentity(job="test", settings={"alpha": 2.0, "method": "focus"}, inputs={"model": "sha256:abc"})
+    new = RunIdentity(
+        job="test", settings={"alpha": 2.0, "method": "focus"}, inputs={"model": "sha256:abc"}
+    )
     with pytest.raises(SettingsChanged) as err, claim_output(out, new):
         pytest.fail("must not run")
     message = str(err.value)
-    assert "alpha: 4.0 → 2.0" in message and "method: sembridge → focus" in message and "--overwrite" in message
+    assert (
+        "alpha: 4.0 → 2.0" in message
+        and "method: sembridge → focus" in message
+        and "--overwrite" in message
+    )
     assert "\n" not in message
     assert snapshot(out) == before and is_complete(out)
 
 
-def test_overwrite_builds_beside_the_old_output_and_swaps_only_once_complete(tmp_path: Path) -> None:
+def test_overwrite_builds_beside_the_old_output_and_swaps_only_once_complete(
+    tmp_path: Path,
+) -> None:
     out = finished(tmp_path / "out", ident())
     (out / "stale-from-old-run.bin").write_bytes(b"x")
     before = snapshot(out)
@@ -138,7 +154,8 @@ def test_overwrite_builds_beside_the_old_output_and_swaps_only_once_complete(tmp
         assert claim.path == staging_dir(out) and claim.output == out
         assert sorted(p.name for p in claim.path.iterdir()) == [LOCK, IDENTITY]
         atomic_write_text(claim.path / "result.txt", "new")
-        assert unlocked(snapshot(out)) == before and is_complete(out)  # the old output stays whole meanwhile
+        # the old output stays whole meanwhile
+        assert unlocked(snapshot(out)) == before and is_complete(out)
         claim.finish()
     assert (out / "result.txt").read_text() == "new" and is_complete(out)
     assert not (out / "stale-from-old-run.bin").exists() and not (out / LOCK).exists()
@@ -156,9 +173,13 @@ def test_a_crashed_overwrite_keeps_the_old_output_and_the_same_command_resumes_t
         atomic_write_text(claim.path / "checkpoint.txt", "step 4")
         raise RuntimeError("killed")
     assert snapshot(out) == before and is_complete(out)
-    with claim_output(out, ident()) as claim:  # the old command still skips, and says what is staged
+    # the old command still skips, and says what is staged
+    with claim_output(out, ident()) as claim:
         assert claim.done
-    assert any(str(staging_dir(out)) in r.getMessage() and "--overwrite" in r.getMessage() for r in caplog.records)
+    assert any(
+        str(staging_dir(out)) in r.getMessage() and "--overwrite" in r.getMessage()
+        for r in caplog.records
+    )
     with pytest.raises(SettingsChanged, match="staged in"), claim_output(out, new):
         pass
     with claim_output(out, new, overwrite=True) as claim:
@@ -198,9 +219,12 @@ def test_a_crash_between_the_two_renames_of_the_swap_is_completed_by_the_next_cl
     monkeypatch.undo()
     assert not out.exists() and is_complete(previous_dir(out)) and is_done(staging_dir(out), new)
     assert renames == [(out, previous_dir(out))]
-    with claim_output(out, new, overwrite=True) as claim:  # the same command: the swap is finished, nothing redone
+    # the same command: the swap is finished, nothing redone
+    with claim_output(out, new, overwrite=True) as claim:
         assert claim.done
-    assert (out / "result.txt").read_text() == "new" and sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    assert (out / "result.txt").read_text() == "new" and sorted(
+        p.name for p in tmp_path.iterdir()
+    ) == ["out"]
 
 
 def test_a_crash_after_the_staged_manifest_swaps_without_recomputing(
@@ -234,12 +258,18 @@ def test_a_live_overwrite_is_never_seen_unlocked(tmp_path: Path) -> None:
         claim.finish()
 
 
-def test_an_unfinished_run_with_the_same_identity_resumes_and_keeps_its_work(tmp_path: Path) -> None:
+def test_an_unfinished_run_with_the_same_identity_resumes_and_keeps_its_work(
+    tmp_path: Path,
+) -> None:
     out = tmp_path / "out"
     with pytest.raises(RuntimeError), claim_output(out, ident()):
         atomic_write_text(out / "checkpoint.txt", "step 4")
         raise RuntimeError("worker died")
-    assert not (out / SUCCESS).exists() and (out / "checkpoint.txt").is_file() and not (out / LOCK).exists()
+    assert (
+        not (out / SUCCESS).exists()
+        and (out / "checkpoint.txt").is_file()
+        and not (out / LOCK).exists()
+    )
     with claim_output(out, ident()) as claim:
         assert claim.resumed and not claim.done
         assert (out / "checkpoint.txt").read_text() == "step 4"
@@ -298,7 +328,8 @@ def _dead_pid() -> int:
 
 
 def _write_lock(out: Path, pid: int, host: str, age_s: float = 0.0, pid_ns: str = "") -> None:
-    """A lock as ``pid`` on ``host`` wrote it, its heartbeat ``age_s`` old; ``pid_ns`` "" as an older version's."""
+    """A lock as ``pid`` on ``host`` wrote it, its heartbeat ``age_s`` old; ``pid_ns`` "" as an
+    older version's."""
     out.mkdir(parents=True, exist_ok=True)
     lock = out / LOCK
     lock.write_text(
@@ -316,9 +347,12 @@ def _write_lock(out: Path, pid: int, host: str, age_s: float = 0.0, pid_ns: str 
     os.utime(lock, (time.time() - age_s, time.time() - age_s))
 
 
-def test_a_stale_lock_is_broken_with_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_stale_lock_is_broken_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     out = tmp_path / "out"
-    _write_lock(out, _dead_pid(), socket.gethostname(), pid_ns=pid_namespace())  # this namespace: its pid is checked
+    # this namespace: its pid is checked
+    _write_lock(out, _dead_pid(), socket.gethostname(), pid_ns=pid_namespace())
     (out / IDENTITY).write_text(json.dumps(ident().to_dict()))
     with claim_output(out, ident()) as claim:
         assert claim.resumed
@@ -350,7 +384,9 @@ def test_finished_artefacts_are_readable_by_others(tmp_path: Path) -> None:
         os.umask(old)
     assert weights.stat().st_mode & 0o777 == 0o644
     assert (out / "model").stat().st_mode & 0o777 == 0o755
-    assert all(p.stat().st_mode & 0o044 == 0o044 for p in out.rglob("*") if p.is_file() and p.name != LOCK)
+    assert all(
+        p.stat().st_mode & 0o044 == 0o044 for p in out.rglob("*") if p.is_file() and p.name != LOCK
+    )
 
 
 def test_input_identity_follows_content_and_runs_not_paths(tmp_path: Path) -> None:
@@ -368,16 +404,23 @@ def test_input_identity_follows_content_and_runs_not_paths(tmp_path: Path) -> No
         (tmp_path / "run3" / "model").mkdir()
         (tmp_path / "run3" / "model" / "w.bin").write_bytes(b"w")
         claim.finish()
-    assert path_identity(tmp_path / "run3" / "model") == f"run:test:{ident(alpha=3.0).fingerprint}/model"
+    assert (
+        path_identity(tmp_path / "run3" / "model")
+        == f"run:test:{ident(alpha=3.0).fingerprint}/model"
+    )
     out2 = finished(tmp_path / "run2", ident(alpha=1.0))
     (out2 / "model").mkdir()
-    (out2 / "model" / "w.bin").write_bytes(b"w")  # after the manifest: model/ is not part of the run
+    # after the manifest: model/ is not part of the run
+    (out2 / "model" / "w.bin").write_bytes(b"w")
     assert path_identity(out2 / "model").startswith("sha256:")
-    (out / "result.txt").write_text("edited by hand")  # the run's artefacts changed: identified by content now
+    # the run's artefacts changed: identified by content now
+    (out / "result.txt").write_text("edited by hand")
     assert path_identity(out).startswith("sha256:")
 
 
-def test_large_files_are_digested_by_size_and_their_ends(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_large_files_are_digested_by_size_and_their_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import sembridge_ray.identity as identity
 
     monkeypatch.setattr(identity, "WHOLE_FILE_LIMIT", 100)
@@ -392,9 +435,9 @@ def test_large_files_are_digested_by_size_and_their_ends(tmp_path: Path, monkeyp
 
 
 def test_overwrite_through_a_symbolic_link_replaces_the_run_at_its_target(tmp_path: Path) -> None:
-    """An output given as a link to a directory (``outputs/run -> /nfs/run``): ``--overwrite`` swaps the new run in at
-    the target and the link keeps pointing there (it was once replaced by a local directory, the old run left
-    complete at the target and logged as removed)."""
+    """An output given as a link to a directory (``outputs/run -> /nfs/run``): ``--overwrite`` swaps
+    the new run in at the target and the link keeps pointing there (it was once replaced by a local
+    directory, the old run left complete at the target and logged as removed)."""
     target, link = tmp_path / "nfs" / "run", tmp_path / "run"
     target.parent.mkdir()
     finished(target, ident())

@@ -1,6 +1,6 @@
-"""``--overwrite`` killed for real (``os._exit``, as SIGKILL: no cleanup runs) at three points of an init run, injected
-at the write layer: the old output stays byte-identical and verifying, and the same command then completes with
-the model an undisturbed run of the new settings writes."""
+"""``--overwrite`` killed for real (``os._exit``, as SIGKILL: no cleanup runs) at three points of an
+init run, injected at the write layer: the old output stays byte-identical and verifying, and the
+same command then completes with the model an undisturbed run of the new settings writes."""
 
 from __future__ import annotations
 
@@ -54,8 +54,11 @@ init_job.initialise(cfg)
 
 
 @pytest.fixture(scope="module")
-def finished(fixtures_root: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[InitConfig, Path, Path]:
-    """(the old settings, their finished output, an undisturbed run of the new settings), built once."""
+def finished(
+    fixtures_root: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[InitConfig, Path, Path]:
+    """(the old settings, their finished output, an undisturbed run of the new settings), built
+    once."""
     root = tmp_path_factory.mktemp("overwrite")
     old = InitConfig(
         source_model=str(fixtures_root / "bert-mlm"),
@@ -71,7 +74,11 @@ def finished(fixtures_root: Path, tmp_path_factory: pytest.TempPathFactory) -> t
 
 def artefacts(out: Path) -> dict[str, bytes]:
     """What a run computed: the model and the provenance (the report also holds timings)."""
-    return {k: v for k, v in snapshot(out).items() if k.startswith("model/") or k == "provenance.parquet"}
+    return {
+        k: v
+        for k, v in snapshot(out).items()
+        if k.startswith("model/") or k == "provenance.parquet"
+    }
 
 
 @pytest.mark.parametrize("point", ["compute", "model_written", "before_swap"])
@@ -80,19 +87,26 @@ def test_a_killed_overwrite_leaves_the_old_output_whole_and_the_same_command_com
 ) -> None:
     template, old_output, reference = finished
     out = tmp_path / "init"
-    shutil.copytree(old_output, out)  # a copied output is the same run (paths are not part of the identity)
+    # a copied output is the same run (paths are not part of the identity)
+    shutil.copytree(old_output, out)
     old = replace(template, output=str(out))
     new = old.with_settings(alpha=2.0, overwrite=True)
     before = snapshot(out)
     child = subprocess.run(
-        [sys.executable, "-c", CHILD, json.dumps(new.to_dict()), point], cwd=REPO, capture_output=True, text=True
+        [sys.executable, "-c", CHILD, json.dumps(new.to_dict()), point],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
     )
     assert child.returncode == 137, child.stderr[-2000:]
-    assert unlocked(snapshot(out)) == before and is_complete(out)  # the dead run's lock is left, breakable
+    # the dead run's lock is left, breakable
+    assert unlocked(snapshot(out)) == before and is_complete(out)
     assert staging_dir(out).is_dir()  # what the killed run had done is kept for the rerun
-    assert initialise(old).skipped  # a plain rerun of the old settings still skips on the old output
+    # a plain rerun of the old settings still skips on the old output
+    assert initialise(old).skipped
     redone = initialise(new)
-    assert redone.skipped == (point == "before_swap")  # a complete staged run is swapped in, not recomputed
+    # a complete staged run is swapped in, not recomputed
+    assert redone.skipped == (point == "before_swap")
     assert is_complete(out) and not staging_dir(out).exists() and not (out / LOCK).exists()
     assert artefacts(out) == artefacts(reference)
     assert json.loads((out / "init_report.json").read_text())["alpha"] == 2.0

@@ -27,7 +27,9 @@ def test_ruff_is_clean() -> None:
     ruff = shutil.which("ruff") or str(REPO / ".venv" / "bin" / "ruff")
     if not shutil.which(ruff):
         pytest.skip("ruff is not installed")
-    result = subprocess.run([ruff, "check", "--quiet", "."], cwd=REPO, capture_output=True, text=True)
+    result = subprocess.run(
+        [ruff, "check", "--quiet", "."], cwd=REPO, capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stdout[-3000:]
 
 
@@ -56,4 +58,6 @@ def test_the_distribution_installs_only_sembridge_ray_and_its_presets() -> None:
     assert project["tool"]["setuptools"]["packages"]["find"]["include"] == ["sembridge_ray*"]
     assert "presets/*.yaml" in project["tool"]["setuptools"]["package-data"]["sembridge_ray"]
     assert project["project"]["scripts"]["sembridge"] == "sembridge_ray.cli:main"
-    assert {p.stem.split("_", 1)[0] for p in (REPO / "sembridge_ray" / "presets").glob("*.yaml")} <= set(JOBS)
+    assert {
+        p.stem.split("_", 1)[0] for p in (REPO / "sembridge_ray" / "presets").glob("*.yaml")
+    } <= set(JOBS)

@@ -1,6 +1,7 @@
-"""An input replaced or edited while a run reads it fails the run: nothing of it is marked complete and nothing
-computed from the new input is cached under the old one's key (issue 33, point 2). No Ray: the init job in-process
-and the identity check itself; the evaluate and fine-tune drivers are in ``tests/ray/test_pinned_inputs.py``."""
+"""An input replaced or edited while a run reads it fails the run: nothing of it is marked complete
+and nothing computed from the new input is cached under the old one's key (issue 33, point 2). No
+Ray: the init job in-process and the identity check itself; the evaluate and fine-tune drivers are
+in ``tests/ray/test_pinned_inputs.py``."""
 
 from __future__ import annotations
 
@@ -33,20 +34,27 @@ def init_output(fixtures_root: Path, out: Path, cache: Path, **settings: object)
 
 
 def overwrite_swap(out: Path, new: Path) -> None:
-    """What an ``--overwrite`` of ``out`` does at its end: the finished new run renamed in, the old one removed."""
+    """What an ``--overwrite`` of ``out`` does at its end: the finished new run renamed in, the old
+    one removed."""
     old = out.with_name(out.name + ".overwrite-previous")
     os.rename(out, old)
     os.rename(new, out)
     shutil.rmtree(old)
 
 
-def test_a_project_output_replaced_since_it_was_identified_is_named(fixtures_root: Path, tmp_path: Path) -> None:
+def test_a_project_output_replaced_since_it_was_identified_is_named(
+    fixtures_root: Path, tmp_path: Path
+) -> None:
     a = init_output(fixtures_root, tmp_path / "a", tmp_path / "cache")
     b = init_output(fixtures_root, tmp_path / "b", tmp_path / "cache", alpha=2.0)
     recorded = {"model": path_identity(a / "model"), "hub": "hub:model:org/x@1"}
-    require_unchanged(recorded, {"model": str(a / "model"), "hub": "org/x"})  # unchanged; a hub id is not checked
+    # unchanged; a hub id is not checked
+    require_unchanged(recorded, {"model": str(a / "model"), "hub": "org/x"})
     overwrite_swap(a, b)
-    with pytest.raises(InputChanged, match=r"input model .*/a/model changed while this run was reading it \(it was "):
+    with pytest.raises(
+        InputChanged,
+        match=r"input model .*/a/model changed while this run was reading it \(it was ",
+    ):
         require_unchanged(recorded, {"model": str(a / "model")})
 
 
@@ -65,11 +73,14 @@ def test_a_bridge_model_edited_while_it_encodes_fails_the_init_and_caches_nothin
     )
     stages = local_stages(cfg)
 
-    def encode_after_an_edit(table: pa.Table):  # another run rewrites the bridge just before it is loaded
+    # another run rewrites the bridge just before it is loaded
+    def encode_after_an_edit(table: pa.Table):
         (bridge / "README.md").write_text("another bridge\n")
         return stages.encode(table)
 
-    with pytest.raises(InputChanged, match=f"bridge model {bridge} changed while its vectors were encoded"):
+    with pytest.raises(
+        InputChanged, match=f"bridge model {bridge} changed while its vectors were encoded"
+    ):
         initialise(cfg, Stages(encode=encode_after_an_edit, rows=stages.rows))
     assert not (tmp_path / "out").exists() and not (tmp_path / "out" / SUCCESS).exists()
     assert [p.name for p in (tmp_path / "cache").glob("*") if not p.name.startswith(".tmp-")] == []

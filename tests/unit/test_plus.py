@@ -1,6 +1,6 @@
-"""SemBridge+'s options (``embed_init.plus``): the bridge-space transforms against numpy, the FVT decomposition
-against hand-made cases and BERT's own WordPiece, the blend against dense arithmetic, the ``fvt`` method and the
-``sembridge_plus`` recipe through the whole init."""
+"""SemBridge+'s options (``embed_init.plus``): the bridge-space transforms against numpy, the FVT
+decomposition against hand-made cases and BERT's own WordPiece, the blend against dense arithmetic,
+the ``fvt`` method and the ``sembridge_plus`` recipe through the whole init."""
 
 from __future__ import annotations
 
@@ -28,18 +28,22 @@ from tests.unit.test_position import NGRAM_STAGES
 @pytest.fixture(scope="module")
 def vectors() -> torch.Tensor:
     rng = np.random.default_rng(3)
-    base = rng.standard_normal((400, 12)) @ np.diag(np.linspace(5, 0.2, 12)) + 3.0  # anisotropic, off-centre
+    # anisotropic, off-centre
+    base = rng.standard_normal((400, 12)) @ np.diag(np.linspace(5, 0.2, 12)) + 3.0
     return torch.from_numpy(base)
 
 
 def test_centre_and_abtt_match_numpy(vectors: torch.Tensor) -> None:
     x = vectors.numpy()
     centred = x - x.mean(0)
-    _, _, vt = np.linalg.svd(centred, full_matrices=False)  # rows: principal directions, by variance
+    # rows: principal directions, by variance
+    _, _, vt = np.linalg.svd(centred, full_matrices=False)
     for k in (1, 3):
         top = vt[:k].T
         expected = centred - centred @ top @ top.T
-        got = plus.apply_transform(vectors, plus.space_transform(vectors, "abtt", k)).double().numpy()
+        got = (
+            plus.apply_transform(vectors, plus.space_transform(vectors, "abtt", k)).double().numpy()
+        )
         np.testing.assert_allclose(got, expected, atol=1e-5)
     got = plus.apply_transform(vectors, plus.space_transform(vectors, "center", 3)).double().numpy()
     np.testing.assert_allclose(got, centred, atol=1e-5)
@@ -47,16 +51,21 @@ def test_centre_and_abtt_match_numpy(vectors: torch.Tensor) -> None:
 
 
 def test_whitening_gives_the_identity_covariance(vectors: torch.Tensor) -> None:
-    white = plus.apply_transform(vectors, plus.space_transform(vectors, "whiten", 3)).double().numpy()
+    white = (
+        plus.apply_transform(vectors, plus.space_transform(vectors, "whiten", 3)).double().numpy()
+    )
     np.testing.assert_allclose(np.cov(white, rowvar=False, bias=True), np.eye(12), atol=1e-4)
     np.testing.assert_allclose(white.mean(0), 0, atol=1e-5)
 
 
-def test_relative_space_gives_the_cosines_of_the_anchor_cosine_vectors(vectors: torch.Tensor) -> None:
+def test_relative_space_gives_the_cosines_of_the_anchor_cosine_vectors(
+    vectors: torch.Tensor,
+) -> None:
     x = vectors.numpy()
     anchors = x[::7][:40]  # more anchors (40) than dimensions (12), as on a real vocabulary
     unit = anchors / np.linalg.norm(anchors, axis=1, keepdims=True)
-    rel = x @ unit.T  # TokAlign's representation: a token's cosines to the anchors (up to its own norm)
+    # TokAlign's representation: a token's cosines to the anchors (up to its own norm)
+    rel = x @ unit.T
     rel /= np.linalg.norm(rel, axis=1, keepdims=True)
     fitted = plus.space_transform(vectors, "relative", 3, anchors=torch.from_numpy(anchors))
     got = plus.apply_transform(vectors, fitted).double().numpy()
@@ -70,17 +79,19 @@ def test_relative_space_gives_the_cosines_of_the_anchor_cosine_vectors(vectors: 
 def test_decompose_by_greedy_longest_canonical_match() -> None:
     index = VocabIndex(exact={"▁play": 1, "ing": 2, "▁pl": 3, "ay": 4, "la": 5, "▁la": 6}, fuzzy={})
     folded = plus.folded_index(index)
-    assert plus.decompose("▁playing", index, folded, 5) == [1, 2]  # word-initial first, then continuations
+    # word-initial first, then continuations
+    assert plus.decompose("▁playing", index, folded, 5) == [1, 2]
     assert plus.decompose("ing", index, folded, 5) == [2]  # a continuation stays a continuation
-    assert plus.decompose("▁PLAYing", index, folded, 5) == [1, 2]  # lower case for an uncased source
+    # lower case for an uncased source
+    assert plus.decompose("▁PLAYing", index, folded, 5) == [1, 2]
     assert plus.decompose("▁lala", index, folded, 5) == [6, 5]
     assert plus.decompose("▁pl#ay", index, folded, 5) == [3, 4]  # an uncovered character is dropped
     assert plus.decompose("##", index, folded, 5) == []
 
 
 def test_word_initial_decompositions_are_berts_own_wordpiece(shared_data: Path) -> None:
-    """WordPiece is greedy longest-match-first too: for a lower-case ASCII word, the cut of its canonical form
-    equals ``BertTokenizer.tokenize`` of the word."""
+    """WordPiece is greedy longest-match-first too: for a lower-case ASCII word, the cut of its
+    canonical form equals ``BertTokenizer.tokenize`` of the word."""
     bert = AutoTokenizer.from_pretrained(shared_data / "tokenizers" / "bert-base-uncased")
     roberta = AutoTokenizer.from_pretrained(shared_data / "tokenizers" / "roberta-base")
     words = {
@@ -95,7 +106,13 @@ def test_word_initial_decompositions_are_berts_own_wordpiece(shared_data: Path) 
     for row, tid in enumerate(ids):
         pieces = [vocab[p] for p in bert.tokenize(words[tid])]
         counts = {p: pieces.count(p) / len(pieces) for p in pieces}
-        got = dict(zip(cols[crow[row] : crow[row + 1]].tolist(), vals[crow[row] : crow[row + 1]].tolist(), strict=True))
+        got = dict(
+            zip(
+                cols[crow[row] : crow[row + 1]].tolist(),
+                vals[crow[row] : crow[row + 1]].tolist(),
+                strict=True,
+            )
+        )
         assert got == pytest.approx(counts), words[tid]
         split += len(pieces) > 1
     assert split > 100  # many words really are cut into several pieces
@@ -124,11 +141,16 @@ def test_least_squares_weights_solve_the_constrained_ridge_problem() -> None:
     csr = torch.from_numpy(dense).float().to_sparse_csr()
     unit = source / np.linalg.norm(source, axis=1, keepdims=True)
     for ridge in (0.05, 1.0):
-        got = plus.least_squares(csr, torch.from_numpy(new), torch.from_numpy(source), ridge).to_dense().double()
+        got = (
+            plus.least_squares(csr, torch.from_numpy(new), torch.from_numpy(source), ridge)
+            .to_dense()
+            .double()
+        )
         for r, cols in enumerate(supports):
             w0 = dense[r, cols].astype(np.float32).astype(np.float64)
             b = new[r] / np.linalg.norm(new[r])
-            # KKT of min |A w - y|^2 s.t. 1'w = 1, with A = [B'; sqrt(ridge) I], y = [b; sqrt(ridge) w0]
+            # KKT of min |A w - y|^2 s.t. 1'w = 1, with A = [B'; sqrt(ridge) I], y = [b; sqrt(ridge)
+            # w0]
             a = np.vstack([unit[cols].T, np.sqrt(ridge) * np.eye(len(cols))])
             y = np.concatenate([b, np.sqrt(ridge) * w0])
             k = len(cols)
@@ -138,7 +160,8 @@ def test_least_squares_weights_solve_the_constrained_ridge_problem() -> None:
             assert float(got[r].sum()) == pytest.approx(1.0, abs=1e-5)
             assert int((got[r] != 0).sum()) <= k  # the support is kept
     huge = plus.least_squares(csr, torch.from_numpy(new), torch.from_numpy(source), 1e9).to_dense()
-    np.testing.assert_allclose(huge.numpy(), dense, atol=1e-5)  # an infinite ridge is the released weights
+    # an infinite ridge is the released weights
+    np.testing.assert_allclose(huge.numpy(), dense, atol=1e-5)
 
 
 def test_blend_and_select_rows_match_dense_arithmetic() -> None:
@@ -189,7 +212,12 @@ def test_the_fvt_method_composes_each_decomposition(fixtures_root: Path, tmp_pat
     checked = 0
     for row in prov:
         token = row["token"]
-        if row["kind"] != "bridge" or not token.startswith("Ġ") or not token[1:].isascii() or not token[1:].isalpha():
+        if (
+            row["kind"] != "bridge"
+            or not token.startswith("Ġ")
+            or not token[1:].isascii()
+            or not token[1:].isalpha()
+        ):
             continue
         vocab = bert.get_vocab()
         texts = bert.tokenize(token[1:].lower())
@@ -204,20 +232,31 @@ def test_the_fvt_method_composes_each_decomposition(fixtures_root: Path, tmp_pat
 
 def test_options_off_are_the_released_rule(fixtures_root: Path, tmp_path: Path) -> None:
     released, _ = _init(fixtures_root, tmp_path / "released")
-    off, _ = _init(fixtures_root, tmp_path / "off", bridge_space="raw", fvt_weight=0.0, bridge_components=7)
+    off, _ = _init(
+        fixtures_root, tmp_path / "off", bridge_space="raw", fvt_weight=0.0, bridge_components=7
+    )
     assert all(released[k].equal(off[k]) for k in released)
-    assert InitConfig().with_settings(fvt_weight=0.0).identity_settings() == InitConfig().identity_settings()
+    assert (
+        InitConfig().with_settings(fvt_weight=0.0).identity_settings()
+        == InitConfig().identity_settings()
+    )
     assert "fvt_weight" in InitConfig().with_settings(fvt_weight=0.5).identity_settings()
-    assert "bridge_components" in InitConfig().with_settings(bridge_space="abtt").identity_settings()
+    assert (
+        "bridge_components" in InitConfig().with_settings(bridge_space="abtt").identity_settings()
+    )
 
 
-def test_fvt_weight_one_is_the_decomposition_where_there_is_one(fixtures_root: Path, tmp_path: Path) -> None:
+def test_fvt_weight_one_is_the_decomposition_where_there_is_one(
+    fixtures_root: Path, tmp_path: Path
+) -> None:
     fvt, _ = _init(fixtures_root, tmp_path / "fvt", method="fvt")
     blended, _ = _init(fixtures_root, tmp_path / "blend", fvt_weight=1.0)
     prov = pq.read_table(tmp_path / "fvt" / "provenance.parquet").to_pylist()
     covered = [r["target_id"] for r in prov if r["kind"] == "bridge" and r["source_ids"]]
     assert len(covered) > 100
-    torch.testing.assert_close(_embeddings(blended)[covered], _embeddings(fvt)[covered], rtol=0, atol=1e-6)
+    torch.testing.assert_close(
+        _embeddings(blended)[covered], _embeddings(fvt)[covered], rtol=0, atol=1e-6
+    )
 
 
 def test_the_sembridge_plus_recipe_is_applied_and_refuses_a_conflict() -> None:
@@ -236,7 +275,8 @@ def test_sembridge_plus_is_the_released_rule_with_its_recipe_and_records_it(
 ) -> None:
     plus_state, _ = _init(fixtures_root, tmp_path / "plus", method="sembridge_plus")
     spelled, _ = _init(fixtures_root, tmp_path / "spelled", **SEMBRIDGE_PLUS)
-    assert all(plus_state[k].equal(spelled[k]) for k in plus_state)  # the anchors exist: relative ran
+    # the anchors exist: relative ran
+    assert all(plus_state[k].equal(spelled[k]) for k in plus_state)
     released, _ = _init(fixtures_root, tmp_path / "released")
     assert not _embeddings(plus_state).equal(_embeddings(released))
     rule = json.loads((tmp_path / "plus" / "init_report.json").read_text(encoding="utf-8"))
@@ -261,8 +301,11 @@ def test_support_temperature_gives_the_asked_support_under_entmax_bisect(alpha: 
     temps = weighting.support_temperature(scores, alpha, sizes)
     probs = entmax_bisect(scores / temps[:, None], alpha=alpha, dim=-1, n_iter=200)  # the oracle
     assert torch.equal((probs > 1e-12).sum(1), sizes)
-    # a tie across the asked place: the largest size below that keeps it whole, else (tied at the top) above it
-    tied = torch.tensor([[0.9, 0.5, 0.5, 0.1], [0.5, 0.5, 0.5, 0.1], [0.5, 0.5, 0.5, 0.5]], dtype=torch.float64)
+    # a tie across the asked place: the largest size below that keeps it whole, else (tied at the
+    # top) above it
+    tied = torch.tensor(
+        [[0.9, 0.5, 0.5, 0.1], [0.5, 0.5, 0.5, 0.1], [0.5, 0.5, 0.5, 0.5]], dtype=torch.float64
+    )
     temps = weighting.support_temperature(tied, alpha, torch.tensor([2, 2, 2]))
     probs = entmax_bisect(tied / temps[:, None], alpha=alpha, dim=-1, n_iter=200)
     assert (probs > 1e-12).sum(1).tolist() == [1, 3, 4] and temps[2].item() == 1.0
@@ -275,14 +318,19 @@ def test_adaptive_support_is_exact_entmax_of_the_full_row_at_each_rows_temperatu
     new[:5] = src[7] + 1e-3 * torch.randn(5, 16, generator=gen)
     sizes = torch.randint(1, 7, (50,), generator=gen)
     got = sembridge_ray_weights(new, src, sizes)
-    cos = torch.nn.functional.normalize(new.double(), dim=1) @ torch.nn.functional.normalize(src.double(), dim=1).T
+    cos = (
+        torch.nn.functional.normalize(new.double(), dim=1)
+        @ torch.nn.functional.normalize(src.double(), dim=1).T
+    )
     temps = weighting.support_temperature(cos.sort(1, descending=True).values, 4.0, sizes)
     want = entmax_bisect(cos / temps[:, None], alpha=4.0, dim=-1, n_iter=200)
     torch.testing.assert_close(got.double(), want, rtol=0, atol=1e-6)
     assert torch.equal((got > 0).sum(1)[5:], sizes[5:])  # the tied rows keep the tie whole
 
 
-def sembridge_ray_weights(new: torch.Tensor, src: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
+def sembridge_ray_weights(
+    new: torch.Tensor, src: torch.Tensor, sizes: torch.Tensor
+) -> torch.Tensor:
     return weighting.bridge_weights(new, src, 4.0, support=sizes).to_dense()
 
 
@@ -295,7 +343,9 @@ def test_support_sizes_follow_the_decomposition() -> None:
     assert plus.support_sizes(prior, 3, "off", 2) is None
 
 
-def test_frequency_bias_is_the_standardised_log_count_at_the_source_bias_moments(fixtures_root: Path) -> None:
+def test_frequency_bias_is_the_standardised_log_count_at_the_source_bias_moments(
+    fixtures_root: Path,
+) -> None:
     tok = AutoTokenizer.from_pretrained(fixtures_root / "tok-bytebpe")
     texts = ["a man is playing a guitar", "a man plays", "the guitar"]
     ids = np.array(sorted(set(tok("a man is playing a guitar")["input_ids"]) | {len(tok) - 1}))
@@ -308,18 +358,23 @@ def test_frequency_bias_is_the_standardised_log_count_at_the_source_bias_moments
     source = torch.tensor([-3.0, -1.0, -2.0, 0.5])
     bias = plus.frequency_bias(freq, source)
     z = (freq - freq.mean()) / freq.std()
-    np.testing.assert_allclose(bias.numpy(), source.numpy().mean() + source.numpy().std() * z, rtol=1e-6)
+    np.testing.assert_allclose(
+        bias.numpy(), source.numpy().mean() + source.numpy().std() * z, rtol=1e-6
+    )
     flat = plus.frequency_bias(np.zeros(3), source)
     np.testing.assert_allclose(flat.numpy(), np.full(3, source.numpy().mean()))
 
 
 def test_the_new_options_through_the_init(fixtures_root: Path, tmp_path: Path) -> None:
-    """random_blend=1 is the random method's rows; a fixed adaptive support is every bridged row's support."""
+    """random_blend=1 is the random method's rows; a fixed adaptive support is every bridged row's
+    support."""
     random_state, _ = _init(fixtures_root, tmp_path / "random", method="random")
     blended, _ = _init(fixtures_root, tmp_path / "blend", random_blend=1.0)
     prov = pq.read_table(tmp_path / "blend" / "provenance.parquet").to_pylist()
     bridged = [r["target_id"] for r in prov if r["kind"] == "bridge"]
-    torch.testing.assert_close(_embeddings(blended)[bridged], _embeddings(random_state)[bridged], rtol=0, atol=1e-6)
+    torch.testing.assert_close(
+        _embeddings(blended)[bridged], _embeddings(random_state)[bridged], rtol=0, atol=1e-6
+    )
     _init(fixtures_root, tmp_path / "fixed", adaptive_support="fixed", support_size=3)
     rows = pq.read_table(tmp_path / "fixed" / "provenance.parquet").to_pylist()
     sizes = [len(r["source_ids"]) for r in rows if r["kind"] == "bridge"]
@@ -331,14 +386,18 @@ def test_the_new_options_through_the_init(fixtures_root: Path, tmp_path: Path) -
 
 
 def test_the_frequency_bias_through_the_init(fixtures_root: Path, tmp_path: Path) -> None:
-    """Copies keep their bias; the bridged rows' bias is the frequency prior at the source bias' moments."""
+    """Copies keep their bias; the bridged rows' bias is the frequency prior at the source bias'
+    moments."""
     root = tmp_path / "fixtures"
     shutil.copytree(fixtures_root / "bert-mlm", root / "bert-mlm")
     for name in ("tok-bytebpe", "bridge"):
         (root / name).symlink_to(fixtures_root / name)
     weights = root / "bert-mlm" / "model.safetensors"
     state = load_file(weights)
-    source = torch.randn(len(state["cls.predictions.bias"]), generator=torch.Generator().manual_seed(1)) - 2
+    source = (
+        torch.randn(len(state["cls.predictions.bias"]), generator=torch.Generator().manual_seed(1))
+        - 2
+    )
     state["cls.predictions.bias"] = source
     save_file(state, weights)
     text = tmp_path / "text.txt"
@@ -363,7 +422,8 @@ def test_the_frequency_bias_through_the_init(fixtures_root: Path, tmp_path: Path
 
 def test_the_new_options_are_checked_and_recorded_only_when_on() -> None:
     with pytest.raises(
-        ConfigError, match="adaptive_support='fvt': needs method sembridge or sembridge_plus with alpha"
+        ConfigError,
+        match="adaptive_support='fvt': needs method sembridge or sembridge_plus with alpha",
     ):
         InitConfig().with_settings(alpha=1.0, adaptive_support="fvt")
     # a grid's global option leaves the methods it does not apply to as they were

@@ -1,6 +1,7 @@
-"""Position-aware bridging: classes from each family's marker, marked strings, the class prior against full-row
-entmax on prior-adjusted cosines, the report's counterpart statistics, and the acceptance property through the
-whole init: a continuation piece whose exact source counterpart exists puts weight on it."""
+"""Position-aware bridging: classes from each family's marker, marked strings, the class prior
+against full-row entmax on prior-adjusted cosines, the report's counterpart statistics, and the
+acceptance property through the whole init: a continuation piece whose exact source counterpart
+exists puts weight on it."""
 
 from __future__ import annotations
 
@@ -66,19 +67,29 @@ def test_position_class_of_canonical_forms(canon: str, expected: int) -> None:
 
 def test_classes_from_each_family_marker() -> None:
     wordpiece = {"[CLS]": 0, "play": 1, "##ing": 2, "##.": 3, ".": 4}
-    assert vocab_classes(wordpiece, "wordpiece", 6, specials={0}).tolist() == [N, W, C, N, N, N]  # id 5: a hole
+    # id 5: a hole
+    assert vocab_classes(wordpiece, "wordpiece", 6, specials={0}).tolist() == [N, W, C, N, N, N]
     bytebpe = {"<s>": 0, "Ġplay": 1, "ing": 2, "Ġ.": 3, ".": 4, "Ã": 5, "ĠÃ": 6}
-    assert vocab_classes(bytebpe, "bytebpe", 7, specials={0}).tolist() == [N, W, C, N, N, N, N]  # Ã: a lone byte
+    # Ã: a lone byte
+    assert vocab_classes(bytebpe, "bytebpe", 7, specials={0}).tolist() == [N, W, C, N, N, N, N]
     sentencepiece = {"<s>": 0, "▁Haus": 1, "haus": 2, "<0x0A>": 3, "▁": 4}
-    assert vocab_classes(sentencepiece, "sentencepiece", 5, specials={0}).tolist() == [N, W, C, N, N]
+    assert vocab_classes(sentencepiece, "sentencepiece", 5, specials={0}).tolist() == [
+        N,
+        W,
+        C,
+        N,
+        N,
+    ]
     assert vocab_classes({"ing": 0, "Ġa": 1}, "raw", 2).tolist() == [N, N]  # no marker to read
 
 
 def test_marked_strings() -> None:
     assert marked_string("ing", C, "##") == "##ing" and marked_string("ing", C, "-") == "-ing"
-    assert marked_string("##ing", C, "##", own_prefix="##") == "##ing"  # WordPiece: decoded with its own marker
+    # WordPiece: decoded with its own marker
+    assert marked_string("##ing", C, "##", own_prefix="##") == "##ing"
     assert marked_string("##ing", C, "-", own_prefix="##") == "-ing"
-    assert marked_string("##x", C, "##") == "####x"  # a byte-level piece that reads "##x" keeps its text
+    # a byte-level piece that reads "##x" keeps its text
+    assert marked_string("##x", C, "##") == "####x"
     assert marked_string("play", W, "-") == "play" and marked_string(".", N, "-") == "."
 
 
@@ -94,10 +105,14 @@ def test_stack_rows_puts_blocks_back_in_row_order() -> None:
     a = torch.tensor([[0.0, 1.0, 0.0], [0.5, 0.0, 0.5]]).to_sparse_csr()
     b = torch.tensor([[0.0, 0.0, 1.0]]).to_sparse_csr()
     out = stack_rows([(torch.tensor([2, 0]), a), (torch.tensor([1]), b)], 3, 3)
-    torch.testing.assert_close(out.to_dense(), torch.tensor([[0.5, 0.0, 0.5], [0.0, 0.0, 1.0], [0.0, 1.0, 0.0]]))
+    torch.testing.assert_close(
+        out.to_dense(), torch.tensor([[0.5, 0.0, 0.5], [0.0, 0.0, 1.0], [0.0, 1.0, 0.0]])
+    )
 
 
-def _oracle_row(cos: torch.Tensor, alpha: float, temperature: float, top_k: int | None) -> torch.Tensor:
+def _oracle_row(
+    cos: torch.Tensor, alpha: float, temperature: float, top_k: int | None
+) -> torch.Tensor:
     scores = cos / temperature
     if alpha == 1:
         top = scores.topk(top_k or len(scores))
@@ -108,7 +123,8 @@ def _oracle_row(cos: torch.Tensor, alpha: float, temperature: float, top_k: int 
 
 
 @pytest.mark.parametrize(
-    ("alpha", "temperature", "top_k"), [(4.0, 1.0, None), (2.0, 1.0, None), (1.5, 1.0, None), (1.0, 0.1, 10)]
+    ("alpha", "temperature", "top_k"),
+    [(4.0, 1.0, None), (2.0, 1.0, None), (1.5, 1.0, None), (1.0, 0.1, 10)],
 )
 @pytest.mark.parametrize("penalty", [0.1, 0.35, 4.0])
 def test_class_prior_equals_full_row_entmax_of_adjusted_cosines(
@@ -121,7 +137,9 @@ def test_class_prior_equals_full_row_entmax_of_adjusted_cosines(
     src_cls[:40] = C  # the continuation class is never empty here; the empty case is tested below
     got = (
         class_weights(
-            lambda ids, off: bridge_weights(new[ids], src, alpha, temperature=temperature, top_k=top_k, offsets=off),
+            lambda ids, off: bridge_weights(
+                new[ids], src, alpha, temperature=temperature, top_k=top_k, offsets=off
+            ),
             new_cls,
             src_cls,
             penalty,
@@ -129,8 +147,12 @@ def test_class_prior_equals_full_row_entmax_of_adjusted_cosines(
         .to_dense()
         .double()
     )
-    cos = torch.nn.functional.normalize(new.double(), dim=1) @ torch.nn.functional.normalize(src.double(), dim=1).T
-    for i in range(len(new)):  # the prior, written out: -penalty where both classes are non-neutral and differ
+    cos = (
+        torch.nn.functional.normalize(new.double(), dim=1)
+        @ torch.nn.functional.normalize(src.double(), dim=1).T
+    )
+    # the prior, written out: -penalty where both classes are non-neutral and differ
+    for i in range(len(new)):
         other = (src_cls != new_cls[i]) & (src_cls != N) & (new_cls[i] != N)
         expected = _oracle_row(cos[i] - penalty * other.double(), alpha, temperature, top_k)
         assert (got[i] - expected).abs().max().item() < 5e-4, i
@@ -141,9 +163,13 @@ def test_a_hard_mask_falls_back_to_every_candidate_when_the_class_is_empty() -> 
     new, src = torch.randn(5, 4, generator=gen), torch.randn(50, 4, generator=gen)
     no_continuations = torch.full((50,), W)
     w = class_weights(
-        lambda ids, off: bridge_weights(new[ids], src, 4.0, offsets=off), torch.full((5,), C), no_continuations, 4.0
+        lambda ids, off: bridge_weights(new[ids], src, 4.0, offsets=off),
+        torch.full((5,), C),
+        no_continuations,
+        4.0,
     )
-    torch.testing.assert_close(w.to_dense(), bridge_weights(new, src, 4.0).to_dense())  # one offset for all: no-op
+    # one offset for all: no-op
+    torch.testing.assert_close(w.to_dense(), bridge_weights(new, src, 4.0).to_dense())
 
 
 def test_position_stats_on_a_hand_made_provenance() -> None:
@@ -167,7 +193,8 @@ def test_position_stats_on_a_hand_made_provenance() -> None:
         schema=PROVENANCE_SCHEMA,
     )
     classes = np.array([N, W, W, C, C, C, N], np.int8)
-    counterparts = {1: 11, 2: 99, 3: 15, 4: 99, 5: 18, 6: 19}  # 2 and 4 miss theirs; 5 is copied, not bridged
+    # 2 and 4 miss theirs; 5 is copied, not bridged
+    counterparts = {1: 11, 2: 99, 3: 15, 4: 99, 5: 18, 6: 19}
     stats = position_stats(prov, classes, counterparts)
     assert stats["exact_counterpart"] == {
         "word_initial": {"with_counterpart": 2, "zero_weight": 1, "zero_weight_share": 0.5},
@@ -182,21 +209,31 @@ def test_position_stats_on_a_hand_made_provenance() -> None:
     }
 
 
-# ---- the whole init, with a character n-gram bridge: fast, deterministic, and string-identical means cosine 1 ----
+# ---- the whole init, with a character n-gram bridge: fast, deterministic, and string-identical
+# means cosine 1 ----
 
 
 def ngram_vectors(strings: list[str], dim: int = 256) -> np.ndarray:
-    """Hashed counts of a string's 1- to 3-grams (with boundary marks), L2-normalised: (n, dim) float32."""
+    """Hashed counts of a string's 1- to 3-grams (with boundary marks), L2-normalised: (n, dim)
+    float32."""
     out = np.zeros((len(strings), dim), np.float32)
     for row, text in enumerate(strings):
         padded = f"<{text}>"
         for n in (1, 2, 3):
             for i in range(len(padded) - n + 1):
-                out[row, int.from_bytes(hashlib.blake2b(padded[i : i + n].encode(), digest_size=4).digest()) % dim] += 1
+                out[
+                    row,
+                    int.from_bytes(
+                        hashlib.blake2b(padded[i : i + n].encode(), digest_size=4).digest()
+                    )
+                    % dim,
+                ] += 1
     return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
 
 
-NGRAM_STAGES = Stages(encode=lambda table: ngram_vectors(table.column("text").to_pylist()), rows=compute_rows)
+NGRAM_STAGES = Stages(
+    encode=lambda table: ngram_vectors(table.column("text").to_pylist()), rows=compute_rows
+)
 FAMILY_COMBOS = {
     "bytebpe": ("bert-mlm", "tok-bytebpe"),
     "sentencepiece": ("bert-mlm", "tok-unigram"),
@@ -226,14 +263,20 @@ def out(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def continuation_counterparts(src: Any, tgt: Any) -> dict[int, int]:
-    """Written from the markers alone: target continuation pieces (ASCII letters) -> their source piece."""
+    """Written from the markers alone: target continuation pieces (ASCII letters) -> their source
+    piece."""
     svocab, out = src.get_vocab(), {}
     for token, tid in tgt.get_vocab().items():
         wordpiece_target = token.startswith("##")
         body = token[2:] if wordpiece_target else token
-        if not body.isascii() or not body.isalpha() or (not wordpiece_target and type(tgt).__name__.startswith("Bert")):
+        if (
+            not body.isascii()
+            or not body.isalpha()
+            or (not wordpiece_target and type(tgt).__name__.startswith("Bert"))
+        ):
             continue
-        counterpart = body if wordpiece_target else "##" + body  # WordPiece target <- byte-level source, or back
+        # WordPiece target <- byte-level source, or back
+        counterpart = body if wordpiece_target else "##" + body
         if counterpart in svocab:
             out[tid] = svocab[counterpart]
     return out
@@ -255,39 +298,59 @@ def test_a_continuation_piece_weights_its_counterpart(
     fixtures_root: Path, out: Path, family: str, method: dict[str, Any]
 ) -> None:
     src, tgt = FAMILY_COMBOS[family]
-    pairs = continuation_counterparts(*(AutoTokenizer.from_pretrained(fixtures_root / n) for n in (src, tgt)))
+    pairs = continuation_counterparts(
+        *(AutoTokenizer.from_pretrained(fixtures_root / n) for n in (src, tgt))
+    )
     assert len(pairs) > 50
     improved, rep = run(fixtures_root, out, src, tgt, position_aware=True, **method)
     assert zero_weight(improved, pairs) == []
-    # The report counts these and also case-folded counterparts (``A`` -> ``##a``), which this case-sensitive bridge
-    # keeps apart.
+    # The report counts these and also case-folded counterparts (``A`` -> ``##a``), which this
+    # case-sensitive bridge keeps apart.
     assert rep["position"]["exact_counterpart"]["continuation"]["with_counterpart"] >= len(pairs)
     if family != "wordpiece" and not method:
-        # The released rule collapses some of them onto the string-identical word-initial piece (a byte-level
-        # source's "Ġing" and "ing" both read "ing", so there the counterpart ties and keeps weight).
+        # The released rule collapses some of them onto the string-identical word-initial piece (a
+        # byte-level source's "Ġing" and "ing" both read "ing", so there the counterpart ties and
+        # keeps weight).
         faithful, _ = run(fixtures_root, out, src, tgt)
         assert len(zero_weight(faithful, pairs)) > 0.1 * len(pairs)
 
 
 def test_marked_strings_and_cache_keys(fixtures_root: Path, out: Path) -> None:
-    """A cache key names the strings: a vocabulary whose strings the rule changes gets its own key, one whose
-    strings stay the same keeps the released key (and the vectors already cached under it)."""
+    """A cache key names the strings: a vocabulary whose strings the rule changes gets its own key,
+    one whose strings stay the same keeps the released key (and the vectors already cached under
+    it)."""
     fps = {
-        marker: run(fixtures_root, out, "bert-mlm", "tok-bytebpe", position_aware=True, position_marker=marker)[1][
-            "fingerprints"
-        ]
+        marker: run(
+            fixtures_root,
+            out,
+            "bert-mlm",
+            "tok-bytebpe",
+            position_aware=True,
+            position_marker=marker,
+        )[1]["fingerprints"]
         for marker in ("-", "##")
     }
     released = run(fixtures_root, out, "bert-mlm", "tok-bytebpe")[1]["fingerprints"]
     prior_only = run(
-        fixtures_root, out, "bert-mlm", "tok-bytebpe", position_aware=True, position_marker="", position_penalty=0.5
+        fixtures_root,
+        out,
+        "bert-mlm",
+        "tok-bytebpe",
+        position_aware=True,
+        position_marker="",
+        position_penalty=0.5,
     )[1]["fingerprints"]
     assert prior_only == released  # the prior alone leaves the strings as they are
-    assert fps["##"]["source_tokenizer"] == released["source_tokenizer"]  # WordPiece's ##ing already reads "##ing"
-    assert len({fps["-"]["source_tokenizer"], fps["##"]["source_tokenizer"]}) == 2  # "-ing": other strings, other key
-    assert len({f["target_tokenizer"] for f in (released, fps["-"], fps["##"])}) == 3  # byte-level: changed by both
+    # WordPiece's ##ing already reads "##ing"
+    assert fps["##"]["source_tokenizer"] == released["source_tokenizer"]
+    # "-ing": other strings, other key
+    assert len({fps["-"]["source_tokenizer"], fps["##"]["source_tokenizer"]}) == 2
+    # byte-level: changed by both
+    assert len({f["target_tokenizer"] for f in (released, fps["-"], fps["##"])}) == 3
     for f in fps.values():
-        assert (out / "cache" / f"{f['bridge_model']}-{f['target_tokenizer']}" / "vectors.parquet").is_file()
+        assert (
+            out / "cache" / f"{f['bridge_model']}-{f['target_tokenizer']}" / "vectors.parquet"
+        ).is_file()
 
 
 @pytest.mark.parametrize("marker", ["-", "##"])
@@ -297,11 +360,14 @@ def test_real_tokenizers_mark_the_same_piece_the_same_way(shared_data: Path, mar
     strings = {}
     for name, tok in (("bert", bert), ("roberta", roberta)):
         ids = [
-            tok.convert_tokens_to_ids(t) for t in (("##ing", "ing", "##.") if name == "bert" else ("ing", "Ġing", "."))
+            tok.convert_tokens_to_ids(t)
+            for t in (("##ing", "ing", "##.") if name == "bert" else ("ing", "Ġing", "."))
         ]
-        classes = tokenizer_classes(tok, max(tok.get_vocab().values()) + 1)  # roberta-base's ids have holes
+        # roberta-base's ids have holes
+        classes = tokenizer_classes(tok, max(tok.get_vocab().values()) + 1)
         table = vocab_strings(tok, classes, marker).to_pydict()
         strings[name] = [table["text"][table["id"].index(i)] for i in ids]
         assert [int(classes[i]) for i in ids] == [C, W, N]
     assert strings["bert"][:2] == strings["roberta"][:2] == [f"{marker}ing", "ing"]
-    assert strings["roberta"][2] == "."  # neutral: as released (BERT's "##." is never produced, so stays apart)
+    # neutral: as released (BERT's "##." is never produced, so stays apart)
+    assert strings["roberta"][2] == "."

@@ -1,31 +1,34 @@
-"""The faithful rule (``position_aware=false``, the default) is byte-for-byte what the code wrote before
-position-aware bridging existed.
+"""The faithful rule (``position_aware=false``, the default) is byte-for-byte what the code wrote
+before position-aware bridging existed.
 
-``tests/data/faithful_init_golden.npz`` was written by this module's ``main`` at commit ce495f0 (before any
-position-aware code), on the tiny fixtures of ``sembridge_ray.testing`` with one change: the ``tokenizers``
-WordPiece and Unigram trainers are not reproducible (from build to build a few WordPiece pieces change and about
-130 of 2,000 ids move; about 11 of 1,500 Unigram ids move), so the vocabularies of that build are pinned in
-``tests/data/faithful_fixture_vocabs.json.gz`` and every later build uses them:
+``tests/data/faithful_init_golden.npz`` was written by this module's ``main`` at commit ce495f0
+(before any position-aware code), on the tiny fixtures of ``sembridge_ray.testing`` with one change:
+the ``tokenizers`` WordPiece and Unigram trainers are not reproducible (from build to build a few
+WordPiece pieces change and about 130 of 2,000 ids move; about 11 of 1,500 Unigram ids move), so the
+vocabularies of that build are pinned in ``tests/data/faithful_fixture_vocabs.json.gz`` and every
+later build uses them:
 
     PYTHONPATH=. python -m tests.unit.test_position_faithful --write tests/data
 
-Per case it holds the bridge strings' digest, the bridge-cache keys, the provenance of every bridged row (source
-ids and float32 weights) and a digest of every tensor of the written model. The bridge vectors' digest is kept
-too: the tiny bridge encoder runs in fp32, so another CPU may produce vectors that differ in the last bits. Then
-weights are compared to 1e-5 instead of bit for bit (the strings and keys are always exact).
+Per case it holds the bridge strings' digest, the bridge-cache keys, the provenance of every bridged
+row (source ids and float32 weights) and a digest of every tensor of the written model. The bridge
+vectors' digest is kept too: the tiny bridge encoder runs in fp32, so another CPU may produce
+vectors that differ in the last bits. Then weights are compared to 1e-5 instead of bit for bit (the
+strings and keys are always exact).
 
-With the same vectors, the weights match bit for bit on the machine that wrote the file and on most others. But
-the float64 cosines and sums are BLAS and SIMD reductions whose order depends on the CPU: on an AMD EPYC with
-AVX-512, FOCUS (sparsemax over every anchor, 156k weights) differs in the last float32 bit of some weights, with
-the same source ids and the same model bytes. The digest-only cases (α=2, softmax, FOCUS, WECHSEL) had their full
-arrays added on 2026-12-02 from that machine, whose digests equal the file's except FOCUS's.
+With the same vectors, the weights match bit for bit on the machine that wrote the file and on most
+others. But the float64 cosines and sums are BLAS and SIMD reductions whose order depends on the
+CPU: on an AMD EPYC with AVX-512, FOCUS (sparsemax over every anchor, 156k weights) differs in the
+last float32 bit of some weights, with the same source ids and the same model bytes. The digest-only
+cases (α=2, softmax, FOCUS, WECHSEL) had their full arrays added on 2026-12-02 from that machine,
+whose digests equal the file's except FOCUS's.
 
-Where the digest differs, what the rule defines is compared (:func:`assert_rows_match`): every row's support size
-and weights (within 1e-6, or 1e-5 when the bridge vectors differ too), and every source id, except that a row cut
-at its nearest candidates (the softmax's ``candidates``, WECHSEL's) may end in other ids among those whose weight
-equals its smallest: equal cosines (identical vectors of identical strings) at the cut are taken in whatever order
-that CPU's top-k takes them, and on another CPU a 2-of-870 failure came from exactly that.
-"""
+Where the digest differs, what the rule defines is compared (:func:`assert_rows_match`): every row's
+support size and weights (within 1e-6, or 1e-5 when the bridge vectors differ too), and every source
+id, except that a row cut at its nearest candidates (the softmax's ``candidates``, WECHSEL's) may
+end in other ids among those whose weight equals its smallest: equal cosines (identical vectors of
+identical strings) at the cut are taken in whatever order that CPU's top-k takes them, and on
+another CPU a 2-of-870 failure came from exactly that."""
 
 from __future__ import annotations
 
@@ -73,7 +76,8 @@ CASES: dict[str, tuple[str, str, dict[str, Any]]] = {
 
 
 def _pin(tok: Any, key: str, vocabs: dict[str, Any], **kwargs: Any) -> Any:
-    """``tok`` with the vocabulary stored under ``key`` (or, when there is none yet, ``tok``'s own, now stored)."""
+    """``tok`` with the vocabulary stored under ``key`` (or, when there is none yet, ``tok``'s own,
+    now stored)."""
     spec = json.loads(tok.backend_tokenizer.to_str())
     vocab = spec["model"]["vocab"]
     if isinstance(vocab, dict):  # WordPiece: token -> id; stored as the tokens in id order
@@ -82,14 +86,16 @@ def _pin(tok: Any, key: str, vocabs: dict[str, Any], **kwargs: Any) -> Any:
     else:  # Unigram: [piece, score] in id order
         spec["model"]["vocab"] = vocabs.setdefault(key, vocab)
     return type(tok)(
-        tokenizer_object=Tokenizer.from_str(json.dumps(spec)), model_max_length=tok.model_max_length, **kwargs
+        tokenizer_object=Tokenizer.from_str(json.dumps(spec)),
+        model_max_length=tok.model_max_length,
+        **kwargs,
     )
 
 
 @contextlib.contextmanager
 def pinned_fixtures(root: Path, vocabs: dict[str, Any]) -> Iterator[Path]:
-    """Every fixture of ``sembridge_ray.testing`` under ``root``, with the WordPiece and Unigram vocabularies of
-    ``vocabs`` (filled in from this build where it has none)."""
+    """Every fixture of ``sembridge_ray.testing`` under ``root``, with the WordPiece and Unigram
+    vocabularies of ``vocabs`` (filled in from this build where it has none)."""
     wordpiece, unigram = testing.wordpiece_tokenizer, testing.unigram_tokenizer
 
     def pinned_wordpiece(text: list[str], vocab_size: int, lowercase: bool) -> BertTokenizer:
@@ -115,11 +121,16 @@ def _sha(data: bytes) -> str:
 
 
 def _strings_sha(path: Path) -> str:
-    return _sha(json.dumps(vocab_strings(load_tokenizer(str(path))).to_pydict(), ensure_ascii=False).encode())
+    return _sha(
+        json.dumps(
+            vocab_strings(load_tokenizer(str(path))).to_pydict(), ensure_ascii=False
+        ).encode()
+    )
 
 
 def snapshot(root: Path, out: Path, case: str, **extra: Any) -> dict[str, Any]:
-    """Initialise one case on the fixtures under ``root`` and reduce its artefacts to comparable arrays."""
+    """Initialise one case on the fixtures under ``root`` and reduce its artefacts to comparable
+    arrays."""
     src, tgt, overrides = CASES[case]
     cfg = InitConfig(
         source_model=str(root / src),
@@ -134,16 +145,23 @@ def snapshot(root: Path, out: Path, case: str, **extra: Any) -> dict[str, Any]:
     rows = [i for i, k in enumerate(prov["kind"]) if k == "bridge"]
     tensors = load_file(str(Path(result.output) / "model" / "model.safetensors"))
     fps = result.report["fingerprints"]
-    keys = [fps[name] for name in ("source_tokenizer", "target_tokenizer")]  # the bridge model's fp is not ours
-    entries = [out / "cache" / f"{fps['bridge_model']}-{key}" for key in keys]  # sembridge_ray.cache entries
+    # the bridge model's fp is not ours
+    keys = [fps[name] for name in ("source_tokenizer", "target_tokenizer")]
+    # sembridge_ray.cache entries
+    entries = [out / "cache" / f"{fps['bridge_model']}-{key}" for key in keys]
     vectors = [pq.read_table(entry / "vectors.parquet").column("vector") for entry in entries]
     ids = np.array([s for i in rows for s in prov["source_ids"][i]], np.int64)
     weights = np.array([w for i in rows for w in prov["weights"][i]], np.float32)
     return {
         "strings": [_strings_sha(root / src), _strings_sha(root / tgt)],
         "keys": keys,
-        "vectors": [_sha(np.stack(v.to_numpy(zero_copy_only=False)).astype(np.float32).tobytes()) for v in vectors],
-        "model": _sha(b"".join(name.encode() + tensors[name].tobytes() for name in sorted(tensors))),
+        "vectors": [
+            _sha(np.stack(v.to_numpy(zero_copy_only=False)).astype(np.float32).tobytes())
+            for v in vectors
+        ],
+        "model": _sha(
+            b"".join(name.encode() + tensors[name].tobytes() for name in sorted(tensors))
+        ),
         "kinds": np.array([KINDS.index(k) for k in prov["kind"]], np.uint8),
         "sizes": np.array([len(prov["source_ids"][i]) for i in rows], np.int32),
         "digest": _sha(ids.tobytes() + weights.tobytes()),
@@ -189,59 +207,80 @@ def test_faithful_rule_is_unchanged_bit_for_bit(
     got = snapshot(stable_root, tmp_path, case, **({"position_aware": False} if explicit else {}))
     want = golden[case]
     assert got["strings"] == want["strings"].tolist()  # the released string rule, exactly
-    assert got["keys"] == want["keys"].tolist()  # and so the bridge caches written before stay valid
+    # and so the bridge caches written before stay valid
+    assert got["keys"] == want["keys"].tolist()
     assert np.array_equal(got["kinds"], want["kinds"])
     assert np.array_equal(got["sizes"], want["sizes"])  # every row's support size
-    if got["digest"] == str(want["digest"]):  # the ids and weights bit for bit (the digest hashes both)
+    # the ids and weights bit for bit (the digest hashes both)
+    if got["digest"] == str(want["digest"]):
         assert got["model"] == str(want["model"])
         return
-    # Another CPU: the float64 cosines and sums are reduced in another order (the last float32 bit of some weights),
-    # and where its fp32 bridge encoder gives other last bits, in inputs rounded otherwise. What the rule defines is
-    # then compared: each row's weights, and its source ids except those a tie decides (candidates whose weights
-    # equal the row's smallest: the nearest-`candidates` cut of the softmax rows picks among equal cosines, such
-    # as the identical vectors of identical strings, in whatever order that CPU's top-k takes them).
+    # Another CPU: the float64 cosines and sums are reduced in another order (the last float32 bit
+    # of some weights), and where its fp32 bridge encoder gives other last bits, in inputs rounded
+    # otherwise. What the rule defines is then compared: each row's weights, and its source ids
+    # except those a tie decides (candidates whose weights equal the row's smallest: the
+    # nearest-`candidates` cut of the softmax rows picks among equal cosines, such as the identical
+    # vectors of identical strings, in whatever order that CPU's top-k takes them).
     atol = 1e-6 if got["vectors"] == want["vectors"].tolist() else 1e-5
     assert_rows_match(got, want, atol, cut_size(case))
 
 
 def cut_size(case: str) -> int | None:
     """How many nearest source tokens a case's rows keep (the softmax's ``candidates``, WECHSEL's
-    ``wechsel_candidates``), or None: an α-entmax support or FOCUS's anchors, where no cut picks among equals."""
+    ``wechsel_candidates``), or None: an α-entmax support or FOCUS's anchors, where no cut picks
+    among equals."""
     overrides = CASES[case][2]
     if overrides.get("method") == "wechsel":
         return InitConfig().weighting.wechsel_candidates
     return InitConfig().weighting.candidates if overrides.get("alpha") == 1.0 else None
 
 
-def assert_rows_match(got: dict[str, Any], want: dict[str, Any], atol: float, cut: int | None) -> None:
-    """Row by row: sorted weights within ``atol``, and the same weight for every source id; in a row cut at the
-    ``cut`` nearest, the ids whose weight equals the row's smallest may be others (chosen among equals)."""
+def assert_rows_match(
+    got: dict[str, Any], want: dict[str, Any], atol: float, cut: int | None
+) -> None:
+    """Row by row: sorted weights within ``atol``, and the same weight for every source id; in a row
+    cut at the ``cut`` nearest, the ids whose weight equals the row's smallest may be others (chosen
+    among equals)."""
     bounds = np.concatenate([[0], np.cumsum(want["sizes"])])
     for row, (start, stop) in enumerate(itertools.pairwise(bounds)):
         ids_g, w_g = got["ids"][start:stop], got["weights"][start:stop]
         ids_w, w_w = want["ids"][start:stop], want["weights"][start:stop]
-        np.testing.assert_allclose(np.sort(w_g), np.sort(w_w), rtol=0, atol=atol, err_msg=f"row {row}")
+        np.testing.assert_allclose(
+            np.sort(w_g), np.sort(w_w), rtol=0, atol=atol, err_msg=f"row {row}"
+        )
         if not len(w_w):
             continue
-        tied = cut is not None and len(w_w) == cut  # a full row: its last candidates may tie with ones left out
+        # a full row: its last candidates may tie with ones left out
+        tied = cut is not None and len(w_w) == cut
         cut_weight = min(w_g.min(), w_w.min()) + atol if tied else -1.0
         decided_g = {int(i): float(w) for i, w in zip(ids_g, w_g, strict=True) if w > cut_weight}
         decided_w = {int(i): float(w) for i, w in zip(ids_w, w_w, strict=True) if w > cut_weight}
-        assert decided_g.keys() == decided_w.keys(), f"row {row}: other source ids where no tie decides them"
+        assert decided_g.keys() == decided_w.keys(), (
+            f"row {row}: other source ids where no tie decides them"
+        )
         for i, w in decided_w.items():
-            assert abs(decided_g[i] - w) <= atol, f"row {row}: source {i} weighs {decided_g[i]}, not {w}"
+            assert abs(decided_g[i] - w) <= atol, (
+                f"row {row}: source {i} weighs {decided_g[i]}, not {w}"
+            )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="write the faithful-rule golden file")
-    parser.add_argument("--write", type=Path, required=True, help="directory for the golden and vocabulary files")
+    parser.add_argument(
+        "--write", type=Path, required=True, help="directory for the golden and vocabulary files"
+    )
     args = parser.parse_args(argv)
     vocabs: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory() as tmp, pinned_fixtures(Path(tmp) / "fixtures", vocabs) as root:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        pinned_fixtures(Path(tmp) / "fixtures", vocabs) as root,
+    ):
         snaps = {case: snapshot(root, Path(tmp) / "out", case) for case in CASES}
     args.write.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(args.write / GOLDEN, allow_pickle=True, **_flatten(snaps))
-    (args.write / VOCABS).write_bytes(gzip.compress(json.dumps(vocabs, ensure_ascii=False).encode(), mtime=0))
+    (args.write / VOCABS).write_bytes(
+        gzip.compress(json.dumps(vocabs, ensure_ascii=False).encode(), mtime=0)
+    )
     for name in (GOLDEN, VOCABS):
         print(f"wrote {args.write / name} ({(args.write / name).stat().st_size} bytes)")
     return 0
@@ -252,18 +291,24 @@ if __name__ == "__main__":
 
 
 def test_the_comparison_allows_ties_at_the_cut_and_nothing_else() -> None:
-    """The rule for another CPU, on a hand-made pair of rows: ids tied at the row's smallest weight may differ."""
+    """The rule for another CPU, on a hand-made pair of rows: ids tied at the row's smallest weight
+    may differ."""
     want = {
         "sizes": np.array([3, 2]),
         "ids": np.array([5, 7, 9, 1, 2]),
         "weights": np.array([0.5, 0.25, 0.25, 0.6, 0.4], np.float32),
     }
-    tie_other_way = {**want, "ids": np.array([5, 7, 8, 1, 2])}  # source 8 ties with 9 at the cut: either is right
+    # source 8 ties with 9 at the cut: either is right
+    tie_other_way = {**want, "ids": np.array([5, 7, 8, 1, 2])}
     assert_rows_match(tie_other_way, want, atol=1e-6, cut=3)
-    with pytest.raises(AssertionError):  # the same without a cut: the support is the rule's, every id defined
+    # the same without a cut: the support is the rule's, every id defined
+    with pytest.raises(AssertionError):
         assert_rows_match(tie_other_way, want, atol=1e-6, cut=None)
-    for wrong in (np.array([6, 7, 9, 1, 2]), np.array([5, 7, 9, 1, 3])):  # an id above the cut; a row not cut
+    # an id above the cut; a row not cut
+    for wrong in (np.array([6, 7, 9, 1, 2]), np.array([5, 7, 9, 1, 3])):
         with pytest.raises(AssertionError):
             assert_rows_match({**want, "ids": wrong}, want, atol=1e-6, cut=3)
     with pytest.raises(AssertionError):
-        assert_rows_match({**want, "weights": want["weights"] + np.float32(1e-3)}, want, atol=1e-6, cut=3)
+        assert_rows_match(
+            {**want, "weights": want["weights"] + np.float32(1e-3)}, want, atol=1e-6, cut=3
+        )

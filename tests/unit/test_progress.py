@@ -44,7 +44,9 @@ def test_a_line_every_ten_seconds_with_rate_and_eta(caplog: pytest.LogCaptureFix
     assert caplog.messages[-1] == "encoding documents: 300/1,000 texts (30%), 15.0/s, ETA 46.7 s"
 
 
-def test_the_throttle_is_by_time_even_for_units_larger_than_it(caplog: pytest.LogCaptureFixture) -> None:
+def test_the_throttle_is_by_time_even_for_units_larger_than_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """One staged file of 5,000 documents: each add is minutes apart, each gets its line."""
     clock = FakeClock()
     progress = Progress(log, "encoding documents", 3, "files", clock=clock)
@@ -72,7 +74,9 @@ def test_a_heartbeat_while_nothing_is_counted(caplog: pytest.LogCaptureFixture) 
     assert len(caplog.messages) == 1
     clock.now += 6
     progress.tick()
-    assert caplog.messages[-1] == "bridge encoding: 1,000/30,522 strings (3%), 50.0/s, ETA 9 min 50 s"
+    assert (
+        caplog.messages[-1] == "bridge encoding: 1,000/30,522 strings (3%), 50.0/s, ETA 9 min 50 s"
+    )
 
 
 def test_finish_says_how_long_and_ends_the_heartbeat(caplog: pytest.LogCaptureFixture) -> None:
@@ -113,13 +117,16 @@ def test_watch_beats_from_a_thread(caplog: pytest.LogCaptureFixture) -> None:
     assert not any(t.name.startswith("progress:") for t in threading.enumerate())
 
 
-@pytest.mark.parametrize(("seconds", "text"), [(12.34, "12.3 s"), (245, "4 min 05 s"), (7800, "2 h 10 min")])
+@pytest.mark.parametrize(
+    ("seconds", "text"), [(12.34, "12.3 s"), (245, "4 min 05 s"), (7800, "2 h 10 min")]
+)
 def test_duration(seconds: float, text: str) -> None:
     assert duration(seconds) == text
 
 
 def test_encoding_reports_each_batch_so_a_long_file_shows_progress(fixtures_root: Path) -> None:
-    """What an evaluate encoder actor counts in its Progress (``SparseEncodeUDF``): every batch as it is done."""
+    """What an evaluate encoder actor counts in its Progress (``SparseEncodeUDF``): every batch as
+    it is done."""
     from sentence_transformers import SparseEncoder
 
     from sembridge_ray.sparse.encode import encode_texts

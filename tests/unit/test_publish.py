@@ -1,6 +1,6 @@
-"""``--push-to-hub``: checked in the driver before any work (one line, exit 2, in seconds, before Ray), and a rerun of
-a finished output publishes it without recomputing, recording what went where (the hub is offline here: the upload
-itself is replaced by a recorder)."""
+"""``--push-to-hub``: checked in the driver before any work (one line, exit 2, in seconds, before
+Ray), and a rerun of a finished output publishes it without recomputing, recording what went where
+(the hub is offline here: the upload itself is replaced by a recorder)."""
 
 from __future__ import annotations
 
@@ -58,8 +58,18 @@ def test_a_push_that_cannot_happen_is_refused_first(
     monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "no-token"))
     if token:
         monkeypatch.setenv("HF_TOKEN", token)
-    ft = ["--model", str(fixtures_root / "bert-mlm"), "--train", "sick", "--output", str(tmp_path / "ft")]
-    for main, argv in ((init_embeddings.main, init_args(fixtures_root, tmp_path / "init", repo)), (finetune.main, ft)):
+    ft = [
+        "--model",
+        str(fixtures_root / "bert-mlm"),
+        "--train",
+        "sick",
+        "--output",
+        str(tmp_path / "ft"),
+    ]
+    for main, argv in (
+        (init_embeddings.main, init_args(fixtures_root, tmp_path / "init", repo)),
+        (finetune.main, ft),
+    ):
         if main is finetune.main:
             argv = [*argv, "--push-to-hub", repo]
         assert main(argv) == 2
@@ -95,7 +105,9 @@ def test_a_finished_output_is_pushed_by_a_rerun_without_recomputing(
     again = initialise(replace(cfg, push_to_hub="org/model"))
     assert again.skipped and again.pushed == "https://hub/org/model"
     assert pushed == [(Path(first.model), "org/model")]
-    assert (Path(first.output) / "_SUCCESS").stat().st_mtime_ns == stamp  # nothing recomputed or rewritten
+    # nothing recomputed or rewritten
+    assert (Path(first.output) / "_SUCCESS").stat().st_mtime_ns == stamp
     record = json.loads((Path(first.output) / sparse_model.PUSHED).read_text())
     assert [(r["repo_id"], r["url"]) for r in record] == [("org/model", "https://hub/org/model")]
-    assert initialise(cfg).skipped  # the record is beside the manifest, not in it: the output still verifies
+    # the record is beside the manifest, not in it: the output still verifies
+    assert initialise(cfg).skipped

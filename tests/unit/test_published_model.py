@@ -1,5 +1,6 @@
-"""The model a user loads is the model that was scored: ``SparseEncoder(<output>/model)`` encodes queries and
-documents at the lengths the evaluation used, with the source's pooling, and knows its dimension on load."""
+"""The model a user loads is the model that was scored: ``SparseEncoder(<output>/model)`` encodes
+queries and documents at the lengths the evaluation used, with the source's pooling, and knows its
+dimension on load."""
 
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ def encoded(model, texts: list[str], role: str) -> np.ndarray:
 
 
 def evaluated(model_dir: str, texts: list[str], role: str, cfg: EvaluateConfig) -> np.ndarray:
-    """What the evaluate job's encoder actors compute (``SparseEncodeUDF``): load at the job's length, encode."""
+    """What the evaluate job's encoder actors compute (``SparseEncodeUDF``): load at the job's
+    length, encode."""
     length = cfg.max_query_length if role == "query" else cfg.max_doc_length
     model = load_sparse_encoder(model_dir, max_length=length)
     indices, values = encode_texts(model, texts, cfg.encode_batch_size, role, None, "fp32")
@@ -47,7 +49,10 @@ def assert_encodes_as_evaluated(model_dir: str, texts: list[str], cfg: EvaluateC
 
     published = SparseEncoder(model_dir, device="cpu")
     for role in ("document", "query"):
-        assert np.abs(encoded(published, texts, role) - evaluated(model_dir, texts, role, cfg)).max() < 1e-5, role
+        assert (
+            np.abs(encoded(published, texts, role) - evaluated(model_dir, texts, role, cfg)).max()
+            < 1e-5
+        ), role
 
 
 @pytest.fixture(scope="module")
@@ -65,19 +70,28 @@ def init_cfg(fixtures_root: Path, tmp_path_factory: pytest.TempPathFactory) -> I
     )
 
 
-def test_the_initialised_model_encodes_at_the_scored_lengths_and_knows_its_dimension(init_cfg: InitConfig) -> None:
+def test_the_initialised_model_encodes_at_the_scored_lengths_and_knows_its_dimension(
+    init_cfg: InitConfig,
+) -> None:
     from sentence_transformers import SparseEncoder
 
     result = initialise(init_cfg)
     model = SparseEncoder(result.model, device="cpu")
     vocab = json.loads((Path(result.model) / "config.json").read_text())["vocab_size"]
     assert model.get_embedding_dimension() == vocab  # on load, before the first encode
-    assert model.max_seq_length == 40 and model[0].document_length == 40 and model[0].query_length == 12
+    assert (
+        model.max_seq_length == 40
+        and model[0].document_length == 40
+        and model[0].query_length == 12
+    )
     scored = EvaluateConfig(max_query_length=12, max_doc_length=40)
     assert_encodes_as_evaluated(result.model, LONG_TEXTS, scored)
     unscored = EvaluateConfig()  # 64 / 256 tokens: another cut, other vectors
     assert (
-        np.abs(encoded(model, LONG_TEXTS, "document") - evaluated(result.model, LONG_TEXTS, "document", unscored)).max()
+        np.abs(
+            encoded(model, LONG_TEXTS, "document")
+            - evaluated(result.model, LONG_TEXTS, "document", unscored)
+        ).max()
         > 1e-3
     )
 
@@ -90,4 +104,7 @@ def test_the_source_models_pooling_settings_are_kept(init_cfg: InitConfig, tmp_p
     pooling.write_text(json.dumps(settings))
     result = initialise(replace(init_cfg, source_model=str(source), output=str(tmp_path / "init")))
     written = json.loads((Path(result.model) / "1_SpladePooling" / "config.json").read_text())
-    assert (written["pooling_strategy"], written["activation_function"]) == ("sum", settings["activation_function"])
+    assert (written["pooling_strategy"], written["activation_function"]) == (
+        "sum",
+        settings["activation_function"],
+    )

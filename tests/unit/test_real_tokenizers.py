@@ -1,4 +1,5 @@
-"""The real tokenizer folders in ../shared/data/tokenizers load offline and tokenise as their models do."""
+"""The real tokenizer folders in ../shared/data/tokenizers load offline and tokenise as their models
+do."""
 
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ EXPECTED = {  # the well-known canonical ids
 
 
 @pytest.mark.parametrize(("name", "expected"), EXPECTED.items())
-def test_real_tokenizer_loads_offline(shared_data: Path, name: str, expected: tuple[int, list[int] | None]) -> None:
+def test_real_tokenizer_loads_offline(
+    shared_data: Path, name: str, expected: tuple[int, list[int] | None]
+) -> None:
     tok = AutoTokenizer.from_pretrained(shared_data / "tokenizers" / name)
     size, ids = expected
     assert len(tok) == size

@@ -1,6 +1,7 @@
-"""What cannot be right is refused with one line and exit 2, before any work and with nothing written: settings that
-would erase the bridge, a frequency bias that would be constant, a development set that is a test set, inputs that
-cannot be read or are pickles, and a second writer of one new export (issue 33, points 10-12). No Ray starts."""
+"""What cannot be right is refused with one line and exit 2, before any work and with nothing
+written: settings that would erase the bridge, a frequency bias that would be constant, a
+development set that is a test set, inputs that cannot be read or are pickles, and a second writer
+of one new export (issue 33, points 10-12). No Ray starts."""
 
 from __future__ import annotations
 
@@ -20,9 +21,21 @@ from tests.conftest import error_lines
 
 
 def _init(fixtures_root: Path, out: Path, *extra: str) -> int:
-    """The tiny BERT to the cased WordPiece target (characters it has never seen are its [UNK], a special)."""
-    argv = ["--model", str(fixtures_root / "bert-mlm"), "--target-tokenizer", str(fixtures_root / "tok-wordpiece")]
-    argv += ["--bridge-model", str(fixtures_root / "bridge"), "--output", str(out), f"cache_dir={out.parent / 'c'}"]
+    """The tiny BERT to the cased WordPiece target (characters it has never seen are its [UNK], a
+    special)."""
+    argv = [
+        "--model",
+        str(fixtures_root / "bert-mlm"),
+        "--target-tokenizer",
+        str(fixtures_root / "tok-wordpiece"),
+    ]
+    argv += [
+        "--bridge-model",
+        str(fixtures_root / "bridge"),
+        "--output",
+        str(out),
+        f"cache_dir={out.parent / 'c'}",
+    ]
     return init_embeddings.main([*argv, *extra])
 
 
@@ -35,7 +48,8 @@ def _one_error(capsys: pytest.CaptureFixture[str]) -> str:
 def test_bridge_components_at_the_bridges_dimension_are_refused(
     fixtures_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """abtt removing as many principal directions as the bridge has dimensions maps every token to one point."""
+    """abtt removing as many principal directions as the bridge has dimensions maps every token to
+    one point."""
     dim = bridge_dimension(str(fixtures_root / "bridge"))
     assert dim == 32  # the tiny bridge's pooling says so, read without loading its weights
     out = tmp_path / "out"
@@ -49,12 +63,19 @@ def test_bridge_components_at_the_bridges_dimension_are_refused(
     [
         ("\n   \n", "holds no text"),
         ("ああああ いいい\n", "none of them occurs among the"),
-        (b"a man is playing\n\xff\xfe guitar\n", "--bias-text {path}:2: not UTF-8 text (byte 0xff at column 1)"),
+        (
+            b"a man is playing\n\xff\xfe guitar\n",
+            "--bias-text {path}:2: not UTF-8 text (byte 0xff at column 1)",
+        ),
     ],
     ids=["empty", "no-target-token", "not-utf8"],
 )
 def test_a_frequency_bias_text_that_cannot_give_a_bias_is_refused(
-    fixtures_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str | bytes, said: str
+    fixtures_root: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    text: str | bytes,
+    said: str,
 ) -> None:
     path = tmp_path / "text.txt"
     path.write_bytes(text if isinstance(text, bytes) else text.encode("utf-8"))
@@ -64,18 +85,25 @@ def test_a_frequency_bias_text_that_cannot_give_a_bias_is_refused(
     assert not out.exists()
 
 
-def test_miracls_dev_split_is_refused_as_a_development_set(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """The evaluate job scores MIRACL's dev judgements as its test: choosing a recipe on them is choosing on test."""
+def test_miracls_dev_split_is_refused_as_a_development_set(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The evaluate job scores MIRACL's dev judgements as its test: choosing a recipe on them is
+    choosing on test."""
     with pytest.raises(ValueError, match="it is what evaluate scores as its test"):
         FinetuneConfig(eval="miracl:ar", eval_split="dev")
-    FinetuneConfig(eval="miracl:ar", eval_split="train")  # its training judgements may be held out for that
+    # its training judgements may be held out for that
+    FinetuneConfig(eval="miracl:ar", eval_split="train")
     argv = ["--model", "m", "--train", "t", "--output", str(tmp_path / "o"), "--eval", "miracl:ko"]
     assert finetune.main(argv) == 2
-    assert "eval_split='dev': of miracl:ko: it is what evaluate scores as its test" in _one_error(capsys)
+    assert "eval_split='dev': of miracl:ko: it is what evaluate scores as its test" in _one_error(
+        capsys
+    )
 
 
 def _pickled(fixtures_root: Path, root: Path) -> Path:
-    """The tiny sparse encoder with its weights as a pickle (``pytorch_model.bin``) instead of safetensors."""
+    """The tiny sparse encoder with its weights as a pickle (``pytorch_model.bin``) instead of
+    safetensors."""
     import torch
     from safetensors.torch import load_file
 
@@ -92,18 +120,27 @@ def test_pickled_weights_are_refused_before_anything_is_claimed(
     model = _pickled(fixtures_root, tmp_path)
     argv = ["--model", str(model), "--dataset", str(sick_beir), "--output", str(tmp_path / "eval")]
     assert evaluate.main(argv) == 2
-    assert "weights are pickle files only (pytorch_model.bin); this project loads safetensors only" in _one_error(
-        capsys
+    assert (
+        "weights are pickle files only (pytorch_model.bin); this project loads safetensors only"
+        in _one_error(capsys)
     )
     pairs = tmp_path / "pairs.parquet"
     pq.write_table(pa.table({QUERY: ["a", "b"], POSITIVE: ["c", "d"]}), pairs)
-    assert finetune.main(["--model", str(model), "--train", str(pairs), "--output", str(tmp_path / "ft")]) == 2
+    assert (
+        finetune.main(
+            ["--model", str(model), "--train", str(pairs), "--output", str(tmp_path / "ft")]
+        )
+        == 2
+    )
     assert "pickle files only" in _one_error(capsys)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pairs.parquet", "pickled"]
 
 
-def test_of_two_writers_of_one_new_directory_the_second_fails_and_the_first_is_kept(tmp_path: Path) -> None:
-    """Two exports into one new output both once reported success, the later silently replacing the earlier."""
+def test_of_two_writers_of_one_new_directory_the_second_fails_and_the_first_is_kept(
+    tmp_path: Path,
+) -> None:
+    """Two exports into one new output both once reported success, the later silently replacing the
+    earlier."""
     out = tmp_path / "model"
     with pytest.raises(FileExistsError) as err, atomic_new_path(out) as late:
         late.mkdir()
@@ -113,12 +150,15 @@ def test_of_two_writers_of_one_new_directory_the_second_fails_and_the_first_is_k
             (early / "weights").write_text("early")
         assert (out / "weights").read_text() == "early"
     assert err.value.filename == str(out)
-    assert (out / "weights").read_text() == "early" and [p.name for p in tmp_path.iterdir()] == ["model"]
+    assert (out / "weights").read_text() == "early" and [p.name for p in tmp_path.iterdir()] == [
+        "model"
+    ]
 
 
 def test_an_error_while_writing_a_new_directory_names_it_not_its_temporary(tmp_path: Path) -> None:
     out = tmp_path / "model"
     with pytest.raises(OSError) as err, atomic_new_path(out) as tmp:
-        (tmp / "missing" / "file").write_text("x")  # no such directory: an OSError naming the temporary
+        # no such directory: an OSError naming the temporary
+        (tmp / "missing" / "file").write_text("x")
     assert err.value.filename == str(out) and ".tmp-" not in str(err.value)
     assert list(tmp_path.iterdir()) == []

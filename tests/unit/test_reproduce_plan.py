@@ -1,4 +1,5 @@
-"""The reproduction driver's plan: cells, names, the dry run's hub ids; and the cluster configs match its flags."""
+"""The reproduction driver's plan: cells, names, the dry run's hub ids; and the cluster configs
+match its flags."""
 
 from __future__ import annotations
 
@@ -27,7 +28,9 @@ from tests.conftest import REPO
 
 
 def test_cells_are_deterministic_and_baselines_have_no_alpha() -> None:
-    cells = expand(("naver/splade-v3",), ("ko", "ar"), ("sembridge", "focus"), ("2", "4", "softmax"))
+    cells = expand(
+        ("naver/splade-v3",), ("ko", "ar"), ("sembridge", "focus"), ("2", "4", "softmax")
+    )
     assert [c.name for c in cells] == [
         "splade-v3__ko__sembridge__a2",
         "splade-v3__ko__sembridge__a4",
@@ -41,11 +44,16 @@ def test_cells_are_deterministic_and_baselines_have_no_alpha() -> None:
     assert parse_alpha("softmax") == 1.0 and cells[2].alpha_label == "softmax"
 
 
-def test_paper_dry_run_names_every_hub_id(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert reproduce.main(["--preset", "paper", "--dry-run", "--json", "--output", str(tmp_path)]) == 0
+def test_paper_dry_run_names_every_hub_id(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert (
+        reproduce.main(["--preset", "paper", "--dry-run", "--json", "--output", str(tmp_path)]) == 0
+    )
     text = capsys.readouterr().out
     plan = json.loads(text)
-    assert plan["total_cells"] == 4 * 5 * 5  # 4 models x 5 languages x (sembridge α=4 + 4 baselines)
+    # 4 models x 5 languages x (sembridge α=4 + 4 baselines)
+    assert plan["total_cells"] == 4 * 5 * 5
     for hub in [
         *catalog.SOURCE_MODELS.values(),
         "BAAI/bge-m3",
@@ -56,7 +64,8 @@ def test_paper_dry_run_names_every_hub_id(tmp_path: Path, capsys: pytest.Capture
     ]:
         assert hub in text
     assert {c["language"] for c in plan["cells"]} == {"ar", "zh", "hi", "ko", "ru"}
-    assert plan["estimate_gpu_hours"] > 0 and not list(tmp_path.iterdir())  # contacted and wrote nothing
+    # contacted and wrote nothing
+    assert plan["estimate_gpu_hours"] > 0 and not list(tmp_path.iterdir())
 
 
 def test_flags_override_the_preset(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -87,7 +96,13 @@ def test_flags_override_the_preset(tmp_path: Path, capsys: pytest.CaptureFixture
 def test_demo_preset_loads() -> None:
     cfg, _ = parse_config(ReproduceConfig, ["--preset", "demo"], job="reproduce")
     assert cfg.preset == "demo" and cfg.init.bridge_model == "minilm" and not cfg.init.copy_overlap
-    assert set(cfg.methods) >= {"sembridge", "focus", "wechsel", "mean", "random"} and cfg.alphas == ("4", "2")
+    assert set(cfg.methods) >= {
+        "sembridge",
+        "focus",
+        "wechsel",
+        "mean",
+        "random",
+    } and cfg.alphas == ("4", "2")
 
 
 def _entrypoint_config(entrypoint: str, output: Path) -> ReproduceConfig:
@@ -95,7 +110,9 @@ def _entrypoint_config(entrypoint: str, output: Path) -> ReproduceConfig:
     assert words[:3] == ["python", "-m", "jobs.reproduce"]
     args = [w if not w.startswith("/") else str(output) for w in words[3:]]
     spec = job_spec("reproduce")
-    return parse_config(ReproduceConfig, args, flags=spec.flags, job="reproduce", default_preset="paper")[0]
+    return parse_config(
+        ReproduceConfig, args, flags=spec.flags, job="reproduce", default_preset="paper"
+    )[0]
 
 
 def test_kuberay_rayjob_matches_the_driver(tmp_path: Path) -> None:
@@ -105,11 +122,16 @@ def test_kuberay_rayjob_matches_the_driver(tmp_path: Path) -> None:
     assert cfg.preset == "paper"
     groups = job["spec"]["rayClusterSpec"]["workerGroupSpecs"]
     gpus = sum(
-        int(g["replicas"]) * int(g["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"])
+        int(g["replicas"])
+        * int(g["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"])
         for g in groups
     )
-    assert gpus >= cfg.gpus_per_cell * cfg.max_concurrent  # the concurrency the entrypoint asks for fits
-    assert job["spec"]["rayClusterSpec"]["headGroupSpec"]["rayStartParams"]["dashboard-host"] == "0.0.0.0"
+    # the concurrency the entrypoint asks for fits
+    assert gpus >= cfg.gpus_per_cell * cfg.max_concurrent
+    assert (
+        job["spec"]["rayClusterSpec"]["headGroupSpec"]["rayStartParams"]["dashboard-host"]
+        == "0.0.0.0"
+    )
 
 
 def test_aws_launcher_installs_the_package_on_gpu_workers() -> None:
@@ -123,7 +145,9 @@ def test_aws_launcher_installs_the_package_on_gpu_workers() -> None:
 def test_runtime_env_keeps_outputs_and_venv_out() -> None:
     env = yaml.safe_load((REPO / "cluster" / "runtime_env.yaml").read_text())
     assert env["working_dir"] == "."
-    assert {".venv/", "outputs/"} <= set(env["excludes"]) and any("__pycache__" in e for e in env["excludes"])
+    assert {".venv/", "outputs/"} <= set(env["excludes"]) and any(
+        "__pycache__" in e for e in env["excludes"]
+    )
 
 
 @pytest.mark.parametrize(
@@ -137,7 +161,12 @@ def test_runtime_env_keeps_outputs_and_venv_out() -> None:
     ],
 )
 def test_concurrency_and_cell_resources(
-    gpus_per_cell: float, gpus: float, max_concurrent: int, width: int, workers: int, gpus_per_worker: float | None
+    gpus_per_cell: float,
+    gpus: float,
+    max_concurrent: int,
+    width: int,
+    workers: int,
+    gpus_per_worker: float | None,
 ) -> None:
     from sembridge_ray.placement import ResourceConfig
     from sembridge_ray.reproduce.plan import concurrency
@@ -150,13 +179,18 @@ def test_concurrency_and_cell_resources(
     assert width * gpus_per_cell <= gpus or max_concurrent or gpus == 0  # the cells fit the GPUs
 
 
-def test_the_position_aware_variant_is_a_row_of_its_own_with_its_init_setting(tmp_path: Path) -> None:
+def test_the_position_aware_variant_is_a_row_of_its_own_with_its_init_setting(
+    tmp_path: Path,
+) -> None:
     from sembridge_ray.jobs.init import InitConfig
     from sembridge_ray.reproduce.compare import comparisons
     from sembridge_ray.reproduce.stages import Assets, cell_stages
 
     cfg = ReproduceConfig(
-        models=("m",), languages=("ko",), datasets=("miracl",), methods=("sembridge+pa", "sembridge", "focus")
+        models=("m",),
+        languages=("ko",),
+        datasets=("miracl",),
+        methods=("sembridge+pa", "sembridge", "focus"),
     )
     cells = expand(cfg.models, cfg.languages, cfg.methods, cfg.alphas)
     assert [(c.name, c.variant, c.position_aware) for c in cells] == [
@@ -164,9 +198,13 @@ def test_the_position_aware_variant_is_a_row_of_its_own_with_its_init_setting(tm
         ("m__ko__sembridge__a4", "sembridge", False),
         ("m__ko__focus", "focus", False),
     ]
-    assets = Assets(models={"m": "src"}, tokenizers={"ko": "tok"}, specs={("miracl", "ko"): ("eval", "train")})
+    assets = Assets(
+        models={"m": "src"}, tokenizers={"ko": "tok"}, specs={("miracl", "ko"): ("eval", "train")}
+    )
     inits = [
-        cell_stages(replace(cfg, output=str(tmp_path)), c, assets, 0.0, lambda kind, name: f"{kind}:{name}")[0].cfg
+        cell_stages(
+            replace(cfg, output=str(tmp_path)), c, assets, 0.0, lambda kind, name: f"{kind}:{name}"
+        )[0].cfg
         for c in cells
     ]
     assert all(isinstance(i, InitConfig) for i in inits)
@@ -175,14 +213,18 @@ def test_the_position_aware_variant_is_a_row_of_its_own_with_its_init_setting(tm
         ("sembridge", False),
         ("focus", False),
     ]
-    # the plain sembridge cell is the reference of the paired comparisons, even when +pa is listed first
+    # the plain sembridge cell is the reference of the paired comparisons, even when +pa is listed
+    # first
     for cell in cells:
         out = tmp_path / "cells" / cell.name / "miracl" / "zero_shot"
         out.mkdir(parents=True)
         (out / "per_query.tsv").write_text("query_id\tnDCG@10\nq1\t0.5\nq2\t0.25\n")
     rows = comparisons(tmp_path, cells, ["miracl"])
     assert {r["reference"] for r in rows} == {"m__ko__sembridge__a4"}
-    assert sorted(r["method"] for r in rows if r["stage"] == "zero_shot") == ["focus", "sembridge+pa"]
+    assert sorted(r["method"] for r in rows if r["stage"] == "zero_shot") == [
+        "focus",
+        "sembridge+pa",
+    ]
     with pytest.raises(ConfigError, match="'\\+pa' needs a method that uses the bridge"):
         ReproduceConfig(methods=("mean+pa",))
 
@@ -209,25 +251,49 @@ def test_a_figures_file_is_scaled_and_the_rates_it_lacks_stay_built_in(tmp_path:
     assert plan_figures(str(measured), 64) == figures
     assert (figures.docs_per_s, figures.seconds_per_step) == (500.0, 64 / 200.0)
     assert figures.bridge_strings_per_s == BUILT_IN.bridge_strings_per_s
-    assert "bench on cpu" in figures.source and str(measured) in figures.source and "CPU x 50" in figures.source
+    assert (
+        "bench on cpu" in figures.source
+        and str(measured) in figures.source
+        and "CPU x 50" in figures.source
+    )
     assert "built-in: bridge_strings_per_s" in figures.source
     cell = expand(("naver/splade-v3",), ("ko",), ("sembridge",), ("4",))[0]
     est = plan_mod.cell_estimate(cell, ["miracl"], 1.0, 64, figures)
     docs = catalog.CORPUS_SIZES["miracl"]["ko"]
     assert est["eval_s"] == pytest.approx(2 * docs / 500.0)
-    assert est["finetune_s"] == pytest.approx(catalog.TRAIN_QUERIES["miracl"]["ko"] / 64 * 64 / 200.0)
-    out = plan_mod.plan([cell], ["miracl"], {"ko": "t"}, "b", 1.0, 64, 1.0, 1, figures, lambda c: {"init": tmp_path})
+    assert est["finetune_s"] == pytest.approx(
+        catalog.TRAIN_QUERIES["miracl"]["ko"] / 64 * 64 / 200.0
+    )
+    out = plan_mod.plan(
+        [cell], ["miracl"], {"ko": "t"}, "b", 1.0, 64, 1.0, 1, figures, lambda c: {"init": tmp_path}
+    )
     assert out["figures_source"] == figures.source
 
 
-GRID = ["--preset", "paper", "--dry-run", "--json", "--model", "naver/splade-v3", "--languages", "ko"]
-GRID += ["--datasets", "miracl", "--methods", "sembridge", "finetune.optim.epochs=2", "finetune.optim.batch_size=32"]
+GRID = [
+    "--preset",
+    "paper",
+    "--dry-run",
+    "--json",
+    "--model",
+    "naver/splade-v3",
+    "--languages",
+    "ko",
+]
+GRID += [
+    "--datasets",
+    "miracl",
+    "--methods",
+    "sembridge",
+    "finetune.optim.epochs=2",
+    "finetune.optim.batch_size=32",
+]
 
 
 def _hand_estimate_hours(bridge_per_s: float, docs_per_s: float, train_s: float) -> float:
-    """One cell, every stage to run: the init's 60,000 bridge-encoder strings (``plan.cell_estimate``'s
-    assumption), MIRACL-ko's corpus encoded twice (zero-shot and fine-tuned), 2 epochs over its training queries;
-    ``train_s``: seconds per training example."""
+    """One cell, every stage to run: the init's 60,000 bridge-encoder strings
+    (``plan.cell_estimate``'s assumption), MIRACL-ko's corpus encoded twice (zero-shot and
+    fine-tuned), 2 epochs over its training queries; ``train_s``: seconds per training example."""
     docs, queries = catalog.CORPUS_SIZES["miracl"]["ko"], catalog.TRAIN_QUERIES["miracl"]["ko"]
     return (60_000 / bridge_per_s + 2 * docs / docs_per_s + 2 * queries * train_s) / 3600
 
@@ -235,8 +301,9 @@ def _hand_estimate_hours(bridge_per_s: float, docs_per_s: float, train_s: float)
 def test_the_dry_run_divides_by_the_figures_file_it_is_given_and_by_nothing_it_finds(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Without ``--figures`` the built-in figures, even where a benchmark left files in the cache the plan once read;
-    with it, the file's: both estimates as computed by hand from their throughputs."""
+    """Without ``--figures`` the built-in figures, even where a benchmark left files in the cache
+    the plan once read; with it, the file's: both estimates as computed by hand from their
+    throughputs."""
     home = tmp_path / "home"
     cache = home / ".cache" / "sembridge_ray"
     cache.mkdir(parents=True)
@@ -248,17 +315,27 @@ def test_the_dry_run_divides_by_the_figures_file_it_is_given_and_by_nothing_it_f
 
     assert reproduce.main([*GRID, "--output", str(tmp_path / "a")]) == 0
     built_in = json.loads(capsys.readouterr().out)
-    assert "built-in" in built_in["figures_source"] and "left behind" not in built_in["figures_source"]
-    # the built-in figures: 3,000 strings/s, 1,000 docs/s, 0.35 s per step (of the plan's batch, 32 here)
-    assert built_in["estimate_gpu_hours"] == pytest.approx(_hand_estimate_hours(3000, 1000, 0.35 / 32), abs=0.005)
+    assert (
+        "built-in" in built_in["figures_source"] and "left behind" not in built_in["figures_source"]
+    )
+    # the built-in figures: 3,000 strings/s, 1,000 docs/s, 0.35 s per step (of the plan's batch, 32
+    # here)
+    assert built_in["estimate_gpu_hours"] == pytest.approx(
+        _hand_estimate_hours(3000, 1000, 0.35 / 32), abs=0.005
+    )
 
     given = tmp_path / "figures.json"
     given.write_text(json.dumps({"source": "measured on a test GPU", "gpu": "X", **rates}))
     assert reproduce.main([*GRID, "--output", str(tmp_path / "a"), "--figures", str(given)]) == 0
     plan = json.loads(capsys.readouterr().out)
-    assert plan["figures_source"].startswith("measured on a test GPU") and str(given) in plan["figures_source"]
+    assert (
+        plan["figures_source"].startswith("measured on a test GPU")
+        and str(given) in plan["figures_source"]
+    )
     assert plan["assumptions"]["seconds_per_step"] == pytest.approx(32 / 80.0)
-    assert plan["estimate_gpu_hours"] == pytest.approx(_hand_estimate_hours(1500, 400, 1 / 80.0), abs=0.005)
+    assert plan["estimate_gpu_hours"] == pytest.approx(
+        _hand_estimate_hours(1500, 400, 1 / 80.0), abs=0.005
+    )
     assert plan["estimate_gpu_hours"] != built_in["estimate_gpu_hours"]
 
 
@@ -289,25 +366,37 @@ def test_a_bad_figures_file_is_refused_in_one_line_naming_it(
     if job == "reproduce":
         code = reproduce.main([*GRID, *args])
     else:
-        code = run("init", [*args, "--model", "m", "--target-tokenizer", catalog.LANGUAGES["ko"].tokenizer])
+        code = run(
+            "init", [*args, "--model", "m", "--target-tokenizer", catalog.LANGUAGES["ko"].tokenizer]
+        )
     said = error_lines(capsys)
-    assert code == 2 and len(said) == 1 and said[0].startswith("error: ") and str(path) in said[0], said
+    assert (
+        code == 2 and len(said) == 1 and said[0].startswith("error: ") and str(path) in said[0]
+    ), said
     assert not (tmp_path / "out").exists()
 
 
-def test_figures_without_a_dry_run_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_figures_without_a_dry_run_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from tests.conftest import error_lines
 
     path = tmp_path / "figs.json"
     path.write_text('{"docs_per_s": 5}')
-    assert reproduce.main(["--preset", "demo", "--output", str(tmp_path / "out"), "--figures", str(path)]) == 2
+    assert (
+        reproduce.main(
+            ["--preset", "demo", "--output", str(tmp_path / "out"), "--figures", str(path)]
+        )
+        == 2
+    )
     said = error_lines(capsys)
     assert len(said) == 1 and "figures" in said[0] and "--dry-run" in said[0], said
     assert not (tmp_path / "out").exists()
 
 
 def _planned(cfg: ReproduceConfig, root: Path) -> tuple[driver.Plan, dict[str, Path]]:
-    """The plan of ``cfg`` at ``root`` with stand-in asset paths and identities ("kind:name"): nothing is read."""
+    """The plan of ``cfg`` at ``root`` with stand-in asset paths and identities ("kind:name"):
+    nothing is read."""
     files = {name: root / "assets" / asset.path for name, asset in demo.ASSETS.items()}
     cfg = replace(cfg, output=str(root))
     identify = driver.Identities(compute=lambda kind, name: f"{kind}:{name}")
@@ -325,12 +414,15 @@ def _evaluate(stage: Stage) -> EvaluateConfig:
     return stage.cfg
 
 
-def test_the_demo_fine_tunes_scored_on_the_trial_dev_set_and_scores_its_source_there_once(tmp_path: Path) -> None:
+def test_the_demo_fine_tunes_scored_on_the_trial_dev_set_and_scores_its_source_there_once(
+    tmp_path: Path,
+) -> None:
     cfg, _ = parse_config(ReproduceConfig, ["--preset", "demo"], job="reproduce")
     planned, files = _planned(cfg, tmp_path)
     dev = str(files["dev"])
     source, source_eval = planned.assets
-    assert isinstance(source.cfg, FinetuneConfig) and source.cfg.eval == ""  # the source's recipe is fixed
+    # the source's recipe is fixed
+    assert isinstance(source.cfg, FinetuneConfig) and source.cfg.eval == ""
     assert _evaluate(source_eval).split == "test"
     (source_dev,) = planned.sources
     scored = _evaluate(source_dev)
@@ -342,39 +434,58 @@ def test_the_demo_fine_tunes_scored_on_the_trial_dev_set_and_scores_its_source_t
     for tune, inputs in tunes:
         assert (tune.eval, tune.eval_split, inputs["eval"]) == (dev, "dev", f"dataset:{dev}")
         assert tune.train == str(files["sick_train"])
-    splits = {_evaluate(s).split for cell in planned.cells.values() for s in cell if s.job == "evaluate"}
+    splits = {
+        _evaluate(s).split for cell in planned.cells.values() for s in cell if s.job == "evaluate"
+    }
     assert splits == {"test"}  # the test judgements only score before and after
 
 
 def test_hub_cells_have_a_dev_set_only_when_finetune_eval_names_one(tmp_path: Path) -> None:
     base = ReproduceConfig(
-        models=("naver/splade-v3", "m2"), languages=("ko",), datasets=("miracl",), methods=("focus",)
+        models=("naver/splade-v3", "m2"),
+        languages=("ko",),
+        datasets=("miracl",),
+        methods=("focus",),
     )
     planned, _ = _planned(base, tmp_path)
-    assert planned.sources == [] and all(t.eval == "" and "eval" not in i for t, i in _tunes(planned))
-    dev = replace(base.finetune, eval="miracl:ko", eval_split="train")  # MIRACL dev is what the cells are scored on
+    assert planned.sources == [] and all(
+        t.eval == "" and "eval" not in i for t, i in _tunes(planned)
+    )
+    # MIRACL dev is what the cells are scored on
+    dev = replace(base.finetune, eval="miracl:ko", eval_split="train")
     planned, _ = _planned(replace(base, finetune=dev), tmp_path)
-    assert [(_evaluate(s).model, s.output.relative_to(tmp_path).as_posix()) for s in planned.sources] == [
+    assert [
+        (_evaluate(s).model, s.output.relative_to(tmp_path).as_posix()) for s in planned.sources
+    ] == [
         ("naver/splade-v3", "sources/splade-v3/dev"),
         ("m2", "sources/m2/dev"),
     ]
     tunes = _tunes(planned)
-    assert len(tunes) == 2 and all(t.eval == "miracl:ko" and i["eval"] == "dataset:miracl:ko" for t, i in tunes)
+    assert len(tunes) == 2 and all(
+        t.eval == "miracl:ko" and i["eval"] == "dataset:miracl:ko" for t, i in tunes
+    )
 
 
 def test_the_convergence_preset_runs_the_settings_cells_long_enough(tmp_path: Path) -> None:
     settings, _ = parse_config(ReproduceConfig, ["--preset", "settings"], job="reproduce")
     cfg, _ = parse_config(ReproduceConfig, ["--preset", "convergence"], job="reproduce")
-    assert (cfg.languages, cfg.methods, cfg.alphas) == (settings.languages, settings.methods, settings.alphas)
+    assert (cfg.languages, cfg.methods, cfg.alphas) == (
+        settings.languages,
+        settings.methods,
+        settings.alphas,
+    )
     assert (cfg.finetune.optim.batch_size, cfg.finetune.optim.max_steps) == (32, 300)
     assert (cfg.finetune.eval_every, cfg.finetune.log_every) == (30, 10)
-    # the run really takes 300 steps: epochs of SICK train's pairs (the stream's rule) do not stop it first
+    # the run really takes 300 steps: epochs of SICK train's pairs (the stream's rule) do not stop
+    # it first
     per_epoch = len(demo.sick_pairs()) // cfg.finetune.optim.batch_size
     assert cfg.finetune.optim.max_steps is not None
     assert min(per_epoch * cfg.finetune.optim.epochs, cfg.finetune.optim.max_steps) == 300
 
 
-def test_sembridge_plus_and_fvt_are_cells_of_the_grid_with_the_recipe_in_their_init(tmp_path: Path) -> None:
+def test_sembridge_plus_and_fvt_are_cells_of_the_grid_with_the_recipe_in_their_init(
+    tmp_path: Path,
+) -> None:
     from sembridge_ray.embed_init.methods import SEMBRIDGE_PLUS
     from sembridge_ray.jobs.init import InitConfig
     from sembridge_ray.reproduce.stages import Assets, cell_stages
@@ -388,10 +499,14 @@ def test_sembridge_plus_and_fvt_are_cells_of_the_grid_with_the_recipe_in_their_i
         "minilm-splade__en-bpe__sembridge__a4",
     ]
     assets = Assets(
-        models={"minilm-splade": "src"}, tokenizers={"en-bpe": "tok"}, specs={("sick", "en-bpe"): ("e", "t")}
+        models={"minilm-splade": "src"},
+        tokenizers={"en-bpe": "tok"},
+        specs={("sick", "en-bpe"): ("e", "t")},
     )
     inits = [
-        cell_stages(replace(cfg, output=str(tmp_path)), c, assets, 0.0, lambda kind, name: f"{kind}:{name}")[0].cfg
+        cell_stages(
+            replace(cfg, output=str(tmp_path)), c, assets, 0.0, lambda kind, name: f"{kind}:{name}"
+        )[0].cfg
         for c in cells
     ]
     plus_init, fvt_init, faithful = (i for i in inits if isinstance(i, InitConfig))
@@ -408,7 +523,15 @@ def test_the_dry_run_prints_a_summary_and_counts_finished_stages(
     from sembridge_ray.manifest import write_success
     from sembridge_ray.reproduce.plan import cell_stage_outputs
 
-    args = ["--preset", "paper", "--dry-run", "--output", str(tmp_path), "--model", "naver/splade-v3"]
+    args = [
+        "--preset",
+        "paper",
+        "--dry-run",
+        "--output",
+        str(tmp_path),
+        "--model",
+        "naver/splade-v3",
+    ]
     args += ["--languages", "ko", "--datasets", "miracl", "--methods", "sembridge,random"]
     cells = expand(("naver/splade-v3",), ("ko",), ("sembridge", "random"), ("4",))
     init = cell_stage_outputs(tmp_path, cells[0], ["miracl"])["init"]
@@ -421,17 +544,30 @@ def test_the_dry_run_prints_a_summary_and_counts_finished_stages(
     assert reproduce.main([*args, "--json"]) == 0
     plan = json.loads(capsys.readouterr().out)
     assert [c["stages"] for c in plan["cells"]] == [
-        {"init": "done", "miracl/zero_shot": "todo", "miracl/finetune": "todo", "miracl/finetuned": "todo"},
-        {"init": "todo", "miracl/zero_shot": "todo", "miracl/finetune": "todo", "miracl/finetuned": "todo"},
+        {
+            "init": "done",
+            "miracl/zero_shot": "todo",
+            "miracl/finetune": "todo",
+            "miracl/finetuned": "todo",
+        },
+        {
+            "init": "todo",
+            "miracl/zero_shot": "todo",
+            "miracl/finetune": "todo",
+            "miracl/finetuned": "todo",
+        },
     ]
     assert (plan["stages_done"], plan["stages_todo"], plan["job"]) == (1, 7, "reproduce")
     first, second = plan["cells"]
-    assert first["estimate_gpu_hours"] < second["estimate_gpu_hours"]  # the finished init is not counted again
+    # the finished init is not counted again
+    assert first["estimate_gpu_hours"] < second["estimate_gpu_hours"]
     assert reproduce.main(args) == 0
     table = capsys.readouterr().out.splitlines()
     assert table[0].split() == ["cell", "language", "method", "α", "stages", "done/todo", "GPU-h"]
     assert table[2].split()[:5] == [cells[0].name, "ko", "sembridge", "4", "1/3"]
-    assert any(line.startswith("reproduce plan: 2 cell(s), 1 stage(s) done, 7 to run") for line in table)
+    assert any(
+        line.startswith("reproduce plan: 2 cell(s), 1 stage(s) done, 7 to run") for line in table
+    )
     assert any(plan["figures_source"] in line for line in table)
 
 
@@ -439,12 +575,26 @@ def test_init_has_the_same_plan_schema(tmp_path: Path, capsys: pytest.CaptureFix
     from sembridge_ray.cli import run
 
     out = tmp_path / "init-ko"
-    args = ["--model", "naver/splade-v3", "--target-tokenizer", catalog.LANGUAGES["ko"].tokenizer, "--output", str(out)]
+    args = [
+        "--model",
+        "naver/splade-v3",
+        "--target-tokenizer",
+        catalog.LANGUAGES["ko"].tokenizer,
+        "--output",
+        str(out),
+    ]
     assert run("init", [*args, "--dry-run", "--json"]) == 0
     init_plan = json.loads(capsys.readouterr().out)
-    assert reproduce.main(["--preset", "paper", "--dry-run", "--json", "--output", str(tmp_path / "grid")]) == 0
+    assert (
+        reproduce.main(
+            ["--preset", "paper", "--dry-run", "--json", "--output", str(tmp_path / "grid")]
+        )
+        == 0
+    )
     grid_plan = json.loads(capsys.readouterr().out)
-    assert list(init_plan) == list(grid_plan) and list(init_plan["cells"][0]) == list(grid_plan["cells"][0])
+    assert list(init_plan) == list(grid_plan) and list(init_plan["cells"][0]) == list(
+        grid_plan["cells"][0]
+    )
     cell = init_plan["cells"][0]
     assert (cell["language"], cell["stages"], init_plan["job"]) == ("ko", {"init": "todo"}, "init")
     assert init_plan["estimate_gpu_hours"] >= 0 and not out.exists()  # nothing written
@@ -453,9 +603,21 @@ def test_init_has_the_same_plan_schema(tmp_path: Path, capsys: pytest.CaptureFix
 def test_the_miniatures_dry_run_refuses_what_its_run_refuses(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    args = ["--preset", "demo", "--dry-run", "--json", "--output", str(tmp_path), "--languages", "en-bpe,en-xx"]
+    args = [
+        "--preset",
+        "demo",
+        "--dry-run",
+        "--json",
+        "--output",
+        str(tmp_path),
+        "--languages",
+        "en-bpe,en-xx",
+    ]
     assert reproduce.main(args) == 2
-    assert "demo language 'en-xx': name its tokenizer with target_tokenizers=en-xx=DIR" in capsys.readouterr().err
+    assert (
+        "demo language 'en-xx': name its tokenizer with target_tokenizers=en-xx=DIR"
+        in capsys.readouterr().err
+    )
     assert reproduce.main([*args, "target_tokenizers=en-xx=/some/dir"]) == 0
     plan = json.loads(capsys.readouterr().out)
     assert {c["language"]: c["target_tokenizer"] for c in plan["cells"]}["en-xx"] == "/some/dir"
@@ -465,7 +627,8 @@ def test_the_miniatures_dry_run_refuses_what_its_run_refuses(
 def test_values_that_name_directories_cannot_leave_the_grid(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], language: str
 ) -> None:
-    """A language names a cell's directory: one with ``/`` or ``..`` once wrote a cell outside ``--output``."""
+    """A language names a cell's directory: one with ``/`` or ``..`` once wrote a cell outside
+    ``--output``."""
     from tests.conftest import error_lines
 
     root = tmp_path / "grid" / "root"
@@ -474,7 +637,8 @@ def test_values_that_name_directories_cannot_leave_the_grid(
     assert reproduce.main(argv) == 2
     said = error_lines(capsys)
     assert len(said) == 1 and said[0].startswith("error: ") and "names directories" in said[0], said
-    assert list(tmp_path.iterdir()) == []  # refused before anything is written, inside the root or outside it
+    # refused before anything is written, inside the root or outside it
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_stage_that_resolves_outside_the_root_is_refused(tmp_path: Path) -> None:
@@ -486,7 +650,12 @@ def test_a_stage_that_resolves_outside_the_root_is_refused(tmp_path: Path) -> No
     (tmp_path / "elsewhere").mkdir()
     (root / "cells").mkdir(parents=True)
     (root / "cells" / "link").symlink_to(tmp_path / "elsewhere")
-    inside = Stage(name="init", job="init", cfg=InitConfig(output=str(root / "cells" / "c" / "init")), inputs={})
+    inside = Stage(
+        name="init",
+        job="init",
+        cfg=InitConfig(output=str(root / "cells" / "c" / "init")),
+        inputs={},
+    )
     require_under(root, inside)
     for escape in (root / "cells" / ".." / ".." / "other", root / "cells" / "link" / "init"):
         stage = Stage(name="init", job="init", cfg=InitConfig(output=str(escape)), inputs={})
@@ -497,20 +666,29 @@ def test_a_stage_that_resolves_outside_the_root_is_refused(tmp_path: Path) -> No
 def test_the_dry_run_predicts_which_stages_a_run_would_refuse(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A stage whose output holds a run of other settings is refused by the run: its dry run says so, naming the
-    settings (issue 33, 13), and with ``--overwrite`` counts it to redo."""
+    """A stage whose output holds a run of other settings is refused by the run: its dry run says
+    so, naming the settings (issue 33, 13), and with ``--overwrite`` counts it to redo."""
     from sembridge_ray.identity import RunIdentity
     from sembridge_ray.manifest import write_success
     from sembridge_ray.outputs import IDENTITY
     from sembridge_ray.reproduce.plan import cell_stage_outputs, planned_identities
 
-    args = ["--preset", "paper", "--dry-run", "--output", str(tmp_path), "--model", "naver/splade-v3"]
+    args = [
+        "--preset",
+        "paper",
+        "--dry-run",
+        "--output",
+        str(tmp_path),
+        "--model",
+        "naver/splade-v3",
+    ]
     args += ["--languages", "ko", "--datasets", "miracl", "--methods", "sembridge"]
     cfg, _ = parse_config(ReproduceConfig, args, flags=job_spec("reproduce").flags, job="reproduce")
     (cell,) = expand(("naver/splade-v3",), ("ko",), ("sembridge",), ("4",))
     outputs = cell_stage_outputs(tmp_path, cell, ["miracl"])
     planned = planned_identities(cfg)(cell)
-    for stage, alpha in (("init", 2.0), ("miracl/zero_shot", None)):  # one of other settings, one the same
+    # one of other settings, one the same
+    for stage, alpha in (("init", 2.0), ("miracl/zero_shot", None)):
         settings = dict(planned[stage].settings) | ({"alpha": alpha} if alpha else {})
         outputs[stage].mkdir(parents=True)
         recorded = RunIdentity(job=planned[stage].job, settings=settings)
@@ -534,10 +712,13 @@ def test_the_dry_run_predicts_which_stages_a_run_would_refuse(
     assert json.loads(capsys.readouterr().out)["cells"][0]["stages"]["init"] == "todo"
 
 
-def test_the_cross_lingual_preset_plans_every_language_with_its_own_sets_and_the_controls(tmp_path: Path) -> None:
-    """xling: per language its tokenizer, XQuAD (KorQuAD for ko) test to score, its training articles (plus CMRC or
-    ARCD) to fine-tune on, its development articles while it trains; the English source trained and scored on
-    English XQuAD; sembridge at α 4 and 2 once each, and the wrong-bridge control through MiniLM."""
+def test_the_cross_lingual_preset_plans_every_language_with_its_own_sets_and_the_controls(
+    tmp_path: Path,
+) -> None:
+    """xling: per language its tokenizer, XQuAD (KorQuAD for ko) test to score, its training
+    articles (plus CMRC or ARCD) to fine-tune on, its development articles while it trains; the
+    English source trained and scored on English XQuAD; sembridge at α 4 and 2 once each, and the
+    wrong-bridge control through MiniLM."""
     from sembridge_ray.jobs.init import InitConfig
 
     cfg, _ = parse_config(ReproduceConfig, ["--preset", "xling"], job="reproduce")
@@ -569,7 +750,8 @@ def test_the_cross_lingual_preset_plans_every_language_with_its_own_sets_and_the
     alphas = sorted(
         (s[0].cfg.weighting.alpha, s[0].cfg.bridge_model)  # type: ignore[attr-defined]
         for name, s in planned.cells.items()
-        if name.split("__")[2] in ("sembridge", "sembridge@minilm") and name.startswith("minilm-splade__ar__")
+        if name.split("__")[2] in ("sembridge", "sembridge@minilm")
+        and name.startswith("minilm-splade__ar__")
     )
     assert alphas == [(2.0, "me5"), (4.0, "me5"), (4.0, "minilm")]
 
@@ -577,27 +759,46 @@ def test_the_cross_lingual_preset_plans_every_language_with_its_own_sets_and_the
 def test_the_cross_lingual_preset_runs_any_language_given_its_tokenizer_and_xquad_dir(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A language outside the five: its tokenizer (target_tokenizers) and its XQuAD-format file (xquad_dir)."""
+    """A language outside the five: its tokenizer (target_tokenizers) and its XQuAD-format file
+    (xquad_dir)."""
     from tests.conftest import error_lines
 
     xquad = tmp_path / "xquad"
     xquad.mkdir()
     (xquad / "xquad.de.json").write_text("{}")
-    args = ["--preset", "xling", "--languages", "de", "--methods", "sembridge,random", "--output", str(tmp_path / "o")]
+    args = [
+        "--preset",
+        "xling",
+        "--languages",
+        "de",
+        "--methods",
+        "sembridge,random",
+        "--output",
+        str(tmp_path / "o"),
+    ]
     assert reproduce.main([*args, "--dry-run"]) == 2
     assert "language 'de' has no bundled tokenizer" in error_lines(capsys)[0]
     args += ["target_tokenizers=de=/tok/de", f"xquad_dir={xquad}"]
     cfg, _ = parse_config(ReproduceConfig, args, flags=job_spec("reproduce").flags, job="reproduce")
     planned, _ = _planned(cfg, tmp_path / "o")
-    assert sorted(planned.cells) == ["minilm-splade__de__random", "minilm-splade__de__sembridge__a4"]
+    assert sorted(planned.cells) == [
+        "minilm-splade__de__random",
+        "minilm-splade__de__sembridge__a4",
+    ]
     init, zero, tune, _ = (s.cfg for s in planned.cells["minilm-splade__de__sembridge__a4"])
-    assert isinstance(init, InitConfig) and isinstance(zero, EvaluateConfig) and isinstance(tune, FinetuneConfig)
+    assert (
+        isinstance(init, InitConfig)
+        and isinstance(zero, EvaluateConfig)
+        and isinstance(tune, FinetuneConfig)
+    )
     assert init.target_tokenizer == "/tok/de" and zero.dataset == f"xquad:de@{xquad}"
     assert (tune.train, tune.eval_split) == (f"xquad:de@{xquad}", "dev")
 
 
 def test_method_entries_take_their_own_bridge_and_alpha() -> None:
-    cells = expand(("m",), ("ko",), ("sembridge", "sembridge=2", "sembridge@minilm", "focus"), ("4", "1"))
+    cells = expand(
+        ("m",), ("ko",), ("sembridge", "sembridge=2", "sembridge@minilm", "focus"), ("4", "1")
+    )
     assert [c.name for c in cells] == [
         "m__ko__sembridge__a4",
         "m__ko__sembridge__a1",
@@ -610,6 +811,9 @@ def test_method_entries_take_their_own_bridge_and_alpha() -> None:
 
     reference = reference_cell(cells)
     assert reference is not None and reference.name == "m__ko__sembridge__a4"
-    for bad, said in (("fvt@minilm", "'@BRIDGE' needs a method"), ("focus=2", "'=ALPHA' needs a method with an α")):
+    for bad, said in (
+        ("fvt@minilm", "'@BRIDGE' needs a method"),
+        ("focus=2", "'=ALPHA' needs a method with an α"),
+    ):
         with pytest.raises(ConfigError, match=said):
             ReproduceConfig(methods=(bad,))

@@ -1,4 +1,5 @@
-"""Results tables and paired comparisons of the reproduction, on hand-made stage directories (no Ray)."""
+"""Results tables and paired comparisons of the reproduction, on hand-made stage directories (no
+Ray)."""
 
 from __future__ import annotations
 
@@ -19,10 +20,14 @@ def test_paired_p_value_equals_exact_sign_flip_enumeration() -> None:
     reference = np.array([0.6, 0.5, 0.4, 0.3, 0.7, 0.1, 0.6, 0.2])
     diff = method - reference
     flips = [np.mean(np.array(s) * diff) for s in itertools.product((-1, 1), repeat=len(diff))]
-    exact = np.mean(np.abs(flips) >= abs(diff.mean()) - 1e-12)  # 2^8 = 256 < resamples: scipy enumerates
+    # 2^8 = 256 < resamples: scipy enumerates
+    exact = np.mean(np.abs(flips) >= abs(diff.mean()) - 1e-12)
     got = compare.paired_test(method, reference)
     assert got["p_value"] == pytest.approx(exact)
-    assert got["mean_diff"] == pytest.approx(diff.mean()) and got["ci_low"] <= diff.mean() <= got["ci_high"]
+    assert (
+        got["mean_diff"] == pytest.approx(diff.mean())
+        and got["ci_low"] <= diff.mean() <= got["ci_high"]
+    )
     assert compare.paired_test(reference, reference) == {
         "mean_diff": 0.0,
         "ci_low": 0.0,
@@ -56,7 +61,10 @@ def test_tables_and_comparisons_from_stage_directories(tmp_path: Path) -> None:
         "m__ko__mean": [0.1, 0.0, 0.2],
     }
     for cell in cells:
-        _stage(cell_paths(tmp_path, cell).eval("miracl", "zero_shot"), dict(zip("abc", scores[cell.name], strict=True)))
+        _stage(
+            cell_paths(tmp_path, cell).eval("miracl", "zero_shot"),
+            dict(zip("abc", scores[cell.name], strict=True)),
+        )
     rows = results.collect(tmp_path, cells, ["miracl"])
     assert [(r["method"], r["alpha"], r["stage"]) for r in rows] == [
         ("sembridge", "4", "zero_shot"),
@@ -64,7 +72,10 @@ def test_tables_and_comparisons_from_stage_directories(tmp_path: Path) -> None:
         ("mean", "", "zero_shot"),
     ]
     table = results.markdown(rows, ["ko"])
-    assert "| m | sembridge (α=4) | 0.600 | 0.600 |" in table and "| m | mean | 0.100 | 0.100 |" in table
+    assert (
+        "| m | sembridge (α=4) | 0.600 | 0.600 |" in table
+        and "| m | mean | 0.100 | 0.100 |" in table
+    )
     paired = compare.comparisons(tmp_path, cells, ["miracl"])
     assert [(r["method"], r["alpha"], r["reference"]) for r in paired] == [
         ("sembridge", "2", "m__ko__sembridge__a4"),
@@ -74,8 +85,11 @@ def test_tables_and_comparisons_from_stage_directories(tmp_path: Path) -> None:
     assert "| miracl | zero-shot | m | ko | mean | -0.500 |" in compare.markdown(paired)
 
 
-def test_a_method_compared_in_several_languages_is_also_tested_over_all_their_queries(tmp_path: Path) -> None:
-    """The pooled row tests the concatenated per-query differences, each against its own language's reference."""
+def test_a_method_compared_in_several_languages_is_also_tested_over_all_their_queries(
+    tmp_path: Path,
+) -> None:
+    """The pooled row tests the concatenated per-query differences, each against its own language's
+    reference."""
     cells = expand(("m",), ("ko", "ru"), ("sembridge", "mean"), ("4",))
     scores = {
         "m__ko__sembridge__a4": {"a": 0.8, "b": 0.6},
@@ -91,7 +105,9 @@ def test_a_method_compared_in_several_languages_is_also_tested_over_all_their_qu
     assert rows["all"]["n_queries"] == 5
     assert rows["all"]["mean_diff"] == pytest.approx(diffs.mean())
     expect = compare.paired_test(diffs, np.zeros(5))
-    assert (rows["all"]["ci_low"], rows["all"]["ci_high"]) == pytest.approx((expect["ci_low"], expect["ci_high"]))
+    assert (rows["all"]["ci_low"], rows["all"]["ci_high"]) == pytest.approx(
+        (expect["ci_low"], expect["ci_high"])
+    )
     assert rows["ko"]["mean_diff"] == pytest.approx(np.mean([0.1 - 0.8, 0.7 - 0.6]))
 
 
@@ -104,7 +120,8 @@ OLD_COLUMNS = [
 def test_results_csv_carries_the_dev_curves_figures_after_the_old_columns(tmp_path: Path) -> None:
     cells = expand(("m",), ("ko",), ("sembridge", "focus"), ("4",))
     tuned, plain = cells
-    summaries = {  # sembridge selected its best step on dev; focus was fine-tuned without a development set
+    # sembridge selected its best step on dev; focus was fine-tuned without a development set
+    summaries = {
         tuned: {
             "steps": 300,
             "seconds": 12.5,
@@ -137,15 +154,31 @@ def test_convergence_columns_leave_out_what_is_not_a_figure() -> None:
     assert results.convergence_columns({"convergence": nothing}) == dict.fromkeys(
         ("dev_final", "steps_to_95", "dev_auc", "best_step"), ""
     )
-    flat = {"final": 0.5, "steps_to_95": 0, "auc": 0.5, "evaluations": 1}  # one evaluation: reached at step 0
-    last = {"select": "last", "best": {"step": 20}, "convergence": flat}  # best is recorded, last is published
-    assert results.convergence_columns(last) == {"dev_final": 0.5, "steps_to_95": 0, "dev_auc": 0.5, "best_step": ""}
+    # one evaluation: reached at step 0
+    flat = {"final": 0.5, "steps_to_95": 0, "auc": 0.5, "evaluations": 1}
+    # best is recorded, last is published
+    last = {"select": "last", "best": {"step": 20}, "convergence": flat}
+    assert results.convergence_columns(last) == {
+        "dev_final": 0.5,
+        "steps_to_95": 0,
+        "dev_auc": 0.5,
+        "best_step": "",
+    }
 
 
 def test_the_convergence_table_shows_each_languages_dev_curve_figures_and_their_mean_auc() -> None:
-    def row(lang: str, method: str, final: float, steps: int | str, auc: float) -> dict[str, str | float]:
+    def row(
+        lang: str, method: str, final: float, steps: int | str, auc: float
+    ) -> dict[str, str | float]:
         figures = {"dev_final": final, "steps_to_95": steps, "dev_auc": auc}
-        return {"dataset": "xquad", "model": "m", "language": lang, "method": method, "alpha": "", **figures}
+        return {
+            "dataset": "xquad",
+            "model": "m",
+            "language": lang,
+            "method": method,
+            "alpha": "",
+            **figures,
+        }
 
     rows = [
         row("ko", "mean", 0.5, 8, 0.4) | {"stage": "finetuned"},
@@ -155,5 +188,6 @@ def test_the_convergence_table_shows_each_languages_dev_curve_figures_and_their_
     ]
     table = results.convergence_markdown(rows, ["ko", "ru"])
     assert "| mean | 0.500 · 8 · 0.400 | 0.300 · 0 · 0.200 | 0.300 |" in table
-    assert "| focus | 0.600 · 4 · 0.550 | – | – |" in table  # a mean over some languages would mislead
+    # a mean over some languages would mislead
+    assert "| focus | 0.600 · 4 · 0.550 | – | – |" in table
     assert results.convergence_markdown([r | {"dev_auc": ""} for r in rows], ["ko", "ru"]) == ""

@@ -16,7 +16,13 @@ from sembridge_ray.data.sick import read_sick_split
 from sembridge_ray.errors import InputError
 from sembridge_ray.resources import SICK_DIR
 
-MIRACL_COUNTS = {"ar": (2896, 29197), "zh": (393, 3928), "hi": (350, 3494), "ko": (213, 3057), "ru": (1252, 13100)}
+MIRACL_COUNTS = {
+    "ar": (2896, 29197),
+    "zh": (393, 3928),
+    "hi": (350, 3494),
+    "ko": (213, 3057),
+    "ru": (1252, 13100),
+}
 
 
 def test_sick_beir_follows_the_judgements(sick_beir: Path) -> None:
@@ -24,9 +30,16 @@ def test_sick_beir_follows_the_judgements(sick_beir: Path) -> None:
     pairs = read_sick_split(SICK_DIR, "test")[:400]
     relevant = {(p.a, p.b) for p in pairs if p.score >= 4.0}
     corpus = {
-        i: t for b in data.corpus.batches(100) for i, t in zip(b[ID].to_pylist(), b[TEXT].to_pylist(), strict=True)
+        i: t
+        for b in data.corpus.batches(100)
+        for i, t in zip(b[ID].to_pylist(), b[TEXT].to_pylist(), strict=True)
     }
-    judged = {(data.queries[q], corpus[d]) for q, docs in data.qrels.items() for d, g in docs.items() if g > 0}
+    judged = {
+        (data.queries[q], corpus[d])
+        for q, docs in data.qrels.items()
+        for d, g in docs.items()
+        if g > 0
+    }
     assert judged == relevant
     grades = {g for docs in data.qrels.values() for g in docs.values()}
     assert grades == {1, 2}
@@ -39,14 +52,17 @@ def test_corpus_streams_in_bounded_batches(sick_beir: Path) -> None:
 
 @pytest.mark.parametrize("lang", sorted(MIRACL_COUNTS))
 def test_real_miracl_topics_and_qrels_load(shared_data: Path, lang: str) -> None:
-    data = load_retrieval(f"miracl:{lang}@{shared_data / 'miracl'}", "test")  # test -> dev (hidden test sets)
+    # test -> dev (hidden test sets)
+    data = load_retrieval(f"miracl:{lang}@{shared_data / 'miracl'}", "test")
     n_topics, n_judgements = MIRACL_COUNTS[lang]
     assert data.split == "dev" and len(data.queries) == n_topics
     assert sum(len(d) for d in data.qrels.values()) == n_judgements
     assert set(positives(data.qrels)) <= set(data.queries)
 
 
-def test_miracl_mirror_with_a_corpus_gives_pairs_with_judged_negatives(shared_data: Path, tmp_path: Path) -> None:
+def test_miracl_mirror_with_a_corpus_gives_pairs_with_judged_negatives(
+    shared_data: Path, tmp_path: Path
+) -> None:
     base = tmp_path / "ko"
     (base / "corpus").mkdir(parents=True)
     for name in ("topics.miracl-v1.0-ko-train.tsv", "qrels.miracl-v1.0-ko-train.tsv"):
@@ -54,7 +70,8 @@ def test_miracl_mirror_with_a_corpus_gives_pairs_with_judged_negatives(shared_da
     qrels = read_qrels(base / "qrels.miracl-v1.0-ko-train.tsv")
     docs = sorted({d for q in qrels.values() for d in q})
     with gzip.open(base / "corpus" / "docs-0.jsonl.gz", "wt", encoding="utf-8") as fh:
-        for d in docs[: len(docs) // 2]:  # half the judged documents are missing: counted, not fatal
+        # half the judged documents are missing: counted, not fatal
+        for d in docs[: len(docs) // 2]:
             fh.write(json.dumps({"docid": d, "title": "T", "text": f"passage {d}"}) + "\n")
     table, stats = pairs_from_retrieval(load_miracl("ko", "train", tmp_path), hard_negatives=1)
     assert table.column_names == ["query", "positive", *negative_columns(1)]
@@ -64,7 +81,8 @@ def test_miracl_mirror_with_a_corpus_gives_pairs_with_judged_negatives(shared_da
 
 def test_pairs_parquet_and_errors(tmp_path: Path, sick_beir: Path) -> None:
     pq.write_table(
-        pa.table({"query": ["a"], "positive": ["b"], "negative_1": ["c"], "extra": [1]}), tmp_path / "p.parquet"
+        pa.table({"query": ["a"], "positive": ["b"], "negative_1": ["c"], "extra": [1]}),
+        tmp_path / "p.parquet",
     )
     table, _ = training_pairs(str(tmp_path / "p.parquet"))
     assert table.column_names == ["query", "positive", "negative_1"]
@@ -84,8 +102,11 @@ def test_duplicate_query_id_is_an_error(tmp_path: Path, sick_beir: Path) -> None
         load_beir(root, "test")
 
 
-def test_webfaq_loader_reads_the_hub_layout_through_datasets(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The hub configs ``kor-{corpus,queries,qrels}`` stood in by in-memory ``datasets.Dataset``s."""
+def test_webfaq_loader_reads_the_hub_layout_through_datasets(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The hub configs ``kor-{corpus,queries,qrels}`` stood in by in-memory
+    ``datasets.Dataset``s."""
     import datasets
 
     tables = {
@@ -98,7 +119,9 @@ def test_webfaq_loader_reads_the_hub_layout_through_datasets(monkeypatch: pytest
             {"_id": "q2", "text": "질문 둘"},
             {"_id": "q3", "text": "판정 없음"},
         ],
-        ("kor-corpus", "corpus"): [{"_id": f"d{i}", "title": f"제목 {i}", "text": f"답 {i}"} for i in range(3)],
+        ("kor-corpus", "corpus"): [
+            {"_id": f"d{i}", "title": f"제목 {i}", "text": f"답 {i}"} for i in range(3)
+        ],
     }
     calls = []
 
@@ -113,6 +136,9 @@ def test_webfaq_loader_reads_the_hub_layout_through_datasets(monkeypatch: pytest
     assert {repo for repo, _, _ in calls} == {"PaDaS-Lab/webfaq-retrieval"}
     assert data.qrels == {"q1": {"d2": 1}, "q2": {"d1": 1}} and set(data.queries) == {"q1", "q2"}
     docs = pa.concat_tables(data.corpus.batches(2))
-    assert docs.column(ID).to_pylist() == ["d0", "d1", "d2"] and "제목 1" in docs.column(TEXT).to_pylist()[1]
+    assert (
+        docs.column(ID).to_pylist() == ["d0", "d1", "d2"]
+        and "제목 1" in docs.column(TEXT).to_pylist()[1]
+    )
     with pytest.raises(InputError, match=r"webfaq-retrieval kor-qrels\[dev\]"):
         load_retrieval("webfaq:ko", "dev")

@@ -29,7 +29,8 @@ def batch(dense: np.ndarray) -> SparseBatch:
 
 
 def reference_topk(scores: np.ndarray, ids: list[str], k: int) -> list[list[tuple[float, str]]]:
-    """The plainest definition: sort every positive-score document by (score desc, id asc), keep k."""
+    """The plainest definition: sort every positive-score document by (score desc, id asc), keep
+    k."""
     out = []
     for row in scores:
         ranked = sorted(((-float(s), d) for s, d in zip(row, ids, strict=True) if s > 0))
@@ -55,7 +56,8 @@ def search(
 
 
 def random_sparse(rng: np.random.Generator, rows: int, vocab: int, density: float) -> np.ndarray:
-    # weights on a 0.5 grid: float32 sums are exact, so ties are real ties whatever the summation order
+    # weights on a 0.5 grid: float32 sums are exact, so ties are real ties whatever the summation
+    # order
     values = rng.integers(1, 7, size=(rows, vocab)) / 2
     return np.where(rng.random((rows, vocab)) < density, values, 0.0)
 
@@ -87,18 +89,24 @@ def test_scores_equal_scipy_product_bit_for_bit() -> None:
     docs = rng.random((300, 50)) * (rng.random((300, 50)) < 0.2)
     queries = rng.random((7, 50)) * (rng.random((7, 50)) < 0.3)
     shard = build_shard(batch(docs), np.arange(300), 50)
-    expected = (sp.csr_matrix(queries.astype(np.float32)) @ sp.csr_matrix(docs.astype(np.float32)).T).toarray()
+    expected = (
+        sp.csr_matrix(queries.astype(np.float32)) @ sp.csr_matrix(docs.astype(np.float32)).T
+    ).toarray()
     np.testing.assert_array_equal(score_batch(shard, batch(queries)), expected)
 
 
 @pytest.mark.parametrize("gather", [1, 8, 40, 1 << 16])
-def test_gathered_and_sliced_postings_score_alike(gather: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_gathered_and_sliced_postings_score_alike(
+    gather: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(index, "GATHER", gather)  # small values send long lists down the slice path
     rng = np.random.default_rng(gather)
     docs = rng.random((500, 60)) * (rng.random((500, 60)) < np.linspace(0.01, 0.9, 60))
     queries = rng.random((9, 60)) * (rng.random((9, 60)) < 0.5)
     shard = build_shard(batch(docs), np.arange(500), 60)
-    expected = (sp.csr_matrix(queries.astype(np.float32)) @ sp.csr_matrix(docs.astype(np.float32)).T).toarray()
+    expected = (
+        sp.csr_matrix(queries.astype(np.float32)) @ sp.csr_matrix(docs.astype(np.float32)).T
+    ).toarray()
     np.testing.assert_array_equal(score_batch(shard, batch(queries)), expected)
 
 
@@ -123,17 +131,24 @@ def test_shard_bounds_cover_every_document_within_size() -> None:
 
 
 def skewed_corpus(rng: np.random.Generator, rows: int, vocab: int, grid: bool) -> np.ndarray:
-    """Frequent terms with small weights, rare terms with large ones (as in SPLADE): MaxScore can prune."""
+    """Frequent terms with small weights, rare terms with large ones (as in SPLADE): MaxScore can
+    prune."""
     freq = 0.6 / np.arange(1, vocab + 1) ** 0.7
     active = rng.random((rows, vocab)) < freq
     scale = np.linspace(0.3, 3.0, vocab)
-    weights = np.round(rng.random((rows, vocab)) * scale * 2) / 2 + 0.5 if grid else rng.random((rows, vocab)) * scale
+    weights = (
+        np.round(rng.random((rows, vocab)) * scale * 2) / 2 + 0.5
+        if grid
+        else rng.random((rows, vocab)) * scale
+    )
     return np.where(active, weights, 0.0).astype(np.float32)
 
 
 @pytest.mark.parametrize("grid", [True, False])
 @pytest.mark.parametrize("k", [1, 10, 50])
-def test_maxscore_equals_brute_force_bit_for_bit_ties_included(monkeypatch, grid: bool, k: int) -> None:
+def test_maxscore_equals_brute_force_bit_for_bit_ties_included(
+    monkeypatch, grid: bool, k: int
+) -> None:
     rng = np.random.default_rng(k + 7 * grid)
     docs = skewed_corpus(rng, 3000, 300, grid)
     docs[100] = docs[2000]  # identical documents: a tie broken by rank
@@ -153,7 +168,8 @@ def test_maxscore_equals_brute_force_bit_for_bit_ties_included(monkeypatch, grid
     assert min(scanned) < 3000 / 4, "MaxScore should have pruned most documents for some query"
     full = shard_topk(shard, batch(queries), k)
     np.testing.assert_array_equal(pruned.ranks, full.ranks)
-    np.testing.assert_array_equal(pruned.scores, full.scores)  # bit for bit: the same summation order
+    # bit for bit: the same summation order
+    np.testing.assert_array_equal(pruned.scores, full.scores)
     if grid:  # sums of 0.5 multiples are exact: an order-free oracle
         ids = [f"{r:05d}" for r in ranks]
         expected = reference_topk(queries.astype(np.float64) @ docs.T.astype(np.float64), ids, k)

@@ -1,7 +1,8 @@
 """The bridge vectors the package ships (``sembridge_ray/resources/bridge_cache``, built by
-``scripts/bridge_cache.py``) are used only when they verify: every file against its sha256, the strings against the
-vocabulary's, and a sample of the vectors against the bridge model encoding them again. A refused entry costs one
-warning and an encoding, and is left as it is (it belongs to the package, not to the cache)."""
+``scripts/bridge_cache.py``) are used only when they verify: every file against its sha256, the
+strings against the vocabulary's, and a sample of the vectors against the bridge model encoding them
+again. A refused entry costs one warning and an encoding, and is left as it is (it belongs to the
+package, not to the cache)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ def strings(n: int = 40) -> pa.Table:
 
 
 def ship(root: Path, table: pa.Table, vecs: np.ndarray, key: str = KEY) -> Path:
-    """A shipped entry as ``scripts/bridge_cache.py`` writes it: parts ``vectors-<n>.parquet`` (here of 15 rows)."""
+    """A shipped entry as ``scripts/bridge_cache.py`` writes it: parts ``vectors-<n>.parquet`` (here
+    of 15 rows)."""
 
     def build(tmp: Path) -> None:
         tmp.mkdir(parents=True)
@@ -73,7 +75,8 @@ def test_a_verified_entry_is_used_after_a_spot_check_and_then_cached(
     np.testing.assert_array_equal(got, cache_writers.vectors(table))
     assert seen == [bridge.SPOT_CHECK]  # the sample, never the whole vocabulary
     assert not warnings(caplog) and any("verified" in r.getMessage() for r in caplog.records)
-    assert (tmp_path / "user" / KEY / BRIDGE_FILE).is_file()  # published in the user's cache: served from there next
+    # published in the user's cache: served from there next
+    assert (tmp_path / "user" / KEY / BRIDGE_FILE).is_file()
     np.testing.assert_array_equal(cached_vectors(tmp_path / "user", KEY, table, encode), got)
     assert seen == [bridge.SPOT_CHECK]
 
@@ -94,9 +97,11 @@ def test_a_tampered_entry_is_refused_left_in_place_and_recomputed(
     assert part.read_bytes() == tampered and not list(shipped.parent.glob(f"*{cache.CORRUPT}*"))
 
 
-def test_an_entry_of_other_vectors_fails_the_spot_check(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """Digests that verify do not make the vectors the bridge's: vectors of another model or precision (here off by
-    1e-3, bf16's order of error) are refused on the sample encoded again."""
+def test_an_entry_of_other_vectors_fails_the_spot_check(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Digests that verify do not make the vectors the bridge's: vectors of another model or
+    precision (here off by 1e-3, bf16's order of error) are refused on the sample encoded again."""
     table = strings()
     entry = ship(tmp_path / "package", table, cache_writers.vectors(table) + np.float32(1e-3))
     with caplog.at_level(logging.WARNING):
@@ -104,31 +109,45 @@ def test_an_entry_of_other_vectors_fails_the_spot_check(tmp_path: Path, caplog: 
     assert got is None
     (line,) = warnings(caplog)
     assert str(entry) in line and "differ" in line
-    near = ship(tmp_path / "near", table, cache_writers.vectors(table) + np.float32(1e-6))  # another machine's fp32
-    assert near.is_dir() and shipped_vectors(KEY, table, cache_writers.vectors, root=tmp_path / "near") is not None
+    # another machine's fp32
+    near = ship(tmp_path / "near", table, cache_writers.vectors(table) + np.float32(1e-6))
+    assert (
+        near.is_dir()
+        and shipped_vectors(KEY, table, cache_writers.vectors, root=tmp_path / "near") is not None
+    )
 
 
-def test_an_entry_of_other_strings_is_refused(shipped: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_an_entry_of_other_strings_is_refused(
+    shipped: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     other = strings().set_column(1, "text", pa.array([f"other{i}" for i in range(40)]))
     encode = counted(cache_writers.vectors)
     with caplog.at_level(logging.WARNING):
         assert shipped_vectors(KEY, other, encode) is None
     (line,) = warnings(caplog)
     assert "other strings" in line and encode.calls == 0
-    assert shipped_vectors("another-key", strings(), encode) is None and encode.calls == 0  # none shipped: silent
+    # none shipped: silent
+    assert shipped_vectors("another-key", strings(), encode) is None and encode.calls == 0
     assert len(warnings(caplog)) == 1
 
 
 @pytest.mark.slow
 def test_the_package_ships_the_bundled_vocabularies_vectors(tmp_path: Path) -> None:
-    """The shipped entries are found under the keys the init job computes for the bundled MiniLM bridge and the quick
-    start's vocabularies, verify, and pass the spot check against the real bridge (``scripts/bridge_cache.py``
-    rebuilds them when a fingerprint changes)."""
+    """The shipped entries are found under the keys the init job computes for the bundled MiniLM
+    bridge and the quick start's vocabularies, verify, and pass the spot check against the real
+    bridge (``scripts/bridge_cache.py`` rebuilds them when a fingerprint changes)."""
     cfg = InitConfig(method="sembridge", bridge_model="minilm", precision="fp32")
     model = bundled.resolve("minilm")
     bundled.build_sick_bpe(tmp_path / "target")
     toks = {"source": load_tokenizer(model), "target": load_tokenizer(str(tmp_path / "target"))}
-    side = bridge_side(cfg.method, cfg.rule, cfg.precision, model, toks, {name: len(tok) for name, tok in toks.items()})
+    side = bridge_side(
+        cfg.method,
+        cfg.rule,
+        cfg.precision,
+        model,
+        toks,
+        {name: len(tok) for name, tok in toks.items()},
+    )
     assert sorted(p.name for p in cache.entries(BRIDGE_CACHE_DIR)) == sorted(side.keys.values())
     encode = in_process_stages(model, cfg.bridge_batch_size, "fp32", False).encode
     for name in ("source", "target"):

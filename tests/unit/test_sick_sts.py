@@ -36,7 +36,9 @@ def test_unscored_sts_lines_are_dropped() -> None:
 )
 def test_malformed_sick_row_names_file_and_line(tmp_path: Path, line: str, message: str) -> None:
     path = tmp_path / "SICK_train.txt"
-    path.write_text("pair_ID\tsentence_A\tsentence_B\trelatedness_score\tentailment_judgment\n" + line)
+    path.write_text(
+        "pair_ID\tsentence_A\tsentence_B\trelatedness_score\tentailment_judgment\n" + line
+    )
     with pytest.raises(InputError, match=f"SICK_train.txt{message}"):
         read_sick(path)
 
@@ -49,7 +51,8 @@ def test_malformed_sts_row_names_file_and_line(tmp_path: Path) -> None:
 
 
 def _judgements(root: Path, split: str) -> set[tuple[str, str, int]]:
-    """(query text, document text, grade) of one qrels split of a BEIR directory, read back through its ids."""
+    """(query text, document text, grade) of one qrels split of a BEIR directory, read back through
+    its ids."""
     texts = {}
     for name in ("queries.jsonl", "corpus.jsonl"):
         for line in (root / name).read_text(encoding="utf-8").splitlines():
@@ -72,7 +75,8 @@ def test_sick_beir_dev_is_the_trial_file_and_train_holds_no_trial_pair(tmp_path:
     assert len(want) == 202 and _judgements(root, "dev") == want
     train = _judgements(root, "train")
     pairs = read_sick_split(SICK_DIR, "train")
-    assert train == {(p.a, p.b, 2 if p.score >= 4.5 else 1) for p in pairs if p.score >= 4.0}  # not train + trial
+    # not train + trial
+    assert train == {(p.a, p.b, 2 if p.score >= 4.5 else 1) for p in pairs if p.score >= 4.0}
     assert not {(a, b) for a, b, _ in train} & {(a, b) for a, b, _ in want}
     with pytest.raises(InputError, match="unknown SICK BEIR split 'trial'"):
         write_sick_beir(SICK_DIR, tmp_path / "bad", splits=("trial",))

@@ -44,20 +44,29 @@ def st64(fixtures_root):
 
 
 def _one_by_one(model, texts):
-    """The oracle: each text alone (no padding, no sorting) through the full MLM and plain pooling."""
+    """The oracle: each text alone (no padding, no sorting) through the full MLM and plain
+    pooling."""
     from sembridge_ray.sparse.pooling import splade_pool
 
     rows = []
     with torch.no_grad():
         for text in texts:
             features = model.preprocess([text])
-            inputs = {k: v for k, v in features.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
-            rows.append(splade_pool(model[0].auto_model(**inputs).logits, features["attention_mask"])[0])
+            inputs = {
+                k: v
+                for k, v in features.items()
+                if k in ("input_ids", "attention_mask", "token_type_ids")
+            }
+            rows.append(
+                splade_pool(model[0].auto_model(**inputs).logits, features["attention_mask"])[0]
+            )
     return torch.stack(rows)
 
 
 @pytest.mark.parametrize("batch_size", [1, 3, 16])
-def test_length_sorted_encoding_returns_input_order_equal_to_one_text_at_a_time(st64, batch_size: int) -> None:
+def test_length_sorted_encoding_returns_input_order_equal_to_one_text_at_a_time(
+    st64, batch_size: int
+) -> None:
     from sembridge_ray.sparse.encode import encode_texts, fast_parts
 
     assert fast_parts(st64, "document") is not None
@@ -75,13 +84,17 @@ def test_length_sorted_encoding_returns_input_order_equal_to_one_text_at_a_time(
         np.testing.assert_allclose(val2[k], val[p], rtol=1e-6, atol=0)
 
 
-def test_encoding_equals_sentence_transformers_encode_document_with_max_active_dims(fixtures_root) -> None:
+def test_encoding_equals_sentence_transformers_encode_document_with_max_active_dims(
+    fixtures_root,
+) -> None:
     from sentence_transformers import SparseEncoder
 
     from sembridge_ray.sparse.encode import encode_texts
 
     model = SparseEncoder(str(fixtures_root / "bert-mlm"), device="cpu").eval()
-    theirs = sparse_rows(model.encode_document(TEXTS, batch_size=4, convert_to_tensor=True), max_active_dims=5)
+    theirs = sparse_rows(
+        model.encode_document(TEXTS, batch_size=4, convert_to_tensor=True), max_active_dims=5
+    )
     ours = encode_texts(model, TEXTS, 4, role="document", max_active_dims=5)
     for a, b in zip(ours[0], theirs[0], strict=True):
         assert a.tolist() == b.tolist()
@@ -94,7 +107,9 @@ def test_a_model_with_a_document_prompt_takes_sentence_transformers_own_path(fix
 
     from sembridge_ray.sparse.encode import encode_texts, fast_parts
 
-    model = SparseEncoder(str(fixtures_root / "bert-mlm"), device="cpu", prompts={"document": "passage: "}).eval()
+    model = SparseEncoder(
+        str(fixtures_root / "bert-mlm"), device="cpu", prompts={"document": "passage: "}
+    ).eval()
     assert fast_parts(model, "document") is None and fast_parts(model, "query") is not None
     theirs = sparse_rows(model.encode_document(TEXTS[:3], convert_to_tensor=True))
     ours = encode_texts(model, TEXTS[:3], 2, role="document")

@@ -1,5 +1,5 @@
-"""Two DDP workers (gloo, no Ray) with all-gathered documents compute the loss and gradients of one process on the
-global batch: the negative pool and FLOPs span every worker's rows."""
+"""Two DDP workers (gloo, no Ray) with all-gathered documents compute the loss and gradients of one
+process on the global batch: the negative pool and FLOPs span every worker's rows."""
 
 from __future__ import annotations
 
@@ -22,12 +22,15 @@ PLAN = LoopPlan(
 
 
 class ToyEncoder(torch.nn.Module):
-    """reps = log(1 + relu(x W)): (b, HIDDEN) -> (b, VOCAB), a stand-in for an MLM with SPLADE pooling."""
+    """reps = log(1 + relu(x W)): (b, HIDDEN) -> (b, VOCAB), a stand-in for an MLM with SPLADE
+    pooling."""
 
     def __init__(self) -> None:
         super().__init__()
         self.weight = torch.nn.Parameter(
-            torch.randn(HIDDEN, VOCAB, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+            torch.randn(
+                HIDDEN, VOCAB, generator=torch.Generator().manual_seed(0), dtype=torch.float64
+            )
         )
 
     def forward(self, *features: dict[str, torch.Tensor]) -> list[torch.Tensor]:
@@ -36,7 +39,9 @@ class ToyEncoder(torch.nn.Module):
 
 def _global_batch() -> PairBatch:
     g = torch.Generator().manual_seed(1)
-    rows = [torch.randn(GLOBAL, HIDDEN, generator=g, dtype=torch.float64) for _ in range(2 + NEGATIVES)]
+    rows = [
+        torch.randn(GLOBAL, HIDDEN, generator=g, dtype=torch.float64) for _ in range(2 + NEGATIVES)
+    ]
     return PairBatch({"x": rows[0]}, [{"x": r} for r in rows[1:]])
 
 
@@ -76,7 +81,9 @@ def test_two_workers_match_one_process_on_the_global_batch(tmp_path: Path) -> No
         got = torch.load(tmp_path / f"rank{rank}.pt")
         torch.testing.assert_close(got["grad"], single["grad"], rtol=1e-10, atol=1e-12)
         for key in ("loss", "infonce", "flops_q", "flops_d", "active_dims_q", "active_dims_d"):
-            assert abs(got["metrics"][key] - single["metrics"][key]) <= 1e-10 * max(1.0, abs(single["metrics"][key]))
+            assert abs(got["metrics"][key] - single["metrics"][key]) <= 1e-10 * max(
+                1.0, abs(single["metrics"][key])
+            )
 
 
 def test_without_the_gather_the_workers_would_not_match(tmp_path: Path) -> None:
@@ -91,5 +98,7 @@ def test_without_the_gather_the_workers_would_not_match(tmp_path: Path) -> None:
     for rank in range(2):
         part = _slice(batch, rank, 2)
         r = model(part.query, *part.docs)
-        halves.append(splade_objective(r[0], r[1:], LossWeights(lambda_q=0.0, lambda_d=0.0))["infonce"])
+        halves.append(
+            splade_objective(r[0], r[1:], LossWeights(lambda_q=0.0, lambda_d=0.0))["infonce"]
+        )
     assert abs(float(torch.stack(halves).sum().detach()) / 2 - float(full.detach())) > 1e-3

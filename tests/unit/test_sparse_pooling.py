@@ -1,5 +1,5 @@
-"""The sparse-gradient and chunked SPLADE poolings equal the plain reference (values and gradients, float64) and
-sentence-transformers' vectors."""
+"""The sparse-gradient and chunked SPLADE poolings equal the plain reference (values and gradients,
+float64) and sentence-transformers' vectors."""
 
 from __future__ import annotations
 
@@ -8,7 +8,12 @@ import copy
 import pytest
 import torch
 
-from sembridge_ray.sparse.pooling import slice_tokens, splade_max_pool, splade_pool, splade_pool_chunked
+from sembridge_ray.sparse.pooling import (
+    slice_tokens,
+    splade_max_pool,
+    splade_pool,
+    splade_pool_chunked,
+)
 
 
 def _inputs(seed: int, batch: int = 3, seq: int = 10, hidden: int = 8, vocab: int = 50):
@@ -17,7 +22,9 @@ def _inputs(seed: int, batch: int = 3, seq: int = 10, hidden: int = 8, vocab: in
     mask = torch.ones(batch, seq, dtype=torch.long)
     mask[0, 6:] = 0  # padded rows of different lengths
     mask[2, 2:] = 0
-    head = torch.nn.Sequential(torch.nn.Linear(hidden, hidden), torch.nn.GELU(), torch.nn.Linear(hidden, vocab))
+    head = torch.nn.Sequential(
+        torch.nn.Linear(hidden, hidden), torch.nn.GELU(), torch.nn.Linear(hidden, vocab)
+    )
     torch.manual_seed(seed)
     head = head.double()
     return h, mask, head
@@ -31,7 +38,9 @@ def test_chunked_pooling_equals_plain_pooling_in_values_and_gradients(chunk: int
     reference = splade_pool(ref_head(h_ref), mask)
     pooled = splade_pool_chunked(h, mask, head, chunk)
     torch.testing.assert_close(pooled, reference, rtol=0, atol=1e-12)
-    weights = torch.rand(reference.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    weights = torch.rand(
+        reference.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(1)
+    )
     (reference * weights).sum().backward()
     (pooled * weights).sum().backward()
     torch.testing.assert_close(h.grad, h_ref.grad, rtol=0, atol=1e-10)
@@ -40,8 +49,8 @@ def test_chunked_pooling_equals_plain_pooling_in_values_and_gradients(chunk: int
 
 
 def _projection(seed: int, batch: int = 4, seq: int = 9, hidden: int = 6, vocab: int = 40):
-    """Features with masked rows, a repeated token (tied logits at two positions) and a bias pushing about half of
-    the logits below 0 (relu's dead zone)."""
+    """Features with masked rows, a repeated token (tied logits at two positions) and a bias pushing
+    about half of the logits below 0 (relu's dead zone)."""
     g = torch.Generator().manual_seed(seed)
     feats = torch.randn(batch, seq, hidden, generator=g, dtype=torch.float64)
     feats[1, 5] = feats[1, 2]  # ties: every term of example 1 has equal logits at tokens 2 and 5
@@ -65,7 +74,10 @@ def _grads(fn, tensors, upstream):
 def test_sparse_gradient_pooling_equals_plain_autograd_pooling_in_float64(chunk: int) -> None:
     feats, weight, bias, mask = _projection(seed=chunk)
     upstream = torch.rand(
-        feats.shape[0], weight.shape[0], dtype=torch.float64, generator=torch.Generator().manual_seed(3)
+        feats.shape[0],
+        weight.shape[0],
+        dtype=torch.float64,
+        generator=torch.Generator().manual_seed(3),
     )
 
     def plain(f, w, b):
@@ -81,15 +93,22 @@ def test_sparse_gradient_pooling_equals_plain_autograd_pooling_in_float64(chunk:
     for a, b in zip(got_grads, expected_grads, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-13)
     # the tie went to the first of the two equal tokens, in both: the second got no gradient
-    assert float(got_grads[0][1, 5].abs().max()) == 0.0 and float(got_grads[0][1, 2].abs().max()) > 0
-    assert float(got_grads[0][0, 4:].abs().max()) == 0.0 and float(got_grads[0][2, 1:].abs().max()) == 0.0
+    assert (
+        float(got_grads[0][1, 5].abs().max()) == 0.0 and float(got_grads[0][1, 2].abs().max()) > 0
+    )
+    assert (
+        float(got_grads[0][0, 4:].abs().max()) == 0.0
+        and float(got_grads[0][2, 1:].abs().max()) == 0.0
+    )
 
 
 def test_sparse_gradient_pooling_without_bias() -> None:
     feats, weight, _, mask = _projection(seed=11)
     upstream = torch.ones(feats.shape[0], weight.shape[0], dtype=torch.float64)
     expected, grads_e = _grads(lambda f, w: splade_pool(f @ w.T, mask), (feats, weight), upstream)
-    got, grads_g = _grads(lambda f, w: splade_max_pool(f, w, None, mask, 3), (feats, weight), upstream)
+    got, grads_g = _grads(
+        lambda f, w: splade_max_pool(f, w, None, mask, 3), (feats, weight), upstream
+    )
     torch.testing.assert_close(got, expected, rtol=0, atol=1e-14)
     for a, b in zip(grads_g, grads_e, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-13)
@@ -102,7 +121,9 @@ def test_slices_follow_the_memory_budget() -> None:
 
 
 @pytest.mark.parametrize("fixture", ["bert-mlm", "roberta-mlm"])
-def test_splade_encoder_splits_known_heads_and_matches_the_full_head(fixtures_root, fixture: str) -> None:
+def test_splade_encoder_splits_known_heads_and_matches_the_full_head(
+    fixtures_root, fixture: str
+) -> None:
     from transformers import AutoModelForMaskedLM
 
     from sembridge_ray.sparse.model import SpladeEncoder
@@ -154,7 +175,11 @@ def test_splade_encoder_vectors_equal_the_sparse_encoder(fixtures_root) -> None:
     from sembridge_ray.sparse.model import SpladeEncoder
 
     model = SparseEncoder(str(fixtures_root / "bert-mlm"), device="cpu")
-    texts = ["a man is playing a guitar", "the dog runs", "two kids are sitting on a bench in the park"]
+    texts = [
+        "a man is playing a guitar",
+        "the dog runs",
+        "two kids are sitting on a bench in the park",
+    ]
     expected = model.encode(texts, convert_to_tensor=True).to_dense()
     encoder = SpladeEncoder(model[0].auto_model, chunk=3).eval()  # type: ignore[arg-type]
     features = model.preprocess(texts)

@@ -1,6 +1,6 @@
-"""SQuAD-format retrieval sets (``sembridge_ray.data.squad``) on the bundled XQuAD, KorQuAD, CMRC 2018 and ARCD
-files: splits by article, one relevant sentence per question holding its answer, parallel ids across XQuAD
-languages, one-line errors."""
+"""SQuAD-format retrieval sets (``sembridge_ray.data.squad``) on the bundled XQuAD, KorQuAD, CMRC
+2018 and ARCD files: splits by article, one relevant sentence per question holding its answer,
+parallel ids across XQuAD languages, one-line errors."""
 
 from __future__ import annotations
 
@@ -45,7 +45,9 @@ def loaded(source: str, lang: str, split: str) -> RetrievalData:
 @functools.cache
 def corpus(source: str, lang: str, split: str) -> dict[str, str]:
     tables = loaded(source, lang, split).corpus.batches(500)
-    return {i: t for b in tables for i, t in zip(b[ID].to_pylist(), b[TEXT].to_pylist(), strict=True)}
+    return {
+        i: t for b in tables for i, t in zip(b[ID].to_pylist(), b[TEXT].to_pylist(), strict=True)
+    }
 
 
 @functools.cache
@@ -56,7 +58,14 @@ def answers(source: str, lang: str) -> tuple[int, dict[str, str]]:
     for path in SOURCES[source].files(lang):
         articles = json.loads(path.read_text(encoding="utf-8"))["data"]
         n += len(articles)
-        found.update({q["id"]: q["answers"][0]["text"] for a in articles for p in a["paragraphs"] for q in p["qas"]})
+        found.update(
+            {
+                q["id"]: q["answers"][0]["text"]
+                for a in articles
+                for p in a["paragraphs"]
+                for q in p["qas"]
+            }
+        )
     return n, found
 
 
@@ -87,7 +96,9 @@ def test_splits_are_disjoint_by_article_and_cover_every_article(source: str, lan
 
 
 @pytest.mark.parametrize(("source", "lang"), [*SPLIT_SETS, ("cmrc2018", "zh"), ("arcd", "ar")])
-def test_each_question_has_one_relevant_sentence_that_holds_its_answer(source: str, lang: str) -> None:
+def test_each_question_has_one_relevant_sentence_that_holds_its_answer(
+    source: str, lang: str
+) -> None:
     _, expected = answers(source, lang)
     seen: list[str] = []
     for split in SOURCES[source].splits:
@@ -96,7 +107,8 @@ def test_each_question_has_one_relevant_sentence_that_holds_its_answer(source: s
         for qid, judged in data.qrels.items():
             ((doc, grade),) = judged.items()
             assert grade == 1 and doc in docs
-            # ARCD: 3 answers differ from their context by a doubled space (see resources/data/README.md)
+            # ARCD: 3 answers differ from their context by a doubled space (see
+            # resources/data/README.md)
             if source != "arcd":
                 assert expected[qid].strip() in docs[doc], (qid, expected[qid], docs[doc])
         seen.extend(data.queries)
@@ -111,7 +123,9 @@ def test_xquad_languages_share_question_ids_and_paragraph_positions(split: str) 
     for lang in XQUAD_LANGS[1:]:
         data = loaded("xquad", lang, split)
         assert set(data.queries) == set(ref.queries)
-        assert {prefix(d) for d in corpus("xquad", lang, split)} == {prefix(d) for d in corpus("xquad", "en", split)}
+        assert {prefix(d) for d in corpus("xquad", lang, split)} == {
+            prefix(d) for d in corpus("xquad", "en", split)
+        }
         assert {q: prefix(next(iter(d))) for q, d in data.qrels.items()} == {
             q: prefix(next(iter(d))) for q, d in ref.qrels.items()
         }
@@ -122,8 +136,12 @@ def test_korquad_split_sizes_follow_the_proportions() -> None:
     assert sizes == {"train": 47, "dev": 23, "test": 70}  # 140 articles: a third, a sixth, the rest
 
 
-@pytest.mark.parametrize(("source", "lang", "questions"), [("cmrc2018", "zh", 4221), ("arcd", "ar", 693)])
-def test_training_only_sources_give_train_and_refuse_dev_and_test(source: str, lang: str, questions: int) -> None:
+@pytest.mark.parametrize(
+    ("source", "lang", "questions"), [("cmrc2018", "zh", 4221), ("arcd", "ar", 693)]
+)
+def test_training_only_sources_give_train_and_refuse_dev_and_test(
+    source: str, lang: str, questions: int
+) -> None:
     loader = {"cmrc2018": load_cmrc2018, "arcd": load_arcd}[source]
     assert len(loader(lang, "train").queries) == questions
     for split in ("dev", "test"):
@@ -156,12 +174,20 @@ def test_sentences_split_as_the_rule_says() -> None:
 def write_xquad(root: Path, lang: str, n_articles: int, answer_start: int = 0) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     context = "First one. Second one。Third"
-    qas = [{"id": "q", "question": "Which?", "answers": [{"text": "First", "answer_start": answer_start}]}]
+    qas = [
+        {
+            "id": "q",
+            "question": "Which?",
+            "answers": [{"text": "First", "answer_start": answer_start}],
+        }
+    ]
     data = [
         {"title": f"T{a}", "paragraphs": [{"context": context, "qas": [{**qas[0], "id": f"q{a}"}]}]}
         for a in range(n_articles)
     ]
-    (root / f"xquad.{lang}.json").write_text(json.dumps({"version": "1.1", "data": data}), encoding="utf-8")
+    (root / f"xquad.{lang}.json").write_text(
+        json.dumps({"version": "1.1", "data": data}), encoding="utf-8"
+    )
     return root
 
 
@@ -185,16 +211,26 @@ def one_line_error(call: Callable[[], object], *needles: str) -> None:
 
 def test_missing_files_languages_and_bad_answers_are_one_line_errors(tmp_path: Path) -> None:
     one_line_error(lambda: load_xquad("de", "test"), "xquad", "'de'", "xquad.de.json")
-    one_line_error(lambda: load_xquad("ar", "test", tmp_path / "absent"), "xquad", str(tmp_path / "absent"))
-    one_line_error(lambda: load_xquad("ar", "test", tmp_path), str(tmp_path / "xquad.ar.json"), "not found")
+    one_line_error(
+        lambda: load_xquad("ar", "test", tmp_path / "absent"), "xquad", str(tmp_path / "absent")
+    )
+    one_line_error(
+        lambda: load_xquad("ar", "test", tmp_path), str(tmp_path / "xquad.ar.json"), "not found"
+    )
     one_line_error(lambda: load_xquad("../en", "test"), "not a language code")
     one_line_error(lambda: load_korquad("en", "test"), "korquad", "'en'", "ko")
     one_line_error(lambda: load_korquad("en", "test", tmp_path), "korquad", "'en'", "ko")
     one_line_error(lambda: load("squad2", "en", "test"), "squad2", "xquad, korquad, cmrc2018, arcd")
-    one_line_error(lambda: load_korquad("ko", "test", tmp_path), str(tmp_path / "KorQuAD_v1.0_dev.json"))
-    one_line_error(lambda: load_xquad("en", "validation"), "xquad", "train, dev, test", "validation")
+    one_line_error(
+        lambda: load_korquad("ko", "test", tmp_path), str(tmp_path / "KorQuAD_v1.0_dev.json")
+    )
+    one_line_error(
+        lambda: load_xquad("en", "validation"), "xquad", "train, dev, test", "validation"
+    )
     root = write_xquad(tmp_path / "bad", "de", 3, answer_start=99)
-    one_line_error(lambda: load_xquad("de", "train", root), "'q0'", "answer_start 99", "no sentence")
+    one_line_error(
+        lambda: load_xquad("de", "train", root), "'q0'", "answer_start 99", "no sentence"
+    )
     (root / "xquad.de.json").write_text('{"data": [{"title": "T"}]}', encoding="utf-8")
     one_line_error(lambda: load_xquad("de", "train", root), "xquad.de.json", "not SQuAD")
     (root / "xquad.de.json").write_text('{"data": [', encoding="utf-8")
@@ -224,17 +260,31 @@ def test_the_source_table_and_the_bundled_files_match_the_readme() -> None:
         "cmrc2018": ("CC BY-SA 4.0", ("zh",), ("train",), False),
         "arcd": ("MIT", ("ar",), ("train",), False),
     }
-    assert [s.loader for s in SOURCES.values()] == [load_xquad, load_korquad, load_cmrc2018, load_arcd]
+    assert [s.loader for s in SOURCES.values()] == [
+        load_xquad,
+        load_korquad,
+        load_cmrc2018,
+        load_arcd,
+    ]
     assert source_file("xquad", "ar") == DATA_DIR / "xquad" / "xquad.ar.json"
     assert source_file("cmrc2018", "zh") == DATA_DIR / "cmrc2018"
     assert load("arcd", "ar", "train").queries == load_arcd("ar", "train").queries
     readme = (DATA_DIR / "README.md").read_text(encoding="utf-8")
-    listed = dict(re.findall(r"\| `((?:xquad|korquad|cmrc2018|arcd)/[^`]+)` \| \d+ \| `([0-9a-f]{64})` \|", readme))
+    listed = dict(
+        re.findall(
+            r"\| `((?:xquad|korquad|cmrc2018|arcd)/[^`]+)` \| \d+ \| `([0-9a-f]{64})` \|", readme
+        )
+    )
     bundled = [p for s in SOURCES.values() for lang in s.bundled_languages for p in s.files(lang)]
     assert {str(p.relative_to(DATA_DIR)) for p in bundled} <= set(listed)
     for rel, digest in listed.items():
         assert hashlib.sha256((DATA_DIR / rel).read_bytes()).hexdigest() == digest, rel
-    for notice in ("xquad/CC-BY-SA4.0.txt", "korquad/NOTICE.md", "cmrc2018/NOTICE.md", "arcd/LICENSE"):
+    for notice in (
+        "xquad/CC-BY-SA4.0.txt",
+        "korquad/NOTICE.md",
+        "cmrc2018/NOTICE.md",
+        "arcd/LICENSE",
+    ):
         assert (DATA_DIR / notice).is_file()
     project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
     assert "resources/**/*" in project["tool"]["setuptools"]["package-data"]["sembridge_ray"]

@@ -1,7 +1,8 @@
-"""The five target tokenizers (``tok-ar``, ``tok-zh``, ``tok-hi``, ``tok-ko``, ``tok-ru``): each loads with
-``AutoTokenizer``, has the five roles a SPLADE transfer maps, wraps a sentence of its language in cls ... sep, and
-leaves few pieces unknown on held-out text of its language; the Russian one is XLM-R's vocabulary trimmed in order,
-never the unlicensed Wikipedia SentencePiece beside the checkout."""
+"""The five target tokenizers (``tok-ar``, ``tok-zh``, ``tok-hi``, ``tok-ko``, ``tok-ru``): each
+loads with ``AutoTokenizer``, has the five roles a SPLADE transfer maps, wraps a sentence of its
+language in cls ... sep, and leaves few pieces unknown on held-out text of its language; the Russian
+one is XLM-R's vocabulary trimmed in order, never the unlicensed Wikipedia SentencePiece beside the
+checkout."""
 
 from __future__ import annotations
 
@@ -16,9 +17,10 @@ from sembridge_ray import target_tokenizers as tt
 from sembridge_ray.atomic import sha256_file
 from sembridge_ray.resources import DATA_DIR
 
-# Unknown pieces on held-out text, at most (measured: ar 0.31%, zh 1.17% (curly quotes and upper-case Latin, which
-# bert-base-chinese's vocabulary lacks), hi 0.81%, ko 0.02%, ru 0.05%): XQuAD's test articles 24-47 (paragraphs);
-# Korean, which XQuAD lacks, on Tatoeba's 1,000 Korean sentences.
+# Unknown pieces on held-out text, at most (measured: ar 0.31%, zh 1.17% (curly quotes and
+# upper-case Latin, which bert-base-chinese's vocabulary lacks), hi 0.81%, ko 0.02%, ru 0.05%):
+# XQuAD's test articles 24-47 (paragraphs); Korean, which XQuAD lacks, on Tatoeba's 1,000 Korean
+# sentences.
 UNKNOWN_BOUND = {"ar": 0.01, "zh": 0.02, "hi": 0.015, "ko": 0.005, "ru": 0.005}
 SENTENCE = {
     "ar": "عاصمة فرنسا هي باريس.",
@@ -32,7 +34,9 @@ SENTENCE = {
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("target_tokenizers")
-    return {lang: tt.build_target_tokenizer(lang, root / f"tok-{lang}") for lang in tt.TARGET_TOKENIZERS}
+    return {
+        lang: tt.build_target_tokenizer(lang, root / f"tok-{lang}") for lang in tt.TARGET_TOKENIZERS
+    }
 
 
 def held_out(language: str, shared: Path) -> list[str]:
@@ -45,11 +49,17 @@ def held_out(language: str, shared: Path) -> list[str]:
     path = path if path.is_file() else shared / "xquad" / f"xquad.{language}.json"
     if not path.is_file():
         pytest.skip(f"XQuAD-{language} not found")
-    return [p["context"] for a in json.loads(path.read_text(encoding="utf-8"))["data"][24:] for p in a["paragraphs"]]
+    return [
+        p["context"]
+        for a in json.loads(path.read_text(encoding="utf-8"))["data"][24:]
+        for p in a["paragraphs"]
+    ]
 
 
 @pytest.mark.parametrize("language", list(tt.TARGET_TOKENIZERS))
-def test_each_loads_with_the_five_roles_and_wraps_a_sentence(built: dict[str, Path], language: str) -> None:
+def test_each_loads_with_the_five_roles_and_wraps_a_sentence(
+    built: dict[str, Path], language: str
+) -> None:
     tok = AutoTokenizer.from_pretrained(str(built[language]))
     roles = {role: getattr(tok, f"{role}_token_id") for role in tt.SPLADE_ROLES}
     assert None not in roles.values() and len(set(roles.values())) == 5, roles
@@ -63,7 +73,9 @@ def test_each_loads_with_the_five_roles_and_wraps_a_sentence(built: dict[str, Pa
 
 
 @pytest.mark.parametrize("language", list(tt.TARGET_TOKENIZERS))
-def test_held_out_text_has_few_unknown_pieces(built: dict[str, Path], language: str, shared_data: Path) -> None:
+def test_held_out_text_has_few_unknown_pieces(
+    built: dict[str, Path], language: str, shared_data: Path
+) -> None:
     tok = AutoTokenizer.from_pretrained(str(built[language]))
     encoded = tok(held_out(language, shared_data), add_special_tokens=False)["input_ids"]
     pieces = sum(len(ids) for ids in encoded)
@@ -86,7 +98,8 @@ def test_the_hindi_file_bundled_is_left_as_it_is(built: dict[str, Path]) -> None
     bundled = json.loads((tt.TOKENIZERS_DIR / "hi" / "tokenizer.json").read_text(encoding="utf-8"))
     assert bundled["added_tokens"] == [] and bundled["post_processor"] is None
     tok = AutoTokenizer.from_pretrained(str(built["hi"]))
-    assert len(tok) == len(bundled["model"]["vocab"]) + 2  # <pad>, <mask> appended; <unk> <s> </s> are pieces 0-2
+    # <pad>, <mask> appended; <unk> <s> </s> are pieces 0-2
+    assert len(tok) == len(bundled["model"]["vocab"]) + 2
     assert tok.convert_ids_to_tokens([0, 1, 2]) == ["<unk>", "<s>", "</s>"]
 
 
@@ -94,18 +107,27 @@ def test_the_russian_tokenizer_keeps_xlmr_pieces_in_their_order(built: dict[str,
     from sembridge_ray.bridges import me5_sources
 
     xlmr = json.loads(me5_sources()[1].read_text(encoding="utf-8"))["model"]["vocab"]
-    ours = json.loads((built["ru"] / "tokenizer.json").read_text(encoding="utf-8"))["model"]["vocab"]
+    ours = json.loads((built["ru"] / "tokenizer.json").read_text(encoding="utf-8"))["model"][
+        "vocab"
+    ]
     position = {piece: i for i, (piece, _) in enumerate(xlmr)}
     kept = [position[piece] for piece, _ in ours]
-    assert kept == sorted(kept) and all(xlmr[i][1] == score for i, (_, score) in zip(kept, ours, strict=True))
+    assert kept == sorted(kept) and all(
+        xlmr[i][1] == score for i, (_, score) in zip(kept, ours, strict=True)
+    )
     assert (
         5_000 < len(ours) < 10_000 and ours[:4] == xlmr[:4] and ours[-1] == xlmr[-1]
     )  # <s> <pad> </s> <unk> .. <mask>
-    letters = [p for c in "абвгдеёжзийклмнопрстуфхцчшщъыьэюяАЯ" for p in (c, f"▁{c}") if p in position]
-    assert len(letters) > 40 and {position[p] for p in letters} <= set(kept)  # any Cyrillic text still segments
+    letters = [
+        p for c in "абвгдеёжзийклмнопрстуфхцчшщъыьэюяАЯ" for p in (c, f"▁{c}") if p in position
+    ]
+    # any Cyrillic text still segments
+    assert len(letters) > 40 and {position[p] for p in letters} <= set(kept)
 
 
-def test_the_russian_pieces_come_from_training_articles_only(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_russian_pieces_come_from_training_articles_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     seen: list[slice] = []
     real = tt.xquad_texts
 
@@ -119,14 +141,29 @@ def test_the_russian_pieces_come_from_training_articles_only(monkeypatch: pytest
 
 
 def test_trim_unigram_renumbers_the_unknown_the_added_tokens_and_the_template() -> None:
-    vocab = [["<s>", 0.0], ["<pad>", 0.0], ["</s>", 0.0], ["<unk>", 0.0], ["▁a", -1.0], ["b", -2.0], ["<mask>", 0.0]]
+    vocab = [
+        ["<s>", 0.0],
+        ["<pad>", 0.0],
+        ["</s>", 0.0],
+        ["<unk>", 0.0],
+        ["▁a", -1.0],
+        ["b", -2.0],
+        ["<mask>", 0.0],
+    ]
     spec: dict[str, Any] = {
         "model": {"type": "Unigram", "unk_id": 3, "vocab": vocab},
-        "added_tokens": [{"id": i, "content": vocab[i][0], "special": True} for i in (0, 1, 2, 3, 6)],
-        "post_processor": {"type": "TemplateProcessing", "special_tokens": {"</s>": {"id": "</s>", "ids": [2]}}},
+        "added_tokens": [
+            {"id": i, "content": vocab[i][0], "special": True} for i in (0, 1, 2, 3, 6)
+        ],
+        "post_processor": {
+            "type": "TemplateProcessing",
+            "special_tokens": {"</s>": {"id": "</s>", "ids": [2]}},
+        },
     }
     out = tt.trim_unigram(spec, [0, 2, 3, 5, 6])  # <pad> and ▁a dropped
-    assert out["model"]["vocab"] == [vocab[i] for i in (0, 2, 3, 5, 6)] and out["model"]["unk_id"] == 2
+    assert (
+        out["model"]["vocab"] == [vocab[i] for i in (0, 2, 3, 5, 6)] and out["model"]["unk_id"] == 2
+    )
     assert [(t["content"], t["id"]) for t in out["added_tokens"]] == [
         ("<s>", 0),
         ("</s>", 1),
@@ -142,7 +179,9 @@ def test_kept_characters_cover_cyrillic_latin_digits_and_punctuation() -> None:
     assert not any(tt.is_kept_character(p) for p in ("ab", "▁жи", "中", "ا", "ℵ"))
 
 
-def test_none_is_the_unlicensed_russian_wikipedia_sentencepiece(built: dict[str, Path], shared_data: Path) -> None:
+def test_none_is_the_unlicensed_russian_wikipedia_sentencepiece(
+    built: dict[str, Path], shared_data: Path
+) -> None:
     ruwiki = shared_data / "tokenizers" / "ruwiki-sentencepiece"
     if not ruwiki.is_dir():
         pytest.skip("the ruwiki SentencePiece is not beside the checkout")
@@ -150,6 +189,10 @@ def test_none_is_the_unlicensed_russian_wikipedia_sentencepiece(built: dict[str,
     package = Path(tt.__file__).resolve().parent
     files = [p for root in (package, *built.values()) for p in Path(root).rglob("*") if p.is_file()]
     assert not [p for p in files if sha256_file(p) in theirs]
-    spm = json.loads((ruwiki / "ruwiki16k.tokenizer.json").read_text(encoding="utf-8"))["model"]["vocab"]
-    ours = json.loads((built["ru"] / "tokenizer.json").read_text(encoding="utf-8"))["model"]["vocab"]
+    spm = json.loads((ruwiki / "ruwiki16k.tokenizer.json").read_text(encoding="utf-8"))["model"][
+        "vocab"
+    ]
+    ours = json.loads((built["ru"] / "tokenizer.json").read_text(encoding="utf-8"))["model"][
+        "vocab"
+    ]
     assert len(ours) != len(spm) and {p for p, _ in ours} != {p for p, _ in spm}

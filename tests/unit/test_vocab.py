@@ -1,4 +1,5 @@
-"""Vocabulary partition: canonical forms, match rules and their preferences, special roles, real tokenizers."""
+"""Vocabulary partition: canonical forms, match rules and their preferences, special roles, real
+tokenizers."""
 
 from __future__ import annotations
 
@@ -7,7 +8,12 @@ from pathlib import Path
 
 import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import AutoTokenizer, BertTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
+from transformers import (
+    AutoTokenizer,
+    BertTokenizer,
+    PreTrainedTokenizerBase,
+    PreTrainedTokenizerFast,
+)
 
 from sembridge_ray.embed_init.vocab import (
     Partition,
@@ -41,7 +47,8 @@ def test_canonical_forms(token: str, family: str, expected: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("canon", "expected"), [("▁123", True), ("?!", True), ("▁", True), ("$", True), ("▁a1", False), ("", False)]
+    ("canon", "expected"),
+    [("▁123", True), ("?!", True), ("▁", True), ("$", True), ("▁a1", False), ("", False)],
 )
 def test_symbols(canon: str, expected: bool) -> None:
     assert is_symbol(canon) is expected
@@ -70,7 +77,8 @@ def wordpiece(vocab: list[str], cls: type = BertTokenizer) -> PreTrainedTokenize
 def test_fuzzy_prefers_own_canonical_form_then_lowest_id() -> None:
     vocab = {"[PAD]": 0, "the": 1, "##the": 2, "The": 3, "##The": 4, "x": 5}
     index = VocabIndex.build(vocab, "wordpiece", exclude=[0])
-    assert index.lookup("▁THE", "fuzzy") == 2  # "##the" canonicalises to "the", which is the fuzzy key itself
+    # "##the" canonicalises to "the", which is the fuzzy key itself
+    assert index.lookup("▁THE", "fuzzy") == 2
     assert index.lookup("▁the", "exact") == 1
     index = VocabIndex.build({"▁The": 7, "▁the": 3, "The": 9}, "sentencepiece")
     assert index.lookup("THE", "fuzzy") == 3  # nobody's canonical form is "the": lowest id
@@ -78,7 +86,9 @@ def test_fuzzy_prefers_own_canonical_form_then_lowest_id() -> None:
 
 def test_match_rules_order_and_flags() -> None:
     source = wordpiece(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "##ing", "1", "house"])
-    target = wordpiece(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "The", "##ing", "1", "tree", "house"])
+    target = wordpiece(
+        ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "The", "##ing", "1", "tree", "house"]
+    )
     part = partition_vocab(source, target)
     ttok = functools.partial(token_id, target)
     stok = functools.partial(token_id, source)
@@ -90,7 +100,8 @@ def test_match_rules_order_and_flags() -> None:
     assert only_exact.overlap[ttok("1")] == (stok("1"), "exact") and ttok("The") in only_exact.rest
     none = partition_vocab(source, target, copy_overlap=False)
     assert not none.overlap and len(none.rest) == 5 and len(none.specials) == 5
-    assert none.anchors == part.anchors == sorted({s for s, _ in part.overlap.values()})  # FOCUS's anchors
+    # FOCUS's anchors
+    assert none.anchors == part.anchors == sorted({s for s, _ in part.overlap.values()})
     with pytest.raises(ValueError, match="unknown match rule"):
         partition_vocab(source, target, rules=["exact", "fuzz"])
 
@@ -99,7 +110,10 @@ def test_roles_map_across_families(fixtures_root: Path) -> None:
     bert = AutoTokenizer.from_pretrained(fixtures_root / "bert-mlm")
     uni = AutoTokenizer.from_pretrained(fixtures_root / "tok-unigram")
     part = partition_vocab(bert, uni)
-    names = {uni.convert_ids_to_tokens(t): (bert.convert_ids_to_tokens(s), r) for t, (s, r) in part.specials.items()}
+    names = {
+        uni.convert_ids_to_tokens(t): (bert.convert_ids_to_tokens(s), r)
+        for t, (s, r) in part.specials.items()
+    }
     assert names == {
         "<s>": ("[CLS]", "cls"),
         "</s>": ("[SEP]", "sep"),
@@ -110,9 +124,14 @@ def test_roles_map_across_families(fixtures_root: Path) -> None:
 
 
 def test_every_target_id_lands_in_exactly_one_group(fixtures_root: Path) -> None:
-    for src, tgt in [("bert-mlm", "tok-bytebpe"), ("roberta-mlm", "tok-wordpiece"), ("roberta-mlm", "tok-unigram")]:
+    for src, tgt in [
+        ("bert-mlm", "tok-bytebpe"),
+        ("roberta-mlm", "tok-wordpiece"),
+        ("roberta-mlm", "tok-unigram"),
+    ]:
         part = partition_vocab(
-            AutoTokenizer.from_pretrained(fixtures_root / src), AutoTokenizer.from_pretrained(fixtures_root / tgt)
+            AutoTokenizer.from_pretrained(fixtures_root / src),
+            AutoTokenizer.from_pretrained(fixtures_root / tgt),
         )
         groups = [set(part.specials), set(part.overlap), set(part.rest), set(part.unused)]
         assert sum(len(g) for g in groups) == part.size == len(set().union(*groups))
@@ -167,4 +186,5 @@ def test_real_tokenizers_spot_checks(
 def test_holes_in_a_vocabulary_are_unused_rows(shared_data: Path) -> None:
     part = real_partition(shared_data, "roberta-base", "roberta-base")
     assert part.size == 50265 and part.unused == [50261, 50262, 50263]
-    assert all(part.overlap[t][0] == t for t in part.overlap)  # identity transfer copies every row onto itself
+    # identity transfer copies every row onto itself
+    assert all(part.overlap[t][0] == t for t in part.overlap)

@@ -15,11 +15,8 @@ top-k is exact on the quantised scores, so its recall@10 against the float answe
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
-import os
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -27,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from sembridge_ray.export.seismic import quiet  # native code's progress lines off stdout
 from sembridge_ray.retrieval.index import SparseBatch, build_shard, maxscore_topk, shard_topk
 
 Search = Callable[[], list[list[int]]]
@@ -94,31 +92,12 @@ def seismic_sides(
             data.batch_search(qids, comps, vals, k=k, num_threads=1)
         )
     if approximate:  # clustering the postings takes minutes at 200k documents
-        with _native_output_to_devnull():  # Seismic's Rust code prints its progress
+        with quiet():  # Seismic's Rust code prints its progress
             index = seismic.SeismicIndex.build_from_dataset(data, num_threads=1)
         sides["seismic_approx"] = lambda: ids(
             index.batch_search(qids, comps, vals, k=k, query_cut=20, heap_factor=0.7, num_threads=1)
         )
     return sides
-
-
-@contextlib.contextmanager
-def _native_output_to_devnull() -> Iterator[None]:
-    """File descriptors 1 and 2 to /dev/null for the block: PISA's and Seismic's native code write
-    progress and log lines there, past ``sys.stdout``, and stdout must carry only the benchmark's
-    JSON lines."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = [os.dup(fd) for fd in (1, 2)]
-    with open(os.devnull, "wb") as null:
-        for fd in (1, 2):
-            os.dup2(null.fileno(), fd)
-    try:
-        yield
-    finally:
-        for fd, copy in zip((1, 2), saved, strict=True):
-            os.dup2(copy, fd)
-            os.close(copy)
 
 
 PISA_SCALE = 100.0
@@ -146,7 +125,7 @@ def pisa_sides(
             yield {"docno": str(i), "toks": toks(docs, i)}
 
     index = PisaIndex(folder, stemmer="none", threads=1, overwrite=True)
-    with _native_output_to_devnull():
+    with quiet():
         index.toks_indexer(scale=PISA_SCALE).index(documents())
     frame = pd.DataFrame(
         {
@@ -156,7 +135,7 @@ def pisa_sides(
     )
 
     def side(algorithm: str) -> Search:
-        with _native_output_to_devnull():  # loading the index for search logs too
+        with quiet():  # loading the index for search logs too
             retriever = index.quantized(
                 num_results=k, threads=1, query_algorithm=algorithm, toks_scale=PISA_SCALE
             )

@@ -143,7 +143,7 @@ TARGETS: dict[str, Target] = {
             module="onnx",
             imports="onnx",
             package="onnx",
-            summary="the same graph after ONNX Runtime's full graph optimisations",
+            summary="the same graph after ONNX Runtime's extended graph optimisations (not machine-specific)",
         ),
         Target(
             name="onnx-int8",

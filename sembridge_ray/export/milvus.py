@@ -20,8 +20,8 @@ LOCATION = "milvus.db"
 
 
 class MilvusEngine:
-    def __init__(self, client: Any, collection: str = COLLECTION) -> None:
-        self.client, self.collection = client, collection
+    def __init__(self, client: Any, lite_db: str = "", collection: str = COLLECTION) -> None:
+        self.client, self.lite_db, self.collection = client, lite_db, collection
 
     def search(self, queries: Vectors, k: int) -> Hits:
         data = [
@@ -42,7 +42,14 @@ class MilvusEngine:
         return out
 
     def close(self) -> None:
+        """Closes the client and, when embedded, stops the Milvus Lite server, which closes
+        ``milvus.db`` before the job marks its output complete (Milvus Lite would otherwise do it
+        only at interpreter exit)."""
         self.client.close()
+        if self.lite_db:
+            from milvus_lite.server_manager import server_manager_instance
+
+            server_manager_instance.release_server(self.lite_db)
 
 
 def build(out: Path, docs: Vectors, url: str = "") -> tuple[MilvusEngine, dict[str, Any]]:
@@ -72,7 +79,7 @@ def build(out: Path, docs: Vectors, url: str = "") -> tuple[MilvusEngine, dict[s
             rows.append({PK: i, DOC_ID: docs.ids[i], FIELD: sparse})
         client.insert(COLLECTION, rows)
     client.flush(COLLECTION)
-    return MilvusEngine(client), {
+    return MilvusEngine(client, "" if url else uri), {
         "collection": COLLECTION,
         "vector": FIELD,
         "id_field": DOC_ID,

@@ -111,6 +111,24 @@ def test_qdrant_local_mode_reopens(corpus: tuple[Vectors, Vectors], tmp_path: Pa
     client.close()
 
 
+def test_milvus_lite_reopens_after_close(corpus: tuple[Vectors, Vectors], tmp_path: Path) -> None:
+    """Closing the engine stops the embedded server; a fresh client finds every row in the file."""
+    pytest.importorskip("milvus_lite")
+    from milvus_lite.server_manager import server_manager_instance
+    from pymilvus import MilvusClient
+
+    from sembridge_ray.export import milvus
+
+    docs, _ = corpus
+    engine, _ = milvus.build(tmp_path, docs)
+    engine.close()
+    client = MilvusClient(str(tmp_path / milvus.LOCATION))
+    (row,) = client.query(milvus.COLLECTION, output_fields=["count(*)"])
+    client.close()
+    server_manager_instance.release_server(str(tmp_path / milvus.LOCATION))
+    assert row["count(*)"] == len(docs)
+
+
 TOKENS = ["[PAD]", "the", "##ing", "▁de", "東京", "e.g.", "3.5", "%", "%2E", "a.b%c"]
 
 

@@ -10,10 +10,12 @@ input, the scores table and the loss. sentence-transformers keeps the card when 
 the model again, putting the repository id into its usage snippet.
 
 **Scores**: the evaluate job adds them to a finished model of this project
-(:func:`record_evaluation`, under the output's own lock); the output's ``_SUCCESS`` leaves the card
-and ``scores.json`` out (:func:`unchecked`), so it stays complete with the same identity. Any other
-model keeps its card; its scores stay in ``metrics.json``. A fine-tuned model's card also shows its
-input model's scores (zero-shot) and its run's development-set scores."""
+(:func:`record_evaluation`, under the output's own lock), and the export job its parity with the
+exact search (:func:`record_export`); the output's ``_SUCCESS`` leaves the card and ``scores.json``
+out (:func:`unchecked`), so it stays complete with the same identity. Any other model keeps its
+card; its scores stay in ``metrics.json`` (an export's in ``export_report.json``). A fine-tuned
+model's card also shows its input model's scores (zero-shot) and its run's development-set
+scores."""
 
 from __future__ import annotations
 
@@ -38,6 +40,7 @@ from sembridge_ray.provenance import (
     UNKNOWN,
     DevScores,
     Evaluation,
+    ExportParity,
     FinetuneFacts,
     InitFacts,
     InputLicence,
@@ -46,8 +49,10 @@ from sembridge_ray.provenance import (
     combined_licence,
     dataset_ref,
     is_local,
+    read_exports,
     read_provenance,
     read_scores,
+    scores_file,
 )
 from sembridge_ray.resources import DATA_DIR
 from sembridge_ray.sparse.config import RANKING_LABELS
@@ -111,6 +116,21 @@ def evaluation(
     return found
 
 
+def export_parity(report: Mapping[str, Any]) -> ExportParity:
+    """What a model's card keeps of an export's ``export_report.json``."""
+    return ExportParity(
+        target=report["target"],
+        dataset=report["dataset"],
+        split=report["split"],
+        queries=report["queries"],
+        documents=report["documents"],
+        overlap10=report["overlap@10"],
+        ndcg10_exact=report["ndcg@10_exact"],
+        ndcg10_target=report["ndcg@10_target"],
+        passed=report["passed"],
+    )
+
+
 def _why_not(model_dir: Path) -> str | None:
     """Why the card of ``model_dir`` may not take new scores (None when it may)."""
     if not (model_dir / PROVENANCE).is_file():
@@ -130,14 +150,27 @@ def record_evaluation(model_dir: str | Path, found: Evaluation, replace: bool = 
     True when ``found`` was added. A card behind its scores (a writer killed between the two) is
     rendered again either way. A model that may not take scores (the module's docstring) is left as
     it is, with one line saying why."""
-    model_dir = Path(model_dir)
+    what = f"{PRIMARY} {found.get('metrics', {}).get(PRIMARY)} on {'{} ({})'.format(*_key(found))}"
+    return _record_locked(Path(model_dir), "evaluations", dict(found), replace, what)
+
+
+def record_export(model_dir: str | Path, found: ExportParity) -> bool:
+    """Add an export's parity to the model's ``scores.json`` (replacing one of the same target,
+    dataset and split) and render its card again, as :func:`record_evaluation` does."""
+    what = f"the {found.get('target')} export's parity on {found.get('dataset')} ({found.get('split')})"
+    return _record_locked(Path(model_dir), "exports", dict(found), True, what)
+
+
+def _record_locked(
+    model_dir: Path, section: str, found: dict[str, Any], replace: bool, what: str
+) -> bool:
     why = _why_not(model_dir) if model_dir.is_dir() else "not a directory"
     deadline = time.monotonic() + LOCK_WAIT_S
     while why is None:
         try:
             with OutputLock(model_dir.parent):
                 if is_complete(model_dir.parent):
-                    return _record(model_dir, found, replace)
+                    return _record(model_dir, section, found, replace, what)
                 why = "its output is not complete"
         # another evaluation, for a few writes; or a live run, for longer
         except OutputLocked as err:
@@ -154,25 +187,19 @@ def record_evaluation(model_dir: str | Path, found: Evaluation, replace: bool = 
     return False
 
 
-def _record(model_dir: Path, found: Evaluation, replace: bool) -> bool:
+def _record(model_dir: Path, section: str, found: dict[str, Any], replace: bool, what: str) -> bool:
     for tmp in [
         *model_dir.glob(f"{TMP_PREFIX}{CARD}.*"),
         *model_dir.glob(f"{TMP_PREFIX}{SCORES}.*"),
     ]:
         remove(tmp)  # a killed writer's: a live one would hold the lock
-    recorded, key = read_scores(model_dir), _key(found)
-    known = {_key(e): e for e in recorded}
+    data, key = scores_file(model_dir), _key(found)
+    known = {_key(e): e for e in data[section]}
     if new := (known.get(key) != found and (key not in known or replace)):
-        recorded = [*(e for e in recorded if _key(e) != key), found]
-        atomic_write_json(model_dir / SCORES, {"evaluations": recorded})
-        log.info(
-            "added %s %s on %s (%s) to the card of %s",
-            PRIMARY,
-            found.get("metrics", {}).get(PRIMARY),
-            *key,
-            model_dir,
-        )
-    card = render(read_provenance(model_dir), recorded)
+        data[section] = [*(e for e in data[section] if _key(e) != key), found]
+        atomic_write_json(model_dir / SCORES, {k: v for k, v in data.items() if v})
+        log.info("added %s to the card of %s", what, model_dir)
+    card = render(read_provenance(model_dir), read_scores(model_dir), read_exports(model_dir))
     try:
         same = (model_dir / CARD).read_text(encoding="utf-8") == card
     except (OSError, UnicodeDecodeError):
@@ -253,8 +280,10 @@ def _num(value: object) -> str:
     return f"{value:.4f}" if isinstance(value, int | float) else "–"
 
 
-def _key(item: Evaluation | DevScores) -> tuple[str, str]:
-    return item.get("dataset", ""), item.get("split", "")
+def _key(item: Mapping[str, Any]) -> tuple[str, ...]:
+    """What a recorded item replaces: one of the same (target,) dataset and split."""
+    where = (item.get("dataset", ""), item.get("split", ""))
+    return (item["target"], *where) if "target" in item else where
 
 
 def _eval_rows(
@@ -291,6 +320,18 @@ def _eval_rows(
             ]
         )
     return rows
+
+
+def _export_row(item: ExportParity) -> list[str]:
+    return [
+        f"`{item.get('target', '')}`",
+        *_key(item)[1:],
+        str(item.get("queries", "–")),
+        _num(item.get("overlap10")),
+        _num(item.get("ndcg10_exact")),
+        _num(item.get("ndcg10_target")),
+        "yes" if item.get("passed") else "**no**",
+    ]
 
 
 def _model_index(
@@ -361,9 +402,13 @@ def _support(histogram: dict[str, int]) -> str:
     )
 
 
-def render(prov: Mapping[str, object], scores: Sequence[Evaluation] | None = None) -> str:
-    """The card's Markdown, from a :class:`Provenance` and the model's recorded evaluations
-    (``scores.json``)."""
+def render(
+    prov: Mapping[str, object],
+    scores: Sequence[Evaluation] | None = None,
+    exports: Sequence[ExportParity] | None = None,
+) -> str:
+    """The card's Markdown, from a :class:`Provenance` and the model's recorded evaluations and
+    exports (``scores.json``)."""
     from huggingface_hub import ModelCard
 
     facts = cast(Provenance, prov)
@@ -404,6 +449,7 @@ def render(prov: Mapping[str, object], scores: Sequence[Evaluation] | None = Non
             "support": _support(init.get("support_histogram", {})),
             "ranking": RANKING_LABELS.get(tune.get("ranking", "infonce"), tune.get("ranking", "")),
             "eval_rows": _eval_rows(own, before, dev, bool(tune)),
+            "export_rows": [_export_row(e) for e in exports or []],
             "licences": licences,
             "licence_name": licence_name,
             "unknown": sum(item["hub"] == "unknown" for item in licences),

@@ -62,6 +62,22 @@ class Evaluation(TypedDict, total=False):
     run: str
 
 
+class ExportParity(TypedDict, total=False):
+    """One export of a model (``scores.json``, ``exports``): its top-10 on a dataset's judged
+    queries searched in the target and compared with the exact sparse search on the same vectors
+    (``jobs.export --target``)."""
+
+    target: str
+    dataset: str
+    split: str
+    queries: int
+    documents: int
+    overlap10: float
+    ndcg10_exact: float | None
+    ndcg10_target: float | None
+    passed: bool
+
+
 class DevScores(TypedDict, total=False):
     """The development set's nDCG@10 in a fine-tuning run: before the first step and at the
     published step."""
@@ -137,15 +153,27 @@ def read_provenance(model_dir: str | Path) -> Provenance:
     return cast(Provenance, data) if isinstance(data, dict) else {}
 
 
+def scores_file(model_dir: str | Path) -> dict[str, list[dict[str, Any]]]:
+    """``scores.json`` beside a model's card: its ``evaluations`` and ``exports`` (each [] when
+    none)."""
+    data = _json(Path(model_dir) / SCORES)
+    data = data if isinstance(data, dict) else {}
+    return {
+        section: [e for e in found if isinstance(e, dict)]
+        if isinstance(found := data.get(section), list)
+        else []
+        for section in ("evaluations", "exports")
+    }
+
+
 def read_scores(model_dir: str | Path) -> list[Evaluation]:
     """The evaluations recorded beside a model's card ([] when none)."""
-    data = _json(Path(model_dir) / SCORES)
-    found = data.get("evaluations") if isinstance(data, dict) else None
-    return (
-        [cast(Evaluation, e) for e in found if isinstance(e, dict)]
-        if isinstance(found, list)
-        else []
-    )
+    return [cast(Evaluation, e) for e in scores_file(model_dir)["evaluations"]]
+
+
+def read_exports(model_dir: str | Path) -> list[ExportParity]:
+    """The exports recorded beside a model's card ([] when none)."""
+    return [cast(ExportParity, e) for e in scores_file(model_dir)["exports"]]
 
 
 def is_local(name: str) -> bool:

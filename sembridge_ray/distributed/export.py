@@ -9,9 +9,10 @@ the model and its tokenizer, the dataset's judged queries); the corpus and the q
 through the evaluate job's encoding (:func:`sembridge_ray.distributed.evaluate.encode_corpus`: Ray
 Data actor pool, cached under the same keys as an evaluation's); the Ray-free adapter in
 :mod:`sembridge_ray.export` builds the target; its top-10 on the queries is compared with the exact
-search (:mod:`sembridge_ray.export.parity`); ``export_report.json`` is written in the output (the
-input model is never written to), and a target outside its tolerance fails the job with one line
-(exit 2)."""
+search (:mod:`sembridge_ray.export.parity`); ``export_report.json`` is written in the output, the
+parity is added to the model's card when it is a finished model of this project (its
+``scores.json``, which its ``_SUCCESS`` leaves out; nothing else of the input model is written to),
+and a target outside its tolerance fails the job with one line (exit 2)."""
 
 from __future__ import annotations
 
@@ -37,8 +38,10 @@ from sembridge_ray.export.base import (
 )
 from sembridge_ray.export.parity import K, exact_topk, parity
 from sembridge_ray.export.targets import Target, target
+from sembridge_ray.identity import require_unchanged
 from sembridge_ray.jobs.evaluate import EvaluateConfig
 from sembridge_ray.jobs.export import ExportConfig, ExportResult
+from sembridge_ray.model_card import export_parity, record_export
 from sembridge_ray.outputs import atomic_write_json
 from sembridge_ray.retrieval.sources import resolve_dataset, resolve_model
 from sembridge_ray.retrieval.store import fingerprint, parquet_files, read_vectors
@@ -115,7 +118,13 @@ def run_target_export(cfg: ExportConfig) -> ExportResult:
         "details": details,
     }
     report["passed"] = passes(found, report)
+    # never the parity of one model on another's card (an --overwrite of it since it was encoded)
+    require_unchanged({"model": model_id}, {"model": model})
     atomic_write_json(out / REPORT, report)
+    try:
+        record_export(model, export_parity(report))
+    except Exception as err:  # the card is a courtesy: the parity is safe in the report
+        log.warning("the parity was not added to the model card of %s: %s", model, err)
     if not report["passed"]:
         raise InputError(
             f"target {found.name!r} lost more than its tolerance {found.tolerance()}: overlap@10 "

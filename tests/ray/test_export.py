@@ -1,6 +1,7 @@
-"""``python -m jobs.export --target qdrant`` end to end on the module's Ray cluster: the tiny
-bert-mlm over SICK sentences, encoded through the evaluate job's encoding, into an embedded Qdrant
-that reopens and answers as the exact search does."""
+"""``python -m jobs.export --target qdrant`` end to end on the module's Ray cluster: a tiny
+transferred model (an init output) over SICK sentences, encoded through the evaluate job's encoding,
+into an embedded Qdrant that reopens and answers as the exact search does, with the parity on the
+model's card."""
 
 from __future__ import annotations
 
@@ -13,7 +14,13 @@ from jobs import export
 from sembridge_ray.distributed import cluster
 from sembridge_ray.export.base import Vectors
 from sembridge_ray.export.parity import exact_topk, parity
+from sembridge_ray.jobs.init import InitConfig
+from sembridge_ray.jobs.init_run import initialise
+from sembridge_ray.manifest import is_complete, output_fingerprint
+from sembridge_ray.model_card import CARD
+from sembridge_ray.provenance import read_exports
 from sembridge_ray.retrieval.store import parquet_files, read_vectors
+from tests.conftest import error_lines
 
 
 def test_export_to_embedded_qdrant(
@@ -28,8 +35,20 @@ def test_export_to_embedded_qdrant(
     # the untrained model is dense
     sick_beir = write_sick_beir(SICK_DIR, tmp_path / "sick", limit=80, splits=("test",))
 
+    # a finished model of this project (an init output), whose card takes the export's parity
+    init_out = tmp_path / "init"
+    initialise(
+        InitConfig(
+            source_model=str(fixtures_root / "bert-mlm"),
+            target_tokenizer=str(fixtures_root / "tok-bytebpe"),
+            bridge_model=str(fixtures_root / "bridge"),
+            output=str(init_out),
+            cache_dir=str(tmp_path / "init-cache"),
+            samples=2,
+        )
+    )
+    model, identity = init_out / "model", output_fingerprint(init_out / "model")
     out = tmp_path / "qdrant-export"
-    model = fixtures_root / "bert-mlm"
     argv = [
         "--target",
         "qdrant",
@@ -53,7 +72,12 @@ def test_export_to_embedded_qdrant(
     assert report["target"] == "qdrant" and report["passed"] is True
     assert report["overlap@10"] == 1.0 and report["identical_up_to_ties"] == 1.0
     assert report["ndcg@10_target"] == pytest.approx(report["ndcg@10_exact"])
-    assert not (model / "exports.json").exists()  # the input model is left as it was
+    # the parity is on the model's card; the finished output is complete with the same identity
+    (recorded,) = read_exports(model)
+    assert recorded["target"] == "qdrant" and recorded["overlap10"] == 1.0 and recorded["passed"]
+    assert recorded["ndcg10_target"] == report["ndcg@10_target"]
+    assert "| `qdrant` |" in (model / CARD).read_text(encoding="utf-8")
+    assert is_complete(init_out) and output_fingerprint(model) == identity
     # the vectors the job encoded (its cache), searched by a fresh client on the written collection
     cache = out / "cache"
     docs = Vectors(*read_vectors(parquet_files(next(cache.glob("docs-*")) / "vectors")))
@@ -97,3 +121,37 @@ def test_export_the_doc_only_variant(
     assert report["ndcg@10_target"] is not None and report["ndcg@10_exact"] is not None
     model = SparseEncoder(str(out / "model-doc-only"), device="cpu")
     assert model.encode_query(["a man"], convert_to_tensor=True).coalesce().values().numel() >= 1
+
+
+def test_a_model_replaced_during_the_export_stops_it_before_the_report(
+    ray_cluster: cluster.ClusterInfo,
+    fixtures_root: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The model is edited after it was encoded (as an --overwrite of it would): one line, exit 2,
+    and no report (nor card) of vectors that are no longer the model's."""
+    import shutil
+
+    from sembridge_ray.data.sick import write_sick_beir
+    from sembridge_ray.distributed import export as driver
+    from sembridge_ray.resources import SICK_DIR
+
+    sick_beir = write_sick_beir(SICK_DIR, tmp_path / "sick", limit=40, splits=("test",))
+    model = tmp_path / "model"
+    shutil.copytree(fixtures_root / "bert-mlm", model)
+    build = driver.build_and_search
+
+    def edit_then_build(*args: object, **kwargs: object) -> object:
+        with (model / "config.json").open("a", encoding="utf-8") as f:
+            f.write("\n")
+        return build(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(driver, "build_and_search", edit_then_build)
+    out = tmp_path / "out"
+    argv = ["--target", "opensearch", "--model", str(model), "--dataset", str(sick_beir)]
+    assert export.main([*argv, "--output", str(out), "--workers", "1"]) == 2
+    (line,) = error_lines(capsys)
+    assert "input model" in line and "changed while this run was reading it" in line
+    assert not (out / "export_report.json").exists()

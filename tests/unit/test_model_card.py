@@ -41,7 +41,9 @@ from sembridge_ray.manifest import (
 from sembridge_ray.model_card import (
     CARD,
     LOCK_WAIT_S,
+    export_parity,
     record_evaluation,
+    record_export,
     render,
     unchecked,
     write_card,
@@ -54,6 +56,7 @@ from sembridge_ray.provenance import (
     combined_licence,
     hub_licence,
     input_licences,
+    read_exports,
     read_provenance,
     read_scores,
 )
@@ -539,3 +542,68 @@ def test_evaluations_of_one_model_take_turns_and_a_held_output_is_left_alone(
         e["split"] for e in read_scores(model)
     }
     assert record_evaluation(model, found("held"))  # once it is free
+
+
+def _export_report(target: str, ndcg_target: float, passed: bool) -> dict[str, object]:
+    """An ``export_report.json`` as the export job writes it (the keys the card reads, and more)."""
+    return {
+        "target": target,
+        "model": "model",
+        "dataset": "sick-beir",
+        "split": "test",
+        "documents": 80,
+        "postings": 1234,
+        "queries": 40,
+        "overlap@10": 1.0 if passed else 0.8,
+        "identical_up_to_ties": 1.0 if passed else 0.5,
+        "ndcg@10_exact": 0.5,
+        "ndcg@10_target": ndcg_target,
+        "passed": passed,
+    }
+
+
+def test_an_exports_parity_joins_the_card_beside_its_evaluations(
+    quick: dict[str, Path], tmp_path: Path
+) -> None:
+    """Issue 36, 2: the export job adds its parity to the model's card (one row per target, dataset
+    and split; a later export of the same replaces it), keeps the evaluations, and leaves the
+    finished output complete with the same identity."""
+    from typing import cast
+
+    from sembridge_ray.provenance import Evaluation
+
+    model = tmp_path / "cell" / "init" / "model"
+    shutil.copytree(quick["init"].parent, model.parent)
+    identity = output_fingerprint(model)
+    scored = cast(
+        Evaluation, {"dataset": "sick-beir", "split": "test", "metrics": {"nDCG@10": 0.4321}}
+    )
+    assert record_evaluation(model, scored)
+    assert record_export(model, export_parity(_export_report("qdrant", 0.5, True)))
+    assert record_export(model, export_parity(_export_report("pisa", 0.4567, False)))
+    card = (model / CARD).read_text(encoding="utf-8")
+    assert "## Exports" in card
+    assert "| `qdrant` | sick-beir | test | 40 | 1.0000 | 0.5000 | 0.5000 | yes |" in card
+    assert "| `pisa` | sick-beir | test | 40 | 0.8000 | 0.5000 | 0.4567 | **no** |" in card
+    assert "| sick-beir | test | 0.4321 |" in card and scored in read_scores(model)
+
+    # the same target, dataset and split again: replaced, not added
+    assert record_export(model, export_parity(_export_report("qdrant", 0.5, True) | {"queries": 7}))
+    assert not record_export(
+        model, export_parity(_export_report("qdrant", 0.5, True) | {"queries": 7})
+    )
+    assert [(e["target"], e["queries"]) for e in read_exports(model)] == [
+        ("pisa", 40),
+        ("qdrant", 7),
+    ]
+    card = (model / CARD).read_text(encoding="utf-8")
+    assert card.count("| `qdrant` |") == 1 and "| `qdrant` | sick-beir | test | 7 |" in card
+    assert is_complete(model.parent) and output_fingerprint(model) == identity
+
+    # a card without exports has no such section; a model of no finished output is left alone
+    assert "## Exports" not in (quick["init"] / CARD).read_text(encoding="utf-8")
+    loose = tmp_path / "loose"
+    shutil.copytree(quick["init"], loose)
+    before = (loose / CARD).read_bytes()
+    assert not record_export(loose, export_parity(_export_report("qdrant", 0.5, True)))
+    assert (loose / CARD).read_bytes() == before and not read_exports(loose)

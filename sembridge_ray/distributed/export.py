@@ -17,16 +17,19 @@ and a target outside its tolerance fails the job with one line (exit 2)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import time
 from pathlib import Path
 from typing import Any
 
+from sembridge_ray.atomic import remove
 from sembridge_ray.data.registry import load_retrieval
 from sembridge_ray.data.retrieval import RetrievalData
 from sembridge_ray.data.schema import ID, TEXT
 from sembridge_ray.distributed import cluster
 from sembridge_ray.distributed.evaluate import encode_corpus, encode_queries
+from sembridge_ray.distributed.finetune import checkpoint_model
 from sembridge_ray.distributed.finetune import run_export as run_checkpoint_export
 from sembridge_ray.errors import InputError
 from sembridge_ray.export.base import (
@@ -38,11 +41,13 @@ from sembridge_ray.export.base import (
 )
 from sembridge_ray.export.parity import K, exact_topk, parity
 from sembridge_ray.export.targets import Target, target
-from sembridge_ray.identity import require_unchanged
+from sembridge_ray.identity import path_identity, require_unchanged
 from sembridge_ray.jobs.evaluate import EvaluateConfig
 from sembridge_ray.jobs.export import ExportConfig, ExportResult
+from sembridge_ray.locks import LOCK
+from sembridge_ray.manifest import IDENTITY
 from sembridge_ray.model_card import export_parity, record_export
-from sembridge_ray.outputs import atomic_write_json
+from sembridge_ray.outputs import atomic_write_json, claim_output
 from sembridge_ray.retrieval.sources import resolve_dataset, resolve_model
 from sembridge_ray.retrieval.store import fingerprint, parquet_files, read_vectors
 from sembridge_ray.sparse.model import load_tokenizer
@@ -83,26 +88,90 @@ def vocabulary(model: str, width: int) -> list[str]:
 
 
 def run_target_export(cfg: ExportConfig) -> ExportResult:
+    """Export to ``cfg.target`` under the output contract (:mod:`sembridge_ray.outputs`): a finished
+    export with the same settings and inputs is skipped, an unfinished one is done again, another
+    one is refused unless ``--overwrite``; ``_SUCCESS`` is written only when the target is within
+    its tolerance."""
     found = check_target(cfg)
-    out = Path(cfg.output)
-    if out.exists() or out.is_symlink():
-        raise InputError(f"output {str(out)!r} exists: choose a new directory")
-    start = time.perf_counter()
-    model_spec, model, model_id, vocab_size = _model_of(cfg, out)
-    data, data_id, qids = _judged(cfg)
+    data, spec, data_id, qids = _judged(cfg)
+    if cfg.checkpoint:  # checked and read now; written as <output>/model once the output is held
+        write_checkpoint = checkpoint_model(
+            dataclasses.replace(cfg, target="sentence-transformers")
+        )
+        inputs = {"checkpoint": path_identity(Path(cfg.checkpoint)), "dataset": data_id}
+        named = {"checkpoint": cfg.checkpoint}
+    else:
+        model, model_id = resolve_model(cfg.model)
+        require_tokenizer(model)
+        inputs, named = {"model": model_id, "dataset": data_id}, {"model": model}
     cluster.require_reachable()
-    out.mkdir(parents=True)
-    docs, queries = _encoded(cfg, out, model, fingerprint(model_id, data_id), data, qids)
+    identity = cfg.identity("export", inputs)
+    out = Path(cfg.output)
+    with claim_output(out, identity, cfg.overwrite) as claim:
+        if claim.done:
+            report = json.loads((out / REPORT).read_text(encoding="utf-8"))
+            if not cfg.checkpoint:
+                _to_card(model, report)
+            return ExportResult(output=str(out), target=found.name, report=report, skipped=True)
+        work = claim.path  # the output, or its staging directory under --overwrite
+        _clear_unfinished(work)
+        if cfg.checkpoint:
+            write_checkpoint(work / "model")
+            model, model_id = resolve_model(str(work / "model"))
+            require_tokenizer(model)
+        report = _export_into(work, found, cfg, model, fingerprint(model_id, data_id), data, qids)
+        # what was read is what the identity names (an --overwrite of the model since would put
+        # one model's parity on another's card)
+        require_unchanged(inputs, {**named, "dataset": spec})
+        atomic_write_json(work / REPORT, report)
+        if report["passed"]:
+            claim.finish(exclude=("cache",))
+    if not cfg.checkpoint:
+        _to_card(model, report)
+    if not report["passed"]:
+        raise InputError(
+            f"target {found.name!r} lost more than its tolerance {found.tolerance()}: overlap@10 "
+            f"{report['overlap@10']}, identical up to ties {report['identical_up_to_ties']}, nDCG@10 "
+            f"{report['ndcg@10_target']} vs {report['ndcg@10_exact']} exact ({work / REPORT})"
+        )
+    return ExportResult(output=str(out), target=found.name, report=report)
+
+
+def _clear_unfinished(work: Path) -> None:
+    """What an unfinished export left in ``work`` (a crash, or a target outside its tolerance) is
+    built again: everything but the lock, the identity and the encoding cache goes."""
+    for item in work.iterdir():
+        if not item.name.startswith(LOCK) and item.name not in (IDENTITY, "cache"):
+            remove(item)
+
+
+def _export_into(
+    work: Path,
+    found: Target,
+    cfg: ExportConfig,
+    model: str,
+    key: str,
+    data: RetrievalData,
+    qids: list[str],
+) -> dict[str, Any]:
+    """Encode (cached), build the target in ``work``, search it and compare with the exact search:
+    the report."""
+    start = time.perf_counter()
+    docs, queries = _encoded(cfg, work, model, key, data, qids)
     encoded = time.perf_counter()
     log.info(
         "export: %d documents, %d queries encoded; building %s", len(docs), len(queries), found.name
     )
     exact = exact_topk(docs, queries, K)
-    hits, details, where = build_and_search(found, cfg, out, model, docs, queries, data, vocab_size)
+    vocab_size = len(load_tokenizer(model))
+    hits, details, where = build_and_search(
+        found, cfg, work, model, docs, queries, data, vocab_size
+    )
     built = time.perf_counter()
     report: dict[str, Any] = {
         "target": found.name,
-        "model": model_spec,
+        "model": "model (from the checkpoint)" if cfg.checkpoint else cfg.model,
+        **({"checkpoint": cfg.checkpoint} if cfg.checkpoint else {}),
         "dataset": cfg.dataset,
         "split": data.split,
         "documents": len(docs),
@@ -118,40 +187,20 @@ def run_target_export(cfg: ExportConfig) -> ExportResult:
         "details": details,
     }
     report["passed"] = passes(found, report)
-    # never the parity of one model on another's card (an --overwrite of it since it was encoded)
-    require_unchanged({"model": model_id}, {"model": model})
-    atomic_write_json(out / REPORT, report)
+    return report
+
+
+def _to_card(model: str, report: dict[str, Any]) -> None:
+    """The parity onto the model's card, when it is a finished model of this project."""
     try:
         record_export(model, export_parity(report))
     except Exception as err:  # the card is a courtesy: the parity is safe in the report
         log.warning("the parity was not added to the model card of %s: %s", model, err)
-    if not report["passed"]:
-        raise InputError(
-            f"target {found.name!r} lost more than its tolerance {found.tolerance()}: overlap@10 "
-            f"{report['overlap@10']}, identical up to ties {report['identical_up_to_ties']}, nDCG@10 "
-            f"{report['ndcg@10_target']} vs {report['ndcg@10_exact']} exact ({out / REPORT})"
-        )
-    return ExportResult(output=str(out), target=found.name, report=report)
 
 
-def _model_of(cfg: ExportConfig, out: Path) -> tuple[str, str, str, int]:
-    """(the model as named, its resolved path, its identity, its vocabulary size); a checkpoint's
-    weights are written as a SparseEncoder directory first; a model without a tokenizer stops here,
-    before encoding."""
-    if cfg.checkpoint:
-        written = run_checkpoint_export(
-            dataclasses.replace(cfg, target="sentence-transformers", output=str(out / "model"))
-        )
-        model_spec = written.output
-    else:
-        model_spec = cfg.model
-    model, model_id = resolve_model(model_spec)
-    require_tokenizer(model)
-    return model_spec, model, model_id, len(load_tokenizer(model))
-
-
-def _judged(cfg: ExportConfig) -> tuple[RetrievalData, str, list[str]]:
-    """The dataset's split, its identity and its judged query ids with a text (none: refused)."""
+def _judged(cfg: ExportConfig) -> tuple[RetrievalData, str, str, list[str]]:
+    """The dataset's split, what was read, its identity and its judged query ids with a text (none:
+    refused)."""
     spec, data_id = resolve_dataset(cfg.dataset)
     data = load_retrieval(spec, cfg.split)
     qids = sorted(q for q in data.qrels if data.queries.get(q, "").strip())
@@ -159,7 +208,7 @@ def _judged(cfg: ExportConfig) -> tuple[RetrievalData, str, list[str]]:
         raise InputError(
             f"dataset {cfg.dataset!r}: split {data.split!r} has no judged query with a text"
         )
-    return data, data_id, qids
+    return data, spec, data_id, qids
 
 
 def _encoded(
@@ -259,7 +308,7 @@ def _doc_only(
     asked = variant.encode_query([data.queries[q] for q in queries.ids], convert_to_tensor=True)
     static = Vectors.from_rows(queries.ids, *sparse_rows(asked))
     # the document route is the model's own: the documents' vectors are the ones encoded
-    return exact_topk(docs, static, K), {"model": str(folder), "idf_corpus": cfg.dataset}, folder
+    return exact_topk(docs, static, K), {"model": folder.name, "idf_corpus": cfg.dataset}, folder
 
 
 def _onnx(

@@ -1250,15 +1250,26 @@ def run_export(cfg: ExportConfig) -> ExportResult:
     """Write checkpoint ``cfg.checkpoint`` as a SparseEncoder directory (see
     :mod:`sembridge_ray.jobs.export`)."""
     cfg.require_inputs()
-    ckpt, out = Path(cfg.checkpoint), Path(cfg.output)
+    out = Path(cfg.output)
+    return checkpoint_model(cfg, new_output=out)(out)
+
+
+def checkpoint_model(
+    cfg: ExportConfig, new_output: Path | None = None
+) -> Callable[[Path], ExportResult]:
+    """Check and read checkpoint ``cfg.checkpoint`` (each refusal one line, before anything is
+    written; ``new_output``, when given, must not exist); returns what writes it, as the
+    SparseEncoder directory ``jobs.finetune`` would have published from those weights, at a path
+    that must not exist."""
+    ckpt = Path(cfg.checkpoint)
     if (problem := checkpoint_problem(ckpt)) is not None:
         raise InputError(f"checkpoint {str(ckpt)!r} does not verify: {problem}")
     if not (ckpt / RUN_CONFIG).is_file():
         raise InputError(
             f"checkpoint {str(ckpt)!r} has no {RUN_CONFIG} (written by an older version): rerun to export"
         )
-    if out.exists() or out.is_symlink():
-        raise InputError(f"output {str(out)!r} exists: choose a new directory")
+    if new_output is not None and (new_output.exists() or new_output.is_symlink()):
+        raise InputError(f"output {str(new_output)!r} exists: choose a new directory")
     run_cfg = FinetuneConfig.from_dict(json.loads((ckpt / RUN_CONFIG).read_text(encoding="utf-8")))
     state, _, history = load_part(ckpt, 0)
     weights, step = state["model"], int(state["step"])
@@ -1273,13 +1284,17 @@ def run_export(cfg: ExportConfig) -> ExportResult:
     mlm, tokenizer = load_mlm(run_cfg.model, run_cfg.trust_remote_code)
     final = next((m for m in reversed(history) if int(m["step"]) <= step and "loss" in m), {})
     card = card_provenance(run_cfg, step, final, history, step)
-    try:
-        write_model(out, weights, mlm, tokenizer, run_cfg, card, new=True)
-    except FileExistsError:
-        raise InputError(
-            f"output {str(out)!r} was written meanwhile by another export: choose a new one"
-        ) from None
-    return ExportResult(output=str(out), step=step, checkpoint=str(ckpt))
+
+    def write(out: Path) -> ExportResult:
+        try:
+            write_model(out, weights, mlm, tokenizer, run_cfg, card, new=True)
+        except FileExistsError:
+            raise InputError(
+                f"output {str(out)!r} was written meanwhile by another export: choose a new one"
+            ) from None
+        return ExportResult(output=str(out), step=step, checkpoint=str(ckpt))
+
+    return write
 
 
 def card_provenance(

@@ -55,7 +55,7 @@ class MilvusEngine:
 def build(out: Path, docs: Vectors, url: str = "") -> tuple[MilvusEngine, dict[str, Any]]:
     from pymilvus import DataType, MilvusClient
 
-    uri = url or str(out / "milvus.db")
+    uri = url or str(out / LOCATION)
     client = MilvusClient(uri)
     if client.has_collection(COLLECTION):
         client.drop_collection(COLLECTION)
@@ -83,5 +83,5 @@ def build(out: Path, docs: Vectors, url: str = "") -> tuple[MilvusEngine, dict[s
         "collection": COLLECTION,
         "vector": FIELD,
         "id_field": DOC_ID,
-        "uri": uri,
+        "uri": url or LOCATION,  # under the output: the report names no absolute path
     }

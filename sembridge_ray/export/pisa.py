@@ -55,14 +55,14 @@ class PisaEngine:
 def build(out: Path, docs: Vectors, url: str = "") -> tuple[PisaEngine, dict[str, Any]]:
     from pyterrier_pisa import PisaIndex
 
-    folder = out / "pisa"
+    folder = out / LOCATION
     index = PisaIndex(str(folder), stemmer="none", threads=1, overwrite=True)
     with quiet():
         index.toks_indexer(scale=SCALE).index(
             {"docno": docs.ids[i], "toks": toks(docs, i)} for i in range(len(docs))
         )
     details = {
-        "index": str(folder),
+        "index": LOCATION,  # under the output: the report names no absolute path
         "scale": SCALE,
         "algorithm": ALGORITHM,
         "impact": "int(weight * scale)",

@@ -46,7 +46,7 @@ class QdrantEngine:
 def connect(out: Path, url: str = "") -> Any:
     from qdrant_client import QdrantClient
 
-    return QdrantClient(url=url, timeout=60) if url else QdrantClient(path=str(out / "qdrant"))
+    return QdrantClient(url=url, timeout=60) if url else QdrantClient(path=str(out / LOCATION))
 
 
 def build(out: Path, docs: Vectors, url: str = "") -> tuple[QdrantEngine, dict[str, Any]]:
@@ -69,7 +69,7 @@ def build(out: Path, docs: Vectors, url: str = "") -> tuple[QdrantEngine, dict[s
                 models.PointStruct(id=i, vector={FIELD: vector}, payload={DOC_ID: docs.ids[i]})
             )
         client.upsert(COLLECTION, points=points, wait=True)
-    where = url or str(out / "qdrant")
+    where = url or LOCATION  # under the output: the report names no absolute path
     return QdrantEngine(client), {
         "collection": COLLECTION,
         "vector": FIELD,

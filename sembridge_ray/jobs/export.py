@@ -17,14 +17,18 @@ as ONNX, or its inference-free ``doc-only`` variant, which is scored beside the 
 held to a tolerance), searches the queries through the target and compares its top-10 with the
 project's exact sparse search: ``export_report.json`` holds the parity and the sizes; a target below
 its documented tolerance fails the job (exit 2). ``--model`` is a model directory, or give
-``--checkpoint`` to export its weights first (to ``<output>/model``). An existing output is refused.
+``--checkpoint`` to export its weights first (to ``<output>/model``). A target export follows the
+output contract of every job: rerun with the same settings and inputs, a finished export is skipped
+and an unfinished one (a crash, or a target outside its tolerance) is done again; other settings are
+refused unless ``--overwrite``, which replaces the output only once the new export is complete. A
+checkpoint's export (``sentence-transformers``) refuses an existing output.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from sembridge_ray.config import Config
 from sembridge_ray.errors import InputError
@@ -66,7 +70,7 @@ class ExportConfig(Config):
     split: str = "test"
     """The split whose judged queries check the parity."""
     output: str = ""
-    """The directory to write (must not exist)."""
+    """The directory to write (for sentence-transformers: must not exist)."""
     select: Literal["last", "best"] = "last"
     """``last``: the checkpoint's own weights; ``best``: the best evaluated weights up to its
     step."""
@@ -79,7 +83,22 @@ class ExportConfig(Config):
     """Document tokens (the same key as in evaluation)."""
     cache_dir: str = ""
     """Where encodings are cached (shared with evaluate's); "" = <output>/cache."""
+    overwrite: bool = False
+    """Replace a target export written with other settings or inputs (otherwise such a rerun is
+    refused)."""
     resources: ResourceConfig = field(default_factory=ResourceConfig)
+
+    # a target export's identity: the target and its settings, and the inputs by content (the
+    # paths are not part of it)
+    NOT_IDENTITY: ClassVar[tuple[str, ...]] = (
+        "checkpoint",
+        "model",
+        "dataset",
+        "output",
+        "cache_dir",
+        "overwrite",
+        "resources",
+    )
 
     def require_inputs(self) -> None:
         if self.target == "sentence-transformers":
@@ -89,6 +108,10 @@ class ExportConfig(Config):
             if self.url:
                 raise InputError(
                     "--url: target 'sentence-transformers' writes a directory, it pushes nowhere"
+                )
+            if self.overwrite:
+                raise InputError(
+                    "--overwrite: target 'sentence-transformers' writes a new directory; choose a new --output"
                 )
             return
         if not self.model and not self.checkpoint:
@@ -109,6 +132,8 @@ class ExportResult:
     target: str = "sentence-transformers"
     report: dict[str, Any] = field(default_factory=dict)
     """``export_report.json`` (targets other than sentence-transformers)."""
+    skipped: bool = False
+    """The output was already complete with the same settings and inputs."""
 
 
 FLAGS = (
@@ -122,6 +147,7 @@ FLAGS = (
     Flag(name="--url", key="url"),
     Flag(name="--max-query-length", key="max_query_length"),
     Flag(name="--max-doc-length", key="max_doc_length"),
+    Flag(name="--overwrite", key="overwrite"),
     Flag(name="--workers", key="resources.workers"),
     Flag(name="--gpus-per-worker", key="resources.gpus_per_worker"),
 )
@@ -142,7 +168,11 @@ def report(result: ExportResult) -> str:
         "ndcg@10_target",
     )
     shown = {k: result.report.get(k) for k in keys}
-    return json.dumps(shown, indent=2) + f"\nexport_report.json: {result.output}/export_report.json"
+    done = " (already complete with these settings: skipped)" if result.skipped else ""
+    return (
+        json.dumps(shown, indent=2)
+        + f"\nexport_report.json: {result.output}/export_report.json{done}"
+    )
 
 
 JOB = JobSpec(

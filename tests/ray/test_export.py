@@ -92,6 +92,7 @@ def test_export_to_embedded_qdrant(
         limit=10,
     )
     client.close()
+    assert is_complete(out)  # searching the store changed none of its checksummed files
     first = Vectors(queries.ids[:1], queries.rows.slice(0, 1))
     checked = parity(docs, first, [[(p.payload or {})["doc_id"] for p in found.points]])
     assert checked.identical_up_to_ties == 1.0 and len(exact_topk(docs, first)[0]) == 10
@@ -155,3 +156,52 @@ def test_a_model_replaced_during_the_export_stops_it_before_the_report(
     (line,) = error_lines(capsys)
     assert "input model" in line and "changed while this run was reading it" in line
     assert not (out / "export_report.json").exists()
+
+
+def test_a_target_export_follows_the_output_contract(
+    ray_cluster: cluster.ClusterInfo,
+    fixtures_root: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """As every job's output: a target outside its tolerance is not marked complete and is done
+    again by the next run; a finished export is skipped; other settings are refused (the output left
+    as it was) unless --overwrite, which replaces it complete."""
+    from sembridge_ray.data.sick import write_sick_beir
+    from sembridge_ray.distributed import export as driver
+    from sembridge_ray.manifest import SUCCESS
+    from sembridge_ray.resources import SICK_DIR
+
+    sick_beir = write_sick_beir(SICK_DIR, tmp_path / "sick", limit=40, splits=("test",))
+    out = tmp_path / "out"
+    argv = ["--target", "opensearch", "--model", str(fixtures_root / "bert-mlm")]
+    argv += ["--dataset", str(sick_beir), "--output", str(out), "--workers", "1"]
+
+    def report() -> dict[str, object]:
+        return dict(json.loads((out / "export_report.json").read_text(encoding="utf-8")))
+
+    with monkeypatch.context() as patched:  # the target loses more than its tolerance
+        patched.setattr(driver, "passes", lambda found, report: False)
+        assert export.main(argv) == 2
+    assert "lost more than its tolerance" in error_lines(capsys)[-1]
+    assert report()["passed"] is False and not (out / SUCCESS).exists()
+
+    assert export.main(argv) == 0  # done again
+    first = report()
+    assert first["passed"] is True and is_complete(out)
+    assert "skipped" not in capsys.readouterr().out
+    assert export.main(argv) == 0 and "skipped" in capsys.readouterr().out
+    assert report() == first
+
+    shorter = [*argv, "--max-doc-length", "4"]
+    assert export.main(shorter) == 2
+    (line,) = error_lines(capsys)
+    assert "max_doc_length" in line and "--overwrite" in line
+    assert report() == first and is_complete(out)
+
+    assert export.main([*shorter, "--overwrite"]) == 0
+    replaced = report()
+    assert replaced["passed"] is True and is_complete(out)
+    assert replaced["postings"] < first["postings"]  # type: ignore[operator]
+    assert not any(p.name.startswith("out.overwrite") for p in tmp_path.iterdir())

@@ -238,6 +238,36 @@ def test_onnx_encodes_as_pytorch(variant: str, fixtures_root: Path, tmp_path: Pa
         assert parity(torch_docs, torch_queries, hits).overlap_at_10 >= found.min_overlap
 
 
+def test_the_onnx_export_truncates_at_the_lengths_it_is_given(
+    fixtures_root: Path, tmp_path: Path
+) -> None:
+    """``--max-query-length`` / ``--max-doc-length`` reach the exported encoder: at 8 and 16 tokens
+    it encodes as PyTorch truncated there, not as at the defaults."""
+    pytest.importorskip("onnx")
+    from sembridge_ray.export import onnx
+    from sembridge_ray.sparse.encode import encode_texts
+    from sembridge_ray.sparse.model import load_sparse_encoder
+    from sembridge_ray.testing import source_text
+
+    model = str(fixtures_root / "bert-mlm")
+    texts = [t for t in source_text() if len(t.split()) > 20][:8]
+    onnx.export(model, tmp_path, "onnx", 8, 16)
+    encoder = onnx.OnnxSparseEncoder(tmp_path)
+    for role, length in (("query", 8), ("document", 16)):
+        got = Vectors.from_rows(texts, *encoder.encode(texts, role))
+        cut, full = (
+            Vectors.from_rows(
+                texts, *encode_texts(load_sparse_encoder(model, max_length=n), texts, 8, role)
+            )
+            for n in (length, 256)
+        )
+        np.testing.assert_array_equal(got.rows.indices, cut.rows.indices)
+        np.testing.assert_allclose(got.rows.values, cut.rows.values, rtol=1e-4, atol=1e-5)
+        assert got.rows.values.shape != full.rows.values.shape or not np.allclose(
+            got.rows.values, full.rows.values, rtol=1e-3
+        )
+
+
 def _free_loopback_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

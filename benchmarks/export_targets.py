@@ -34,7 +34,7 @@ ENGINES = (
     "opensearch-sparse-vector",
     "elasticsearch",
 )
-ENCODERS = ("onnx", "onnx-optimized", "onnx-int8")
+ENCODERS = ("onnx", "onnx-optimized", "onnx-int8", "openvino")
 
 
 def load(

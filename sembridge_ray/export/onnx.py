@@ -5,15 +5,18 @@ lengths are kept in ``sembridge_export.json`` and applied by :class:`OnnxSparseE
 
 Variants: ``onnx`` (``torch.onnx.export``, fp32), ``onnx-optimized`` (the same graph after ONNX
 Runtime's extended graph optimisations, saved; the level above fuses for the CPU at hand, which a
-saved model must not), ``onnx-int8`` (ONNX Runtime's dynamic int8 quantisation of the weights). The
-directory holds ``model.onnx``, the tokenizer files and ``sembridge_export.json``;
-sentence-transformers' ``backend="onnx"`` needs optimum, which this stack cannot install (it pins
-transformers < 5), so :class:`OnnxSparseEncoder` (onnxruntime + the tokenizer) is the reader."""
+saved model must not), ``onnx-int8`` (ONNX Runtime's dynamic int8 quantisation of the weights),
+``openvino`` (the fp32 graph converted to OpenVINO's IR, ``openvino_model.xml`` and ``.bin``, run in
+f32: OpenVINO's CPU plugin would otherwise pick bf16 on CPUs that have it, so the vectors would
+depend on the machine). The directory holds the graph, the tokenizer files and
+``sembridge_export.json``; sentence-transformers' ``backend="onnx"`` / ``"openvino"`` need optimum
+(and optimum-intel), which this stack cannot install (they pin transformers < 5), so
+:class:`OnnxSparseEncoder` (ONNX Runtime or OpenVINO, and the tokenizer) is the reader."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +24,15 @@ import numpy as np
 
 from sembridge_ray.errors import InputError
 
-CONFIG, GRAPH = "sembridge_export.json", "model.onnx"
+CONFIG, GRAPH, OPENVINO_GRAPH = "sembridge_export.json", "model.onnx", "openvino_model.xml"
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 OPSET = 17
-VARIANTS = ("onnx", "onnx-optimized", "onnx-int8")
+VARIANTS = ("onnx", "onnx-optimized", "onnx-int8", "openvino")
+
+
+def graph_name(variant: str) -> str:
+    """The file the variant's runtime reads."""
+    return OPENVINO_GRAPH if variant == "openvino" else GRAPH
 
 
 def _plain_splade(model: Any) -> None:
@@ -73,7 +81,7 @@ def export(
             opset_version=OPSET,
             dynamo=False,
         )
-    _finish(plain, out / GRAPH, variant)
+    _finish(plain, out / graph_name(variant), variant)
     model.tokenizer.save_pretrained(str(out))
     config = {
         "variant": variant,
@@ -84,6 +92,7 @@ def export(
         "vocab_size": len(model.tokenizer),
         "pooling": "max over tokens of log1p(relu(MLM logits)), in the graph",
         "opset": OPSET,
+        "graph": graph_name(variant),
     }
     (out / CONFIG).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
     return config
@@ -91,8 +100,8 @@ def export(
 
 def _finish(plain: Path, graph: Path, variant: str) -> None:
     """The plain fp32 graph as ``variant`` at ``graph``: optimised (ONNX Runtime's extended level:
-    the highest bakes in this machine's CPU) or dynamically quantised to int8; the plain one is then
-    removed."""
+    the highest bakes in this machine's CPU), dynamically quantised to int8, or converted to
+    OpenVINO's IR (weights kept in f32); the plain one is then removed."""
     if variant == "onnx-optimized":
         import onnxruntime as ort
 
@@ -106,6 +115,11 @@ def _finish(plain: Path, graph: Path, variant: str) -> None:
 
         quantize_dynamic(str(plain), str(graph), weight_type=QuantType.QInt8)
         plain.unlink()
+    elif variant == "openvino":
+        import openvino as ov
+
+        ov.save_model(ov.convert_model(str(plain)), str(graph), compress_to_fp16=False)
+        plain.unlink()
 
 
 class OnnxSparseEncoder:
@@ -113,18 +127,13 @@ class OnnxSparseEncoder:
     ascending, weights > 0), as :func:`sembridge_ray.sparse.encode.encode_texts` returns them."""
 
     def __init__(self, path: str | Path, threads: int = 0) -> None:
-        import onnxruntime as ort
         from transformers import AutoTokenizer
 
         self.path = Path(path)
         self.config = json.loads((self.path / CONFIG).read_text(encoding="utf-8"))
         self.tokenizer = AutoTokenizer.from_pretrained(str(self.path))
-        options = ort.SessionOptions()
-        if threads > 0:
-            options.intra_op_num_threads = threads
-        self.session = ort.InferenceSession(
-            str(self.path / GRAPH), options, providers=["CPUExecutionProvider"]
-        )
+        graph = self.path / graph_name(self.config["variant"])
+        self.run = _openvino(graph, threads) if graph.suffix == ".xml" else _ort(graph, threads)
 
     def encode(
         self, texts: Sequence[str], role: str = "document", batch_size: int = 32
@@ -144,10 +153,33 @@ class OnnxSparseEncoder:
                 return_tensors="np",
             )
             feeds = {n: batch[n].astype(np.int64) for n in self.config["inputs"]}
-            dense = self.session.run(None, feeds)[0]
+            dense = self.run(feeds)
             for i, row in zip(chosen, dense, strict=True):
                 nz = np.flatnonzero(row > 0)
                 if limit and len(nz) > limit:
                     nz = np.sort(nz[np.argsort(-row[nz], kind="stable")[:limit]])
                 indices[i], values[i] = nz.astype(np.int32), row[nz].astype(np.float32)
         return indices, values
+
+
+Runner = Callable[[dict[str, np.ndarray]], np.ndarray]
+
+
+def _ort(graph: Path, threads: int) -> Runner:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    if threads > 0:
+        options.intra_op_num_threads = threads
+    session = ort.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
+    return lambda feeds: np.asarray(session.run(None, feeds)[0])
+
+
+def _openvino(graph: Path, threads: int) -> Runner:
+    import openvino as ov
+
+    settings: dict[str, object] = {"INFERENCE_PRECISION_HINT": "f32"}  # never bf16 by CPU
+    if threads > 0:
+        settings["INFERENCE_NUM_THREADS"] = threads
+    compiled = ov.Core().compile_model(str(graph), "CPU", settings)
+    return lambda feeds: np.asarray(compiled(feeds)[0])

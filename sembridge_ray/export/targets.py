@@ -157,6 +157,14 @@ TARGETS: dict[str, Target] = {
             summary="ONNX Runtime dynamic int8 quantisation of the weights",
         ),
         Target(
+            name="openvino",
+            kind="encoder",
+            module="onnx",
+            imports="openvino",
+            package="openvino",
+            summary="the fp32 graph as OpenVINO IR, run by OpenVINO's CPU plugin in f32",
+        ),
+        Target(
             name="doc-only",
             kind="variant",
             module="doc_only",

@@ -13,16 +13,15 @@ model card).
 Any other target (``docs/export.md``) encodes ``--dataset``'s corpus and the judged queries of
 ``--split`` through the evaluate job's encoding (Ray Data, cached), exports them (an embedded Qdrant
 or Milvus Lite, a Seismic or PISA index, OpenSearch/Elasticsearch mapping and bulk files, the model
-as ONNX, or its inference-free ``doc-only`` variant, which is scored beside the model rather than
-held to a tolerance), searches the queries through the target and compares its top-10 with the
-project's exact sparse search: ``export_report.json`` holds the parity and the sizes; a target below
-its documented tolerance fails the job (exit 2). ``--model`` is a model directory, or give
-``--checkpoint`` to export its weights first (to ``<output>/model``). A target export follows the
-output contract of every job: rerun with the same settings and inputs, a finished export is skipped
-and an unfinished one (a crash, or a target outside its tolerance) is done again; other settings are
-refused unless ``--overwrite``, which replaces the output only once the new export is complete. A
-checkpoint's export (``sentence-transformers``) refuses an existing output.
-"""
+as ONNX or OpenVINO, or its inference-free ``doc-only`` variant, which is scored beside the model
+rather than held to a tolerance), searches the queries through the target and compares its top-10
+with the project's exact sparse search: ``export_report.json`` holds the parity and the sizes; a
+target below its documented tolerance fails the job (exit 2). ``--model`` is a model directory, or
+give ``--checkpoint`` to export its weights first (to ``<output>/model``). A target export follows
+the output contract of every job: rerun with the same settings and inputs, a finished export is
+skipped and an unfinished one (a crash, or a target outside its tolerance) is done again; other
+settings are refused unless ``--overwrite``, which replaces the output only once the new export is
+complete. A checkpoint's export (``sentence-transformers``) refuses an existing output."""
 
 from __future__ import annotations
 
@@ -47,6 +46,7 @@ TargetName = Literal[
     "onnx",
     "onnx-optimized",
     "onnx-int8",
+    "openvino",
     "doc-only",
 ]
 
@@ -58,7 +58,7 @@ class ExportConfig(Config):
 
     target: TargetName = "sentence-transformers"
     """Where the model goes: a SparseEncoder directory (from a checkpoint), an engine, bulk files,
-    or ONNX."""
+    or ONNX/OpenVINO."""
     checkpoint: str = ""
     """A checkpoint directory of a fine-tuning run (``<storage>/<run>/step_<n>``)."""
     model: str = ""

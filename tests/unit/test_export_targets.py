@@ -205,9 +205,10 @@ def test_lucene_keeps_nine_significant_bits() -> None:
     assert kept[0] == 1.0 and kept[1] != values[1]
 
 
-@pytest.mark.parametrize("variant", ["onnx", "onnx-optimized", "onnx-int8"])
+@pytest.mark.parametrize("variant", ["onnx", "onnx-optimized", "onnx-int8", "openvino"])
 def test_onnx_encodes_as_pytorch(variant: str, fixtures_root: Path, tmp_path: Path) -> None:
     pytest.importorskip("onnx")
+    pytest.importorskip(TARGETS[variant].imports)
     from sembridge_ray.export import onnx
     from sembridge_ray.sparse.encode import encode_texts
     from sembridge_ray.sparse.model import load_sparse_encoder
@@ -224,7 +225,7 @@ def test_onnx_encodes_as_pytorch(variant: str, fixtures_root: Path, tmp_path: Pa
         *encode_texts(load_sparse_encoder(model, max_length=64), asked, 32, "query"),
     )
     config = onnx.export(model, tmp_path, variant, 64, 256)
-    assert config["variant"] == variant and (tmp_path / onnx.GRAPH).is_file()
+    assert config["variant"] == variant and (tmp_path / onnx.graph_name(variant)).is_file()
     encoder = onnx.OnnxSparseEncoder(tmp_path)
     docs = Vectors.from_rows(torch_docs.ids, *encoder.encode(texts, "document"))
     queries = Vectors.from_rows(torch_queries.ids, *encoder.encode(asked, "query"))

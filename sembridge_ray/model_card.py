@@ -116,21 +116,6 @@ def evaluation(
     return found
 
 
-def export_parity(report: Mapping[str, Any]) -> ExportParity:
-    """What a model's card keeps of an export's ``export_report.json``."""
-    return ExportParity(
-        target=report["target"],
-        dataset=report["dataset"],
-        split=report["split"],
-        queries=report["queries"],
-        documents=report["documents"],
-        overlap10=report["overlap@10"],
-        ndcg10_exact=report["ndcg@10_exact"],
-        ndcg10_target=report["ndcg@10_target"],
-        passed=report["passed"],
-    )
-
-
 def _why_not(model_dir: Path) -> str | None:
     """Why the card of ``model_dir`` may not take new scores (None when it may)."""
     if not (model_dir / PROVENANCE).is_file():
@@ -162,7 +147,7 @@ def record_export(model_dir: str | Path, found: ExportParity) -> bool:
 
 
 def _record_locked(
-    model_dir: Path, section: str, found: dict[str, Any], replace: bool, what: str
+    model_dir: Path, section: str, found: Mapping[str, object], replace: bool, what: str
 ) -> bool:
     why = _why_not(model_dir) if model_dir.is_dir() else "not a directory"
     deadline = time.monotonic() + LOCK_WAIT_S
@@ -187,7 +172,9 @@ def _record_locked(
     return False
 
 
-def _record(model_dir: Path, section: str, found: dict[str, Any], replace: bool, what: str) -> bool:
+def _record(
+    model_dir: Path, section: str, found: Mapping[str, object], replace: bool, what: str
+) -> bool:
     for tmp in [
         *model_dir.glob(f"{TMP_PREFIX}{CARD}.*"),
         *model_dir.glob(f"{TMP_PREFIX}{SCORES}.*"),
@@ -196,7 +183,7 @@ def _record(model_dir: Path, section: str, found: dict[str, Any], replace: bool,
     data, key = scores_file(model_dir), _key(found)
     known = {_key(e): e for e in data[section]}
     if new := (known.get(key) != found and (key not in known or replace)):
-        data[section] = [*(e for e in data[section] if _key(e) != key), found]
+        data[section] = [*(e for e in data[section] if _key(e) != key), dict(found)]
         atomic_write_json(model_dir / SCORES, {k: v for k, v in data.items() if v})
         log.info("added %s to the card of %s", what, model_dir)
     card = render(read_provenance(model_dir), read_scores(model_dir), read_exports(model_dir))

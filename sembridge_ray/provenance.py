@@ -153,7 +153,7 @@ def read_provenance(model_dir: str | Path) -> Provenance:
     return cast(Provenance, data) if isinstance(data, dict) else {}
 
 
-def scores_file(model_dir: str | Path) -> dict[str, list[dict[str, Any]]]:
+def scores_file(model_dir: str | Path) -> dict[str, list[dict[str, object]]]:
     """``scores.json`` beside a model's card: its ``evaluations`` and ``exports`` (each [] when
     none)."""
     data = _json(Path(model_dir) / SCORES)

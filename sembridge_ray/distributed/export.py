@@ -21,7 +21,7 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from sembridge_ray.atomic import remove
 from sembridge_ray.data.registry import load_retrieval
@@ -40,14 +40,16 @@ from sembridge_ray.export.base import (
     size_on_disk,
 )
 from sembridge_ray.export.parity import K, exact_topk, parity
+from sembridge_ray.export.report import ExportReport
 from sembridge_ray.export.targets import Target, target
 from sembridge_ray.identity import path_identity, require_unchanged
 from sembridge_ray.jobs.evaluate import EvaluateConfig
 from sembridge_ray.jobs.export import ExportConfig, ExportResult
 from sembridge_ray.locks import LOCK
 from sembridge_ray.manifest import IDENTITY
-from sembridge_ray.model_card import export_parity, record_export
+from sembridge_ray.model_card import record_export
 from sembridge_ray.outputs import atomic_write_json, claim_output
+from sembridge_ray.provenance import ExportParity
 from sembridge_ray.retrieval.sources import resolve_dataset, resolve_model
 from sembridge_ray.retrieval.store import fingerprint, parquet_files, read_vectors
 from sembridge_ray.sparse.model import load_tokenizer
@@ -109,7 +111,7 @@ def run_target_export(cfg: ExportConfig) -> ExportResult:
     out = Path(cfg.output)
     with claim_output(out, identity, cfg.overwrite) as claim:
         if claim.done:
-            report = json.loads((out / REPORT).read_text(encoding="utf-8"))
+            report = cast(ExportReport, json.loads((out / REPORT).read_text(encoding="utf-8")))
             if not cfg.checkpoint:
                 _to_card(model, report)
             return ExportResult(output=str(out), target=found.name, report=report, skipped=True)
@@ -153,7 +155,7 @@ def _export_into(
     key: str,
     data: RetrievalData,
     qids: list[str],
-) -> dict[str, Any]:
+) -> ExportReport:
     """Encode (cached), build the target in ``work``, search it and compare with the exact search:
     the report."""
     start = time.perf_counter()
@@ -168,29 +170,47 @@ def _export_into(
         found, cfg, work, model, docs, queries, data, vocab_size
     )
     built = time.perf_counter()
-    report: dict[str, Any] = {
-        "target": found.name,
-        "model": "model (from the checkpoint)" if cfg.checkpoint else cfg.model,
-        **({"checkpoint": cfg.checkpoint} if cfg.checkpoint else {}),
-        "dataset": cfg.dataset,
-        "split": data.split,
-        "documents": len(docs),
-        "postings": docs.postings,
-        "bytes": size_on_disk(where) if where.exists() else 0,
-        "seconds": round(built - start, 2),
-        "seconds_by_stage": {
-            "encode": round(encoded - start, 2),
-            "export_and_search": round(built - encoded, 2),
-        },
-        **parity(docs, queries, hits, data.qrels, K, exact).report(),
-        "tolerance": found.tolerance(),
-        "details": details,
-    }
+    report = ExportReport(
+        {
+            "target": found.name,
+            "model": "model (from the checkpoint)" if cfg.checkpoint else cfg.model,
+            "dataset": cfg.dataset,
+            "split": data.split,
+            "documents": len(docs),
+            "postings": docs.postings,
+            "bytes": size_on_disk(where) if where.exists() else 0,
+            "seconds": round(built - start, 2),
+            "seconds_by_stage": {
+                "encode": round(encoded - start, 2),
+                "export_and_search": round(built - encoded, 2),
+            },
+            **parity(docs, queries, hits, data.qrels, K, exact).report(),
+            "tolerance": found.tolerance(),
+            "details": details,
+        }
+    )
+    if cfg.checkpoint:
+        report["checkpoint"] = cfg.checkpoint
     report["passed"] = passes(found, report)
     return report
 
 
-def _to_card(model: str, report: dict[str, Any]) -> None:
+def export_parity(report: ExportReport) -> ExportParity:
+    """What a model's card keeps of an export report."""
+    return ExportParity(
+        target=report["target"],
+        dataset=report["dataset"],
+        split=report["split"],
+        queries=report["queries"],
+        documents=report["documents"],
+        overlap10=report["overlap@10"],
+        ndcg10_exact=report["ndcg@10_exact"],
+        ndcg10_target=report["ndcg@10_target"],
+        passed=report["passed"],
+    )
+
+
+def _to_card(model: str, report: ExportReport) -> None:
     """The parity onto the model's card, when it is a finished model of this project."""
     try:
         record_export(model, export_parity(report))
@@ -238,7 +258,7 @@ def _encoded(
     return docs, queries
 
 
-def passes(found: Target, report: dict[str, Any]) -> bool:
+def passes(found: Target, report: ExportReport) -> bool:
     if found.kind == "variant":
         return True
     if found.exact:

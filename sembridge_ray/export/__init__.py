@@ -5,9 +5,10 @@ the exact answer (issue 36). Ray-free: plain functions and classes over sparse v
 
 Targets (:data:`TARGETS`, :func:`target`): engines that search in this process (``qdrant``,
 ``milvus``, ``seismic``, ``pisa``), bulk files for a search server (``opensearch``,
-``opensearch-sparse-vector``, ``elasticsearch``), and encoders (``onnx``, ``onnx-optimized``,
-``onnx-int8``). Every export ends with :func:`sembridge_ray.export.parity.parity`: the target's
-top-10 against the project's exact sparse search."""
+``opensearch-sparse-vector``, ``elasticsearch``), encoders (``onnx``, ``onnx-optimized``,
+``onnx-int8``, ``openvino``) and the inference-free variant (``doc-only``). :mod:`.report` types
+``export_report.json``. Every export ends with :func:`sembridge_ray.export.parity.parity`: the
+target's top-10 against the project's exact sparse search."""
 
 from sembridge_ray.export.targets import TARGETS, Target, target
 

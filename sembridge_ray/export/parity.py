@@ -11,7 +11,7 @@ queries' judgements, each run ranked as it came back."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -19,6 +19,7 @@ import scipy.sparse as sp
 from ir_measures import nDCG
 
 from sembridge_ray.export.base import Hits, Vectors
+from sembridge_ray.export.report import ParityReport
 from sembridge_ray.retrieval.index import PAD, build_shard, rank_ids, shard_topk
 from sembridge_ray.retrieval.metrics import retrieval_metrics
 
@@ -38,19 +39,20 @@ class Parity:
     ndcg_at_10_exact: float | None
     ndcg_at_10_target: float | None
 
-    def report(self) -> dict[str, Any]:
-        out = asdict(self)
-        return {
-            "queries": out["queries"],
-            "overlap@10": round(self.overlap_at_10, 6),
-            "identical_up_to_ties": round(self.identical_up_to_ties, 6),
-            "ndcg@10_exact": None
-            if self.ndcg_at_10_exact is None
-            else round(self.ndcg_at_10_exact, 6),
-            "ndcg@10_target": None
-            if self.ndcg_at_10_target is None
-            else round(self.ndcg_at_10_target, 6),
-        }
+    def report(self) -> ParityReport:
+        return ParityReport(
+            {
+                "queries": self.queries,
+                "overlap@10": round(self.overlap_at_10, 6),
+                "identical_up_to_ties": round(self.identical_up_to_ties, 6),
+                "ndcg@10_exact": _rounded(self.ndcg_at_10_exact),
+                "ndcg@10_target": _rounded(self.ndcg_at_10_target),
+            }
+        )
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 6)
 
 
 def matrix(vectors: Vectors, width: int) -> sp.csr_matrix:

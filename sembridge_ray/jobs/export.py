@@ -27,10 +27,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from sembridge_ray.config import Config
 from sembridge_ray.errors import InputError
+from sembridge_ray.export.report import ExportReport
 from sembridge_ray.jobs import Flag, JobSpec
 from sembridge_ray.placement import ResourceConfig
 
@@ -130,7 +131,7 @@ class ExportResult:
     """The step whose weights were written (a checkpoint's export)."""
     checkpoint: str = ""
     target: str = "sentence-transformers"
-    report: dict[str, Any] = field(default_factory=dict)
+    report: ExportReport | None = None
     """``export_report.json`` (targets other than sentence-transformers)."""
     skipped: bool = False
     """The output was already complete with the same settings and inputs."""
@@ -167,7 +168,7 @@ def report(result: ExportResult) -> str:
         "ndcg@10_exact",
         "ndcg@10_target",
     )
-    shown = {k: result.report.get(k) for k in keys}
+    shown = {k: dict(result.report or {}).get(k) for k in keys}
     done = " (already complete with these settings: skipped)" if result.skipped else ""
     return (
         json.dumps(shown, indent=2)

@@ -23,8 +23,10 @@ from huggingface_hub.repocard_data import EvalResult, ModelCardData, model_index
 
 from sembridge_ray.cli import run_job
 from sembridge_ray.distributed.evaluate import record_in_card
+from sembridge_ray.distributed.export import export_parity
 from sembridge_ray.distributed.finetune import card_provenance
 from sembridge_ray.embed_init.config import WeightingConfig
+from sembridge_ray.export.report import ExportReport
 from sembridge_ray.identity import RunIdentity
 from sembridge_ray.jobs.evaluate import EvaluateConfig
 from sembridge_ray.jobs.finetune import FinetuneConfig
@@ -41,7 +43,6 @@ from sembridge_ray.manifest import (
 from sembridge_ray.model_card import (
     CARD,
     LOCK_WAIT_S,
-    export_parity,
     record_evaluation,
     record_export,
     render,
@@ -544,7 +545,7 @@ def test_evaluations_of_one_model_take_turns_and_a_held_output_is_left_alone(
     assert record_evaluation(model, found("held"))  # once it is free
 
 
-def _export_report(target: str, ndcg_target: float, passed: bool) -> dict[str, object]:
+def _export_report(target: str, ndcg_target: float, passed: bool) -> ExportReport:
     """An ``export_report.json`` as the export job writes it (the keys the card reads, and more)."""
     return {
         "target": target,

@@ -94,7 +94,7 @@ def build(out: Path, docs: Vectors, url: str = "") -> tuple[SeismicEngine, dict[
         index = seismic.SeismicIndex.build_from_dataset(data, num_threads=1)
         index.save(str(out / LOCATION.removesuffix(".index.seismic")))  # Seismic adds the suffix
     return SeismicEngine(index), {
-        "index": str(path),
+        "index": LOCATION,  # under the output: the report names no absolute path
         "query_cut": QUERY_CUT,
         "heap_factor": HEAP_FACTOR,
     }

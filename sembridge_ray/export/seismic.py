@@ -89,7 +89,6 @@ def build(out: Path, docs: Vectors, url: str = "") -> tuple[SeismicEngine, dict[
         docs.rows.values.astype(np.float32),
         docs.rows.indptr.astype(np.int64),
     )
-    path = out / LOCATION
     with quiet():
         index = seismic.SeismicIndex.build_from_dataset(data, num_threads=1)
         index.save(str(out / LOCATION.removesuffix(".index.seismic")))  # Seismic adds the suffix

@@ -375,3 +375,28 @@ def test_the_doc_only_variant_weights_queries_by_idf(fixtures_root: Path, tmp_pa
     want = encode_texts(full, texts[:4], 4, "document")
     for a, b in zip(docs[1], want[1], strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5)
+
+
+def test_an_export_names_the_settings_it_does_not_read() -> None:
+    """``--select`` picks a checkpoint's weights, and the default target (a checkpoint as a model
+    directory) checks no parity: where a setting does nothing it is left out of the identity and
+    named in the run's warning; where it is read it changes the identity."""
+    import dataclasses
+
+    from sembridge_ray.jobs.export import ExportConfig
+
+    by_model = ExportConfig(target="qdrant", model="m", dataset="d", output="o", select="best")
+    assert set(by_model.inapplicable({"select", "max_doc_length"})) == {"select"}
+    assert "select" not in by_model.identity_settings()
+    by_checkpoint = dataclasses.replace(by_model, model="", checkpoint="c")
+    assert by_checkpoint.inapplicable({"select"}) == {}
+    fingerprints = {
+        dataclasses.replace(by_checkpoint, **change).identity("export", {}).fingerprint
+        for change in ({}, {"select": "last"}, {"max_doc_length": 16}, {"split": "dev"})
+    }
+    assert len(fingerprints) == 4
+    as_model_dir = ExportConfig(checkpoint="c", output="o", max_query_length=32, split="dev")
+    assert set(as_model_dir.inapplicable({"max_query_length", "split", "select"})) == {
+        "max_query_length",
+        "split",
+    }

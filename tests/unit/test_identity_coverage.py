@@ -20,6 +20,7 @@ from sembridge_ray.config import Config, ConfigError, dotted_keys, field_info
 from sembridge_ray.embed_init.methods import METHOD_NAMES, METHODS
 from sembridge_ray.identity import flatten
 from sembridge_ray.jobs import JOBS, PRESET_DIR, job_spec, load_preset_file
+from sembridge_ray.jobs.export import ExportConfig
 from sembridge_ray.jobs.finetune import FinetuneConfig
 from sembridge_ray.jobs.init import InitConfig
 from sembridge_ray.jobs.malstm import MalstmConfig
@@ -154,6 +155,9 @@ def test_every_key_of_a_job_is_in_its_identity_or_documented_as_not_shaping_it(j
                 }
             )
         )
+    # the parity's settings with a target; --select with a checkpoint
+    if cls is ExportConfig:
+        variants.append(ExportConfig(target="qdrant", checkpoint="c"))
     shaping = {k for cfg in variants for k in cfg.identity_settings()}
     recorded = cls.IDENTITY_NAMES  # renamed keys keep the names identities were recorded under
     missing = [k for k in keys if recorded.get(k, k) not in shaping and not exempt(k, documented)]

@@ -49,9 +49,7 @@ from sembridge_ray.provenance import (
     combined_licence,
     dataset_ref,
     is_local,
-    read_exports,
     read_provenance,
-    read_scores,
     scores_file,
 )
 from sembridge_ray.resources import DATA_DIR
@@ -186,7 +184,11 @@ def _record(
         data[section] = [*(e for e in data[section] if _key(e) != key), dict(found)]
         atomic_write_json(model_dir / SCORES, {k: v for k, v in data.items() if v})
         log.info("added %s to the card of %s", what, model_dir)
-    card = render(read_provenance(model_dir), read_scores(model_dir), read_exports(model_dir))
+    # what scores.json now holds, without reading it back
+    scores = [cast(Evaluation, e) for e in data["evaluations"]]
+    card = render(
+        read_provenance(model_dir), scores, [cast(ExportParity, e) for e in data["exports"]]
+    )
     try:
         same = (model_dir / CARD).read_text(encoding="utf-8") == card
     except (OSError, UnicodeDecodeError):

@@ -1,9 +1,16 @@
-"""Build the bridge vectors the package ships (``sembridge_ray/resources/bridge_cache``): the
-bundled MiniLM bridge's vectors of the bundled source vocabulary (MiniLM's WordPiece, the
-``minilm-splade`` source) and of the bundled byte-level BPE target (``sick-bpe``, 8,000 pieces), so
-the quick start and the demo do not encode 38,522 strings.
+"""Build the bridge vectors of every bundled vocabulary once, at set-up (``cluster/local.sh``):
+
+- the vectors the package ships (``sembridge_ray/resources/bridge_cache``): the bundled MiniLM
+  bridge's vectors of the bundled source vocabulary (MiniLM's WordPiece, the ``minilm-splade``
+  source) and of the bundled byte-level BPE target (``sick-bpe``, 8,000 pieces), so the quick start
+  and the demo do not encode 38,522 strings;
+- with ``--xling``: the multilingual bridge ``me5``'s vectors of the cross-lingual miniature's
+  vocabularies (the English source's WordPiece, shared by ``splade-tiny`` and ``minilm-splade``, and
+  ``tok-ar``, ``tok-zh``, ``tok-hi``, ``tok-ko``, ``tok-ru``: 184,825 strings, about 11 minutes on
+  2 CPUs) into the init job's cache, a progress line every 10 s.
 
     python scripts/bridge_cache.py                 # from the checkout's root; prints one line per entry
+    python scripts/bridge_cache.py --xling         # and the cross-lingual vocabularies' me5 vectors
 
 Each entry is what the init job computes and caches under ``~/.cache/sembridge_ray/bridge`` (taken
 from there when that cache holds it, verified, else encoded in this process exactly as the init
@@ -18,16 +25,19 @@ from __future__ import annotations
 import argparse
 import logging
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sembridge_ray import bundled, cache
 from sembridge_ray.embed_init.bridge import VECTOR, _stored_vectors, cached_vectors
-from sembridge_ray.embed_init.pipeline import bridge_side, in_process_stages
+from sembridge_ray.embed_init.pipeline import Stages, bridge_side, in_process_stages
 from sembridge_ray.jobs.init import InitConfig
-from sembridge_ray.jobs.reproduce import DemoSettings
+from sembridge_ray.jobs.reproduce import XLING_LANGUAGES, DemoSettings
+from sembridge_ray.progress import Progress
 from sembridge_ray.resources import BRIDGE_CACHE_DIR
 from sembridge_ray.sparse.model import load_tokenizer
 
@@ -36,35 +46,94 @@ PART_ROWS = 6000
 .`` warns."""
 
 
-def main() -> None:
+log = logging.getLogger("bridge_cache")
+XLING_SOURCES = ("splade-tiny", "minilm")
+"""The cross-lingual miniature's English sources' tokenizers (one WordPiece: one entry)."""
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--cache-dir", default=InitConfig().cache_dir, help="the init job's cache (read or filled)"
     )
     parser.add_argument("--out", type=Path, default=BRIDGE_CACHE_DIR)
-    args = parser.parse_args()
+    parser.add_argument(
+        "--xling",
+        action="store_true",
+        help="also the me5 vectors of the cross-lingual miniature's vocabularies (about 11 min)",
+    )
+    args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    shipped(Path(args.cache_dir), Path(args.out))
+    if args.xling:
+        xling(Path(args.cache_dir))
+
+
+def counted(stages: Stages, batch_size: int, what: str) -> Callable[[pa.Table], np.ndarray]:
+    """``stages.encode`` in chunks of whole batches (the same batch boundaries, so the same
+    vectors), with a progress line every 10 s: done / total and an ETA."""
+
+    def encode(table: pa.Table) -> np.ndarray:
+        progress = Progress(log, f"bridge vectors of {what}", table.num_rows, "strings")
+        parts, step = [], 16 * batch_size
+        for start in range(0, table.num_rows, step):
+            parts.append(stages.encode(table.slice(start, step)))
+            progress.add(min(step, table.num_rows - start))
+        progress.finish()
+        return np.concatenate(parts) if parts else stages.encode(table)
+
+    return encode
+
+
+def xling(cache_dir: Path, names: tuple[str, ...] | None = None) -> None:
+    """The ``me5`` vectors of the cross-lingual miniature's vocabularies (``names``: bundled model
+    or tokenizer names; default its sources' and every ``tok-<lang>``) into the init job's cache, as
+    its in-process stages encode them (fp32, the default batch): a run of the grid then finds
+    them."""
+    cfg = InitConfig(method="sembridge", bridge_model="me5", precision="fp32")
+    bridge = bundled.resolve(cfg.bridge_model)
+    stages = in_process_stages(bridge, cfg.bridge_batch_size, "fp32", False)
+    for name in names or (*XLING_SOURCES, *(f"tok-{lang}" for lang in XLING_LANGUAGES)):
+        tok = load_tokenizer(bundled.resolve(name))
+        side = bridge_side(
+            "sembridge", cfg.weighting, "fp32", bridge, {"vocab": tok}, {"vocab": len(tok)}
+        )
+        strings, key = side.strings["vocab"], side.keys["vocab"]
+        encode = counted(stages, cfg.bridge_batch_size, name)
+        vecs = cached_vectors(cache_dir.expanduser(), key, strings, encode)
+        print(f"{name}: {len(vecs)} strings -> {cache_dir / key}", flush=True)
+
+
+def shipped(cache_dir: Path, out: Path) -> None:
+    """The MiniLM bridge's vectors of the bundled source and BPE target, into the package's
+    ``out``."""
     cfg = InitConfig(method="sembridge", bridge_model="minilm", precision="fp32")
     bridge = bundled.resolve(cfg.bridge_model)
     # the quick start's and the demo's target, built as they build it
-    target = Path(args.out) / ".target-bpe"
+    target = out / ".target-bpe"
     shutil.rmtree(target, ignore_errors=True)
     bundled.build_sick_bpe(target, DemoSettings().target_vocab)
     try:
         toks = {"source": load_tokenizer(bridge), "target": load_tokenizer(str(target))}
         side = bridge_side(
-            cfg.weighting, bridge, toks, {name: len(tok) for name, tok in toks.items()}
+            "sembridge",
+            cfg.weighting,
+            "fp32",
+            bridge,
+            toks,
+            {name: len(tok) for name, tok in toks.items()},
         )
         stages = in_process_stages(bridge, cfg.bridge_batch_size, "fp32", False)
         # entries of older models, vocabularies or rules
-        for stale in cache.entries(Path(args.out)):
+        for stale in cache.entries(out):
             if stale.name not in side.keys.values():
                 cache.discard(stale)
         for name in ("source", "target"):
             strings, key = side.strings[name], side.keys[name]
-            vecs = cached_vectors(Path(args.cache_dir).expanduser(), key, strings, stages.encode)
+            encode = counted(stages, cfg.bridge_batch_size, f"the bundled {name} vocabulary")
+            vecs = cached_vectors(cache_dir.expanduser(), key, strings, encode)
             table = strings.append_column(VECTOR, pa.array(list(vecs), pa.list_(pa.float32())))
-            entry = Path(args.out) / key
+            entry = out / key
             cache.discard(entry)
 
             def build(tmp: Path, table: pa.Table = table) -> None:

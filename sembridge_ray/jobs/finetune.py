@@ -97,6 +97,9 @@ class FinetuneConfig(Config):
     """Its split (SICK's dev is its trial split; ``test`` is refused)."""
     eval_every: int = 0
     """Evaluate every K steps, before the first step and at the end; 0 = every tenth of the run."""
+    eval_at: tuple[int, ...] = ()
+    """Evaluate at exactly these steps (and at step 0 and the last step), e.g. the log-spaced
+    ``0,1,2,4,8,16,32,64`` of a convergence curve; replaces ``eval_every``. Empty = ``eval_every``."""
     eval_max_queries: int = 0
     """Score a seeded sample of this many judged queries (against the whole corpus); 0 = all of
     them."""
@@ -136,6 +139,7 @@ class FinetuneConfig(Config):
     EVAL_SETTINGS: ClassVar[tuple[str, ...]] = (
         "eval_split",
         "eval_every",
+        "eval_at",
         "eval_max_queries",
         "select",
     )
@@ -159,11 +163,18 @@ class FinetuneConfig(Config):
             }
         if not self.eval:
             settings = {k: v for k, v in settings.items() if k not in self.EVAL_SETTINGS}
+        # recorded only when set (every earlier run keeps its identity); it replaces eval_every
+        if self.eval_at:
+            settings.pop("eval_every", None)
+        else:
+            settings.pop("eval_at", None)
         return settings
 
     def why_unused(self, key: str) -> str:
-        if key in self.EVAL_SETTINGS:
+        if key in self.EVAL_SETTINGS and not self.eval:
             return "it is read with a development set (--eval) only"
+        if key == "eval_every" and self.eval_at:
+            return "eval_at sets the evaluated steps"
         if key.startswith("optim.embedding_warmup_"):
             return "it is read with optim.embedding_warmup_steps > 0 only"
         return super().why_unused(key)
@@ -207,6 +218,12 @@ class FinetuneConfig(Config):
             "eval_max_queries",
         ):
             require(getattr(self, key) >= 0, key, getattr(self, key), "must be >= 0")
+        require(
+            all(step >= 0 for step in self.eval_at),
+            "eval_at",
+            ",".join(map(str, self.eval_at)),
+            "steps must be >= 0",
+        )
         # the registry loads pyarrow: not for every import
         from sembridge_ray.data.registry import is_test_split
 
@@ -293,6 +310,7 @@ FLAGS = (
     Flag(name="--checkpoint-every", key="checkpoint_every"),
     Flag(name="--eval", key="eval"),
     Flag(name="--eval-every", key="eval_every"),
+    Flag(name="--eval-at", key="eval_at"),
     Flag(name="--select", key="select"),
     Flag(name="--tensorboard", key="tensorboard"),
     Flag(name="--precision", key="precision", aliases=("--bf16",)),

@@ -17,7 +17,7 @@ import json
 import logging
 import math
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import ClassVar, Literal, cast
 
@@ -115,6 +115,26 @@ class DemoSettings(Config):
 
 
 @dataclass(frozen=True, kw_only=True)
+class BM25Settings(Config):
+    """BM25 over each language's target tokenizer, scored beside every model on the same queries,
+    and each model's reciprocal-rank fusion with it (``sembridge_ray.retrieval.bm25``)."""
+
+    enabled: bool = True
+    """Run BM25 and the fusions (rows ``bm25`` and ``<method>+bm25`` of results.csv)."""
+    k1: float = 0.9
+    """BM25's term-frequency saturation (Anserini's default)."""
+    b: float = 0.4
+    """BM25's length normalisation (Anserini's default)."""
+    rrf_k: int = 60
+    """The rank constant of reciprocal-rank fusion (Cormack et al. 2009)."""
+
+    def check(self) -> None:
+        require(self.k1 >= 0, "k1", self.k1, "must be >= 0")
+        require(0 <= self.b <= 1, "b", self.b, "must be in [0, 1]")
+        require(self.rrf_k >= 1, "rrf_k", self.rrf_k, "must be >= 1")
+
+
+@dataclass(frozen=True, kw_only=True)
 class ReproduceConfig(Config):
     """One cell per (model, language, method, α); per dataset: zero-shot eval, fine-tune, eval."""
 
@@ -145,6 +165,16 @@ class ReproduceConfig(Config):
     (``sembridge+pa``) is its position-aware variant, a row of its own."""
     alphas: tuple[str, ...] = ("4",)
     """α values for sembridge cells; ``softmax`` = α 1 (the ablation is 2,3,4,softmax)."""
+    seeds: int = 1
+    """Seeds each cell runs (0 .. seeds - 1; with ``seed_methods``, only those entries' cells): each
+    seed fine-tunes with its own pair order and dropout (``finetune.seed`` + seed), and a method
+    whose init is random (``random``, ``random_blend``) initialises with its own rows
+    (``init.seed`` + seed); a deterministic init is shared by every seed. Seed 0 writes where a
+    cell always wrote, seed k under ``cells/<cell>/seed-k``."""
+    seed_methods: tuple[str, ...] = field(default=(), metadata={"choices": METHOD_NAMES})
+    """The ``methods`` entries that run ``seeds`` seeds, where the grid has them (the others run
+    one); empty = every entry."""
+    bm25: BM25Settings = field(default_factory=BM25Settings)
     max_concurrent: int = 0
     """Cells at once; 0 = the cluster's GPUs / gpus_per_cell (at least 1)."""
     gpus_per_cell: float = 1.0
@@ -306,12 +336,28 @@ class ReproduceConfig(Config):
             "must be >= 0 (0 = by GPUs)",
         )
         require(self.gpus_per_cell >= 0, "gpus_per_cell", self.gpus_per_cell, "must be >= 0")
+        require(self.seeds >= 1, "seeds", self.seeds, "must be >= 1")
+        for entry in self.seed_methods:
+            problem = variant_problem(entry)
+            require(problem is None, "seed_methods", ",".join(self.seed_methods), problem or "")
         require(
             self.dry_run or not self.figures,
             "figures",
             self.figures,
             "is read by --dry-run's estimate only",
         )
+
+    def seeds_of(self, entry: str) -> int:
+        """How many seeds the cells of the ``methods`` entry ``entry`` run."""
+        return self.seeds if not self.seed_methods or entry in self.seed_methods else 1
+
+    def init_reads_seed(self, method: str) -> bool:
+        """Whether an init of ``method`` with this grid's ``init`` section reads its seed (its
+        identity records it: random rows)."""
+        try:
+            return "seed" in replace(self.init, method=method).identity_settings()  # type: ignore[arg-type]
+        except ConfigError:  # a recipe that refuses the section: the cell's init says so
+            return False
 
     def require_inputs(self) -> None:
         """Raise :class:`InputError` when the grid has no output root."""

@@ -24,10 +24,12 @@ from sembridge_ray.reproduce.stages import (
     Assets,
     DevSet,
     Stage,
+    bm25_stage,
     cell_stages,
     require_under,
     source_dev_stage,
     source_stages,
+    source_test_stage,
 )
 
 log = logging.getLogger(__name__)
@@ -42,11 +44,15 @@ class Plan:
 
     assets: list[Stage] = field(default_factory=list)
     sources: list[Stage] = field(default_factory=list)
+    baselines: list[Stage] = field(default_factory=list)
+    """BM25 per language and dataset (and on each language's development set): the cells' fusions
+    read their runs."""
     cells: dict[str, list[Stage]] = field(default_factory=dict)
     failures: dict[str, str] = field(default_factory=dict)
 
     def all_stages(self) -> list[tuple[str, Stage]]:
         before = [("assets", s) for s in self.assets] + [("sources", s) for s in self.sources]
+        before += [("baselines", s) for s in self.baselines]
         return before + [(c, s) for c, stages in self.cells.items() for s in stages]
 
 
@@ -103,12 +109,18 @@ def demo_files(cfg: ReproduceConfig, names: tuple[str, ...] | None = None) -> di
 
 
 XLING_ASSETS = ("untrained",)
-"""What the cross-lingual miniature builds under ``<output>/assets``: the untrained MiniLM SPLADE
-(its retrieval sets and tokenizers are bundled). The source trains on English XQuAD training
-articles alone: adding the bundled SICK + STS pairs (60 steps instead of one 13-step epoch) scored
-the same on English development articles (nDCG@10 0.797 vs 0.798) in 2.4 times the time
-(docs/xling.md)."""
+"""What the cross-lingual miniature builds under ``<output>/assets`` when ``minilm-splade`` is one of
+its sources: the untrained MiniLM SPLADE (its retrieval sets and tokenizers are bundled, as is the
+``splade-tiny`` source). That source trains on English XQuAD training articles alone: adding the
+bundled SICK + STS pairs (60 steps instead of one 13-step epoch) scored the same on English
+development articles (nDCG@10 0.797 vs 0.798) in 2.4 times the time (docs/xling.md)."""
 XLING_SOURCE_LANGUAGE = "en"
+
+
+def xling_asset_names(cfg: ReproduceConfig) -> tuple[str, ...]:
+    """The assets the cross-lingual miniature builds: the untrained MiniLM SPLADE, when
+    ``minilm-splade`` is a source."""
+    return XLING_ASSETS if DEMO_MODEL in cfg.models else ()
 
 
 def xling_specs(cfg: ReproduceConfig, lang: str) -> tuple[str, str]:
@@ -127,14 +139,28 @@ def xling_assets(
     cfg: ReproduceConfig, files: dict[str, Path], identify: Identities, result: Plan
 ) -> Assets:
     """The cross-lingual miniature's cells' inputs, and its source stages (in ``result.assets``):
-    the untrained MiniLM SPLADE trained on English XQuAD training articles, scored on English XQuAD
-    test (the level a transfer would ideally recover) and, as every source, on its development
-    articles."""
+    every source scored on English XQuAD test with its own tokenizer (the level a transfer would
+    ideally recover) and BM25 beside it; ``minilm-splade`` is first trained on English XQuAD
+    training articles (a bundled model such as ``splade-tiny`` is taken as it is)."""
     english = f"xquad:{XLING_SOURCE_LANGUAGE}"
-    source, source_eval = source_stages(cfg, files["untrained"], english, english, identify)
-    result.assets = [source, source_eval]
-    source_model = f"{source.output}/{MODEL}"
-    identify.known[source_model] = f"{source.ref}/{MODEL}"
+    models = {}
+    for name in cfg.models:
+        if name == DEMO_MODEL:
+            source, source_eval = source_stages(cfg, files["untrained"], english, english, identify)
+            models[name] = f"{source.output}/{MODEL}"
+            identify.known[models[name]] = f"{source.ref}/{MODEL}"
+            result.assets += [source, source_eval]
+        else:
+            models[name] = name
+            result.assets.append(source_test_stage(cfg, name, name, english, identify))
+    if cfg.bm25.enabled:  # English BM25 over the first source's own tokenizer
+        first = cfg.models[0]
+        tokenizer = str(files["untrained"]) if first == DEMO_MODEL else first
+        result.baselines.append(
+            bm25_stage(
+                cfg, XLING_SOURCE_LANGUAGE, "xquad", tokenizer, english, cfg.eval_split, identify
+            )
+        )
     tokenizers = cfg.xling_tokenizers()
     specs = {("xquad", lang): xling_specs(cfg, lang) for lang in tokenizers}
     if cfg.finetune.eval:  # the user's development set, for every cell and the source
@@ -143,9 +169,29 @@ def xling_assets(
         split = cfg.finetune.eval_split
         dev = DevSet(spec=english, split=split)
         devs = {lang: DevSet(spec=specs[("xquad", lang)][0], split=split) for lang in tokenizers}
-    return Assets(
-        models={DEMO_MODEL: source_model}, tokenizers=tokenizers, specs=specs, dev=dev, devs=devs
-    )
+    return Assets(models=models, tokenizers=tokenizers, specs=specs, dev=dev, devs=devs)
+
+
+def bm25_stages(cfg: ReproduceConfig, assets: Assets, identify: Identities) -> list[Stage]:
+    """BM25 over each language's target tokenizer on each dataset's evaluated split (recorded in
+    ``assets.bm25`` for the cells' fusions) and on the language's development set (the sample
+    fine-tuning scores): none when ``bm25.enabled`` is off."""
+    if not cfg.bm25.enabled:
+        return []
+    stages = []
+    for lang in cfg.languages:
+        tokenizer = assets.tokenizers[lang]
+        for dataset in cfg.datasets:
+            spec = assets.specs[(dataset, lang)][0]
+            stage = bm25_stage(cfg, lang, dataset, tokenizer, spec, cfg.eval_split, identify)
+            assets.bm25[(lang, dataset)] = stage
+            stages.append(stage)
+        if (dev := assets.dev_for(lang)) is not None:
+            max_queries = cfg.finetune.eval_max_queries
+            stages.append(
+                bm25_stage(cfg, lang, "dev", tokenizer, dev.spec, dev.split, identify, max_queries)
+            )
+    return stages
 
 
 def plan(
@@ -181,11 +227,15 @@ def plan(
             dev=DevSet(spec=cfg.finetune.eval or str(files["dev"]), split=cfg.finetune.eval_split),
         )
     elif cfg.assets == "xling":
-        files = files or demo_files(cfg, XLING_ASSETS)
+        files = files or demo_files(cfg, xling_asset_names(cfg))
         assets = xling_assets(cfg, files, identify, result)
     else:
         assets = paper_assets(cfg)
     result.sources = source_dev_stages(cfg, assets, gpus, identify)
+    try:
+        result.baselines += bm25_stages(cfg, assets, identify)
+    except InputError as err:  # a tokenizer or dataset that is missing: its cells say so too
+        log.error("BM25 cannot run: %s", err)
     for cell in cellmod.config_cells(cfg):
         try:
             result.cells[cell.name] = cell_stages(cfg, cell, assets, gpus, identify)

@@ -45,12 +45,19 @@ def cell_estimate(
 
 def cell_stage_outputs(output: Path, cell: Cell, datasets: Sequence[str]) -> dict[str, Path]:
     """Stage name -> its output directory, in run order (``reproduce.stages.cell_stages`` writes
-    there)."""
-    paths = cell_paths(output, cell)
-    out = {"init": paths.init}
-    for d in datasets:
-        out |= {f"{d}/{STAGES[0]}": paths.eval(d, STAGES[0]), f"{d}/finetune": paths.finetune(d)}
-        out[f"{d}/{STAGES[1]}"] = paths.eval(d, STAGES[1])
+    there; a seed's init and zero-shot evaluation only where its init reads the seed; the fusions
+    with BM25 are left out)."""
+    out: dict[str, Path] = {}
+    for seed in range(cell.seeds):
+        paths, own = cell_paths(output, cell, seed), seed == 0 or cell.init_seeded
+        prefix = f"seed-{seed}/" if seed else ""
+        if own:
+            out[f"{prefix}init"] = paths.init
+        for d in datasets:
+            if own:
+                out[f"{prefix}{d}/{STAGES[0]}"] = paths.eval(d, STAGES[0])
+            out[f"{prefix}{d}/finetune"] = paths.finetune(d)
+            out[f"{prefix}{d}/{STAGES[1]}"] = paths.eval(d, STAGES[1])
     return out
 
 
@@ -112,14 +119,20 @@ def plan(
 
 
 def _todo_seconds(est: dict[str, float], found: dict[str, tuple[StageState, str]]) -> float:
-    """The estimate's seconds (``cell_estimate``) of the stages not ``done`` or ``refused``."""
+    """The estimate's seconds (``cell_estimate``: seed 0's init, evaluations and fine-tunings) of
+    the stages not ``done`` or ``refused``, every seed's counted as seed 0's."""
     states = {k: state for k, (state, _) in found.items()}
-    todo = {
-        "init_s": states["init"] == "todo",
-        "eval_s": any(states[k] == "todo" for k in states if k.endswith(STAGES)),
-        "finetune_s": any(states[k] == "todo" for k in states if k.endswith("/finetune")),
-    }
-    return sum(v for k, v in est.items() if todo[k])
+
+    def todo(kind: Callable[[str], bool]) -> float:
+        """The kind's stages to do, as a share of seed 0's."""
+        first = sum(1 for k in states if kind(k) and not k.startswith("seed-"))
+        return sum(1 for k, s in states.items() if kind(k) and s == "todo") / max(1, first)
+
+    return (
+        est["init_s"] * todo(lambda k: k.rpartition("/")[2] == "init")
+        + est["eval_s"] * todo(lambda k: k.endswith(STAGES))
+        + est["finetune_s"] * todo(lambda k: k.endswith("/finetune"))
+    )
 
 
 def _planned_cell(

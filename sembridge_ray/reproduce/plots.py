@@ -103,12 +103,14 @@ def dev_curves(
     Runs without a scored development set are left out, and so is a setting with none."""
     panels: dict[Panel, dict[str, list[Curve]]] = {}
     for cell in cells:
-        for dataset in datasets:
-            curve = dev_curve(_steps(cell_paths(output, cell).finetune(dataset) / "metrics.jsonl"))
-            if curve:
-                panels.setdefault((cell.model, cell.language, dataset), {}).setdefault(
-                    _label(cell), []
-                ).append(curve)
+        for seed in range(cell.seeds):
+            for dataset in datasets:
+                folder = cell_paths(output, cell, seed).finetune(dataset)
+                curve = dev_curve(_steps(folder / "metrics.jsonl"))
+                if curve:
+                    panels.setdefault((cell.model, cell.language, dataset), {}).setdefault(
+                        _label(cell), []
+                    ).append(curve)
     return panels
 
 

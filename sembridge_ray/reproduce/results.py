@@ -10,10 +10,23 @@ import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from sembridge_ray.outputs import atomic_write_text, is_complete
-from sembridge_ray.reproduce.cells import STAGES, Cell, cell_paths
+from sembridge_ray.reproduce.cells import (
+    BM25,
+    FUSED,
+    STAGES,
+    Cell,
+    CellPaths,
+    bm25_path,
+    cell_paths,
+    source_test_path,
+)
+from sembridge_ray.sparse.convergence import QUERY_DIMS_BAND, query_collapse
+
+if TYPE_CHECKING:
+    from sembridge_ray.jobs.reproduce import ReproduceConfig
 
 COLUMNS = [
     "model",
@@ -35,6 +48,10 @@ COLUMNS = [
     "steps_to_95",
     "dev_auc",
     "best_step",
+    "seed",
+    "empty_share_q",
+    "empty_share_d",
+    "collapsed",
 ]
 """The columns of results.csv; new ones are appended, so a reader of the older columns by position
 still works."""
@@ -48,7 +65,11 @@ METRIC_KEYS = {
     "active_dims_q": "mean_active_dims_query",
     "active_dims_d": "mean_active_dims_doc",
     "flops": "flops_per_pair",
+    "empty_share_q": "empty_share_query",
+    "empty_share_d": "empty_share_doc",
 }
+MODEL_COLUMNS = ("active_dims_q", "active_dims_d", "flops", "empty_share_q", "empty_share_d")
+"""Figures of a model's vectors: blank on a BM25 or fusion row."""
 FINETUNE_SUMMARY = "finetune.json"
 Row = dict[str, str | float]
 """One line of results.csv: column -> value ("" where a stage recorded none)."""
@@ -64,38 +85,98 @@ def _value(record: Mapping[str, object], key: str, default: str | float = "") ->
     return cast("str | float", record.get(key, default))
 
 
-def collect(output: Path, cells: Sequence[Cell], datasets: Sequence[str]) -> list[Row]:
-    """One row per finished (cell, dataset, stage)."""
+def collect(
+    output: Path, cells: Sequence[Cell], datasets: Sequence[str], split: str = "test"
+) -> list[Row]:
+    """One row per finished (cell, seed, dataset, stage), one per finished fusion of it with BM25
+    (``<method>+bm25``), and BM25's rows (``bm25``, the same figures at each stage of each model, so
+    every stage's table is whole)."""
     rows: list[Row] = []
     for cell in cells:
-        paths = cell_paths(output, cell)
+        for seed in range(cell.seeds):
+            paths = cell_paths(output, cell, seed)
+            for dataset in datasets:
+                for stage in STAGES:
+                    rows += _stage_rows(cell, seed, paths, dataset, stage)
+    seen = sorted({(c.model, c.language) for c in cells})
+    for model, language in seen:
         for dataset in datasets:
-            for stage in STAGES:
-                folder = paths.eval(dataset, stage)
-                if not is_complete(folder):
-                    continue
+            folder = bm25_path(output, language, dataset, split)
+            if is_complete(folder):
                 metrics = _json(folder / "metrics.json")
-                train = (
-                    _json(paths.finetune(dataset) / FINETUNE_SUMMARY)
-                    if stage == "finetuned"
-                    else {}
-                )
-                rows.append(
-                    {
-                        "model": cell.model,
-                        "language": cell.language,
-                        "dataset": dataset,
-                        "method": cell.variant,
-                        "alpha": cell.alpha_label,
-                        "stage": stage,
-                        **{col: _value(metrics, key) for col, key in METRIC_KEYS.items()},
-                        "train_seconds": _value(train, "train_seconds", _value(train, "seconds")),
-                        "train_steps": _value(train, "steps"),
-                        "cell": cell.name,
-                        **convergence_columns(train),
-                    }
-                )
+                for stage in STAGES:
+                    rows.append(_row(model, language, dataset, BM25, "", stage, metrics) | _blank())
     return rows
+
+
+def _stage_rows(cell: Cell, seed: int, paths: CellPaths, dataset: str, stage: str) -> list[Row]:
+    """The rows of one seed's stage: the model's, and its fusion with BM25's."""
+    folder = paths.eval(dataset, stage)
+    if not is_complete(folder):
+        return []
+    metrics = _json(folder / "metrics.json")
+    train = _json(paths.finetune(dataset) / FINETUNE_SUMMARY) if stage == STAGES[1] else {}
+    found = _row(cell.model, cell.language, dataset, cell.variant, cell.alpha_label, stage, metrics)
+    found |= {
+        "train_seconds": _value(train, "train_seconds", _value(train, "seconds")),
+        "train_steps": _value(train, "steps"),
+        "cell": cell.name,
+        **convergence_columns(train),
+        "seed": seed,
+        "collapsed": _collapsed(metrics),
+    }
+    rows = [found]
+    fused = paths.fusion(dataset, stage)
+    if is_complete(fused):
+        variant = cell.variant + FUSED
+        rows.append(
+            _row(
+                cell.model,
+                cell.language,
+                dataset,
+                variant,
+                cell.alpha_label,
+                stage,
+                _json(fused / "metrics.json"),
+            )
+            | _blank()
+            | {"cell": cell.name, "seed": seed}
+        )
+    return rows
+
+
+def _row(
+    model: str,
+    language: str,
+    dataset: str,
+    method: str,
+    alpha: str,
+    stage: str,
+    metrics: Mapping[str, object],
+) -> Row:
+    return {
+        "model": model,
+        "language": language,
+        "dataset": dataset,
+        "method": method,
+        "alpha": alpha,
+        "stage": stage,
+        **{col: _value(metrics, key) for col, key in METRIC_KEYS.items()},
+    }
+
+
+def _blank() -> Row:
+    """No model's vectors behind the row (BM25, a fusion): its vector figures are blank."""
+    return dict.fromkeys(MODEL_COLUMNS, "")
+
+
+def _collapsed(metrics: Mapping[str, object]) -> str | float:
+    """1 when the queries' mean active dimensions are outside ``QUERY_DIMS_BAND``, else 0 ("" when
+    not recorded)."""
+    dims = metrics.get("mean_active_dims_query")
+    if not isinstance(dims, int | float):
+        return ""
+    return 1 if query_collapse(float(dims)) is not None else 0
 
 
 def convergence_columns(summary: Mapping[str, object]) -> Row:
@@ -134,22 +215,42 @@ def _fmt(value: object) -> str:
     return f"{value:.3f}" if isinstance(value, float) and not math.isnan(value) else "–"
 
 
+def _label(method: str, alpha: str) -> str:
+    return f"{method} (α={alpha})" if alpha else method
+
+
+def _order(method: str) -> tuple[int, str]:
+    """Models first, then their fusions with BM25, then BM25."""
+    return (2 if method == BM25 else 1 if method.endswith(FUSED) else 0, method)
+
+
+def _mean_sd(values: Sequence[float]) -> str:
+    """The mean, and with more than one seed its sample standard deviation."""
+    mean = sum(values) / len(values)
+    if len(values) < 2:
+        return _fmt(mean)
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+    return f"{mean:.3f} ±{sd:.3f}"
+
+
 def markdown(
     rows: Sequence[Mapping[str, str | float]],
     languages: Sequence[str],
     failures: dict[str, str] | None = None,
 ) -> str:
-    """Paper-style tables: one per (dataset, stage); rows model x method(α); columns languages +
-    average."""
+    """Paper-style tables: one per (dataset, stage); rows model × method(α) (each model's fusions
+    with BM25, then BM25, after its methods); columns languages + average; a method run with several
+    seeds shows their mean ± standard deviation. Then the health of every model."""
     out = ["# Results (nDCG@10)", ""]
-    groups: dict[tuple[str, str], dict[tuple[str, str, str], dict[str, float]]] = defaultdict(
-        lambda: defaultdict(dict)
+    groups: dict[tuple[str, str], dict[tuple[str, str, str], dict[str, list[float]]]] = defaultdict(
+        lambda: defaultdict(lambda: defaultdict(list))
     )
     for r in rows:
         group = groups[(str(r["dataset"]), str(r["stage"]))]
-        group[(str(r["model"]), str(r["method"]), str(r["alpha"]))][str(r["language"])] = float(
-            r["ndcg@10"]
+        group[(str(r["model"]), str(r["method"]), str(r["alpha"]))][str(r["language"])].append(
+            float(r["ndcg@10"])
         )
+    seeded = any(str(r.get("seed", "")) not in ("", "0") for r in rows)
     for (dataset, stage), table in sorted(
         groups.items(), key=lambda kv: (kv[0][0], STAGES.index(kv[0][1]))
     ):
@@ -159,17 +260,23 @@ def markdown(
             "| model | method | " + " | ".join(languages) + " | avg |",
             "|---|---|" + "---:|" * (len(languages) + 1),
         ]
-        for (model, method, alpha), scores in sorted(table.items()):
-            values = [scores.get(lang, math.nan) for lang in languages]
-            done = [v for v in values if not math.isnan(v)]
-            avg = sum(done) / len(done) if len(done) == len(values) else math.nan
-            label = f"{method} (α={alpha})" if alpha else method
+        for (model, method, alpha), scores in sorted(
+            table.items(), key=lambda kv: (kv[0][0], _order(kv[0][1]), kv[0][2])
+        ):
+            means = [
+                sum(scores[lang]) / len(scores[lang]) if scores.get(lang) else math.nan
+                for lang in languages
+            ]
+            done = [v for v in means if not math.isnan(v)]
+            avg = sum(done) / len(done) if len(done) == len(means) else math.nan
+            shown = [_mean_sd(scores[lang]) if scores.get(lang) else "–" for lang in languages]
             out.append(
-                f"| {model} | {label} | "
-                + " | ".join(_fmt(v) for v in values)
-                + f" | {_fmt(avg)} |"
+                f"| {model} | {_label(method, alpha)} | " + " | ".join(shown) + f" | {_fmt(avg)} |"
             )
         out.append("")
+    if seeded:
+        out += ["Several seeds: mean ± standard deviation over seeds (BM25 has none).", ""]
+    out += health_markdown(rows, languages)
     if failures:
         out += (
             ["## Failed cells", ""]
@@ -179,48 +286,92 @@ def markdown(
     return "\n".join(out)
 
 
-def convergence_markdown(
+def health_markdown(
     rows: Sequence[Mapping[str, str | float]], languages: Sequence[str]
-) -> str:
-    """A results.md section where fine-tuning was scored on a development set as it trained: per
-    dataset and model, rows method(α), columns languages, each cell ``final · steps to 95% · AUC``
-    of the dev curve, and the mean AUC (the mean dev score across training: higher = better and
-    sooner)."""
-    tuned = [r for r in rows if r["stage"] == STAGES[1] and r.get("dev_auc") not in ("", None)]
-    if not tuned:
-        return ""
+) -> list[str]:
+    """results.md's health of every model, per (dataset, stage): mean active dimensions of queries /
+    documents, the share of empty query vectors where any, and ⚠ where the queries are outside
+    ``QUERY_DIMS_BAND`` (means over seeds; any seed outside flags the cell)."""
+    models = [r for r in rows if r.get("active_dims_q") not in ("", None)]
+    if not models:
+        return []
+    low, high = QUERY_DIMS_BAND
     out = [
-        "## Convergence (development nDCG@10 while fine-tuning: final · steps to 95% of final · AUC)",
+        "## Health (mean active dimensions, queries / documents; empty queries; ⚠ collapsed)",
+        "",
+        f"A model is flagged ⚠ collapsed when its queries fire on fewer than {low:g} or more than {high:g} "
+        "terms on average (a healthy SPLADE fires on a few tens).",
         "",
     ]
-    groups: dict[tuple[str, str], dict[tuple[str, str], dict[str, Mapping[str, str | float]]]] = (
-        defaultdict(lambda: defaultdict(dict))
-    )
-    for r in tuned:
-        groups[(str(r["dataset"]), str(r["model"]))][(str(r["method"]), str(r["alpha"]))][
-            str(r["language"])
-        ] = r
-    for (dataset, model), table in sorted(groups.items()):
+    groups: dict[
+        tuple[str, str], dict[tuple[str, str, str], dict[str, list[Mapping[str, str | float]]]]
+    ] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+    for r in models:
+        key = (str(r["model"]), str(r["method"]), str(r["alpha"]))
+        groups[(str(r["dataset"]), str(r["stage"]))][key][str(r["language"])].append(r)
+    for (dataset, stage), table in sorted(
+        groups.items(), key=lambda kv: (kv[0][0], STAGES.index(kv[0][1]))
+    ):
         out += [
-            f"### {dataset} — {model}",
+            f"### {dataset} — {stage.replace('_', '-')}",
             "",
-            "| method | " + " | ".join(languages) + " | mean AUC |",
-            "|---|" + "---|" * len(languages) + "---:|",
+            "| model | method | " + " | ".join(languages) + " |",
+            "|---|---|" + "---|" * len(languages),
         ]
-        for (method, alpha), by_lang in sorted(table.items()):
-            cells, aucs = [], []
-            for lang in languages:
-                found = by_lang.get(lang)
-                if found is None:
-                    cells.append("–")
-                    continue
-                aucs.append(float(found["dev_auc"]))
-                steps = found["steps_to_95"]
-                cells.append(
-                    f"{_fmt(float(found['dev_final']))} · {steps if steps != '' else '–'} · {_fmt(aucs[-1])}"
-                )
-            mean = sum(aucs) / len(aucs) if len(aucs) == len(languages) else math.nan
-            label = f"{method} (α={alpha})" if alpha else method
-            out.append(f"| {label} | " + " | ".join(cells) + f" | {_fmt(mean)} |")
+        for (model, method, alpha), by_lang in sorted(table.items()):
+            out.append(
+                f"| {model} | {_label(method, alpha)} | "
+                + " | ".join(_health_cell(by_lang.get(lang, [])) for lang in languages)
+                + " |"
+            )
         out.append("")
-    return "\n".join(out)
+    return out
+
+
+def _health_cell(found: Sequence[Mapping[str, str | float]]) -> str:
+    if not found:
+        return "–"
+
+    def mean(key: str) -> float:
+        values = [float(r[key]) for r in found if r.get(key) not in ("", None)]
+        return sum(values) / len(values) if values else math.nan
+
+    cell = f"{mean('active_dims_q'):.0f} / {mean('active_dims_d'):.0f}"
+    empty = mean("empty_share_q")
+    if empty > 0:
+        cell += f" · {empty:.1%} empty"
+    if any(r.get("collapsed") == 1 for r in found):
+        cell += " ⚠"
+    return cell
+
+
+def reference_lines(output: Path, cfg: ReproduceConfig) -> str:
+    """results.md's closing lines: each source model with its own tokenizer (before the swap) on
+    the test split and on the development set, and English BM25 (the cross-lingual miniature)."""
+    from sembridge_ray import catalog
+    from sembridge_ray.reproduce.plots import source_dev_score
+
+    where = (
+        "on English XQuAD test (the same questions, in English)"
+        if cfg.assets == "xling"
+        else "here"
+    )
+    text = ""
+    for model in cfg.models:
+        folder = source_test_path(output, model)
+        if is_complete(folder):
+            ndcg = float(_value(_json(folder / "metrics.json"), "nDCG@10", math.nan))
+            text += (
+                f"\nSource {catalog.slug(model)} with its own tokenizer (before the swap) scores "
+                f"nDCG@10 {ndcg:.3f} {where}.\n"
+            )
+        if (dev := source_dev_score(output, model)) is not None:
+            text += f"\nSource {catalog.slug(model)} on the development set (its own tokenizer): nDCG@10 {dev:.3f}.\n"
+    english = bm25_path(output, "en", "xquad", cfg.eval_split)
+    if cfg.assets == "xling" and is_complete(english):
+        ndcg = float(_value(_json(english / "metrics.json"), "nDCG@10", math.nan))
+        text += (
+            f"\nBM25 (k1 {cfg.bm25.k1:g}, b {cfg.bm25.b:g}) over the source's own tokenizer scores "
+            f"nDCG@10 {ndcg:.3f} {where}.\n"
+        )
+    return text

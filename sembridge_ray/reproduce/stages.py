@@ -21,9 +21,19 @@ from sembridge_ray.config import Config
 from sembridge_ray.embed_init.methods import method
 from sembridge_ray.errors import InputError
 from sembridge_ray.identity import RunIdentity
+from sembridge_ray.jobs.baselines import BM25Config, FusionConfig
 from sembridge_ray.jobs.reproduce import ReproduceConfig
 from sembridge_ray.placement import ResourceConfig
-from sembridge_ray.reproduce.cells import STAGES, Cell, CellPaths, cell_paths, source_dev_path
+from sembridge_ray.reproduce.cells import (
+    FUSED,
+    STAGES,
+    Cell,
+    CellPaths,
+    bm25_path,
+    cell_paths,
+    source_dev_path,
+    source_test_path,
+)
 
 
 def cell_resources(cfg: ReproduceConfig, base: ResourceConfig, gpus: float) -> ResourceConfig:
@@ -37,7 +47,7 @@ def cell_resources(cfg: ReproduceConfig, base: ResourceConfig, gpus: float) -> R
     return replace(base, workers=math.floor(cfg.gpus_per_cell), gpus_per_worker=1.0)
 
 
-Job = Literal["init", "finetune", "evaluate"]
+Job = Literal["init", "finetune", "evaluate", "bm25", "fusion"]
 MODEL = "model"  # where the init and finetune jobs put the SparseEncoder in their output
 
 
@@ -96,6 +106,9 @@ class Assets:
     specs: dict[tuple[str, str], tuple[str, str]]
     dev: DevSet | None = None
     devs: dict[str, DevSet] = field(default_factory=dict)
+    bm25: dict[tuple[str, str], Stage] = field(default_factory=dict)
+    """(language, dataset) -> the BM25 stage whose run every cell's evaluation there is fused
+    with."""
 
     def dev_for(self, language: str) -> DevSet | None:
         return self.devs.get(language, self.dev)
@@ -108,48 +121,94 @@ Identify = Callable[[str, str], str]
 def cell_stages(
     cfg: ReproduceConfig, cell: Cell, assets: Assets, gpus: float, identify: Identify
 ) -> list[Stage]:
-    """init, then per dataset: zero-shot evaluation, fine-tuning (scored on ``assets.dev`` as it
-    trains, when there is one), evaluation of the fine-tuned model."""
-    paths = cell_paths(Path(cfg.output), cell)
-    init = _init_stage(cfg, cell, paths, assets, gpus, identify)
-    stages = [init]
-    model = f"{init.ref}/{MODEL}"
-    for dataset in cfg.datasets:
-        eval_spec, train_spec = assets.specs[(dataset, cell.language)]
-        evaluate = replace(
-            cfg.evaluate,
-            dataset=eval_spec,
-            split=cfg.eval_split,
-            overwrite=cfg.overwrite,
-            cache_dir=str(Path(cfg.output) / "cache" / "eval"),
-            resources=cell_resources(cfg, cfg.evaluate.resources, gpus),
-        )
-        data = identify("dataset", eval_spec)
-        zero = replace(evaluate, model=str(paths.model), output=str(paths.eval(dataset, STAGES[0])))
-        stages.append(
-            Stage(
-                name=f"{dataset}/{STAGES[0]}",
+    """Per seed: init (its own only where the init reads the seed; else seed 0's serves), then per
+    dataset zero-shot evaluation (with the init), fine-tuning (scored on ``assets.dev`` as it trains,
+    when there is one), evaluation of the fine-tuned model; each evaluation fused with BM25's run
+    (``assets.bm25``) where there is one."""
+    stages: list[Stage] = []
+    for seed in range(cell.seeds):
+        paths = cell_paths(Path(cfg.output), cell, seed)
+        own_init = seed == 0 or cell.init_seeded
+        init = _init_stage(cfg, cell, paths, assets, gpus, identify)
+        if own_init:
+            stages.append(init)
+        model = f"{init.ref}/{MODEL}"
+        for dataset in cfg.datasets:
+            eval_spec, train_spec = assets.specs[(dataset, cell.language)]
+            evaluate = replace(
+                cfg.evaluate,
+                dataset=eval_spec,
+                split=cfg.eval_split,
+                overwrite=cfg.overwrite,
+                cache_dir=str(Path(cfg.output) / "cache" / "eval"),
+                resources=cell_resources(cfg, cfg.evaluate.resources, gpus),
+            )
+            data = identify("dataset", eval_spec)
+            zero = replace(
+                evaluate, model=str(paths.model), output=str(paths.eval(dataset, STAGES[0]))
+            )
+            zero_stage = Stage(
+                name=_named(f"{dataset}/{STAGES[0]}", paths.init_seed),
                 job="evaluate",
                 cfg=zero,
                 inputs={"model": model, "dataset": data},
             )
-        )
-        finetune = _finetune_stage(
-            cfg, cell, paths, assets, gpus, identify, dataset, train_spec, model
-        )
-        tuned = replace(
-            evaluate, model=f"{finetune.output}/{MODEL}", output=str(paths.eval(dataset, STAGES[1]))
-        )
-        stages += [
-            finetune,
-            Stage(
-                name=f"{dataset}/{STAGES[1]}",
+            if own_init:
+                stages += [zero_stage, *_fusion(cfg, assets, cell, paths, dataset, zero_stage)]
+            finetune = _finetune_stage(
+                cfg, cell, paths, assets, gpus, identify, dataset, train_spec, model
+            )
+            tuned = replace(
+                evaluate,
+                model=f"{finetune.output}/{MODEL}",
+                output=str(paths.eval(dataset, STAGES[1])),
+            )
+            tuned_stage = Stage(
+                name=_named(f"{dataset}/{STAGES[1]}", seed),
                 job="evaluate",
                 cfg=tuned,
                 inputs={"model": f"{finetune.ref}/{MODEL}", "dataset": data},
-            ),
-        ]
+            )
+            stages += [finetune, tuned_stage]
+            stages += _fusion(cfg, assets, cell, paths, dataset, tuned_stage)
     return stages
+
+
+def _named(name: str, seed: int) -> str:
+    """A stage's name within its cell: seed k's stages say which seed."""
+    return name if seed == 0 else f"seed-{seed}/{name}"
+
+
+def _fusion(
+    cfg: ReproduceConfig,
+    assets: Assets,
+    cell: Cell,
+    paths: CellPaths,
+    dataset: str,
+    evaluated: Stage,
+) -> list[Stage]:
+    """The fusion of an evaluation's run with BM25's on the same queries (none without BM25)."""
+    bm25 = assets.bm25.get((cell.language, dataset))
+    if bm25 is None:
+        return []
+    stage = evaluated.name.rpartition("/")[2]
+    fused = FusionConfig(
+        runs=(str(evaluated.output), str(bm25.output)),
+        dataset=getattr(evaluated.cfg, "dataset"),  # noqa: B009  (an evaluate stage)
+        split=cfg.eval_split,
+        output=str(paths.fusion(dataset, stage)),
+        k=cfg.bm25.rrf_k,
+        top_k=cfg.evaluate.top_k,
+        overwrite=cfg.overwrite,
+    )
+    return [
+        Stage(
+            name=evaluated.name + FUSED,
+            job="fusion",
+            cfg=fused,
+            inputs={"model_run": evaluated.ref, "bm25_run": bm25.ref},
+        )
+    ]
 
 
 def _init_stage(
@@ -175,6 +234,7 @@ def _init_stage(
             alpha=cell.alpha if cell.alpha is not None else cfg.init.weighting.alpha,
         ),
         output=str(paths.init),
+        seed=cfg.init.seed + paths.init_seed,
         overwrite=cfg.overwrite,
         resources=cell_resources(cfg, cfg.init.resources, gpus),
         query_length=cfg.evaluate.max_query_length,  # the written model encodes as it is scored
@@ -186,7 +246,7 @@ def _init_stage(
     }
     if method(cell.method).uses_bridge:
         inputs["bridge_model"] = identify("bridge", init_cfg.bridge_model)
-    return Stage(name="init", job="init", cfg=init_cfg, inputs=inputs)
+    return Stage(name=_named("init", paths.init_seed), job="init", cfg=init_cfg, inputs=inputs)
 
 
 def _finetune_stage(
@@ -207,6 +267,7 @@ def _finetune_stage(
         model=str(paths.model),
         train=train_spec,
         output=str(paths.finetune(dataset)),
+        seed=cfg.finetune.seed + paths.seed,
         overwrite=cfg.overwrite,
         resources=cell_resources(cfg, cfg.finetune.resources, gpus),
         query_length=cfg.evaluate.max_query_length,  # the written model encodes as it is scored
@@ -216,7 +277,8 @@ def _finetune_stage(
     if (dev := assets.dev_for(cell.language)) is not None:
         ft_cfg = replace(ft_cfg, eval=dev.spec, eval_split=dev.split)
         ft_inputs["eval"] = identify("dataset", dev.spec)
-    return Stage(name=f"{dataset}/finetune", job="finetune", cfg=ft_cfg, inputs=ft_inputs)
+    name = _named(f"{dataset}/finetune", paths.seed)
+    return Stage(name=name, job="finetune", cfg=ft_cfg, inputs=ft_inputs)
 
 
 def source_stages(
@@ -303,4 +365,53 @@ def source_dev_stage(
     inputs = {"model": identify("model", model), "dataset": identify("dataset", dev.spec)}
     return Stage(
         name=f"sources/{catalog.slug(name)}/dev", job="evaluate", cfg=ev_cfg, inputs=inputs
+    )
+
+
+def bm25_stage(
+    cfg: ReproduceConfig,
+    language: str,
+    dataset: str,
+    tokenizer: str,
+    spec: str,
+    split: str,
+    identify: Identify,
+    max_queries: int = 0,
+) -> Stage:
+    """BM25 over ``language``'s target ``tokenizer`` on ``spec``'s ``split`` (``max_queries``: the
+    development sample fine-tuning scores), under :func:`~sembridge_ray.reproduce.cells.bm25_path`."""
+    out = bm25_path(Path(cfg.output), language, dataset, split)
+    bm25 = BM25Config(
+        tokenizer=tokenizer,
+        dataset=spec,
+        split=split,
+        output=str(out),
+        k1=cfg.bm25.k1,
+        b=cfg.bm25.b,
+        top_k=cfg.evaluate.top_k,
+        max_queries=max_queries,
+        overwrite=cfg.overwrite,
+    )
+    inputs = {"tokenizer": identify("model", tokenizer), "dataset": identify("dataset", spec)}
+    name = f"baselines/bm25/{language}/{dataset}/{split}"
+    return Stage(name=name, job="bm25", cfg=bm25, inputs=inputs)
+
+
+def source_test_stage(
+    cfg: ReproduceConfig, name: str, model: str, spec: str, identify: Identify
+) -> Stage:
+    """The source model ``name`` (at ``model``, a path, bundled name or stage ref) scored with its
+    own tokenizer on ``spec``'s test split: the level a transfer would ideally recover."""
+    ev_cfg = replace(
+        cfg.evaluate,
+        model=model,
+        dataset=spec,
+        split=cfg.eval_split,
+        output=str(source_test_path(Path(cfg.output), name)),
+        cache_dir=str(Path(cfg.output) / "cache" / "eval"),
+        overwrite=cfg.overwrite,
+    )
+    inputs = {"model": identify("model", model), "dataset": identify("dataset", spec)}
+    return Stage(
+        name=f"sources/{catalog.slug(name)}/test", job="evaluate", cfg=ev_cfg, inputs=inputs
     )

@@ -95,6 +95,21 @@ def sparsity_stats(
     }
 
 
+def empty_rows(indptr: np.ndarray) -> int:
+    """How many rows of a CSR batch (its ``indptr``) have no active dimension."""
+    return int(np.count_nonzero(np.diff(indptr) == 0))
+
+
+def empty_shares(
+    empty_queries: int, n_queries: int, empty_docs: int, n_docs: int
+) -> dict[str, float]:
+    """The share of query and of document vectors that are empty: such a text can match nothing."""
+    return {
+        "empty_share_query": empty_queries / n_queries if n_queries else 0.0,
+        "empty_share_doc": empty_docs / n_docs if n_docs else 0.0,
+    }
+
+
 def unknown_judgements(qrels: Qrels, missing: set[str]) -> dict[str, int]:
     """Counts of qrels entries naming ``missing`` documents (not in the corpus). They are reported,
     and kept: a relevant document the corpus lacks still counts against recall and nDCG, as in

@@ -66,6 +66,26 @@ def convergence(curve: Sequence[tuple[int, float]], share: float = 0.95) -> Conv
     return {"final": final, "steps_to_95": reached, "auc": auc, "evaluations": len(curve)}
 
 
+QUERY_DIMS_BAND = (5.0, 300.0)
+"""The mean active dimensions of a healthy SPLADE's queries. Below 5, a question of 10-20 words keeps
+fewer terms than it has content words: the sparsest efficient SPLADE models of Lassance & Clinchant
+(SIGIR 2022) still fire on about 5-10 per query. Above 300, about 1% of a 30,522-token vocabulary,
+the vectors are no longer what sentence-transformers describes as a SPLADE's ("typically >99%
+zeros"; its SPLADE models keep queries to a few tens of terms). The bundled ``splade-tiny`` fires on
+23 per XQuAD question."""
+
+
+def query_collapse(dims_q: float) -> str | None:
+    """Why a model whose queries have ``dims_q`` mean active dimensions is collapsed (outside
+    :data:`QUERY_DIMS_BAND`), or None."""
+    low, high = QUERY_DIMS_BAND
+    if dims_q < low:
+        return f"queries fire on {dims_q:.1f} terms (< {low:g})"
+    if dims_q > high:
+        return f"queries fire on {dims_q:.0f} terms (> {high:g})"
+    return None
+
+
 def collapse(dims_q: float, dims_d: float, vocab_size: int) -> str | None:
     """Why a model with these mean active dimensions is collapsed, or None when it is not."""
     for role, dims in (("query", dims_q), ("document", dims_d)):

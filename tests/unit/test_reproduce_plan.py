@@ -24,6 +24,7 @@ from sembridge_ray.reproduce import demo
 from sembridge_ray.reproduce import grid as driver
 from sembridge_ray.reproduce.cells import expand, parse_alpha
 from sembridge_ray.reproduce.stages import Stage
+from sembridge_ray.sparse.config import OptimConfig
 from tests.conftest import REPO
 
 
@@ -717,17 +718,20 @@ def test_the_cross_lingual_preset_plans_every_language_with_its_own_sets_and_the
 ) -> None:
     """xling: per language its tokenizer, XQuAD (KorQuAD for ko) test to score, its training
     articles (plus CMRC or ARCD) to fine-tune on, its development articles while it trains; the
-    English source trained and scored on English XQuAD; sembridge at α 4 and 2 once each, and the
-    wrong-bridge control through MiniLM."""
+    bundled splade-tiny scored on English XQuAD as it is; sembridge at α 4 and 2 once each, and the
+    wrong-bridge control through MiniLM; three seeds for the released rule and the strongest
+    baselines."""
     from sembridge_ray.jobs.init import InitConfig
 
     cfg, _ = parse_config(ReproduceConfig, ["--preset", "xling"], job="reproduce")
+    assert cfg.models == ("splade-tiny",) and cfg.seeds == 3
     planned, files = _planned(cfg, tmp_path)
     assert len(planned.cells) == 5 * 10 and not planned.failures
-    source, source_eval = planned.assets
-    assert isinstance(source.cfg, FinetuneConfig)
-    assert source.cfg.train == "xquad:en" and source.cfg.model == str(files["untrained"])
-    assert (_evaluate(source_eval).dataset, _evaluate(source_eval).split) == ("xquad:en", "test")
+    (source_eval,) = planned.assets  # splade-tiny is not trained first
+    assert (_evaluate(source_eval).model, _evaluate(source_eval).dataset) == (
+        "splade-tiny",
+        "xquad:en",
+    )
     (source_dev,) = planned.sources
     assert (_evaluate(source_dev).dataset, _evaluate(source_dev).split) == ("xquad:en", "dev")
     for lang, (spec, train) in {
@@ -736,24 +740,38 @@ def test_the_cross_lingual_preset_plans_every_language_with_its_own_sets_and_the
         "ko": ("korquad:ko", "korquad:ko"),
         "ru": ("xquad:ru", "xquad:ru"),
     }.items():
-        stages = planned.cells[f"minilm-splade__{lang}__sembridge__a4"]
-        init, _, tune, _ = (s.cfg for s in stages)
+        stages = {s.name: s for s in planned.cells[f"splade-tiny__{lang}__sembridge__a4"]}
+        init, tune = stages["init"].cfg, stages["xquad/finetune"].cfg
         assert isinstance(init, InitConfig) and isinstance(tune, FinetuneConfig)
-        assert (init.target_tokenizer, init.bridge_model, init.language, init.copy_overlap) == (
+        assert (init.source_model, init.target_tokenizer, init.bridge_model) == (
+            "splade-tiny",
             f"tok-{lang}",
             "me5",
-            lang,
-            True,
         )
-        assert (_evaluate(stages[1]).dataset, _evaluate(stages[3]).dataset) == (spec, spec)
+        assert (init.language, init.copy_overlap) == (lang, True)
+        assert _evaluate(stages["xquad/zero_shot"]).dataset == spec
+        assert _evaluate(stages["xquad/finetuned"]).dataset == spec
         assert (tune.train, tune.eval, tune.eval_split) == (train, spec, "dev")
+        assert tune.eval_at == (0, 1, 2, 4, 8, 16, 32) and "seed-2/xquad/finetune" in stages
+    seeded = {
+        c.split("__")[2] for c, st in planned.cells.items() if any("seed-1" in s.name for s in st)
+    }
+    assert seeded == {"sembridge", "random", "wechsel", "focus"}
     alphas = sorted(
         (s[0].cfg.weighting.alpha, s[0].cfg.bridge_model)  # type: ignore[attr-defined]
         for name, s in planned.cells.items()
         if name.split("__")[2] in ("sembridge", "sembridge@minilm")
-        and name.startswith("minilm-splade__ar__")
+        and name.startswith("splade-tiny__ar__")
     )
     assert alphas == [(2.0, "me5"), (4.0, "me5"), (4.0, "minilm")]
+    # the MiniLM SPLADE beside it: trained on English XQuAD first, then transferred the same way
+    both, files = _planned(replace(cfg, models=("splade-tiny", "minilm-splade")), tmp_path / "b")
+    tiny_eval, source, minilm_eval = both.assets
+    assert isinstance(source.cfg, FinetuneConfig)
+    assert source.cfg.train == "xquad:en" and source.cfg.model == str(files["untrained"])
+    assert _evaluate(minilm_eval).model == f"{source.output}/model"
+    assert _evaluate(tiny_eval).model == "splade-tiny"
+    assert len(both.cells) == 2 * 5 * 10
 
 
 def test_the_cross_lingual_preset_runs_any_language_given_its_tokenizer_and_xquad_dir(
@@ -782,10 +800,11 @@ def test_the_cross_lingual_preset_runs_any_language_given_its_tokenizer_and_xqua
     cfg, _ = parse_config(ReproduceConfig, args, flags=job_spec("reproduce").flags, job="reproduce")
     planned, _ = _planned(cfg, tmp_path / "o")
     assert sorted(planned.cells) == [
-        "minilm-splade__de__random",
-        "minilm-splade__de__sembridge__a4",
+        "splade-tiny__de__random",
+        "splade-tiny__de__sembridge__a4",
     ]
-    init, zero, tune, _ = (s.cfg for s in planned.cells["minilm-splade__de__sembridge__a4"])
+    stages = {s.name: s.cfg for s in planned.cells["splade-tiny__de__sembridge__a4"]}
+    init, zero, tune = stages["init"], stages["xquad/zero_shot"], stages["xquad/finetune"]
     assert (
         isinstance(init, InitConfig)
         and isinstance(zero, EvaluateConfig)
@@ -817,3 +836,87 @@ def test_method_entries_take_their_own_bridge_and_alpha() -> None:
     ):
         with pytest.raises(ConfigError, match=said):
             ReproduceConfig(methods=(bad,))
+
+
+def test_seeds_repeat_fine_tuning_and_only_the_random_init_and_nothing_else(
+    tmp_path: Path,
+) -> None:
+    """``seeds=2``: each seed fine-tunes with its own seed (pair order, dropout); a random init is
+    drawn per seed; a deterministic init (sembridge) and its zero-shot evaluation serve both seeds.
+    Between seeds, a stage's settings differ in its seed alone; ``seed_methods`` limits the seeds to
+    its entries."""
+    cfg = ReproduceConfig(
+        assets="xling",
+        models=("splade-tiny",),
+        languages=("ru",),
+        datasets=("xquad",),
+        methods=("sembridge", "random", "fvt"),
+        seeds=2,
+        seed_methods=("sembridge", "random"),
+        finetune=FinetuneConfig(optim=OptimConfig(max_steps=4)),
+    )
+    planned, _ = _planned(cfg, tmp_path)
+    names = {cell: [s.name for s in stages] for cell, stages in planned.cells.items()}
+    tuned = ["xquad/finetune", "xquad/finetuned", "xquad/finetuned+bm25"]
+    zero = ["xquad/zero_shot", "xquad/zero_shot+bm25"]
+    assert names["splade-tiny__ru__sembridge__a4"] == [
+        "init",
+        *zero,
+        *tuned,
+        *(f"seed-1/{n}" for n in tuned),
+    ]
+    assert names["splade-tiny__ru__random"] == [
+        "init",
+        *zero,
+        *tuned,
+        *(f"seed-1/{n}" for n in ("init", *zero, *tuned)),
+    ]
+    assert names["splade-tiny__ru__fvt"] == ["init", *zero, *tuned]  # not in seed_methods
+    for cell in ("splade-tiny__ru__sembridge__a4", "splade-tiny__ru__random"):
+        stages = {s.name: s for s in planned.cells[cell]}
+        for name in ("init", "xquad/finetune") if cell.endswith("random") else ("xquad/finetune",):
+            first, second = stages[name], stages[f"seed-1/{name}"]
+            a, b = first.cfg.identity_settings(), second.cfg.identity_settings()
+            assert {k for k in a if a[k] != b.get(k)} == {"seed"}, name
+            assert first.output != second.output and first.identity != second.identity
+        # the seed-1 fine-tuning starts from its own seed's init
+        tune = stages["seed-1/xquad/finetune"]
+        init = stages["seed-1/init" if cell.endswith("random") else "init"]
+        assert tune.inputs["model"] == f"{init.ref}/model"
+    one = _planned(replace(cfg, seeds=1), tmp_path / "one")[0]
+    assert all(not s.name.startswith("seed-") for st in one.cells.values() for s in st)
+
+
+def test_bm25_runs_once_per_language_and_every_evaluation_is_fused_with_it(tmp_path: Path) -> None:
+    cfg = ReproduceConfig(
+        assets="xling",
+        models=("splade-tiny",),
+        languages=("ru", "zh"),
+        datasets=("xquad",),
+        methods=("sembridge", "random"),
+    )
+    planned, _ = _planned(cfg, tmp_path)
+    bm25 = {s.name: s for s in planned.baselines}
+    assert sorted(bm25) == [
+        "baselines/bm25/en/xquad/test",
+        "baselines/bm25/ru/dev/dev",
+        "baselines/bm25/ru/xquad/test",
+        "baselines/bm25/zh/dev/dev",
+        "baselines/bm25/zh/xquad/test",
+    ]
+    ru = bm25["baselines/bm25/ru/xquad/test"].cfg
+    assert (ru.tokenizer, ru.dataset, ru.k1, ru.b) == ("tok-ru", "xquad:ru", 0.9, 0.4)  # type: ignore[attr-defined]
+    dev = bm25["baselines/bm25/ru/dev/dev"].cfg
+    assert dev.max_queries == cfg.finetune.eval_max_queries  # type: ignore[attr-defined]
+    for cell, stages in planned.cells.items():
+        lang = cell.split("__")[1]
+        evaluations = {s.name: s for s in stages if s.job == "evaluate"}
+        for fused in (s for s in stages if s.job == "fusion"):
+            model_run = evaluations[fused.name.removesuffix("+bm25")]
+            assert fused.inputs == {
+                "model_run": model_run.ref,
+                "bm25_run": bm25[f"baselines/bm25/{lang}/xquad/test"].ref,
+            }
+        assert len([s for s in stages if s.job == "fusion"]) == 2
+    off = _planned(replace(cfg, bm25=replace(cfg.bm25, enabled=False)), tmp_path / "off")[0]
+    assert off.baselines == [] and all(s.job != "fusion" for st in off.cells.values() for s in st)

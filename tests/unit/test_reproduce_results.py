@@ -83,7 +83,9 @@ def test_tables_and_comparisons_from_stage_directories(tmp_path: Path) -> None:
         ("mean", "", "m__ko__sembridge__a4"),
     ]
     assert paired[1]["mean_diff"] == pytest.approx(np.mean([0.1 - 0.8, 0.0 - 0.6, 0.2 - 0.4]))
-    assert "| miracl | zero-shot | m | ko | mean | -0.500 |" in compare.markdown(paired)
+    assert "| miracl | zero-shot | m | ko | mean | reference | 1/1 | -0.500 |" in compare.markdown(
+        paired
+    )
 
 
 def test_a_method_compared_in_several_languages_is_also_tested_over_all_their_queries(
@@ -216,3 +218,62 @@ def test_the_convergence_protocol_reads_seed_means_against_common_targets(tmp_pa
     table = protocol.markdown(list(rows.values()), ["ko", "ru"])
     assert "| random | 0.700 ±0.141 · 4 / 4 · " in table and "| – |" in table
     assert "ko: 95% target 0.665, BM25 0.550" in table
+
+
+def test_the_seed_and_query_bootstrap_is_the_naive_two_level_resampling() -> None:
+    """The vectorised two-level bootstrap against a plain loop over the same draws (each side's
+    seeds independently, the queries paired), and its point estimate against the mean of means."""
+    rng = np.random.default_rng(3)
+    method, reference = rng.random((3, 40)), rng.random((2, 40))
+    low, high = compare.seed_query_bootstrap(method, reference, 600, np.random.default_rng(9), 200)
+    draws = np.random.default_rng(9)
+    found = []
+    for _ in range(3):  # the same blocks of 200 resamples
+        pm = draws.integers(0, 3, (200, 3))
+        pr = draws.integers(0, 2, (200, 2))
+        pq = draws.integers(0, 40, (200, 40))
+        for b in range(200):
+            m = np.mean([method[s] for s in pm[b]], axis=0)
+            r = np.mean([reference[s] for s in pr[b]], axis=0)
+            found.append(np.mean([m[q] - r[q] for q in pq[b]]))
+    assert (low, high) == pytest.approx(tuple(np.percentile(found, [2.5, 97.5])), abs=1e-12)
+    test = compare.paired_test(method, reference)
+    assert test["mean_diff"] == pytest.approx(method.mean() - reference.mean())
+
+
+def test_seeds_that_disagree_widen_the_interval_that_queries_alone_would_give() -> None:
+    """Two seeds of a method: one 0.1 above the reference on every query, one 0.1 below. Their mean
+    is the reference's, per query; queries alone would call the difference exactly 0, the seeds
+    make it uncertain."""
+    reference = np.linspace(0.2, 0.8, 50)[None, :]
+    method = np.vstack([reference[0] + 0.1, reference[0] - 0.1])
+    test = compare.paired_test(method, reference)
+    assert test["mean_diff"] == pytest.approx(0.0, abs=1e-12)
+    assert test["ci_low"] < -0.05 and test["ci_high"] > 0.05
+
+
+def test_each_fusion_is_compared_with_bm25_alone_on_the_same_queries(tmp_path: Path) -> None:
+    from sembridge_ray.reproduce.cells import bm25_path
+
+    (cell,) = expand(("m",), ("ko",), ("sembridge",), ("4",))
+    paths = cell_paths(tmp_path, cell)
+    _stage(paths.eval("xquad", "zero_shot"), {"a": 0.1, "b": 0.2, "c": 0.3})
+    _stage(paths.fusion("xquad", "zero_shot"), {"a": 0.6, "b": 0.7, "c": 0.9})
+    _stage(bm25_path(tmp_path, "ko", "xquad", "test"), {"a": 0.5, "b": 0.5, "c": 0.5})
+    rows = compare.comparisons(tmp_path, [cell], ["xquad"])
+    (fused,) = [r for r in rows if r["reference"] == "bm25"]
+    assert (fused["method"], fused["stage"], fused["n_queries"]) == (
+        "sembridge+bm25",
+        "zero_shot",
+        3,
+    )
+    assert fused["mean_diff"] == pytest.approx((0.1 + 0.2 + 0.4) / 3)
+    csv_rows = results.collect(tmp_path, [cell], ["xquad"])
+    methods = {(r["method"], r["stage"]) for r in csv_rows}
+    assert {
+        ("sembridge", "zero_shot"),
+        ("sembridge+bm25", "zero_shot"),
+        ("bm25", "zero_shot"),
+    } <= methods
+    bm25_row = next(r for r in csv_rows if r["method"] == "bm25")
+    assert bm25_row["active_dims_q"] == "" and bm25_row["ndcg@10"] == pytest.approx(0.5)

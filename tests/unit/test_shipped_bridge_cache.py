@@ -153,3 +153,35 @@ def test_the_package_ships_the_bundled_vocabularies_vectors(tmp_path: Path) -> N
     for name in ("source", "target"):
         vecs = shipped_vectors(side.keys[name], side.strings[name], encode)
         assert vecs is not None and vecs.shape == (len(toks[name]), 384)
+
+
+def test_the_build_script_runs_both_modes_on_a_tiny_bridge(
+    fixtures_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``scripts/bridge_cache.py`` (what set-up runs) on the tests' tiny bridge: the shipped entries
+    it writes verify and hold the vectors the init job would encode; ``--xling``'s vectors land in
+    the init job's cache under the key the init looks up. A refactor that breaks it fails here, not
+    in a user's first set-up."""
+    import runpy
+
+    script = runpy.run_path(str(Path(__file__).parents[2] / "scripts" / "bridge_cache.py"))
+    with pytest.raises(SystemExit) as done:
+        script["main"](["--help"])
+    assert done.value.code == 0 and "--xling" in capsys.readouterr().out
+    bridge_dir = str(fixtures_root / "bridge")
+    out, cache_dir = tmp_path / "package", tmp_path / "cache"
+    script["shipped"](cache_dir, out, bridge_model=bridge_dir)
+    entries = cache.entries(out)
+    assert len(entries) == 2 and all(sorted(e.glob("vectors-*.parquet")) for e in entries)
+    tok = load_tokenizer(str(fixtures_root / "tok-wordpiece"))
+    script["xling"](
+        cache_dir, names=(str(fixtures_root / "tok-wordpiece"),), bridge_model=bridge_dir
+    )
+    cfg = InitConfig(method="sembridge", bridge_model=bridge_dir, precision="fp32")
+    side = bridge_side("sembridge", cfg.weighting, "fp32", bridge_dir, {"t": tok}, {"t": len(tok)})
+    stages = in_process_stages(bridge_dir, cfg.bridge_batch_size, "fp32", False)
+    expected = stages.encode(side.strings["t"])
+    never = counted(np.zeros)  # a hit: nothing is encoded again
+    found = cached_vectors(cache_dir, side.keys["t"], side.strings["t"], never)
+    np.testing.assert_array_equal(found, expected)
+    assert never.calls == 0

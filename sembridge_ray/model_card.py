@@ -42,6 +42,7 @@ from sembridge_ray.provenance import (
     Evaluation,
     ExportParity,
     FinetuneFacts,
+    Health,
     InitFacts,
     InputLicence,
     Provenance,
@@ -54,6 +55,7 @@ from sembridge_ray.provenance import (
 )
 from sembridge_ray.resources import DATA_DIR
 from sembridge_ray.sparse.config import RANKING_LABELS
+from sembridge_ray.sparse.convergence import query_collapse
 
 log = logging.getLogger(__name__)
 CARD = "README.md"
@@ -111,7 +113,29 @@ def evaluation(
         found["queries"], found["documents"] = int(metrics["num_queries"]), int(metrics["num_docs"])
     if run:
         found["run"] = run
+    if "mean_active_dims_query" in metrics and "mean_active_dims_doc" in metrics:
+        dims_q = float(metrics["mean_active_dims_query"])
+        found["health"] = Health(
+            active_dims_query=round(dims_q, 1),
+            active_dims_doc=round(float(metrics["mean_active_dims_doc"]), 1),
+            empty_share_query=round(float(metrics.get("empty_share_query", 0.0)), 4),
+            empty_share_doc=round(float(metrics.get("empty_share_doc", 0.0)), 4),
+            collapsed=query_collapse(dims_q) or "",
+        )
     return found
+
+
+def _health_row(item: Evaluation) -> list[str] | None:
+    """One row of the card's health table (None for an evaluation recorded without it)."""
+    health = item.get("health")
+    if not health:
+        return None
+    return [
+        *_key(item),
+        f"{health.get('active_dims_query', 0):g} / {health.get('active_dims_doc', 0):g}",
+        f"{health.get('empty_share_query', 0):.1%} / {health.get('empty_share_doc', 0):.1%}",
+        f"**yes**: {health['collapsed']}" if health.get("collapsed") else "no",
+    ]
 
 
 def _why_not(model_dir: Path) -> str | None:
@@ -438,6 +462,7 @@ def render(
             "support": _support(init.get("support_histogram", {})),
             "ranking": RANKING_LABELS.get(tune.get("ranking", "infonce"), tune.get("ranking", "")),
             "eval_rows": _eval_rows(own, before, dev, bool(tune)),
+            "health_rows": [row for e in own if (row := _health_row(e)) is not None],
             "export_rows": [_export_row(e) for e in exports or []],
             "licences": licences,
             "licence_name": licence_name,

@@ -60,6 +60,19 @@ class Evaluation(TypedDict, total=False):
     queries: int
     documents: int
     run: str
+    health: Health
+
+
+class Health(TypedDict, total=False):
+    """The health of a model's vectors on one evaluation: mean active dimensions of queries and
+    documents, the shares of empty ones, and why it counts as collapsed ("" when it does not:
+    ``sparse.convergence.query_collapse``)."""
+
+    active_dims_query: float
+    active_dims_doc: float
+    empty_share_query: float
+    empty_share_doc: float
+    collapsed: str
 
 
 class ExportParity(TypedDict, total=False):

@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 import pytrec_eval
 import ray.data
+import torch
 
 from jobs import evaluate
 from sembridge_ray.data.retrieval import load_beir
@@ -299,3 +300,39 @@ def test_a_dataset_whose_splits_have_their_own_corpus_never_serves_one_splits_en
     assert [m["unknown_qrels_docs"] for m in scores] == [0, 0, 0]
     assert scores[1]["cache"]["docs"] is False
     assert scores[1]["nDCG@10"] == scores[2]["nDCG@10"]
+
+
+def test_the_health_figures_count_the_empty_vectors_the_encoder_gives(
+    first_run: tuple[EvaluateConfig, dict], fixtures_root: Path, dataset: Path, tmp_path: Path
+) -> None:
+    """The share of empty query and document vectors, against sentence-transformers' own encoding of
+    the same texts; and a crafted model whose decoder bias silences every term: every vector empty,
+    its queries flagged as collapsed."""
+    from transformers import AutoModelForMaskedLM
+
+    from sembridge_ray.sparse.convergence import query_collapse
+
+    cfg, metrics = first_run
+    data = load_beir(dataset, "test")
+    qids = sorted(q for q in data.qrels if q in data.queries)
+    texts = pa.concat_tables(list(data.corpus.batches(1000))).column(TEXT).to_pylist()
+    model = load_sparse_encoder(str(fixtures_root / "bert-mlm"), max_length=64)
+    queries = model.encode_query([data.queries[q] for q in qids], convert_to_tensor=True).to_dense()
+    model = load_sparse_encoder(str(fixtures_root / "bert-mlm"), max_length=256)
+    docs = model.encode_document(texts, convert_to_tensor=True).to_dense()
+    empty_q = float(((queries > 0).sum(dim=1) == 0).float().mean())
+    empty_d = float(((docs > 0).sum(dim=1) == 0).float().mean())
+    assert metrics["empty_share_query"] == pytest.approx(empty_q)
+    assert metrics["empty_share_doc"] == pytest.approx(empty_d)
+    silent = tmp_path / "silent"
+    shutil.copytree(fixtures_root / "bert-mlm", silent)
+    mlm = AutoModelForMaskedLM.from_pretrained(str(silent))
+    with torch.no_grad():
+        mlm.cls.predictions.bias.fill_(-1e4)
+    mlm.save_pretrained(str(silent))
+    crafted = replace(
+        cfg, model=str(silent), output=str(tmp_path / "out"), cache_dir=str(tmp_path / "cache")
+    )
+    found = run_evaluate(crafted).metrics
+    assert (found["empty_share_query"], found["empty_share_doc"]) == (1.0, 1.0)
+    assert found["mean_active_dims_query"] == 0 and query_collapse(0.0) is not None

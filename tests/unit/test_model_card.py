@@ -608,3 +608,31 @@ def test_an_exports_parity_joins_the_card_beside_its_evaluations(
     before = (loose / CARD).read_bytes()
     assert not record_export(loose, export_parity(_export_report("qdrant", 0.5, True)))
     assert (loose / CARD).read_bytes() == before and not read_exports(loose)
+
+
+def test_the_card_shows_each_evaluations_health_and_flags_a_collapse(
+    quick: dict[str, Path], tmp_path: Path
+) -> None:
+    """Issue 40, 3: beside its scores, the card shows the mean active dimensions and the empty
+    shares of each evaluation, and says which collapsed (queries outside the band)."""
+    from sembridge_ray.model_card import evaluation
+
+    model = tmp_path / "cell" / "init" / "model"
+    shutil.copytree(quick["init"].parent, model.parent)
+    healthy = {"nDCG@10": 0.5, "mean_active_dims_query": 23.4, "mean_active_dims_doc": 86.0}
+    silent = {
+        "nDCG@10": 0.0,
+        "mean_active_dims_query": 2.0,
+        "mean_active_dims_doc": 3.0,
+        "empty_share_query": 0.25,
+        "empty_share_doc": 0.5,
+    }
+    assert record_evaluation(model, evaluation("xquad:ru", "xquad:ru", "test", healthy))
+    assert record_evaluation(model, evaluation("xquad:ru", "xquad:ru", "dev", silent))
+    card = (model / CARD).read_text(encoding="utf-8")
+    assert "### Health of the vectors" in card
+    assert "| xquad:ru | test | 23.4 / 86 | 0.0% / 0.0% | no |" in card
+    assert (
+        "| xquad:ru | dev | 2 / 3 | 25.0% / 50.0% | **yes**: queries fire on 2.0 terms (< 5) |"
+        in card
+    )

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 import traceback
 from dataclasses import replace
 from pathlib import Path
@@ -84,7 +85,14 @@ def check_plan(cfg: ReproduceConfig, planned: Plan) -> None:
         log.warning("--overwrite: %d stages with other settings will be redone", len(changed))
 
 
-def run_stage(stage: Stage, cell: str = "") -> None:
+TIMINGS = "timings.jsonl"
+"""One line per stage a run did (or skipped): its cell, name, job, wall seconds and whether it was
+skipped; ``benchmarks/grid_time.py`` reads where a grid's time went."""
+
+
+def run_stage(stage: Stage, cell: str = "", root: Path | None = None) -> None:
+    """Run one stage (skipped when finished); with ``root``, its wall time is appended to
+    ``root/timings.jsonl``."""
     runner = {
         "init": run_init,
         "finetune": run_finetune,
@@ -92,16 +100,28 @@ def run_stage(stage: Stage, cell: str = "") -> None:
         "bm25": run_bm25,
         "fusion": run_fusion,
     }[stage.job]
+    start = time.perf_counter()
     with progress.stage(log, f"{cell + '/' if cell else ''}{stage.name}") as note:
         result = runner(stage.cfg, stage.inputs)  # type: ignore[operator]
         note["status"] = "skipped (finished before)" if result.skipped else "done"
+    if root is not None:
+        line = {
+            "cell": cell,
+            "stage": stage.name,
+            "job": stage.job,
+            "seconds": round(time.perf_counter() - start, 2),
+            "skipped": bool(result.skipped),
+        }
+        # one short append per stage: whole lines even from cells running as parallel tasks
+        with open(root / TIMINGS, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(line) + "\n")
 
 
 def run_cell(cfg: ReproduceConfig, name: str, stages: list[Stage]) -> CellOutcome:
     """All stages of one cell in order; finished ones are skipped. Rebuilds the results tables after
     each."""
     for stage in stages:
-        run_stage(stage, name)
+        run_stage(stage, name, Path(cfg.output))
         if stage.job == "evaluate" or stage.name == "init":
             refresh(cfg)
     return CellOutcome(cell=name, ok=True)
@@ -141,11 +161,11 @@ def refresh(
     return rows
 
 
-def _guarded_stage(stage: Stage) -> None:
+def _guarded_stage(stage: Stage, root: Path) -> None:
     """A source model's development score, or a BM25 baseline: a reference line, so its failure is
     logged, not fatal (the cells whose fusions read a BM25 run record their own failure)."""
     try:
-        run_stage(stage)
+        run_stage(stage, root=root)
     except Exception as err:  # the cells do not depend on it
         log.error("%s failed (its reference line is not drawn): %s", stage.name, err)
 
@@ -179,11 +199,11 @@ def run_reproduce(cfg: ReproduceConfig) -> ReproduceResult:
         check_plan(cfg, planned)
         write_config(cfg, out / "config.yaml")
         for stage in planned.assets:
-            run_stage(stage)
+            run_stage(stage, root=out)
         for stage in planned.sources:
-            _guarded_stage(stage)
+            _guarded_stage(stage, out)
         for stage in planned.baselines:
-            _guarded_stage(stage)
+            _guarded_stage(stage, out)
         todo = {
             c: s
             for c, s in planned.cells.items()

@@ -41,7 +41,7 @@ from sembridge_ray.outputs import (
 )
 from sembridge_ray.reproduce import cells as cellmod
 from sembridge_ray.reproduce import compare, demo, plots, protocol, results
-from sembridge_ray.reproduce.grid import Plan, plan, xling_asset_names
+from sembridge_ray.reproduce.grid import Plan, plan, require_xling_inputs, xling_asset_names
 from sembridge_ray.reproduce.plan import concurrency
 from sembridge_ray.reproduce.stages import (
     Stage,
@@ -193,6 +193,8 @@ def run_reproduce(cfg: ReproduceConfig) -> ReproduceResult:
         if cfg.assets in ("bundled", "xling"):  # before Ray starts: a refusal costs a second
             names = xling_asset_names(cfg) if cfg.assets == "xling" else None
             demo.check_assets(out / "assets", cfg.demo, cfg.overwrite, names)
+        if cfg.assets == "xling":
+            require_xling_inputs(cfg)
         info = cluster.connect()
         cfg = resolved_precisions(cfg, info.gpus)
         planned = plan(cfg, info.gpus)

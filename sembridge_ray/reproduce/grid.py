@@ -172,6 +172,24 @@ def xling_assets(
     return Assets(models=models, tokenizers=tokenizers, specs=specs, dev=dev, devs=devs)
 
 
+def require_xling_inputs(cfg: ReproduceConfig) -> None:
+    """Refuse, before any work, a cross-lingual grid whose language lacks its XQuAD-format file or
+    whose target tokenizer does not load (one :class:`InputError` naming it): a cell without them
+    could not run, and the grid would have scored its sources first for nothing."""
+    from sembridge_ray.data.registry import dataset_identity
+    from sembridge_ray.sparse.model import load_tokenizer
+
+    named = cfg.named_tokenizers()
+    for lang, tokenizer in cfg.xling_tokenizers().items():
+        spec = xling_specs(cfg, lang)[0]
+        try:
+            dataset_identity(spec)
+        except InputError as err:
+            raise InputError(f"language {lang!r}: {err}") from None
+        if lang in named:  # the bundled ones are built and checked where they are resolved
+            load_tokenizer(bundled.resolve(tokenizer), cfg.init.trust_remote_code)
+
+
 def bm25_stages(cfg: ReproduceConfig, assets: Assets, identify: Identities) -> list[Stage]:
     """BM25 over each language's target tokenizer on each dataset's evaluated split (recorded in
     ``assets.bm25`` for the cells' fusions) and on the language's development set (the sample

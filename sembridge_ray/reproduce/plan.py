@@ -20,7 +20,7 @@ from sembridge_ray.outputs import read_identity
 from sembridge_ray.reproduce import demo
 from sembridge_ray.reproduce.cells import STAGES, Cell, cell_paths, config_cells
 from sembridge_ray.reproduce.figures import BUILT_IN, Figures, plan_figures
-from sembridge_ray.reproduce.grid import Identities
+from sembridge_ray.reproduce.grid import Identities, require_xling_inputs
 from sembridge_ray.reproduce.grid import plan as grid_plan
 
 
@@ -200,6 +200,7 @@ def dry_run(cfg: ReproduceConfig) -> Plan:
         built = f"{cfg.output}/assets/target-bpe (built: byte-level BPE)"
         tokenizers = {DEMO_LANGUAGE: built, **cfg.demo_tokenizers()}  # refuses what the run refuses
     elif cfg.assets == "xling":
+        require_xling_inputs(cfg)  # refuses what the run refuses
         tokenizers = cfg.xling_tokenizers()
     else:
         tokenizers = cfg.tokenizer_per_language()

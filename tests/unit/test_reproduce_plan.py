@@ -920,3 +920,30 @@ def test_bm25_runs_once_per_language_and_every_evaluation_is_fused_with_it(tmp_p
         assert len([s for s in stages if s.job == "fusion"]) == 2
     off = _planned(replace(cfg, bm25=replace(cfg.bm25, enabled=False)), tmp_path / "off")[0]
     assert off.baselines == [] and all(s.job != "fusion" for st in off.cells.values() for s in st)
+
+
+def test_a_cross_lingual_grid_missing_an_input_is_refused_before_any_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fixtures_root: Path
+) -> None:
+    """Issue 42, 7: a language without its XQuAD-format file, or a target tokenizer that is not
+    one, is one line and exit 2 from the dry run and the run alike, before any source is scored."""
+    from tests.conftest import error_lines
+
+    xquad, notatok = tmp_path / "xquad", tmp_path / "not-a-tokenizer"
+    xquad.mkdir()
+    notatok.mkdir()
+    (notatok / "tokenizer.json").write_text("{}")
+    base = ["--preset", "xling", "--methods", "sembridge", "--output", str(tmp_path / "o")]
+    cases = [
+        ([f"xquad_dir={xquad}", "--languages", "ru"], "language 'ru': "),
+        (
+            [f"target_tokenizers=ru={notatok}", "--languages", "ru"],
+            f"cannot load tokenizer '{notatok}'",
+        ),
+    ]
+    for extra, said in cases:
+        for mode in (["--dry-run"], []):
+            assert reproduce.main([*base, *extra, *mode]) == 2
+            (line,) = error_lines(capsys)
+            assert said in line, line
+    assert not (tmp_path / "o" / "sources").exists()

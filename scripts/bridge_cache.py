@@ -104,7 +104,7 @@ def xling(cache_dir: Path, names: tuple[str, ...] | None = None, bridge_model: s
             "sembridge", cfg.weighting, "fp32", bridge, {"vocab": tok}, {"vocab": len(tok)}
         )
         strings, key = side.strings["vocab"], side.keys["vocab"]
-        encode = counted(stages, cfg.bridge_batch_size, name)
+        encode = counted(stages, cfg.bridge_batch_size, f"{name} through {bridge_model}")
         vecs = cached_vectors(cache_dir.expanduser(), key, strings, encode)
         print(f"{name}: {len(vecs)} strings -> {cache_dir / key}", flush=True)
 

@@ -37,6 +37,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "model_card",
         "provenance",
         "bundled",
+        "splade_tiny",
         "bridges",
         "target_tokenizers",
         "export",

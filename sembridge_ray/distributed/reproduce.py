@@ -225,11 +225,7 @@ def run_reproduce(cfg: ReproduceConfig) -> ReproduceResult:
             _run_inline(cfg, items, cells) if width == 1 else _run_tasks(cfg, items, width, cells)
         )
         cells.finish()
-        failures = dict(planned.failures) | {o.cell: o.error for o in outcomes if not o.ok}
-        atomic_write_json(out / "failures.json", failures)
-        for name, error in failures.items():
-            detail = next((o.traceback for o in outcomes if o.cell == name), "")
-            atomic_write_text(out / "cells" / name / "error.txt", error + "\n\n" + detail)
+        failures = _record_failures(out, planned, outcomes)
         refresh(cfg, failures, final=True)
     return ReproduceResult(
         output=str(out),
@@ -237,6 +233,16 @@ def run_reproduce(cfg: ReproduceConfig) -> ReproduceResult:
         ran=len(todo),
         failures=failures,
     )
+
+
+def _record_failures(out: Path, planned: Plan, outcomes: list[CellOutcome]) -> dict[str, str]:
+    """``failures.json`` (cell -> error) and each failed cell's ``error.txt`` (with its traceback)."""
+    failures = dict(planned.failures) | {o.cell: o.error for o in outcomes if not o.ok}
+    atomic_write_json(out / "failures.json", failures)
+    for name, error in failures.items():
+        detail = next((o.traceback for o in outcomes if o.cell == name), "")
+        atomic_write_text(out / "cells" / name / "error.txt", error + "\n\n" + detail)
+    return failures
 
 
 def _run_inline(

@@ -108,6 +108,32 @@ def demo_files(cfg: ReproduceConfig, names: tuple[str, ...] | None = None) -> di
     return demo.build_assets(root, cfg.demo, names)
 
 
+def bundled_assets(
+    cfg: ReproduceConfig, files: dict[str, Path], identify: Identities, result: Plan
+) -> Assets:
+    """The English miniature's cells' inputs, and its source stages (in ``result.assets``): the
+    untrained MiniLM SPLADE trained on the bundled pairs, scored on the SICK retrieval set."""
+    source, source_eval = source_stages(
+        cfg, files["untrained"], files["source_pairs"], files["beir"], identify
+    )
+    result.assets = [source, source_eval]
+    source_model = f"{source.output}/{MODEL}"
+    identify.known[source_model] = f"{source.ref}/{MODEL}"
+    # en-bpe: the bundled BPE built above; any other "language" is another English target
+    # vocabulary named in target_tokenizers (e.g. en-roberta=DIR): the same source and retrieval
+    # set, another segmentation
+    tokenizers = {DEMO_LANGUAGE: str(files["target"]), **cfg.demo_tokenizers()}
+    return Assets(
+        models={DEMO_MODEL: source_model},
+        tokenizers=tokenizers,
+        specs={
+            (DEMO_DATASET, lang): (str(files["beir"]), str(files["sick_train"]))
+            for lang in tokenizers
+        },
+        dev=DevSet(spec=cfg.finetune.eval or str(files["dev"]), split=cfg.finetune.eval_split),
+    )
+
+
 XLING_ASSETS = ("untrained",)
 """What the cross-lingual miniature builds under ``<output>/assets`` when ``minilm-splade`` is one of
 its sources: the untrained MiniLM SPLADE (its retrieval sets and tokenizers are bundled, as is the
@@ -224,26 +250,7 @@ def plan(
     result = Plan()
     identify = identify or Identities()
     if cfg.assets == "bundled":
-        files = files or demo_files(cfg)
-        source, source_eval = source_stages(
-            cfg, files["untrained"], files["source_pairs"], files["beir"], identify
-        )
-        result.assets = [source, source_eval]
-        source_model = f"{source.output}/{MODEL}"
-        identify.known[source_model] = f"{source.ref}/{MODEL}"
-        # en-bpe: the bundled BPE built above; any other "language" is another English target
-        # vocabulary named in target_tokenizers (e.g. en-roberta=DIR): the same source and retrieval
-        # set, another segmentation
-        tokenizers = {DEMO_LANGUAGE: str(files["target"]), **cfg.demo_tokenizers()}
-        assets = Assets(
-            models={DEMO_MODEL: source_model},
-            tokenizers=tokenizers,
-            specs={
-                (DEMO_DATASET, lang): (str(files["beir"]), str(files["sick_train"]))
-                for lang in tokenizers
-            },
-            dev=DevSet(spec=cfg.finetune.eval or str(files["dev"]), split=cfg.finetune.eval_split),
-        )
+        assets = bundled_assets(cfg, files or demo_files(cfg), identify, result)
     elif cfg.assets == "xling":
         files = files or demo_files(cfg, xling_asset_names(cfg))
         assets = xling_assets(cfg, files, identify, result)

@@ -260,19 +260,12 @@ def markdown(
             "| model | method | " + " | ".join(languages) + " | avg |",
             "|---|---|" + "---:|" * (len(languages) + 1),
         ]
-        for (model, method, alpha), scores in sorted(
-            table.items(), key=lambda kv: (kv[0][0], _order(kv[0][1]), kv[0][2])
-        ):
-            means = [
-                sum(scores[lang]) / len(scores[lang]) if scores.get(lang) else math.nan
-                for lang in languages
-            ]
-            done = [v for v in means if not math.isnan(v)]
-            avg = sum(done) / len(done) if len(done) == len(means) else math.nan
-            shown = [_mean_sd(scores[lang]) if scores.get(lang) else "–" for lang in languages]
-            out.append(
-                f"| {model} | {_label(method, alpha)} | " + " | ".join(shown) + f" | {_fmt(avg)} |"
+        out += [
+            _score_row(key, scores, languages)
+            for key, scores in sorted(
+                table.items(), key=lambda kv: (kv[0][0], _order(kv[0][1]), kv[0][2])
             )
+        ]
         out.append("")
     if seeded:
         out += ["Several seeds: mean ± standard deviation over seeds (BM25 has none).", ""]
@@ -284,6 +277,22 @@ def markdown(
             + [""]
         )
     return "\n".join(out)
+
+
+def _score_row(
+    key: tuple[str, str, str], scores: Mapping[str, Sequence[float]], languages: Sequence[str]
+) -> str:
+    """One (model, method, α) row: per language the mean over seeds (± sd), and the average of the
+    means when every language has one."""
+    model, method, alpha = key
+    means = [
+        sum(scores[lang]) / len(scores[lang]) if scores.get(lang) else math.nan
+        for lang in languages
+    ]
+    done = [v for v in means if not math.isnan(v)]
+    avg = sum(done) / len(done) if len(done) == len(means) else math.nan
+    shown = [_mean_sd(scores[lang]) if scores.get(lang) else "–" for lang in languages]
+    return f"| {model} | {_label(method, alpha)} | " + " | ".join(shown) + f" | {_fmt(avg)} |"
 
 
 def health_markdown(

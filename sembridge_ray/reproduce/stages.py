@@ -130,48 +130,57 @@ def cell_stages(
         paths = cell_paths(Path(cfg.output), cell, seed)
         own_init = seed == 0 or cell.init_seeded
         init = _init_stage(cfg, cell, paths, assets, gpus, identify)
-        if own_init:
-            stages.append(init)
+        stages += [init] if own_init else []
         model = f"{init.ref}/{MODEL}"
         for dataset in cfg.datasets:
-            eval_spec, train_spec = assets.specs[(dataset, cell.language)]
-            evaluate = replace(
-                cfg.evaluate,
-                dataset=eval_spec,
-                split=cfg.eval_split,
-                overwrite=cfg.overwrite,
-                cache_dir=str(Path(cfg.output) / "cache" / "eval"),
-                resources=cell_resources(cfg, cfg.evaluate.resources, gpus),
+            zero, tuned = (
+                _evaluation(cfg, cell, paths, assets, gpus, identify, dataset, stage)
+                for stage in STAGES
             )
-            data = identify("dataset", eval_spec)
-            zero = replace(
-                evaluate, model=str(paths.model), output=str(paths.eval(dataset, STAGES[0]))
-            )
-            zero_stage = Stage(
-                name=_named(f"{dataset}/{STAGES[0]}", paths.init_seed),
-                job="evaluate",
-                cfg=zero,
-                inputs={"model": model, "dataset": data},
-            )
+            zero = replace(zero, inputs={**zero.inputs, "model": model})
             if own_init:
-                stages += [zero_stage, *_fusion(cfg, assets, cell, paths, dataset, zero_stage)]
+                stages += [zero, *_fusion(cfg, assets, cell, paths, dataset, zero)]
+            train_spec = assets.specs[(dataset, cell.language)][1]
             finetune = _finetune_stage(
                 cfg, cell, paths, assets, gpus, identify, dataset, train_spec, model
             )
-            tuned = replace(
-                evaluate,
-                model=f"{finetune.output}/{MODEL}",
-                output=str(paths.eval(dataset, STAGES[1])),
-            )
-            tuned_stage = Stage(
-                name=_named(f"{dataset}/{STAGES[1]}", seed),
-                job="evaluate",
-                cfg=tuned,
-                inputs={"model": f"{finetune.ref}/{MODEL}", "dataset": data},
-            )
-            stages += [finetune, tuned_stage]
-            stages += _fusion(cfg, assets, cell, paths, dataset, tuned_stage)
+            tuned_cfg = replace(tuned.cfg, model=f"{finetune.output}/{MODEL}")
+            inputs = {**tuned.inputs, "model": f"{finetune.ref}/{MODEL}"}
+            tuned = replace(tuned, cfg=tuned_cfg, inputs=inputs)
+            stages += [finetune, tuned, *_fusion(cfg, assets, cell, paths, dataset, tuned)]
     return stages
+
+
+def _evaluation(
+    cfg: ReproduceConfig,
+    cell: Cell,
+    paths: CellPaths,
+    assets: Assets,
+    gpus: float,
+    identify: Identify,
+    dataset: str,
+    stage: str,
+) -> Stage:
+    """The evaluation of the cell's model at ``stage`` on ``dataset``'s evaluated split: the init's
+    model for the zero-shot stage (the caller names the fine-tuned one, and both model inputs)."""
+    spec = assets.specs[(dataset, cell.language)][0]
+    evaluate = replace(
+        cfg.evaluate,
+        model=str(paths.model),
+        dataset=spec,
+        split=cfg.eval_split,
+        output=str(paths.eval(dataset, stage)),
+        overwrite=cfg.overwrite,
+        cache_dir=str(Path(cfg.output) / "cache" / "eval"),
+        resources=cell_resources(cfg, cfg.evaluate.resources, gpus),
+    )
+    seed = paths.init_seed if stage == STAGES[0] else paths.seed
+    return Stage(
+        name=_named(f"{dataset}/{stage}", seed),
+        job="evaluate",
+        cfg=evaluate,
+        inputs={"model": "", "dataset": identify("dataset", spec)},
+    )
 
 
 def _named(name: str, seed: int) -> str:

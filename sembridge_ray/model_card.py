@@ -32,6 +32,7 @@ from typing import Any, cast
 
 from sembridge_ray import __version__, catalog
 from sembridge_ray.atomic import TMP_PREFIX, atomic_write_json, atomic_write_text, remove
+from sembridge_ray.embed_init.config import ENTMAX_BRIDGES
 from sembridge_ray.locks import OutputLock, OutputLocked
 from sembridge_ray.manifest import is_complete, read_manifest
 from sembridge_ray.provenance import (
@@ -228,6 +229,7 @@ def _record(
 METHODS = {
     "sembridge": "SemBridge",
     "sembridge_plus": "SemBridge+",
+    "sembridge_x": "SemBridge-X (the project's cross-lingual recipe)",
     "focus": "FOCUS",
     "wechsel": "WECHSEL",
     "omp": "OMP (orthogonal matching pursuit over the shared tokens)",
@@ -428,11 +430,7 @@ def render(
     init, tune = facts.get("init", {}), facts.get("finetune", {})
     own, before, dev = list(scores or []), tune.get("zero_shot", []), tune.get("dev", {})
     code, licences = init.get("language", ""), all_licences(facts)
-    alpha = (
-        f"{init['alpha']:g}"
-        if init.get("method") in ("sembridge", "sembridge_plus") and "alpha" in init
-        else ""
-    )
+    alpha = f"{init['alpha']:g}" if init.get("method") in ENTMAX_BRIDGES and "alpha" in init else ""
     hub, licence_name = combined_licence(licences)
     title = _title(init, tune, alpha)
     train = {

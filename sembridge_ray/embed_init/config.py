@@ -16,15 +16,24 @@ from typing import Any, ClassVar, Literal
 from sembridge_ray.config import Config, require
 
 MethodName = Literal[
-    "sembridge", "sembridge_plus", "focus", "wechsel", "omp", "fvt", "mean", "random"
+    "sembridge",
+    "sembridge_plus",
+    "sembridge_x",
+    "focus",
+    "wechsel",
+    "omp",
+    "fvt",
+    "mean",
+    "random",
 ]
-ENTMAX_BRIDGES: tuple[MethodName, ...] = ("sembridge", "sembridge_plus")
+ENTMAX_BRIDGES: tuple[MethodName, ...] = ("sembridge", "sembridge_plus", "sembridge_x")
 """The methods whose rows are an α-entmax of the bridge cosines (the ones ``adaptive_support``
 applies to)."""
 ANCHOR_CODES: tuple[MethodName, ...] = ("omp",)
 """The methods whose rows are least-squares codes over the anchors, not a mix weighted by cosines
 (no cosine prior: ``position_penalty`` is refused for them)."""
 BridgeSpace = Literal["raw", "center", "abtt", "whiten", "relative"]
+Confidence = Literal["csls", "margin", "cosine"]
 AdaptiveSupport = Literal["off", "fvt", "fixed"]
 
 
@@ -162,6 +171,27 @@ class WeightingConfig(Config):
     E_bridge + random_blend E_random`` (input and untied output rows; the bias stays the bridge's);
     0 = off."""
 
+    norm_scale: float = field(default=0.0, metadata=WHEN_ON)
+    """Gives each bridged row this many times the weighted mean L2 norm of the source rows it mixes
+    (its direction kept): a convex mix is shorter than its parts, and a short row is a term that
+    rarely fires; 0 = off, the mix as it comes (``embed_init.crosslingual``)."""
+    confidence_gate: float = field(default=0.0, metadata=WHEN_ON)
+    """The share of the bridged tokens the bridge is least sure of (``confidence``) that take the
+    random method's row (seeded by ``seed``) and the source's mean bias instead of a mix: a token
+    the bridge cannot place stays a distinct term; 0 = off (``embed_init.crosslingual``)."""
+    confidence: Confidence = field(
+        default="csls",
+        metadata=read(
+            bridge=True,
+            when=lambda w, m: w.confidence_gate > 0,
+            why="it is read with confidence_gate only",
+            report=True,
+        ),
+    )
+    """With ``confidence_gate``: how sure the bridge is of a token: ``csls`` (the best cosine
+    corrected for hubs, Conneau et al. 2018), ``margin`` (the best cosine over the mean of the 10
+    best) or ``cosine`` (the best)."""
+
     def check(self) -> None:
         require(
             math.isfinite(self.alpha) and self.alpha >= 1,
@@ -187,8 +217,9 @@ class WeightingConfig(Config):
         require(
             self.position_penalty >= 0, "position_penalty", self.position_penalty, "must be >= 0"
         )
-        for key in ("fvt_weight", "random_blend"):
+        for key in ("fvt_weight", "random_blend", "confidence_gate"):
             require(0 <= getattr(self, key) <= 1, key, getattr(self, key), "must be in [0, 1]")
+        require(self.norm_scale >= 0, "norm_scale", self.norm_scale, "must be >= 0 (0 = off)")
         require(self.lsq_ridge >= 0, "lsq_ridge", self.lsq_ridge, "must be >= 0 (0 = off)")
 
     def check_method(self, method: MethodName) -> None:

@@ -46,7 +46,8 @@ class InitConfig(Config):
     """Output directory (the model in ``<output>/model``)."""
     method: MethodName = "sembridge"
     """How bridged tokens are initialised: sembridge (the released rule), sembridge_plus (the
-    project's recipe, docs/sembridge-plus.md), or the focus/wechsel/omp/fvt/mean/random baselines
+    project's recipe, docs/sembridge-plus.md), sembridge_x (the project's cross-lingual recipe,
+    docs/xling.md), or the focus/wechsel/omp/fvt/mean/random baselines
     (omp: least-squares codes over the anchors, so its weights may be negative and need not sum to
     1)."""
     bias: Literal["remap", "index", "zero", "frequency"] = "remap"
@@ -71,8 +72,8 @@ class InitConfig(Config):
     the position-aware rule and SemBridge+'s options (``embed_init.config``; each key also without
     ``weighting.``)."""
     seed: int = 0
-    """Seeds the random baseline's rows (and those ``random_blend`` mixes in); read by nothing
-    else."""
+    """Seeds the random baseline's rows (and those ``random_blend`` mixes in, and
+    ``confidence_gate``'s); read by nothing else."""
     samples: int = 50
     """Target tokens shown with their top-3 source tokens (the paper's Table 3)."""
     bridge_batch_size: int = 256
@@ -185,6 +186,13 @@ class InitConfig(Config):
         super().__post_init__()
 
     @property
+    def reads_seed(self) -> bool:
+        """Whether the run draws random rows (the random method's, ``random_blend``'s or
+        ``confidence_gate``'s): its seed shapes them."""
+        rule = self.rule
+        return self.method == "random" or rule.random_blend > 0 or rule.confidence_gate > 0
+
+    @property
     def rule(self) -> WeightingConfig:
         """The weighting section as this run reads it (every option its method does not read at its
         default): what the maths receives, so it cannot read a setting the run's identity leaves
@@ -233,7 +241,7 @@ class InitConfig(Config):
         }
         if not entry.uses_bridge:
             unused |= set(BRIDGE_SETTINGS)
-        if self.method != "random" and not self.weighting.random_blend:
+        if not self.reads_seed:
             unused.add("seed")  # only the random rows are seeded
         # the settings carry the recorded names
         recorded = {self.IDENTITY_NAMES.get(k, k) for k in unused}
@@ -246,7 +254,9 @@ class InitConfig(Config):
             if key in BRIDGE_SETTINGS and not METHODS[self.method].uses_bridge:
                 return f"method {self.method} uses no bridge"
             if key == "seed":
-                return "only the random method's and random_blend's rows are seeded"
+                return (
+                    "only the random rows are seeded (method random, random_blend, confidence_gate)"
+                )
             return super().why_unused(key)
         rule = WeightingConfig.rule(name)
         if rule.methods and self.method not in rule.methods:

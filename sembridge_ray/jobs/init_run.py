@@ -30,6 +30,12 @@ from sembridge_ray.embed_init.combine import (
     weighted_rows,
 )
 from sembridge_ray.embed_init.config import WeightingConfig
+from sembridge_ray.embed_init.crosslingual import (
+    bridge_confidence,
+    drop_rows,
+    least_confident,
+    rescale_to_sources,
+)
 from sembridge_ray.embed_init.methods import method
 from sembridge_ray.embed_init.pipeline import (
     BridgeSide,
@@ -158,6 +164,20 @@ def new_rows(
     # here, not in the actors: the random rows are the random method's, in `rest` order
     if w.random_blend > 0:
         new = _blend_random(new, rest, e_in, e_out, cfg)
+    if w.norm_scale > 0:
+        new = _rescale(new, e_in, e_out, w.norm_scale)
+    if w.confidence_gate > 0:
+        targets = torch.from_numpy(bridge.vectors("target", Path(cfg.cache_dir), stages.encode))
+        sure = bridge_confidence(
+            torch.from_numpy(new_vecs), src_vecs[candidates], targets, w.confidence
+        )
+        gated = least_confident(sure, w.confidence_gate)
+        new = _gate(new, gated, e_in, e_out, bias, cfg.seed)
+        log.info(
+            "confidence gate: %d of %d bridged tokens keep a random row",
+            int(gated.sum()),
+            len(rest),
+        )
     return new
 
 
@@ -257,6 +277,44 @@ def _blend_random(
         else _blend_rows(
             new.outputs, explicit_rows("random", len(rest), e_out, cfg.seed + 1), weight
         ),
+    )
+
+
+def _rescale(new: NewRows, e_in: torch.Tensor, e_out: torch.Tensor | None, scale: float) -> NewRows:
+    """``norm_scale``: each bridged row (inputs, and outputs where untied) at ``scale`` times the
+    weighted mean norm of its sources' rows."""
+    assert new.weights is not None
+    return replace(
+        new,
+        inputs=rescale_to_sources(new.inputs, new.weights, e_in.norm(dim=1), scale),
+        outputs=None
+        if e_out is None or new.outputs is None
+        else rescale_to_sources(new.outputs, new.weights, e_out.norm(dim=1), scale),
+    )
+
+
+def _gate(
+    new: NewRows,
+    gated: torch.Tensor,
+    e_in: torch.Tensor,
+    e_out: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    seed: int,
+) -> NewRows:
+    """``confidence_gate``: the ``gated`` tokens' rows become the random method's (seeded as its
+    rows are, in ``rest`` order), their bias the source's mean (as random init gives them), their
+    weights none (the provenance records no source for them)."""
+    n = len(new.target_ids)
+    return replace(
+        new,
+        weights=None if new.weights is None else drop_rows(new.weights, gated),
+        inputs=torch.where(gated[:, None], explicit_rows("random", n, e_in, seed), new.inputs),
+        outputs=None
+        if e_out is None or new.outputs is None
+        else torch.where(gated[:, None], explicit_rows("random", n, e_out, seed + 1), new.outputs),
+        bias=None
+        if bias is None or new.bias is None
+        else torch.where(gated, bias.double().mean().to(new.bias.dtype), new.bias),
     )
 
 

@@ -122,6 +122,8 @@ def init_harness(fixtures_root: Path, tmp_path_factory: pytest.TempPathFactory) 
             {"bridge_space": "abtt"},
             {"adaptive_support": "fixed"},
             {"bias": "frequency", "bias_text": str(text)},
+            {"norm_scale": 1.5},
+            {"confidence_gate": 0.5},
         ],
         exempt={
             **RAY_AND_RERUNS,

@@ -24,11 +24,12 @@ from pathlib import Path
 from typing import Any, cast
 
 from sembridge_ray.atomic import remove
+from sembridge_ray.bundled import resolve
 from sembridge_ray.data.registry import load_retrieval
 from sembridge_ray.data.retrieval import RetrievalData
 from sembridge_ray.data.schema import ID, TEXT
 from sembridge_ray.distributed import cluster
-from sembridge_ray.distributed.evaluate import encode_corpus, encode_queries
+from sembridge_ray.distributed.evaluate import corpus_key, encode_corpus, encode_queries
 from sembridge_ray.distributed.finetune import checkpoint_model
 from sembridge_ray.distributed.finetune import run_export as run_checkpoint_export
 from sembridge_ray.errors import InputError
@@ -42,7 +43,7 @@ from sembridge_ray.export.base import (
 from sembridge_ray.export.parity import K, exact_topk, parity
 from sembridge_ray.export.report import ExportReport
 from sembridge_ray.export.targets import Target, target
-from sembridge_ray.identity import path_identity, require_unchanged
+from sembridge_ray.identity import Pin, path_identity, pin
 from sembridge_ray.jobs.evaluate import EvaluateConfig
 from sembridge_ray.jobs.export import ExportConfig, ExportResult
 from sembridge_ray.locks import LOCK
@@ -108,6 +109,10 @@ def run_target_export(cfg: ExportConfig) -> ExportResult:
         inputs, named = {"model": model_id, "dataset": data_id}, {"model": model}
     cluster.require_reachable()
     identity = cfg.identity("export", inputs)
+    # what was read is what the identity names: checked before an encoding is cached (the cache is
+    # shared with evaluate's) and before the report (an --overwrite of the model since would put
+    # one model's parity on another's card)
+    pinned = pin(inputs, {**named, "dataset": spec})
     out = Path(cfg.output)
     with claim_output(out, identity, cfg.overwrite) as claim:
         if claim.done:
@@ -121,10 +126,9 @@ def run_target_export(cfg: ExportConfig) -> ExportResult:
             write_checkpoint(work / "model")
             model, model_id = resolve_model(str(work / "model"))
             require_tokenizer(model)
-        report = _export_into(work, found, cfg, model, fingerprint(model_id, data_id), data, qids)
-        # what was read is what the identity names (an --overwrite of the model since would put
-        # one model's parity on another's card)
-        require_unchanged(inputs, {**named, "dataset": spec})
+        key = fingerprint(model_id, data_id)
+        report = _export_into(work, found, cfg, model, key, data, qids, pinned)
+        pinned()
         atomic_write_json(work / REPORT, report)
         if report["passed"]:
             claim.finish(exclude=("cache",))
@@ -155,11 +159,12 @@ def _export_into(
     key: str,
     data: RetrievalData,
     qids: list[str],
+    pinned: Pin,
 ) -> ExportReport:
     """Encode (cached), build the target in ``work``, search it and compare with the exact search:
     the report."""
     start = time.perf_counter()
-    docs, queries = _encoded(cfg, work, model, key, data, qids)
+    docs, queries = _encoded(cfg, work, model, key, data, qids, pinned)
     encoded = time.perf_counter()
     log.info(
         "export: %d documents, %d queries encoded; building %s", len(docs), len(queries), found.name
@@ -232,10 +237,16 @@ def _judged(cfg: ExportConfig) -> tuple[RetrievalData, str, str, list[str]]:
 
 
 def _encoded(
-    cfg: ExportConfig, out: Path, model: str, key: str, data: RetrievalData, qids: list[str]
+    cfg: ExportConfig,
+    out: Path,
+    model: str,
+    key: str,
+    data: RetrievalData,
+    qids: list[str],
+    pinned: Pin,
 ) -> tuple[Vectors, Vectors]:
     """The corpus and the judged queries, encoded as the evaluate job encodes them (and cached under
-    its keys)."""
+    its keys, pinned as it pins them)."""
     eval_cfg = EvaluateConfig(
         model=model,
         dataset=cfg.dataset,
@@ -250,9 +261,10 @@ def _encoded(
         eval_cfg, precision=cluster.resolve_precision(eval_cfg.precision, cfg.resources)
     )
     cache = Path(eval_cfg.cache_dir)
-    docs_dir, _ = encode_corpus(eval_cfg, model, data, key, cache)
+    corpus = corpus_key(key, resolve(cfg.dataset), data.split)
+    docs_dir, _ = encode_corpus(eval_cfg, model, data, corpus, cache, pinned=pinned)
     queries_dir, _ = encode_queries(
-        eval_cfg, model, data, qids, fingerprint(key, data.split), cache
+        eval_cfg, model, data, qids, fingerprint(key, data.split), cache, pinned=pinned
     )
     docs, queries = (Vectors(*read_vectors(parquet_files(d))) for d in (docs_dir, queries_dir))
     return docs, queries

@@ -162,3 +162,30 @@ def test_an_error_while_writing_a_new_directory_names_it_not_its_temporary(tmp_p
         (tmp / "missing" / "file").write_text("x")
     assert err.value.filename == str(out) and ".tmp-" not in str(err.value)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "kept", [[], ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]], ids=["empty", "specials-only"]
+)
+def test_a_target_tokenizer_without_a_vocabulary_is_refused(
+    fixtures_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], kept: list[str]
+) -> None:
+    """Its added special tokens make it load as a "5-token" tokenizer; the model made for it was
+    marked complete and failed at every encoding (issue 42, point 2)."""
+    import json
+
+    from transformers import AutoTokenizer
+
+    tok = tmp_path / "tok"
+    shutil.copytree(fixtures_root / "tok-wordpiece", tok)
+    spec = json.loads((tok / "tokenizer.json").read_text(encoding="utf-8"))
+    spec["model"]["vocab"] = {t: i for i, t in enumerate(kept)}
+    (tok / "tokenizer.json").write_text(json.dumps(spec), encoding="utf-8")
+    assert len(AutoTokenizer.from_pretrained(str(tok))) == 5  # it loads
+    out = tmp_path / "out"
+    argv = ["--model", str(fixtures_root / "bert-mlm"), "--target-tokenizer", str(tok)]
+    argv += ["--bridge-model", str(fixtures_root / "bridge"), "--output", str(out)]
+    assert init_embeddings.main([*argv, f"cache_dir={tmp_path / 'c'}"]) == 2
+    line = _one_error(capsys)
+    assert f"target tokenizer {str(tok)!r}" in line and "special" in line, line
+    assert not out.exists()

@@ -46,7 +46,13 @@ from sembridge_ray.errors import InputError
 from sembridge_ray.identity import InputChanged, Pin, RunIdentity, pin, require_unchanged
 from sembridge_ray.jobs.evaluate import EvaluateConfig, EvaluateResult
 from sembridge_ray.model_card import evaluation, record_evaluation
-from sembridge_ray.outputs import atomic_path, atomic_write_json, atomic_write_text, claim_output
+from sembridge_ray.outputs import (
+    atomic_path,
+    atomic_write_json,
+    atomic_write_text,
+    claim_output,
+    require_apart,
+)
 from sembridge_ray.progress import Progress, duration
 from sembridge_ray.retrieval.index import PAD, Shard, TopK, build_shard, rank_ids, shard_bounds
 from sembridge_ray.retrieval.metrics import (
@@ -91,6 +97,7 @@ def run_evaluate(cfg: EvaluateConfig, inputs: dict[str, str] | None = None) -> E
         resolve_dataset(cfg.dataset),
     )
     data = _judged_split(cfg, spec)
+    require_apart(Path(cfg.output), {"model": model, "dataset": spec})
     identity = cfg.identity("evaluate", inputs or {"model": model_id, "dataset": data_id})
     # what was loaded is what the identity names: checked before an encoding is cached and before
     # _SUCCESS

@@ -38,6 +38,7 @@ from sembridge_ray.export.base import (
     require_package,
     require_reachable,
     require_tokenizer,
+    server_errors,
     size_on_disk,
 )
 from sembridge_ray.export.parity import K, exact_topk, parity
@@ -49,7 +50,7 @@ from sembridge_ray.jobs.export import ExportConfig, ExportResult
 from sembridge_ray.locks import LOCK
 from sembridge_ray.manifest import IDENTITY
 from sembridge_ray.model_card import record_export
-from sembridge_ray.outputs import atomic_write_json, claim_output
+from sembridge_ray.outputs import atomic_write_json, claim_output, require_apart
 from sembridge_ray.provenance import ExportParity
 from sembridge_ray.retrieval.sources import resolve_dataset, resolve_model
 from sembridge_ray.retrieval.store import fingerprint, parquet_files, read_vectors
@@ -77,7 +78,7 @@ def check_target(cfg: ExportConfig) -> Target:
             raise InputError(
                 f"--url: target {found.name!r} has no server to push to (it is embedded)"
             )
-        require_reachable(cfg.url)
+        require_reachable(cfg.url, found.schemes)
     return found
 
 
@@ -107,12 +108,16 @@ def run_target_export(cfg: ExportConfig) -> ExportResult:
         model, model_id = resolve_model(cfg.model)
         require_tokenizer(model)
         inputs, named = {"model": model_id, "dataset": data_id}, {"model": model}
+    read = {**named, "dataset": spec}
+    require_apart(Path(cfg.output), read)
+    if cfg.cache_dir:
+        require_apart(Path(cfg.cache_dir), read, "cache_dir")
     cluster.require_reachable()
     identity = cfg.identity("export", inputs)
     # what was read is what the identity names: checked before an encoding is cached (the cache is
     # shared with evaluate's) and before the report (an --overwrite of the model since would put
     # one model's parity on another's card)
-    pinned = pin(inputs, {**named, "dataset": spec})
+    pinned = pin(inputs, read)
     out = Path(cfg.output)
     with claim_output(out, identity, cfg.overwrite) as claim:
         if claim.done:
@@ -293,21 +298,23 @@ def build_and_search(
     its files."""
     if found.kind == "engine":
         adapter: Any = found.adapter()
-        engine, details = adapter.build(out, docs, cfg.url)
-        try:
-            return engine.search(queries, K), details, out / adapter.LOCATION
-        finally:
-            engine.close()
+        with server_errors(cfg.url, found.schemes):
+            engine, details = adapter.build(out, docs, cfg.url)
+            try:
+                return engine.search(queries, K), details, out / adapter.LOCATION
+            finally:
+                engine.close()
     if found.kind == "files":
         from sembridge_ray.export import lucene
 
         width = max(
             tokenizer_size, max(int(v.rows.indices.max(initial=-1)) + 1 for v in (docs, queries))
         )
-        files, details = lucene.build(
-            out, found.name, docs, queries, vocabulary(model, width), K, cfg.url
-        )
-        return files.search(queries, K), details, out / found.name
+        with server_errors(cfg.url, found.schemes):
+            files, details = lucene.build(
+                out, found.name, docs, queries, vocabulary(model, width), K, cfg.url
+            )
+            return files.search(queries, K), details, out / found.name
     texts = {
         d: t
         for batch in data.corpus.batches(10_000)

@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import socket
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -13,7 +14,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from sembridge_ray.errors import InputError
+from sembridge_ray.errors import InputError, environment_errno
 from sembridge_ray.retrieval.index import SparseBatch
 
 
@@ -83,18 +84,63 @@ def require_package(module: str, package: str, target: str) -> None:
         )
 
 
-def require_reachable(url: str, timeout: float = 3.0) -> None:
-    """InputError naming ``url`` unless a TCP connection to its host and port opens (before any
-    encoding)."""
-    parts = urlsplit(url if "://" in url else f"http://{url}")
-    if not parts.hostname:
-        raise InputError(f"--url {url!r}: not a URL (http://host:port)")
-    port = parts.port or (443 if parts.scheme == "https" else 80)
+def require_reachable(
+    url: str, schemes: Sequence[str] = ("http", "https"), timeout: float = 3.0
+) -> None:
+    """InputError naming ``url`` unless it is a URL of one of ``schemes`` (the target's client
+    takes no other: a typo would fail only after the encoding) and a TCP connection to its host and
+    port opens (before any encoding)."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:  # a port that is not a number
+        port = 0
+    if parts.scheme.lower() not in schemes or not parts.hostname or not port:
+        forms = " or ".join(f"{scheme}://host:port" for scheme in schemes)
+        raise InputError(f"--url {url!r}: not a URL this target takes ({forms})")
     try:
         with socket.create_connection((parts.hostname, port), timeout=timeout):
             pass
     except OSError as err:
         raise InputError(f"--url {url!r}: unreachable ({err.strerror or err})") from None
+
+
+CLIENT_MODULES = ("qdrant_client", "pymilvus", "grpc", "httpx", "httpcore", "urllib3", "http")
+"""Where the errors of the engines' clients and their transports come from."""
+
+
+@contextlib.contextmanager
+def server_errors(url: str, schemes: Sequence[str] = ("http", "https")) -> Iterator[None]:
+    """A failure of the server at ``url`` while it is written or searched (it stopped answering
+    since the check, or answers as something else) as one InputError naming it; errors of this
+    machine (a full disk) and of the code itself pass unchanged, and without ``url`` everything
+    does."""
+    try:
+        yield
+    except InputError:
+        raise
+    except Exception as err:
+        if not url or environment_errno(err) is not None or not _from_client(err):
+            raise
+        require_reachable(url, schemes)  # gone since the check: "unreachable"
+        first = (str(err).strip().splitlines() or [""])[0][:300]
+        raise InputError(
+            f"--url {url!r}: the server failed ({type(err).__name__}: {first})"
+        ) from err
+
+
+def _from_client(err: BaseException) -> bool:
+    """Whether ``err``, or what it wraps, is a connection error or comes from an engine's client."""
+    seen: set[int] = set()
+    current: BaseException | None = err
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError):  # refused, reset, timed out, a URLError
+            return True
+        if type(current).__module__.split(".")[0] in CLIENT_MODULES:
+            return True
+        current = current.__cause__ or current.__context__
+    return False
 
 
 TOKENIZER_FILES = (

@@ -7,6 +7,7 @@ URI (the collection is replaced)."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -53,10 +54,28 @@ class MilvusEngine:
 
 
 def build(out: Path, docs: Vectors, url: str = "") -> tuple[MilvusEngine, dict[str, Any]]:
-    from pymilvus import DataType, MilvusClient
+    from pymilvus import MilvusClient
 
     uri = url or str(out / LOCATION)
-    client = MilvusClient(uri)
+    engine = MilvusEngine(MilvusClient(uri), "" if url else uri)
+    try:
+        _fill(engine.client, docs)
+    except BaseException:  # the embedded server stopped, its file closed, before the error goes up
+        with contextlib.suppress(Exception):  # the error that stopped the build is the one to see
+            engine.close()
+        raise
+    return engine, {
+        "collection": COLLECTION,
+        "vector": FIELD,
+        "id_field": DOC_ID,
+        "uri": url or LOCATION,  # under the output: the report names no absolute path
+    }
+
+
+def _fill(client: Any, docs: Vectors) -> None:
+    """A fresh collection of ``docs`` (one replaced if there), indexed and flushed."""
+    from pymilvus import DataType
+
     if client.has_collection(COLLECTION):
         client.drop_collection(COLLECTION)
     schema = client.create_schema(auto_id=False)
@@ -79,9 +98,3 @@ def build(out: Path, docs: Vectors, url: str = "") -> tuple[MilvusEngine, dict[s
             rows.append({PK: i, DOC_ID: docs.ids[i], FIELD: sparse})
         client.insert(COLLECTION, rows)
     client.flush(COLLECTION)
-    return MilvusEngine(client, "" if url else uri), {
-        "collection": COLLECTION,
-        "vector": FIELD,
-        "id_field": DOC_ID,
-        "uri": url or LOCATION,  # under the output: the report names no absolute path
-    }

@@ -8,6 +8,7 @@ later ``QdrantClient(path=...)`` opens; ``url``: a Qdrant server (the collection
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -52,9 +53,26 @@ def connect(out: Path, url: str = "") -> Any:
 def build(out: Path, docs: Vectors, url: str = "") -> tuple[QdrantEngine, dict[str, Any]]:
     """Index ``docs`` into a fresh collection; returns the engine and what the report says about
     it."""
+    engine = QdrantEngine(connect(out, url))
+    try:
+        _fill(engine.client, docs)
+    except BaseException:  # the local mode's lock on its folder released before the error goes up
+        with contextlib.suppress(Exception):  # the error that stopped the build is the one to see
+            engine.close()
+        raise
+    where = url or LOCATION  # under the output: the report names no absolute path
+    return engine, {
+        "collection": COLLECTION,
+        "vector": FIELD,
+        "payload_id": DOC_ID,
+        "location": where,
+    }
+
+
+def _fill(client: Any, docs: Vectors) -> None:
+    """A fresh collection of ``docs`` (one replaced if there)."""
     from qdrant_client import models
 
-    client = connect(out, url)
     if client.collection_exists(COLLECTION):
         client.delete_collection(COLLECTION)
     client.create_collection(
@@ -69,10 +87,3 @@ def build(out: Path, docs: Vectors, url: str = "") -> tuple[QdrantEngine, dict[s
                 models.PointStruct(id=i, vector={FIELD: vector}, payload={DOC_ID: docs.ids[i]})
             )
         client.upsert(COLLECTION, points=points, wait=True)
-    where = url or LOCATION  # under the output: the report names no absolute path
-    return QdrantEngine(client), {
-        "collection": COLLECTION,
-        "vector": FIELD,
-        "payload_id": DOC_ID,
-        "location": where,
-    }

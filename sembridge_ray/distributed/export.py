@@ -238,7 +238,31 @@ def _judged(cfg: ExportConfig) -> tuple[RetrievalData, str, str, list[str]]:
         raise InputError(
             f"dataset {cfg.dataset!r}: split {data.split!r} has no judged query with a text"
         )
+    _require_relevant_in_corpus(cfg.dataset, data, qids)
     return data, spec, data_id, qids
+
+
+def _require_relevant_in_corpus(dataset: str, data: RetrievalData, qids: list[str]) -> None:
+    """Refused when no document judged relevant (grade > 0) to the queries is in the corpus: nDCG@10
+    would be 0 for any ranking, and a target held to an nDCG tolerance would pass whatever it
+    returned. Some of them missing: a warning (both runs count them as never found)."""
+    relevant = {d for q in qids for d, grade in data.qrels[q].items() if grade > 0}
+    corpus = {d for batch in data.corpus.batches(100_000) for d in batch.column(ID).to_pylist()}
+    missing = relevant - corpus
+    if len(missing) == len(relevant):
+        why = f"none of the {len(relevant)} is in the corpus" if relevant else "every grade is 0"
+        raise InputError(
+            f"dataset {dataset!r}: split {data.split!r}: no document judged relevant to its "
+            f"{len(qids)} queries to score them with ({why}): nDCG@10 would be 0 whatever the "
+            "target returned"
+        )
+    if missing:
+        log.warning(
+            "%d of the %d documents judged relevant are not in the corpus: nDCG@10 counts them as "
+            "never found (the exact search's and the target's alike)",
+            len(missing),
+            len(relevant),
+        )
 
 
 def _encoded(

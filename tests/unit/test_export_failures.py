@@ -288,3 +288,76 @@ def test_a_milvus_lite_export_prints_no_traceback(
             "Exception calling application: Method not implemented!"
         )
     assert "NotImplementedError" in capsys.readouterr().err
+
+
+def _with_qrels(sick: Path, root: Path, rows: Callable[[str, str, str], str]) -> Path:
+    """A copy of ``sick`` whose test qrels are ``rows(query, document, grade)`` of its own."""
+    copy = root / "dataset"
+    shutil.copytree(sick, copy)
+    qrels = copy / "qrels" / "test.tsv"
+    head, *lines = qrels.read_text(encoding="utf-8").splitlines()
+    qrels.write_text(
+        "\n".join([head, *(rows(*line.split("\t")) for line in lines)]) + "\n", encoding="utf-8"
+    )
+    return copy
+
+
+@pytest.mark.parametrize(
+    ("rows", "said"),
+    [
+        (lambda q, d, g: f"{q}\tnot-{d}\t{g}", "none of the "),
+        (lambda q, d, g: f"{q}\t{d}\t0", "every grade is 0"),
+    ],
+    ids=["not-in-corpus", "all-zero"],
+)
+def test_judgements_that_cannot_score_any_ranking_are_refused_before_encoding(
+    rows: Callable[[str, str, str], str],
+    said: str,
+    fixtures_root: Path,
+    sick: Path,
+    tmp_path: Path,
+    encoded_at_random: list[Callable[[], None]],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The export reported nDCG 0.0 for both runs, ``passed: true`` and no warning (issue 42,
+    point 10)."""
+
+    def not_reached() -> None:
+        raise AssertionError("encoded")
+
+    encoded_at_random.append(not_reached)
+    dataset = _with_qrels(sick, tmp_path, rows)
+    out = tmp_path / "out"
+    assert _export(fixtures_root / "bert-mlm", dataset, out, "--target", "opensearch") == 2
+    line = _one_line(capsys)
+    assert "no document judged relevant" in line and said in line, line
+    assert not out.exists()
+
+
+def test_relevant_documents_missing_from_the_corpus_are_counted_in_a_warning(
+    fixtures_root: Path,
+    sick: Path,
+    tmp_path: Path,
+    encoded_at_random: list[Callable[[], None]],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import json
+
+    lines = iter(range(10**6))
+    dataset = _with_qrels(
+        sick, tmp_path, lambda q, d, g: f"{q}\t{d if next(lines) % 2 else 'gone-' + d}\t{g}"
+    )
+    # the oracle: the BEIR files as they are, read by hand
+    texts = {
+        row["_id"]
+        for row in map(json.loads, (dataset / "queries.jsonl").read_text().splitlines())
+        if row["text"].strip()
+    }
+    corpus = {json.loads(row)["_id"] for row in (dataset / "corpus.jsonl").read_text().splitlines()}
+    qrels = [r.split("\t") for r in (dataset / "qrels/test.tsv").read_text().splitlines()[1:]]
+    relevant = {d for q, d, g in qrels if q in texts and int(g) > 0}
+    assert 0 < len(relevant - corpus) < len(relevant)
+    out = tmp_path / "out"
+    assert _export(fixtures_root / "bert-mlm", dataset, out, "--target", "opensearch") == 0
+    warned = f"{len(relevant - corpus)} of the {len(relevant)} documents judged relevant are not"
+    assert warned in capsys.readouterr().err

@@ -189,3 +189,19 @@ def test_a_target_tokenizer_without_a_vocabulary_is_refused(
     line = _one_error(capsys)
     assert f"target tokenizer {str(tok)!r}" in line and "special" in line, line
     assert not out.exists()
+
+
+def test_an_evaluation_written_inside_the_model_it_scores_is_refused(
+    fixtures_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], sick_beir: Path
+) -> None:
+    """Its run files would change the model's identity, and the evaluation would then fail saying
+    the model changed, at every rerun (issue 42, point 9, as for the export)."""
+    from sembridge_ray.identity import path_identity
+
+    model = tmp_path / "model"
+    shutil.copytree(fixtures_root / "bert-mlm", model)
+    before = path_identity(model)
+    argv = ["--model", str(model), "--dataset", str(sick_beir), "--output", str(model / "eval")]
+    assert evaluate.main(argv) == 2
+    assert f"output {model / 'eval'} is inside the model {model}" in _one_error(capsys)
+    assert not (model / "eval").exists() and path_identity(model) == before

@@ -205,3 +205,19 @@ def test_an_evaluation_written_inside_the_model_it_scores_is_refused(
     assert evaluate.main(argv) == 2
     assert f"output {model / 'eval'} is inside the model {model}" in _one_error(capsys)
     assert not (model / "eval").exists() and path_identity(model) == before
+
+
+def test_a_tokenizer_json_that_is_not_a_tokenizer_is_named(
+    fixtures_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It said ``cannot load tokenizer ...: 'added_tokens'`` (issue 42, point 11)."""
+    tok = tmp_path / "tok"
+    shutil.copytree(fixtures_root / "tok-wordpiece", tok)
+    (tok / "tokenizer.json").write_text('{"vocab_size": 5, "model_type": "bert"}\n')
+    out = tmp_path / "out"
+    argv = ["--model", str(fixtures_root / "bert-mlm"), "--target-tokenizer", str(tok)]
+    argv += ["--bridge-model", str(fixtures_root / "bridge"), "--output", str(out)]
+    assert init_embeddings.main([*argv, f"cache_dir={tmp_path / 'c'}"]) == 2
+    line = _one_error(capsys)
+    assert f"cannot load tokenizer {str(tok)!r}: tokenizer.json is not a tokenizer file" in line
+    assert "(the tokenizers library: " in line and not out.exists()

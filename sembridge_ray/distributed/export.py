@@ -51,6 +51,7 @@ from sembridge_ray.locks import LOCK
 from sembridge_ray.manifest import IDENTITY
 from sembridge_ray.model_card import record_export
 from sembridge_ray.outputs import atomic_write_json, claim_output, require_apart
+from sembridge_ray.progress import Progress, duration
 from sembridge_ray.provenance import ExportParity
 from sembridge_ray.retrieval.sources import resolve_dataset, resolve_model
 from sembridge_ray.retrieval.store import fingerprint, parquet_files, read_vectors
@@ -109,9 +110,7 @@ def run_target_export(cfg: ExportConfig) -> ExportResult:
         require_tokenizer(model)
         inputs, named = {"model": model_id, "dataset": data_id}, {"model": model}
     read = {**named, "dataset": spec}
-    require_apart(Path(cfg.output), read)
-    if cfg.cache_dir:
-        require_apart(Path(cfg.cache_dir), read, "cache_dir")
+    _require_writes_apart(cfg, read)
     cluster.require_reachable()
     identity = cfg.identity("export", inputs)
     # what was read is what the identity names: checked before an encoding is cached (the cache is
@@ -140,12 +139,23 @@ def run_target_export(cfg: ExportConfig) -> ExportResult:
     if not cfg.checkpoint:
         _to_card(model, report)
     if not report["passed"]:
-        raise InputError(
-            f"target {found.name!r} lost more than its tolerance {found.tolerance()}: overlap@10 "
-            f"{report['overlap@10']}, identical up to ties {report['identical_up_to_ties']}, nDCG@10 "
-            f"{report['ndcg@10_target']} vs {report['ndcg@10_exact']} exact ({work / REPORT})"
-        )
+        raise _outside_tolerance(found, report, work / REPORT)
     return ExportResult(output=str(out), target=found.name, report=report)
+
+
+def _require_writes_apart(cfg: ExportConfig, read: dict[str, str]) -> None:
+    """The output and the encode cache are neither inside nor around what the export reads."""
+    require_apart(Path(cfg.output), read)
+    if cfg.cache_dir:
+        require_apart(Path(cfg.cache_dir), read, "cache_dir")
+
+
+def _outside_tolerance(found: Target, report: ExportReport, where: Path) -> InputError:
+    return InputError(
+        f"target {found.name!r} lost more than its tolerance {found.tolerance()}: overlap@10 "
+        f"{report['overlap@10']}, identical up to ties {report['identical_up_to_ties']}, nDCG@10 "
+        f"{report['ndcg@10_target']} vs {report['ndcg@10_exact']} exact ({where})"
+    )
 
 
 def _clear_unfinished(work: Path) -> None:
@@ -323,11 +333,8 @@ def build_and_search(
     if found.kind == "engine":
         adapter: Any = found.adapter()
         with server_errors(cfg.url, found.schemes):
-            engine, details = adapter.build(out, docs, cfg.url)
-            try:
-                return engine.search(queries, K), details, out / adapter.LOCATION
-            finally:
-                engine.close()
+            hits, details = _engine_hits(found.name, adapter, out, docs, queries, cfg.url)
+            return hits, details, out / adapter.LOCATION
     if found.kind == "files":
         from sembridge_ray.export import lucene
 
@@ -335,10 +342,18 @@ def build_and_search(
             tokenizer_size, max(int(v.rows.indices.max(initial=-1)) + 1 for v in (docs, queries))
         )
         with server_errors(cfg.url, found.schemes):
-            files, details = lucene.build(
-                out, found.name, docs, queries, vocabulary(model, width), K, cfg.url
-            )
-            return files.search(queries, K), details, out / found.name
+            doing = "uploading" if cfg.url else "writing the files"
+            sent = Progress(log, f"{found.name}: {doing}", len(docs), "documents")
+            with sent.watch():
+                files, details = lucene.build(
+                    out, found.name, docs, queries, vocabulary(model, width), K, cfg.url, sent.add
+                )
+            sent.finish()
+            searched = Progress(log, f"{found.name}: searching", len(queries), "queries")
+            with searched.watch():
+                hits = files.search(queries, K, tally=searched.add)
+            searched.finish()
+            return hits, details, out / found.name
     texts = {
         d: t
         for batch in data.corpus.batches(10_000)
@@ -347,6 +362,60 @@ def build_and_search(
     if found.kind == "variant":
         return _doc_only(cfg, out, model, docs, queries, data, texts, tokenizer_size)
     return _onnx(found, cfg, out, model, docs, queries, data, texts)
+
+
+NOTICE_S = 60.0
+"""An embedded engine expected to take longer than this (build and search) says so, and why, before
+it starts."""
+
+
+def _engine_hits(
+    name: str, adapter: Any, out: Path, docs: Vectors, queries: Vectors, url: str
+) -> tuple[list[list[str]], dict[str, Any]]:
+    """Build the engine and search it, with progress lines (done / total, ETA) at least every
+    :data:`~sembridge_ray.progress.EVERY_S` seconds, after a line saying how long an embedded
+    engine will take when its measured rates (the adapter's ``RATES``) make that long."""
+    rates = None if url else getattr(adapter, "RATES", None)
+    build_s: float | None = None
+    search_s: float | None = None
+    if rates is not None:
+        build_s, search_s = rates.seconds(docs, queries)
+        _notice_slow(name, adapter.WHY_SLOW, docs, queries, build_s, search_s)
+    built = Progress(log, f"{name}: indexing", len(docs), "documents", expected_s=build_s)
+    with built.watch():
+        engine, details = adapter.build(out, docs, url, tally=built.add)
+    built.finish()
+    try:
+        searched = Progress(log, f"{name}: searching", len(queries), "queries", expected_s=search_s)
+        with searched.watch():
+            hits = engine.search(queries, K, tally=searched.add)
+        searched.finish()
+    finally:
+        engine.close()
+    return hits, details
+
+
+def _notice_slow(
+    name: str, why: str, docs: Vectors, queries: Vectors, build_s: float, search_s: float
+) -> None:
+    """One line, before a build its measured rates expect to take longer than :data:`NOTICE_S`:
+    how long and why."""
+    if build_s + search_s <= NOTICE_S:
+        return
+    log.warning(
+        "%s will take about %s here (%s to build, %s to search): %s documents of %s postings each, "
+        "%s queries of %s, at the rates measured for it; %s (a server through --url, or "
+        "--target pisa, is much faster)",
+        name,
+        duration(build_s + search_s),
+        duration(build_s),
+        duration(search_s),
+        f"{len(docs):,}",
+        f"{docs.postings / max(len(docs), 1):,.0f}",
+        f"{len(queries):,}",
+        f"{queries.postings / max(len(queries), 1):,.0f}",
+        why,
+    )
 
 
 def _doc_only(
@@ -390,10 +459,11 @@ def _onnx(
     folder = out / "onnx"
     details = onnx.export(model, folder, found.name, cfg.max_query_length, cfg.max_doc_length)
     encoder = onnx.OnnxSparseEncoder(folder, threads=cfg.resources.threads_per_worker)
-    onnx_docs = Vectors.from_rows(
-        docs.ids, *encoder.encode([texts[d] for d in docs.ids], "document")
-    )
-    onnx_queries = Vectors.from_rows(
-        queries.ids, *encoder.encode([data.queries[q] for q in queries.ids], "query")
-    )
-    return exact_topk(onnx_docs, onnx_queries, K), details, folder
+    encoded = []
+    for role, vectors, text in (("document", docs, texts), ("query", queries, data.queries)):
+        progress = Progress(log, f"{found.name}: encoding {role}s", len(vectors), "texts")
+        with progress.watch():
+            rows = encoder.encode([text[i] for i in vectors.ids], role, tally=progress.add)
+        progress.finish()
+        encoded.append(Vectors.from_rows(vectors.ids, *rows))
+    return exact_topk(encoded[0], encoded[1], K), details, folder

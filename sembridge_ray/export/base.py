@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import socket
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -67,13 +67,46 @@ class Vectors:
 Hits = list[list[str]]
 """Per query, the document ids a target returned, best first."""
 
+Tally = Callable[[int], None]
+"""Told how many more documents (a build, an upload) or queries (a search) are done: the job's
+progress lines (:class:`sembridge_ray.progress.Progress`'s ``add``)."""
+
+
+def untallied(count: int) -> None:
+    """No progress kept (a target used outside the job)."""
+
 
 class Engine(Protocol):
     """An index built by a target, searchable for the parity check."""
 
-    def search(self, queries: Vectors, k: int) -> Hits: ...
+    def search(self, queries: Vectors, k: int, tally: Tally = untallied) -> Hits: ...
 
     def close(self) -> None: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rates:
+    """How fast an embedded engine builds and searches on the project's 2-CPU machine, measured by
+    ``benchmarks/export_rates.py`` (each adapter says when), as a cost model of the vectors'
+    density: building ``n`` documents of ``p`` postings each takes ``n * (per_doc + per_posting *
+    p ** exponent)`` seconds; searching them with ``q`` queries of ``p_q`` postings each takes ``q *
+    n * (per_pair + per_merged * (p + p_q))`` (an engine that scores every document against every
+    query walks both posting lists of each pair)."""
+
+    build_s_per_doc: float = 0.0
+    build_s_per_posting: float = 0.0
+    build_exponent: float = 1.0
+    """Above 1 where a document's cost grows faster than its postings (Seismic's summaries)."""
+    search_s_per_pair: float = 0.0
+    search_s_per_merged: float = 0.0
+
+    def seconds(self, docs: Vectors, queries: Vectors) -> tuple[float, float]:
+        """(build, search) seconds expected for ``docs`` and ``queries``."""
+        n, q = len(docs), len(queries)
+        p, p_q = docs.postings / max(n, 1), queries.postings / max(q, 1)
+        build = n * (self.build_s_per_doc + self.build_s_per_posting * p**self.build_exponent)
+        search = q * n * (self.search_s_per_pair + self.search_s_per_merged * (p + p_q))
+        return build, search
 
 
 def require_package(module: str, package: str, target: str) -> None:

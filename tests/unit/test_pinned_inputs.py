@@ -123,3 +123,37 @@ def test_every_job_that_fills_the_encode_cache_pins_what_it_read() -> None:
     for module, nodes in calls.items():
         for node in nodes:
             assert any(k.arg == "pinned" for k in node.keywords), (module, node.lineno)
+
+
+class _Keyed(Exception):
+    pass
+
+
+@pytest.mark.parametrize(("spec", "per_split"), [("xquad:en", True), ("sick", False)])
+def test_the_export_keys_a_corpus_encoding_as_evaluate_does(
+    spec: str, per_split: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """XQuAD's splits have corpora of their own: the export keyed every split's corpus alike, so a
+    second split was served the first one's documents."""
+    from types import SimpleNamespace
+
+    from sembridge_ray.distributed import export as driver
+    from sembridge_ray.jobs.export import ExportConfig
+    from sembridge_ray.retrieval.store import fingerprint
+
+    def keyed(cfg: object, model: str, data: object, key: str, *args: object, **kw: object) -> None:
+        raise _Keyed(key)
+
+    monkeypatch.setattr(driver, "encode_corpus", keyed)
+    keys = {}
+    for split in ("dev", "test"):
+        cfg = ExportConfig(
+            target="qdrant", model="m", dataset=spec, output=str(tmp_path), split=split
+        )
+        data = SimpleNamespace(split=split)
+        with pytest.raises(_Keyed) as found:
+            driver._encoded(cfg, tmp_path, "m", "k", data, [], lambda: None)  # type: ignore[arg-type]
+        keys[split] = str(found.value)
+    assert keys == (
+        {s: fingerprint("k", s) for s in keys} if per_split else dict.fromkeys(keys, "k")
+    )

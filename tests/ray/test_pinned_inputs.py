@@ -113,14 +113,18 @@ def test_a_model_replaced_while_it_trains_fails_the_fine_tuning_unfinished(
 ) -> None:
     a = init_output(fixtures_root, tmp_path / "a", tmp_path / "bridge-cache")
     b = init_output(fixtures_root, tmp_path / "b", tmp_path / "bridge-cache", alpha=2.0)
-    real = finetune_driver._fit
 
-    def swapped_while_training(*args: Any, **kwargs: Any) -> Any:
-        result = real(*args, **kwargs)  # the workers loaded a's model and trained it
-        overwrite_swap(a, b)  # and an --overwrite replaced it meanwhile
-        return result
+    def swapped_after(real: Callable[..., Any]) -> Callable[..., Any]:
+        def swapped_while_training(*args: Any, **kwargs: Any) -> Any:
+            result = real(*args, **kwargs)  # the workers loaded a's model and trained it
+            overwrite_swap(a, b)  # and an --overwrite replaced it meanwhile
+            return result
 
-    monkeypatch.setattr(finetune_driver, "_fit", swapped_while_training)
+        return swapped_while_training
+
+    # Ray Train's workers, or (one CPU worker on one node) the driver itself
+    for fit in ("_fit", "_fit_here"):
+        monkeypatch.setattr(finetune_driver, fit, swapped_after(getattr(finetune_driver, fit)))
     cfg = FinetuneConfig(
         model=str(a / "model"),
         train=str(sick_beir),

@@ -40,7 +40,7 @@ def sick(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def random_encoding(
-    cfg: Any, out: Path, model: str, key: str, data: RetrievalData, qids: list[str], pinned: Any
+    cfg: Any, out: Path, model: str, key: str, data: RetrievalData, qids: list[str], *pinned: Any
 ) -> tuple[Vectors, Vectors]:
     """The export's ``_encoded`` without a model: seeded Zipf vectors for the corpus's ids and the
     judged queries."""

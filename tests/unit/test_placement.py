@@ -52,7 +52,7 @@ def test_fewer_workers_than_asked_are_a_warning_once_and_the_defaults_an_info_li
     monkeypatch.setattr(
         cluster, "connect", lambda: cluster.ClusterInfo(cpus=2, gpus=0, address="x")
     )
-    monkeypatch.setattr(cluster, "_fitted", set())
+    monkeypatch.setattr(cluster, "_fitted", set(), raising=False)
     with caplog.at_level(logging.INFO, logger=cluster.__name__):
         plans = {cluster.placement(res) for _ in range(2)}
     assert plans == {plan_placement(res, 2, 0)}

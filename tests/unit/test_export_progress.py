@@ -183,6 +183,7 @@ def test_native_output_is_silenced_but_the_jobs_own_lines_come_through(
     logger = logging.getLogger("tests.export_progress")
     handler = logging.StreamHandler(os.fdopen(2, "w", closefd=False))  # as the job's, on fd 2
     logger.addHandler(handler)
+    logger.propagate = False  # only this handler (earlier tests may leave the root's stale)
     # a library's handler that follows sys.stderr and cannot be pointed elsewhere
     last_resort = logging.lastResort
     assert last_resort is not None
@@ -195,7 +196,8 @@ def test_native_output_is_silenced_but_the_jobs_own_lines_come_through(
         logger.warning("after")
     finally:
         logger.removeHandler(handler)
+        logger.propagate = True
         logging.getLogger("tests.export_progress.library").removeHandler(last_resort)
     out, err = capfd.readouterr()
-    assert "native" not in out + err
+    assert "native progress" not in out + err
     assert "indexing: 3/10 documents\nafter\n" in err

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import re
+import sqlite3
 import threading
 
 
@@ -49,17 +50,26 @@ ENVIRONMENT_ERRNOS = {
     errno.ENAMETOOLONG: "name too long",
     errno.EFBIG: "file too large",
 }
-# How libraries that raise no OSError report an errno: Rust's "(os error 28)" (safetensors,
-# tokenizers), and Arrow's "[errno 28]" (pyarrow filesystems, which Ray Train uploads checkpoints
-# with).
-_OS_ERROR = re.compile(r"\(os error (\d+)\)|\[errno (\d+)\]", re.IGNORECASE)
+# How libraries that raise no OSError, or one without its errno, report an errno: Rust's "(os error
+# 28)" (safetensors, tokenizers) and its debug form "Os { code: 28, kind: StorageFull, .. }"
+# (Seismic's index writer), and Arrow's "[errno 28]" (pyarrow filesystems, which Ray Train uploads
+# checkpoints with).
+_OS_ERROR = re.compile(r"\(os error (\d+)\)|\[errno (\d+)\]|\bOs \{ code: (\d+)", re.IGNORECASE)
+_SQLITE = {sqlite3.SQLITE_FULL: errno.ENOSPC, sqlite3.SQLITE_READONLY: errno.EROFS}
+"""SQLite's result codes for a full disk and a read-only database (Qdrant's local mode stores in
+SQLite), as errnos; its message for the first is fixed: "database or disk is full"."""
+_SQLITE_FULL_TEXT = "database or disk is full"
 
 
 def environment_errno(err: BaseException) -> int | None:
     """The errno of an error the environment caused (see :data:`ENVIRONMENT_ERRNOS`), else None."""
     code = err.errno if isinstance(err, OSError) else None
     if code is None and (match := _OS_ERROR.search(str(err))):
-        code = int(match.group(1) or match.group(2))
+        code = int(next(group for group in match.groups() if group))
+    if code is None and isinstance(err, sqlite3.Error):
+        found = getattr(err, "sqlite_errorcode", None)
+        full = str(err).strip() == _SQLITE_FULL_TEXT
+        code = errno.ENOSPC if full else _SQLITE.get(found & 0xFF if found is not None else -1)
     return code if code in ENVIRONMENT_ERRNOS else None
 
 

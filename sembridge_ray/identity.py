@@ -29,9 +29,10 @@ anything computed from them is marked complete or cached; a change fails the run
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -256,3 +257,16 @@ def require_unchanged(recorded: Mapping[str, str], paths: Mapping[str, str]) -> 
                 f"input {name} {spec} changed while this run was reading it (it was {was}, it is now {now}: "
                 "replaced by an --overwrite, or edited); nothing of this run is marked complete: run it again"
             )
+
+
+Pin = Callable[[], None]
+"""Raises :class:`InputChanged` when an input a run read is no longer the one its identity names."""
+
+
+def pin(recorded: Mapping[str, str], paths: Mapping[str, str]) -> Pin:
+    """:func:`require_unchanged` bound to a run's inputs: what every reader of a model or a dataset
+    calls after reading it and before it caches (under the inputs' identities) or marks complete
+    anything computed from it. The encodings shared between jobs take one as a required argument
+    (:func:`sembridge_ray.distributed.evaluate.encode_corpus`), so no job can fill that cache
+    unpinned."""
+    return functools.partial(require_unchanged, dict(recorded), dict(paths))

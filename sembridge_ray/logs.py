@@ -10,9 +10,10 @@ Ray's own output is handled where it is made (see ``docs/operations.md``, "Logs"
 - :data:`FALSE_ALARMS`: lines Ray prints, some at ERROR level, that report nothing wrong with the
   job. Those its C++ core writes in a worker are skipped where Ray forwards them to the driver, by
   Ray's own ``RAY_DEDUP_LOGS_SKIP_REGEX`` (:func:`ray_environment`); those Ray logs through a Python
-  logger are filtered at that logger, in every Ray worker (:func:`filter_false_alarm_records`). The
-  driver's own stderr is not filtered: on the demo (every stage of the paper's pipeline) Ray wrote
-  none of them there.
+  logger are filtered at that logger, in every Ray worker and in the job's own process
+  (:func:`filter_false_alarm_records`; a library's alarm, such as Milvus Lite's, comes from there).
+  The driver's own stderr is not filtered: on the demo (every stage of the paper's pipeline) Ray
+  wrote none of them there.
 - Ray colours the ``(Actor pid=..)`` prefix of forwarded worker lines; ``RAY_COLOR_PREFIX=0`` turns
   that off unless both stdout and stderr are terminals.
 """
@@ -40,6 +41,8 @@ _QUIET_LOGGERS = (
     "urllib3",
     "matplotlib",
     "PIL",
+    # which of its CPU builds it loads (four INFO lines; pymilvus imports it)
+    "faiss",
 )
 _QUIET_WARNINGS = (
     "Sparse CSR tensor support is in beta",
@@ -65,6 +68,8 @@ class FalseAlarm:
     why: str
     logger: str = ""
     exception: str = ""
+    raised_in: str = ""
+    """With ``exception``: only when it was raised in a function of this name."""
     dropped: int = 0
 
 
@@ -87,6 +92,15 @@ FALSE_ALARMS = (
         logger="ray.train.v2._internal.execution.scaling_policy.autoscaling_coordinator_client",
         exception="GetTimeoutError",
         dropped=2,
+    ),
+    FalseAlarm(
+        pattern=r"^Exception calling application: Method not implemented!$",
+        why="pymilvus (3.x) asks the server for a timestamp (AllocTimestamp) after every write; Milvus Lite's "
+        "in-process gRPC server does not implement it, and grpc logs that at ERROR level with a traceback in the "
+        "job's own process on every successful Milvus Lite export. pymilvus goes on without the timestamp.",
+        logger="grpc._server",
+        exception="NotImplementedError",
+        raised_in="AllocTimestamp",
     ),
 )
 
@@ -118,10 +132,20 @@ class AlarmFilter(logging.Filter):
         error = record.exc_info[1] if record.exc_info else None
         if self.alarm.exception and type(error).__name__ != self.alarm.exception:
             return True
+        if self.alarm.raised_in and _raised_in(error) != self.alarm.raised_in:
+            return True
         if self.alarm.dropped and self.count >= self.alarm.dropped:
             return True
         self.count += 1
         return False
+
+
+def _raised_in(error: BaseException | None) -> str:
+    """The name of the function that raised ``error`` (its innermost traceback frame), or ""."""
+    tb = error.__traceback__ if error is not None else None
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb.tb_frame.f_code.co_name if tb is not None else ""
 
 
 def filter_false_alarm_records() -> None:
@@ -151,6 +175,7 @@ def setup_logging(level: str | int = "INFO", force: bool = True) -> None:
     numeric = getattr(logging, level) if isinstance(level, str) else level
     logging.basicConfig(level=numeric, format=LOG_FORMAT, force=force)
     quiet_third_parties()
+    filter_false_alarm_records()
 
 
 def project_handler(stream: TextIO | None = None) -> None:

@@ -33,7 +33,7 @@ import functools
 import json
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -135,6 +135,30 @@ def check_output_path(out_dir: Path) -> None:
             f"output {out_dir}: {existing} is not writable "
             f"({'read-only file system' if readonly else 'permission denied'})"
         )
+
+
+def require_apart(out_dir: Path, inputs: Mapping[str, str], what: str = "output") -> None:
+    """InputError naming the output when it is, or lies inside, a local input a run reads (name ->
+    path), or holds one: writing there would change the input's identity (an output inside a model
+    makes it another model, and the run then fails saying it changed, again at every rerun), or
+    remove it (an unfinished run's leftovers are cleared, an ``--overwrite`` replaces the
+    directory). Inputs that are not local paths (hub ids, dataset specs) are not checked."""
+    out = Path(out_dir).expanduser().resolve()
+    for name, spec in inputs.items():
+        path = Path(spec).expanduser()
+        if not spec or not path.exists():
+            continue
+        path = path.resolve()
+        if out.is_relative_to(path):
+            raise InputError(
+                f"{what} {out_dir} is inside the {name} {spec} this run reads (writing there would "
+                f"change the {name}): choose one outside it"
+            )
+        if path.is_relative_to(out):
+            raise InputError(
+                f"{what} {out_dir} holds the {name} {spec} this run reads (the run clears or "
+                f"replaces its {what}): choose another"
+            )
 
 
 def followed(out_dir: Path, say: bool = True) -> Path:

@@ -47,9 +47,13 @@ class Progress:
         unit: str = "",
         every_s: float = EVERY_S,
         clock: Clock = time.monotonic,
+        expected_s: float | None = None,
     ) -> None:
         self.log, self.what, self.total, self.unit, self.every_s = log, what, total, unit, every_s
         self.clock = clock
+        self.expected_s = expected_s
+        """An estimate of the whole step's seconds: the ETA while nothing is counted yet (a step
+        done in one call, such as a native index build)."""
         self.done = 0
         self.start = self.last = clock()
         self._lock = threading.Lock()
@@ -80,7 +84,11 @@ class Progress:
         elapsed = (self.clock() if now is None else now) - self.start
         unit = f" {self.unit}" if self.unit else ""
         if self.done <= 0:
-            return f"{self.what}: 0/{self.total:,}{unit}, started {duration(elapsed)} ago"
+            head = f"{self.what}: 0/{self.total:,}{unit}, started {duration(elapsed)} ago"
+            if self.expected_s is None:
+                return head
+            left = duration(max(0.0, self.expected_s - elapsed))
+            return f"{head}, ETA {left} (estimated from its measured rate)"
         pct = 100 * self.done / self.total if self.total else 100.0
         head = f"{self.what}: {self.done:,}/{self.total:,}{unit} ({pct:.0f}%)"
         rate = self.done / elapsed if elapsed > 0 else 0.0

@@ -119,6 +119,23 @@ def check_roles(tokenizer: Any, name: str) -> None:
         )
 
 
+def require_vocabulary(tokenizer: Any, name: str) -> None:
+    """Raise unless ``tokenizer`` has a token besides its special ones and encodes a text: a
+    ``tokenizer.json`` whose vocabulary is empty still loads (its added special tokens make it
+    "5 tokens"), and a model made for it would fail at its first encoding."""
+    ordinary = set(tokenizer.get_vocab().values()) - set(tokenizer.all_special_ids)
+    if not ordinary:
+        raise InputError(
+            f"target tokenizer {name!r} has no vocabulary: its {len(tokenizer)} tokens are all "
+            "special (an empty vocab in its tokenizer.json?)"
+        )
+    try:
+        tokenizer("a")
+    except Exception as err:  # the Rust tokenizers raise plain Exceptions
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise InputError(f"target tokenizer {name!r} cannot encode a text: {first}") from None
+
+
 def bundled_wordpiece(language: str) -> Any:
     from transformers import AutoTokenizer
 

@@ -151,8 +151,9 @@ def parse(spec: str) -> Spec:
             raise InputError(f"dataset {spec!r}: {kind} takes no @DIR")
         if not lang or (source.languages is not None and lang not in source.languages and not root):
             have = ", ".join(source.languages or ())
+            mirror = "; or give @DIR" if source.mirror else ""
             raise InputError(
-                f"dataset {spec!r}: {kind} has no language {lang!r} (it has {have}; or give @DIR)"
+                f"dataset {spec!r}: {kind} has no language {lang!r} (it has {have}{mirror})"
             )
         return Spec(text=spec, source=kind, lang=lang, root=root)
     path = Path(spec).expanduser()

@@ -101,6 +101,8 @@ def _start_local(num_cpus: int | None, setup: dict[str, str], level: int) -> Non
             logging_level=level,
             log_to_driver=True,
         )
+    except Exception as err:  # Ray's start-up failures come as Exception, TimeoutError, ...
+        _abandon_start(err)
     finally:
         if previous is None:
             os.environ.pop("RAY_GCS_SERVER_PORT", None)
@@ -108,6 +110,20 @@ def _start_local(num_cpus: int | None, setup: dict[str, str], level: int) -> Non
             os.environ["RAY_GCS_SERVER_PORT"] = previous
     _owned = True
     _adopt_orphans()
+
+
+def _abandon_start(err: Exception) -> None:
+    """A local cluster that could not start (Ray's own start-up timeouts, under heavy load): what
+    it started is stopped, and one line says so (the traceback at DEBUG)."""
+    log.debug("the local Ray cluster did not start", exc_info=True)
+    with contextlib.suppress(Exception):
+        ray.shutdown()
+    _reap()
+    first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+    raise InputError(
+        f"the local Ray cluster did not start ({type(err).__name__}: {first}); the machine may be "
+        "overloaded: run again, or set RAY_ADDRESS to a running cluster"
+    ) from err
 
 
 def _cluster_info() -> ClusterInfo:
@@ -406,14 +422,26 @@ def expected_placement(res: ResourceConfig, reserve: bool = True) -> Placement:
 
 
 def placement(res: ResourceConfig, reserve: bool = True) -> Placement:
-    """Plan workers against the connected cluster (connecting first when needed)."""
+    """Plan workers against the connected cluster (connecting first when needed). Fewer workers
+    (or no GPU) than ``res`` asks for is said once per process: a warning, or an info line when
+    ``res`` is the default (a number the user never gave)."""
     info = connect()
     plan = plan_placement(res, info.cpus, info.gpus, reserve=reserve)
-    if plan.workers < res.workers or (res.gpus_per_worker and not plan.use_gpu):
-        log.warning(
-            "asked for %d workers (gpus/worker %s); the cluster fits %s",
+    fewer = plan.workers < res.workers or (res.gpus_per_worker and not plan.use_gpu)
+    if fewer and (res, plan) not in _fitted:
+        _fitted.add((res, plan))
+        default = ResourceConfig()
+        chosen = (res.workers, res.gpus_per_worker) != (default.workers, default.gpus_per_worker)
+        log.log(
+            logging.WARNING if chosen else logging.INFO,
+            "%s %d workers (gpus/worker %s); the cluster fits %s",
+            "asked for" if chosen else "the default of",
             res.workers,
             res.gpus_per_worker,
             plan,
         )
     return plan
+
+
+_fitted: set[tuple[ResourceConfig, Placement]] = set()
+"""The (resources, placement) pairs already said by :func:`placement`."""

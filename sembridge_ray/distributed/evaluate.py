@@ -13,12 +13,11 @@ Encodings are cached by the identities of the model and dataset, so a new output
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import logging
 import shutil
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,10 +43,16 @@ from sembridge_ray.distributed.udfs import (
     arrow_blocks,
 )
 from sembridge_ray.errors import InputError
-from sembridge_ray.identity import InputChanged, RunIdentity, require_unchanged
+from sembridge_ray.identity import InputChanged, Pin, RunIdentity, pin, require_unchanged
 from sembridge_ray.jobs.evaluate import EvaluateConfig, EvaluateResult
 from sembridge_ray.model_card import evaluation, record_evaluation
-from sembridge_ray.outputs import atomic_path, atomic_write_json, atomic_write_text, claim_output
+from sembridge_ray.outputs import (
+    atomic_path,
+    atomic_write_json,
+    atomic_write_text,
+    claim_output,
+    require_apart,
+)
 from sembridge_ray.progress import Progress, duration
 from sembridge_ray.retrieval.index import PAD, Shard, TopK, build_shard, rank_ids, shard_bounds
 from sembridge_ray.retrieval.metrics import (
@@ -92,12 +97,11 @@ def run_evaluate(cfg: EvaluateConfig, inputs: dict[str, str] | None = None) -> E
         resolve_dataset(cfg.dataset),
     )
     data = _judged_split(cfg, spec)
+    require_apart(Path(cfg.output), {"model": model, "dataset": spec})
     identity = cfg.identity("evaluate", inputs or {"model": model_id, "dataset": data_id})
     # what was loaded is what the identity names: checked before an encoding is cached and before
     # _SUCCESS
-    pinned = functools.partial(
-        require_unchanged, identity.inputs, {"model": model, "dataset": spec}
-    )
+    pinned = pin(identity.inputs, {"model": model, "dataset": spec})
     out = Path(cfg.output)
     with claim_output(out, identity, cfg.overwrite) as claim:
         if claim.done:
@@ -132,7 +136,7 @@ def _evaluate_into(
     spec: str,
     data: RetrievalData,
     identity: RunIdentity,
-    pinned: Callable[[], None],
+    pinned: Pin,
 ) -> dict[str, Any]:
     """Encode (cached), search and score into ``work``: its config, run and ``metrics.json``, which
     it returns."""
@@ -140,14 +144,13 @@ def _evaluate_into(
     clock = _Clock()
     key = fingerprint(identity.inputs["model"], identity.inputs["dataset"])
     cache = Path(cfg.cache_dir) if cfg.cache_dir else work / "cache"
-    # one corpus encoding serves every split, except where each split has its own corpus (XQuAD's
-    # articles)
-    corpus = fingerprint(key, own) if (own := corpus_split(spec, data.split)) else key
-    docs, docs_hit = encode_corpus(cfg, model, data, corpus, cache, pinned)
+    docs, docs_hit = encode_corpus(
+        cfg, model, data, corpus_key(key, spec, data.split), cache, pinned=pinned
+    )
     clock.lap("encode_docs")
     qids = sorted(q for q in data.qrels if q in data.queries)
     queries, queries_hit = encode_queries(
-        cfg, model, data, qids, fingerprint(key, data.split), cache, pinned
+        cfg, model, data, qids, fingerprint(key, data.split), cache, pinned=pinned
     )
     clock.lap("encode_queries")
     metrics = search_and_score(cfg, docs, queries, data, work / RUN, clock)
@@ -202,8 +205,10 @@ class _Clock:
         return self.laps[name]
 
 
-def _nothing() -> None:
-    """No check (callers that pin nothing)."""
+def corpus_key(key: str, spec: str, split: str) -> str:
+    """The key of a corpus's encoding of (model, dataset) ``key``: one corpus encoding serves every
+    split, except where each split has its own corpus (XQuAD's articles)."""
+    return fingerprint(key, own) if (own := corpus_split(spec, split)) else key
 
 
 def encode_corpus(
@@ -212,11 +217,13 @@ def encode_corpus(
     data: RetrievalData,
     key: str,
     cache: Path,
-    pinned: Callable[[], None] = _nothing,
+    *,
+    pinned: Pin,
 ) -> tuple[Path, bool]:
     """The corpus's sparse vectors (cached): staged to Parquet by the driver, encoded by the actor
-    pool; ``pinned`` raises when the model is no longer the one ``key`` names (then no entry is
-    published under it)."""
+    pool; ``pinned`` (required: the cache is shared between jobs, :func:`sembridge_ray.identity.pin`)
+    raises when the model or dataset is no longer the one ``key`` names (then no entry is published
+    under it)."""
     entry = fingerprint(
         "docs",
         ENCODING_VERSION,
@@ -248,7 +255,8 @@ def encode_queries(
     qids: list[str],
     key: str,
     cache: Path,
-    pinned: Callable[[], None] = _nothing,
+    *,
+    pinned: Pin,
 ) -> tuple[Path, bool]:
     """The vectors of the qrels queries that have text (cached; ``pinned`` as for
     :func:`encode_corpus`)."""

@@ -24,11 +24,12 @@ from pathlib import Path
 from typing import Any, cast
 
 from sembridge_ray.atomic import remove
+from sembridge_ray.bundled import resolve
 from sembridge_ray.data.registry import load_retrieval
 from sembridge_ray.data.retrieval import RetrievalData
 from sembridge_ray.data.schema import ID, TEXT
 from sembridge_ray.distributed import cluster
-from sembridge_ray.distributed.evaluate import encode_corpus, encode_queries
+from sembridge_ray.distributed.evaluate import corpus_key, encode_corpus, encode_queries
 from sembridge_ray.distributed.finetune import checkpoint_model
 from sembridge_ray.distributed.finetune import run_export as run_checkpoint_export
 from sembridge_ray.errors import InputError
@@ -37,18 +38,20 @@ from sembridge_ray.export.base import (
     require_package,
     require_reachable,
     require_tokenizer,
+    server_errors,
     size_on_disk,
 )
 from sembridge_ray.export.parity import K, exact_topk, parity
 from sembridge_ray.export.report import ExportReport
 from sembridge_ray.export.targets import Target, target
-from sembridge_ray.identity import path_identity, require_unchanged
+from sembridge_ray.identity import Pin, path_identity, pin
 from sembridge_ray.jobs.evaluate import EvaluateConfig
 from sembridge_ray.jobs.export import ExportConfig, ExportResult
 from sembridge_ray.locks import LOCK
 from sembridge_ray.manifest import IDENTITY
 from sembridge_ray.model_card import record_export
-from sembridge_ray.outputs import atomic_write_json, claim_output
+from sembridge_ray.outputs import atomic_write_json, claim_output, require_apart
+from sembridge_ray.progress import Progress, duration
 from sembridge_ray.provenance import ExportParity
 from sembridge_ray.retrieval.sources import resolve_dataset, resolve_model
 from sembridge_ray.retrieval.store import fingerprint, parquet_files, read_vectors
@@ -76,7 +79,7 @@ def check_target(cfg: ExportConfig) -> Target:
             raise InputError(
                 f"--url: target {found.name!r} has no server to push to (it is embedded)"
             )
-        require_reachable(cfg.url)
+        require_reachable(cfg.url, found.schemes)
     return found
 
 
@@ -106,8 +109,14 @@ def run_target_export(cfg: ExportConfig) -> ExportResult:
         model, model_id = resolve_model(cfg.model)
         require_tokenizer(model)
         inputs, named = {"model": model_id, "dataset": data_id}, {"model": model}
+    read = {**named, "dataset": spec}
+    _require_writes_apart(cfg, read)
     cluster.require_reachable()
     identity = cfg.identity("export", inputs)
+    # what was read is what the identity names: checked before an encoding is cached (the cache is
+    # shared with evaluate's) and before the report (an --overwrite of the model since would put
+    # one model's parity on another's card)
+    pinned = pin(inputs, read)
     out = Path(cfg.output)
     with claim_output(out, identity, cfg.overwrite) as claim:
         if claim.done:
@@ -121,22 +130,32 @@ def run_target_export(cfg: ExportConfig) -> ExportResult:
             write_checkpoint(work / "model")
             model, model_id = resolve_model(str(work / "model"))
             require_tokenizer(model)
-        report = _export_into(work, found, cfg, model, fingerprint(model_id, data_id), data, qids)
-        # what was read is what the identity names (an --overwrite of the model since would put
-        # one model's parity on another's card)
-        require_unchanged(inputs, {**named, "dataset": spec})
+        key = fingerprint(model_id, data_id)
+        report = _export_into(work, found, cfg, model, key, data, qids, pinned)
+        pinned()
         atomic_write_json(work / REPORT, report)
         if report["passed"]:
             claim.finish(exclude=("cache",))
     if not cfg.checkpoint:
         _to_card(model, report)
     if not report["passed"]:
-        raise InputError(
-            f"target {found.name!r} lost more than its tolerance {found.tolerance()}: overlap@10 "
-            f"{report['overlap@10']}, identical up to ties {report['identical_up_to_ties']}, nDCG@10 "
-            f"{report['ndcg@10_target']} vs {report['ndcg@10_exact']} exact ({work / REPORT})"
-        )
+        raise _outside_tolerance(found, report, work / REPORT)
     return ExportResult(output=str(out), target=found.name, report=report)
+
+
+def _require_writes_apart(cfg: ExportConfig, read: dict[str, str]) -> None:
+    """The output and the encode cache are neither inside nor around what the export reads."""
+    require_apart(Path(cfg.output), read)
+    if cfg.cache_dir:
+        require_apart(Path(cfg.cache_dir), read, "cache_dir")
+
+
+def _outside_tolerance(found: Target, report: ExportReport, where: Path) -> InputError:
+    return InputError(
+        f"target {found.name!r} lost more than its tolerance {found.tolerance()}: overlap@10 "
+        f"{report['overlap@10']}, identical up to ties {report['identical_up_to_ties']}, nDCG@10 "
+        f"{report['ndcg@10_target']} vs {report['ndcg@10_exact']} exact ({where})"
+    )
 
 
 def _clear_unfinished(work: Path) -> None:
@@ -155,11 +174,12 @@ def _export_into(
     key: str,
     data: RetrievalData,
     qids: list[str],
+    pinned: Pin,
 ) -> ExportReport:
     """Encode (cached), build the target in ``work``, search it and compare with the exact search:
     the report."""
     start = time.perf_counter()
-    docs, queries = _encoded(cfg, work, model, key, data, qids)
+    docs, queries = _encoded(cfg, work, model, key, data, qids, pinned)
     encoded = time.perf_counter()
     log.info(
         "export: %d documents, %d queries encoded; building %s", len(docs), len(queries), found.name
@@ -228,14 +248,44 @@ def _judged(cfg: ExportConfig) -> tuple[RetrievalData, str, str, list[str]]:
         raise InputError(
             f"dataset {cfg.dataset!r}: split {data.split!r} has no judged query with a text"
         )
+    _require_relevant_in_corpus(cfg.dataset, data, qids)
     return data, spec, data_id, qids
 
 
+def _require_relevant_in_corpus(dataset: str, data: RetrievalData, qids: list[str]) -> None:
+    """Refused when no document judged relevant (grade > 0) to the queries is in the corpus: nDCG@10
+    would be 0 for any ranking, and a target held to an nDCG tolerance would pass whatever it
+    returned. Some of them missing: a warning (both runs count them as never found)."""
+    relevant = {d for q in qids for d, grade in data.qrels[q].items() if grade > 0}
+    corpus = {d for batch in data.corpus.batches(100_000) for d in batch.column(ID).to_pylist()}
+    missing = relevant - corpus
+    if len(missing) == len(relevant):
+        why = f"none of the {len(relevant)} is in the corpus" if relevant else "every grade is 0"
+        raise InputError(
+            f"dataset {dataset!r}: split {data.split!r}: no document judged relevant to its "
+            f"{len(qids)} queries to score them with ({why}): nDCG@10 would be 0 whatever the "
+            "target returned"
+        )
+    if missing:
+        log.warning(
+            "%d of the %d documents judged relevant are not in the corpus: nDCG@10 counts them as "
+            "never found (the exact search's and the target's alike)",
+            len(missing),
+            len(relevant),
+        )
+
+
 def _encoded(
-    cfg: ExportConfig, out: Path, model: str, key: str, data: RetrievalData, qids: list[str]
+    cfg: ExportConfig,
+    out: Path,
+    model: str,
+    key: str,
+    data: RetrievalData,
+    qids: list[str],
+    pinned: Pin,
 ) -> tuple[Vectors, Vectors]:
     """The corpus and the judged queries, encoded as the evaluate job encodes them (and cached under
-    its keys)."""
+    its keys, pinned as it pins them)."""
     eval_cfg = EvaluateConfig(
         model=model,
         dataset=cfg.dataset,
@@ -250,9 +300,10 @@ def _encoded(
         eval_cfg, precision=cluster.resolve_precision(eval_cfg.precision, cfg.resources)
     )
     cache = Path(eval_cfg.cache_dir)
-    docs_dir, _ = encode_corpus(eval_cfg, model, data, key, cache)
+    corpus = corpus_key(key, resolve(cfg.dataset), data.split)
+    docs_dir, _ = encode_corpus(eval_cfg, model, data, corpus, cache, pinned=pinned)
     queries_dir, _ = encode_queries(
-        eval_cfg, model, data, qids, fingerprint(key, data.split), cache
+        eval_cfg, model, data, qids, fingerprint(key, data.split), cache, pinned=pinned
     )
     docs, queries = (Vectors(*read_vectors(parquet_files(d))) for d in (docs_dir, queries_dir))
     return docs, queries
@@ -281,21 +332,28 @@ def build_and_search(
     its files."""
     if found.kind == "engine":
         adapter: Any = found.adapter()
-        engine, details = adapter.build(out, docs, cfg.url)
-        try:
-            return engine.search(queries, K), details, out / adapter.LOCATION
-        finally:
-            engine.close()
+        with server_errors(cfg.url, found.schemes):
+            hits, details = _engine_hits(found.name, adapter, out, docs, queries, cfg.url)
+            return hits, details, out / adapter.LOCATION
     if found.kind == "files":
         from sembridge_ray.export import lucene
 
         width = max(
             tokenizer_size, max(int(v.rows.indices.max(initial=-1)) + 1 for v in (docs, queries))
         )
-        files, details = lucene.build(
-            out, found.name, docs, queries, vocabulary(model, width), K, cfg.url
-        )
-        return files.search(queries, K), details, out / found.name
+        with server_errors(cfg.url, found.schemes):
+            doing = "uploading" if cfg.url else "writing the files"
+            sent = Progress(log, f"{found.name}: {doing}", len(docs), "documents")
+            with sent.watch():
+                files, details = lucene.build(
+                    out, found.name, docs, queries, vocabulary(model, width), K, cfg.url, sent.add
+                )
+            sent.finish()
+            searched = Progress(log, f"{found.name}: searching", len(queries), "queries")
+            with searched.watch():
+                hits = files.search(queries, K, tally=searched.add)
+            searched.finish()
+            return hits, details, out / found.name
     texts = {
         d: t
         for batch in data.corpus.batches(10_000)
@@ -304,6 +362,60 @@ def build_and_search(
     if found.kind == "variant":
         return _doc_only(cfg, out, model, docs, queries, data, texts, tokenizer_size)
     return _onnx(found, cfg, out, model, docs, queries, data, texts)
+
+
+NOTICE_S = 60.0
+"""An embedded engine expected to take longer than this (build and search) says so, and why, before
+it starts."""
+
+
+def _engine_hits(
+    name: str, adapter: Any, out: Path, docs: Vectors, queries: Vectors, url: str
+) -> tuple[list[list[str]], dict[str, Any]]:
+    """Build the engine and search it, with progress lines (done / total, ETA) at least every
+    :data:`~sembridge_ray.progress.EVERY_S` seconds, after a line saying how long an embedded
+    engine will take when its measured rates (the adapter's ``RATES``) make that long."""
+    rates = None if url else getattr(adapter, "RATES", None)
+    build_s: float | None = None
+    search_s: float | None = None
+    if rates is not None:
+        build_s, search_s = rates.seconds(docs, queries)
+        _notice_slow(name, adapter.WHY_SLOW, docs, queries, build_s, search_s)
+    built = Progress(log, f"{name}: indexing", len(docs), "documents", expected_s=build_s)
+    with built.watch():
+        engine, details = adapter.build(out, docs, url, tally=built.add)
+    built.finish()
+    try:
+        searched = Progress(log, f"{name}: searching", len(queries), "queries", expected_s=search_s)
+        with searched.watch():
+            hits = engine.search(queries, K, tally=searched.add)
+        searched.finish()
+    finally:
+        engine.close()
+    return hits, details
+
+
+def _notice_slow(
+    name: str, why: str, docs: Vectors, queries: Vectors, build_s: float, search_s: float
+) -> None:
+    """One line, before a build its measured rates expect to take longer than :data:`NOTICE_S`:
+    how long and why."""
+    if build_s + search_s <= NOTICE_S:
+        return
+    log.warning(
+        "%s will take about %s here (%s to build, %s to search): %s documents of %s postings each, "
+        "%s queries of %s, at the rates measured for it; %s (a server through --url, or "
+        "--target pisa, is much faster)",
+        name,
+        duration(build_s + search_s),
+        duration(build_s),
+        duration(search_s),
+        f"{len(docs):,}",
+        f"{docs.postings / max(len(docs), 1):,.0f}",
+        f"{len(queries):,}",
+        f"{queries.postings / max(len(queries), 1):,.0f}",
+        why,
+    )
 
 
 def _doc_only(
@@ -347,10 +459,11 @@ def _onnx(
     folder = out / "onnx"
     details = onnx.export(model, folder, found.name, cfg.max_query_length, cfg.max_doc_length)
     encoder = onnx.OnnxSparseEncoder(folder, threads=cfg.resources.threads_per_worker)
-    onnx_docs = Vectors.from_rows(
-        docs.ids, *encoder.encode([texts[d] for d in docs.ids], "document")
-    )
-    onnx_queries = Vectors.from_rows(
-        queries.ids, *encoder.encode([data.queries[q] for q in queries.ids], "query")
-    )
-    return exact_topk(onnx_docs, onnx_queries, K), details, folder
+    encoded = []
+    for role, vectors, text in (("document", docs, texts), ("query", queries, data.queries)):
+        progress = Progress(log, f"{found.name}: encoding {role}s", len(vectors), "texts")
+        with progress.watch():
+            rows = encoder.encode([text[i] for i in vectors.ids], role, tally=progress.add)
+        progress.finish()
+        encoded.append(Vectors.from_rows(vectors.ids, *rows))
+    return exact_topk(encoded[0], encoded[1], K), details, folder

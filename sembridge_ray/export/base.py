@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -13,7 +14,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from sembridge_ray.errors import InputError
+from sembridge_ray.errors import InputError, environment_errno
 from sembridge_ray.retrieval.index import SparseBatch
 
 
@@ -66,13 +67,46 @@ class Vectors:
 Hits = list[list[str]]
 """Per query, the document ids a target returned, best first."""
 
+Tally = Callable[[int], None]
+"""Told how many more documents (a build, an upload) or queries (a search) are done: the job's
+progress lines (:class:`sembridge_ray.progress.Progress`'s ``add``)."""
+
+
+def untallied(count: int) -> None:
+    """No progress kept (a target used outside the job)."""
+
 
 class Engine(Protocol):
     """An index built by a target, searchable for the parity check."""
 
-    def search(self, queries: Vectors, k: int) -> Hits: ...
+    def search(self, queries: Vectors, k: int, tally: Tally = untallied) -> Hits: ...
 
     def close(self) -> None: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rates:
+    """How fast an embedded engine builds and searches on the project's 2-CPU machine, measured by
+    ``benchmarks/export_rates.py`` (each adapter says when), as a cost model of the vectors'
+    density: building ``n`` documents of ``p`` postings each takes ``n * (per_doc + per_posting *
+    p ** exponent)`` seconds; searching them with ``q`` queries of ``p_q`` postings each takes ``q *
+    n * (per_pair + per_merged * (p + p_q))`` (an engine that scores every document against every
+    query walks both posting lists of each pair)."""
+
+    build_s_per_doc: float = 0.0
+    build_s_per_posting: float = 0.0
+    build_exponent: float = 1.0
+    """Above 1 where a document's cost grows faster than its postings (Seismic's summaries)."""
+    search_s_per_pair: float = 0.0
+    search_s_per_merged: float = 0.0
+
+    def seconds(self, docs: Vectors, queries: Vectors) -> tuple[float, float]:
+        """(build, search) seconds expected for ``docs`` and ``queries``."""
+        n, q = len(docs), len(queries)
+        p, p_q = docs.postings / max(n, 1), queries.postings / max(q, 1)
+        build = n * (self.build_s_per_doc + self.build_s_per_posting * p**self.build_exponent)
+        search = q * n * (self.search_s_per_pair + self.search_s_per_merged * (p + p_q))
+        return build, search
 
 
 def require_package(module: str, package: str, target: str) -> None:
@@ -83,18 +117,63 @@ def require_package(module: str, package: str, target: str) -> None:
         )
 
 
-def require_reachable(url: str, timeout: float = 3.0) -> None:
-    """InputError naming ``url`` unless a TCP connection to its host and port opens (before any
-    encoding)."""
-    parts = urlsplit(url if "://" in url else f"http://{url}")
-    if not parts.hostname:
-        raise InputError(f"--url {url!r}: not a URL (http://host:port)")
-    port = parts.port or (443 if parts.scheme == "https" else 80)
+def require_reachable(
+    url: str, schemes: Sequence[str] = ("http", "https"), timeout: float = 3.0
+) -> None:
+    """InputError naming ``url`` unless it is a URL of one of ``schemes`` (the target's client
+    takes no other: a typo would fail only after the encoding) and a TCP connection to its host and
+    port opens (before any encoding)."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:  # a port that is not a number
+        port = 0
+    if parts.scheme.lower() not in schemes or not parts.hostname or not port:
+        forms = " or ".join(f"{scheme}://host:port" for scheme in schemes)
+        raise InputError(f"--url {url!r}: not a URL this target takes ({forms})")
     try:
         with socket.create_connection((parts.hostname, port), timeout=timeout):
             pass
     except OSError as err:
         raise InputError(f"--url {url!r}: unreachable ({err.strerror or err})") from None
+
+
+CLIENT_MODULES = ("qdrant_client", "pymilvus", "grpc", "httpx", "httpcore", "urllib3", "http")
+"""Where the errors of the engines' clients and their transports come from."""
+
+
+@contextlib.contextmanager
+def server_errors(url: str, schemes: Sequence[str] = ("http", "https")) -> Iterator[None]:
+    """A failure of the server at ``url`` while it is written or searched (it stopped answering
+    since the check, or answers as something else) as one InputError naming it; errors of this
+    machine (a full disk) and of the code itself pass unchanged, and without ``url`` everything
+    does."""
+    try:
+        yield
+    except InputError:
+        raise
+    except Exception as err:
+        if not url or environment_errno(err) is not None or not _from_client(err):
+            raise
+        require_reachable(url, schemes)  # gone since the check: "unreachable"
+        first = (str(err).strip().splitlines() or [""])[0][:300]
+        raise InputError(
+            f"--url {url!r}: the server failed ({type(err).__name__}: {first})"
+        ) from err
+
+
+def _from_client(err: BaseException) -> bool:
+    """Whether ``err``, or what it wraps, is a connection error or comes from an engine's client."""
+    seen: set[int] = set()
+    current: BaseException | None = err
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError):  # refused, reset, timed out, a URLError
+            return True
+        if type(current).__module__.split(".")[0] in CLIENT_MODULES:
+            return True
+        current = current.__cause__ or current.__context__
+    return False
 
 
 TOKENIZER_FILES = (

@@ -30,13 +30,19 @@ from typing import Any
 import numpy as np
 
 from sembridge_ray.errors import InputError
-from sembridge_ray.export.base import Hits, Vectors
+from sembridge_ray.export.base import Hits, Tally, Vectors, untallied
 from sembridge_ray.export.parity import exact_topk
 
 INDEX, FIELD = "sembridge", "sparse"
 MAPPING, BULK, SEARCHES = "mapping.json", "bulk.ndjson", "searches.ndjson"
 CEILING_INGEST, CEILING_SEARCH = 3.0, 16.0
 FLOAT_MIN_NORMAL = float(np.finfo(np.float32).tiny)
+BULK_BYTES = 10 << 20
+"""The largest ``_bulk`` request sent: Elasticsearch advises requests of a few to tens of MB, and
+both engines refuse one above ``http.max_content_length`` (100 MB by default), which the bulk file
+of a few thousand near-dense documents passes."""
+SEARCH_BATCH = 100
+"""Queries per ``_msearch`` request."""
 
 
 def escape(token: str) -> str:
@@ -215,7 +221,7 @@ class FilesEngine:
     def __init__(self, docs: Vectors, target: str, vocab: list[str]) -> None:
         self.docs, self.target, self.vocab = docs, target, vocab
 
-    def search(self, queries: Vectors, k: int) -> Hits:
+    def search(self, queries: Vectors, k: int, tally: Tally = untallied) -> Hits:
         names = feature_names(self.target, self.vocab)
         lookup = {name: i for i, name in enumerate(names)}
         rows = []
@@ -229,7 +235,9 @@ class FilesEngine:
                 )
             )
         sent = Vectors.from_rows(queries.ids, [r[0] for r in rows], [r[1] for r in rows])
-        return exact_topk(self.docs, sent, k)
+        found = exact_topk(self.docs, sent, k)
+        tally(len(queries))
+        return found
 
     def close(self) -> None:
         pass
@@ -242,19 +250,25 @@ class ServerEngine:
     def __init__(self, url: str, target: str, vocab: list[str]) -> None:
         self.url, self.target, self.vocab = url.rstrip("/"), target, vocab
 
-    def search(self, queries: Vectors, k: int) -> Hits:
+    def search(self, queries: Vectors, k: int, tally: Tally = untallied) -> Hits:
         names = feature_names(self.target, self.vocab)
-        body = "".join(
-            json.dumps({"index": INDEX})
-            + "\n"
-            + json.dumps(query_body(self.target, names, *queries.row(i), k))
-            + "\n"
-            for i in range(len(queries))
-        )
-        answer = request(self.url + "/_msearch", body, "application/x-ndjson")
-        return [
-            [str(h["_id"]) for h in r.get("hits", {}).get("hits", [])] for r in answer["responses"]
-        ]
+        out: Hits = []
+        for start in range(0, len(queries), SEARCH_BATCH):
+            chosen = range(start, min(start + SEARCH_BATCH, len(queries)))
+            body = "".join(
+                json.dumps({"index": INDEX})
+                + "\n"
+                + json.dumps(query_body(self.target, names, *queries.row(i), k))
+                + "\n"
+                for i in chosen
+            )
+            answer = request(self.url + "/_msearch", body, "application/x-ndjson")
+            out += [
+                [str(h["_id"]) for h in r.get("hits", {}).get("hits", [])]
+                for r in answer["responses"]
+            ]
+            tally(len(chosen))
+        return out
 
     def close(self) -> None:
         pass
@@ -271,9 +285,9 @@ def request(
         return json.loads(response.read().decode("utf-8") or "null")
 
 
-def push(out: Path, url: str) -> None:
-    """Create the index from mapping.json (an existing one is deleted first), send bulk.ndjson,
-    refresh."""
+def push(out: Path, url: str, tally: Tally = untallied) -> None:
+    """Create the index from mapping.json (an existing one is deleted first), send bulk.ndjson
+    (in requests of at most :data:`BULK_BYTES`), refresh."""
     base = url.rstrip("/")
     try:
         request(f"{base}/{INDEX}", None, method="DELETE")
@@ -281,25 +295,55 @@ def push(out: Path, url: str) -> None:
         if err.code != 404:
             raise
     request(f"{base}/{INDEX}", (out / MAPPING).read_text(encoding="utf-8"), method="PUT")
-    result = request(
-        f"{base}/_bulk", (out / BULK).read_text(encoding="utf-8"), "application/x-ndjson"
-    )
-    if result.get("errors"):
-        first = next(i for i in result["items"] if "error" in next(iter(i.values())))
-        raise InputError(f"--url {url!r}: the bulk request was refused: {json.dumps(first)[:300]}")
+    for body, docs in bulk_requests(out / BULK):
+        result = request(f"{base}/_bulk", body, "application/x-ndjson")
+        if result.get("errors"):
+            first = next(i for i in result["items"] if "error" in next(iter(i.values())))
+            raise InputError(
+                f"--url {url!r}: the bulk request was refused: {json.dumps(first)[:300]}"
+            )
+        tally(docs)
     request(f"{base}/{INDEX}/_refresh", None)
 
 
+def bulk_requests(path: Path, limit: int = BULK_BYTES) -> Iterator[tuple[str, int]]:
+    """The bulk file as request bodies of whole (action, source) pairs, each at most ``limit``
+    bytes (or one pair, when a pair alone is larger), with the number of documents in each."""
+    body: list[str] = []
+    size = 0
+    with open(path, encoding="utf-8") as fh:
+        for action in fh:
+            pair = action + fh.readline()
+            grown = size + len(pair.encode("utf-8"))
+            if body and grown > limit:
+                yield "".join(body), len(body)
+                body, grown = [], len(pair.encode("utf-8"))
+            body.append(pair)
+            size = grown
+    if body:
+        yield "".join(body), len(body)
+
+
 def build(
-    out: Path, target: str, docs: Vectors, queries: Vectors, vocab: list[str], k: int, url: str = ""
+    out: Path,
+    target: str,
+    docs: Vectors,
+    queries: Vectors,
+    vocab: list[str],
+    k: int,
+    url: str = "",
+    tally: Tally = untallied,
 ) -> tuple[FilesEngine | ServerEngine, dict[str, Any]]:
+    """The files in ``out/<target>``, pushed to ``url`` when given (``tally`` counts the documents
+    uploaded, or written)."""
     folder = out / target
     details = write(folder, target, docs, queries, vocab, k)
     if problems := validate(folder / BULK, target):
         raise ValueError(f"{folder / BULK}: {problems[0]} ({len(problems)} problems)")
     if url:
-        push(folder, url)
+        push(folder, url, tally)
         return ServerEngine(url, target, vocab), details | {"url": url}
+    tally(len(docs))
     return FilesEngine(
         stored(target, read_bulk(folder / BULK, target, vocab)), target, vocab
     ), details

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from sembridge_ray.errors import InputError
+from sembridge_ray.export.base import Tally, untallied
 
 CONFIG, GRAPH, OPENVINO_GRAPH = "sembridge_export.json", "model.onnx", "openvino_model.xml"
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
@@ -136,7 +137,11 @@ class OnnxSparseEncoder:
         self.run = _openvino(graph, threads) if graph.suffix == ".xml" else _ort(graph, threads)
 
     def encode(
-        self, texts: Sequence[str], role: str = "document", batch_size: int = 32
+        self,
+        texts: Sequence[str],
+        role: str = "document",
+        batch_size: int = 32,
+        tally: Tally = untallied,
     ) -> tuple[list[np.ndarray], list[np.ndarray]]:
         length = self.config["max_query_length" if role == "query" else "max_doc_length"]
         limit = self.config.get("max_active_dims")
@@ -159,6 +164,7 @@ class OnnxSparseEncoder:
                 if limit and len(nz) > limit:
                     nz = np.sort(nz[np.argsort(-row[nz], kind="stable")[:limit]])
                 indices[i], values[i] = nz.astype(np.int32), row[nz].astype(np.float32)
+            tally(len(chosen))
         return indices, values
 
 

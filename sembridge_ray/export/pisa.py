@@ -7,10 +7,11 @@ searched exhaustively (``ranked_or``), so the only loss is the quantisation's, m
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from sembridge_ray.export.base import Hits, Vectors
+from sembridge_ray.export.base import Hits, Tally, Vectors, untallied
 from sembridge_ray.export.seismic import quiet
 
 SCALE = 100.0
@@ -22,6 +23,13 @@ def toks(vectors: Vectors, i: int) -> dict[str, float]:
     return dict(zip(map(str, terms.tolist()), weights.tolist(), strict=True))
 
 
+def _counted(docs: Vectors, tally: Tally) -> Iterator[dict[str, Any]]:
+    """The documents as the indexer reads them, counted as it takes them."""
+    for i in range(len(docs)):
+        yield {"docno": docs.ids[i], "toks": toks(docs, i)}
+        tally(1)
+
+
 LOCATION = "pisa"
 """What it writes under the output directory (embedded)."""
 
@@ -30,7 +38,7 @@ class PisaEngine:
     def __init__(self, index: Any) -> None:
         self.index = index
 
-    def search(self, queries: Vectors, k: int) -> Hits:
+    def search(self, queries: Vectors, k: int, tally: Tally = untallied) -> Hits:
         import pandas as pd
 
         frame = pd.DataFrame(
@@ -44,6 +52,7 @@ class PisaEngine:
                 num_results=k, threads=1, query_algorithm=ALGORITHM, toks_scale=SCALE
             )
             found = retriever.transform(frame)
+        tally(len(queries))
         ranked = found.sort_values(["qid", "rank"])
         by_query = ranked.groupby("qid")["docno"].apply(list).to_dict()
         return [[str(d) for d in by_query.get(str(i), [])] for i in range(len(queries))]
@@ -52,15 +61,15 @@ class PisaEngine:
         pass
 
 
-def build(out: Path, docs: Vectors, url: str = "") -> tuple[PisaEngine, dict[str, Any]]:
+def build(
+    out: Path, docs: Vectors, url: str = "", tally: Tally = untallied
+) -> tuple[PisaEngine, dict[str, Any]]:
     from pyterrier_pisa import PisaIndex
 
     folder = out / LOCATION
     index = PisaIndex(str(folder), stemmer="none", threads=1, overwrite=True)
     with quiet():
-        index.toks_indexer(scale=SCALE).index(
-            {"docno": docs.ids[i], "toks": toks(docs, i)} for i in range(len(docs))
-        )
+        index.toks_indexer(scale=SCALE).index(_counted(docs, tally))
     details = {
         "index": LOCATION,  # under the output: the report names no absolute path
         "scale": SCALE,

@@ -7,6 +7,7 @@ their ids. The search is approximate (``query_cut``, ``heap_factor`` below): its
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sys
 from collections.abc import Iterator
@@ -15,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from sembridge_ray.export.base import Hits, Vectors
+from sembridge_ray.export.base import Hits, Rates, Tally, Vectors, untallied
 
 QUERY_CUT, HEAP_FACTOR = 20, 0.9
 """Search settings: the query's largest terms kept, and the heap factor (1 = no approximation in the
@@ -25,19 +26,44 @@ blocks)."""
 @contextlib.contextmanager
 def quiet() -> Iterator[None]:
     """File descriptors 1 and 2 to /dev/null: Seismic's (and PISA's) native code prints progress
-    there."""
+    there. The job's own log lines still come out meanwhile (its progress while the native code
+    works): a handler that writes to descriptor 2 writes to a copy of it."""
     sys.stdout.flush()
     sys.stderr.flush()
     saved = [os.dup(fd) for fd in (1, 2)]
-    with open(os.devnull, "wb") as null:
-        for fd in (1, 2):
-            os.dup2(null.fileno(), fd)
+    with os.fdopen(os.dup(saved[1]), "w", encoding="utf-8", buffering=1) as err:
+        moved = _log_to(err)
+        with open(os.devnull, "wb") as null:
+            for fd in (1, 2):
+                os.dup2(null.fileno(), fd)
+        try:
+            yield
+        finally:
+            for fd, copy in zip((1, 2), saved, strict=True):
+                os.dup2(copy, fd)
+                os.close(copy)
+            for handler, stream in moved:
+                handler.setStream(stream)
+
+
+def _log_to(stream: Any) -> list[tuple[logging.StreamHandler[Any], Any]]:
+    """Every logging handler writing to descriptor 2 now writes to ``stream``: (handler, its own
+    stream) of each."""
+    moved = []
+    loggers = [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]
+    for logger in loggers:
+        for handler in getattr(logger, "handlers", ()):
+            if isinstance(handler, logging.StreamHandler) and _fileno(handler.stream) == 2:
+                with contextlib.suppress(AttributeError):  # stderr's own (logging.lastResort)
+                    moved.append((handler, handler.setStream(stream)))
+    return moved
+
+
+def _fileno(stream: Any) -> int:
     try:
-        yield
-    finally:
-        for fd, copy in zip((1, 2), saved, strict=True):
-            os.dup2(copy, fd)
-            os.close(copy)
+        return int(stream.fileno())
+    except (AttributeError, OSError, ValueError):  # pytest's capture, a closed stream
+        return -1
 
 
 def terms_of(vectors: Vectors, i: int) -> tuple[np.ndarray, np.ndarray]:
@@ -51,13 +77,23 @@ def terms_of(vectors: Vectors, i: int) -> tuple[np.ndarray, np.ndarray]:
 
 LOCATION = "sembridge.index.seismic"
 """What it writes under the output directory (embedded)."""
+RATES = Rates(build_s_per_posting=6e-6, build_exponent=1.5)
+"""Seismic's build speed (its search takes milliseconds), measured with ``benchmarks/export_rates.py
+seismic`` on the 2-CPU development machine (pyseismic-lsr 0.5.4, one thread, other jobs running, so
+the same case varied by up to 1.5x): a document of 100 postings took 5.5-10 ms, 400: 31 ms, 800:
+231 ms, 1,200: 225-322 ms. A document's cost grows faster than its postings; 6 µs × postings^1.5
+is within a factor of 2 of each."""
+WHY_SLOW = (
+    "Seismic's build clusters every term's posting list and summarises each block, which costs more "
+    "per posting the denser the documents"
+)
 
 
 class SeismicEngine:
     def __init__(self, index: Any) -> None:
         self.index = index
 
-    def search(self, queries: Vectors, k: int) -> Hits:
+    def search(self, queries: Vectors, k: int, tally: Tally = untallied) -> Hits:
         import seismic
 
         qids = np.array([str(i) for i in range(len(queries))], dtype=seismic.get_seismic_string())
@@ -71,6 +107,7 @@ class SeismicEngine:
             heap_factor=HEAP_FACTOR,
             num_threads=1,
         )
+        tally(len(queries))
         # rows come unordered
         by_query = {int(row[0][0]): [str(doc) for _, _, doc in row] for row in found if row}
         return [by_query.get(i, []) for i in range(len(queries))]
@@ -79,7 +116,11 @@ class SeismicEngine:
         pass
 
 
-def build(out: Path, docs: Vectors, url: str = "") -> tuple[SeismicEngine, dict[str, Any]]:
+def build(
+    out: Path, docs: Vectors, url: str = "", tally: Tally = untallied
+) -> tuple[SeismicEngine, dict[str, Any]]:
+    """One native call: the documents are counted once it returns (the job's progress lines
+    estimate the time until then from :data:`RATES`)."""
     import seismic
 
     data = seismic.SeismicDataset()
@@ -92,6 +133,7 @@ def build(out: Path, docs: Vectors, url: str = "") -> tuple[SeismicEngine, dict[
     with quiet():
         index = seismic.SeismicIndex.build_from_dataset(data, num_threads=1)
         index.save(str(out / LOCATION.removesuffix(".index.seismic")))  # Seismic adds the suffix
+    tally(len(docs))
     return SeismicEngine(index), {
         "index": LOCATION,  # under the output: the report names no absolute path
         "query_cut": QUERY_CUT,

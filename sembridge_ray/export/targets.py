@@ -38,6 +38,8 @@ class Target:
     """Quantised or approximate targets: the largest nDCG@10 drop (exact minus target) accepted."""
     url: bool = False
     """Whether ``--url`` (a server to push to) applies."""
+    schemes: tuple[str, ...] = ("http", "https")
+    """The URL schemes its client takes for ``--url``."""
     summary: str = ""
 
     def tolerance(self) -> dict[str, object]:
@@ -75,6 +77,7 @@ TARGETS: dict[str, Target] = {
             imports="milvus_lite",
             package="milvus-lite",
             url=True,
+            schemes=("http", "https", "tcp"),
             summary="Milvus SPARSE_FLOAT_VECTOR; embedded Milvus Lite, or --url a server",
         ),
         Target(

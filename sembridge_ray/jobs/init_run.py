@@ -73,6 +73,7 @@ from sembridge_ray.sparse.model import (
     publish,
     read_pooling,
 )
+from sembridge_ray.target_tokenizers import require_vocabulary
 from sembridge_ray.text import decode_line
 
 if TYPE_CHECKING:
@@ -484,6 +485,7 @@ def _load_inputs(
     (``bias: frequency`` only): everything read before the output is claimed."""
     model, source_tok = load_mlm(cfg.source_model, cfg.trust_remote_code)
     target_tok = load_tokenizer(cfg.target_tokenizer, cfg.trust_remote_code)
+    require_vocabulary(target_tok, cfg.target_tokenizer)
     counts = bias_counts(target_tok, cfg.bias_text) if cfg.bias == "frequency" else None
     return model, source_tok, target_tok, counts
 

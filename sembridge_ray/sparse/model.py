@@ -68,11 +68,28 @@ def load_tokenizer(name: str, trust_remote_code: bool = False) -> PreTrainedToke
     try:
         return AutoTokenizer.from_pretrained(name, trust_remote_code=trust_remote_code)
     except (OSError, ValueError, KeyError, TypeError) as err:
-        raise InputError(f"cannot load tokenizer {name!r}: {_first_line(err)}") from None
+        why = _not_a_tokenizer_file(Path(name) / "tokenizer.json") or _first_line(err)
+        raise InputError(f"cannot load tokenizer {name!r}: {why}") from None
+
+
+def _not_a_tokenizer_file(path: Path) -> str:
+    """Why ``path`` is not a ``tokenizers`` file, as the tokenizers library reads it ("" when it is
+    one, or absent): transformers only names the first key it misses ("'added_tokens'")."""
+    if not path.is_file():
+        return ""
+    from tokenizers import Tokenizer
+
+    try:
+        Tokenizer.from_file(str(path))
+    except Exception as err:  # the Rust library raises plain Exceptions
+        return f"{path.name} is not a tokenizer file (the tokenizers library: {_first_line(err)})"
+    return ""
 
 
 def _first_line(err: BaseException) -> str:
     text = str(err).strip().splitlines()
+    if isinstance(err, KeyError) and text:
+        return f"missing key {text[0]}"
     return text[0] if text else type(err).__name__
 
 

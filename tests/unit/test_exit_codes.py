@@ -179,3 +179,35 @@ def test_ctrl_c_exits_130(capsys: pytest.CaptureFixture[str]) -> None:
 
     assert cli.run_job(body) == 130
     assert error_lines(capsys) == ["interrupted"]
+
+
+def test_a_local_ray_cluster_that_cannot_start_is_one_line(
+    fixtures_root: Path,
+    sick_beir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Under heavy load Ray's local start timed out: a 45-line traceback, exit 1 (issue 42, point
+    5). Ray's own exception (a bare ``Exception``) is raised where ``ray.init`` raised it."""
+    from jobs import evaluate
+    from sembridge_ray.distributed import cluster
+    from sembridge_ray.manifest import SUCCESS
+
+    said = (
+        "The current node timed out during startup. This could happen because some of the raylet "
+        "failed to startup or the GCS has become overloaded."
+    )
+
+    def timed_out(*args: object, **kwargs: object) -> None:
+        raise Exception(said)
+
+    if cluster.ray.is_initialized():
+        pytest.skip("a Ray cluster is already up in this process: nothing would start")
+    monkeypatch.setattr(cluster.ray, "init", timed_out)
+    out = tmp_path / "eval"
+    argv = ["--model", str(fixtures_root / "bert-mlm"), "--dataset", str(sick_beir)]
+    assert evaluate.main([*argv, "--output", str(out)]) == 2
+    (line,) = error_lines(capsys)
+    assert line.startswith(f"error: the local Ray cluster did not start (Exception: {said})"), line
+    assert not (out / SUCCESS).exists() and not cluster.ray.is_initialized()

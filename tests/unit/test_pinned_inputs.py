@@ -5,6 +5,8 @@ in ``tests/ray/test_pinned_inputs.py``."""
 
 from __future__ import annotations
 
+import ast
+import inspect
 import os
 import shutil
 from pathlib import Path
@@ -84,3 +86,74 @@ def test_a_bridge_model_edited_while_it_encodes_fails_the_init_and_caches_nothin
         initialise(cfg, Stages(encode=encode_after_an_edit, rows=stages.rows))
     assert not (tmp_path / "out").exists() and not (tmp_path / "out" / SUCCESS).exists()
     assert [p.name for p in (tmp_path / "cache").glob("*") if not p.name.startswith(".tmp-")] == []
+
+
+ENCODE_CACHE_FILLERS = {"encode_corpus", "encode_queries"}
+"""The functions that fill the encode cache shared between jobs (keyed by the inputs'
+identities)."""
+PINNED_JOBS = {"sembridge_ray/distributed/evaluate.py", "sembridge_ray/distributed/export.py"}
+"""The drivers whose swap of the model while it encodes ``tests/ray/test_pinned_inputs.py`` walks
+(``ENCODING_JOBS`` there): a new job that fills the cache must join that walk."""
+
+
+def _calls_of_cache_fillers(root: Path) -> dict[str, list[ast.Call]]:
+    found: dict[str, list[ast.Call]] = {}
+    for folder in ("sembridge_ray", "jobs", "benchmarks", "scripts"):
+        for path in sorted((root / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Call):
+                    name = getattr(node.func, "id", getattr(node.func, "attr", ""))
+                    if name in ENCODE_CACHE_FILLERS:
+                        found.setdefault(str(path.relative_to(root)), []).append(node)
+    return found
+
+
+def test_every_job_that_fills_the_encode_cache_pins_what_it_read() -> None:
+    """The pin is a required argument of the cache-filling encodings (no default to forget), every
+    call passes it, and every module that calls them is a job whose swap test runs (issue 42,
+    point 1: the export encoded unpinned, and a model swapped meanwhile poisoned the cache)."""
+    from sembridge_ray.distributed import evaluate
+
+    for name in ENCODE_CACHE_FILLERS:
+        parameter = inspect.signature(getattr(evaluate, name)).parameters["pinned"]
+        assert parameter.default is inspect.Parameter.empty, name
+        assert parameter.kind is inspect.Parameter.KEYWORD_ONLY, name
+    calls = _calls_of_cache_fillers(Path(__file__).resolve().parents[2])
+    assert set(calls) == PINNED_JOBS
+    for module, nodes in calls.items():
+        for node in nodes:
+            assert any(k.arg == "pinned" for k in node.keywords), (module, node.lineno)
+
+
+class _Keyed(Exception):
+    pass
+
+
+@pytest.mark.parametrize(("spec", "per_split"), [("xquad:en", True), ("sick", False)])
+def test_the_export_keys_a_corpus_encoding_as_evaluate_does(
+    spec: str, per_split: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """XQuAD's splits have corpora of their own: the export keyed every split's corpus alike, so a
+    second split was served the first one's documents."""
+    from types import SimpleNamespace
+
+    from sembridge_ray.distributed import export as driver
+    from sembridge_ray.jobs.export import ExportConfig
+    from sembridge_ray.retrieval.store import fingerprint
+
+    def keyed(cfg: object, model: str, data: object, key: str, *args: object, **kw: object) -> None:
+        raise _Keyed(key)
+
+    monkeypatch.setattr(driver, "encode_corpus", keyed)
+    keys = {}
+    for split in ("dev", "test"):
+        cfg = ExportConfig(
+            target="qdrant", model="m", dataset=spec, output=str(tmp_path), split=split
+        )
+        data = SimpleNamespace(split=split)
+        with pytest.raises(_Keyed) as found:
+            driver._encoded(cfg, tmp_path, "m", "k", data, [], lambda: None)  # type: ignore[arg-type]
+        keys[split] = str(found.value)
+    assert keys == (
+        {s: fingerprint("k", s) for s in keys} if per_split else dict.fromkeys(keys, "k")
+    )

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from sembridge_ray.placement import ResourceConfig, plan_placement
@@ -28,3 +30,32 @@ def test_plan_placement(
 
 def test_train_needs_no_reserve() -> None:
     assert plan_placement(ResourceConfig(workers=2), 2, 0, reserve=False).workers == 2
+
+
+@pytest.mark.parametrize(
+    ("res", "level"),
+    [
+        (ResourceConfig(), logging.INFO),  # the default: a number the user never gave
+        (ResourceConfig(workers=3), logging.WARNING),
+        (ResourceConfig(gpus_per_worker=1), logging.WARNING),  # no GPU: CPU instead
+    ],
+)
+def test_fewer_workers_than_asked_are_a_warning_once_and_the_defaults_an_info_line(
+    res: ResourceConfig,
+    level: int,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Every default run on 2 CPUs warned "asked for 2 workers" (issue 42, point 12), twice."""
+    from sembridge_ray.distributed import cluster
+
+    monkeypatch.setattr(
+        cluster, "connect", lambda: cluster.ClusterInfo(cpus=2, gpus=0, address="x")
+    )
+    monkeypatch.setattr(cluster, "_fitted", set(), raising=False)
+    with caplog.at_level(logging.INFO, logger=cluster.__name__):
+        plans = {cluster.placement(res) for _ in range(2)}
+    assert plans == {plan_placement(res, 2, 0)}
+    (record,) = [r for r in caplog.records if "the cluster fits" in r.getMessage()]
+    assert record.levelno == level
+    assert ("asked for" in record.getMessage()) == (level == logging.WARNING)

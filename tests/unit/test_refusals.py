@@ -162,3 +162,62 @@ def test_an_error_while_writing_a_new_directory_names_it_not_its_temporary(tmp_p
         (tmp / "missing" / "file").write_text("x")
     assert err.value.filename == str(out) and ".tmp-" not in str(err.value)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "kept", [[], ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]], ids=["empty", "specials-only"]
+)
+def test_a_target_tokenizer_without_a_vocabulary_is_refused(
+    fixtures_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], kept: list[str]
+) -> None:
+    """Its added special tokens make it load as a "5-token" tokenizer; the model made for it was
+    marked complete and failed at every encoding (issue 42, point 2)."""
+    import json
+
+    from transformers import AutoTokenizer
+
+    tok = tmp_path / "tok"
+    shutil.copytree(fixtures_root / "tok-wordpiece", tok)
+    spec = json.loads((tok / "tokenizer.json").read_text(encoding="utf-8"))
+    spec["model"]["vocab"] = {t: i for i, t in enumerate(kept)}
+    (tok / "tokenizer.json").write_text(json.dumps(spec), encoding="utf-8")
+    assert len(AutoTokenizer.from_pretrained(str(tok))) == 5  # it loads
+    out = tmp_path / "out"
+    argv = ["--model", str(fixtures_root / "bert-mlm"), "--target-tokenizer", str(tok)]
+    argv += ["--bridge-model", str(fixtures_root / "bridge"), "--output", str(out)]
+    assert init_embeddings.main([*argv, f"cache_dir={tmp_path / 'c'}"]) == 2
+    line = _one_error(capsys)
+    assert f"target tokenizer {str(tok)!r}" in line and "special" in line, line
+    assert not out.exists()
+
+
+def test_an_evaluation_written_inside_the_model_it_scores_is_refused(
+    fixtures_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], sick_beir: Path
+) -> None:
+    """Its run files would change the model's identity, and the evaluation would then fail saying
+    the model changed, at every rerun (issue 42, point 9, as for the export)."""
+    from sembridge_ray.identity import path_identity
+
+    model = tmp_path / "model"
+    shutil.copytree(fixtures_root / "bert-mlm", model)
+    before = path_identity(model)
+    argv = ["--model", str(model), "--dataset", str(sick_beir), "--output", str(model / "eval")]
+    assert evaluate.main(argv) == 2
+    assert f"output {model / 'eval'} is inside the model {model}" in _one_error(capsys)
+    assert not (model / "eval").exists() and path_identity(model) == before
+
+
+def test_a_tokenizer_json_that_is_not_a_tokenizer_is_named(
+    fixtures_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It said ``cannot load tokenizer ...: 'added_tokens'`` (issue 42, point 11)."""
+    tok = tmp_path / "tok"
+    shutil.copytree(fixtures_root / "tok-wordpiece", tok)
+    (tok / "tokenizer.json").write_text('{"vocab_size": 5, "model_type": "bert"}\n')
+    out = tmp_path / "out"
+    argv = ["--model", str(fixtures_root / "bert-mlm"), "--target-tokenizer", str(tok)]
+    argv += ["--bridge-model", str(fixtures_root / "bridge"), "--output", str(out)]
+    assert init_embeddings.main([*argv, f"cache_dir={tmp_path / 'c'}"]) == 2
+    line = _one_error(capsys)
+    assert f"cannot load tokenizer {str(tok)!r}: tokenizer.json is not a tokenizer file" in line
+    assert "(the tokenizers library: " in line and not out.exists()

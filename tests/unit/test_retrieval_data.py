@@ -142,3 +142,24 @@ def test_webfaq_loader_reads_the_hub_layout_through_datasets(
     )
     with pytest.raises(InputError, match=r"webfaq-retrieval kor-qrels\[dev\]"):
         load_retrieval("webfaq:ko", "dev")
+
+
+@pytest.mark.parametrize("kind", ["arcd", "xquad", "korquad", "cmrc2018", "miracl", "webfaq"])
+def test_a_missing_language_suggests_at_dir_only_where_the_source_takes_it(
+    kind: str, tmp_path: Path
+) -> None:
+    """``arcd:ko`` said "or give @DIR", which ``arcd`` then refused (issue 42, point 11)."""
+    from sembridge_ray.data.registry import SOURCES, parse
+
+    source = SOURCES[kind]
+    if source.languages is None:
+        parse(f"{kind}:zz")  # any language: nothing to refuse
+        return
+    with pytest.raises(InputError, match=f"{kind} has no language 'zz'") as refused:
+        parse(f"{kind}:zz")
+    assert ("@DIR" in str(refused.value)) == source.mirror
+    if source.mirror:  # what it suggests is taken
+        assert parse(f"{kind}:zz@{tmp_path}").root == str(tmp_path)
+    else:
+        with pytest.raises(InputError, match="takes no @DIR"):
+            parse(f"{kind}:zz@{tmp_path}")

@@ -107,7 +107,7 @@ def _base(root: Path, seed: int) -> Path:
     return root if seed == 0 else root / f"seed-{seed}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CellPaths:
     """Where one seed of a cell writes: its fine-tuning under its own seed's directory; its init
     and zero-shot evaluation under ``init_seed``'s (its own where the init reads the seed, else
@@ -140,7 +140,9 @@ class CellPaths:
 
 def cell_paths(output: Path, cell: Cell, seed: int = 0) -> CellPaths:
     return CellPaths(
-        Path(output) / "cells" / cell.name, seed=seed, init_seed=seed if cell.init_seeded else 0
+        root=Path(output) / "cells" / cell.name,
+        seed=seed,
+        init_seed=seed if cell.init_seeded else 0,
     )
 
 

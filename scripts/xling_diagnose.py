@@ -33,6 +33,7 @@ import json
 import logging
 import statistics
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -131,9 +132,12 @@ def confidence(
     }
 
 
-def bridge_vectors(tokenizer: Any, name: str, cache_dir: Path) -> np.ndarray:
-    """The me5 vectors of a vocabulary from the init job's cache (encoded here when absent)."""
-    bridge = bundled.resolve("me5")
+def bridge_vectors(
+    tokenizer: Any, name: str, cache_dir: Path, bridge_model: str = "me5"
+) -> np.ndarray:
+    """The bridge's (me5's) vectors of a vocabulary from the init job's cache (encoded here when
+    absent)."""
+    bridge = bundled.resolve(bridge_model)
     side = bridge_side(
         "sembridge", WeightingConfig(), "fp32", bridge, {name: tokenizer}, {name: len(tokenizer)}
     )
@@ -192,10 +196,37 @@ def language_texts(spec: str) -> list[str]:
     return texts
 
 
-def diagnose(
-    grid: Path, lang: str, source: str, sample: int, top: int, cache_dir: Path
-) -> dict[str, Any]:
+@dataclass(frozen=True, kw_only=True)
+class Inputs:
+    """Where a language's parts come from: the preset's bundled ones by default."""
+
+    source: str = "splade-tiny"
+    bridge: str = "me5"
+    tokenizers: dict[str, str] = field(default_factory=dict)
+    """Language -> its target tokenizer where it is not the bundled ``tok-<lang>``."""
+    xquad_dir: str = ""
+    """A directory of XQuAD-format files read instead of the bundled sets."""
+    cache_dir: Path = field(default_factory=lambda: Path(InitConfig().cache_dir).expanduser())
+
+    def tokenizer(self, lang: str) -> str:
+        return self.tokenizers.get(lang) or bundled.resolve(f"tok-{lang}")
+
+    def spec(self, lang: str) -> str:
+        from sembridge_ray.jobs.reproduce import ReproduceConfig
+
+        cfg = ReproduceConfig(assets="xling", languages=(lang,), xquad_dir=self.xquad_dir)
+        return xling_specs(cfg, lang)[0]
+
+
+def parse_tokenizers(text: str) -> dict[str, str]:
+    """``lang=DIR,...`` -> {lang: DIR}."""
+    pairs = [item.partition("=") for item in text.split(",") if item.strip()]
+    return {lang.strip(): path.strip() for lang, _, path in pairs}
+
+
+def diagnose(grid: Path, lang: str, sample: int, top: int, inputs: Inputs) -> dict[str, Any]:
     cfg_lengths = (32, 64)
+    source, cache_dir = inputs.source, inputs.cache_dir
     cells = {c.method: c for c in expand((source,), (lang,), ("sembridge", "random"), ("4",))}
     ours, theirs = (cell_paths(grid, cells[m]).init for m in ("sembridge", "random"))
     found: dict[str, Any] = {"language": lang}
@@ -218,7 +249,7 @@ def diagnose(
         "sembridge_copied": float(bias[copied].median()) if len(copied) else float("nan"),
         "random_new": float(rand_bias[index].median()),
     }
-    tokenizer = load_tokenizer(bundled.resolve(f"tok-{lang}"))
+    tokenizer = load_tokenizer(inputs.tokenizer(lang))
     rng = np.random.default_rng(0)
     picked = rng.choice(new, min(sample, len(new)), replace=False) if len(new) else new
     found["self_activation"] = {
@@ -245,7 +276,7 @@ def diagnose(
         }
         for k, v in conf.items()
     }
-    spec = xling_specs_for(lang)
+    spec = inputs.spec(lang)
     dev = load_judged(spec, "dev")
     mine, q_vectors = dev_scores(ours / "model", dev, cfg_lengths)
     other, _ = dev_scores(theirs / "model", dev, cfg_lengths)
@@ -291,17 +322,14 @@ def diagnose(
     return found
 
 
-def xling_specs_for(lang: str) -> str:
-    from sembridge_ray.jobs.reproduce import ReproduceConfig
-
-    return xling_specs(ReproduceConfig(assets="xling", languages=(lang,)), lang)[0]
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--grid", type=Path, required=True, help="the xling grid's --output")
     parser.add_argument("--languages", default="ar,zh,hi,ko,ru")
     parser.add_argument("--source", default="splade-tiny", help="the grid's source model")
+    parser.add_argument("--bridge", default="me5", help="the grid's bridge model")
+    parser.add_argument("--tokenizers", default="", help="LANG=DIR,... instead of tok-<lang>")
+    parser.add_argument("--xquad-dir", default="", help="XQuAD-format files instead of the bundled")
     parser.add_argument(
         "--sample", type=int, default=2000, help="new tokens tested for self-activation"
     )
@@ -312,11 +340,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    inputs = Inputs(
+        source=args.source,
+        bridge=args.bridge,
+        tokenizers=parse_tokenizers(args.tokenizers),
+        xquad_dir=args.xquad_dir,
+        cache_dir=args.cache_dir,
+    )
     found = []
     for lang in args.languages.split(","):
-        found.append(
-            diagnose(args.grid, lang.strip(), args.source, args.sample, args.top, args.cache_dir)
-        )
+        found.append(diagnose(args.grid, lang.strip(), args.sample, args.top, inputs))
         print(json.dumps(found[-1]), flush=True)
     if args.json:
         args.json.write_text(json.dumps(found, indent=2), encoding="utf-8")

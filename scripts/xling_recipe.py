@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from xling_diagnose import dev_scores, xling_specs_for
+from xling_diagnose import Inputs, dev_scores, parse_tokenizers
 
 from sembridge_ray.config import coerce
 from sembridge_ray.jobs.dev import load_judged
@@ -55,12 +55,13 @@ def parse_variant(text: str) -> tuple[str, dict[str, str]]:
     return name.strip(), {k.strip(): v.strip() for k, _, v in pairs}
 
 
-def config(lang: str, source: str, settings: dict[str, str], seed: int, out: Path) -> InitConfig:
-    """The xling preset's init of ``lang`` from ``source`` with ``settings`` over it."""
+def config(lang: str, inputs: Inputs, settings: dict[str, str], seed: int, out: Path) -> InitConfig:
+    """The xling preset's init of ``lang`` from ``inputs.source`` with ``settings`` over it."""
     base = InitConfig(
-        source_model=source,
-        target_tokenizer=f"tok-{lang}",
-        bridge_model="me5",
+        source_model=inputs.source,
+        target_tokenizer=inputs.tokenizer(lang),
+        bridge_model=inputs.bridge,
+        cache_dir=str(inputs.cache_dir),
         language=lang,
         copy_overlap=True,
         samples=0,
@@ -89,19 +90,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--languages", default="ar,zh,hi,ko,ru")
     parser.add_argument("--source", default="splade-tiny")
+    parser.add_argument("--bridge", default="me5")
+    parser.add_argument("--tokenizers", default="", help="LANG=DIR,... instead of tok-<lang>")
+    parser.add_argument("--xquad-dir", default="", help="XQuAD-format files instead of the bundled")
     parser.add_argument("--seeds", type=int, default=3, help="for variants that draw random rows")
     parser.add_argument("--variant", action="append", help="NAME:key=value,... (repeatable)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     variants = [parse_variant(v) for v in (args.variant or DEFAULT_VARIANTS)]
+    inputs = Inputs(
+        source=args.source,
+        bridge=args.bridge,
+        tokenizers=parse_tokenizers(args.tokenizers),
+        xquad_dir=args.xquad_dir,
+    )
     found: dict[str, dict[str, dict[str, list[float]]]] = {}
     for lang in args.languages.split(","):
-        dev = load_judged(xling_specs_for(lang), "dev")
+        dev = load_judged(inputs.spec(lang), "dev")
         qids = sorted(dev.qrels)
         for name, settings in [("sembridge", {}), *variants]:
             scores = []
             for seed in range(args.seeds):
-                cfg = config(lang, args.source, settings, seed, args.out / lang / name / f"s{seed}")
+                cfg = config(lang, inputs, settings, seed, args.out / lang / name / f"s{seed}")
                 if seed and not cfg.reads_seed:
                     break  # a deterministic init: one seed says it all
                 initialise(cfg)

@@ -18,10 +18,12 @@ Per language, comparing the released rule (``sembridge`` α=4, seed 0's init) wi
   cosines − the mean of the source token's 10 nearest target cosines; Conneau et al. 2018), and
   how the zero-shot development gain over random depends on it: per query the mean CSLS of its new
   tokens, queries cut into quartiles, the mean per-query ΔnDCG@10 in each;
-- **unreachable tokens**: target tokens that the tokenizer never produces on the language's
-  training and development text (e.g. ``##`` + one CJK character in bert-base-chinese, whose
-  pre-tokenizer splits CJK characters apart), their number, and the share of the zero-shot query
-  vectors' weight (development queries) that falls on them.
+- **unseen and unreachable tokens**: new tokens that the tokenizer never produces on the
+  language's training and development text (*unseen*: rare pieces, and the unreachable ones), and
+  those it can never produce (*unreachable*: a continuation piece ``##`` + one CJK character in a
+  WordPiece vocabulary whose pre-tokenizer splits CJK characters apart, as bert-base-chinese's);
+  their number, and the share of the zero-shot development query vectors' weight on them (terms
+  that only expansion fires).
 
 The development evaluations are scored here with the project's encoder and metrics, on every judged
 development question (no test article is read)."""
@@ -31,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -310,16 +313,40 @@ def diagnose(grid: Path, lang: str, sample: int, top: int, inputs: Inputs) -> di
         if len(q)
     ]
     seen = seen_tokens(tokenizer, language_texts(spec))
-    unreachable = np.array([t for t in new.tolist() if t not in seen], np.int64)
     weight = sum(float(v[1].sum()) for v in q_vectors)
-    lost = sum(float(v[1][np.isin(v[0].astype(np.int64), unreachable)].sum()) for v in q_vectors)
-    found["unreachable"] = {
-        "tokens": len(unreachable),
-        "share_of_new": float(len(unreachable) / max(1, len(new))),
-        "share_of_query_weight": lost / weight if weight else float("nan"),
-        "examples": [tokenizer.convert_ids_to_tokens(int(t)) for t in unreachable[:8]],
-    }
+    for name, ids in (
+        ("unseen", np.array([t for t in new.tolist() if t not in seen], np.int64)),
+        ("unreachable", unreachable_pieces(tokenizer, new)),
+    ):
+        lost = sum(float(v[1][np.isin(v[0].astype(np.int64), ids)].sum()) for v in q_vectors)
+        found[name] = {
+            "tokens": len(ids),
+            "share_of_new": float(len(ids) / max(1, len(new))),
+            "share_of_query_weight": lost / weight if weight else float("nan"),
+            "examples": [tokenizer.convert_ids_to_tokens(int(t)) for t in ids[:8]],
+        }
     return found
+
+
+CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+
+
+def unreachable_pieces(tokenizer: Any, ids: np.ndarray) -> np.ndarray:
+    """The ``##`` + one CJK character continuation pieces among ``ids``, where the tokenizer's
+    pre-tokenizer isolates CJK characters (checked: it cuts two of them apart)."""
+    pair = "\u4e2d\u6587"  # two CJK characters
+    if len(tokenizer.tokenize(pair)) < 2 or any(
+        t.startswith("##") for t in tokenizer.tokenize(pair)
+    ):
+        return np.zeros(0, np.int64)
+    found = [
+        t
+        for t in ids.tolist()
+        if (piece := tokenizer.convert_ids_to_tokens(int(t))).startswith("##")
+        and len(piece) == 3
+        and CJK.fullmatch(piece[2])
+    ]
+    return np.array(found, np.int64)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -9,6 +9,7 @@ import runpy
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from sembridge_ray.reproduce.cells import cell_paths, expand
@@ -20,12 +21,12 @@ WORDS = ["cat", "dog", "river", "house", "tree", "road", "bird", "ship", "lamp",
 def xquad(root: Path, lang: str = "xx", articles: int = 30) -> Path:
     """An XQuAD-format file: per article one paragraph of two sentences and one question on the
     first."""
-    data = []
+    data: list[dict[str, object]] = []
     for n in range(articles):
         a, b = WORDS[n % len(WORDS)], WORDS[(n * 3 + 1) % len(WORDS)]
         context = f"The {a} number {n} sat by the water. A {b} walked along the old road."
-        qa = {"id": f"q{n}", "question": f"Where did the {a} number {n} sit?"}
-        qa["answers"] = [{"text": "by the water", "answer_start": context.index("by the water")}]
+        answer = {"text": "by the water", "answer_start": context.index("by the water")}
+        qa = {"id": f"q{n}", "question": f"Where did the {a} number {n} sit?", "answers": [answer]}
         data.append({"title": f"t{n}", "paragraphs": [{"context": context, "qas": [qa]}]})
     root.mkdir(parents=True, exist_ok=True)
     (root / f"xquad.{lang}.json").write_text(json.dumps({"data": data}), encoding="utf-8")
@@ -88,3 +89,20 @@ def test_the_recipe_and_the_diagnosis_run_on_tiny_inputs(
     means = figures["dev_ndcg@10"]
     assert means["sembridge"] == pytest.approx(sum(found["xx"]["sembridge"]["scores"][0]) / queries)
     assert sum(q["queries"] for q in figures["gain_by_csls_quartile"]) <= queries
+
+
+def test_unreachable_pieces_are_cjk_continuations_only_where_cjk_is_split(tmp_path: Path) -> None:
+    """A WordPiece tokenizer that cuts CJK characters apart can never produce ``##`` + one CJK
+    character; one that keeps them together can, and then nothing is called unreachable."""
+    from transformers import BertTokenizer
+
+    diagnosis = runpy.run_path(str(SCRIPTS / "xling_diagnose.py"))
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "中", "文", "##中", "##文", "##ab", "a"]
+    (tmp_path / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    ids = np.arange(len(vocab))
+    for split, expected in ((True, [7, 8]), (False, [])):
+        tok = BertTokenizer(str(tmp_path / "vocab.txt"), tokenize_chinese_chars=split)
+        # the oracle: does the tokenizer ever emit the piece for any two-character CJK text?
+        emitted = {p for a in "中文" for b in "中文" for p in tok.tokenize(a + b)}
+        assert [vocab[i] for i in expected] == [p for p in ("##中", "##文") if p not in emitted]
+        assert diagnosis["unreachable_pieces"](tok, ids).tolist() == expected

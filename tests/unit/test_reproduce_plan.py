@@ -726,7 +726,7 @@ def test_the_cross_lingual_preset_plans_every_language_with_its_own_sets_and_the
     cfg, _ = parse_config(ReproduceConfig, ["--preset", "xling"], job="reproduce")
     assert cfg.models == ("splade-tiny",) and cfg.seeds == 3
     planned, files = _planned(cfg, tmp_path)
-    assert len(planned.cells) == 5 * 10 and not planned.failures
+    assert len(planned.cells) == 5 * 11 and not planned.failures
     (source_eval,) = planned.assets  # splade-tiny is not trained first
     assert (_evaluate(source_eval).model, _evaluate(source_eval).dataset) == (
         "splade-tiny",
@@ -756,7 +756,7 @@ def test_the_cross_lingual_preset_plans_every_language_with_its_own_sets_and_the
     seeded = {
         c.split("__")[2] for c, st in planned.cells.items() if any("seed-1" in s.name for s in st)
     }
-    assert seeded == {"sembridge", "random", "wechsel", "focus"}
+    assert seeded == {"sembridge", "sembridge_x", "random", "wechsel", "focus"}
     alphas = sorted(
         (s[0].cfg.weighting.alpha, s[0].cfg.bridge_model)  # type: ignore[attr-defined]
         for name, s in planned.cells.items()
@@ -771,7 +771,7 @@ def test_the_cross_lingual_preset_plans_every_language_with_its_own_sets_and_the
     assert source.cfg.train == "xquad:en" and source.cfg.model == str(files["untrained"])
     assert _evaluate(minilm_eval).model == f"{source.output}/model"
     assert _evaluate(tiny_eval).model == "splade-tiny"
-    assert len(both.cells) == 2 * 5 * 10
+    assert len(both.cells) == 2 * 5 * 11
 
 
 def test_the_cross_lingual_preset_runs_any_language_given_its_tokenizer_and_xquad_dir(

@@ -37,15 +37,13 @@ from sembridge_ray.reproduce.compare import paired_test
 log = logging.getLogger("xling_recipe")
 DEFAULT_VARIANTS = (
     "random:method=random",
-    "norm1.5:norm_scale=1.5",
     "norm2:norm_scale=2",
-    "gate0.5:confidence_gate=0.5,confidence=cosine",
-    "x(norm1.5+gate0.5 cosine):norm_scale=1.5,confidence_gate=0.5,confidence=cosine",
-    "x(norm1.5+gate0.5 csls):norm_scale=1.5,confidence_gate=0.5,confidence=csls",
-    "x(norm1.5+gate0.25 cosine):norm_scale=1.5,confidence_gate=0.25,confidence=cosine",
-    "x(norm1.5+gate0.75 cosine):norm_scale=1.5,confidence_gate=0.75,confidence=cosine",
-    "x(norm2+gate0.5 cosine):norm_scale=2,confidence_gate=0.5,confidence=cosine",
+    "gate0.25:confidence_gate=0.25,confidence=cosine",
+    "n2g25:norm_scale=2,confidence_gate=0.25,confidence=cosine",
+    "n2g25-csls:norm_scale=2,confidence_gate=0.25,confidence=csls",
 )
+"""The ablation of the frozen recipe (``n2g25`` is ``sembridge_x``): each option alone, both, and
+the de-hubbed confidence in place of the best cosine."""
 
 
 def parse_variant(text: str) -> tuple[str, dict[str, str]]:

@@ -106,3 +106,71 @@ def test_unreachable_pieces_are_cjk_continuations_only_where_cjk_is_split(tmp_pa
         emitted = {p for a in "中文" for b in "中文" for p in tok.tokenize(a + b)}
         assert [vocab[i] for i in expected] == [p for p in ("##中", "##文") if p not in emitted]
         assert diagnosis["unreachable_pieces"](tok, ids).tolist() == expected
+
+
+def _per_query(path: Path, scores: list[float]) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    rows = "".join(f"q{i}\t{s}\t1.0\t1.0\n" for i, s in enumerate(scores))
+    (path / "per_query.tsv").write_text(
+        "query_id\tnDCG@10\tR@100\tRR@10\n" + rows, encoding="utf-8"
+    )
+
+
+def test_the_goals_script_judges_a_hand_made_grid(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Per-query scores written where the grid writes them; every verdict checked by hand."""
+    from sembridge_ray.cli import parse_config
+    from sembridge_ray.jobs.reproduce import ReproduceConfig
+    from sembridge_ray.reproduce.cells import bm25_path, config_cells, source_test_path
+
+    goals = runpy.run_path(str(SCRIPTS / "xling_goals.py"))
+    overrides = ["languages=ar,zh", "methods=sembridge_x,random", "seed_methods=", "seeds=2"]
+    cfg, _ = parse_config(ReproduceConfig, ["--preset", "xling", *overrides], job="reproduce")
+    grid = tmp_path / "grid"
+    # per (language, method, stage): each seed's four queries; a fusion with BM25 scores its
+    # model's + 0.1 in ar, 0.56 in zh (0.01 above BM25)
+    table = {
+        ("ar", "sembridge_x", "zero_shot"): [[0.6, 0.6, 0.4, 0.4], [0.6, 0.6, 0.4, 0.4]],
+        ("ar", "random", "zero_shot"): [[0.2, 0.2, 0.2, 0.2], [0.4, 0.2, 0.2, 0.2]],
+        ("ar", "sembridge_x", "finetuned"): [[0.7] * 4, [0.5] * 4],
+        ("ar", "random", "finetuned"): [[0.6] * 4, [0.6] * 4],
+        ("zh", "sembridge_x", "zero_shot"): [[0.3] * 4, [0.3] * 4],
+        ("zh", "random", "zero_shot"): [[0.5] * 4, [0.5] * 4],
+        ("zh", "sembridge_x", "finetuned"): [[0.9] * 4, [0.9] * 4],
+        ("zh", "random", "finetuned"): [[0.5] * 4, [0.5] * 4],
+    }
+    for cell in config_cells(cfg):
+        for seed in range(cell.seeds):
+            paths = cell_paths(grid, cell, seed)
+            for stage in ("zero_shot", "finetuned"):
+                found = table[(cell.language, cell.method, stage)][seed]
+                _per_query(paths.eval("xquad", stage), found)
+                fused = [s + 0.1 for s in found] if cell.language == "ar" else [0.56] * 4
+                _per_query(paths.fusion("xquad", stage), fused)
+    for lang in ("ar", "zh"):
+        _per_query(bm25_path(grid, lang, "xquad", "test"), [0.55] * 4)
+    _per_query(source_test_path(grid, "splade-tiny"), [0.8] * 4)
+    report = tmp_path / "goals.json"
+    assert goals["main"](["--grid", str(grid), "--json", str(report), *overrides]) == 0
+    found = json.loads(report.read_text())
+    ar, zh = found["languages"]
+    assert ar["zero_shot"]["mean"] == pytest.approx(0.5) and zh["zero_shot"]["mean"] == 0.3
+    assert ar["zero_shot"]["against"]["random"]["diff"] == pytest.approx(0.5 - 0.225)
+    assert (
+        ar["zero_shot"]["against"]["random"]["low"]
+        > 0
+        > zh["zero_shot"]["against"]["random"]["high"]
+    )
+    assert ar["fused_vs_bm25"]["diff"] == pytest.approx(0.6 + 0.1 - 0.55)
+    assert zh["fused_vs_bm25"]["diff"] == pytest.approx(0.01)
+    assert zh["finetuned_vs_bm25"]["diff"] == pytest.approx(0.9 - 0.55)
+    assert found["goals"] == {
+        "zero_shot_ci_not_below_0_every_language": False,  # zh loses to random
+        "finetuned_within_0.005_of_best_every_language": True,  # ar 0.6 = random's 0.6
+        "fusion_gains_0.02_every_language": False,  # zh's fusion gains 0.01
+        "finetuned_reaches_bm25_languages": 2,
+        "recovery_of_english": pytest.approx((0.5 + 0.3) / 2 / 0.8),
+        "recovery_goal_met": False,
+    }
+    assert "| **zero_shot: sembridge_x** | 0.500 | 0.300 |" in capsys.readouterr().out

@@ -118,6 +118,9 @@ def test_every_key_of_a_job_is_in_its_identity_or_documented_as_not_shaping_it(j
             "fvt_weight": 0.5,
             "lsq_ridge": 0.5,
             "random_blend": 0.5,
+            "norm_scale": 1.5,
+            "confidence_gate": 0.5,
+            "confidence": "csls",
         }
         entmax = {"adaptive_support": "fixed"}  # only an α-entmax bridge has a support to adapt
         variants = [

@@ -107,7 +107,7 @@ def test_help_shows_the_default_presets_values(capsys: pytest.CaptureFixture[str
     with pytest.raises(SystemExit):
         run("init", ["--help"])
     assert (
-        "--method {sembridge,sembridge_plus,focus,wechsel,omp,fvt,mean,random}"
+        "--method {sembridge,sembridge_plus,sembridge_x,focus,wechsel,omp,fvt,mean,random}"
         in capsys.readouterr().out
     )
 

@@ -40,10 +40,8 @@ DEFAULT_VARIANTS = (
     "norm2:norm_scale=2",
     "gate0.25:confidence_gate=0.25,confidence=cosine",
     "n2g25:norm_scale=2,confidence_gate=0.25,confidence=cosine",
-    "n2g25-csls:norm_scale=2,confidence_gate=0.25,confidence=csls",
 )
-"""The ablation of the frozen recipe (``n2g25`` is ``sembridge_x``): each option alone, both, and
-the de-hubbed confidence in place of the best cosine."""
+"""The ablation of the frozen recipe (``n2g25`` is ``sembridge_x``): each option alone, and both."""
 
 
 def parse_variant(text: str) -> tuple[str, dict[str, str]]:

@@ -88,11 +88,14 @@ def test_paper_path_runs_cells_concurrently_records_failures_and_resumes(
     ]
     assert (out / "cells" / failed[0] / "error.txt").is_file()
 
-    rows = list(csv.DictReader((out / "results.csv").open(encoding="utf-8")))
-    assert {(r["method"], r["alpha"], r["stage"], r["dataset"], r["language"]) for r in rows} == {
-        ("sembridge", "4", "zero_shot", "miracl", "ko"),
-        ("sembridge", "4", "finetuned", "miracl", "ko"),
+    found = list(csv.DictReader((out / "results.csv").open(encoding="utf-8")))
+    # the model's rows, BM25 beside each stage and the model's fusion with it
+    assert {(r["method"], r["alpha"], r["stage"], r["dataset"], r["language"]) for r in found} == {
+        (method, alpha, stage, "miracl", "ko")
+        for stage in ("zero_shot", "finetuned")
+        for method, alpha in (("sembridge", "4"), ("sembridge+bm25", "4"), ("bm25", ""))
     }
+    rows = [r for r in found if r["method"] == "sembridge"]
     for row in rows:  # the table is the evaluation job's own metrics.json
         metrics = json.loads(
             (out / "cells" / row["cell"] / "miracl" / row["stage"] / "metrics.json").read_text()

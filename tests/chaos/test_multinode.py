@@ -305,7 +305,8 @@ def test_two_cell_reproduction_survives_a_lost_node_with_the_same_results(
             for r in csv.DictReader((out / "results.csv").open(encoding="utf-8"))
         ]
 
+    # two cells × two stages, each with its fusion with BM25, and BM25 beside each stage
     assert (
-        rows(tmp_path / "lost") == rows(tmp_path / "local") and len(rows(tmp_path / "local")) == 4
+        rows(tmp_path / "lost") == rows(tmp_path / "local") and len(rows(tmp_path / "local")) == 10
     )
     shutil.rmtree(tmp_path / "mirror")

@@ -29,11 +29,17 @@ from sembridge_ray.reproduce.cells import (
     STAGES,
     Cell,
     bm25_path,
-    cell_paths,
     config_cells,
     source_test_path,
 )
-from sembridge_ray.reproduce.compare import PER_QUERY, paired_test, read_per_query, seed_scores
+from sembridge_ray.reproduce.compare import (
+    PER_QUERY,
+    paired_test,
+    read_per_query,
+    seed_folders,
+    seed_matrix,
+    seed_scores,
+)
 
 FINETUNED_MARGIN = 0.005
 FUSION_GAIN = 0.02
@@ -45,19 +51,13 @@ def scores(
 ) -> np.ndarray | None:
     """(seeds, queries) of one cell at ``stage`` in query-id order, or None until every seed has
     finished."""
-    paths = [cell_paths(grid, cell, seed) for seed in range(cell.seeds)]
-    found = seed_scores(
-        [p.fusion(dataset, stage) if fused else p.eval(dataset, stage) for p in paths]
-    )
-    return None if found is None else np.array([found[q] for q in sorted(found)]).T
+    found = seed_scores(seed_folders(grid, cell, dataset, stage, fused))
+    return None if found is None else seed_matrix(found, sorted(found))
 
 
 def bm25_scores(grid: Path, language: str, dataset: str) -> np.ndarray | None:
-    path = bm25_path(grid, language, dataset, "test") / PER_QUERY
-    if not path.is_file():
-        return None
-    found = read_per_query(path)
-    return np.array([[found[q] for q in sorted(found)]])
+    found = seed_scores([bm25_path(grid, language, dataset, "test")])
+    return None if found is None else seed_matrix(found, sorted(found))
 
 
 def label(cell: Cell) -> str:

@@ -184,12 +184,14 @@ def seed_scores(folders: Sequence[Path]) -> dict[str, list[float]] | None:
     return {q: [f[q] for f in found] for q in found[0]}
 
 
-def _matrix(scores: dict[str, list[float]], qids: list[str]) -> np.ndarray:
+def seed_matrix(scores: dict[str, list[float]], qids: list[str]) -> np.ndarray:
     """(seeds, queries) in ``qids``' order."""
     return np.array([scores[q] for q in qids], np.float64).T
 
 
-def _seeds(output: Path, cell: Cell, dataset: str, stage: str, fused: bool = False) -> list[Path]:
+def seed_folders(
+    output: Path, cell: Cell, dataset: str, stage: str, fused: bool = False
+) -> list[Path]:
     """The evaluation (or its fusion with BM25) of each of the cell's seeds at ``stage``."""
     paths = [cell_paths(output, cell, seed) for seed in range(cell.seeds)]
     return [p.fusion(dataset, stage) if fused else p.eval(dataset, stage) for p in paths]
@@ -223,16 +225,20 @@ def _against_reference(output: Path, members: list[Cell], dataset: str, stage: s
     """Every cell of one (model, language) against :func:`reference_cell`, on one dataset and stage:
     its row and both sides' scores."""
     reference = reference_cell(members)
-    ref = None if reference is None else seed_scores(_seeds(output, reference, dataset, stage))
+    ref = (
+        None if reference is None else seed_scores(seed_folders(output, reference, dataset, stage))
+    )
     if reference is None or ref is None:
         return []
     qids = sorted(ref)
     found: list[Pair] = []
     for cell in members:
-        other = None if cell == reference else seed_scores(_seeds(output, cell, dataset, stage))
+        other = (
+            None if cell == reference else seed_scores(seed_folders(output, cell, dataset, stage))
+        )
         if other is None or sorted(other) != qids:  # unfinished, or other qrels: nothing to pair
             continue
-        a, b = _matrix(other, qids), _matrix(ref, qids)
+        a, b = seed_matrix(other, qids), seed_matrix(ref, qids)
         found.append((_row(cell, dataset, stage, reference.name, a, b), a, b))
     return found
 
@@ -248,10 +254,10 @@ def _against_bm25(
     qids = sorted(bm25)
     found: list[Pair] = []
     for cell in members:
-        fused = seed_scores(_seeds(output, cell, dataset, stage, fused=True))
+        fused = seed_scores(seed_folders(output, cell, dataset, stage, fused=True))
         if fused is None or sorted(fused) != qids:
             continue
-        a, b = _matrix(fused, qids), _matrix(bm25, qids)
+        a, b = seed_matrix(fused, qids), seed_matrix(bm25, qids)
         row = _row(cell, dataset, stage, BM25, a, b, variant=cell.variant + FUSED)
         found.append((row, a, b))
     return found

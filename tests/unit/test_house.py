@@ -98,3 +98,40 @@ def test_the_field_counter_skips_class_variables() -> None:
 def test_few_signatures_are_untyped(house: ModuleType) -> None:
     figures = house.signature_types()
     assert figures["bare_any_share"] <= 0.03 and figures["dict_str_any_share"] <= 0.03, figures
+
+
+def test_code_lines_skip_blanks_comments_and_docstrings(house: ModuleType) -> None:
+    source = (
+        '"""Module\ndocstring."""\n'  # 2 docstring lines
+        "\n"
+        "# a comment\n"
+        "X = 1  # code with a comment\n"  # 1
+        '"""X\'s attribute docstring."""\n'
+        "def f(\n    a: int,\n) -> int:\n"  # 3
+        '    """f."""\n'
+        "    return (a +\n            1)\n"  # 2
+    )
+    assert house.code_lines(source) == 6
+
+
+def test_rooms_count_shares_sizes_fan_out_and_driver_imports(
+    house: ModuleType, tmp_path: Path
+) -> None:
+    package = tmp_path / "sembridge_ray"
+    (package / "sparse").mkdir(parents=True)
+    (package / "distributed").mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "sparse" / "__init__.py").write_text("")
+    (package / "distributed" / "__init__.py").write_text("")
+    (package / "sparse" / "loss.py").write_text("A = 1\nB = 2\nC = 3\n")  # maths: 3 code lines
+    (package / "config.py").write_text("D = 4\n")  # glue: 1
+    (package / "text.py").write_text("E = 5\n")  # neither: 1
+    (package / "distributed" / "evaluate.py").write_text("from sembridge_ray import config\n")
+    (package / "distributed" / "export.py").write_text(  # glue: 2, one driver -> driver import
+        "from sembridge_ray.distributed import evaluate\nfrom sembridge_ray.sparse import loss\n"
+    )
+    figures = house.rooms(house.import_graph(tmp_path), tmp_path)
+    assert figures["code_lines"] == 8
+    assert figures["maths_share"] == round(3 / 8, 3) and figures["glue_share"] == round(4 / 8, 3)
+    assert figures["largest_module"] == 3 and figures["largest_fan_out"] == 2
+    assert figures["driver_imports"] == 1

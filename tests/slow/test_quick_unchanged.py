@@ -1,0 +1,115 @@
+"""The quick start computes what it computed before the runtime redesign: its results table and
+rows, and every model it writes (per tensor: the float64 sum and norm), against a record made by
+the code before the redesign (``tests/data/quick_before.json``).
+
+Timings, paths and identities are left out (they differ between two runs of the same code). The
+numbers are compared to a relative 1e-6 (the tensors' statistics to 1e-5), not bit for bit, so the
+test does not hinge on the CPU's float kernels; on one machine the redesign's outputs were also
+byte-identical (the closing note of the redesign gives the sha256 comparison).
+
+    python -m tests.slow.test_quick_unchanged record OUTPUT   # rewrite the record from a quick run
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+RECORD = Path(__file__).resolve().parents[1] / "data" / "quick_before.json"
+UNTIMED = ("train_seconds",)
+_NUMBER = re.compile(r"-?\d+\.\d+|-?\d+")
+
+
+def figures(root: Path) -> dict[str, object]:
+    """What a quick run computed, read from its output folder ``root``."""
+    from safetensors.numpy import load_file
+
+    with (root / "results.csv").open(encoding="utf-8", newline="") as f:
+        rows = [{k: v for k, v in row.items() if k not in UNTIMED} for row in csv.DictReader(f)]
+    models = {}
+    for path in sorted(root.rglob("model.safetensors")):
+        if "checkpoints" in path.parts:
+            continue
+        tensors = load_file(str(path))
+        models[str(path.parent.relative_to(root))] = {
+            name: [
+                float(t.astype("float64").sum()),
+                float(math.sqrt((t.astype("float64") ** 2).sum())),
+            ]
+            for name, t in sorted(tensors.items())
+        }
+    return {
+        "results_md": (root / "results.md").read_text(encoding="utf-8"),
+        "results_csv": rows,
+        "models": models,
+    }
+
+
+def _close(a: str, b: str, rel: float) -> bool:
+    try:
+        x, y = float(a), float(b)
+    except ValueError:
+        return a == b
+    return math.isclose(x, y, rel_tol=rel, abs_tol=1e-12) or (math.isnan(x) and math.isnan(y))
+
+
+def _same_table(before: str, after: str) -> list[str]:
+    """The lines of two results.md that differ in their words, or in a number by more than one
+    unit of its last printed digit."""
+    differ = []
+    for old, new in zip(before.splitlines(), after.splitlines(), strict=False):
+        if _NUMBER.sub("#", old) != _NUMBER.sub("#", new):
+            differ.append(new)
+            continue
+        for a, b in zip(_NUMBER.findall(old), _NUMBER.findall(new), strict=True):
+            unit = 10.0 ** -len(a.split(".")[1]) if "." in a else 1.0
+            if abs(float(a) - float(b)) > unit:
+                differ.append(new)
+    if len(before.splitlines()) != len(after.splitlines()):
+        differ.append("(a different number of lines)")
+    return differ
+
+
+@pytest.mark.slow
+def test_the_quick_computes_what_it_computed_before(tmp_path: Path) -> None:
+    from jobs import reproduce
+
+    out = tmp_path / "quick"
+    assert reproduce.main(["--preset", "quick", "--output", str(out)]) == 0
+    before = json.loads(RECORD.read_text(encoding="utf-8"))
+    after = figures(out)
+    assert _same_table(str(before["results_md"]), str(after["results_md"])) == []
+    assert len(after["results_csv"]) == len(before["results_csv"])  # type: ignore[arg-type]
+    for old, new in zip(before["results_csv"], after["results_csv"], strict=True):  # type: ignore[call-overload]
+        assert old.keys() == new.keys()
+        bad = {k: (old[k], new[k]) for k in old if not _close(old[k], new[k], 1e-6)}
+        assert bad == {}, (old["stage"], old["method"], bad)
+    assert after["models"].keys() == before["models"].keys()  # type: ignore[attr-defined]
+    for model, tensors in before["models"].items():  # type: ignore[attr-defined]
+        now = after["models"][model]  # type: ignore[index]
+        assert now.keys() == tensors.keys(), model
+        for name, (total, norm) in tensors.items():
+            assert math.isclose(now[name][0], total, rel_tol=1e-5, abs_tol=1e-4), (model, name)
+            assert math.isclose(now[name][1], norm, rel_tol=1e-5), (model, name)
+
+
+def test_the_table_comparison_allows_one_unit_of_the_last_digit_and_nothing_else() -> None:
+    table = "| m | sembridge (α=4) | 0.657 |\n| m | bm25 | 0.707 |\n"
+    assert _same_table(table, table.replace("0.657", "0.658")) == []
+    assert _same_table(table, table.replace("0.657", "0.659")) == [
+        "| m | sembridge (α=4) | 0.659 |"
+    ]
+    assert _same_table(table, table.replace("bm25", "bm26")) == ["| m | bm26 | 0.707 |"]
+    assert _same_table(table, table + "| m | x | 1 |\n") == ["(a different number of lines)"]
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] != ["record"] or len(sys.argv) != 3:
+        raise SystemExit("usage: python -m tests.slow.test_quick_unchanged record OUTPUT")
+    RECORD.write_text(json.dumps(figures(Path(sys.argv[2])), indent=1) + "\n", encoding="utf-8")

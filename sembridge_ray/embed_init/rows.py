@@ -1,0 +1,291 @@
+"""The rows of the target tokens a transfer initialises (those without a source counterpart):
+by the method's explicit rule, bridged (the bridge's vectors, then ``Stages.rows``' weights and
+rows, then the weighting section's post-steps: ``random_blend``, ``norm_scale``,
+``confidence_gate``), or decomposed (fvt). The init job's run (``jobs.init_run``) calls
+:func:`new_rows` with the :class:`RowRule` of its config; the stages are in-process or Ray Data
+actor pools."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from sembridge_ray.embed_init import plus
+from sembridge_ray.embed_init.baselines import explicit_rows, require_codable
+from sembridge_ray.embed_init.combine import NewRows, weighted_rows
+from sembridge_ray.embed_init.config import MethodName, WeightingConfig
+from sembridge_ray.embed_init.crosslingual import (
+    bridge_confidence,
+    drop_rows,
+    least_confident,
+    rescale_to_sources,
+)
+from sembridge_ray.embed_init.methods import method
+from sembridge_ray.embed_init.pipeline import (
+    BridgeSide,
+    RowsContext,
+    Stages,
+    no_new_rows,
+    source_vectors,
+)
+from sembridge_ray.embed_init.vocab import Partition
+from sembridge_ray.placement import Precision
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RowRule:
+    """The settings of an init run that shape its new rows (its config's, resolved)."""
+
+    method: MethodName
+    weighting: WeightingConfig
+    seed: int
+    precision: Precision
+    cache_dir: Path
+    """Where the bridge's vectors are cached."""
+    exclude_special_sources: bool
+
+
+def new_rows(
+    cfg: RowRule,
+    part: Partition,
+    matrices: tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None],
+    toks: tuple[PreTrainedTokenizerBase, PreTrainedTokenizerBase],
+    stages: Stages,
+    bridge: BridgeSide,
+    timings: dict[str, float],
+) -> NewRows:
+    """The rows of the target tokens left to initialise (``part.rest``): by the method's explicit
+    rule, or bridged (vectors from the cache or ``stages.encode``, weights and rows from
+    ``stages.rows``), or decomposed (fvt). ``matrices``: the source's (input embeddings, untied
+    output embeddings, decoder bias); ``toks``: the source and target tokenizers."""
+    e_in, e_out, bias = matrices
+    source_tok, target_tok = toks
+    w = cfg.weighting
+    rest = np.asarray(part.rest, dtype=np.int64)
+    if not len(rest):  # every target token is copied: nothing to bridge, nothing to encode
+        log.info("every target token has a source counterpart: the model is the copied rows alone")
+        return no_new_rows(e_in, e_out, bias, bridged=not method(cfg.method).rows)
+    if method(cfg.method).decomposes:
+        return decomposed_rows(
+            rest, plus.fvt_weights(source_tok, target_tok, rest, len(e_in)), matrices
+        )
+    # omp without anchors: refused before any encoding
+    require_codable(cfg.method, w, len(part.anchors))
+    if not method(cfg.method).uses_bridge:
+        rows = explicit_rows(cfg.method, len(rest), e_in, cfg.seed)
+        out_rows = (
+            None if e_out is None else explicit_rows(cfg.method, len(rest), e_out, cfg.seed + 1)
+        )
+        return NewRows(target_ids=rest, inputs=rows, outputs=out_rows)
+    start = time.perf_counter()
+    src_vecs, candidates, new_vecs = _bridge_vectors(
+        cfg, stages, bridge, source_tok, len(e_in), rest
+    )
+    timings["bridge_encode_s"] = time.perf_counter() - start
+    # one transform of the union of the candidates and the tokens to initialise
+    if w.bridge_space != "raw":
+        new_vecs = _transform_space(w, part, src_vecs, candidates, new_vecs)
+    ctx = _rows_context(cfg, part, matrices, toks, rest, (src_vecs, candidates), bridge)
+    start = time.perf_counter()
+    new = stages.rows(ctx, rest, new_vecs)
+    timings["weights_s"] = time.perf_counter() - start
+    # here, not in the actors: the random rows are the random method's, in `rest` order
+    if w.random_blend > 0:
+        new = _blend_random(new, rest, e_in, e_out, cfg)
+    if w.norm_scale > 0:
+        new = _rescale(new, e_in, e_out, w.norm_scale)
+    if w.confidence_gate > 0:
+        targets = torch.from_numpy(bridge.vectors("target", cfg.cache_dir, stages.encode))
+        sure = bridge_confidence(
+            torch.from_numpy(new_vecs), src_vecs[candidates], targets, w.confidence
+        )
+        gated = least_confident(sure, w.confidence_gate)
+        new = _gate(new, gated, e_in, e_out, bias, cfg.seed)
+        log.info(
+            "confidence gate: %d of %d bridged tokens keep a random row",
+            int(gated.sum()),
+            len(rest),
+        )
+    return new
+
+
+def _bridge_vectors(
+    cfg: RowRule,
+    stages: Stages,
+    bridge: BridgeSide,
+    source_tok: PreTrainedTokenizerBase,
+    source_size: int,
+    rest: np.ndarray,
+) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
+    """The bridge's vectors (cached, else from ``stages.encode``): every source token's, the
+    candidate sources, and the vectors of the target tokens to initialise (``rest``), in its
+    order."""
+    cache_dir = cfg.cache_dir
+    src_vecs, candidates = source_vectors(
+        bridge.strings["source"],
+        bridge.vectors("source", cache_dir, stages.encode),
+        source_size,
+        source_tok,
+        cfg.exclude_special_sources,
+    )
+    tgt_vecs = bridge.vectors("target", cache_dir, stages.encode)
+    row_of = {int(i): n for n, i in enumerate(bridge.strings["target"].column("id").to_numpy())}
+    return src_vecs, candidates, tgt_vecs[[row_of[int(i)] for i in rest]]
+
+
+def _transform_space(
+    w: WeightingConfig,
+    part: Partition,
+    src_vecs: torch.Tensor,
+    candidates: torch.Tensor,
+    new_vecs: np.ndarray,
+) -> np.ndarray:
+    """``bridge_space``'s transform, fitted on the candidates and the tokens to initialise together:
+    the candidates' rows of ``src_vecs`` transformed in place, the new tokens' vectors returned
+    transformed."""
+    fitted = plus.space_transform(
+        torch.cat([src_vecs[candidates], torch.from_numpy(new_vecs)]),
+        w.bridge_space,
+        w.bridge_components,
+        anchors=src_vecs[torch.tensor(part.anchors, dtype=torch.long)]
+        if w.bridge_space == "relative"
+        else None,
+    )
+    src_vecs[candidates] = plus.apply_transform(src_vecs[candidates], fitted)
+    return plus.apply_transform(torch.from_numpy(new_vecs), fitted).numpy()
+
+
+def _rows_context(
+    cfg: RowRule,
+    part: Partition,
+    matrices: tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None],
+    toks: tuple[PreTrainedTokenizerBase, PreTrainedTokenizerBase],
+    rest: np.ndarray,
+    sources: tuple[torch.Tensor, torch.Tensor],
+    bridge: BridgeSide,
+) -> RowsContext:
+    """What ``stages.rows`` needs beside the new tokens' vectors: the rule, the source side
+    (``sources``: its vectors and candidates), the matrices, the position classes and the fvt prior
+    where the rule uses them."""
+    w = cfg.weighting
+    decomposed = w.fvt_weight > 0 or w.adaptive_support == "fvt"
+    prior = plus.fvt_weights(toks[0], toks[1], rest, len(matrices[0])) if decomposed else None
+    classes = [
+        torch.from_numpy(bridge.classes[side]) if w.position_aware else None
+        for side in ("source", "target")
+    ]
+    return RowsContext(
+        method=cfg.method,
+        weighting=w,
+        precision=cfg.precision,
+        source_vecs=sources[0],
+        candidates=sources[1],
+        overlap_sources=torch.tensor(part.anchors, dtype=torch.long),
+        inputs=matrices[0],
+        outputs=matrices[1],
+        bias=matrices[2],
+        source_classes=classes[0],
+        target_classes=classes[1],
+        prior=prior,
+        prior_ids=torch.from_numpy(rest) if prior is not None else None,
+    )
+
+
+def _blend_random(
+    new: NewRows, rest: np.ndarray, e_in: torch.Tensor, e_out: torch.Tensor | None, cfg: RowRule
+) -> NewRows:
+    """``random_blend`` of the bridged rows with the random method's (inputs, and outputs where
+    untied)."""
+    weight = cfg.weighting.random_blend
+    return replace(
+        new,
+        inputs=_blend_rows(new.inputs, explicit_rows("random", len(rest), e_in, cfg.seed), weight),
+        outputs=None
+        if e_out is None or new.outputs is None
+        else _blend_rows(
+            new.outputs, explicit_rows("random", len(rest), e_out, cfg.seed + 1), weight
+        ),
+    )
+
+
+def _rescale(new: NewRows, e_in: torch.Tensor, e_out: torch.Tensor | None, scale: float) -> NewRows:
+    """``norm_scale``: each bridged row (inputs, and outputs where untied) at ``scale`` times the
+    weighted mean norm of its sources' rows."""
+    assert new.weights is not None
+    return replace(
+        new,
+        inputs=rescale_to_sources(new.inputs, new.weights, e_in.norm(dim=1), scale),
+        outputs=None
+        if e_out is None or new.outputs is None
+        else rescale_to_sources(new.outputs, new.weights, e_out.norm(dim=1), scale),
+    )
+
+
+def _gate(
+    new: NewRows,
+    gated: torch.Tensor,
+    e_in: torch.Tensor,
+    e_out: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    seed: int,
+) -> NewRows:
+    """``confidence_gate``: the ``gated`` tokens' rows become the random method's (seeded as its
+    rows are, in ``rest`` order), their bias the source's mean (as random init gives them), their
+    weights none (the provenance records no source for them)."""
+    n = len(new.target_ids)
+    return replace(
+        new,
+        weights=None if new.weights is None else drop_rows(new.weights, gated),
+        inputs=torch.where(gated[:, None], explicit_rows("random", n, e_in, seed), new.inputs),
+        outputs=None
+        if e_out is None or new.outputs is None
+        else torch.where(gated[:, None], explicit_rows("random", n, e_out, seed + 1), new.outputs),
+        bias=None
+        if bias is None or new.bias is None
+        else torch.where(gated, bias.double().mean().to(new.bias.dtype), new.bias),
+    )
+
+
+def _blend_rows(bridged: torch.Tensor, other: torch.Tensor, weight: float) -> torch.Tensor:
+    """``(1 - weight) bridged + weight other`` in float64, in ``bridged``'s dtype."""
+    return ((1 - weight) * bridged.double() + weight * other.double()).to(bridged.dtype)
+
+
+def decomposed_rows(
+    rest: np.ndarray,
+    weights: torch.Tensor,
+    matrices: tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None],
+) -> NewRows:
+    """The fvt baseline's rows: each piece's decomposition weights composed, the mean source row
+    (and bias) where nothing covers the piece (its weights row is empty)."""
+    covered = (weights.crow_indices()[1:] - weights.crow_indices()[:-1]) > 0
+
+    def rows(matrix: torch.Tensor | None) -> torch.Tensor | None:
+        if matrix is None:
+            return None
+        out = weighted_rows(weights, matrix)
+        out[~covered] = matrix.double().mean(0).to(matrix.dtype)
+        return out
+
+    e_in, e_out, bias = matrices
+    inputs = rows(e_in)
+    assert inputs is not None
+    new_bias = rows(None if bias is None else bias.unsqueeze(1))
+    return NewRows(
+        target_ids=rest,
+        inputs=inputs,
+        weights=weights,
+        outputs=rows(e_out),
+        bias=None if new_bias is None else new_bias.squeeze(1),
+    )

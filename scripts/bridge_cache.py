@@ -37,7 +37,8 @@ from sembridge_ray import bundled, cache
 from sembridge_ray.embed_init.bridge import VECTOR, _stored_vectors, cached_vectors
 from sembridge_ray.embed_init.pipeline import Stages, bridge_side, in_process_stages
 from sembridge_ray.jobs.init import InitConfig
-from sembridge_ray.jobs.reproduce import XLING_LANGUAGES, DemoSettings
+from sembridge_ray.jobs.reproduce import DemoSettings
+from sembridge_ray.languages import CODES as XLING_LANGUAGES
 from sembridge_ray.progress import Progress
 from sembridge_ray.resources import BRIDGE_CACHE_DIR
 from sembridge_ray.sparse.model import load_tokenizer

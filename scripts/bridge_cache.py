@@ -37,7 +37,8 @@ from sembridge_ray import bundled, cache
 from sembridge_ray.embed_init.bridge import VECTOR, _stored_vectors, cached_vectors
 from sembridge_ray.embed_init.pipeline import Stages, bridge_side, in_process_stages
 from sembridge_ray.jobs.init import InitConfig
-from sembridge_ray.jobs.reproduce import XLING_LANGUAGES, DemoSettings
+from sembridge_ray.jobs.reproduce import DemoSettings
+from sembridge_ray.languages import CODES
 from sembridge_ray.progress import Progress
 from sembridge_ray.resources import BRIDGE_CACHE_DIR
 from sembridge_ray.sparse.model import load_tokenizer
@@ -68,7 +69,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.xling:
         xling(Path(args.cache_dir))
         # the grid's wrong-bridge control (sembridge@minilm): MiniLM's vectors of the targets
-        targets = tuple(f"tok-{lang}" for lang in XLING_LANGUAGES)
+        targets = tuple(f"tok-{lang}" for lang in CODES)
         xling(Path(args.cache_dir), targets, bridge_model="minilm")
     else:
         shipped(Path(args.cache_dir), Path(args.out))
@@ -98,7 +99,7 @@ def xling(cache_dir: Path, names: tuple[str, ...] | None = None, bridge_model: s
     cfg = InitConfig(method="sembridge", bridge_model=bridge_model, precision="fp32")
     bridge = bundled.resolve(cfg.bridge_model)
     stages = in_process_stages(bridge, cfg.bridge_batch_size, "fp32", False)
-    for name in names or (*XLING_SOURCES, *(f"tok-{lang}" for lang in XLING_LANGUAGES)):
+    for name in names or (*XLING_SOURCES, *(f"tok-{lang}" for lang in CODES)):
         tok = load_tokenizer(bundled.resolve(name))
         side = bridge_side(
             "sembridge", cfg.weighting, "fp32", bridge, {"vocab": tok}, {"vocab": len(tok)}

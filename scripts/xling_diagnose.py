@@ -50,6 +50,7 @@ from sembridge_ray.embed_init.config import WeightingConfig
 from sembridge_ray.embed_init.pipeline import bridge_side, in_process_stages
 from sembridge_ray.jobs.dev import DevSet, load_judged
 from sembridge_ray.jobs.init import InitConfig
+from sembridge_ray.languages import CODES
 from sembridge_ray.reproduce.cells import cell_paths, expand
 from sembridge_ray.reproduce.grid import xling_specs
 from sembridge_ray.retrieval.metrics import per_query_metrics
@@ -352,7 +353,7 @@ def unreachable_pieces(tokenizer: Any, ids: np.ndarray) -> np.ndarray:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--grid", type=Path, required=True, help="the xling grid's --output")
-    parser.add_argument("--languages", default="ar,zh,hi,ko,ru")
+    parser.add_argument("--languages", default=",".join(CODES))
     parser.add_argument("--source", default="splade-tiny", help="the grid's source model")
     parser.add_argument("--bridge", default="me5", help="the grid's bridge model")
     parser.add_argument("--tokenizers", default="", help="LANG=DIR,... instead of tok-<lang>")

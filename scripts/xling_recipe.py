@@ -32,6 +32,7 @@ from sembridge_ray.config import coerce
 from sembridge_ray.jobs.dev import load_judged
 from sembridge_ray.jobs.init import InitConfig
 from sembridge_ray.jobs.init_run import initialise
+from sembridge_ray.languages import CODES
 from sembridge_ray.reproduce.compare import paired_test
 
 log = logging.getLogger("xling_recipe")
@@ -84,7 +85,7 @@ def _typed(cfg: InitConfig, key: str, value: str) -> object:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--languages", default="ar,zh,hi,ko,ru")
+    parser.add_argument("--languages", default=",".join(CODES))
     parser.add_argument("--source", default="splade-tiny")
     parser.add_argument("--bridge", default="me5")
     parser.add_argument("--tokenizers", default="", help="LANG=DIR,... instead of tok-<lang>")

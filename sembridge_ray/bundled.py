@@ -29,10 +29,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sembridge_ray.bridges import ME5, resolve_me5
+from sembridge_ray.languages import CODES
 from sembridge_ray.outputs import atomic_path
 from sembridge_ray.provenance import ensure_marked
 from sembridge_ray.splade_tiny import SPLADE_TINY, resolve_splade_tiny
-from sembridge_ray.target_tokenizers import TARGET_TOKENIZERS, build_target_tokenizer
+from sembridge_ray.target_tokenizers import build_target_tokenizer
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -136,7 +137,7 @@ BUNDLED = {
         f"tok-{lang}": Bundled(
             kind="tokenizer", build=partial(build_target_tokenizer, lang), ready="tokenizer.json"
         )
-        for lang in TARGET_TOKENIZERS
+        for lang in CODES
     },
 }
 

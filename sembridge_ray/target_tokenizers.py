@@ -22,10 +22,10 @@ import json
 import shutil
 import string
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sembridge_ray import languages
 from sembridge_ray.atomic import atomic_path
 from sembridge_ray.errors import InputError
 from sembridge_ray.resources import DATA_DIR
@@ -49,61 +49,19 @@ ARABIC_MARKS = "[\u0640\u064b-\u0652]"
 _LICENCE_FILES = ("LICENSE", "LICENSE.head", "LICENSE-Apache-2.0.txt", "NOTICE")
 
 
-@dataclass(frozen=True, kw_only=True)
-class TargetTokenizer:
-    """A target-language tokenizer the package offers under the bundled name ``tok-<language>``."""
-
-    what: str
-    licence: str
-    """As its source states it (what a model card shows)."""
-    hub_id: str = ""
-    """The same vocabulary on the hub, where there is one."""
-
-
-TARGET_TOKENIZERS = {
-    "ar": TargetTokenizer(
-        what="AraELECTRA's Arabic WordPiece (64,000), diacritics removed first as AraBERT does, bundled",
-        licence="AraBERT licence (American University of Beirut; attribution, share-alike)",
-        hub_id="aubmindlab/araelectra-base-discriminator",
-    ),
-    "zh": TargetTokenizer(
-        what="bert-base-chinese's WordPiece (21,128), bundled",
-        licence="Apache 2.0 (google-bert/bert-base-chinese)",
-        hub_id="google-bert/bert-base-chinese",
-    ),
-    "hi": TargetTokenizer(
-        what="iNLTK's Hindi SentencePiece Unigram (30,000) with SPLADE special tokens, bundled",
-        licence="MIT (iNLTK Hindi vocabulary, goru001/nlp-for-hindi)",
-    ),
-    "ko": TargetTokenizer(
-        what="KoBigBird's Korean WordPiece (32,500), bundled",
-        licence="Apache 2.0 (monologg/kobigbird-bert-base)",
-        hub_id="monologg/kobigbird-bert-base",
-    ),
-    "ru": TargetTokenizer(
-        what="multilingual-e5-small's XLM-R Unigram trimmed to the pieces of Russian text (XQuAD-ru articles 0-23)",
-        licence="MIT (XLM-R vocabulary of intfloat/multilingual-e5-small)",
-        hub_id="intfloat/multilingual-e5-small",
-    ),
-}
-
-
 def build_target_tokenizer(language: str, out: Path) -> Path:
     """Write the loadable tokenizer of ``language`` to ``out`` (whole or not at all), with its
     licence files and a README naming the licence, and mark it (``provenance.mark_asset``) so a
     model card names it."""
     from sembridge_ray.provenance import mark_asset
 
-    if language not in TARGET_TOKENIZERS:
-        raise InputError(
-            f"no bundled target tokenizer for {language!r} (have: {', '.join(TARGET_TOKENIZERS)})"
-        )
+    facts = languages.language(language).bundled
     with atomic_path(Path(out)) as tmp:
-        tokenizer = _BUILDERS[language]()
+        tokenizer = _BUILDERS[facts.recipe](language)
         check_roles(tokenizer, language)
         tokenizer.save_pretrained(str(tmp))
         _copy_licences(language, tmp)
-    mark_asset(Path(out), f"tok-{language}", TARGET_TOKENIZERS[language].what)
+    mark_asset(Path(out), f"tok-{language}", facts.what)
     return Path(out)
 
 
@@ -142,7 +100,7 @@ def bundled_wordpiece(language: str) -> Any:
     return AutoTokenizer.from_pretrained(str(TOKENIZERS_DIR / language))
 
 
-def arabic_tokenizer() -> Any:
+def arabic_tokenizer(language: str = "ar") -> Any:
     """AraELECTRA's WordPiece with AraBERT's own preprocessing in front: diacritics (tashkeel,
     U+064B-U+0652) and tatweel (U+0640) removed, as ``ArabertPreprocessor`` does before its
     tokenizer; the vocabulary has none, so text that carries them (أيضاً, يُطلق) was 2.6% unknown
@@ -151,7 +109,7 @@ def arabic_tokenizer() -> Any:
     from tokenizers import Regex, normalizers
     from transformers import PreTrainedTokenizerFast
 
-    bert = bundled_wordpiece("ar")
+    bert = bundled_wordpiece(language)
     backend = bert.backend_tokenizer
     backend.normalizer = normalizers.Sequence(
         [normalizers.Replace(Regex(ARABIC_MARKS), ""), backend.normalizer]
@@ -160,10 +118,12 @@ def arabic_tokenizer() -> Any:
     return PreTrainedTokenizerFast(tokenizer_object=backend, model_max_length=MAX_LENGTH, **roles)
 
 
-def hindi_tokenizer() -> Any:
+def bundled_unigram(language: str) -> Any:
+    """The bundled Unigram ``tokenizer.json`` of ``language`` (hi), with XLM-R's roles."""
     from tokenizers import Tokenizer
 
-    return unigram_with_roles(Tokenizer.from_file(str(TOKENIZERS_DIR / "hi" / "tokenizer.json")))
+    path = TOKENIZERS_DIR / language / "tokenizer.json"
+    return unigram_with_roles(Tokenizer.from_file(str(path)))
 
 
 def unigram_with_roles(tokenizer: Any) -> Any:
@@ -274,26 +234,28 @@ def russian_tokenizer(texts: list[str] | None = None) -> Any:
     return unigram_with_roles(Tokenizer.from_str(json.dumps(trimmed, ensure_ascii=False)))
 
 
-_BUILDERS: dict[str, Callable[[], Any]] = {
-    "ar": arabic_tokenizer,
-    "zh": lambda: bundled_wordpiece("zh"),
-    "ko": lambda: bundled_wordpiece("ko"),
-    "hi": hindi_tokenizer,
-    "ru": russian_tokenizer,
+_BUILDERS: dict[languages.Recipe, Callable[[str], Any]] = {
+    "wordpiece": bundled_wordpiece,
+    "arabic-wordpiece": arabic_tokenizer,
+    "unigram": bundled_unigram,
+    "me5-trimmed": lambda language: russian_tokenizer(),
 }
+"""A row's ``bundled.recipe`` -> its builder, given the language code."""
 
 
 def licence_files(language: str) -> list[Path]:
     """The licence files that travel with the tokenizer of ``language``: the bundled folder's, or
-    for ``ru`` the NOTICE of multilingual-e5-small beside the bridge's ``tokenizer.json``."""
+    for one trimmed from multilingual-e5-small (``ru``) its NOTICE beside the bridge's
+    ``tokenizer.json``."""
     from sembridge_ray.bridges import me5_sources
 
-    folder = me5_sources()[1].parent if language == "ru" else TOKENIZERS_DIR / language
+    trimmed = languages.language(language).bundled.recipe == "me5-trimmed"
+    folder = me5_sources()[1].parent if trimmed else TOKENIZERS_DIR / language
     return [folder / name for name in _LICENCE_FILES if (folder / name).is_file()]
 
 
 def _copy_licences(language: str, out: Path) -> None:
-    facts = TARGET_TOKENIZERS[language]
+    facts = languages.language(language).bundled
     files = licence_files(language)
     for file in files:
         shutil.copyfile(file, out / file.name)

@@ -25,9 +25,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from sembridge_ray.catalog import ISO639_3
 from sembridge_ray.data.schema import ID, TEXT
 from sembridge_ray.errors import InputError
+from sembridge_ray.languages import iso639_3
 from sembridge_ray.text import text_lines
 
 log = logging.getLogger(__name__)
@@ -234,7 +234,7 @@ def load_webfaq(lang: str, split: str) -> RetrievalData:
     ``<iso3>-qrels``."""
     import datasets
 
-    code = ISO639_3.get(lang, lang)
+    code = iso639_3(lang)
 
     def hub(config: str, hub_split: str) -> Any:
         try:

@@ -38,6 +38,7 @@ import pyarrow as pa
 from sembridge_ray.data.retrieval import CORPUS_SCHEMA, Corpus, Qrels, RetrievalData
 from sembridge_ray.data.schema import ID, TEXT
 from sembridge_ray.errors import InputError
+from sembridge_ray.languages import bundled_in
 from sembridge_ray.resources import ARCD_DIR, CMRC2018_DIR, KORQUAD_DIR, XQUAD_DIR
 
 SPLITS = ("train", "dev", "test")
@@ -314,7 +315,7 @@ SOURCES: Mapping[str, SquadSource] = {
         loader=load_xquad,
         licence="CC BY-SA 4.0",
         languages=None,
-        bundled_languages=("en", "ar", "zh", "hi", "ru"),
+        bundled_languages=("en", *bundled_in("xquad")),
         bundled=XQUAD_DIR,
         file_names=lambda lang: (f"xquad.{lang}.json",),
         split_rule=article_splits,
@@ -324,8 +325,8 @@ SOURCES: Mapping[str, SquadSource] = {
         name="korquad",
         loader=load_korquad,
         licence="CC BY-ND 2.0 KR",
-        languages=("ko",),
-        bundled_languages=("ko",),
+        languages=bundled_in("korquad"),
+        bundled_languages=bundled_in("korquad"),
         bundled=KORQUAD_DIR,
         file_names=lambda lang: ("KorQuAD_v1.0_dev.json",),
         split_rule=article_splits,
@@ -335,8 +336,8 @@ SOURCES: Mapping[str, SquadSource] = {
         name="cmrc2018",
         loader=load_cmrc2018,
         licence="CC BY-SA 4.0",
-        languages=("zh",),
-        bundled_languages=("zh",),
+        languages=bundled_in("cmrc2018"),
+        bundled_languages=bundled_in("cmrc2018"),
         bundled=CMRC2018_DIR,
         file_names=lambda lang: ("cmrc2018_dev.json", "cmrc2018_trial.json"),
         split_rule=training_only,
@@ -346,8 +347,8 @@ SOURCES: Mapping[str, SquadSource] = {
         name="arcd",
         loader=load_arcd,
         licence="MIT",
-        languages=("ar",),
-        bundled_languages=("ar",),
+        languages=bundled_in("arcd"),
+        bundled_languages=bundled_in("arcd"),
         bundled=ARCD_DIR,
         file_names=lambda lang: ("arcd-train.json",),
         split_rule=training_only,

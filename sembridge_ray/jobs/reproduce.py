@@ -32,6 +32,7 @@ from sembridge_ray.jobs.evaluate import EvaluateConfig
 from sembridge_ray.jobs.finetune import FinetuneConfig
 from sembridge_ray.jobs.init import InitConfig
 from sembridge_ray.jobs.plans import PlanResult, render_plan
+from sembridge_ray.languages import CODES, language
 
 BRIDGE, ALPHA = "@", "="
 """``METHOD[+pa][@BRIDGE][=ALPHA]``: a grid's ``methods`` entry with its own bridge, or its own α
@@ -83,9 +84,6 @@ def variant_problem(entry: str) -> str | None:
 
 
 DATASETS = ("webfaq", "miracl", "sick", "xquad")
-XLING_LANGUAGES = ("ar", "zh", "hi", "ko", "ru")
-"""The cross-lingual miniature's languages: a bundled target tokenizer each (``tok-<lang>``), XQuAD
-(KorQuAD for ko) as the retrieval set."""
 DEMO_LANGUAGE = "en-bpe"
 """The miniature's own target vocabulary: a byte-level BPE it trains on the bundled text."""
 _ASSETS_OF_PRESET = {"paper": "hub", "demo": "bundled", "xling": "xling"}
@@ -156,7 +154,7 @@ class ReproduceConfig(Config):
     built-in rough figures."""
     models: tuple[str, ...] = tuple(catalog.SOURCE_MODELS.values())
     """Source encoders: catalog keys, hub ids or directories (comma-separated)."""
-    languages: tuple[str, ...] = tuple(catalog.LANGUAGES)
+    languages: tuple[str, ...] = CODES
     """Target languages (catalog codes, or any code with ``target_tokenizers``)."""
     datasets: tuple[str, ...] = field(default=("webfaq", "miracl"), metadata={"choices": DATASETS})
     """Datasets each cell is evaluated and fine-tuned on."""
@@ -378,15 +376,13 @@ class ReproduceConfig(Config):
 
     def xling_tokenizers(self) -> dict[str, str]:
         """The cross-lingual miniature's target tokenizer per language: ``target_tokenizers`` items
-        LANG=DIR, else the bundled ``tok-<lang>`` (:data:`XLING_LANGUAGES`); another language
+        LANG=DIR, else the bundled ``tok-<lang>`` (a ``languages`` row); another language
         without one is refused."""
         named = self.named_tokenizers()
-        missing = [
-            lang for lang in self.languages if lang not in named and lang not in XLING_LANGUAGES
-        ]
+        missing = [lang for lang in self.languages if lang not in named and lang not in CODES]
         if missing:
             raise InputError(
-                f"language {missing[0]!r} has no bundled tokenizer ({', '.join(XLING_LANGUAGES)} have): name it with "
+                f"language {missing[0]!r} has no bundled tokenizer ({', '.join(CODES)} have): name it with "
                 f"target_tokenizers={missing[0]}=DIR (and its XQuAD-format file with xquad_dir=DIR)"
             )
         return {lang: named.get(lang) or f"tok-{lang}" for lang in self.languages}
@@ -405,19 +401,14 @@ class ReproduceConfig(Config):
         """The catalog's target tokenizer per language, unless ``target_tokenizers`` overrides
         it."""
         overrides = self.named_tokenizers()
-        unknown = [
-            lang
-            for lang in self.languages
-            if lang not in overrides and lang not in catalog.LANGUAGES
-        ]
+        unknown = [lang for lang in self.languages if lang not in overrides and lang not in CODES]
         if unknown:
             raise InputError(
-                f"language {unknown[0]!r} is not in the catalog ({', '.join(catalog.LANGUAGES)}); "
+                f"language {unknown[0]!r} is not in the catalog ({', '.join(CODES)}); "
                 "name its tokenizer with target_tokenizers=LANG=HUB_ID_OR_PATH"
             )
         return {
-            lang: overrides.get(lang) or catalog.LANGUAGES[lang].tokenizer
-            for lang in self.languages
+            lang: overrides.get(lang) or language(lang).hub_tokenizer for lang in self.languages
         }
 
 

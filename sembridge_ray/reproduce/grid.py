@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sembridge_ray import bundled, catalog
+from sembridge_ray import bundled, catalog, languages
 from sembridge_ray.data.registry import dataset_identity
 from sembridge_ray.embed_init.bridge import check_bridge
 from sembridge_ray.errors import InputError
@@ -151,14 +151,17 @@ def xling_asset_names(cfg: ReproduceConfig) -> tuple[str, ...]:
 
 def xling_specs(cfg: ReproduceConfig, lang: str) -> tuple[str, str]:
     """(retrieval set, training set) of one language of the cross-lingual miniature: XQuAD
-    (``xquad_dir`` when given), KorQuAD for Korean; Chinese and Arabic also train on CMRC 2018 and
-    ARCD."""
-    if lang == "ko" and not (cfg.xquad_dir and (Path(cfg.xquad_dir) / "xquad.ko.json").is_file()):
-        spec = "korquad:ko"
+    (``xquad_dir`` when given) or the row's own set (KorQuAD for Korean), and the row's extra
+    training sets (CMRC 2018 for Chinese, ARCD for Arabic): ``sembridge_ray.languages``."""
+    row = languages.find(lang)
+    retrieval = row.retrieval if row else "xquad"
+    xquad_file = bool(cfg.xquad_dir) and (Path(cfg.xquad_dir) / f"xquad.{lang}.json").is_file()
+    if retrieval != "xquad" and not xquad_file:
+        spec = f"{retrieval}:{lang}"
     else:
         spec = f"xquad:{lang}" + (f"@{cfg.xquad_dir}" if cfg.xquad_dir else "")
-    extra = {"zh": "cmrc2018:zh", "ar": "arcd:ar"}.get(lang)
-    return spec, spec + (f"+{extra}" if extra else "")
+    extra = [f"+{source}:{lang}" for source in (row.extra_training if row else ())]
+    return spec, spec + "".join(extra)
 
 
 def xling_assets(

@@ -9,7 +9,7 @@ import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from sembridge_ray import catalog
+from sembridge_ray import catalog, languages
 from sembridge_ray.embed_init.methods import method
 from sembridge_ray.identity import RunIdentity
 from sembridge_ray.jobs.init import InitConfig
@@ -29,17 +29,9 @@ def cell_estimate(
 ) -> dict[str, float]:
     """GPU-seconds per stage of one cell (init, evaluations, fine-tuning)."""
     init = 60_000 / figures.bridge_strings_per_s  # ~30k source + ~30k target strings, encoded once
-    evals = sum(
-        2 * catalog.CORPUS_SIZES.get(d, {}).get(cell.language, 0) / figures.docs_per_s
-        for d in datasets
-    )
-    train = sum(
-        epochs
-        * catalog.TRAIN_QUERIES.get(d, {}).get(cell.language, 0)
-        / batch
-        * figures.seconds_per_step
-        for d in datasets
-    )
+    sizes = [languages.dataset_size(d, cell.language) for d in datasets]
+    evals = sum(2 * size.passages / figures.docs_per_s for size in sizes)
+    train = sum(epochs * size.train_queries / batch * figures.seconds_per_step for size in sizes)
     return {"init_s": init, "eval_s": evals, "finetune_s": train}
 
 
@@ -266,7 +258,7 @@ def init_dry_run(cfg: InitConfig) -> Plan:
     nothing."""
     cell = Cell(
         model=cfg.source_model,
-        language=cfg.language or catalog.language_of(cfg.target_tokenizer),
+        language=cfg.language or languages.of_hub_tokenizer(cfg.target_tokenizer),
         method=cfg.method,
         alpha=cfg.weighting.alpha if method(cfg.method).has_alpha else None,
         position_aware=cfg.weighting.position_aware,

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from jobs import reproduce
-from sembridge_ray import catalog
+from sembridge_ray import catalog, languages
 from sembridge_ray.cli import parse_config
 from sembridge_ray.config import ConfigError
 from sembridge_ray.jobs import job_spec
@@ -58,7 +58,7 @@ def test_paper_dry_run_names_every_hub_id(
     for hub in [
         *catalog.SOURCE_MODELS.values(),
         "BAAI/bge-m3",
-        *(lang.tokenizer for lang in catalog.LANGUAGES.values()),
+        *(row.hub_tokenizer for row in languages.LANGUAGES),
         "PaDaS-Lab/webfaq-retrieval",
         "miracl/miracl",
         "miracl/miracl-corpus",
@@ -260,10 +260,10 @@ def test_a_figures_file_is_scaled_and_the_rates_it_lacks_stay_built_in(tmp_path:
     assert "built-in: bridge_strings_per_s" in figures.source
     cell = expand(("naver/splade-v3",), ("ko",), ("sembridge",), ("4",))[0]
     est = plan_mod.cell_estimate(cell, ["miracl"], 1.0, 64, figures)
-    docs = catalog.CORPUS_SIZES["miracl"]["ko"]
+    docs = languages.dataset_size("miracl", "ko").passages
     assert est["eval_s"] == pytest.approx(2 * docs / 500.0)
     assert est["finetune_s"] == pytest.approx(
-        catalog.TRAIN_QUERIES["miracl"]["ko"] / 64 * 64 / 200.0
+        languages.dataset_size("miracl", "ko").train_queries / 64 * 64 / 200.0
     )
     out = plan_mod.plan(
         [cell], ["miracl"], {"ko": "t"}, "b", 1.0, 64, 1.0, 1, figures, lambda c: {"init": tmp_path}
@@ -295,7 +295,10 @@ def _hand_estimate_hours(bridge_per_s: float, docs_per_s: float, train_s: float)
     """One cell, every stage to run: the init's 60,000 bridge-encoder strings
     (``plan.cell_estimate``'s assumption), MIRACL-ko's corpus encoded twice (zero-shot and
     fine-tuned), 2 epochs over its training queries; ``train_s``: seconds per training example."""
-    docs, queries = catalog.CORPUS_SIZES["miracl"]["ko"], catalog.TRAIN_QUERIES["miracl"]["ko"]
+    docs, queries = (
+        languages.dataset_size("miracl", "ko").passages,
+        languages.dataset_size("miracl", "ko").train_queries,
+    )
     return (60_000 / bridge_per_s + 2 * docs / docs_per_s + 2 * queries * train_s) / 3600
 
 
@@ -368,7 +371,8 @@ def test_a_bad_figures_file_is_refused_in_one_line_naming_it(
         code = reproduce.main([*GRID, *args])
     else:
         code = run(
-            "init", [*args, "--model", "m", "--target-tokenizer", catalog.LANGUAGES["ko"].tokenizer]
+            "init",
+            [*args, "--model", "m", "--target-tokenizer", languages.language("ko").hub_tokenizer],
         )
     said = error_lines(capsys)
     assert (
@@ -580,7 +584,7 @@ def test_init_has_the_same_plan_schema(tmp_path: Path, capsys: pytest.CaptureFix
         "--model",
         "naver/splade-v3",
         "--target-tokenizer",
-        catalog.LANGUAGES["ko"].tokenizer,
+        languages.language("ko").hub_tokenizer,
         "--output",
         str(out),
     ]

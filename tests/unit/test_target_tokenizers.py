@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from transformers import AutoTokenizer
 
+from sembridge_ray import languages
 from sembridge_ray import target_tokenizers as tt
 from sembridge_ray.atomic import sha256_file
 from sembridge_ray.resources import DATA_DIR
@@ -34,9 +35,7 @@ SENTENCE = {
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("target_tokenizers")
-    return {
-        lang: tt.build_target_tokenizer(lang, root / f"tok-{lang}") for lang in tt.TARGET_TOKENIZERS
-    }
+    return {lang: tt.build_target_tokenizer(lang, root / f"tok-{lang}") for lang in languages.CODES}
 
 
 def held_out(language: str, shared: Path) -> list[str]:
@@ -56,7 +55,7 @@ def held_out(language: str, shared: Path) -> list[str]:
     ]
 
 
-@pytest.mark.parametrize("language", list(tt.TARGET_TOKENIZERS))
+@pytest.mark.parametrize("language", languages.CODES)
 def test_each_loads_with_the_five_roles_and_wraps_a_sentence(
     built: dict[str, Path], language: str
 ) -> None:
@@ -68,11 +67,11 @@ def test_each_loads_with_the_five_roles_and_wraps_a_sentence(
     assert tok.unk_token_id not in ids and len(ids) > 4
     assert tok.pad_token_id not in ids[1:-1] and tok.mask_token_id not in ids[1:-1]
     licence = (built[language] / "README.md").read_text(encoding="utf-8")
-    assert tt.TARGET_TOKENIZERS[language].licence in licence
+    assert languages.language(language).bundled.licence in licence
     assert any(p.name.startswith(("LICENSE", "NOTICE")) for p in built[language].iterdir())
 
 
-@pytest.mark.parametrize("language", list(tt.TARGET_TOKENIZERS))
+@pytest.mark.parametrize("language", languages.CODES)
 def test_held_out_text_has_few_unknown_pieces(
     built: dict[str, Path], language: str, shared_data: Path
 ) -> None:

@@ -6,7 +6,7 @@ to a target and checked there.
 
 For a target: every input is checked before any encoding (the target's package, ``--url`` answering,
 the model and its tokenizer, the dataset's judged queries); the corpus and the queries are encoded
-through the evaluate job's encoding (:func:`sembridge_ray.distributed.evaluate.encode_corpus`: Ray
+through the encoding the evaluate job uses (:func:`sembridge_ray.distributed.encode.encode_corpus`: Ray
 Data actor pool, cached under the same keys as an evaluation's); the Ray-free adapter in
 :mod:`sembridge_ray.export` builds the target; its top-10 on the queries is compared with the exact
 search (:mod:`sembridge_ray.export.parity`); ``export_report.json`` is written in the output, the
@@ -29,7 +29,7 @@ from sembridge_ray.data.registry import load_retrieval
 from sembridge_ray.data.retrieval import RetrievalData
 from sembridge_ray.data.schema import ID, TEXT
 from sembridge_ray.distributed import cluster
-from sembridge_ray.distributed.evaluate import corpus_key, encode_corpus, encode_queries
+from sembridge_ray.distributed.encode import corpus_key, encode_corpus, encode_queries
 from sembridge_ray.distributed.finetune import checkpoint_model
 from sembridge_ray.distributed.finetune import run_export as run_checkpoint_export
 from sembridge_ray.errors import InputError

@@ -24,13 +24,24 @@ import math
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from sembridge_ray.errors import InputError
-from sembridge_ray.export.base import Hits, Tally, Vectors, untallied
+from sembridge_ray.export.base import (
+    Exported,
+    ExportJob,
+    Hits,
+    Package,
+    Tally,
+    Tolerance,
+    Vectors,
+    server_errors,
+    untallied,
+)
 from sembridge_ray.export.parity import exact_topk
 
 INDEX, FIELD = "sembridge", "sparse"
@@ -347,3 +358,70 @@ def build(
     return FilesEngine(
         stored(target, read_bulk(folder / BULK, target, vocab)), target, vocab
     ), details
+
+
+def vocabulary(model: str, width: int) -> list[str]:
+    """Token strings of term ids 0..width-1 from the model's (target) tokenizer; an id past the
+    tokenizer (a padded vocabulary) is ``[unused-id-N]``."""
+    from sembridge_ray.sparse.model import load_tokenizer
+
+    tokenizer = load_tokenizer(model)
+    size = len(tokenizer)
+    tokens = tokenizer.convert_ids_to_tokens(list(range(min(size, width))))
+    return [str(t) for t in tokens] + [f"[unused-id-{i}]" for i in range(size, width)]
+
+
+@dataclass(frozen=True, kw_only=True)
+class FilesTarget:
+    """One of the server targets (its name is its index flavour in the functions above) as an
+    :class:`~sembridge_ray.export.base.ExportTarget`: the files written under ``<output>/<name>``,
+    pushed to ``--url`` when given."""
+
+    name: str
+    summary: str
+    tolerance: Tolerance
+    package: Package | None = None
+    schemes: tuple[str, ...] = ("http", "https")
+
+    def export(self, job: ExportJob) -> Exported:
+        docs, queries = job.docs, job.queries
+        width = max(
+            job.tokenizer_size,
+            max(int(v.rows.indices.max(initial=-1)) + 1 for v in (docs, queries)),
+        )
+        with server_errors(job.url, self.schemes):
+            doing = "uploading" if job.url else "writing the files"
+            sent = job.progress(f"{self.name}: {doing}", len(docs), "documents")
+            with sent.watch():
+                vocab = vocabulary(job.model, width)
+                files, details = build(
+                    job.out, self.name, docs, queries, vocab, job.k, job.url, sent.add
+                )
+            sent.finish()
+            searched = job.progress(f"{self.name}: searching", len(queries), "queries")
+            with searched.watch():
+                hits = files.search(queries, job.k, tally=searched.add)
+            searched.finish()
+        return Exported(hits, details, job.out / self.name)
+
+
+TARGETS = (
+    FilesTarget(
+        name="opensearch",
+        summary="OpenSearch rank_features: mapping, bulk NDJSON (token strings), "
+        "neural_sparse query body",
+        tolerance=Tolerance.within(min_overlap=0.97, max_ndcg_loss=0.01),
+    ),
+    FilesTarget(
+        name="opensearch-sparse-vector",
+        summary="OpenSearch 3.3+ sparse_vector: ids as strings, weights clipped at the ingest "
+        "ceiling",
+        tolerance=Tolerance.within(min_overlap=0.9, max_ndcg_loss=0.03),
+    ),
+    FilesTarget(
+        name="elasticsearch",
+        summary="Elasticsearch sparse_vector: mapping, bulk NDJSON (token strings, '.' escaped), "
+        "query body",
+        tolerance=Tolerance.within(min_overlap=0.97, max_ndcg_loss=0.01),
+    ),
+)

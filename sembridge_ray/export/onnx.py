@@ -17,13 +17,24 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from sembridge_ray.errors import InputError
-from sembridge_ray.export.base import Tally, untallied
+from sembridge_ray.export.base import (
+    EXACT,
+    Exported,
+    ExportJob,
+    Package,
+    Tally,
+    Tolerance,
+    Vectors,
+    untallied,
+)
+from sembridge_ray.export.parity import exact_topk
 
 CONFIG, GRAPH, OPENVINO_GRAPH = "sembridge_export.json", "model.onnx", "openvino_model.xml"
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
@@ -189,3 +200,60 @@ def _openvino(graph: Path, threads: int) -> Runner:
         settings["INFERENCE_NUM_THREADS"] = threads
     compiled = ov.Core().compile_model(str(graph), "CPU", settings)
     return lambda feeds: np.asarray(compiled(feeds)[0])
+
+
+@dataclass(frozen=True, kw_only=True)
+class OnnxTarget:
+    """One variant as an :class:`~sembridge_ray.export.base.ExportTarget`: the model exported to
+    ``<output>/onnx``, the corpus and the queries encoded again through it and searched exactly (its
+    vectors are what the parity checks)."""
+
+    name: str
+    summary: str
+    package: Package | None
+    tolerance: Tolerance = EXACT
+    schemes: tuple[str, ...] = ()
+
+    def export(self, job: ExportJob) -> Exported:
+        folder = job.out / "onnx"
+        details = export(job.model, folder, self.name, job.max_query_length, job.max_doc_length)
+        encoder = OnnxSparseEncoder(folder, threads=job.threads)
+        texts = job.corpus_texts()
+        encoded = []
+        for role, vectors, text in (
+            ("document", job.docs, texts),
+            ("query", job.queries, job.query_texts),
+        ):
+            progress = job.progress(f"{self.name}: encoding {role}s", len(vectors), "texts")
+            with progress.watch():
+                rows = encoder.encode([text[i] for i in vectors.ids], role, tally=progress.add)
+            progress.finish()
+            encoded.append(Vectors.from_rows(vectors.ids, *rows))
+        return Exported(exact_topk(encoded[0], encoded[1], job.k), details, folder)
+
+
+ONNX = Package("onnx", "onnx")
+TARGETS = (
+    OnnxTarget(
+        name="onnx",
+        summary="ONNX Runtime encoder with the SPLADE max pooling in the graph (fp32)",
+        package=ONNX,
+    ),
+    OnnxTarget(
+        name="onnx-optimized",
+        summary="the same graph after ONNX Runtime's extended graph optimisations "
+        "(not machine-specific)",
+        package=ONNX,
+    ),
+    OnnxTarget(
+        name="onnx-int8",
+        summary="ONNX Runtime dynamic int8 quantisation of the weights",
+        package=ONNX,
+        tolerance=Tolerance.within(min_overlap=0.8, max_ndcg_loss=0.03),
+    ),
+    OnnxTarget(
+        name="openvino",
+        summary="the fp32 graph as OpenVINO IR, run by OpenVINO's CPU plugin in f32",
+        package=Package("openvino", "openvino"),
+    ),
+)

@@ -39,12 +39,11 @@ from sembridge_ray.export.parity import exact_topk
 CONFIG, GRAPH, OPENVINO_GRAPH = "sembridge_export.json", "model.onnx", "openvino_model.xml"
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 OPSET = 17
-VARIANTS = ("onnx", "onnx-optimized", "onnx-int8", "openvino")
 
 
 def graph_name(variant: str) -> str:
     """The file the variant's runtime reads."""
-    return OPENVINO_GRAPH if variant == "openvino" else GRAPH
+    return onnx_target(variant).graph
 
 
 def _plain_splade(model: Any) -> None:
@@ -79,8 +78,9 @@ def export(
         def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
             return self.model(dict(zip(names, inputs, strict=True)))["sentence_embedding"]
 
+    found = onnx_target(variant)
     out.mkdir(parents=True, exist_ok=True)
-    plain = out / (GRAPH if variant == "onnx" else "model.fp32.onnx")
+    plain = out / (GRAPH if found.finish is None else "model.fp32.onnx")
     axes = {n: {0: "batch", 1: "tokens"} for n in names} | {"vector": {0: "batch"}}
     with torch.no_grad():
         torch.onnx.export(
@@ -93,7 +93,9 @@ def export(
             opset_version=OPSET,
             dynamo=False,
         )
-    _finish(plain, out / graph_name(variant), variant)
+    if found.finish is not None:  # the plain fp32 graph made the variant, then removed
+        found.finish(plain, out / found.graph)
+        plain.unlink()
     model.tokenizer.save_pretrained(str(out))
     config = {
         "variant": variant,
@@ -110,28 +112,29 @@ def export(
     return config
 
 
-def _finish(plain: Path, graph: Path, variant: str) -> None:
-    """The plain fp32 graph as ``variant`` at ``graph``: optimised (ONNX Runtime's extended level:
-    the highest bakes in this machine's CPU), dynamically quantised to int8, or converted to
-    OpenVINO's IR (weights kept in f32); the plain one is then removed."""
-    if variant == "onnx-optimized":
-        import onnxruntime as ort
+def optimised(plain: Path, graph: Path) -> None:
+    """ONNX Runtime's extended level of graph optimisations (the highest bakes in this machine's
+    CPU)."""
+    import onnxruntime as ort
 
-        options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
-        options.optimized_model_filepath = str(graph)
-        ort.InferenceSession(str(plain), options, providers=["CPUExecutionProvider"])
-        plain.unlink()
-    elif variant == "onnx-int8":
-        from onnxruntime.quantization import QuantType, quantize_dynamic
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    options.optimized_model_filepath = str(graph)
+    ort.InferenceSession(str(plain), options, providers=["CPUExecutionProvider"])
 
-        quantize_dynamic(str(plain), str(graph), weight_type=QuantType.QInt8)
-        plain.unlink()
-    elif variant == "openvino":
-        import openvino as ov
 
-        ov.save_model(ov.convert_model(str(plain)), str(graph), compress_to_fp16=False)
-        plain.unlink()
+def quantised_int8(plain: Path, graph: Path) -> None:
+    """ONNX Runtime's dynamic int8 quantisation of the weights."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    quantize_dynamic(str(plain), str(graph), weight_type=QuantType.QInt8)
+
+
+def openvino_ir(plain: Path, graph: Path) -> None:
+    """OpenVINO's IR, weights kept in f32."""
+    import openvino as ov
+
+    ov.save_model(ov.convert_model(str(plain)), str(graph), compress_to_fp16=False)
 
 
 class OnnxSparseEncoder:
@@ -212,6 +215,11 @@ class OnnxTarget:
     summary: str
     package: Package | None
     tolerance: Tolerance = EXACT
+    graph: str = GRAPH
+    """The file its runtime reads."""
+    finish: Callable[[Path, Path], None] | None = None
+    """(plain fp32 graph, ``graph``): writes the variant from the plain export (None: the plain
+    export is the variant)."""
     schemes: tuple[str, ...] = ()
 
     def export(self, job: ExportJob) -> Exported:
@@ -244,16 +252,29 @@ TARGETS = (
         summary="the same graph after ONNX Runtime's extended graph optimisations "
         "(not machine-specific)",
         package=ONNX,
+        finish=optimised,
     ),
     OnnxTarget(
         name="onnx-int8",
         summary="ONNX Runtime dynamic int8 quantisation of the weights",
         package=ONNX,
         tolerance=Tolerance.within(min_overlap=0.8, max_ndcg_loss=0.03),
+        finish=quantised_int8,
     ),
     OnnxTarget(
         name="openvino",
         summary="the fp32 graph as OpenVINO IR, run by OpenVINO's CPU plugin in f32",
         package=Package("openvino", "openvino"),
+        graph=OPENVINO_GRAPH,
+        finish=openvino_ir,
     ),
 )
+VARIANTS = tuple(found.name for found in TARGETS)
+
+
+def onnx_target(variant: str) -> OnnxTarget:
+    """The variant called ``variant``."""
+    return _BY_NAME[variant]
+
+
+_BY_NAME = {found.name: found for found in TARGETS}

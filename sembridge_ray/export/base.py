@@ -231,11 +231,13 @@ class Tolerance:
     another model (``held`` False) is scored beside the full model, not held to anything."""
 
     exact: bool = True
+    """Whether the target must equal the exact top-10 up to ties on every query."""
     min_overlap: float = 1.0
     """Quantised or approximate targets: the lowest mean overlap@10 accepted."""
     max_ndcg_loss: float = 0.0
     """Quantised or approximate targets: the largest nDCG@10 drop (exact minus target) accepted."""
     held: bool = True
+    """False for another model (the doc-only variant): reported, never failed."""
 
     @classmethod
     def within(cls, min_overlap: float, max_ndcg_loss: float) -> Tolerance:
@@ -308,7 +310,7 @@ class ExportJob:
         return self.data.queries
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Exported:
     """A target built and searched: its top-k per query, what the report says about it, and what
     it wrote (its size is reported)."""

@@ -104,7 +104,7 @@ class DocOnlyTarget:
         )
         static = Vectors.from_rows(queries.ids, *sparse_rows(asked))
         details = {"model": folder.name, "idf_corpus": job.dataset}
-        return Exported(exact_topk(docs, static, job.k), details, folder)
+        return Exported(hits=exact_topk(docs, static, job.k), details=details, files=folder)
 
 
 TARGET = DocOnlyTarget()

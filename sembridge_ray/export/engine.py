@@ -55,7 +55,7 @@ class EngineTarget:
     def export(self, job: ExportJob) -> Exported:
         with server_errors(job.url, self.schemes):
             hits, details = self.build_and_search(job)
-        return Exported(hits, details, job.out / self.location)
+        return Exported(hits=hits, details=details, files=job.out / self.location)
 
     def build_and_search(self, job: ExportJob) -> tuple[Hits, dict[str, Any]]:
         """Build the engine and search it, with progress lines (done / total, ETA) at least every

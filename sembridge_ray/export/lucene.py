@@ -420,7 +420,7 @@ class FilesTarget:
             with searched.watch():
                 hits = files.search(queries, job.k, tally=searched.add)
             searched.finish()
-        return Exported(hits, details, job.out / self.name)
+        return Exported(hits=hits, details=details, files=job.out / self.name)
 
 
 def _sparse_vector_query(vector: dict[str, float], k: int) -> dict[str, Any]:

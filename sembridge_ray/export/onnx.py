@@ -237,7 +237,8 @@ class OnnxTarget:
                 rows = encoder.encode([text[i] for i in vectors.ids], role, tally=progress.add)
             progress.finish()
             encoded.append(Vectors.from_rows(vectors.ids, *rows))
-        return Exported(exact_topk(encoded[0], encoded[1], job.k), details, folder)
+        hits = exact_topk(encoded[0], encoded[1], job.k)
+        return Exported(hits=hits, details=details, files=folder)
 
 
 ONNX = Package("onnx", "onnx")

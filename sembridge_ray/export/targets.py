@@ -7,8 +7,10 @@ A target's tolerance is what its parity (:mod:`sembridge_ray.export.parity`) mus
 evaluation queries, or the export fails (exit 2); ``docs/export.md`` gives the measurement behind
 each number.
 
-Adding a target: a module with its ``TARGET`` (or ``TARGETS``), one line below, its name in
-:data:`sembridge_ray.jobs.export.TargetName`, and a test."""
+Adding a target: a module with its ``TARGET`` (or ``TARGETS``) and one line below; its name in
+:data:`sembridge_ray.jobs.export.TargetName` too (the contract that validates ``--target`` imports
+no target), and in ``tests/unit/test_export_registry.py``, which checks the three agree with
+``docs/export.md``."""
 
 from __future__ import annotations
 

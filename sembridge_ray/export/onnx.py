@@ -61,38 +61,16 @@ def export(
     model_dir: str, out: Path, variant: str, max_query_length: int, max_doc_length: int
 ) -> dict[str, Any]:
     """Write the ONNX encoder of ``model_dir`` to ``out``; returns what the report says about it."""
-    import torch
-
     from sembridge_ray.sparse.model import load_sparse_encoder
 
     model = load_sparse_encoder(model_dir, device="cpu", max_length=max_doc_length)
     _plain_splade(model)
     example = model.preprocess(["an example", "another, longer example text"])
     names = [n for n in INPUTS if n in example]
-
-    class Graph(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.model = model
-
-        def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
-            return self.model(dict(zip(names, inputs, strict=True)))["sentence_embedding"]
-
     found = onnx_target(variant)
     out.mkdir(parents=True, exist_ok=True)
     plain = out / (GRAPH if found.finish is None else "model.fp32.onnx")
-    axes = {n: {0: "batch", 1: "tokens"} for n in names} | {"vector": {0: "batch"}}
-    with torch.no_grad():
-        torch.onnx.export(
-            Graph().eval(),
-            tuple(example[n] for n in names),
-            str(plain),
-            input_names=names,
-            output_names=["vector"],
-            dynamic_axes=axes,
-            opset_version=OPSET,
-            dynamo=False,
-        )
+    _write_fp32(model, example, names, plain)
     if found.finish is not None:  # the plain fp32 graph made the variant, then removed
         found.finish(plain, out / found.graph)
         plain.unlink()
@@ -110,6 +88,33 @@ def export(
     }
     (out / CONFIG).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
     return config
+
+
+def _write_fp32(model: Any, example: dict[str, Any], names: list[str], path: Path) -> None:
+    """The model (token ids of ``names`` in, its SPLADE vector out) as one fp32 ONNX graph at
+    ``path``, traced on ``example``."""
+    import torch
+
+    class Graph(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+            return self.model(dict(zip(names, inputs, strict=True)))["sentence_embedding"]
+
+    axes = {n: {0: "batch", 1: "tokens"} for n in names} | {"vector": {0: "batch"}}
+    with torch.no_grad():
+        torch.onnx.export(
+            Graph().eval(),
+            tuple(example[n] for n in names),
+            str(path),
+            input_names=names,
+            output_names=["vector"],
+            dynamic_axes=axes,
+            opset_version=OPSET,
+            dynamo=False,
+        )
 
 
 def optimised(plain: Path, graph: Path) -> None:

@@ -117,16 +117,17 @@ def side(name: str, args: dict[str, Any], queue: Any) -> None:
             asked = Vectors.from_rows(queries.ids, *encoder.encode(args["query_texts"], "query"))
             hits = exact_topk(Vectors.from_rows(docs.ids, *rows), asked)
         else:
+            from sembridge_ray.export import lucene
+            from sembridge_ray.export.engine import EngineTarget
             from sembridge_ray.export.targets import TARGETS
 
             found = TARGETS[name]
             start = time.perf_counter()
-            if found.kind == "files":
-                from sembridge_ray.export import lucene
-
+            engine: Any
+            if isinstance(found, EngineTarget):
+                engine, _ = found.build(folder, docs)
+            else:  # the server targets' files, searched as the engine stores them
                 engine, _ = lucene.build(folder, name, docs, queries, args["vocab"], 10)
-            else:
-                engine, _ = found.adapter().build(folder, docs)  # type: ignore[attr-defined]
             out["build_s"] = time.perf_counter() - start
             start = time.perf_counter()
             hits = engine.search(queries, 10)

@@ -277,7 +277,7 @@ def encode_ray_data(case: EncodeCase) -> RayDataTiming:
 
     from sembridge_ray.data.schema import ID, TEXT
     from sembridge_ray.distributed import cluster
-    from sembridge_ray.distributed.evaluate import encode
+    from sembridge_ray.distributed.encode import encode
     from sembridge_ray.jobs.evaluate import EvaluateConfig
     from sembridge_ray.placement import ResourceConfig
     from sembridge_ray.retrieval.store import stage_corpus

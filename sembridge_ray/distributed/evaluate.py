@@ -1,5 +1,6 @@
-"""Ray side of ``jobs.evaluate``: encode (Ray Data actor pool, cached) -> exact sharded search ->
-run + metrics. Small inputs (``cluster.in_driver``: a few hundred texts, a small corpus) are encoded
+"""Ray side of ``jobs.evaluate``: encode (Ray Data actor pool, cached:
+:mod:`sembridge_ray.distributed.encode`, shared with the export) -> exact sharded search -> run +
+metrics. Small inputs (``cluster.in_driver``: a few hundred texts, a small corpus) are encoded
 and searched in the driver by the same code, with the same results: an actor costs more to start
 than their work.
 
@@ -15,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import shutil
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -25,23 +25,13 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
-import ray
 
 from sembridge_ray.config import write_config
-from sembridge_ray.data.registry import corpus_split, load_retrieval
+from sembridge_ray.data.registry import load_retrieval
 from sembridge_ray.data.retrieval import RetrievalData
-from sembridge_ray.data.schema import ID, TEXT
 from sembridge_ray.distributed import cluster
+from sembridge_ray.distributed.encode import corpus_key, encode_corpus, encode_queries
 from sembridge_ray.distributed.search import LocalIndex, ShardedIndex
-from sembridge_ray.distributed.udfs import (
-    PATH,
-    ROWS,
-    SparseEncodeUDF,
-    actor_pool_args,
-    actor_threads,
-    arrow_blocks,
-)
 from sembridge_ray.errors import InputError
 from sembridge_ray.identity import InputChanged, Pin, RunIdentity, pin, require_unchanged
 from sembridge_ray.jobs.evaluate import EvaluateConfig, EvaluateResult
@@ -65,7 +55,7 @@ from sembridge_ray.retrieval.metrics import (
     term_counts,
     unknown_judgements,
 )
-from sembridge_ray.retrieval.sources import VECTORS, cached, resolve_dataset, resolve_model
+from sembridge_ray.retrieval.sources import resolve_dataset, resolve_model
 from sembridge_ray.retrieval.store import (
     fingerprint,
     iter_row_ranges,
@@ -74,11 +64,9 @@ from sembridge_ray.retrieval.store import (
     read_run,
     read_vectors,
     run_lines,
-    stage_corpus,
 )
 
 log = logging.getLogger(__name__)
-ENCODING_VERSION = 1
 RUN, EVAL_METRICS, CONFIG, PER_QUERY = "run.trec", "metrics.json", "config.yaml", "per_query.tsv"
 
 
@@ -203,130 +191,6 @@ class _Clock:
         self.laps[name] = round(now - self.start, 2)
         self.start = now
         return self.laps[name]
-
-
-def corpus_key(key: str, spec: str, split: str) -> str:
-    """The key of a corpus's encoding of (model, dataset) ``key``: one corpus encoding serves every
-    split, except where each split has its own corpus (XQuAD's articles)."""
-    return fingerprint(key, own) if (own := corpus_split(spec, split)) else key
-
-
-def encode_corpus(
-    cfg: EvaluateConfig,
-    model: str,
-    data: RetrievalData,
-    key: str,
-    cache: Path,
-    *,
-    pinned: Pin,
-) -> tuple[Path, bool]:
-    """The corpus's sparse vectors (cached): staged to Parquet by the driver, encoded by the actor
-    pool; ``pinned`` (required: the cache is shared between jobs, :func:`sembridge_ray.identity.pin`)
-    raises when the model or dataset is no longer the one ``key`` names (then no entry is published
-    under it)."""
-    entry = fingerprint(
-        "docs",
-        ENCODING_VERSION,
-        key,
-        cfg.max_doc_length,
-        cfg.doc_max_active_dims,
-        cfg.stage_rows,
-        cfg.encode_batch_size,
-        *([cfg.precision] if cfg.precision != "fp32" else []),  # fp32 entries keep their keys
-    )
-
-    def build(tmp: Path) -> dict[str, int]:
-        files = stage_corpus(data.corpus.batches(cfg.stage_rows), tmp / "staged")
-        rows = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
-        if rows == 0:
-            raise InputError(f"dataset {cfg.dataset!r}: the corpus ({data.corpus.name}) is empty")
-        encode(files, tmp / VECTORS, cfg, model, "document")
-        shutil.rmtree(tmp / "staged")
-        pinned()
-        return {"rows": rows}
-
-    return cached(cache / f"docs-{entry}", build)
-
-
-def encode_queries(
-    cfg: EvaluateConfig,
-    model: str,
-    data: RetrievalData,
-    qids: list[str],
-    key: str,
-    cache: Path,
-    *,
-    pinned: Pin,
-) -> tuple[Path, bool]:
-    """The vectors of the qrels queries that have text (cached; ``pinned`` as for
-    :func:`encode_corpus`)."""
-    entry = fingerprint(
-        "queries",
-        ENCODING_VERSION,
-        key,
-        cfg.max_query_length,
-        cfg.query_max_active_dims,
-        qids,
-        cfg.stage_rows,
-        cfg.encode_batch_size,
-        *([cfg.precision] if cfg.precision != "fp32" else []),
-    )
-
-    def build(tmp: Path) -> dict[str, int]:
-        if qids:
-            table = pa.table({ID: qids, TEXT: [data.queries[q] for q in qids]})
-            batches = (table.slice(i, cfg.stage_rows) for i in range(0, len(qids), cfg.stage_rows))
-            encode(stage_corpus(batches, tmp / "staged"), tmp / VECTORS, cfg, model, "query")
-            shutil.rmtree(tmp / "staged")
-            pinned()
-        return {"rows": len(qids)}
-
-    return cached(cache / f"queries-{entry}", build)
-
-
-def encode(files: list[Path], dest: Path, cfg: EvaluateConfig, model: str, role: str) -> None:
-    """Staged (id, text) Parquet files -> sparse Parquet files (id, indices, values) of the same
-    names in ``dest``, through a pool of encoder actors (one GPU each when there are GPUs), or in
-    this process when a pool is not worth starting (``cluster.in_driver``). See
-    :class:`SparseEncodeUDF`: the vectors are the same bit for bit on one node or many, in an actor
-    or here."""
-    # connects first: Ray Data alone would ray.init() anywhere
-    plan = cluster.placement(cfg.resources)
-    query = role == "query"
-    total = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
-    with atomic_path(dest) as tmp:
-        tmp.mkdir(parents=True)
-        kwargs: dict[str, Any] = {
-            "model_dir": model,
-            "trust_remote_code": cfg.trust_remote_code,
-            "role": role,
-            "max_length": cfg.max_query_length if query else cfg.max_doc_length,
-            "max_active_dims": cfg.query_max_active_dims if query else cfg.doc_max_active_dims,
-            "batch_size": cfg.encode_batch_size,
-            "out_dir": str(tmp),
-            "threads": cfg.resources.threads_per_worker,
-            # run_evaluate resolved it already
-            "precision": cluster.resolve_precision(cfg.precision, cfg.resources),
-        }
-        progress = Progress(log, f"encoding {'queries' if query else 'documents'}", total, "texts")
-        # the pool's work, here: the same files, batches and threads
-        if cluster.in_driver(plan, total):
-            with actor_threads(plan, cfg.resources.threads_per_worker):
-                SparseEncodeUDF(**kwargs, device="cpu")(pa.table({PATH: [str(f) for f in files]}))
-            progress.add(total)
-        else:
-            paths = ray.data.from_items(
-                [{PATH: str(f)} for f in files], override_num_blocks=max(1, len(files))
-            )
-            encoded = paths.map_batches(
-                SparseEncodeUDF,
-                fn_constructor_kwargs=kwargs,
-                batch_format="pyarrow",
-                **actor_pool_args(plan, 1),
-            )
-            for done in arrow_blocks(encoded):
-                progress.add(int(pc.sum(done.column(ROWS)).as_py() or 0))
-        progress.finish()
 
 
 def search_and_score(

@@ -6,11 +6,12 @@ to a target and checked there.
 
 For a target: every input is checked before any encoding (the target's package, ``--url`` answering,
 the model and its tokenizer, the dataset's judged queries); the corpus and the queries are encoded
-through the evaluate job's encoding (:func:`sembridge_ray.distributed.evaluate.encode_corpus`: Ray
-Data actor pool, cached under the same keys as an evaluation's); the Ray-free adapter in
-:mod:`sembridge_ray.export` builds the target; its top-10 on the queries is compared with the exact
-search (:mod:`sembridge_ray.export.parity`); ``export_report.json`` is written in the output, the
-parity is added to the model's card when it is a finished model of this project (its
+by the step the evaluate job uses (:mod:`sembridge_ray.distributed.encode`: Ray Data actor pool,
+cached under the same keys as an evaluation's); the target (an
+:class:`~sembridge_ray.export.base.ExportTarget` of the Ray-free registry
+:mod:`sembridge_ray.export.targets`) is built and searched; its top-10 on the queries is compared
+with the exact search (:mod:`sembridge_ray.export.parity`); ``export_report.json`` is written in the
+output, the parity is added to the model's card when it is a finished model of this project (its
 ``scores.json``, which its ``_SUCCESS`` leaves out; nothing else of the input model is written to),
 and a target outside its tolerance fails the job with one line (exit 2)."""
 
@@ -21,29 +22,30 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 from sembridge_ray.atomic import remove
 from sembridge_ray.bundled import resolve
 from sembridge_ray.data.registry import load_retrieval
 from sembridge_ray.data.retrieval import RetrievalData
-from sembridge_ray.data.schema import ID, TEXT
+from sembridge_ray.data.schema import ID
 from sembridge_ray.distributed import cluster
-from sembridge_ray.distributed.evaluate import corpus_key, encode_corpus, encode_queries
+from sembridge_ray.distributed.encode import corpus_key, encode_corpus, encode_queries
 from sembridge_ray.distributed.finetune import checkpoint_model
 from sembridge_ray.distributed.finetune import run_export as run_checkpoint_export
 from sembridge_ray.errors import InputError
 from sembridge_ray.export.base import (
+    ExportJob,
+    ExportTarget,
     Vectors,
     require_package,
     require_reachable,
     require_tokenizer,
-    server_errors,
     size_on_disk,
 )
 from sembridge_ray.export.parity import K, exact_topk, parity
 from sembridge_ray.export.report import ExportReport
-from sembridge_ray.export.targets import Target, target
+from sembridge_ray.export.targets import MODEL_DIRECTORY, target
 from sembridge_ray.identity import Pin, path_identity, pin
 from sembridge_ray.jobs.evaluate import EvaluateConfig
 from sembridge_ray.jobs.export import ExportConfig, ExportResult
@@ -51,7 +53,6 @@ from sembridge_ray.locks import LOCK
 from sembridge_ray.manifest import IDENTITY
 from sembridge_ray.model_card import record_export
 from sembridge_ray.outputs import atomic_write_json, claim_output, require_apart
-from sembridge_ray.progress import Progress, duration
 from sembridge_ray.provenance import ExportParity
 from sembridge_ray.retrieval.sources import resolve_dataset, resolve_model
 from sembridge_ray.retrieval.store import fingerprint, parquet_files, read_vectors
@@ -63,33 +64,24 @@ REPORT = "export_report.json"
 
 def run_export(cfg: ExportConfig) -> ExportResult:
     cfg.require_inputs()
-    if cfg.target == "sentence-transformers":
+    if cfg.target == MODEL_DIRECTORY:
         return run_checkpoint_export(cfg)
     return run_target_export(cfg)
 
 
-def check_target(cfg: ExportConfig) -> Target:
+def check_target(cfg: ExportConfig) -> ExportTarget:
     """The target, its package and its server: each refusal one line, before anything is read or
     encoded."""
     found = target(cfg.target)
-    if found.imports:
-        require_package(found.imports, found.package, found.name)
+    if found.package:
+        require_package(found.package.module, found.package.pip, found.name)
     if cfg.url:
-        if not found.url:
+        if not found.schemes:
             raise InputError(
                 f"--url: target {found.name!r} has no server to push to (it is embedded)"
             )
         require_reachable(cfg.url, found.schemes)
     return found
-
-
-def vocabulary(model: str, width: int) -> list[str]:
-    """Token strings of term ids 0..width-1 from the model's (target) tokenizer; an id past the
-    tokenizer (a padded vocabulary) is ``[unused-id-N]``."""
-    tokenizer = load_tokenizer(model)
-    size = len(tokenizer)
-    tokens = tokenizer.convert_ids_to_tokens(list(range(min(size, width))))
-    return [str(t) for t in tokens] + [f"[unused-id-{i}]" for i in range(size, width)]
 
 
 def run_target_export(cfg: ExportConfig) -> ExportResult:
@@ -150,9 +142,9 @@ def _require_writes_apart(cfg: ExportConfig, read: dict[str, str]) -> None:
         require_apart(Path(cfg.cache_dir), read, "cache_dir")
 
 
-def _outside_tolerance(found: Target, report: ExportReport, where: Path) -> InputError:
+def _outside_tolerance(found: ExportTarget, report: ExportReport, where: Path) -> InputError:
     return InputError(
-        f"target {found.name!r} lost more than its tolerance {found.tolerance()}: overlap@10 "
+        f"target {found.name!r} lost more than its tolerance {found.tolerance.rule()}: overlap@10 "
         f"{report['overlap@10']}, identical up to ties {report['identical_up_to_ties']}, nDCG@10 "
         f"{report['ndcg@10_target']} vs {report['ndcg@10_exact']} exact ({where})"
     )
@@ -168,7 +160,7 @@ def _clear_unfinished(work: Path) -> None:
 
 def _export_into(
     work: Path,
-    found: Target,
+    found: ExportTarget,
     cfg: ExportConfig,
     model: str,
     key: str,
@@ -185,11 +177,8 @@ def _export_into(
         "export: %d documents, %d queries encoded; building %s", len(docs), len(queries), found.name
     )
     exact = exact_topk(docs, queries, K)
-    vocab_size = len(load_tokenizer(model))
-    hits, details, where = build_and_search(
-        found, cfg, work, model, docs, queries, data, vocab_size
-    )
-    built = time.perf_counter()
+    built = found.export(_job(cfg, work, model, docs, queries, data))
+    done = time.perf_counter()
     report = ExportReport(
         {
             "target": found.name,
@@ -198,21 +187,42 @@ def _export_into(
             "split": data.split,
             "documents": len(docs),
             "postings": docs.postings,
-            "bytes": size_on_disk(where) if where.exists() else 0,
-            "seconds": round(built - start, 2),
+            "bytes": size_on_disk(built.files) if built.files.exists() else 0,
+            "seconds": round(done - start, 2),
             "seconds_by_stage": {
                 "encode": round(encoded - start, 2),
-                "export_and_search": round(built - encoded, 2),
+                "export_and_search": round(done - encoded, 2),
             },
-            **parity(docs, queries, hits, data.qrels, K, exact).report(),
-            "tolerance": found.tolerance(),
-            "details": details,
+            **parity(docs, queries, built.hits, data.qrels, K, exact).report(),
+            "tolerance": found.tolerance.rule(),
+            "details": built.details,
         }
     )
     if cfg.checkpoint:
         report["checkpoint"] = cfg.checkpoint
-    report["passed"] = passes(found, report)
+    report["passed"] = found.tolerance.passes(report)
     return report
+
+
+def _job(
+    cfg: ExportConfig, work: Path, model: str, docs: Vectors, queries: Vectors, data: RetrievalData
+) -> ExportJob:
+    """What the target is built from (its progress lines are this job's)."""
+    return ExportJob(
+        out=work,
+        model=model,
+        docs=docs,
+        queries=queries,
+        data=data,
+        dataset=cfg.dataset,
+        tokenizer_size=len(load_tokenizer(model)),
+        url=cfg.url,
+        max_query_length=cfg.max_query_length,
+        max_doc_length=cfg.max_doc_length,
+        threads=cfg.resources.threads_per_worker,
+        k=K,
+        log=log,
+    )
 
 
 def export_parity(report: ExportReport) -> ExportParity:
@@ -307,163 +317,3 @@ def _encoded(
     )
     docs, queries = (Vectors(*read_vectors(parquet_files(d))) for d in (docs_dir, queries_dir))
     return docs, queries
-
-
-def passes(found: Target, report: ExportReport) -> bool:
-    if found.kind == "variant":
-        return True
-    if found.exact:
-        return bool(report["identical_up_to_ties"] == 1.0)
-    loss = (report["ndcg@10_exact"] or 0.0) - (report["ndcg@10_target"] or 0.0)
-    return bool(report["overlap@10"] >= found.min_overlap and loss <= found.max_ndcg_loss + 1e-9)
-
-
-def build_and_search(
-    found: Target,
-    cfg: ExportConfig,
-    out: Path,
-    model: str,
-    docs: Vectors,
-    queries: Vectors,
-    data: RetrievalData,
-    tokenizer_size: int,
-) -> tuple[list[list[str]], dict[str, Any], Path]:
-    """Build the target in ``out``; its top-k for ``queries``, what the report says about it, and
-    its files."""
-    if found.kind == "engine":
-        adapter: Any = found.adapter()
-        with server_errors(cfg.url, found.schemes):
-            hits, details = _engine_hits(found.name, adapter, out, docs, queries, cfg.url)
-            return hits, details, out / adapter.LOCATION
-    if found.kind == "files":
-        from sembridge_ray.export import lucene
-
-        width = max(
-            tokenizer_size, max(int(v.rows.indices.max(initial=-1)) + 1 for v in (docs, queries))
-        )
-        with server_errors(cfg.url, found.schemes):
-            doing = "uploading" if cfg.url else "writing the files"
-            sent = Progress(log, f"{found.name}: {doing}", len(docs), "documents")
-            with sent.watch():
-                files, details = lucene.build(
-                    out, found.name, docs, queries, vocabulary(model, width), K, cfg.url, sent.add
-                )
-            sent.finish()
-            searched = Progress(log, f"{found.name}: searching", len(queries), "queries")
-            with searched.watch():
-                hits = files.search(queries, K, tally=searched.add)
-            searched.finish()
-            return hits, details, out / found.name
-    texts = {
-        d: t
-        for batch in data.corpus.batches(10_000)
-        for d, t in zip(batch.column(ID).to_pylist(), batch.column(TEXT).to_pylist(), strict=True)
-    }
-    if found.kind == "variant":
-        return _doc_only(cfg, out, model, docs, queries, data, texts, tokenizer_size)
-    return _onnx(found, cfg, out, model, docs, queries, data, texts)
-
-
-NOTICE_S = 60.0
-"""An embedded engine expected to take longer than this (build and search) says so, and why, before
-it starts."""
-
-
-def _engine_hits(
-    name: str, adapter: Any, out: Path, docs: Vectors, queries: Vectors, url: str
-) -> tuple[list[list[str]], dict[str, Any]]:
-    """Build the engine and search it, with progress lines (done / total, ETA) at least every
-    :data:`~sembridge_ray.progress.EVERY_S` seconds, after a line saying how long an embedded
-    engine will take when its measured rates (the adapter's ``RATES``) make that long."""
-    rates = None if url else getattr(adapter, "RATES", None)
-    build_s: float | None = None
-    search_s: float | None = None
-    if rates is not None:
-        build_s, search_s = rates.seconds(docs, queries)
-        _notice_slow(name, adapter.WHY_SLOW, docs, queries, build_s, search_s)
-    built = Progress(log, f"{name}: indexing", len(docs), "documents", expected_s=build_s)
-    with built.watch():
-        engine, details = adapter.build(out, docs, url, tally=built.add)
-    built.finish()
-    try:
-        searched = Progress(log, f"{name}: searching", len(queries), "queries", expected_s=search_s)
-        with searched.watch():
-            hits = engine.search(queries, K, tally=searched.add)
-        searched.finish()
-    finally:
-        engine.close()
-    return hits, details
-
-
-def _notice_slow(
-    name: str, why: str, docs: Vectors, queries: Vectors, build_s: float, search_s: float
-) -> None:
-    """One line, before a build its measured rates expect to take longer than :data:`NOTICE_S`:
-    how long and why."""
-    if build_s + search_s <= NOTICE_S:
-        return
-    log.warning(
-        "%s will take about %s here (%s to build, %s to search): %s documents of %s postings each, "
-        "%s queries of %s, at the rates measured for it; %s (a server through --url, or "
-        "--target pisa, is much faster)",
-        name,
-        duration(build_s + search_s),
-        duration(build_s),
-        duration(search_s),
-        f"{len(docs):,}",
-        f"{docs.postings / max(len(docs), 1):,.0f}",
-        f"{len(queries):,}",
-        f"{queries.postings / max(len(queries), 1):,.0f}",
-        why,
-    )
-
-
-def _doc_only(
-    cfg: ExportConfig,
-    out: Path,
-    model: str,
-    docs: Vectors,
-    queries: Vectors,
-    data: RetrievalData,
-    texts: dict[str, str],
-    tokenizer_size: int,
-) -> tuple[list[list[str]], dict[str, Any], Path]:
-    """The inference-free variant (IDF of the corpus on the query side) and its top-k over the
-    encoded documents."""
-    from sembridge_ray.export import doc_only
-    from sembridge_ray.sparse.encode import sparse_rows
-
-    folder = out / "model-doc-only"
-    width = max(tokenizer_size, int(docs.rows.indices.max(initial=-1)) + 1)
-    weights = doc_only.idf(load_tokenizer(model), (texts[d] for d in docs.ids), width)
-    variant = doc_only.write(model, folder, weights, cfg.dataset, cfg.max_doc_length)
-    asked = variant.encode_query([data.queries[q] for q in queries.ids], convert_to_tensor=True)
-    static = Vectors.from_rows(queries.ids, *sparse_rows(asked))
-    # the document route is the model's own: the documents' vectors are the ones encoded
-    return exact_topk(docs, static, K), {"model": folder.name, "idf_corpus": cfg.dataset}, folder
-
-
-def _onnx(
-    found: Target,
-    cfg: ExportConfig,
-    out: Path,
-    model: str,
-    docs: Vectors,
-    queries: Vectors,
-    data: RetrievalData,
-    texts: dict[str, str],
-) -> tuple[list[list[str]], dict[str, Any], Path]:
-    """The ONNX export; the corpus and the queries encoded again through it, searched exactly."""
-    from sembridge_ray.export import onnx
-
-    folder = out / "onnx"
-    details = onnx.export(model, folder, found.name, cfg.max_query_length, cfg.max_doc_length)
-    encoder = onnx.OnnxSparseEncoder(folder, threads=cfg.resources.threads_per_worker)
-    encoded = []
-    for role, vectors, text in (("document", docs, texts), ("query", queries, data.queries)):
-        progress = Progress(log, f"{found.name}: encoding {role}s", len(vectors), "texts")
-        with progress.watch():
-            rows = encoder.encode([text[i] for i in vectors.ids], role, tally=progress.add)
-        progress.finish()
-        encoded.append(Vectors.from_rows(vectors.ids, *rows))
-    return exact_topk(encoded[0], encoded[1], K), details, folder

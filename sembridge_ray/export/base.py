@@ -1,21 +1,30 @@
-"""What every target shares: the vectors it exports (:class:`Vectors`), an engine's interface
-(:class:`Engine`), the check that its Python package is there, and the size of what it wrote."""
+"""What every target shares: the vectors it exports (:class:`Vectors`), the protocol each target
+implements (:class:`ExportTarget`: its facts, its :class:`Tolerance`, and ``export``, which builds
+it from an :class:`ExportJob` and searches it), an engine's interface (:class:`Engine`), the check
+that its Python package is there, and the size of what it wrote."""
 
 from __future__ import annotations
 
 import contextlib
 import importlib.util
+import logging
 import socket
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
 import numpy as np
 
+from sembridge_ray.data.schema import ID, TEXT
 from sembridge_ray.errors import InputError, environment_errno
+from sembridge_ray.export.report import ExportReport
+from sembridge_ray.progress import Progress
 from sembridge_ray.retrieval.index import SparseBatch
+
+if TYPE_CHECKING:
+    from sembridge_ray.data.retrieval import RetrievalData
 
 
 @dataclass(frozen=True)
@@ -107,6 +116,14 @@ class Rates:
         build = n * (self.build_s_per_doc + self.build_s_per_posting * p**self.build_exponent)
         search = q * n * (self.search_s_per_pair + self.search_s_per_merged * (p + p_q))
         return build, search
+
+
+@dataclass(frozen=True)
+class Package:
+    """The Python module a target imports and the pip package that provides it."""
+
+    module: str
+    pip: str
 
 
 def require_package(module: str, package: str, target: str) -> None:
@@ -203,3 +220,135 @@ def size_on_disk(path: Path) -> int:
     if path.is_file():
         return path.stat().st_size
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+@dataclass(frozen=True, kw_only=True)
+class Tolerance:
+    """What a target's parity (:mod:`sembridge_ray.export.parity`) must reach on the evaluation
+    queries, or the export fails (exit 2): an exact target equals the exact top-10 up to ties on
+    every query; a quantised or approximate one loses at most its measured share of overlap@10 and
+    of nDCG@10 (``docs/export.md`` gives the measurement behind each number); a target that is
+    another model (``held`` False) is scored beside the full model, not held to anything."""
+
+    exact: bool = True
+    """Whether the target must equal the exact top-10 up to ties on every query."""
+    min_overlap: float = 1.0
+    """Quantised or approximate targets: the lowest mean overlap@10 accepted."""
+    max_ndcg_loss: float = 0.0
+    """Quantised or approximate targets: the largest nDCG@10 drop (exact minus target) accepted."""
+    held: bool = True
+    """False for another model (the doc-only variant): reported, never failed."""
+
+    @classmethod
+    def within(cls, min_overlap: float, max_ndcg_loss: float) -> Tolerance:
+        return cls(exact=False, min_overlap=min_overlap, max_ndcg_loss=max_ndcg_loss)
+
+    def rule(self) -> dict[str, object]:
+        """The tolerance as ``export_report.json`` states it."""
+        if not self.held:
+            return {"rule": "scored beside the full model, not held to a tolerance (another model)"}
+        if self.exact:
+            return {"rule": "identical up to ties on every query"}
+        return {"min_overlap@10": self.min_overlap, "max_ndcg@10_loss": self.max_ndcg_loss}
+
+    def passes(self, report: ExportReport) -> bool:
+        if not self.held:
+            return True
+        if self.exact:
+            return bool(report["identical_up_to_ties"] == 1.0)
+        loss = (report["ndcg@10_exact"] or 0.0) - (report["ndcg@10_target"] or 0.0)
+        return bool(report["overlap@10"] >= self.min_overlap and loss <= self.max_ndcg_loss + 1e-9)
+
+
+EXACT = Tolerance()
+NOT_HELD = Tolerance(exact=False, held=False)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExportJob:
+    """What a target is built from: the encoded corpus and judged queries, the model they were
+    encoded with, and the job's settings; ``log`` is the job's logger, which a target's progress
+    lines go to."""
+
+    out: Path
+    """The output directory (a target writes under it; its report names paths relative to it)."""
+    model: str
+    """The SparseEncoder directory the vectors come from."""
+    docs: Vectors
+    queries: Vectors
+    data: RetrievalData
+    """The dataset's split (the texts, for targets that encode again)."""
+    dataset: str
+    """The dataset as given (``--dataset``)."""
+    tokenizer_size: int
+    url: str = ""
+    max_query_length: int = 64
+    max_doc_length: int = 256
+    threads: int = 0
+    """Threads a target's own encoder may use (0: its runtime's default)."""
+    k: int = 10
+    log: logging.Logger = field(default_factory=lambda: logging.getLogger(__name__))
+
+    def progress(
+        self, what: str, total: int, unit: str, expected_s: float | None = None
+    ) -> Progress:
+        """A progress line of the job's (done / total, ETA)."""
+        return Progress(self.log, what, total, unit, expected_s=expected_s)
+
+    def corpus_texts(self) -> dict[str, str]:
+        """Document id -> text, for the whole corpus."""
+        return {
+            d: t
+            for batch in self.data.corpus.batches(10_000)
+            for d, t in zip(
+                batch.column(ID).to_pylist(), batch.column(TEXT).to_pylist(), strict=True
+            )
+        }
+
+    @property
+    def query_texts(self) -> Mapping[str, str]:
+        return self.data.queries
+
+
+@dataclass(frozen=True, kw_only=True)
+class Exported:
+    """A target built and searched: its top-k per query, what the report says about it, and what
+    it wrote (its size is reported)."""
+
+    hits: Hits
+    details: dict[str, Any]
+    files: Path
+
+
+@runtime_checkable
+class ExportTarget(Protocol):
+    """An export target (``--target NAME``): its facts beside its code, and how it is built.
+
+    The registry (:data:`sembridge_ray.export.targets.TARGETS`) maps each name to the object that
+    implements this; the job checks ``package`` and ``schemes`` before it encodes anything, calls
+    :meth:`export`, compares the hits with the exact search and holds them to ``tolerance``."""
+
+    @property
+    def name(self) -> str:
+        """The ``--target`` value."""
+        ...
+
+    @property
+    def summary(self) -> str: ...
+
+    @property
+    def package(self) -> Package | None:
+        """The Python package it needs beyond the project's (None: none)."""
+        ...
+
+    @property
+    def schemes(self) -> tuple[str, ...]:
+        """The URL schemes its client takes for ``--url`` (empty: no server, ``--url`` refused)."""
+        ...
+
+    @property
+    def tolerance(self) -> Tolerance: ...
+
+    def export(self, job: ExportJob) -> Exported:
+        """Build the target under ``job.out`` and search it with ``job.queries`` (top ``job.k``)."""
+        ...

@@ -15,10 +15,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from sembridge_ray.export.base import NOT_HELD, Exported, ExportJob, Package, Tolerance, Vectors
+from sembridge_ray.export.parity import exact_topk
 
 CONFIG = "sembridge_export.json"
 
@@ -67,3 +71,40 @@ def write(model_dir: str, out: Path, weights: np.ndarray, corpus: str, max_doc_l
     }
     (out / CONFIG).write_text(json.dumps(note, indent=2) + "\n", encoding="utf-8")
     return SparseEncoder(str(out), device="cpu")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DocOnlyTarget:
+    """The variant as an :class:`~sembridge_ray.export.base.ExportTarget`: written to
+    ``<output>/model-doc-only`` with the IDF of the exported corpus, its queries encoded by it and
+    searched exactly over the documents' vectors as encoded (the document route is the model's
+    own)."""
+
+    name: str = "doc-only"
+    summary: str = (
+        "an inference-free SparseEncoder: IDF-weighted query tokens "
+        "(Router + SparseStaticEmbedding)"
+    )
+    package: Package | None = None
+    tolerance: Tolerance = NOT_HELD
+    schemes: tuple[str, ...] = ()
+
+    def export(self, job: ExportJob) -> Exported:
+        from sembridge_ray.sparse.encode import sparse_rows
+        from sembridge_ray.sparse.model import load_tokenizer
+
+        folder = job.out / "model-doc-only"
+        docs, queries = job.docs, job.queries
+        texts = job.corpus_texts()
+        width = max(job.tokenizer_size, int(docs.rows.indices.max(initial=-1)) + 1)
+        weights = idf(load_tokenizer(job.model), (texts[d] for d in docs.ids), width)
+        variant = write(job.model, folder, weights, job.dataset, job.max_doc_length)
+        asked = variant.encode_query(
+            [job.query_texts[q] for q in queries.ids], convert_to_tensor=True
+        )
+        static = Vectors.from_rows(queries.ids, *sparse_rows(asked))
+        details = {"model": folder.name, "idf_corpus": job.dataset}
+        return Exported(hits=exact_topk(docs, static, job.k), details=details, files=folder)
+
+
+TARGET = DocOnlyTarget()

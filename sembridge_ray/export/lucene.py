@@ -23,14 +23,25 @@ import json
 import math
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from sembridge_ray.errors import InputError
-from sembridge_ray.export.base import Hits, Tally, Vectors, untallied
+from sembridge_ray.export.base import (
+    Exported,
+    ExportJob,
+    Hits,
+    Package,
+    Tally,
+    Tolerance,
+    Vectors,
+    server_errors,
+    untallied,
+)
 from sembridge_ray.export.parity import exact_topk
 
 INDEX, FIELD = "sembridge", "sparse"
@@ -53,43 +64,71 @@ def unescape(name: str) -> str:
     return name.replace("%2E", ".").replace("%25", "%")
 
 
+class TokenKeys:
+    """Keys are the escaped token strings (:func:`escape`); the engine keeps 9 significant bits of
+    a weight (Lucene's ``FeatureField``: the float's bits shifted right by 15), and no ceiling."""
+
+    ceiling_ingest = ceiling_search = math.inf
+
+    def names(self, vocab: list[str]) -> list[str]:
+        names = [escape(t) for t in vocab]
+        if "" in names:
+            raise InputError(
+                f"the tokenizer has an empty token (id {names.index('')}): no engine accepts it"
+            )
+        if len(set(names)) != len(names):
+            dup = next(n for n in names if names.count(n) > 1)
+            raise InputError(
+                f"the tokenizer has token {unescape(dup)!r} twice: the features would merge"
+            )
+        return names
+
+    def key_problems(self, key: str) -> list[str]:
+        return [f"feature name {key!r}"] if not key or "." in key else []
+
+    def stored(self, vectors: Vectors) -> Vectors:
+        bits = vectors.rows.values.astype(np.float32).view(np.int32)
+        kept = ((bits >> 15) << 15).view(np.float32)
+        return Vectors(vectors.ids, vectors.rows._replace(values=kept))
+
+    def details(self) -> dict[str, Any]:
+        return {
+            "keys": "token strings, '%' -> '%25' then '.' -> '%2E'",
+            "precision": "9 significant bits",
+        }
+
+
+class TermIdKeys:
+    """Keys are the term ids as strings; weights are clipped at the ingest ceiling (queries at the
+    search ceiling), as OpenSearch's ``sparse_vector`` would, and kept as written."""
+
+    ceiling_ingest, ceiling_search = CEILING_INGEST, CEILING_SEARCH
+
+    def names(self, vocab: list[str]) -> list[str]:
+        return [str(i) for i in range(len(vocab))]
+
+    def key_problems(self, key: str) -> list[str]:
+        named = [f"feature name {key!r}"] if not key else []
+        return named + ([] if key.isdigit() else [f"key {key!r} is not a term id"])
+
+    def stored(self, vectors: Vectors) -> Vectors:
+        return vectors
+
+    def details(self) -> dict[str, Any]:
+        return {
+            "keys": "term ids as strings",
+            "ceiling_ingest": self.ceiling_ingest,
+            "ceiling_search": self.ceiling_search,
+        }
+
+
 def feature_names(target: str, vocab: list[str]) -> list[str]:
     """Term id -> the key the target's documents use for it."""
-    if target == "opensearch-sparse-vector":
-        return [str(i) for i in range(len(vocab))]
-    names = [escape(t) for t in vocab]
-    if "" in names:
-        raise InputError(
-            f"the tokenizer has an empty token (id {names.index('')}): no engine accepts it"
-        )
-    if len(set(names)) != len(names):
-        dup = next(n for n in names if names.count(n) > 1)
-        raise InputError(
-            f"the tokenizer has token {unescape(dup)!r} twice: the features would merge"
-        )
-    return names
+    return files_target(target).keys.names(vocab)
 
 
 def mapping(target: str) -> dict[str, Any]:
-    if target == "elasticsearch":
-        return {"mappings": {"properties": {FIELD: {"type": "sparse_vector"}}}}
-    if target == "opensearch":
-        return {"mappings": {"properties": {FIELD: {"type": "rank_features"}}}}
-    parameters = {
-        "quantization_ceiling_ingest": CEILING_INGEST,
-        "quantization_ceiling_search": CEILING_SEARCH,
-    }
-    return {
-        "settings": {"index": {"sparse": True}},
-        "mappings": {
-            "properties": {
-                FIELD: {
-                    "type": "sparse_vector",
-                    "method": {"name": "seismic", "parameters": parameters},
-                }
-            }
-        },
-    }
+    return files_target(target).mapping()
 
 
 def features(
@@ -97,10 +136,11 @@ def features(
 ) -> dict[str, float]:
     """One vector as the target's key -> weight object (weights below float32's smallest normal are
     left out: Lucene rejects them)."""
+    keys = files_target(target).keys
     keep = weights >= FLOAT_MIN_NORMAL
-    values = weights[keep].astype(np.float64)
-    if target == "opensearch-sparse-vector":
-        values = np.minimum(values, CEILING_SEARCH if query else CEILING_INGEST)
+    values = np.minimum(
+        weights[keep].astype(np.float64), keys.ceiling_search if query else keys.ceiling_ingest
+    )
     return {names[t]: float(v) for t, v in zip(terms[keep].tolist(), values.tolist(), strict=True)}
 
 
@@ -109,13 +149,7 @@ def query_body(
 ) -> dict[str, Any]:
     """The search request body for one query vector."""
     vector = features(target, names, terms, weights, query=True)
-    if target == "elasticsearch":
-        query: dict[str, Any] = {"sparse_vector": {"field": FIELD, "query_vector": vector}}
-    elif target == "opensearch":
-        query = {"neural_sparse": {FIELD: {"query_tokens": vector}}}
-    else:
-        query = {"neural_sparse": {FIELD: {"query_tokens": vector, "method_parameters": {"k": k}}}}
-    return {"size": k, "_source": False, "query": query}
+    return {"size": k, "_source": False, "query": files_target(target).query(vector, k)}
 
 
 def bulk_lines(target: str, names: list[str], docs: Vectors) -> Iterator[str]:
@@ -142,18 +176,7 @@ def write(
                 json.dumps(query_body(target, names, *queries.row(i), k), ensure_ascii=False) + "\n"
             )
     details: dict[str, Any] = {"index": INDEX, "field": FIELD, "files": [MAPPING, BULK, SEARCHES]}
-    if target == "opensearch-sparse-vector":
-        details |= {
-            "keys": "term ids as strings",
-            "ceiling_ingest": CEILING_INGEST,
-            "ceiling_search": CEILING_SEARCH,
-        }
-    else:
-        details |= {
-            "keys": "token strings, '%' -> '%25' then '.' -> '%2E'",
-            "precision": "9 significant bits",
-        }
-    return details
+    return details | files_target(target).keys.details()
 
 
 def validate(path: Path, target: str) -> list[str]:
@@ -161,6 +184,7 @@ def validate(path: Path, target: str) -> list[str]:
     pairs, keys non-empty (no ``.`` for token strings; decimal ids for
     ``opensearch-sparse-vector``), weights positive finite (at most the ingest ceiling for
     ``opensearch-sparse-vector``)."""
+    keys = files_target(target).keys
     problems: list[str] = []
     lines = path.read_text(encoding="utf-8").splitlines()
     if len(lines) % 2:
@@ -174,17 +198,15 @@ def validate(path: Path, target: str) -> list[str]:
             problems.append(f"line {n + 2}: no {FIELD!r} object")
             continue
         for key, weight in vector.items():
-            if not key or (target != "opensearch-sparse-vector" and "." in key):
-                problems.append(f"line {n + 2}: feature name {key!r}")
-            if target == "opensearch-sparse-vector" and not key.isdigit():
-                problems.append(f"line {n + 2}: key {key!r} is not a term id")
+            problems += [f"line {n + 2}: {problem}" for problem in keys.key_problems(key)]
             if not (isinstance(weight, float | int) and math.isfinite(weight) and weight > 0):
                 problems.append(
                     f"line {n + 2}: weight {weight!r} of {key!r} is not positive finite"
                 )
-            elif target == "opensearch-sparse-vector" and weight > CEILING_INGEST:
+            elif weight > keys.ceiling_ingest:
                 problems.append(
-                    f"line {n + 2}: weight {weight!r} of {key!r} above the ceiling {CEILING_INGEST}"
+                    f"line {n + 2}: weight {weight!r} of {key!r} above the ceiling "
+                    f"{keys.ceiling_ingest}"
                 )
     return problems
 
@@ -207,11 +229,7 @@ def stored(target: str, vectors: Vectors) -> Vectors:
     """The vectors as the engine keeps them: Lucene ``FeatureField``'s 9 significant bits (the
     float's bits with the low 15 cleared) for token-string targets; ``opensearch-sparse-vector``'s
     clipped floats as written."""
-    if target == "opensearch-sparse-vector":
-        return vectors
-    bits = vectors.rows.values.astype(np.float32).view(np.int32)
-    kept = ((bits >> 15) << 15).view(np.float32)
-    return Vectors(vectors.ids, vectors.rows._replace(values=kept))
+    return files_target(target).keys.stored(vectors)
 
 
 class FilesEngine:
@@ -347,3 +365,120 @@ def build(
     return FilesEngine(
         stored(target, read_bulk(folder / BULK, target, vocab)), target, vocab
     ), details
+
+
+def vocabulary(model: str, width: int) -> list[str]:
+    """Token strings of term ids 0..width-1 from the model's (target) tokenizer; an id past the
+    tokenizer (a padded vocabulary) is ``[unused-id-N]``."""
+    from sembridge_ray.sparse.model import load_tokenizer
+
+    tokenizer = load_tokenizer(model)
+    size = len(tokenizer)
+    tokens = tokenizer.convert_ids_to_tokens(list(range(min(size, width))))
+    return [str(t) for t in tokens] + [f"[unused-id-{i}]" for i in range(size, width)]
+
+
+@dataclass(frozen=True, kw_only=True)
+class FilesTarget:
+    """One of the server targets (its name is its index flavour in the functions above) as an
+    :class:`~sembridge_ray.export.base.ExportTarget`: the files written under ``<output>/<name>``,
+    pushed to ``--url`` when given."""
+
+    name: str
+    summary: str
+    tolerance: Tolerance
+    keys: TokenKeys | TermIdKeys
+    field: dict[str, Any]
+    """The field's mapping (``mapping.json``)."""
+    query: Callable[[dict[str, float], int], dict[str, Any]]
+    """A query vector (key -> weight) and k -> the search body's ``query``."""
+    settings: dict[str, Any] | None = None
+    """The index's settings in ``mapping.json``, if any."""
+    package: Package | None = None
+    schemes: tuple[str, ...] = ("http", "https")
+
+    def mapping(self) -> dict[str, Any]:
+        index = {"settings": self.settings} if self.settings else {}
+        return index | {"mappings": {"properties": {FIELD: self.field}}}
+
+    def export(self, job: ExportJob) -> Exported:
+        docs, queries = job.docs, job.queries
+        width = max(
+            job.tokenizer_size,
+            max(int(v.rows.indices.max(initial=-1)) + 1 for v in (docs, queries)),
+        )
+        with server_errors(job.url, self.schemes):
+            doing = "uploading" if job.url else "writing the files"
+            sent = job.progress(f"{self.name}: {doing}", len(docs), "documents")
+            with sent.watch():
+                vocab = vocabulary(job.model, width)
+                files, details = build(
+                    job.out, self.name, docs, queries, vocab, job.k, job.url, sent.add
+                )
+            sent.finish()
+            searched = job.progress(f"{self.name}: searching", len(queries), "queries")
+            with searched.watch():
+                hits = files.search(queries, job.k, tally=searched.add)
+            searched.finish()
+        return Exported(hits=hits, details=details, files=job.out / self.name)
+
+
+def _sparse_vector_query(vector: dict[str, float], k: int) -> dict[str, Any]:
+    return {"sparse_vector": {"field": FIELD, "query_vector": vector}}
+
+
+def _neural_sparse_query(vector: dict[str, float], k: int) -> dict[str, Any]:
+    return {"neural_sparse": {FIELD: {"query_tokens": vector}}}
+
+
+def _seismic_query(vector: dict[str, float], k: int) -> dict[str, Any]:
+    return {"neural_sparse": {FIELD: {"query_tokens": vector, "method_parameters": {"k": k}}}}
+
+
+_SEISMIC = {
+    "name": "seismic",
+    "parameters": {
+        "quantization_ceiling_ingest": CEILING_INGEST,
+        "quantization_ceiling_search": CEILING_SEARCH,
+    },
+}
+
+TARGETS = (
+    FilesTarget(
+        name="opensearch",
+        summary="OpenSearch rank_features: mapping, bulk NDJSON (token strings), "
+        "neural_sparse query body",
+        tolerance=Tolerance.within(min_overlap=0.97, max_ndcg_loss=0.01),
+        keys=TokenKeys(),
+        field={"type": "rank_features"},
+        query=_neural_sparse_query,
+    ),
+    FilesTarget(
+        name="opensearch-sparse-vector",
+        summary="OpenSearch 3.3+ sparse_vector: ids as strings, weights clipped at the ingest "
+        "ceiling",
+        tolerance=Tolerance.within(min_overlap=0.9, max_ndcg_loss=0.03),
+        keys=TermIdKeys(),
+        field={"type": "sparse_vector", "method": _SEISMIC},
+        query=_seismic_query,
+        settings={"index": {"sparse": True}},
+    ),
+    FilesTarget(
+        name="elasticsearch",
+        summary="Elasticsearch sparse_vector: mapping, bulk NDJSON (token strings, '.' escaped), "
+        "query body",
+        tolerance=Tolerance.within(min_overlap=0.97, max_ndcg_loss=0.01),
+        keys=TokenKeys(),
+        field={"type": "sparse_vector"},
+        query=_sparse_vector_query,
+    ),
+)
+
+
+def files_target(name: str) -> FilesTarget:
+    """The server target ``name`` (``opensearch``, ``opensearch-sparse-vector``,
+    ``elasticsearch``)."""
+    return _BY_NAME[name]
+
+
+_BY_NAME = {found.name: found for found in TARGETS}

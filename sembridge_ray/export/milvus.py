@@ -11,7 +11,8 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
-from sembridge_ray.export.base import Hits, Rates, Tally, Vectors, untallied
+from sembridge_ray.export.base import Hits, Package, Rates, Tally, Vectors, untallied
+from sembridge_ray.export.engine import EngineTarget
 
 COLLECTION, FIELD, DOC_ID, PK = "sembridge", "sparse", "doc_id", "pk"
 BATCH = 1000
@@ -110,3 +111,15 @@ def _fill(client: Any, docs: Vectors, tally: Tally) -> None:
         client.insert(COLLECTION, rows)
         tally(len(rows))
     client.flush(COLLECTION)
+
+
+TARGET = EngineTarget(
+    name="milvus",
+    summary="Milvus SPARSE_FLOAT_VECTOR; embedded Milvus Lite, or --url a server",
+    package=Package("milvus_lite", "milvus-lite"),
+    build=build,
+    location=LOCATION,
+    schemes=("http", "https", "tcp"),
+    rates=RATES,
+    why_slow=WHY_SLOW,
+)

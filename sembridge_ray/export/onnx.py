@@ -17,23 +17,33 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from sembridge_ray.errors import InputError
-from sembridge_ray.export.base import Tally, untallied
+from sembridge_ray.export.base import (
+    EXACT,
+    Exported,
+    ExportJob,
+    Package,
+    Tally,
+    Tolerance,
+    Vectors,
+    untallied,
+)
+from sembridge_ray.export.parity import exact_topk
 
 CONFIG, GRAPH, OPENVINO_GRAPH = "sembridge_export.json", "model.onnx", "openvino_model.xml"
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 OPSET = 17
-VARIANTS = ("onnx", "onnx-optimized", "onnx-int8", "openvino")
 
 
 def graph_name(variant: str) -> str:
     """The file the variant's runtime reads."""
-    return OPENVINO_GRAPH if variant == "openvino" else GRAPH
+    return onnx_target(variant).graph
 
 
 def _plain_splade(model: Any) -> None:
@@ -51,38 +61,19 @@ def export(
     model_dir: str, out: Path, variant: str, max_query_length: int, max_doc_length: int
 ) -> dict[str, Any]:
     """Write the ONNX encoder of ``model_dir`` to ``out``; returns what the report says about it."""
-    import torch
-
     from sembridge_ray.sparse.model import load_sparse_encoder
 
     model = load_sparse_encoder(model_dir, device="cpu", max_length=max_doc_length)
     _plain_splade(model)
     example = model.preprocess(["an example", "another, longer example text"])
     names = [n for n in INPUTS if n in example]
-
-    class Graph(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.model = model
-
-        def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
-            return self.model(dict(zip(names, inputs, strict=True)))["sentence_embedding"]
-
+    found = onnx_target(variant)
     out.mkdir(parents=True, exist_ok=True)
-    plain = out / (GRAPH if variant == "onnx" else "model.fp32.onnx")
-    axes = {n: {0: "batch", 1: "tokens"} for n in names} | {"vector": {0: "batch"}}
-    with torch.no_grad():
-        torch.onnx.export(
-            Graph().eval(),
-            tuple(example[n] for n in names),
-            str(plain),
-            input_names=names,
-            output_names=["vector"],
-            dynamic_axes=axes,
-            opset_version=OPSET,
-            dynamo=False,
-        )
-    _finish(plain, out / graph_name(variant), variant)
+    plain = out / (GRAPH if found.finish is None else "model.fp32.onnx")
+    _write_fp32(model, example, names, plain)
+    if found.finish is not None:  # the plain fp32 graph made the variant, then removed
+        found.finish(plain, out / found.graph)
+        plain.unlink()
     model.tokenizer.save_pretrained(str(out))
     config = {
         "variant": variant,
@@ -99,28 +90,56 @@ def export(
     return config
 
 
-def _finish(plain: Path, graph: Path, variant: str) -> None:
-    """The plain fp32 graph as ``variant`` at ``graph``: optimised (ONNX Runtime's extended level:
-    the highest bakes in this machine's CPU), dynamically quantised to int8, or converted to
-    OpenVINO's IR (weights kept in f32); the plain one is then removed."""
-    if variant == "onnx-optimized":
-        import onnxruntime as ort
+def _write_fp32(model: Any, example: dict[str, Any], names: list[str], path: Path) -> None:
+    """The model (token ids of ``names`` in, its SPLADE vector out) as one fp32 ONNX graph at
+    ``path``, traced on ``example``."""
+    import torch
 
-        options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
-        options.optimized_model_filepath = str(graph)
-        ort.InferenceSession(str(plain), options, providers=["CPUExecutionProvider"])
-        plain.unlink()
-    elif variant == "onnx-int8":
-        from onnxruntime.quantization import QuantType, quantize_dynamic
+    class Graph(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
 
-        quantize_dynamic(str(plain), str(graph), weight_type=QuantType.QInt8)
-        plain.unlink()
-    elif variant == "openvino":
-        import openvino as ov
+        def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+            return self.model(dict(zip(names, inputs, strict=True)))["sentence_embedding"]
 
-        ov.save_model(ov.convert_model(str(plain)), str(graph), compress_to_fp16=False)
-        plain.unlink()
+    axes = {n: {0: "batch", 1: "tokens"} for n in names} | {"vector": {0: "batch"}}
+    with torch.no_grad():
+        torch.onnx.export(
+            Graph().eval(),
+            tuple(example[n] for n in names),
+            str(path),
+            input_names=names,
+            output_names=["vector"],
+            dynamic_axes=axes,
+            opset_version=OPSET,
+            dynamo=False,
+        )
+
+
+def optimised(plain: Path, graph: Path) -> None:
+    """ONNX Runtime's extended level of graph optimisations (the highest bakes in this machine's
+    CPU)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    options.optimized_model_filepath = str(graph)
+    ort.InferenceSession(str(plain), options, providers=["CPUExecutionProvider"])
+
+
+def quantised_int8(plain: Path, graph: Path) -> None:
+    """ONNX Runtime's dynamic int8 quantisation of the weights."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    quantize_dynamic(str(plain), str(graph), weight_type=QuantType.QInt8)
+
+
+def openvino_ir(plain: Path, graph: Path) -> None:
+    """OpenVINO's IR, weights kept in f32."""
+    import openvino as ov
+
+    ov.save_model(ov.convert_model(str(plain)), str(graph), compress_to_fp16=False)
 
 
 class OnnxSparseEncoder:
@@ -189,3 +208,79 @@ def _openvino(graph: Path, threads: int) -> Runner:
         settings["INFERENCE_NUM_THREADS"] = threads
     compiled = ov.Core().compile_model(str(graph), "CPU", settings)
     return lambda feeds: np.asarray(compiled(feeds)[0])
+
+
+@dataclass(frozen=True, kw_only=True)
+class OnnxTarget:
+    """One variant as an :class:`~sembridge_ray.export.base.ExportTarget`: the model exported to
+    ``<output>/onnx``, the corpus and the queries encoded again through it and searched exactly (its
+    vectors are what the parity checks)."""
+
+    name: str
+    summary: str
+    package: Package | None
+    tolerance: Tolerance = EXACT
+    graph: str = GRAPH
+    """The file its runtime reads."""
+    finish: Callable[[Path, Path], None] | None = None
+    """(plain fp32 graph, ``graph``): writes the variant from the plain export (None: the plain
+    export is the variant)."""
+    schemes: tuple[str, ...] = ()
+
+    def export(self, job: ExportJob) -> Exported:
+        folder = job.out / "onnx"
+        details = export(job.model, folder, self.name, job.max_query_length, job.max_doc_length)
+        encoder = OnnxSparseEncoder(folder, threads=job.threads)
+        texts = job.corpus_texts()
+        encoded = []
+        for role, vectors, text in (
+            ("document", job.docs, texts),
+            ("query", job.queries, job.query_texts),
+        ):
+            progress = job.progress(f"{self.name}: encoding {role}s", len(vectors), "texts")
+            with progress.watch():
+                rows = encoder.encode([text[i] for i in vectors.ids], role, tally=progress.add)
+            progress.finish()
+            encoded.append(Vectors.from_rows(vectors.ids, *rows))
+        hits = exact_topk(encoded[0], encoded[1], job.k)
+        return Exported(hits=hits, details=details, files=folder)
+
+
+ONNX = Package("onnx", "onnx")
+TARGETS = (
+    OnnxTarget(
+        name="onnx",
+        summary="ONNX Runtime encoder with the SPLADE max pooling in the graph (fp32)",
+        package=ONNX,
+    ),
+    OnnxTarget(
+        name="onnx-optimized",
+        summary="the same graph after ONNX Runtime's extended graph optimisations "
+        "(not machine-specific)",
+        package=ONNX,
+        finish=optimised,
+    ),
+    OnnxTarget(
+        name="onnx-int8",
+        summary="ONNX Runtime dynamic int8 quantisation of the weights",
+        package=ONNX,
+        tolerance=Tolerance.within(min_overlap=0.8, max_ndcg_loss=0.03),
+        finish=quantised_int8,
+    ),
+    OnnxTarget(
+        name="openvino",
+        summary="the fp32 graph as OpenVINO IR, run by OpenVINO's CPU plugin in f32",
+        package=Package("openvino", "openvino"),
+        graph=OPENVINO_GRAPH,
+        finish=openvino_ir,
+    ),
+)
+VARIANTS = tuple(found.name for found in TARGETS)
+
+
+def onnx_target(variant: str) -> OnnxTarget:
+    """The variant called ``variant``."""
+    return _BY_NAME[variant]
+
+
+_BY_NAME = {found.name: found for found in TARGETS}

@@ -11,7 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from sembridge_ray.export.base import Hits, Tally, Vectors, untallied
+from sembridge_ray.export.base import Hits, Package, Tally, Tolerance, Vectors, untallied
+from sembridge_ray.export.engine import EngineTarget
 from sembridge_ray.export.seismic import quiet
 
 SCALE = 100.0
@@ -80,3 +81,13 @@ def build(
         json.dumps(details, indent=2) + "\n", encoding="utf-8"
     )
     return PisaEngine(index), details
+
+
+TARGET = EngineTarget(
+    name="pisa",
+    summary="PISA quantised impacts (pyterrier-pisa), scale recorded",
+    package=Package("pyterrier_pisa", "pyterrier-pisa"),
+    build=build,
+    location=LOCATION,
+    tolerance=Tolerance.within(min_overlap=0.95, max_ndcg_loss=0.02),
+)

@@ -12,7 +12,8 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
-from sembridge_ray.export.base import Hits, Rates, Tally, Vectors, untallied
+from sembridge_ray.export.base import Hits, Package, Rates, Tally, Vectors, untallied
+from sembridge_ray.export.engine import EngineTarget
 
 COLLECTION, FIELD, DOC_ID = "sembridge", "sparse", "doc_id"
 BATCH = 256
@@ -102,3 +103,15 @@ def _fill(client: Any, docs: Vectors, tally: Tally) -> None:
             )
         client.upsert(COLLECTION, points=points, wait=True)
         tally(len(points))
+
+
+TARGET = EngineTarget(
+    name="qdrant",
+    summary="Qdrant sparse vectors; embedded local mode, or --url a server",
+    package=Package("qdrant_client", "qdrant-client"),
+    build=build,
+    location=LOCATION,
+    schemes=("http", "https"),
+    rates=RATES,
+    why_slow=WHY_SLOW,
+)

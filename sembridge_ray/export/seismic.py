@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from sembridge_ray.export.base import Hits, Rates, Tally, Vectors, untallied
+from sembridge_ray.export.base import Hits, Package, Rates, Tally, Tolerance, Vectors, untallied
+from sembridge_ray.export.engine import EngineTarget
 
 QUERY_CUT, HEAP_FACTOR = 20, 0.9
 """Search settings: the query's largest terms kept, and the heap factor (1 = no approximation in the
@@ -139,3 +140,15 @@ def build(
         "query_cut": QUERY_CUT,
         "heap_factor": HEAP_FACTOR,
     }
+
+
+TARGET = EngineTarget(
+    name="seismic",
+    summary="Seismic's approximate index (pyseismic-lsr)",
+    package=Package("seismic", "pyseismic-lsr"),
+    build=build,
+    location=LOCATION,
+    tolerance=Tolerance.within(min_overlap=0.95, max_ndcg_loss=0.02),
+    rates=RATES,
+    why_slow=WHY_SLOW,
+)

@@ -20,7 +20,8 @@ from jobs import evaluate
 from sembridge_ray.data.retrieval import load_beir
 from sembridge_ray.data.schema import ID, TEXT
 from sembridge_ray.distributed import cluster
-from sembridge_ray.distributed.evaluate import encode, run_evaluate
+from sembridge_ray.distributed.encode import encode
+from sembridge_ray.distributed.evaluate import run_evaluate
 from sembridge_ray.distributed.search import ShardedIndex
 from sembridge_ray.jobs.evaluate import EvaluateConfig
 from sembridge_ray.outputs import SUCCESS, is_complete

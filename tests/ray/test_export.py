@@ -136,20 +136,20 @@ def test_a_model_replaced_during_the_export_stops_it_before_the_report(
     import shutil
 
     from sembridge_ray.data.sick import write_sick_beir
-    from sembridge_ray.distributed import export as driver
+    from sembridge_ray.export.lucene import FilesTarget
     from sembridge_ray.resources import SICK_DIR
 
     sick_beir = write_sick_beir(SICK_DIR, tmp_path / "sick", limit=40, splits=("test",))
     model = tmp_path / "model"
     shutil.copytree(fixtures_root / "bert-mlm", model)
-    build = driver.build_and_search
+    build = FilesTarget.export
 
     def edit_then_build(*args: object, **kwargs: object) -> object:
         with (model / "config.json").open("a", encoding="utf-8") as f:
             f.write("\n")
         return build(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(driver, "build_and_search", edit_then_build)
+    monkeypatch.setattr(FilesTarget, "export", edit_then_build)
     out = tmp_path / "out"
     argv = ["--target", "opensearch", "--model", str(model), "--dataset", str(sick_beir)]
     assert export.main([*argv, "--output", str(out), "--workers", "1"]) == 2
@@ -169,7 +169,7 @@ def test_a_target_export_follows_the_output_contract(
     again by the next run; a finished export is skipped; other settings are refused (the output left
     as it was) unless --overwrite, which replaces it complete."""
     from sembridge_ray.data.sick import write_sick_beir
-    from sembridge_ray.distributed import export as driver
+    from sembridge_ray.export.base import Tolerance
     from sembridge_ray.manifest import SUCCESS
     from sembridge_ray.resources import SICK_DIR
 
@@ -182,7 +182,7 @@ def test_a_target_export_follows_the_output_contract(
         return dict(json.loads((out / "export_report.json").read_text(encoding="utf-8")))
 
     with monkeypatch.context() as patched:  # the target loses more than its tolerance
-        patched.setattr(driver, "passes", lambda found, report: False)
+        patched.setattr(Tolerance, "passes", lambda tolerance, report: False)
         assert export.main(argv) == 2
     assert "lost more than its tolerance" in error_lines(capsys)[-1]
     assert report()["passed"] is False and not (out / SUCCESS).exists()

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from sembridge_ray.distributed import encode as encode_step
 from sembridge_ray.distributed import evaluate as evaluate_driver
 from sembridge_ray.distributed import export as export_driver
 from sembridge_ray.distributed import finetune as finetune_driver
@@ -77,7 +78,7 @@ def test_a_model_replaced_before_the_encoder_loads_it_fails_the_job_and_poisons_
     b = init_output(fixtures_root, tmp_path / "b", tmp_path / "bridge-cache", alpha=2.0)
     b_copy = init_output(fixtures_root, tmp_path / "b-copy", tmp_path / "bridge-cache", alpha=2.0)
     cache = tmp_path / "encode-cache"
-    real = evaluate_driver.SparseEncodeUDF
+    real = encode_step.SparseEncodeUDF
 
     class SwappedFirst(real):  # type: ignore[misc, valid-type]
         """An ``init --overwrite`` of ``a`` finishes between the job's identity and its encoder's
@@ -88,14 +89,14 @@ def test_a_model_replaced_before_the_encoder_loads_it_fails_the_job_and_poisons_
                 overwrite_swap(a, b)
             super().__init__(*args, **kwargs)
 
-    monkeypatch.setattr(evaluate_driver, "SparseEncodeUDF", SwappedFirst)
+    monkeypatch.setattr(encode_step, "SparseEncodeUDF", SwappedFirst)
     with pytest.raises(
         InputChanged, match=r"input model .*/a/model changed while this run was reading it"
     ):
         run(a / "model", sick_beir, tmp_path / "first", cache)
     assert not (tmp_path / "first" / SUCCESS).exists()
     assert [p.name for p in cache.glob("*") if not p.name.startswith(".tmp-")] == []
-    monkeypatch.setattr(evaluate_driver, "SparseEncodeUDF", real)
+    monkeypatch.setattr(encode_step, "SparseEncodeUDF", real)
     # the model now at a is b's: run there and on its own copy, the same vectors and scores
     now = run(a / "model", sick_beir, tmp_path / "again", cache)
     assert now == run(b_copy / "model", sick_beir, tmp_path / "copy", tmp_path / "c2")

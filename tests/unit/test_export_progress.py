@@ -15,8 +15,10 @@ import pytest
 
 from benchmarks.synthetic import sparse_vectors, zipf_probs
 from sembridge_ray.distributed import export as driver
-from sembridge_ray.export import TARGETS
-from sembridge_ray.export.base import Rates, Vectors
+from sembridge_ray.export import base, engine
+from sembridge_ray.export.base import ExportJob, Rates, Vectors
+from sembridge_ray.export.engine import EngineTarget
+from sembridge_ray.export.targets import TARGETS
 from sembridge_ray.progress import Progress
 
 
@@ -36,6 +38,14 @@ class Tallies:
         self.counts.append(count)
 
 
+def engine_target(name: str) -> EngineTarget:
+    """The engine target ``name``, skipped when its package is not installed."""
+    found = TARGETS[name]
+    assert isinstance(found, EngineTarget) and found.package
+    pytest.importorskip(found.package.module)
+    return found
+
+
 BATCHED = {"qdrant": 256, "milvus": 1000, "pisa": 1}
 """Engines that write in batches (documents per batch): counted batch by batch."""
 
@@ -44,16 +54,14 @@ BATCHED = {"qdrant": 256, "milvus": 1000, "pisa": 1}
 def test_every_engine_counts_what_it_indexed_and_searched(
     name: str, corpus: tuple[Vectors, Vectors], tmp_path: Path
 ) -> None:
-    found = TARGETS[name]
-    pytest.importorskip(found.imports)
+    found = engine_target(name)
     docs, queries = corpus
     indexed, searched = Tallies(), Tallies()
-    adapter: Any = found.adapter()
-    engine, _ = adapter.build(tmp_path, docs, tally=indexed)
+    built, _ = found.build(tmp_path, docs, tally=indexed)
     try:
-        engine.search(queries, 10, tally=searched)
+        built.search(queries, 10, tally=searched)
     finally:
-        engine.close()
+        built.close()
     assert sum(indexed.counts) == len(docs) and sum(searched.counts) == len(queries)
     if name in BATCHED:  # counted as it goes, not once at the end
         per = BATCHED[name]
@@ -109,7 +117,7 @@ def every_add(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **{**kwargs, "every_s": 0.0})
 
-    monkeypatch.setattr(driver, "Progress", Eager)
+    monkeypatch.setattr(base, "Progress", Eager)
     yield
 
 
@@ -119,12 +127,20 @@ def test_the_job_logs_done_total_and_eta_while_an_engine_builds_and_searches(
     every_add: None,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    pytest.importorskip("qdrant_client")
-    from sembridge_ray.export import qdrant
-
+    found = engine_target("qdrant")
     docs, queries = corpus
+    job = ExportJob(
+        out=tmp_path,
+        model="",
+        docs=docs,
+        queries=queries,
+        data=None,  # type: ignore[arg-type]  # an engine reads no text
+        dataset="",
+        tokenizer_size=0,
+        log=driver.log,
+    )
     with caplog.at_level(logging.INFO, logger=driver.__name__):
-        hits, _ = driver._engine_hits("qdrant", qdrant, tmp_path, docs, queries, "")
+        hits, _ = found.build_and_search(job)
     lines = [r.getMessage() for r in caplog.records]
     assert len(hits) == len(queries)
     assert any(
@@ -155,21 +171,22 @@ def test_the_readme_example_says_before_it_starts_that_it_is_slow(
 ) -> None:
     """The README's ``--target qdrant`` on the quick model printed nothing for 19 minutes and
     more; a build expected past a minute says how long and why before it starts."""
-    adapter: Any = TARGETS[name].adapter()
+    found = TARGETS[name]
+    assert isinstance(found, EngineTarget) and found.rates
     docs, queries = _shaped(*README_SHAPE[:2]), _shaped(*README_SHAPE[2:])
-    build_s, search_s = adapter.RATES.seconds(docs, queries)
+    build_s, search_s = found.rates.seconds(docs, queries)
     with caplog.at_level(logging.INFO, logger=driver.__name__):
-        driver._notice_slow(name, adapter.WHY_SLOW, docs, queries, build_s, search_s)
+        engine.notice_slow(driver.log, name, found.why_slow, docs, queries, build_s, search_s)
     (line,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert build_s + search_s > driver.NOTICE_S
-    assert line.startswith(f"{name} will take about ") and adapter.WHY_SLOW in line
+    assert build_s + search_s > engine.NOTICE_S
+    assert line.startswith(f"{name} will take about ") and found.why_slow in line
     assert "4,828 documents of 1,200 postings each, 1,563 queries of 1,200" in line
 
 
 def test_a_quick_build_says_nothing_in_advance(caplog: pytest.LogCaptureFixture) -> None:
     docs, queries = _shaped(100, 20), _shaped(10, 5)
     with caplog.at_level(logging.INFO, logger=driver.__name__):
-        driver._notice_slow("qdrant", "why", docs, queries, 1.0, 2.0)
+        engine.notice_slow(driver.log, "qdrant", "why", docs, queries, 1.0, 2.0)
     assert caplog.records == []
 
 

@@ -16,9 +16,10 @@ import pytest
 
 from benchmarks.synthetic import sparse_vectors, zipf_probs
 from jobs import export as export_job
-from sembridge_ray.export import TARGETS
 from sembridge_ray.export.base import Vectors
+from sembridge_ray.export.engine import EngineTarget
 from sembridge_ray.export.parity import exact_topk, parity
+from sembridge_ray.export.targets import TARGETS
 from tests.conftest import error_lines
 
 VOCAB = 3000
@@ -78,21 +79,22 @@ def test_an_embedded_engine_returns_the_exact_top10(
     name: str, corpus: tuple[Vectors, Vectors], tmp_path: Path
 ) -> None:
     found = TARGETS[name]
-    pytest.importorskip(found.imports)
+    assert isinstance(found, EngineTarget) and found.package
+    pytest.importorskip(found.package.module)
     docs, queries = corpus
-    engine, details = found.adapter().build(tmp_path, docs)  # type: ignore[attr-defined]
+    engine, details = found.build(tmp_path, docs)
     try:
         hits = engine.search(queries, 10)
     finally:
         engine.close()
-    assert (tmp_path / found.adapter().LOCATION).exists()  # type: ignore[attr-defined]
+    assert (tmp_path / found.location).exists()
     same = agrees(docs, queries, hits)
     checked = parity(docs, queries, hits)
     assert checked.identical_up_to_ties == pytest.approx(np.mean(same))
-    if found.exact:
+    if found.tolerance.exact:
         assert all(same), f"{name}: {same.count(False)} queries differ from the exact top-10"
     else:
-        assert checked.overlap_at_10 >= found.min_overlap, (name, checked)
+        assert checked.overlap_at_10 >= found.tolerance.min_overlap, (name, checked)
     if name == "pisa":
         assert details["scale"] == 100.0
 
@@ -208,7 +210,9 @@ def test_lucene_keeps_nine_significant_bits() -> None:
 @pytest.mark.parametrize("variant", ["onnx", "onnx-optimized", "onnx-int8", "openvino"])
 def test_onnx_encodes_as_pytorch(variant: str, fixtures_root: Path, tmp_path: Path) -> None:
     pytest.importorskip("onnx")
-    pytest.importorskip(TARGETS[variant].imports)
+    found = TARGETS[variant]
+    assert found.package
+    pytest.importorskip(found.package.module)
     from sembridge_ray.export import onnx
     from sembridge_ray.sparse.encode import encode_texts
     from sembridge_ray.sparse.model import load_sparse_encoder
@@ -231,12 +235,11 @@ def test_onnx_encodes_as_pytorch(variant: str, fixtures_root: Path, tmp_path: Pa
     queries = Vectors.from_rows(torch_queries.ids, *encoder.encode(asked, "query"))
     hits = exact_topk(docs, queries)
     same = agrees(torch_docs, torch_queries, hits)
-    found = TARGETS[variant]
-    if found.exact:
+    if found.tolerance.exact:
         assert all(same)
         np.testing.assert_allclose(docs.rows.values, torch_docs.rows.values, rtol=1e-4, atol=1e-5)
     else:
-        assert parity(torch_docs, torch_queries, hits).overlap_at_10 >= found.min_overlap
+        assert parity(torch_docs, torch_queries, hits).overlap_at_10 >= found.tolerance.min_overlap
 
 
 def test_the_onnx_export_truncates_at_the_lengths_it_is_given(

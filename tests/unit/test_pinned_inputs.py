@@ -112,10 +112,10 @@ def test_every_job_that_fills_the_encode_cache_pins_what_it_read() -> None:
     """The pin is a required argument of the cache-filling encodings (no default to forget), every
     call passes it, and every module that calls them is a job whose swap test runs (issue 42,
     point 1: the export encoded unpinned, and a model swapped meanwhile poisoned the cache)."""
-    from sembridge_ray.distributed import evaluate
+    from sembridge_ray.distributed import encode
 
     for name in ENCODE_CACHE_FILLERS:
-        parameter = inspect.signature(getattr(evaluate, name)).parameters["pinned"]
+        parameter = inspect.signature(getattr(encode, name)).parameters["pinned"]
         assert parameter.default is inspect.Parameter.empty, name
         assert parameter.kind is inspect.Parameter.KEYWORD_ONLY, name
     calls = _calls_of_cache_fillers(Path(__file__).resolve().parents[2])

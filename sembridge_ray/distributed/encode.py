@@ -1,0 +1,169 @@
+"""The encoding step that the evaluate and export jobs share: a corpus and its judged queries as
+sparse vectors, through a Ray Data pool of encoder actors (or in the driver when a pool is not worth
+starting), cached under the identities of the model and dataset so that either job reuses what the
+other encoded.
+
+    corpus_key(key, spec, split) -> key        (per split only where each split has its own corpus)
+    encode_corpus(cfg, model, data, key, cache, pinned=...) -> (vectors dir, cache hit)
+    encode_queries(cfg, model, data, qids, key, cache, pinned=...) -> (vectors dir, cache hit)
+
+A step, not a driver: it claims no output and writes only under the cache it is given."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import ray
+
+from sembridge_ray.data.registry import corpus_split
+from sembridge_ray.data.retrieval import RetrievalData
+from sembridge_ray.data.schema import ID, TEXT
+from sembridge_ray.distributed import cluster
+from sembridge_ray.distributed.udfs import (
+    PATH,
+    ROWS,
+    SparseEncodeUDF,
+    actor_pool_args,
+    actor_threads,
+    arrow_blocks,
+)
+from sembridge_ray.errors import InputError
+from sembridge_ray.identity import Pin
+from sembridge_ray.jobs.evaluate import EvaluateConfig
+from sembridge_ray.outputs import atomic_path
+from sembridge_ray.progress import Progress
+from sembridge_ray.retrieval.sources import VECTORS, cached
+from sembridge_ray.retrieval.store import fingerprint, stage_corpus
+
+log = logging.getLogger(__name__)
+ENCODING_VERSION = 1
+
+
+def corpus_key(key: str, spec: str, split: str) -> str:
+    """The key of a corpus's encoding of (model, dataset) ``key``: one corpus encoding serves every
+    split, except where each split has its own corpus (XQuAD's articles)."""
+    return fingerprint(key, own) if (own := corpus_split(spec, split)) else key
+
+
+def encode_corpus(
+    cfg: EvaluateConfig,
+    model: str,
+    data: RetrievalData,
+    key: str,
+    cache: Path,
+    *,
+    pinned: Pin,
+) -> tuple[Path, bool]:
+    """The corpus's sparse vectors (cached): staged to Parquet by the driver, encoded by the actor
+    pool; ``pinned`` (required: the cache is shared between jobs, :func:`sembridge_ray.identity.pin`)
+    raises when the model or dataset is no longer the one ``key`` names (then no entry is published
+    under it)."""
+    entry = fingerprint(
+        "docs",
+        ENCODING_VERSION,
+        key,
+        cfg.max_doc_length,
+        cfg.doc_max_active_dims,
+        cfg.stage_rows,
+        cfg.encode_batch_size,
+        *([cfg.precision] if cfg.precision != "fp32" else []),  # fp32 entries keep their keys
+    )
+
+    def build(tmp: Path) -> dict[str, int]:
+        files = stage_corpus(data.corpus.batches(cfg.stage_rows), tmp / "staged")
+        rows = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+        if rows == 0:
+            raise InputError(f"dataset {cfg.dataset!r}: the corpus ({data.corpus.name}) is empty")
+        encode(files, tmp / VECTORS, cfg, model, "document")
+        shutil.rmtree(tmp / "staged")
+        pinned()
+        return {"rows": rows}
+
+    return cached(cache / f"docs-{entry}", build)
+
+
+def encode_queries(
+    cfg: EvaluateConfig,
+    model: str,
+    data: RetrievalData,
+    qids: list[str],
+    key: str,
+    cache: Path,
+    *,
+    pinned: Pin,
+) -> tuple[Path, bool]:
+    """The vectors of the qrels queries that have text (cached; ``pinned`` as for
+    :func:`encode_corpus`)."""
+    entry = fingerprint(
+        "queries",
+        ENCODING_VERSION,
+        key,
+        cfg.max_query_length,
+        cfg.query_max_active_dims,
+        qids,
+        cfg.stage_rows,
+        cfg.encode_batch_size,
+        *([cfg.precision] if cfg.precision != "fp32" else []),
+    )
+
+    def build(tmp: Path) -> dict[str, int]:
+        if qids:
+            table = pa.table({ID: qids, TEXT: [data.queries[q] for q in qids]})
+            batches = (table.slice(i, cfg.stage_rows) for i in range(0, len(qids), cfg.stage_rows))
+            encode(stage_corpus(batches, tmp / "staged"), tmp / VECTORS, cfg, model, "query")
+            shutil.rmtree(tmp / "staged")
+            pinned()
+        return {"rows": len(qids)}
+
+    return cached(cache / f"queries-{entry}", build)
+
+
+def encode(files: list[Path], dest: Path, cfg: EvaluateConfig, model: str, role: str) -> None:
+    """Staged (id, text) Parquet files -> sparse Parquet files (id, indices, values) of the same
+    names in ``dest``, through a pool of encoder actors (one GPU each when there are GPUs), or in
+    this process when a pool is not worth starting (``cluster.in_driver``). See
+    :class:`SparseEncodeUDF`: the vectors are the same bit for bit on one node or many, in an actor
+    or here."""
+    # connects first: Ray Data alone would ray.init() anywhere
+    plan = cluster.placement(cfg.resources)
+    query = role == "query"
+    total = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+    with atomic_path(dest) as tmp:
+        tmp.mkdir(parents=True)
+        kwargs: dict[str, Any] = {
+            "model_dir": model,
+            "trust_remote_code": cfg.trust_remote_code,
+            "role": role,
+            "max_length": cfg.max_query_length if query else cfg.max_doc_length,
+            "max_active_dims": cfg.query_max_active_dims if query else cfg.doc_max_active_dims,
+            "batch_size": cfg.encode_batch_size,
+            "out_dir": str(tmp),
+            "threads": cfg.resources.threads_per_worker,
+            # run_evaluate resolved it already
+            "precision": cluster.resolve_precision(cfg.precision, cfg.resources),
+        }
+        progress = Progress(log, f"encoding {'queries' if query else 'documents'}", total, "texts")
+        # the pool's work, here: the same files, batches and threads
+        if cluster.in_driver(plan, total):
+            with actor_threads(plan, cfg.resources.threads_per_worker):
+                SparseEncodeUDF(**kwargs, device="cpu")(pa.table({PATH: [str(f) for f in files]}))
+            progress.add(total)
+        else:
+            paths = ray.data.from_items(
+                [{PATH: str(f)} for f in files], override_num_blocks=max(1, len(files))
+            )
+            encoded = paths.map_batches(
+                SparseEncodeUDF,
+                fn_constructor_kwargs=kwargs,
+                batch_format="pyarrow",
+                **actor_pool_args(plan, 1),
+            )
+            for done in arrow_blocks(encoded):
+                progress.add(int(pc.sum(done.column(ROWS)).as_py() or 0))
+        progress.finish()

@@ -124,7 +124,7 @@ class InitFacts(TypedDict, total=False):
 
 
 class FinetuneFacts(TypedDict, total=False):
-    """What the fine-tuning job adds (``finetune.card_provenance``); ``zero_shot``: the input
+    """What the fine-tuning job adds (``final_model.card_provenance``); ``zero_shot``: the input
     model's scores."""
 
     model: str

@@ -30,9 +30,9 @@ from sembridge_ray.data.registry import load_retrieval
 from sembridge_ray.data.retrieval import RetrievalData
 from sembridge_ray.data.schema import ID
 from sembridge_ray.distributed import cluster
+from sembridge_ray.distributed.checkpoint_export import checkpoint_model
+from sembridge_ray.distributed.checkpoint_export import run_export as run_checkpoint_export
 from sembridge_ray.distributed.encode import corpus_key, encode_corpus, encode_queries
-from sembridge_ray.distributed.finetune import checkpoint_model
-from sembridge_ray.distributed.finetune import run_export as run_checkpoint_export
 from sembridge_ray.errors import InputError
 from sembridge_ray.export.base import (
     ExportJob,

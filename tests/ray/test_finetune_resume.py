@@ -69,7 +69,7 @@ def _kill_session(sid: int) -> None:
 
 
 def _latest(out: Path) -> int | None:
-    from sembridge_ray.distributed.finetune import latest_step, run_name
+    from sembridge_ray.distributed.train_run import latest_step, run_name
 
     identity = read_identity(out)
     if identity is None:

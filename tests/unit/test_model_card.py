@@ -24,7 +24,7 @@ from huggingface_hub.repocard_data import EvalResult, ModelCardData, model_index
 from sembridge_ray.cli import run_job
 from sembridge_ray.distributed.evaluate import record_in_card
 from sembridge_ray.distributed.export import export_parity
-from sembridge_ray.distributed.finetune import card_provenance
+from sembridge_ray.distributed.final_model import card_provenance
 from sembridge_ray.embed_init.config import WeightingConfig
 from sembridge_ray.export.report import ExportReport
 from sembridge_ray.identity import RunIdentity

@@ -1,0 +1,294 @@
+"""A fine-tuning worker's whole run (:func:`worker_body`), the same code under Ray Train
+(:func:`train_func`) and in one process: the model, AdamW and RNG restored or seeded, the steps of
+``sparse.loop.train``, development evaluations, logs, TensorBoard, checkpoints and reports."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, TypedDict, cast
+
+import torch
+
+from sembridge_ray.distributed.dev_run import DevRun
+from sembridge_ray.distributed.worker_runtime import CheckpointParts, RayRuntime, Runtime
+from sembridge_ray.jobs.dev import DevSet
+from sembridge_ray.jobs.finetune import FinetuneConfig
+from sembridge_ray.json_types import JSONObject
+from sembridge_ray.logs import setup_logging
+from sembridge_ray.progress import EVERY_S, duration
+from sembridge_ray.sparse import loop
+from sembridge_ray.sparse.checkpoints import BestState, load_best, load_part
+from sembridge_ray.sparse.collective import LocalCollective, TorchCollective
+from sembridge_ray.sparse.finite import require_finite
+from sembridge_ray.sparse.model import SpladeEncoder, load_mlm
+from sembridge_ray.sparse.tracker import Tracker
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+# the job's logger, whichever module of it logs
+log = logging.getLogger("sembridge_ray.distributed.finetune")
+TENSORBOARD_DIR = "tensorboard"
+
+
+class LoopConfig(TypedDict):
+    """What every Ray Train worker receives (``train_loop_config``)."""
+
+    cfg: JSONObject
+    """``FinetuneConfig.to_dict()``, rebuilt with ``from_dict``."""
+    total_steps: int
+    run_dir: str
+    """The run's checkpoints: ``<storage>/<run name>``."""
+    dev: DevSet | None
+    eval_every: int
+    tensorboard: str
+    """Rank 0's TensorBoard log directory; "" = none."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Evaluation:
+    """What the workers evaluate and where the tracker writes (from the driver)."""
+
+    dev: DevSet | None
+    every: int
+    work: Path
+
+
+def loop_config(
+    cfg: FinetuneConfig, total_steps: int, run_dir: str, ev: Evaluation, tracked: bool = True
+) -> LoopConfig:
+    """The :class:`LoopConfig` of a run (``tracked``: False for no TensorBoard, whatever ``cfg``
+    says)."""
+    tensorboard = cfg.tensorboard and tracked
+    return {
+        "cfg": cfg.to_dict(),
+        "total_steps": total_steps,
+        "run_dir": run_dir,
+        "dev": ev.dev,
+        "eval_every": ev.every,
+        "tensorboard": str((ev.work / TENSORBOARD_DIR).resolve()) if tensorboard else "",
+    }
+
+
+def evaluated(step: int, total: int, at: tuple[int, ...], every: int) -> bool:
+    """Whether step ``step`` of ``total`` is evaluated: one of ``at`` when given, else every
+    ``every``-th; the last step always (step 0 is evaluated before training starts)."""
+    return step == total or (step in at if at else step % every == 0)
+
+
+def train_func(config: Mapping[str, object]) -> None:
+    """Ray Train worker: glue between Ray (checkpoints, dataset shard, reporting) and
+    ``sparse.loop``. The config is the :class:`LoopConfig` that ``train_run.trainer`` hands Ray."""
+    worker_body(cast(LoopConfig, config), RayRuntime())
+
+
+def worker_body(config: LoopConfig, rt: Runtime) -> None:
+    """One worker's whole run: the model, AdamW and its RNG restored or seeded, the steps of
+    ``sparse.loop.train`` on this worker's share of every global batch, evaluations of the
+    development set, logs, checkpoints."""
+    setup_logging("INFO", force=False)
+    cfg, total = FinetuneConfig.from_dict(config["cfg"]), int(config["total_steps"])
+    rank, world, device = rt.rank, rt.world, rt.device
+    mlm, tokenizer = load_mlm(cfg.model, cfg.trust_remote_code)
+    model = rt.prepare(SpladeEncoder(mlm, chunk=cfg.pool_chunk))
+    encoder = cast(SpladeEncoder, getattr(model, "module", model))
+    optimizer, scheduler = loop.build_optimizer(model, cfg.optim, total)
+    torch.manual_seed(cfg.seed * 1_000_003 + rank)
+    start, history, best = _restore(rt, config["run_dir"], encoder, optimizer, scheduler)
+    if start and rank == 0:
+        log.info("resumed from step %d of %d", start, total)
+    if rank == 0:
+        log.info("%d worker(s) ready on %s: steps %d to %d", world, device, start + 1, total)
+    batches = rt.batches(cfg, tokenizer, start)
+    plan = _loop_plan(cfg, total)
+    comm = TorchCollective() if world > 1 else LocalCollective()
+    steps = _Steps.open(
+        config, cfg, rt, (encoder, optimizer, scheduler), tokenizer, start, history, best
+    )
+    for step, metrics in loop.train(
+        model, batches, optimizer, scheduler, plan, start=start, comm=comm
+    ):
+        steps.after(step, metrics)
+    steps.close()
+
+
+def _restore(
+    rt: Runtime,
+    run_dir: str,
+    encoder: SpladeEncoder,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+) -> tuple[int, list[dict[str, float]], BestState | None]:
+    """(the step, the metrics so far, rank 0's best weights) of the checkpoint this worker restores,
+    its state and RNG loaded into the live objects; (0, [], None) for a fresh run."""
+    start, history, best = 0, list[dict[str, float]](), None
+    with rt.restore(run_dir) as ckpt:
+        if ckpt is not None:
+            state, rng, history = load_part(ckpt, rt.rank)
+            start = loop.restore_state(state, encoder, optimizer, scheduler)
+            best = load_best(ckpt) if rt.rank == 0 else None
+            if rng is not None:
+                loop.set_rng_state(rng)
+    return start, history, best
+
+
+def _loop_plan(cfg: FinetuneConfig, total: int) -> loop.LoopPlan:
+    """What ``sparse.loop.train`` runs: the steps, the global batch, the loss, clipping, precision
+    and logging."""
+    bf16 = cfg.precision == "bf16"  # resolved by the driver (run_finetune), never per worker
+    return loop.LoopPlan(
+        total_steps=total,
+        global_batch=cfg.optim.batch_size,
+        loss=cfg.loss,
+        clip_norm=cfg.optim.clip_norm,
+        bf16=bf16,
+        log_every=cfg.log_every,
+    )
+
+
+@dataclass(kw_only=True)
+class _Steps:
+    """What a worker does after each training step: evaluations, the metrics kept (history,
+    TensorBoard), rank 0's log lines, checkpoints and reports."""
+
+    cfg: FinetuneConfig
+    config: LoopConfig
+    rt: Runtime
+    training: tuple[SpladeEncoder, torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]
+    history: list[dict[str, float]]
+    dev: DevRun | None
+    tracker: Tracker | None
+    start: int
+    total: int
+    began: float = field(init=False)
+    last_line: float = field(init=False)
+    last_report: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.last_report = self.began = self.last_line = time.monotonic()
+
+    @classmethod
+    def open(
+        cls,
+        config: LoopConfig,
+        cfg: FinetuneConfig,
+        rt: Runtime,
+        training: tuple[SpladeEncoder, torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler],
+        tokenizer: PreTrainedTokenizerBase,
+        start: int,
+        history: list[dict[str, float]],
+        best: BestState | None,
+    ) -> _Steps:
+        """The development evaluation and rank 0's tracker started, and step 0 evaluated in a fresh
+        run."""
+        encoder, rank, world, device = training[0], rt.rank, rt.world, rt.device
+        dev_set = config["dev"]
+        dev = (
+            DevRun.start(dev_set, cfg, encoder, tokenizer, rank, world, str(device), best)
+            if dev_set
+            else None
+        )
+        tracker = (
+            Tracker.open(config["tensorboard"], start)
+            if rank == 0 and config["tensorboard"]
+            else None
+        )
+        if dev is not None and start == 0:
+            history.append({"step": 0, **dev.evaluate(0)})
+            if tracker is not None:
+                tracker.write(history[-1])
+        total = int(config["total_steps"])
+        return cls(
+            cfg=cfg,
+            config=config,
+            rt=rt,
+            training=training,
+            history=history,
+            dev=dev,
+            tracker=tracker,
+            start=start,
+            total=total,
+        )
+
+    def close(self) -> None:
+        """The run's end: rank 0's TensorBoard events closed."""
+        if self.tracker is not None:
+            self.tracker.close()
+
+    def after(self, step: int, metrics: dict[str, float] | None) -> None:
+        """Step ``step`` done (``metrics``: None between two ``log_every`` steps): evaluate, log,
+        checkpoint, report."""
+        if self.dev is not None and evaluated(
+            step, self.total, self.cfg.eval_at, int(self.config["eval_every"])
+        ):
+            metrics = {**(metrics or {"step": step}), **self.dev.evaluate(step)}
+        if metrics is not None:
+            self._record(step, metrics)
+        if self.rt.rank == 0 and step < self.total and time.monotonic() - self.last_line >= EVERY_S:
+            # between two log_every steps: where it is, by time (log_every is part of the run's
+            # identity)
+            per_step = self._per_step(step)
+            log.info(
+                "step %d/%d, %.2f s/step, ETA %s",
+                step,
+                self.total,
+                per_step,
+                self._eta(per_step, step),
+            )
+            self.last_line = time.monotonic()
+        if step % self.cfg.checkpoint_every == 0 or step == self.total:
+            self._checkpoint(step, metrics)
+        elif metrics is not None and self.rt.due(self.last_report, self.cfg.report_every_s):
+            self.rt.report(metrics)
+            self.last_report = time.monotonic()
+
+    def _record(self, step: int, metrics: dict[str, float]) -> None:
+        """Keep a step's metrics (history, TensorBoard); rank 0 logs a training step's line."""
+        self.history.append(metrics)
+        if self.tracker is not None:
+            self.tracker.write(metrics)
+        if self.rt.rank == 0 and "loss" in metrics:
+            per_step = self._per_step(step)
+            log.info(
+                "step %d/%d loss %.4f (%s %.4f) dims q %.0f d %.0f lr %.2e %.1f ex/s ETA %s",
+                step,
+                self.total,
+                metrics["loss"],
+                self.cfg.loss.ranking,
+                metrics[self.cfg.loss.ranking],
+                metrics["active_dims_q"],
+                metrics["active_dims_d"],
+                metrics["lr"],
+                metrics["examples_per_s"],
+                self._eta(per_step, step),
+            )
+            self.last_line = time.monotonic()
+
+    def _per_step(self, step: int) -> float:
+        """Seconds per step since this worker began, at step ``step``."""
+        return (time.monotonic() - self.began) / max(1, step - self.start)
+
+    def _eta(self, per_step: float, step: int) -> str:
+        """The time left after step ``step`` at ``per_step`` seconds a step."""
+        return duration(per_step * (self.total - step))
+
+    def _checkpoint(self, step: int, metrics: dict[str, float] | None) -> None:
+        """Every rank's checkpoint part of step ``step`` (its weights checked finite first)."""
+        encoder, optimizer, scheduler = self.training
+        # Never a checkpoint of weights that diverged: the newest finite one stays the one a rerun
+        # resumes from. Every worker holds the same weights (DDP), so every worker stops here
+        # together.
+        require_finite(
+            encoder.state_dict(), f"training diverged at step {step}", loop.DIVERGED_HINT
+        )
+        state = loop.capture_state(encoder, optimizer, scheduler, step)
+        kept = self.dev.best if self.dev is not None else None
+        parts = CheckpointParts(
+            state=state, history=self.history, best=kept, run_config=self.config["cfg"]
+        )
+        self.rt.checkpoint(metrics or {"step": step}, parts)
+        self.last_report = time.monotonic()

@@ -240,7 +240,8 @@ def shutdown() -> None:
 def _adopt_orphans() -> None:
     """Make this process the child subreaper of what it starts (Linux ``prctl``): a Ray worker whose
     raylet exits first is re-parented here rather than to init, so the shutdown still finds and
-    waits for it."""
+    waits for it. Kept: ``ray.shutdown`` waits only for the processes it started itself (raylet,
+    GCS, dashboard: ``Node.kill_all_processes``), not for the raylet's workers."""
     if not sys.platform.startswith("linux"):
         return
     import ctypes

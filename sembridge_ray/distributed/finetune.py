@@ -2,11 +2,11 @@
 SparseEncoder directory.
 
 Resume semantics. The Ray Train run is named by a digest of the settings that shape the trajectory
-(``sparse.config.run_name``) and stored under ``storage`` (default ``<output>/checkpoints``).
+(``train_run.run_name``) and stored under ``storage`` (default ``<output>/checkpoints``).
 Rerunning the same command after the driver died finds that run, logs ``resumed from step N``, and
 every worker restores the model, AdamW, the schedule, its RNG and the data position (step N of the
-stream) from the latest checkpoint. Lost workers are restarted from it by
-``FailureConfig(max_failures)`` within one run.
+stream) from the latest checkpoint. Lost workers are restarted from it within one run, at most
+``max_failures`` times (``train_run.fit``).
 
 Integrity. A restart restores the newest checkpoint that verifies
 (``sparse.checkpoints.restore_point``, the same rule in the driver and in every worker); a damaged

@@ -53,6 +53,13 @@ def fit(
         plan.workers,
         "GPU" if plan.use_gpu else "CPU",
     )
+    # This loop, not FailureConfig(max_failures): probed on Ray 2.60 (a worker raising InputError,
+    # max_failures=2), Ray Train's policy retries every worker error (3 attempts) and has no
+    # setting to exempt one; a UserCallback that raises in after_exception stops the retries, but
+    # fit() then raises a ControllerError in which find_user_error no longer finds the InputError
+    # (the one-line error and exit 2 are lost) after a controller traceback; and Ray's restarts
+    # happen in its controller actor, so the driver could log no "training failed ... restarting
+    # from step N" line (tests/ray/test_faults.py reads it from the driver's log).
     for attempt in range(cfg.max_failures + 1):
         set_aside_damaged(f"{storage.rstrip('/')}/{name}")
         try:
@@ -133,8 +140,8 @@ def _stream_dataset(stream: Path) -> ray.data.Dataset:
 
 
 def _run_config(cfg: FinetuneConfig, storage: str, name: str) -> ray.train.RunConfig:
-    """Ray Train's run: its name and storage, the checkpoints kept, no restarts of its own (see
-    :func:`fit`)."""
+    """Ray Train's run: its name and storage, the checkpoints kept, no restarts of its own (they
+    are :func:`fit`'s; preemptions keep Ray's own budget, ``max_preemption_failures``)."""
     return ray.train.RunConfig(
         name=name,
         storage_path=storage,
@@ -145,7 +152,8 @@ def _run_config(cfg: FinetuneConfig, storage: str, name: str) -> ray.train.RunCo
 
 
 # Filesystems every node of a cluster sees; checkpoints anywhere else exist only on the node that
-# wrote them.
+# wrote them. Kept: Ray checks this only when a worker on another node persists its first
+# checkpoint (StorageContext._check_validation_file, an error then); this warns before training.
 SHARED_FILESYSTEMS = (
     "nfs",
     "nfs4",

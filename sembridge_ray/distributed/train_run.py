@@ -65,14 +65,7 @@ def fit(
         try:
             return trainer(cfg, stream, total_steps, plan, storage, name, ev).fit()
         except ray.train.TrainingFailedError as err:
-            cause = find_user_error(err)
-            code = environment_errno(cause) if cause is not None else None
-            if code is not None and not getattr(cause, "filename", None):
-                raise OSError(
-                    code, f"cannot write checkpoints: {os.strerror(code)}", storage
-                ) from err
-            if cause is not None or attempt == cfg.max_failures:
-                raise
+            _raise_unless_retried(err, storage, last=attempt == cfg.max_failures)
             resume = latest_step(storage, name)
             log.warning(
                 "training failed (attempt %d of %d): %s; restarting from %s",
@@ -82,6 +75,18 @@ def fit(
                 f"step {resume}" if resume is not None else "the start",
             )
     raise AssertionError("unreachable")
+
+
+def _raise_unless_retried(err: ray.train.TrainingFailedError, storage: str, last: bool) -> None:
+    """Raise ``err`` unless a restart may cure it: not after the ``last`` attempt, nor for an error
+    of the input or the environment (one about the storage, which names no file, as an
+    :class:`OSError` on ``storage``)."""
+    cause = find_user_error(err)
+    code = environment_errno(cause) if cause is not None else None
+    if code is not None and not getattr(cause, "filename", None):
+        raise OSError(code, f"cannot write checkpoints: {os.strerror(code)}", storage) from err
+    if cause is not None or last:
+        raise err
 
 
 def _train_logging() -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """Where a fine-tuning worker's body runs (:class:`Runtime`): a Ray Train worker
 (:class:`RayRuntime`: its rank, dataset shard, checkpoints and reports) or this process
-(:class:`LocalRuntime`: one worker, the stream read in order, checkpoints laid out as Ray Train's)."""
+(:class:`LocalRuntime`: one worker, the stream read in order, checkpoints laid out as Ray
+Train's)."""
 
 from __future__ import annotations
 

@@ -23,6 +23,7 @@ from sembridge_ray.config import Config, ConfigError, dotted_keys, field_info
 from sembridge_ray.embed_init.methods import METHODS
 from sembridge_ray.identity import FORMAT_VERSION, RunIdentity, flatten
 from sembridge_ray.jobs import JOBS, PRESET_DIR, job_spec, load_preset_file
+from sembridge_ray.jobs.baselines import BM25Config, FusionConfig
 from sembridge_ray.jobs.init import InitConfig
 from sembridge_ray.jobs.reproduce import ReproduceConfig, parse_variant
 from sembridge_ray.reproduce import demo
@@ -125,12 +126,21 @@ def changed_config(cls: type[Config], key: str, tp: Any) -> tuple[Config, Config
     return None
 
 
-@pytest.mark.parametrize("job", [j for j in JOBS if j != "reproduce"])
+CONFIGS: dict[str, type[Config]] = {
+    **{j: job_spec(j).config for j in JOBS},
+    "bm25": BM25Config,
+    "fusion": FusionConfig,
+}
+"""Every config a run's identity is made of: the jobs' and the baselines' (``reproduce``'s stages
+are the jobs')."""
+
+
+@pytest.mark.parametrize("job", [j for j in CONFIGS if j != "reproduce"])
 def test_every_key_but_the_operational_ones_moves_the_fingerprint(job: str) -> None:
     """The identity is the resolved config minus its operational section (``NOT_IDENTITY``): every
     other key moves the fingerprint, whether or not these settings read it; an operational one
     changes nothing."""
-    cls = job_spec(job).config
+    cls = CONFIGS[job]
     keys = dotted_keys(cls)
     operational = cls.NOT_IDENTITY
     assert [e for e in operational if not any(k == e or k.startswith(e + ".") for k in keys)] == []
@@ -158,11 +168,11 @@ def plain_flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix[:-1]: list(value) if isinstance(value, tuple) else value}
 
 
-@pytest.mark.parametrize("job", JOBS)
+@pytest.mark.parametrize("job", CONFIGS)
 def test_the_fingerprint_is_the_sha256_of_the_canonical_settings_inputs_and_version(
     job: str,
 ) -> None:
-    cls = job_spec(job).config
+    cls = CONFIGS[job]
     cfg = cls()
     inputs = {"model": "sha256:0123", "data": "hub:dataset:x/y@abc"}
     settings = {k: v for k, v in plain_flatten(cfg).items() if not exempt(k, cls.NOT_IDENTITY)}
@@ -180,6 +190,34 @@ def test_the_fingerprint_is_the_sha256_of_the_canonical_settings_inputs_and_vers
     assert record["format_version"] == FORMAT_VERSION
     assert record["fingerprint"] == identity.fingerprint
     assert RunIdentity.from_dict(json.loads(json.dumps(record))) == identity
+
+
+RECORDED_KEYS = {
+    1: {
+        "init": "f733fd77f7bffedd",
+        "finetune": "2c86cb9dfd889ee4",
+        "evaluate": "890af07e0e52169f",
+        "malstm": "96f46bafca898cd8",
+        "reproduce": "b5a70c242ced7309",
+        "export": "fddb91d14e1b9cf3",
+        "bm25": "608464164f388f3d",
+        "fusion": "9b259b2cefc266b0",
+    }
+}
+"""Per identity format version: each config's recorded keys (a digest of their sorted names)."""
+
+
+@pytest.mark.parametrize("job", CONFIGS)
+def test_a_change_of_the_recorded_keys_bumps_the_format_version(job: str) -> None:
+    """A key added, renamed or dropped (or moved in or out of ``NOT_IDENTITY``) changes what every
+    identity records: bump ``FORMAT_VERSION`` and record the new digests here under it, so that
+    older outputs are refused, naming both versions, instead of compared key by key."""
+    keys = sorted(CONFIGS[job]().identity(job, {}).settings)
+    digest = hashlib.sha256(json.dumps(keys, separators=(",", ":")).encode()).hexdigest()[:16]
+    assert digest == RECORDED_KEYS.get(FORMAT_VERSION, {}).get(job), (
+        f"{job}: the recorded keys changed (digest {digest}): bump FORMAT_VERSION "
+        f"(sembridge_ray/identity.py) to {FORMAT_VERSION + 1} and add its digests to RECORDED_KEYS"
+    )
 
 
 def first_valid(cls: type[Config], data: dict[str, Any], key: str, values: list[Any]) -> Config:

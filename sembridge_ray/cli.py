@@ -295,16 +295,16 @@ def _given(cls: type[Config], args: argparse.Namespace, flags: Sequence[Flag]) -
 
 
 def warn_inapplicable(cfg: Config, given: Mapping[str, str], flags: Sequence[Flag] = ()) -> None:
-    """One warning line per setting given on the command line that this run does not read (the run's
-    identity leaves it out as unused: WECHSEL's temperature with method sembridge, ``eval_every``
-    without ``--eval``); the run goes on, since the setting changes nothing."""
+    """One warning line per setting given on the command line that this run does not read
+    (:meth:`Config.unread`: WECHSEL's temperature with method sembridge, ``eval_every`` without
+    ``--eval``); the run goes on, since the setting changes nothing."""
     unused = cfg.inapplicable(set(given))
     names = {canonical_key(type(cfg), k): f.name for f in flags for k in f.keys}
     for key in unused:
         section, _, short = key.partition(".")
         # alpha, as it may be given
         shown = names.get(key, short if section in cfg.SHORTHANDS else key)
-        log.warning("%s does nothing in this run (%s); it is not recorded", shown, unused[key])
+        log.warning("%s does nothing in this run (%s)", shown, unused[key])
 
 
 def flags_markdown() -> str:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self, TypeVar, cast
 import yaml
 
 from sembridge_ray.errors import InputError
-from sembridge_ray.identity import RunIdentity, flatten, without
+from sembridge_ray.identity import RunIdentity, flatten, run_identity
 from sembridge_ray.json_types import JSONObject, JSONValue
 
 if TYPE_CHECKING:
@@ -254,9 +254,11 @@ class Config:
     overrides, identity.
 
     A config checks itself when it is constructed (``__post_init__``): ``Literal`` fields against
-    their choices, then the class's own :meth:`check` for ranges. ``NOT_IDENTITY`` lists the dotted
-    keys that change nothing a run computes (paths of inputs, which enter the identity by content,
-    the output, workers, caches, checkpoint and report cadence)."""
+    their choices, then the class's own :meth:`check` for ranges. ``NOT_IDENTITY`` is its
+    operational section: the dotted keys that change nothing a run computes (paths of inputs, which
+    enter the identity by content, the output, ``overwrite``, workers, caches, checkpoint and report
+    cadence); every other key is part of the run's identity
+    (:func:`~sembridge_ray.identity.run_identity`)."""
 
     # every subclass is a dataclass
     __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
@@ -269,8 +271,8 @@ class Config:
 
     @classmethod
     def upgrade(cls, data: dict[str, object]) -> dict[str, object]:
-        """Rewrite older spellings in raw ``data`` (before coercion) that a plain key rename cannot
-        express."""
+        """Rewrite older spellings in raw ``data`` (a preset, overrides; before coercion) that a
+        plain key rename cannot express."""
         return data
 
     def __post_init__(self) -> None:
@@ -289,29 +291,24 @@ class Config:
     def check(self) -> None:
         """Raise :class:`ConfigError` naming the first value out of range (subclasses)."""
 
-    IDENTITY_NAMES: ClassVar[dict[str, str]] = {}
-    """Dotted key -> the name a run's identity records it under, for keys renamed since runs were
-    recorded: a rename must not make every finished output look like another run."""
-
-    def identity_settings(self) -> dict[str, JSONValue]:
-        """The flattened settings that shape a run's result (see :mod:`sembridge_ray.identity`),
-        under the names identities record (``IDENTITY_NAMES``)."""
-        settings = without(flatten(self.to_dict()), self.NOT_IDENTITY)
-        return {self.IDENTITY_NAMES.get(k, k): v for k, v in settings.items()}
+    def unread(self) -> set[str]:
+        """The dotted keys these settings leave unused (subclasses): what :meth:`inapplicable` warns
+        about. It decides nothing of the run's identity, which records them all."""
+        return set()
 
     def inapplicable(self, given: set[str]) -> dict[str, str]:
         """Of the dotted keys in ``given`` (set explicitly), those this run does not read, with why:
-        keys that shape results in general but that this run's identity leaves out as unused (and
-        that are not at their default, which asks for nothing)."""
-        recorded = self.identity_settings()
+        keys that shape results in general but that these settings leave unused (:meth:`unread`;
+        and that are not at their default, which asks for nothing)."""
+        unread = self.unread()
         defaults = flatten(type(self)().to_dict())
         values = flatten(self.to_dict())
         return {
             key: self.why_unused(key)
             for key in sorted(given)
             if key in values
+            and key in unread
             and not any(key == e or key.startswith(e + ".") for e in self.NOT_IDENTITY)
-            and self.IDENTITY_NAMES.get(key, key) not in recorded
             and values[key] != defaults.get(key)
         }
 
@@ -320,7 +317,8 @@ class Config:
         return "the other settings leave it unused"
 
     def identity(self, job: str, inputs: dict[str, str]) -> RunIdentity:
-        return RunIdentity(job=job, settings=self.identity_settings(), inputs=inputs)
+        """The run's identity: :func:`~sembridge_ray.identity.run_identity` of these settings."""
+        return run_identity(job, self.to_dict(), self.NOT_IDENTITY, inputs)
 
     def to_dict(self) -> JSONObject:
         """The config as a JSON object (sections nested, tuples as lists): what workers receive and

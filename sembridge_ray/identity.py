@@ -1,10 +1,12 @@
 """A run's identity: everything that shapes its result, and the fingerprint a rerun is compared by.
 
-An identity has two parts:
+An identity is one function of a run, :func:`run_identity`, and has three parts:
 
-- **settings**: the resolved config, flattened to dotted keys, minus the keys that change nothing
-  the run computes (its output path, workers, checkpoint and report cadence, cache directories; each
-  config lists them in ``NOT_IDENTITY``);
+- **settings**: the resolved config, flattened to dotted keys, minus its operational section (the
+  keys that change nothing the run computes: its output path, ``overwrite``, workers, checkpoint and
+  report cadence, cache directories, and the paths of inputs, which enter as **inputs**; each config
+  lists them in ``NOT_IDENTITY``). Every other key is recorded, whether or not these settings read
+  it: two runs that differ only in a key their method leaves unused are two runs;
 - **inputs**: one identity string per input (model, tokenizer, bridge, dataset, …), so the same path
   with new content is a new run and a moved or copied input is the same one:
 
@@ -15,6 +17,13 @@ An identity has two parts:
   |                                        | hashed whole, larger ones by size plus their first and last MiB      |
   | a hub id                               | ``hub:<type>:<id>@<commit>``: the commit the hub (or, offline, the   |
   |                                        | local HF cache) resolves ``main`` to                                 |
+
+- **format version**: :data:`FORMAT_VERSION`, bumped whenever what is recorded changes (a key
+  added, renamed or dropped, a value's spelling). An output recorded in another format is never
+  compared key by key: a rerun is refused, naming both versions, and ``--overwrite`` replaces it.
+
+The fingerprint is the sha256 of the canonical JSON (:func:`canonical_json`) of
+``{"format_version", "job", "settings", "inputs"}``.
 
 The sampled digest of large files keeps a rerun's check cheap on multi-GB corpora and weights; it
 cannot see an edit that keeps a file's size and leaves its first and last MiB alone. A project
@@ -45,51 +54,83 @@ from sembridge_ray.manifest import output_fingerprint
 WHOLE_FILE_LIMIT = 64 << 20
 SAMPLE = 1 << 20
 RepoType = Literal["model", "dataset"]
+FORMAT_VERSION = 1
+"""The format of the identities this version records (``identity.json``'s ``format_version``);
+bump it whenever the recorded settings change. Identities written before it have none."""
 
 
 class IdentityRecord(TypedDict):
     """``identity.json``: what :meth:`RunIdentity.to_dict` writes (``fingerprint`` is derived, so
-    reading ignores it; identities written before inputs were recorded have none)."""
+    reading ignores it; identities written before format versions have no ``format_version``)."""
 
     job: str
+    format_version: NotRequired[int]
     fingerprint: NotRequired[str]
     settings: Mapping[str, object]
     inputs: NotRequired[dict[str, str]]
 
 
+def canonical_json(value: object) -> str:
+    """The one JSON spelling of ``value`` a fingerprint hashes: keys sorted, no spaces, UTF-8
+    text."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
 @dataclass(frozen=True, kw_only=True)
 class RunIdentity:
     """What shapes one run's result: ``settings`` (dotted key -> value) and ``inputs`` (name ->
-    identity)."""
+    identity), recorded in format ``format_version``."""
 
     job: str
     settings: Mapping[str, object]
-    """A config's are JSON values (:meth:`Config.identity_settings`); anything else is fingerprinted
-    as its str."""
+    """A config's are JSON values (:func:`run_identity`); anything else is fingerprinted as its
+    str."""
     inputs: dict[str, str] = field(default_factory=dict)
+    format_version: int | None = FORMAT_VERSION
+    """None: recorded before identities had a format version."""
 
     @property
     def fingerprint(self) -> str:
-        payload = json.dumps(
-            [self.job, self.settings, self.inputs], sort_keys=True, default=str, ensure_ascii=False
-        )
-        return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:24]
+        payload = {
+            "format_version": self.format_version,
+            "job": self.job,
+            "settings": self.settings,
+            "inputs": self.inputs,
+        }
+        return hashlib.sha256(canonical_json(payload).encode("utf-8")).hexdigest()[:24]
 
     def to_dict(self) -> IdentityRecord:
-        return {
+        record: IdentityRecord = {
             "job": self.job,
             "fingerprint": self.fingerprint,
             "settings": self.settings,
             "inputs": self.inputs,
         }
+        if self.format_version is not None:
+            record["format_version"] = self.format_version
+        return record
 
     @classmethod
     def from_dict(cls, data: IdentityRecord) -> RunIdentity:
+        version = data.get("format_version")
         return cls(
             job=str(data["job"]),
             settings=dict(data["settings"]),
             inputs=dict(data.get("inputs", {})),
+            format_version=version if isinstance(version, int) else None,
         )
+
+    def format_change(self, old: RunIdentity) -> str | None:
+        """When ``old`` was recorded in another format than this identity: both versions, in a
+        few words (its settings cannot be compared key by key); else None."""
+        if old.format_version == self.format_version:
+            return None
+        was = (
+            "no format version"
+            if old.format_version is None
+            else f"format version {old.format_version}"
+        )
+        return f"its identity.json has {was}, this version records format version {self.format_version}"
 
     def differences(self, old: RunIdentity) -> list[str]:
         """``key: old → new`` for every setting and input that differs from ``old`` (settings
@@ -107,6 +148,18 @@ class RunIdentity:
         if self.job != old.job:
             out.insert(0, f"job: {old.job} → {self.job}")
         return out
+
+
+def run_identity(
+    job: str,
+    config: Mapping[str, JSONValue],
+    operational: tuple[str, ...],
+    inputs: Mapping[str, str],
+) -> RunIdentity:
+    """A run's identity: its resolved ``config`` (a config's ``to_dict()``) flattened to dotted
+    keys, minus every key in (or in a section of) ``operational``, with its ``inputs`` (name ->
+    identity) and :data:`FORMAT_VERSION`."""
+    return RunIdentity(job=job, settings=without(flatten(config), operational), inputs=dict(inputs))
 
 
 _MISSING = object()

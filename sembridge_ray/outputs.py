@@ -9,7 +9,9 @@
   directory is complete only when every listed file is present with the same checksum.
 - **Reruns.** :func:`claim_output` decides: same fingerprint and a verifying manifest -> skip; an
   unfinished run with the same fingerprint -> resume; other settings -> refuse, naming the keys that
-  differ (old → new), and leave the directory untouched, unless ``overwrite``. Paths are not part of
+  differ (old → new), and leave the directory untouched, unless ``overwrite``; an identity recorded
+  in another format (:data:`~sembridge_ray.identity.FORMAT_VERSION`) -> refuse, naming both
+  versions, unless ``overwrite``. Paths are not part of
   the identity, so a finished output that was moved or copied still skips.
 - **Atomic overwrite.** ``overwrite`` builds the new run in ``<output>.overwrite-staging`` (same
   parent, so the same filesystem; its own lock and identity) while the old output stays complete,
@@ -210,6 +212,8 @@ def conflict(out_dir: Path, new: RunIdentity) -> str | None:
     old = read_identity(out_dir)
     if old is None:
         return "no recorded identity: an older version wrote it"
+    if change := new.format_change(old):
+        return change
     changes = new.differences(old)
     if not changes:
         return None
@@ -236,7 +240,14 @@ def refusal(out_dir: Path, new: RunIdentity) -> str | None:
     if staged is not None and staged.fingerprint == new.fingerprint:
         hint = f"an interrupted --overwrite with these settings is staged in {staging_dir(out_dir)}; rerun with "
         hint += "--overwrite to finish it"
-    return f"output {out_dir} holds {_article(state(out_dir))} run with other settings ({detail}); {hint}"
+    old = read_identity(out_dir)
+    # recorded in another format: its settings cannot be compared with these
+    other = (
+        "that this version cannot compare"
+        if old and new.format_change(old)
+        else "with other settings"
+    )
+    return f"output {out_dir} holds {_article(state(out_dir))} run {other} ({detail}); {hint}"
 
 
 def _article(word: str) -> str:

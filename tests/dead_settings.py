@@ -6,11 +6,13 @@ For a job, every config key is either exempt (named with the reason: it selects 
 rather than what it computes, or another test shows it), or checked against the job's output on tiny
 fixtures:
 
-- a key the run's identity records (in the first :attr:`Harness.variants` where it does) is
-  perturbed, and the output must change;
-- a key the identity leaves out (its job's ``NOT_IDENTITY``, or unused with the default settings) is
-  perturbed on the default settings, and the output must not change (bit for bit, or within float
-  rounding for the keys of :attr:`Harness.rounding`, which change how the work is cut).
+- a key the run reads (in the first :attr:`Harness.variants` where it does: not in its job's
+  ``NOT_IDENTITY`` nor in the config's ``unread()``) is perturbed, and the output must change;
+- a key the identity leaves out (its job's ``NOT_IDENTITY``) is perturbed on the default settings,
+  and the output must not change (bit for bit, or within float rounding for the keys of
+  :attr:`Harness.rounding`, which change how the work is cut); nor may a key the default settings
+  declare unread (``unread()``, what the ``does nothing`` warning names), though the identity,
+  which records every other key, moves.
 
 An output is what the job computed: its files, parsed where they carry wall-clock times or paths,
 which are left out (:func:`files_of`)."""
@@ -70,7 +72,7 @@ class Harness:
     invalid)."""
     where: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Key -> the overrides of ``base`` under which it is perturbed to show its effect (a stopping
-    rule needs a run that stops early); default: the first variant whose identity records it."""
+    rule needs a run that stops early); default: the first variant that reads it."""
     copies: dict[str, Callable[[Path, Path], Path]] = field(default_factory=dict)
     """Input path keys -> (the input, a fresh directory) -> a copy elsewhere with the same content
     and name."""
@@ -91,8 +93,9 @@ class Harness:
         return self.cls.from_dict(data)
 
 
-def recorded(cfg: Config, key: str) -> bool:
-    return cfg.IDENTITY_NAMES.get(key, key) in cfg.identity_settings()
+def reads(cfg: Config, key: str) -> bool:
+    """Whether a run of ``cfg`` reads ``key``: not operational, and not declared unread."""
+    return not exempt(key, cfg.NOT_IDENTITY) and key not in cfg.unread()
 
 
 def exempt(key: str, names: Mapping[str, str] | tuple[str, ...]) -> bool:
@@ -132,10 +135,10 @@ def check(h: Harness, root: Path) -> list[str]:
     """Every key of ``h``'s job checked (see the module docstring); the problems found, one line
     each.
 
-    A key is perturbed where it shows (its :attr:`Harness.where`, else the first variant whose
-    identity records it) and there the output must change; and it is perturbed on the default
-    settings, where the output must not change when the identity does not (a key left out, or one
-    recorded only when on, still off)."""
+    A key is perturbed where it shows (its :attr:`Harness.where`, else the first variant that
+    reads it) and there the output must change; and it is perturbed on the default settings, where
+    the output must not change when the identity does not (an operational key), nor when the
+    settings declare the key unread."""
     runs = Runs(h, root)
     default = h.config({})
     variants = [default, *(h.config(v) for v in h.variants)]
@@ -146,7 +149,7 @@ def check(h: Harness, root: Path) -> list[str]:
         live = (
             h.config(h.where[key])
             if key in h.where
-            else next((v for v in variants if recorded(v, key)), default)
+            else next((v for v in variants if reads(v, key)), default)
         )
         for base in dict.fromkeys([default, live]):  # each once
             changed = _with_copied_inputs(h, base, key, root)
@@ -163,6 +166,13 @@ def check(h: Harness, root: Path) -> list[str]:
                 problems.append(f"{h.job}: {key} changes the run's identity but not its output")
             elif not moved and not same(runs(base), runs(changed), rounding=key in h.rounding):
                 problems.append(f"{h.job}: {key} changes the output but not the run's identity")
+            elif (
+                moved
+                and base is not live
+                and not reads(base, key)
+                and not same(runs(base), runs(changed), rounding=key in h.rounding)
+            ):
+                problems.append(f"{h.job}: {key} changes the output where it is declared unread")
     return problems
 
 
@@ -273,7 +283,7 @@ def every_key_is_covered(h: Harness) -> list[str]:
         k
         for k in keys
         if not exempt(k, h.exempt)
-        and not any(recorded(v, k) for v in variants)
+        and not any(reads(v, k) for v in variants)
         and not exempt(k, h.cls.NOT_IDENTITY)
         and k not in _unused_by_default(h)
     ] + [
@@ -285,7 +295,7 @@ def every_key_is_covered(h: Harness) -> list[str]:
 
 def _unused_by_default(h: Harness) -> set[str]:
     cfg = h.config({})
-    return {k for k in dotted_keys(h.cls) if not recorded(cfg, k)}
+    return {k for k in dotted_keys(h.cls) if not reads(cfg, k)}
 
 
 def literal_values(cls: type, key: str) -> tuple[Any, ...]:

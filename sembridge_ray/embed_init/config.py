@@ -1,7 +1,8 @@
 """The weighting section of an init config (``InitConfig.weighting``): α and its candidates,
 WECHSEL's softmax, OMP's atoms, the position-aware rule and SemBridge+'s options. Each option
-declares next to itself when a run reads it and what it records (:class:`Read`); the run's identity,
-the init report and the ``does nothing`` warnings ask the declaration. The section's keys are also
+declares next to itself when a run reads it and whether the init report shows it (:class:`Read`);
+the maths (``InitConfig.rule``), the init report and the ``does nothing`` warnings ask the
+declaration. The run's identity records every option, read or not. The section's keys are also
 accepted without their prefix (``alpha=4``, ``--alpha``, ``alpha: 4`` in a preset), as they always
 were."""
 
@@ -39,7 +40,7 @@ AdaptiveSupport = Literal["off", "fvt", "fixed"]
 
 @dataclass(frozen=True, kw_only=True)
 class Read:
-    """When a run reads a weighting option, and what it records of it (the option's field
+    """When a run reads a weighting option, and when the init report shows it (the option's field
     metadata)."""
 
     methods: tuple[MethodName, ...] = ()
@@ -51,8 +52,8 @@ class Read:
     why: str = ""
     """Why it does nothing when ``when`` does not hold (the warning for an explicit value)."""
     on: bool = False
-    """Recorded only when not at its default (an option added after runs were recorded: they keep
-    their identity)."""
+    """Reported only when not at its default (an option added after reports were published: they
+    keep their bytes)."""
     report: bool = False
     """``init_report.json`` carries it when read (for any method) and, with ``on``, not at its
     default."""
@@ -72,7 +73,7 @@ WITH_POSITION = read(
     when=lambda w, m: w.position_aware, why="it is read with position_aware only", report=True
 )
 WHEN_ON = read(bridge=True, on=True, report=True)
-"""SemBridge+'s options: read with the bridge, recorded (and reported) only when on."""
+"""SemBridge+'s options: read with the bridge, reported only when on."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -259,11 +260,6 @@ class WeightingConfig(Config):
         return self.reads(key, method, bridge) and not (
             self.rule(key).on and getattr(self, key) == default
         )
-
-    def recorded(self, method: str, bridge: bool) -> list[str]:
-        """The options a run's identity records: those it reads, an ``on`` option only when not at
-        its default."""
-        return [f.name for f in dataclasses.fields(self) if self._shown(f.name, method, bridge)]
 
     def reported(self, method: str) -> dict[str, object]:
         """What ``init_report.json`` says of the section: the ``report`` options read (as by a

@@ -78,10 +78,6 @@ class EvaluateConfig(Config):
         "doc_top_k": "doc_max_active_dims",  # top_k is results per query only
         "query_top_k": "query_max_active_dims",
     }
-    IDENTITY_NAMES: ClassVar[dict[str, str]] = {
-        "doc_max_active_dims": "doc_top_k",
-        "query_max_active_dims": "query_top_k",
-    }
     NOT_IDENTITY: ClassVar[tuple[str, ...]] = (
         "model",
         "dataset",

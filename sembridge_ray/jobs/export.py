@@ -33,7 +33,6 @@ from sembridge_ray.config import Config
 from sembridge_ray.errors import InputError
 from sembridge_ray.export.report import ExportReport
 from sembridge_ray.jobs import Flag, JobSpec
-from sembridge_ray.json_types import JSONValue
 from sembridge_ray.placement import ResourceConfig
 
 TargetName = Literal[
@@ -102,13 +101,13 @@ class ExportConfig(Config):
         "resources",
     )
 
-    def identity_settings(self) -> dict[str, JSONValue]:
-        # what this export reads: --select only for a checkpoint; a checkpoint's export as a
-        # SparseEncoder directory (the default target) keeps its run's lengths and checks no parity
-        unused = set() if self.checkpoint else {"select"}
+    def unread(self) -> set[str]:
+        # --select only for a checkpoint; a checkpoint's export as a SparseEncoder directory (the
+        # default target) keeps its run's lengths and checks no parity
+        unread = set() if self.checkpoint else {"select"}
         if self.target == "sentence-transformers":
-            unused |= {"split", "url", "max_query_length", "max_doc_length"}
-        return {k: v for k, v in super().identity_settings().items() if k not in unused}
+            unread |= {"split", "url", "max_query_length", "max_doc_length"}
+        return unread
 
     def why_unused(self, key: str) -> str:
         if key == "select" and not self.checkpoint:

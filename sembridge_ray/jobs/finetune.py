@@ -17,10 +17,9 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar, Literal, get_args
 
-from sembridge_ray.config import Config, require
+from sembridge_ray.config import Config, dotted_keys, require
 from sembridge_ray.errors import InputError
 from sembridge_ray.jobs import Flag, JobSpec
-from sembridge_ray.json_types import JSONValue
 from sembridge_ray.placement import Precision, ResourceConfig
 from sembridge_ray.sparse.config import LossConfig, OptimConfig, RankingName
 
@@ -133,7 +132,14 @@ class FinetuneConfig(Config):
         "trust_remote_code",  # may load a model, changes nothing it computes
         "overwrite",
         "tensorboard",
-        "resources",  # but resources.workers, recorded as "workers" (identity_settings)
+        # but resources.workers: each rank draws its own dropout masks (seeded by seed and rank) over
+        # its share of the batch, so 1 and 2 workers train apart (max |diff| ~1e-3 after a few
+        # steps); the batches, their order and the loss are the same for any number. The driver
+        # runs exactly this many (run_finetune refuses a cluster that fits fewer).
+        "resources.gpus_per_worker",
+        "resources.cpus_per_worker",
+        "resources.reserve_cpus",
+        "resources.threads_per_worker",
     )
 
     EVAL_SETTINGS: ClassVar[tuple[str, ...]] = (
@@ -146,29 +152,15 @@ class FinetuneConfig(Config):
     """Read only with a development set (``eval``): without one they change nothing (``select`` is
     ``last``)."""
 
-    def identity_settings(self) -> dict[str, JSONValue]:
-        # The number of Ray Train workers shapes the weights: each rank draws its own dropout masks
-        # (seeded by seed and rank) over its share of the batch, so 1 and 2 workers train apart (max
-        # |diff| ~1e-3 after a few steps); the batches, their order and the loss are the same for
-        # any number. The driver runs exactly this many (run_finetune refuses a cluster that fits
-        # fewer).
-        settings = {**super().identity_settings(), "workers": self.resources.workers}
-        # recorded only when another: every earlier run keeps its identity
-        if self.loss.ranking == "infonce":
-            settings.pop("loss.ranking", None)
-        # recorded only when on: every earlier run keeps its identity
+    def unread(self) -> set[str]:
+        unread = set() if self.eval else set(self.EVAL_SETTINGS)
+        if self.eval_at:  # it replaces eval_every
+            unread.add("eval_every")
         if not self.optim.embedding_warmup_steps:
-            settings = {
-                k: v for k, v in settings.items() if not k.startswith("optim.embedding_warmup_")
+            unread |= {
+                k for k in dotted_keys(type(self)) if k.startswith("optim.embedding_warmup_")
             }
-        if not self.eval:
-            settings = {k: v for k, v in settings.items() if k not in self.EVAL_SETTINGS}
-        # recorded only when set (every earlier run keeps its identity); it replaces eval_every
-        if self.eval_at:
-            settings.pop("eval_every", None)
-        else:
-            settings.pop("eval_at", None)
-        return settings
+        return unread
 
     def why_unused(self, key: str) -> str:
         if key in self.EVAL_SETTINGS and not self.eval:

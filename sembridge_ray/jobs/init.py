@@ -118,13 +118,6 @@ class InitConfig(Config):
     resources: ResourceConfig = field(default_factory=ResourceConfig)
 
     SHORTHANDS: ClassVar[tuple[str, ...]] = ("weighting",)
-    IDENTITY_NAMES: ClassVar[dict[str, str]] = {
-        **{f"weighting.{f.name}": f.name for f in dataclasses.fields(WeightingConfig)},
-        # top_k is results per query (evaluate); the softmax's nearest source tokens are its
-        # candidates
-        "weighting.candidates": "softmax_top_k",
-        "weighting.wechsel_candidates": "wechsel_top_k",
-    }
     NOT_IDENTITY: ClassVar[tuple[str, ...]] = (
         "source_model",
         "target_tokenizer",
@@ -195,8 +188,7 @@ class InitConfig(Config):
     @property
     def rule(self) -> WeightingConfig:
         """The weighting section as this run reads it (every option its method does not read at its
-        default): what the maths receives, so it cannot read a setting the run's identity leaves
-        out."""
+        default): what the maths receives, so no option it does not read can reach it."""
         return self.weighting.for_method(self.method, METHODS[self.method].uses_bridge)
 
     def check(self) -> None:
@@ -230,22 +222,19 @@ class InitConfig(Config):
             f"unknown rule {unknown[0] if unknown else ''!r} (known: {', '.join(MATCH_RULES)})",
         )
 
-    def identity_settings(self) -> dict[str, Any]:
-        settings = super().identity_settings()
+    def unread(self) -> set[str]:
+        # each weighting option says when it is read (embed_init.config.Read)
         entry = METHODS[self.method]
-        # each weighting option says when it is read and recorded (embed_init.config.Read):
-        # SemBridge+'s only when on, so every earlier run keeps its identity
-        kept = set(self.weighting.recorded(self.method, entry.uses_bridge))
-        unused = {
-            f"weighting.{f.name}" for f in dataclasses.fields(WeightingConfig) if f.name not in kept
+        unread = {
+            f"weighting.{f.name}"
+            for f in dataclasses.fields(WeightingConfig)
+            if not self.weighting.reads(f.name, self.method, entry.uses_bridge)
         }
         if not entry.uses_bridge:
-            unused |= set(BRIDGE_SETTINGS)
+            unread |= set(BRIDGE_SETTINGS)
         if not self.reads_seed:
-            unused.add("seed")  # only the random rows are seeded
-        # the settings carry the recorded names
-        recorded = {self.IDENTITY_NAMES.get(k, k) for k in unused}
-        return {k: v for k, v in settings.items() if k not in recorded}
+            unread.add("seed")  # only the random rows are seeded
+        return unread
 
     def why_unused(self, key: str) -> str:
         key = canonical_key(type(self), key)

@@ -19,7 +19,6 @@ from typing import ClassVar
 
 from sembridge_ray.config import Config, require
 from sembridge_ray.jobs import Flag, JobSpec
-from sembridge_ray.json_types import JSONValue
 from sembridge_ray.placement import ResourceConfig
 from sembridge_ray.siamese.config import (
     MINILM_CONTEXT,
@@ -85,8 +84,6 @@ class MalstmConfig(Config):
     """``workers``: restarts trained at once, each a one-CPU Ray task."""
 
     ALIASES: ClassVar[dict[str, str]] = {"seeds": "restarts"}
-    # the name finished runs recorded
-    IDENTITY_NAMES: ClassVar[dict[str, str]] = {"restarts": "seeds"}
     NOT_IDENTITY: ClassVar[tuple[str, ...]] = (
         "output",
         "sick",
@@ -110,16 +107,13 @@ class MalstmConfig(Config):
     )
     """Read by the ``minilm-context`` vectors only."""
 
-    def identity_settings(self) -> dict[str, JSONValue]:
-        settings = super().identity_settings()
-        kind, sep, _path = self.vectors.source.partition(":")
-        if sep:  # word2vec:PATH: the file enters the identity by content, as an input
-            settings["vectors.source"] = kind
-        unused = set() if self.vectors.source == MINILM_CONTEXT else set(self.CONTEXT_SETTINGS)
-        # MiniLM gives every word a vector: only a word2vec file leaves words out of vocabulary
-        if not sep:
-            unused.add("vectors.oov_std")
-        return {k: v for k, v in settings.items() if k not in unused}
+    def unread(self) -> set[str]:
+        unread = set() if self.vectors.source == MINILM_CONTEXT else set(self.CONTEXT_SETTINGS)
+        # MiniLM gives every word a vector: only a word2vec file (word2vec:PATH) leaves words out of
+        # vocabulary
+        if ":" not in self.vectors.source:
+            unread.add("vectors.oov_std")
+        return unread
 
     def why_unused(self, key: str) -> str:
         if key in self.CONTEXT_SETTINGS:

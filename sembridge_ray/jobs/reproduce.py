@@ -350,10 +350,10 @@ class ReproduceConfig(Config):
         return self.seeds if not self.seed_methods or entry in self.seed_methods else 1
 
     def init_reads_seed(self, method: str) -> bool:
-        """Whether an init of ``method`` with this grid's ``init`` section reads its seed (its
-        identity records it: random rows)."""
+        """Whether an init of ``method`` with this grid's ``init`` section reads its seed (random
+        rows)."""
         try:
-            return "seed" in replace(self.init, method=method).identity_settings()  # type: ignore[arg-type]
+            return replace(self.init, method=method).reads_seed  # type: ignore[arg-type]
         except ConfigError:  # a recipe that refuses the section: the cell's init says so
             return False
 

@@ -53,7 +53,7 @@ def cell_stage_outputs(output: Path, cell: Cell, datasets: Sequence[str]) -> dic
     return out
 
 
-UNKNOWN_TO_A_DRY_RUN = ("precision", "workers")
+UNKNOWN_TO_A_DRY_RUN = ("precision", "resources.workers")
 """Settings a dry run cannot know as the run will record them (``auto`` precision and the workers a
 cell gets are resolved against the cluster): left out when it predicts a refusal."""
 
@@ -62,11 +62,14 @@ def _state(
     path: Path, planned: RunIdentity | None = None, overwrite: bool = False
 ) -> tuple[StageState, str]:
     """(state, the differing settings when ``refused``). ``refused`` when the output holds a run
-    whose recorded settings differ from ``planned``'s (unless ``overwrite``: then ``todo``, it is
-    redone); else ``done`` when it is marked complete (its ``_SUCCESS`` manifest: a run verifies the
-    checksums before it skips it; a dry run reads no artefact), else ``todo``."""
+    whose recorded settings differ from ``planned``'s, or that was recorded in another identity
+    format (unless ``overwrite``: then ``todo``, it is redone); else ``done`` when it is marked
+    complete (its ``_SUCCESS`` manifest: a run verifies the checksums before it skips it; a dry run
+    reads no artefact), else ``todo``."""
     recorded = read_identity(path)
     if planned is not None and recorded is not None:
+        if change := planned.format_change(recorded):
+            return ("todo", "") if overwrite else ("refused", change)
         mine, theirs = (
             RunIdentity(
                 job=i.job,
@@ -222,8 +225,7 @@ def planned_identities(cfg: ReproduceConfig) -> Callable[[Cell], dict[str, RunId
         cfg, 0.0, files=files, identify=Identities(compute=lambda kind, name: f"{kind}:{name}")
     )
     by_cell = {
-        c: {s.name: RunIdentity(job=s.job, settings=s.cfg.identity_settings()) for s in st}
-        for c, st in planned.cells.items()
+        c: {s.name: s.cfg.identity(s.job, {}) for s in st} for c, st in planned.cells.items()
     }
 
     def identities(cell: Cell) -> dict[str, RunIdentity]:
@@ -275,7 +277,7 @@ def init_dry_run(cfg: InitConfig) -> Plan:
         plan_figures(cfg.figures, 64),
         lambda _: {"init": Path(cfg.output)},
         job="init",
-        identities=lambda _: {"init": RunIdentity(job="init", settings=cfg.identity_settings())},
+        identities=lambda _: {"init": cfg.identity("init", {})},
         overwrite=cfg.overwrite,
     )
 

@@ -140,7 +140,9 @@ def test_a_copied_output_skips_other_settings_are_refused_and_overwrite_redoes(
     ]
     assert job.main([*same, *tiny]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "seeds: 2 → 1" in err[0] and "pretrain.enabled: true → false" in err[0]
+    assert (
+        len(err) == 1 and "restarts: 2 → 1" in err[0] and "pretrain.enabled: true → false" in err[0]
+    )
     assert snapshot(copy) == before  # refused: untouched
 
     assert job.main([*same, *tiny, "--overwrite"]) == 0

@@ -74,8 +74,7 @@ def test_models_and_restarts_keep_their_old_spellings(caplog: pytest.LogCaptureF
     assert cfg.source_model == "m" and "flag --source-model is now --model" in caplog.text
     malstm = job_spec("malstm")
     cfg, _ = cli.parse_config(malstm.config, ["--seeds", "3"], flags=malstm.flags, job="malstm")
-    # finished runs keep their identity
-    assert cfg.restarts == 3 and cfg.identity_settings()["seeds"] == 3
+    assert cfg.restarts == 3 and cfg.identity("malstm", {}).settings["restarts"] == 3
 
 
 def test_booleans_are_pairs_lists_are_lists_and_required_flags_say_so(

@@ -76,30 +76,33 @@ def test_a_grid_refuses_an_init_setting_that_a_listed_methods_recipe_fixes_other
     assert "sembridge_plus" in full.methods and ReproduceConfig.from_dict(full.to_dict()) == full
 
 
-def test_settings_a_run_does_not_read_stay_out_of_its_identity() -> None:
-    """Reruns that differ only in them skip instead of being refused as other settings."""
+def test_a_setting_the_run_does_not_read_is_recorded_all_the_same() -> None:
+    """The identity is the resolved config: runs that differ only in a key their method leaves
+    unused are two runs (the warning still says the key does nothing); only the operational keys
+    (``NOT_IDENTITY``: how the work is cut) leave the fingerprint alone."""
     base = InitConfig()
-    same = [
+    unused = [
         # α=4: the rows' support is entmax's, no candidate cut
         InitConfig().with_settings(candidates=7),
         InitConfig(seed=3),  # plain sembridge has no random rows
-        InitConfig(bridge_batch_size=7, rows_batch_size=9),  # how the work is cut
     ]
-    assert {c.identity("init", {}).fingerprint for c in [base, *same]} == {
-        base.identity("init", {}).fingerprint
-    }
+    for cfg in unused:
+        assert cfg.rule == base.rule or cfg.seed != base.seed
+        assert cfg.identity("init", {}) != base.identity("init", {})
+    assert {"weighting.candidates", "seed"} <= base.unread()
+    cut = InitConfig(bridge_batch_size=7, rows_batch_size=9)  # how the work is cut
+    assert cut.identity("init", {}) == base.identity("init", {})
     for read in (
         {"alpha": 1.0, "candidates": 7},
         {"method": "random", "seed": 3},
         {"seed": 3, "random_blend": 0.5},
     ):
-        reference = InitConfig.from_dict(
-            {k: v for k, v in read.items() if k not in ("candidates", "seed")}
-        )
-        assert InitConfig.from_dict(read).identity("init", {}) != reference.identity("init", {})
+        cfg = InitConfig.from_dict(read)
+        assert not {"weighting.candidates", "seed"} & set(read) & cfg.unread()
     tune = FinetuneConfig()
     off = FinetuneConfig(eval_split="validation", eval_every=3, eval_max_queries=5)
-    assert off.identity("finetune", {}) == tune.identity("finetune", {})
+    assert off.identity("finetune", {}) != tune.identity("finetune", {})
+    assert {"eval_split", "eval_every", "eval_max_queries"} <= off.unread()
     on = FinetuneConfig(eval="dev")
     assert FinetuneConfig(eval="dev", eval_every=3).identity("finetune", {}) != on.identity(
         "finetune", {}
@@ -123,9 +126,8 @@ def test_an_option_the_run_does_not_read_is_named_in_one_warning(
         )
     said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert said == [
-        "position_penalty does nothing in this run (it is read with position_aware only); it is not recorded",
-        "wechsel_temperature does nothing in this run (method sembridge does not read it; only wechsel does); it is "
-        "not recorded",
+        "position_penalty does nothing in this run (it is read with position_aware only)",
+        "wechsel_temperature does nothing in this run (method sembridge does not read it; only wechsel does)",
     ]
     caplog.clear()
     spec = job_spec("finetune")
@@ -135,7 +137,7 @@ def test_an_option_the_run_does_not_read_is_named_in_one_warning(
         )
     said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert said == [
-        "--eval-every does nothing in this run (it is read with a development set (--eval) only); it is not recorded"
+        "--eval-every does nothing in this run (it is read with a development set (--eval) only)"
     ]
 
 
@@ -188,11 +190,11 @@ def test_the_weighting_section_takes_its_keys_with_or_without_its_name(tmp_path:
 
 
 @pytest.mark.parametrize("key", [f.name for f in fields(WeightingConfig)])
-def test_the_maths_reads_a_weighting_option_exactly_where_the_identity_records_it(key: str) -> None:
-    """Each option's declaration (``embed_init.config.Read``) decides both what the identity records
-    and what the maths receives (``InitConfig.rule``): for every method, with the option's
-    conditions met and not, a change of it reaches the maths only where the identity moves too (a
-    recorded-only-when-on option moves it from its default)."""
+def test_the_maths_reads_a_weighting_option_exactly_where_it_is_declared_read(key: str) -> None:
+    """Each option's declaration (``embed_init.config.Read``) decides both what the maths receives
+    (``InitConfig.rule``) and what the ``does nothing`` warning names (``InitConfig.unread``): for
+    every method, with the option's conditions met and not, a change of it reaches the maths exactly
+    where it is not declared unread. The identity records it either way."""
     tp = typing.get_type_hints(WeightingConfig)[key]
     bases: list[dict[str, object]] = [
         {},
@@ -215,12 +217,10 @@ def test_the_maths_reads_a_weighting_option_exactly_where_the_identity_records_i
                     break
                 except ConfigError:
                     continue
-            if changed is None:
-                continue  # refused with these settings (e.g. a recipe's key, OMP's penalty)
-            moved = _weighting_identity(changed) != _weighting_identity(cfg)
-            assert (changed.rule != cfg.rule) == moved, (key, method, extra)
-
-
-def _weighting_identity(cfg: InitConfig) -> dict[str, object]:
-    names = {cfg.IDENTITY_NAMES[f"weighting.{f.name}"] for f in fields(WeightingConfig)}
-    return {k: v for k, v in cfg.identity_settings().items() if k in names}
+            if changed is None or changed == cfg:
+                # refused with these settings (e.g. a recipe's key, OMP's penalty), or set back to
+                # its recipe's value (a recipe fills a key at its default)
+                continue
+            read = f"weighting.{key}" not in cfg.unread()
+            assert (changed.rule != cfg.rule) == read, (key, method, extra)
+            assert changed.identity("init", {}) != cfg.identity("init", {}), (key, method, extra)

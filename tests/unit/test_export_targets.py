@@ -382,15 +382,15 @@ def test_the_doc_only_variant_weights_queries_by_idf(fixtures_root: Path, tmp_pa
 
 def test_an_export_names_the_settings_it_does_not_read() -> None:
     """``--select`` picks a checkpoint's weights, and the default target (a checkpoint as a model
-    directory) checks no parity: where a setting does nothing it is left out of the identity and
-    named in the run's warning; where it is read it changes the identity."""
+    directory) checks no parity: where a setting does nothing it is named in the run's warning;
+    where it is read it changes the identity."""
     import dataclasses
 
     from sembridge_ray.jobs.export import ExportConfig
 
     by_model = ExportConfig(target="qdrant", model="m", dataset="d", output="o", select="best")
     assert set(by_model.inapplicable({"select", "max_doc_length"})) == {"select"}
-    assert "select" not in by_model.identity_settings()
+    assert "select" in by_model.unread()
     by_checkpoint = dataclasses.replace(by_model, model="", checkpoint="c")
     assert by_checkpoint.inapplicable({"select"}) == {}
     fingerprints = {

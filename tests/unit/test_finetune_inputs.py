@@ -118,7 +118,7 @@ def test_identity_ignores_settings_that_do_not_change_the_result() -> None:
     assert changed.differences(base.identity("finetune", inputs)) == ["optim.lr: 2e-05 → 0.0001"]
     # dropout streams per rank
     workers = base.with_overrides(["resources.workers=1"]).identity("finetune", inputs)
-    assert workers.differences(base.identity("finetune", inputs)) == ["workers: 2 → 1"]
+    assert workers.differences(base.identity("finetune", inputs)) == ["resources.workers: 2 → 1"]
     other_model = base.identity("finetune", inputs | {"model": "sha256:other"})
     assert other_model.differences(base.identity("finetune", inputs)) == [
         "inputs.model: sha256:m → sha256:other"

@@ -1,14 +1,17 @@
-"""Every config key of every job either shapes the run's identity or is listed in that job's
-``NOT_IDENTITY``.
+"""A run's identity is its resolved config minus the operational keys (``NOT_IDENTITY``), its
+inputs and the format version.
 
-For the single jobs a key is in the identity when changing it changes the fingerprint; for
-``reproduce``, when changing it changes a planned stage's identity or what the demo's assets are
-built from. No key may do neither unless it is documented as not shaping a result, and every
-documented key must exist."""
+For the single jobs every key but the operational ones changes the fingerprint, and the fingerprint
+is the sha256 of the canonical JSON of those settings, the inputs and ``FORMAT_VERSION``; for
+``reproduce``, a key changes a planned stage's identity or what the demo's assets are built from.
+No key may do neither unless it is documented as not shaping a result, and every documented key
+must exist."""
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import typing
 from collections.abc import Mapping
 from pathlib import Path
@@ -17,13 +20,11 @@ from typing import Any, Literal
 import pytest
 
 from sembridge_ray.config import Config, ConfigError, dotted_keys, field_info
-from sembridge_ray.embed_init.methods import METHOD_NAMES, METHODS
-from sembridge_ray.identity import flatten
+from sembridge_ray.embed_init.methods import METHODS
+from sembridge_ray.identity import FORMAT_VERSION, RunIdentity, flatten
 from sembridge_ray.jobs import JOBS, PRESET_DIR, job_spec, load_preset_file
-from sembridge_ray.jobs.export import ExportConfig
-from sembridge_ray.jobs.finetune import FinetuneConfig
+from sembridge_ray.jobs.baselines import BM25Config, FusionConfig
 from sembridge_ray.jobs.init import InitConfig
-from sembridge_ray.jobs.malstm import MalstmConfig
 from sembridge_ray.jobs.reproduce import ReproduceConfig, parse_variant
 from sembridge_ray.reproduce import demo
 from sembridge_ray.reproduce.grid import XLING_ASSETS, Identities, plan
@@ -103,78 +104,120 @@ def _nested_copy(data: Any) -> Any:
     return {k: _nested_copy(v) for k, v in data.items()} if isinstance(data, Mapping) else data
 
 
-@pytest.mark.parametrize("job", [j for j in JOBS if j != "reproduce"])
-def test_every_key_of_a_job_is_in_its_identity_or_documented_as_not_shaping_it(job: str) -> None:
-    cls = job_spec(job).config
-    keys = dotted_keys(cls)
-    documented = cls.NOT_IDENTITY
-    assert [e for e in documented if not any(k == e or k.startswith(e + ".") for k in keys)] == []
-    variants: list[Config] = [cls()]
-    # some keys matter only to some methods, with position-aware bridging or SemBridge+'s options
-    if cls is InitConfig:
-        on = {
-            "position_aware": True,
-            "bridge_space": "abtt",
-            "fvt_weight": 0.5,
-            "lsq_ridge": 0.5,
-            "random_blend": 0.5,
-            "norm_scale": 1.5,
-            "confidence_gate": 0.5,
-            "confidence": "csls",
-        }
-        entmax = {"adaptive_support": "fixed"}  # only an α-entmax bridge has a support to adapt
-        variants = [
-            InitConfig.from_dict(
-                {
-                    "method": m,
-                    **{
-                        k: v
-                        for k, v in {
-                            **on,
-                            **(entmax if m in ("sembridge", "sembridge_plus") else {}),
-                        }.items()
-                        if k not in METHODS[m].recipe
-                    },
-                }
-            )
-            for m in METHOD_NAMES
-        ]
-        variants.append(InitConfig().with_settings(alpha=1.0))  # the softmax's candidate cut
-    # the context vectors' keys with minilm-context only, oov_std with a word2vec file
-    if cls is MalstmConfig:
-        variants += [
-            MalstmConfig.from_dict({"vectors": {"source": "minilm-context"}}),
-            MalstmConfig.from_dict({"vectors": {"source": "word2vec:/x.bin"}}),
-        ]
-    # the embedding-only warm-up's keys are recorded only when it is on, eval_* with eval,
-    if cls is FinetuneConfig:
-        # the ranking loss when it is not InfoNCE
-        variants.append(
-            FinetuneConfig.from_dict(
-                {
-                    "optim": {"embedding_warmup_steps": 3},
-                    "eval": "dev",
-                    "loss": {"ranking": "infonce_symmetric"},
-                }
-            )
-        )
-        # eval_at replaces eval_every where it is set
-        variants.append(FinetuneConfig.from_dict({"eval": "dev", "eval_at": [0, 2]}))
-    # the parity's settings with a target; --select with a checkpoint
-    if cls is ExportConfig:
-        variants.append(ExportConfig(target="qdrant", checkpoint="c"))
-    shaping = {k for cfg in variants for k in cfg.identity_settings()}
-    recorded = cls.IDENTITY_NAMES  # renamed keys keep the names identities were recorded under
-    missing = [k for k in keys if recorded.get(k, k) not in shaping and not exempt(k, documented)]
-    assert missing == [], f"{job}: keys neither in the identity nor in NOT_IDENTITY: {missing}"
-    for key, tp in leaf_types(cls).items():  # a key in the identity really moves the fingerprint
-        if exempt(key, documented) or recorded.get(key, key) not in shaping:
-            continue
-        base = next(cfg for cfg in variants if recorded.get(key, key) in cfg.identity_settings())
+def bases(cls: type[Config]) -> list[Config]:
+    """The default config, then configs where a key refused at its default may change (``figures``
+    needs ``dry_run``, ``bias_text`` needs ``bias: frequency``, ...)."""
+    extra: dict[type, list[dict[str, Any]]] = {
+        InitConfig: [{"dry_run": True}, {"bias": "frequency", "bias_text": "t.txt"}],
+        ReproduceConfig: [{"dry_run": True}],
+    }
+    return [cls(), *(cls.from_dict(e) for e in extra.get(cls, []))]
+
+
+def changed_config(cls: type[Config], key: str, tp: Any) -> tuple[Config, Config] | None:
+    """(a base config, the same with ``key`` perturbed to a value its checks accept); None when no
+    base accepts another value (``init.grid``, which is gone)."""
+    for base in bases(cls):
         data = _nested_copy(base.to_dict())
-        value = flatten(data)[key]
-        changed = first_valid(cls, data, key, perturbations(value, tp, key))
-        assert changed.identity(job, {}).fingerprint != base.identity(job, {}).fingerprint, key
+        try:
+            return base, first_valid(cls, data, key, perturbations(flatten(data)[key], tp, key))
+        except AssertionError:
+            continue
+    return None
+
+
+CONFIGS: dict[str, type[Config]] = {
+    **{j: job_spec(j).config for j in JOBS},
+    "bm25": BM25Config,
+    "fusion": FusionConfig,
+}
+"""Every config a run's identity is made of: the jobs' and the baselines' (``reproduce``'s stages
+are the jobs')."""
+
+
+@pytest.mark.parametrize("job", [j for j in CONFIGS if j != "reproduce"])
+def test_every_key_but_the_operational_ones_moves_the_fingerprint(job: str) -> None:
+    """The identity is the resolved config minus its operational section (``NOT_IDENTITY``): every
+    other key moves the fingerprint, whether or not these settings read it; an operational one
+    changes nothing."""
+    cls = CONFIGS[job]
+    keys = dotted_keys(cls)
+    operational = cls.NOT_IDENTITY
+    assert [e for e in operational if not any(k == e or k.startswith(e + ".") for k in keys)] == []
+    wrong = []
+    for key, tp in leaf_types(cls).items():
+        found = changed_config(cls, key, tp)
+        if found is None:
+            # only an operational key may be unchangeable
+            assert exempt(key, operational), key
+            continue
+        base, changed = found
+        moved = changed.identity(job, {}).fingerprint != base.identity(job, {}).fingerprint
+        if moved == exempt(key, operational):
+            wrong.append(key)
+    assert wrong == [], f"{job}: keys whose effect on the identity is not their section's: {wrong}"
+
+
+def plain_flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    """The config as dotted keys, written apart from the code under test."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(value):
+            out |= plain_flatten(getattr(value, f.name), f"{prefix}{f.name}.")
+        return out
+    return {prefix[:-1]: list(value) if isinstance(value, tuple) else value}
+
+
+@pytest.mark.parametrize("job", CONFIGS)
+def test_the_fingerprint_is_the_sha256_of_the_canonical_settings_inputs_and_version(
+    job: str,
+) -> None:
+    cls = CONFIGS[job]
+    cfg = cls()
+    inputs = {"model": "sha256:0123", "data": "hub:dataset:x/y@abc"}
+    settings = {k: v for k, v in plain_flatten(cfg).items() if not exempt(k, cls.NOT_IDENTITY)}
+    payload = {
+        "format_version": FORMAT_VERSION,
+        "job": job,
+        "settings": settings,
+        "inputs": inputs,
+    }
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    identity = cfg.identity(job, inputs)
+    assert identity.settings == settings and identity.format_version == FORMAT_VERSION
+    assert identity.fingerprint == hashlib.sha256(text.encode("utf-8")).hexdigest()[:24]
+    record = identity.to_dict()
+    assert record["format_version"] == FORMAT_VERSION
+    assert record["fingerprint"] == identity.fingerprint
+    assert RunIdentity.from_dict(json.loads(json.dumps(record))) == identity
+
+
+RECORDED_KEYS = {
+    1: {
+        "init": "f733fd77f7bffedd",
+        "finetune": "2c86cb9dfd889ee4",
+        "evaluate": "890af07e0e52169f",
+        "malstm": "96f46bafca898cd8",
+        "reproduce": "b5a70c242ced7309",
+        "export": "fddb91d14e1b9cf3",
+        "bm25": "608464164f388f3d",
+        "fusion": "9b259b2cefc266b0",
+    }
+}
+"""Per identity format version: each config's recorded keys (a digest of their sorted names)."""
+
+
+@pytest.mark.parametrize("job", CONFIGS)
+def test_a_change_of_the_recorded_keys_bumps_the_format_version(job: str) -> None:
+    """A key added, renamed or dropped (or moved in or out of ``NOT_IDENTITY``) changes what every
+    identity records: bump ``FORMAT_VERSION`` and record the new digests here under it, so that
+    older outputs are refused, naming both versions, instead of compared key by key."""
+    keys = sorted(CONFIGS[job]().identity(job, {}).settings)
+    digest = hashlib.sha256(json.dumps(keys, separators=(",", ":")).encode()).hexdigest()[:16]
+    assert digest == RECORDED_KEYS.get(FORMAT_VERSION, {}).get(job), (
+        f"{job}: the recorded keys changed (digest {digest}): bump FORMAT_VERSION "
+        f"(sembridge_ray/identity.py) to {FORMAT_VERSION + 1} and add its digests to RECORDED_KEYS"
+    )
 
 
 def first_valid(cls: type[Config], data: dict[str, Any], key: str, values: list[Any]) -> Config:
@@ -227,23 +270,15 @@ def test_every_key_of_the_reproduction_reaches_a_stage_identity_or_is_documented
     keys = dotted_keys(ReproduceConfig)
     assert [e for e in documented if not any(k == e or k.startswith(e + ".") for k in keys)] == []
     before = stage_fingerprints(base, files)
-    planned = plan(
-        base, 0.0, files=files, identify=Identities(compute=lambda kind, name: f"{kind}:{name}")
-    )
     inert = []
     for key, tp in leaf_types(ReproduceConfig).items():
         section, _, name = key.partition(".")
         if key == "preset" or exempt(key, documented):
             continue
-        if section in ("init", "finetune", "evaluate"):
-            stages = [s for _, s in planned.all_stages() if s.job == section]
-            if exempt(name, type(getattr(base, section)).NOT_IDENTITY):
-                continue  # the stage job's own documented exemptions (resources, caches, ...)
-            renamed = type(getattr(base, section)).IDENTITY_NAMES.get(name, name)
-            if stages and all(renamed not in s.cfg.identity_settings() for s in stages):
-                # every planned stage's job declares it unused (e.g. WECHSEL's settings in a
-                # sembridge grid)
-                continue
+        if section in ("init", "finetune", "evaluate") and exempt(
+            name, type(getattr(base, section)).NOT_IDENTITY
+        ):
+            continue  # the stage job's own documented exemptions (resources, caches, ...)
         if base.preset == "paper" and section == "demo":
             # the miniature's settings do nothing on the hub's assets (DemoSettings says so)
             continue

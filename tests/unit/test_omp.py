@@ -285,12 +285,10 @@ def test_the_init_refuses_omp_without_anchors_or_with_convex_only_options(
 
 
 def test_omp_atoms_is_read_by_omp_only() -> None:
-    assert "omp_atoms" in InitConfig(method="omp").identity_settings()
-    assert (
-        InitConfig().with_settings(omp_atoms=3).identity_settings()
-        == InitConfig().identity_settings()
-    )
+    assert "weighting.omp_atoms" not in InitConfig(method="omp").unread()
+    assert "weighting.omp_atoms" in InitConfig().unread()
+    assert InitConfig().with_settings(omp_atoms=3).rule == InitConfig().rule
     assert (
         InitConfig().why_unused("omp_atoms") == "method sembridge does not read it; only omp does"
     )
-    assert "alpha" not in InitConfig(method="omp").identity_settings()
+    assert "weighting.alpha" in InitConfig(method="omp").unread()

@@ -10,13 +10,14 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from sembridge_ray import outputs
 from sembridge_ray.errors import InputError
-from sembridge_ray.identity import RunIdentity, file_digest, path_identity
+from sembridge_ray.identity import FORMAT_VERSION, RunIdentity, file_digest, path_identity
 from sembridge_ray.locks import LOCK, STALE_AFTER_S, OutputLock, OutputLocked, pid_namespace
 from sembridge_ray.outputs import (
     IDENTITY,
@@ -140,6 +141,34 @@ def test_other_settings_are_refused_naming_the_keys_and_leaving_the_output_untou
     )
     assert "\n" not in message
     assert snapshot(out) == before and is_complete(out)
+
+
+@pytest.mark.parametrize("old_version", [None, FORMAT_VERSION - 1, FORMAT_VERSION + 1])
+def test_an_identity_of_another_format_version_is_refused_in_one_line_and_overwrite_replaces_it(
+    tmp_path: Path, old_version: int | None
+) -> None:
+    """Identities of two formats are never compared key by key, even where the settings agree."""
+    old = RunIdentity(job="test", settings=ident().settings, inputs=ident().inputs)
+    out = finished(tmp_path / "out", replace(old, format_version=old_version))
+    recorded = json.loads((out / IDENTITY).read_text())
+    assert recorded.get("format_version") == old_version
+    before = snapshot(out)
+    with pytest.raises(SettingsChanged) as err, claim_output(out, ident()):
+        pytest.fail("must not run")
+    was = "no format version" if old_version is None else f"format version {old_version}"
+    assert isinstance(err.value, InputError) and str(err.value) == (
+        f"output {out} holds a finished run that this version cannot compare (its identity.json has "
+        f"{was}, this version records format version {FORMAT_VERSION}); rerun with --overwrite to "
+        "replace it, or choose another output"
+    )
+    assert snapshot(out) == before and is_complete(out)
+    with claim_output(out, ident(), overwrite=True) as claim:
+        assert claim.staged and not claim.done
+        atomic_write_text(claim.path / "result.txt", "new")
+        claim.finish()
+    assert json.loads((out / IDENTITY).read_text())["format_version"] == FORMAT_VERSION
+    with claim_output(out, ident()) as claim:
+        assert claim.done
 
 
 def test_overwrite_builds_beside_the_old_output_and_swaps_only_once_complete(

@@ -236,13 +236,11 @@ def test_options_off_are_the_released_rule(fixtures_root: Path, tmp_path: Path) 
         fixtures_root, tmp_path / "off", bridge_space="raw", fvt_weight=0.0, bridge_components=7
     )
     assert all(released[k].equal(off[k]) for k in released)
+    assert "weighting.fvt_weight" not in InitConfig().unread()
+    assert "weighting.bridge_components" in InitConfig().unread()
     assert (
-        InitConfig().with_settings(fvt_weight=0.0).identity_settings()
-        == InitConfig().identity_settings()
-    )
-    assert "fvt_weight" in InitConfig().with_settings(fvt_weight=0.5).identity_settings()
-    assert (
-        "bridge_components" in InitConfig().with_settings(bridge_space="abtt").identity_settings()
+        "weighting.bridge_components"
+        not in InitConfig().with_settings(bridge_space="abtt").unread()
     )
 
 
@@ -267,7 +265,10 @@ def test_the_sembridge_plus_recipe_is_applied_and_refuses_a_conflict() -> None:
     assert SEMBRIDGE_PLUS[key] != conflicts[key]
     with pytest.raises(ConfigError, match=f"{key}=.*method sembridge_plus fixes it"):
         InitConfig().with_settings(method="sembridge_plus", **{key: conflicts[key]})
-    assert InitConfig(method="sembridge_plus").identity_settings()["method"] == "sembridge_plus"
+    assert (
+        InitConfig(method="sembridge_plus").identity("init", {}).settings["method"]
+        == "sembridge_plus"
+    )
 
 
 def test_sembridge_plus_is_the_released_rule_with_its_recipe_and_records_it(
@@ -420,7 +421,7 @@ def test_the_frequency_bias_through_the_init(fixtures_root: Path, tmp_path: Path
     assert result.report["bias"] == "frequency"  # type: ignore[attr-defined]
 
 
-def test_the_new_options_are_checked_and_recorded_only_when_on() -> None:
+def test_the_new_options_are_checked_and_read_only_when_on() -> None:
     with pytest.raises(
         ConfigError,
         match="adaptive_support='fvt': needs method sembridge or sembridge_plus with alpha",
@@ -429,12 +430,18 @@ def test_the_new_options_are_checked_and_recorded_only_when_on() -> None:
     # a grid's global option leaves the methods it does not apply to as they were
     wechsel = InitConfig().with_settings(method="wechsel", adaptive_support="fvt")
     assert wechsel.rule.adaptive_support == "off"
-    assert wechsel.identity_settings() == InitConfig(method="wechsel").identity_settings()
+    assert wechsel.rule == InitConfig(method="wechsel").rule
     with pytest.raises(ConfigError, match="bias_text"):
         InitConfig(bias="frequency")
     with pytest.raises(ConfigError, match="random_blend"):
         InitConfig().with_settings(random_blend=1.5)
-    base = InitConfig().identity_settings()
-    assert InitConfig().with_settings(support_size=5, random_blend=0.0).identity_settings() == base
-    on = InitConfig().with_settings(adaptive_support="fvt", random_blend=0.25).identity_settings()
-    assert {on[k] for k in ("adaptive_support", "support_size", "random_blend")} == {"fvt", 2, 0.25}
+    assert InitConfig().with_settings(support_size=5, random_blend=0.0).rule == InitConfig().rule
+    on = InitConfig().with_settings(adaptive_support="fvt", random_blend=0.25)
+    recorded = on.identity("init", {}).settings
+    assert {
+        recorded[f"weighting.{k}"] for k in ("adaptive_support", "support_size", "random_blend")
+    } == {
+        "fvt",
+        2,
+        0.25,
+    }

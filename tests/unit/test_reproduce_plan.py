@@ -516,7 +516,7 @@ def test_sembridge_plus_and_fvt_are_cells_of_the_grid_with_the_recipe_in_their_i
     ]
     plus_init, fvt_init, faithful = (i for i in inits if isinstance(i, InitConfig))
     assert all(getattr(plus_init.weighting, k) == v for k, v in SEMBRIDGE_PLUS.items())
-    assert plus_init.identity_settings() != faithful.identity_settings()
+    assert plus_init.identity("init", {}).settings != faithful.identity("init", {}).settings
     assert fvt_init.method == "fvt" and not fvt_init.weighting.position_aware
     with pytest.raises(ConfigError, match="position-aware already"):
         ReproduceConfig(methods=("sembridge_plus+pa",))
@@ -694,7 +694,7 @@ def test_the_dry_run_predicts_which_stages_a_run_would_refuse(
     planned = planned_identities(cfg)(cell)
     # one of other settings, one the same
     for stage, alpha in (("init", 2.0), ("miracl/zero_shot", None)):
-        settings = dict(planned[stage].settings) | ({"alpha": alpha} if alpha else {})
+        settings = dict(planned[stage].settings) | ({"weighting.alpha": alpha} if alpha else {})
         outputs[stage].mkdir(parents=True)
         recorded = RunIdentity(job=planned[stage].job, settings=settings)
         (outputs[stage] / IDENTITY).write_text(json.dumps(recorded.to_dict()))
@@ -708,13 +708,26 @@ def test_the_dry_run_predicts_which_stages_a_run_would_refuse(
         "miracl/finetune": "todo",
         "miracl/finetuned": "todo",
     }
-    assert row["refusals"] == {"init": "alpha: 2.0 → 4.0"}
+    assert row["refusals"] == {"init": "weighting.alpha: 2.0 → 4.0"}
     assert (plan["stages_done"], plan["stages_todo"], plan["stages_refused"]) == (1, 2, 1)
     assert reproduce.main(args) == 0
     table = capsys.readouterr().out
-    assert f"  {cell.name}/init: alpha: 2.0 → 4.0" in table and "1 refused" in table
+    assert f"  {cell.name}/init: weighting.alpha: 2.0 → 4.0" in table and "1 refused" in table
     assert reproduce.main([*args, "--json", "--overwrite"]) == 0
     assert json.loads(capsys.readouterr().out)["cells"][0]["stages"]["init"] == "todo"
+    # recorded in another identity format: refused whatever its settings, naming both versions
+    stage = "miracl/zero_shot"
+    older = replace(planned[stage], format_version=None)
+    (outputs[stage] / IDENTITY).write_text(json.dumps(older.to_dict()))
+    assert reproduce.main([*args, "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["cells"]
+    assert row["stages"][stage] == "refused"
+    assert row["refusals"][stage] == (
+        "its identity.json has no format version, this version records format version "
+        f"{planned[stage].format_version}"
+    )
+    assert reproduce.main([*args, "--json", "--overwrite"]) == 0
+    assert json.loads(capsys.readouterr().out)["cells"][0]["stages"][stage] == "todo"
 
 
 def test_the_cross_lingual_preset_plans_every_language_with_its_own_sets_and_the_controls(
@@ -880,7 +893,7 @@ def test_seeds_repeat_fine_tuning_and_only_the_random_init_and_nothing_else(
         stages = {s.name: s for s in planned.cells[cell]}
         for name in ("init", "xquad/finetune") if cell.endswith("random") else ("xquad/finetune",):
             first, second = stages[name], stages[f"seed-1/{name}"]
-            a, b = first.cfg.identity_settings(), second.cfg.identity_settings()
+            a, b = (s.cfg.identity(s.job, {}).settings for s in (first, second))
             assert {k for k in a if a[k] != b.get(k)} == {"seed"}, name
             assert first.output != second.output and first.identity != second.identity
         # the seed-1 fine-tuning starts from its own seed's init

@@ -25,12 +25,8 @@ import ray
 
 from sembridge_ray import progress
 from sembridge_ray.config import write_config
-from sembridge_ray.distributed import cluster
-from sembridge_ray.distributed.evaluate import run_evaluate
-from sembridge_ray.distributed.finetune import run_finetune
-from sembridge_ray.distributed.init import run_init
+from sembridge_ray.distributed import cluster, registry
 from sembridge_ray.errors import InputError
-from sembridge_ray.jobs.baselines import run_bm25, run_fusion
 from sembridge_ray.jobs.reproduce import CellOutcome, ReproduceConfig, ReproduceResult
 from sembridge_ray.locks import OutputLock
 from sembridge_ray.outputs import (
@@ -93,16 +89,9 @@ skipped; ``benchmarks/grid_time.py`` reads where a grid's time went."""
 def run_stage(stage: Stage, cell: str = "", root: Path | None = None) -> None:
     """Run one stage (skipped when finished); with ``root``, its wall time is appended to
     ``root/timings.jsonl``."""
-    runner = {
-        "init": run_init,
-        "finetune": run_finetune,
-        "evaluate": run_evaluate,
-        "bm25": run_bm25,
-        "fusion": run_fusion,
-    }[stage.job]
     start = time.perf_counter()
     with progress.stage(log, f"{cell + '/' if cell else ''}{stage.name}") as note:
-        result = runner(stage.cfg, stage.inputs)  # type: ignore[operator]
+        result = registry.run(stage.job, stage.cfg, stage.inputs)
         note["status"] = "skipped (finished before)" if result.skipped else "done"
     if root is not None:
         line = {

@@ -77,7 +77,7 @@ def fit(
     raise AssertionError("unreachable")
 
 
-def _raise_unless_retried(err: ray.train.TrainingFailedError, storage: str, last: bool) -> None:
+def _raise_unless_retried(err: Exception, storage: str, last: bool) -> None:
     """Raise ``err`` unless a restart may cure it: not after the ``last`` attempt, nor for an error
     of the input or the environment (one about the storage, which names no file, as an
     :class:`OSError` on ``storage``)."""

@@ -244,7 +244,7 @@ GLUE = (
 """The rooms of the maths and of the glue (the command line, configs, the contracts and Ray-free runs,
 the run contract, publishing, the Ray drivers and the export targets); the rest (reproduce's tables
 and statistics, bundled models, tokenizers, small utilities) counts in neither."""
-_JOBS = ("init", "finetune", "evaluate", "export", "malstm", "reproduce", "checkpoint_export")
+_JOBS = ("init", "finetune", "evaluate", "export", "malstm", "reproduce")
 DRIVERS = tuple(f"{PACKAGE}.distributed.{job}" for job in _JOBS)
 """The modules that run a job (a recipe's run counts too: ``sembridge_ray.recipes.<job>.run``). One
 never imports another: a step two jobs share lives in the room both use."""

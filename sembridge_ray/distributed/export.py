@@ -1,5 +1,5 @@
 """Ray side of ``jobs.export``: a checkpoint as a SparseEncoder directory (``--target
-sentence-transformers``, :func:`sembridge_ray.distributed.finetune.run_export`), or a model exported
+sentence-transformers``, :func:`sembridge_ray.distributed.final_model.checkpoint_model`), or a model exported
 to a target and checked there.
 
     run_export(cfg) -> ExportResult
@@ -30,9 +30,8 @@ from sembridge_ray.data.registry import load_retrieval
 from sembridge_ray.data.retrieval import RetrievalData
 from sembridge_ray.data.schema import ID
 from sembridge_ray.distributed import cluster
-from sembridge_ray.distributed.checkpoint_export import checkpoint_model
-from sembridge_ray.distributed.checkpoint_export import run_export as run_checkpoint_export
 from sembridge_ray.distributed.encode import corpus_key, encode_corpus, encode_queries
+from sembridge_ray.distributed.final_model import checkpoint_model
 from sembridge_ray.errors import InputError
 from sembridge_ray.export.base import (
     ExportJob,
@@ -64,8 +63,9 @@ REPORT = "export_report.json"
 
 def run_export(cfg: ExportConfig) -> ExportResult:
     cfg.require_inputs()
-    if cfg.target == MODEL_DIRECTORY:
-        return run_checkpoint_export(cfg)
+    if cfg.target == MODEL_DIRECTORY:  # the checkpoint as the SparseEncoder directory it publishes
+        out = Path(cfg.output)
+        return checkpoint_model(cfg, new_output=out)(out)
     return run_target_export(cfg)
 
 

@@ -17,8 +17,8 @@ import pytest
 import ray.train
 
 from sembridge_ray.distributed import cluster
-from sembridge_ray.distributed.checkpoint_export import run_export
 from sembridge_ray.distributed.evaluate import run_evaluate
+from sembridge_ray.distributed.export import run_export
 from sembridge_ray.distributed.finetune import run_finetune
 from sembridge_ray.distributed.train_run import trainer
 from sembridge_ray.distributed.train_worker import Evaluation

@@ -75,6 +75,7 @@ build_bridge_cache() {
   for old in "$ROOT"/sembridge_ray/resources/bridge_cache/*/; do
     if [ -d "$old" ] && [ ! -e "$cache/$(basename "$old")" ]; then mv "$old" "$cache/"; fi
   done
+  rmdir "$ROOT/sembridge_ray/resources/bridge_cache" 2>/dev/null || true
   compgen -G "$cache/*/vectors-*.parquet" >/dev/null && return 0
   echo "[local.sh] building the bundled vocabularies' bridge vectors (once per checkout, about 1 min)"
   (cd "$ROOT" && "$VENV/bin/python" scripts/bridge_cache.py) \

@@ -60,9 +60,10 @@ def test_the_wheel_of_sembridge_ray_leaves_the_assets_out() -> None:
     assert not [p for p in data if "**" in p or p.startswith(("resources/data", "resources/tok"))]
     kept = [p for p in data if p.startswith("resources/")]
     assert all((REPO / "sembridge_ray" / p).is_file() for p in kept)
-    assert sorted(p.name for p in (REPO / "sembridge_ray" / "resources").iterdir()) == [
+    folder = REPO / "sembridge_ray" / "resources"
+    files = [p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    assert sorted(p.name for p in files) == [
         "__init__.py",
-        *(("__pycache__",) if (REPO / "sembridge_ray/resources/__pycache__").exists() else ()),
         "model_card_template.md",
         "ray_data_logging.yaml",
     ]

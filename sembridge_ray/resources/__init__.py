@@ -9,7 +9,7 @@ install it (an :class:`~sembridge_ray.errors.InputError`, exit 2)."""
 
 from __future__ import annotations
 
-from importlib import resources
+import importlib.resources
 from pathlib import Path
 
 from sembridge_ray.errors import InputError
@@ -26,7 +26,7 @@ def assets_root() -> Path | None:
     """The ``sembridge_ray_assets`` package's folder: installed, else beside this package in a
     checkout; None when neither is there."""
     try:
-        root = resources.files(PACKAGE)
+        root = importlib.resources.files(PACKAGE)
     except ModuleNotFoundError:
         root = None
     if isinstance(root, Path):

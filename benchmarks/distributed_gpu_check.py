@@ -284,9 +284,9 @@ def stage_line(
 def retrieval_set(check: CheckConfig, root: Path) -> Path:
     """The SICK retrieval set (BEIR layout: test qrels to evaluate, train qrels to fine-tune)."""
     from sembridge_ray.data.sick import write_sick_beir
-    from sembridge_ray.resources import SICK_DIR
+    from sembridge_ray.resources import sick_dir
 
-    return write_sick_beir(SICK_DIR, root / "sick", limit=check.pairs)
+    return write_sick_beir(sick_dir(), root / "sick", limit=check.pairs)
 
 
 def fresh(path: Path) -> Path:

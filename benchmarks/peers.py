@@ -97,9 +97,9 @@ def long_texts(count: int, per_text: int, side: str = "a") -> list[str]:
     """``count`` texts of ``per_text`` consecutive SICK sentences each (long enough to fill the max
     length)."""
     from sembridge_ray.data.sick import read_sick_split
-    from sembridge_ray.resources import SICK_DIR
+    from sembridge_ray.resources import sick_dir
 
-    pairs = read_sick_split(SICK_DIR, "train")
+    pairs = read_sick_split(sick_dir(), "train")
     sents = [p.a if side == "a" else p.b for p in pairs]
     return [
         " ".join(sents[(i * per_text + j) % len(sents)] for j in range(per_text))
@@ -217,9 +217,9 @@ def train_peer(case: TrainCase) -> StepTimes:
 def sick_texts(count: int) -> list[str]:
     """``count`` SICK sentences (A and B sides of the train split, in file order)."""
     from sembridge_ray.data.sick import read_sick_split
-    from sembridge_ray.resources import SICK_DIR
+    from sembridge_ray.resources import sick_dir
 
-    pairs = read_sick_split(SICK_DIR, "train")
+    pairs = read_sick_split(sick_dir(), "train")
     return [s for p in pairs for s in (p.a, p.b)][:count]
 
 

@@ -26,7 +26,7 @@ from sembridge_ray.data.sick import read_sick_split
 from sembridge_ray.data.stream import StreamInfo, materialise_stream
 from sembridge_ray.jobs.finetune import FinetuneConfig, OptimConfig
 from sembridge_ray.placement import ResourceConfig
-from sembridge_ray.resources import SICK_DIR
+from sembridge_ray.resources import sick_dir
 from sembridge_ray.sparse import loop
 from sembridge_ray.sparse.model import SpladeEncoder, load_mlm, load_tokenizer, save_sparse_encoder
 
@@ -61,7 +61,7 @@ def bench_model(out: Path, tokenizer_dir: Path, hidden: int = 256, layers: int =
 
 
 def sick_pairs(out: Path) -> Path:
-    pairs = read_sick_split(SICK_DIR, "train")
+    pairs = read_sick_split(sick_dir(), "train")
     pq.write_table(pa.table({QUERY: [p.a for p in pairs], POSITIVE: [p.b for p in pairs]}), out)
     return out
 

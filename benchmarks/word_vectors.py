@@ -25,7 +25,7 @@ from scipy import stats
 from sembridge_ray.cli import parse_config
 from sembridge_ray.jobs.malstm import MalstmConfig
 from sembridge_ray.logs import setup_logging
-from sembridge_ray.resources import SICK_DIR, STS_DIR
+from sembridge_ray.resources import sick_dir, sts_dir
 from sembridge_ray.siamese.data import read_sick_training, split_validation, tokenize_pairs
 from sembridge_ray.siamese.prepare import load_thesaurus, lookup_vectors, retrofit_found
 
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging("INFO")
     cfg, _ = parse_config(MalstmConfig, argv, job="malstm", default_preset="paper")
     train, val = split_validation(
-        read_sick_training(SICK_DIR), cfg.val_fraction, np.random.default_rng(cfg.data_seed)
+        read_sick_training(sick_dir()), cfg.val_fraction, np.random.default_rng(cfg.data_seed)
     )
     train_t, val_t = tokenize_pairs(train), tokenize_pairs(val)
     words = list(dict.fromkeys(t for p in train_t + val_t for t in (*p.a, *p.b)))
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     for source, layer, pooling in candidates:
         vcfg = replace(cfg.vectors, source=source, layer=layer, pooling=pooling)
         start = time.perf_counter()
-        found, build = lookup_vectors(vcfg, cfg.augment, words, SICK_DIR, STS_DIR)
+        found, build = lookup_vectors(vcfg, cfg.augment, words, sick_dir(), sts_dir())
         seconds = time.perf_counter() - start
         row = {
             "source": source,

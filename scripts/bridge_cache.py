@@ -1,6 +1,6 @@
 """Build the bridge vectors of every bundled vocabulary once, at set-up (``cluster/local.sh``):
 
-- the vectors the package ships (``sembridge_ray/resources/bridge_cache``): the bundled MiniLM
+- the vectors the assets ship (``assets/sembridge_ray_assets/bridge_cache``): the bundled MiniLM
   bridge's vectors of the bundled source vocabulary (MiniLM's WordPiece, the ``minilm-splade``
   source) and of the bundled byte-level BPE target (``sick-bpe``, 8,000 pieces), so the quick start
   and the demo do not encode 38,522 strings;
@@ -36,11 +36,12 @@ import pyarrow.parquet as pq
 from sembridge_ray import bundled, cache
 from sembridge_ray.embed_init.bridge import VECTOR, _stored_vectors, cached_vectors
 from sembridge_ray.embed_init.pipeline import Stages, bridge_side, in_process_stages
+from sembridge_ray.errors import InputError
 from sembridge_ray.jobs.init import InitConfig
 from sembridge_ray.jobs.reproduce import DemoSettings
 from sembridge_ray.languages import CODES
 from sembridge_ray.progress import Progress
-from sembridge_ray.resources import BRIDGE_CACHE_DIR
+from sembridge_ray.resources import asset
 from sembridge_ray.sparse.model import load_tokenizer
 
 PART_ROWS = 6000
@@ -58,7 +59,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--cache-dir", default=InitConfig().cache_dir, help="the init job's cache (read or filled)"
     )
-    parser.add_argument("--out", type=Path, default=BRIDGE_CACHE_DIR)
+    parser.add_argument("--out", type=Path, help="default: the assets' bridge_cache/")
     parser.add_argument(
         "--xling",
         action="store_true",
@@ -72,7 +73,11 @@ def main(argv: list[str] | None = None) -> None:
         targets = tuple(f"tok-{lang}" for lang in CODES)
         xling(Path(args.cache_dir), targets, bridge_model="minilm")
     else:
-        shipped(Path(args.cache_dir), Path(args.out))
+        try:
+            out = args.out or asset("bridge_cache")
+        except InputError as err:
+            parser.exit(2, f"error: {err}\n")
+        shipped(Path(args.cache_dir), Path(out))
 
 
 def counted(stages: Stages, batch_size: int, what: str) -> Callable[[pa.Table], np.ndarray]:

@@ -81,10 +81,10 @@ def bundled_text() -> list[str]:
     pair)."""
     from sembridge_ray.data.sick import read_sick_split
     from sembridge_ray.data.sts import read_sts, sts_files
-    from sembridge_ray.resources import SICK_DIR, STS_DIR
+    from sembridge_ray.resources import sick_dir, sts_dir
 
-    sick = read_sick_split(SICK_DIR, "train") + read_sick_split(SICK_DIR, "trial")
-    sts = [p for f in sts_files(STS_DIR, [2012, 2013]) for p in read_sts(f)]
+    sick = read_sick_split(sick_dir(), "train") + read_sick_split(sick_dir(), "trial")
+    sts = [p for f in sts_files(sts_dir(), [2012, 2013]) for p in read_sts(f)]
     return [s for p in (*sick, *sts) for s in (p.a, p.b)]
 
 
@@ -116,9 +116,9 @@ def build_sick_bpe(out: Path, vocab_size: int = BPE_VOCAB) -> Path:
 
 def build_sick_beir(out: Path, test_pairs: int | None = None) -> Path:
     from sembridge_ray.data.sick import write_sick_beir
-    from sembridge_ray.resources import SICK_DIR
+    from sembridge_ray.resources import sick_dir
 
-    return write_sick_beir(SICK_DIR, Path(out), limit=test_pairs)
+    return write_sick_beir(sick_dir(), Path(out), limit=test_pairs)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -30,7 +30,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, cast
 
-from sembridge_ray import __version__, catalog
+from sembridge_ray import __version__, catalog, resources
 from sembridge_ray.atomic import TMP_PREFIX, atomic_write_json, atomic_write_text, remove
 from sembridge_ray.embed_init.config import ENTMAX_BRIDGES
 from sembridge_ray.languages import english_name
@@ -55,7 +55,6 @@ from sembridge_ray.provenance import (
     read_provenance,
     scores_file,
 )
-from sembridge_ray.resources import DATA_DIR
 from sembridge_ray.sparse.config import RANKING_LABELS
 from sembridge_ray.sparse.convergence import query_collapse
 
@@ -64,7 +63,7 @@ CARD = "README.md"
 LICENCE_NAME = "terms-of-the-inputs"
 """``license_name`` of a card whose ``license`` is ``other`` (its ``license_link``: the card's
 licence section)."""
-TEMPLATE = DATA_DIR.parent / "model_card_template.md"
+TEMPLATE = Path(resources.__file__).resolve().parent / "model_card_template.md"
 PRIMARY, SHOWN_METRICS = "nDCG@10", ("nDCG@10", "RR@10", "R@100")
 LOCK_WAIT_S = 10.0
 """How long :func:`record_evaluation` waits for the output's lock (another evaluation holds it for a

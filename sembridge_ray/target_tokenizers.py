@@ -1,4 +1,4 @@
-"""Target-language tokenizers the package carries (``resources/tokenizers/<lang>/``, with their
+"""Target-language tokenizers the package carries (the assets' ``tokenizers/<lang>/``, with their
 licences) or builds (Russian), each written as a directory that ``transformers.AutoTokenizer``
 loads, with the five roles a SPLADE transfer maps (cls, sep, pad, mask, unk) and cls/sep added
 around every sequence.
@@ -28,9 +28,8 @@ from typing import Any
 from sembridge_ray import languages
 from sembridge_ray.atomic import atomic_path
 from sembridge_ray.errors import InputError
-from sembridge_ray.resources import DATA_DIR
+from sembridge_ray.resources import asset
 
-TOKENIZERS_DIR = DATA_DIR.parent / "tokenizers"
 SPLADE_ROLES = ("cls", "sep", "pad", "mask", "unk")
 MAX_LENGTH = 512
 UNIGRAM_ROLES = {
@@ -97,7 +96,7 @@ def require_vocabulary(tokenizer: Any, name: str) -> None:
 def bundled_wordpiece(language: str) -> Any:
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(str(TOKENIZERS_DIR / language))
+    return AutoTokenizer.from_pretrained(str(asset(f"tokenizers/{language}")))
 
 
 def arabic_tokenizer(language: str = "ar") -> Any:
@@ -122,7 +121,7 @@ def bundled_unigram(language: str) -> Any:
     """The bundled Unigram ``tokenizer.json`` of ``language`` (hi), with XLM-R's roles."""
     from tokenizers import Tokenizer
 
-    path = TOKENIZERS_DIR / language / "tokenizer.json"
+    path = asset(f"tokenizers/{language}/tokenizer.json")
     return unigram_with_roles(Tokenizer.from_file(str(path)))
 
 
@@ -149,7 +148,7 @@ def unigram_with_roles(tokenizer: Any) -> Any:
 
 def xquad_ru() -> Path:
     """The bundled XQuAD-ru, else the copy beside the checkout."""
-    bundled = DATA_DIR / XQUAD_RU
+    bundled = asset("data") / XQUAD_RU
     shared = Path(__file__).resolve().parents[2] / "shared" / "data" / XQUAD_RU
     for path in (bundled, shared):
         if path.is_file():
@@ -250,7 +249,7 @@ def licence_files(language: str) -> list[Path]:
     from sembridge_ray.bridges import me5_sources
 
     trimmed = languages.language(language).bundled.recipe == "me5-trimmed"
-    folder = me5_sources()[1].parent if trimmed else TOKENIZERS_DIR / language
+    folder = me5_sources()[1].parent if trimmed else asset(f"tokenizers/{language}")
     return [folder / name for name in _LICENCE_FILES if (folder / name).is_file()]
 
 

@@ -56,7 +56,7 @@ from sembridge_ray.bundled import ROBERTA_SPECIALS, byte_bpe_tokenizer
 from sembridge_ray.data.sick import read_sick_split
 from sembridge_ray.data.sts import read_sts, sts_files
 from sembridge_ray.outputs import atomic_path
-from sembridge_ray.resources import SICK_DIR, STS_DIR
+from sembridge_ray.resources import sick_dir, sts_dir
 from sembridge_ray.sparse.model import save_sparse_encoder
 
 log = logging.getLogger(__name__)
@@ -71,13 +71,13 @@ TINY: dict[str, Any] = {
 
 def source_text() -> list[str]:
     """English source-side text: the bundled SICK training sentences (9,000)."""
-    pairs = read_sick_split(SICK_DIR, "train")
+    pairs = read_sick_split(sick_dir(), "train")
     return [p.a for p in pairs] + [p.b for p in pairs]
 
 
 def target_text() -> list[str]:
     """Target-side text: the bundled STS 2012 sentences (cased, punctuated, other domains)."""
-    pairs = [p for f in sts_files(STS_DIR, [2012]) for p in read_sts(f)]
+    pairs = [p for f in sts_files(sts_dir(), [2012]) for p in read_sts(f)]
     return [p.a for p in pairs] + [p.b for p in pairs]
 
 

@@ -74,10 +74,10 @@ def sick_beir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     ``train`` (SICK train), ``dev`` (SICK trial: ``eval=<it>`` with ``eval_split=dev`` in
     fine-tuning tests) and ``test``."""
     from sembridge_ray.data.sick import write_sick_beir
-    from sembridge_ray.resources import SICK_DIR
+    from sembridge_ray.resources import sick_dir
 
     out = tmp_path_factory.mktemp("sick") / "beir"
-    return write_sick_beir(SICK_DIR, out, limit=400, splits=("train", "dev", "test"))
+    return write_sick_beir(sick_dir(), out, limit=400, splits=("train", "dev", "test"))
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,7 @@ text):
     PYTHONPATH=. python scripts/sembridge_plus/heldout_tokenizers.py --data DATA --out /tmp/heldout
 
 ``DATA`` holds ``wordnet/nltk_data`` (nltk's ``wordnet`` corpus) and ``sts/<year>/*.tsv`` (the
-package's own ``sembridge_ray/resources/data/sts`` has that layout).
+package's own ``assets/sembridge_ray_assets/data/sts`` has that layout).
 
 writes ``OUT/en-unigram`` and ``OUT/en-spbpe`` (``tokenizer.json`` + the transformers files),
 deterministic for the same data. Their licences are the training text's: WordNet 3.0's licence and

@@ -39,7 +39,7 @@ from sembridge_ray.data.retrieval import CORPUS_SCHEMA, Corpus, Qrels, Retrieval
 from sembridge_ray.data.schema import ID, TEXT
 from sembridge_ray.errors import InputError
 from sembridge_ray.languages import bundled_in
-from sembridge_ray.resources import ARCD_DIR, CMRC2018_DIR, KORQUAD_DIR, XQUAD_DIR
+from sembridge_ray.resources import asset
 
 SPLITS = ("train", "dev", "test")
 # A boundary: whitespace after . ! ? (so "3.14" and "U.S.A" stay whole), or right after a CJK,
@@ -211,9 +211,9 @@ class SquadSource:
     """The languages it reads from a directory; None: any (an XQuAD-format
     ``<dir>/xquad.<lang>.json``)."""
     bundled_languages: tuple[str, ...]
-    bundled: Path
-    """The bundled directory (``resources/data/<source>``; its README and licence notice beside the
-    files)."""
+    bundled: str
+    """The bundled directory, an asset name (``data/<source>``: :func:`sembridge_ray.resources.asset`;
+    its README and licence notice beside the files)."""
     file_names: Callable[[str], tuple[str, ...]]
     """The files read for a language, in order, under ``bundled`` or the directory given."""
     split_rule: Callable[[int], dict[str, range]]
@@ -240,7 +240,7 @@ class SquadSource:
                     f"{self.name}: no bundled {lang!r} file (bundled: {', '.join(self.bundled_languages)}; a "
                     f"directory holding {', '.join(self.file_names(lang))} can be given)"
                 )
-            return [self.bundled / f for f in self.file_names(lang)]
+            return [asset(self.bundled) / f for f in self.file_names(lang)]
         if not Path(root).is_dir():
             raise InputError(f"{self.name}: directory {root} not found")
         missing = [
@@ -316,7 +316,7 @@ SOURCES: Mapping[str, SquadSource] = {
         licence="CC BY-SA 4.0",
         languages=None,
         bundled_languages=("en", *bundled_in("xquad")),
-        bundled=XQUAD_DIR,
+        bundled="data/xquad",
         file_names=lambda lang: (f"xquad.{lang}.json",),
         split_rule=article_splits,
         mirror=True,
@@ -327,7 +327,7 @@ SOURCES: Mapping[str, SquadSource] = {
         licence="CC BY-ND 2.0 KR",
         languages=bundled_in("korquad"),
         bundled_languages=bundled_in("korquad"),
-        bundled=KORQUAD_DIR,
+        bundled="data/korquad",
         file_names=lambda lang: ("KorQuAD_v1.0_dev.json",),
         split_rule=article_splits,
         mirror=True,
@@ -338,7 +338,7 @@ SOURCES: Mapping[str, SquadSource] = {
         licence="CC BY-SA 4.0",
         languages=bundled_in("cmrc2018"),
         bundled_languages=bundled_in("cmrc2018"),
-        bundled=CMRC2018_DIR,
+        bundled="data/cmrc2018",
         file_names=lambda lang: ("cmrc2018_dev.json", "cmrc2018_trial.json"),
         split_rule=training_only,
         mirror=False,
@@ -349,7 +349,7 @@ SOURCES: Mapping[str, SquadSource] = {
         licence="MIT",
         languages=bundled_in("arcd"),
         bundled_languages=bundled_in("arcd"),
-        bundled=ARCD_DIR,
+        bundled="data/arcd",
         file_names=lambda lang: ("arcd-train.json",),
         split_rule=training_only,
         mirror=False,

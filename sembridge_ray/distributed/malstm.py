@@ -10,6 +10,7 @@ from pathlib import Path
 
 import ray
 
+from sembridge_ray import resources
 from sembridge_ray.config import write_config
 from sembridge_ray.distributed import cluster
 from sembridge_ray.identity import path_identity
@@ -17,7 +18,6 @@ from sembridge_ray.jobs.malstm import MalstmConfig, MalstmResult
 from sembridge_ray.logs import setup_logging
 from sembridge_ray.outputs import claim_output
 from sembridge_ray.progress import Progress
-from sembridge_ray.resources import SICK_DIR, STS_DIR
 from sembridge_ray.siamese import augment as aug
 from sembridge_ray.siamese.config import PretrainConfig, TrainConfig
 from sembridge_ray.siamese.loop import RestartResult, train_restart
@@ -85,17 +85,17 @@ def input_identities(cfg: MalstmConfig) -> dict[str, str]:
     if uses_wordnet:
         wordnet = find_wordnet(cfg.augment)
         inputs["thesaurus"] = (
-            "wordnet-3.0" if wordnet is not None else path_identity(aug.BUNDLED_THESAURUS)
+            "wordnet-3.0" if wordnet is not None else path_identity(aug.bundled_thesaurus())
         )
     return inputs
 
 
 def sick_dir(cfg: MalstmConfig) -> Path:
-    return Path(cfg.sick) if cfg.sick else SICK_DIR
+    return Path(cfg.sick) if cfg.sick else resources.sick_dir()
 
 
 def sts_dir(cfg: MalstmConfig) -> Path:
-    return Path(cfg.sts) if cfg.sts else STS_DIR
+    return Path(cfg.sts) if cfg.sts else resources.sts_dir()
 
 
 def prepare_data(cfg: MalstmConfig) -> Prepared:

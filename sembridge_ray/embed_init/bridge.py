@@ -22,7 +22,7 @@ from sembridge_ray.embed_init.position import NEUTRAL, WORDPIECE_PREFIX, marked_
 from sembridge_ray.embed_init.vocab import bridge_string, tokenizer_family
 from sembridge_ray.errors import InputError
 from sembridge_ray.outputs import sha256_file
-from sembridge_ray.resources import BRIDGE_CACHE_DIR
+from sembridge_ray.resources import bridge_cache_dir
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -219,9 +219,12 @@ def shipped_vectors(
     ``key``, or refused with one warning when a file does not match its sha256, the entry holds
     other strings, or :data:`SPOT_CHECK` of them, encoded now with ``encode``, differ from the
     shipped vectors by more than :data:`SPOT_ATOL`. A refused entry is left as it is. ``root``:
-    where the entries are (default :data:`~sembridge_ray.resources.BRIDGE_CACHE_DIR`, in the
-    package)."""
-    path = Path(root if root is not None else BRIDGE_CACHE_DIR) / key
+    where the entries are (default :func:`~sembridge_ray.resources.bridge_cache_dir`, in the
+    assets; none shipped without them)."""
+    root = root if root is not None else bridge_cache_dir()
+    if root is None:
+        return None
+    path = Path(root) / key
     what = "the package's bridge cache"
     vecs = cache.load_shipped(path, lambda found: _stored_vectors(found, strings), what)
     if vecs is None:

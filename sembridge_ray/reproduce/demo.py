@@ -26,7 +26,7 @@ from sembridge_ray.errors import InputError
 from sembridge_ray.json_types import JSONValue
 from sembridge_ray.outputs import atomic_path, atomic_write_json
 from sembridge_ray.provenance import ensure_marked, mark_asset
-from sembridge_ray.resources import SICK_DIR, STS_DIR
+from sembridge_ray.resources import sick_dir, sts_dir
 
 if TYPE_CHECKING:
     from sembridge_ray.jobs.reproduce import DemoSettings
@@ -37,14 +37,14 @@ log = logging.getLogger(__name__)
 def sick_pairs(min_score: float = 4.0) -> list[tuple[str, str]]:
     """(sentence A, sentence B) of SICK train pairs with relatedness >= ``min_score``; SICK's trial
     split is the development set (:func:`build_dev_set`), so nothing trains on it."""
-    return [(p.a, p.b) for p in read_sick_split(SICK_DIR, "train") if p.score >= min_score]
+    return [(p.a, p.b) for p in read_sick_split(sick_dir(), "train") if p.score >= min_score]
 
 
 def sts_pairs(min_score: float = 4.0) -> list[tuple[str, str]]:
     """STS 2012-2013 pairs with a gold score >= ``min_score`` (0-5 scale)."""
     return [
         (p.a, p.b)
-        for f in sts_files(STS_DIR, [2012, 2013])
+        for f in sts_files(sts_dir(), [2012, 2013])
         for p in read_sts(f)
         if p.score >= min_score
     ]
@@ -60,14 +60,14 @@ def write_pairs(pairs: list[tuple[str, str]], out: Path) -> Path:
 
 def build_retrieval_set(out: Path, test_pairs: int) -> Path:
     """SICK test as BEIR: queries A, documents B, relevance from relatedness >= 4 (graded)."""
-    return write_sick_beir(SICK_DIR, Path(out), limit=test_pairs, splits=("test",))
+    return write_sick_beir(sick_dir(), Path(out), limit=test_pairs, splits=("test",))
 
 
 def build_dev_set(out: Path) -> Path:
     """SICK trial as BEIR (split ``dev``, all 500 pairs, its own corpus): what fine-tuning is scored
     on while it trains, and the source encoder once, so that recipes are chosen on data that is
     neither trained on nor tested."""
-    return write_sick_beir(SICK_DIR, Path(out), splits=("dev",))
+    return write_sick_beir(sick_dir(), Path(out), splits=("dev",))
 
 
 # ---- the miniature's built inputs, under <output>/assets, recorded with the settings they were

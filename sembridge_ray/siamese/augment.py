@@ -17,12 +17,17 @@ from pathlib import Path
 import numpy as np
 
 from sembridge_ray.errors import InputError
+from sembridge_ray.resources import asset
 from sembridge_ray.siamese.data import TokenPair
 
 log = logging.getLogger(__name__)
-BUNDLED_THESAURUS = (
-    Path(__file__).resolve().parent.parent / "resources" / "thesaurus" / "sick_wordnet30.tsv"
-)
+
+
+def bundled_thesaurus() -> Path:
+    """The bundled thesaurus of the SICK vocabulary (the assets' ``thesaurus/``, with WordNet's
+    licence)."""
+    return asset("thesaurus/sick_wordnet30.tsv")
+
 
 # NLTK's English stopword list (nltk_data corpora/stopwords/english), which the authors' code
 # filtered with.
@@ -368,7 +373,7 @@ def choose_gate(
     return hi
 
 
-def write_bundled_thesaurus(sick_dir: Path, wordnet: object, path: Path = BUNDLED_THESAURUS) -> int:
+def write_bundled_thesaurus(sick_dir: Path, wordnet: object, path: Path | None = None) -> int:
     """Derive the thesaurus of the SICK training vocabulary (train + trial, lower-cased) from
     WordNet 3.0 and write it with the WordNet licence as its header; returns the number of words.
     Regenerate with ``NLTK_DATA=DIR python -m sembridge_ray.siamese.augment``, DIR holding nltk's
@@ -381,6 +386,7 @@ def write_bundled_thesaurus(sick_dir: Path, wordnet: object, path: Path = BUNDLE
     thesaurus = build_thesaurus(
         (t for p in pairs for s in (p.a, p.b) for t in tokenize(s)), wordnet
     )
+    path = path or bundled_thesaurus()
     licence = (path.parent / "WORDNET_LICENSE.txt").read_text(encoding="utf-8")
     header = (
         "Head lemmas of the WordNet 3.0 synsets of each word of the SICK 2014 train+trial vocabulary "
@@ -393,10 +399,12 @@ def write_bundled_thesaurus(sick_dir: Path, wordnet: object, path: Path = BUNDLE
 
 
 if __name__ == "__main__":
-    from sembridge_ray.resources import SICK_DIR
+    from sembridge_ray.resources import sick_dir
 
     logging.basicConfig(level=logging.INFO)
     found = load_wordnet()
     if found is None:
         raise SystemExit("WordNet not found: set NLTK_DATA to a directory holding corpora/wordnet")
-    log.info("wrote %d words to %s", write_bundled_thesaurus(SICK_DIR, found), BUNDLED_THESAURUS)
+    log.info(
+        "wrote %d words to %s", write_bundled_thesaurus(sick_dir(), found), bundled_thesaurus()
+    )

@@ -176,8 +176,8 @@ def load_thesaurus(cfg: AugmentConfig, train: list[TokenPair]) -> tuple[dict[str
         raise InputError(
             "augment.thesaurus=wordnet but nltk cannot find WordNet (set NLTK_DATA or augment.wordnet_dir)"
         )
-    log.info("WordNet not found; using the bundled thesaurus %s", aug.BUNDLED_THESAURUS)
-    return aug.read_thesaurus(aug.BUNDLED_THESAURUS), "bundled"
+    log.info("WordNet not found; using the bundled thesaurus %s", aug.bundled_thesaurus())
+    return aug.read_thesaurus(aug.bundled_thesaurus()), "bundled"
 
 
 def word_vectors(

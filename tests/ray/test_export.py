@@ -30,10 +30,10 @@ def test_export_to_embedded_qdrant(
     from qdrant_client import QdrantClient, models
 
     from sembridge_ray.data.sick import write_sick_beir
-    from sembridge_ray.resources import SICK_DIR
+    from sembridge_ray.resources import sick_dir
 
     # the untrained model is dense
-    sick_beir = write_sick_beir(SICK_DIR, tmp_path / "sick", limit=80, splits=("test",))
+    sick_beir = write_sick_beir(sick_dir(), tmp_path / "sick", limit=80, splits=("test",))
 
     # a finished model of this project (an init output), whose card takes the export's parity
     init_out = tmp_path / "init"
@@ -104,9 +104,9 @@ def test_export_the_doc_only_variant(
     from sentence_transformers import SparseEncoder
 
     from sembridge_ray.data.sick import write_sick_beir
-    from sembridge_ray.resources import SICK_DIR
+    from sembridge_ray.resources import sick_dir
 
-    sick_beir = write_sick_beir(SICK_DIR, tmp_path / "sick", limit=80, splits=("test",))
+    sick_beir = write_sick_beir(sick_dir(), tmp_path / "sick", limit=80, splits=("test",))
     out = tmp_path / "doc-only"
     argv = [
         "--target",
@@ -137,9 +137,9 @@ def test_a_model_replaced_during_the_export_stops_it_before_the_report(
 
     from sembridge_ray.data.sick import write_sick_beir
     from sembridge_ray.export.lucene import FilesTarget
-    from sembridge_ray.resources import SICK_DIR
+    from sembridge_ray.resources import sick_dir
 
-    sick_beir = write_sick_beir(SICK_DIR, tmp_path / "sick", limit=40, splits=("test",))
+    sick_beir = write_sick_beir(sick_dir(), tmp_path / "sick", limit=40, splits=("test",))
     model = tmp_path / "model"
     shutil.copytree(fixtures_root / "bert-mlm", model)
     build = FilesTarget.export
@@ -171,9 +171,9 @@ def test_a_target_export_follows_the_output_contract(
     from sembridge_ray.data.sick import write_sick_beir
     from sembridge_ray.export.base import Tolerance
     from sembridge_ray.manifest import SUCCESS
-    from sembridge_ray.resources import SICK_DIR
+    from sembridge_ray.resources import sick_dir
 
-    sick_beir = write_sick_beir(SICK_DIR, tmp_path / "sick", limit=40, splits=("test",))
+    sick_beir = write_sick_beir(sick_dir(), tmp_path / "sick", limit=40, splits=("test",))
     out = tmp_path / "out"
     argv = ["--target", "opensearch", "--model", str(fixtures_root / "bert-mlm")]
     argv += ["--dataset", str(sick_beir), "--output", str(out), "--workers", "1"]

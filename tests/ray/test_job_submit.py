@@ -156,3 +156,18 @@ def test_submitted_job_imports_the_package_and_sees_the_cluster(
 
 def test_failing_entrypoint_fails_the_submit(head: tuple[str, dict[str, str]]) -> None:
     assert _submit(head, "raise SystemExit(3)").returncode != 0
+
+
+def test_submitted_job_finds_the_bundled_data(head: tuple[str, dict[str, str]]) -> None:
+    """The assets (``assets/``, kept out of the package's wheel) reach the job: installed on the
+    node, or in the working directory's copy beside the package (cluster/runtime_env.yaml)."""
+    from tests.unit.test_assets import ORIGINAL
+
+    name = "data/sick2014/SICK_train.txt"
+    code = (
+        "import hashlib; from sembridge_ray.resources import asset; "
+        f"print('SHA', hashlib.sha256(asset({name!r}).read_bytes()).hexdigest())"
+    )
+    result = _submit(head, code)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert f"SHA {ORIGINAL[name]}" in result.stdout

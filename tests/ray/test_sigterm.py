@@ -18,7 +18,7 @@ import pytest
 from sembridge_ray.data.sick import write_sick_beir
 from sembridge_ray.locks import LOCK
 from sembridge_ray.outputs import SUCCESS
-from sembridge_ray.resources import SICK_DIR
+from sembridge_ray.resources import sick_dir
 from tests.conftest import REPO
 from tests.processes import outliving
 from tests.ray.test_faults import _env
@@ -34,7 +34,7 @@ def test_sigterm_while_encoding_ends_the_job_with_one_line_and_143(
     fixtures_root: Path, tmp_path: Path
 ) -> None:
     # all of SICK: ~5000 documents, encoding takes a while
-    data = write_sick_beir(SICK_DIR, tmp_path / "sick")
+    data = write_sick_beir(sick_dir(), tmp_path / "sick")
     out = tmp_path / "out"
     cmd = [
         sys.executable,
@@ -97,7 +97,7 @@ def test_sigterm_while_training_ends_the_job_within_5_s_lock_released(
 ) -> None:
     """Two Ray Train workers mid-run: Ray Train's workers and the cluster are gone, the checkpoints
     kept."""
-    data = write_sick_beir(SICK_DIR, tmp_path / "sick")
+    data = write_sick_beir(sick_dir(), tmp_path / "sick")
     out = tmp_path / "out"
     cmd = [
         sys.executable,

@@ -22,7 +22,7 @@ from sembridge_ray.jobs.finetune import FinetuneConfig
 from sembridge_ray.jobs.init import InitConfig
 from sembridge_ray.jobs.init_run import initialise
 from sembridge_ray.jobs.malstm import MalstmConfig
-from sembridge_ray.resources import SICK_DIR, STS_DIR
+from sembridge_ray.resources import sick_dir, sts_dir
 from tests.dead_settings import Harness, check, copy_input, every_key_is_covered, files_of
 
 RAY_AND_RERUNS = {
@@ -255,8 +255,8 @@ def malstm_harness(tmp_path_factory: pytest.TempPathFactory) -> Harness:
         job="malstm",
         cls=MalstmConfig,
         base={
-            "sick": str(SICK_DIR),
-            "sts": str(STS_DIR),
+            "sick": str(sick_dir()),
+            "sts": str(sts_dir()),
             "restarts": 1,
             "limit_train": 120,
             "augment": {"passes": 1},

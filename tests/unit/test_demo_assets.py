@@ -18,7 +18,7 @@ from sembridge_ray.errors import InputError
 from sembridge_ray.jobs import PRESET_DIR, load_preset_file
 from sembridge_ray.jobs.reproduce import DemoSettings
 from sembridge_ray.reproduce import demo
-from sembridge_ray.resources import SICK_DIR
+from sembridge_ray.resources import sick_dir
 from tests.conftest import error_lines
 
 
@@ -107,7 +107,7 @@ def test_the_dev_set_is_sick_trial_and_no_training_pair_comes_from_it(
     assets = built[0] / "assets"
     dev = assets / demo.ASSETS["dev"].path
     assert sorted(p.name for p in (dev / "qrels").iterdir()) == ["dev.tsv"]
-    trial = {p.a for p in read_sick_split(SICK_DIR, "trial")}
+    trial = {p.a for p in read_sick_split(sick_dir(), "trial")}
     queries = {
         json.loads(line)["text"]
         for line in (dev / "queries.jsonl").read_text(encoding="utf-8").splitlines()
@@ -115,7 +115,7 @@ def test_the_dev_set_is_sick_trial_and_no_training_pair_comes_from_it(
     assert queries == trial  # every trial sentence A, and nothing else
     train = pq.read_table(assets / demo.ASSETS["sick_train"].path)
     assert train.num_rows == 1683  # SICK train's pairs >= 4.0; with trial's 202 it was 1885
-    trial_pairs = {(p.a, p.b) for p in read_sick_split(SICK_DIR, "trial")}
+    trial_pairs = {(p.a, p.b) for p in read_sick_split(sick_dir(), "trial")}
     assert (
         not set(
             zip(

@@ -32,10 +32,10 @@ SEISMIC_FULL = 'Os { code: 28, kind: StorageFull, message: "No space left on dev
 @pytest.fixture(scope="module")
 def sick(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from sembridge_ray.data.sick import write_sick_beir
-    from sembridge_ray.resources import SICK_DIR
+    from sembridge_ray.resources import sick_dir
 
     return write_sick_beir(
-        SICK_DIR, tmp_path_factory.mktemp("sick") / "beir", limit=40, splits=("test",)
+        sick_dir(), tmp_path_factory.mktemp("sick") / "beir", limit=40, splits=("test",)
     )
 
 

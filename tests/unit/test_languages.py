@@ -10,7 +10,8 @@ from sembridge_ray.data.squad import SOURCES
 from sembridge_ray.errors import InputError
 from sembridge_ray.jobs.reproduce import ReproduceConfig
 from sembridge_ray.reproduce.grid import xling_specs
-from sembridge_ray.target_tokenizers import TOKENIZERS_DIR, licence_files
+from sembridge_ray.resources import asset
+from sembridge_ray.target_tokenizers import licence_files
 
 ISO639_3 = {"ar": "ara", "zh": "zho", "hi": "hin", "ko": "kor", "ru": "rus"}
 NAMES = {"ar": "Arabic", "zh": "Chinese", "hi": "Hindi", "ko": "Korean", "ru": "Russian"}
@@ -108,12 +109,12 @@ def test_the_tables_read_from_the_rows_keep_their_values_and_order() -> None:
 
 
 @pytest.mark.parametrize("code", languages.CODES)
-def test_every_row_has_its_resources_in_the_package(code: str) -> None:
+def test_every_row_has_its_resources_in_the_assets(code: str) -> None:
     row = languages.language(code)
     if row.bundled.recipe in ("wordpiece", "arabic-wordpiece"):
-        assert (TOKENIZERS_DIR / code / "vocab.txt").is_file()
+        assert asset(f"tokenizers/{code}/vocab.txt").is_file()
     elif row.bundled.recipe == "unigram":
-        assert (TOKENIZERS_DIR / code / "tokenizer.json").is_file()
+        assert asset(f"tokenizers/{code}/tokenizer.json").is_file()
     assert licence_files(code), f"no licence file travels with tok-{code}"
     for source in (row.retrieval, *row.extra_training):
         assert all(path.is_file() for path in SOURCES[source].files(code))

@@ -113,11 +113,11 @@ def test_wordnet_candidates_are_deduplicated_head_lemmas_minus_the_word() -> Non
 
 
 def test_bundled_thesaurus_carries_the_wordnet_licence_and_reads_back() -> None:
-    text = aug.BUNDLED_THESAURUS.read_text(encoding="utf-8")
+    text = aug.bundled_thesaurus().read_text(encoding="utf-8")
     assert "WordNet 3.0 Copyright 2006 by Princeton University" in text
-    thesaurus = aug.read_thesaurus(aug.BUNDLED_THESAURUS)
+    thesaurus = aug.read_thesaurus(aug.bundled_thesaurus())
     assert len(thesaurus) > 1500 and "play" in thesaurus["playing"]
-    assert (aug.BUNDLED_THESAURUS.parent / "WORDNET_LICENSE.txt").is_file()
+    assert (aug.bundled_thesaurus().parent / "WORDNET_LICENSE.txt").is_file()
 
 
 @pytest.mark.slow  # loading WordNet takes 8-20 s; the fake-WordNet test above is its fast twin
@@ -125,7 +125,7 @@ def test_bundled_thesaurus_is_what_wordnet_gives(shared_data: Path) -> None:
     wordnet = aug.load_wordnet(str(shared_data / "wordnet" / "nltk_data"))
     if wordnet is None:
         pytest.skip("WordNet not readable")
-    bundled = aug.read_thesaurus(aug.BUNDLED_THESAURUS)
+    bundled = aug.read_thesaurus(aug.bundled_thesaurus())
     sample = sorted(bundled)[::10]
     assert {w: aug.wordnet_candidates(w, wordnet) for w in sample} == {
         w: bundled[w] for w in sample

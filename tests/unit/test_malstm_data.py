@@ -9,7 +9,7 @@ import pytest
 from jobs import malstm as job
 from sembridge_ray.data.sick import Pair
 from sembridge_ray.errors import InputError
-from sembridge_ray.resources import SICK_DIR, STS_DIR
+from sembridge_ray.resources import sick_dir, sts_dir
 from sembridge_ray.siamese.data import (
     encode_pairs,
     leak_guard,
@@ -72,7 +72,7 @@ def test_validation_split_is_seeded_disjoint_and_sized() -> None:
 
 
 def test_sts_pool_maps_scores_onto_one_to_five() -> None:
-    pool = read_sts_pool(STS_DIR, [2012, 2013])
+    pool = read_sts_pool(sts_dir(), [2012, 2013])
     assert len(pool) == 5342
     assert min(p.score for p in pool) >= 1.0 and max(p.score for p in pool) <= 5.0
     assert pool[0].score == pytest.approx(1 + 0.8 * 4.4)  # MSRpar.test.tsv:1 scores 4.400
@@ -91,10 +91,10 @@ def _sick_copy(tmp_path: Path, train_extra: str = "", trial: str | None = None) 
     d.mkdir()
     for name in ("SICK_train.txt", "SICK_test_annotated.txt"):
         (d / name).write_bytes(
-            (SICK_DIR / name).read_bytes() + train_extra.encode() * (name == "SICK_train.txt")
+            (sick_dir() / name).read_bytes() + train_extra.encode() * (name == "SICK_train.txt")
         )
     (d / "SICK_trial.txt").write_text(
-        trial if trial is not None else (SICK_DIR / "SICK_trial.txt").read_text()
+        trial if trial is not None else (sick_dir() / "SICK_trial.txt").read_text()
     )
     return d
 

@@ -196,7 +196,7 @@ def test_context_vectors_are_cached_per_layer_and_reused(
 def test_building_vectors_never_reads_sick_test(
     tiny_minilm: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from sembridge_ray.resources import SICK_DIR, STS_DIR
+    from sembridge_ray.resources import sick_dir, sts_dir
 
     monkeypatch.setattr(vectors, "minilm_dir", lambda: tiny_minilm)
     opened: list[str] = []
@@ -210,7 +210,11 @@ def test_building_vectors_never_reads_sick_test(
     monkeypatch.setattr(io, "open", spy)
     vcfg = VectorConfig(source="minilm-context", layer=1, contexts=1, cache_dir=str(tmp_path))
     found, build = lookup_vectors(
-        vcfg, AugmentConfig(thesaurus="bundled"), ["cat", "sat", "policewoman"], SICK_DIR, STS_DIR
+        vcfg,
+        AugmentConfig(thesaurus="bundled"),
+        ["cat", "sat", "policewoman"],
+        sick_dir(),
+        sts_dir(),
     )
     assert any(p.endswith("SICK_train.txt") for p in opened) and any(
         p.endswith(".tsv") for p in opened

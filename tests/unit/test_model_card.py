@@ -62,7 +62,7 @@ from sembridge_ray.provenance import (
     read_scores,
 )
 from sembridge_ray.reproduce import demo
-from sembridge_ray.resources import DATA_DIR, SICK_DIR
+from sembridge_ray.resources import asset, sick_dir
 
 # An absolute path of a POSIX machine as it would appear in text (not a URL's path: no scheme or
 # host before it).
@@ -264,7 +264,7 @@ def test_the_quick_models_card_is_publishable(quick: dict[str, Path], tmp_path: 
     assert data.base_model == "google-bert/bert-base-uncased"  # the source model's README
     # SICK's own readme states its licence; the card's metadata carries it (the most restrictive
     # input here)
-    assert "Attribution-NonCommercial-ShareAlike 3.0" in (SICK_DIR / "readme.txt").read_text(
+    assert "Attribution-NonCommercial-ShareAlike 3.0" in (sick_dir() / "readme.txt").read_text(
         encoding="utf-8-sig"
     )
     assert data.license == "cc-by-nc-sa-3.0"
@@ -386,7 +386,7 @@ def test_a_bundled_dataset_spec_states_the_licence_its_files_carry(tmp_path: Pat
     """Each part of a joined training spec gets the licence of the files it reads (the notices
     bundled beside them are the oracle); a local copy of the format (@DIR) is not assumed to be
     under the bundled one's terms."""
-    notices = DATA_DIR / "xquad" / "CC-BY-SA4.0.txt", DATA_DIR / "arcd" / "LICENSE"
+    notices = asset("data") / "xquad" / "CC-BY-SA4.0.txt", asset("data") / "arcd" / "LICENSE"
     assert "Attribution-ShareAlike 4.0 International" in notices[0].read_text("utf-8")
     assert notices[1].read_text("utf-8").startswith("MIT License")
     entries = input_licences("training data", "xquad:ar+arcd:ar")
@@ -396,7 +396,7 @@ def test_a_bundled_dataset_spec_states_the_licence_its_files_carry(tmp_path: Pat
     ]
     assert combined_licence(entries)[0] == "cc-by-sa-4.0"
     (korquad,) = input_licences("development data", "korquad:ko")
-    assert "Attribution-NoDerivs 2.0 Korea" in (DATA_DIR / "korquad" / "NOTICE.md").read_text(
+    assert "Attribution-NoDerivs 2.0 Korea" in (asset("data") / "korquad" / "NOTICE.md").read_text(
         "utf-8"
     )
     assert korquad["licence"] == "CC BY-ND 2.0 KR"

@@ -16,11 +16,11 @@ from sembridge_ray.data.sick import read_sick_split
 from sembridge_ray.jobs.evaluate import EvaluateConfig
 from sembridge_ray.jobs.init import InitConfig
 from sembridge_ray.jobs.init_run import initialise
-from sembridge_ray.resources import SICK_DIR
+from sembridge_ray.resources import sick_dir
 from sembridge_ray.sparse.encode import encode_texts
 from sembridge_ray.sparse.model import load_sparse_encoder
 
-_SENTENCES = [p.a for p in read_sick_split(SICK_DIR, "test")[:400]]
+_SENTENCES = [p.a for p in read_sick_split(sick_dir(), "test")[:400]]
 LONG_TEXTS = [" ".join(_SENTENCES[i : i + 20]) for i in range(0, 400, 20)]
 """20 documents of 20 SICK sentences each: well beyond 128 tokens, so any length cut shows."""
 

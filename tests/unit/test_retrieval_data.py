@@ -14,7 +14,7 @@ from sembridge_ray.data.retrieval import load_beir, load_miracl, positives, read
 from sembridge_ray.data.schema import ID, TEXT
 from sembridge_ray.data.sick import read_sick_split
 from sembridge_ray.errors import InputError
-from sembridge_ray.resources import SICK_DIR
+from sembridge_ray.resources import sick_dir
 
 MIRACL_COUNTS = {
     "ar": (2896, 29197),
@@ -27,7 +27,7 @@ MIRACL_COUNTS = {
 
 def test_sick_beir_follows_the_judgements(sick_beir: Path) -> None:
     data = load_beir(sick_beir, "test")
-    pairs = read_sick_split(SICK_DIR, "test")[:400]
+    pairs = read_sick_split(sick_dir(), "test")[:400]
     relevant = {(p.a, p.b) for p in pairs if p.score >= 4.0}
     corpus = {
         i: t

@@ -1,4 +1,4 @@
-"""The bridge vectors the package ships (``sembridge_ray/resources/bridge_cache``, built by
+"""The bridge vectors the assets ship (``assets/sembridge_ray_assets/bridge_cache``, built by
 ``scripts/bridge_cache.py``) are used only when they verify: every file against its sha256, the
 strings against the vocabulary's, and a sample of the vectors against the bridge model encoding them
 again. A refused entry costs one warning and an encoding, and is left as it is (it belongs to the
@@ -19,7 +19,7 @@ from sembridge_ray.embed_init import bridge
 from sembridge_ray.embed_init.bridge import BRIDGE_FILE, VECTOR, cached_vectors, shipped_vectors
 from sembridge_ray.embed_init.pipeline import bridge_side, in_process_stages
 from sembridge_ray.jobs.init import InitConfig
-from sembridge_ray.resources import BRIDGE_CACHE_DIR
+from sembridge_ray.resources import bridge_cache_dir
 from sembridge_ray.sparse.model import load_tokenizer
 from tests.unit import cache_writers
 from tests.unit.test_caches import counted, flip
@@ -53,7 +53,7 @@ def ship(root: Path, table: pa.Table, vecs: np.ndarray, key: str = KEY) -> Path:
 @pytest.fixture
 def shipped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     root = tmp_path / "package"
-    monkeypatch.setattr(bridge, "BRIDGE_CACHE_DIR", root)
+    monkeypatch.setattr(bridge, "bridge_cache_dir", lambda: root)
     return ship(root, strings(), cache_writers.vectors(strings()))
 
 
@@ -148,7 +148,9 @@ def test_the_package_ships_the_bundled_vocabularies_vectors(tmp_path: Path) -> N
         toks,
         {name: len(tok) for name, tok in toks.items()},
     )
-    assert sorted(p.name for p in cache.entries(BRIDGE_CACHE_DIR)) == sorted(side.keys.values())
+    assert sorted(p.name for p in cache.entries(Path(str(bridge_cache_dir())))) == sorted(
+        side.keys.values()
+    )
     encode = in_process_stages(model, cfg.bridge_batch_size, "fp32", False).encode
     for name in ("source", "target"):
         vecs = shipped_vectors(side.keys[name], side.strings[name], encode)

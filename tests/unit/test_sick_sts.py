@@ -9,22 +9,22 @@ import pytest
 from sembridge_ray.data.sick import read_sick, read_sick_split, write_sick_beir
 from sembridge_ray.data.sts import read_sts, sts_files
 from sembridge_ray.errors import InputError
-from sembridge_ray.resources import SICK_DIR, STS_DIR
+from sembridge_ray.resources import sick_dir, sts_dir
 
 
 def test_bundled_sick_has_the_paper_split_sizes() -> None:
-    sizes = {split: len(read_sick_split(SICK_DIR, split)) for split in ("train", "trial", "test")}
+    sizes = {split: len(read_sick_split(sick_dir(), split)) for split in ("train", "trial", "test")}
     assert sizes == {"train": 4500, "trial": 500, "test": 4927}
-    first = read_sick_split(SICK_DIR, "train")[0]
+    first = read_sick_split(sick_dir(), "train")[0]
     assert (first.pair_id, first.score) == ("1", 4.5)
 
 
 def test_bundled_sts_2012_2013_pool_has_5342_scored_pairs() -> None:
-    assert sum(len(read_sts(f)) for f in sts_files(STS_DIR, [2012, 2013])) == 5342
+    assert sum(len(read_sts(f)) for f in sts_files(sts_dir(), [2012, 2013])) == 5342
 
 
 def test_unscored_sts_lines_are_dropped() -> None:
-    assert len(read_sts(STS_DIR / "2015" / "belief.test.tsv")) == 375
+    assert len(read_sts(sts_dir() / "2015" / "belief.test.tsv")) == 375
 
 
 @pytest.mark.parametrize(
@@ -63,9 +63,9 @@ def _judgements(root: Path, split: str) -> set[tuple[str, str, int]]:
 
 
 def test_sick_beir_dev_is_the_trial_file_and_train_holds_no_trial_pair(tmp_path: Path) -> None:
-    root = write_sick_beir(SICK_DIR, tmp_path / "beir", splits=("train", "dev", "test"))
+    root = write_sick_beir(sick_dir(), tmp_path / "beir", splits=("train", "dev", "test"))
     # the oracle: SICK_trial.txt read with the csv module, graded by hand (>= 4.5: 2, >= 4.0: 1)
-    with (SICK_DIR / "SICK_trial.txt").open(encoding="utf-8", newline="") as fh:
+    with (sick_dir() / "SICK_trial.txt").open(encoding="utf-8", newline="") as fh:
         trial = [r for r in csv.DictReader(fh, delimiter="\t", quoting=csv.QUOTE_NONE)]
     want = {
         (r["sentence_A"], r["sentence_B"], 2 if float(r["relatedness_score"]) >= 4.5 else 1)
@@ -74,9 +74,9 @@ def test_sick_beir_dev_is_the_trial_file_and_train_holds_no_trial_pair(tmp_path:
     }
     assert len(want) == 202 and _judgements(root, "dev") == want
     train = _judgements(root, "train")
-    pairs = read_sick_split(SICK_DIR, "train")
+    pairs = read_sick_split(sick_dir(), "train")
     # not train + trial
     assert train == {(p.a, p.b, 2 if p.score >= 4.5 else 1) for p in pairs if p.score >= 4.0}
     assert not {(a, b) for a, b, _ in train} & {(a, b) for a, b, _ in want}
     with pytest.raises(InputError, match="unknown SICK BEIR split 'trial'"):
-        write_sick_beir(SICK_DIR, tmp_path / "bad", splits=("trial",))
+        write_sick_beir(sick_dir(), tmp_path / "bad", splits=("trial",))

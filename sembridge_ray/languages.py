@@ -3,7 +3,8 @@ paper's hub tokenizer, the bundled ``tok-<code>``, the cross-lingual miniature's
 config names, a model card's language, the dry run's sizes) reads it here.
 
 Adding a language is one :class:`Language` row in :data:`LANGUAGES` and its resources (a tokenizer
-folder under ``resources/tokenizers/<code>/``, its SQuAD-format files under ``resources/data/``).
+folder under ``tokenizers/<code>/`` of the assets distribution (``assets/``), its SQuAD-format
+files under its ``data/``).
 The order of :data:`LANGUAGES` is the order of every output that lists them.
 
 Target tokenizers: the SemBridge authors name only the Korean one (``monologg/kobigbird-bert-base``,

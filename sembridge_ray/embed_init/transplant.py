@@ -1,15 +1,20 @@
-"""Writing the initialised model: the source MLM with its vocabulary-sized tensors swapped for the
-target's."""
+"""The initialised model: the source's matrices read, the copied and new rows composed into the
+target vocabulary's (and the decoder bias, from the new tokens' frequencies under ``bias:
+frequency``), the source MLM with its vocabulary-sized tensors swapped for them, written."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import cast
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from sembridge_ray.sparse.model import Serving, max_positions, save_sparse_encoder
+from sembridge_ray.embed_init import plus
+from sembridge_ray.embed_init.combine import NewRows, compose, compose_bias
+from sembridge_ray.embed_init.vocab import Partition
+from sembridge_ray.sparse.model import Serving, max_positions, mlm_embeddings, save_sparse_encoder
 
 
 def target_model(
@@ -59,3 +64,48 @@ def write_target_model(
     encoder's."""
     tokenizer.model_max_length = min(int(tokenizer.model_max_length), max_positions(model))
     save_sparse_encoder(model, tokenizer, out_dir, serving)
+
+
+def source_matrices(
+    model: PreTrainedModel,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """Copies of the source's input embeddings, untied output embeddings and decoder bias (None
+    where absent)."""
+    e_in, e_out, bias = (
+        t.detach().clone() if t is not None else None for t in mlm_embeddings(model)
+    )
+    assert e_in is not None  # a masked-LM always has input embeddings
+    return e_in, e_out, bias
+
+
+def frequency_bias(
+    new: NewRows, counts: dict[int, int], bias: torch.Tensor, source_tok: PreTrainedTokenizerBase
+) -> NewRows:
+    """``bias: frequency``: the new tokens' decoder bias from their log-counts, on the scale of the
+    source's non-special biases."""
+    freqs = plus.log_frequencies(counts, new.target_ids)
+    sources = torch.tensor(
+        sorted(set(range(len(bias))) - set(source_tok.all_special_ids)), dtype=torch.long
+    )
+    return replace(new, bias=plus.frequency_bias(freqs, bias[sources]))
+
+
+def composed_model(
+    model: PreTrainedModel,
+    target_tok: PreTrainedTokenizerBase,
+    part: Partition,
+    new: NewRows,
+    matrices: tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None],
+    bias_policy: str,
+) -> PreTrainedModel:
+    """The source model with the target vocabulary: copied and new rows composed into each matrix
+    (and the bias)."""
+    e_in, e_out, bias = matrices
+    inputs_rows = compose(part, e_in, new.inputs, new.target_ids, e_in.mean(0))
+    outputs = None
+    if e_out is not None:
+        # bridged beside the inputs whenever the source has an output matrix
+        assert new.outputs is not None
+        outputs = compose(part, e_out, new.outputs, new.target_ids, e_out.mean(0))
+    new_bias = None if bias is None else compose_bias(part, new, bias, bias_policy)
+    return target_model(model, target_tok, part.size, inputs_rows, outputs, new_bias)

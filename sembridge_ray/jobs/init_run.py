@@ -14,17 +14,13 @@ from typing import TYPE_CHECKING, cast
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-import torch
 
 from sembridge_ray.bundled import resolve
 from sembridge_ray.config import write_config
-from sembridge_ray.embed_init import plus, position, report
+from sembridge_ray.embed_init import position, report
 from sembridge_ray.embed_init.bias_text import bias_counts, require_varying_counts
 from sembridge_ray.embed_init.bridge import bridge_dimension, check_bridge, model_fingerprint
 from sembridge_ray.embed_init.combine import (
-    NewRows,
-    compose,
-    compose_bias,
     provenance,
 )
 from sembridge_ray.embed_init.methods import method
@@ -36,7 +32,12 @@ from sembridge_ray.embed_init.pipeline import (
 )
 from sembridge_ray.embed_init.records import InitReport
 from sembridge_ray.embed_init.rows import RowRule, new_rows
-from sembridge_ray.embed_init.transplant import target_model, write_target_model
+from sembridge_ray.embed_init.transplant import (
+    composed_model,
+    frequency_bias,
+    source_matrices,
+    write_target_model,
+)
 from sembridge_ray.embed_init.vocab import Partition, partition_vocab
 from sembridge_ray.errors import InputError
 from sembridge_ray.identity import model_identity, path_identity, require_unchanged
@@ -58,7 +59,6 @@ from sembridge_ray.sparse.model import (
     check_push,
     load_mlm,
     load_tokenizer,
-    mlm_embeddings,
     publish,
     read_pooling,
 )
@@ -153,7 +153,7 @@ def _initialise(
         if counts is not None:
             require_varying_counts(counts, part.rest, cfg.bias_text)
         _log_partition(part, cfg.method, timings["load_and_partition_s"])
-        matrices = _source_matrices(model)
+        matrices = source_matrices(model)
         toks = {"source": source_tok, "target": target_tok}
         sizes = {"source": len(matrices[0]), "target": part.size}
         bridge = bridge_side(
@@ -169,9 +169,9 @@ def _initialise(
         )
         new = new_rows(rule, part, matrices, (source_tok, target_tok), stages, bridge, timings)
         if counts is not None and matrices[2] is not None:
-            new = _frequency_bias(new, counts, matrices[2], source_tok)
+            new = frequency_bias(new, counts, matrices[2], source_tok)
         start = time.perf_counter()
-        model = _target_model(model, target_tok, part, new, matrices, cfg.bias)
+        model = composed_model(model, target_tok, part, new, matrices, cfg.bias)
         prov = provenance(part, new, {i: t for t, i in target_tok.get_vocab().items()})
         counterparts = position.exact_counterparts(source_tok, target_tok, part.rest)
         rep = _report(named, part, prov, source_tok, timings, bridge, counterparts)
@@ -243,51 +243,6 @@ def _log_partition(part: Partition, method_name: str, seconds: float) -> None:
         method_name,
         duration(seconds),
     )
-
-
-def _source_matrices(
-    model: PreTrainedModel,
-) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-    """Copies of the source's input embeddings, untied output embeddings and decoder bias (None
-    where absent)."""
-    e_in, e_out, bias = (
-        t.detach().clone() if t is not None else None for t in mlm_embeddings(model)
-    )
-    assert e_in is not None  # a masked-LM always has input embeddings
-    return e_in, e_out, bias
-
-
-def _frequency_bias(
-    new: NewRows, counts: dict[int, int], bias: torch.Tensor, source_tok: PreTrainedTokenizerBase
-) -> NewRows:
-    """``bias: frequency``: the new tokens' decoder bias from their log-counts, on the scale of the
-    source's non-special biases."""
-    freqs = plus.log_frequencies(counts, new.target_ids)
-    sources = torch.tensor(
-        sorted(set(range(len(bias))) - set(source_tok.all_special_ids)), dtype=torch.long
-    )
-    return replace(new, bias=plus.frequency_bias(freqs, bias[sources]))
-
-
-def _target_model(
-    model: PreTrainedModel,
-    target_tok: PreTrainedTokenizerBase,
-    part: Partition,
-    new: NewRows,
-    matrices: tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None],
-    bias_policy: str,
-) -> PreTrainedModel:
-    """The source model with the target vocabulary: copied and new rows composed into each matrix
-    (and the bias)."""
-    e_in, e_out, bias = matrices
-    inputs_rows = compose(part, e_in, new.inputs, new.target_ids, e_in.mean(0))
-    outputs = None
-    if e_out is not None:
-        # bridged beside the inputs whenever the source has an output matrix
-        assert new.outputs is not None
-        outputs = compose(part, e_out, new.outputs, new.target_ids, e_out.mean(0))
-    new_bias = None if bias is None else compose_bias(part, new, bias, bias_policy)
-    return target_model(model, target_tok, part.size, inputs_rows, outputs, new_bias)
 
 
 def _write_outputs(

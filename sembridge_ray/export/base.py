@@ -12,7 +12,7 @@ import socket
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -316,7 +316,7 @@ class Exported:
     it wrote (its size is reported)."""
 
     hits: Hits
-    details: dict[str, Any]
+    details: dict[str, object]
     files: Path
 
 

@@ -103,7 +103,7 @@ class DocOnlyTarget:
             [job.query_texts[q] for q in queries.ids], convert_to_tensor=True
         )
         static = Vectors.from_rows(queries.ids, *sparse_rows(asked))
-        details = {"model": folder.name, "idf_corpus": job.dataset}
+        details: dict[str, object] = {"model": folder.name, "idf_corpus": job.dataset}
         return Exported(hits=exact_topk(docs, static, job.k), details=details, files=folder)
 
 

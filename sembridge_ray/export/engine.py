@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from sembridge_ray.export.base import (
     EXACT,
@@ -33,7 +33,7 @@ it starts."""
 class BuildEngine(Protocol):
     def __call__(
         self, out: Path, docs: Vectors, url: str = "", tally: Tally = untallied
-    ) -> tuple[Engine, dict[str, Any]]: ...
+    ) -> tuple[Engine, dict[str, object]]: ...
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,7 +57,7 @@ class EngineTarget:
             hits, details = self.build_and_search(job)
         return Exported(hits=hits, details=details, files=job.out / self.location)
 
-    def build_and_search(self, job: ExportJob) -> tuple[Hits, dict[str, Any]]:
+    def build_and_search(self, job: ExportJob) -> tuple[Hits, dict[str, object]]:
         """Build the engine and search it, with progress lines (done / total, ETA) at least every
         :data:`~sembridge_ray.progress.EVERY_S` seconds, after a line saying how long an embedded
         engine will take when its measured :attr:`rates` make that long."""

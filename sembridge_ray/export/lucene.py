@@ -91,7 +91,7 @@ class TokenKeys:
         kept = ((bits >> 15) << 15).view(np.float32)
         return Vectors(vectors.ids, vectors.rows._replace(values=kept))
 
-    def details(self) -> dict[str, Any]:
+    def details(self) -> dict[str, object]:
         return {
             "keys": "token strings, '%' -> '%25' then '.' -> '%2E'",
             "precision": "9 significant bits",
@@ -114,7 +114,7 @@ class TermIdKeys:
     def stored(self, vectors: Vectors) -> Vectors:
         return vectors
 
-    def details(self) -> dict[str, Any]:
+    def details(self) -> dict[str, object]:
         return {
             "keys": "term ids as strings",
             "ceiling_ingest": self.ceiling_ingest,
@@ -127,7 +127,7 @@ def feature_names(target: str, vocab: list[str]) -> list[str]:
     return files_target(target).keys.names(vocab)
 
 
-def mapping(target: str) -> dict[str, Any]:
+def mapping(target: str) -> dict[str, object]:
     return files_target(target).mapping()
 
 
@@ -146,7 +146,7 @@ def features(
 
 def query_body(
     target: str, names: list[str], terms: np.ndarray, weights: np.ndarray, k: int
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """The search request body for one query vector."""
     vector = features(target, names, terms, weights, query=True)
     return {"size": k, "_source": False, "query": files_target(target).query(vector, k)}
@@ -161,7 +161,7 @@ def bulk_lines(target: str, names: list[str], docs: Vectors) -> Iterator[str]:
 
 def write(
     out: Path, target: str, docs: Vectors, queries: Vectors, vocab: list[str], k: int
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """mapping.json, bulk.ndjson (``_bulk``) and searches.ndjson (``_msearch``, one body per query)
     in ``out``."""
     names = feature_names(target, vocab)
@@ -175,7 +175,11 @@ def write(
             fh.write(
                 json.dumps(query_body(target, names, *queries.row(i), k), ensure_ascii=False) + "\n"
             )
-    details: dict[str, Any] = {"index": INDEX, "field": FIELD, "files": [MAPPING, BULK, SEARCHES]}
+    details: dict[str, object] = {
+        "index": INDEX,
+        "field": FIELD,
+        "files": [MAPPING, BULK, SEARCHES],
+    }
     return details | files_target(target).keys.details()
 
 
@@ -351,7 +355,7 @@ def build(
     k: int,
     url: str = "",
     tally: Tally = untallied,
-) -> tuple[FilesEngine | ServerEngine, dict[str, Any]]:
+) -> tuple[FilesEngine | ServerEngine, dict[str, object]]:
     """The files in ``out/<target>``, pushed to ``url`` when given (``tally`` counts the documents
     uploaded, or written)."""
     folder = out / target
@@ -388,17 +392,17 @@ class FilesTarget:
     summary: str
     tolerance: Tolerance
     keys: TokenKeys | TermIdKeys
-    field: dict[str, Any]
+    field: dict[str, object]
     """The field's mapping (``mapping.json``)."""
-    query: Callable[[dict[str, float], int], dict[str, Any]]
+    query: Callable[[dict[str, float], int], dict[str, object]]
     """A query vector (key -> weight) and k -> the search body's ``query``."""
-    settings: dict[str, Any] | None = None
+    settings: dict[str, object] | None = None
     """The index's settings in ``mapping.json``, if any."""
     package: Package | None = None
     schemes: tuple[str, ...] = ("http", "https")
 
-    def mapping(self) -> dict[str, Any]:
-        index = {"settings": self.settings} if self.settings else {}
+    def mapping(self) -> dict[str, object]:
+        index: dict[str, object] = {"settings": self.settings} if self.settings else {}
         return index | {"mappings": {"properties": {FIELD: self.field}}}
 
     def export(self, job: ExportJob) -> Exported:
@@ -423,15 +427,15 @@ class FilesTarget:
         return Exported(hits=hits, details=details, files=job.out / self.name)
 
 
-def _sparse_vector_query(vector: dict[str, float], k: int) -> dict[str, Any]:
+def _sparse_vector_query(vector: dict[str, float], k: int) -> dict[str, object]:
     return {"sparse_vector": {"field": FIELD, "query_vector": vector}}
 
 
-def _neural_sparse_query(vector: dict[str, float], k: int) -> dict[str, Any]:
+def _neural_sparse_query(vector: dict[str, float], k: int) -> dict[str, object]:
     return {"neural_sparse": {FIELD: {"query_tokens": vector}}}
 
 
-def _seismic_query(vector: dict[str, float], k: int) -> dict[str, Any]:
+def _seismic_query(vector: dict[str, float], k: int) -> dict[str, object]:
     return {"neural_sparse": {FIELD: {"query_tokens": vector, "method_parameters": {"k": k}}}}
 
 

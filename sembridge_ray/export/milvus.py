@@ -65,7 +65,7 @@ class MilvusEngine:
 
 def build(
     out: Path, docs: Vectors, url: str = "", tally: Tally = untallied
-) -> tuple[MilvusEngine, dict[str, Any]]:
+) -> tuple[MilvusEngine, dict[str, object]]:
     from pymilvus import MilvusClient
 
     uri = url or str(out / LOCATION)

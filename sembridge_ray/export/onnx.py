@@ -59,7 +59,7 @@ def _plain_splade(model: Any) -> None:
 
 def export(
     model_dir: str, out: Path, variant: str, max_query_length: int, max_doc_length: int
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """Write the ONNX encoder of ``model_dir`` to ``out``; returns what the report says about it."""
     from sembridge_ray.sparse.model import load_sparse_encoder
 
@@ -90,7 +90,7 @@ def export(
     return config
 
 
-def _write_fp32(model: Any, example: dict[str, Any], names: list[str], path: Path) -> None:
+def _write_fp32(model: Any, example: dict[str, object], names: list[str], path: Path) -> None:
     """The model (token ids of ``names`` in, its SPLADE vector out) as one fp32 ONNX graph at
     ``path``, traced on ``example``."""
     import torch

@@ -24,7 +24,7 @@ def toks(vectors: Vectors, i: int) -> dict[str, float]:
     return dict(zip(map(str, terms.tolist()), weights.tolist(), strict=True))
 
 
-def _counted(docs: Vectors, tally: Tally) -> Iterator[dict[str, Any]]:
+def _counted(docs: Vectors, tally: Tally) -> Iterator[dict[str, object]]:
     """The documents as the indexer reads them, counted as it takes them."""
     for i in range(len(docs)):
         yield {"docno": docs.ids[i], "toks": toks(docs, i)}
@@ -64,7 +64,7 @@ class PisaEngine:
 
 def build(
     out: Path, docs: Vectors, url: str = "", tally: Tally = untallied
-) -> tuple[PisaEngine, dict[str, Any]]:
+) -> tuple[PisaEngine, dict[str, object]]:
     from pyterrier_pisa import PisaIndex
 
     folder = out / LOCATION

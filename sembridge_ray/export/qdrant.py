@@ -65,7 +65,7 @@ def connect(out: Path, url: str = "") -> Any:
 
 def build(
     out: Path, docs: Vectors, url: str = "", tally: Tally = untallied
-) -> tuple[QdrantEngine, dict[str, Any]]:
+) -> tuple[QdrantEngine, dict[str, object]]:
     """Index ``docs`` into a fresh collection; returns the engine and what the report says about
     it."""
     engine = QdrantEngine(connect(out, url))

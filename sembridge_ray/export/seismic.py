@@ -119,7 +119,7 @@ class SeismicEngine:
 
 def build(
     out: Path, docs: Vectors, url: str = "", tally: Tally = untallied
-) -> tuple[SeismicEngine, dict[str, Any]]:
+) -> tuple[SeismicEngine, dict[str, object]]:
     """One native call: the documents are counted once it returns (the job's progress lines
     estimate the time until then from :data:`RATES`)."""
     import seismic

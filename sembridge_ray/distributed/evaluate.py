@@ -20,7 +20,6 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -125,7 +124,7 @@ def _evaluate_into(
     data: RetrievalData,
     identity: RunIdentity,
     pinned: Pin,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """Encode (cached), search and score into ``work``: its config, run and ``metrics.json``, which
     it returns."""
     write_config(cfg, work / CONFIG)
@@ -159,7 +158,7 @@ def record_in_card(
     model: str,
     cfg: EvaluateConfig,
     spec: str,
-    metrics: Mapping[str, Any],
+    metrics: Mapping[str, object],
     identity: RunIdentity,
     replace: bool = True,
 ) -> None:
@@ -200,7 +199,7 @@ def search_and_score(
     data: RetrievalData,
     run_path: Path,
     clock: _Clock,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """Index the corpus in shard actors, search every encoded query, write the run, score it."""
     files = parquet_files(docs)
     ranks, sorted_ids = rank_ids(read_ids(files))
@@ -286,7 +285,7 @@ def _metrics(
     n_queries: int,
     query_df: np.ndarray,
     doc_df: np.ndarray,
-) -> dict[str, Any]:
+) -> dict[str, float]:
     judged = pa.array(sorted({d for docs in data.qrels.values() for d in docs}), pa.string())
     missing = set(pc.filter(judged, pc.invert(pc.is_in(judged, value_set=sorted_ids))).to_pylist())
     if missing:

@@ -55,11 +55,11 @@ class ShardActor:
     def pid(self) -> int:
         return os.getpid()
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> dict[str, object]:
         return shard_stats(self.shard)
 
 
-def shard_stats(shard: Shard) -> dict[str, Any]:
+def shard_stats(shard: Shard) -> dict[str, object]:
     """Documents, shard size, and the memory of the process holding it: peak resident, and now
     private (anon) vs shared (an actor's shard is in object-store pages), from /proc where the OS
     has it."""
@@ -166,7 +166,7 @@ class ShardedIndex:
             np.concatenate([m.scores for m in merged]), np.concatenate([m.ranks for m in merged])
         )
 
-    def stats(self) -> list[dict[str, Any]]:
+    def stats(self) -> list[dict[str, object]]:
         return self._get([self._ask(i, "stats") for i in range(len(self.actors))], "stats")
 
     def pids(self) -> list[int]:
@@ -213,7 +213,7 @@ class LocalIndex:
             np.concatenate([m.scores for m in merged]), np.concatenate([m.ranks for m in merged])
         )
 
-    def stats(self) -> list[dict[str, Any]]:
+    def stats(self) -> list[dict[str, object]]:
         return [shard_stats(shard) for shard in self.shards]
 
     def shutdown(self) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from sembridge_ray.config import Config, require
 from sembridge_ray.errors import InputError
@@ -75,7 +75,7 @@ class RunResult:
     """What a BM25 or fusion run wrote (``metrics.json`` holds the figures)."""
 
     output: str
-    metrics: dict[str, Any]
+    metrics: dict[str, float]
     skipped: bool = False
 
 
@@ -130,5 +130,5 @@ def run_fusion(cfg: FusionConfig, inputs: dict[str, str]) -> RunResult:
     return RunResult(output=str(out), metrics=metrics)
 
 
-def _metrics(out: Path) -> dict[str, Any]:
+def _metrics(out: Path) -> dict[str, float]:
     return dict(json.loads((out / METRICS).read_text(encoding="utf-8")))

@@ -264,12 +264,12 @@ class FinetuneResult:
     """The hub URL the model was pushed to by this run (``push_to_hub``; recorded in
     ``pushed.json``)."""
     select: str = "last"
-    best: dict[str, Any] = field(default_factory=dict)
+    best: dict[str, object] = field(default_factory=dict)
     """The published step and why (``step``, ``dev_nDCG@10``, ``reason``); empty without a
     development set."""
-    collapsed: list[dict[str, Any]] = field(default_factory=list)
+    collapsed: list[dict[str, object]] = field(default_factory=list)
     """Evaluated steps whose vectors collapsed (``step``, ``reason``): never selected."""
-    convergence: dict[str, Any] = field(default_factory=dict)
+    convergence: dict[str, object] = field(default_factory=dict)
     """Of the dev curve (``sparse.convergence``): ``final``, ``steps_to_95``, ``auc``,
     ``evaluations``."""
     eval_seconds: float = 0.0

@@ -101,7 +101,7 @@ def _top(scores: Mapping[str, float], k: int) -> list[tuple[str, float]]:
     return sorted(scores.items(), key=lambda item: (-item[1], item[0]))[:k]
 
 
-def write_scored(out: Path, run: Run, qrels: Qrels, tag: str) -> dict[str, Any]:
+def write_scored(out: Path, run: Run, qrels: Qrels, tag: str) -> dict[str, float]:
     """``run.trec``, ``per_query.tsv`` and ``metrics.json`` of ``run`` in ``out``; returns the
     metrics."""
     lines = [

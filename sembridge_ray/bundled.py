@@ -110,7 +110,7 @@ def byte_bpe_tokenizer(text: list[str], vocab_size: int) -> PreTrainedTokenizerB
 
 def build_sick_bpe(out: Path, vocab_size: int = BPE_VOCAB) -> Path:
     with atomic_path(Path(out)) as tmp:
-        byte_bpe_tokenizer(bundled_text(), vocab_size).save_pretrained(str(tmp))  # type: ignore[attr-defined]
+        byte_bpe_tokenizer(bundled_text(), vocab_size).save_pretrained(str(tmp))
     return Path(out)
 
 

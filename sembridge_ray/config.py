@@ -352,7 +352,7 @@ class Config:
                 nested.setdefault(section, {})[key] = value
         for section, values in nested.items():
             top[section] = dataclasses.replace(top.get(section, getattr(self, section)), **values)
-        return dataclasses.replace(self, **top)  # type: ignore[misc]  # a dataclass (Config's subclasses are)
+        return dataclasses.replace(self, **top)  # a dataclass (Config's subclasses are)
 
 
 C = TypeVar("C", bound=Config)

@@ -247,7 +247,7 @@ def _card_data_class() -> type[Any]:
     from sentence_transformers.sparse_encoder.model_card import SparseEncoderModelCardData
 
     @dataclass(kw_only=True)
-    class SemBridgeCardData(SparseEncoderModelCardData):  # type: ignore[misc]
+    class SemBridgeCardData(SparseEncoderModelCardData):
         sembridge: dict[str, Any] = field(default_factory=dict)
         facts: dict[str, Any] = field(default_factory=dict)
         model_index: list[dict[str, Any]] = field(default_factory=list)

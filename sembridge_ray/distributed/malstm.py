@@ -19,11 +19,11 @@ from sembridge_ray.logs import setup_logging
 from sembridge_ray.outputs import claim_output
 from sembridge_ray.progress import Progress
 from sembridge_ray.siamese import augment as aug
-from sembridge_ray.siamese.config import PretrainConfig, TrainConfig
+from sembridge_ray.siamese.config import MINILM_CONTEXT, PretrainConfig, TrainConfig
 from sembridge_ray.siamese.loop import RestartResult, train_restart
 from sembridge_ray.siamese.prepare import Prepared, find_wordnet, prepare
 from sembridge_ray.siamese.results import write_results
-from sembridge_ray.siamese.vectors import MINILM_CONTEXT, parse_source, vectors_identity
+from sembridge_ray.siamese.vectors import parse_source, vectors_identity
 
 log = logging.getLogger(__name__)
 REPORT = "report.json"

@@ -12,7 +12,6 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
 
 import pyarrow.parquet as pq
 import ray
@@ -86,7 +85,7 @@ class RayRuntime(Runtime):
         self.device = ray.train.torch.get_device()
 
     def prepare(self, model: torch.nn.Module) -> torch.nn.Module:
-        return cast(torch.nn.Module, ray.train.torch.prepare_model(model))
+        return ray.train.torch.prepare_model(model)
 
     def restore(self, run_dir: str) -> contextlib.AbstractContextManager[Path | None]:
         return _restore_dir(run_dir)

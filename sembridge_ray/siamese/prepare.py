@@ -14,7 +14,13 @@ from sembridge_ray.data.sick import Pair, read_sick_split
 from sembridge_ray.errors import InputError
 from sembridge_ray.siamese import augment as aug
 from sembridge_ray.siamese import contextual as ctx
-from sembridge_ray.siamese.config import AugmentConfig, PretrainConfig, VectorConfig
+from sembridge_ray.siamese.config import (
+    MINILM_CONTEXT,
+    MINILM_INPUT,
+    AugmentConfig,
+    PretrainConfig,
+    VectorConfig,
+)
 from sembridge_ray.siamese.data import (
     EncodedPairs,
     TokenPair,
@@ -31,8 +37,6 @@ from sembridge_ray.siamese.data import (
 from sembridge_ray.siamese.records import DataCounts, VectorBuild
 from sembridge_ray.siamese.retrofit import retrofit, thesaurus_neighbours
 from sembridge_ray.siamese.vectors import (
-    MINILM_CONTEXT,
-    MINILM_INPUT,
     ContextSpec,
     WordVectors,
     assemble_matrix,

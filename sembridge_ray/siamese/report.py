@@ -11,7 +11,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 from scipy import stats
 
-from sembridge_ray.data.schema import CALIBRATED, GOLD, PAIR_ID, RAW
+# the columns, re-exported (``X as X``): callers read them as ``report.GOLD``, ...
+from sembridge_ray.data.schema import CALIBRATED as CALIBRATED
+from sembridge_ray.data.schema import GOLD as GOLD
+from sembridge_ray.data.schema import PAIR_ID
+from sembridge_ray.data.schema import RAW as RAW
 from sembridge_ray.outputs import atomic_path, atomic_write_text
 from sembridge_ray.siamese.records import CalibrationRecord, Metrics, Report, SplitMetrics
 

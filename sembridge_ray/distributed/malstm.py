@@ -49,10 +49,10 @@ def run_restarts(data: Prepared, cfg: MalstmConfig) -> list[RestartResult]:
     data_ref = ray.put(data)
     threads = max(1, int(plan.cpus_per_worker))
     progress = Progress(log, "restarts", cfg.restarts, "trained", every_s=0.0)
-    pending: list[ray.ObjectRef] = []
+    pending: list[ray.ObjectRef[RestartResult]] = []
     done: list[RestartResult] = []
 
-    def collect(refs: list[ray.ObjectRef]) -> None:
+    def collect(refs: list[ray.ObjectRef[RestartResult]]) -> None:
         for result in ray.get(refs):
             done.append(result)
             log.info("restart seed %d: validation MSE %.4f", result.seed, result.val_mse)

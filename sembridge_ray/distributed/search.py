@@ -41,7 +41,7 @@ RESTARTS = 3
 class ShardActor:
     """Holds one shard (zero-copy from the object store) and answers top-k queries against it."""
 
-    def __init__(self, refs: list[ray.ObjectRef], threads: int = 1) -> None:
+    def __init__(self, refs: list[ray.ObjectRef[Shard]], threads: int = 1) -> None:
         import torch
 
         # topk only; the actor's CPU share is what Ray gave it
@@ -89,14 +89,14 @@ class ShardedIndex:
     """A corpus split into shards held by Ray actors; :meth:`search` is an exact top-k over all of
     them."""
 
-    def __init__(self, refs: list[ray.ObjectRef], n_docs: int, num_cpus: float) -> None:
+    def __init__(self, refs: list[ray.ObjectRef[Shard]], n_docs: int, num_cpus: float) -> None:
         self.refs = refs  # held for the index's lifetime: a restarted actor reads its shard again
         self.n_docs = n_docs
         self.num_cpus = num_cpus
         self.actors = [self._actor(ref) for ref in refs]
 
-    def _actor(self, ref: ray.ObjectRef) -> Any:
-        return ShardActor.options(num_cpus=self.num_cpus).remote([ref], max(1, int(self.num_cpus)))  # type: ignore[attr-defined]
+    def _actor(self, ref: ray.ObjectRef[Shard]) -> ray.actor.ActorHandle[ShardActor]:
+        return ShardActor.options(num_cpus=self.num_cpus).remote([ref], max(1, int(self.num_cpus)))  # type: ignore[attr-defined,no-any-return]
 
     @classmethod
     def start(cls, shards: Iterable[Shard], num_cpus: float = 1.0) -> ShardedIndex:
@@ -110,10 +110,10 @@ class ShardedIndex:
         index.stats()  # wait until every actor holds its shard
         return index
 
-    def _ask(self, shard: int, method: str, *args: Any) -> ray.ObjectRef:
+    def _ask(self, shard: int, method: str, *args: object) -> ray.ObjectRef[object]:
         return getattr(self.actors[shard], method).remote(*args)
 
-    def _get(self, refs: list[ray.ObjectRef], method: str, *args: Any) -> list[Any]:
+    def _get(self, refs: list[ray.ObjectRef[object]], method: str, *args: object) -> list[Any]:
         """Every shard's answer; a shard whose actor is gone for good gets a new actor and is asked
         again."""
         out: list[Any] = []
@@ -144,7 +144,7 @@ class ShardedIndex:
     ) -> TopK:
         """queries (Q, V) -> the exact top-k over every shard: scores (Q, k), global ranks (Q, k);
         ``progress`` counts the queries answered."""
-        pending: deque[tuple[ray.ObjectRef, list[ray.ObjectRef]]] = deque()
+        pending: deque[tuple[ray.ObjectRef[SparseBatch], list[ray.ObjectRef[object]]]] = deque()
         merged: list[TopK] = []
         for start in range(0, queries.rows, batch_size):
             batch = ray.put(queries.slice(start, min(start + batch_size, queries.rows)))

@@ -91,8 +91,7 @@ def bundled_text() -> list[str]:
 def byte_bpe_tokenizer(text: list[str], vocab_size: int) -> PreTrainedTokenizerBase:
     """A cased byte-level BPE (RoBERTa's specials) trained on ``text`` with the ``tokenizers``
     library."""
-    from tokenizers import AddedToken
-    from tokenizers.implementations import ByteLevelBPETokenizer
+    from tokenizers import AddedToken, ByteLevelBPETokenizer
     from transformers import RobertaTokenizerFast
 
     bpe = ByteLevelBPETokenizer(add_prefix_space=False)

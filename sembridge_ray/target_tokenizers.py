@@ -203,7 +203,7 @@ def trim_unigram(spec: dict[str, Any], keep: list[int]) -> dict[str, Any]:
     their order and with their scores; the unknown id, added tokens and post-processor's special ids
     renumbered to match."""
     new_id = {old: new for new, old in enumerate(keep)}
-    out = json.loads(json.dumps(spec))
+    out: dict[str, Any] = json.loads(json.dumps(spec))
     model = out["model"]
     if model.get("type") != "Unigram" or model.get("unk_id") not in new_id:
         raise InputError(

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 from tokenizers import (
     AddedToken,
+    SentencePieceUnigramTokenizer,
     Tokenizer,
     decoders,
     models,
@@ -40,7 +41,6 @@ from tokenizers import (
     processors,
     trainers,
 )
-from tokenizers.implementations import SentencePieceUnigramTokenizer
 from transformers import (
     BertConfig,
     BertForMaskedLM,

@@ -41,6 +41,7 @@ class MaLSTM(nn.Module):
         packed = pack_padded_sequence(
             self.embed(ids), lengths.cpu().clamp(min=1), batch_first=True, enforce_sorted=False
         )
+        h_n: torch.Tensor  # (layers, B, H)
         _, (h_n, _) = self.lstm(packed)
         return h_n[-1]
 

@@ -23,12 +23,16 @@ import shutil
 import string
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sembridge_ray import languages
 from sembridge_ray.atomic import atomic_path
 from sembridge_ray.errors import InputError
 from sembridge_ray.resources import asset
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 SPLADE_ROLES = ("cls", "sep", "pad", "mask", "unk")
 MAX_LENGTH = 512
@@ -64,7 +68,7 @@ def build_target_tokenizer(language: str, out: Path) -> Path:
     return Path(out)
 
 
-def check_roles(tokenizer: Any, name: str) -> None:
+def check_roles(tokenizer: PreTrainedTokenizerBase, name: str) -> None:
     """Raise unless ``tokenizer`` defines every SPLADE role and wraps a sequence in cls ... sep."""
     missing = [
         role for role in SPLADE_ROLES if getattr(tokenizer, f"{role}_token_id", None) is None
@@ -76,7 +80,7 @@ def check_roles(tokenizer: Any, name: str) -> None:
         )
 
 
-def require_vocabulary(tokenizer: Any, name: str) -> None:
+def require_vocabulary(tokenizer: PreTrainedTokenizerBase, name: str) -> None:
     """Raise unless ``tokenizer`` has a token besides its special ones and encodes a text: a
     ``tokenizer.json`` whose vocabulary is empty still loads (its added special tokens make it
     "5 tokens"), and a model made for it would fail at its first encoding."""
@@ -99,7 +103,7 @@ def bundled_wordpiece(language: str) -> Any:
     return AutoTokenizer.from_pretrained(str(asset(f"tokenizers/{language}")))
 
 
-def arabic_tokenizer(language: str = "ar") -> Any:
+def arabic_tokenizer(language: str = "ar") -> PreTrainedTokenizerFast:
     """AraELECTRA's WordPiece with AraBERT's own preprocessing in front: diacritics (tashkeel,
     U+064B-U+0652) and tatweel (U+0640) removed, as ``ArabertPreprocessor`` does before its
     tokenizer; the vocabulary has none, so text that carries them (أيضاً, يُطلق) was 2.6% unknown
@@ -117,7 +121,7 @@ def arabic_tokenizer(language: str = "ar") -> Any:
     return PreTrainedTokenizerFast(tokenizer_object=backend, model_max_length=MAX_LENGTH, **roles)
 
 
-def bundled_unigram(language: str) -> Any:
+def bundled_unigram(language: str) -> PreTrainedTokenizerFast:
     """The bundled Unigram ``tokenizer.json`` of ``language`` (hi), with XLM-R's roles."""
     from tokenizers import Tokenizer
 
@@ -125,7 +129,7 @@ def bundled_unigram(language: str) -> Any:
     return unigram_with_roles(Tokenizer.from_file(str(path)))
 
 
-def unigram_with_roles(tokenizer: Any) -> Any:
+def unigram_with_roles(tokenizer: Tokenizer) -> PreTrainedTokenizerFast:
     """A ``tokenizers`` Unigram made a transformers tokenizer with XLM-R's roles: ``<s>``, ``</s>``,
     ``<unk>``, ``<pad>``, ``<mask>`` special (added at the end where the vocabulary lacks them),
     ``<s> A </s>`` around a sequence and ``<s> A </s> B </s>`` around a pair."""
@@ -219,7 +223,7 @@ def trim_unigram(spec: dict[str, Any], keep: list[int]) -> dict[str, Any]:
     return out
 
 
-def russian_tokenizer(texts: list[str] | None = None) -> Any:
+def russian_tokenizer(texts: list[str] | None = None) -> PreTrainedTokenizerFast:
     """The bridge's XLM-R vocabulary trimmed to Russian (:func:`russian_keep_ids` on ``texts``, by
     default XQuAD-ru's articles 0-23), as a transformers tokenizer."""
     from tokenizers import Tokenizer
@@ -233,7 +237,7 @@ def russian_tokenizer(texts: list[str] | None = None) -> Any:
     return unigram_with_roles(Tokenizer.from_str(json.dumps(trimmed, ensure_ascii=False)))
 
 
-_BUILDERS: dict[languages.Recipe, Callable[[str], Any]] = {
+_BUILDERS: dict[languages.Recipe, Callable[[str], PreTrainedTokenizerFast]] = {
     "wordpiece": bundled_wordpiece,
     "arabic-wordpiece": arabic_tokenizer,
     "unigram": bundled_unigram,

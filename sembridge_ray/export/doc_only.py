@@ -17,17 +17,22 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from sembridge_ray.export.base import NOT_HELD, Exported, ExportJob, Package, Tolerance, Vectors
 from sembridge_ray.export.parity import exact_topk
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
 CONFIG = "sembridge_export.json"
 
 
-def idf(tokenizer: Any, texts: Iterable[str], vocab_size: int, batch: int = 1000) -> np.ndarray:
+def idf(
+    tokenizer: PreTrainedTokenizerBase, texts: Iterable[str], vocab_size: int, batch: int = 1000
+) -> np.ndarray:
     """(vocab_size,) float32 IDF of each token over ``texts`` (document frequency of the token's
     presence)."""
     df = np.zeros(vocab_size, np.int64)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -34,11 +34,14 @@ from sembridge_ray.retrieval.metrics import (
 )
 from sembridge_ray.retrieval.store import format_score, read_run
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
 RUN, METRICS, PER_QUERY = "run.trec", "metrics.json", "per_query.tsv"
 RRF_K = 60
 
 
-def pieces(tokenizer: Any, texts: Sequence[str]) -> list[list[str]]:
+def pieces(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str]) -> list[list[str]]:
     """Each text as the tokenizer's pieces (ids as strings: a piece is its id), no special tokens,
     whole (no truncation)."""
     # verbose=False: no warning that a text is longer than the model's positions (BM25 has none)

@@ -111,7 +111,7 @@ class ShardedIndex:
         return index
 
     def _ask(self, shard: int, method: str, *args: object) -> ray.ObjectRef[object]:
-        return getattr(self.actors[shard], method).remote(*args)
+        return getattr(self.actors[shard], method).remote(*args)  # type: ignore[no-any-return]
 
     def _get(self, refs: list[ray.ObjectRef[object]], method: str, *args: object) -> list[Any]:
         """Every shard's answer; a shard whose actor is gone for good gets a new actor and is asked

@@ -22,11 +22,29 @@ import contextlib
 import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
-from entmax import entmax15, entmax_bisect, sparsemax
 
 from sembridge_ray.sparse.csr import Entries, csr_from_sorted, sort_entries
+
+if TYPE_CHECKING:  # the entmax package has no annotations: its three forms, as called here
+
+    def sparsemax(x: torch.Tensor, /, dim: int = -1, k: int | None = None) -> torch.Tensor: ...
+
+    def entmax15(x: torch.Tensor, /, dim: int = -1, k: int | None = None) -> torch.Tensor: ...
+
+    def entmax_bisect(
+        x: torch.Tensor,
+        /,
+        alpha: float = 1.5,
+        dim: int = -1,
+        n_iter: int = 50,
+        ensure_sum_one: bool = True,
+    ) -> torch.Tensor: ...
+
+else:
+    from entmax import entmax15, entmax_bisect, sparsemax
 
 _CHUNK_BYTES = 32 << 20  # fp32 scores held per chunk: flat memory whatever N is
 

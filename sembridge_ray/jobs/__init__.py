@@ -96,7 +96,7 @@ class JobSpec(Generic[C, R]):
         return driver(cfg)
 
 
-def job_spec(name: str) -> JobSpec[Config, Any]:
+def job_spec(name: str) -> JobSpec[Any, Any]:
     if name not in JOBS:
         raise KeyError(name)
     return importlib.import_module(f"sembridge_ray.jobs.{name}").JOB  # type: ignore[no-any-return]

@@ -206,10 +206,20 @@ def signature_types(root: Path = ROOT) -> dict[str, float | int]:
 LINE_LIMIT = 100
 """The formatter's line length (``[tool.ruff] line-length``)."""
 LONG_FUNCTION = 50
-LIMITS = {"long_lines_share": 0.03, "functions_over_50": 8}
-ZERO = ("cycles", "upward_imports")
+LIMITS = {
+    "long_lines_share": 0.03,
+    "functions_over_50": 8,
+    "bare_any_share": 0.02,
+    "dict_str_any_share": 0.01,
+    "largest_module": 600,
+    "module_p90": 400,
+    "largest_fan_out": 25,
+    "glue_share": 0.47,
+}
+ZERO = ("cycles", "upward_imports", "driver_imports")
 """What ``--check`` holds the package to (the anchors: fairseq2 1.3% and mergekit 0.3% of lines over
-100)."""
+100). The room-level ones are the redesign's targets where met (:data:`TARGETS`), else ratchets at
+the figure reached, so that no change makes it worse."""
 
 
 def style(root: Path = ROOT) -> dict[str, float | int]:

@@ -156,9 +156,11 @@ class FinetuneConfig(Config):
         unread = set() if self.eval else set(self.EVAL_SETTINGS)
         if self.eval_at:  # it replaces eval_every
             unread.add("eval_every")
-        if not self.optim.embedding_warmup_steps:
+        if not self.optim.embedding_warmup_steps:  # the other warm-up keys (the steps turn it on)
             unread |= {
-                k for k in dotted_keys(type(self)) if k.startswith("optim.embedding_warmup_")
+                k
+                for k in dotted_keys(type(self))
+                if k.startswith("optim.embedding_warmup_") and k != "optim.embedding_warmup_steps"
             }
         return unread
 

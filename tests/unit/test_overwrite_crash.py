@@ -44,7 +44,7 @@ class DieAfterModel:
             die()
 
 if point == "compute":
-    init_job.compose = die  # the rows are computed, nothing of the model is composed or written yet
+    init_job.composed_model = die  # the rows are computed, nothing of the model composed or written
 elif point == "model_written":
     init_job.atomic_path = DieAfterModel
 elif point == "before_swap":

@@ -37,10 +37,10 @@ from sembridge_ray.jobs.evaluate import EvaluateConfig
 from sembridge_ray.jobs.finetune import FinetuneConfig
 from sembridge_ray.jobs.init import InitConfig
 from sembridge_ray.json_types import JSONValue
-from sembridge_ray.placement import ResourceConfig
+from sembridge_ray.runtime.placement import ResourceConfig
 
 if TYPE_CHECKING:
-    from sembridge_ray.config import Config
+    from sembridge_ray.runtime.config import Config
 
 log = logging.getLogger(__name__)
 REFERENCE, MODELS = "reference.json", "models.json"

@@ -287,7 +287,7 @@ def cuda_ready() -> bool:
 
 
 def write_figures(figures: GpuFigures, path: Path) -> None:
-    from sembridge_ray.outputs import atomic_write_json
+    from sembridge_ray.runtime.outputs import atomic_write_json
 
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     atomic_write_json(Path(path), dict(figures))

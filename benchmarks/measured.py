@@ -113,7 +113,7 @@ def write_measured(path: str | Path, record: MeasuredRecord) -> None:
     again each run), so its scaled, GPU-equivalent value does not move."""
     import json
 
-    from sembridge_ray.outputs import atomic_write_json
+    from sembridge_ray.runtime.outputs import atomic_write_json
 
     path = Path(path)
     old = json.loads(path.read_text()) if path.is_file() else {}

@@ -243,7 +243,7 @@ def encode_project(case: EncodeCase) -> Timing:
     import pyarrow.parquet as pq
 
     from sembridge_ray.data.schema import ID, TEXT
-    from sembridge_ray.distributed.udfs import PATH, SparseEncodeUDF
+    from sembridge_ray.sparse.encode_files import PATH, SparseEncodeUDF
 
     texts = sick_texts(case.texts)
     with tempfile.TemporaryDirectory() as tmp:
@@ -278,9 +278,10 @@ def encode_ray_data(case: EncodeCase) -> RayDataTiming:
     from sembridge_ray.data.schema import ID, TEXT
     from sembridge_ray.distributed import cluster
     from sembridge_ray.distributed.encode import encode
+    from sembridge_ray.distributed.executor import RayExecutor
     from sembridge_ray.jobs.evaluate import EvaluateConfig
-    from sembridge_ray.placement import ResourceConfig
     from sembridge_ray.retrieval.store import stage_corpus
+    from sembridge_ray.runtime.placement import ResourceConfig
 
     cluster.connect(num_cpus=2)
     texts = sick_texts(case.texts)
@@ -299,7 +300,8 @@ def encode_ray_data(case: EncodeCase) -> RayDataTiming:
                 resources=ResourceConfig(workers=1, threads_per_worker=case.threads),
             )
             start = time.perf_counter()
-            encode(files, Path(tmp) / f"vectors-{run}", cfg, resolve(MODEL), "document")
+            dest = Path(tmp) / f"vectors-{run}"
+            encode(files, dest, cfg, resolve(MODEL), "document", RayExecutor())
             seconds.append(time.perf_counter() - start)
     small, large = RAY_DATA_FILES
     out: RayDataTiming = {
@@ -396,7 +398,7 @@ def compare_precision(case: EncodeCase, rounds: int = 2) -> PrecisionLine:
                 case.texts / cast(Timing, run_side(f"encode-{side}", cases[precision]))["seconds"]
             )
     rate = {n: statistics.median(r) for n, r in runs.items()}
-    from sembridge_ray.placement import native_bf16
+    from sembridge_ray.runtime.placement import native_bf16
 
     return {
         "comparison": "encode_precision",

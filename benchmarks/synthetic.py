@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sembridge_ray.config import Config
 from sembridge_ray.retrieval.index import SparseBatch
+from sembridge_ray.runtime.config import Config
 
 BERT_VOCAB = 30522
 

@@ -25,8 +25,8 @@ from sembridge_ray.data.schema import POSITIVE, QUERY
 from sembridge_ray.data.sick import read_sick_split
 from sembridge_ray.data.stream import StreamInfo, materialise_stream
 from sembridge_ray.jobs.finetune import FinetuneConfig, OptimConfig
-from sembridge_ray.placement import ResourceConfig
 from sembridge_ray.resources import sick_dir
+from sembridge_ray.runtime.placement import ResourceConfig
 from sembridge_ray.sparse import loop
 from sembridge_ray.sparse.model import SpladeEncoder, load_mlm, load_tokenizer, save_sparse_encoder
 

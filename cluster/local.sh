@@ -228,9 +228,9 @@ submit() {
   while :; do
     attempt=$((attempt + 1))
     set +e
-    # Ray's own lines (packaging, banners) are left out but one, and the job's output passes: sembridge_ray/logs.py
+    # Ray's own lines (packaging, banners) are left out but one, and the job's output passes: sembridge_ray/runtime/logs.py
     "$VENV/bin/ray" job submit --address "$RAY_ADDRESS" --runtime-env cluster/runtime_env.yaml --working-dir . \
-      --log-color false -- "$@" 2>&1 | tee "$log" | "$VENV/bin/python" -u -m sembridge_ray.logs ray-job-submit
+      --log-color false -- "$@" 2>&1 | tee "$log" | "$VENV/bin/python" -u -m sembridge_ray.runtime.logs ray-job-submit
     rc=${PIPESTATUS[0]}
     set -e
     # Not ready yet (a loaded machine): no agent, the dashboard dropping the connection or not answering in time,

@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
             BenchConfig, argv, flags=FLAGS, job="bench_retrieval", description=__doc__ or ""
         )
         from benchmarks.retrieval import run_bench
-        from sembridge_ray.outputs import atomic_write_json
+        from sembridge_ray.runtime.outputs import atomic_write_json
 
         report = run_bench(cfg)
         print(json.dumps(report, indent=2))

@@ -248,8 +248,7 @@ def style(root: Path = ROOT) -> dict[str, float | int]:
 MATHS = ("embed_init", "sparse", "retrieval", "data", "siamese")
 GLUE = (
     *("cli", "config", "jobs", "recipes", "runtime", "distributed", "export"),
-    *("identity", "outputs", "locks", "manifest", "atomic", "logs", "progress", "errors"),
-    *("placement", "cache", "model_card", "provenance"),
+    *("cache", "model_card", "provenance"),
 )
 """The rooms of the maths and of the glue (the command line, configs, the contracts and Ray-free runs,
 the run contract, publishing, the Ray drivers and the export targets); the rest (reproduce's tables

@@ -20,9 +20,9 @@ from pathlib import Path
 import numpy as np
 
 from sembridge_ray import cache
-from sembridge_ray.atomic import atomic_path
 from sembridge_ray.e5s1 import bert_config, bert_state_dict, read_e5s1
-from sembridge_ray.errors import InputError
+from sembridge_ray.runtime.atomic import atomic_path
+from sembridge_ray.runtime.errors import InputError
 
 log = logging.getLogger(__name__)
 ME5 = "me5"

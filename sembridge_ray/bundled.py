@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING
 
 from sembridge_ray.bridges import ME5, resolve_me5
 from sembridge_ray.languages import CODES
-from sembridge_ray.outputs import atomic_path
 from sembridge_ray.provenance import ensure_marked
+from sembridge_ray.runtime.outputs import atomic_path
 from sembridge_ray.splade_tiny import SPLADE_TINY, resolve_splade_tiny
 from sembridge_ray.target_tokenizers import build_target_tokenizer
 

@@ -44,7 +44,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
 
-from sembridge_ray.outputs import sha256_file
+from sembridge_ray.runtime.outputs import sha256_file
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

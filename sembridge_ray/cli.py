@@ -41,7 +41,8 @@ from typing import Any, NoReturn, TypeVar
 import yaml
 
 from sembridge_ray import __version__
-from sembridge_ray.config import (
+from sembridge_ray.jobs import JOBS, PRESET_DIR, Flag, JobSpec, job_spec, presets
+from sembridge_ray.runtime.config import (
     Config,
     ConfigError,
     FieldInfo,
@@ -53,9 +54,8 @@ from sembridge_ray.config import (
     merge,
     suggestion,
 )
-from sembridge_ray.errors import Terminated, terminating, user_error
-from sembridge_ray.jobs import JOBS, PRESET_DIR, Flag, JobSpec, job_spec, presets
-from sembridge_ray.logs import setup_logging
+from sembridge_ray.runtime.errors import Terminated, terminating, user_error
+from sembridge_ray.runtime.logs import setup_logging
 
 C = TypeVar("C", bound=Config)
 log = logging.getLogger(__name__)

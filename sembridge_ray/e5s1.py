@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from sembridge_ray.errors import InputError
+from sembridge_ray.runtime.errors import InputError
 
 if TYPE_CHECKING:
     from transformers import BertConfig

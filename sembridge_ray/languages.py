@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from sembridge_ray.errors import InputError
+from sembridge_ray.runtime.errors import InputError
 
 Recipe = Literal["wordpiece", "arabic-wordpiece", "unigram", "me5-trimmed"]
 

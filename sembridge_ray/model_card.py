@@ -31,11 +31,8 @@ from pathlib import Path
 from typing import Any, cast
 
 from sembridge_ray import __version__, catalog, resources
-from sembridge_ray.atomic import TMP_PREFIX, atomic_write_json, atomic_write_text, remove
 from sembridge_ray.embed_init.config import ENTMAX_BRIDGES
 from sembridge_ray.languages import english_name
-from sembridge_ray.locks import OutputLock, OutputLocked
-from sembridge_ray.manifest import is_complete, read_manifest
 from sembridge_ray.provenance import (
     PROVENANCE,
     SCORES,
@@ -55,6 +52,9 @@ from sembridge_ray.provenance import (
     read_provenance,
     scores_file,
 )
+from sembridge_ray.runtime.atomic import TMP_PREFIX, atomic_write_json, atomic_write_text, remove
+from sembridge_ray.runtime.locks import OutputLock, OutputLocked
+from sembridge_ray.runtime.manifest import is_complete, read_manifest
 from sembridge_ray.sparse.config import RANKING_LABELS
 from sembridge_ray.sparse.convergence import query_collapse
 

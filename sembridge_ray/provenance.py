@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any, NotRequired, TypedDict, cast
 
 from sembridge_ray import catalog, languages
-from sembridge_ray.atomic import atomic_write_json
 from sembridge_ray.catalog import KNOWN_ASSETS, KnownAsset
-from sembridge_ray.identity import path_identity
+from sembridge_ray.runtime.atomic import atomic_write_json
+from sembridge_ray.runtime.identity import path_identity
 
 log = logging.getLogger(__name__)
 PROVENANCE, SCORES, README, ASSET_MARKER = (

@@ -24,8 +24,8 @@ import zipfile
 from pathlib import Path
 
 from sembridge_ray import cache
-from sembridge_ray.atomic import atomic_path
-from sembridge_ray.errors import InputError
+from sembridge_ray.runtime.atomic import atomic_path
+from sembridge_ray.runtime.errors import InputError
 
 log = logging.getLogger(__name__)
 SPLADE_TINY = "splade-tiny"

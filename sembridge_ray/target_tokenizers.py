@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sembridge_ray import languages
-from sembridge_ray.atomic import atomic_path
-from sembridge_ray.errors import InputError
 from sembridge_ray.resources import asset
+from sembridge_ray.runtime.atomic import atomic_path
+from sembridge_ray.runtime.errors import InputError
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer

@@ -55,8 +55,8 @@ from transformers import (
 from sembridge_ray.bundled import ROBERTA_SPECIALS, byte_bpe_tokenizer
 from sembridge_ray.data.sick import read_sick_split
 from sembridge_ray.data.sts import read_sts, sts_files
-from sembridge_ray.outputs import atomic_path
 from sembridge_ray.resources import sick_dir, sts_dir
+from sembridge_ray.runtime.outputs import atomic_path
 from sembridge_ray.sparse.model import save_sparse_encoder
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from sembridge_ray.errors import InputError
+from sembridge_ray.runtime.errors import InputError
 
 # What gzip raises on damaged input: a bad header or CRC (BadGzipFile), a bad deflate stream
 # (zlib.error), a truncated file (EOFError).

@@ -53,7 +53,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session")
 def device() -> str:
-    from sembridge_ray.placement import pick_device
+    from sembridge_ray.runtime.placement import pick_device
 
     return pick_device()
 

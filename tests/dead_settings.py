@@ -30,9 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from sembridge_ray.config import Config, ConfigError, dotted_keys
-from sembridge_ray.errors import InputError
-from sembridge_ray.identity import flatten
+from sembridge_ray.runtime.config import Config, ConfigError, dotted_keys
+from sembridge_ray.runtime.errors import InputError
+from sembridge_ray.runtime.identity import flatten
 from tests.unit.test_identity_coverage import leaf_types, perturbations, set_key
 
 Output = dict[str, Any]

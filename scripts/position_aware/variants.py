@@ -26,13 +26,13 @@ from typing import Any
 
 import numpy as np
 
-from sembridge_ray.config import coerce, read_config
 from sembridge_ray.jobs.init import InitConfig
 from sembridge_ray.jobs.reproduce import ReproduceConfig
-from sembridge_ray.logs import setup_logging
-from sembridge_ray.outputs import atomic_write_json, atomic_write_text
 from sembridge_ray.reproduce.compare import paired_test, read_per_query
 from sembridge_ray.reproduce.stages import Assets
+from sembridge_ray.runtime.config import coerce, read_config
+from sembridge_ray.runtime.logs import setup_logging
+from sembridge_ray.runtime.outputs import atomic_write_json, atomic_write_text
 
 log = logging.getLogger("position_aware.variants")
 ON = {"position_aware": True, "position_penalty": 0.0}

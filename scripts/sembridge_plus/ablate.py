@@ -30,11 +30,11 @@ from typing import Any
 
 import numpy as np
 
-from sembridge_ray.config import coerce, read_config
 from sembridge_ray.jobs.init import InitConfig
-from sembridge_ray.logs import setup_logging
-from sembridge_ray.outputs import atomic_write_json, atomic_write_text
 from sembridge_ray.reproduce.compare import paired_test
+from sembridge_ray.runtime.config import coerce, read_config
+from sembridge_ray.runtime.logs import setup_logging
+from sembridge_ray.runtime.outputs import atomic_write_json, atomic_write_text
 
 log = logging.getLogger("sembridge_plus.ablate")
 PA = {"position_aware": True}

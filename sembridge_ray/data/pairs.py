@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 from sembridge_ray.data.registry import load_retrieval, parts
 from sembridge_ray.data.retrieval import RetrievalData
 from sembridge_ray.data.schema import ID, NEGATIVE_PREFIX, POSITIVE, QUERY, TEXT
-from sembridge_ray.errors import InputError
+from sembridge_ray.runtime.errors import InputError
 
 log = logging.getLogger(__name__)
 

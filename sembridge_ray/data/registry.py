@@ -30,7 +30,7 @@ from sembridge_ray.data.retrieval import (
     load_webfaq,
     miracl_split,
 )
-from sembridge_ray.errors import InputError
+from sembridge_ray.runtime.errors import InputError
 
 PARTS = "+"
 """Joins the training sets of one fine-tuning (``xquad:zh+cmrc2018:zh``)."""
@@ -77,13 +77,13 @@ class Source:
 
 
 def _path_identity(path: Path) -> str:
-    from sembridge_ray.identity import path_identity
+    from sembridge_ray.runtime.identity import path_identity
 
     return path_identity(path)
 
 
 def _hub_identity(*repos: str) -> str:
-    from sembridge_ray.identity import hub_identity
+    from sembridge_ray.runtime.identity import hub_identity
 
     return "+".join(hub_identity(repo, "dataset") for repo in repos)
 
@@ -192,7 +192,7 @@ def load_retrieval(spec: str, split: str) -> RetrievalData:
 
 
 def dataset_identity(spec: str) -> str:
-    """The identity of what a spec reads (see :mod:`sembridge_ray.identity`); a ``+``-joined spec's
+    """The identity of what a spec reads (see :mod:`sembridge_ray.runtime.identity`); a ``+``-joined spec's
     parts' joined. A bad spec or a missing input names itself."""
     found = []
     for part in parts(spec):

@@ -26,8 +26,8 @@ from typing import Any
 import pyarrow as pa
 
 from sembridge_ray.data.schema import ID, TEXT
-from sembridge_ray.errors import InputError
 from sembridge_ray.languages import iso639_3
+from sembridge_ray.runtime.errors import InputError
 from sembridge_ray.text import text_lines
 
 log = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ import csv
 from dataclasses import dataclass
 from pathlib import Path
 
-from sembridge_ray.errors import InputError
+from sembridge_ray.runtime.errors import InputError
 from sembridge_ray.text import text_lines
 
 SICK_FILES = {
@@ -87,7 +87,7 @@ def write_sick_beir(
     test), so a fine-tuning that trains on ``train`` and selects on ``dev`` never sees its
     development pairs; ``limit`` keeps the first n pairs of each split (smoke runs); ``splits``
     picks which splits feed the corpus and qrels."""
-    from sembridge_ray.outputs import atomic_path
+    from sembridge_ray.runtime.outputs import atomic_path
 
     unknown = [s for s in splits if s not in BEIR_SPLITS]
     if unknown:

@@ -37,9 +37,9 @@ import pyarrow as pa
 
 from sembridge_ray.data.retrieval import CORPUS_SCHEMA, Corpus, Qrels, RetrievalData
 from sembridge_ray.data.schema import ID, TEXT
-from sembridge_ray.errors import InputError
 from sembridge_ray.languages import bundled_in
 from sembridge_ray.resources import asset
+from sembridge_ray.runtime.errors import InputError
 
 SPLITS = ("train", "dev", "test")
 # A boundary: whitespace after . ! ? (so "3.14" and "U.S.A" stay whole), or right after a CJK,

@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 
 from sembridge_ray import cache
 from sembridge_ray.data.pairs import training_pairs
-from sembridge_ray.errors import InputError
+from sembridge_ray.runtime.errors import InputError
 
 log = logging.getLogger(__name__)
 STREAM_ENTRY, STREAM_FILE, STREAM_INFO = "train_stream", "train_stream.parquet", "train_stream.json"

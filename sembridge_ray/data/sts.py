@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from sembridge_ray.data.sick import Pair
-from sembridge_ray.errors import InputError
+from sembridge_ray.runtime.errors import InputError
 from sembridge_ray.text import text_lines
 
 

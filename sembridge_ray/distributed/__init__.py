@@ -1,12 +1,12 @@
-"""The only package that imports Ray: cluster connection, Ray Data UDFs and pipelines, Ray Train
-glue."""
+"""The only package that imports Ray: the jobs' drivers and the Ray executor (cluster connection,
+Ray Data actor pools and tasks: ``executor.py``; sharded search; Ray Train)."""
 
 import os
 
-from sembridge_ray.logs import apply_ray_environment
+from sembridge_ray.runtime.logs import apply_ray_environment
 
 # Ray's forwarded worker lines without colour codes in files and without its known false alarms
-# (sembridge_ray.logs); the skip pattern is read when ray is first imported.
+# (sembridge_ray.runtime.logs); the skip pattern is read when ray is first imported.
 apply_ray_environment()
 
 if not os.environ.get("RAY_ADDRESS"):

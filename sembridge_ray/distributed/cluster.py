@@ -26,8 +26,8 @@ from typing import Any
 import psutil
 import ray
 
-from sembridge_ray.errors import InputError, terminating
-from sembridge_ray.placement import (
+from sembridge_ray.runtime.errors import InputError, terminating
+from sembridge_ray.runtime.placement import (
     Placement,
     Precision,
     ResourceConfig,
@@ -188,7 +188,11 @@ def quiet_ray_data() -> None:
 def setup_worker() -> None:
     """Run in every Ray worker of a job (``worker_process_setup_hook``): the same quiet logging as
     the driver, and this project's INFO lines (a training worker's steps) kept."""
-    from sembridge_ray.logs import filter_false_alarm_records, project_handler, quiet_third_parties
+    from sembridge_ray.runtime.logs import (
+        filter_false_alarm_records,
+        project_handler,
+        quiet_third_parties,
+    )
 
     quiet_third_parties()
     filter_false_alarm_records()
@@ -391,7 +395,7 @@ def in_driver(plan: Placement, rows: int) -> bool:
     actors: never with GPUs; on CPU when the input is small (:data:`IN_DRIVER_ROWS`), or when
     ``plan`` is one worker on a one-node cluster and this process is the job's driver (a cell run as
     a Ray task beside others keeps its actors, whose CPUs Ray reserves). The driver runs the actors'
-    code on the same batches with their torch thread count (``udfs.actor_threads``), so the results
+    code on the same batches with their torch thread count (``runtime.executor.worker_threads``), so the results
     are the actors' bit for bit."""
     if plan.use_gpu:
         return False

@@ -16,7 +16,7 @@ import torch.distributed as dist
 from sembridge_ray.distributed.final_model import serving
 from sembridge_ray.jobs.dev import DevSet, Rows, evaluate_dev
 from sembridge_ray.jobs.finetune import FinetuneConfig
-from sembridge_ray.progress import duration
+from sembridge_ray.runtime.progress import duration
 from sembridge_ray.sparse.checkpoints import BestState
 from sembridge_ray.sparse.convergence import DEV_DIMS_D, DEV_DIMS_Q, DEV_PRIMARY, collapse
 from sembridge_ray.sparse.model import SpladeEncoder, load_sparse_encoder, save_sparse_encoder

@@ -1,11 +1,11 @@
 """The encoding step that the evaluate and export jobs share: a corpus and its judged queries as
-sparse vectors, through a Ray Data pool of encoder actors (or in the driver when a pool is not worth
-starting), cached under the identities of the model and dataset so that either job reuses what the
+sparse vectors, through an executor's pool of encoder workers (Ray's hands inputs not worth a pool
+to this process), cached under the identities of the model and dataset so that either job reuses what the
 other encoded.
 
     corpus_key(key, spec, split) -> key        (per split only where each split has its own corpus)
-    encode_corpus(cfg, model, data, key, cache, pinned=...) -> (vectors dir, cache hit)
-    encode_queries(cfg, model, data, qids, key, cache, pinned=...) -> (vectors dir, cache hit)
+    encode_corpus(cfg, model, data, key, cache, pinned=, executor=) -> (vectors dir, cache hit)
+    encode_queries(cfg, model, data, qids, key, cache, pinned=, executor=) -> (vectors dir, cache hit)
 
 A step, not a driver: it claims no output and writes only under the cache it is given."""
 
@@ -14,32 +14,23 @@ from __future__ import annotations
 import logging
 import shutil
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-import ray
 
 from sembridge_ray.data.registry import corpus_split
 from sembridge_ray.data.retrieval import RetrievalData
 from sembridge_ray.data.schema import ID, TEXT
-from sembridge_ray.distributed import cluster
-from sembridge_ray.distributed.udfs import (
-    PATH,
-    ROWS,
-    SparseEncodeUDF,
-    actor_pool_args,
-    actor_threads,
-    arrow_blocks,
-)
-from sembridge_ray.errors import InputError
-from sembridge_ray.identity import Pin
 from sembridge_ray.jobs.evaluate import EvaluateConfig
-from sembridge_ray.outputs import atomic_path
-from sembridge_ray.progress import Progress
 from sembridge_ray.retrieval.sources import VECTORS, cached
 from sembridge_ray.retrieval.store import fingerprint, stage_corpus
+from sembridge_ray.runtime.errors import InputError
+from sembridge_ray.runtime.executor import Executor, Pool
+from sembridge_ray.runtime.identity import Pin
+from sembridge_ray.runtime.outputs import atomic_path
+from sembridge_ray.runtime.progress import Progress
+from sembridge_ray.sparse.encode_files import PATH, ROWS, SparseEncodeUDF
 
 log = logging.getLogger(__name__)
 ENCODING_VERSION = 1
@@ -59,9 +50,10 @@ def encode_corpus(
     cache: Path,
     *,
     pinned: Pin,
+    executor: Executor,
 ) -> tuple[Path, bool]:
-    """The corpus's sparse vectors (cached): staged to Parquet by the driver, encoded by the actor
-    pool; ``pinned`` (required: the cache is shared between jobs, :func:`sembridge_ray.identity.pin`)
+    """The corpus's sparse vectors (cached): staged to Parquet by the driver, encoded by a pool of
+    ``executor``; ``pinned`` (required: the cache is shared between jobs, :func:`sembridge_ray.runtime.identity.pin`)
     raises when the model or dataset is no longer the one ``key`` names (then no entry is published
     under it)."""
     entry = fingerprint(
@@ -80,7 +72,7 @@ def encode_corpus(
         rows = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
         if rows == 0:
             raise InputError(f"dataset {cfg.dataset!r}: the corpus ({data.corpus.name}) is empty")
-        encode(files, tmp / VECTORS, cfg, model, "document")
+        encode(files, tmp / VECTORS, cfg, model, "document", executor)
         shutil.rmtree(tmp / "staged")
         pinned()
         return {"rows": rows}
@@ -97,6 +89,7 @@ def encode_queries(
     cache: Path,
     *,
     pinned: Pin,
+    executor: Executor,
 ) -> tuple[Path, bool]:
     """The vectors of the qrels queries that have text (cached; ``pinned`` as for
     :func:`encode_corpus`)."""
@@ -116,7 +109,8 @@ def encode_queries(
         if qids:
             table = pa.table({ID: qids, TEXT: [data.queries[q] for q in qids]})
             batches = (table.slice(i, cfg.stage_rows) for i in range(0, len(qids), cfg.stage_rows))
-            encode(stage_corpus(batches, tmp / "staged"), tmp / VECTORS, cfg, model, "query")
+            staged = stage_corpus(batches, tmp / "staged")
+            encode(staged, tmp / VECTORS, cfg, model, "query", executor)
             shutil.rmtree(tmp / "staged")
             pinned()
         return {"rows": len(qids)}
@@ -124,19 +118,19 @@ def encode_queries(
     return cached(cache / f"queries-{entry}", build)
 
 
-def encode(files: list[Path], dest: Path, cfg: EvaluateConfig, model: str, role: str) -> None:
+def encode(
+    files: list[Path], dest: Path, cfg: EvaluateConfig, model: str, role: str, executor: Executor
+) -> None:
     """Staged (id, text) Parquet files -> sparse Parquet files (id, indices, values) of the same
-    names in ``dest``, through a pool of encoder actors (one GPU each when there are GPUs), or in
-    this process when a pool is not worth starting (``cluster.in_driver``). See
-    :class:`SparseEncodeUDF`: the vectors are the same bit for bit on one node or many, in an actor
-    or here."""
-    # connects first: Ray Data alone would ray.init() anywhere
-    plan = cluster.placement(cfg.resources)
+    names in ``dest``, through a pool of encoder workers of ``executor`` (one GPU each when there
+    are GPUs), one file per call. See :class:`SparseEncodeUDF`: the vectors are the same bit for bit
+    on one node or many, in a worker or here."""
+    plan = executor.placement(cfg.resources)
     query = role == "query"
     total = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
     with atomic_path(dest) as tmp:
         tmp.mkdir(parents=True)
-        kwargs: dict[str, Any] = {
+        kwargs = {
             "model_dir": model,
             "trust_remote_code": cfg.trust_remote_code,
             "role": role,
@@ -146,24 +140,13 @@ def encode(files: list[Path], dest: Path, cfg: EvaluateConfig, model: str, role:
             "out_dir": str(tmp),
             "threads": cfg.resources.threads_per_worker,
             # run_evaluate resolved it already
-            "precision": cluster.resolve_precision(cfg.precision, cfg.resources),
+            "precision": executor.precision(cfg.precision, cfg.resources),
         }
         progress = Progress(log, f"encoding {'queries' if query else 'documents'}", total, "texts")
-        # the pool's work, here: the same files, batches and threads
-        if cluster.in_driver(plan, total):
-            with actor_threads(plan, cfg.resources.threads_per_worker):
-                SparseEncodeUDF(**kwargs, device="cpu")(pa.table({PATH: [str(f) for f in files]}))
-            progress.add(total)
-        else:
-            paths = ray.data.from_items(
-                [{PATH: str(f)} for f in files], override_num_blocks=max(1, len(files))
-            )
-            encoded = paths.map_batches(
-                SparseEncodeUDF,
-                fn_constructor_kwargs=kwargs,
-                batch_format="pyarrow",
-                **actor_pool_args(plan, 1),
-            )
-            for done in arrow_blocks(encoded):
-                progress.add(int(pc.sum(done.column(ROWS)).as_py() or 0))
-        progress.finish()
+        pool = Pool(SparseEncodeUDF, kwargs, plan, cfg.resources.threads_per_worker)
+        blocks = [pa.table({PATH: [str(f)]}) for f in files]
+        executor.map_blocks(pool, blocks, total, progress, _rows_encoded)
+
+
+def _rows_encoded(done: pa.Table) -> int:
+    return int(pc.sum(done.column(ROWS)).as_py() or 0)

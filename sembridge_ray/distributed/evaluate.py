@@ -7,7 +7,7 @@ than their work.
     run_evaluate(cfg) -> EvaluateResult        (what the evaluate job and the reproduction driver call)
 
 Outputs in ``cfg.output``: ``run.trec``, ``metrics.json``, ``per_query.tsv``, ``config.yaml``,
-``identity.json`` and ``_SUCCESS`` last, under the output contract of :mod:`sembridge_ray.outputs`.
+``identity.json`` and ``_SUCCESS`` last, under the output contract of :mod:`sembridge_ray.runtime.outputs`.
 Encodings are cached by the identities of the model and dataset, so a new output for an encoded
 (model, dataset) only searches again."""
 
@@ -25,24 +25,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sembridge_ray.config import write_config
 from sembridge_ray.data.registry import load_retrieval
 from sembridge_ray.data.retrieval import RetrievalData
 from sembridge_ray.distributed import cluster
 from sembridge_ray.distributed.encode import corpus_key, encode_corpus, encode_queries
+from sembridge_ray.distributed.executor import RayExecutor
 from sembridge_ray.distributed.search import LocalIndex, ShardedIndex
-from sembridge_ray.errors import InputError
-from sembridge_ray.identity import InputChanged, Pin, RunIdentity, pin, require_unchanged
 from sembridge_ray.jobs.evaluate import EvaluateConfig, EvaluateResult
 from sembridge_ray.model_card import evaluation, record_evaluation
-from sembridge_ray.outputs import (
-    atomic_path,
-    atomic_write_json,
-    atomic_write_text,
-    claim_output,
-    require_apart,
-)
-from sembridge_ray.progress import Progress, duration
 from sembridge_ray.retrieval.index import PAD, Shard, TopK, build_shard, rank_ids, shard_bounds
 from sembridge_ray.retrieval.metrics import (
     empty_rows,
@@ -64,6 +54,18 @@ from sembridge_ray.retrieval.store import (
     read_vectors,
     run_lines,
 )
+from sembridge_ray.runtime.config import write_config
+from sembridge_ray.runtime.errors import InputError
+from sembridge_ray.runtime.executor import Executor
+from sembridge_ray.runtime.identity import InputChanged, Pin, RunIdentity, pin, require_unchanged
+from sembridge_ray.runtime.outputs import (
+    atomic_path,
+    atomic_write_json,
+    atomic_write_text,
+    claim_output,
+    require_apart,
+)
+from sembridge_ray.runtime.progress import Progress, duration
 
 log = logging.getLogger(__name__)
 RUN, EVAL_METRICS, CONFIG, PER_QUERY = "run.trec", "metrics.json", "config.yaml", "per_query.tsv"
@@ -75,10 +77,9 @@ def run_evaluate(cfg: EvaluateConfig, inputs: dict[str, str] | None = None) -> E
     Everything is resolved and checked before the output is touched; ``inputs`` (the model's and
     dataset's identities) may be given by a caller that planned them (``jobs.reproduce``)."""
     cfg.require_inputs()
-    cluster.require_reachable()
-    cfg = dataclasses.replace(
-        cfg, precision=cluster.resolve_precision(cfg.precision, cfg.resources)
-    )
+    executor = RayExecutor()
+    executor.start()
+    cfg = dataclasses.replace(cfg, precision=executor.precision(cfg.precision, cfg.resources))
     (model, model_id), (spec, data_id) = (
         resolve_model(cfg.model, cfg.trust_remote_code),
         resolve_dataset(cfg.dataset),
@@ -96,7 +97,7 @@ def run_evaluate(cfg: EvaluateConfig, inputs: dict[str, str] | None = None) -> E
             record_in_card(model, cfg, spec, finished, identity, replace=False)
             return EvaluateResult.from_metrics(str(out), finished, True)
         # the output, or its staging directory under --overwrite
-        metrics = _evaluate_into(claim.path, cfg, model, spec, data, identity, pinned)
+        metrics = _evaluate_into(claim.path, cfg, model, spec, data, identity, pinned, executor)
         claim.finish(exclude=("cache",))
     record_in_card(model, cfg, spec, metrics, identity)
     return EvaluateResult.from_metrics(str(out), metrics)
@@ -124,20 +125,28 @@ def _evaluate_into(
     data: RetrievalData,
     identity: RunIdentity,
     pinned: Pin,
+    executor: Executor,
 ) -> dict[str, object]:
-    """Encode (cached), search and score into ``work``: its config, run and ``metrics.json``, which
-    it returns."""
+    """Encode (cached, by ``executor``'s pools), search and score into ``work``: its config, run
+    and ``metrics.json``, which it returns."""
     write_config(cfg, work / CONFIG)
     clock = _Clock()
     key = fingerprint(identity.inputs["model"], identity.inputs["dataset"])
     cache = Path(cfg.cache_dir) if cfg.cache_dir else work / "cache"
     docs, docs_hit = encode_corpus(
-        cfg, model, data, corpus_key(key, spec, data.split), cache, pinned=pinned
+        cfg, model, data, corpus_key(key, spec, data.split), cache, pinned=pinned, executor=executor
     )
     clock.lap("encode_docs")
     qids = sorted(q for q in data.qrels if q in data.queries)
     queries, queries_hit = encode_queries(
-        cfg, model, data, qids, fingerprint(key, data.split), cache, pinned=pinned
+        cfg,
+        model,
+        data,
+        qids,
+        fingerprint(key, data.split),
+        cache,
+        pinned=pinned,
+        executor=executor,
     )
     clock.lap("encode_queries")
     metrics = search_and_score(cfg, docs, queries, data, work / RUN, clock)

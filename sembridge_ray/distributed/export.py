@@ -24,15 +24,14 @@ import time
 from pathlib import Path
 from typing import cast
 
-from sembridge_ray.atomic import remove
 from sembridge_ray.bundled import resolve
 from sembridge_ray.data.registry import load_retrieval
 from sembridge_ray.data.retrieval import RetrievalData
 from sembridge_ray.data.schema import ID
 from sembridge_ray.distributed import cluster
 from sembridge_ray.distributed.encode import corpus_key, encode_corpus, encode_queries
+from sembridge_ray.distributed.executor import RayExecutor
 from sembridge_ray.distributed.final_model import checkpoint_model
-from sembridge_ray.errors import InputError
 from sembridge_ray.export.base import (
     ExportJob,
     ExportTarget,
@@ -45,16 +44,18 @@ from sembridge_ray.export.base import (
 from sembridge_ray.export.parity import K, exact_topk, parity
 from sembridge_ray.export.report import ExportReport
 from sembridge_ray.export.targets import MODEL_DIRECTORY, target
-from sembridge_ray.identity import Pin, path_identity, pin
 from sembridge_ray.jobs.evaluate import EvaluateConfig
 from sembridge_ray.jobs.export import ExportConfig, ExportResult
-from sembridge_ray.locks import LOCK
-from sembridge_ray.manifest import IDENTITY
 from sembridge_ray.model_card import record_export
-from sembridge_ray.outputs import atomic_write_json, claim_output, require_apart
 from sembridge_ray.provenance import ExportParity
 from sembridge_ray.retrieval.sources import resolve_dataset, resolve_model
 from sembridge_ray.retrieval.store import fingerprint, parquet_files, read_vectors
+from sembridge_ray.runtime.atomic import remove
+from sembridge_ray.runtime.errors import InputError
+from sembridge_ray.runtime.identity import Pin, path_identity, pin
+from sembridge_ray.runtime.locks import LOCK
+from sembridge_ray.runtime.manifest import IDENTITY
+from sembridge_ray.runtime.outputs import atomic_write_json, claim_output, require_apart
 from sembridge_ray.sparse.model import load_tokenizer
 
 log = logging.getLogger(__name__)
@@ -85,7 +86,7 @@ def check_target(cfg: ExportConfig) -> ExportTarget:
 
 
 def run_target_export(cfg: ExportConfig) -> ExportResult:
-    """Export to ``cfg.target`` under the output contract (:mod:`sembridge_ray.outputs`): a finished
+    """Export to ``cfg.target`` under the output contract (:mod:`sembridge_ray.runtime.outputs`): a finished
     export with the same settings and inputs is skipped, an unfinished one is done again, another
     one is refused unless ``--overwrite``; ``_SUCCESS`` is written only when the target is within
     its tolerance."""
@@ -306,14 +307,24 @@ def _encoded(
         cache_dir=cfg.cache_dir or str(out / "cache"),
         resources=cfg.resources,
     )
+    executor = RayExecutor()
     eval_cfg = dataclasses.replace(
-        eval_cfg, precision=cluster.resolve_precision(eval_cfg.precision, cfg.resources)
+        eval_cfg, precision=executor.precision(eval_cfg.precision, cfg.resources)
     )
     cache = Path(eval_cfg.cache_dir)
     corpus = corpus_key(key, resolve(cfg.dataset), data.split)
-    docs_dir, _ = encode_corpus(eval_cfg, model, data, corpus, cache, pinned=pinned)
+    docs_dir, _ = encode_corpus(
+        eval_cfg, model, data, corpus, cache, pinned=pinned, executor=executor
+    )
     queries_dir, _ = encode_queries(
-        eval_cfg, model, data, qids, fingerprint(key, data.split), cache, pinned=pinned
+        eval_cfg,
+        model,
+        data,
+        qids,
+        fingerprint(key, data.split),
+        cache,
+        pinned=pinned,
+        executor=executor,
     )
     docs, queries = (Vectors(*read_vectors(parquet_files(d))) for d in (docs_dir, queries_dir))
     return docs, queries

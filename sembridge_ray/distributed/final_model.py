@@ -10,16 +10,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
-import ray.train
 import torch
 
-from sembridge_ray.atomic import atomic_new_path
 from sembridge_ray.bundled import resolve
-from sembridge_ray.errors import InputError
 from sembridge_ray.jobs.export import ExportConfig, ExportResult
 from sembridge_ray.jobs.finetune import FinetuneConfig
 from sembridge_ray.model_card import dev_scores, write_card
-from sembridge_ray.outputs import atomic_path, atomic_write_text
 from sembridge_ray.provenance import (
     FinetuneFacts,
     InitFacts,
@@ -34,6 +30,9 @@ from sembridge_ray.provenance import (
     read_scores,
     under,
 )
+from sembridge_ray.runtime.atomic import atomic_new_path
+from sembridge_ray.runtime.errors import InputError
+from sembridge_ray.runtime.outputs import atomic_path, atomic_write_text
 from sembridge_ray.sparse import loop
 from sembridge_ray.sparse.checkpoints import (
     RUN_CONFIG,
@@ -56,6 +55,7 @@ from sembridge_ray.sparse.model import (
 )
 
 if TYPE_CHECKING:
+    import ray.train
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 MODEL_DIR = "model"
@@ -174,7 +174,7 @@ def write_model(
     """``weights`` (a SpladeEncoder state) as the SparseEncoder directory ``out`` (atomically), with
     its card: the one writer of the run's ``model/`` and of an exported checkpoint. ``new``: ``out``
     must not exist, also not when the directory is complete
-    (:func:`~sembridge_ray.atomic.atomic_new_path`: an export never replaces one)."""
+    (:func:`~sembridge_ray.runtime.atomic.atomic_new_path`: an export never replaces one)."""
     encoder = SpladeEncoder(mlm)
     encoder.load_state_dict(weights)
     # the init job's layout: <output>/model

@@ -23,7 +23,6 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from sembridge_ray.bundled import resolve
-from sembridge_ray.config import write_config
 from sembridge_ray.data.registry import dataset_identity
 from sembridge_ray.data.stream import StreamInfo, materialise_stream
 from sembridge_ray.distributed import cluster, train_run
@@ -34,15 +33,16 @@ from sembridge_ray.distributed.train_worker import (
     loop_config,
     worker_body,
 )
-from sembridge_ray.distributed.udfs import actor_threads
 from sembridge_ray.distributed.worker_runtime import LocalRuntime
-from sembridge_ray.errors import InputError
-from sembridge_ray.identity import RunIdentity, model_identity, require_unchanged
 from sembridge_ray.jobs.dev import DevSet, load_dev
 from sembridge_ray.jobs.finetune import FinetuneConfig, FinetuneResult
 from sembridge_ray.model_card import unchecked
-from sembridge_ray.outputs import atomic_write_json, claim_output, preflight
-from sembridge_ray.placement import Placement, local_precision
+from sembridge_ray.runtime.config import write_config
+from sembridge_ray.runtime.errors import InputError
+from sembridge_ray.runtime.executor import worker_threads
+from sembridge_ray.runtime.identity import RunIdentity, model_identity, require_unchanged
+from sembridge_ray.runtime.outputs import atomic_write_json, claim_output, preflight
+from sembridge_ray.runtime.placement import Placement, local_precision
 from sembridge_ray.sparse.checkpoints import is_local, set_aside_damaged
 from sembridge_ray.sparse.model import check_mlm, check_push, publish
 from sembridge_ray.sparse.tracker import Tracker
@@ -294,5 +294,5 @@ def _fit_here(
     retried here (a rerun resumes)."""
     set_aside_damaged(run_dir)
     log.info("fine-tuning: %d steps in this process (one CPU worker)", total_steps)
-    with actor_threads(plan, 0):
+    with worker_threads(plan, 0):
         worker_body(loop_config(cfg, total_steps, run_dir, ev), LocalRuntime(stream, Path(run_dir)))

@@ -8,16 +8,15 @@ import logging
 import time
 from pathlib import Path
 
-import ray
-
 from sembridge_ray import resources
-from sembridge_ray.config import write_config
-from sembridge_ray.distributed import cluster
-from sembridge_ray.identity import path_identity
+from sembridge_ray.distributed.executor import RayExecutor
 from sembridge_ray.jobs.malstm import MalstmConfig, MalstmResult
-from sembridge_ray.logs import setup_logging
-from sembridge_ray.outputs import claim_output
-from sembridge_ray.progress import Progress
+from sembridge_ray.runtime.config import write_config
+from sembridge_ray.runtime.executor import Executor, Tasks
+from sembridge_ray.runtime.identity import path_identity
+from sembridge_ray.runtime.logs import setup_logging
+from sembridge_ray.runtime.outputs import claim_output
+from sembridge_ray.runtime.progress import Progress
 from sembridge_ray.siamese import augment as aug
 from sembridge_ray.siamese.config import MINILM_CONTEXT, PretrainConfig, TrainConfig
 from sembridge_ray.siamese.loop import RestartResult, train_restart
@@ -41,31 +40,23 @@ def _train_task(
     return train_restart(data, train, pretrain, seed)
 
 
-def run_restarts(data: Prepared, cfg: MalstmConfig) -> list[RestartResult]:
-    """``cfg.restarts`` restarts as Ray tasks, at most ``resources.workers`` at once; a line per
-    finished restart."""
-    plan = cluster.placement(cfg.resources, reserve=False)
-    task = ray.remote(_train_task).options(num_cpus=plan.cpus_per_worker, num_gpus=0)
-    data_ref = ray.put(data)
+def run_restarts(data: Prepared, cfg: MalstmConfig, executor: Executor) -> list[RestartResult]:
+    """``cfg.restarts`` restarts as ``executor``'s tasks, at most ``resources.workers`` at once
+    (``data`` put in the object store once); a line per finished restart."""
+    plan = executor.placement(cfg.resources, reserve=False)
     threads = max(1, int(plan.cpus_per_worker))
+    # a failed task is retried as often as Ray retries one by default
+    tasks = Tasks(cpus=plan.cpus_per_worker, width=plan.workers, retries=3, shared=(data,))
+    calls = [
+        (cfg.train, cfg.pretrain, seed, threads)
+        for seed in range(cfg.seed, cfg.seed + cfg.restarts)
+    ]
     progress = Progress(log, "restarts", cfg.restarts, "trained", every_s=0.0)
-    pending: list[ray.ObjectRef[RestartResult]] = []
     done: list[RestartResult] = []
-
-    def collect(refs: list[ray.ObjectRef[RestartResult]]) -> None:
-        for result in ray.get(refs):
-            done.append(result)
-            log.info("restart seed %d: validation MSE %.4f", result.seed, result.val_mse)
-            progress.add()
-
-    for seed in range(cfg.seed, cfg.seed + cfg.restarts):
-        if len(pending) >= plan.workers:
-            ready, pending = ray.wait(pending, num_returns=1)
-            collect(ready)
-        pending.append(task.remote(data_ref, cfg.train, cfg.pretrain, seed, threads))
-    while pending:
-        ready, pending = ray.wait(pending, num_returns=1)
-        collect(ready)
+    for result in executor.map_tasks(_train_task, calls, tasks):
+        done.append(result)
+        log.info("restart seed %d: validation MSE %.4f", result.seed, result.val_mse)
+        progress.add()
     progress.finish()
     return sorted(done, key=lambda r: r.seed)
 
@@ -140,7 +131,8 @@ def run_local(cfg: MalstmConfig, work: Path) -> Path:
 def run_malstm(cfg: MalstmConfig) -> MalstmResult:
     out = Path(cfg.output)
     identity = cfg.identity("malstm", input_identities(cfg))
-    cluster.require_reachable()
+    executor = RayExecutor()
+    executor.start()
     with claim_output(out, identity, cfg.overwrite) as claim:
         if claim.done:
             return MalstmResult.from_report(
@@ -151,7 +143,7 @@ def run_malstm(cfg: MalstmConfig) -> MalstmResult:
         data = prepare_data(cfg)
         prepared = time.perf_counter()
         write_config(cfg, work / "config.yaml")
-        results = run_restarts(data, cfg)
+        results = run_restarts(data, cfg, executor)
         trained = time.perf_counter()
         seconds = {"prepare": round(prepared - start, 1), "train": round(trained - prepared, 1)}
         report = write_results(

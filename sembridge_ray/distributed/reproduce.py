@@ -5,7 +5,7 @@ A cell initialises once; then for each dataset it evaluates zero-shot, fine-tune
 split (scored on the development set as it trains, where there is one: the demo's SICK trial split,
 or ``finetune.eval``) and evaluates again. Each source model is scored once on that development set,
 the level its transfers' dev curves are drawn against. Every stage has its own output directory
-under the output contract (:mod:`sembridge_ray.outputs`): before any work, every planned stage is
+under the output contract (:mod:`sembridge_ray.runtime.outputs`): before any work, every planned stage is
 compared with what its directory holds, and stages whose settings changed are listed and refused
 unless ``--overwrite``. A rerun then skips finished stages and resumes unfinished ones (fine-tuning
 from its last checkpoint). A cell whose inputs are missing, or that fails, is recorded with its
@@ -19,22 +19,10 @@ import time
 import traceback
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
-import ray
-
-from sembridge_ray import progress
-from sembridge_ray.config import write_config
-from sembridge_ray.distributed import cluster, registry
-from sembridge_ray.errors import InputError
+from sembridge_ray.distributed import registry
+from sembridge_ray.distributed.executor import RayExecutor
 from sembridge_ray.jobs.reproduce import CellOutcome, ReproduceConfig, ReproduceResult
-from sembridge_ray.locks import OutputLock
-from sembridge_ray.outputs import (
-    atomic_write_json,
-    atomic_write_text,
-    conflict,
-    is_done,
-)
 from sembridge_ray.reproduce import cells as cellmod
 from sembridge_ray.reproduce import compare, demo, plots, protocol, results
 from sembridge_ray.reproduce.grid import Plan, plan, require_xling_inputs, xling_asset_names
@@ -43,21 +31,30 @@ from sembridge_ray.reproduce.stages import (
     Stage,
     cell_resources,
 )
+from sembridge_ray.runtime import progress
+from sembridge_ray.runtime.config import write_config
+from sembridge_ray.runtime.errors import InputError
+from sembridge_ray.runtime.executor import Executor, LocalExecutor, Tasks
+from sembridge_ray.runtime.locks import OutputLock
+from sembridge_ray.runtime.outputs import (
+    atomic_write_json,
+    atomic_write_text,
+    conflict,
+    is_done,
+)
 
 log = logging.getLogger(__name__)
 SOURCE_EVAL = "source-eval"
 
 
-def resolved_precisions(cfg: ReproduceConfig, gpus: float) -> ReproduceConfig:
-    """Each stage job's ``precision`` as its workers will run it (see
-    ``cluster.resolve_precision``), so the planned identities are the ones the stages record."""
+def resolved_precisions(cfg: ReproduceConfig, gpus: float, executor: Executor) -> ReproduceConfig:
+    """Each stage job's ``precision`` as its workers will run it (``executor.precision``), so the
+    planned identities are the ones the stages record."""
     sections = {}
     for name in ("init", "finetune", "evaluate"):
         section = getattr(cfg, name)
         res = cell_resources(cfg, section.resources, gpus)
-        sections[name] = replace(
-            section, precision=cluster.resolve_precision(section.precision, res)
-        )
+        sections[name] = replace(section, precision=executor.precision(section.precision, res))
     return replace(cfg, **sections)
 
 
@@ -176,7 +173,8 @@ def run_reproduce(cfg: ReproduceConfig) -> ReproduceResult:
     """Plan and check every stage, then run every cell (skipping finished stages)."""
     cfg.require_inputs()
     out = Path(cfg.output)
-    cluster.require_reachable()
+    executor = RayExecutor()
+    executor.start()
     out.mkdir(parents=True, exist_ok=True)
     with OutputLock(out):
         if cfg.assets in ("bundled", "xling"):  # before Ray starts: a refusal costs a second
@@ -184,9 +182,9 @@ def run_reproduce(cfg: ReproduceConfig) -> ReproduceResult:
             demo.check_assets(out / "assets", cfg.demo, cfg.overwrite, names)
         if cfg.assets == "xling":
             require_xling_inputs(cfg)
-        info = cluster.connect()
-        cfg = resolved_precisions(cfg, info.gpus)
-        planned = plan(cfg, info.gpus)
+        gpus = executor.gpus()
+        cfg = resolved_precisions(cfg, gpus, executor)
+        planned = plan(cfg, gpus)
         check_plan(cfg, planned)
         write_config(cfg, out / "config.yaml")
         for stage in planned.assets:
@@ -200,7 +198,7 @@ def run_reproduce(cfg: ReproduceConfig) -> ReproduceResult:
             for c, s in planned.cells.items()
             if not all(is_done(x.output, x.identity) for x in s)
         }
-        width = concurrency(cfg, info.gpus)
+        width = concurrency(cfg, gpus)
         log.info(
             "%d cells (%d unfinished, %d not runnable), %d at a time",
             len(planned.cells) + len(planned.failures),
@@ -210,9 +208,7 @@ def run_reproduce(cfg: ReproduceConfig) -> ReproduceResult:
         )
         items = list(todo.items())
         cells = progress.Progress(log, "cells", len(items), "finished", every_s=float("inf"))
-        outcomes = (
-            _run_inline(cfg, items, cells) if width == 1 else _run_tasks(cfg, items, width, cells)
-        )
+        outcomes = _run_cells(cfg, items, width, cells, executor)
         cells.finish()
         failures = _record_failures(out, planned, outcomes)
         refresh(cfg, failures, final=True)
@@ -234,32 +230,22 @@ def _record_failures(out: Path, planned: Plan, outcomes: list[CellOutcome]) -> d
     return failures
 
 
-def _run_inline(
-    cfg: ReproduceConfig, cells: list[tuple[str, list[Stage]]], count: progress.Progress
+def _run_cells(
+    cfg: ReproduceConfig,
+    cells: list[tuple[str, list[Stage]]],
+    width: int,
+    count: progress.Progress,
+    executor: Executor,
 ) -> list[CellOutcome]:
-    done = []
-    for name, stages in cells:
-        done.append(_guarded(cfg, name, stages))
-        _count(count, done[-1], running=0)
-    return done
-
-
-def _run_tasks(
-    cfg: ReproduceConfig, cells: list[tuple[str, list[Stage]]], width: int, count: progress.Progress
-) -> list[CellOutcome]:
-    """Cells as Ray tasks, at most ``width`` in flight; each task drives its own actor pools and
-    trainers."""
-    task = ray.remote(num_cpus=0, max_retries=0)(_guarded)
-    pending, done = list(cells), []
-    running: list[Any] = []
-    while pending or running:
-        while pending and len(running) < width:
-            name, stages = pending.pop(0)
-            running.append(task.remote(cfg, name, stages))
-        ready, running = ray.wait(running, num_returns=1)
-        for outcome in ray.get(ready):
-            done.append(outcome)
-            _count(count, outcome, running=len(running))
+    """Cells as ``executor``'s tasks, at most ``width`` in flight (each drives its own actor pools
+    and trainers); one at a time in this process when ``width`` is 1."""
+    runner = executor if width > 1 else LocalExecutor()
+    calls = [(cfg, name, stages) for name, stages in cells]
+    done: list[CellOutcome] = []
+    for outcome in runner.map_tasks(_guarded, calls, Tasks(cpus=0, width=width)):
+        done.append(outcome)
+        # the window was full, or held every cell left, until this one finished
+        _count(count, outcome, running=min(width, len(cells) - len(done) + 1) - 1)
     return done
 
 

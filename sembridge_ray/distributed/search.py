@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 import ray
 
-from sembridge_ray.progress import Progress
 from sembridge_ray.retrieval.index import Shard, SparseBatch, TopK, merge_topk, shard_topk
+from sembridge_ray.runtime.progress import Progress
 
 log = logging.getLogger(__name__)
 

@@ -16,10 +16,10 @@ import ray.train
 from ray.train.torch import TorchTrainer
 
 from sembridge_ray.distributed.train_worker import Evaluation, loop_config, train_func
-from sembridge_ray.errors import environment_errno, find_user_error
-from sembridge_ray.identity import RunIdentity
 from sembridge_ray.jobs.finetune import FinetuneConfig
-from sembridge_ray.placement import Placement
+from sembridge_ray.runtime.errors import environment_errno, find_user_error
+from sembridge_ray.runtime.identity import RunIdentity
+from sembridge_ray.runtime.placement import Placement
 from sembridge_ray.sparse.checkpoints import is_local, restore_point, set_aside_damaged
 
 # the job's logger, whichever module of it logs

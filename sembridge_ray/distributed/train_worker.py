@@ -18,8 +18,8 @@ from sembridge_ray.distributed.worker_runtime import CheckpointParts, RayRuntime
 from sembridge_ray.jobs.dev import DevSet
 from sembridge_ray.jobs.finetune import FinetuneConfig
 from sembridge_ray.json_types import JSONObject
-from sembridge_ray.logs import setup_logging
-from sembridge_ray.progress import EVERY_S, duration
+from sembridge_ray.runtime.logs import setup_logging
+from sembridge_ray.runtime.progress import EVERY_S, duration
 from sembridge_ray.sparse import loop
 from sembridge_ray.sparse.checkpoints import BestState, load_best, load_part
 from sembridge_ray.sparse.collective import LocalCollective, TorchCollective

@@ -20,10 +20,10 @@ import ray.train.torch
 import torch
 import torch.distributed as dist
 
-from sembridge_ray.errors import InputError
 from sembridge_ray.jobs.finetune import FinetuneConfig
 from sembridge_ray.json_types import JSONObject
-from sembridge_ray.outputs import atomic_path
+from sembridge_ray.runtime.errors import InputError
+from sembridge_ray.runtime.outputs import atomic_path
 from sembridge_ray.sparse import loop
 from sembridge_ray.sparse.checkpoints import (
     BestState,

@@ -10,12 +10,12 @@ from collections.abc import Callable
 
 import torch
 
-from sembridge_ray.config import require
 from sembridge_ray.embed_init.config import EntmaxOptions, WeightingConfig
 from sembridge_ray.embed_init.methods import method
 from sembridge_ray.embed_init.position import class_weights
 from sembridge_ray.embed_init.weighting import PreparedRows, bridge_weights
-from sembridge_ray.errors import InputError
+from sembridge_ray.runtime.config import require
+from sembridge_ray.runtime.errors import InputError
 
 
 def remap_columns(weights: torch.Tensor, columns: torch.Tensor, m: int) -> torch.Tensor:

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sembridge_ray.embed_init import plus
-from sembridge_ray.errors import InputError
+from sembridge_ray.runtime.errors import InputError
 from sembridge_ray.text import decode_line
 
 if TYPE_CHECKING:

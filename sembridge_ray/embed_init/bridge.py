@@ -20,9 +20,11 @@ from sembridge_ray import cache
 from sembridge_ray.data.schema import ID, TEXT
 from sembridge_ray.embed_init.position import NEUTRAL, WORDPIECE_PREFIX, marked_string
 from sembridge_ray.embed_init.vocab import bridge_string, tokenizer_family
-from sembridge_ray.errors import InputError
-from sembridge_ray.outputs import sha256_file
 from sembridge_ray.resources import bridge_cache_dir
+from sembridge_ray.runtime.errors import InputError
+from sembridge_ray.runtime.executor import use_threads
+from sembridge_ray.runtime.outputs import sha256_file
+from sembridge_ray.runtime.placement import pick_device
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -53,7 +55,7 @@ def check_bridge(name: str) -> str:
     """The bridge model's identity, after checking it is a sentence-transformers or transformers
     model (a local directory with ``modules.json`` or ``config.json``, or a hub id); fails here, in
     the driver, not in an actor."""
-    from sembridge_ray.identity import model_identity
+    from sembridge_ray.runtime.identity import model_identity
 
     resolved = resolve_bridge(name)
     path = Path(resolved).expanduser()
@@ -271,3 +273,30 @@ def _stored_vectors(entry: cache.Entry, strings: pa.Table) -> np.ndarray:
             entry.current, "holds the vectors of other strings than the vocabulary's"
         )
     return np.stack(table.column(VECTOR).to_numpy(zero_copy_only=False)).astype(np.float32)
+
+
+class BridgeEncodeUDF:
+    """A pool's worker: holds the bridge sentence-transformers model; (id, text) -> (id, vector)."""
+
+    def __init__(
+        self,
+        name: str,
+        batch_size: int,
+        trust_remote_code: bool = False,
+        threads: int = 0,
+        precision: str = "fp32",
+        device: str = "",
+    ) -> None:
+        use_threads(threads)
+        self.name, self.batch_size, self.precision = name, batch_size, precision
+        self.model = load_bridge(
+            name, device=device or pick_device(), trust_remote_code=trust_remote_code
+        )
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        vecs = encode_strings(
+            self.model, batch.column(TEXT).to_pylist(), self.batch_size, self.name, self.precision
+        )
+        return pa.table(
+            {ID: batch.column(ID), VECTOR: pa.array(list(vecs), pa.list_(pa.float32()))}
+        )

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from sembridge_ray.config import Config, require
+from sembridge_ray.runtime.config import Config, require
 
 MethodName = Literal[
     "sembridge",

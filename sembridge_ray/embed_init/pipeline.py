@@ -2,15 +2,17 @@
 (strings, cache keys, position classes), the source's bridge vectors, and the hot stage (weights and
 composed rows of bridged tokens).
 
-The two heavy stages are injected (:class:`Stages`): in this process for tests and small runs
-(:func:`in_process_stages`), or as Ray Data actor pools (``sembridge_ray.distributed.init``). Both
-call the same pure functions, so they agree bit for bit. The job itself (inputs, output claim,
+The two heavy stages are injected (:class:`Stages`): in this process for tests and scripts
+(:func:`in_process_stages`), or as an executor's pools (:func:`pool_stages`: Ray Data actor pools
+in ``sembridge_ray.distributed.init``). Both call the same pure functions, so they agree bit for
+bit. The job itself (inputs, output claim,
 report, card) is ``sembridge_ray.jobs.init_run``."""
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -20,10 +22,13 @@ import numpy.typing as npt
 import pyarrow as pa
 import torch
 
+from sembridge_ray.data.schema import ID
 from sembridge_ray.embed_init import plus, position
 from sembridge_ray.embed_init.baselines import method_weights, require_codable
 from sembridge_ray.embed_init.bridge import (
     RULE_VERSION,
+    VECTOR,
+    BridgeEncodeUDF,
     cached_vectors,
     encode_strings,
     load_bridge,
@@ -34,14 +39,19 @@ from sembridge_ray.embed_init.bridge import (
 from sembridge_ray.embed_init.combine import NewRows, csr_lists, weighted_rows
 from sembridge_ray.embed_init.config import MethodName, WeightingConfig
 from sembridge_ray.embed_init.methods import method
-from sembridge_ray.identity import InputChanged
-from sembridge_ray.placement import Precision
+from sembridge_ray.runtime.executor import Executor, Pool, use_threads
+from sembridge_ray.runtime.identity import InputChanged
+from sembridge_ray.runtime.placement import Precision, ResourceConfig, pick_device
+from sembridge_ray.runtime.progress import Progress
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
     from transformers import PreTrainedTokenizerBase
 
 _UNUSED_SOURCE = ("[unused", "madeupword", "[UNUSED")
+
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -218,6 +228,49 @@ def in_process_stages(
     return Stages(encode=encode, rows=compute_rows)
 
 
+def pool_stages(
+    executor: Executor,
+    res: ResourceConfig,
+    bridge: Mapping[str, object],
+    bridge_batch_size: int,
+    rows_batch_size: int,
+) -> Stages:
+    """Both stages as pools of ``executor`` sized by ``res`` (one GPU per worker when there are
+    GPUs): bridge encoding (:class:`~sembridge_ray.embed_init.bridge.BridgeEncodeUDF` built from
+    ``bridge``) and the weights (:class:`InitRowsUDF`, the one :class:`RowsContext` shared). Blocks
+    are cut by position, one per encoder batch or batch of rows, so that a string's vector and a
+    row's cosines come from the same batches and GEMM shapes however many workers there are: the
+    weights are the same bit for bit on one node or many, in a worker or here. The executor is asked
+    for its workers on first use, so bad input fails before any cluster starts."""
+
+    def encode(table: pa.Table) -> np.ndarray:
+        plan = executor.placement(res)
+        size = bridge_batch_size
+        blocks = [table.slice(i, size) for i in range(0, table.num_rows, size)]
+        progress = Progress(log, "bridge encoding", table.num_rows, "strings")
+        pool = Pool(BridgeEncodeUDF, bridge, plan, res.threads_per_worker)
+        result = pa.concat_tables(executor.map_blocks(pool, blocks, table.num_rows, progress))
+        # pools do not keep row order
+        order = {int(i): n for n, i in enumerate(result.column(ID).to_numpy())}
+        rows = [order[int(i)] for i in table.column(ID).to_numpy()]
+        vectors = result.column(VECTOR).to_numpy(zero_copy_only=False)[rows]
+        return np.stack(vectors).astype(np.float32)
+
+    def rows(ctx: RowsContext, target_ids: np.ndarray, new_vecs: np.ndarray) -> NewRows:
+        plan = executor.placement(res)
+        ids = pa.array(target_ids.astype(np.int64))
+        table = pa.table({ID: ids, VECTOR: pa.array(list(new_vecs), pa.list_(pa.float32()))})
+        size = rows_batch_size
+        blocks = [table.slice(i, size) for i in range(0, max(1, table.num_rows), size)]
+        progress = Progress(log, "weights", table.num_rows, "rows")
+        threads = res.threads_per_worker
+        pool = Pool(InitRowsUDF, {"threads": threads}, plan, threads, {"context": ctx})
+        tables = executor.map_blocks(pool, blocks, table.num_rows, progress)
+        return rows_from_tables(tables, len(ctx.inputs))
+
+    return Stages(encode=encode, rows=rows)
+
+
 def source_vectors(
     strings: pa.Table,
     vecs: np.ndarray,
@@ -332,3 +385,19 @@ def no_new_rows(
         outputs=out,
         bias=None if bias is None else bias[:0].clone(),
     )
+
+
+class InitRowsUDF:
+    """A pool's worker: holds the source bridge matrix and E_s (from the object store, put once);
+    computes the weights and composed rows of a batch of bridged target tokens."""
+
+    def __init__(self, context: RowsContext, threads: int = 0, device: str = "") -> None:
+        """``context``: the driver's one :class:`RowsContext` (a pool's shared object: put in the
+        object store once and read by every actor)."""
+        use_threads(threads)
+        self.ctx, self.device = context, device or pick_device()
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        ids = batch.column(ID).to_numpy()
+        vecs = np.stack(batch.column(VECTOR).to_numpy(zero_copy_only=False)).astype(np.float32)
+        return rows_table(compute_rows(self.ctx, ids, vecs, device=self.device))

@@ -62,7 +62,7 @@ import torch
 
 from sembridge_ray.embed_init.config import BridgeSpace
 from sembridge_ray.embed_init.vocab import VocabIndex, canonical, tokenizer_family
-from sembridge_ray.errors import InputError
+from sembridge_ray.runtime.errors import InputError
 
 if TYPE_CHECKING:
     from collections.abc import Iterable

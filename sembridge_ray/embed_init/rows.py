@@ -35,7 +35,7 @@ from sembridge_ray.embed_init.pipeline import (
     source_vectors,
 )
 from sembridge_ray.embed_init.vocab import Partition
-from sembridge_ray.placement import Precision
+from sembridge_ray.runtime.placement import Precision
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase

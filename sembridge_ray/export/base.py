@@ -18,10 +18,10 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from sembridge_ray.data.schema import ID, TEXT
-from sembridge_ray.errors import InputError, environment_errno
 from sembridge_ray.export.report import ExportReport
-from sembridge_ray.progress import Progress
 from sembridge_ray.retrieval.index import SparseBatch
+from sembridge_ray.runtime.errors import InputError, environment_errno
+from sembridge_ray.runtime.progress import Progress
 
 if TYPE_CHECKING:
     from sembridge_ray.data.retrieval import RetrievalData
@@ -78,7 +78,7 @@ Hits = list[list[str]]
 
 Tally = Callable[[int], None]
 """Told how many more documents (a build, an upload) or queries (a search) are done: the job's
-progress lines (:class:`sembridge_ray.progress.Progress`'s ``add``)."""
+progress lines (:class:`sembridge_ray.runtime.progress.Progress`'s ``add``)."""
 
 
 def untallied(count: int) -> None:

@@ -23,7 +23,7 @@ from sembridge_ray.export.base import (
     server_errors,
     untallied,
 )
-from sembridge_ray.progress import duration
+from sembridge_ray.runtime.progress import duration
 
 NOTICE_S = 60.0
 """An embedded engine expected to take longer than this (build and search) says so, and why, before
@@ -59,7 +59,7 @@ class EngineTarget:
 
     def build_and_search(self, job: ExportJob) -> tuple[Hits, dict[str, object]]:
         """Build the engine and search it, with progress lines (done / total, ETA) at least every
-        :data:`~sembridge_ray.progress.EVERY_S` seconds, after a line saying how long an embedded
+        :data:`~sembridge_ray.runtime.progress.EVERY_S` seconds, after a line saying how long an embedded
         engine will take when its measured :attr:`rates` make that long."""
         docs, queries = job.docs, job.queries
         build_s: float | None = None

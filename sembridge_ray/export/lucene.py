@@ -30,7 +30,6 @@ from typing import Any
 
 import numpy as np
 
-from sembridge_ray.errors import InputError
 from sembridge_ray.export.base import (
     Exported,
     ExportJob,
@@ -43,6 +42,7 @@ from sembridge_ray.export.base import (
     untallied,
 )
 from sembridge_ray.export.parity import exact_topk
+from sembridge_ray.runtime.errors import InputError
 
 INDEX, FIELD = "sembridge", "sparse"
 MAPPING, BULK, SEARCHES = "mapping.json", "bulk.ndjson", "searches.ndjson"

@@ -23,7 +23,6 @@ from typing import Any
 
 import numpy as np
 
-from sembridge_ray.errors import InputError
 from sembridge_ray.export.base import (
     EXACT,
     Exported,
@@ -35,6 +34,7 @@ from sembridge_ray.export.base import (
     untallied,
 )
 from sembridge_ray.export.parity import exact_topk
+from sembridge_ray.runtime.errors import InputError
 
 CONFIG, GRAPH, OPENVINO_GRAPH = "sembridge_export.json", "model.onnx", "openvino_model.xml"
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")

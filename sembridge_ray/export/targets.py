@@ -14,9 +14,9 @@ no target), and in ``tests/unit/test_export_registry.py``, which checks the thre
 
 from __future__ import annotations
 
-from sembridge_ray.errors import InputError
 from sembridge_ray.export import doc_only, lucene, milvus, onnx, pisa, qdrant, seismic
 from sembridge_ray.export.base import ExportTarget
+from sembridge_ray.runtime.errors import InputError
 
 MODEL_DIRECTORY = "sentence-transformers"
 """The default ``--target``: a fine-tuning checkpoint written as a SparseEncoder directory (the

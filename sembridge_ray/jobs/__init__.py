@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from sembridge_ray.config import Config, load_preset
+from sembridge_ray.runtime.config import Config, load_preset
 
 C = TypeVar("C", bound=Config)
 R = TypeVar("R")

@@ -10,11 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from sembridge_ray.config import Config, require
-from sembridge_ray.errors import InputError
-from sembridge_ray.outputs import claim_output, is_complete
 from sembridge_ray.retrieval.bm25 import METRICS, RRF_K, RUN, bm25_run, pieces, rrf, write_scored
 from sembridge_ray.retrieval.store import read_run
+from sembridge_ray.runtime.config import Config, require
+from sembridge_ray.runtime.errors import InputError
+from sembridge_ray.runtime.outputs import claim_output, is_complete
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -30,7 +30,6 @@ import pyarrow as pa
 
 from sembridge_ray.data.registry import is_test_split, load_retrieval
 from sembridge_ray.data.schema import ID, TEXT
-from sembridge_ray.errors import InputError
 from sembridge_ray.jobs.evaluate import EvaluateConfig
 from sembridge_ray.retrieval.index import (
     Shard,
@@ -43,6 +42,7 @@ from sembridge_ray.retrieval.index import (
 )
 from sembridge_ray.retrieval.metrics import mean_metrics, per_query_metrics, term_counts
 from sembridge_ray.retrieval.store import parse_run, run_lines, sparse_batch
+from sembridge_ray.runtime.errors import InputError
 from sembridge_ray.sparse.convergence import DEV_DIMS_D, DEV_DIMS_Q, DEV_PRIMARY
 from sembridge_ray.sparse.encode import encode_texts, sparse_table
 from sembridge_ray.sparse.model import set_max_length

@@ -15,10 +15,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from sembridge_ray.config import Config, require
-from sembridge_ray.errors import InputError
 from sembridge_ray.jobs import Flag, JobSpec
-from sembridge_ray.placement import Precision, ResourceConfig
+from sembridge_ray.runtime.config import Config, require
+from sembridge_ray.runtime.errors import InputError
+from sembridge_ray.runtime.placement import Precision, ResourceConfig
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -29,11 +29,11 @@ import json
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
-from sembridge_ray.config import Config
-from sembridge_ray.errors import InputError
 from sembridge_ray.export.report import ExportReport
 from sembridge_ray.jobs import Flag, JobSpec
-from sembridge_ray.placement import ResourceConfig
+from sembridge_ray.runtime.config import Config
+from sembridge_ray.runtime.errors import InputError
+from sembridge_ray.runtime.placement import ResourceConfig
 
 TargetName = Literal[
     "sentence-transformers",

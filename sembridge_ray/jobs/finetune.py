@@ -17,10 +17,10 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar, Literal, get_args
 
-from sembridge_ray.config import Config, dotted_keys, require
-from sembridge_ray.errors import InputError
 from sembridge_ray.jobs import Flag, JobSpec
-from sembridge_ray.placement import Precision, ResourceConfig
+from sembridge_ray.runtime.config import Config, dotted_keys, require
+from sembridge_ray.runtime.errors import InputError
+from sembridge_ray.runtime.placement import Precision, ResourceConfig
 from sembridge_ray.sparse.config import LossConfig, OptimConfig, RankingName
 
 log = logging.getLogger(__name__)

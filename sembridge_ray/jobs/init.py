@@ -17,14 +17,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from sembridge_ray.config import Config, canonical_key, coerce, require
 from sembridge_ray.embed_init.config import MethodName, WeightingConfig
 from sembridge_ray.embed_init.methods import BRIDGE_SETTINGS, METHODS
 from sembridge_ray.embed_init.records import InitReport, Sample
 from sembridge_ray.embed_init.vocab import MATCH_RULES
 from sembridge_ray.jobs import Flag, JobSpec
 from sembridge_ray.jobs.plans import PlanResult, render_plan
-from sembridge_ray.placement import Precision, ResourceConfig
+from sembridge_ray.runtime.config import Config, canonical_key, coerce, require
+from sembridge_ray.runtime.placement import Precision, ResourceConfig
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,7 +1,8 @@
 """The init job end to end, without Ray: inputs checked and identified, the output claimed, the
 vocabulary partitioned, new rows from the injected stages (``embed_init.pipeline``), the model
 composed and written with its provenance, report and card. ``sembridge_ray.distributed.init`` runs
-it with Ray Data actor pools as the stages; tests and small runs with the in-process ones."""
+it with an executor's pools as the stages (``embed_init.pipeline.pool_stages``); tests and scripts
+with the in-process ones."""
 
 from __future__ import annotations
 
@@ -16,13 +17,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sembridge_ray.bundled import resolve
-from sembridge_ray.config import write_config
 from sembridge_ray.embed_init import position, report
 from sembridge_ray.embed_init.bias_text import bias_counts, require_varying_counts
-from sembridge_ray.embed_init.bridge import bridge_dimension, check_bridge, model_fingerprint
-from sembridge_ray.embed_init.combine import (
-    provenance,
+from sembridge_ray.embed_init.bridge import (
+    bridge_dimension,
+    check_bridge,
+    model_fingerprint,
 )
+from sembridge_ray.embed_init.combine import provenance
 from sembridge_ray.embed_init.methods import method
 from sembridge_ray.embed_init.pipeline import (
     BridgeSide,
@@ -39,13 +41,8 @@ from sembridge_ray.embed_init.transplant import (
     write_target_model,
 )
 from sembridge_ray.embed_init.vocab import Partition, partition_vocab
-from sembridge_ray.errors import InputError
-from sembridge_ray.identity import model_identity, path_identity, require_unchanged
 from sembridge_ray.jobs.init import InitConfig, InitResult
 from sembridge_ray.model_card import unchecked, write_card
-from sembridge_ray.outputs import atomic_path, atomic_write_json, claim_output, preflight
-from sembridge_ray.placement import local_precision, pick_device
-from sembridge_ray.progress import duration
 from sembridge_ray.provenance import (
     InitFacts,
     base_model,
@@ -53,6 +50,12 @@ from sembridge_ray.provenance import (
     input_licences,
     language_of,
 )
+from sembridge_ray.runtime.config import write_config
+from sembridge_ray.runtime.errors import InputError
+from sembridge_ray.runtime.identity import model_identity, path_identity, require_unchanged
+from sembridge_ray.runtime.outputs import atomic_path, atomic_write_json, claim_output, preflight
+from sembridge_ray.runtime.placement import local_precision, pick_device
+from sembridge_ray.runtime.progress import duration
 from sembridge_ray.sparse.finite import require_finite
 from sembridge_ray.sparse.model import (
     Serving,
@@ -118,7 +121,7 @@ def initialise(
     publishes without recomputing).
 
     Inputs are checked and loaded before the output is claimed
-    (:func:`~sembridge_ray.outputs.claim_output`): bad input leaves an existing output untouched.
+    (:func:`~sembridge_ray.runtime.outputs.claim_output`): bad input leaves an existing output untouched.
     ``inputs`` (identities) may come from a caller that planned them (``jobs.reproduce``).
     ``neutral_symbols=False`` is the position-aware ablation of the neutral class
     (``scripts/position_aware/variants.py``; ``position.position_class``): no config key, since no

@@ -17,9 +17,9 @@ import json
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from sembridge_ray.config import Config, require
 from sembridge_ray.jobs import Flag, JobSpec
-from sembridge_ray.placement import ResourceConfig
+from sembridge_ray.runtime.config import Config, require
+from sembridge_ray.runtime.placement import ResourceConfig
 from sembridge_ray.siamese.config import (
     MINILM_CONTEXT,
     AugmentConfig,

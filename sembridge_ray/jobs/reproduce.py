@@ -22,17 +22,17 @@ from pathlib import Path
 from typing import ClassVar, Literal, cast
 
 from sembridge_ray import catalog
-from sembridge_ray.config import Config, ConfigError, coerce, require
 from sembridge_ray.embed_init.config import WeightingConfig
 from sembridge_ray.embed_init.methods import METHOD_NAMES, METHODS, parse_alpha, split_variant
-from sembridge_ray.errors import InputError
-from sembridge_ray.identity import flatten
 from sembridge_ray.jobs import Flag, JobSpec
 from sembridge_ray.jobs.evaluate import EvaluateConfig
 from sembridge_ray.jobs.finetune import FinetuneConfig
 from sembridge_ray.jobs.init import InitConfig
 from sembridge_ray.jobs.plans import PlanResult, render_plan
 from sembridge_ray.languages import CODES, language
+from sembridge_ray.runtime.config import Config, ConfigError, coerce, require
+from sembridge_ray.runtime.errors import InputError
+from sembridge_ray.runtime.identity import flatten
 
 BRIDGE, ALPHA = "@", "="
 """``METHOD[+pa][@BRIDGE][=ALPHA]``: a grid's ``methods`` entry with its own bridge, or its own α

@@ -22,11 +22,11 @@ from sembridge_ray import bundled
 from sembridge_ray.data.schema import POSITIVE, QUERY
 from sembridge_ray.data.sick import read_sick_split, write_sick_beir
 from sembridge_ray.data.sts import read_sts, sts_files
-from sembridge_ray.errors import InputError
 from sembridge_ray.json_types import JSONValue
-from sembridge_ray.outputs import atomic_path, atomic_write_json
 from sembridge_ray.provenance import ensure_marked, mark_asset
 from sembridge_ray.resources import sick_dir, sts_dir
+from sembridge_ray.runtime.errors import InputError
+from sembridge_ray.runtime.outputs import atomic_path, atomic_write_json
 
 if TYPE_CHECKING:
     from sembridge_ray.jobs.reproduce import DemoSettings

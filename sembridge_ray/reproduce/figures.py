@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from sembridge_ray.errors import InputError
+from sembridge_ray.runtime.errors import InputError
 
 RATES = ("bridge_strings_per_s", "docs_per_s", "train_examples_per_s")
 
@@ -56,7 +56,7 @@ def _positive(value: object) -> bool:
 def read_figures(path: str | Path, batch: int) -> Figures:
     """The figures file at ``path`` (see the module docstring) -> the plan's figures, seconds per
     step at ``batch``. A file that is missing or is not a figures file is an
-    :class:`~sembridge_ray.errors.InputError` naming it."""
+    :class:`~sembridge_ray.runtime.errors.InputError` naming it."""
     path = Path(path).expanduser()
     try:
         text = path.read_text(encoding="utf-8")

@@ -14,8 +14,6 @@ from pathlib import Path
 from sembridge_ray import bundled, catalog, languages
 from sembridge_ray.data.registry import dataset_identity
 from sembridge_ray.embed_init.bridge import check_bridge
-from sembridge_ray.errors import InputError
-from sembridge_ray.identity import model_identity
 from sembridge_ray.jobs.reproduce import DEMO_LANGUAGE, ReproduceConfig
 from sembridge_ray.reproduce import cells as cellmod
 from sembridge_ray.reproduce import demo
@@ -31,6 +29,8 @@ from sembridge_ray.reproduce.stages import (
     source_stages,
     source_test_stage,
 )
+from sembridge_ray.runtime.errors import InputError
+from sembridge_ray.runtime.identity import model_identity
 
 log = logging.getLogger(__name__)
 DEMO_MODEL, DEMO_DATASET = "minilm-splade", "sick"
@@ -57,7 +57,7 @@ class Plan:
 
 
 def input_identity(kind: str, name: str) -> str:
-    """The identity of one input of a stage (see :mod:`sembridge_ray.identity`; bundled names are
+    """The identity of one input of a stage (see :mod:`sembridge_ray.runtime.identity`; bundled names are
     resolved here, at the job's boundary); a missing one is an InputError."""
     name = bundled.resolve(name)
     if kind == "dataset":

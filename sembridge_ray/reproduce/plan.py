@@ -11,17 +11,17 @@ from pathlib import Path
 
 from sembridge_ray import catalog, languages
 from sembridge_ray.embed_init.methods import method
-from sembridge_ray.identity import RunIdentity
 from sembridge_ray.jobs.init import InitConfig
 from sembridge_ray.jobs.plans import Plan, PlannedCell, PlanResult, StageState
 from sembridge_ray.jobs.reproduce import DEMO_LANGUAGE, ReproduceConfig, ReproduceResult
-from sembridge_ray.manifest import read_manifest
-from sembridge_ray.outputs import read_identity
 from sembridge_ray.reproduce import demo
 from sembridge_ray.reproduce.cells import STAGES, Cell, cell_paths, config_cells
 from sembridge_ray.reproduce.figures import BUILT_IN, Figures, plan_figures
 from sembridge_ray.reproduce.grid import Identities, require_xling_inputs
 from sembridge_ray.reproduce.grid import plan as grid_plan
+from sembridge_ray.runtime.identity import RunIdentity
+from sembridge_ray.runtime.manifest import read_manifest
+from sembridge_ray.runtime.outputs import read_identity
 
 
 def cell_estimate(
@@ -285,7 +285,7 @@ def init_dry_run(cfg: InitConfig) -> Plan:
 def init_dry_run_result(cfg: InitConfig) -> PlanResult:
     """The init job's dry run (pure: imports no Ray, contacts nothing, writes nothing)."""
     if not cfg.source_model or not cfg.target_tokenizer or not cfg.output:
-        from sembridge_ray.errors import InputError
+        from sembridge_ray.runtime.errors import InputError
 
         raise InputError(
             "--model, --target-tokenizer and --output are required (also with --dry-run)"

@@ -18,9 +18,9 @@ from scipy import stats
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from sembridge_ray.outputs import atomic_path, is_complete
 from sembridge_ray.reproduce.cells import STAGES, Cell, cell_paths, source_dev_path
 from sembridge_ray.reproduce.compare import PER_QUERY, read_per_query
+from sembridge_ray.runtime.outputs import atomic_path, is_complete
 from sembridge_ray.sparse.convergence import dev_curve
 
 if TYPE_CHECKING:

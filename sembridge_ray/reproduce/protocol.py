@@ -23,9 +23,9 @@ import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from sembridge_ray.outputs import is_complete
 from sembridge_ray.reproduce.cells import Cell, bm25_path
 from sembridge_ray.reproduce.plots import Curve, band, dev_curves
+from sembridge_ray.runtime.outputs import is_complete
 
 SHARE = 0.95
 NEVER = "never"

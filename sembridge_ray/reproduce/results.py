@@ -12,7 +12,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
-from sembridge_ray.outputs import atomic_write_text, is_complete
 from sembridge_ray.reproduce.cells import (
     BM25,
     FUSED,
@@ -23,6 +22,7 @@ from sembridge_ray.reproduce.cells import (
     cell_paths,
     source_test_path,
 )
+from sembridge_ray.runtime.outputs import atomic_write_text, is_complete
 from sembridge_ray.sparse.convergence import QUERY_DIMS_BAND, query_collapse
 
 if TYPE_CHECKING:

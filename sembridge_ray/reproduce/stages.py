@@ -3,7 +3,7 @@ identity.
 
 A stage's inputs are identified without running anything upstream: a stage that reads another
 stage's output refers to it as ``run:<job>:<fingerprint>`` of that stage's planned identity, which
-is exactly what :func:`sembridge_ray.identity.path_identity` reports for the finished output. So the
+is exactly what :func:`sembridge_ray.runtime.identity.path_identity` reports for the finished output. So the
 driver can compare every stage of every cell with what is on disk before starting any work, and a
 stage run later on its own (``jobs.evaluate`` on a cell's fine-tuned model) sees the same
 identities."""
@@ -17,13 +17,9 @@ from pathlib import Path
 from typing import Literal
 
 from sembridge_ray import catalog
-from sembridge_ray.config import Config
 from sembridge_ray.embed_init.methods import method
-from sembridge_ray.errors import InputError
-from sembridge_ray.identity import RunIdentity
 from sembridge_ray.jobs.baselines import BM25Config, FusionConfig
 from sembridge_ray.jobs.reproduce import ReproduceConfig
-from sembridge_ray.placement import ResourceConfig
 from sembridge_ray.reproduce.cells import (
     FUSED,
     STAGES,
@@ -34,6 +30,10 @@ from sembridge_ray.reproduce.cells import (
     source_dev_path,
     source_test_path,
 )
+from sembridge_ray.runtime.config import Config
+from sembridge_ray.runtime.errors import InputError
+from sembridge_ray.runtime.identity import RunIdentity
+from sembridge_ray.runtime.placement import ResourceConfig
 
 
 def cell_resources(cfg: ReproduceConfig, base: ResourceConfig, gpus: float) -> ResourceConfig:

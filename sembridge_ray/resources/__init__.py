@@ -5,14 +5,14 @@ vectors (24 MB, and 48 MB once the vectors are built) are a distribution of thei
 that a wheel of ``sembridge_ray`` stays small. Their sources and licences: ``assets/README.md``.
 
 :func:`asset` finds them; without the distribution every use is one line naming the asset and how to
-install it (an :class:`~sembridge_ray.errors.InputError`, exit 2)."""
+install it (an :class:`~sembridge_ray.runtime.errors.InputError`, exit 2)."""
 
 from __future__ import annotations
 
 import importlib.resources
 from pathlib import Path
 
-from sembridge_ray.errors import InputError
+from sembridge_ray.runtime.errors import InputError
 
 PACKAGE = "sembridge_ray_assets"
 CHECKOUT_ASSETS = Path(__file__).resolve().parents[2] / "assets" / PACKAGE

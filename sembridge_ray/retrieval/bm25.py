@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from sembridge_ray.outputs import atomic_write_json, atomic_write_text
 from sembridge_ray.retrieval.metrics import (
     Qrels,
     Run,
@@ -33,6 +32,7 @@ from sembridge_ray.retrieval.metrics import (
     per_query_tsv,
 )
 from sembridge_ray.retrieval.store import format_score, read_run
+from sembridge_ray.runtime.outputs import atomic_write_json, atomic_write_text
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase

@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 import scipy.sparse as sp
 import torch
 
-from sembridge_ray.errors import InputError
+from sembridge_ray.runtime.errors import InputError
 
 PAD = -1
 

@@ -2,7 +2,7 @@
 encodings.
 
 Encodings are cached under ``<cache>/<kind>-<fingerprint>/vectors/``. The fingerprint covers the
-model and the dataset by their identities (:mod:`sembridge_ray.identity`: content, or the run that
+model and the dataset by their identities (:mod:`sembridge_ray.runtime.identity`: content, or the run that
 wrote them), the split (of the queries; of the corpus only where each split has its own,
 ``registry.corpus_split``), the maximum length and the pruning. Each entry is a
 :mod:`sembridge_ray.cache` entry: its manifest holds the sha256 of every vector file, checked on
@@ -21,8 +21,8 @@ from pathlib import Path
 from sembridge_ray import cache
 from sembridge_ray.bundled import resolve
 from sembridge_ray.data.registry import dataset_identity
-from sembridge_ray.errors import InputError
-from sembridge_ray.identity import hub_identity, looks_like_hub_id, path_identity
+from sembridge_ray.runtime.errors import InputError
+from sembridge_ray.runtime.identity import hub_identity, looks_like_hub_id, path_identity
 from sembridge_ray.sparse.model import check_mlm
 
 log = logging.getLogger(__name__)

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from sembridge_ray.errors import InputError
 from sembridge_ray.resources import asset
+from sembridge_ray.runtime.errors import InputError
 from sembridge_ray.siamese.data import TokenPair
 
 log = logging.getLogger(__name__)
@@ -379,7 +379,7 @@ def write_bundled_thesaurus(sick_dir: Path, wordnet: object, path: Path | None =
     Regenerate with ``NLTK_DATA=DIR python -m sembridge_ray.siamese.augment``, DIR holding nltk's
     ``wordnet`` corpus (``python -m nltk.downloader -d DIR wordnet``)."""
     from sembridge_ray.data.sick import read_sick_split
-    from sembridge_ray.outputs import atomic_write_text
+    from sembridge_ray.runtime.outputs import atomic_write_text
     from sembridge_ray.siamese.data import tokenize
 
     pairs = read_sick_split(sick_dir, "train") + read_sick_split(sick_dir, "trial")

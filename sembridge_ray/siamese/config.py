@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from sembridge_ray.config import Config, require
+from sembridge_ray.runtime.config import Config, require
 
 MINILM, MINILM_CONTEXT, MINILM_INPUT = "minilm", "minilm-context", "minilm-input"
 """The named word-vector sources (``siamese.vectors``); anything else is ``word2vec:PATH``."""

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from sembridge_ray.progress import Progress
+from sembridge_ray.runtime.progress import Progress
 from sembridge_ray.siamese.data import tokenize
 
 if TYPE_CHECKING:

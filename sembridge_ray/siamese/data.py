@@ -12,7 +12,7 @@ import numpy as np
 
 from sembridge_ray.data.sick import Pair, read_sick_split
 from sembridge_ray.data.sts import read_sts, sts_files
-from sembridge_ray.errors import InputError
+from sembridge_ray.runtime.errors import InputError
 from sembridge_ray.siamese.model import PAD
 
 _TOKEN = re.compile(r"\w+|[^\w\s]")

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from sembridge_ray.data.sick import Pair, read_sick_split
-from sembridge_ray.errors import InputError
+from sembridge_ray.runtime.errors import InputError
 from sembridge_ray.siamese import augment as aug
 from sembridge_ray.siamese import contextual as ctx
 from sembridge_ray.siamese.config import (

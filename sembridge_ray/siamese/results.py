@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 from statsmodels.nonparametric.kernel_regression import KernelReg
 
-from sembridge_ray.outputs import atomic_write_json
+from sembridge_ray.runtime.outputs import atomic_write_json
 from sembridge_ray.siamese import report as rep
 from sembridge_ray.siamese.calibration import calibrate, fit_calibrator, search_bandwidth
 from sembridge_ray.siamese.config import CalibrationConfig

@@ -23,7 +23,7 @@ import numpy as np
 
 from sembridge_ray import cache
 from sembridge_ray.bundled import minilm_dir
-from sembridge_ray.errors import InputError
+from sembridge_ray.runtime.errors import InputError
 from sembridge_ray.siamese import contextual as ctx
 from sembridge_ray.siamese.config import MINILM, MINILM_CONTEXT, MINILM_INPUT
 from sembridge_ray.siamese.records import ContextStats
@@ -71,7 +71,7 @@ def vectors_identity(source: str) -> str:
     """The identity of a vectors source: the word2vec file's, or the bundled MiniLM's, content (the
     context corpus is the run's SICK and STS inputs, identified beside it, plus WordNet, named by
     the thesaurus)."""
-    from sembridge_ray.identity import path_identity
+    from sembridge_ray.runtime.identity import path_identity
 
     kind, path = parse_source(source)
     if path is not None:

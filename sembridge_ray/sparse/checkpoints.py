@@ -27,7 +27,7 @@ from typing import Literal, Required, TypedDict, cast
 
 import torch
 
-from sembridge_ray.outputs import atomic_write_text, sha256_file
+from sembridge_ray.runtime.outputs import atomic_write_text, sha256_file
 from sembridge_ray.sparse.loop import RngState, TrainState
 
 log = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from sembridge_ray.config import Config, require
+from sembridge_ray.runtime.config import Config, require
 
 
 @dataclass(frozen=True, kw_only=True)

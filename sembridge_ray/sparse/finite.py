@@ -2,7 +2,7 @@
 infinity.
 
 A job whose training diverged, or whose model came out non-finite, must not mark its output
-complete; the error is an :class:`~sembridge_ray.errors.InputError` (one line, exit 2, never
+complete; the error is an :class:`~sembridge_ray.runtime.errors.InputError` (one line, exit 2, never
 retried) because what a user changes to fix it is an input: the learning rate, the training data,
 the source model."""
 
@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 import torch
 
-from sembridge_ray.errors import InputError
+from sembridge_ray.runtime.errors import InputError
 
 
 class NonFiniteError(InputError):

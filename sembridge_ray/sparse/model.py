@@ -20,7 +20,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from sembridge_ray.errors import InputError
+from sembridge_ray.runtime.errors import InputError
 from sembridge_ray.sparse.pooling import (
     Head,
     slice_tokens,
@@ -235,7 +235,7 @@ PUSHED = "pushed.json"
 def publish(out: Path, model: str, repo_id: str) -> str:
     """Push the model directory ``out/model`` of a finished output and record it in
     ``out/pushed.json`` (repository, URL, the run's fingerprint, time); returns the URL."""
-    from sembridge_ray.outputs import atomic_write_json, read_identity
+    from sembridge_ray.runtime.outputs import atomic_write_json, read_identity
 
     url = push_model(Path(out) / model, repo_id)
     try:

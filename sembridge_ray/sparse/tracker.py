@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from sembridge_ray.errors import InputError
+from sembridge_ray.runtime.errors import InputError
 
 
 class Tracker:

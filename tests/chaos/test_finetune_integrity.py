@@ -17,7 +17,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from sembridge_ray.outputs import is_complete
+from sembridge_ray.runtime.outputs import is_complete
 from sembridge_ray.sparse.checkpoints import REGISTRY, STATE, checkpoint_dirs, step_of
 from tests.conftest import REPO
 from tests.ray.test_finetune_resume import _env

@@ -25,7 +25,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from sembridge_ray.outputs import is_complete
+from sembridge_ray.runtime.outputs import is_complete
 from tests.conftest import REPO
 from tests.ray.test_reproduce import miracl_mirror
 

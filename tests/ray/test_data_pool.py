@@ -1,50 +1,59 @@
-"""A Ray Data actor pool writes sparse Parquet files with list columns, equal to in-process
-encoding."""
+"""The Ray executor's actor pool writes sparse Parquet files with list columns, equal to in-process
+encoding, and its tasks equal the in-process executor's."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-import ray
+import pytest
 
 from sembridge_ray.data.schema import ID, SPARSE_SCHEMA, TEXT
 from sembridge_ray.distributed import cluster
-from sembridge_ray.distributed.udfs import PATH, ROWS, SparseEncodeUDF, actor_pool_args
-from sembridge_ray.placement import ResourceConfig
+from sembridge_ray.distributed.executor import RayExecutor
 from sembridge_ray.retrieval.store import stage_corpus
+from sembridge_ray.runtime.executor import LocalExecutor, Pool, Tasks
+from sembridge_ray.runtime.placement import ResourceConfig
+from sembridge_ray.runtime.progress import Progress
 from sembridge_ray.sparse.encode import sparse_rows, table_rows
+from sembridge_ray.sparse.encode_files import PATH, ROWS, SparseEncodeUDF
 from sembridge_ray.sparse.model import load_sparse_encoder
 from sembridge_ray.testing import source_text
 
 
 def test_actor_pool_writes_list_columns_equal_to_in_process(
-    ray_cluster: cluster.ClusterInfo, fixtures_root: Path, tmp_path: Path
+    ray_cluster: cluster.ClusterInfo,
+    fixtures_root: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     texts = source_text()[:40]
     model = str(fixtures_root / "bert-mlm")
-    plan = cluster.placement(ResourceConfig(workers=2))
+    executor = RayExecutor()
+    plan = executor.placement(ResourceConfig(workers=2))
     assert plan.workers == 1 and not plan.use_gpu  # 2 CPUs: one held back for Ray Data's own tasks
+    monkeypatch.setattr(cluster, "in_driver", lambda plan, rows: False)  # an actor pool, not here
     table = pa.table({ID: [f"t{i}" for i in range(len(texts))], TEXT: texts})
     files = stage_corpus(
         (table.slice(i, 15) for i in range(0, len(texts), 15)), tmp_path / "staged"
     )
-    ds = ray.data.from_items([{PATH: str(f)} for f in files], override_num_blocks=len(files))
     enc = tmp_path / "enc"
     enc.mkdir()
-    out = ds.map_batches(
-        SparseEncodeUDF,
-        fn_constructor_kwargs={
-            "model_dir": model,
-            "max_length": 32,
-            "batch_size": 16,
-            "out_dir": str(enc),
-        },
-        batch_format="pyarrow",
-        **actor_pool_args(plan, 1),
-    ).take_all()
+    kwargs = {"model_dir": model, "max_length": 32, "batch_size": 16, "out_dir": str(enc)}
+    blocks = [pa.table({PATH: [str(f)]}) for f in files]
+    progress = Progress(logging.getLogger("test"), "encoding", len(texts), "texts")
+    out = executor.map_blocks(
+        Pool(SparseEncodeUDF, kwargs, plan),
+        blocks,
+        len(texts),
+        progress,
+        lambda t: t[ROWS][0].as_py(),
+    )
+    assert progress.done == len(texts)
+    out = pa.concat_tables(out).to_pylist()
 
     # one row per staged file: the file the actor wrote (same name, in out_dir) and its row count
     assert sorted(r[PATH] for r in out) == sorted(str(enc / f.name) for f in files)
@@ -61,3 +70,17 @@ def test_actor_pool_writes_list_columns_equal_to_in_process(
         got = order[f"t{n}"]
         np.testing.assert_array_equal(idx[got], expected_idx[n])
         np.testing.assert_allclose(val[got], expected_val[n], rtol=1e-5, atol=1e-6)
+
+
+def _square_plus(shared: int, x: int) -> int:
+    return shared + x * x
+
+
+def test_tasks_equal_in_process_tasks(ray_cluster: cluster.ClusterInfo) -> None:
+    """Ray tasks, two at a time with a shared leading argument, return what the in-process executor
+    returns for the same calls (in the order they finish)."""
+    calls = [(x,) for x in range(7)]
+    spec = Tasks(cpus=0.5, width=2, shared=(100,))
+    on_ray = sorted(RayExecutor().map_tasks(_square_plus, calls, spec))
+    assert on_ray == list(LocalExecutor().map_tasks(_square_plus, calls, spec))
+    assert on_ray == [100 + x * x for x in range(7)]

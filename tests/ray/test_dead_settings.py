@@ -12,13 +12,13 @@ from typing import Any
 import numpy as np
 from safetensors.numpy import load_file
 
-from sembridge_ray.config import Config
 from sembridge_ray.distributed import finetune as finetune_driver
 from sembridge_ray.distributed.evaluate import run_evaluate
 from sembridge_ray.jobs.evaluate import EvaluateConfig
 from sembridge_ray.jobs.finetune import FinetuneConfig, OptimConfig
-from sembridge_ray.placement import ResourceConfig
 from sembridge_ray.retrieval.sources import resolve_dataset, resolve_model
+from sembridge_ray.runtime.config import Config
+from sembridge_ray.runtime.placement import ResourceConfig
 from tests.dead_settings import Harness, check, copy_input, every_key_is_covered, files_of
 from tests.unit.test_dead_settings import tiny_beir
 

@@ -22,11 +22,12 @@ from sembridge_ray.data.schema import ID, TEXT
 from sembridge_ray.distributed import cluster
 from sembridge_ray.distributed.encode import encode
 from sembridge_ray.distributed.evaluate import run_evaluate
+from sembridge_ray.distributed.executor import RayExecutor
 from sembridge_ray.distributed.search import ShardedIndex
 from sembridge_ray.jobs.evaluate import EvaluateConfig
-from sembridge_ray.outputs import SUCCESS, is_complete
-from sembridge_ray.placement import Placement, ResourceConfig
 from sembridge_ray.retrieval.store import parquet_files, read_run, read_vectors, stage_corpus
+from sembridge_ray.runtime.outputs import SUCCESS, is_complete
+from sembridge_ray.runtime.placement import Placement, ResourceConfig
 from sembridge_ray.sparse.encode import sparse_rows
 from sembridge_ray.sparse.model import load_sparse_encoder
 from tests.unit.test_outputs import snapshot
@@ -236,7 +237,7 @@ def test_encoding_through_ray_equals_in_process(
         resources=ResourceConfig(workers=2),
     )
     files = stage_corpus((table.slice(i, 4) for i in range(0, len(texts), 4)), tmp_path / "staged")
-    encode(files, tmp_path / "enc", cfg, model, "document")
+    encode(files, tmp_path / "enc", cfg, model, "document", RayExecutor())
     ids, got = read_vectors(parquet_files(tmp_path / "enc"))
     enc = load_sparse_encoder(model, max_length=8)
     idx, val = sparse_rows(enc.encode_document(texts, convert_to_tensor=True), max_active_dims=5)

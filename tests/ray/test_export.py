@@ -16,10 +16,10 @@ from sembridge_ray.export.base import Vectors
 from sembridge_ray.export.parity import exact_topk, parity
 from sembridge_ray.jobs.init import InitConfig
 from sembridge_ray.jobs.init_run import initialise
-from sembridge_ray.manifest import is_complete, output_fingerprint
 from sembridge_ray.model_card import CARD
 from sembridge_ray.provenance import read_exports
 from sembridge_ray.retrieval.store import parquet_files, read_vectors
+from sembridge_ray.runtime.manifest import is_complete, output_fingerprint
 from tests.conftest import error_lines
 
 
@@ -170,8 +170,8 @@ def test_a_target_export_follows_the_output_contract(
     as it was) unless --overwrite, which replaces it complete."""
     from sembridge_ray.data.sick import write_sick_beir
     from sembridge_ray.export.base import Tolerance
-    from sembridge_ray.manifest import SUCCESS
     from sembridge_ray.resources import sick_dir
+    from sembridge_ray.runtime.manifest import SUCCESS
 
     sick_beir = write_sick_beir(sick_dir(), tmp_path / "sick", limit=40, splits=("test",))
     out = tmp_path / "out"

@@ -26,8 +26,8 @@ from safetensors.torch import load_file
 from benchmarks.synthetic import sparse_vectors, zipf_probs
 from sembridge_ray.distributed.search import ShardedIndex
 from sembridge_ray.jobs.finetune import FinetuneConfig, OptimConfig
-from sembridge_ray.outputs import is_complete
 from sembridge_ray.retrieval.index import build_shard, shard_bounds
+from sembridge_ray.runtime.outputs import is_complete
 from tests.conftest import REPO
 from tests.processes import outliving
 

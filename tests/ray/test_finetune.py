@@ -12,7 +12,7 @@ from pathlib import Path
 
 from sembridge_ray.jobs.evaluate import EvaluateConfig
 from sembridge_ray.jobs.finetune import FinetuneConfig, LossConfig, OptimConfig
-from sembridge_ray.outputs import is_complete
+from sembridge_ray.runtime.outputs import is_complete
 from tests.conftest import REPO
 
 METRIC_KEYS = {
@@ -144,8 +144,8 @@ def test_a_cluster_that_fits_fewer_workers_than_asked_is_refused_before_the_outp
     import pytest
 
     from sembridge_ray.distributed.finetune import run_finetune
-    from sembridge_ray.errors import InputError
-    from sembridge_ray.placement import ResourceConfig
+    from sembridge_ray.runtime.errors import InputError
+    from sembridge_ray.runtime.placement import ResourceConfig
 
     cfg = FinetuneConfig(
         model=str(fixtures_root / "bert-mlm"),

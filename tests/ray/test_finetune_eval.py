@@ -26,7 +26,7 @@ from sembridge_ray.distributed.worker_runtime import step_batches
 from sembridge_ray.jobs.evaluate import EvaluateConfig
 from sembridge_ray.jobs.export import ExportConfig
 from sembridge_ray.jobs.finetune import FinetuneConfig, OptimConfig
-from sembridge_ray.placement import ResourceConfig
+from sembridge_ray.runtime.placement import ResourceConfig
 from sembridge_ray.sparse.checkpoints import checkpoint_dirs
 from sembridge_ray.testing import build_fixture
 

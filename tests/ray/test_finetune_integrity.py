@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sembridge_ray.outputs import is_complete
+from sembridge_ray.runtime.outputs import is_complete
 from sembridge_ray.sparse.checkpoints import REGISTRY, checkpoint_dirs, load_part, restore_point
 from sembridge_ray.sparse.finite import nonfinite
 from tests.conftest import REPO

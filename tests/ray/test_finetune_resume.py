@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from sembridge_ray.outputs import is_complete, read_identity
+from sembridge_ray.runtime.outputs import is_complete, read_identity
 from tests.conftest import REPO
 from tests.processes import session
 

@@ -14,12 +14,13 @@ import ray.data
 from safetensors.torch import load_file
 
 from jobs import init_embeddings
-from sembridge_ray.distributed import cluster, udfs
+from sembridge_ray.distributed import cluster
 from sembridge_ray.distributed.init import run_init
+from sembridge_ray.embed_init import bridge
 from sembridge_ray.embed_init.config import MethodName
 from sembridge_ray.jobs.init import InitConfig
 from sembridge_ray.jobs.init_run import initialise
-from sembridge_ray.placement import ResourceConfig
+from sembridge_ray.runtime.placement import ResourceConfig
 
 
 @pytest.mark.parametrize(
@@ -101,13 +102,13 @@ def test_stages_in_the_driver_equal_the_actor_pools(
             replace(cfg, output=str(tmp_path / "pools"), cache_dir=str(tmp_path / "c1"))
         )
     loaded: list[object] = []
-    load = udfs.BridgeEncodeUDF.__init__
+    load = bridge.BridgeEncodeUDF.__init__
 
-    def counted(self: udfs.BridgeEncodeUDF, *args: Any, **kwargs: Any) -> None:
+    def counted(self: bridge.BridgeEncodeUDF, *args: Any, **kwargs: Any) -> None:
         loaded.append(kwargs.get("device"))
         load(self, *args, **kwargs)
 
-    monkeypatch.setattr(udfs.BridgeEncodeUDF, "__init__", counted)
+    monkeypatch.setattr(bridge.BridgeEncodeUDF, "__init__", counted)
     monkeypatch.setattr(
         ray.data, "from_arrow", lambda *a, **k: pytest.fail("an actor pool started")
     )

@@ -13,7 +13,7 @@ import yaml
 from jobs import malstm as job
 from sembridge_ray.data.schema import CALIBRATED, GOLD, PAIR_ID, RAW
 from sembridge_ray.distributed import cluster
-from sembridge_ray.outputs import is_complete
+from sembridge_ray.runtime.outputs import is_complete
 from sembridge_ray.siamese.calibration import fit_calibrator
 from sembridge_ray.siamese.report import metrics, read_tsv
 from tests.unit.test_outputs import snapshot

@@ -17,12 +17,12 @@ from sembridge_ray.distributed import evaluate as evaluate_driver
 from sembridge_ray.distributed import export as export_driver
 from sembridge_ray.distributed import finetune as finetune_driver
 from sembridge_ray.distributed import train_run
-from sembridge_ray.identity import InputChanged
 from sembridge_ray.jobs.evaluate import EvaluateConfig
 from sembridge_ray.jobs.export import ExportConfig
 from sembridge_ray.jobs.finetune import FinetuneConfig, OptimConfig
-from sembridge_ray.outputs import SUCCESS
-from sembridge_ray.placement import ResourceConfig
+from sembridge_ray.runtime.identity import InputChanged
+from sembridge_ray.runtime.outputs import SUCCESS
+from sembridge_ray.runtime.placement import ResourceConfig
 from tests.unit.test_pinned_inputs import init_output, overwrite_swap
 
 

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from sembridge_ray.data.sick import write_sick_beir
-from sembridge_ray.locks import LOCK
-from sembridge_ray.outputs import SUCCESS
 from sembridge_ray.resources import sick_dir
+from sembridge_ray.runtime.locks import LOCK
+from sembridge_ray.runtime.outputs import SUCCESS
 from tests.conftest import REPO
 from tests.processes import outliving
 from tests.ray.test_faults import _env

@@ -9,7 +9,7 @@ import pytest
 from ray.train import WorkerGroupError
 
 from sembridge_ray.distributed.train_run import _raise_unless_retried
-from sembridge_ray.errors import InputError, user_error
+from sembridge_ray.runtime.errors import InputError, user_error
 
 
 def _failed(worker_error: Exception) -> WorkerGroupError:

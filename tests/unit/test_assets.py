@@ -15,7 +15,7 @@ import pytest
 from sembridge_ray import cli, resources
 from sembridge_ray.data.squad import source_files
 from sembridge_ray.embed_init.bridge import shipped_vectors
-from sembridge_ray.errors import InputError
+from sembridge_ray.runtime.errors import InputError
 from sembridge_ray.siamese import augment
 from sembridge_ray.target_tokenizers import build_target_tokenizer
 from tests.conftest import REPO, error_lines

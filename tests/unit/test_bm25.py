@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from sembridge_ray.jobs.baselines import BM25Config, FusionConfig, run_bm25, run_fusion
-from sembridge_ray.outputs import is_complete
 from sembridge_ray.retrieval.bm25 import bm25_run, pieces, rrf
 from sembridge_ray.retrieval.store import read_run
+from sembridge_ray.runtime.outputs import is_complete
 
 DOCS = {
     "d1": "the cat sat on the mat",

@@ -19,7 +19,7 @@ from transformers import AutoTokenizer
 
 from sembridge_ray import bridges, cache
 from sembridge_ray.e5s1 import Q4_BLOCK, bert_config, bert_state_dict, dequantize_q4_0, read_e5s1
-from sembridge_ray.errors import InputError
+from sembridge_ray.runtime.errors import InputError
 
 TINY = {
     "hidden": 64,

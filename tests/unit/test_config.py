@@ -6,7 +6,7 @@ from typing import Literal
 
 import pytest
 
-from sembridge_ray.config import (
+from sembridge_ray.runtime.config import (
     Config,
     ConfigError,
     coerce,

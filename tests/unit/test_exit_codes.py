@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from sembridge_ray import cli
-from sembridge_ray.errors import terminating
 from sembridge_ray.jobs import reproduce
 from sembridge_ray.jobs.reproduce import ReproduceConfig, ReproduceResult
-from sembridge_ray.locks import LOCK, OutputLock
+from sembridge_ray.runtime.errors import terminating
+from sembridge_ray.runtime.locks import LOCK, OutputLock
 from tests.conftest import error_lines
 
 
@@ -192,7 +192,7 @@ def test_a_local_ray_cluster_that_cannot_start_is_one_line(
     5). Ray's own exception (a bare ``Exception``) is raised where ``ray.init`` raised it."""
     from jobs import evaluate
     from sembridge_ray.distributed import cluster
-    from sembridge_ray.manifest import SUCCESS
+    from sembridge_ray.runtime.manifest import SUCCESS
 
     said = (
         "The current node timed out during startup. This could happen because some of the raylet "

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from sembridge_ray.cli import parse_config
-from sembridge_ray.config import ConfigError
 from sembridge_ray.embed_init.config import WeightingConfig
 from sembridge_ray.embed_init.methods import METHOD_NAMES, SEMBRIDGE_PLUS
 from sembridge_ray.jobs import job_spec
@@ -20,6 +19,7 @@ from sembridge_ray.jobs.evaluate import EvaluateConfig
 from sembridge_ray.jobs.finetune import FinetuneConfig
 from sembridge_ray.jobs.init import InitConfig
 from sembridge_ray.jobs.reproduce import ReproduceConfig
+from sembridge_ray.runtime.config import ConfigError
 from tests.unit.test_identity_coverage import perturbations
 
 REQUIRED = ["--model", "m", "--target-tokenizer", "t", "--output", "o"]

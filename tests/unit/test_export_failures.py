@@ -21,8 +21,8 @@ from jobs import export as export_job
 from sembridge_ray.data.retrieval import RetrievalData
 from sembridge_ray.data.schema import ID
 from sembridge_ray.export.base import Vectors
-from sembridge_ray.identity import path_identity
-from sembridge_ray.manifest import SUCCESS
+from sembridge_ray.runtime.identity import path_identity
+from sembridge_ray.runtime.manifest import SUCCESS
 from tests.conftest import error_lines
 
 SEISMIC_FULL = 'Os { code: 28, kind: StorageFull, message: "No space left on device" }'

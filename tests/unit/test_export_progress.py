@@ -19,7 +19,7 @@ from sembridge_ray.export import base, engine
 from sembridge_ray.export.base import ExportJob, Rates, Vectors
 from sembridge_ray.export.engine import EngineTarget
 from sembridge_ray.export.targets import TARGETS
-from sembridge_ray.progress import Progress
+from sembridge_ray.runtime.progress import Progress
 
 
 @pytest.fixture(scope="module")

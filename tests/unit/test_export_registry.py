@@ -109,7 +109,7 @@ def test_the_tolerance_passes_as_docs_export_md_says() -> None:
 
 
 def test_an_unknown_name_lists_every_target() -> None:
-    from sembridge_ray.errors import InputError
+    from sembridge_ray.runtime.errors import InputError
 
     with pytest.raises(InputError) as refused:
         target("lucene")

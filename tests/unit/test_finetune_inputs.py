@@ -14,9 +14,9 @@ import pytest
 from jobs.finetune import main
 from sembridge_ray.data.schema import POSITIVE, QUERY
 from sembridge_ray.data.stream import StreamInfo, materialise_stream, training_stream
-from sembridge_ray.errors import InputError
 from sembridge_ray.jobs.finetune import FinetuneConfig
-from sembridge_ray.outputs import SUCCESS
+from sembridge_ray.runtime.errors import InputError
+from sembridge_ray.runtime.outputs import SUCCESS
 
 
 def _run(capsys, *argv: str) -> tuple[int, str]:

@@ -19,15 +19,15 @@ from typing import Any, Literal
 
 import pytest
 
-from sembridge_ray.config import Config, ConfigError, dotted_keys, field_info
 from sembridge_ray.embed_init.methods import METHODS
-from sembridge_ray.identity import FORMAT_VERSION, RunIdentity, flatten
 from sembridge_ray.jobs import JOBS, PRESET_DIR, job_spec, load_preset_file
 from sembridge_ray.jobs.baselines import BM25Config, FusionConfig
 from sembridge_ray.jobs.init import InitConfig
 from sembridge_ray.jobs.reproduce import ReproduceConfig, parse_variant
 from sembridge_ray.reproduce import demo
 from sembridge_ray.reproduce.grid import XLING_ASSETS, Identities, plan
+from sembridge_ray.runtime.config import Config, ConfigError, dotted_keys, field_info
+from sembridge_ray.runtime.identity import FORMAT_VERSION, RunIdentity, flatten
 
 
 def exempt(key: str, not_identity: tuple[str, ...]) -> bool:
@@ -216,7 +216,7 @@ def test_a_change_of_the_recorded_keys_bumps_the_format_version(job: str) -> Non
     digest = hashlib.sha256(json.dumps(keys, separators=(",", ":")).encode()).hexdigest()[:16]
     assert digest == RECORDED_KEYS.get(FORMAT_VERSION, {}).get(job), (
         f"{job}: the recorded keys changed (digest {digest}): bump FORMAT_VERSION "
-        f"(sembridge_ray/identity.py) to {FORMAT_VERSION + 1} and add its digests to RECORDED_KEYS"
+        f"(sembridge_ray/runtime/identity.py) to {FORMAT_VERSION + 1} and add its digests to RECORDED_KEYS"
     )
 
 

@@ -19,17 +19,17 @@ import yaml
 
 from jobs import evaluate, finetune, init_embeddings
 from sembridge_ray.cli import run_job, user_error
-from sembridge_ray.config import ConfigError
-from sembridge_ray.errors import InputError
-from sembridge_ray.identity import RunIdentity
 from sembridge_ray.jobs.evaluate import EvaluateConfig
 from sembridge_ray.jobs.finetune import FinetuneConfig, OptimConfig
 from sembridge_ray.jobs.init import InitConfig
 from sembridge_ray.jobs.init_run import initialise
 from sembridge_ray.jobs.malstm import MalstmConfig
 from sembridge_ray.jobs.reproduce import ReproduceConfig
-from sembridge_ray.outputs import SUCCESS, claim_output, is_complete
-from sembridge_ray.placement import ResourceConfig
+from sembridge_ray.runtime.config import ConfigError
+from sembridge_ray.runtime.errors import InputError
+from sembridge_ray.runtime.identity import RunIdentity
+from sembridge_ray.runtime.outputs import SUCCESS, claim_output, is_complete
+from sembridge_ray.runtime.placement import ResourceConfig
 from tests.conftest import REPO, error_lines
 from tests.unit.test_outputs import snapshot
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from sembridge_ray.cli import run_job
-from sembridge_ray.errors import InputError
-from sembridge_ray.locks import (
+from sembridge_ray.runtime.errors import InputError
+from sembridge_ray.runtime.locks import (
     LOCK,
     SAME_HOST_STALE_S,
     STALE_AFTER_S,
@@ -107,7 +107,7 @@ def test_a_live_owner_in_this_namespace_keeps_its_lock_however_old_its_heartbeat
     """The pid decides for a holder on this host and pid namespace: an owner paused for an hour
     (SIGSTOP, a frozen container) or an output filesystem whose clock is far behind must not lose
     its lock to an --overwrite."""
-    from sembridge_ray.locks import _proc_start
+    from sembridge_ray.runtime.locks import _proc_start
 
     out = tmp_path / "out"
     owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])

@@ -9,8 +9,8 @@ import re
 
 import pytest
 
-from sembridge_ray import logs
-from sembridge_ray.logs import is_false_alarm, job_submit_line, ray_environment
+from sembridge_ray.runtime import logs
+from sembridge_ray.runtime.logs import is_false_alarm, job_submit_line, ray_environment
 
 # Ray's lines as they come: the driver's own C++ core (straight to fd 2), and a worker's, forwarded
 # with its coloured prefix.

@@ -8,8 +8,8 @@ import pytest
 
 from jobs import malstm as job
 from sembridge_ray.data.sick import Pair
-from sembridge_ray.errors import InputError
 from sembridge_ray.resources import sick_dir, sts_dir
+from sembridge_ray.runtime.errors import InputError
 from sembridge_ray.siamese.data import (
     encode_pairs,
     leak_guard,

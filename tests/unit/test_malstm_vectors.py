@@ -5,7 +5,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sembridge_ray.errors import InputError
+from sembridge_ray.runtime.errors import InputError
 from sembridge_ray.siamese.vectors import assemble_matrix, parse_source, read_word2vec
 
 WORDS = {"man": [1.0, 0.0, 0.0], "guitar": [0.0, 2.0, 0.0], "play": [0.5, 0.5, 0.5]}

@@ -27,19 +27,11 @@ from sembridge_ray.distributed.export import export_parity
 from sembridge_ray.distributed.final_model import card_provenance
 from sembridge_ray.embed_init.config import WeightingConfig
 from sembridge_ray.export.report import ExportReport
-from sembridge_ray.identity import RunIdentity
 from sembridge_ray.jobs.evaluate import EvaluateConfig
 from sembridge_ray.jobs.finetune import FinetuneConfig
 from sembridge_ray.jobs.init import InitConfig
 from sembridge_ray.jobs.init_run import initialise
 from sembridge_ray.jobs.reproduce import DemoSettings
-from sembridge_ray.manifest import (
-    IDENTITY,
-    is_complete,
-    output_fingerprint,
-    read_manifest,
-    write_success,
-)
 from sembridge_ray.model_card import (
     CARD,
     LOCK_WAIT_S,
@@ -63,6 +55,14 @@ from sembridge_ray.provenance import (
 )
 from sembridge_ray.reproduce import demo
 from sembridge_ray.resources import asset, sick_dir
+from sembridge_ray.runtime.identity import RunIdentity
+from sembridge_ray.runtime.manifest import (
+    IDENTITY,
+    is_complete,
+    output_fingerprint,
+    read_manifest,
+    write_success,
+)
 
 # An absolute path of a POSIX machine as it would appear in text (not a URL's path: no scheme or
 # host before it).
@@ -515,8 +515,8 @@ def test_evaluations_of_one_model_take_turns_and_a_held_output_is_left_alone(
     from typing import cast
 
     from sembridge_ray import model_card
-    from sembridge_ray.locks import OutputLock
     from sembridge_ray.provenance import Evaluation
+    from sembridge_ray.runtime.locks import OutputLock
 
     model = tmp_path / "cell" / "init" / "model"
     shutil.copytree(quick["init"].parent, model.parent)

@@ -16,16 +16,16 @@ from safetensors.torch import load_file
 from sklearn.linear_model import OrthogonalMatchingPursuit
 from transformers import AutoTokenizer
 
-from sembridge_ray.config import ConfigError
 from sembridge_ray.embed_init import omp
 from sembridge_ray.embed_init.bridge import vocab_strings
 from sembridge_ray.embed_init.config import WeightingConfig
 from sembridge_ray.embed_init.pipeline import RowsContext, compute_rows
 from sembridge_ray.embed_init.vocab import partition_vocab
-from sembridge_ray.errors import InputError
 from sembridge_ray.jobs.init import InitConfig
 from sembridge_ray.jobs.init_run import initialise
-from sembridge_ray.outputs import is_complete
+from sembridge_ray.runtime.config import ConfigError
+from sembridge_ray.runtime.errors import InputError
+from sembridge_ray.runtime.outputs import is_complete
 from tests.unit.test_position import NGRAM_STAGES, ngram_vectors
 
 TOL = 1e-8

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from sembridge_ray import outputs
-from sembridge_ray.errors import InputError
-from sembridge_ray.identity import FORMAT_VERSION, RunIdentity, file_digest, path_identity
-from sembridge_ray.locks import LOCK, STALE_AFTER_S, OutputLock, OutputLocked, pid_namespace
-from sembridge_ray.outputs import (
+from sembridge_ray.runtime import outputs
+from sembridge_ray.runtime.errors import InputError
+from sembridge_ray.runtime.identity import FORMAT_VERSION, RunIdentity, file_digest, path_identity
+from sembridge_ray.runtime.locks import LOCK, STALE_AFTER_S, OutputLock, OutputLocked, pid_namespace
+from sembridge_ray.runtime.outputs import (
     IDENTITY,
     SUCCESS,
     SettingsChanged,
@@ -450,7 +450,7 @@ def test_input_identity_follows_content_and_runs_not_paths(tmp_path: Path) -> No
 def test_large_files_are_digested_by_size_and_their_ends(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import sembridge_ray.identity as identity
+    import sembridge_ray.runtime.identity as identity
 
     monkeypatch.setattr(identity, "WHOLE_FILE_LIMIT", 100)
     monkeypatch.setattr(identity, "SAMPLE", 10)

@@ -15,14 +15,14 @@ import pytest
 
 from sembridge_ray.jobs.init import InitConfig
 from sembridge_ray.jobs.init_run import initialise
-from sembridge_ray.outputs import LOCK, is_complete, staging_dir
+from sembridge_ray.runtime.outputs import LOCK, is_complete, staging_dir
 from tests.conftest import REPO
 from tests.unit.test_outputs import snapshot, unlocked
 
 # Runs initialise(cfg) in a child that dies (exit 137, no cleanup) at one point.
 CHILD = """
 import json, os, sys
-from sembridge_ray import outputs
+from sembridge_ray.runtime import outputs
 from sembridge_ray.jobs import init_run as init_job
 from sembridge_ray.jobs.init import InitConfig
 

@@ -17,7 +17,7 @@ from tests.conftest import REPO
 
 def test_import_does_not_import_ray() -> None:
     code = (
-        "import sys, sembridge_ray, sembridge_ray.testing, sembridge_ray.config, sembridge_ray.cli; "
+        "import sys, sembridge_ray, sembridge_ray.testing, sembridge_ray.runtime.config, sembridge_ray.cli; "
         "sys.exit(int(any(m == 'ray' or m.startswith('ray.') for m in sys.modules)))"
     )
     assert subprocess.run([sys.executable, "-c", code], cwd=REPO).returncode == 0

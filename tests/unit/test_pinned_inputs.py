@@ -15,10 +15,10 @@ import pyarrow as pa
 import pytest
 
 from sembridge_ray.embed_init.pipeline import Stages
-from sembridge_ray.identity import InputChanged, path_identity, require_unchanged
 from sembridge_ray.jobs.init import InitConfig
 from sembridge_ray.jobs.init_run import initialise, local_stages
-from sembridge_ray.outputs import SUCCESS
+from sembridge_ray.runtime.identity import InputChanged, path_identity, require_unchanged
+from sembridge_ray.runtime.outputs import SUCCESS
 
 
 def init_output(fixtures_root: Path, out: Path, cache: Path, **settings: object) -> Path:

@@ -4,7 +4,7 @@ import logging
 
 import pytest
 
-from sembridge_ray.placement import ResourceConfig, plan_placement
+from sembridge_ray.runtime.placement import ResourceConfig, plan_placement
 
 
 @pytest.mark.parametrize(

@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 import torch
 
-from sembridge_ray import placement
 from sembridge_ray.embed_init import weighting
 from sembridge_ray.embed_init.baselines import method_weights
 from sembridge_ray.jobs.evaluate import EvaluateConfig
 from sembridge_ray.jobs.finetune import FinetuneConfig
 from sembridge_ray.jobs.init import InitConfig
-from sembridge_ray.placement import ResourceConfig, local_precision
+from sembridge_ray.runtime import placement
+from sembridge_ray.runtime.placement import ResourceConfig, local_precision
 from sembridge_ray.sparse.encode import encode_texts
 
 TEXTS = [

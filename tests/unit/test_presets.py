@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from sembridge_ray.config import Config
 from sembridge_ray.jobs import JOBS, PRESET_DIR, load_preset_file
+from sembridge_ray.runtime.config import Config
 
 PRESETS = sorted(PRESET_DIR.glob("*.yaml"))
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sembridge_ray.progress import EVERY_S, Progress, duration
+from sembridge_ray.runtime.progress import EVERY_S, Progress, duration
 
 log = logging.getLogger("sembridge_ray.test_progress")
 

@@ -13,10 +13,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from jobs import evaluate, finetune, init_embeddings
-from sembridge_ray.atomic import atomic_new_path
 from sembridge_ray.data.schema import POSITIVE, QUERY
 from sembridge_ray.embed_init.bridge import bridge_dimension
 from sembridge_ray.jobs.finetune import FinetuneConfig
+from sembridge_ray.runtime.atomic import atomic_new_path
 from tests.conftest import error_lines
 
 
@@ -196,7 +196,7 @@ def test_an_evaluation_written_inside_the_model_it_scores_is_refused(
 ) -> None:
     """Its run files would change the model's identity, and the evaluation would then fail saying
     the model changed, at every rerun (issue 42, point 9, as for the export)."""
-    from sembridge_ray.identity import path_identity
+    from sembridge_ray.runtime.identity import path_identity
 
     model = tmp_path / "model"
     shutil.copytree(fixtures_root / "bert-mlm", model)

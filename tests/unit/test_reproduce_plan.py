@@ -14,7 +14,6 @@ import yaml
 from jobs import reproduce
 from sembridge_ray import catalog, languages
 from sembridge_ray.cli import parse_config
-from sembridge_ray.config import ConfigError
 from sembridge_ray.jobs import job_spec
 from sembridge_ray.jobs.evaluate import EvaluateConfig
 from sembridge_ray.jobs.finetune import FinetuneConfig
@@ -24,6 +23,7 @@ from sembridge_ray.reproduce import demo
 from sembridge_ray.reproduce import grid as driver
 from sembridge_ray.reproduce.cells import expand, parse_alpha
 from sembridge_ray.reproduce.stages import Stage
+from sembridge_ray.runtime.config import ConfigError
 from sembridge_ray.sparse.config import OptimConfig
 from tests.conftest import REPO
 
@@ -169,9 +169,9 @@ def test_concurrency_and_cell_resources(
     workers: int,
     gpus_per_worker: float | None,
 ) -> None:
-    from sembridge_ray.placement import ResourceConfig
     from sembridge_ray.reproduce.plan import concurrency
     from sembridge_ray.reproduce.stages import cell_resources
+    from sembridge_ray.runtime.placement import ResourceConfig
 
     cfg = ReproduceConfig(gpus_per_cell=gpus_per_cell, max_concurrent=max_concurrent)
     assert concurrency(cfg, gpus) == width
@@ -525,8 +525,8 @@ def test_sembridge_plus_and_fvt_are_cells_of_the_grid_with_the_recipe_in_their_i
 def test_the_dry_run_prints_a_summary_and_counts_finished_stages(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from sembridge_ray.manifest import write_success
     from sembridge_ray.reproduce.plan import cell_stage_outputs
+    from sembridge_ray.runtime.manifest import write_success
 
     args = [
         "--preset",
@@ -647,9 +647,9 @@ def test_values_that_name_directories_cannot_leave_the_grid(
 
 
 def test_a_stage_that_resolves_outside_the_root_is_refused(tmp_path: Path) -> None:
-    from sembridge_ray.errors import InputError
     from sembridge_ray.jobs.init import InitConfig
     from sembridge_ray.reproduce.stages import require_under
+    from sembridge_ray.runtime.errors import InputError
 
     root = tmp_path / "root"
     (tmp_path / "elsewhere").mkdir()
@@ -673,10 +673,10 @@ def test_the_dry_run_predicts_which_stages_a_run_would_refuse(
 ) -> None:
     """A stage whose output holds a run of other settings is refused by the run: its dry run says
     so, naming the settings (issue 33, 13), and with ``--overwrite`` counts it to redo."""
-    from sembridge_ray.identity import RunIdentity
-    from sembridge_ray.manifest import write_success
-    from sembridge_ray.outputs import IDENTITY
     from sembridge_ray.reproduce.plan import cell_stage_outputs, planned_identities
+    from sembridge_ray.runtime.identity import RunIdentity
+    from sembridge_ray.runtime.manifest import write_success
+    from sembridge_ray.runtime.outputs import IDENTITY
 
     args = [
         "--preset",

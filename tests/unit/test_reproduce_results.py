@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sembridge_ray.outputs import write_success
 from sembridge_ray.reproduce import compare, results
 from sembridge_ray.reproduce.cells import cell_paths, expand
+from sembridge_ray.runtime.outputs import write_success
 
 
 def test_paired_p_value_equals_exact_sign_flip_enumeration() -> None:

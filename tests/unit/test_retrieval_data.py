@@ -13,8 +13,8 @@ from sembridge_ray.data.registry import load_retrieval
 from sembridge_ray.data.retrieval import load_beir, load_miracl, positives, read_qrels
 from sembridge_ray.data.schema import ID, TEXT
 from sembridge_ray.data.sick import read_sick_split
-from sembridge_ray.errors import InputError
 from sembridge_ray.resources import sick_dir
+from sembridge_ray.runtime.errors import InputError
 
 MIRACL_COUNTS = {
     "ar": (2896, 29197),

@@ -9,7 +9,6 @@ import pyarrow as pa
 import pytest
 import scipy.sparse as sp
 
-from sembridge_ray.errors import InputError
 from sembridge_ray.retrieval import index
 from sembridge_ray.retrieval.index import (
     PAD,
@@ -21,6 +20,7 @@ from sembridge_ray.retrieval.index import (
     shard_bounds,
     shard_topk,
 )
+from sembridge_ray.runtime.errors import InputError
 
 
 def batch(dense: np.ndarray) -> SparseBatch:

@@ -8,8 +8,8 @@ import pytest
 
 from sembridge_ray.data.sick import read_sick, read_sick_split, write_sick_beir
 from sembridge_ray.data.sts import read_sts, sts_files
-from sembridge_ray.errors import InputError
 from sembridge_ray.resources import sick_dir, sts_dir
+from sembridge_ray.runtime.errors import InputError
 
 
 def test_bundled_sick_has_the_paper_split_sizes() -> None:

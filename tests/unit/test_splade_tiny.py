@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from sembridge_ray import cache, splade_tiny
-from sembridge_ray.errors import InputError
+from sembridge_ray.runtime.errors import InputError
 
 TEXTS = ["who wrote the declaration of independence?", "Paris is the capital of France."]
 

@@ -29,8 +29,8 @@ from sembridge_ray.data.squad import (
     sentence_spans,
     source_file,
 )
-from sembridge_ray.errors import InputError
 from sembridge_ray.resources import asset
+from sembridge_ray.runtime.errors import InputError
 from tests.conftest import REPO
 
 XQUAD_LANGS = ("en", "ar", "zh", "hi", "ru")

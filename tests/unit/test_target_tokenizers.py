@@ -15,8 +15,8 @@ from transformers import AutoTokenizer
 
 from sembridge_ray import languages
 from sembridge_ray import target_tokenizers as tt
-from sembridge_ray.atomic import sha256_file
 from sembridge_ray.resources import asset
+from sembridge_ray.runtime.atomic import sha256_file
 
 # Unknown pieces on held-out text, at most (measured: ar 0.31%, zh 1.17% (curly quotes and
 # upper-case Latin, which bert-base-chinese's vocabulary lacks), hi 0.81%, ko 0.02%, ru 0.05%):

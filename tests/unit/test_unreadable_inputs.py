@@ -25,7 +25,7 @@ from sembridge_ray.data.retrieval import (
 )
 from sembridge_ray.data.sick import read_sick
 from sembridge_ray.data.sts import read_sts, read_sts_sentences
-from sembridge_ray.errors import InputError
+from sembridge_ray.runtime.errors import InputError
 from sembridge_ray.text import text_lines
 from tests.conftest import error_lines
 

@@ -41,7 +41,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from sembridge_ray.errors import InputError
+from sembridge_ray.runtime.errors import InputError
 
 LOCK = ".lock"
 HEARTBEAT_S = 30.0

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from sembridge_ray.config import Config, require
+from sembridge_ray.runtime.config import Config, require
 
 if TYPE_CHECKING:
     import torch

@@ -2,8 +2,8 @@
 fingerprint, written last; reading and verifying it; and the fingerprint of a finished output as an
 input identity.
 
-It knows files and JSON only (no run identities, locks or claims: :mod:`sembridge_ray.outputs`
-builds on it), so :mod:`sembridge_ray.identity` can ask it whether a path is a finished output of
+It knows files and JSON only (no run identities, locks or claims: :mod:`sembridge_ray.runtime.outputs`
+builds on it), so :mod:`sembridge_ray.runtime.identity` can ask it whether a path is a finished output of
 this project."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 from typing import NotRequired, TypedDict, cast
 
-from sembridge_ray.atomic import TMP_PREFIX, atomic_write_json, sha256_file
-from sembridge_ray.locks import LOCK
+from sembridge_ray.runtime.atomic import TMP_PREFIX, atomic_write_json, sha256_file
+from sembridge_ray.runtime.locks import LOCK
 
 SUCCESS = "_SUCCESS"
 IDENTITY = "identity.json"

@@ -3,14 +3,14 @@
 - **Atomic artefacts.** Files and directories are written to a temporary sibling and renamed into
   place.
 - **A run's identity.** ``identity.json``, written when a run starts, holds its
-  :class:`~sembridge_ray.identity.RunIdentity` (the settings and inputs that shape the result, and
+  :class:`~sembridge_ray.runtime.identity.RunIdentity` (the settings and inputs that shape the result, and
   their fingerprint).
 - **A manifest, last.** ``_SUCCESS`` lists the sha256 of every artefact and the run's fingerprint; a
   directory is complete only when every listed file is present with the same checksum.
 - **Reruns.** :func:`claim_output` decides: same fingerprint and a verifying manifest -> skip; an
   unfinished run with the same fingerprint -> resume; other settings -> refuse, naming the keys that
   differ (old → new), and leave the directory untouched, unless ``overwrite``; an identity recorded
-  in another format (:data:`~sembridge_ray.identity.FORMAT_VERSION`) -> refuse, naming both
+  in another format (:data:`~sembridge_ray.runtime.identity.FORMAT_VERSION`) -> refuse, naming both
   versions, unless ``overwrite``. Paths are not part of
   the identity, so a finished output that was moved or copied still skips.
 - **Atomic overwrite.** ``overwrite`` builds the new run in ``<output>.overwrite-staging`` (same
@@ -21,7 +21,7 @@
   complete output or the new one. The same ``overwrite`` command after a crash resumes the staged
   run; a plain rerun of the old settings still skips on the old output (and says a staging is
   there).
-- **One writer.** The claim holds the directory's lock (:mod:`sembridge_ray.locks`) while the run
+- **One writer.** The claim holds the directory's lock (:mod:`sembridge_ray.runtime.locks`) while the run
   writes (with ``overwrite``, the output's and the staging directory's).
 - **Readable artefacts.** The manifest step gives every artefact the permissions the umask allows
   (0644 / 0755 under the usual 022), whatever the library that wrote it chose (safetensors,
@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sembridge_ray.atomic import (
+from sembridge_ray.runtime.atomic import (
     atomic_path,
     atomic_write_bytes,
     atomic_write_json,
@@ -47,10 +47,10 @@ from sembridge_ray.atomic import (
     remove,
     sha256_file,
 )
-from sembridge_ray.errors import InputError, environment_errno
-from sembridge_ray.identity import RunIdentity
-from sembridge_ray.locks import LOCK, OutputLock, check_unlocked
-from sembridge_ray.manifest import (
+from sembridge_ray.runtime.errors import InputError, environment_errno
+from sembridge_ray.runtime.identity import RunIdentity
+from sembridge_ray.runtime.locks import LOCK, OutputLock, check_unlocked
+from sembridge_ray.runtime.manifest import (
     IDENTITY,
     SUCCESS,
     Manifest,

@@ -47,9 +47,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal, NotRequired, TypedDict
 
-from sembridge_ray.errors import InputError
 from sembridge_ray.json_types import JSONValue
-from sembridge_ray.manifest import output_fingerprint
+from sembridge_ray.runtime.errors import InputError
+from sembridge_ray.runtime.manifest import output_fingerprint
 
 WHOLE_FILE_LIMIT = 64 << 20
 SAMPLE = 1 << 20

@@ -264,11 +264,11 @@ def job_submit_line(line: str, address: str = "") -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m sembridge_ray.logs ray-job-submit``: stdin through :func:`job_submit_line` to
+    """``python -m sembridge_ray.runtime.logs ray-job-submit``: stdin through :func:`job_submit_line` to
     stdout, a line at a time (``cluster/local.sh`` pipes ``ray job submit`` through it)."""
     args = sys.argv[1:] if argv is None else argv
     if args != ["ray-job-submit"]:
-        print("usage: python -m sembridge_ray.logs ray-job-submit", file=sys.stderr)
+        print("usage: python -m sembridge_ray.runtime.logs ray-job-submit", file=sys.stderr)
         return 2
     address = os.environ.get("RAY_ADDRESS", "")
     for line in sys.stdin:

@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self, TypeVar, cast
 
 import yaml
 
-from sembridge_ray.errors import InputError
-from sembridge_ray.identity import RunIdentity, flatten, run_identity
 from sembridge_ray.json_types import JSONObject, JSONValue
+from sembridge_ray.runtime.errors import InputError
+from sembridge_ray.runtime.identity import RunIdentity, flatten, run_identity
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -258,7 +258,7 @@ class Config:
     operational section: the dotted keys that change nothing a run computes (paths of inputs, which
     enter the identity by content, the output, ``overwrite``, workers, caches, checkpoint and report
     cadence); every other key is part of the run's identity
-    (:func:`~sembridge_ray.identity.run_identity`)."""
+    (:func:`~sembridge_ray.runtime.identity.run_identity`)."""
 
     # every subclass is a dataclass
     __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
@@ -317,7 +317,7 @@ class Config:
         return "the other settings leave it unused"
 
     def identity(self, job: str, inputs: dict[str, str]) -> RunIdentity:
-        """The run's identity: :func:`~sembridge_ray.identity.run_identity` of these settings."""
+        """The run's identity: :func:`~sembridge_ray.runtime.identity.run_identity` of these settings."""
         return run_identity(job, self.to_dict(), self.NOT_IDENTITY, inputs)
 
     def to_dict(self) -> JSONObject:
@@ -437,7 +437,7 @@ def merge(base: Mapping[str, object], delta: Mapping[str, object]) -> dict[str, 
 def write_config(cfg: Config, path: Path) -> None:
     """Write the resolved config as YAML (strings that YAML would misread are quoted by
     safe_dump)."""
-    from sembridge_ray.outputs import atomic_write_text
+    from sembridge_ray.runtime.outputs import atomic_write_text
 
     atomic_write_text(path, yaml.safe_dump(cfg.to_dict(), sort_keys=False, allow_unicode=True))
 

@@ -1,0 +1,186 @@
+"""Where a job's parallel work runs, behind one interface: :class:`LocalExecutor` runs it in this
+process; :class:`sembridge_ray.distributed.executor.RayExecutor` on a Ray cluster (Ray Data actor
+pools, Ray tasks), handing inputs too small for a pool to a :class:`LocalExecutor`. A job's run is
+written against :class:`Executor` and never imports Ray.
+
+    executor.start()                                      before any output is touched
+    executor.gpus() -> float                              the GPUs there are for workers
+    executor.placement(resources) -> Placement            the workers the resources get
+    executor.precision(setting, resources) -> Precision   ``auto`` resolved for those workers
+    executor.map_blocks(pool, blocks, size, progress) -> output blocks, in any order
+    executor.map_tasks(fn, calls, tasks) -> fn(*call) for each call, as they finish
+
+Both run the same callable classes on the same blocks with the same torch thread count, so a
+result is the same bit for bit whichever ran it."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
+
+import pyarrow as pa
+
+from sembridge_ray.runtime.placement import (
+    Placement,
+    Precision,
+    ResourceConfig,
+    local_precision,
+    plan_placement,
+)
+from sembridge_ray.runtime.progress import Progress
+
+R = TypeVar("R")
+
+
+class BlockFn(Protocol):
+    """One worker's loaded state: an Arrow block in, an Arrow block out."""
+
+    def __call__(self, batch: pa.Table, /) -> pa.Table: ...
+
+
+@dataclass(frozen=True)
+class Pool:
+    """A pool of workers, one ``udf(**kwargs, **shared)`` each (loaded once, then called per block),
+    as many as ``plan`` has, with ``threads`` torch threads each (0: the worker's CPU share).
+    ``shared`` holds large read-only objects every worker reads (Ray puts each in its object store
+    once). ``udf`` takes a ``device`` keyword: "cpu" in this process, "" (its own pick) on a
+    worker."""
+
+    udf: Callable[..., BlockFn]
+    kwargs: Mapping[str, object]
+    plan: Placement
+    threads: int = 0
+    shared: Mapping[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Tasks:
+    """How :meth:`Executor.map_tasks` runs its calls: at most ``width`` at once, each given ``cpus``
+    CPUs, a failed one retried ``retries`` times; ``shared``: the leading arguments of every call
+    (Ray puts each in its object store once)."""
+
+    cpus: float
+    width: int
+    retries: int = 0
+    shared: tuple[object, ...] = ()
+
+
+def num_rows(table: pa.Table) -> int:
+    return table.num_rows
+
+
+class Executor(Protocol):
+    def start(self) -> None:
+        """Fail with one line, before any output is touched, when the executor cannot run."""
+
+    def gpus(self) -> float:
+        """The GPUs there are for workers."""
+
+    def placement(self, res: ResourceConfig, reserve: bool = True) -> Placement:
+        """The workers ``res`` gets (``reserve``: hold back ``res.reserve_cpus`` for pipeline
+        tasks)."""
+
+    def precision(self, setting: Precision, res: ResourceConfig, reserve: bool = True) -> Precision:
+        """``setting`` as the workers of ``res`` will run it (``auto`` resolved; a CPU is fp32)."""
+
+    def map_blocks(
+        self,
+        pool: Pool,
+        blocks: Sequence[pa.Table],
+        size: int,
+        progress: Progress,
+        count: Callable[[pa.Table], int] = num_rows,
+    ) -> list[pa.Table]:
+        """Every block through one of ``pool``'s workers, one call per block; the output blocks
+        in any order, each counted into ``progress`` by ``count`` as it finishes (``progress``
+        finished at the end). ``size``: how many inputs the blocks hold (small inputs may run in
+        this process)."""
+
+    def map_tasks(
+        self, fn: Callable[..., R], calls: Iterable[tuple[object, ...]], spec: Tasks
+    ) -> Iterator[R]:
+        """``fn(*spec.shared, *call)`` for every call, as :class:`Tasks` says; the results as they
+        finish."""
+
+
+def use_threads(threads: int) -> None:
+    """``threads`` > 0: this worker's torch thread count (see
+    ``ResourceConfig.threads_per_worker``)."""
+    if threads > 0:
+        import torch
+
+        torch.set_num_threads(threads)
+
+
+@contextlib.contextmanager
+def worker_threads(plan: Placement, threads: int) -> Iterator[None]:
+    """torch's thread count in this process while it does a worker's work, then put back:
+    ``threads`` (``threads_per_worker``) when > 0, else the worker's CPU share, as Ray sets it for
+    an actor (OMP_NUM_THREADS)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads if threads > 0 else max(1, int(plan.cpus_per_worker)))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+class LocalExecutor:
+    """Everything in this process, on CPU: each pool's worker built once per executor (a pool of
+    the same hashable settings reuses it: the init job's bridge model, loaded once for both
+    vocabularies), tasks one after the other."""
+
+    def __init__(self) -> None:
+        self._workers: dict[object, BlockFn] = {}
+
+    def start(self) -> None:
+        return None
+
+    def gpus(self) -> float:
+        return 0.0
+
+    def placement(self, res: ResourceConfig, reserve: bool = True) -> Placement:
+        return plan_placement(res, float(os.cpu_count() or 1), 0.0, reserve=reserve)
+
+    def precision(self, setting: Precision, res: ResourceConfig, reserve: bool = True) -> Precision:
+        return local_precision(setting, use_gpu=False)
+
+    def map_blocks(
+        self,
+        pool: Pool,
+        blocks: Sequence[pa.Table],
+        size: int,
+        progress: Progress,
+        count: Callable[[pa.Table], int] = num_rows,
+    ) -> list[pa.Table]:
+        out = []
+        with worker_threads(pool.plan, pool.threads):
+            worker = self._worker(pool)
+            for block in blocks:
+                out.append(worker(block))
+                progress.add(count(out[-1]))
+        progress.finish()
+        return out
+
+    def _worker(self, pool: Pool) -> BlockFn:
+        try:
+            key: object = (pool.udf, tuple(sorted(pool.kwargs.items())), pool.threads)
+            hash(key)
+        except TypeError:
+            key = None
+        if pool.shared or key is None:
+            return pool.udf(**pool.kwargs, **pool.shared, device="cpu")
+        if key not in self._workers:
+            self._workers[key] = pool.udf(**pool.kwargs, device="cpu")
+        return self._workers[key]
+
+    def map_tasks(
+        self, fn: Callable[..., R], calls: Iterable[tuple[object, ...]], spec: Tasks
+    ) -> Iterator[R]:
+        for call in calls:
+            yield fn(*spec.shared, *call)

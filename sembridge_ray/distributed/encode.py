@@ -4,6 +4,7 @@ to this process), cached under the identities of the model and dataset so that e
 other encoded.
 
     corpus_key(key, spec, split) -> key        (per split only where each split has its own corpus)
+    encode_judged(cfg, model, data, qids, key, pinned=, executor=) -> (docs, queries)
     encode_corpus(cfg, model, data, key, cache, pinned=, executor=) -> (vectors dir, cache hit)
     encode_queries(cfg, model, data, qids, key, cache, pinned=, executor=) -> (vectors dir, cache hit)
 
@@ -13,12 +14,14 @@ from __future__ import annotations
 
 import logging
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from sembridge_ray.bundled import resolve
 from sembridge_ray.data.registry import corpus_split
 from sembridge_ray.data.retrieval import RetrievalData
 from sembridge_ray.data.schema import ID, TEXT
@@ -40,6 +43,34 @@ def corpus_key(key: str, spec: str, split: str) -> str:
     """The key of a corpus's encoding of (model, dataset) ``key``: one corpus encoding serves every
     split, except where each split has its own corpus (XQuAD's articles)."""
     return fingerprint(key, own) if (own := corpus_split(spec, split)) else key
+
+
+def encode_judged(
+    cfg: EvaluateConfig,
+    model: str,
+    data: RetrievalData,
+    qids: list[str],
+    key: str,
+    *,
+    pinned: Pin,
+    executor: Executor,
+    lap: Callable[[str], object] = lambda step: None,
+) -> tuple[tuple[Path, bool], tuple[Path, bool]]:
+    """The corpus and the queries ``qids`` of ``data`` as (vectors dir, cache hit) each, encoded by
+    ``executor``'s pools and cached in ``cfg.cache_dir`` under ``key`` (the model's and dataset's
+    identities): the corpus per split where each split has its own (:func:`corpus_key`), the queries
+    per split; ``lap(step)`` after each step (``encode_docs``, ``encode_queries``)."""
+    cache, spec = Path(cfg.cache_dir), resolve(cfg.dataset)
+    docs = encode_corpus(
+        cfg, model, data, corpus_key(key, spec, data.split), cache, pinned=pinned, executor=executor
+    )
+    lap("encode_docs")
+    queries_key = fingerprint(key, data.split)
+    queries = encode_queries(
+        cfg, model, data, qids, queries_key, cache, pinned=pinned, executor=executor
+    )
+    lap("encode_queries")
+    return docs, queries
 
 
 def encode_corpus(

@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 from sembridge_ray.data.registry import load_retrieval
 from sembridge_ray.data.retrieval import RetrievalData
 from sembridge_ray.distributed import cluster
-from sembridge_ray.distributed.encode import corpus_key, encode_corpus, encode_queries
+from sembridge_ray.distributed.encode import encode_judged
 from sembridge_ray.distributed.executor import RayExecutor
 from sembridge_ray.distributed.search import LocalIndex, ShardedIndex
 from sembridge_ray.jobs.evaluate import EvaluateConfig, EvaluateResult
@@ -97,7 +97,7 @@ def run_evaluate(cfg: EvaluateConfig, inputs: dict[str, str] | None = None) -> E
             record_in_card(model, cfg, spec, finished, identity, replace=False)
             return EvaluateResult.from_metrics(str(out), finished, True)
         # the output, or its staging directory under --overwrite
-        metrics = _evaluate_into(claim.path, cfg, model, spec, data, identity, pinned, executor)
+        metrics = _evaluate_into(claim.path, cfg, model, data, identity, pinned, executor)
         claim.finish(exclude=("cache",))
     record_in_card(model, cfg, spec, metrics, identity)
     return EvaluateResult.from_metrics(str(out), metrics)
@@ -121,7 +121,6 @@ def _evaluate_into(
     work: Path,
     cfg: EvaluateConfig,
     model: str,
-    spec: str,
     data: RetrievalData,
     identity: RunIdentity,
     pinned: Pin,
@@ -132,23 +131,12 @@ def _evaluate_into(
     write_config(cfg, work / CONFIG)
     clock = _Clock()
     key = fingerprint(identity.inputs["model"], identity.inputs["dataset"])
-    cache = Path(cfg.cache_dir) if cfg.cache_dir else work / "cache"
-    docs, docs_hit = encode_corpus(
-        cfg, model, data, corpus_key(key, spec, data.split), cache, pinned=pinned, executor=executor
-    )
-    clock.lap("encode_docs")
+    if not cfg.cache_dir:
+        cfg = dataclasses.replace(cfg, cache_dir=str(work / "cache"))
     qids = sorted(q for q in data.qrels if q in data.queries)
-    queries, queries_hit = encode_queries(
-        cfg,
-        model,
-        data,
-        qids,
-        fingerprint(key, data.split),
-        cache,
-        pinned=pinned,
-        executor=executor,
+    (docs, docs_hit), (queries, queries_hit) = encode_judged(
+        cfg, model, data, qids, key, pinned=pinned, executor=executor, lap=clock.lap
     )
-    clock.lap("encode_queries")
     metrics = search_and_score(cfg, docs, queries, data, work / RUN, clock)
     metrics |= {
         "cache": {"docs": docs_hit, "queries": queries_hit},

@@ -24,12 +24,11 @@ import time
 from pathlib import Path
 from typing import cast
 
-from sembridge_ray.bundled import resolve
 from sembridge_ray.data.registry import load_retrieval
 from sembridge_ray.data.retrieval import RetrievalData
 from sembridge_ray.data.schema import ID
 from sembridge_ray.distributed import cluster
-from sembridge_ray.distributed.encode import corpus_key, encode_corpus, encode_queries
+from sembridge_ray.distributed.encode import encode_judged
 from sembridge_ray.distributed.executor import RayExecutor
 from sembridge_ray.distributed.final_model import checkpoint_model
 from sembridge_ray.export.base import (
@@ -311,20 +310,8 @@ def _encoded(
     eval_cfg = dataclasses.replace(
         eval_cfg, precision=executor.precision(eval_cfg.precision, cfg.resources)
     )
-    cache = Path(eval_cfg.cache_dir)
-    corpus = corpus_key(key, resolve(cfg.dataset), data.split)
-    docs_dir, _ = encode_corpus(
-        eval_cfg, model, data, corpus, cache, pinned=pinned, executor=executor
-    )
-    queries_dir, _ = encode_queries(
-        eval_cfg,
-        model,
-        data,
-        qids,
-        fingerprint(key, data.split),
-        cache,
-        pinned=pinned,
-        executor=executor,
+    (docs_dir, _), (queries_dir, _) = encode_judged(
+        eval_cfg, model, data, qids, key, pinned=pinned, executor=executor
     )
     docs, queries = (Vectors(*read_vectors(parquet_files(d))) for d in (docs_dir, queries_dir))
     return docs, queries

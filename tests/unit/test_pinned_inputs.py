@@ -88,9 +88,9 @@ def test_a_bridge_model_edited_while_it_encodes_fails_the_init_and_caches_nothin
     assert [p.name for p in (tmp_path / "cache").glob("*") if not p.name.startswith(".tmp-")] == []
 
 
-ENCODE_CACHE_FILLERS = {"encode_corpus", "encode_queries"}
+ENCODE_CACHE_FILLERS = {"encode_judged", "encode_corpus", "encode_queries"}
 """The functions that fill the encode cache shared between jobs (keyed by the inputs'
-identities)."""
+identities): the jobs call the first, which calls the other two."""
 PINNED_JOBS = {"sembridge_ray/distributed/evaluate.py", "sembridge_ray/distributed/export.py"}
 """The drivers whose swap of the model while it encodes ``tests/ray/test_pinned_inputs.py`` walks
 (``ENCODING_JOBS`` there): a new job that fills the cache must join that walk."""
@@ -119,7 +119,7 @@ def test_every_job_that_fills_the_encode_cache_pins_what_it_read() -> None:
         assert parameter.default is inspect.Parameter.empty, name
         assert parameter.kind is inspect.Parameter.KEYWORD_ONLY, name
     calls = _calls_of_cache_fillers(Path(__file__).resolve().parents[2])
-    assert set(calls) == PINNED_JOBS
+    assert set(calls) == {*PINNED_JOBS, "sembridge_ray/distributed/encode.py"}
     for module, nodes in calls.items():
         for node in nodes:
             assert any(k.arg == "pinned" for k in node.keywords), (module, node.lineno)
@@ -137,6 +137,7 @@ def test_the_export_keys_a_corpus_encoding_as_evaluate_does(
     second split was served the first one's documents."""
     from types import SimpleNamespace
 
+    from sembridge_ray.distributed import encode
     from sembridge_ray.distributed import export as driver
     from sembridge_ray.jobs.export import ExportConfig
     from sembridge_ray.retrieval.store import fingerprint
@@ -144,7 +145,7 @@ def test_the_export_keys_a_corpus_encoding_as_evaluate_does(
     def keyed(cfg: object, model: str, data: object, key: str, *args: object, **kw: object) -> None:
         raise _Keyed(key)
 
-    monkeypatch.setattr(driver, "encode_corpus", keyed)
+    monkeypatch.setattr(encode, "encode_corpus", keyed)
     keys = {}
     for split in ("dev", "test"):
         cfg = ExportConfig(

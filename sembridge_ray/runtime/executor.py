@@ -131,12 +131,13 @@ def worker_threads(plan: Placement, threads: int) -> Iterator[None]:
 
 
 class LocalExecutor:
-    """Everything in this process, on CPU: each pool's worker built once per executor (a pool of
-    the same hashable settings reuses it: the init job's bridge model, loaded once for both
-    vocabularies), tasks one after the other."""
+    """Everything in this process, on CPU, tasks one after the other. A pool's worker is built for
+    its call and kept until a pool of other settings comes, so that a pool called again with the
+    same (hashable) settings reuses it: the init job's bridge model, loaded once for both
+    vocabularies."""
 
     def __init__(self) -> None:
-        self._workers: dict[object, BlockFn] = {}
+        self._last: tuple[object, BlockFn] | None = None
 
     def start(self) -> None:
         return None
@@ -173,11 +174,13 @@ class LocalExecutor:
             hash(key)
         except TypeError:
             key = None
-        if pool.shared or key is None:
-            return pool.udf(**pool.kwargs, **pool.shared, device="cpu")
-        if key not in self._workers:
-            self._workers[key] = pool.udf(**pool.kwargs, device="cpu")
-        return self._workers[key]
+        if key is not None and not pool.shared and self._last is not None and self._last[0] == key:
+            return self._last[1]
+        self._last = None  # the previous worker (a model) freed before the next one loads
+        worker = pool.udf(**pool.kwargs, **pool.shared, device="cpu")
+        if key is not None and not pool.shared:
+            self._last = (key, worker)
+        return worker
 
     def map_tasks(
         self, fn: Callable[..., R], calls: Iterable[tuple[object, ...]], spec: Tasks

@@ -1,6 +1,6 @@
-"""The in-process executor: each pool's worker built once per executor where its settings can be
-compared, torch's thread count set for the work and put back, shared objects handed to the worker,
-and every block counted into the progress."""
+"""The in-process executor: a pool's worker reused by the next call of the same settings and freed
+by another's, torch's thread count set for the work and put back, shared objects handed to the
+worker, and every block counted into the progress."""
 
 from __future__ import annotations
 
@@ -49,6 +49,9 @@ def test_map_blocks_builds_a_worker_once_and_restores_threads() -> None:
     assert torch.get_num_threads() == before
     assert built == [{"factor": 10, "device": "cpu", "offset": 0}]  # once, on the CPU
     assert first.done == 3
+    executor.map_blocks(Pool(Scale, {"factor": 3}, PLAN), blocks, 3, _progress(3))
+    executor.map_blocks(pool, blocks, 3, _progress(3))
+    assert [b["factor"] for b in built] == [10, 3, 10]  # the last worker only is kept
 
 
 def test_shared_objects_reach_the_worker_and_are_never_reused() -> None:

@@ -16,8 +16,8 @@ import sys
 
 import numpy as np
 
+from benchmarks.calibration import compare_with_statsmodels, synthetic_scores
 from sembridge_ray.data.schema import GOLD, RAW
-from sembridge_ray.siamese.calibration import compare_with_statsmodels, synthetic_scores
 from sembridge_ray.siamese.report import read_tsv
 
 

@@ -113,11 +113,6 @@ def path_name_problem(value: str) -> str | None:
     return "must be 1-64 letters, digits, '_' or '-', starting with a letter or digit (it names directories)"
 
 
-def cell_name(model: str, language: str, method: str = "sembridge", alpha: float = 4.0) -> str:
-    """Deterministic cell directory name, e.g. ``splade-v3__ko__sembridge__a4``."""
-    return f"{slug(model)}__{language}__{method}__a{alpha:g}"
-
-
 def dataset_hub_ids(dataset: str, language: str) -> str:
     """What a dataset spec loads from the hub, for plans and reports."""
     if dataset == "webfaq":

@@ -28,7 +28,6 @@ from sembridge_ray.data.retrieval import (
     load_beir,
     load_miracl,
     load_webfaq,
-    miracl_split,
 )
 from sembridge_ray.runtime.errors import InputError
 
@@ -230,12 +229,6 @@ def is_test_split(spec: str, split: str) -> bool:
         return False
     source = SOURCES.get(parsed.source)
     return source is not None and split == source.test_split
-
-
-def scored_split(spec: str, split: str) -> str:
-    """The split a spec's loader reads for ``split`` (MIRACL: ``test`` -> ``dev``)."""
-    parsed = parse(spec)
-    return miracl_split(split) if parsed.source == "miracl" else split
 
 
 def hub_id(spec: str) -> str:

@@ -174,7 +174,9 @@ def encode(
             "precision": executor.precision(cfg.precision, cfg.resources),
         }
         progress = Progress(log, f"encoding {'queries' if query else 'documents'}", total, "texts")
-        pool = Pool(SparseEncodeUDF, kwargs, plan, cfg.resources.threads_per_worker)
+        pool = Pool(
+            udf=SparseEncodeUDF, kwargs=kwargs, plan=plan, threads=cfg.resources.threads_per_worker
+        )
         blocks = [pa.table({PATH: [str(f)]}) for f in files]
         executor.map_blocks(pool, blocks, total, progress, _rows_encoded)
 

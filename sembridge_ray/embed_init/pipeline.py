@@ -248,7 +248,7 @@ def pool_stages(
         size = bridge_batch_size
         blocks = [table.slice(i, size) for i in range(0, table.num_rows, size)]
         progress = Progress(log, "bridge encoding", table.num_rows, "strings")
-        pool = Pool(BridgeEncodeUDF, bridge, plan, res.threads_per_worker)
+        pool = Pool(udf=BridgeEncodeUDF, kwargs=bridge, plan=plan, threads=res.threads_per_worker)
         result = pa.concat_tables(executor.map_blocks(pool, blocks, table.num_rows, progress))
         # pools do not keep row order
         order = {int(i): n for n, i in enumerate(result.column(ID).to_numpy())}
@@ -264,7 +264,8 @@ def pool_stages(
         blocks = [table.slice(i, size) for i in range(0, max(1, table.num_rows), size)]
         progress = Progress(log, "weights", table.num_rows, "rows")
         threads = res.threads_per_worker
-        pool = Pool(InitRowsUDF, {"threads": threads}, plan, threads, {"context": ctx})
+        kwargs, shared = {"threads": threads}, {"context": ctx}
+        pool = Pool(udf=InitRowsUDF, kwargs=kwargs, plan=plan, threads=threads, shared=shared)
         tables = executor.map_blocks(pool, blocks, table.num_rows, progress)
         return rows_from_tables(tables, len(ctx.inputs))
 

@@ -41,7 +41,7 @@ class BlockFn(Protocol):
     def __call__(self, batch: pa.Table, /) -> pa.Table: ...
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Pool:
     """A pool of workers, one ``udf(**kwargs, **shared)`` each (loaded once, then called per block),
     as many as ``plan`` has, with ``threads`` torch threads each (0: the worker's CPU share).
@@ -56,7 +56,7 @@ class Pool:
     shared: Mapping[str, object] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Tasks:
     """How :meth:`Executor.map_tasks` runs its calls: at most ``width`` at once, each given ``cpus``
     CPUs, a failed one retried ``retries`` times; ``shared``: the leading arguments of every call

@@ -46,7 +46,7 @@ def test_actor_pool_writes_list_columns_equal_to_in_process(
     blocks = [pa.table({PATH: [str(f)]}) for f in files]
     progress = Progress(logging.getLogger("test"), "encoding", len(texts), "texts")
     out = executor.map_blocks(
-        Pool(SparseEncodeUDF, kwargs, plan),
+        Pool(udf=SparseEncodeUDF, kwargs=kwargs, plan=plan),
         blocks,
         len(texts),
         progress,

@@ -38,7 +38,7 @@ def test_map_blocks_builds_a_worker_once_and_restores_threads() -> None:
     built.clear()
     executor, before = LocalExecutor(), torch.get_num_threads()
     blocks = [pa.table({"x": [1, 2]}), pa.table({"x": [3]})]
-    pool = Pool(Scale, {"factor": 10}, PLAN, threads=1)
+    pool = Pool(udf=Scale, kwargs={"factor": 10}, plan=PLAN, threads=1)
     first = _progress(3)
     out = executor.map_blocks(pool, blocks, 3, first)
     again = executor.map_blocks(pool, blocks, 3, _progress(3))
@@ -49,7 +49,7 @@ def test_map_blocks_builds_a_worker_once_and_restores_threads() -> None:
     assert torch.get_num_threads() == before
     assert built == [{"factor": 10, "device": "cpu", "offset": 0}]  # once, on the CPU
     assert first.done == 3
-    executor.map_blocks(Pool(Scale, {"factor": 3}, PLAN), blocks, 3, _progress(3))
+    executor.map_blocks(Pool(udf=Scale, kwargs={"factor": 3}, plan=PLAN), blocks, 3, _progress(3))
     executor.map_blocks(pool, blocks, 3, _progress(3))
     assert [b["factor"] for b in built] == [10, 3, 10]  # the last worker only is kept
 
@@ -57,7 +57,7 @@ def test_map_blocks_builds_a_worker_once_and_restores_threads() -> None:
 def test_shared_objects_reach_the_worker_and_are_never_reused() -> None:
     built.clear()
     executor = LocalExecutor()
-    pool = Pool(Scale, {"factor": 2}, PLAN, shared={"offset": "5"})
+    pool = Pool(udf=Scale, kwargs={"factor": 2}, plan=PLAN, shared={"offset": "5"})
     for _ in range(2):
         out = executor.map_blocks(pool, [pa.table({"x": [1]})], 1, _progress(1))
         assert out[0]["x"].to_pylist() == [7]
@@ -66,7 +66,9 @@ def test_shared_objects_reach_the_worker_and_are_never_reused() -> None:
 
 def test_tasks_run_in_order_with_shared_arguments_and_no_gpu() -> None:
     executor = LocalExecutor()
-    got = list(executor.map_tasks(lambda a, b: a - b, [(1,), (2,)], Tasks(1, 1, shared=(10,))))
+    got = list(
+        executor.map_tasks(lambda a, b: a - b, [(1,), (2,)], Tasks(cpus=1, width=1, shared=(10,)))
+    )
     assert got == [9, 8]
     assert not executor.placement(ResourceConfig(gpus_per_worker=1.0)).use_gpu
     assert executor.precision("auto", ResourceConfig()) == "fp32"

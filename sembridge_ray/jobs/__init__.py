@@ -109,6 +109,6 @@ def presets(job: str) -> list[str]:
 
 def load_preset_file(path: Path) -> Config:
     """Build the config a preset file describes (its job is the file name's prefix before ``_``)."""
-    cls = job_spec(Path(path).stem.split("_", 1)[0]).config
+    cls: type[Config] = job_spec(Path(path).stem.split("_", 1)[0]).config
     # the preset's values are explicit; the rest are defaults
     return cls.from_dict(load_preset(Path(path)))

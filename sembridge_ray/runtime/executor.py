@@ -69,7 +69,7 @@ class Tasks:
 
 
 def num_rows(table: pa.Table) -> int:
-    return table.num_rows
+    return int(table.num_rows)
 
 
 class Executor(Protocol):

@@ -227,4 +227,5 @@ def fit_calibrator(pred: np.ndarray, gold: np.ndarray, h: float | None = None) -
 
 def calibrate(model: KernelReg, pred: np.ndarray) -> np.ndarray:
     """(n,) raw scores -> (n,) calibrated scores in [1, 5]."""
-    return np.clip(model.fit(np.asarray(pred, float))[0], 1.0, 5.0)
+    fitted: np.ndarray = model.fit(np.asarray(pred, float))[0]
+    return np.clip(fitted, 1.0, 5.0)

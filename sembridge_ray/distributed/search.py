@@ -25,10 +25,16 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import ray
 
-from sembridge_ray.retrieval.index import Shard, SparseBatch, TopK, merge_topk, shard_topk
+from sembridge_ray.retrieval.index import (
+    Shard,
+    SparseBatch,
+    TopK,
+    concat_topk,
+    merge_topk,
+    shard_topk,
+)
 from sembridge_ray.runtime.progress import Progress
 
 log = logging.getLogger(__name__)
@@ -160,11 +166,7 @@ class ShardedIndex:
             merged.append(merge_topk(self._get(refs, "topk", batch, k), k))
             if progress is not None:
                 progress.add(len(merged[-1].scores))
-        if not merged:
-            return TopK(np.zeros((0, k), np.float32), np.zeros((0, k), np.int64))
-        return TopK(
-            np.concatenate([m.scores for m in merged]), np.concatenate([m.ranks for m in merged])
-        )
+        return concat_topk(merged, k)
 
     def stats(self) -> list[dict[str, object]]:
         return self._get([self._ask(i, "stats") for i in range(len(self.actors))], "stats")
@@ -207,11 +209,7 @@ class LocalIndex:
             merged.append(merge_topk([shard_topk(shard, batch, k) for shard in self.shards], k))
             if progress is not None:
                 progress.add(len(merged[-1].scores))
-        if not merged:
-            return TopK(np.zeros((0, k), np.float32), np.zeros((0, k), np.int64))
-        return TopK(
-            np.concatenate([m.scores for m in merged]), np.concatenate([m.ranks for m in merged])
-        )
+        return concat_topk(merged, k)
 
     def stats(self) -> list[dict[str, object]]:
         return [shard_stats(shard) for shard in self.shards]

@@ -340,6 +340,15 @@ def merge_topk(parts: list[TopK], k: int) -> TopK:
     )
 
 
+def concat_topk(batches: list[TopK], k: int) -> TopK:
+    """The top-k of consecutive query batches as one, in their order ((0, k) for none)."""
+    if not batches:
+        return TopK(np.zeros((0, k), np.float32), np.zeros((0, k), np.int64))
+    return TopK(
+        np.concatenate([b.scores for b in batches]), np.concatenate([b.ranks for b in batches])
+    )
+
+
 def rank_ids(ids: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
     """ids (N,) strings -> (ranks (N,) int64, the ids sorted): ``sorted_ids[ranks[i]] == ids[i]``.
 

@@ -14,6 +14,7 @@ from sembridge_ray.retrieval.index import (
     PAD,
     SparseBatch,
     build_shard,
+    concat_topk,
     merge_topk,
     rank_ids,
     score_batch,
@@ -184,3 +185,18 @@ def test_term_upper_bounds_are_each_lists_largest_weight() -> None:
     docs = np.array([[0.0, 2.0, 1.0], [0.0, 0.5, 3.0], [0.0, 4.0, 0.0]], dtype=np.float32)
     shard = build_shard(batch(docs), np.arange(3), 4)
     assert shard.upper is not None and shard.upper.tolist() == [0.0, 4.0, 3.0, 0.0]
+
+
+def test_query_batches_concatenate_to_the_whole_batchs_topk() -> None:
+    """Searching the queries batch by batch and concatenating (what both indexes do) gives the
+    top-k of searching them at once; no batch at all is an empty (0, k) answer."""
+    rng = np.random.default_rng(3)
+    docs, queries = random_sparse(rng, 200, 40, 0.2), random_sparse(rng, 7, 40, 0.3)
+    shard = build_shard(batch(docs), np.arange(200), 40)
+    whole = shard_topk(shard, batch(queries), 5)
+    parts = [shard_topk(shard, batch(queries[i : i + 3]), 5) for i in range(0, 7, 3)]
+    joined = concat_topk(parts, 5)
+    np.testing.assert_array_equal(joined.scores, whole.scores)
+    np.testing.assert_array_equal(joined.ranks, whole.ranks)
+    empty = concat_topk([], 5)
+    assert empty.scores.shape == empty.ranks.shape == (0, 5)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ import ray
 import ray.train
 from ray.train.torch import TorchTrainer
 
-from sembridge_ray.distributed.train_worker import Evaluation, loop_config, train_func
+from sembridge_ray.distributed.train_worker import Evaluation, LoopConfig, loop_config, train_func
 from sembridge_ray.jobs.finetune import FinetuneConfig
 from sembridge_ray.runtime.errors import environment_errno, find_user_error
 from sembridge_ray.runtime.identity import RunIdentity
@@ -32,24 +33,39 @@ def run_name(identity: RunIdentity) -> str:
     return f"finetune-{identity.fingerprint[:16]}"
 
 
-def fit(
-    cfg: FinetuneConfig,
-    stream: Path,
-    total_steps: int,
-    plan: Placement,
-    storage: str,
-    name: str,
-    ev: Evaluation,
-) -> ray.train.Result:
+@dataclass(frozen=True, kw_only=True)
+class TrainRun:
+    """One fine-tuning run as its trainers take it: the job's config, the training stream and its
+    step count, the workers, where its checkpoints go (``storage``/``name``) and its development
+    scoring."""
+
+    cfg: FinetuneConfig
+    stream: Path
+    total_steps: int
+    plan: Placement
+    storage: str
+    name: str
+    ev: Evaluation
+
+    @property
+    def run_dir(self) -> str:
+        return f"{self.storage.rstrip('/')}/{self.name}"
+
+    def loop_config(self) -> LoopConfig:
+        return loop_config(self.cfg, self.total_steps, self.run_dir, self.ev)
+
+
+def fit(run: TrainRun) -> ray.train.Result:
     """Train, restarting the worker group from the newest complete checkpoint after a failure, at
     most ``max_failures`` times. An error of the input or the environment (disk full, read-only,
     permission, a loss that diverged) is not retried: it would fail the same way, so it ends the run
     at once, its checkpoints kept for a later resume. Before every attempt, registered checkpoints
     that no longer verify are set aside (here only: the driver is the one process that renames them,
     and no worker is running)."""
+    cfg, plan = run.cfg, run.plan
     log.info(
         "fine-tuning: %d steps on %d Ray Train worker(s) (%s); starting them",
-        total_steps,
+        run.total_steps,
         plan.workers,
         "GPU" if plan.use_gpu else "CPU",
     )
@@ -61,12 +77,12 @@ def fit(
     # happen in its controller actor, so the driver could log no "training failed ... restarting
     # from step N" line (tests/ray/test_faults.py reads it from the driver's log).
     for attempt in range(cfg.max_failures + 1):
-        set_aside_damaged(f"{storage.rstrip('/')}/{name}")
+        set_aside_damaged(run.run_dir)
         try:
-            return trainer(cfg, stream, total_steps, plan, storage, name, ev).fit()
+            return trainer(run).fit()
         except ray.train.TrainingFailedError as err:
-            _raise_unless_retried(err, storage, last=attempt == cfg.max_failures)
-            resume = latest_step(storage, name)
+            _raise_unless_retried(err, run.storage, last=attempt == cfg.max_failures)
+            resume = latest_step(run.storage, run.name)
             log.warning(
                 "training failed (attempt %d of %d): %s; restarting from %s",
                 attempt + 1,
@@ -101,30 +117,23 @@ def _train_logging() -> dict[str, Any]:
 
 
 def trainer(
-    cfg: FinetuneConfig,
-    stream: Path,
-    total_steps: int,
-    plan: Placement,
-    storage: str,
-    name: str,
-    ev: Evaluation,
-    func: Callable[[Mapping[str, object]], None] | None = None,
+    run: TrainRun, func: Callable[[Mapping[str, object]], None] | None = None
 ) -> TorchTrainer:
     """The TorchTrainer of a run; ``func`` replaces :func:`train_func` (tests record what the
     workers read)."""
-    dataset = _stream_dataset(stream)
+    plan = run.plan
+    dataset = _stream_dataset(run.stream)
     resources = {
         "CPU": plan.cpus_per_worker,
         **({"GPU": plan.gpus_per_worker} if plan.use_gpu else {}),
     }
-    run_dir = f"{storage.rstrip('/')}/{name}"
     return TorchTrainer(
         func or train_func,
-        train_loop_config=dict(loop_config(cfg, total_steps, run_dir, ev)),
+        train_loop_config=dict(run.loop_config()),
         scaling_config=ray.train.ScalingConfig(
             num_workers=plan.workers, use_gpu=plan.use_gpu, resources_per_worker=resources
         ),
-        run_config=_run_config(cfg, storage, name),
+        run_config=_run_config(run.cfg, run.storage, run.name),
         datasets={"train": dataset},
         dataset_config=ray.train.DataConfig(
             datasets_to_split=[], execution_options=ray.data.ExecutionOptions(preserve_order=True)

@@ -20,7 +20,7 @@ from sembridge_ray.distributed import cluster
 from sembridge_ray.distributed.evaluate import run_evaluate
 from sembridge_ray.distributed.export import run_export
 from sembridge_ray.distributed.finetune import run_finetune
-from sembridge_ray.distributed.train_run import trainer
+from sembridge_ray.distributed.train_run import TrainRun, trainer
 from sembridge_ray.distributed.train_worker import Evaluation
 from sembridge_ray.distributed.worker_runtime import step_batches
 from sembridge_ray.jobs.evaluate import EvaluateConfig
@@ -191,7 +191,16 @@ def _read(
     plan = cluster.placement(replace(cfg.resources, workers=workers, reserve_cpus=0), reserve=False)
     ev = Evaluation(dev=None, every=0, work=record)
     read = functools.partial(_read_batches, start=start, record=str(record))
-    trainer(cfg, stream, 6, plan, str(record / "ckpt"), "read", ev, func=read).fit()
+    run = TrainRun(
+        cfg=cfg,
+        stream=stream,
+        total_steps=6,
+        plan=plan,
+        storage=str(record / "ckpt"),
+        name="read",
+        ev=ev,
+    )
+    trainer(run, func=read).fit()
     parts = [json.loads((record / f"rank{r}.json").read_text()) for r in range(workers)]
     return [
         {k: [t for part in parts for t in part[step][k]] for k in ("query", "positive")}

@@ -170,7 +170,7 @@ def encode(
             "batch_size": cfg.encode_batch_size,
             "out_dir": str(tmp),
             "threads": cfg.resources.threads_per_worker,
-            # run_evaluate resolved it already
+            # the jobs resolved it already (then it stays as it is); a direct caller's auto resolves
             "precision": executor.precision(cfg.precision, cfg.resources),
         }
         progress = Progress(log, f"encoding {'queries' if query else 'documents'}", total, "texts")

@@ -6,9 +6,8 @@ results are the actors' bit for bit."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
-from collections.abc import Sequence as Seq
-from typing import Any, TypedDict, TypeVar, cast
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, TypeVar, cast
 
 import pyarrow as pa
 import ray
@@ -19,26 +18,6 @@ from sembridge_ray.runtime.placement import Placement, Precision, ResourceConfig
 from sembridge_ray.runtime.progress import Progress
 
 R = TypeVar("R")
-
-
-class PoolArgs(TypedDict):
-    """``map_batches`` keyword arguments of an actor pool."""
-
-    compute: ray.data.ActorPoolStrategy
-    num_cpus: float
-    num_gpus: float
-    batch_size: int | None
-
-
-def actor_pool_args(placement: Placement) -> PoolArgs:
-    """``map_batches`` keyword arguments for an actor pool of ``placement.workers`` actors, each
-    call handed one whole block."""
-    return {
-        "compute": ray.data.ActorPoolStrategy(size=placement.workers),
-        "num_cpus": placement.cpus_per_worker,
-        "num_gpus": placement.gpus_per_worker,
-        "batch_size": None,
-    }
 
 
 class _WithShared:
@@ -76,7 +55,7 @@ class RayExecutor:
     def map_blocks(
         self,
         pool: Pool,
-        blocks: Seq[pa.Table],
+        blocks: Sequence[pa.Table],
         size: int,
         progress: Progress,
         count: Callable[[pa.Table], int] = num_rows,
@@ -93,8 +72,15 @@ class RayExecutor:
             }
         else:
             udf, kwargs = pool.udf, dict(pool.kwargs)
+        plan = pool.plan
         ds = ray.data.from_arrow(list(blocks)).map_batches(
-            udf, fn_constructor_kwargs=kwargs, batch_format="pyarrow", **actor_pool_args(pool.plan)
+            udf,
+            fn_constructor_kwargs=kwargs,
+            batch_format="pyarrow",
+            batch_size=None,  # one whole block per call: the blocks are cut by the caller
+            compute=ray.data.ActorPoolStrategy(size=plan.workers),
+            num_cpus=plan.cpus_per_worker,
+            num_gpus=plan.gpus_per_worker,
         )
         tables = []
         with progress.watch():  # a line at least every EVERY_S seconds, also while actors start

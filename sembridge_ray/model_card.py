@@ -1,6 +1,7 @@
-"""The model card the init and fine-tuning jobs write into every model they make
-(``model/README.md``), rendered from the provenance beside it (``sembridge.json``,
-:mod:`sembridge_ray.provenance`) and its scores (``scores.json``).
+"""The model card of every model the init and fine-tuning jobs write (``model/README.md``),
+rendered from the provenance beside it (``sembridge.json``, :mod:`sembridge_ray.provenance`), and
+rendered again when the model is published, with the scores of the evaluate and export outputs the
+user names (:func:`publish`).
 
 sentence-transformers' ``SparseEncoderModelCardData`` and the hub's ``ModelCard.from_template``
 render it: the metadata hub users expect (``library_name``, ``pipeline_tag``, ``tags``,
@@ -9,20 +10,18 @@ render it: the metadata hub users expect (``library_name``, ``pipeline_tag``, ``
 input, the scores table and the loss. sentence-transformers keeps the card when it loads and pushes
 the model again, putting the repository id into its usage snippet.
 
-**Scores**: the evaluate job adds them to a finished model of this project
-(:func:`record_evaluation`, under the output's own lock), and the export job its parity with the
-exact search (:func:`record_export`); the output's ``_SUCCESS`` leaves the card and ``scores.json``
-out (:func:`unchecked`), so it stays complete with the same identity. Any other model keeps its
-card; its scores stay in ``metrics.json`` (an export's in ``export_report.json``). A fine-tuned
-model's card also shows its input model's scores (zero-shot) and its run's development-set
-scores."""
+**Scores** live in their own outputs: an evaluation's in its ``metrics.json``, an export's parity
+in its ``export_report.json``. No job writes into another's finished output: a model's card on disk
+shows its provenance and, for a fine-tuned model, its run's development-set scores; the card pushed
+to the hub adds the evaluations and exports named at publish time (``--scores``), and for a
+fine-tuned model the evaluations of the model it started from (its zero-shot column)."""
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import re
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,11 +30,11 @@ from pathlib import Path
 from typing import Any, cast
 
 from sembridge_ray import __version__, catalog, resources
+from sembridge_ray.bundled import resolve
 from sembridge_ray.embed_init.config import ENTMAX_BRIDGES
 from sembridge_ray.languages import english_name
 from sembridge_ray.provenance import (
     PROVENANCE,
-    SCORES,
     UNKNOWN,
     DevScores,
     Evaluation,
@@ -50,11 +49,11 @@ from sembridge_ray.provenance import (
     dataset_ref,
     is_local,
     read_provenance,
-    scores_file,
 )
-from sembridge_ray.runtime.atomic import TMP_PREFIX, atomic_write_json, atomic_write_text, remove
-from sembridge_ray.runtime.locks import OutputLock, OutputLocked
-from sembridge_ray.runtime.manifest import is_complete, read_manifest
+from sembridge_ray.runtime.errors import InputError
+from sembridge_ray.runtime.identity import path_identity
+from sembridge_ray.runtime.manifest import is_complete
+from sembridge_ray.runtime.outputs import atomic_write_json, read_identity
 from sembridge_ray.sparse.config import RANKING_LABELS
 from sembridge_ray.sparse.convergence import query_collapse
 
@@ -65,17 +64,6 @@ LICENCE_NAME = "terms-of-the-inputs"
 licence section)."""
 TEMPLATE = Path(resources.__file__).resolve().parent / "model_card_template.md"
 PRIMARY, SHOWN_METRICS = "nDCG@10", ("nDCG@10", "RR@10", "R@100")
-LOCK_WAIT_S = 10.0
-"""How long :func:`record_evaluation` waits for the output's lock (another evaluation holds it for a
-few writes)."""
-
-
-def unchecked(model_subdir: str) -> tuple[str, ...]:
-    """The files the output's ``_SUCCESS`` leaves out: the card and the scores that evaluations
-    add."""
-    return (f"{model_subdir}/{CARD}", f"{model_subdir}/{SCORES}")
-
-
 # ---- scores
 # ------------------------------------------------------------------------------------------------------
 
@@ -139,88 +127,130 @@ def _health_row(item: Evaluation) -> list[str] | None:
     ]
 
 
-def _why_not(model_dir: Path) -> str | None:
-    """Why the card of ``model_dir`` may not take new scores (None when it may)."""
-    if not (model_dir / PROVENANCE).is_file():
-        return "not a model of this project"
-    manifest = read_manifest(model_dir.parent)
-    files = manifest["files"] if manifest else {}
-    if not any(f.startswith(f"{model_dir.name}/") for f in files):
-        return "not in a finished output of this project (changing it would change its content identity)"
-    if set(unchecked(model_dir.name)) & set(files):
-        return "its output's _SUCCESS checksums the card (an older version wrote it)"
-    return None if os.access(model_dir, os.W_OK) else "not writable"
-
-
-def record_evaluation(model_dir: str | Path, found: Evaluation, replace: bool = True) -> bool:
-    """Add ``found`` to the model's ``scores.json`` (replacing one of the same dataset and split,
-    unless ``replace`` is False) and render its card again, both atomically under the output's lock;
-    True when ``found`` was added. A card behind its scores (a writer killed between the two) is
-    rendered again either way. A model that may not take scores (the module's docstring) is left as
-    it is, with one line saying why."""
-    what = f"{PRIMARY} {found.get('metrics', {}).get(PRIMARY)} on {'{} ({})'.format(*_key(found))}"
-    return _record_locked(Path(model_dir), "evaluations", dict(found), replace, what)
-
-
-def record_export(model_dir: str | Path, found: ExportParity) -> bool:
-    """Add an export's parity to the model's ``scores.json`` (replacing one of the same target,
-    dataset and split) and render its card again, as :func:`record_evaluation` does."""
-    what = f"the {found.get('target')} export's parity on {found.get('dataset')} ({found.get('split')})"
-    return _record_locked(Path(model_dir), "exports", dict(found), True, what)
-
-
-def _record_locked(
-    model_dir: Path, section: str, found: Mapping[str, object], replace: bool, what: str
-) -> bool:
-    why = _why_not(model_dir) if model_dir.is_dir() else "not a directory"
-    deadline = time.monotonic() + LOCK_WAIT_S
-    while why is None:
-        try:
-            with OutputLock(model_dir.parent):
-                if is_complete(model_dir.parent):
-                    return _record(model_dir, section, found, replace, what)
-                why = "its output is not complete"
-        # another evaluation, for a few writes; or a live run, for longer
-        except OutputLocked as err:
-            if time.monotonic() > deadline:
-                why = str(err)
-            else:
-                time.sleep(0.2)
-    log.log(
-        logging.DEBUG if why.startswith("not a") else logging.INFO,
-        "card of %s left as it is: %s",
-        model_dir,
-        why,
+def export_parity(report: Mapping[str, Any]) -> ExportParity:
+    """What a card keeps of an export's ``export_report.json``."""
+    return ExportParity(
+        target=report["target"],
+        dataset=report["dataset"],
+        split=report["split"],
+        queries=report["queries"],
+        documents=report["documents"],
+        overlap10=report["overlap@10"],
+        ndcg10_exact=report["ndcg@10_exact"],
+        ndcg10_target=report["ndcg@10_target"],
+        passed=report["passed"],
     )
-    return False
 
 
-def _record(
-    model_dir: Path, section: str, found: Mapping[str, object], replace: bool, what: str
-) -> bool:
-    for tmp in [
-        *model_dir.glob(f"{TMP_PREFIX}{CARD}.*"),
-        *model_dir.glob(f"{TMP_PREFIX}{SCORES}.*"),
-    ]:
-        remove(tmp)  # a killed writer's: a live one would hold the lock
-    data, key = scores_file(model_dir), _key(found)
-    known = {_key(e): e for e in data[section]}
-    if new := (known.get(key) != found and (key not in known or replace)):
-        data[section] = [*(e for e in data[section] if _key(e) != key), dict(found)]
-        atomic_write_json(model_dir / SCORES, {k: v for k, v in data.items() if v})
-        log.info("added %s to the card of %s", what, model_dir)
-    # what scores.json now holds, without reading it back
-    scores = [cast(Evaluation, e) for e in data["evaluations"]]
-    card = render(
-        read_provenance(model_dir), scores, [cast(ExportParity, e) for e in data["exports"]]
+# ---- publishing
+# ---------------------------------------------------------------------------------------------------
+
+SCORED = {"evaluate": "metrics.json", "export": "export_report.json"}
+"""The file of each job's output that holds its scores."""
+PUSHED = "pushed.json"
+"""Beside a finished output's manifest (not in it): every push of its model, newest last."""
+
+
+@dataclass(frozen=True)
+class Scores:
+    """What a published card shows beyond the provenance: the model's evaluations, those of the
+    model it was fine-tuned from (the zero-shot column) and its exports' parities."""
+
+    own: list[Evaluation] = field(default_factory=list)
+    before: list[Evaluation] = field(default_factory=list)
+    exports: list[ExportParity] = field(default_factory=list)
+
+
+def check_publish(repo_id: str, scores: Sequence[str]) -> None:
+    """Refuse, before any work, a push that cannot happen (:func:`~sembridge_ray.sparse.model.check_push`)
+    and a ``--scores`` output that is not a finished evaluation or export: one line each."""
+    from sembridge_ray.sparse import model as sparse_model
+
+    sparse_model.check_push(repo_id)
+    for named in scores:
+        _scored_output(named)
+
+
+def _scored_output(named: str) -> tuple[str, str, str, dict[str, Any]]:
+    """(job, run fingerprint, identity of the model it scored, its scores file) of a finished
+    evaluate or export output."""
+    out = Path(named).expanduser()
+    identity = read_identity(out)
+    if identity is None or identity.job not in SCORED or not is_complete(out):
+        raise InputError(f"--scores {named!r} is not a finished evaluate or export output")
+    if "model" not in identity.inputs:
+        raise InputError(
+            f"--scores {named!r} exported a checkpoint (its model is in that output), not a published model"
+        )
+    found = json.loads((out / SCORED[identity.job]).read_text(encoding="utf-8"))
+    return identity.job, identity.fingerprint, identity.inputs["model"], found
+
+
+def scores_of(model_dir: Path, outputs: Sequence[str], started_from: str = "") -> Scores:
+    """The scores of ``outputs`` (finished evaluate and export outputs) sorted by the model each
+    scored: ``model_dir``, or for an evaluation the model a fine-tuning run ``started_from`` (its
+    identity). One that scored another model is refused in one line naming both; of two on the
+    same dataset and split (and target), the one named last is kept."""
+    own: dict[tuple[str, ...], Evaluation] = {}
+    before: dict[tuple[str, ...], Evaluation] = {}
+    exports: dict[tuple[str, ...], ExportParity] = {}
+    model_id = path_identity(model_dir)
+    for named in outputs:
+        job, run, scored, found = _scored_output(named)
+        if job == "export" and scored == model_id:
+            parity = export_parity(found)
+            exports[_key(parity)] = parity
+        elif job == "evaluate" and scored in (model_id, started_from):
+            item = evaluation(
+                found["dataset"],
+                resolve(found["dataset"]),
+                found["split"],
+                found,
+                f"run:evaluate:{run}",
+            )
+            (own if scored == model_id else before)[_key(item)] = item
+        else:
+            also = f" nor the model it was fine-tuned from ({started_from})" if started_from else ""
+            raise InputError(
+                f"--scores {named!r} scored another model ({scored}), not {model_dir} ({model_id}){also}"
+            )
+    return Scores([*own.values()], [*before.values()], [*exports.values()])
+
+
+def publish(out: Path, model: str, repo_id: str, scores: Sequence[str] = ()) -> str:
+    """Push the model ``out/model`` of a finished output with its card rendered again with
+    ``scores`` (:func:`scores_of`), and record the push in ``out/pushed.json`` (repository, URL,
+    the run's fingerprint, the scores' outputs, time); returns the URL. Nothing else of the output
+    is written to: the card is rendered into a directory of links to the model's files."""
+    from sembridge_ray.sparse import model as sparse_model
+
+    out, identity = Path(out), read_identity(Path(out))
+    started_from = (
+        identity.inputs.get("model", "") if identity and identity.job == "finetune" else ""
     )
+    found = scores_of(out / model, scores, started_from)
+    card = render(read_provenance(out / model), found.own, found.exports, found.before)
+    with tempfile.TemporaryDirectory(prefix="sembridge-publish-") as tmp:
+        url = sparse_model.push_model(_linked(out / model, Path(tmp), card), repo_id)
     try:
-        same = (model_dir / CARD).read_text(encoding="utf-8") == card
-    except (OSError, UnicodeDecodeError):
-        same = False
-    if new or not same:
-        atomic_write_text(model_dir / CARD, card)
-    return new
+        pushes = json.loads((out / PUSHED).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        pushes = []
+    record = {"repo_id": repo_id, "url": url, "run": identity.fingerprint if identity else ""}
+    atomic_write_json(
+        out / PUSHED, [*pushes, {**record, "scores": list(scores), "at": time.time()}]
+    )
+    return url
+
+
+def _linked(model_dir: Path, into: Path, card: str) -> Path:
+    """``into``, holding links to the files of ``model_dir`` and ``card`` as its README."""
+    for path in model_dir.rglob("*"):
+        if path.is_file() and (rel := path.relative_to(model_dir)) != Path(CARD):
+            (into / rel).parent.mkdir(parents=True, exist_ok=True)
+            (into / rel).symlink_to(path.resolve())
+    (into / CARD).write_text(card, encoding="utf-8")
+    return into
 
 
 # ---- rendering
@@ -410,16 +440,19 @@ def _support(histogram: dict[str, int]) -> str:
 
 def render(
     prov: Mapping[str, object],
-    scores: Sequence[Evaluation] | None = None,
-    exports: Sequence[ExportParity] | None = None,
+    scores: Sequence[Evaluation] = (),
+    exports: Sequence[ExportParity] = (),
+    zero_shot: Sequence[Evaluation] = (),
 ) -> str:
-    """The card's Markdown, from a :class:`Provenance` and the model's recorded evaluations and
-    exports (``scores.json``)."""
+    """The card's Markdown, from a :class:`Provenance`, the model's evaluations and exports and, for
+    a fine-tuned model, the evaluations of the model it started from (``zero_shot``; added to those
+    a provenance of an older version recorded)."""
     from huggingface_hub import ModelCard
 
     facts = cast(Provenance, prov)
     init, tune = facts.get("init", {}), facts.get("finetune", {})
-    own, before, dev = list(scores or []), tune.get("zero_shot", []), tune.get("dev", {})
+    own, dev = list(scores), tune.get("dev", {})
+    before = [*{_key(e): e for e in [*tune.get("zero_shot", []), *zero_shot]}.values()]
     code, licences = init.get("language", ""), all_licences(facts)
     alpha = f"{init['alpha']:g}" if init.get("method") in ENTMAX_BRIDGES and "alpha" in init else ""
     hub, licence_name = combined_licence(licences)
@@ -452,7 +485,7 @@ def render(
             "ranking": RANKING_LABELS.get(tune.get("ranking", "infonce"), tune.get("ranking", "")),
             "eval_rows": _eval_rows(own, before, dev, bool(tune)),
             "health_rows": [row for e in own if (row := _health_row(e)) is not None],
-            "export_rows": [_export_row(e) for e in exports or []],
+            "export_rows": [_export_row(e) for e in exports],
             "licences": licences,
             "licence_name": licence_name,
             "unknown": sum(item["hub"] == "unknown" for item in licences),
@@ -500,9 +533,7 @@ def _set_hub_fields(
     )
 
 
-def write_card(
-    model_dir: Path, prov: Mapping[str, object], scores: Sequence[Evaluation] | None = None
-) -> None:
+def write_card(model_dir: Path, prov: Mapping[str, object]) -> None:
     """Write ``README.md`` and ``sembridge.json`` (a :class:`Provenance`) into a SparseEncoder
     directory (before it is renamed into place); inputs whose licence is unknown are named in one
     warning line."""
@@ -519,4 +550,4 @@ def write_card(
     (Path(model_dir) / PROVENANCE).write_text(
         json.dumps(prov, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
     )
-    (Path(model_dir) / CARD).write_text(render(prov, scores), encoding="utf-8")
+    (Path(model_dir) / CARD).write_text(render(prov), encoding="utf-8")

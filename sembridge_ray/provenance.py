@@ -1,5 +1,5 @@
-"""What a model this project made records about its inputs (``sembridge.json`` beside its card, and
-``scores.json``) and how each input is named and licensed there (:mod:`sembridge_ray.model_card`
+"""What a model this project made records about its inputs (``sembridge.json`` beside its card) and
+how each input is named and licensed there (:mod:`sembridge_ray.model_card`
 renders it).
 
 **Names**: a bundled name, hub id or dataset spec as given, a local input by its last path component
@@ -27,12 +27,7 @@ from sembridge_ray.runtime.atomic import atomic_write_json
 from sembridge_ray.runtime.identity import path_identity
 
 log = logging.getLogger(__name__)
-PROVENANCE, SCORES, README, ASSET_MARKER = (
-    "sembridge.json",
-    "scores.json",
-    "README.md",
-    ".asset.json",
-)
+PROVENANCE, README, ASSET_MARKER = "sembridge.json", "README.md", ".asset.json"
 UNKNOWN = "unknown — check before publishing"
 
 
@@ -50,8 +45,8 @@ class InputLicence(TypedDict):
 
 
 class Evaluation(TypedDict, total=False):
-    """One evaluation of a model (``scores.json``); ``dataset_id``: the same data on the hub, where
-    known."""
+    """One evaluation of a model (from an evaluate output's ``metrics.json``); ``dataset_id``: the
+    same data on the hub, where known."""
 
     dataset: str
     dataset_id: str
@@ -76,7 +71,7 @@ class Health(TypedDict, total=False):
 
 
 class ExportParity(TypedDict, total=False):
-    """One export of a model (``scores.json``, ``exports``): its top-10 on a dataset's judged
+    """One export of a model (from an export output's ``export_report.json``): its top-10 on a dataset's judged
     queries searched in the target and compared with the exact sparse search on the same vectors
     (``jobs.export --target``)."""
 
@@ -125,7 +120,8 @@ class InitFacts(TypedDict, total=False):
 
 class FinetuneFacts(TypedDict, total=False):
     """What the fine-tuning job adds (``final_model.card_provenance``); ``zero_shot``: the input
-    model's scores."""
+    model's scores, as a version that read them when fine-tuning ended recorded them (a card now
+    takes them at publish time)."""
 
     model: str
     train: str
@@ -164,29 +160,6 @@ def read_provenance(model_dir: str | Path) -> Provenance:
     """The provenance of a model this project wrote ({} for any other model)."""
     data = _json(Path(model_dir) / PROVENANCE)
     return cast(Provenance, data) if isinstance(data, dict) else {}
-
-
-def scores_file(model_dir: str | Path) -> dict[str, list[dict[str, object]]]:
-    """``scores.json`` beside a model's card: its ``evaluations`` and ``exports`` (each [] when
-    none)."""
-    data = _json(Path(model_dir) / SCORES)
-    data = data if isinstance(data, dict) else {}
-    return {
-        section: [e for e in found if isinstance(e, dict)]
-        if isinstance(found := data.get(section), list)
-        else []
-        for section in ("evaluations", "exports")
-    }
-
-
-def read_scores(model_dir: str | Path) -> list[Evaluation]:
-    """The evaluations recorded beside a model's card ([] when none)."""
-    return [cast(Evaluation, e) for e in scores_file(model_dir)["evaluations"]]
-
-
-def read_exports(model_dir: str | Path) -> list[ExportParity]:
-    """The exports recorded beside a model's card ([] when none)."""
-    return [cast(ExportParity, e) for e in scores_file(model_dir)["exports"]]
 
 
 def is_local(name: str) -> bool:

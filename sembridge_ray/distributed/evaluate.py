@@ -17,7 +17,7 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,7 +32,7 @@ from sembridge_ray.distributed.encode import encode_judged
 from sembridge_ray.distributed.executor import RayExecutor
 from sembridge_ray.distributed.search import LocalIndex, ShardedIndex
 from sembridge_ray.jobs.evaluate import EvaluateConfig, EvaluateResult
-from sembridge_ray.model_card import evaluation, record_evaluation
+from sembridge_ray.model_card import SCORED
 from sembridge_ray.retrieval.index import PAD, Shard, TopK, build_shard, rank_ids, shard_bounds
 from sembridge_ray.retrieval.metrics import (
     empty_rows,
@@ -57,7 +57,7 @@ from sembridge_ray.retrieval.store import (
 from sembridge_ray.runtime.config import write_config
 from sembridge_ray.runtime.errors import InputError
 from sembridge_ray.runtime.executor import Executor
-from sembridge_ray.runtime.identity import InputChanged, Pin, RunIdentity, pin, require_unchanged
+from sembridge_ray.runtime.identity import Pin, RunIdentity, pin
 from sembridge_ray.runtime.outputs import (
     atomic_path,
     atomic_write_json,
@@ -68,7 +68,12 @@ from sembridge_ray.runtime.outputs import (
 from sembridge_ray.runtime.progress import Progress, duration
 
 log = logging.getLogger(__name__)
-RUN, EVAL_METRICS, CONFIG, PER_QUERY = "run.trec", "metrics.json", "config.yaml", "per_query.tsv"
+RUN, CONFIG, PER_QUERY, EVAL_METRICS = (
+    "run.trec",
+    "config.yaml",
+    "per_query.tsv",
+    SCORED["evaluate"],
+)
 
 
 def run_evaluate(cfg: EvaluateConfig, inputs: dict[str, str] | None = None) -> EvaluateResult:
@@ -94,12 +99,10 @@ def run_evaluate(cfg: EvaluateConfig, inputs: dict[str, str] | None = None) -> E
     with claim_output(out, identity, cfg.overwrite) as claim:
         if claim.done:
             finished = json.loads((out / EVAL_METRICS).read_text(encoding="utf-8"))
-            record_in_card(model, cfg, spec, finished, identity, replace=False)
             return EvaluateResult.from_metrics(str(out), finished, True)
         # the output, or its staging directory under --overwrite
         metrics = _evaluate_into(claim.path, cfg, model, data, identity, pinned, executor)
         claim.finish(exclude=("cache",))
-    record_in_card(model, cfg, spec, metrics, identity)
     return EvaluateResult.from_metrics(str(out), metrics)
 
 
@@ -149,33 +152,6 @@ def _evaluate_into(
     atomic_write_json(work / EVAL_METRICS, metrics)
     pinned()
     return metrics
-
-
-def record_in_card(
-    model: str,
-    cfg: EvaluateConfig,
-    spec: str,
-    metrics: Mapping[str, object],
-    identity: RunIdentity,
-    replace: bool = True,
-) -> None:
-    """Add the scores to the scored model's card when it is a finished model of this project
-    (:func:`sembridge_ray.model_card.record_evaluation`; else they stay in ``metrics.json`` only).
-    ``replace=False`` (a finished evaluation skipped): only when the card has none of this dataset
-    and split yet. Never fails the evaluation."""
-    if not Path(model).is_dir():
-        return  # a hub model: its card is the hub's
-    try:  # never the scores of one model into another's card (an --overwrite of it since)
-        require_unchanged(identity.inputs, {"model": model})
-    except InputChanged as err:
-        log.warning("the scores were not added to the model card: %s", err)
-        return
-    split = str(metrics.get("split", cfg.split))
-    found = evaluation(cfg.dataset, spec, split, metrics, f"run:evaluate:{identity.fingerprint}")
-    try:
-        record_evaluation(model, found, replace=replace)
-    except Exception as err:  # the card is a courtesy: the scores are safe in metrics.json
-        log.warning("the scores were not added to the model card of %s: %s", model, err)
 
 
 class _Clock:

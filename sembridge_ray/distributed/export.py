@@ -11,9 +11,8 @@ cached under the same keys as an evaluation's); the target (an
 :class:`~sembridge_ray.export.base.ExportTarget` of the Ray-free registry
 :mod:`sembridge_ray.export.targets`) is built and searched; its top-10 on the queries is compared
 with the exact search (:mod:`sembridge_ray.export.parity`); ``export_report.json`` is written in the
-output, the parity is added to the model's card when it is a finished model of this project (its
-``scores.json``, which its ``_SUCCESS`` leaves out; nothing else of the input model is written to),
-and a target outside its tolerance fails the job with one line (exit 2)."""
+output (a published model's card shows it when named at publish time, ``--scores``), and a target
+outside its tolerance fails the job with one line (exit 2)."""
 
 from __future__ import annotations
 
@@ -45,8 +44,7 @@ from sembridge_ray.export.report import ExportReport
 from sembridge_ray.export.targets import MODEL_DIRECTORY, target
 from sembridge_ray.jobs.evaluate import EvaluateConfig
 from sembridge_ray.jobs.export import ExportConfig, ExportResult
-from sembridge_ray.model_card import record_export
-from sembridge_ray.provenance import ExportParity
+from sembridge_ray.model_card import SCORED
 from sembridge_ray.retrieval.sources import resolve_dataset, resolve_model
 from sembridge_ray.retrieval.store import fingerprint, parquet_files, read_vectors
 from sembridge_ray.runtime.atomic import remove
@@ -58,7 +56,7 @@ from sembridge_ray.runtime.outputs import atomic_write_json, claim_output, requi
 from sembridge_ray.sparse.model import load_tokenizer
 
 log = logging.getLogger(__name__)
-REPORT = "export_report.json"
+REPORT = SCORED["export"]
 
 
 def run_export(cfg: ExportConfig) -> ExportResult:
@@ -106,15 +104,12 @@ def run_target_export(cfg: ExportConfig) -> ExportResult:
     cluster.require_reachable()
     identity = cfg.identity("export", inputs)
     # what was read is what the identity names: checked before an encoding is cached (the cache is
-    # shared with evaluate's) and before the report (an --overwrite of the model since would put
-    # one model's parity on another's card)
+    # shared with evaluate's) and before the report
     pinned = pin(inputs, read)
     out = Path(cfg.output)
     with claim_output(out, identity, cfg.overwrite) as claim:
         if claim.done:
             report = cast(ExportReport, json.loads((out / REPORT).read_text(encoding="utf-8")))
-            if not cfg.checkpoint:
-                _to_card(model, report)
             return ExportResult(output=str(out), target=found.name, report=report, skipped=True)
         work = claim.path  # the output, or its staging directory under --overwrite
         _clear_unfinished(work)
@@ -128,8 +123,6 @@ def run_target_export(cfg: ExportConfig) -> ExportResult:
         atomic_write_json(work / REPORT, report)
         if report["passed"]:
             claim.finish(exclude=("cache",))
-    if not cfg.checkpoint:
-        _to_card(model, report)
     if not report["passed"]:
         raise _outside_tolerance(found, report, work / REPORT)
     return ExportResult(output=str(out), target=found.name, report=report)
@@ -223,29 +216,6 @@ def _job(
         k=K,
         log=log,
     )
-
-
-def export_parity(report: ExportReport) -> ExportParity:
-    """What a model's card keeps of an export report."""
-    return ExportParity(
-        target=report["target"],
-        dataset=report["dataset"],
-        split=report["split"],
-        queries=report["queries"],
-        documents=report["documents"],
-        overlap10=report["overlap@10"],
-        ndcg10_exact=report["ndcg@10_exact"],
-        ndcg10_target=report["ndcg@10_target"],
-        passed=report["passed"],
-    )
-
-
-def _to_card(model: str, report: ExportReport) -> None:
-    """The parity onto the model's card, when it is a finished model of this project."""
-    try:
-        record_export(model, export_parity(report))
-    except Exception as err:  # the card is a courtesy: the parity is safe in the report
-        log.warning("the parity was not added to the model card of %s: %s", model, err)
 
 
 def _judged(cfg: ExportConfig) -> tuple[RetrievalData, str, str, list[str]]:

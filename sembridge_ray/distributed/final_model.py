@@ -27,7 +27,6 @@ from sembridge_ray.provenance import (
     input_licences,
     language_of,
     read_provenance,
-    read_scores,
     under,
 )
 from sembridge_ray.runtime.atomic import atomic_new_path
@@ -192,9 +191,8 @@ def card_provenance(
 ) -> Provenance:
     """The input model's provenance (its init, when this project wrote it) extended by this
     fine-tuning (``cfg`` with the inputs as the user named them): names without absolute paths, the
-    licences of the training and development data, the input model's recorded scores (zero-shot) and
-    the development set's nDCG@10 before the first step and at the ``published`` one (default: the
-    last)."""
+    licences of the training and development data, and the development set's nDCG@10 before the
+    first step and at the ``published`` one (default: the last)."""
     model, train = resolve(cfg.model), resolve(cfg.train)
     prov = read_provenance(model)
     earlier = prov.get("finetune", {})
@@ -216,7 +214,6 @@ def card_provenance(
         "select": cfg.select,
         "query_length": cfg.query_length,
         "document_length": cfg.document_length,
-        "zero_shot": read_scores(model),
     }
     if train_id:
         facts["train_id"] = train_id

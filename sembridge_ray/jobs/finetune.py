@@ -76,6 +76,11 @@ class FinetuneConfig(Config):
     push_to_hub: str = ""
     """After a successful run, upload the model to this hub repository (``org/name``; needs a token
     and network)."""
+    scores: tuple[str, ...] = ()
+    """Finished evaluate and export outputs whose scores the pushed model card shows (with
+    ``push_to_hub``): evaluations and exports of this model, and evaluations of the model it was
+    fine-tuned from (its zero-shot column). Their scores stay in their own outputs; the model's
+    output is not written to."""
     overwrite: bool = False
     """Replace an output written with other settings (otherwise such a rerun is refused)."""
     query_length: int = 64
@@ -129,6 +134,7 @@ class FinetuneConfig(Config):
         "max_failures",
         "report_every_s",
         "push_to_hub",
+        "scores",
         "trust_remote_code",  # may load a model, changes nothing it computes
         "overwrite",
         "tensorboard",
@@ -193,6 +199,12 @@ class FinetuneConfig(Config):
         return data
 
     def check(self) -> None:
+        require(
+            bool(self.push_to_hub) or not self.scores,
+            "scores",
+            ",".join(self.scores),
+            "is read only with push_to_hub (the card pushed to the hub shows them)",
+        )
         for key in (
             "max_query_length",
             "max_doc_length",
@@ -311,6 +323,7 @@ FLAGS = (
     Flag(name="--max-query-length", key="max_query_length"),
     Flag(name="--max-doc-length", key="max_doc_length"),
     Flag(name="--push-to-hub", key="push_to_hub"),
+    Flag(name="--scores", key="scores"),
     Flag(name="--trust-remote-code", key="trust_remote_code"),
     Flag(name="--overwrite", key="overwrite"),
 )

@@ -101,6 +101,10 @@ class InitConfig(Config):
     push_to_hub: str = ""
     """After a successful run, upload the model to this hub repository (``org/name``; needs a token
     and network)."""
+    scores: tuple[str, ...] = ()
+    """Finished evaluate and export outputs whose scores the pushed model card shows (with
+    ``push_to_hub``): evaluations and exports of this model. Their scores stay in their own
+    outputs; the model's output is not written to."""
     overwrite: bool = False
     """Replace an output written with other settings (otherwise such a rerun is refused)."""
     query_length: int = 64
@@ -130,6 +134,7 @@ class InitConfig(Config):
         "json",
         "figures",
         "push_to_hub",
+        "scores",
         "overwrite",
         "resources",
         "bias_text",  # identified by content (inputs)
@@ -192,6 +197,12 @@ class InitConfig(Config):
         return self.weighting.for_method(self.method, METHODS[self.method].uses_bridge)
 
     def check(self) -> None:
+        require(
+            bool(self.push_to_hub) or not self.scores,
+            "scores",
+            ",".join(self.scores),
+            "is read only with push_to_hub (the card pushed to the hub shows them)",
+        )
         require(
             not self.grid,
             "grid",
@@ -321,6 +332,7 @@ FLAGS = (
     Flag(name="--gpus-per-worker", key="resources.gpus_per_worker"),
     Flag(name="--precision", key="precision"),
     Flag(name="--push-to-hub", key="push_to_hub"),
+    Flag(name="--scores", key="scores"),
     Flag(name="--trust-remote-code", key="trust_remote_code"),
     Flag(name="--overwrite", key="overwrite"),
 )

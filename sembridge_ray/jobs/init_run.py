@@ -42,7 +42,7 @@ from sembridge_ray.embed_init.transplant import (
 )
 from sembridge_ray.embed_init.vocab import Partition, partition_vocab
 from sembridge_ray.jobs.init import InitConfig, InitResult
-from sembridge_ray.model_card import unchecked, write_card
+from sembridge_ray.model_card import check_publish, publish, write_card
 from sembridge_ray.provenance import (
     InitFacts,
     base_model,
@@ -59,10 +59,8 @@ from sembridge_ray.runtime.progress import duration
 from sembridge_ray.sparse.finite import require_finite
 from sembridge_ray.sparse.model import (
     Serving,
-    check_push,
     load_mlm,
     load_tokenizer,
-    publish,
     read_pooling,
 )
 from sembridge_ray.target_tokenizers import require_vocabulary
@@ -127,11 +125,12 @@ def initialise(
     (``scripts/position_aware/variants.py``; ``position.position_class``): no config key, since no
     user would pick it, and so in no identity either: give such a run an output of its own."""
     if cfg.push_to_hub:
-        check_push(cfg.push_to_hub)  # before any work: a push that cannot happen fails in a second
+        # before any work: a push that cannot happen fails in a second
+        check_publish(cfg.push_to_hub, cfg.scores)
     result = _initialise(cfg, stages, inputs, neutral_symbols)
     if not cfg.push_to_hub:
         return result
-    return replace(result, pushed=publish(Path(result.output), MODEL, cfg.push_to_hub))
+    return replace(result, pushed=publish(Path(result.output), MODEL, cfg.push_to_hub, cfg.scores))
 
 
 def _initialise(
@@ -184,8 +183,7 @@ def _initialise(
         rep["timings"] = {k: round(v, 3) for k, v in timings.items()}
         atomic_write_json(claim.path / REPORT, rep)
         _require_inputs_unchanged(identity.inputs, cfg)
-        # the card: evaluations of the finished model add their scores
-        claim.finish(exclude=unchecked(MODEL))
+        claim.finish()
         _log_written(out, prov.num_rows, timings["compose_and_write_s"])
     return InitResult.from_report(str(out), rep)
 

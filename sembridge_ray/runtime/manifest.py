@@ -78,8 +78,8 @@ def publish(out_dir: Path, files: list[Path]) -> None:
 
 
 def write_success(out_dir: Path, exclude: tuple[str, ...] = (), **extra: object) -> Manifest:
-    """Publish every artefact (but the ``exclude`` subdirs and relative file paths, e.g. a model
-    card that later evaluations extend) and write the ``_SUCCESS`` manifest of their checksums,
+    """Publish every artefact (but the ``exclude`` subdirs and relative file paths, e.g. a run's
+    checkpoints and caches) and write the ``_SUCCESS`` manifest of their checksums,
     last. The run's fingerprint comes from ``identity.json`` when the run has one."""
     out_dir = Path(out_dir)
     artefacts = _artefacts(out_dir, exclude)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import logging
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -226,34 +225,6 @@ def push_model(model_dir: Path, repo_id: str) -> str:
         ) from None
     log.info("pushed %s to %s", model_dir, url)
     return str(url)
-
-
-PUSHED = "pushed.json"
-"""Beside a finished output's manifest (not in it): every push of its model, newest last."""
-
-
-def publish(out: Path, model: str, repo_id: str) -> str:
-    """Push the model directory ``out/model`` of a finished output and record it in
-    ``out/pushed.json`` (repository, URL, the run's fingerprint, time); returns the URL."""
-    from sembridge_ray.runtime.outputs import atomic_write_json, read_identity
-
-    url = push_model(Path(out) / model, repo_id)
-    try:
-        pushes = json.loads((Path(out) / PUSHED).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        pushes = []
-    identity = read_identity(Path(out))
-    pushes = [
-        *pushes,
-        {
-            "repo_id": repo_id,
-            "url": url,
-            "run": identity.fingerprint if identity else "",
-            "at": time.time(),
-        },
-    ]
-    atomic_write_json(Path(out) / PUSHED, pushes)
-    return url
 
 
 @torch.no_grad()

@@ -1,7 +1,7 @@
 """``python -m jobs.export --target qdrant`` end to end on the module's Ray cluster: a tiny
 transferred model (an init output) over SICK sentences, encoded through the evaluate job's encoding,
-into an embedded Qdrant that reopens and answers as the exact search does, with the parity on the
-model's card."""
+into an embedded Qdrant that reopens and answers as the exact search does; its parity is on the
+model's card when it is published, and the model's own output is not written to."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from sembridge_ray.export.base import Vectors
 from sembridge_ray.export.parity import exact_topk, parity
 from sembridge_ray.jobs.init import InitConfig
 from sembridge_ray.jobs.init_run import initialise
-from sembridge_ray.model_card import CARD
-from sembridge_ray.provenance import read_exports
+from sembridge_ray.model_card import CARD, render, scores_of
+from sembridge_ray.provenance import read_provenance
 from sembridge_ray.retrieval.store import parquet_files, read_vectors
 from sembridge_ray.runtime.manifest import is_complete, output_fingerprint
 from tests.conftest import error_lines
@@ -35,7 +35,7 @@ def test_export_to_embedded_qdrant(
     # the untrained model is dense
     sick_beir = write_sick_beir(sick_dir(), tmp_path / "sick", limit=80, splits=("test",))
 
-    # a finished model of this project (an init output), whose card takes the export's parity
+    # a finished model of this project (an init output), whose published card shows the parity
     init_out = tmp_path / "init"
     initialise(
         InitConfig(
@@ -48,6 +48,7 @@ def test_export_to_embedded_qdrant(
         )
     )
     model, identity = init_out / "model", output_fingerprint(init_out / "model")
+    card = (model / CARD).read_bytes()
     out = tmp_path / "qdrant-export"
     argv = [
         "--target",
@@ -72,11 +73,12 @@ def test_export_to_embedded_qdrant(
     assert report["target"] == "qdrant" and report["passed"] is True
     assert report["overlap@10"] == 1.0 and report["identical_up_to_ties"] == 1.0
     assert report["ndcg@10_target"] == pytest.approx(report["ndcg@10_exact"])
-    # the parity is on the model's card; the finished output is complete with the same identity
-    (recorded,) = read_exports(model)
+    # the parity is on the card the model is published with; its output is as it was
+    (recorded,) = scores_of(model, [str(out)]).exports
     assert recorded["target"] == "qdrant" and recorded["overlap10"] == 1.0 and recorded["passed"]
     assert recorded["ndcg10_target"] == report["ndcg@10_target"]
-    assert "| `qdrant` |" in (model / CARD).read_text(encoding="utf-8")
+    assert "| `qdrant` |" in render(read_provenance(model), exports=[recorded])
+    assert (model / CARD).read_bytes() == card
     assert is_complete(init_out) and output_fingerprint(model) == identity
     # the vectors the job encoded (its cache), searched by a fresh client on the written collection
     cache = out / "cache"
@@ -132,7 +134,7 @@ def test_a_model_replaced_during_the_export_stops_it_before_the_report(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """The model is edited after it was encoded (as an --overwrite of it would): one line, exit 2,
-    and no report (nor card) of vectors that are no longer the model's."""
+    and no report of vectors that are no longer the model's."""
     import shutil
 
     from sembridge_ray.data.sick import write_sick_beir

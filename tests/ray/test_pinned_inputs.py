@@ -5,7 +5,6 @@ point 2; issue 42, point 1: the export)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from sembridge_ray.distributed import train_run
 from sembridge_ray.jobs.evaluate import EvaluateConfig
 from sembridge_ray.jobs.export import ExportConfig
 from sembridge_ray.jobs.finetune import FinetuneConfig, OptimConfig
+from sembridge_ray.model_card import scores_of
 from sembridge_ray.runtime.identity import InputChanged
 from sembridge_ray.runtime.outputs import SUCCESS
 from sembridge_ray.runtime.placement import ResourceConfig
@@ -101,8 +101,8 @@ def test_a_model_replaced_before_the_encoder_loads_it_fails_the_job_and_poisons_
     # the model now at a is b's: run there and on its own copy, the same vectors and scores
     now = run(a / "model", sick_beir, tmp_path / "again", cache)
     assert now == run(b_copy / "model", sick_beir, tmp_path / "copy", tmp_path / "c2")
-    if job == "evaluate":
-        scores = json.loads((a / "model" / "scores.json").read_text())["evaluations"]
+    if job == "evaluate":  # the evaluation names the model now at a: its scores publish with it
+        scores = scores_of(a / "model", [str(tmp_path / "again")]).own
         assert [e["metrics"]["nDCG@10"] for e in scores] == [round(now, 4)]
 
 

@@ -28,6 +28,7 @@ from tests.dead_settings import Harness, check, copy_input, every_key_is_covered
 RAY_AND_RERUNS = {
     "overwrite": "how a rerun treats an existing output (tests/unit/test_outputs.py)",
     "push_to_hub": "publishes after the run, needs the network (tests/unit/test_publish.py)",
+    "scores": "what the card pushed with push_to_hub shows (tests/unit/test_model_card.py)",
     "resources": "where the work runs, in Ray; one process here (tests/ray/test_init_pipeline.py shows 1 and 2 "
     "actors agree; fine-tuning's workers: tests/ray/test_dead_settings.py)",
 }

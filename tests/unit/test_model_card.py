@@ -3,10 +3,11 @@ tokenizer, and sentence-transformers loads the model with it and keeps it (so a 
 pushing offline is one line.
 
 A quick-like model (the tiny fixtures as inputs, the demo's own SICK assets as training and
-evaluation data, scores recorded the way the evaluate job records them) has a card whose metadata
-the hub's own parser reads: the licence of the SICK training pairs (CC BY-NC-SA 3.0, as SICK's
-bundled readme states it), nDCG@10 zero-shot and fine-tuned in the ``model-index``, and no absolute
-path of this machine."""
+evaluation data, evaluations and exports as finished outputs of their own, the way those jobs leave
+them) is published with a card whose metadata the hub's own parser reads: the licence of the SICK
+training pairs (CC BY-NC-SA 3.0, as SICK's bundled readme states it), nDCG@10 zero-shot and
+fine-tuned in the ``model-index``, and no absolute path of this machine. Publishing writes nothing
+into the model's finished output but its push record."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import json
 import logging
 import re
 import shutil
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -22,40 +24,36 @@ from huggingface_hub import ModelCard
 from huggingface_hub.repocard_data import EvalResult, ModelCardData, model_index_to_eval_results
 
 from sembridge_ray.cli import run_job
-from sembridge_ray.distributed.evaluate import record_in_card
-from sembridge_ray.distributed.export import export_parity
 from sembridge_ray.distributed.final_model import card_provenance
 from sembridge_ray.embed_init.config import WeightingConfig
 from sembridge_ray.export.report import ExportReport
-from sembridge_ray.jobs.evaluate import EvaluateConfig
 from sembridge_ray.jobs.finetune import FinetuneConfig
 from sembridge_ray.jobs.init import InitConfig
 from sembridge_ray.jobs.init_run import initialise
 from sembridge_ray.jobs.reproduce import DemoSettings
 from sembridge_ray.model_card import (
     CARD,
-    LOCK_WAIT_S,
-    record_evaluation,
-    record_export,
+    PUSHED,
+    SCORED,
+    evaluation,
+    publish,
     render,
-    unchecked,
+    scores_of,
     write_card,
 )
 from sembridge_ray.provenance import (
     PROVENANCE,
-    SCORES,
     UNKNOWN,
     InputLicence,
     combined_licence,
     hub_licence,
     input_licences,
-    read_exports,
     read_provenance,
-    read_scores,
 )
 from sembridge_ray.reproduce import demo
 from sembridge_ray.resources import asset, sick_dir
-from sembridge_ray.runtime.identity import RunIdentity
+from sembridge_ray.runtime.errors import InputError
+from sembridge_ray.runtime.identity import RunIdentity, path_identity
 from sembridge_ray.runtime.manifest import (
     IDENTITY,
     is_complete,
@@ -189,7 +187,7 @@ def quick(fixtures_root: Path, tmp_path_factory: pytest.TempPathFactory) -> dict
     return {"root": root, "init": init_out / "model", **paths}
 
 
-def _metrics(ndcg: float) -> dict[str, object]:
+def _metrics(beir: Path, ndcg: float, split: str = "test") -> dict[str, object]:
     """metrics.json of an evaluation (the keys the evaluate job writes)."""
     return {
         "nDCG@10": ndcg,
@@ -197,24 +195,28 @@ def _metrics(ndcg: float) -> dict[str, object]:
         "R@100": 0.9,
         "num_queries": 61,
         "num_docs": 134,
-        "split": "test",
+        "dataset": str(beir),
+        "split": split,
     }
 
 
-def _evaluate(model: Path, beir: Path, metrics: dict[str, object], tmp: Path) -> None:
-    """What the evaluate job does after scoring ``model``: record the scores in its card."""
-    cfg = EvaluateConfig(
-        model=str(model), dataset=str(beir), split="test", output=str(tmp / "eval")
-    )
-    identity = RunIdentity(job="evaluate", settings={"model": str(model)}, inputs={})
-    record_in_card(str(model), cfg, str(beir), metrics, identity)
+def _finished(job: str, model: Path, scores: Mapping[str, object], out: Path) -> Path:
+    """A finished output of ``job`` (evaluate or export) that scored ``model``, as the job leaves it:
+    its scores file, its identity naming the model's, and ``_SUCCESS``."""
+    out.mkdir(parents=True)
+    (out / SCORED[job]).write_text(json.dumps(scores), encoding="utf-8")
+    inputs = {"model": path_identity(model), "dataset": "sick-beir"}
+    identity = RunIdentity(job=job, settings={"out": out.name}, inputs=inputs)
+    (out / IDENTITY).write_text(json.dumps(identity.to_dict()), encoding="utf-8")
+    write_success(out)
+    return out
 
 
 def _fine_tune(quick: dict[str, Path], out: Path, dev: tuple[float, float]) -> Path:
     """A fine-tuning output of the init model as the fine-tuning job leaves it (its card from
-    ``card_provenance``, the card left out of ``_SUCCESS``); the weights are the init model's."""
+    ``card_provenance``, its identity naming the init model's); the weights are the init model's."""
     model = out / "model"
-    shutil.copytree(quick["init"], model, ignore=shutil.ignore_patterns(CARD, PROVENANCE, SCORES))
+    shutil.copytree(quick["init"], model, ignore=shutil.ignore_patterns(CARD, PROVENANCE))
     cfg = FinetuneConfig(
         model=str(quick["init"]),
         train=str(quick["sick_train"]),
@@ -224,22 +226,46 @@ def _fine_tune(quick: dict[str, Path], out: Path, dev: tuple[float, float]) -> P
     )
     history = [{"step": 0, "dev_nDCG@10": dev[0]}, {"step": 3, "loss": 1.5, "dev_nDCG@10": dev[1]}]
     write_card(model, card_provenance(cfg, 3, {"loss": 1.5}, history, 3))
-    (out / IDENTITY).write_text(
-        json.dumps(RunIdentity(job="finetune", settings={"x": 1}).to_dict()), "utf-8"
-    )
-    write_success(out, exclude=unchecked("model"))
+    inputs = {"model": path_identity(quick["init"]), "train": "sick"}
+    identity = RunIdentity(job="finetune", settings={"x": 1}, inputs=inputs)
+    (out / IDENTITY).write_text(json.dumps(identity.to_dict()), "utf-8")
+    write_success(out)
     return model
 
 
-def test_the_quick_models_card_is_publishable(quick: dict[str, Path], tmp_path: Path) -> None:
-    zero, tuned, dev = 0.3127, 0.4481, (0.2513, 0.3359)
-    # the zero-shot stage
-    _evaluate(quick["init"], quick["beir"], _metrics(zero), tmp_path / "zero")
-    model = _fine_tune(quick, tmp_path / "finetune", dev)
-    identity = output_fingerprint(model)
-    _evaluate(model, quick["beir"], _metrics(tuned), tmp_path / "tuned")  # the fine-tuned stage
+def _push(out: Path, scores: Sequence[Path], monkeypatch: pytest.MonkeyPatch) -> str:
+    """Publish ``out``'s model with ``scores`` to a recorder standing in for the hub: the card it
+    was handed, after checking the directory pushed holds every other file of the model as it is."""
+    from sembridge_ray.sparse import model as sparse_model
 
-    text = (model / CARD).read_text(encoding="utf-8")
+    pushed: list[str] = []
+
+    def push(directory: Path, repo: str) -> str:
+        model = out / "model"
+        files = {p.relative_to(model) for p in model.rglob("*") if p.is_file()}
+        assert {p.relative_to(directory) for p in directory.rglob("*") if p.is_file()} == files
+        for rel in files - {Path(CARD)}:
+            assert (directory / rel).read_bytes() == (model / rel).read_bytes()
+        pushed.append((directory / CARD).read_text(encoding="utf-8"))
+        return f"https://hub/{repo}"
+
+    monkeypatch.setattr(sparse_model, "push_model", push)
+    assert publish(out, "model", "org/model", [str(s) for s in scores]) == "https://hub/org/model"
+    return pushed[-1]
+
+
+def test_the_quick_models_card_is_publishable(
+    quick: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    zero, tuned, dev = 0.3127, 0.4481, (0.2513, 0.3359)
+    beir = quick["beir"]
+    # the zero-shot stage
+    zero_out = _finished("evaluate", quick["init"], _metrics(beir, zero), tmp_path / "zero")
+    model = _fine_tune(quick, tmp_path / "finetune", dev)
+    on_disk, identity = (model / CARD).read_bytes(), output_fingerprint(model)
+    tuned_out = _finished("evaluate", model, _metrics(beir, tuned), tmp_path / "tuned")
+    text = _push(model.parent, [zero_out, tuned_out], monkeypatch)
+
     front = yaml.safe_load(text.split("---\n")[1])  # the front matter as any YAML reader sees it
     assert {
         "library_name",
@@ -296,41 +322,85 @@ def test_the_quick_models_card_is_publishable(quick: dict[str, Path], tmp_path: 
     assert score("ndcg@10-zero-shot", "dev") == pytest.approx(dev[0], abs=5e-5)
     assert all(isinstance(r, EvalResult) and r.dataset_type == "RobZamp/sick" for r in results)
 
-    for path in (
-        model / CARD,
-        model / PROVENANCE,
-        model / SCORES,
-        quick["init"] / CARD,
-        quick["init"] / PROVENANCE,
+    for name, written in (
+        ("pushed card", text),
+        *(
+            (str(path), path.read_text(encoding="utf-8"))
+            for path in (
+                model / CARD,
+                model / PROVENANCE,
+                quick["init"] / CARD,
+                quick["init"] / PROVENANCE,
+            )
+        ),
     ):
-        written = path.read_text(encoding="utf-8")
-        assert not ABSOLUTE.search(written), (path.name, ABSOLUTE.search(written))
+        assert not ABSOLUTE.search(written), (name, ABSOLUTE.search(written))
         assert (
             str(quick["root"]) not in written
             and str(tmp_path) not in written
             and str(Path.home()) not in written
         )
 
-    # recording the scores left the finished outputs complete, with the same identity
+    # publishing wrote nothing into the finished outputs but the push record; the card on disk is
+    # checksummed like every other file of the model, and shows no evaluation
+    assert (model / CARD).read_bytes() == on_disk and str(tuned) not in on_disk.decode()
     assert is_complete(model.parent) and output_fingerprint(model) == identity
-    assert is_complete(quick["init"].parent) and output_fingerprint(quick["init"]) is not None
-    assert f"model/{CARD}" not in read_manifest(quick["init"].parent)["files"]  # type: ignore[index]
+    assert f"model/{CARD}" in read_manifest(model.parent)["files"]  # type: ignore[index]
+    assert f"model/{CARD}" in read_manifest(quick["init"].parent)["files"]  # type: ignore[index]
+    (record,) = json.loads((model.parent / PUSHED).read_text(encoding="utf-8"))
+    assert record["scores"] == [str(zero_out), str(tuned_out)] and record["repo_id"] == "org/model"
 
 
-def test_the_zero_shot_score_is_in_the_initialised_models_card(
-    quick: dict[str, Path], tmp_path: Path
+def test_an_initialised_models_evaluation_is_on_its_published_card(
+    quick: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _evaluate(quick["init"], quick["beir"], _metrics(0.2718), tmp_path)
-    (found,) = [e for e in read_scores(quick["init"]) if e["split"] == "test"]
+    done = _finished("evaluate", quick["init"], _metrics(quick["beir"], 0.2718), tmp_path / "e")
+    (found,) = scores_of(quick["init"], [str(done)]).own
     assert (
         found["metrics"]["nDCG@10"] == pytest.approx(0.2718)
         and found["dataset_id"] == "RobZamp/sick"
     )
-    card = _data(ModelCard.load(quick["init"] / CARD))
+    copy = tmp_path / "init"
+    shutil.copytree(quick["init"].parent, copy)  # the same run: the same identity, its own record
+    card = _data(ModelCard(_push(copy, [done], monkeypatch)))
     _, results = model_index_to_eval_results(card.to_dict()["model-index"])
     assert [r.metric_value for r in results if r.metric_type == "ndcg@10"] == [
         pytest.approx(0.2718)
     ]
+
+
+def test_scores_of_another_model_or_of_no_finished_output_are_refused_in_one_line(
+    quick: dict[str, Path], tmp_path: Path
+) -> None:
+    """An evaluation names the model it scored by identity: one of another model (another run, or
+    a model outside any finished output, identified by its content) is refused at publish time;
+    an output that is not a finished evaluation or export is refused before any work."""
+    loose = tmp_path / "loose"
+    shutil.copytree(quick["init"], loose)
+    other = _finished("evaluate", loose, _metrics(quick["beir"], 0.5), tmp_path / "other")
+    with pytest.raises(InputError, match=r"^--scores '.*other' scored another model") as err:
+        scores_of(quick["init"], [str(other)])
+    assert "\n" not in str(err.value) and path_identity(quick["init"]) in str(err.value)
+    # a fine-tuned model's own and its input model's evaluations are taken, another's is not
+    model = _fine_tune(quick, tmp_path / "finetune", (0.2, 0.3))
+    started = path_identity(quick["init"])
+    zero = _finished("evaluate", quick["init"], _metrics(quick["beir"], 0.25), tmp_path / "zero")
+    assert [e["metrics"]["nDCG@10"] for e in scores_of(model, [str(zero)], started).before] == [
+        0.25
+    ]
+    with pytest.raises(InputError, match="nor the model it was fine-tuned from"):
+        scores_of(model, [str(zero), str(other)], started)
+
+    unfinished = _finished("evaluate", quick["init"], _metrics(quick["beir"], 0.3), tmp_path / "u")
+    (unfinished / "_SUCCESS").unlink()
+    trained = tmp_path / "finetune"
+    for named, why in (
+        (unfinished, "is not a finished evaluate or export output"),
+        (trained, "is not a finished evaluate or export output"),  # finished, but not scores
+        (tmp_path / "nowhere", "is not a finished evaluate or export output"),
+    ):
+        with pytest.raises(InputError, match=re.escape(f"--scores {str(named)!r} {why}")):
+            scores_of(model, [str(named)], started)
 
 
 def test_the_sick_pairs_lose_their_licence_when_copied_or_changed(
@@ -404,33 +474,6 @@ def test_a_bundled_dataset_spec_states_the_licence_its_files_carry(tmp_path: Pat
     assert copy["licence"] == UNKNOWN and copy["name"] == f"xquad:sw@<local mirror {tmp_path.name}>"
 
 
-def test_cards_of_models_that_may_not_change_are_left_alone(
-    quick: dict[str, Path], tmp_path: Path
-) -> None:
-    fresh = shutil.ignore_patterns(SCORES)
-    # a project model outside any finished output: identified by its content
-    loose = tmp_path / "exported"
-    shutil.copytree(quick["init"], loose, ignore=fresh)
-    # a finished output whose manifest checksums the card (an older version wrote it)
-    old = tmp_path / "old"
-    shutil.copytree(quick["init"].parent, old, ignore=fresh)
-    (old / IDENTITY).write_text(json.dumps(RunIdentity(job="init", settings={}).to_dict()), "utf-8")
-    write_success(old)
-    for model in (loose, old / "model"):
-        before = (model / CARD).read_bytes()
-        _evaluate(model, quick["beir"], _metrics(0.5), tmp_path / model.parent.name)
-        assert (model / CARD).read_bytes() == before and not (model / SCORES).exists()
-    assert is_complete(old)
-    _evaluate(quick["init"], quick["beir"], _metrics(0.61), tmp_path / "again")
-    (found,) = [e for e in read_scores(quick["init"]) if e["split"] == "test"]
-    assert found["metrics"]["nDCG@10"] == pytest.approx(0.61)
-    found["metrics"]["nDCG@10"] = 0.7
-    # a finished evaluation skipped: kept
-    assert not record_evaluation(quick["init"], found, replace=False)
-    # the same scores: nothing written
-    assert not record_evaluation(quick["init"], read_scores(quick["init"])[0])
-
-
 @pytest.mark.parametrize(
     ("text", "hub"),
     [
@@ -469,82 +512,6 @@ def test_a_manifest_leaves_out_the_named_files(tmp_path: Path) -> None:
     assert is_complete(tmp_path)
 
 
-def test_a_card_render_killed_midway_is_completed_by_the_next_evaluation(
-    quick: dict[str, Path], tmp_path: Path
-) -> None:
-    """Killed between ``scores.json`` and the card (issue 33, 13): the card lacked its score and a
-    ``.tmp-`` file stayed. The next evaluation of the model, even one that adds nothing (a skip),
-    renders the card again and removes the dead writer's temporary."""
-    import subprocess
-    import sys
-    from typing import cast
-
-    from sembridge_ray.provenance import Evaluation
-
-    model = tmp_path / "cell" / "init" / "model"
-    shutil.copytree(quick["init"].parent, model.parent)
-    _evaluate(model, quick["beir"], _metrics(0.3), tmp_path / "first")
-    before = (model / CARD).read_text(encoding="utf-8")
-    (found,) = read_scores(model)
-    scores = json.loads((model / SCORES).read_text(encoding="utf-8"))
-    later = cast(
-        Evaluation, {**found, "split": "dev", "metrics": {**found["metrics"], "nDCG@10": 0.4242}}
-    )
-    (model / SCORES).write_text(
-        json.dumps({"evaluations": [*scores["evaluations"], later]}), encoding="utf-8"
-    )
-    dead = subprocess.run(
-        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
-    )
-    stray = model / f".tmp-{CARD}.{dead.stdout.strip()}"
-    stray.write_text("half a card")
-    assert "0.4242" not in before and (model / CARD).read_text(encoding="utf-8") == before
-    assert not record_evaluation(model, later, replace=False)  # nothing new to add ...
-    card = (model / CARD).read_text(encoding="utf-8")
-    assert "0.4242" in card and "0.3" in card  # ... but the card shows what scores.json holds
-    assert not stray.exists()
-
-
-def test_evaluations_of_one_model_take_turns_and_a_held_output_is_left_alone(
-    quick: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Concurrent evaluations of one model each add their scores (they take turns at the output's
-    own lock); while a run holds the output, an evaluation waits ``LOCK_WAIT_S`` and leaves the card
-    as it is."""
-    from concurrent.futures import ThreadPoolExecutor
-    from typing import cast
-
-    from sembridge_ray import model_card
-    from sembridge_ray.provenance import Evaluation
-    from sembridge_ray.runtime.locks import OutputLock
-
-    model = tmp_path / "cell" / "init" / "model"
-    shutil.copytree(quick["init"].parent, model.parent)
-    splits = [f"split-{i}" for i in range(4)]
-
-    def found(split: str) -> Evaluation:
-        return cast(
-            Evaluation, {"dataset": "sick-beir", "split": split, "metrics": {"nDCG@10": 0.5}}
-        )
-
-    with ThreadPoolExecutor(len(splits)) as pool:
-        assert all(pool.map(lambda split: record_evaluation(model, found(split)), splits))
-    assert {e["split"] for e in read_scores(model)} >= set(splits)
-    assert all(
-        f"| sick-beir | {split} |" in (model / CARD).read_text(encoding="utf-8") for split in splits
-    )
-
-    monkeypatch.setattr(model_card, "LOCK_WAIT_S", 0.5)
-    assert LOCK_WAIT_S > 0.5
-    before = (model / CARD).read_bytes()
-    with OutputLock(model.parent):  # a run (an --overwrite of this output, say) holds it
-        assert not record_evaluation(model, found("held"))
-    assert (model / CARD).read_bytes() == before and "held" not in {
-        e["split"] for e in read_scores(model)
-    }
-    assert record_evaluation(model, found("held"))  # once it is free
-
-
 def _export_report(target: str, ndcg_target: float, passed: bool) -> ExportReport:
     """An ``export_report.json`` as the export job writes it (the keys the card reads, and more)."""
     return {
@@ -566,59 +533,33 @@ def _export_report(target: str, ndcg_target: float, passed: bool) -> ExportRepor
 def test_an_exports_parity_joins_the_card_beside_its_evaluations(
     quick: dict[str, Path], tmp_path: Path
 ) -> None:
-    """Issue 36, 2: the export job adds its parity to the model's card (one row per target, dataset
-    and split; a later export of the same replaces it), keeps the evaluations, and leaves the
-    finished output complete with the same identity."""
-    from typing import cast
-
-    from sembridge_ray.provenance import Evaluation
-
-    model = tmp_path / "cell" / "init" / "model"
-    shutil.copytree(quick["init"].parent, model.parent)
-    identity = output_fingerprint(model)
-    scored = cast(
-        Evaluation, {"dataset": "sick-beir", "split": "test", "metrics": {"nDCG@10": 0.4321}}
-    )
-    assert record_evaluation(model, scored)
-    assert record_export(model, export_parity(_export_report("qdrant", 0.5, True)))
-    assert record_export(model, export_parity(_export_report("pisa", 0.4567, False)))
-    card = (model / CARD).read_text(encoding="utf-8")
-    assert "## Exports" in card
-    assert "| `qdrant` | sick-beir | test | 40 | 1.0000 | 0.5000 | 0.5000 | yes |" in card
-    assert "| `pisa` | sick-beir | test | 40 | 0.8000 | 0.5000 | 0.4567 | **no** |" in card
-    assert "| sick-beir | test | 0.4321 |" in card and scored in read_scores(model)
-
-    # the same target, dataset and split again: replaced, not added
-    assert record_export(model, export_parity(_export_report("qdrant", 0.5, True) | {"queries": 7}))
-    assert not record_export(
-        model, export_parity(_export_report("qdrant", 0.5, True) | {"queries": 7})
-    )
-    assert [(e["target"], e["queries"]) for e in read_exports(model)] == [
-        ("pisa", 40),
-        ("qdrant", 7),
+    """Issue 36, 2, at publish time: an export's parity is on the card (one row per target,
+    dataset and split; of two of the same, the one named last), beside the evaluations."""
+    model, beir = quick["init"], quick["beir"]
+    named = [
+        _finished("evaluate", model, _metrics(beir, 0.4321), tmp_path / "eval"),
+        _finished("export", model, _export_report("qdrant", 0.5, True), tmp_path / "q1"),
+        _finished("export", model, _export_report("pisa", 0.4567, False), tmp_path / "pisa"),
+        _finished(
+            "export", model, _export_report("qdrant", 0.5, True) | {"queries": 7}, tmp_path / "q2"
+        ),
     ]
-    card = (model / CARD).read_text(encoding="utf-8")
-    assert card.count("| `qdrant` |") == 1 and "| `qdrant` | sick-beir | test | 7 |" in card
-    assert is_complete(model.parent) and output_fingerprint(model) == identity
-
-    # a card without exports has no such section; a model of no finished output is left alone
-    assert "## Exports" not in (quick["init"] / CARD).read_text(encoding="utf-8")
-    loose = tmp_path / "loose"
-    shutil.copytree(quick["init"], loose)
-    before = (loose / CARD).read_bytes()
-    assert not record_export(loose, export_parity(_export_report("qdrant", 0.5, True)))
-    assert (loose / CARD).read_bytes() == before and not read_exports(loose)
+    found = scores_of(model, [str(n) for n in named])
+    assert [(e["target"], e["queries"]) for e in found.exports] == [("qdrant", 7), ("pisa", 40)]
+    card = render(read_provenance(model), found.own, found.exports, found.before)
+    assert "## Exports" in card
+    assert "| `qdrant` | sick-beir | test | 7 | 1.0000 | 0.5000 | 0.5000 | yes |" in card
+    assert "| `pisa` | sick-beir | test | 40 | 0.8000 | 0.5000 | 0.4567 | **no** |" in card
+    assert card.count("| `qdrant` |") == 1 and "| sick-beir (" in card and "| 0.4321 |" in card
+    # a card without exports has no such section
+    assert "## Exports" not in (model / CARD).read_text(encoding="utf-8")
 
 
 def test_the_card_shows_each_evaluations_health_and_flags_a_collapse(
-    quick: dict[str, Path], tmp_path: Path
+    quick: dict[str, Path],
 ) -> None:
     """Issue 40, 3: beside its scores, the card shows the mean active dimensions and the empty
     shares of each evaluation, and says which collapsed (queries outside the band)."""
-    from sembridge_ray.model_card import evaluation
-
-    model = tmp_path / "cell" / "init" / "model"
-    shutil.copytree(quick["init"].parent, model.parent)
     healthy = {"nDCG@10": 0.5, "mean_active_dims_query": 23.4, "mean_active_dims_doc": 86.0}
     silent = {
         "nDCG@10": 0.0,
@@ -627,9 +568,11 @@ def test_the_card_shows_each_evaluations_health_and_flags_a_collapse(
         "empty_share_query": 0.25,
         "empty_share_doc": 0.5,
     }
-    assert record_evaluation(model, evaluation("xquad:ru", "xquad:ru", "test", healthy))
-    assert record_evaluation(model, evaluation("xquad:ru", "xquad:ru", "dev", silent))
-    card = (model / CARD).read_text(encoding="utf-8")
+    scores = [
+        evaluation("xquad:ru", "xquad:ru", "test", healthy),
+        evaluation("xquad:ru", "xquad:ru", "dev", silent),
+    ]
+    card = render(read_provenance(quick["init"]), scores)
     assert "### Health of the vectors" in card
     assert "| xquad:ru | test | 23.4 / 86 | 0.0% / 0.0% | no |" in card
     assert (

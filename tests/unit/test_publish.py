@@ -1,6 +1,7 @@
 """``--push-to-hub``: checked in the driver before any work (one line, exit 2, in seconds, before
-Ray), and a rerun of a finished output publishes it without recomputing, recording what went where
-(the hub is offline here: the upload itself is replaced by a recorder)."""
+Ray), with the ``--scores`` outputs its card is to show; a rerun of a finished output publishes it
+without recomputing, recording what went where (the hub is offline here: the upload itself is
+replaced by a recorder). ``tests/unit/test_model_card.py`` checks the card that is pushed."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 from jobs import finetune, init_embeddings
 from sembridge_ray.jobs.init import InitConfig
 from sembridge_ray.jobs.init_run import initialise
+from sembridge_ray.model_card import CARD, PUSHED
 from sembridge_ray.sparse import model as sparse_model
 from tests.conftest import error_lines
 
@@ -93,21 +95,58 @@ def test_a_finished_output_is_pushed_by_a_rerun_without_recomputing(
     )
     first = initialise(cfg)
     assert not first.skipped and first.pushed == ""
-    pushed: list[tuple[Path, str]] = []
+    pushed: list[tuple[set[str], str]] = []
 
-    def push(directory: str, repo: str) -> str:
-        pushed.append((Path(directory), repo))
+    def push(directory: Path, repo: str) -> str:
+        pushed.append(({p.name for p in Path(directory).iterdir()}, repo))
         return f"https://hub/{repo}"
 
     monkeypatch.setattr(sparse_model, "push_model", push)
-    monkeypatch.setattr("sembridge_ray.jobs.init_run.check_push", lambda repo: None)
+    monkeypatch.setattr(sparse_model, "check_push", lambda repo: None)
     stamp = (Path(first.output) / "_SUCCESS").stat().st_mtime_ns
     again = initialise(replace(cfg, push_to_hub="org/model"))
     assert again.skipped and again.pushed == "https://hub/org/model"
-    assert pushed == [(Path(first.model), "org/model")]
+    # the model's files, its card among them
+    assert pushed == [({p.name for p in Path(first.model).iterdir()}, "org/model")]
+    assert CARD in pushed[0][0]
     # nothing recomputed or rewritten
     assert (Path(first.output) / "_SUCCESS").stat().st_mtime_ns == stamp
-    record = json.loads((Path(first.output) / sparse_model.PUSHED).read_text())
-    assert [(r["repo_id"], r["url"]) for r in record] == [("org/model", "https://hub/org/model")]
+    record = json.loads((Path(first.output) / PUSHED).read_text())
+    assert [(r["repo_id"], r["url"], r["scores"]) for r in record] == [
+        ("org/model", "https://hub/org/model", [])
+    ]
     # the record is beside the manifest, not in it: the output still verifies
     assert initialise(cfg).skipped
+
+
+def test_scores_that_are_not_a_finished_evaluation_are_refused_before_any_work(
+    fixtures_root: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``--scores`` names outputs whose scores the pushed card shows: one that is not a finished
+    evaluate or export output is one line (exit 2) before any work; without ``--push-to-hub`` the
+    key is refused as unused."""
+    monkeypatch.setattr(sparse_model, "check_push", lambda repo: None)
+    half = tmp_path / "eval"
+    half.mkdir()
+    (half / "metrics.json").write_text("{}")
+    argv = [*init_args(fixtures_root, tmp_path / "init", "org/model"), "--scores", str(half)]
+    assert init_embeddings.main(argv) == 2
+    err = error_lines(capsys)
+    assert err == [f"error: --scores {str(half)!r} is not a finished evaluate or export output"]
+    assert not (tmp_path / "init").exists()
+
+    ft = [
+        "--model",
+        str(fixtures_root / "bert-mlm"),
+        "--train",
+        "sick",
+        "--output",
+        str(tmp_path / "ft"),
+    ]
+    assert finetune.main([*ft, "--scores", str(half)]) == 2
+    (line,) = error_lines(capsys)
+    assert "scores" in line and "is read only with push_to_hub" in line
+    assert not (tmp_path / "ft").exists()

@@ -19,7 +19,7 @@ import scipy.sparse as sp
 
 from benchmarks.synthetic import BenchConfig, sparse_vectors, zipf_probs
 from sembridge_ray.distributed import cluster
-from sembridge_ray.distributed.search import ShardedIndex
+from sembridge_ray.distributed.executor import RayExecutor
 from sembridge_ray.retrieval.index import (
     SparseBatch,
     TopK,
@@ -29,6 +29,7 @@ from sembridge_ray.retrieval.index import (
     topk_rows,
 )
 from sembridge_ray.retrieval.metrics import sparsity_stats, term_counts
+from sembridge_ray.retrieval.sharded import ShardedIndex
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +90,12 @@ def run_bench(cfg: BenchConfig) -> dict[str, Any]:
     cluster.connect()
     index, build_s = _timed(
         lambda: ShardedIndex.start(
-            build_shard(docs.slice(a, b), ranks[a:b], vocab)
-            for a, b in shard_bounds(cfg.docs, 0, cfg.workers)
+            RayExecutor(),
+            (
+                build_shard(docs.slice(a, b), ranks[a:b], vocab)
+                for a, b in shard_bounds(cfg.docs, 0, cfg.workers)
+            ),
+            size=cfg.docs,
         )
     )
     sides = {

@@ -32,6 +32,8 @@ from typing import Any, cast
 from sembridge_ray import __version__, catalog, resources
 from sembridge_ray.bundled import resolve
 from sembridge_ray.embed_init.config import ENTMAX_BRIDGES
+from sembridge_ray.export.report import ExportReport
+from sembridge_ray.json_types import JSONObject
 from sembridge_ray.languages import english_name
 from sembridge_ray.provenance import (
     PROVENANCE,
@@ -127,7 +129,7 @@ def _health_row(item: Evaluation) -> list[str] | None:
     ]
 
 
-def export_parity(report: Mapping[str, Any]) -> ExportParity:
+def export_parity(report: ExportReport) -> ExportParity:
     """What a card keeps of an export's ``export_report.json``."""
     return ExportParity(
         target=report["target"],
@@ -171,7 +173,7 @@ def check_publish(repo_id: str, scores: Sequence[str]) -> None:
         _scored_output(named)
 
 
-def _scored_output(named: str) -> tuple[str, str, str, dict[str, Any]]:
+def _scored_output(named: str) -> tuple[str, str, str, JSONObject]:
     """(job, run fingerprint, identity of the model it scored, its scores file) of a finished
     evaluate or export output."""
     out = Path(named).expanduser()
@@ -198,13 +200,14 @@ def scores_of(model_dir: Path, outputs: Sequence[str], started_from: str = "") -
     for named in outputs:
         job, run, scored, found = _scored_output(named)
         if job == "export" and scored == model_id:
-            parity = export_parity(found)
+            parity = export_parity(cast(ExportReport, found))
             exports[_key(parity)] = parity
         elif job == "evaluate" and scored in (model_id, started_from):
+            dataset = str(found["dataset"])
             item = evaluation(
-                found["dataset"],
-                resolve(found["dataset"]),
-                found["split"],
+                dataset,
+                resolve(dataset),
+                str(found["split"]),
                 found,
                 f"run:evaluate:{run}",
             )

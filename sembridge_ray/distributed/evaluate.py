@@ -27,10 +27,8 @@ import pyarrow.compute as pc
 
 from sembridge_ray.data.registry import load_retrieval
 from sembridge_ray.data.retrieval import RetrievalData
-from sembridge_ray.distributed import cluster
 from sembridge_ray.distributed.encode import encode_judged
 from sembridge_ray.distributed.executor import RayExecutor
-from sembridge_ray.distributed.search import LocalIndex, ShardedIndex
 from sembridge_ray.jobs.evaluate import EvaluateConfig, EvaluateResult
 from sembridge_ray.model_card import SCORED
 from sembridge_ray.retrieval.index import PAD, Shard, TopK, build_shard, rank_ids, shard_bounds
@@ -44,6 +42,7 @@ from sembridge_ray.retrieval.metrics import (
     term_counts,
     unknown_judgements,
 )
+from sembridge_ray.retrieval.sharded import ShardedIndex
 from sembridge_ray.retrieval.sources import resolve_dataset, resolve_model
 from sembridge_ray.retrieval.store import (
     fingerprint,
@@ -140,7 +139,7 @@ def _evaluate_into(
     (docs, docs_hit), (queries, queries_hit) = encode_judged(
         cfg, model, data, qids, key, pinned=pinned, executor=executor, lap=clock.lap
     )
-    metrics = search_and_score(cfg, docs, queries, data, work / RUN, clock)
+    metrics = search_and_score(cfg, docs, queries, data, work / RUN, clock, executor)
     metrics |= {
         "cache": {"docs": docs_hit, "queries": queries_hit},
         "seconds": clock.laps,
@@ -172,24 +171,24 @@ def search_and_score(
     data: RetrievalData,
     run_path: Path,
     clock: _Clock,
+    executor: Executor,
 ) -> dict[str, object]:
-    """Index the corpus in shard actors, search every encoded query, write the run, score it."""
+    """Index the corpus in shards held by ``executor``'s workers, search every encoded query, write
+    the run, score it."""
     files = parquet_files(docs)
     ranks, sorted_ids = rank_ids(read_ids(files))
     qids, qvec = read_vectors(parquet_files(queries))
-    plan = cluster.placement(dataclasses.replace(cfg.resources, gpus_per_worker=0.0), reserve=False)
+    plan = executor.placement(
+        dataclasses.replace(cfg.resources, gpus_per_worker=0.0), reserve=False
+    )
     bounds = shard_bounds(len(ranks), cfg.shard_size, plan.workers)
     shards = ShardStream(files=files, bounds=bounds, ranks=ranks)
     built = Progress(log, "index: building shards", len(ranks), "documents")
-    # a line every EVERY_S seconds while the shards are built and their actors start
+    # more shards than workers: they share the workers' CPUs (each worker still holds one shard)
+    cpus = plan.cpus_per_worker * min(1.0, plan.workers / len(bounds))
+    # a line every EVERY_S seconds while the shards are built and their workers start
     with built.watch():
-        # held whole, searched here: starting actors would cost more
-        if len(ranks) <= cluster.IN_DRIVER_ROWS:
-            index: LocalIndex | ShardedIndex = LocalIndex.start(_counted(shards, built))
-        # more shards than workers: the actors share the workers' CPUs (each still holds one shard)
-        else:
-            cpus = plan.cpus_per_worker * min(1.0, plan.workers / len(bounds))
-            index = ShardedIndex.start(_counted(shards, built), cpus)
+        index = ShardedIndex.start(executor, _counted(shards, built), len(ranks), cpus)
     log.info(
         "index: %d documents in %d shards (%s)",
         len(ranks),

@@ -1,11 +1,18 @@
 """The Ray executor (:class:`sembridge_ray.runtime.executor.Executor` on a Ray cluster): pools are
-Ray Data actor pools, tasks are Ray tasks. Inputs a pool is not worth starting for
-(:func:`cluster.in_driver`) run in this process through a
+Ray Data actor pools, tasks are Ray tasks, held objects are Ray actors. Inputs a pool is not worth
+starting for (:func:`cluster.in_driver`) run in this process through a
 :class:`~sembridge_ray.runtime.executor.LocalExecutor`, with the workers' thread count, so the
-results are the actors' bit for bit."""
+results are the actors' bit for bit.
+
+Held objects and faults: each object is put in the object store once and read zero-copy by its
+actor, and the executor keeps its reference, so an actor that dies (OOM, a lost node) is restarted
+by Ray (``max_restarts``) and its pending calls are retried (``max_task_retries``); if it cannot be
+restarted any more, a new actor is started from the same object and asked again. An answer that is
+deterministic is therefore the same as an undisturbed one."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar, cast
 
@@ -13,11 +20,24 @@ import pyarrow as pa
 import ray
 
 from sembridge_ray.distributed import cluster
-from sembridge_ray.runtime.executor import BlockFn, LocalExecutor, Pool, Tasks, num_rows
+from sembridge_ray.runtime.executor import (
+    Asked,
+    BlockFn,
+    Held,
+    LocalExecutor,
+    Pool,
+    Tasks,
+    num_rows,
+    use_threads,
+)
 from sembridge_ray.runtime.placement import Placement, Precision, ResourceConfig
 from sembridge_ray.runtime.progress import Progress
 
+log = logging.getLogger(__name__)
 R = TypeVar("R")
+T = TypeVar("T")
+RESTARTS = 3
+"""Restarts of a held object's actor by Ray, then new actors started by :class:`_RayHeld`."""
 
 
 class _WithShared:
@@ -101,3 +121,73 @@ class RayExecutor:
                 running.append(task.remote(*shared, *pending.pop(0)))
             ready, running = ray.wait(running, num_returns=1)
             yield from ray.get(ready)
+
+    def hold(
+        self, holder: Callable[[T], object], objects: Iterable[T], size: int, cpus: float
+    ) -> Held:
+        if size <= cluster.IN_DRIVER_ROWS:  # held whole, asked here: starting actors costs more
+            return self.local.hold(holder, objects, size, cpus)
+        held = _RayHeld(holder, [ray.put(obj) for obj in objects], cpus)
+        ray.get([actor.ready.remote() for actor in held.actors])  # every actor holds its object
+        return held
+
+
+@ray.remote(max_restarts=RESTARTS, max_task_retries=RESTARTS)
+class _Holder:
+    """One actor holding ``holder(obj)``, the object read (zero-copy where it can) from the object
+    store, with ``threads`` torch threads."""
+
+    def __init__(self, holder: Callable[[Any], object], ref: list[Any], threads: int) -> None:
+        use_threads(threads)
+        self.held = holder(ray.get(ref[0]))
+
+    def call(self, method: str, *args: object) -> object:
+        return getattr(self.held, method)(*args)
+
+    def ready(self) -> bool:
+        return True
+
+
+class _RayHeld:
+    """A :class:`~sembridge_ray.runtime.executor.Held` of Ray actors (see the module's docstring)."""
+
+    def __init__(self, holder: Callable[[Any], object], refs: list[Any], cpus: float) -> None:
+        self.holder, self.refs, self.cpus = (
+            holder,
+            refs,
+            cpus,
+        )  # refs: a restarted actor reads again
+        self.actors = [self._actor(ref) for ref in refs]
+
+    def _actor(self, ref: Any) -> Any:
+        threads = max(1, int(self.cpus))  # the actor's CPU share
+        return _Holder.options(num_cpus=self.cpus).remote(self.holder, [ref], threads)  # type: ignore[attr-defined]
+
+    def ask(self, method: str, *args: object) -> Asked:
+        sent = [ray.put(arg) for arg in args]  # once, whatever the number of actors
+        return method, sent, [actor.call.remote(method, *sent) for actor in self.actors]
+
+    def answers(self, asked: Asked) -> list[object]:
+        method, sent, refs = cast(tuple[str, list[Any], list[Any]], asked)
+        out: list[object] = []
+        for i, ref in enumerate(refs):
+            for attempt in range(RESTARTS + 1):
+                try:
+                    out.append(ray.get(ref))
+                    break
+                except ray.exceptions.RayActorError as err:
+                    if attempt == RESTARTS:
+                        raise
+                    log.warning(
+                        "held object %d: its actor died for good (%s); starting a new one",
+                        i,
+                        type(err).__name__,
+                    )
+                    self.actors[i] = self._actor(self.refs[i])
+                    ref = self.actors[i].call.remote(method, *sent)
+        return out
+
+    def shutdown(self) -> None:
+        for actor in self.actors:
+            ray.kill(actor)
+        self.actors, self.refs = [], []

@@ -9,6 +9,7 @@ written against :class:`Executor` and never imports Ray.
     executor.precision(setting, resources) -> Precision   ``auto`` resolved for those workers
     executor.map_blocks(pool, blocks, size, progress) -> output blocks, in any order
     executor.map_tasks(fn, calls, tasks) -> fn(*call) for each call, as they finish
+    executor.hold(holder, objects, size, cpus) -> Held    a worker per object, asked all at once
 
 Both run the same callable classes on the same blocks with the same torch thread count, so a
 result is the same bit for bit whichever ran it."""
@@ -19,7 +20,7 @@ import contextlib
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from typing import Protocol, TypeVar, cast
 
 import pyarrow as pa
 
@@ -33,6 +34,7 @@ from sembridge_ray.runtime.placement import (
 from sembridge_ray.runtime.progress import Progress
 
 R = TypeVar("R")
+T = TypeVar("T")
 
 
 class BlockFn(Protocol):
@@ -72,6 +74,42 @@ def num_rows(table: pa.Table) -> int:
     return int(table.num_rows)
 
 
+Asked = object
+"""A call :meth:`Held.ask` sent, as :meth:`Held.answers` takes it back."""
+
+
+class Held(Protocol):
+    """Objects each held by a worker of its own (``holder(obj)``, built once), asked the same method
+    at once: :meth:`ask` sends the call to every worker and returns at once, :meth:`answers` waits
+    for the workers' answers, in the objects' order. A worker that dies (Ray) is started again
+    from its object and asked again, so the answers are the same."""
+
+    def ask(self, method: str, *args: object) -> Asked:
+        """Call ``method(*args)`` on every worker's holder (each argument sent once)."""
+
+    def answers(self, asked: Asked) -> list[object]:
+        """The answers to ``asked``, one per object."""
+
+    def shutdown(self) -> None:
+        """Stop the workers and let go of the objects."""
+
+
+class _LocalHeld:
+    """The holders in this process: a call is answered when it is asked."""
+
+    def __init__(self, holders: list[object]) -> None:
+        self.holders = holders
+
+    def ask(self, method: str, *args: object) -> Asked:
+        return [getattr(h, method)(*args) for h in self.holders]
+
+    def answers(self, asked: Asked) -> list[object]:
+        return list(cast(list[object], asked))
+
+    def shutdown(self) -> None:
+        self.holders = []
+
+
 class Executor(Protocol):
     def start(self) -> None:
         """Fail with one line, before any output is touched, when the executor cannot run."""
@@ -104,6 +142,13 @@ class Executor(Protocol):
     ) -> Iterator[R]:
         """``fn(*spec.shared, *call)`` for every call, as :class:`Tasks` says; the results as they
         finish."""
+
+    def hold(
+        self, holder: Callable[[T], object], objects: Iterable[T], size: int, cpus: float
+    ) -> Held:
+        """A worker per object, holding ``holder(obj)`` (see :class:`Held`) with ``cpus`` CPUs (and
+        as many torch threads, at least one); ``size``: how many rows the objects hold (small ones
+        may be held in this process). Returns once every worker holds its object."""
 
 
 def use_threads(threads: int) -> None:
@@ -187,3 +232,9 @@ class LocalExecutor:
     ) -> Iterator[R]:
         for call in calls:
             yield fn(*spec.shared, *call)
+
+    def hold(
+        self, holder: Callable[[T], object], objects: Iterable[T], size: int, cpus: float
+    ) -> Held:
+        """Every holder in this process, with this process's torch threads."""
+        return _LocalHeld([holder(obj) for obj in objects])

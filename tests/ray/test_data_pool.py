@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import pyarrow as pa
@@ -15,7 +16,7 @@ from sembridge_ray.data.schema import ID, SPARSE_SCHEMA, TEXT
 from sembridge_ray.distributed import cluster
 from sembridge_ray.distributed.executor import RayExecutor
 from sembridge_ray.retrieval.store import stage_corpus
-from sembridge_ray.runtime.executor import LocalExecutor, Pool, Tasks
+from sembridge_ray.runtime.executor import Held, LocalExecutor, Pool, Tasks
 from sembridge_ray.runtime.placement import ResourceConfig
 from sembridge_ray.runtime.progress import Progress
 from sembridge_ray.sparse.encode import sparse_rows, table_rows
@@ -84,3 +85,45 @@ def test_tasks_equal_in_process_tasks(ray_cluster: cluster.ClusterInfo) -> None:
     on_ray = sorted(RayExecutor().map_tasks(_square_plus, calls, spec))
     assert on_ray == list(LocalExecutor().map_tasks(_square_plus, calls, spec))
     assert on_ray == [100 + x * x for x in range(7)]
+
+
+class _Counter:
+    """A held object: its start and what it was asked, and the process that holds it."""
+
+    def __init__(self, start: int) -> None:
+        self.start = start
+
+    def plus(self, x: int) -> tuple[int, int]:
+        import os
+
+        return self.start + x, os.getpid()
+
+
+def _answers(held: Held, x: int) -> list[tuple[int, int]]:
+    return cast(list[tuple[int, int]], held.answers(held.ask("plus", x)))
+
+
+def test_held_objects_on_actors_answer_as_in_process(
+    ray_cluster: cluster.ClusterInfo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each object held by an actor of its own (not this process), asked at once, the answers in
+    the objects' order, as the in-process executor answers; a small input stays in this process."""
+    import os
+
+    here = LocalExecutor().hold(_Counter, [10, 20, 30], size=3, cpus=0.5)
+    monkeypatch.setattr(cluster, "IN_DRIVER_ROWS", 0)
+    held = RayExecutor().hold(_Counter, [10, 20, 30], size=3, cpus=0.5)
+    try:
+        asked = [held.ask("plus", x) for x in (1, 2)]  # both in flight
+        answers = [cast(list[tuple[int, int]], held.answers(a)) for a in asked]
+        assert [[v for v, _ in a] for a in answers] == [
+            [v for v, _ in _answers(here, x)] for x in (1, 2)
+        ]
+        assert [v for v, _ in answers[0]] == [11, 21, 31]
+        pids = {pid for a in answers for _, pid in a}
+        assert len(pids) == 3 and os.getpid() not in pids
+    finally:
+        held.shutdown()
+    monkeypatch.setattr(cluster, "IN_DRIVER_ROWS", 100)
+    small = RayExecutor().hold(_Counter, [1], size=3, cpus=0.5)
+    assert [pid for _, pid in _answers(small, 0)] == [os.getpid()]

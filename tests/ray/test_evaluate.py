@@ -20,10 +20,10 @@ from jobs import evaluate
 from sembridge_ray.data.retrieval import load_beir
 from sembridge_ray.data.schema import ID, TEXT
 from sembridge_ray.distributed import cluster
+from sembridge_ray.distributed import executor as executor_module
 from sembridge_ray.distributed.encode import encode
 from sembridge_ray.distributed.evaluate import run_evaluate
 from sembridge_ray.distributed.executor import RayExecutor
-from sembridge_ray.distributed.search import ShardedIndex
 from sembridge_ray.jobs.evaluate import EvaluateConfig
 from sembridge_ray.retrieval.store import parquet_files, read_run, read_vectors, stage_corpus
 from sembridge_ray.runtime.outputs import SUCCESS, is_complete
@@ -267,7 +267,9 @@ def test_small_input_in_the_driver_equals_the_actors(
         return decided[-1]
 
     monkeypatch.setattr(cluster, "in_driver", recorded)
-    monkeypatch.setattr(ShardedIndex, "start", lambda *a, **k: pytest.fail("shard actors started"))
+    monkeypatch.setattr(
+        executor_module, "_RayHeld", lambda *a, **k: pytest.fail("shard actors started")
+    )
     monkeypatch.setattr(
         ray.data, "from_items", lambda *a, **k: pytest.fail("an encoder pool started")
     )

@@ -24,9 +24,10 @@ import torch
 from safetensors.torch import load_file
 
 from benchmarks.synthetic import sparse_vectors, zipf_probs
-from sembridge_ray.distributed.search import ShardedIndex
+from sembridge_ray.distributed.executor import RayExecutor
 from sembridge_ray.jobs.finetune import FinetuneConfig, OptimConfig
 from sembridge_ray.retrieval.index import build_shard, shard_bounds
+from sembridge_ray.retrieval.sharded import ShardedIndex
 from sembridge_ray.runtime.outputs import is_complete
 from tests.conftest import REPO
 from tests.processes import outliving
@@ -62,7 +63,7 @@ def test_a_killed_shard_actor_is_restarted_and_the_answers_are_identical(ray_clu
     shards = [
         build_shard(docs.slice(a, b), ranks[a:b], 3000) for a, b in shard_bounds(3000, 1000, 1)
     ]
-    index = ShardedIndex.start(shards, num_cpus=0.5)
+    index = ShardedIndex.start(RayExecutor(), shards, size=1 << 30, cpus=0.5)  # on actors
     try:
         undisturbed = index.search(queries, 10, batch_size=8)
         for round_ in range(2):  # the second time, the restarted actor dies again

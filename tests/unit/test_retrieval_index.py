@@ -200,3 +200,40 @@ def test_query_batches_concatenate_to_the_whole_batchs_topk() -> None:
     np.testing.assert_array_equal(joined.ranks, whole.ranks)
     empty = concat_topk([], 5)
     assert empty.scores.shape == empty.ranks.shape == (0, 5)
+
+
+@pytest.mark.parametrize(("batch_size", "window"), [(1, 1), (2, 4), (4, 2), (100, 4)])
+def test_the_sharded_index_on_the_in_process_executor_equals_brute_force(
+    batch_size: int, window: int
+) -> None:
+    """What evaluate searches with: shards held by the executor's workers (here this process),
+    queries sent in batches with ``window`` of them in flight, merged and joined; ties and an empty
+    query as the brute force has them, every query counted into the progress."""
+    import logging
+
+    from sembridge_ray.retrieval.sharded import ShardedIndex
+    from sembridge_ray.runtime.executor import LocalExecutor
+    from sembridge_ray.runtime.progress import Progress
+
+    rng = np.random.default_rng(batch_size * 10 + window)
+    docs, queries = random_sparse(rng, 60, 16, 0.25), random_sparse(rng, 9, 16, 0.3)
+    docs[7] = docs[31]
+    queries[4] = 0.0
+    ids = [f"d{i:03d}" for i in range(60)]
+    ranks, sorted_ids = rank_ids(pa.array(ids))
+    rows = batch(docs)
+    shards = (
+        build_shard(rows.slice(a, b), ranks[a:b], 16) for a, b in shard_bounds(60, 13, workers=1)
+    )
+    index = ShardedIndex.start(LocalExecutor(), shards, size=60)
+    progress = Progress(logging.getLogger("test"), "search", 9, "queries")
+    top = index.search(batch(queries), 5, batch_size=batch_size, window=window, progress=progress)
+    names = sorted_ids.to_pylist()
+    found = [
+        [(float(s), names[r]) for s, r in zip(srow, rrow, strict=True) if r != PAD]
+        for srow, rrow in zip(top.scores, top.ranks, strict=True)
+    ]
+    assert found == reference_topk(queries @ docs.T, ids, 5) and found[4] == []
+    assert progress.done == 9
+    assert [s["docs"] for s in index.stats()] == [b - a for a, b in shard_bounds(60, 13, workers=1)]
+    index.shutdown()

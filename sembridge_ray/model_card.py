@@ -53,7 +53,7 @@ from sembridge_ray.provenance import (
     read_provenance,
 )
 from sembridge_ray.runtime.errors import InputError
-from sembridge_ray.runtime.identity import path_identity
+from sembridge_ray.runtime.identity import RunIdentity, path_identity
 from sembridge_ray.runtime.manifest import is_complete
 from sembridge_ray.runtime.outputs import atomic_write_json, read_identity
 from sembridge_ray.sparse.config import RANKING_LABELS
@@ -153,7 +153,7 @@ PUSHED = "pushed.json"
 """Beside a finished output's manifest (not in it): every push of its model, newest last."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Scores:
     """What a published card shows beyond the provenance: the model's evaluations, those of the
     model it was fine-tuned from (the zero-shot column) and its exports' parities."""
@@ -188,15 +188,15 @@ def _scored_output(named: str) -> tuple[str, str, str, JSONObject]:
     return identity.job, identity.fingerprint, identity.inputs["model"], found
 
 
-def scores_of(model_dir: Path, outputs: Sequence[str], started_from: str = "") -> Scores:
+def scores_of(model_id: str, started_from: str, outputs: Sequence[str]) -> Scores:
     """The scores of ``outputs`` (finished evaluate and export outputs) sorted by the model each
-    scored: ``model_dir``, or for an evaluation the model a fine-tuning run ``started_from`` (its
-    identity). One that scored another model is refused in one line naming both; of two on the
-    same dataset and split (and target), the one named last is kept."""
+    scored: the model of identity ``model_id``, or for an evaluation the model a fine-tuning run
+    ``started_from`` (its identity; "" for none). One that scored another model is refused in one
+    line naming both; of two on the same dataset and split (and target), the one named last is
+    kept."""
     own: dict[tuple[str, ...], Evaluation] = {}
     before: dict[tuple[str, ...], Evaluation] = {}
     exports: dict[tuple[str, ...], ExportParity] = {}
-    model_id = path_identity(model_dir)
     for named in outputs:
         job, run, scored, found = _scored_output(named)
         if job == "export" and scored == model_id:
@@ -205,19 +205,26 @@ def scores_of(model_dir: Path, outputs: Sequence[str], started_from: str = "") -
         elif job == "evaluate" and scored in (model_id, started_from):
             dataset = str(found["dataset"])
             item = evaluation(
-                dataset,
-                resolve(dataset),
-                str(found["split"]),
-                found,
-                f"run:evaluate:{run}",
+                dataset, resolve(dataset), str(found["split"]), found, f"run:evaluate:{run}"
             )
             (own if scored == model_id else before)[_key(item)] = item
         else:
             also = f" nor the model it was fine-tuned from ({started_from})" if started_from else ""
             raise InputError(
-                f"--scores {named!r} scored another model ({scored}), not {model_dir} ({model_id}){also}"
+                f"--scores {named!r} scored another model ({scored}), not this one ({model_id}){also}"
             )
-    return Scores([*own.values()], [*before.values()], [*exports.values()])
+    return Scores(own=[*own.values()], before=[*before.values()], exports=[*exports.values()])
+
+
+def started_from(identity: RunIdentity | None) -> str:
+    """The identity of the model a fine-tuning run started from ("" for any other run)."""
+    return identity.inputs.get("model", "") if identity and identity.job == "finetune" else ""
+
+
+def check_scores(identity: RunIdentity, model: str, outputs: Sequence[str]) -> None:
+    """Refuse, before the run, a ``--scores`` output that scored neither the model this run writes
+    (``<output>/<model>``, named by the run's identity) nor, for a fine-tuning, its input model."""
+    scores_of(f"run:{identity.job}:{identity.fingerprint}/{model}", started_from(identity), outputs)
 
 
 def publish(out: Path, model: str, repo_id: str, scores: Sequence[str] = ()) -> str:
@@ -228,10 +235,7 @@ def publish(out: Path, model: str, repo_id: str, scores: Sequence[str] = ()) -> 
     from sembridge_ray.sparse import model as sparse_model
 
     out, identity = Path(out), read_identity(Path(out))
-    started_from = (
-        identity.inputs.get("model", "") if identity and identity.job == "finetune" else ""
-    )
-    found = scores_of(out / model, scores, started_from)
+    found = scores_of(path_identity(out / model), started_from(identity), scores)
     card = render(read_provenance(out / model), found.own, found.exports, found.before)
     with tempfile.TemporaryDirectory(prefix="sembridge-publish-") as tmp:
         url = sparse_model.push_model(_linked(out / model, Path(tmp), card), repo_id)

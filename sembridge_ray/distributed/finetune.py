@@ -36,7 +36,7 @@ from sembridge_ray.distributed.train_worker import (
 from sembridge_ray.distributed.worker_runtime import LocalRuntime
 from sembridge_ray.jobs.dev import DevSet, load_dev
 from sembridge_ray.jobs.finetune import FinetuneConfig, FinetuneResult
-from sembridge_ray.model_card import check_publish, publish
+from sembridge_ray.model_card import check_publish, check_scores, publish
 from sembridge_ray.runtime.config import write_config
 from sembridge_ray.runtime.errors import InputError
 from sembridge_ray.runtime.executor import worker_threads
@@ -104,6 +104,8 @@ def _run_finetune(cfg: FinetuneConfig, inputs: dict[str, str] | None) -> Finetun
     identity = cfg.identity(
         "finetune", with_eval_identity(cfg, inputs) if inputs else input_identities(cfg)
     )
+    if cfg.push_to_hub:
+        check_scores(identity, MODEL_DIR, cfg.scores)
     # before any output
     dev = load_dev(cfg.eval, cfg.eval_split, cfg.eval_max_queries) if cfg.eval else None
     if cfg.tensorboard:

@@ -42,7 +42,7 @@ from sembridge_ray.embed_init.transplant import (
 )
 from sembridge_ray.embed_init.vocab import Partition, partition_vocab
 from sembridge_ray.jobs.init import InitConfig, InitResult
-from sembridge_ray.model_card import check_publish, publish, write_card
+from sembridge_ray.model_card import check_publish, check_scores, publish, write_card
 from sembridge_ray.provenance import (
     InitFacts,
     base_model,
@@ -141,6 +141,8 @@ def _initialise(
     cfg = _resolved(cfg)
     stages = stages or local_stages(cfg)
     identity = cfg.identity("init", inputs or input_identities(cfg))
+    if cfg.push_to_hub:
+        check_scores(identity, MODEL, cfg.scores)
     out = Path(cfg.output)
     if preflight(out, identity, cfg.overwrite):
         return _skipped(out)

@@ -236,6 +236,8 @@ class ReproduceConfig(Config):
         "max_concurrent",
         "gpus_per_cell",
         "overwrite",
+        "init.scores",  # a publishing setting the stages never read (they do not push)
+        "finetune.scores",
         *PLANNED,
     )
 

@@ -19,6 +19,7 @@ from sembridge_ray.jobs.init_run import initialise
 from sembridge_ray.model_card import CARD, render, scores_of
 from sembridge_ray.provenance import read_provenance
 from sembridge_ray.retrieval.store import parquet_files, read_vectors
+from sembridge_ray.runtime.identity import path_identity
 from sembridge_ray.runtime.manifest import is_complete, output_fingerprint
 from tests.conftest import error_lines
 
@@ -74,7 +75,7 @@ def test_export_to_embedded_qdrant(
     assert report["overlap@10"] == 1.0 and report["identical_up_to_ties"] == 1.0
     assert report["ndcg@10_target"] == pytest.approx(report["ndcg@10_exact"])
     # the parity is on the card the model is published with; its output is as it was
-    (recorded,) = scores_of(model, [str(out)]).exports
+    (recorded,) = scores_of(path_identity(model), "", [str(out)]).exports
     assert recorded["target"] == "qdrant" and recorded["overlap10"] == 1.0 and recorded["passed"]
     assert recorded["ndcg10_target"] == report["ndcg@10_target"]
     assert "| `qdrant` |" in render(read_provenance(model), exports=[recorded])

@@ -20,7 +20,7 @@ from sembridge_ray.jobs.evaluate import EvaluateConfig
 from sembridge_ray.jobs.export import ExportConfig
 from sembridge_ray.jobs.finetune import FinetuneConfig, OptimConfig
 from sembridge_ray.model_card import scores_of
-from sembridge_ray.runtime.identity import InputChanged
+from sembridge_ray.runtime.identity import InputChanged, path_identity
 from sembridge_ray.runtime.outputs import SUCCESS
 from sembridge_ray.runtime.placement import ResourceConfig
 from tests.unit.test_pinned_inputs import init_output, overwrite_swap
@@ -102,7 +102,7 @@ def test_a_model_replaced_before_the_encoder_loads_it_fails_the_job_and_poisons_
     now = run(a / "model", sick_beir, tmp_path / "again", cache)
     assert now == run(b_copy / "model", sick_beir, tmp_path / "copy", tmp_path / "c2")
     if job == "evaluate":  # the evaluation names the model now at a: its scores publish with it
-        scores = scores_of(a / "model", [str(tmp_path / "again")]).own
+        scores = scores_of(path_identity(a / "model"), "", [str(tmp_path / "again")]).own
         assert [e["metrics"]["nDCG@10"] for e in scores] == [round(now, 4)]
 
 

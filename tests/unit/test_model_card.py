@@ -355,7 +355,7 @@ def test_an_initialised_models_evaluation_is_on_its_published_card(
     quick: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     done = _finished("evaluate", quick["init"], _metrics(quick["beir"], 0.2718), tmp_path / "e")
-    (found,) = scores_of(quick["init"], [str(done)]).own
+    (found,) = scores_of(path_identity(quick["init"]), "", [str(done)]).own
     assert (
         found["metrics"]["nDCG@10"] == pytest.approx(0.2718)
         and found["dataset_id"] == "RobZamp/sick"
@@ -379,17 +379,17 @@ def test_scores_of_another_model_or_of_no_finished_output_are_refused_in_one_lin
     shutil.copytree(quick["init"], loose)
     other = _finished("evaluate", loose, _metrics(quick["beir"], 0.5), tmp_path / "other")
     with pytest.raises(InputError, match=r"^--scores '.*other' scored another model") as err:
-        scores_of(quick["init"], [str(other)])
+        scores_of(path_identity(quick["init"]), "", [str(other)])
     assert "\n" not in str(err.value) and path_identity(quick["init"]) in str(err.value)
     # a fine-tuned model's own and its input model's evaluations are taken, another's is not
-    model = _fine_tune(quick, tmp_path / "finetune", (0.2, 0.3))
+    model = path_identity(_fine_tune(quick, tmp_path / "finetune", (0.2, 0.3)))
     started = path_identity(quick["init"])
     zero = _finished("evaluate", quick["init"], _metrics(quick["beir"], 0.25), tmp_path / "zero")
-    assert [e["metrics"]["nDCG@10"] for e in scores_of(model, [str(zero)], started).before] == [
+    assert [e["metrics"]["nDCG@10"] for e in scores_of(model, started, [str(zero)]).before] == [
         0.25
     ]
     with pytest.raises(InputError, match="nor the model it was fine-tuned from"):
-        scores_of(model, [str(zero), str(other)], started)
+        scores_of(model, started, [str(zero), str(other)])
 
     unfinished = _finished("evaluate", quick["init"], _metrics(quick["beir"], 0.3), tmp_path / "u")
     (unfinished / "_SUCCESS").unlink()
@@ -400,7 +400,7 @@ def test_scores_of_another_model_or_of_no_finished_output_are_refused_in_one_lin
         (tmp_path / "nowhere", "is not a finished evaluate or export output"),
     ):
         with pytest.raises(InputError, match=re.escape(f"--scores {str(named)!r} {why}")):
-            scores_of(model, [str(named)], started)
+            scores_of(model, started, [str(named)])
 
 
 def test_the_sick_pairs_lose_their_licence_when_copied_or_changed(
@@ -544,7 +544,7 @@ def test_an_exports_parity_joins_the_card_beside_its_evaluations(
             "export", model, _export_report("qdrant", 0.5, True) | {"queries": 7}, tmp_path / "q2"
         ),
     ]
-    found = scores_of(model, [str(n) for n in named])
+    found = scores_of(path_identity(model), "", [str(n) for n in named])
     assert [(e["target"], e["queries"]) for e in found.exports] == [("qdrant", 7), ("pisa", 40)]
     card = render(read_provenance(model), found.own, found.exports, found.before)
     assert "## Exports" in card

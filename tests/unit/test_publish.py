@@ -150,3 +150,32 @@ def test_scores_that_are_not_a_finished_evaluation_are_refused_before_any_work(
     (line,) = error_lines(capsys)
     assert "scores" in line and "is read only with push_to_hub" in line
     assert not (tmp_path / "ft").exists()
+
+
+def test_scores_of_another_model_are_refused_before_the_run(
+    fixtures_root: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An evaluation names the model it scored by identity; the model an init run writes is named
+    by the run's identity before anything is computed, so scores of another model are one line
+    (exit 2) before any output exists. A model this run writes is refused nothing."""
+    from sembridge_ray.runtime.identity import RunIdentity
+    from sembridge_ray.runtime.manifest import IDENTITY, write_success
+
+    def evaluation_of(model: str, out: Path) -> Path:
+        out.mkdir()
+        (out / "metrics.json").write_text(json.dumps({"dataset": "sick", "split": "test"}))
+        identity = RunIdentity(job="evaluate", settings={}, inputs={"model": model})
+        (out / IDENTITY).write_text(json.dumps(identity.to_dict()))
+        write_success(out)
+        return out
+
+    monkeypatch.setattr(sparse_model, "check_push", lambda repo: None)
+    other = evaluation_of("run:init:0123456789abcdef01234567/model", tmp_path / "other")
+    argv = [*init_args(fixtures_root, tmp_path / "init", "org/model"), "--scores", str(other)]
+    assert init_embeddings.main(argv) == 2
+    (line,) = error_lines(capsys)
+    assert line.startswith(f"error: --scores {str(other)!r} scored another model (run:init:0123")
+    assert not (tmp_path / "init").exists()

@@ -37,6 +37,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "data",
         "testing",
         "model_card",
+        "publish",
         "provenance",
         "bundled",
         "splade_tiny",
@@ -213,8 +214,8 @@ LIMITS = {
     "dict_str_any_share": 0.01,
     "largest_module": 600,
     "module_p90": 380,
-    "largest_fan_out": 24,
-    "glue_share": 0.465,
+    "largest_fan_out": 25,
+    "glue_share": 0.46,
 }
 ZERO = ("cycles", "upward_imports", "driver_imports")
 """What ``--check`` holds the package to (the anchors: fairseq2 1.3% and mergekit 0.3% of lines over
@@ -248,7 +249,7 @@ def style(root: Path = ROOT) -> dict[str, float | int]:
 MATHS = ("embed_init", "sparse", "retrieval", "data", "siamese")
 GLUE = (
     *("cli", "config", "jobs", "recipes", "runtime", "distributed", "export"),
-    *("cache", "model_card", "provenance"),
+    *("cache", "model_card", "publish", "provenance"),
 )
 """The rooms of the maths and of the glue (the command line, configs, the contracts and Ray-free runs,
 the run contract, publishing, the Ray drivers and the export targets); the rest (reproduce's tables

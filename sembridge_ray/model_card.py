@@ -1,7 +1,7 @@
 """The model card of every model the init and fine-tuning jobs write (``model/README.md``),
 rendered from the provenance beside it (``sembridge.json``, :mod:`sembridge_ray.provenance`), and
 rendered again when the model is published, with the scores of the evaluate and export outputs the
-user names (:func:`publish`).
+user names (:mod:`sembridge_ray.publish`).
 
 sentence-transformers' ``SparseEncoderModelCardData`` and the hub's ``ModelCard.from_template``
 render it: the metadata hub users expect (``library_name``, ``pipeline_tag``, ``tags``,
@@ -10,19 +10,16 @@ render it: the metadata hub users expect (``library_name``, ``pipeline_tag``, ``
 input, the scores table and the loss. sentence-transformers keeps the card when it loads and pushes
 the model again, putting the repository id into its usage snippet.
 
-**Scores** live in their own outputs: an evaluation's in its ``metrics.json``, an export's parity
-in its ``export_report.json``. No job writes into another's finished output: a model's card on disk
-shows its provenance and, for a fine-tuned model, its run's development-set scores; the card pushed
-to the hub adds the evaluations and exports named at publish time (``--scores``), and for a
-fine-tuned model the evaluations of the model it started from (its zero-shot column)."""
+**Scores**: a model's card on disk shows its provenance and, for a fine-tuned model, its run's
+development-set scores; the card pushed to the hub adds the evaluations and exports named at
+publish time (``--scores``), and for a fine-tuned model the evaluations of the model it started
+from (its zero-shot column)."""
 
 from __future__ import annotations
 
 import json
 import logging
 import re
-import tempfile
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -30,10 +27,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from sembridge_ray import __version__, catalog, resources
-from sembridge_ray.bundled import resolve
 from sembridge_ray.embed_init.config import ENTMAX_BRIDGES
-from sembridge_ray.export.report import ExportReport
-from sembridge_ray.json_types import JSONObject
 from sembridge_ray.languages import english_name
 from sembridge_ray.provenance import (
     PROVENANCE,
@@ -42,22 +36,14 @@ from sembridge_ray.provenance import (
     Evaluation,
     ExportParity,
     FinetuneFacts,
-    Health,
     InitFacts,
     InputLicence,
     Provenance,
     all_licences,
     combined_licence,
-    dataset_ref,
     is_local,
-    read_provenance,
 )
-from sembridge_ray.runtime.errors import InputError
-from sembridge_ray.runtime.identity import RunIdentity, path_identity
-from sembridge_ray.runtime.manifest import is_complete
-from sembridge_ray.runtime.outputs import atomic_write_json, read_identity
 from sembridge_ray.sparse.config import RANKING_LABELS
-from sembridge_ray.sparse.convergence import query_collapse
 
 log = logging.getLogger(__name__)
 CARD = "README.md"
@@ -90,174 +76,17 @@ def dev_scores(
     return found
 
 
-def evaluation(
-    dataset: str, resolved: str, split: str, metrics: Mapping[str, Any], run: str = ""
-) -> Evaluation:
-    """An :class:`Evaluation` from an evaluate job's ``metrics.json`` (``dataset`` as the user named
-    it)."""
-    name, hub_id = dataset_ref(dataset, resolved)
-    shown = {k: round(float(metrics[k]), 4) for k in SHOWN_METRICS if k in metrics}
-    found = Evaluation(dataset=name, split=split, metrics=shown)
-    if hub_id:
-        found["dataset_id"] = hub_id
-    if "num_queries" in metrics and "num_docs" in metrics:
-        found["queries"], found["documents"] = int(metrics["num_queries"]), int(metrics["num_docs"])
-    if run:
-        found["run"] = run
-    if "mean_active_dims_query" in metrics and "mean_active_dims_doc" in metrics:
-        dims_q = float(metrics["mean_active_dims_query"])
-        found["health"] = Health(
-            active_dims_query=round(dims_q, 1),
-            active_dims_doc=round(float(metrics["mean_active_dims_doc"]), 1),
-            empty_share_query=round(float(metrics.get("empty_share_query", 0.0)), 4),
-            empty_share_doc=round(float(metrics.get("empty_share_doc", 0.0)), 4),
-            collapsed=query_collapse(dims_q) or "",
-        )
-    return found
-
-
 def _health_row(item: Evaluation) -> list[str] | None:
     """One row of the card's health table (None for an evaluation recorded without it)."""
     health = item.get("health")
     if not health:
         return None
     return [
-        *_key(item),
+        *key_of(item),
         f"{health.get('active_dims_query', 0):g} / {health.get('active_dims_doc', 0):g}",
         f"{health.get('empty_share_query', 0):.1%} / {health.get('empty_share_doc', 0):.1%}",
         f"**yes**: {health['collapsed']}" if health.get("collapsed") else "no",
     ]
-
-
-def export_parity(report: ExportReport) -> ExportParity:
-    """What a card keeps of an export's ``export_report.json``."""
-    return ExportParity(
-        target=report["target"],
-        dataset=report["dataset"],
-        split=report["split"],
-        queries=report["queries"],
-        documents=report["documents"],
-        overlap10=report["overlap@10"],
-        ndcg10_exact=report["ndcg@10_exact"],
-        ndcg10_target=report["ndcg@10_target"],
-        passed=report["passed"],
-    )
-
-
-# ---- publishing
-# ---------------------------------------------------------------------------------------------------
-
-SCORED = {"evaluate": "metrics.json", "export": "export_report.json"}
-"""The file of each job's output that holds its scores."""
-PUSHED = "pushed.json"
-"""Beside a finished output's manifest (not in it): every push of its model, newest last."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class Scores:
-    """What a published card shows beyond the provenance: the model's evaluations, those of the
-    model it was fine-tuned from (the zero-shot column) and its exports' parities."""
-
-    own: list[Evaluation] = field(default_factory=list)
-    before: list[Evaluation] = field(default_factory=list)
-    exports: list[ExportParity] = field(default_factory=list)
-
-
-def check_publish(repo_id: str, scores: Sequence[str]) -> None:
-    """Refuse, before any work, a push that cannot happen (:func:`~sembridge_ray.sparse.model.check_push`)
-    and a ``--scores`` output that is not a finished evaluation or export: one line each."""
-    from sembridge_ray.sparse import model as sparse_model
-
-    sparse_model.check_push(repo_id)
-    for named in scores:
-        _scored_output(named)
-
-
-def _scored_output(named: str) -> tuple[str, str, str, JSONObject]:
-    """(job, run fingerprint, identity of the model it scored, its scores file) of a finished
-    evaluate or export output."""
-    out = Path(named).expanduser()
-    identity = read_identity(out)
-    if identity is None or identity.job not in SCORED or not is_complete(out):
-        raise InputError(f"--scores {named!r} is not a finished evaluate or export output")
-    if "model" not in identity.inputs:
-        raise InputError(
-            f"--scores {named!r} exported a checkpoint (its model is in that output), not a published model"
-        )
-    found = json.loads((out / SCORED[identity.job]).read_text(encoding="utf-8"))
-    return identity.job, identity.fingerprint, identity.inputs["model"], found
-
-
-def scores_of(model_id: str, started_from: str, outputs: Sequence[str]) -> Scores:
-    """The scores of ``outputs`` (finished evaluate and export outputs) sorted by the model each
-    scored: the model of identity ``model_id``, or for an evaluation the model a fine-tuning run
-    ``started_from`` (its identity; "" for none). One that scored another model is refused in one
-    line naming both; of two on the same dataset and split (and target), the one named last is
-    kept."""
-    own: dict[tuple[str, ...], Evaluation] = {}
-    before: dict[tuple[str, ...], Evaluation] = {}
-    exports: dict[tuple[str, ...], ExportParity] = {}
-    for named in outputs:
-        job, run, scored, found = _scored_output(named)
-        if job == "export" and scored == model_id:
-            parity = export_parity(cast(ExportReport, found))
-            exports[_key(parity)] = parity
-        elif job == "evaluate" and scored in (model_id, started_from):
-            dataset = str(found["dataset"])
-            item = evaluation(
-                dataset, resolve(dataset), str(found["split"]), found, f"run:evaluate:{run}"
-            )
-            (own if scored == model_id else before)[_key(item)] = item
-        else:
-            also = f" nor the model it was fine-tuned from ({started_from})" if started_from else ""
-            raise InputError(
-                f"--scores {named!r} scored another model ({scored}), not this one ({model_id}){also}"
-            )
-    return Scores(own=[*own.values()], before=[*before.values()], exports=[*exports.values()])
-
-
-def started_from(identity: RunIdentity | None) -> str:
-    """The identity of the model a fine-tuning run started from ("" for any other run)."""
-    return identity.inputs.get("model", "") if identity and identity.job == "finetune" else ""
-
-
-def check_scores(identity: RunIdentity, model: str, outputs: Sequence[str]) -> None:
-    """Refuse, before the run, a ``--scores`` output that scored neither the model this run writes
-    (``<output>/<model>``, named by the run's identity) nor, for a fine-tuning, its input model."""
-    scores_of(f"run:{identity.job}:{identity.fingerprint}/{model}", started_from(identity), outputs)
-
-
-def publish(out: Path, model: str, repo_id: str, scores: Sequence[str] = ()) -> str:
-    """Push the model ``out/model`` of a finished output with its card rendered again with
-    ``scores`` (:func:`scores_of`), and record the push in ``out/pushed.json`` (repository, URL,
-    the run's fingerprint, the scores' outputs, time); returns the URL. Nothing else of the output
-    is written to: the card is rendered into a directory of links to the model's files."""
-    from sembridge_ray.sparse import model as sparse_model
-
-    out, identity = Path(out), read_identity(Path(out))
-    found = scores_of(path_identity(out / model), started_from(identity), scores)
-    card = render(read_provenance(out / model), found.own, found.exports, found.before)
-    with tempfile.TemporaryDirectory(prefix="sembridge-publish-") as tmp:
-        url = sparse_model.push_model(_linked(out / model, Path(tmp), card), repo_id)
-    try:
-        pushes = json.loads((out / PUSHED).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        pushes = []
-    record = {"repo_id": repo_id, "url": url, "run": identity.fingerprint if identity else ""}
-    atomic_write_json(
-        out / PUSHED, [*pushes, {**record, "scores": list(scores), "at": time.time()}]
-    )
-    return url
-
-
-def _linked(model_dir: Path, into: Path, card: str) -> Path:
-    """``into``, holding links to the files of ``model_dir`` and ``card`` as its README."""
-    for path in model_dir.rglob("*"):
-        if path.is_file() and (rel := path.relative_to(model_dir)) != Path(CARD):
-            (into / rel).parent.mkdir(parents=True, exist_ok=True)
-            (into / rel).symlink_to(path.resolve())
-    (into / CARD).write_text(card, encoding="utf-8")
-    return into
 
 
 # ---- rendering
@@ -323,7 +152,7 @@ def _num(value: object) -> str:
     return f"{value:.4f}" if isinstance(value, int | float) else "–"
 
 
-def _key(item: Mapping[str, Any]) -> tuple[str, ...]:
+def key_of(item: Mapping[str, Any]) -> tuple[str, ...]:
     """What a recorded item replaces: one of the same (target,) dataset and split."""
     where = (item.get("dataset", ""), item.get("split", ""))
     return (item["target"], *where) if "target" in item else where
@@ -334,21 +163,21 @@ def _eval_rows(
 ) -> list[list[str]]:
     """Per (dataset, split): nDCG@10 zero-shot and (fine-tuned) fine-tuned, then the other metrics
     of this model."""
-    base = {_key(e): e.get("metrics", {}).get(PRIMARY) for e in before}
+    base = {key_of(e): e.get("metrics", {}).get(PRIMARY) for e in before}
     rows = []
     for item in own:
         got = item.get("metrics", {})
         values = (
-            [_num(base.get(_key(item))), _num(got.get(PRIMARY))]
+            [_num(base.get(key_of(item))), _num(got.get(PRIMARY))]
             if tuned
             else [_num(got.get(PRIMARY))]
         )
-        rows.append([*_key(item), *values, _num(got.get("RR@10")), _num(got.get("R@100"))])
+        rows.append([*key_of(item), *values, _num(got.get("RR@10")), _num(got.get("R@100"))])
     if tuned:
         rows += [
             [*k, _num(v), "not evaluated yet", "–", "–"]
             for k, v in base.items()
-            if k not in map(_key, own)
+            if k not in map(key_of, own)
         ]
     if dev:
         name = f"{dev.get('dataset')} (fine-tuning's development set, step {dev.get('step')})"
@@ -368,7 +197,7 @@ def _eval_rows(
 def _export_row(item: ExportParity) -> list[str]:
     return [
         f"`{item.get('target', '')}`",
-        *_key(item)[1:],
+        *key_of(item)[1:],
         str(item.get("queries", "–")),
         _num(item.get("overlap10")),
         _num(item.get("ndcg10_exact")),
@@ -459,7 +288,7 @@ def render(
     facts = cast(Provenance, prov)
     init, tune = facts.get("init", {}), facts.get("finetune", {})
     own, dev = list(scores), tune.get("dev", {})
-    before = [*{_key(e): e for e in [*tune.get("zero_shot", []), *zero_shot]}.values()]
+    before = [*{key_of(e): e for e in [*tune.get("zero_shot", []), *zero_shot]}.values()]
     code, licences = init.get("language", ""), all_licences(facts)
     alpha = f"{init['alpha']:g}" if init.get("method") in ENTMAX_BRIDGES and "alpha" in init else ""
     hub, licence_name = combined_licence(licences)

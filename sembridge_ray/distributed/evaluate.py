@@ -30,7 +30,7 @@ from sembridge_ray.data.retrieval import RetrievalData
 from sembridge_ray.distributed.encode import encode_judged
 from sembridge_ray.distributed.executor import RayExecutor
 from sembridge_ray.jobs.evaluate import EvaluateConfig, EvaluateResult
-from sembridge_ray.model_card import SCORED
+from sembridge_ray.publish import SCORED
 from sembridge_ray.retrieval.index import PAD, Shard, TopK, build_shard, rank_ids, shard_bounds
 from sembridge_ray.retrieval.metrics import (
     empty_rows,

@@ -44,7 +44,7 @@ from sembridge_ray.export.report import ExportReport
 from sembridge_ray.export.targets import MODEL_DIRECTORY, target
 from sembridge_ray.jobs.evaluate import EvaluateConfig
 from sembridge_ray.jobs.export import ExportConfig, ExportResult
-from sembridge_ray.model_card import SCORED
+from sembridge_ray.publish import SCORED
 from sembridge_ray.retrieval.sources import resolve_dataset, resolve_model
 from sembridge_ray.retrieval.store import fingerprint, parquet_files, read_vectors
 from sembridge_ray.runtime.atomic import remove

@@ -36,7 +36,7 @@ from sembridge_ray.distributed.train_worker import (
 from sembridge_ray.distributed.worker_runtime import LocalRuntime
 from sembridge_ray.jobs.dev import DevSet, load_dev
 from sembridge_ray.jobs.finetune import FinetuneConfig, FinetuneResult
-from sembridge_ray.model_card import check_publish, check_scores, publish
+from sembridge_ray.publish import check_publish, check_scores, publish
 from sembridge_ray.runtime.config import write_config
 from sembridge_ray.runtime.errors import InputError
 from sembridge_ray.runtime.executor import worker_threads

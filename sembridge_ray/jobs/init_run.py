@@ -42,7 +42,7 @@ from sembridge_ray.embed_init.transplant import (
 )
 from sembridge_ray.embed_init.vocab import Partition, partition_vocab
 from sembridge_ray.jobs.init import InitConfig, InitResult
-from sembridge_ray.model_card import check_publish, check_scores, publish, write_card
+from sembridge_ray.model_card import write_card
 from sembridge_ray.provenance import (
     InitFacts,
     base_model,
@@ -50,6 +50,7 @@ from sembridge_ray.provenance import (
     input_licences,
     language_of,
 )
+from sembridge_ray.publish import check_publish, check_scores, publish
 from sembridge_ray.runtime.config import write_config
 from sembridge_ray.runtime.errors import InputError
 from sembridge_ray.runtime.identity import model_identity, path_identity, require_unchanged

@@ -19,7 +19,7 @@ from sembridge_ray.distributed import train_run
 from sembridge_ray.jobs.evaluate import EvaluateConfig
 from sembridge_ray.jobs.export import ExportConfig
 from sembridge_ray.jobs.finetune import FinetuneConfig, OptimConfig
-from sembridge_ray.model_card import scores_of
+from sembridge_ray.publish import scores_of
 from sembridge_ray.runtime.identity import InputChanged, path_identity
 from sembridge_ray.runtime.outputs import SUCCESS
 from sembridge_ray.runtime.placement import ResourceConfig

@@ -31,16 +31,7 @@ from sembridge_ray.jobs.finetune import FinetuneConfig
 from sembridge_ray.jobs.init import InitConfig
 from sembridge_ray.jobs.init_run import initialise
 from sembridge_ray.jobs.reproduce import DemoSettings
-from sembridge_ray.model_card import (
-    CARD,
-    PUSHED,
-    SCORED,
-    evaluation,
-    publish,
-    render,
-    scores_of,
-    write_card,
-)
+from sembridge_ray.model_card import CARD, render, write_card
 from sembridge_ray.provenance import (
     PROVENANCE,
     UNKNOWN,
@@ -50,6 +41,7 @@ from sembridge_ray.provenance import (
     input_licences,
     read_provenance,
 )
+from sembridge_ray.publish import PUSHED, SCORED, evaluation, publish, scores_of
 from sembridge_ray.reproduce import demo
 from sembridge_ray.resources import asset, sick_dir
 from sembridge_ray.runtime.errors import InputError

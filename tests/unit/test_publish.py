@@ -15,7 +15,8 @@ import pytest
 from jobs import finetune, init_embeddings
 from sembridge_ray.jobs.init import InitConfig
 from sembridge_ray.jobs.init_run import initialise
-from sembridge_ray.model_card import CARD, PUSHED
+from sembridge_ray.model_card import CARD
+from sembridge_ray.publish import PUSHED
 from sembridge_ray.sparse import model as sparse_model
 from tests.conftest import error_lines
 

@@ -36,6 +36,10 @@ def init_args(fixtures_root: Path, out: Path, repo: str) -> list[str]:
     ]
 
 
+def ft_args(fixtures_root: Path, out: Path) -> list[str]:
+    return ["--model", str(fixtures_root / "bert-mlm"), "--train", "sick", "--output", str(out)]
+
+
 @pytest.mark.parametrize(
     ("repo", "offline", "token", "message"),
     [
@@ -61,14 +65,7 @@ def test_a_push_that_cannot_happen_is_refused_first(
     monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "no-token"))
     if token:
         monkeypatch.setenv("HF_TOKEN", token)
-    ft = [
-        "--model",
-        str(fixtures_root / "bert-mlm"),
-        "--train",
-        "sick",
-        "--output",
-        str(tmp_path / "ft"),
-    ]
+    ft = ft_args(fixtures_root, tmp_path / "ft")
     for main, argv in (
         (init_embeddings.main, init_args(fixtures_root, tmp_path / "init", repo)),
         (finetune.main, ft),
@@ -139,14 +136,7 @@ def test_scores_that_are_not_a_finished_evaluation_are_refused_before_any_work(
     assert err == [f"error: --scores {str(half)!r} is not a finished evaluate or export output"]
     assert not (tmp_path / "init").exists()
 
-    ft = [
-        "--model",
-        str(fixtures_root / "bert-mlm"),
-        "--train",
-        "sick",
-        "--output",
-        str(tmp_path / "ft"),
-    ]
+    ft = ft_args(fixtures_root, tmp_path / "ft")
     assert finetune.main([*ft, "--scores", str(half)]) == 2
     (line,) = error_lines(capsys)
     assert "scores" in line and "is read only with push_to_hub" in line

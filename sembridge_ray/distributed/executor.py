@@ -137,7 +137,9 @@ class _Holder:
     """One actor holding ``holder(obj)``, the object read (zero-copy where it can) from the object
     store, with ``threads`` torch threads."""
 
-    def __init__(self, holder: Callable[[Any], object], ref: list[Any], threads: int) -> None:
+    def __init__(
+        self, holder: Callable[[Any], object], ref: list[ray.ObjectRef[object]], threads: int
+    ) -> None:
         use_threads(threads)
         self.held = holder(ray.get(ref[0]))
 
@@ -151,17 +153,16 @@ class _Holder:
 class _RayHeld:
     """A :class:`~sembridge_ray.runtime.executor.Held` of Ray actors (see the module's docstring)."""
 
-    def __init__(self, holder: Callable[[Any], object], refs: list[Any], cpus: float) -> None:
-        self.holder, self.refs, self.cpus = (
-            holder,
-            refs,
-            cpus,
-        )  # refs: a restarted actor reads again
+    def __init__(
+        self, holder: Callable[[Any], object], refs: list[ray.ObjectRef[object]], cpus: float
+    ) -> None:
+        self.holder, self.cpus = holder, cpus
+        self.refs = refs  # kept: a restarted actor reads its object again
         self.actors = [self._actor(ref) for ref in refs]
 
-    def _actor(self, ref: Any) -> Any:
+    def _actor(self, ref: ray.ObjectRef[object]) -> ray.actor.ActorHandle[_Holder]:
         threads = max(1, int(self.cpus))  # the actor's CPU share
-        return _Holder.options(num_cpus=self.cpus).remote(self.holder, [ref], threads)  # type: ignore[attr-defined]
+        return _Holder.options(num_cpus=self.cpus).remote(self.holder, [ref], threads)  # type: ignore[attr-defined,no-any-return]
 
     def ask(self, method: str, *args: object) -> Asked:
         sent = [ray.put(arg) for arg in args]  # once, whatever the number of actors

@@ -41,16 +41,6 @@ class Scores:
     exports: list[ExportParity]
 
 
-def check_publish(repo_id: str, scores: Sequence[str]) -> None:
-    """Refuse, before any work, a push that cannot happen (:func:`~sembridge_ray.sparse.model.check_push`)
-    and a ``--scores`` output that is not a finished evaluation or export: one line each."""
-    from sembridge_ray.sparse import model as sparse_model
-
-    sparse_model.check_push(repo_id)
-    for named in scores:
-        _scored_output(named)
-
-
 def _scored_output(named: str) -> tuple[str, str, str, JSONObject]:
     """(job, run fingerprint, identity of the model it scored, its scores file) of a finished
     evaluate or export output."""
@@ -100,8 +90,9 @@ def started_from(identity: RunIdentity | None) -> str:
 
 
 def check_scores(identity: RunIdentity, model: str, outputs: Sequence[str]) -> None:
-    """Refuse, before the run, a ``--scores`` output that scored neither the model this run writes
-    (``<output>/<model>``, named by the run's identity) nor, for a fine-tuning, its input model."""
+    """Refuse, before the run, a ``--scores`` output that is not a finished evaluate or export
+    output, or that scored neither the model this run writes (``<output>/<model>``, named by the
+    run's identity) nor, for a fine-tuning, its input model: one line each."""
     scores_of(f"run:{identity.job}:{identity.fingerprint}/{model}", started_from(identity), outputs)
 
 

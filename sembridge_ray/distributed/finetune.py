@@ -36,7 +36,7 @@ from sembridge_ray.distributed.train_worker import (
 from sembridge_ray.distributed.worker_runtime import LocalRuntime
 from sembridge_ray.jobs.dev import DevSet, load_dev
 from sembridge_ray.jobs.finetune import FinetuneConfig, FinetuneResult
-from sembridge_ray.publish import check_publish, check_scores, publish
+from sembridge_ray.publish import check_scores, publish
 from sembridge_ray.runtime.config import write_config
 from sembridge_ray.runtime.errors import InputError
 from sembridge_ray.runtime.executor import worker_threads
@@ -44,7 +44,7 @@ from sembridge_ray.runtime.identity import RunIdentity, model_identity, require_
 from sembridge_ray.runtime.outputs import atomic_write_json, claim_output, preflight
 from sembridge_ray.runtime.placement import Placement, local_precision
 from sembridge_ray.sparse.checkpoints import is_local, set_aside_damaged
-from sembridge_ray.sparse.model import check_mlm
+from sembridge_ray.sparse.model import check_mlm, check_push
 from sembridge_ray.sparse.tracker import Tracker
 
 log = logging.getLogger(__name__)
@@ -76,8 +76,7 @@ def run_finetune(cfg: FinetuneConfig, inputs: dict[str, str] | None = None) -> F
     ``inputs`` (identities of the model and the training data) may come from a caller that planned
     them."""
     if cfg.push_to_hub:
-        # before any work: a push that cannot happen fails in a second
-        check_publish(cfg.push_to_hub, cfg.scores)
+        check_push(cfg.push_to_hub)  # before any work: a push that cannot happen fails in a second
     result = _run_finetune(cfg, inputs)
     if not cfg.push_to_hub:
         return result

@@ -50,7 +50,7 @@ from sembridge_ray.provenance import (
     input_licences,
     language_of,
 )
-from sembridge_ray.publish import check_publish, check_scores, publish
+from sembridge_ray.publish import check_scores, publish
 from sembridge_ray.runtime.config import write_config
 from sembridge_ray.runtime.errors import InputError
 from sembridge_ray.runtime.identity import model_identity, path_identity, require_unchanged
@@ -60,6 +60,7 @@ from sembridge_ray.runtime.progress import duration
 from sembridge_ray.sparse.finite import require_finite
 from sembridge_ray.sparse.model import (
     Serving,
+    check_push,
     load_mlm,
     load_tokenizer,
     read_pooling,
@@ -126,8 +127,7 @@ def initialise(
     (``scripts/position_aware/variants.py``; ``position.position_class``): no config key, since no
     user would pick it, and so in no identity either: give such a run an output of its own."""
     if cfg.push_to_hub:
-        # before any work: a push that cannot happen fails in a second
-        check_publish(cfg.push_to_hub, cfg.scores)
+        check_push(cfg.push_to_hub)  # before any work: a push that cannot happen fails in a second
     result = _initialise(cfg, stages, inputs, neutral_symbols)
     if not cfg.push_to_hub:
         return result

@@ -169,8 +169,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--split", default="test")
     parser.add_argument("--docs", type=int, default=2000, help="documents (the corpus's first N)")
     parser.add_argument("--queries", type=int, default=200, help="judged queries")
-    parser.add_argument("--sides", default=",".join(("exact", "torch-fp32", *ENGINES, *ENCODERS)))
+    sides = ("exact", "torch-fp32", *ENGINES, *ENCODERS)
+    parser.add_argument("--sides", default=",".join(sides))
     args = parser.parse_args(argv)
+    unknown = [x for x in args.sides.split(",") if x not in sides]
+    if unknown:
+        parser.error(f"--sides: unknown {', '.join(unknown)} (choose from {', '.join(sides)})")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import pickle
 

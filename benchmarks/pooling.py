@@ -146,7 +146,7 @@ def _run_variant(case: MemoryCase, chunk: int, grads: Path) -> StepMemory:
 
 
 def _grad_diffs(a: Path, b: Path) -> GradDiffs:
-    naive, chunked = torch.load(a), torch.load(b)
+    naive, chunked = torch.load(a, weights_only=True), torch.load(b, weights_only=True)
     diffs = {k: float((naive[k].double() - chunked[k].double()).abs().max()) for k in naive}
     worst = max(diffs, key=lambda k: diffs[k])
     return {

@@ -25,6 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory", action="store_true")
     parser.add_argument("--overhead", action="store_true")
     parser.add_argument("--chunk", type=int, default=32, help="pooling slice (tokens) for --memory")
+    parser.add_argument("--memory-batch", type=int, default=64, help="batch for --memory")
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--batch", type=int, default=32, help="global batch for --overhead")
     parser.add_argument("--workers", type=int, default=1)
@@ -39,7 +40,12 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory() as tmp:
             print(
                 json.dumps(
-                    {"memory": compare_memory(MemoryCase(), args.chunk, Path(tmp))}, indent=2
+                    {
+                        "memory": compare_memory(
+                            MemoryCase(batch=args.memory_batch), args.chunk, Path(tmp)
+                        )
+                    },
+                    indent=2,
                 )
             )
     if args.overhead:

@@ -87,7 +87,7 @@ def test_two_workers_match_one_process_on_the_global_batch(tmp_path: Path) -> No
     single = _one_step(ToyEncoder(), _global_batch())
     mp.spawn(_worker, args=(2, str(tmp_path)), nprocs=2, join=True)
     for rank in range(2):
-        got = torch.load(tmp_path / f"rank{rank}.pt")
+        got = torch.load(tmp_path / f"rank{rank}.pt", weights_only=True)
         torch.testing.assert_close(got["grad"], single["grad"], rtol=1e-10, atol=1e-12)
         for key in ("loss", "infonce", "flops_q", "flops_d", "active_dims_q", "active_dims_d"):
             assert abs(got["metrics"][key] - single["metrics"][key]) <= 1e-10 * max(

@@ -136,7 +136,7 @@ def test_a_resumed_run_takes_exactly_the_same_steps(fixtures_root) -> None:
     torch.save({**capture_state(model, optimizer, scheduler, cut), "rng": rng_state()}, buffer)
     torch.manual_seed(99)  # a new process would have a different stream
     model, tok, optimizer, scheduler = _setup(fixtures_root, total)
-    state = torch.load(io.BytesIO(buffer.getvalue()))
+    state = torch.load(io.BytesIO(buffer.getvalue()), weights_only=True)
     start = restore_state(state, model, optimizer, scheduler)
     set_rng_state(state["rng"])
     rest = list(

@@ -12,14 +12,16 @@ deterministic is therefore the same as an undisturbed one."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import pyarrow as pa
 import ray
 
-from sembridge_ray.distributed import cluster
+from sembridge_ray.distributed import cluster, train_run
 from sembridge_ray.runtime.executor import (
     Asked,
     BlockFn,
@@ -27,6 +29,8 @@ from sembridge_ray.runtime.executor import (
     LocalExecutor,
     Pool,
     Tasks,
+    Training,
+    is_local,
     num_rows,
     use_threads,
 )
@@ -69,8 +73,26 @@ class RayExecutor:
     def placement(self, res: ResourceConfig, reserve: bool = True) -> Placement:
         return cluster.placement(res, reserve)
 
+    def planned(self, res: ResourceConfig, reserve: bool = True) -> Placement:
+        return cluster.expected_placement(res, reserve)
+
     def precision(self, setting: Precision, res: ResourceConfig, reserve: bool = True) -> Precision:
         return cluster.resolve_precision(setting, res, reserve)
+
+    def train(self, training: Training) -> contextlib.AbstractContextManager[Path | None]:
+        """Ray Train (:func:`train_run.fit`, with its restarts), or this process when the one CPU
+        worker would be this driver's (``cluster.driver_is_the_worker``) and the checkpoints are on
+        a path: the same body, stream, batches, checkpoints and torch thread count without the 20-25
+        s it takes to start a Ray Train worker (measured on 2 CPUs: a 12-step fine-tuning of
+        SPLADE-tiny took 33 s with Ray Train, 8 s of it training). In this process a failure is not
+        restarted (a rerun resumes)."""
+        train_run.storage_note(training.storage)
+        if is_local(training.run_dir) and cluster.driver_is_the_worker(training.plan):
+            return self.local.train(training)
+        return train_run.fit(training)
+
+    def resume_step(self, training: Training) -> int | None:
+        return train_run.latest_step(training)
 
     def map_blocks(
         self,

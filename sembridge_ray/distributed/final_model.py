@@ -54,7 +54,6 @@ from sembridge_ray.sparse.model import (
 )
 
 if TYPE_CHECKING:
-    import ray.train
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 MODEL_DIR = "model"
@@ -81,7 +80,7 @@ def serving(cfg: FinetuneConfig) -> Serving:
 
 
 def export_checkpoint(
-    checkpoint: ray.train.Checkpoint | None,
+    checkpoint: Path | None,
     cfg: FinetuneConfig,
     out: Path,
     total_steps: int,
@@ -117,7 +116,7 @@ def export_checkpoint(
 
 
 def _final_checkpoint(
-    checkpoint: ray.train.Checkpoint | None, total_steps: int, run_dir: str
+    checkpoint: Path | None, total_steps: int, run_dir: str
 ) -> tuple[loop.TrainState, list[dict[str, float]], BestState | None]:
     """(rank 0's state, the metrics, the best weights kept) of the run's final checkpoint: on a
     path, the one of step ``total_steps``, which must verify; on object storage, the one Ray Train
@@ -129,9 +128,8 @@ def _final_checkpoint(
         state, _, history = load_part(final_dir, 0)
         kept = load_best(final_dir)
     elif checkpoint is not None:
-        with checkpoint.as_directory() as ckpt:
-            state, _, history = load_part(Path(ckpt), 0)
-            kept = load_best(Path(ckpt))
+        state, _, history = load_part(checkpoint, 0)
+        kept = load_best(checkpoint)
     else:
         raise RuntimeError("the training run reported no checkpoint")
     if state["step"] != total_steps:

@@ -1,12 +1,12 @@
-"""Ray side of fine-tuning: training stream (Parquet) -> Ray Data -> TorchTrainer (DDP) ->
-SparseEncoder directory.
+"""The fine-tuning job: training stream (Parquet) -> the executor's training (Ray: TorchTrainer,
+DDP; or this process) -> SparseEncoder directory. Written against the executor; no Ray here.
 
-Resume semantics. The Ray Train run is named by a digest of the settings that shape the trajectory
-(``train_run.run_name``) and stored under ``storage`` (default ``<output>/checkpoints``).
-Rerunning the same command after the driver died finds that run, logs ``resumed from step N``, and
-every worker restores the model, AdamW, the schedule, its RNG and the data position (step N of the
-stream) from the latest checkpoint. Lost workers are restarted from it within one run, at most
-``max_failures`` times (``train_run.fit``).
+Resume semantics. The training run is named by a digest of the settings that shape the trajectory
+(:func:`run_name`) and stored under ``storage`` (default ``<output>/checkpoints``). Rerunning the
+same command after the driver died finds that run, logs ``resumed from step N``, and every worker
+restores the model, AdamW, the schedule, its RNG and the data position (step N of the stream) from
+the latest checkpoint. Lost workers are restarted from it within one run, at most ``max_failures``
+times (the executor's ``train``).
 
 Integrity. A restart restores the newest checkpoint that verifies
 (``sparse.checkpoints.restore_point``, the same rule in the driver and in every worker); a damaged
@@ -25,7 +25,7 @@ from pathlib import Path
 from sembridge_ray.bundled import resolve
 from sembridge_ray.data.registry import dataset_identity
 from sembridge_ray.data.stream import StreamInfo, materialise_stream
-from sembridge_ray.distributed import cluster, train_run
+from sembridge_ray.distributed.executor import RayExecutor
 from sembridge_ray.distributed.final_model import MODEL_DIR, Exported, export_checkpoint
 from sembridge_ray.distributed.train_worker import (
     TENSORBOARD_DIR,
@@ -33,17 +33,16 @@ from sembridge_ray.distributed.train_worker import (
     loop_config,
     worker_body,
 )
-from sembridge_ray.distributed.worker_runtime import LocalRuntime
 from sembridge_ray.jobs.dev import DevSet, load_dev
 from sembridge_ray.jobs.finetune import FinetuneConfig, FinetuneResult
 from sembridge_ray.publish import check_scores, publish
 from sembridge_ray.runtime.config import write_config
 from sembridge_ray.runtime.errors import InputError
-from sembridge_ray.runtime.executor import worker_threads
+from sembridge_ray.runtime.executor import Executor, LocalExecutor, Training
 from sembridge_ray.runtime.identity import RunIdentity, model_identity, require_unchanged
 from sembridge_ray.runtime.outputs import atomic_write_json, claim_output, preflight
-from sembridge_ray.runtime.placement import Placement, local_precision
-from sembridge_ray.sparse.checkpoints import is_local, set_aside_damaged
+from sembridge_ray.runtime.placement import Placement
+from sembridge_ray.sparse.checkpoints import restore_point, set_aside_damaged
 from sembridge_ray.sparse.model import check_mlm, check_push
 from sembridge_ray.sparse.tracker import Tracker
 
@@ -68,16 +67,18 @@ def with_eval_identity(cfg: FinetuneConfig, inputs: dict[str, str]) -> dict[str,
     return {**inputs, "eval": dataset_identity(cfg.eval)}
 
 
-def run_finetune(cfg: FinetuneConfig, inputs: dict[str, str] | None = None) -> FinetuneResult:
+def run_finetune(
+    cfg: FinetuneConfig, inputs: dict[str, str] | None = None, executor: Executor | None = None
+) -> FinetuneResult:
     """Fine-tune ``cfg.model`` on ``cfg.train`` into ``cfg.output``; skip a finished output, resume
     a broken one; then push the model when ``push_to_hub`` is set (a finished output's too: a rerun
     publishes without training).
 
     ``inputs`` (identities of the model and the training data) may come from a caller that planned
-    them."""
+    them; ``executor`` runs the training (default: Ray's)."""
     if cfg.push_to_hub:
         check_push(cfg.push_to_hub)  # before any work: a push that cannot happen fails in a second
-    result = _run_finetune(cfg, inputs)
+    result = _run_finetune(cfg, inputs, executor or RayExecutor())
     if not cfg.push_to_hub:
         return result
     return replace(
@@ -85,7 +86,9 @@ def run_finetune(cfg: FinetuneConfig, inputs: dict[str, str] | None = None) -> F
     )
 
 
-def _run_finetune(cfg: FinetuneConfig, inputs: dict[str, str] | None) -> FinetuneResult:
+def _run_finetune(
+    cfg: FinetuneConfig, inputs: dict[str, str] | None, executor: Executor
+) -> FinetuneResult:
     """:func:`run_finetune` without the push: everything checked before the output is claimed, then
     the training."""
     named = cfg  # as the user named the inputs: what the model card shows
@@ -96,10 +99,8 @@ def _run_finetune(cfg: FinetuneConfig, inputs: dict[str, str] | None) -> Finetun
         train=resolve(cfg.train),
         eval=resolve(cfg.eval) if cfg.eval else "",
     )
-    cluster.require_reachable()
-    cfg = replace(
-        cfg, precision=cluster.resolve_precision(cfg.precision, cfg.resources, reserve=False)
-    )
+    executor.start()
+    cfg = replace(cfg, precision=executor.precision(cfg.precision, cfg.resources, reserve=False))
     identity = cfg.identity(
         "finetune", with_eval_identity(cfg, inputs) if inputs else input_identities(cfg)
     )
@@ -114,12 +115,12 @@ def _run_finetune(cfg: FinetuneConfig, inputs: dict[str, str] | None) -> Finetun
     if preflight(out, identity, cfg.overwrite):
         return _finished(out)
     # Train workers hold back no CPU for Ray Data
-    _require_fit(cfg, cluster.expected_placement(cfg.resources, reserve=False))
+    _require_fit(cfg, executor.planned(cfg.resources, reserve=False))
     with claim_output(out, identity, cfg.overwrite) as claim:
         if claim.done:
             return _finished(out)
         # claim.path: the output, or its staging directory under --overwrite
-        summary = _train(claim.path, cfg, named, identity, dev)
+        summary = _train(claim.path, cfg, named, identity, dev, executor)
         claim.finish(exclude=(CHECKPOINT_DIR, DATA_DIR, TENSORBOARD_DIR))
     return summary
 
@@ -153,42 +154,75 @@ def _train(
     named: FinetuneConfig,
     identity: RunIdentity,
     dev: DevSet | None,
+    executor: Executor,
 ) -> FinetuneResult:
     """Train into ``work`` (the claimed output or its staging directory), export the model, write
     the summary."""
     stream, info = materialise_stream(stream_info(cfg), work / DATA_DIR)
     write_config(cfg, work / "config.yaml")
-    plan = cluster.placement(cfg.resources, reserve=False)
+    plan = executor.placement(cfg.resources, reserve=False)
     if plan.workers != cfg.resources.workers:  # a joined cluster that shrank since the check above
         raise InputError(
             f"the cluster now fits {plan.workers} of the {cfg.resources.workers} workers asked for"
         )
-    storage, name, resumed = _run_storage(cfg, work, identity)
-    start = time.perf_counter()
+    storage = cfg.storage or str((work / CHECKPOINT_DIR).resolve())
     ev = Evaluation(dev=dev, every=eval_steps(cfg, info.total_steps), work=work)
-    run = train_run.TrainRun(
-        cfg=cfg,
-        stream=stream,
-        total_steps=info.total_steps,
-        plan=plan,
-        storage=storage,
-        name=name,
-        ev=ev,
-    )
-    if is_local(run.run_dir) and cluster.driver_is_the_worker(plan):
-        _fit_here(run)
-        checkpoint = None
-    else:
-        checkpoint = train_run.fit(run).checkpoint
-    exported = export_checkpoint(checkpoint, cfg, work, info.total_steps, run.run_dir, named)
+    training = _training(cfg, stream, info.total_steps, plan, storage, run_name(identity), ev)
+    resumed = executor.resume_step(training)
+    if resumed is not None:
+        log.info("resumed from step %d (run %s in %s)", resumed, training.name, storage)
+    start = time.perf_counter()
+    with executor.train(training) as final:
+        exported = export_checkpoint(final, cfg, work, info.total_steps, training.run_dir, named)
     # every worker (and the export) loaded the model, the stream was read: still the inputs the
     # identity names?
     require_unchanged(identity.inputs, {"model": cfg.model, "train": cfg.train, "eval": cfg.eval})
     summary = _summary(
-        cfg, info.total_steps, name, resumed, plan.workers, start, exported, dev is not None
+        cfg,
+        info.total_steps,
+        training.name,
+        resumed,
+        plan.workers,
+        start,
+        exported,
+        dev is not None,
     )
     atomic_write_json(work / SUMMARY, {**asdict(summary), "stream": asdict(info)})
     return summary
+
+
+def run_name(identity: RunIdentity) -> str:
+    """The training's run name: the run's fingerprint, so the same settings and inputs resume the
+    same run."""
+    return f"finetune-{identity.fingerprint[:16]}"
+
+
+def _training(
+    cfg: FinetuneConfig,
+    stream: Path,
+    total_steps: int,
+    plan: Placement,
+    storage: str,
+    name: str,
+    ev: Evaluation,
+    tracked: bool = True,
+) -> Training:
+    """The fine-tuning as its executor runs it: every worker's :func:`worker_body`, checkpoints by
+    ``sparse.checkpoints``' rules (``tracked``: False for no TensorBoard, whatever ``cfg`` says)."""
+    run_dir = f"{storage.rstrip('/')}/{name}"
+    return Training(
+        body=worker_body,
+        config=loop_config(cfg, total_steps, run_dir, ev, tracked),
+        stream=stream,
+        plan=plan,
+        storage=storage,
+        name=name,
+        keep=cfg.keep_checkpoints,
+        max_failures=cfg.max_failures,
+        set_aside=set_aside_damaged,
+        newest=restore_point,
+        label=f"fine-tuning: {total_steps} steps",
+    )
 
 
 def _summary(
@@ -223,20 +257,6 @@ def _summary(
     )
 
 
-def _run_storage(
-    cfg: FinetuneConfig, work: Path, identity: RunIdentity
-) -> tuple[str, str, int | None]:
-    """(where the run's checkpoints go, the Ray Train run name, the step it resumes from: None for a
-    new run)."""
-    storage = cfg.storage or str((work / CHECKPOINT_DIR).resolve())
-    name = train_run.run_name(identity)
-    resumed = train_run.latest_step(storage, name)
-    if resumed is not None:
-        log.info("resumed from step %d (run %s in %s)", resumed, name, storage)
-    train_run.storage_note(storage, cfg.storage)
-    return storage, name, resumed
-
-
 def stream_info(cfg: FinetuneConfig) -> StreamInfo:
     """What the training stream is made from (``data.stream``: its order fixes every step's
     batch)."""
@@ -254,10 +274,10 @@ def stream_info(cfg: FinetuneConfig) -> StreamInfo:
 
 def run_local(cfg: FinetuneConfig, work: Path) -> Path:
     """The fine-tuning job's computation in this process, one worker, no Ray, into ``work``: the
-    same training stream, the same worker body (:func:`worker_body`), the same checkpoints and the
-    same export of the published weights (``select``) as :func:`run_finetune` with one worker;
-    ``work/model`` and ``work/metrics.jsonl`` as the job writes them (no claim, identity or
-    ``_SUCCESS``: not an output of the job). For tests and studies that train many tiny variants
+    same training stream, the same worker body, the same checkpoints and the same export of the
+    published weights (``select``) as :func:`run_finetune` with one worker; ``work/model`` and
+    ``work/metrics.jsonl`` as the job writes them (no claim, identity or ``_SUCCESS``: not an output
+    of the job). For tests and studies that train many tiny variants
     (``tests/unit/test_dead_settings.py``)."""
     cfg.require_inputs()
     named = cfg
@@ -267,16 +287,18 @@ def run_local(cfg: FinetuneConfig, work: Path) -> Path:
         train=resolve(cfg.train),
         eval=resolve(cfg.eval) if cfg.eval else "",
     )
-    cfg = replace(cfg, precision=local_precision(cfg.precision, use_gpu=False))
+    executor = LocalExecutor()
+    cfg = replace(cfg, precision=executor.precision(cfg.precision, cfg.resources, reserve=False))
     if cfg.resources.workers != 1:
         raise InputError(f"run_local trains one worker, not {cfg.resources.workers}")
     dev = load_dev(cfg.eval, cfg.eval_split, cfg.eval_max_queries) if cfg.eval else None
     stream, info = materialise_stream(stream_info(cfg), work / DATA_DIR)
-    run_dir = work / CHECKPOINT_DIR / "local"
     ev = Evaluation(dev=dev, every=eval_steps(cfg, info.total_steps), work=work)
-    config = loop_config(cfg, info.total_steps, str(run_dir), ev, tracked=False)
-    worker_body(config, LocalRuntime(stream, run_dir))
-    export_checkpoint(None, cfg, work, info.total_steps, str(run_dir), named)
+    plan = executor.placement(cfg.resources, reserve=False)
+    storage = str(work / CHECKPOINT_DIR)
+    training = _training(cfg, stream, info.total_steps, plan, storage, "local", ev, tracked=False)
+    with executor.train(training) as final:
+        export_checkpoint(final, cfg, work, info.total_steps, training.run_dir, named)
     return work / MODEL_DIR
 
 
@@ -285,15 +307,3 @@ def eval_steps(cfg: FinetuneConfig, total_steps: int) -> int:
     if not cfg.eval:
         return 0
     return cfg.eval_every or max(1, -(-total_steps // 10))
-
-
-def _fit_here(run: train_run.TrainRun) -> None:
-    """The one worker's body in this process (``cluster.driver_is_the_worker``): the same stream,
-    batches, checkpoints and torch thread count as a Ray Train worker, without the 20-25 s it takes
-    to start one (measured on 2 CPUs: a 12-step fine-tuning of SPLADE-tiny took 33 s with Ray Train,
-    8 s of it training). It resumes from the newest checkpoint that verifies; a failure is not
-    retried here (a rerun resumes)."""
-    set_aside_damaged(run.run_dir)
-    log.info("fine-tuning: %d steps in this process (one CPU worker)", run.total_steps)
-    with worker_threads(run.plan, 0):
-        worker_body(run.loop_config(), LocalRuntime(run.stream, Path(run.run_dir)))

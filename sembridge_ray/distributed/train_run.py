@@ -1,71 +1,104 @@
-"""A fine-tuning run on Ray Train: its TorchTrainer (the training stream as a Ray dataset, the
-workers, storage, checkpoints kept), restarts after a failure, and what its storage holds."""
+"""Ray Train behind the Ray executor (:meth:`RayExecutor.train`): a
+:class:`~sembridge_ray.runtime.executor.Training` as a TorchTrainer (the stream as a Ray dataset,
+the workers, storage, checkpoints kept), its restarts after a failure, the worker's
+:class:`RayContext`, and what its storage holds."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import os
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+import tempfile
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import psutil
+import pyarrow.fs
 import pyarrow.parquet as pq
 import ray
 import ray.train
+import ray.train.torch
+import torch
 from ray.train.torch import TorchTrainer
 
-from sembridge_ray.distributed.train_worker import Evaluation, LoopConfig, loop_config, train_func
-from sembridge_ray.jobs.finetune import FinetuneConfig
 from sembridge_ray.runtime.errors import environment_errno, find_user_error
-from sembridge_ray.runtime.identity import RunIdentity
-from sembridge_ray.runtime.placement import Placement
-from sembridge_ray.sparse.checkpoints import is_local, restore_point, set_aside_damaged
+from sembridge_ray.runtime.executor import TrainContext, Training, is_local
 
-# the job's logger, whichever module of it logs
-log = logging.getLogger("sembridge_ray.distributed.finetune")
+log = logging.getLogger(__name__)
+M = TypeVar("M")
 
 
-def run_name(identity: RunIdentity) -> str:
-    """The Ray Train run name: the run's fingerprint, so the same settings and inputs resume the
-    same run."""
-    return f"finetune-{identity.fingerprint[:16]}"
+class RayContext:
+    """A Ray Train worker (:class:`~sembridge_ray.runtime.executor.TrainContext`): its rank, the
+    dataset shard, Ray Train's checkpoints and reports."""
+
+    def __init__(self) -> None:
+        ctx = ray.train.get_context()
+        self.rank, self.world = ctx.get_world_rank(), ctx.get_world_size()
+        self.device = ray.train.torch.get_device()
+        self.node = ray.util.get_node_ip_address()
+
+    def prepare(self, model: M) -> M:
+        return cast(M, ray.train.torch.prepare_model(cast(torch.nn.Module, model)))
+
+    def batches(self, size: int) -> Iterator[Mapping[str, Sequence[object]]]:
+        shard = ray.train.get_dataset_shard("train")
+        return cast(
+            Iterator[Mapping[str, Sequence[object]]],
+            shard.iter_batches(batch_size=size, batch_format="numpy", drop_last=True),
+        )
+
+    def registered(self) -> contextlib.AbstractContextManager[Path | None]:
+        return _as_directory(ray.train.get_checkpoint())
+
+    @contextlib.contextmanager
+    def checkpoint(self, metrics: Mapping[str, float], name: str) -> Iterator[Path]:
+        """Every rank's part in a directory of its own; Ray merges them into one."""
+        with tempfile.TemporaryDirectory() as tmp:
+            yield Path(tmp)
+            ray.train.report(
+                dict(metrics),
+                checkpoint=ray.train.Checkpoint.from_directory(tmp),
+                checkpoint_dir_name=name,
+            )
+
+    def report(self, metrics: Mapping[str, float]) -> None:
+        ray.train.report(dict(metrics))
 
 
-@dataclass(frozen=True, kw_only=True)
-class TrainRun:
-    """One fine-tuning run as its trainers take it: the job's config, the training stream and its
-    step count, the workers, where its checkpoints go (``storage``/``name``) and its development
-    scoring."""
-
-    cfg: FinetuneConfig
-    stream: Path
-    total_steps: int
-    plan: Placement
-    storage: str
-    name: str
-    ev: Evaluation
-
-    @property
-    def run_dir(self) -> str:
-        return f"{self.storage.rstrip('/')}/{self.name}"
-
-    def loop_config(self) -> LoopConfig:
-        return loop_config(self.cfg, self.total_steps, self.run_dir, self.ev)
+@contextlib.contextmanager
+def _as_directory(checkpoint: ray.train.Checkpoint | None) -> Iterator[Path | None]:
+    """A checkpoint as a local directory: its own path on this machine's filesystems (never copied;
+    it may not exist on this node), else downloaded for the context."""
+    if checkpoint is None:
+        yield None
+    elif isinstance(checkpoint.filesystem, pyarrow.fs.LocalFileSystem):
+        yield Path(checkpoint.path)
+    else:
+        with checkpoint.as_directory() as local:
+            yield Path(local)
 
 
-def fit(run: TrainRun) -> ray.train.Result:
+def _run_body(
+    body: Callable[[Mapping[str, object], TrainContext], None], config: Mapping[str, object]
+) -> None:
+    """A Ray Train worker's loop: the training's body with this worker's :class:`RayContext`."""
+    body(config, RayContext())
+
+
+def fit(training: Training) -> contextlib.AbstractContextManager[Path | None]:
     """Train, restarting the worker group from the newest complete checkpoint after a failure, at
-    most ``max_failures`` times. An error of the input or the environment (disk full, read-only,
-    permission, a loss that diverged) is not retried: it would fail the same way, so it ends the run
-    at once, its checkpoints kept for a later resume. Before every attempt, registered checkpoints
-    that no longer verify are set aside (here only: the driver is the one process that renames them,
-    and no worker is running)."""
-    cfg, plan = run.cfg, run.plan
+    most ``max_failures`` times; the final checkpoint Ray Train reported. An error of the input or
+    the environment (disk full, read-only, permission, a loss that diverged) is not retried: it
+    would fail the same way, so it ends the run at once, its checkpoints kept for a later resume.
+    Before every attempt, checkpoints that no longer verify are set aside (here only: the driver is
+    the one process that renames them, and no worker is running)."""
+    plan = training.plan
     log.info(
-        "fine-tuning: %d steps on %d Ray Train worker(s) (%s); starting them",
-        run.total_steps,
+        "%s on %d Ray Train worker(s) (%s); starting them",
+        training.label,
         plan.workers,
         "GPU" if plan.use_gpu else "CPU",
     )
@@ -76,17 +109,18 @@ def fit(run: TrainRun) -> ray.train.Result:
     # (the one-line error and exit 2 are lost) after a controller traceback; and Ray's restarts
     # happen in its controller actor, so the driver could log no "training failed ... restarting
     # from step N" line (tests/ray/test_faults.py reads it from the driver's log).
-    for attempt in range(cfg.max_failures + 1):
-        set_aside_damaged(run.run_dir)
+    for attempt in range(training.max_failures + 1):
+        training.set_aside(training.run_dir)
         try:
-            return trainer(run).fit()
+            result = trainer(training).fit()
+            return _as_directory(result.checkpoint)
         except ray.train.TrainingFailedError as err:
-            _raise_unless_retried(err, run.storage, last=attempt == cfg.max_failures)
-            resume = latest_step(run.storage, run.name)
+            _raise_unless_retried(err, training.storage, last=attempt == training.max_failures)
+            resume = latest_step(training)
             log.warning(
                 "training failed (attempt %d of %d): %s; restarting from %s",
                 attempt + 1,
-                cfg.max_failures + 1,
+                training.max_failures + 1,
                 str(err).strip().splitlines()[0],
                 f"step {resume}" if resume is not None else "the start",
             )
@@ -116,25 +150,28 @@ def _train_logging() -> dict[str, Any]:
     return {"logging_config": ray.train.LoggingConfig(log_level=level)}
 
 
-def trainer(
-    run: TrainRun, func: Callable[[Mapping[str, object]], None] | None = None
-) -> TorchTrainer:
-    """The TorchTrainer of a run; ``func`` replaces :func:`train_func` (tests record what the
-    workers read)."""
-    plan = run.plan
-    dataset = _stream_dataset(run.stream)
+def trainer(training: Training) -> TorchTrainer:
+    """The TorchTrainer of a training."""
+    plan = training.plan
     resources = {
         "CPU": plan.cpus_per_worker,
         **({"GPU": plan.gpus_per_worker} if plan.use_gpu else {}),
     }
     return TorchTrainer(
-        func or train_func,
-        train_loop_config=dict(run.loop_config()),
+        functools.partial(_run_body, training.body),
+        train_loop_config=dict(training.config),
         scaling_config=ray.train.ScalingConfig(
             num_workers=plan.workers, use_gpu=plan.use_gpu, resources_per_worker=resources
         ),
-        run_config=_run_config(run.cfg, run.storage, run.name),
-        datasets={"train": dataset},
+        run_config=ray.train.RunConfig(
+            name=training.name,
+            storage_path=training.storage,
+            checkpoint_config=ray.train.CheckpointConfig(num_to_keep=training.keep),
+            # restarts: see fit (preemptions keep Ray's own budget, max_preemption_failures)
+            failure_config=ray.train.FailureConfig(max_failures=0),
+            **_train_logging(),
+        ),
+        datasets={"train": _stream_dataset(training.stream)},
         dataset_config=ray.train.DataConfig(
             datasets_to_split=[], execution_options=ray.data.ExecutionOptions(preserve_order=True)
         ),
@@ -151,18 +188,6 @@ def _stream_dataset(stream: Path) -> ray.data.Dataset:
     # hold every CPU.
     parquet = pq.ParquetFile(stream)
     return ray.data.from_arrow([parquet.read_row_group(i) for i in range(parquet.num_row_groups)])
-
-
-def _run_config(cfg: FinetuneConfig, storage: str, name: str) -> ray.train.RunConfig:
-    """Ray Train's run: its name and storage, the checkpoints kept, no restarts of its own (they
-    are :func:`fit`'s; preemptions keep Ray's own budget, ``max_preemption_failures``)."""
-    return ray.train.RunConfig(
-        name=name,
-        storage_path=storage,
-        checkpoint_config=ray.train.CheckpointConfig(num_to_keep=cfg.keep_checkpoints),
-        failure_config=ray.train.FailureConfig(max_failures=0),
-        **_train_logging(),
-    )  # restarts: see fit
 
 
 # Filesystems every node of a cluster sees; checkpoints anywhere else exist only on the node that
@@ -185,17 +210,16 @@ SHARED_FILESYSTEMS = (
 )
 
 
-def storage_note(storage: str, configured: str) -> None:
+def storage_note(storage: str) -> None:
     """One warning line when a multi-node cluster would keep checkpoints on a node-local disk."""
     nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
-    if nodes <= 1 or "://" in storage or filesystem_type(Path(storage)) in SHARED_FILESYSTEMS:
+    if nodes <= 1 or not is_local(storage) or filesystem_type(Path(storage)) in SHARED_FILESYSTEMS:
         return
-    where = "storage=" + configured if configured else "the default <output>/checkpoints"
     log.warning(
-        "%d-node cluster: checkpoints go to %s on a %s filesystem, which other nodes may not see; set "
-        "storage= to shared storage (NFS, Lustre, …) or object storage (s3://, gs://) to resume on any node",
+        "%d-node cluster: checkpoints go to %s on a %s filesystem, which other nodes may not see; put "
+        "them on storage every node sees (NFS, Lustre, …) or object storage (s3://, gs://) to resume on any node",
         nodes,
-        where,
+        storage,
         filesystem_type(Path(storage)) or "local",
     )
 
@@ -209,14 +233,14 @@ def filesystem_type(path: Path) -> str:
     return max(mounts, key=lambda m: len(m.mountpoint)).fstype if mounts else ""
 
 
-def latest_step(storage: str, name: str) -> int | None:
+def latest_step(training: Training) -> int | None:
     """The step a restart would resume from: on a path, the newest checkpoint that verifies
-    (``restore_point``, the workers' rule too); on object storage, which is not verified, the newest
-    one Ray Train registered; None for a new run. Reads only: damaged checkpoints are set aside by
-    :func:`fit`."""
-    run_dir = f"{storage.rstrip('/')}/{name}"
+    (``training.newest``, the workers' rule too); on object storage, which is not verified, the
+    newest one Ray Train registered; None for a new run. Reads only: damaged checkpoints are set
+    aside by :func:`fit`."""
+    run_dir = training.run_dir
     if is_local(run_dir):
-        point = restore_point(run_dir)
+        point = training.newest(run_dir)
         return point[0] if point is not None else None
     try:
         result = ray.train.Result.from_path(run_dir)

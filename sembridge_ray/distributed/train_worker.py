@@ -1,27 +1,40 @@
-"""A fine-tuning worker's whole run (:func:`worker_body`), the same code under Ray Train
-(:func:`train_func`) and in one process: the model, AdamW and RNG restored or seeded, the steps of
-``sparse.loop.train``, development evaluations, logs, TensorBoard, checkpoints and reports."""
+"""A fine-tuning worker's whole run (:func:`worker_body`), the same code on a Ray Train worker and in
+one process (the executor's :class:`~sembridge_ray.runtime.executor.TrainContext` says which): the
+model, AdamW and RNG restored or seeded, the steps of ``sparse.loop.train``, development
+evaluations, logs, TensorBoard, checkpoints and reports."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict, cast
 
 import torch
+import torch.distributed as dist
 
 from sembridge_ray.distributed.dev_run import DevRun
-from sembridge_ray.distributed.worker_runtime import CheckpointParts, RayRuntime, Runtime
 from sembridge_ray.jobs.dev import DevSet
 from sembridge_ray.jobs.finetune import FinetuneConfig
 from sembridge_ray.json_types import JSONObject
+from sembridge_ray.runtime.errors import InputError
+from sembridge_ray.runtime.executor import TrainContext
 from sembridge_ray.runtime.logs import setup_logging
 from sembridge_ray.runtime.progress import EVERY_S, duration
 from sembridge_ray.sparse import loop
-from sembridge_ray.sparse.checkpoints import BestState, load_best, load_part
+from sembridge_ray.sparse.checkpoints import (
+    BestState,
+    checkpoint_name,
+    is_local,
+    load_best,
+    load_part,
+    restore_point,
+    write_part,
+)
 from sembridge_ray.sparse.collective import LocalCollective, TorchCollective
 from sembridge_ray.sparse.finite import require_finite
 from sembridge_ray.sparse.model import SpladeEncoder, load_mlm
@@ -80,34 +93,29 @@ def evaluated(step: int, total: int, at: tuple[int, ...], every: int) -> bool:
     return step == total or (step in at if at else step % every == 0)
 
 
-def train_func(config: Mapping[str, object]) -> None:
-    """Ray Train worker: glue between Ray (checkpoints, dataset shard, reporting) and
-    ``sparse.loop``. The config is the :class:`LoopConfig` that ``train_run.trainer`` hands Ray."""
-    worker_body(cast(LoopConfig, config), RayRuntime())
-
-
-def worker_body(config: LoopConfig, rt: Runtime) -> None:
-    """One worker's whole run: the model, AdamW and its RNG restored or seeded, the steps of
-    ``sparse.loop.train`` on this worker's share of every global batch, evaluations of the
-    development set, logs, checkpoints."""
+def worker_body(config: Mapping[str, object], ctx: TrainContext) -> None:
+    """One worker's whole run (``config``: a :class:`LoopConfig`): the model, AdamW and its RNG
+    restored or seeded, the steps of ``sparse.loop.train`` on this worker's share of every global
+    batch, evaluations of the development set, logs, checkpoints."""
     setup_logging("INFO", force=False)
-    cfg, total = FinetuneConfig.from_dict(config["cfg"]), int(config["total_steps"])
-    rank, world, device = rt.rank, rt.world, rt.device
+    loop_cfg = cast(LoopConfig, config)
+    cfg, total = FinetuneConfig.from_dict(loop_cfg["cfg"]), int(loop_cfg["total_steps"])
+    rank, world, device = ctx.rank, ctx.world, ctx.device
     mlm, tokenizer = load_mlm(cfg.model, cfg.trust_remote_code)
-    model = rt.prepare(SpladeEncoder(mlm, chunk=cfg.pool_chunk))
+    model = ctx.prepare(SpladeEncoder(mlm, chunk=cfg.pool_chunk))
     encoder = cast(SpladeEncoder, getattr(model, "module", model))
     optimizer, scheduler = loop.build_optimizer(model, cfg.optim, total)
     torch.manual_seed(cfg.seed * 1_000_003 + rank)
-    start, history, best = _restore(rt, config["run_dir"], encoder, optimizer, scheduler)
+    start, history, best = _restore(ctx, loop_cfg["run_dir"], encoder, optimizer, scheduler)
     if start and rank == 0:
         log.info("resumed from step %d of %d", start, total)
     if rank == 0:
         log.info("%d worker(s) ready on %s: steps %d to %d", world, device, start + 1, total)
-    batches = rt.batches(cfg, tokenizer, start)
+    batches = step_batches(ctx, cfg, tokenizer, start)
     plan = _loop_plan(cfg, total)
     comm = TorchCollective() if world > 1 else LocalCollective()
     steps = _Steps.open(
-        config, cfg, rt, (encoder, optimizer, scheduler), tokenizer, start, history, best
+        loop_cfg, cfg, ctx, (encoder, optimizer, scheduler), tokenizer, start, history, best
     )
     for step, metrics in loop.train(
         model, batches, optimizer, scheduler, plan, start=start, comm=comm
@@ -116,8 +124,25 @@ def worker_body(config: LoopConfig, rt: Runtime) -> None:
     steps.close()
 
 
+def step_batches(
+    ctx: TrainContext, cfg: FinetuneConfig, tokenizer: loop.Tokenize, start: int
+) -> Iterator[loop.PairBatch]:
+    """This worker's tokenised share of every global batch from step ``start + 1``: the stream's
+    rows in order (one global batch of rows per step, whatever the number of workers)."""
+    return loop.pair_batches(
+        ctx.batches(cfg.optim.batch_size),
+        tokenizer,
+        cfg.max_query_length,
+        cfg.max_doc_length,
+        rank=ctx.rank,
+        world=ctx.world,
+        skip=start,
+        device=ctx.device,
+    )
+
+
 def _restore(
-    rt: Runtime,
+    ctx: TrainContext,
     run_dir: str,
     encoder: SpladeEncoder,
     optimizer: torch.optim.Optimizer,
@@ -126,14 +151,33 @@ def _restore(
     """(the step, the metrics so far, rank 0's best weights) of the checkpoint this worker restores,
     its state and RNG loaded into the live objects; (0, [], None) for a fresh run."""
     start, history, best = 0, list[dict[str, float]](), None
-    with rt.restore(run_dir) as ckpt:
+    with _restore_dir(ctx, run_dir) as ckpt:
         if ckpt is not None:
-            state, rng, history = load_part(ckpt, rt.rank)
+            state, rng, history = load_part(ckpt, ctx.rank)
             start = loop.restore_state(state, encoder, optimizer, scheduler)
-            best = load_best(ckpt) if rt.rank == 0 else None
+            best = load_best(ckpt) if ctx.rank == 0 else None
             if rng is not None:
                 loop.set_rng_state(rng)
     return start, history, best
+
+
+@contextlib.contextmanager
+def _restore_dir(ctx: TrainContext, run_dir: str) -> Iterator[Path | None]:
+    """The checkpoint this worker restores; None for a fresh run. On a path, the newest that
+    verifies (``restore_point``, the driver's rule too), whether or not the executor registered
+    it; a registered checkpoint is never restored unverified. On object storage, which is not
+    verified (it would download every checkpoint), the one the executor registered."""
+    with ctx.registered() as registered:
+        if not is_local(run_dir):
+            yield registered
+            return
+        point = restore_point(run_dir)
+        if point is None and registered is not None:
+            raise InputError(
+                f"{registered}: Ray Train registered this checkpoint but no checkpoint under {run_dir} verifies "
+                f"on node {ctx.node}; set storage= to storage every node sees"
+            )
+        yield point[1] if point is not None else None
 
 
 def _loop_plan(cfg: FinetuneConfig, total: int) -> loop.LoopPlan:
@@ -157,7 +201,7 @@ class _Steps:
 
     cfg: FinetuneConfig
     config: LoopConfig
-    rt: Runtime
+    ctx: TrainContext
     training: tuple[SpladeEncoder, torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]
     history: list[dict[str, float]]
     dev: DevRun | None
@@ -176,7 +220,7 @@ class _Steps:
         cls,
         config: LoopConfig,
         cfg: FinetuneConfig,
-        rt: Runtime,
+        ctx: TrainContext,
         training: tuple[SpladeEncoder, torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler],
         tokenizer: PreTrainedTokenizerBase,
         start: int,
@@ -185,7 +229,7 @@ class _Steps:
     ) -> _Steps:
         """The development evaluation and rank 0's tracker started, and step 0 evaluated in a fresh
         run."""
-        encoder, rank, world, device = training[0], rt.rank, rt.world, rt.device
+        encoder, rank, world, device = training[0], ctx.rank, ctx.world, ctx.device
         dev_set = config["dev"]
         dev = (
             DevRun.start(dev_set, cfg, encoder, tokenizer, rank, world, str(device), best)
@@ -205,7 +249,7 @@ class _Steps:
         return cls(
             cfg=cfg,
             config=config,
-            rt=rt,
+            ctx=ctx,
             training=training,
             history=history,
             dev=dev,
@@ -228,7 +272,11 @@ class _Steps:
             metrics = {**(metrics or {"step": step}), **self.dev.evaluate(step)}
         if metrics is not None:
             self._record(step, metrics)
-        if self.rt.rank == 0 and step < self.total and time.monotonic() - self.last_line >= EVERY_S:
+        if (
+            self.ctx.rank == 0
+            and step < self.total
+            and time.monotonic() - self.last_line >= EVERY_S
+        ):
             # between two log_every steps: where it is, by time (log_every is part of the run's
             # identity)
             per_step = self._per_step(step)
@@ -242,8 +290,8 @@ class _Steps:
             self.last_line = time.monotonic()
         if step % self.cfg.checkpoint_every == 0 or step == self.total:
             self._checkpoint(step, metrics)
-        elif metrics is not None and self.rt.due(self.last_report, self.cfg.report_every_s):
-            self.rt.report(metrics)
+        elif metrics is not None and _due(self.ctx, self.last_report, self.cfg.report_every_s):
+            self.ctx.report(metrics)
             self.last_report = time.monotonic()
 
     def _record(self, step: int, metrics: dict[str, float]) -> None:
@@ -251,7 +299,7 @@ class _Steps:
         self.history.append(metrics)
         if self.tracker is not None:
             self.tracker.write(metrics)
-        if self.rt.rank == 0 and "loss" in metrics:
+        if self.ctx.rank == 0 and "loss" in metrics:
             per_step = self._per_step(step)
             log.info(
                 "step %d/%d loss %.4f (%s %.4f) dims q %.0f d %.0f lr %.2e %.1f ex/s ETA %s",
@@ -287,8 +335,26 @@ class _Steps:
         )
         state = loop.capture_state(encoder, optimizer, scheduler, step)
         kept = self.dev.best if self.dev is not None else None
-        parts = CheckpointParts(
-            state=state, history=self.history, best=kept, run_config=self.config["cfg"]
-        )
-        self.rt.checkpoint(metrics or {"step": step}, parts)
+        rank0 = self.ctx.rank == 0
+        with self.ctx.checkpoint(metrics or {"step": step}, checkpoint_name(step)) as part:
+            # every rank its part (rank 0 also the state, the metrics so far, the best weights)
+            write_part(
+                part,
+                self.ctx.rank,
+                self.ctx.world,
+                loop.rng_state(),
+                state if rank0 else None,
+                "".join(json.dumps(m) + "\n" for m in self.history) if rank0 else None,
+                kept if rank0 else None,
+                json.dumps(self.config["cfg"]) if rank0 else None,
+            )
         self.last_report = time.monotonic()
+
+
+def _due(ctx: TrainContext, since: float, every_s: float) -> bool:
+    """Whether rank 0's clock says a report is due; every rank follows it (reports are a barrier in
+    Ray Train)."""
+    flag = torch.tensor([float(time.monotonic() - since >= every_s)], device=ctx.device)
+    if ctx.world > 1:
+        dist.broadcast(flag, src=0)
+    return bool(flag.item())

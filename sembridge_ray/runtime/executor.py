@@ -10,20 +10,27 @@ written against :class:`Executor` and never imports Ray.
     executor.map_blocks(pool, blocks, size, progress) -> output blocks, in any order
     executor.map_tasks(fn, calls, tasks) -> fn(*call) for each call, as they finish
     executor.hold(holder, objects, size, cpus) -> Held    a worker per object, asked all at once
+    executor.train(training) -> final checkpoint          data-parallel training with restarts
+    executor.resume_step(training) -> int | None          the step a training would resume from
 
 Both run the same callable classes on the same blocks with the same torch thread count, so a
-result is the same bit for bit whichever ran it."""
+result is the same bit for bit whichever ran it; a training's body is the same function on a Ray
+Train worker and in this process, handed a :class:`TrainContext` of where it runs."""
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar, cast
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol, TypeVar, cast
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
+from sembridge_ray.runtime.atomic import atomic_path
 from sembridge_ray.runtime.placement import (
     Placement,
     Precision,
@@ -33,8 +40,13 @@ from sembridge_ray.runtime.placement import (
 )
 from sembridge_ray.runtime.progress import Progress
 
+if TYPE_CHECKING:
+    import torch
+
+log = logging.getLogger(__name__)
 R = TypeVar("R")
 T = TypeVar("T")
+M = TypeVar("M")
 
 
 class BlockFn(Protocol):
@@ -110,6 +122,72 @@ class _LocalHeld:
         self.holders = []
 
 
+class TrainContext(Protocol):
+    """Where one training worker runs, as its body sees it: its rank of ``world``, its device, the
+    training stream's global batches, the checkpoint the run was restarted from, and the
+    checkpoints and metrics it reports. A Ray Train worker's, or this process's (one worker)."""
+
+    rank: int
+    world: int
+    device: torch.device
+    node: str
+    """This worker's node (for messages)."""
+
+    def prepare(self, model: M) -> M:
+        """The model as this worker trains it (wrapped for data parallelism, on its device)."""
+
+    def batches(self, size: int) -> Iterator[Mapping[str, Sequence[object]]]:
+        """The stream's rows as global batches of ``size``, in order: every worker reads every
+        batch (and keeps its slice)."""
+
+    def registered(self) -> contextlib.AbstractContextManager[Path | None]:
+        """The checkpoint the executor registered for this run (a restart), as a local directory
+        while the context is open; None for a fresh run or one in this process."""
+
+    def checkpoint(
+        self, metrics: Mapping[str, float], name: str
+    ) -> contextlib.AbstractContextManager[Path]:
+        """An empty directory for this worker's part of checkpoint ``name``; on leaving the context
+        the parts are one checkpoint ``<run_dir>/<name>``, reported with ``metrics``."""
+
+    def report(self, metrics: Mapping[str, float]) -> None:
+        """Metrics between checkpoints (dropped where no one collects them)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Training:
+    """A data-parallel training run: ``plan.workers`` workers each run ``body(config, context)``
+    (a module-level function: Ray pickles it) on the stream's global batches (``stream``: Parquet,
+    one global batch per row group, in order), checkpointing into ``<storage>/<name>`` (the newest
+    ``keep`` kept). A failed attempt is restarted from its newest checkpoint, at most
+    ``max_failures`` times; an error of the input or the environment is not. The checkpoints' own
+    rules are the trainer's: ``set_aside`` (before every attempt, in the driver) takes damaged ones
+    out of the way; ``newest`` names the newest that verifies, ``(step, directory)`` or None."""
+
+    body: Callable[[Mapping[str, object], TrainContext], None]
+    config: Mapping[str, object]
+    stream: Path
+    plan: Placement
+    storage: str
+    name: str
+    keep: int
+    max_failures: int
+    set_aside: Callable[[str], object]
+    newest: Callable[[str], tuple[int, Path] | None]
+
+    label: str = "training"
+    """What the executor's log line calls it (``fine-tuning: 120 steps``)."""
+
+    @property
+    def run_dir(self) -> str:
+        return f"{self.storage.rstrip('/')}/{self.name}"
+
+
+def is_local(path: str | Path) -> bool:
+    """Whether ``path`` is on this machine's filesystems (not object storage such as s3://)."""
+    return "://" not in str(path)
+
+
 class Executor(Protocol):
     def start(self) -> None:
         """Fail with one line, before any output is touched, when the executor cannot run."""
@@ -120,6 +198,9 @@ class Executor(Protocol):
     def placement(self, res: ResourceConfig, reserve: bool = True) -> Placement:
         """The workers ``res`` gets (``reserve``: hold back ``res.reserve_cpus`` for pipeline
         tasks)."""
+
+    def planned(self, res: ResourceConfig, reserve: bool = True) -> Placement:
+        """:meth:`placement` as it will be, without starting anything to know it."""
 
     def precision(self, setting: Precision, res: ResourceConfig, reserve: bool = True) -> Precision:
         """``setting`` as the workers of ``res`` will run it (``auto`` resolved; a CPU is fp32)."""
@@ -149,6 +230,14 @@ class Executor(Protocol):
         """A worker per object, holding ``holder(obj)`` (see :class:`Held`) with ``cpus`` CPUs (and
         as many torch threads, at least one); ``size``: how many rows the objects hold (small ones
         may be held in this process). Returns once every worker holds its object."""
+
+    def train(self, training: Training) -> contextlib.AbstractContextManager[Path | None]:
+        """Run ``training`` to its end (see :class:`Training`); the final checkpoint it reported, as
+        a local directory while the context is open (None where it is ``<run_dir>/<name>`` on a
+        path and read from there)."""
+
+    def resume_step(self, training: Training) -> int | None:
+        """The step ``training`` would resume from (None: a fresh run). Reads only."""
 
 
 def use_threads(threads: int) -> None:
@@ -192,6 +281,9 @@ class LocalExecutor:
 
     def placement(self, res: ResourceConfig, reserve: bool = True) -> Placement:
         return plan_placement(res, float(os.cpu_count() or 1), 0.0, reserve=reserve)
+
+    def planned(self, res: ResourceConfig, reserve: bool = True) -> Placement:
+        return self.placement(res, reserve)
 
     def precision(self, setting: Precision, res: ResourceConfig, reserve: bool = True) -> Precision:
         return local_precision(setting, use_gpu=False)
@@ -238,3 +330,50 @@ class LocalExecutor:
     ) -> Held:
         """Every holder in this process, with this process's torch threads."""
         return _LocalHeld([holder(obj) for obj in objects])
+
+    def train(self, training: Training) -> contextlib.AbstractContextManager[Path | None]:
+        """One worker, this process, torch's thread count the worker's share: the body with a
+        :class:`LocalContext`, resumed from the newest checkpoint that verifies. A failure is not
+        restarted here (a rerun resumes)."""
+        if training.plan.workers != 1 or not is_local(training.run_dir):
+            raise ValueError("a training in this process has one worker and checkpoints on a path")
+        training.set_aside(training.run_dir)
+        log.info("%s in this process (one CPU worker)", training.label)
+        with worker_threads(training.plan, 0):
+            training.body(training.config, LocalContext(training.stream, Path(training.run_dir)))
+        return contextlib.nullcontext()
+
+    def resume_step(self, training: Training) -> int | None:
+        point = training.newest(training.run_dir)
+        return point[0] if point is not None else None
+
+
+class LocalContext:
+    """The one worker of a training in this process: the stream read in order, checkpoints written
+    as Ray Train lays out a one-worker run's (``<run_dir>/<name>``, renamed into place whole)."""
+
+    rank, world, node = 0, 1, "this process"
+
+    def __init__(self, stream: Path, run_dir: Path) -> None:
+        import torch
+
+        self.stream, self.run_dir, self.device = stream, run_dir, torch.device("cpu")
+
+    def prepare(self, model: M) -> M:
+        return model
+
+    def batches(self, size: int) -> Iterator[Mapping[str, Sequence[object]]]:
+        table = pq.read_table(self.stream)
+        return (table.slice(i, size).to_pydict() for i in range(0, table.num_rows - size + 1, size))
+
+    def registered(self) -> contextlib.AbstractContextManager[Path | None]:
+        return contextlib.nullcontext()
+
+    @contextlib.contextmanager
+    def checkpoint(self, metrics: Mapping[str, float], name: str) -> Iterator[Path]:
+        with atomic_path(self.run_dir / name) as tmp:
+            tmp.mkdir(parents=True)
+            yield tmp
+
+    def report(self, metrics: Mapping[str, float]) -> None:
+        return None

@@ -14,20 +14,18 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
-import ray.train
 
-from sembridge_ray.distributed import cluster
+from sembridge_ray.distributed import cluster, train_run
 from sembridge_ray.distributed.evaluate import run_evaluate
 from sembridge_ray.distributed.export import run_export
 from sembridge_ray.distributed.finetune import run_finetune
-from sembridge_ray.distributed.train_run import TrainRun, trainer
-from sembridge_ray.distributed.train_worker import Evaluation
-from sembridge_ray.distributed.worker_runtime import step_batches
+from sembridge_ray.distributed.train_worker import step_batches
 from sembridge_ray.jobs.evaluate import EvaluateConfig
 from sembridge_ray.jobs.export import ExportConfig
 from sembridge_ray.jobs.finetune import FinetuneConfig, OptimConfig
+from sembridge_ray.runtime.executor import TrainContext, Training
 from sembridge_ray.runtime.placement import ResourceConfig
-from sembridge_ray.sparse.checkpoints import checkpoint_dirs
+from sembridge_ray.sparse.checkpoints import checkpoint_dirs, restore_point, set_aside_damaged
 from sembridge_ray.testing import build_fixture
 
 DEV = "dev_nDCG@10"
@@ -166,41 +164,42 @@ class _Recorder:
         return {}
 
 
-def _read_batches(loop_config: Mapping[str, object], *, start: int, record: str) -> None:
-    """A worker that reads its share of every step as train_func does (step_batches) and writes what
-    it read."""
+def _read_batches(
+    loop_config: Mapping[str, object], ctx: TrainContext, *, start: int, record: str
+) -> None:
+    """A worker that reads its share of every step as the fine-tuning's workers do (step_batches)
+    and writes what it read."""
     cfg = FinetuneConfig.from_dict(loop_config["cfg"])  # type: ignore[arg-type]
-    ctx = ray.train.get_context()
-    rank, world = ctx.get_world_rank(), ctx.get_world_size()
     recorder = _Recorder()
-    for _ in step_batches(cfg, recorder, rank, world, start, "cpu"):
+    for _ in step_batches(ctx, cfg, recorder, start):
         pass
     steps = [
         {"query": q, "positive": p}
         for q, p in zip(recorder.calls[::2], recorder.calls[1::2], strict=True)
     ]
-    Path(record, f"rank{rank}.json").write_text(json.dumps(steps))
+    Path(record, f"rank{ctx.rank}.json").write_text(json.dumps(steps))
 
 
 def _read(
     cfg: FinetuneConfig, stream: Path, workers: int, start: int, record: Path
 ) -> list[dict[str, list[str]]]:
-    """What every worker of a ``workers``-worker group reads from step ``start + 1``: per step, the
-    union."""
+    """What every worker of a ``workers``-worker Ray Train group reads from step ``start + 1``: per
+    step, the union."""
     record.mkdir(parents=True)
     plan = cluster.placement(replace(cfg.resources, workers=workers, reserve_cpus=0), reserve=False)
-    ev = Evaluation(dev=None, every=0, work=record)
-    read = functools.partial(_read_batches, start=start, record=str(record))
-    run = TrainRun(
-        cfg=cfg,
+    training = Training(
+        body=functools.partial(_read_batches, start=start, record=str(record)),
+        config={"cfg": cfg.to_dict()},
         stream=stream,
-        total_steps=6,
         plan=plan,
         storage=str(record / "ckpt"),
         name="read",
-        ev=ev,
+        keep=1,
+        max_failures=0,
+        set_aside=set_aside_damaged,
+        newest=restore_point,
     )
-    trainer(run, func=read).fit()
+    train_run.fit(training)  # Ray Train, whatever the number of workers
     parts = [json.loads((record / f"rank{r}.json").read_text()) for r in range(workers)]
     return [
         {k: [t for part in parts for t in part[step][k]] for k in ("query", "positive")}

@@ -69,12 +69,15 @@ def _kill_session(sid: int) -> None:
 
 
 def _latest(out: Path) -> int | None:
-    from sembridge_ray.distributed.train_run import latest_step, run_name
+    """The step a rerun resumes from: the newest checkpoint that verifies."""
+    from sembridge_ray.distributed.finetune import run_name
+    from sembridge_ray.sparse.checkpoints import restore_point
 
     identity = read_identity(out)
     if identity is None:
         return None
-    return latest_step(str((out / "checkpoints").resolve()), run_name(identity))
+    point = restore_point((out / "checkpoints" / run_name(identity)).resolve())
+    return point[0] if point is not None else None
 
 
 def test_a_killed_run_resumes_from_its_checkpoint_and_ends_at_max_steps(

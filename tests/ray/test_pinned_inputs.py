@@ -15,7 +15,7 @@ from sembridge_ray.distributed import encode as encode_step
 from sembridge_ray.distributed import evaluate as evaluate_driver
 from sembridge_ray.distributed import export as export_driver
 from sembridge_ray.distributed import finetune as finetune_driver
-from sembridge_ray.distributed import train_run
+from sembridge_ray.distributed.executor import RayExecutor
 from sembridge_ray.jobs.evaluate import EvaluateConfig
 from sembridge_ray.jobs.export import ExportConfig
 from sembridge_ray.jobs.finetune import FinetuneConfig, OptimConfig
@@ -125,8 +125,7 @@ def test_a_model_replaced_while_it_trains_fails_the_fine_tuning_unfinished(
         return swapped_while_training
 
     # Ray Train's workers, or (one CPU worker on one node) the driver itself
-    for module, fit in ((train_run, "fit"), (finetune_driver, "_fit_here")):
-        monkeypatch.setattr(module, fit, swapped_after(getattr(module, fit)))
+    monkeypatch.setattr(RayExecutor, "train", swapped_after(RayExecutor.train))
     cfg = FinetuneConfig(
         model=str(a / "model"),
         train=str(sick_beir),

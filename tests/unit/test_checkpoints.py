@@ -23,7 +23,7 @@ from sembridge_ray.sparse.checkpoints import (
 
 
 def _checkpoint(run: Path, step: int, world: int = 2) -> Path:
-    """A checkpoint as ``train_func`` writes it: every rank's part, rank 0 with the state and the
+    """A checkpoint as the workers write it: every rank's part, rank 0 with the state and the
     metrics."""
     directory = run / checkpoint_name(step)
     directory.mkdir(parents=True)

@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from sembridge_ray.jobs.evaluate import EvaluateConfig
 from sembridge_ray.jobs.finetune import FinetuneConfig, LossConfig, OptimConfig
 from sembridge_ray.runtime.outputs import is_complete
@@ -79,6 +81,7 @@ def test_two_worker_run_writes_a_sparse_encoder_and_per_step_metrics(
     assert again.skipped and again.steps == 4
 
 
+@pytest.mark.slow  # about 1.5 min (four fine-tunings): CI's slow step
 def test_one_writer_per_output_then_other_settings_refused_and_overwrite_redone(
     ray_cluster, fixtures_root, sick_beir, tmp_path, capsys
 ) -> None:

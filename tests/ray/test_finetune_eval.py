@@ -1,7 +1,7 @@
 """Fine-tuning that shows its convergence: the development scores recorded during training are those
 of a separate evaluate run of the checkpoint at that step; select=best publishes that step's weights
 byte for byte; TensorBoard gets the same figures; and no global batch a worker reads holds a text
-twice, for 1 and 2 workers and after a resume."""
+twice, for one worker (in process) and two Ray Train workers and after a resume."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from sembridge_ray.distributed.train_worker import step_batches
 from sembridge_ray.jobs.evaluate import EvaluateConfig
 from sembridge_ray.jobs.export import ExportConfig
 from sembridge_ray.jobs.finetune import FinetuneConfig, OptimConfig
-from sembridge_ray.runtime.executor import TrainContext, Training
+from sembridge_ray.runtime.executor import LocalExecutor, TrainContext, Training
 from sembridge_ray.runtime.placement import ResourceConfig
 from sembridge_ray.sparse.checkpoints import checkpoint_dirs, restore_point, set_aside_damaged
 from sembridge_ray.testing import build_fixture
@@ -183,8 +183,8 @@ def _read_batches(
 def _read(
     cfg: FinetuneConfig, stream: Path, workers: int, start: int, record: Path
 ) -> list[dict[str, list[str]]]:
-    """What every worker of a ``workers``-worker Ray Train group reads from step ``start + 1``: per
-    step, the union."""
+    """What every worker of a ``workers``-worker Ray Train group (one worker: the in-process
+    executor's) reads from step ``start + 1``: per step, the union."""
     record.mkdir(parents=True)
     plan = cluster.placement(replace(cfg.resources, workers=workers, reserve_cpus=0), reserve=False)
     training = Training(
@@ -199,7 +199,10 @@ def _read(
         set_aside=set_aside_damaged,
         newest=restore_point,
     )
-    train_run.fit(training)  # Ray Train, whatever the number of workers
+    if workers == 1:
+        LocalExecutor().train(training)
+    else:
+        train_run.fit(training)  # Ray Train, even where the driver could be the one worker
     parts = [json.loads((record / f"rank{r}.json").read_text()) for r in range(workers)]
     return [
         {k: [t for part in parts for t in part[step][k]] for k in ("query", "positive")}

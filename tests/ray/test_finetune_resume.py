@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from sembridge_ray.runtime.outputs import is_complete, read_identity
 from tests.conftest import REPO
 from tests.processes import session
@@ -80,6 +82,7 @@ def _latest(out: Path) -> int | None:
     return point[0] if point is not None else None
 
 
+@pytest.mark.slow  # about 1.5 min (a run killed, then resumed): CI's slow step
 def test_a_killed_run_resumes_from_its_checkpoint_and_ends_at_max_steps(
     fixtures_root, sick_beir, tmp_path
 ) -> None:

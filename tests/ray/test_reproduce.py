@@ -11,6 +11,8 @@ import gzip
 import json
 from pathlib import Path
 
+import pytest
+
 from jobs import reproduce
 from sembridge_ray.data.retrieval import read_qrels
 from tests.conftest import error_lines
@@ -40,6 +42,7 @@ def miracl_mirror(sick_beir: Path, root: Path, lang: str = "ko") -> Path:
     return root
 
 
+@pytest.mark.slow  # about 1.5 min (a grid run twice): CI's slow step
 def test_paper_path_runs_cells_concurrently_records_failures_and_resumes(
     ray_cluster, fixtures_root, sick_beir, tmp_path, capsys
 ) -> None:

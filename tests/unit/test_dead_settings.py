@@ -301,6 +301,7 @@ def malstm_harness(tmp_path_factory: pytest.TempPathFactory) -> Harness:
     )
 
 
+@pytest.mark.slow  # about 2 min (a MaLSTM run per setting): CI's slow step
 def test_every_malstm_setting_does_what_its_identity_says(
     malstm_harness: Harness, tmp_path: Path
 ) -> None:

@@ -31,6 +31,7 @@ from sembridge_ray.provenance import (
 )
 from sembridge_ray.runtime.atomic import atomic_new_path
 from sembridge_ray.runtime.errors import InputError
+from sembridge_ray.runtime.executor import is_local
 from sembridge_ray.runtime.outputs import atomic_path, atomic_write_text
 from sembridge_ray.sparse import loop
 from sembridge_ray.sparse.checkpoints import (
@@ -39,7 +40,6 @@ from sembridge_ray.sparse.checkpoints import (
     BestState,
     checkpoint_name,
     checkpoint_problem,
-    is_local,
     load_best,
     load_part,
 )

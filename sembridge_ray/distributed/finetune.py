@@ -38,7 +38,7 @@ from sembridge_ray.jobs.finetune import FinetuneConfig, FinetuneResult
 from sembridge_ray.publish import check_scores, publish
 from sembridge_ray.runtime.config import write_config
 from sembridge_ray.runtime.errors import InputError
-from sembridge_ray.runtime.executor import Executor, LocalExecutor, Training
+from sembridge_ray.runtime.executor import Executor, LocalExecutor, Training, run_dir
 from sembridge_ray.runtime.identity import RunIdentity, model_identity, require_unchanged
 from sembridge_ray.runtime.outputs import atomic_write_json, claim_output, preflight
 from sembridge_ray.runtime.placement import Placement
@@ -209,10 +209,9 @@ def _training(
 ) -> Training:
     """The fine-tuning as its executor runs it: every worker's :func:`worker_body`, checkpoints by
     ``sparse.checkpoints``' rules (``tracked``: False for no TensorBoard, whatever ``cfg`` says)."""
-    run_dir = f"{storage.rstrip('/')}/{name}"
     return Training(
         body=worker_body,
-        config=loop_config(cfg, total_steps, run_dir, ev, tracked),
+        config=loop_config(cfg, total_steps, run_dir(storage, name), ev, tracked),
         stream=stream,
         plan=plan,
         storage=storage,

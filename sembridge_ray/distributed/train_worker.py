@@ -22,14 +22,13 @@ from sembridge_ray.jobs.dev import DevSet
 from sembridge_ray.jobs.finetune import FinetuneConfig
 from sembridge_ray.json_types import JSONObject
 from sembridge_ray.runtime.errors import InputError
-from sembridge_ray.runtime.executor import TrainContext
+from sembridge_ray.runtime.executor import TrainContext, is_local
 from sembridge_ray.runtime.logs import setup_logging
 from sembridge_ray.runtime.progress import EVERY_S, duration
 from sembridge_ray.sparse import loop
 from sembridge_ray.sparse.checkpoints import (
     BestState,
     checkpoint_name,
-    is_local,
     load_best,
     load_part,
     restore_point,

@@ -156,13 +156,12 @@ class TrainContext(Protocol):
 
 @dataclass(frozen=True, kw_only=True)
 class Training:
-    """A data-parallel training run: ``plan.workers`` workers each run ``body(config, context)``
-    (a module-level function: Ray pickles it) on the stream's global batches (``stream``: Parquet,
-    one global batch per row group, in order), checkpointing into ``<storage>/<name>`` (the newest
-    ``keep`` kept). A failed attempt is restarted from its newest checkpoint, at most
-    ``max_failures`` times; an error of the input or the environment is not. The checkpoints' own
-    rules are the trainer's: ``set_aside`` (before every attempt, in the driver) takes damaged ones
-    out of the way; ``newest`` names the newest that verifies, ``(step, directory)`` or None."""
+    """A data-parallel training run (``label`` in the log): ``plan.workers`` workers each run
+    ``body(config, context)`` (a module-level function: Ray pickles it) on the global batches of
+    ``stream`` (Parquet, in order), checkpointing into ``<storage>/<name>`` (the newest ``keep``
+    kept). A failed attempt restarts from its newest checkpoint, at most ``max_failures`` times; an
+    error of the input or the environment does not. The trainer's checkpoint rules: ``set_aside``
+    (before every attempt) moves damaged ones away; ``newest`` is the newest that verifies."""
 
     body: Callable[[Mapping[str, object], TrainContext], None]
     config: Mapping[str, object]
@@ -174,13 +173,16 @@ class Training:
     max_failures: int
     set_aside: Callable[[str], object]
     newest: Callable[[str], tuple[int, Path] | None]
-
     label: str = "training"
-    """What the executor's log line calls it (``fine-tuning: 120 steps``)."""
 
     @property
     def run_dir(self) -> str:
-        return f"{self.storage.rstrip('/')}/{self.name}"
+        return run_dir(self.storage, self.name)
+
+
+def run_dir(storage: str, name: str) -> str:
+    """Where a training named ``name`` keeps its checkpoints under ``storage`` (a path or a URI)."""
+    return f"{storage.rstrip('/')}/{name}"
 
 
 def is_local(path: str | Path) -> bool:
@@ -282,8 +284,7 @@ class LocalExecutor:
     def placement(self, res: ResourceConfig, reserve: bool = True) -> Placement:
         return plan_placement(res, float(os.cpu_count() or 1), 0.0, reserve=reserve)
 
-    def planned(self, res: ResourceConfig, reserve: bool = True) -> Placement:
-        return self.placement(res, reserve)
+    planned = placement  # nothing to start
 
     def precision(self, setting: Precision, res: ResourceConfig, reserve: bool = True) -> Precision:
         return local_precision(setting, use_gpu=False)

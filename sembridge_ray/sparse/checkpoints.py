@@ -27,6 +27,7 @@ from typing import Literal, Required, TypedDict, cast
 
 import torch
 
+from sembridge_ray.runtime.executor import is_local
 from sembridge_ray.runtime.outputs import atomic_write_text, sha256_file
 from sembridge_ray.sparse.loop import RngState, TrainState
 
@@ -159,12 +160,6 @@ def checkpoint_problem(directory: Path) -> str | None:
 def is_complete_checkpoint(directory: Path) -> bool:
     """Every rank's manifest is present and every file it names has its checksum."""
     return checkpoint_problem(directory) is None
-
-
-def is_local(run_dir: str | Path) -> bool:
-    """Whether the run's storage is a path of this machine's filesystems (not object storage such as
-    s3://)."""
-    return "://" not in str(run_dir)
 
 
 def checkpoint_dirs(run_dir: str | Path) -> list[tuple[int, Path]]:

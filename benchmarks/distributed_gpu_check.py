@@ -32,11 +32,11 @@ import pyarrow.parquet as pq
 from benchmarks import ROOT
 from benchmarks import gpu_check as gc
 from sembridge_ray.distributed import cluster
-from sembridge_ray.jobs import PRESET_DIR, load_preset_file
-from sembridge_ray.jobs.evaluate import EvaluateConfig
-from sembridge_ray.jobs.finetune import FinetuneConfig
-from sembridge_ray.jobs.init import InitConfig
 from sembridge_ray.json_types import JSONValue
+from sembridge_ray.recipes import PRESET_DIR, load_preset_file
+from sembridge_ray.recipes.evaluate.config import EvaluateConfig
+from sembridge_ray.recipes.finetune.config import FinetuneConfig
+from sembridge_ray.recipes.init.config import InitConfig
 from sembridge_ray.runtime.placement import ResourceConfig
 
 if TYPE_CHECKING:
@@ -189,7 +189,7 @@ def init_stage(check: CheckConfig, out: Path) -> gc.Measured:
         precision="fp32",
     )
     cfg = replace(cfg, resources=resources(base.resources, check.device))
-    from sembridge_ray.distributed.init import run_init
+    from sembridge_ray.recipes.init.run import run_init
 
     with timed(check.device, "init") as box:
         result = run_init(cfg)
@@ -209,7 +209,7 @@ def evaluate_stage(
     # fp32, as labelled: the comparison is with the CPU's nDCG@10; bf16 is checked on the training
     # curves
     cfg = replace(cfg, resources=resources(base.resources, check.device), precision="fp32")
-    from sembridge_ray.distributed.evaluate import run_evaluate
+    from sembridge_ray.recipes.evaluate.run import run_evaluate
 
     with timed(check.device, stage) as box:
         result = run_evaluate(cfg)
@@ -243,7 +243,7 @@ def finetune_stage(
         precision="bf16" if bf16 else "fp32",
         resources=resources(base.resources, check.device, workers),
     )
-    from sembridge_ray.distributed.finetune import run_finetune
+    from sembridge_ray.recipes.finetune.run import run_finetune
 
     with timed(check.device, stage) as box:
         result = run_finetune(cfg)

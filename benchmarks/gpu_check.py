@@ -116,7 +116,7 @@ class Reference(TypedDict):
 class GpuFigures(TypedDict):
     """The measured figures file (``figures.json``), in its key order: a figures file the
     reproduction plan reads when given it (``reproduce --dry-run --figures FILE``; the format:
-    ``sembridge_ray.reproduce.figures``)."""
+    ``sembridge_ray.recipes.reproduce.figures``)."""
 
     source: str
     gpu: str
@@ -247,7 +247,7 @@ def check_line(line: Mapping[str, object]) -> list[str]:
 
 
 def measured_figures(lines: Sequence[StageLine], gpu: str, gpus: int, model: str) -> GpuFigures:
-    """The throughputs the reproduction plan can divide by (``sembridge_ray.reproduce.figures``),
+    """The throughputs the reproduction plan can divide by (``sembridge_ray.recipes.reproduce.figures``),
     the GPU beside them. They are the check's miniature's (all-MiniLM-L6-v2 on SICK sentences): the
     source line says the paper's models run slower."""
     by_stage = {line.stage: line.throughput for line in lines}

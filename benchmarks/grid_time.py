@@ -1,5 +1,5 @@
 """Where a reproduction grid's time went, per stage kind and language, from its ``timings.jsonl``
-(one line per stage the driver ran: ``sembridge_ray.distributed.reproduce.run_stage``).
+(one line per stage the driver ran: ``sembridge_ray.recipes.reproduce.run.run_stage``).
 
     python -m benchmarks.grid_time outputs/xling          # a table, then one JSON line of totals
 

@@ -1,6 +1,6 @@
 """The figures the cost model can divide by, as measured by ``jobs.bench_peers``, and how CPU
 figures are scaled. The reproduction plan reads them only when given the file: ``reproduce --dry-run
---figures measured.json`` (its format: ``sembridge_ray.reproduce.figures``).
+--figures measured.json`` (its format: ``sembridge_ray.recipes.reproduce.figures``).
 
 ``measured.json`` holds ``{source, device, docs_per_s, train_examples_per_s, bridge_strings_per_s,
 gpu_scale, scaling}``: throughputs at the paper's shapes (documents of 256 tokens; training pairs of
@@ -26,7 +26,7 @@ from typing import TypedDict
 
 import torch
 
-from sembridge_ray.reproduce.figures import RATES
+from sembridge_ray.recipes.reproduce.figures import RATES
 
 MEASURED_JSON = Path("~/.cache/sembridge_ray/measured.json").expanduser()
 """Where ``jobs.bench_peers`` writes by default (``--measured``)."""

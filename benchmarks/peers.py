@@ -159,7 +159,7 @@ def _timed_steps(steps: Iterator[float]) -> StepTimes:
 
 
 def train_project(case: TrainCase) -> StepTimes:
-    from sembridge_ray.jobs.finetune import LossConfig, OptimConfig
+    from sembridge_ray.recipes.finetune.config import LossConfig, OptimConfig
     from sembridge_ray.sparse import loop
     from sembridge_ray.sparse.model import SpladeEncoder, load_mlm
 
@@ -186,7 +186,7 @@ def train_peer(case: TrainCase) -> StepTimes:
         SpladeLoss,
     )
 
-    from sembridge_ray.jobs.finetune import OptimConfig
+    from sembridge_ray.recipes.finetune.config import OptimConfig
     from sembridge_ray.sparse import loop
 
     model = _no_dropout(SparseEncoder(resolve(MODEL), device="cpu"))
@@ -277,9 +277,9 @@ def encode_ray_data(case: EncodeCase) -> RayDataTiming:
 
     from sembridge_ray.data.schema import ID, TEXT
     from sembridge_ray.distributed import cluster
-    from sembridge_ray.distributed.encode import encode
     from sembridge_ray.distributed.executor import RayExecutor
-    from sembridge_ray.jobs.evaluate import EvaluateConfig
+    from sembridge_ray.recipes.evaluate.config import EvaluateConfig
+    from sembridge_ray.recipes.steps.encode import encode
     from sembridge_ray.retrieval.store import stage_corpus
     from sembridge_ray.runtime.placement import ResourceConfig
 

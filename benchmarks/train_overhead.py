@@ -24,7 +24,7 @@ from sembridge_ray.bundled import minilm_dir
 from sembridge_ray.data.schema import POSITIVE, QUERY
 from sembridge_ray.data.sick import read_sick_split
 from sembridge_ray.data.stream import StreamInfo, materialise_stream
-from sembridge_ray.jobs.finetune import FinetuneConfig, OptimConfig
+from sembridge_ray.recipes.finetune.config import FinetuneConfig, OptimConfig
 from sembridge_ray.resources import sick_dir
 from sembridge_ray.runtime.placement import ResourceConfig
 from sembridge_ray.sparse import loop
@@ -117,7 +117,7 @@ def compare_overhead(
     log_every: int = 5,
     workdir: Path | None = None,
 ) -> dict[str, Any]:
-    from sembridge_ray.distributed.finetune import run_finetune
+    from sembridge_ray.recipes.finetune.run import run_finetune
 
     work = Path(workdir or tempfile.mkdtemp(prefix="bench-train-"))
     # bert-base-uncased's vocabulary: beside the checkout, else the bundled MiniLM's (the same

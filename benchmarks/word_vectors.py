@@ -23,7 +23,7 @@ import numpy as np
 from scipy import stats
 
 from sembridge_ray.cli import parse_config
-from sembridge_ray.jobs.malstm import MalstmConfig
+from sembridge_ray.recipes.malstm.config import MalstmConfig
 from sembridge_ray.resources import sick_dir, sts_dir
 from sembridge_ray.runtime.logs import setup_logging
 from sembridge_ray.siamese.data import read_sick_training, split_validation, tokenize_pairs

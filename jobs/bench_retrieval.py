@@ -15,7 +15,7 @@ from pathlib import Path
 
 from benchmarks.synthetic import BenchConfig
 from sembridge_ray.cli import parse_config, run_job
-from sembridge_ray.jobs import Flag
+from sembridge_ray.recipes import Flag
 
 FLAGS = [
     Flag(name="--docs", key="docs"),

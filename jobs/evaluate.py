@@ -2,7 +2,7 @@
 nDCG@10.
 
     ray job submit --runtime-env cluster/runtime_env.yaml --working-dir . -- python -m jobs.evaluate --help
-The contract (config, result, flags, presets) is ``sembridge_ray.jobs.evaluate``; installed, the
+The contract (config, result, flags, presets) is ``sembridge_ray.recipes.evaluate.config``; installed, the
 same command is ``sembridge evaluate``."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Write a fine-tuning checkpoint as a SparseEncoder directory (any step: evaluate it, serve it).
 
     python -m jobs.export --checkpoint <output>/checkpoints/finetune-<run>/step_00000400 --output /tmp/step400
-The contract is ``sembridge_ray.jobs.export``; installed, the same command is ``sembridge export``.
+The contract is ``sembridge_ray.recipes.export.config``; installed, the same command is ``sembridge export``.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 complete checkpoint.
 
     ray job submit --runtime-env cluster/runtime_env.yaml --working-dir . -- python -m jobs.finetune --help
-The contract (config, result, flags, presets) is ``sembridge_ray.jobs.finetune``; installed, the
+The contract (config, result, flags, presets) is ``sembridge_ray.recipes.finetune.config``; installed, the
 same command is ``sembridge finetune``."""
 
 from __future__ import annotations

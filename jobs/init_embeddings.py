@@ -4,7 +4,7 @@
         --model naver/splade-v3 --target-tokenizer monologg/kobigbird-bert-base --bridge-model BAAI/bge-m3 \
         --output /shared/init/splade-v3-ko
 
-The contract (config, result, flags, presets) is ``sembridge_ray.jobs.init``; installed, the same
+The contract (config, result, flags, presets) is ``sembridge_ray.recipes.init.config``; installed, the same
 command is ``sembridge init``. """
 
 from __future__ import annotations

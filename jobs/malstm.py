@@ -2,7 +2,7 @@
 calibration.
 
     ray job submit --runtime-env cluster/runtime_env.yaml --working-dir . -- python -m jobs.malstm --help
-The contract (config, result, flags, presets) is ``sembridge_ray.jobs.malstm``; installed, the same
+The contract (config, result, flags, presets) is ``sembridge_ray.recipes.malstm.config``; installed, the same
 command is ``sembridge malstm``."""
 
 from __future__ import annotations

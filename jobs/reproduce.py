@@ -2,7 +2,7 @@
 cells.
 
     ray job submit --runtime-env cluster/runtime_env.yaml --working-dir . -- python -m jobs.reproduce --help
-The contract (config, result, flags, presets) is ``sembridge_ray.jobs.reproduce``; installed, the
+The contract (config, result, flags, presets) is ``sembridge_ray.recipes.reproduce.config``; installed, the
 same command is ``sembridge reproduce``."""
 
 from __future__ import annotations

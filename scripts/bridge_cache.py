@@ -36,9 +36,9 @@ import pyarrow.parquet as pq
 from sembridge_ray import bundled, cache
 from sembridge_ray.embed_init.bridge import VECTOR, _stored_vectors, cached_vectors
 from sembridge_ray.embed_init.pipeline import Stages, bridge_side, in_process_stages
-from sembridge_ray.jobs.init import InitConfig
-from sembridge_ray.jobs.reproduce import DemoSettings
 from sembridge_ray.languages import CODES
+from sembridge_ray.recipes.init.config import InitConfig
+from sembridge_ray.recipes.reproduce.config import DemoSettings
 from sembridge_ray.resources import asset
 from sembridge_ray.runtime.errors import InputError
 from sembridge_ray.runtime.progress import Progress

@@ -48,11 +48,11 @@ from sembridge_ray import bundled
 from sembridge_ray.embed_init.bridge import cached_vectors
 from sembridge_ray.embed_init.config import WeightingConfig
 from sembridge_ray.embed_init.pipeline import bridge_side, in_process_stages
-from sembridge_ray.jobs.dev import DevSet, load_judged
-from sembridge_ray.jobs.init import InitConfig
 from sembridge_ray.languages import CODES
-from sembridge_ray.reproduce.cells import cell_paths, expand
-from sembridge_ray.reproduce.grid import xling_specs
+from sembridge_ray.recipes.init.config import InitConfig
+from sembridge_ray.recipes.reproduce.cells import cell_paths, expand
+from sembridge_ray.recipes.reproduce.grid import xling_specs
+from sembridge_ray.recipes.steps.dev import DevSet, load_judged
 from sembridge_ray.retrieval.metrics import per_query_metrics
 from sembridge_ray.sparse.encode import encode_texts
 from sembridge_ray.sparse.model import load_sparse_encoder, load_tokenizer
@@ -216,7 +216,7 @@ class Inputs:
         return self.tokenizers.get(lang) or bundled.resolve(f"tok-{lang}")
 
     def spec(self, lang: str) -> str:
-        from sembridge_ray.jobs.reproduce import ReproduceConfig
+        from sembridge_ray.recipes.reproduce.config import ReproduceConfig
 
         cfg = ReproduceConfig(assets="xling", languages=(lang,), xquad_dir=self.xquad_dir)
         return xling_specs(cfg, lang)[0]

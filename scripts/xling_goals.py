@@ -24,15 +24,14 @@ from pathlib import Path
 import numpy as np
 
 from sembridge_ray.cli import parse_config
-from sembridge_ray.jobs.reproduce import ReproduceConfig
-from sembridge_ray.reproduce.cells import (
+from sembridge_ray.recipes.reproduce.cells import (
     STAGES,
     Cell,
     bm25_path,
     config_cells,
     source_test_path,
 )
-from sembridge_ray.reproduce.compare import (
+from sembridge_ray.recipes.reproduce.compare import (
     PER_QUERY,
     paired_test,
     read_per_query,
@@ -40,6 +39,7 @@ from sembridge_ray.reproduce.compare import (
     seed_matrix,
     seed_scores,
 )
+from sembridge_ray.recipes.reproduce.config import ReproduceConfig
 
 FINETUNED_MARGIN = 0.005
 FUSION_GAIN = 0.02

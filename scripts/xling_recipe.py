@@ -28,11 +28,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from xling_diagnose import Inputs, dev_scores, parse_tokenizers
 
-from sembridge_ray.jobs.dev import load_judged
-from sembridge_ray.jobs.init import InitConfig
-from sembridge_ray.jobs.init_run import initialise
 from sembridge_ray.languages import CODES
-from sembridge_ray.reproduce.compare import paired_test
+from sembridge_ray.recipes.init.config import InitConfig
+from sembridge_ray.recipes.init.initialise import initialise
+from sembridge_ray.recipes.reproduce.compare import paired_test
+from sembridge_ray.recipes.steps.dev import load_judged
 from sembridge_ray.runtime.config import coerce
 
 log = logging.getLogger("xling_recipe")

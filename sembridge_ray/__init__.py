@@ -1,8 +1,8 @@
 """sembridge_ray: SemBridge vocabulary transfer for sparse retrievers, and the MaLSTM reproduction,
 on Ray.
 
-Importing the package never imports Ray (Ray lives only in ``sembridge_ray.distributed`` and
-``jobs``), and it loads torch only when ``bridge_weights`` is first used."""
+Importing the package never imports Ray (Ray lives only in ``sembridge_ray.distributed``, the
+Ray executor, and the checkout's ``jobs``), and it loads torch only when ``bridge_weights`` is first used."""
 
 from __future__ import annotations
 

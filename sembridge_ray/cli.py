@@ -41,7 +41,7 @@ from typing import Any, NoReturn, TypeVar
 import yaml
 
 from sembridge_ray import __version__
-from sembridge_ray.jobs import JOBS, PRESET_DIR, Flag, JobSpec, job_spec, presets
+from sembridge_ray.recipes import JOBS, PRESET_DIR, Flag, JobSpec, job_spec, presets
 from sembridge_ray.runtime.config import (
     Config,
     ConfigError,

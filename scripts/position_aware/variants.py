@@ -26,10 +26,10 @@ from typing import Any
 
 import numpy as np
 
-from sembridge_ray.jobs.init import InitConfig
-from sembridge_ray.jobs.reproduce import ReproduceConfig
-from sembridge_ray.reproduce.compare import paired_test, read_per_query
-from sembridge_ray.reproduce.stages import Assets
+from sembridge_ray.recipes.init.config import InitConfig
+from sembridge_ray.recipes.reproduce.compare import paired_test, read_per_query
+from sembridge_ray.recipes.reproduce.config import ReproduceConfig
+from sembridge_ray.recipes.reproduce.stages import Assets
 from sembridge_ray.runtime.config import coerce, read_config
 from sembridge_ray.runtime.logs import setup_logging
 from sembridge_ray.runtime.outputs import atomic_write_json, atomic_write_text
@@ -90,9 +90,14 @@ def parse_variant(text: str) -> tuple[str, dict[str, Any]]:
 def demo_assets(cfg: ReproduceConfig) -> Assets:
     """The demo reproduction's inputs (already built: checked, not rebuilt), as its plan names
     them."""
-    from sembridge_ray.jobs.reproduce import DEMO_LANGUAGE
-    from sembridge_ray.reproduce.grid import DEMO_DATASET, DEMO_MODEL, Identities, demo_files
-    from sembridge_ray.reproduce.stages import MODEL, source_stages
+    from sembridge_ray.recipes.reproduce.config import DEMO_LANGUAGE
+    from sembridge_ray.recipes.reproduce.grid import (
+        DEMO_DATASET,
+        DEMO_MODEL,
+        Identities,
+        demo_files,
+    )
+    from sembridge_ray.recipes.reproduce.stages import MODEL, source_stages
 
     files = demo_files(cfg)
     source, _ = source_stages(
@@ -116,9 +121,9 @@ def run_variant(
 ) -> dict[str, Any]:
     """One variant's init, zero-shot eval and (optionally) fine-tune + eval; returns its report and
     metrics."""
-    from sembridge_ray.distributed.evaluate import run_evaluate
-    from sembridge_ray.distributed.finetune import run_finetune
-    from sembridge_ray.distributed.init import run_init
+    from sembridge_ray.recipes.evaluate.run import run_evaluate
+    from sembridge_ray.recipes.finetune.run import run_finetune
+    from sembridge_ray.recipes.init.run import run_init
 
     root = out / name
     (model_name,), (eval_spec, train_spec) = assets.models, next(iter(assets.specs.values()))

@@ -2,7 +2,7 @@
 zero-shot nDCG@10 on a split, every variant paired with a reference over the same queries (bootstrap
 CI, sign-flip p).
 
-Scores are the evaluate job's (``jobs.dev.score_queries``: the same encoding, exact search, TREC run
+Scores are the evaluate job's (``recipes.steps.dev.score_queries``: the same encoding, exact search, TREC run
 and ir-measures), so a variant here scores what ``jobs.evaluate`` gives its model on that split.
 
     # choose on the development split (SICK trial), the three public settings only
@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from sembridge_ray.jobs.init import InitConfig
-from sembridge_ray.reproduce.compare import paired_test
+from sembridge_ray.recipes.init.config import InitConfig
+from sembridge_ray.recipes.reproduce.compare import paired_test
 from sembridge_ray.runtime.config import coerce, read_config
 from sembridge_ray.runtime.logs import setup_logging
 from sembridge_ray.runtime.outputs import atomic_write_json, atomic_write_text
@@ -102,7 +102,7 @@ def score_model(model_dir: str, dev: Any, out: Path) -> dict[str, Any]:
     ``out/per_query.tsv``."""
     from sentence_transformers import SparseEncoder
 
-    from sembridge_ray.jobs.dev import encode_share, score_queries
+    from sembridge_ray.recipes.steps.dev import encode_share, score_queries
 
     model = SparseEncoder(model_dir, device="cpu")
     figures, per_query = score_queries(dev, encode_share(model, dev, (64, 256), "fp32", 0, 1))
@@ -123,7 +123,7 @@ def run_variant(
 ) -> dict[str, Any]:
     """Init, zero-shot score; with ``finetune`` (a FinetuneConfig) also fine-tune (Ray Train) and
     score again."""
-    from sembridge_ray.jobs.init_run import initialise
+    from sembridge_ray.recipes.init.initialise import initialise
 
     assets = Path(base.source_model).parent.parent  # ASSETS/minilm-splade/model
     overrides = {
@@ -140,7 +140,7 @@ def run_variant(
     }
     if finetune is None:
         return row
-    from sembridge_ray.distributed.finetune import run_finetune
+    from sembridge_ray.recipes.finetune.run import run_finetune
 
     tuned = replace(finetune, model=result.model, output=str(out / "finetune"))
     run_finetune(tuned)
@@ -221,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
             f"--settings {needs[0]} needs --tokenizers DIR (holding roberta-base/ and kobigbird-bert-base/)"
         )
     setup_logging("WARNING")
-    from sembridge_ray.jobs.dev import load_judged
+    from sembridge_ray.recipes.steps.dev import load_judged
 
     name, split = SPLITS[args.split]
     dev = load_judged(str(args.assets / name), split)
@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     finetune = None
     if args.finetune:
         from sembridge_ray.cli import parse_config
-        from sembridge_ray.jobs.reproduce import ReproduceConfig
+        from sembridge_ray.recipes.reproduce.config import ReproduceConfig
 
         preset, _ = parse_config(ReproduceConfig, ["--preset", "settings"], job="reproduce")
         finetune = replace(

@@ -4,9 +4,9 @@ composed rows of bridged tokens).
 
 The two heavy stages are injected (:class:`Stages`): in this process for tests and scripts
 (:func:`in_process_stages`), or as an executor's pools (:func:`pool_stages`: Ray Data actor pools
-in ``sembridge_ray.distributed.init``). Both call the same pure functions, so they agree bit for
+in ``sembridge_ray.recipes.init.run``). Both call the same pure functions, so they agree bit for
 bit. The job itself (inputs, output claim,
-report, card) is ``sembridge_ray.jobs.init_run``."""
+report, card) is ``sembridge_ray.recipes.init.initialise``."""
 
 from __future__ import annotations
 

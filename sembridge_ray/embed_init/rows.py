@@ -1,7 +1,7 @@
 """The rows of the target tokens a transfer initialises (those without a source counterpart):
 by the method's explicit rule, bridged (the bridge's vectors, then ``Stages.rows``' weights and
 rows, then the weighting section's post-steps: ``random_blend``, ``norm_scale``,
-``confidence_gate``), or decomposed (fvt). The init job's run (``jobs.init_run``) calls
+``confidence_gate``), or decomposed (fvt). The init job's run (``recipes.init.initialise``) calls
 :func:`new_rows` with the :class:`RowRule` of its config; the stages are in-process or Ray Data
 actor pools."""
 

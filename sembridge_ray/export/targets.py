@@ -8,7 +8,7 @@ evaluation queries, or the export fails (exit 2); ``docs/export.md`` gives the m
 each number.
 
 Adding a target: a module with its ``TARGET`` (or ``TARGETS``) and one line below; its name in
-:data:`sembridge_ray.jobs.export.TargetName` too (the contract that validates ``--target`` imports
+:data:`sembridge_ray.recipes.export.config.TargetName` too (the contract that validates ``--target`` imports
 no target), and in ``tests/unit/test_export_registry.py``, which checks the three agree with
 ``docs/export.md``."""
 

@@ -1,7 +1,7 @@
 """The MaLSTM's settings, section by section, beside the code that reads them: the word vectors
 (``siamese.vectors``, ``siamese.prepare``), the thesaurus augmentation (``siamese.augment``), a
 training stage and the STS pretraining (``siamese.loop``) and the calibration (``siamese.results``).
-``sembridge_ray.jobs.malstm`` composes them into the job's config; their field names are its dotted
+``sembridge_ray.recipes.malstm.config`` composes them into the job's config; their field names are its dotted
 keys (``train.lr``, ``vectors.source``, ...)."""
 
 from __future__ import annotations

@@ -12,10 +12,10 @@ from typing import Any
 import numpy as np
 from safetensors.numpy import load_file
 
-from sembridge_ray.distributed import finetune as finetune_driver
-from sembridge_ray.distributed.evaluate import run_evaluate
-from sembridge_ray.jobs.evaluate import EvaluateConfig
-from sembridge_ray.jobs.finetune import FinetuneConfig, OptimConfig
+from sembridge_ray.recipes.evaluate.config import EvaluateConfig
+from sembridge_ray.recipes.evaluate.run import run_evaluate
+from sembridge_ray.recipes.finetune import run as finetune_driver
+from sembridge_ray.recipes.finetune.config import FinetuneConfig, OptimConfig
 from sembridge_ray.retrieval.sources import resolve_dataset, resolve_model
 from sembridge_ray.runtime.config import Config
 from sembridge_ray.runtime.placement import ResourceConfig

@@ -21,10 +21,10 @@ from sembridge_ray.data.retrieval import load_beir
 from sembridge_ray.data.schema import ID, TEXT
 from sembridge_ray.distributed import cluster
 from sembridge_ray.distributed import executor as executor_module
-from sembridge_ray.distributed.encode import encode
-from sembridge_ray.distributed.evaluate import run_evaluate
 from sembridge_ray.distributed.executor import RayExecutor
-from sembridge_ray.jobs.evaluate import EvaluateConfig
+from sembridge_ray.recipes.evaluate.config import EvaluateConfig
+from sembridge_ray.recipes.evaluate.run import run_evaluate
+from sembridge_ray.recipes.steps.encode import encode
 from sembridge_ray.retrieval.store import parquet_files, read_run, read_vectors, stage_corpus
 from sembridge_ray.runtime.outputs import SUCCESS, is_complete
 from sembridge_ray.runtime.placement import Placement, ResourceConfig

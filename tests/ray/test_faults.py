@@ -25,7 +25,7 @@ from safetensors.torch import load_file
 
 from benchmarks.synthetic import sparse_vectors, zipf_probs
 from sembridge_ray.distributed.executor import RayExecutor
-from sembridge_ray.jobs.finetune import FinetuneConfig, OptimConfig
+from sembridge_ray.recipes.finetune.config import FinetuneConfig, OptimConfig
 from sembridge_ray.retrieval.index import build_shard, shard_bounds
 from sembridge_ray.retrieval.sharded import ShardedIndex
 from sembridge_ray.runtime.outputs import is_complete
@@ -116,7 +116,7 @@ def test_a_job_leaves_no_ray_process_behind(
 def undisturbed(
     ray_cluster, fixtures_root: Path, sick_beir: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Path:
-    from sembridge_ray.distributed.finetune import run_finetune
+    from sembridge_ray.recipes.finetune.run import run_finetune
 
     out = tmp_path_factory.mktemp("ft") / "undisturbed"
     run_finetune(_ft_cfg(fixtures_root, sick_beir, out))
@@ -144,7 +144,7 @@ def test_a_killed_train_worker_costs_at_most_checkpoint_every_steps(
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from sembridge_ray.distributed.finetune import run_finetune
+    from sembridge_ray.recipes.finetune.run import run_finetune
 
     out = tmp_path / "disturbed"
     killed: dict[str, int] = {}

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from sembridge_ray.jobs.evaluate import EvaluateConfig
-from sembridge_ray.jobs.finetune import FinetuneConfig, LossConfig, OptimConfig
+from sembridge_ray.recipes.evaluate.config import EvaluateConfig
+from sembridge_ray.recipes.finetune.config import FinetuneConfig, LossConfig, OptimConfig
 from sembridge_ray.runtime.outputs import is_complete
 from tests.conftest import REPO
 
@@ -41,7 +41,7 @@ def test_two_worker_run_writes_a_sparse_encoder_and_per_step_metrics(
 ) -> None:
     from sentence_transformers import SparseEncoder
 
-    from sembridge_ray.distributed.finetune import run_finetune
+    from sembridge_ray.recipes.finetune.run import run_finetune
 
     cfg = FinetuneConfig(
         model=str(fixtures_root / "bert-mlm"),
@@ -146,7 +146,7 @@ def test_a_cluster_that_fits_fewer_workers_than_asked_is_refused_before_the_outp
     never trains on fewer workers than its identity records."""
     import pytest
 
-    from sembridge_ray.distributed.finetune import run_finetune
+    from sembridge_ray.recipes.finetune.run import run_finetune
     from sembridge_ray.runtime.errors import InputError
     from sembridge_ray.runtime.placement import ResourceConfig
 

@@ -16,13 +16,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from sembridge_ray.distributed import cluster, train_run
-from sembridge_ray.distributed.evaluate import run_evaluate
-from sembridge_ray.distributed.export import run_export
-from sembridge_ray.distributed.finetune import run_finetune
-from sembridge_ray.distributed.train_worker import step_batches
-from sembridge_ray.jobs.evaluate import EvaluateConfig
-from sembridge_ray.jobs.export import ExportConfig
-from sembridge_ray.jobs.finetune import FinetuneConfig, OptimConfig
+from sembridge_ray.recipes.evaluate.config import EvaluateConfig
+from sembridge_ray.recipes.evaluate.run import run_evaluate
+from sembridge_ray.recipes.export.config import ExportConfig
+from sembridge_ray.recipes.export.run import run_export
+from sembridge_ray.recipes.finetune.config import FinetuneConfig, OptimConfig
+from sembridge_ray.recipes.finetune.run import run_finetune
+from sembridge_ray.recipes.finetune.worker import step_batches
 from sembridge_ray.runtime.executor import LocalExecutor, TrainContext, Training
 from sembridge_ray.runtime.placement import ResourceConfig
 from sembridge_ray.sparse.checkpoints import checkpoint_dirs, restore_point, set_aside_damaged

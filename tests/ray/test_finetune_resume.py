@@ -72,7 +72,7 @@ def _kill_session(sid: int) -> None:
 
 def _latest(out: Path) -> int | None:
     """The step a rerun resumes from: the newest checkpoint that verifies."""
-    from sembridge_ray.distributed.finetune import run_name
+    from sembridge_ray.recipes.finetune.run import run_name
     from sembridge_ray.sparse.checkpoints import restore_point
 
     identity = read_identity(out)

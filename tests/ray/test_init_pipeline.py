@@ -15,11 +15,11 @@ from safetensors.torch import load_file
 
 from jobs import init_embeddings
 from sembridge_ray.distributed import cluster
-from sembridge_ray.distributed.init import run_init
 from sembridge_ray.embed_init import bridge
 from sembridge_ray.embed_init.config import MethodName
-from sembridge_ray.jobs.init import InitConfig
-from sembridge_ray.jobs.init_run import initialise
+from sembridge_ray.recipes.init.config import InitConfig
+from sembridge_ray.recipes.init.initialise import initialise
+from sembridge_ray.recipes.init.run import run_init
 from sembridge_ray.runtime.placement import ResourceConfig
 
 

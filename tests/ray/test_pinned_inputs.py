@@ -11,15 +11,15 @@ from typing import Any
 
 import pytest
 
-from sembridge_ray.distributed import encode as encode_step
-from sembridge_ray.distributed import evaluate as evaluate_driver
-from sembridge_ray.distributed import export as export_driver
-from sembridge_ray.distributed import finetune as finetune_driver
 from sembridge_ray.distributed.executor import RayExecutor
-from sembridge_ray.jobs.evaluate import EvaluateConfig
-from sembridge_ray.jobs.export import ExportConfig
-from sembridge_ray.jobs.finetune import FinetuneConfig, OptimConfig
 from sembridge_ray.publish import scores_of
+from sembridge_ray.recipes.evaluate import run as evaluate_driver
+from sembridge_ray.recipes.evaluate.config import EvaluateConfig
+from sembridge_ray.recipes.export import run as export_driver
+from sembridge_ray.recipes.export.config import ExportConfig
+from sembridge_ray.recipes.finetune import run as finetune_driver
+from sembridge_ray.recipes.finetune.config import FinetuneConfig, OptimConfig
+from sembridge_ray.recipes.steps import encode as encode_step
 from sembridge_ray.runtime.identity import InputChanged, path_identity
 from sembridge_ray.runtime.outputs import SUCCESS
 from sembridge_ray.runtime.placement import ResourceConfig

@@ -11,7 +11,7 @@ import pytest
 
 from sembridge_ray import cli
 from sembridge_ray.cli import parse_config, run, run_job
-from sembridge_ray.jobs import JOBS, Flag, job_spec, presets
+from sembridge_ray.recipes import JOBS, Flag, job_spec, presets
 from sembridge_ray.runtime.config import ConfigError, attribute_docs
 from sembridge_ray.runtime.errors import InputError
 from tests.unit.test_config import Job

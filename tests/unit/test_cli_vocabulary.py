@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from sembridge_ray import __version__, cli
-from sembridge_ray.jobs import JOBS, job_spec
+from sembridge_ray.recipes import JOBS, job_spec
 from sembridge_ray.runtime.config import ConfigError, canonical_key, dotted_keys, field_info
 from tests.conftest import REPO
 

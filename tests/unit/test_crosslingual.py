@@ -86,8 +86,8 @@ def test_dropped_rows_lose_their_weights_and_no_other_row_changes() -> None:
 
 
 def _init(fixtures_root: Path, out: Path, method: str, **weighting: object) -> Path:
-    from sembridge_ray.jobs.init import InitConfig
-    from sembridge_ray.jobs.init_run import initialise
+    from sembridge_ray.recipes.init.config import InitConfig
+    from sembridge_ray.recipes.init.initialise import initialise
 
     cfg = InitConfig(
         source_model=str(fixtures_root / "bert-mlm"),

@@ -14,13 +14,13 @@ from typing import Any, ClassVar
 
 import pytest
 
-from sembridge_ray.distributed import finetune as finetune_driver
-from sembridge_ray.distributed import malstm as malstm_driver
-from sembridge_ray.jobs import init_run as init_job
-from sembridge_ray.jobs.finetune import FinetuneConfig
-from sembridge_ray.jobs.init import InitConfig
-from sembridge_ray.jobs.init_run import initialise
-from sembridge_ray.jobs.malstm import MalstmConfig
+from sembridge_ray.recipes.finetune import run as finetune_driver
+from sembridge_ray.recipes.finetune.config import FinetuneConfig
+from sembridge_ray.recipes.init import initialise as init_job
+from sembridge_ray.recipes.init.config import InitConfig
+from sembridge_ray.recipes.init.initialise import initialise
+from sembridge_ray.recipes.malstm import run as malstm_driver
+from sembridge_ray.recipes.malstm.config import MalstmConfig
 from sembridge_ray.resources import sick_dir, sts_dir
 from sembridge_ray.runtime.config import Config
 from tests.dead_settings import Harness, check, copy_input, every_key_is_covered, files_of

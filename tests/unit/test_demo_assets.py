@@ -14,9 +14,9 @@ import pytest
 
 from jobs import reproduce
 from sembridge_ray.data.sick import read_sick_split
-from sembridge_ray.jobs import PRESET_DIR, load_preset_file
-from sembridge_ray.jobs.reproduce import DemoSettings
-from sembridge_ray.reproduce import demo
+from sembridge_ray.recipes import PRESET_DIR, load_preset_file
+from sembridge_ray.recipes.reproduce import demo
+from sembridge_ray.recipes.reproduce.config import DemoSettings
 from sembridge_ray.resources import sick_dir
 from sembridge_ray.runtime.errors import InputError
 from tests.conftest import error_lines

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from sembridge_ray.cli import user_error
-from sembridge_ray.jobs.finetune import OptimConfig
+from sembridge_ray.recipes.finetune.config import OptimConfig
 from sembridge_ray.runtime.errors import InputError
 from sembridge_ray.sparse.collective import LocalCollective
 from sembridge_ray.sparse.finite import NonFiniteError, nonfinite, require_finite

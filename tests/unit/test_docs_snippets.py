@@ -53,7 +53,7 @@ from pathlib import Path
 
 import pytest
 
-from sembridge_ray.jobs import JOBS, job_spec
+from sembridge_ray.recipes import JOBS, job_spec
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = [REPO / "README.md", REPO / "cluster" / "README.md", *sorted((REPO / "docs").glob("*.md"))]

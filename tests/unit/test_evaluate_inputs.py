@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from jobs.evaluate import main
-from sembridge_ray.jobs import PRESET_DIR, load_preset_file
-from sembridge_ray.jobs.evaluate import EvaluateConfig
+from sembridge_ray.recipes import PRESET_DIR, load_preset_file
+from sembridge_ray.recipes.evaluate.config import EvaluateConfig
 
 
 def beir(root: Path, corpus: list[dict], queries: list[dict], qrels: str) -> Path:
@@ -93,7 +93,7 @@ def test_duplicate_query_id_is_an_error(
 
 def test_flags_map_onto_the_config() -> None:
     from sembridge_ray.cli import parse_config
-    from sembridge_ray.jobs.evaluate import FLAGS
+    from sembridge_ray.recipes.evaluate.config import FLAGS
 
     cfg, _ = parse_config(
         EvaluateConfig,

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from sembridge_ray import cli
-from sembridge_ray.jobs import reproduce
-from sembridge_ray.jobs.reproduce import ReproduceConfig, ReproduceResult
+from sembridge_ray.recipes.reproduce import config as reproduce
+from sembridge_ray.recipes.reproduce.config import ReproduceConfig, ReproduceResult
 from sembridge_ray.runtime.errors import terminating
 from sembridge_ray.runtime.locks import LOCK, OutputLock
 from tests.conftest import error_lines

@@ -14,11 +14,11 @@ import pytest
 from sembridge_ray.cli import parse_config
 from sembridge_ray.embed_init.config import WeightingConfig
 from sembridge_ray.embed_init.methods import METHOD_NAMES, SEMBRIDGE_PLUS
-from sembridge_ray.jobs import job_spec
-from sembridge_ray.jobs.evaluate import EvaluateConfig
-from sembridge_ray.jobs.finetune import FinetuneConfig
-from sembridge_ray.jobs.init import InitConfig
-from sembridge_ray.jobs.reproduce import ReproduceConfig
+from sembridge_ray.recipes import job_spec
+from sembridge_ray.recipes.evaluate.config import EvaluateConfig
+from sembridge_ray.recipes.finetune.config import FinetuneConfig
+from sembridge_ray.recipes.init.config import InitConfig
+from sembridge_ray.recipes.reproduce.config import ReproduceConfig
 from sembridge_ray.runtime.config import ConfigError
 from tests.unit.test_identity_coverage import perturbations
 
@@ -144,7 +144,7 @@ def test_an_option_the_run_does_not_read_is_named_in_one_warning(
 def test_presets_of_every_job_still_load(tmp_path: Path) -> None:
     """Presets are explicit values now (not merged over the defaults): each still builds its
     config."""
-    from sembridge_ray.jobs import JOBS, PRESET_DIR, load_preset_file, presets
+    from sembridge_ray.recipes import JOBS, PRESET_DIR, load_preset_file, presets
 
     for job in JOBS:
         for name in presets(job):

@@ -55,7 +55,7 @@ def random_encoding(
 def encoded_at_random(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Callable[[], None]]]:
     """Replaces the encoding; what is appended to the yielded list runs when it is called (after
     every input check, before the target is built)."""
-    from sembridge_ray.distributed import export as driver
+    from sembridge_ray.recipes.export import run as driver
 
     hooks: list[Callable[[], None]] = []
 

@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 
 from benchmarks.synthetic import sparse_vectors, zipf_probs
-from sembridge_ray.distributed import export as driver
 from sembridge_ray.export import base, engine
 from sembridge_ray.export.base import ExportJob, Rates, Vectors
 from sembridge_ray.export.engine import EngineTarget
 from sembridge_ray.export.targets import TARGETS
+from sembridge_ray.recipes.export import run as driver
 from sembridge_ray.runtime.progress import Progress
 
 

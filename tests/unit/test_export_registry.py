@@ -14,7 +14,7 @@ import pytest
 from sembridge_ray.export.base import ExportTarget, Tolerance
 from sembridge_ray.export.report import ExportReport
 from sembridge_ray.export.targets import MODEL_DIRECTORY, TARGETS, target
-from sembridge_ray.jobs.export import TargetName
+from sembridge_ray.recipes.export.config import TargetName
 
 DOCUMENTED = (
     "qdrant",

@@ -386,7 +386,7 @@ def test_an_export_names_the_settings_it_does_not_read() -> None:
     where it is read it changes the identity."""
     import dataclasses
 
-    from sembridge_ray.jobs.export import ExportConfig
+    from sembridge_ray.recipes.export.config import ExportConfig
 
     by_model = ExportConfig(target="qdrant", model="m", dataset="d", output="o", select="best")
     assert set(by_model.inapplicable({"select", "max_doc_length"})) == {"select"}

@@ -14,7 +14,7 @@ import pytest
 from jobs.finetune import main
 from sembridge_ray.data.schema import POSITIVE, QUERY
 from sembridge_ray.data.stream import StreamInfo, materialise_stream, training_stream
-from sembridge_ray.jobs.finetune import FinetuneConfig
+from sembridge_ray.recipes.finetune.config import FinetuneConfig
 from sembridge_ray.runtime.errors import InputError
 from sembridge_ray.runtime.outputs import SUCCESS
 
@@ -26,7 +26,7 @@ def _run(capsys, *argv: str) -> tuple[int, str]:
 
 def test_flags_map_onto_the_config(capsys) -> None:
     from sembridge_ray.cli import parse_config
-    from sembridge_ray.jobs.finetune import FLAGS
+    from sembridge_ray.recipes.finetune.config import FLAGS
 
     cfg, _ = parse_config(
         FinetuneConfig,

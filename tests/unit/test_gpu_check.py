@@ -16,7 +16,7 @@ from safetensors.torch import save_file
 
 from benchmarks import gpu_check as gc
 from jobs import reproduce
-from sembridge_ray.reproduce import figures
+from sembridge_ray.recipes.reproduce import figures
 from sembridge_ray.runtime.errors import InputError
 from tests.conftest import REPO
 

@@ -119,16 +119,18 @@ def test_rooms_count_shares_sizes_fan_out_and_driver_imports(
 ) -> None:
     package = tmp_path / "sembridge_ray"
     (package / "sparse").mkdir(parents=True)
-    (package / "distributed").mkdir()
+    (package / "recipes" / "evaluate").mkdir(parents=True)
+    (package / "recipes" / "export").mkdir()
     (package / "__init__.py").write_text("")
     (package / "sparse" / "__init__.py").write_text("")
-    (package / "distributed" / "__init__.py").write_text("")
+    for folder in ("recipes", "recipes/evaluate", "recipes/export"):
+        (package / folder / "__init__.py").write_text("")
     (package / "sparse" / "loss.py").write_text("A = 1\nB = 2\nC = 3\n")  # maths: 3 code lines
     (package / "config.py").write_text("D = 4\n")  # glue: 1
     (package / "text.py").write_text("E = 5\n")  # neither: 1
-    (package / "distributed" / "evaluate.py").write_text("from sembridge_ray import config\n")
-    (package / "distributed" / "export.py").write_text(  # glue: 2, one driver -> driver import
-        "from sembridge_ray.distributed import evaluate\nfrom sembridge_ray.sparse import loss\n"
+    (package / "recipes" / "evaluate" / "run.py").write_text("from sembridge_ray import config\n")
+    (package / "recipes" / "export" / "run.py").write_text(  # glue: 2, one run -> run import
+        "from sembridge_ray.recipes.evaluate import run\nfrom sembridge_ray.sparse import loss\n"
     )
     figures = house.rooms(house.import_graph(tmp_path), tmp_path)
     assert figures["code_lines"] == 8

@@ -18,8 +18,8 @@ from entmax import entmax_bisect, sparsemax
 from sentence_transformers import SentenceTransformer, SparseEncoder
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
-from sembridge_ray.jobs.init import InitConfig
-from sembridge_ray.jobs.init_run import initialise
+from sembridge_ray.recipes.init.config import InitConfig
+from sembridge_ray.recipes.init.initialise import initialise
 from sembridge_ray.runtime.errors import InputError
 from sembridge_ray.runtime.outputs import is_complete
 

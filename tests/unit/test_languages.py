@@ -7,8 +7,8 @@ import pytest
 
 from sembridge_ray import catalog, languages
 from sembridge_ray.data.squad import SOURCES
-from sembridge_ray.jobs.reproduce import ReproduceConfig
-from sembridge_ray.reproduce.grid import xling_specs
+from sembridge_ray.recipes.reproduce.config import ReproduceConfig
+from sembridge_ray.recipes.reproduce.grid import xling_specs
 from sembridge_ray.resources import asset
 from sembridge_ray.runtime.errors import InputError
 from sembridge_ray.target_tokenizers import licence_files

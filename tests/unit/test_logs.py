@@ -32,7 +32,7 @@ def test_the_known_false_alarms_and_nothing_else() -> None:
     assert is_false_alarm(DRIVER_ALARM) and is_false_alarm(WORKER_ALARM)
     assert not is_false_alarm(REAL_ERROR)
     assert not is_false_alarm(
-        "2026-12-03 06:24:15,002 ERROR sembridge_ray.distributed.reproduce: cell x failed"
+        "2026-12-03 06:24:15,002 ERROR sembridge_ray.recipes.reproduce.run: cell x failed"
     )
     # not the C++ core's line
     assert not is_false_alarm("Actor with class name: 'A' has constructor arguments")

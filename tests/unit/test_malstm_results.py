@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from sembridge_ray.data.schema import CALIBRATED, GOLD, RAW
-from sembridge_ray.jobs.malstm import MalstmConfig
+from sembridge_ray.recipes.malstm.config import MalstmConfig
 from sembridge_ray.siamese.data import EncodedPairs
 from sembridge_ray.siamese.loop import FitResult, RestartResult
 from sembridge_ray.siamese.prepare import Prepared

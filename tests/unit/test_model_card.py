@@ -24,13 +24,8 @@ from huggingface_hub import ModelCard
 from huggingface_hub.repocard_data import EvalResult, ModelCardData, model_index_to_eval_results
 
 from sembridge_ray.cli import run_job
-from sembridge_ray.distributed.final_model import card_provenance
 from sembridge_ray.embed_init.config import WeightingConfig
 from sembridge_ray.export.report import ExportReport
-from sembridge_ray.jobs.finetune import FinetuneConfig
-from sembridge_ray.jobs.init import InitConfig
-from sembridge_ray.jobs.init_run import initialise
-from sembridge_ray.jobs.reproduce import DemoSettings
 from sembridge_ray.model_card import CARD, render, write_card
 from sembridge_ray.provenance import (
     PROVENANCE,
@@ -42,7 +37,12 @@ from sembridge_ray.provenance import (
     read_provenance,
 )
 from sembridge_ray.publish import PUSHED, SCORED, evaluation, publish, scores_of
-from sembridge_ray.reproduce import demo
+from sembridge_ray.recipes.finetune.config import FinetuneConfig
+from sembridge_ray.recipes.init.config import InitConfig
+from sembridge_ray.recipes.init.initialise import initialise
+from sembridge_ray.recipes.reproduce import demo
+from sembridge_ray.recipes.reproduce.config import DemoSettings
+from sembridge_ray.recipes.steps.final_model import card_provenance
 from sembridge_ray.resources import asset, sick_dir
 from sembridge_ray.runtime.errors import InputError
 from sembridge_ray.runtime.identity import RunIdentity, path_identity

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from sembridge_ray.jobs.init import InitConfig
-from sembridge_ray.jobs.init_run import initialise
+from sembridge_ray.recipes.init.config import InitConfig
+from sembridge_ray.recipes.init.initialise import initialise
 from sembridge_ray.runtime.outputs import LOCK, is_complete, staging_dir
 from tests.conftest import REPO
 from tests.unit.test_outputs import snapshot, unlocked
@@ -23,8 +23,8 @@ from tests.unit.test_outputs import snapshot, unlocked
 CHILD = """
 import json, os, sys
 from sembridge_ray.runtime import outputs
-from sembridge_ray.jobs import init_run as init_job
-from sembridge_ray.jobs.init import InitConfig
+from sembridge_ray.recipes.init import initialise as init_job
+from sembridge_ray.recipes.init.config import InitConfig
 
 cfg, point = InitConfig.from_dict(json.loads(sys.argv[1])), sys.argv[2]
 real_atomic_path = outputs.atomic_path

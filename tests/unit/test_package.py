@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sembridge_ray.jobs import JOBS
+from sembridge_ray.recipes import JOBS
 from tests.conftest import REPO
 
 

@@ -15,8 +15,8 @@ import pyarrow as pa
 import pytest
 
 from sembridge_ray.embed_init.pipeline import Stages
-from sembridge_ray.jobs.init import InitConfig
-from sembridge_ray.jobs.init_run import initialise, local_stages
+from sembridge_ray.recipes.init.config import InitConfig
+from sembridge_ray.recipes.init.initialise import initialise, local_stages
 from sembridge_ray.runtime.identity import InputChanged, path_identity, require_unchanged
 from sembridge_ray.runtime.outputs import SUCCESS
 
@@ -91,7 +91,7 @@ def test_a_bridge_model_edited_while_it_encodes_fails_the_init_and_caches_nothin
 ENCODE_CACHE_FILLERS = {"encode_judged", "encode_corpus", "encode_queries"}
 """The functions that fill the encode cache shared between jobs (keyed by the inputs'
 identities): the jobs call the first, which calls the other two."""
-PINNED_JOBS = {"sembridge_ray/distributed/evaluate.py", "sembridge_ray/distributed/export.py"}
+PINNED_JOBS = {"sembridge_ray/recipes/evaluate/run.py", "sembridge_ray/recipes/export/run.py"}
 """The drivers whose swap of the model while it encodes ``tests/ray/test_pinned_inputs.py`` walks
 (``ENCODING_JOBS`` there): a new job that fills the cache must join that walk."""
 
@@ -112,14 +112,14 @@ def test_every_job_that_fills_the_encode_cache_pins_what_it_read() -> None:
     """The pin is a required argument of the cache-filling encodings (no default to forget), every
     call passes it, and every module that calls them is a job whose swap test runs (issue 42,
     point 1: the export encoded unpinned, and a model swapped meanwhile poisoned the cache)."""
-    from sembridge_ray.distributed import encode
+    from sembridge_ray.recipes.steps import encode
 
     for name in ENCODE_CACHE_FILLERS:
         parameter = inspect.signature(getattr(encode, name)).parameters["pinned"]
         assert parameter.default is inspect.Parameter.empty, name
         assert parameter.kind is inspect.Parameter.KEYWORD_ONLY, name
     calls = _calls_of_cache_fillers(Path(__file__).resolve().parents[2])
-    assert set(calls) == {*PINNED_JOBS, "sembridge_ray/distributed/encode.py"}
+    assert set(calls) == {*PINNED_JOBS, "sembridge_ray/recipes/steps/encode.py"}
     for module, nodes in calls.items():
         for node in nodes:
             assert any(k.arg == "pinned" for k in node.keywords), (module, node.lineno)
@@ -137,9 +137,9 @@ def test_the_export_keys_a_corpus_encoding_as_evaluate_does(
     second split was served the first one's documents."""
     from types import SimpleNamespace
 
-    from sembridge_ray.distributed import encode
-    from sembridge_ray.distributed import export as driver
-    from sembridge_ray.jobs.export import ExportConfig
+    from sembridge_ray.recipes.export import run as driver
+    from sembridge_ray.recipes.export.config import ExportConfig
+    from sembridge_ray.recipes.steps import encode
     from sembridge_ray.retrieval.store import fingerprint
 
     def keyed(cfg: object, model: str, data: object, key: str, *args: object, **kw: object) -> None:

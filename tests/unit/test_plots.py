@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from sembridge_ray.reproduce import plots
-from sembridge_ray.reproduce.cells import Cell, cell_paths, expand, source_dev_path
-from sembridge_ray.reproduce.compare import PER_QUERY
+from sembridge_ray.recipes.reproduce import plots
+from sembridge_ray.recipes.reproduce.cells import Cell, cell_paths, expand, source_dev_path
+from sembridge_ray.recipes.reproduce.compare import PER_QUERY
 from sembridge_ray.runtime.outputs import write_success
 
 MODELS = ("m1", "m2", "m3", "m4")

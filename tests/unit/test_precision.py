@@ -13,9 +13,9 @@ import torch
 
 from sembridge_ray.embed_init import weighting
 from sembridge_ray.embed_init.baselines import method_weights
-from sembridge_ray.jobs.evaluate import EvaluateConfig
-from sembridge_ray.jobs.finetune import FinetuneConfig
-from sembridge_ray.jobs.init import InitConfig
+from sembridge_ray.recipes.evaluate.config import EvaluateConfig
+from sembridge_ray.recipes.finetune.config import FinetuneConfig
+from sembridge_ray.recipes.init.config import InitConfig
 from sembridge_ray.runtime import placement
 from sembridge_ray.runtime.placement import ResourceConfig, local_precision
 from sembridge_ray.sparse.encode import encode_texts
@@ -121,7 +121,7 @@ def test_the_driver_resolves_auto_on_a_cpu_machine_without_starting_ray(
 
 def test_the_former_bf16_flag_still_reads() -> None:
     from sembridge_ray.cli import parse_config
-    from sembridge_ray.jobs.finetune import FLAGS
+    from sembridge_ray.recipes.finetune.config import FLAGS
 
     assert (
         parse_config(FinetuneConfig, ["--bf16", "off"], flags=FLAGS, job="finetune")[0].precision

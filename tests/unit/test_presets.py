@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from sembridge_ray.jobs import JOBS, PRESET_DIR, load_preset_file
+from sembridge_ray.recipes import JOBS, PRESET_DIR, load_preset_file
 from sembridge_ray.runtime.config import Config
 
 PRESETS = sorted(PRESET_DIR.glob("*.yaml"))

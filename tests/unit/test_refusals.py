@@ -15,7 +15,7 @@ import pytest
 from jobs import evaluate, finetune, init_embeddings
 from sembridge_ray.data.schema import POSITIVE, QUERY
 from sembridge_ray.embed_init.bridge import bridge_dimension
-from sembridge_ray.jobs.finetune import FinetuneConfig
+from sembridge_ray.recipes.finetune.config import FinetuneConfig
 from sembridge_ray.runtime.atomic import atomic_new_path
 from tests.conftest import error_lines
 

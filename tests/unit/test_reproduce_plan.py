@@ -14,15 +14,15 @@ import yaml
 from jobs import reproduce
 from sembridge_ray import catalog, languages
 from sembridge_ray.cli import parse_config
-from sembridge_ray.jobs import job_spec
-from sembridge_ray.jobs.evaluate import EvaluateConfig
-from sembridge_ray.jobs.finetune import FinetuneConfig
-from sembridge_ray.jobs.init import InitConfig
-from sembridge_ray.jobs.reproduce import ReproduceConfig
-from sembridge_ray.reproduce import demo
-from sembridge_ray.reproduce import grid as driver
-from sembridge_ray.reproduce.cells import expand, parse_alpha
-from sembridge_ray.reproduce.stages import Stage
+from sembridge_ray.recipes import job_spec
+from sembridge_ray.recipes.evaluate.config import EvaluateConfig
+from sembridge_ray.recipes.finetune.config import FinetuneConfig
+from sembridge_ray.recipes.init.config import InitConfig
+from sembridge_ray.recipes.reproduce import demo
+from sembridge_ray.recipes.reproduce import grid as driver
+from sembridge_ray.recipes.reproduce.cells import expand, parse_alpha
+from sembridge_ray.recipes.reproduce.config import ReproduceConfig
+from sembridge_ray.recipes.reproduce.stages import Stage
 from sembridge_ray.runtime.config import ConfigError
 from sembridge_ray.sparse.config import OptimConfig
 from tests.conftest import REPO
@@ -169,8 +169,8 @@ def test_concurrency_and_cell_resources(
     workers: int,
     gpus_per_worker: float | None,
 ) -> None:
-    from sembridge_ray.reproduce.plan import concurrency
-    from sembridge_ray.reproduce.stages import cell_resources
+    from sembridge_ray.recipes.reproduce.plan import concurrency
+    from sembridge_ray.recipes.reproduce.stages import cell_resources
     from sembridge_ray.runtime.placement import ResourceConfig
 
     cfg = ReproduceConfig(gpus_per_cell=gpus_per_cell, max_concurrent=max_concurrent)
@@ -183,9 +183,9 @@ def test_concurrency_and_cell_resources(
 def test_the_position_aware_variant_is_a_row_of_its_own_with_its_init_setting(
     tmp_path: Path,
 ) -> None:
-    from sembridge_ray.jobs.init import InitConfig
-    from sembridge_ray.reproduce.compare import comparisons
-    from sembridge_ray.reproduce.stages import Assets, cell_stages
+    from sembridge_ray.recipes.init.config import InitConfig
+    from sembridge_ray.recipes.reproduce.compare import comparisons
+    from sembridge_ray.recipes.reproduce.stages import Assets, cell_stages
 
     cfg = ReproduceConfig(
         models=("m",),
@@ -231,8 +231,8 @@ def test_the_position_aware_variant_is_a_row_of_its_own_with_its_init_setting(
 
 
 def test_a_figures_file_is_scaled_and_the_rates_it_lacks_stay_built_in(tmp_path: Path) -> None:
-    from sembridge_ray.reproduce import plan as plan_mod
-    from sembridge_ray.reproduce.figures import BUILT_IN, plan_figures, read_figures
+    from sembridge_ray.recipes.reproduce import plan as plan_mod
+    from sembridge_ray.recipes.reproduce.figures import BUILT_IN, plan_figures, read_figures
 
     assert plan_figures("", 64) == BUILT_IN
     measured = tmp_path / "measured.json"
@@ -492,8 +492,8 @@ def test_sembridge_plus_and_fvt_are_cells_of_the_grid_with_the_recipe_in_their_i
     tmp_path: Path,
 ) -> None:
     from sembridge_ray.embed_init.methods import SEMBRIDGE_PLUS
-    from sembridge_ray.jobs.init import InitConfig
-    from sembridge_ray.reproduce.stages import Assets, cell_stages
+    from sembridge_ray.recipes.init.config import InitConfig
+    from sembridge_ray.recipes.reproduce.stages import Assets, cell_stages
 
     settings, _ = parse_config(ReproduceConfig, ["--preset", "settings"], job="reproduce")
     cfg = replace(settings, languages=("en-bpe",), methods=("sembridge_plus", "fvt", "sembridge"))
@@ -525,7 +525,7 @@ def test_sembridge_plus_and_fvt_are_cells_of_the_grid_with_the_recipe_in_their_i
 def test_the_dry_run_prints_a_summary_and_counts_finished_stages(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from sembridge_ray.reproduce.plan import cell_stage_outputs
+    from sembridge_ray.recipes.reproduce.plan import cell_stage_outputs
     from sembridge_ray.runtime.manifest import write_success
 
     args = [
@@ -647,8 +647,8 @@ def test_values_that_name_directories_cannot_leave_the_grid(
 
 
 def test_a_stage_that_resolves_outside_the_root_is_refused(tmp_path: Path) -> None:
-    from sembridge_ray.jobs.init import InitConfig
-    from sembridge_ray.reproduce.stages import require_under
+    from sembridge_ray.recipes.init.config import InitConfig
+    from sembridge_ray.recipes.reproduce.stages import require_under
     from sembridge_ray.runtime.errors import InputError
 
     root = tmp_path / "root"
@@ -673,7 +673,7 @@ def test_the_dry_run_predicts_which_stages_a_run_would_refuse(
 ) -> None:
     """A stage whose output holds a run of other settings is refused by the run: its dry run says
     so, naming the settings (issue 33, 13), and with ``--overwrite`` counts it to redo."""
-    from sembridge_ray.reproduce.plan import cell_stage_outputs, planned_identities
+    from sembridge_ray.recipes.reproduce.plan import cell_stage_outputs, planned_identities
     from sembridge_ray.runtime.identity import RunIdentity
     from sembridge_ray.runtime.manifest import write_success
     from sembridge_ray.runtime.outputs import IDENTITY
@@ -738,7 +738,7 @@ def test_the_cross_lingual_preset_plans_every_language_with_its_own_sets_and_the
     bundled splade-tiny scored on English XQuAD as it is; sembridge at α 4 and 2 once each, and the
     wrong-bridge control through MiniLM; three seeds for the released rule and the strongest
     baselines."""
-    from sembridge_ray.jobs.init import InitConfig
+    from sembridge_ray.recipes.init.config import InitConfig
 
     cfg, _ = parse_config(ReproduceConfig, ["--preset", "xling"], job="reproduce")
     assert cfg.models == ("splade-tiny",) and cfg.seeds == 3
@@ -843,7 +843,7 @@ def test_method_entries_take_their_own_bridge_and_alpha() -> None:
         "m__ko__sembridge@minilm__a1",
         "m__ko__focus",
     ]
-    from sembridge_ray.reproduce.compare import reference_cell
+    from sembridge_ray.recipes.reproduce.compare import reference_cell
 
     reference = reference_cell(cells)
     assert reference is not None and reference.name == "m__ko__sembridge__a4"

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sembridge_ray.reproduce import compare, results
-from sembridge_ray.reproduce.cells import cell_paths, expand
+from sembridge_ray.recipes.reproduce import compare, results
+from sembridge_ray.recipes.reproduce.cells import cell_paths, expand
 from sembridge_ray.runtime.outputs import write_success
 
 
@@ -179,8 +179,8 @@ def _curve(folder: Path, curve: list[tuple[int, float]]) -> None:
 
 
 def test_the_convergence_protocol_reads_seed_means_against_common_targets(tmp_path: Path) -> None:
-    from sembridge_ray.reproduce import protocol
-    from sembridge_ray.reproduce.cells import bm25_path
+    from sembridge_ray.recipes.reproduce import protocol
+    from sembridge_ray.recipes.reproduce.cells import bm25_path
 
     steps = [0, 1, 2, 4]
     cells = expand(("m",), ("ko",), ("sembridge", "random"), ("4",), seeds=lambda e: 2)
@@ -253,7 +253,7 @@ def test_seeds_that_disagree_widen_the_interval_that_queries_alone_would_give() 
 
 
 def test_each_fusion_is_compared_with_bm25_alone_on_the_same_queries(tmp_path: Path) -> None:
-    from sembridge_ray.reproduce.cells import bm25_path
+    from sembridge_ray.recipes.reproduce.cells import bm25_path
 
     (cell,) = expand(("m",), ("ko",), ("sembridge",), ("4",))
     paths = cell_paths(tmp_path, cell)

@@ -18,7 +18,7 @@ from sembridge_ray import bundled, cache
 from sembridge_ray.embed_init import bridge
 from sembridge_ray.embed_init.bridge import BRIDGE_FILE, VECTOR, cached_vectors, shipped_vectors
 from sembridge_ray.embed_init.pipeline import bridge_side, in_process_stages
-from sembridge_ray.jobs.init import InitConfig
+from sembridge_ray.recipes.init.config import InitConfig
 from sembridge_ray.resources import bridge_cache_dir
 from sembridge_ray.sparse.model import load_tokenizer
 from tests.unit import cache_writers

@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 import torch.multiprocessing as mp
 
-from sembridge_ray.jobs.finetune import LossConfig
+from sembridge_ray.recipes.finetune.config import LossConfig
 from sembridge_ray.sparse.loop import LoopPlan, PairBatch, train
 
 GLOBAL, HIDDEN, VOCAB, NEGATIVES = 8, 6, 40, 1

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from sembridge_ray.data.schema import POSITIVE, QUERY
-from sembridge_ray.jobs.finetune import LossConfig, OptimConfig
+from sembridge_ray.recipes.finetune.config import LossConfig, OptimConfig
 from sembridge_ray.sparse.loop import (
     LoopPlan,
     build_optimizer,

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sembridge_ray.reproduce.cells import cell_paths, expand
+from sembridge_ray.recipes.reproduce.cells import cell_paths, expand
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 WORDS = ["cat", "dog", "river", "house", "tree", "road", "bird", "ship", "lamp", "book"]
@@ -121,8 +121,8 @@ def test_the_goals_script_judges_a_hand_made_grid(
 ) -> None:
     """Per-query scores written where the grid writes them; every verdict checked by hand."""
     from sembridge_ray.cli import parse_config
-    from sembridge_ray.jobs.reproduce import ReproduceConfig
-    from sembridge_ray.reproduce.cells import bm25_path, config_cells, source_test_path
+    from sembridge_ray.recipes.reproduce.cells import bm25_path, config_cells, source_test_path
+    from sembridge_ray.recipes.reproduce.config import ReproduceConfig
 
     goals = runpy.run_path(str(SCRIPTS / "xling_goals.py"))
     overrides = ["languages=ar,zh", "methods=sembridge_x,random", "seed_methods=", "seeds=2"]

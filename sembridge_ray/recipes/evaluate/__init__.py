@@ -1,0 +1,1 @@
+"""The evaluate job: config (contract) and run (encode, exact sharded search, scores)."""

@@ -1,0 +1,1 @@
+"""The export job: config (contract) and run (the targets, their parity with the model)."""

@@ -1,0 +1,287 @@
+"""Ray side of ``jobs.export``: a checkpoint as a SparseEncoder directory (``--target
+sentence-transformers``, :func:`sembridge_ray.recipes.steps.final_model.checkpoint_model`), or a model exported
+to a target and checked there.
+
+    run_export(cfg) -> ExportResult
+
+For a target: every input is checked before any encoding (the target's package, ``--url`` answering,
+the model and its tokenizer, the dataset's judged queries); the corpus and the queries are encoded
+by the step the evaluate job uses (:mod:`sembridge_ray.recipes.steps.encode`: Ray Data actor pool,
+cached under the same keys as an evaluation's); the target (an
+:class:`~sembridge_ray.export.base.ExportTarget` of the Ray-free registry
+:mod:`sembridge_ray.export.targets`) is built and searched; its top-10 on the queries is compared
+with the exact search (:mod:`sembridge_ray.export.parity`); ``export_report.json`` is written in the
+output (a published model's card shows it when named at publish time, ``--scores``), and a target
+outside its tolerance fails the job with one line (exit 2)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+from pathlib import Path
+from typing import cast
+
+from sembridge_ray.data.registry import load_retrieval
+from sembridge_ray.data.retrieval import RetrievalData
+from sembridge_ray.data.schema import ID
+from sembridge_ray.distributed import cluster
+from sembridge_ray.distributed.executor import RayExecutor
+from sembridge_ray.export.base import (
+    ExportJob,
+    ExportTarget,
+    Vectors,
+    require_package,
+    require_reachable,
+    require_tokenizer,
+    size_on_disk,
+)
+from sembridge_ray.export.parity import K, exact_topk, parity
+from sembridge_ray.export.report import ExportReport
+from sembridge_ray.export.targets import MODEL_DIRECTORY, target
+from sembridge_ray.publish import SCORED
+from sembridge_ray.recipes.evaluate.config import EvaluateConfig
+from sembridge_ray.recipes.export.config import ExportConfig, ExportResult
+from sembridge_ray.recipes.steps.encode import encode_judged
+from sembridge_ray.recipes.steps.final_model import checkpoint_model
+from sembridge_ray.retrieval.sources import resolve_dataset, resolve_model
+from sembridge_ray.retrieval.store import fingerprint, parquet_files, read_vectors
+from sembridge_ray.runtime.atomic import remove
+from sembridge_ray.runtime.errors import InputError
+from sembridge_ray.runtime.identity import Pin, path_identity, pin
+from sembridge_ray.runtime.locks import LOCK
+from sembridge_ray.runtime.manifest import IDENTITY
+from sembridge_ray.runtime.outputs import atomic_write_json, claim_output, require_apart
+from sembridge_ray.sparse.model import load_tokenizer
+
+log = logging.getLogger(__name__)
+REPORT = SCORED["export"]
+
+
+def run_export(cfg: ExportConfig) -> ExportResult:
+    cfg.require_inputs()
+    if cfg.target == MODEL_DIRECTORY:  # the checkpoint as the SparseEncoder directory it publishes
+        out = Path(cfg.output)
+        return checkpoint_model(cfg, new_output=out)(out)
+    return run_target_export(cfg)
+
+
+def check_target(cfg: ExportConfig) -> ExportTarget:
+    """The target, its package and its server: each refusal one line, before anything is read or
+    encoded."""
+    found = target(cfg.target)
+    if found.package:
+        require_package(found.package.module, found.package.pip, found.name)
+    if cfg.url:
+        if not found.schemes:
+            raise InputError(
+                f"--url: target {found.name!r} has no server to push to (it is embedded)"
+            )
+        require_reachable(cfg.url, found.schemes)
+    return found
+
+
+def run_target_export(cfg: ExportConfig) -> ExportResult:
+    """Export to ``cfg.target`` under the output contract (:mod:`sembridge_ray.runtime.outputs`): a finished
+    export with the same settings and inputs is skipped, an unfinished one is done again, another
+    one is refused unless ``--overwrite``; ``_SUCCESS`` is written only when the target is within
+    its tolerance."""
+    found = check_target(cfg)
+    data, spec, data_id, qids = _judged(cfg)
+    if cfg.checkpoint:  # checked and read now; written as <output>/model once the output is held
+        write_checkpoint = checkpoint_model(
+            dataclasses.replace(cfg, target="sentence-transformers")
+        )
+        inputs = {"checkpoint": path_identity(Path(cfg.checkpoint)), "dataset": data_id}
+        named = {"checkpoint": cfg.checkpoint}
+    else:
+        model, model_id = resolve_model(cfg.model)
+        require_tokenizer(model)
+        inputs, named = {"model": model_id, "dataset": data_id}, {"model": model}
+    read = {**named, "dataset": spec}
+    _require_writes_apart(cfg, read)
+    cluster.require_reachable()
+    identity = cfg.identity("export", inputs)
+    # what was read is what the identity names: checked before an encoding is cached (the cache is
+    # shared with evaluate's) and before the report
+    pinned = pin(inputs, read)
+    out = Path(cfg.output)
+    with claim_output(out, identity, cfg.overwrite) as claim:
+        if claim.done:
+            report = cast(ExportReport, json.loads((out / REPORT).read_text(encoding="utf-8")))
+            return ExportResult(output=str(out), target=found.name, report=report, skipped=True)
+        work = claim.path  # the output, or its staging directory under --overwrite
+        _clear_unfinished(work)
+        if cfg.checkpoint:
+            write_checkpoint(work / "model")
+            model, model_id = resolve_model(str(work / "model"))
+            require_tokenizer(model)
+        key = fingerprint(model_id, data_id)
+        report = _export_into(work, found, cfg, model, key, data, qids, pinned)
+        pinned()
+        atomic_write_json(work / REPORT, report)
+        if report["passed"]:
+            claim.finish(exclude=("cache",))
+    if not report["passed"]:
+        raise _outside_tolerance(found, report, work / REPORT)
+    return ExportResult(output=str(out), target=found.name, report=report)
+
+
+def _require_writes_apart(cfg: ExportConfig, read: dict[str, str]) -> None:
+    """The output and the encode cache are neither inside nor around what the export reads."""
+    require_apart(Path(cfg.output), read)
+    if cfg.cache_dir:
+        require_apart(Path(cfg.cache_dir), read, "cache_dir")
+
+
+def _outside_tolerance(found: ExportTarget, report: ExportReport, where: Path) -> InputError:
+    return InputError(
+        f"target {found.name!r} lost more than its tolerance {found.tolerance.rule()}: overlap@10 "
+        f"{report['overlap@10']}, identical up to ties {report['identical_up_to_ties']}, nDCG@10 "
+        f"{report['ndcg@10_target']} vs {report['ndcg@10_exact']} exact ({where})"
+    )
+
+
+def _clear_unfinished(work: Path) -> None:
+    """What an unfinished export left in ``work`` (a crash, or a target outside its tolerance) is
+    built again: everything but the lock, the identity and the encoding cache goes."""
+    for item in work.iterdir():
+        if not item.name.startswith(LOCK) and item.name not in (IDENTITY, "cache"):
+            remove(item)
+
+
+def _export_into(
+    work: Path,
+    found: ExportTarget,
+    cfg: ExportConfig,
+    model: str,
+    key: str,
+    data: RetrievalData,
+    qids: list[str],
+    pinned: Pin,
+) -> ExportReport:
+    """Encode (cached), build the target in ``work``, search it and compare with the exact search:
+    the report."""
+    start = time.perf_counter()
+    docs, queries = _encoded(cfg, work, model, key, data, qids, pinned)
+    encoded = time.perf_counter()
+    log.info(
+        "export: %d documents, %d queries encoded; building %s", len(docs), len(queries), found.name
+    )
+    exact = exact_topk(docs, queries, K)
+    built = found.export(_job(cfg, work, model, docs, queries, data))
+    done = time.perf_counter()
+    report = ExportReport(
+        {
+            "target": found.name,
+            "model": "model (from the checkpoint)" if cfg.checkpoint else cfg.model,
+            "dataset": cfg.dataset,
+            "split": data.split,
+            "documents": len(docs),
+            "postings": docs.postings,
+            "bytes": size_on_disk(built.files) if built.files.exists() else 0,
+            "seconds": round(done - start, 2),
+            "seconds_by_stage": {
+                "encode": round(encoded - start, 2),
+                "export_and_search": round(done - encoded, 2),
+            },
+            **parity(docs, queries, built.hits, data.qrels, K, exact).report(),
+            "tolerance": found.tolerance.rule(),
+            "details": built.details,
+        }
+    )
+    if cfg.checkpoint:
+        report["checkpoint"] = cfg.checkpoint
+    report["passed"] = found.tolerance.passes(report)
+    return report
+
+
+def _job(
+    cfg: ExportConfig, work: Path, model: str, docs: Vectors, queries: Vectors, data: RetrievalData
+) -> ExportJob:
+    """What the target is built from (its progress lines are this job's)."""
+    return ExportJob(
+        out=work,
+        model=model,
+        docs=docs,
+        queries=queries,
+        data=data,
+        dataset=cfg.dataset,
+        tokenizer_size=len(load_tokenizer(model)),
+        url=cfg.url,
+        max_query_length=cfg.max_query_length,
+        max_doc_length=cfg.max_doc_length,
+        threads=cfg.resources.threads_per_worker,
+        k=K,
+        log=log,
+    )
+
+
+def _judged(cfg: ExportConfig) -> tuple[RetrievalData, str, str, list[str]]:
+    """The dataset's split, what was read, its identity and its judged query ids with a text (none:
+    refused)."""
+    spec, data_id = resolve_dataset(cfg.dataset)
+    data = load_retrieval(spec, cfg.split)
+    qids = sorted(q for q in data.qrels if data.queries.get(q, "").strip())
+    if not qids:
+        raise InputError(
+            f"dataset {cfg.dataset!r}: split {data.split!r} has no judged query with a text"
+        )
+    _require_relevant_in_corpus(cfg.dataset, data, qids)
+    return data, spec, data_id, qids
+
+
+def _require_relevant_in_corpus(dataset: str, data: RetrievalData, qids: list[str]) -> None:
+    """Refused when no document judged relevant (grade > 0) to the queries is in the corpus: nDCG@10
+    would be 0 for any ranking, and a target held to an nDCG tolerance would pass whatever it
+    returned. Some of them missing: a warning (both runs count them as never found)."""
+    relevant = {d for q in qids for d, grade in data.qrels[q].items() if grade > 0}
+    corpus = {d for batch in data.corpus.batches(100_000) for d in batch.column(ID).to_pylist()}
+    missing = relevant - corpus
+    if len(missing) == len(relevant):
+        why = f"none of the {len(relevant)} is in the corpus" if relevant else "every grade is 0"
+        raise InputError(
+            f"dataset {dataset!r}: split {data.split!r}: no document judged relevant to its "
+            f"{len(qids)} queries to score them with ({why}): nDCG@10 would be 0 whatever the "
+            "target returned"
+        )
+    if missing:
+        log.warning(
+            "%d of the %d documents judged relevant are not in the corpus: nDCG@10 counts them as "
+            "never found (the exact search's and the target's alike)",
+            len(missing),
+            len(relevant),
+        )
+
+
+def _encoded(
+    cfg: ExportConfig,
+    out: Path,
+    model: str,
+    key: str,
+    data: RetrievalData,
+    qids: list[str],
+    pinned: Pin,
+) -> tuple[Vectors, Vectors]:
+    """The corpus and the judged queries, encoded as the evaluate job encodes them (and cached under
+    its keys, pinned as it pins them)."""
+    eval_cfg = EvaluateConfig(
+        model=model,
+        dataset=cfg.dataset,
+        split=cfg.split,
+        output=str(out),
+        max_query_length=cfg.max_query_length,
+        max_doc_length=cfg.max_doc_length,
+        cache_dir=cfg.cache_dir or str(out / "cache"),
+        resources=cfg.resources,
+    )
+    executor = RayExecutor()
+    eval_cfg = dataclasses.replace(
+        eval_cfg, precision=executor.precision(eval_cfg.precision, cfg.resources)
+    )
+    (docs_dir, _), (queries_dir, _) = encode_judged(
+        eval_cfg, model, data, qids, key, pinned=pinned, executor=executor
+    )
+    docs, queries = (Vectors(*read_vectors(parquet_files(d))) for d in (docs_dir, queries_dir))
+    return docs, queries

@@ -1,0 +1,1 @@
+"""The MaLSTM job: config (contract) and run (augment, pretrain on STS, train on SICK, calibrate)."""

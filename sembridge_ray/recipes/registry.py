@@ -1,0 +1,40 @@
+"""The job registry: a job's name -> its run on the cluster, ``run(cfg, inputs)`` (``inputs``: the
+identities of its inputs as the caller planned them; ``None`` identifies them anew).
+
+A job that runs other jobs' stages looks them up here by the name its stage records (the
+reproduction's ``Stage.job``) and imports no other job's driver: the registry is the one module that
+knows every job a stage may name, so adding a stage's job is one entry here."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from sembridge_ray.recipes.evaluate.run import run_evaluate
+from sembridge_ray.recipes.finetune.run import run_finetune
+from sembridge_ray.recipes.init.run import run_init
+from sembridge_ray.recipes.steps.baselines import run_bm25, run_fusion
+
+
+class Outcome(Protocol):
+    """What every job's run returns: at least whether a finished output was skipped."""
+
+    @property
+    def skipped(self) -> bool: ...
+
+
+Run = Callable[..., Outcome]
+"""``(cfg, inputs) -> its result``: each job takes its own config type."""
+
+RUNS: dict[str, Run] = {
+    "init": run_init,
+    "finetune": run_finetune,
+    "evaluate": run_evaluate,
+    "bm25": run_bm25,
+    "fusion": run_fusion,
+}
+
+
+def run(job: str, cfg: object, inputs: dict[str, str] | None) -> Outcome:
+    """Run job ``job`` with ``cfg`` (its config) and ``inputs``."""
+    return RUNS[job](cfg, inputs)

@@ -1,0 +1,386 @@
+"""results.csv and results.md, rebuilt from the finished stage directories (so they are always
+consistent)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, cast
+
+from sembridge_ray.recipes.reproduce.cells import (
+    BM25,
+    FUSED,
+    STAGES,
+    Cell,
+    CellPaths,
+    bm25_path,
+    cell_paths,
+    source_test_path,
+)
+from sembridge_ray.runtime.outputs import atomic_write_text, is_complete
+from sembridge_ray.sparse.convergence import QUERY_DIMS_BAND, query_collapse
+
+if TYPE_CHECKING:
+    from sembridge_ray.recipes.reproduce.config import ReproduceConfig
+
+COLUMNS = [
+    "model",
+    "language",
+    "dataset",
+    "method",
+    "alpha",
+    "stage",
+    "ndcg@10",
+    "r@100",
+    "rr@10",
+    "active_dims_q",
+    "active_dims_d",
+    "flops",
+    "train_seconds",
+    "train_steps",
+    "cell",
+    "dev_final",
+    "steps_to_95",
+    "dev_auc",
+    "best_step",
+    "seed",
+    "empty_share_q",
+    "empty_share_d",
+    "collapsed",
+]
+"""The columns of results.csv; new ones are appended, so a reader of the older columns by position
+still works."""
+CONVERGENCE_KEYS = {"dev_final": "final", "steps_to_95": "steps_to_95", "dev_auc": "auc"}
+"""results.csv column -> key of finetune.json's ``convergence`` (the dev curve's figures,
+sparse.convergence)."""
+METRIC_KEYS = {
+    "ndcg@10": "nDCG@10",
+    "r@100": "R@100",
+    "rr@10": "RR@10",
+    "active_dims_q": "mean_active_dims_query",
+    "active_dims_d": "mean_active_dims_doc",
+    "flops": "flops_per_pair",
+    "empty_share_q": "empty_share_query",
+    "empty_share_d": "empty_share_doc",
+}
+MODEL_COLUMNS = ("active_dims_q", "active_dims_d", "flops", "empty_share_q", "empty_share_d")
+"""Figures of a model's vectors: blank on a BM25 or fusion row."""
+FINETUNE_SUMMARY = "finetune.json"
+Row = dict[str, str | float]
+"""One line of results.csv: column -> value ("" where a stage recorded none)."""
+
+
+def _json(path: Path) -> dict[str, object]:
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def _value(record: Mapping[str, object], key: str, default: str | float = "") -> str | float:
+    """A number (or text) a stage's JSON records under ``key``: the evaluate job's metrics, the
+    fine-tuning's summary hold plain numbers there."""
+    return cast("str | float", record.get(key, default))
+
+
+def collect(
+    output: Path, cells: Sequence[Cell], datasets: Sequence[str], split: str = "test"
+) -> list[Row]:
+    """One row per finished (cell, seed, dataset, stage), one per finished fusion of it with BM25
+    (``<method>+bm25``), and BM25's rows (``bm25``, the same figures at each stage of each model, so
+    every stage's table is whole)."""
+    rows: list[Row] = []
+    for cell in cells:
+        for seed in range(cell.seeds):
+            paths = cell_paths(output, cell, seed)
+            for dataset in datasets:
+                for stage in STAGES:
+                    rows += _stage_rows(cell, seed, paths, dataset, stage)
+    seen = sorted({(c.model, c.language) for c in cells})
+    for model, language in seen:
+        for dataset in datasets:
+            folder = bm25_path(output, language, dataset, split)
+            if is_complete(folder):
+                metrics = _json(folder / "metrics.json")
+                for stage in STAGES:
+                    rows.append(_row(model, language, dataset, BM25, "", stage, metrics) | _blank())
+    return rows
+
+
+def _stage_rows(cell: Cell, seed: int, paths: CellPaths, dataset: str, stage: str) -> list[Row]:
+    """The rows of one seed's stage: the model's, and its fusion with BM25's."""
+    folder = paths.eval(dataset, stage)
+    if not is_complete(folder):
+        return []
+    metrics = _json(folder / "metrics.json")
+    train = _json(paths.finetune(dataset) / FINETUNE_SUMMARY) if stage == STAGES[1] else {}
+    found = _row(cell.model, cell.language, dataset, cell.variant, cell.alpha_label, stage, metrics)
+    found |= {
+        "train_seconds": _value(train, "train_seconds", _value(train, "seconds")),
+        "train_steps": _value(train, "steps"),
+        "cell": cell.name,
+        **convergence_columns(train),
+        "seed": seed,
+        "collapsed": _collapsed(metrics),
+    }
+    rows = [found]
+    fused = paths.fusion(dataset, stage)
+    if is_complete(fused):
+        variant = cell.variant + FUSED
+        rows.append(
+            _row(
+                cell.model,
+                cell.language,
+                dataset,
+                variant,
+                cell.alpha_label,
+                stage,
+                _json(fused / "metrics.json"),
+            )
+            | _blank()
+            | {"cell": cell.name, "seed": seed}
+        )
+    return rows
+
+
+def _row(
+    model: str,
+    language: str,
+    dataset: str,
+    method: str,
+    alpha: str,
+    stage: str,
+    metrics: Mapping[str, object],
+) -> Row:
+    return {
+        "model": model,
+        "language": language,
+        "dataset": dataset,
+        "method": method,
+        "alpha": alpha,
+        "stage": stage,
+        **{col: _value(metrics, key) for col, key in METRIC_KEYS.items()},
+    }
+
+
+def _blank() -> Row:
+    """No model's vectors behind the row (BM25, a fusion): its vector figures are blank."""
+    return dict.fromkeys(MODEL_COLUMNS, "")
+
+
+def _collapsed(metrics: Mapping[str, object]) -> str | float:
+    """1 when the queries' mean active dimensions are outside ``QUERY_DIMS_BAND``, else 0 ("" when
+    not recorded)."""
+    dims = metrics.get("mean_active_dims_query")
+    if not isinstance(dims, int | float):
+        return ""
+    return 1 if query_collapse(float(dims)) is not None else 0
+
+
+def convergence_columns(summary: Mapping[str, object]) -> Row:
+    """A fine-tuning summary's dev-curve figures as results.csv columns: ``dev_final``,
+    ``steps_to_95``, ``dev_auc`` (all "" without a scored development set) and ``best_step`` (the
+    published step under ``select: best``, else "")."""
+    figures = summary.get("convergence")
+    figures = figures if isinstance(figures, Mapping) and figures.get("evaluations") else {}
+    row: Row = {col: _number(figures.get(key)) for col, key in CONVERGENCE_KEYS.items()}
+    best = summary.get("best")
+    chosen = (
+        best.get("step") if summary.get("select") == "best" and isinstance(best, Mapping) else None
+    )
+    return row | {"best_step": _number(chosen)}
+
+
+def _number(value: object) -> str | float:
+    """A recorded figure, or "" for none (absent, null, NaN)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+        return ""
+    return value
+
+
+def write_csv(
+    rows: Sequence[Mapping[str, object]], path: Path, columns: Sequence[str] = COLUMNS
+) -> None:
+    """``rows`` as CSV with a header of ``columns``, written atomically."""
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(columns))
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_write_text(path, buf.getvalue())
+
+
+def _fmt(value: object) -> str:
+    return f"{value:.3f}" if isinstance(value, float) and not math.isnan(value) else "–"
+
+
+def _label(method: str, alpha: str) -> str:
+    return f"{method} (α={alpha})" if alpha else method
+
+
+def _order(method: str) -> tuple[int, str]:
+    """Models first, then their fusions with BM25, then BM25."""
+    return (2 if method == BM25 else 1 if method.endswith(FUSED) else 0, method)
+
+
+def _mean_sd(values: Sequence[float]) -> str:
+    """The mean, and with more than one seed its sample standard deviation."""
+    mean = sum(values) / len(values)
+    if len(values) < 2:
+        return _fmt(mean)
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+    return f"{mean:.3f} ±{sd:.3f}"
+
+
+def markdown(
+    rows: Sequence[Mapping[str, str | float]],
+    languages: Sequence[str],
+    failures: dict[str, str] | None = None,
+) -> str:
+    """Paper-style tables: one per (dataset, stage); rows model × method(α) (each model's fusions
+    with BM25, then BM25, after its methods); columns languages + average; a method run with several
+    seeds shows their mean ± standard deviation. Then the health of every model."""
+    out = ["# Results (nDCG@10)", ""]
+    groups: dict[tuple[str, str], dict[tuple[str, str, str], dict[str, list[float]]]] = defaultdict(
+        lambda: defaultdict(lambda: defaultdict(list))
+    )
+    for r in rows:
+        group = groups[(str(r["dataset"]), str(r["stage"]))]
+        group[(str(r["model"]), str(r["method"]), str(r["alpha"]))][str(r["language"])].append(
+            float(r["ndcg@10"])
+        )
+    seeded = any(str(r.get("seed", "")) not in ("", "0") for r in rows)
+    for (dataset, stage), table in sorted(
+        groups.items(), key=lambda kv: (kv[0][0], STAGES.index(kv[0][1]))
+    ):
+        out += [
+            f"## {dataset} — {stage.replace('_', '-')}",
+            "",
+            "| model | method | " + " | ".join(languages) + " | avg |",
+            "|---|---|" + "---:|" * (len(languages) + 1),
+        ]
+        out += [
+            _score_row(key, scores, languages)
+            for key, scores in sorted(
+                table.items(), key=lambda kv: (kv[0][0], _order(kv[0][1]), kv[0][2])
+            )
+        ]
+        out.append("")
+    if seeded:
+        out += ["Several seeds: mean ± standard deviation over seeds (BM25 has none).", ""]
+    out += health_markdown(rows, languages)
+    if failures:
+        out += (
+            ["## Failed cells", ""]
+            + [f"- `{name}`: {err}" for name, err in sorted(failures.items())]
+            + [""]
+        )
+    return "\n".join(out)
+
+
+def _score_row(
+    key: tuple[str, str, str], scores: Mapping[str, Sequence[float]], languages: Sequence[str]
+) -> str:
+    """One (model, method, α) row: per language the mean over seeds (± sd), and the average of the
+    means when every language has one."""
+    model, method, alpha = key
+    means = [
+        sum(scores[lang]) / len(scores[lang]) if scores.get(lang) else math.nan
+        for lang in languages
+    ]
+    done = [v for v in means if not math.isnan(v)]
+    avg = sum(done) / len(done) if len(done) == len(means) else math.nan
+    shown = [_mean_sd(scores[lang]) if scores.get(lang) else "–" for lang in languages]
+    return f"| {model} | {_label(method, alpha)} | " + " | ".join(shown) + f" | {_fmt(avg)} |"
+
+
+def health_markdown(
+    rows: Sequence[Mapping[str, str | float]], languages: Sequence[str]
+) -> list[str]:
+    """results.md's health of every model, per (dataset, stage): mean active dimensions of queries /
+    documents, the share of empty query vectors where any, and ⚠ where the queries are outside
+    ``QUERY_DIMS_BAND`` (means over seeds; any seed outside flags the cell)."""
+    models = [r for r in rows if r.get("active_dims_q") not in ("", None)]
+    if not models:
+        return []
+    low, high = QUERY_DIMS_BAND
+    out = [
+        "## Health (mean active dimensions, queries / documents; empty queries; ⚠ collapsed)",
+        "",
+        f"A model is flagged ⚠ collapsed when its queries fire on fewer than {low:g} or more than {high:g} "
+        "terms on average (a healthy SPLADE fires on a few tens).",
+        "",
+    ]
+    groups: dict[
+        tuple[str, str], dict[tuple[str, str, str], dict[str, list[Mapping[str, str | float]]]]
+    ] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+    for r in models:
+        key = (str(r["model"]), str(r["method"]), str(r["alpha"]))
+        groups[(str(r["dataset"]), str(r["stage"]))][key][str(r["language"])].append(r)
+    for (dataset, stage), table in sorted(
+        groups.items(), key=lambda kv: (kv[0][0], STAGES.index(kv[0][1]))
+    ):
+        out += [
+            f"### {dataset} — {stage.replace('_', '-')}",
+            "",
+            "| model | method | " + " | ".join(languages) + " |",
+            "|---|---|" + "---|" * len(languages),
+        ]
+        for (model, method, alpha), by_lang in sorted(table.items()):
+            out.append(
+                f"| {model} | {_label(method, alpha)} | "
+                + " | ".join(_health_cell(by_lang.get(lang, [])) for lang in languages)
+                + " |"
+            )
+        out.append("")
+    return out
+
+
+def _health_cell(found: Sequence[Mapping[str, str | float]]) -> str:
+    if not found:
+        return "–"
+
+    def mean(key: str) -> float:
+        values = [float(r[key]) for r in found if r.get(key) not in ("", None)]
+        return sum(values) / len(values) if values else math.nan
+
+    cell = f"{mean('active_dims_q'):.0f} / {mean('active_dims_d'):.0f}"
+    empty = mean("empty_share_q")
+    if empty > 0:
+        cell += f" · {empty:.1%} empty"
+    if any(r.get("collapsed") == 1 for r in found):
+        cell += " ⚠"
+    return cell
+
+
+def reference_lines(output: Path, cfg: ReproduceConfig) -> str:
+    """results.md's closing lines: each source model with its own tokenizer (before the swap) on
+    the test split and on the development set, and English BM25 (the cross-lingual miniature)."""
+    from sembridge_ray import catalog
+    from sembridge_ray.recipes.reproduce.plots import source_dev_score
+
+    where = (
+        "on English XQuAD test (the same questions, in English)"
+        if cfg.assets == "xling"
+        else "here"
+    )
+    text = ""
+    for model in cfg.models:
+        folder = source_test_path(output, model)
+        if is_complete(folder):
+            ndcg = float(_value(_json(folder / "metrics.json"), "nDCG@10", math.nan))
+            text += (
+                f"\nSource {catalog.slug(model)} with its own tokenizer (before the swap) scores "
+                f"nDCG@10 {ndcg:.3f} {where}.\n"
+            )
+        if (dev := source_dev_score(output, model)) is not None:
+            text += f"\nSource {catalog.slug(model)} on the development set (its own tokenizer): nDCG@10 {dev:.3f}.\n"
+    english = bm25_path(output, "en", "xquad", cfg.eval_split)
+    if cfg.assets == "xling" and is_complete(english):
+        ndcg = float(_value(_json(english / "metrics.json"), "nDCG@10", math.nan))
+        text += (
+            f"\nBM25 (k1 {cfg.bm25.k1:g}, b {cfg.bm25.b:g}) over the source's own tokenizer scores "
+            f"nDCG@10 {ndcg:.3f} {where}.\n"
+        )
+    return text

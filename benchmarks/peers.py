@@ -279,7 +279,7 @@ def encode_ray_data(case: EncodeCase) -> RayDataTiming:
     from sembridge_ray.distributed import cluster
     from sembridge_ray.distributed.executor import RayExecutor
     from sembridge_ray.recipes.evaluate.config import EvaluateConfig
-    from sembridge_ray.recipes.steps.encode import encode
+    from sembridge_ray.retrieval.encode import encode
     from sembridge_ray.retrieval.store import stage_corpus
     from sembridge_ray.runtime.placement import ResourceConfig
 

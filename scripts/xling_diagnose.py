@@ -52,7 +52,7 @@ from sembridge_ray.languages import CODES
 from sembridge_ray.recipes.init.config import InitConfig
 from sembridge_ray.recipes.reproduce.cells import cell_paths, expand
 from sembridge_ray.recipes.reproduce.grid import xling_specs
-from sembridge_ray.recipes.steps.dev import DevSet, load_judged
+from sembridge_ray.retrieval.dev import DevSet, load_judged
 from sembridge_ray.retrieval.metrics import per_query_metrics
 from sembridge_ray.sparse.encode import encode_texts
 from sembridge_ray.sparse.model import load_sparse_encoder, load_tokenizer

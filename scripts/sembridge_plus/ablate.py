@@ -2,7 +2,7 @@
 zero-shot nDCG@10 on a split, every variant paired with a reference over the same queries (bootstrap
 CI, sign-flip p).
 
-Scores are the evaluate job's (``recipes.steps.dev.score_queries``: the same encoding, exact search, TREC run
+Scores are the evaluate job's (``retrieval.dev.score_queries``: the same encoding, exact search, TREC run
 and ir-measures), so a variant here scores what ``jobs.evaluate`` gives its model on that split.
 
     # choose on the development split (SICK trial), the three public settings only
@@ -102,7 +102,7 @@ def score_model(model_dir: str, dev: Any, out: Path) -> dict[str, Any]:
     ``out/per_query.tsv``."""
     from sentence_transformers import SparseEncoder
 
-    from sembridge_ray.recipes.steps.dev import encode_share, score_queries
+    from sembridge_ray.retrieval.dev import encode_share, score_queries
 
     model = SparseEncoder(model_dir, device="cpu")
     figures, per_query = score_queries(dev, encode_share(model, dev, (64, 256), "fp32", 0, 1))
@@ -221,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
             f"--settings {needs[0]} needs --tokenizers DIR (holding roberta-base/ and kobigbird-bert-base/)"
         )
     setup_logging("WARNING")
-    from sembridge_ray.recipes.steps.dev import load_judged
+    from sembridge_ray.retrieval.dev import load_judged
 
     name, split = SPLITS[args.split]
     dev = load_judged(str(args.assets / name), split)

@@ -9,12 +9,15 @@ against the executor):
   every training worker runs, ``dev_run.py`` its development scoring and selection
 - ``evaluate``, ``export``, ``malstm``: ``sembridge <job>`` / ``python -m jobs.<job>``
 - ``reproduce``: ``sembridge reproduce`` / ``python -m jobs.reproduce``; beside its config and run,
-  the grid's cells, stages, plan, tables and plots
+  the grid's cells, stages, plan, tables and plots, and the BM25 and fusion stages
 
-No run imports another. A step more than one job runs lives in ``steps`` (encode, final_model, the
-development scoring, the BM25 and fusion stages); the reproduction runs its stages' jobs by name
-through :mod:`sembridge_ray.recipes.registry`. Presets live in ``sembridge_ray/presets`` as
-``<job>_<name>.yaml`` and list only their deltas from the dataclass defaults."""
+No run imports another. A step more than one job runs lives in the domain room they share
+(``retrieval.encode``, ``retrieval.dev``); the export of a checkpoint reads the fine-tuning's
+contract and publishes as it does (``finetune.final_model``); the reproduction composes the configs
+of the jobs it runs and runs them by name through :mod:`sembridge_ray.recipes.registry`.
+
+Presets live in ``sembridge_ray/presets`` as ``<job>_<name>.yaml`` and list only their deltas from
+the dataclass defaults."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from typing import Protocol
 from sembridge_ray.recipes.evaluate.run import run_evaluate
 from sembridge_ray.recipes.finetune.run import run_finetune
 from sembridge_ray.recipes.init.run import run_init
-from sembridge_ray.recipes.steps.baselines import run_bm25, run_fusion
+from sembridge_ray.recipes.reproduce.baselines import run_bm25, run_fusion
 
 
 class Outcome(Protocol):

@@ -14,7 +14,7 @@ qrels query).
   :func:`rrf` for why it is computed here). The fused run is cut to ``top_k``.
 
 Both write what an evaluation writes: ``run.trec``, ``per_query.tsv`` and ``metrics.json`` (the
-same measures); ``sembridge_ray.recipes.steps.baselines`` runs them under the output contract."""
+same measures); ``sembridge_ray.recipes.reproduce.baselines`` runs them under the output contract."""
 
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ from sembridge_ray.distributed import executor as executor_module
 from sembridge_ray.distributed.executor import RayExecutor
 from sembridge_ray.recipes.evaluate.config import EvaluateConfig
 from sembridge_ray.recipes.evaluate.run import run_evaluate
-from sembridge_ray.recipes.steps.encode import encode
+from sembridge_ray.retrieval.encode import encode
 from sembridge_ray.retrieval.store import parquet_files, read_run, read_vectors, stage_corpus
 from sembridge_ray.runtime.outputs import SUCCESS, is_complete
 from sembridge_ray.runtime.placement import Placement, ResourceConfig

@@ -19,10 +19,11 @@ from sembridge_ray.recipes.export import run as export_driver
 from sembridge_ray.recipes.export.config import ExportConfig
 from sembridge_ray.recipes.finetune import run as finetune_driver
 from sembridge_ray.recipes.finetune.config import FinetuneConfig, OptimConfig
-from sembridge_ray.recipes.steps import encode as encode_step
+from sembridge_ray.retrieval import encode as encode_step
 from sembridge_ray.runtime.identity import InputChanged, path_identity
 from sembridge_ray.runtime.outputs import SUCCESS
 from sembridge_ray.runtime.placement import ResourceConfig
+from sembridge_ray.sparse.encode_files import SparseEncodeUDF
 from tests.unit.test_pinned_inputs import init_output, overwrite_swap
 
 
@@ -79,7 +80,7 @@ def test_a_model_replaced_before_the_encoder_loads_it_fails_the_job_and_poisons_
     b = init_output(fixtures_root, tmp_path / "b", tmp_path / "bridge-cache", alpha=2.0)
     b_copy = init_output(fixtures_root, tmp_path / "b-copy", tmp_path / "bridge-cache", alpha=2.0)
     cache = tmp_path / "encode-cache"
-    real = encode_step.SparseEncodeUDF
+    real = SparseEncodeUDF
 
     class SwappedFirst(real):  # type: ignore[misc, valid-type]
         """An ``init --overwrite`` of ``a`` finishes between the job's identity and its encoder's

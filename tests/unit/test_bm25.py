@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sembridge_ray.recipes.steps.baselines import BM25Config, FusionConfig, run_bm25, run_fusion
+from sembridge_ray.recipes.reproduce.baselines import BM25Config, FusionConfig, run_bm25, run_fusion
 from sembridge_ray.retrieval.bm25 import bm25_run, pieces, rrf
 from sembridge_ray.retrieval.store import read_run
 from sembridge_ray.runtime.outputs import is_complete

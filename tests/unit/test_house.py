@@ -136,4 +136,4 @@ def test_rooms_count_shares_sizes_fan_out_and_driver_imports(
     assert figures["code_lines"] == 8
     assert figures["maths_share"] == round(3 / 8, 3) and figures["glue_share"] == round(4 / 8, 3)
     assert figures["largest_module"] == 3 and figures["largest_fan_out"] == 2
-    assert figures["driver_imports"] == 1
+    assert figures["driver_imports"] == 1 and figures["recipe_imports"] == 1

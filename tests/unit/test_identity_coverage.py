@@ -23,9 +23,9 @@ from sembridge_ray.embed_init.methods import METHODS
 from sembridge_ray.recipes import JOBS, PRESET_DIR, job_spec, load_preset_file
 from sembridge_ray.recipes.init.config import InitConfig
 from sembridge_ray.recipes.reproduce import demo
+from sembridge_ray.recipes.reproduce.baselines import BM25Config, FusionConfig
 from sembridge_ray.recipes.reproduce.config import ReproduceConfig, parse_variant
 from sembridge_ray.recipes.reproduce.grid import XLING_ASSETS, Identities, plan
-from sembridge_ray.recipes.steps.baselines import BM25Config, FusionConfig
 from sembridge_ray.runtime.config import Config, ConfigError, dotted_keys, field_info
 from sembridge_ray.runtime.identity import FORMAT_VERSION, RunIdentity, flatten
 

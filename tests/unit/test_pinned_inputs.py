@@ -112,14 +112,14 @@ def test_every_job_that_fills_the_encode_cache_pins_what_it_read() -> None:
     """The pin is a required argument of the cache-filling encodings (no default to forget), every
     call passes it, and every module that calls them is a job whose swap test runs (issue 42,
     point 1: the export encoded unpinned, and a model swapped meanwhile poisoned the cache)."""
-    from sembridge_ray.recipes.steps import encode
+    from sembridge_ray.retrieval import encode
 
     for name in ENCODE_CACHE_FILLERS:
         parameter = inspect.signature(getattr(encode, name)).parameters["pinned"]
         assert parameter.default is inspect.Parameter.empty, name
         assert parameter.kind is inspect.Parameter.KEYWORD_ONLY, name
     calls = _calls_of_cache_fillers(Path(__file__).resolve().parents[2])
-    assert set(calls) == {*PINNED_JOBS, "sembridge_ray/recipes/steps/encode.py"}
+    assert set(calls) == {*PINNED_JOBS, "sembridge_ray/retrieval/encode.py"}
     for module, nodes in calls.items():
         for node in nodes:
             assert any(k.arg == "pinned" for k in node.keywords), (module, node.lineno)
@@ -139,7 +139,7 @@ def test_the_export_keys_a_corpus_encoding_as_evaluate_does(
 
     from sembridge_ray.recipes.export import run as driver
     from sembridge_ray.recipes.export.config import ExportConfig
-    from sembridge_ray.recipes.steps import encode
+    from sembridge_ray.retrieval import encode
     from sembridge_ray.retrieval.store import fingerprint
 
     def keyed(cfg: object, model: str, data: object, key: str, *args: object, **kw: object) -> None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from sembridge_ray.recipes import Flag, JobSpec
+from sembridge_ray.retrieval import dev
 from sembridge_ray.runtime.config import Config, require
 from sembridge_ray.runtime.errors import InputError
 from sembridge_ray.runtime.placement import Precision, ResourceConfig
@@ -37,7 +38,7 @@ class EvaluateConfig(Config):
     """Let transformers run code shipped with a hub model (off unless you trust its repository)."""
     output: str = ""
     """Output directory: run.trec, metrics.json, config.yaml, _SUCCESS."""
-    top_k: int = 100
+    top_k: int = dev.TOP_K
     """Documents retrieved per query."""
     shard_size: int = 0
     """Documents per index shard, one Ray actor each; 0 = one shard per worker."""
@@ -50,16 +51,16 @@ class EvaluateConfig(Config):
     """Query tokens (the same key as in fine-tuning)."""
     max_doc_length: int = 256
     """Document tokens (the same key as in fine-tuning)."""
-    encode_batch_size: int = 64
+    encode_batch_size: int = dev.ENCODE_BATCH
     """Texts per encoder call (per actor)."""
-    query_batch_size: int = 32
+    query_batch_size: int = dev.QUERY_BATCH
     """Queries per scoring call; a shard actor holds a (batch, shard_size) float32 score block."""
     cache_dir: str = ""
     """Where encodings are cached by fingerprint (model, dataset, split, lengths, pruning); "" =
     <output>/cache."""
-    stage_rows: int = 5000
+    stage_rows: int = dev.STAGE_ROWS
     """Corpus rows per staged Parquet file (the unit of work the encoder pool receives)."""
-    run_tag: str = "sembridge_ray"
+    run_tag: str = dev.RUN_TAG
     """The last column of run.trec."""
     overwrite: bool = False
     """Replace an output written with other settings (otherwise such a rerun is refused)."""

@@ -1,5 +1,5 @@
 """Ray side of ``jobs.evaluate``: encode (Ray Data actor pool, cached:
-:mod:`sembridge_ray.recipes.steps.encode`, shared with the export) -> exact sharded search -> run +
+:mod:`sembridge_ray.retrieval.encode`, shared with the export) -> exact sharded search -> run +
 metrics. Small inputs (``cluster.in_driver``: a few hundred texts, a small corpus) are encoded
 and searched in the driver by the same code, with the same results: an actor costs more to start
 than their work.
@@ -30,7 +30,7 @@ from sembridge_ray.data.retrieval import RetrievalData
 from sembridge_ray.distributed.executor import RayExecutor
 from sembridge_ray.publish import SCORED
 from sembridge_ray.recipes.evaluate.config import EvaluateConfig, EvaluateResult
-from sembridge_ray.recipes.steps.encode import encode_judged
+from sembridge_ray.retrieval.encode import encode_judged
 from sembridge_ray.retrieval.index import PAD, Shard, TopK, build_shard, rank_ids, shard_bounds
 from sembridge_ray.retrieval.metrics import (
     empty_rows,

@@ -1,12 +1,12 @@
 """Ray side of ``jobs.export``: a checkpoint as a SparseEncoder directory (``--target
-sentence-transformers``, :func:`sembridge_ray.recipes.steps.final_model.checkpoint_model`), or a model exported
+sentence-transformers``, :func:`sembridge_ray.recipes.export.checkpoint.checkpoint_model`), or a model exported
 to a target and checked there.
 
     run_export(cfg) -> ExportResult
 
 For a target: every input is checked before any encoding (the target's package, ``--url`` answering,
 the model and its tokenizer, the dataset's judged queries); the corpus and the queries are encoded
-by the step the evaluate job uses (:mod:`sembridge_ray.recipes.steps.encode`: Ray Data actor pool,
+by the step the evaluate job uses (:mod:`sembridge_ray.retrieval.encode`: Ray Data actor pool,
 cached under the same keys as an evaluation's); the target (an
 :class:`~sembridge_ray.export.base.ExportTarget` of the Ray-free registry
 :mod:`sembridge_ray.export.targets`) is built and searched; its top-10 on the queries is compared
@@ -26,7 +26,6 @@ from typing import cast
 from sembridge_ray.data.registry import load_retrieval
 from sembridge_ray.data.retrieval import RetrievalData
 from sembridge_ray.data.schema import ID
-from sembridge_ray.distributed import cluster
 from sembridge_ray.distributed.executor import RayExecutor
 from sembridge_ray.export.base import (
     ExportJob,
@@ -41,10 +40,9 @@ from sembridge_ray.export.parity import K, exact_topk, parity
 from sembridge_ray.export.report import ExportReport
 from sembridge_ray.export.targets import MODEL_DIRECTORY, target
 from sembridge_ray.publish import SCORED
-from sembridge_ray.recipes.evaluate.config import EvaluateConfig
+from sembridge_ray.recipes.export.checkpoint import checkpoint_model
 from sembridge_ray.recipes.export.config import ExportConfig, ExportResult
-from sembridge_ray.recipes.steps.encode import encode_judged
-from sembridge_ray.recipes.steps.final_model import checkpoint_model
+from sembridge_ray.retrieval.encode import Encoding, encode_judged
 from sembridge_ray.retrieval.sources import resolve_dataset, resolve_model
 from sembridge_ray.retrieval.store import fingerprint, parquet_files, read_vectors
 from sembridge_ray.runtime.atomic import remove
@@ -101,7 +99,7 @@ def run_target_export(cfg: ExportConfig) -> ExportResult:
         inputs, named = {"model": model_id, "dataset": data_id}, {"model": model}
     read = {**named, "dataset": spec}
     _require_writes_apart(cfg, read)
-    cluster.require_reachable()
+    RayExecutor().start()  # the cluster answers (RAY_ADDRESS), before the output is claimed
     identity = cfg.identity("export", inputs)
     # what was read is what the identity names: checked before an encoding is cached (the cache is
     # shared with evaluate's) and before the report
@@ -266,22 +264,17 @@ def _encoded(
 ) -> tuple[Vectors, Vectors]:
     """The corpus and the judged queries, encoded as the evaluate job encodes them (and cached under
     its keys, pinned as it pins them)."""
-    eval_cfg = EvaluateConfig(
-        model=model,
+    executor = RayExecutor()
+    settings = Encoding(
         dataset=cfg.dataset,
-        split=cfg.split,
-        output=str(out),
         max_query_length=cfg.max_query_length,
         max_doc_length=cfg.max_doc_length,
         cache_dir=cfg.cache_dir or str(out / "cache"),
         resources=cfg.resources,
-    )
-    executor = RayExecutor()
-    eval_cfg = dataclasses.replace(
-        eval_cfg, precision=executor.precision(eval_cfg.precision, cfg.resources)
+        precision=executor.precision("auto", cfg.resources),
     )
     (docs_dir, _), (queries_dir, _) = encode_judged(
-        eval_cfg, model, data, qids, key, pinned=pinned, executor=executor
+        settings, model, data, qids, key, pinned=pinned, executor=executor
     )
     docs, queries = (Vectors(*read_vectors(parquet_files(d))) for d in (docs_dir, queries_dir))
     return docs, queries

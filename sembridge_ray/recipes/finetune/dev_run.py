@@ -14,8 +14,8 @@ import torch
 import torch.distributed as dist
 
 from sembridge_ray.recipes.finetune.config import FinetuneConfig
-from sembridge_ray.recipes.steps.dev import DevSet, Rows, evaluate_dev
-from sembridge_ray.recipes.steps.final_model import serving
+from sembridge_ray.recipes.finetune.final_model import serving
+from sembridge_ray.retrieval.dev import DevSet, Rows, evaluate_dev
 from sembridge_ray.runtime.progress import duration
 from sembridge_ray.sparse.checkpoints import BestState
 from sembridge_ray.sparse.convergence import DEV_DIMS_D, DEV_DIMS_Q, DEV_PRIMARY, collapse

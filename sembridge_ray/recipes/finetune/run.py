@@ -28,14 +28,14 @@ from sembridge_ray.data.stream import StreamInfo, materialise_stream
 from sembridge_ray.distributed.executor import RayExecutor
 from sembridge_ray.publish import check_scores, publish
 from sembridge_ray.recipes.finetune.config import FinetuneConfig, FinetuneResult
+from sembridge_ray.recipes.finetune.final_model import MODEL_DIR, Exported, export_checkpoint
 from sembridge_ray.recipes.finetune.worker import (
     TENSORBOARD_DIR,
     Evaluation,
     loop_config,
     worker_body,
 )
-from sembridge_ray.recipes.steps.dev import DevSet, load_dev
-from sembridge_ray.recipes.steps.final_model import MODEL_DIR, Exported, export_checkpoint
+from sembridge_ray.retrieval.dev import DevSet, load_dev
 from sembridge_ray.runtime.config import write_config
 from sembridge_ray.runtime.errors import InputError
 from sembridge_ray.runtime.executor import Executor, LocalExecutor, Training, run_dir

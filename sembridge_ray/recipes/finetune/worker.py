@@ -20,7 +20,7 @@ import torch.distributed as dist
 from sembridge_ray.json_types import JSONObject
 from sembridge_ray.recipes.finetune.config import FinetuneConfig
 from sembridge_ray.recipes.finetune.dev_run import DevRun
-from sembridge_ray.recipes.steps.dev import DevSet
+from sembridge_ray.retrieval.dev import DevSet
 from sembridge_ray.runtime.errors import InputError
 from sembridge_ray.runtime.executor import TrainContext, is_local
 from sembridge_ray.runtime.logs import setup_logging

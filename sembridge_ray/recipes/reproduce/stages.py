@@ -18,6 +18,7 @@ from typing import Literal
 
 from sembridge_ray import catalog
 from sembridge_ray.embed_init.methods import method
+from sembridge_ray.recipes.reproduce.baselines import BM25Config, FusionConfig
 from sembridge_ray.recipes.reproduce.cells import (
     FUSED,
     STAGES,
@@ -29,7 +30,6 @@ from sembridge_ray.recipes.reproduce.cells import (
     source_test_path,
 )
 from sembridge_ray.recipes.reproduce.config import ReproduceConfig
-from sembridge_ray.recipes.steps.baselines import BM25Config, FusionConfig
 from sembridge_ray.runtime.config import Config
 from sembridge_ray.runtime.errors import InputError
 from sembridge_ray.runtime.identity import RunIdentity

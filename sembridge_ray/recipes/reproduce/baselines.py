@@ -83,7 +83,7 @@ def run_bm25(cfg: BM25Config, inputs: dict[str, str]) -> RunResult:
     """BM25 of ``cfg.tokenizer``'s pieces on ``cfg.dataset``'s split, into ``cfg.output``
     (``inputs``: the identities of the tokenizer and the dataset, as the caller planned them)."""
     from sembridge_ray.bundled import resolve
-    from sembridge_ray.recipes.steps.dev import load_judged
+    from sembridge_ray.retrieval.dev import load_judged
     from sembridge_ray.sparse.model import load_tokenizer
 
     out = Path(cfg.output)

@@ -10,7 +10,7 @@ two steps: each encodes its share of the dev corpus and queries (whole staged ch
 evaluate job's encoder pool does), rank 0 searches and scores, and every rank receives the figures.
 No rank waits longer than its own share of the encoding plus rank 0's search.
 
-Equality with the evaluate job. A chunk is ``EvaluateConfig.stage_rows`` texts in corpus order
+Equality with the evaluate job. A chunk is the evaluate job's ``stage_rows`` texts in corpus order
 (queries: sorted ids), encoded whole by ``encode_texts`` in batches of ``encode_batch_size``, by a
 SparseEncoder written and loaded the way the job's final model is, at the lengths it is written to
 encode with (``query_length``, ``document_length``); the search is the same exact top-k over one
@@ -30,7 +30,6 @@ import pyarrow as pa
 
 from sembridge_ray.data.registry import is_test_split, load_retrieval
 from sembridge_ray.data.schema import ID, TEXT
-from sembridge_ray.recipes.evaluate.config import EvaluateConfig
 from sembridge_ray.retrieval.index import (
     Shard,
     SparseBatch,
@@ -52,7 +51,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 Rows = tuple[list[np.ndarray], list[np.ndarray]]
-_EVALUATE = EvaluateConfig()  # the evaluate job's defaults: staging, batches, top-k
+TOP_K, STAGE_ROWS, ENCODE_BATCH, QUERY_BATCH, RUN_TAG = 100, 5000, 64, 32, "sembridge_ray"
+"""The evaluate job's defaults (its config reads them from here): documents per query, texts per
+staged chunk, per encoder call and queries per scoring call, the run's tag."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,7 +121,7 @@ def load_judged(spec: str, split: str, max_queries: int = 0, seed: int = 0) -> D
         raise InputError(
             f"development set {spec!r}: no judged query of split {data.split!r} has a text"
         )
-    rows = _EVALUATE.stage_rows
+    rows = STAGE_ROWS
     chunks = [
         DevChunk(
             role="document",
@@ -171,19 +172,17 @@ def encode_share(
     for number in range(rank, len(dev.chunks), world):
         chunk = dev.chunks[number]
         set_max_length(model, query_length if chunk.role == "query" else doc_length)
-        mine[number] = encode_texts(
-            model, chunk.texts, _EVALUATE.encode_batch_size, chunk.role, None, precision
-        )
+        mine[number] = encode_texts(model, chunk.texts, ENCODE_BATCH, chunk.role, None, precision)
     return mine
 
 
-def score(dev: DevSet, encoded: dict[int, Rows], top_k: int = _EVALUATE.top_k) -> dict[str, float]:
+def score(dev: DevSet, encoded: dict[int, Rows], top_k: int = TOP_K) -> dict[str, float]:
     """nDCG@10 over ``dev.qrels`` and the mean active dimensions, from every chunk's rows."""
     return score_queries(dev, encoded, top_k)[0]
 
 
 def score_queries(
-    dev: DevSet, encoded: dict[int, Rows], top_k: int = _EVALUATE.top_k
+    dev: DevSet, encoded: dict[int, Rows], top_k: int = TOP_K
 ) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
     """:func:`score`'s figures and the per-query measures they average (ir-measures' names)."""
     docs = [
@@ -196,8 +195,8 @@ def score_queries(
     ranks, sorted_ids = rank_ids(pa.array(doc_ids, pa.string()))
     shard = build_shard(vectors, ranks, int(vectors.indices.max(initial=-1)) + 1)
     qids, qvec = _rows(queries)
-    top = _search(shard, qvec, top_k, _EVALUATE.query_batch_size)
-    run = parse_run(run_lines(qids, top, sorted_ids, _EVALUATE.run_tag))
+    top = _search(shard, qvec, top_k, QUERY_BATCH)
+    run = parse_run(run_lines(qids, top, sorted_ids, RUN_TAG))
     per_query = per_query_metrics(dev.qrels, run)
     metrics = mean_metrics(per_query)
     figures = {

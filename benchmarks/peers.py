@@ -301,7 +301,7 @@ def encode_ray_data(case: EncodeCase) -> RayDataTiming:
             )
             start = time.perf_counter()
             dest = Path(tmp) / f"vectors-{run}"
-            encode(files, dest, cfg, resolve(MODEL), "document", RayExecutor())
+            encode(files, dest, cfg.encoding(), resolve(MODEL), "document", RayExecutor())
             seconds.append(time.perf_counter() - start)
     small, large = RAY_DATA_FILES
     out: RayDataTiming = {

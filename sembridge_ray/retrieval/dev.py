@@ -40,6 +40,7 @@ from sembridge_ray.retrieval.index import (
     shard_topk,
 )
 from sembridge_ray.retrieval.metrics import mean_metrics, per_query_metrics, term_counts
+from sembridge_ray.retrieval.settings import ENCODE_BATCH, QUERY_BATCH, RUN_TAG, STAGE_ROWS, TOP_K
 from sembridge_ray.retrieval.store import parse_run, run_lines, sparse_batch
 from sembridge_ray.runtime.errors import InputError
 from sembridge_ray.sparse.convergence import DEV_DIMS_D, DEV_DIMS_Q, DEV_PRIMARY
@@ -51,9 +52,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 Rows = tuple[list[np.ndarray], list[np.ndarray]]
-TOP_K, STAGE_ROWS, ENCODE_BATCH, QUERY_BATCH, RUN_TAG = 100, 5000, 64, 32, "sembridge_ray"
-"""The evaluate job's defaults (its config reads them from here): documents per query, texts per
-staged chunk, per encoder call and queries per scoring call, the run's tag."""
 
 
 @dataclass(frozen=True, kw_only=True)

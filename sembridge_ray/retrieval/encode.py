@@ -1,5 +1,5 @@
-"""The encoding step that the evaluate and export jobs share (their configs are
-:class:`EncodeSettings`): a corpus and its judged queries as
+"""The encoding step that the evaluate and export jobs share (their settings are an
+:class:`Encoding`): a corpus and its judged queries as
 sparse vectors, through an executor's pool of encoder workers (Ray's hands inputs not worth a pool
 to this process), cached under the identities of the model and dataset so that either job reuses what the
 other encoded.
@@ -16,9 +16,7 @@ from __future__ import annotations
 import logging
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -28,64 +26,18 @@ from sembridge_ray.bundled import resolve
 from sembridge_ray.data.registry import corpus_split
 from sembridge_ray.data.retrieval import RetrievalData
 from sembridge_ray.data.schema import ID, TEXT
-from sembridge_ray.retrieval.dev import ENCODE_BATCH, STAGE_ROWS
+from sembridge_ray.retrieval.settings import Encoding
 from sembridge_ray.retrieval.sources import VECTORS, cached
 from sembridge_ray.retrieval.store import fingerprint, stage_corpus
 from sembridge_ray.runtime.errors import InputError
 from sembridge_ray.runtime.executor import Executor, Pool
 from sembridge_ray.runtime.identity import Pin
 from sembridge_ray.runtime.outputs import atomic_path
-from sembridge_ray.runtime.placement import Precision, ResourceConfig
 from sembridge_ray.runtime.progress import Progress
 from sembridge_ray.sparse.encode_files import PATH, ROWS, SparseEncodeUDF
 
 log = logging.getLogger(__name__)
 ENCODING_VERSION = 1
-
-
-class EncodeSettings(Protocol):
-    """What the step reads of a job's config (the evaluate job's keys)."""
-
-    @property
-    def dataset(self) -> str: ...
-    @property
-    def cache_dir(self) -> str: ...
-    @property
-    def max_query_length(self) -> int: ...
-    @property
-    def max_doc_length(self) -> int: ...
-    @property
-    def query_max_active_dims(self) -> int | None: ...
-    @property
-    def doc_max_active_dims(self) -> int | None: ...
-    @property
-    def stage_rows(self) -> int: ...
-    @property
-    def encode_batch_size(self) -> int: ...
-    @property
-    def precision(self) -> Precision: ...
-    @property
-    def trust_remote_code(self) -> bool: ...
-    @property
-    def resources(self) -> ResourceConfig: ...
-
-
-@dataclass(frozen=True, kw_only=True)
-class Encoding:
-    """Settings for a caller that is not the evaluate job (the export): what it does not set is the
-    evaluate job's default, so the cache keys are an evaluation's."""
-
-    dataset: str
-    cache_dir: str
-    resources: ResourceConfig
-    precision: Precision
-    max_query_length: int
-    max_doc_length: int
-    query_max_active_dims: int | None = None
-    doc_max_active_dims: int | None = None
-    stage_rows: int = STAGE_ROWS
-    encode_batch_size: int = ENCODE_BATCH
-    trust_remote_code: bool = False
 
 
 def corpus_key(key: str, spec: str, split: str) -> str:
@@ -95,7 +47,7 @@ def corpus_key(key: str, spec: str, split: str) -> str:
 
 
 def encode_judged(
-    cfg: EncodeSettings,
+    cfg: Encoding,
     model: str,
     data: RetrievalData,
     qids: list[str],
@@ -123,7 +75,7 @@ def encode_judged(
 
 
 def encode_corpus(
-    cfg: EncodeSettings,
+    cfg: Encoding,
     model: str,
     data: RetrievalData,
     key: str,
@@ -161,7 +113,7 @@ def encode_corpus(
 
 
 def encode_queries(
-    cfg: EncodeSettings,
+    cfg: Encoding,
     model: str,
     data: RetrievalData,
     qids: list[str],
@@ -199,7 +151,7 @@ def encode_queries(
 
 
 def encode(
-    files: list[Path], dest: Path, cfg: EncodeSettings, model: str, role: str, executor: Executor
+    files: list[Path], dest: Path, cfg: Encoding, model: str, role: str, executor: Executor
 ) -> None:
     """Staged (id, text) Parquet files -> sparse Parquet files (id, indices, values) of the same
     names in ``dest``, through a pool of encoder workers of ``executor`` (one GPU each when there

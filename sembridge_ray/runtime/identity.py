@@ -320,6 +320,6 @@ def pin(recorded: Mapping[str, str], paths: Mapping[str, str]) -> Pin:
     """:func:`require_unchanged` bound to a run's inputs: what every reader of a model or a dataset
     calls after reading it and before it caches (under the inputs' identities) or marks complete
     anything computed from it. The encodings shared between jobs take one as a required argument
-    (:func:`sembridge_ray.recipes.evaluate.run.encode_corpus`), so no job can fill that cache
+    (:func:`sembridge_ray.retrieval.encode.encode_corpus`), so no job can fill that cache
     unpinned."""
     return functools.partial(require_unchanged, dict(recorded), dict(paths))

@@ -237,7 +237,7 @@ def test_encoding_through_ray_equals_in_process(
         resources=ResourceConfig(workers=2),
     )
     files = stage_corpus((table.slice(i, 4) for i in range(0, len(texts), 4)), tmp_path / "staged")
-    encode(files, tmp_path / "enc", cfg, model, "document", RayExecutor())
+    encode(files, tmp_path / "enc", cfg.encoding(), model, "document", RayExecutor())
     ids, got = read_vectors(parquet_files(tmp_path / "enc"))
     enc = load_sparse_encoder(model, max_length=8)
     idx, val = sparse_rows(enc.encode_document(texts, convert_to_tensor=True), max_active_dims=5)

@@ -23,6 +23,18 @@ def test_import_does_not_import_ray() -> None:
     assert subprocess.run([sys.executable, "-c", code], cwd=REPO).returncode == 0
 
 
+def test_a_jobs_contract_imports_neither_ray_nor_torch() -> None:
+    """``sembridge <job> --help`` imports the job's config: it stays light (the steps a config reads
+    settings from, such as the encoding's, keep those settings in a module of their own)."""
+    configs = ", ".join(f"sembridge_ray.recipes.{job}.config" for job in JOBS)
+    heavy = ("ray", "torch", "transformers", "sentence_transformers")
+    code = (
+        f"import sys, {configs}; "
+        f"sys.exit(int(any(m.split('.')[0] in {heavy!r} for m in sys.modules)))"
+    )
+    assert subprocess.run([sys.executable, "-c", code], cwd=REPO).returncode == 0
+
+
 def test_ruff_is_clean() -> None:
     ruff = shutil.which("ruff") or str(REPO / ".venv" / "bin" / "ruff")
     if not shutil.which(ruff):

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from sembridge_ray.recipes import Flag, JobSpec
-from sembridge_ray.retrieval import dev
+from sembridge_ray.retrieval import settings
+from sembridge_ray.retrieval.settings import Encoding
 from sembridge_ray.runtime.config import Config, require
 from sembridge_ray.runtime.errors import InputError
 from sembridge_ray.runtime.placement import Precision, ResourceConfig
@@ -38,7 +39,7 @@ class EvaluateConfig(Config):
     """Let transformers run code shipped with a hub model (off unless you trust its repository)."""
     output: str = ""
     """Output directory: run.trec, metrics.json, config.yaml, _SUCCESS."""
-    top_k: int = dev.TOP_K
+    top_k: int = settings.TOP_K
     """Documents retrieved per query."""
     shard_size: int = 0
     """Documents per index shard, one Ray actor each; 0 = one shard per worker."""
@@ -51,16 +52,16 @@ class EvaluateConfig(Config):
     """Query tokens (the same key as in fine-tuning)."""
     max_doc_length: int = 256
     """Document tokens (the same key as in fine-tuning)."""
-    encode_batch_size: int = dev.ENCODE_BATCH
+    encode_batch_size: int = settings.ENCODE_BATCH
     """Texts per encoder call (per actor)."""
-    query_batch_size: int = dev.QUERY_BATCH
+    query_batch_size: int = settings.QUERY_BATCH
     """Queries per scoring call; a shard actor holds a (batch, shard_size) float32 score block."""
     cache_dir: str = ""
     """Where encodings are cached by fingerprint (model, dataset, split, lengths, pruning); "" =
     <output>/cache."""
-    stage_rows: int = dev.STAGE_ROWS
+    stage_rows: int = settings.STAGE_ROWS
     """Corpus rows per staged Parquet file (the unit of work the encoder pool receives)."""
-    run_tag: str = dev.RUN_TAG
+    run_tag: str = settings.RUN_TAG
     """The last column of run.trec."""
     overwrite: bool = False
     """Replace an output written with other settings (otherwise such a rerun is refused)."""
@@ -118,6 +119,22 @@ class EvaluateConfig(Config):
             "run_tag",
             self.run_tag,
             "must be one word (it is a TREC run column)",
+        )
+
+    def encoding(self) -> Encoding:
+        """What the encoding step reads of this config."""
+        return Encoding(
+            dataset=self.dataset,
+            cache_dir=self.cache_dir,
+            resources=self.resources,
+            precision=self.precision,
+            max_query_length=self.max_query_length,
+            max_doc_length=self.max_doc_length,
+            query_max_active_dims=self.query_max_active_dims,
+            doc_max_active_dims=self.doc_max_active_dims,
+            stage_rows=self.stage_rows,
+            encode_batch_size=self.encode_batch_size,
+            trust_remote_code=self.trust_remote_code,
         )
 
     def require_inputs(self) -> None:

@@ -137,7 +137,7 @@ def _evaluate_into(
         cfg = dataclasses.replace(cfg, cache_dir=str(work / "cache"))
     qids = sorted(q for q in data.qrels if q in data.queries)
     (docs, docs_hit), (queries, queries_hit) = encode_judged(
-        cfg, model, data, qids, key, pinned=pinned, executor=executor, lap=clock.lap
+        cfg.encoding(), model, data, qids, key, pinned=pinned, executor=executor, lap=clock.lap
     )
     metrics = search_and_score(cfg, docs, queries, data, work / RUN, clock, executor)
     metrics |= {

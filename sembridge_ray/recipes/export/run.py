@@ -42,7 +42,8 @@ from sembridge_ray.export.targets import MODEL_DIRECTORY, target
 from sembridge_ray.publish import SCORED
 from sembridge_ray.recipes.export.checkpoint import checkpoint_model
 from sembridge_ray.recipes.export.config import ExportConfig, ExportResult
-from sembridge_ray.retrieval.encode import Encoding, encode_judged
+from sembridge_ray.retrieval.encode import encode_judged
+from sembridge_ray.retrieval.settings import Encoding
 from sembridge_ray.retrieval.sources import resolve_dataset, resolve_model
 from sembridge_ray.retrieval.store import fingerprint, parquet_files, read_vectors
 from sembridge_ray.runtime.atomic import remove

@@ -318,7 +318,8 @@ def room(module: str) -> str:
 
 def rooms(graph: dict[str, dict[str, bool]], root: Path = ROOT) -> dict[str, float | int]:
     """The maths' and the glue's shares of the code lines, the module sizes (physical lines), the
-    largest fan-out (package modules one module imports) and the imports of a driver by another."""
+    largest fan-out (package modules one module imports), the imports of a recipe's run by another's
+    and of one recipe folder's modules by another's."""
     sizes, code, maths, glue = [], 0, 0, 0
     for name, path in modules(root).items():
         text = path.read_text(encoding="utf-8")

@@ -1,5 +1,6 @@
-"""The only package that imports Ray: the jobs' drivers and the Ray executor (cluster connection,
-Ray Data actor pools and tasks: ``executor.py``; sharded search; Ray Train)."""
+"""The Ray executor, the only package that imports Ray: the cluster connection (``cluster.py``),
+Ray Data actor pools, tasks and held objects (``executor.py``), Ray Train (``train_run.py``). The
+jobs' runs (``sembridge_ray.recipes``) ask it through the executor interface."""
 
 import os
 

@@ -3,9 +3,11 @@ rows, and every model it writes (per tensor: the float64 sum and norm), against 
 the code before the redesign (``tests/data/quick_before.json``).
 
 Timings, paths and identities are left out (they differ between two runs of the same code). The
-numbers are compared to a relative 1e-6 (the tensors' statistics to 1e-5), not bit for bit, so the
-test does not hinge on the CPU's float kernels; on one machine the redesign's outputs were also
-byte-identical (the closing note of the redesign gives the sha256 comparison).
+numbers are compared to a relative 1e-6 (the tensors' statistics to 1e-5; counts of weights above
+zero to 1e-4, :data:`NONZERO`; attention key biases, which get no gradient, not at all,
+:data:`NO_GRADIENT`), not bit for bit, so the test does not hinge on the CPU's float kernels. On
+one machine the redesign's outputs were also byte-identical (the closing note of the redesign gives
+the sha256 comparison).
 
     python -m tests.slow.test_quick_unchanged record OUTPUT   # rewrite the record from a quick run
 """
@@ -23,6 +25,18 @@ import pytest
 
 RECORD = Path(__file__).resolve().parents[1] / "data" / "quick_before.json"
 UNTIMED = ("train_seconds",)
+NONZERO = {"active_dims_q": 1e-4, "active_dims_d": 1e-4, "flops": 1e-4}
+"""Figures that count weights above zero, to a relative 1e-4 (the rest 1e-6): a weight within
+rounding of zero may land on either side on another CPU's float kernels, and one such entry moves
+``active_dims_d`` by 1/documents (seen: 1515.1045 here, 1515.0970 on another machine, the same code
+and bridge; relative 5e-6). Twenty such entries in the quick's documents stay inside it; a changed
+computation does not."""
+NO_GRADIENT = ".attention.self.key.bias"
+"""Attention key biases get no gradient in exact arithmetic (``q·(k + b)`` adds ``q·b`` to every
+score of a query, which its softmax ignores): what they receive is rounding noise, which Adam
+scales into learning-rate-sized steps, so they differ between CPUs' float kernels (seen: 1e-3 of
+their sum on another machine, every other tensor within 1e-5) and change no output. They are left
+out of the tensor comparison."""
 _NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w.])")
 """A number standing alone (not the 25 of bm25)."""
 
@@ -91,13 +105,15 @@ def test_the_quick_computes_what_it_computed_before(tmp_path: Path) -> None:
     assert len(after["results_csv"]) == len(before["results_csv"])  # type: ignore[arg-type]
     for old, new in zip(before["results_csv"], after["results_csv"], strict=True):  # type: ignore[call-overload]
         assert old.keys() == new.keys()
-        bad = {k: (old[k], new[k]) for k in old if not _close(old[k], new[k], 1e-6)}
+        bad = {k: (old[k], new[k]) for k in old if not _close(old[k], new[k], NONZERO.get(k, 1e-6))}
         assert bad == {}, (old["stage"], old["method"], bad)
     assert after["models"].keys() == before["models"].keys()  # type: ignore[attr-defined]
     for model, tensors in before["models"].items():  # type: ignore[attr-defined]
         now = after["models"][model]  # type: ignore[index]
         assert now.keys() == tensors.keys(), model
         for name, (total, norm) in tensors.items():
+            if name.endswith(NO_GRADIENT):
+                continue
             assert math.isclose(now[name][0], total, rel_tol=1e-5, abs_tol=1e-4), (model, name)
             assert math.isclose(now[name][1], norm, rel_tol=1e-5), (model, name)
 

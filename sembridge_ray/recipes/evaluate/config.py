@@ -12,7 +12,7 @@ cached (``cache_dir``). """
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 from sembridge_ray.recipes import Flag, JobSpec
@@ -122,20 +122,8 @@ class EvaluateConfig(Config):
         )
 
     def encoding(self) -> Encoding:
-        """What the encoding step reads of this config."""
-        return Encoding(
-            dataset=self.dataset,
-            cache_dir=self.cache_dir,
-            resources=self.resources,
-            precision=self.precision,
-            max_query_length=self.max_query_length,
-            max_doc_length=self.max_doc_length,
-            query_max_active_dims=self.query_max_active_dims,
-            doc_max_active_dims=self.doc_max_active_dims,
-            stage_rows=self.stage_rows,
-            encode_batch_size=self.encode_batch_size,
-            trust_remote_code=self.trust_remote_code,
-        )
+        """What the encoding step reads of this config (its keys of the same names)."""
+        return Encoding(**{f.name: getattr(self, f.name) for f in fields(Encoding)})
 
     def require_inputs(self) -> None:
         """Raise :class:`InputError` naming the first required setting that is missing."""

@@ -207,6 +207,13 @@ def test_lucene_keeps_nine_significant_bits() -> None:
     assert kept[0] == 1.0 and kept[1] != values[1]
 
 
+def _dense(vectors: Vectors, width: int) -> np.ndarray:
+    rows = vectors.rows
+    dense = np.zeros((rows.rows, width), dtype=np.float32)
+    dense[np.repeat(np.arange(rows.rows), np.diff(rows.indptr)), rows.indices] = rows.values
+    return dense
+
+
 @pytest.mark.parametrize("variant", ["onnx", "onnx-optimized", "onnx-int8", "openvino"])
 def test_onnx_encodes_as_pytorch(variant: str, fixtures_root: Path, tmp_path: Path) -> None:
     pytest.importorskip("onnx")
@@ -237,7 +244,12 @@ def test_onnx_encodes_as_pytorch(variant: str, fixtures_root: Path, tmp_path: Pa
     same = agrees(torch_docs, torch_queries, hits)
     if found.tolerance.exact:
         assert all(same)
-        np.testing.assert_allclose(docs.rows.values, torch_docs.rows.values, rtol=1e-4, atol=1e-5)
+        # as dense weights: a weight within rounding of zero may be kept by one engine and not the
+        # other (seen on one machine: 383,652 against 383,653 nonzeros), a difference below atol
+        width = 1 + int(max(docs.rows.indices.max(), torch_docs.rows.indices.max()))
+        np.testing.assert_allclose(
+            _dense(docs, width), _dense(torch_docs, width), rtol=1e-4, atol=1e-5
+        )
     else:
         assert parity(torch_docs, torch_queries, hits).overlap_at_10 >= found.tolerance.min_overlap
 

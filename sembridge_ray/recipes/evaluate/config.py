@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
-from sembridge_ray.recipes import Flag, JobSpec
+from sembridge_ray.recipes import OUTPUT, Flag, JobSpec, flags
 from sembridge_ray.retrieval import settings
 from sembridge_ray.retrieval.settings import Encoding
 from sembridge_ray.runtime.config import Config, require
@@ -163,21 +163,15 @@ class EvaluateResult:
         )
 
 
-FLAGS = (
-    Flag(name="--model", key="model", required=True),
-    Flag(name="--dataset", key="dataset", required=True),
-    Flag(name="--split", key="split"),
-    Flag(name="--output", key="output", required=True),
-    Flag(name="--top-k", key="top_k"),
-    Flag(name="--max-query-length", key="max_query_length"),
-    Flag(name="--max-doc-length", key="max_doc_length"),
-    Flag(name="--workers", key="resources.workers"),
-    Flag(name="--gpus-per-worker", key="resources.gpus_per_worker"),
-    Flag(name="--shard-size", key="shard_size"),
-    Flag(name="--doc-max-active-dims", key="doc_max_active_dims", aliases=("--doc-top-k",)),
-    Flag(name="--precision", key="precision"),
-    Flag(name="--trust-remote-code", key="trust_remote_code"),
-    Flag(name="--overwrite", key="overwrite"),
+FLAGS = flags(
+    Flag(key="model", required=True),
+    Flag(key="dataset", required=True),
+    "split",
+    OUTPUT,
+    "top_k max_query_length max_doc_length resources.workers resources.gpus_per_worker",
+    "shard_size",
+    Flag(key="doc_max_active_dims", aliases=("--doc-top-k",)),
+    "precision trust_remote_code overwrite",
 )
 
 
@@ -190,12 +184,8 @@ def report(result: EvaluateResult) -> str:
 
 
 JOB = JobSpec(
-    name="evaluate",
     summary="encode, retrieve exactly and score nDCG@10; Ray Data + actors",
-    entry="evaluate",
     config=EvaluateConfig,
     flags=FLAGS,
-    driver="sembridge_ray.recipes.evaluate.run:run_evaluate",
     report=report,
-    description=__doc__ or "",
 )

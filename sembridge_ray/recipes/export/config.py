@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
 from sembridge_ray.export.report import ExportReport
-from sembridge_ray.recipes import Flag, JobSpec
+from sembridge_ray.recipes import OUTPUT, JobSpec, flags
 from sembridge_ray.runtime.config import Config
 from sembridge_ray.runtime.errors import InputError
 from sembridge_ray.runtime.placement import ResourceConfig
@@ -155,20 +155,11 @@ class ExportResult:
     """The output was already complete with the same settings and inputs."""
 
 
-FLAGS = (
-    Flag(name="--target", key="target"),
-    Flag(name="--checkpoint", key="checkpoint"),
-    Flag(name="--model", key="model"),
-    Flag(name="--dataset", key="dataset"),
-    Flag(name="--split", key="split"),
-    Flag(name="--output", key="output", required=True),
-    Flag(name="--select", key="select"),
-    Flag(name="--url", key="url"),
-    Flag(name="--max-query-length", key="max_query_length"),
-    Flag(name="--max-doc-length", key="max_doc_length"),
-    Flag(name="--overwrite", key="overwrite"),
-    Flag(name="--workers", key="resources.workers"),
-    Flag(name="--gpus-per-worker", key="resources.gpus_per_worker"),
+FLAGS = flags(
+    "target checkpoint model dataset split",
+    OUTPUT,
+    "select url max_query_length max_doc_length overwrite",
+    "resources.workers resources.gpus_per_worker",
 )
 
 
@@ -195,12 +186,8 @@ def report(result: ExportResult) -> str:
 
 
 JOB = JobSpec(
-    name="export",
     summary="write a model where it is served (SparseEncoder dir, engines, ONNX), checked against the exact search",
-    entry="export",
     config=ExportConfig,
     flags=FLAGS,
-    driver="sembridge_ray.recipes.export.run:run_export",
     report=report,
-    description=__doc__ or "",
 )

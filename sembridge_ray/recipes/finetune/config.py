@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar, Literal, get_args
 
-from sembridge_ray.recipes import Flag, JobSpec
+from sembridge_ray.recipes import OUTPUT, Flag, JobSpec, flags
 from sembridge_ray.runtime.config import Config, dotted_keys, require
 from sembridge_ray.runtime.errors import InputError
 from sembridge_ray.runtime.placement import Precision, ResourceConfig
@@ -301,31 +301,15 @@ class FinetuneResult:
         return cls(**{k: v for k, v in summary.items() if k in names}, skipped=skipped)
 
 
-FLAGS = (
-    Flag(name="--model", key="model", required=True),
-    Flag(name="--train", key="train", required=True),
-    Flag(name="--output", key="output", required=True),
-    Flag(name="--workers", key="resources.workers"),
-    Flag(name="--gpus-per-worker", key="resources.gpus_per_worker"),
-    Flag(name="--batch-size", key="optim.batch_size"),
-    Flag(name="--lr", key="optim.lr"),
-    Flag(name="--epochs", key="optim.epochs"),
-    Flag(name="--max-steps", key="optim.max_steps"),
-    Flag(name="--lambda-q", key="loss.lambda_q"),
-    Flag(name="--lambda-d", key="loss.lambda_d"),
-    Flag(name="--checkpoint-every", key="checkpoint_every"),
-    Flag(name="--eval", key="eval"),
-    Flag(name="--eval-every", key="eval_every"),
-    Flag(name="--eval-at", key="eval_at"),
-    Flag(name="--select", key="select"),
-    Flag(name="--tensorboard", key="tensorboard"),
-    Flag(name="--precision", key="precision", aliases=("--bf16",)),
-    Flag(name="--max-query-length", key="max_query_length"),
-    Flag(name="--max-doc-length", key="max_doc_length"),
-    Flag(name="--push-to-hub", key="push_to_hub"),
-    Flag(name="--scores", key="scores"),
-    Flag(name="--trust-remote-code", key="trust_remote_code"),
-    Flag(name="--overwrite", key="overwrite"),
+FLAGS = flags(
+    Flag(key="model", required=True),
+    Flag(key="train", required=True),
+    OUTPUT,
+    "resources.workers resources.gpus_per_worker",
+    "optim.batch_size optim.lr optim.epochs optim.max_steps loss.lambda_q loss.lambda_d",
+    "checkpoint_every eval eval_every eval_at select tensorboard",
+    Flag(key="precision", aliases=("--bf16",)),
+    "max_query_length max_doc_length push_to_hub scores trust_remote_code overwrite",
 )
 
 
@@ -339,12 +323,8 @@ def report(result: FinetuneResult) -> str:
 
 
 JOB = JobSpec(
-    name="finetune",
     summary="fine-tune with InfoNCE + FLOPs, checkpointed and resumable; Ray Train",
-    entry="finetune",
     config=FinetuneConfig,
     flags=FLAGS,
-    driver="sembridge_ray.recipes.finetune.run:run_finetune",
     report=report,
-    description=__doc__ or "",
 )

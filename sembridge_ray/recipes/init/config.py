@@ -21,7 +21,7 @@ from sembridge_ray.embed_init.config import MethodName, WeightingConfig
 from sembridge_ray.embed_init.methods import BRIDGE_SETTINGS, METHODS
 from sembridge_ray.embed_init.records import InitReport, Sample
 from sembridge_ray.embed_init.vocab import MATCH_RULES
-from sembridge_ray.recipes import Flag, JobSpec
+from sembridge_ray.recipes import OUTPUT, Flag, JobSpec, flags
 from sembridge_ray.runtime.config import Config, canonical_key, coerce, require
 from sembridge_ray.runtime.placement import Precision, ResourceConfig
 from sembridge_ray.runtime.plans import PlanResult, render_plan
@@ -304,37 +304,17 @@ class InitResult:
         )
 
 
-FLAGS = (
+FLAGS = flags(
     Flag(name="--model", key="source_model", aliases=("--source-model",), required=True),
-    Flag(name="--target-tokenizer", key="target_tokenizer", required=True),
-    Flag(name="--bridge-model", key="bridge_model"),
-    Flag(name="--output", key="output", required=True),
-    Flag(name="--method", key="method"),
-    Flag(name="--alpha", key="alpha"),
-    Flag(name="--match", key="match"),
-    Flag(name="--bias", key="bias"),
-    Flag(name="--seed", key="seed"),
-    Flag(name="--position-aware", key="position_aware"),
-    Flag(name="--bridge-space", key="bridge_space"),
-    Flag(name="--fvt-weight", key="fvt_weight"),
-    Flag(name="--lsq-ridge", key="lsq_ridge"),
-    Flag(name="--adaptive-support", key="adaptive_support"),
-    Flag(name="--support-size", key="support_size"),
-    Flag(name="--random-blend", key="random_blend"),
-    Flag(name="--bias-text", key="bias_text"),
-    Flag(name="--grid", key="grid"),
-    Flag(name="--dry-run", key="dry_run"),
-    Flag(name="--json", key="json"),
-    Flag(name="--figures", key="figures"),
+    Flag(key="target_tokenizer", required=True),
+    "bridge_model",
+    OUTPUT,
+    "method alpha match bias seed position_aware bridge_space fvt_weight lsq_ridge",
+    "adaptive_support support_size random_blend bias_text grid dry_run json figures",
     Flag(name="--max-query-length", key="query_length"),
     Flag(name="--max-doc-length", key="document_length"),
-    Flag(name="--workers", key="resources.workers"),
-    Flag(name="--gpus-per-worker", key="resources.gpus_per_worker"),
-    Flag(name="--precision", key="precision"),
-    Flag(name="--push-to-hub", key="push_to_hub"),
-    Flag(name="--scores", key="scores"),
-    Flag(name="--trust-remote-code", key="trust_remote_code"),
-    Flag(name="--overwrite", key="overwrite"),
+    "resources.workers resources.gpus_per_worker precision push_to_hub scores",
+    "trust_remote_code overwrite",
 )
 
 
@@ -352,13 +332,10 @@ def report(result: InitResult | PlanResult) -> str:
 
 
 JOB = JobSpec(
-    name="init",
     summary="initialise a target-language encoder (SemBridge or a baseline); Ray Data",
     entry="init_embeddings",
     config=InitConfig,
     flags=FLAGS,
-    driver="sembridge_ray.recipes.init.run:run_init",
     dry_driver="sembridge_ray.recipes.reproduce.plan:init_dry_run_result",
     report=report,
-    description=__doc__ or "",
 )

@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from sembridge_ray.recipes import Flag, JobSpec
+from sembridge_ray.recipes import Flag, JobSpec, flags
 from sembridge_ray.runtime.config import Config, require
 from sembridge_ray.runtime.placement import ResourceConfig
 from sembridge_ray.siamese.config import (
@@ -146,20 +146,18 @@ class MalstmResult:
         )
 
 
-FLAGS = (
-    Flag(name="--output", key="output"),
+FLAGS = flags(
+    "output",
     Flag(name="--vectors", key="vectors.source"),
-    Flag(name="--retrofit", key="vectors.retrofit"),
-    Flag(name="--restarts", key="restarts", aliases=("--seeds",)),
-    Flag(name="--seed", key="seed"),
+    "vectors.retrofit",
+    Flag(key="restarts", aliases=("--seeds",)),
+    "seed",
     Flag(name="--augment", key="augment.enabled"),
     Flag(name="--pretrain", key="pretrain.enabled"),
     Flag(name="--calibrate", key="calibration.enabled"),
-    Flag(name="--sick", key="sick"),
-    Flag(name="--sts", key="sts"),
+    "sick sts",
     Flag(name="--sts-years", key="pretrain.years"),
-    Flag(name="--workers", key="resources.workers"),
-    Flag(name="--overwrite", key="overwrite"),
+    "resources.workers overwrite",
 )
 
 
@@ -173,13 +171,9 @@ def report(result: MalstmResult) -> str:
 
 
 JOB = JobSpec(
-    name="malstm",
     summary="MaLSTM on SICK: STS pretraining, restarts as Ray tasks, calibration",
-    entry="malstm",
     config=MalstmConfig,
     flags=FLAGS,
-    driver="sembridge_ray.recipes.malstm.run:run_malstm",
     report=report,
     default_preset="paper",
-    description=__doc__ or "",
 )

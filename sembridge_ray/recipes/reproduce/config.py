@@ -25,7 +25,7 @@ from sembridge_ray import catalog
 from sembridge_ray.embed_init.config import WeightingConfig
 from sembridge_ray.embed_init.methods import METHOD_NAMES, METHODS, parse_alpha, split_variant
 from sembridge_ray.languages import CODES, language
-from sembridge_ray.recipes import Flag, JobSpec
+from sembridge_ray.recipes import OUTPUT, Flag, JobSpec, flags
 from sembridge_ray.recipes.evaluate.config import EvaluateConfig
 from sembridge_ray.recipes.finetune.config import FinetuneConfig
 from sembridge_ray.recipes.init.config import InitConfig
@@ -442,40 +442,26 @@ class ReproduceResult:
         return not self.failures
 
 
-FLAGS = (
-    Flag(name="--output", key="output", required=True),
-    Flag(name="--dry-run", key="dry_run"),
-    Flag(name="--json", key="json"),
-    Flag(name="--figures", key="figures"),
+FLAGS = flags(
+    OUTPUT,
+    "dry_run json figures",
     Flag(name="--model", key="models", aliases=("--models",)),
-    Flag(name="--languages", key="languages"),
-    Flag(name="--datasets", key="datasets"),
-    Flag(name="--methods", key="methods"),
-    Flag(name="--alphas", key="alphas"),
-    Flag(name="--max-concurrent", key="max_concurrent"),
-    Flag(name="--gpus-per-cell", key="gpus_per_cell"),
+    "languages datasets methods alphas max_concurrent gpus_per_cell",
     Flag(
-        name="--workers",
         key="init.resources.workers",
         also=("finetune.resources.workers", "evaluate.resources.workers"),
     ),
     Flag(
-        name="--gpus-per-worker",
         key="init.resources.gpus_per_worker",
         also=("finetune.resources.gpus_per_worker", "evaluate.resources.gpus_per_worker"),
     ),
+    Flag(key="evaluate.max_query_length", also=("finetune.max_query_length",)),
+    Flag(key="evaluate.max_doc_length", also=("finetune.max_doc_length",)),
     Flag(
-        name="--max-query-length",
-        key="evaluate.max_query_length",
-        also=("finetune.max_query_length",),
-    ),
-    Flag(name="--max-doc-length", key="evaluate.max_doc_length", also=("finetune.max_doc_length",)),
-    Flag(
-        name="--trust-remote-code",
         key="init.trust_remote_code",
         also=("finetune.trust_remote_code", "evaluate.trust_remote_code"),
     ),
-    Flag(name="--overwrite", key="overwrite"),
+    "overwrite",
 )
 
 
@@ -488,14 +474,10 @@ def report(result: ReproduceResult) -> str:
 
 
 JOB = JobSpec(
-    name="reproduce",
     summary="the paper's grid (or --preset demo, its offline miniature)",
-    entry="reproduce",
     config=ReproduceConfig,
     flags=FLAGS,
-    driver="sembridge_ray.recipes.reproduce.run:run_reproduce",
     dry_driver="sembridge_ray.recipes.reproduce.plan:dry_run_result",
     report=report,
     default_preset="paper",
-    description=__doc__ or "",
 )

@@ -127,60 +127,22 @@ def cell_stages(
     (``assets.bm25``) where there is one."""
     stages: list[Stage] = []
     for seed in range(cell.seeds):
-        paths = cell_paths(Path(cfg.output), cell, seed)
+        s = _Seed(cfg, cell, cell_paths(Path(cfg.output), cell, seed), assets, gpus, identify)
         own_init = seed == 0 or cell.init_seeded
-        init = _init_stage(cfg, cell, paths, assets, gpus, identify)
+        init = s.init()
         stages += [init] if own_init else []
         model = f"{init.ref}/{MODEL}"
         for dataset in cfg.datasets:
-            zero, tuned = (
-                _evaluation(cfg, cell, paths, assets, gpus, identify, dataset, stage)
-                for stage in STAGES
-            )
+            zero, tuned = (s.evaluation(dataset, stage) for stage in STAGES)
             zero = replace(zero, inputs={**zero.inputs, "model": model})
             if own_init:
-                stages += [zero, *_fusion(cfg, assets, cell, paths, dataset, zero)]
-            train_spec = assets.specs[(dataset, cell.language)][1]
-            finetune = _finetune_stage(
-                cfg, cell, paths, assets, gpus, identify, dataset, train_spec, model
-            )
+                stages += [zero, *s.fusion(dataset, zero)]
+            finetune = s.finetune(dataset, model)
             tuned_cfg = replace(tuned.cfg, model=f"{finetune.output}/{MODEL}")
             inputs = {**tuned.inputs, "model": f"{finetune.ref}/{MODEL}"}
             tuned = replace(tuned, cfg=tuned_cfg, inputs=inputs)
-            stages += [finetune, tuned, *_fusion(cfg, assets, cell, paths, dataset, tuned)]
+            stages += [finetune, tuned, *s.fusion(dataset, tuned)]
     return stages
-
-
-def _evaluation(
-    cfg: ReproduceConfig,
-    cell: Cell,
-    paths: CellPaths,
-    assets: Assets,
-    gpus: float,
-    identify: Identify,
-    dataset: str,
-    stage: str,
-) -> Stage:
-    """The evaluation of the cell's model at ``stage`` on ``dataset``'s evaluated split: the init's
-    model for the zero-shot stage (the caller names the fine-tuned one, and both model inputs)."""
-    spec = assets.specs[(dataset, cell.language)][0]
-    evaluate = replace(
-        cfg.evaluate,
-        model=str(paths.model),
-        dataset=spec,
-        split=cfg.eval_split,
-        output=str(paths.eval(dataset, stage)),
-        overwrite=cfg.overwrite,
-        cache_dir=str(Path(cfg.output) / "cache" / "eval"),
-        resources=cell_resources(cfg, cfg.evaluate.resources, gpus),
-    )
-    seed = paths.init_seed if stage == STAGES[0] else paths.seed
-    return Stage(
-        name=_named(f"{dataset}/{stage}", seed),
-        job="evaluate",
-        cfg=evaluate,
-        inputs={"model": "", "dataset": identify("dataset", spec)},
-    )
 
 
 def _named(name: str, seed: int) -> str:
@@ -188,106 +150,120 @@ def _named(name: str, seed: int) -> str:
     return name if seed == 0 else f"seed-{seed}/{name}"
 
 
-def _fusion(
-    cfg: ReproduceConfig,
-    assets: Assets,
-    cell: Cell,
-    paths: CellPaths,
-    dataset: str,
-    evaluated: Stage,
-) -> list[Stage]:
-    """The fusion of an evaluation's run with BM25's on the same queries (none without BM25)."""
-    bm25 = assets.bm25.get((cell.language, dataset))
-    if bm25 is None:
-        return []
-    stage = evaluated.name.rpartition("/")[2]
-    fused = FusionConfig(
-        runs=(str(evaluated.output), str(bm25.output)),
-        dataset=getattr(evaluated.cfg, "dataset"),  # noqa: B009  (an evaluate stage)
-        split=cfg.eval_split,
-        output=str(paths.fusion(dataset, stage)),
-        k=cfg.bm25.rrf_k,
-        top_k=cfg.evaluate.top_k,
-        overwrite=cfg.overwrite,
-    )
-    return [
-        Stage(
-            name=evaluated.name + FUSED,
-            job="fusion",
-            cfg=fused,
-            inputs={"model_run": evaluated.ref, "bm25_run": bm25.ref},
+@dataclass(frozen=True)
+class _Seed:
+    """One seed of a cell: what each of its stages is built from."""
+
+    cfg: ReproduceConfig
+    cell: Cell
+    paths: CellPaths
+    assets: Assets
+    gpus: float
+    identify: Identify
+
+    def evaluation(self, dataset: str, stage: str) -> Stage:
+        """The evaluation of the cell's model at ``stage`` on ``dataset``'s evaluated split: the
+        init's model for the zero-shot stage (the caller names the fine-tuned one, and both model
+        inputs)."""
+        cfg, paths = self.cfg, self.paths
+        spec = self.assets.specs[(dataset, self.cell.language)][0]
+        evaluate = replace(
+            cfg.evaluate,
+            model=str(paths.model),
+            dataset=spec,
+            split=cfg.eval_split,
+            output=str(paths.eval(dataset, stage)),
+            overwrite=cfg.overwrite,
+            cache_dir=str(Path(cfg.output) / "cache" / "eval"),
+            resources=cell_resources(cfg, cfg.evaluate.resources, self.gpus),
         )
-    ]
+        seed = paths.init_seed if stage == STAGES[0] else paths.seed
+        return Stage(
+            name=_named(f"{dataset}/{stage}", seed),
+            job="evaluate",
+            cfg=evaluate,
+            inputs={"model": "", "dataset": self.identify("dataset", spec)},
+        )
 
+    def fusion(self, dataset: str, evaluated: Stage) -> list[Stage]:
+        """The fusion of an evaluation's run with BM25's on the same queries (none without
+        BM25)."""
+        cfg = self.cfg
+        bm25 = self.assets.bm25.get((self.cell.language, dataset))
+        if bm25 is None:
+            return []
+        stage = evaluated.name.rpartition("/")[2]
+        fused = FusionConfig(
+            runs=(str(evaluated.output), str(bm25.output)),
+            dataset=getattr(evaluated.cfg, "dataset"),  # noqa: B009  (an evaluate stage)
+            split=cfg.eval_split,
+            output=str(self.paths.fusion(dataset, stage)),
+            k=cfg.bm25.rrf_k,
+            top_k=cfg.evaluate.top_k,
+            overwrite=cfg.overwrite,
+        )
+        return [
+            Stage(
+                name=evaluated.name + FUSED,
+                job="fusion",
+                cfg=fused,
+                inputs={"model_run": evaluated.ref, "bm25_run": bm25.ref},
+            )
+        ]
 
-def _init_stage(
-    cfg: ReproduceConfig,
-    cell: Cell,
-    paths: CellPaths,
-    assets: Assets,
-    gpus: float,
-    identify: Identify,
-) -> Stage:
-    """The cell's init: its source model through its language's tokenizer, by its method."""
-    source, tokenizer = assets.models[cell.model], assets.tokenizers[cell.language]
-    init_cfg = replace(
-        cfg.init,
-        source_model=source,
-        target_tokenizer=tokenizer,
-        bridge_model=cell.bridge or cfg.init.bridge_model,
-        language=cfg.init.language or (cell.language if cfg.assets == "xling" else ""),
-        method=cell.method,
-        weighting=replace(
-            cfg.init.weighting,
-            position_aware=cell.position_aware or cfg.init.weighting.position_aware,
-            alpha=cell.alpha if cell.alpha is not None else cfg.init.weighting.alpha,
-        ),
-        output=str(paths.init),
-        seed=cfg.init.seed + paths.init_seed,
-        overwrite=cfg.overwrite,
-        resources=cell_resources(cfg, cfg.init.resources, gpus),
-        query_length=cfg.evaluate.max_query_length,  # the written model encodes as it is scored
-        document_length=cfg.evaluate.max_doc_length,
-    )
-    inputs = {
-        "source_model": identify("model", source),
-        "target_tokenizer": identify("model", tokenizer),
-    }
-    if method(cell.method).uses_bridge:
-        inputs["bridge_model"] = identify("bridge", init_cfg.bridge_model)
-    return Stage(name=_named("init", paths.init_seed), job="init", cfg=init_cfg, inputs=inputs)
+    def init(self) -> Stage:
+        """The cell's init: its source model through its language's tokenizer, by its method."""
+        cfg, cell, paths, identify = self.cfg, self.cell, self.paths, self.identify
+        source, tokenizer = self.assets.models[cell.model], self.assets.tokenizers[cell.language]
+        init_cfg = replace(
+            cfg.init,
+            source_model=source,
+            target_tokenizer=tokenizer,
+            bridge_model=cell.bridge or cfg.init.bridge_model,
+            language=cfg.init.language or (cell.language if cfg.assets == "xling" else ""),
+            method=cell.method,
+            weighting=replace(
+                cfg.init.weighting,
+                position_aware=cell.position_aware or cfg.init.weighting.position_aware,
+                alpha=cell.alpha if cell.alpha is not None else cfg.init.weighting.alpha,
+            ),
+            output=str(paths.init),
+            seed=cfg.init.seed + paths.init_seed,
+            overwrite=cfg.overwrite,
+            resources=cell_resources(cfg, cfg.init.resources, self.gpus),
+            query_length=cfg.evaluate.max_query_length,  # the written model encodes as it is scored
+            document_length=cfg.evaluate.max_doc_length,
+        )
+        inputs = {
+            "source_model": identify("model", source),
+            "target_tokenizer": identify("model", tokenizer),
+        }
+        if method(cell.method).uses_bridge:
+            inputs["bridge_model"] = identify("bridge", init_cfg.bridge_model)
+        return Stage(name=_named("init", paths.init_seed), job="init", cfg=init_cfg, inputs=inputs)
 
-
-def _finetune_stage(
-    cfg: ReproduceConfig,
-    cell: Cell,
-    paths: CellPaths,
-    assets: Assets,
-    gpus: float,
-    identify: Identify,
-    dataset: str,
-    train_spec: str,
-    model: str,
-) -> Stage:
-    """The cell's fine-tuning of its init ``model`` (a stage ref) on ``train_spec``, scored on its
-    dev set if any."""
-    ft_cfg = replace(
-        cfg.finetune,
-        model=str(paths.model),
-        train=train_spec,
-        output=str(paths.finetune(dataset)),
-        seed=cfg.finetune.seed + paths.seed,
-        overwrite=cfg.overwrite,
-        resources=cell_resources(cfg, cfg.finetune.resources, gpus),
-        query_length=cfg.evaluate.max_query_length,  # the written model encodes as it is scored
-        document_length=cfg.evaluate.max_doc_length,
-    )
-    ft_inputs = {"model": model, "train": identify("dataset", train_spec)}
-    if (dev := assets.dev_for(cell.language)) is not None:
-        ft_cfg = replace(ft_cfg, eval=dev.spec, eval_split=dev.split)
-        ft_inputs["eval"] = identify("dataset", dev.spec)
-    name = _named(f"{dataset}/finetune", paths.seed)
-    return Stage(name=name, job="finetune", cfg=ft_cfg, inputs=ft_inputs)
+    def finetune(self, dataset: str, model: str) -> Stage:
+        """The cell's fine-tuning of its init ``model`` (a stage ref) on ``dataset``'s training
+        spec, scored on its dev set if any."""
+        cfg, paths, identify = self.cfg, self.paths, self.identify
+        train_spec = self.assets.specs[(dataset, self.cell.language)][1]
+        ft_cfg = replace(
+            cfg.finetune,
+            model=str(paths.model),
+            train=train_spec,
+            output=str(paths.finetune(dataset)),
+            seed=cfg.finetune.seed + paths.seed,
+            overwrite=cfg.overwrite,
+            resources=cell_resources(cfg, cfg.finetune.resources, self.gpus),
+            query_length=cfg.evaluate.max_query_length,  # the written model encodes as it is scored
+            document_length=cfg.evaluate.max_doc_length,
+        )
+        ft_inputs = {"model": model, "train": identify("dataset", train_spec)}
+        if (dev := self.assets.dev_for(self.cell.language)) is not None:
+            ft_cfg = replace(ft_cfg, eval=dev.spec, eval_split=dev.split)
+            ft_inputs["eval"] = identify("dataset", dev.spec)
+        name = _named(f"{dataset}/finetune", paths.seed)
+        return Stage(name=name, job="finetune", cfg=ft_cfg, inputs=ft_inputs)
 
 
 def source_stages(

@@ -233,6 +233,21 @@ def _mean_sd(values: Sequence[float]) -> str:
     return f"{mean:.3f} ±{sd:.3f}"
 
 
+Table = dict[tuple[str, str, str], dict[str, list[Mapping[str, str | float]]]]
+"""(model, method, α) -> language -> the rows of its seeds."""
+
+
+def _tables(rows: Sequence[Mapping[str, str | float]]) -> list[tuple[tuple[str, str], Table]]:
+    """The rows per (dataset, stage), datasets in name order and stages in ``STAGES``'s."""
+    groups: dict[tuple[str, str], Table] = defaultdict(
+        lambda: defaultdict(lambda: defaultdict(list))
+    )
+    for r in rows:
+        key = (str(r["model"]), str(r["method"]), str(r["alpha"]))
+        groups[(str(r["dataset"]), str(r["stage"]))][key][str(r["language"])].append(r)
+    return sorted(groups.items(), key=lambda kv: (kv[0][0], STAGES.index(kv[0][1])))
+
+
 def markdown(
     rows: Sequence[Mapping[str, str | float]],
     languages: Sequence[str],
@@ -242,18 +257,8 @@ def markdown(
     with BM25, then BM25, after its methods); columns languages + average; a method run with several
     seeds shows their mean ± standard deviation. Then the health of every model."""
     out = ["# Results (nDCG@10)", ""]
-    groups: dict[tuple[str, str], dict[tuple[str, str, str], dict[str, list[float]]]] = defaultdict(
-        lambda: defaultdict(lambda: defaultdict(list))
-    )
-    for r in rows:
-        group = groups[(str(r["dataset"]), str(r["stage"]))]
-        group[(str(r["model"]), str(r["method"]), str(r["alpha"]))][str(r["language"])].append(
-            float(r["ndcg@10"])
-        )
     seeded = any(str(r.get("seed", "")) not in ("", "0") for r in rows)
-    for (dataset, stage), table in sorted(
-        groups.items(), key=lambda kv: (kv[0][0], STAGES.index(kv[0][1]))
-    ):
+    for (dataset, stage), table in _tables(rows):
         out += [
             f"## {dataset} — {stage.replace('_', '-')}",
             "",
@@ -261,8 +266,8 @@ def markdown(
             "|---|---|" + "---:|" * (len(languages) + 1),
         ]
         out += [
-            _score_row(key, scores, languages)
-            for key, scores in sorted(
+            _score_row(key, by_lang, languages)
+            for key, by_lang in sorted(
                 table.items(), key=lambda kv: (kv[0][0], _order(kv[0][1]), kv[0][2])
             )
         ]
@@ -280,11 +285,14 @@ def markdown(
 
 
 def _score_row(
-    key: tuple[str, str, str], scores: Mapping[str, Sequence[float]], languages: Sequence[str]
+    key: tuple[str, str, str],
+    by_lang: Mapping[str, Sequence[Mapping[str, str | float]]],
+    languages: Sequence[str],
 ) -> str:
-    """One (model, method, α) row: per language the mean over seeds (± sd), and the average of the
-    means when every language has one."""
+    """One (model, method, α) row: per language the mean nDCG@10 over seeds (± sd), and the average
+    of the means when every language has one."""
     model, method, alpha = key
+    scores = {lang: [float(r["ndcg@10"]) for r in found] for lang, found in by_lang.items()}
     means = [
         sum(scores[lang]) / len(scores[lang]) if scores.get(lang) else math.nan
         for lang in languages
@@ -312,15 +320,7 @@ def health_markdown(
         "terms on average (a healthy SPLADE fires on a few tens).",
         "",
     ]
-    groups: dict[
-        tuple[str, str], dict[tuple[str, str, str], dict[str, list[Mapping[str, str | float]]]]
-    ] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
-    for r in models:
-        key = (str(r["model"]), str(r["method"]), str(r["alpha"]))
-        groups[(str(r["dataset"]), str(r["stage"]))][key][str(r["language"])].append(r)
-    for (dataset, stage), table in sorted(
-        groups.items(), key=lambda kv: (kv[0][0], STAGES.index(kv[0][1]))
-    ):
+    for (dataset, stage), table in _tables(models):
         out += [
             f"### {dataset} — {stage.replace('_', '-')}",
             "",

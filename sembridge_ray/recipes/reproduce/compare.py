@@ -80,16 +80,7 @@ def paired_test(
         return {"mean_diff": 0.0, "ci_low": 0.0, "ci_high": 0.0, "p_value": 1.0}
     rng = np.random.default_rng(seed)
     if len(method) == len(reference) == 1:
-        ci = stats.bootstrap(
-            (diff,),
-            np.mean,
-            n_resamples=resamples,
-            confidence_level=0.95,
-            method="percentile",
-            random_state=rng,
-            batch=1000,
-        ).confidence_interval
-        low, high = float(ci.low), float(ci.high)
+        low, high = percentile_ci(diff, resamples, rng, batch=1000)
     else:
         low, high = seed_query_bootstrap(method, reference, resamples, rng)
     perm = stats.permutation_test(
@@ -102,6 +93,23 @@ def paired_test(
         batch=1000,
     )
     return {"mean_diff": mean, "ci_low": low, "ci_high": high, "p_value": float(perm.pvalue)}
+
+
+def percentile_ci(
+    values: np.ndarray, resamples: int, rng: np.random.Generator, batch: int | None = None
+) -> tuple[float, float]:
+    """The 95% percentile bootstrap interval of the mean of ``values`` (``scipy.stats.bootstrap``,
+    ``batch`` resamples at a time; None: all at once)."""
+    ci = stats.bootstrap(
+        (values,),
+        np.mean,
+        n_resamples=resamples,
+        confidence_level=0.95,
+        method="percentile",
+        random_state=rng,
+        batch=batch,
+    ).confidence_interval
+    return float(ci.low), float(ci.high)
 
 
 def seed_query_bootstrap(

@@ -13,13 +13,12 @@ from typing import TYPE_CHECKING
 
 import matplotlib
 import numpy as np
-from scipy import stats
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from sembridge_ray.recipes.reproduce.cells import STAGES, Cell, cell_paths, source_dev_path
-from sembridge_ray.recipes.reproduce.compare import PER_QUERY, read_per_query
+from sembridge_ray.recipes.reproduce.compare import PER_QUERY, percentile_ci, read_per_query
 from sembridge_ray.runtime.outputs import atomic_path, is_complete
 from sembridge_ray.sparse.convergence import dev_curve
 
@@ -196,17 +195,8 @@ def mean_ci(values: np.ndarray, resamples: int = 2000, seed: int = 0) -> Estimat
     if len(values) < 2 or np.all(values == values[0]):
         mean = float(values.mean()) if len(values) else float("nan")
         return Estimate(mean=mean, low=mean, high=mean, queries=len(values))
-    ci = stats.bootstrap(
-        (values,),
-        np.mean,
-        n_resamples=resamples,
-        confidence_level=0.95,
-        method="percentile",
-        random_state=np.random.default_rng(seed),
-    ).confidence_interval
-    return Estimate(
-        mean=float(values.mean()), low=float(ci.low), high=float(ci.high), queries=len(values)
-    )
+    low, high = percentile_ci(values, resamples, np.random.default_rng(seed))
+    return Estimate(mean=float(values.mean()), low=low, high=high, queries=len(values))
 
 
 def degenerate(means: dict[str, float], ratio: float = DEGENERATE_RATIO) -> set[str]:

@@ -44,6 +44,10 @@ _LINEARS = {  # E5S1 name in layer l -> BertModel module, as "l{l}.<name>.w" / "
 _NORMS = {"aln": "attention.output.LayerNorm", "oln": "output.LayerNorm"}
 
 
+SIZES = ("hidden", "layers", "heads", "intermediate", "vocab_rows", "positions", "token_types")
+"""The :class:`E5Header` sizes, in the order the file holds them."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class E5Header:
     hidden: int
@@ -127,21 +131,8 @@ def read_e5s1(path: Path) -> E5File:
         name = data[start : cur.pos].decode("ascii")
         dtype, count, offset, _nbytes = (int(v) for v in cur.take("BIQQ"))
         tensors[name] = (dtype, count, offset)
-    hidden, layers, heads, ff, rows, positions, types = dims
-    header = E5Header(
-        hidden=hidden,
-        layers=layers,
-        heads=heads,
-        intermediate=ff,
-        vocab_rows=rows,
-        positions=positions,
-        token_types=types,
-        layer_norm_eps=float(eps),
-        bos=bos,
-        eos=eos,
-        pad=pad,
-        unk=unk,
-    )
+    sizes = dict(zip(SIZES, dims, strict=True))
+    header = E5Header(**sizes, layer_norm_eps=float(eps), bos=bos, eos=eos, pad=pad, unk=unk)
     return E5File(header=header, pieces=pieces, scores=scores, tensors=tensors, data=data)
 
 

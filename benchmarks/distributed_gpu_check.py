@@ -32,6 +32,7 @@ import pyarrow.parquet as pq
 from benchmarks import ROOT
 from benchmarks import gpu_check as gc
 from sembridge_ray.distributed import cluster
+from sembridge_ray.distributed.executor import RayExecutor
 from sembridge_ray.json_types import JSONValue
 from sembridge_ray.recipes import PRESET_DIR, load_preset_file
 from sembridge_ray.recipes.evaluate.config import EvaluateConfig
@@ -192,7 +193,7 @@ def init_stage(check: CheckConfig, out: Path) -> gc.Measured:
     from sembridge_ray.recipes.init.run import run_init
 
     with timed(check.device, "init") as box:
-        result = run_init(cfg)
+        result = run_init(cfg, executor=RayExecutor())
     strings = sum(pq.ParquetFile(p).metadata.num_rows for p in cache.glob("[!.]*/vectors.parquet"))
     rate = strings / max(result.timings.get("bridge_encode_s", 0.0), 1e-9)
     line = stage_line("init", check.device, "float32", box, rate, {"bridge_strings": strings})
@@ -212,7 +213,7 @@ def evaluate_stage(
     from sembridge_ray.recipes.evaluate.run import run_evaluate
 
     with timed(check.device, stage) as box:
-        result = run_evaluate(cfg)
+        result = run_evaluate(cfg, executor=RayExecutor())
     rate = result.num_docs / max(result.metrics["seconds"]["encode_docs"], 1e-9)
     extra: dict[str, JSONValue] = {
         "nDCG@10": result.ndcg_at_10,
@@ -246,7 +247,7 @@ def finetune_stage(
     from sembridge_ray.recipes.finetune.run import run_finetune
 
     with timed(check.device, stage) as box:
-        result = run_finetune(cfg)
+        result = run_finetune(cfg, executor=RayExecutor())
     history = [
         json.loads(s)
         for s in (out / stage / "metrics.jsonl").read_text(encoding="utf-8").splitlines()

@@ -24,6 +24,7 @@ from sembridge_ray.bundled import minilm_dir
 from sembridge_ray.data.schema import POSITIVE, QUERY
 from sembridge_ray.data.sick import read_sick_split
 from sembridge_ray.data.stream import StreamInfo, materialise_stream
+from sembridge_ray.distributed.executor import RayExecutor
 from sembridge_ray.recipes.finetune.config import FinetuneConfig, OptimConfig
 from sembridge_ray.resources import sick_dir
 from sembridge_ray.runtime.placement import ResourceConfig
@@ -136,7 +137,7 @@ def compare_overhead(
     )
     plain = steady_rate(plain_run(cfg, threads=max(1, round(cpus_per_worker * workers))), batch)
     ray_cfg = replace(cfg, output=str(work / "ray"))
-    run_finetune(ray_cfg)
+    run_finetune(ray_cfg, executor=RayExecutor())
     lines = (work / "ray" / "metrics.jsonl").read_text().splitlines()
     ray_rate = steady_rate([json.loads(x) for x in lines], batch)
     return {

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from sembridge_ray.distributed.executor import RayExecutor
 from sembridge_ray.recipes.init.config import InitConfig
 from sembridge_ray.recipes.reproduce.compare import paired_test, read_per_query
 from sembridge_ray.recipes.reproduce.config import ReproduceConfig
@@ -134,13 +135,14 @@ def run_variant(
         output=str(root / "init"),
         **overrides,
     )
-    run_init(init, neutral_symbols=name not in SYMBOLS_CLASSED)
+    run_init(init, neutral_symbols=name not in SYMBOLS_CLASSED, executor=RayExecutor())
     evaluate = replace(
         cfg.evaluate, dataset=eval_spec, split=cfg.eval_split, cache_dir=str(out / "cache" / "eval")
     )
     metrics = {
         "zero_shot": run_evaluate(
-            replace(evaluate, model=str(root / "init" / "model"), output=str(root / "zero_shot"))
+            replace(evaluate, model=str(root / "init" / "model"), output=str(root / "zero_shot")),
+            executor=RayExecutor(),
         )
     }
     if finetune:
@@ -150,10 +152,12 @@ def run_variant(
                 model=str(root / "init" / "model"),
                 train=train_spec,
                 output=str(root / "finetune"),
-            )
+            ),
+            executor=RayExecutor(),
         )
         metrics["finetuned"] = run_evaluate(
-            replace(evaluate, model=str(root / "finetune"), output=str(root / "finetuned"))
+            replace(evaluate, model=str(root / "finetune"), output=str(root / "finetuned")),
+            executor=RayExecutor(),
         )
     rep = json.loads((root / "init" / "init_report.json").read_text(encoding="utf-8"))
     return {

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from sembridge_ray.distributed.executor import RayExecutor
 from sembridge_ray.recipes.init.config import InitConfig
 from sembridge_ray.recipes.reproduce.compare import paired_test
 from sembridge_ray.runtime.config import coerce, read_config
@@ -143,7 +144,7 @@ def run_variant(
     from sembridge_ray.recipes.finetune.run import run_finetune
 
     tuned = replace(finetune, model=result.model, output=str(out / "finetune"))
-    run_finetune(tuned)
+    run_finetune(tuned, executor=RayExecutor())
     summary = json.loads((out / "finetune" / "finetune.json").read_text(encoding="utf-8"))
     figures = score_model(str(out / "finetune" / "model"), dev, out / "finetuned")
     return {**row, "finetuned": figures, "convergence": summary.get("convergence")}

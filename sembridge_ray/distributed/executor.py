@@ -64,6 +64,11 @@ class RayExecutor:
     def __init__(self) -> None:
         self.local = LocalExecutor()
 
+    def __reduce__(self) -> tuple[type[RayExecutor], tuple[()]]:
+        # a handle on the cluster: a task it is sent to (a reproduction's cell) gets a fresh one,
+        # not the in-process worker this one may hold (a loaded bridge model)
+        return (RayExecutor, ())
+
     def start(self) -> None:
         cluster.require_reachable()
 

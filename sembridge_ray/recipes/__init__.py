@@ -95,7 +95,8 @@ class JobSpec(Generic[C, R]):
     config: type[C]
     flags: tuple[Flag, ...]
     driver: str = ""
-    """``module:function`` taking the config and returning the result."""
+    """``module:function`` taking the config and an executor (``executor=``) and returning the
+    result."""
     report: Callable[[R], str]
     """result -> what the command prints at the end."""
     summary: str
@@ -120,13 +121,19 @@ class JobSpec(Generic[C, R]):
                 object.__setattr__(self, field, value)
 
     def run(self, cfg: C) -> R:
-        """Import the job's driver and run ``cfg`` through it."""
-        target = (
-            self.dry_driver if self.dry_driver and getattr(cfg, "dry_run", False) else self.driver
-        )
-        module, _, function = target.partition(":")
-        driver: Callable[[C], R] = getattr(importlib.import_module(module), function)
-        return driver(cfg)
+        """Import the job's driver and run ``cfg`` through it on the Ray executor (a dry run,
+        which starts nothing, without one)."""
+        if self.dry_driver and getattr(cfg, "dry_run", False):
+            return _function(self.dry_driver)(cfg)
+        from sembridge_ray.distributed.executor import RayExecutor  # Ray only when a job runs
+
+        return _function(self.driver)(cfg, executor=RayExecutor())
+
+
+def _function(target: str) -> Callable[..., Any]:
+    """The function ``module:function`` names."""
+    module, _, function = target.partition(":")
+    return getattr(importlib.import_module(module), function)  # type: ignore[no-any-return]
 
 
 def job_spec(name: str) -> JobSpec[Any, Any]:

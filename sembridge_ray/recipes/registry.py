@@ -1,5 +1,6 @@
-"""The job registry: a job's name -> its run on the cluster, ``run(cfg, inputs)`` (``inputs``: the
-identities of its inputs as the caller planned them; ``None`` identifies them anew).
+"""The job registry: a job's name -> its run, ``run(cfg, inputs, executor=...)`` (``inputs``: the
+identities of its inputs as the caller planned them; ``None`` identifies them anew), or, for a job
+that needs no workers, ``run(cfg, inputs)``.
 
 A job that runs other jobs' stages looks them up here by the name its stage records (the
 reproduction's ``Stage.job``) and imports no other job's driver: the registry is the one module that
@@ -14,6 +15,7 @@ from sembridge_ray.recipes.evaluate.run import run_evaluate
 from sembridge_ray.recipes.finetune.run import run_finetune
 from sembridge_ray.recipes.init.run import run_init
 from sembridge_ray.recipes.reproduce.baselines import run_bm25, run_fusion
+from sembridge_ray.runtime.executor import Executor
 
 
 class Outcome(Protocol):
@@ -24,17 +26,16 @@ class Outcome(Protocol):
 
 
 Run = Callable[..., Outcome]
-"""``(cfg, inputs) -> its result``: each job takes its own config type."""
+"""``(cfg, inputs[, executor=...]) -> its result``: each job takes its own config type."""
 
-RUNS: dict[str, Run] = {
-    "init": run_init,
-    "finetune": run_finetune,
-    "evaluate": run_evaluate,
-    "bm25": run_bm25,
-    "fusion": run_fusion,
-}
+RUNS: dict[str, Run] = {"init": run_init, "finetune": run_finetune, "evaluate": run_evaluate}
+"""The jobs whose work runs on an executor's workers."""
+IN_PROCESS: dict[str, Run] = {"bm25": run_bm25, "fusion": run_fusion}
+"""The jobs that run in the calling process (a BM25 index, a fusion of two runs)."""
 
 
-def run(job: str, cfg: object, inputs: dict[str, str] | None) -> Outcome:
-    """Run job ``job`` with ``cfg`` (its config) and ``inputs``."""
-    return RUNS[job](cfg, inputs)
+def run(job: str, cfg: object, inputs: dict[str, str] | None, executor: Executor) -> Outcome:
+    """Run job ``job`` with ``cfg`` (its config) and ``inputs``, its workers on ``executor``."""
+    if job in IN_PROCESS:
+        return IN_PROCESS[job](cfg, inputs)
+    return RUNS[job](cfg, inputs, executor=executor)

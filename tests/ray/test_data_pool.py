@@ -87,6 +87,25 @@ def test_tasks_equal_in_process_tasks(ray_cluster: cluster.ClusterInfo) -> None:
     assert on_ray == [100 + x * x for x in range(7)]
 
 
+def _handle(executor: RayExecutor) -> tuple[str, object]:
+    return type(executor).__name__, executor.local._last
+
+
+def test_an_executor_sent_to_a_task_is_a_fresh_handle(ray_cluster: cluster.ClusterInfo) -> None:
+    """A reproduction's cells get its executor as a task argument: they get a handle on the same
+    cluster, never the in-process worker (a loaded bridge model) the driver's handle holds."""
+    weights = np.zeros(1 << 20)  # 8 MiB the task must not get
+
+    def worker(batch: pa.Table) -> pa.Table:  # a pool's worker, holding its model
+        assert weights.size
+        return batch
+
+    executor = RayExecutor()
+    executor.local._last = ("a pool's settings", worker)
+    got = list(executor.map_tasks(_handle, [(executor,)], Tasks(cpus=0.5, width=2)))
+    assert got == [("RayExecutor", None)]
+
+
 class _Counter:
     """A held object: its start and what it was asked, and the process that holds it."""
 

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 from safetensors.numpy import load_file
 
+from sembridge_ray.distributed.executor import RayExecutor
 from sembridge_ray.recipes.evaluate.config import EvaluateConfig
 from sembridge_ray.recipes.evaluate.run import run_evaluate
 from sembridge_ray.recipes.finetune import run as finetune_driver
@@ -25,7 +26,7 @@ from tests.unit.test_dead_settings import tiny_beir
 
 def run_evaluate_job(cfg: Config, out: Path) -> dict[str, Any]:
     assert isinstance(cfg, EvaluateConfig)
-    run_evaluate(replace(cfg, output=str(out)))
+    run_evaluate(replace(cfg, output=str(out)), executor=RayExecutor())
     found = files_of(out, skip=("identity.json", "config.yaml", "_SUCCESS", "cache"))
     # how the run went (cache hits, its shard actors' memory) and the inputs as named (compared by
     # content)
@@ -105,10 +106,14 @@ def test_one_ray_train_worker_is_the_local_run_and_two_train_apart(
     )
     local = _weights(finetune_driver.run_local(replace(cfg, output="local"), tmp_path / "local"))
     one = _weights(
-        Path(finetune_driver.run_finetune(replace(cfg, output=str(tmp_path / "one"))).model)
+        Path(
+            finetune_driver.run_finetune(
+                replace(cfg, output=str(tmp_path / "one")), executor=RayExecutor()
+            ).model
+        )
     )
     two_cfg = replace(cfg, output=str(tmp_path / "two"), resources=ResourceConfig(workers=2))
-    two = _weights(Path(finetune_driver.run_finetune(two_cfg).model))
+    two = _weights(Path(finetune_driver.run_finetune(two_cfg, executor=RayExecutor()).model))
     assert one.keys() == local.keys() == two.keys()
     for name in one:
         np.testing.assert_allclose(one[name], local[name], rtol=1e-4, atol=1e-6, err_msg=name)

@@ -26,6 +26,7 @@ from sembridge_ray.recipes.evaluate.config import EvaluateConfig
 from sembridge_ray.recipes.evaluate.run import run_evaluate
 from sembridge_ray.retrieval.encode import encode
 from sembridge_ray.retrieval.store import parquet_files, read_run, read_vectors, stage_corpus
+from sembridge_ray.runtime.executor import LocalExecutor
 from sembridge_ray.runtime.outputs import SUCCESS, is_complete
 from sembridge_ray.runtime.placement import Placement, ResourceConfig
 from sembridge_ray.sparse.encode import sparse_rows
@@ -65,7 +66,7 @@ def first_run(
     )
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(cluster, "IN_DRIVER_ROWS", 0)
-        return cfg, run_evaluate(cfg).metrics
+        return cfg, run_evaluate(cfg, executor=RayExecutor()).metrics
 
 
 def brute_force_scores(model_dir: Path, dataset: Path) -> tuple[list[str], list[str], np.ndarray]:
@@ -144,13 +145,13 @@ def test_top10_equals_brute_force_up_to_ties(
 def test_rerun_skips_and_rescoring_reuses_the_cache(first_run: tuple[EvaluateConfig, dict]) -> None:
     cfg, metrics = first_run
     stamp = (Path(cfg.output) / SUCCESS).stat().st_mtime_ns
-    again = run_evaluate(cfg)
+    again = run_evaluate(cfg, executor=RayExecutor())
     assert again.skipped and again.metrics == metrics
     assert (Path(cfg.output) / SUCCESS).stat().st_mtime_ns == stamp
     other = EvaluateConfig.from_dict(
         cfg.to_dict() | {"output": cfg.output + "-k20", "top_k": 20, "shard_size": 0}
     )
-    rescored = run_evaluate(other).metrics
+    rescored = run_evaluate(other, executor=RayExecutor()).metrics
     assert rescored["cache"] == {"docs": True, "queries": True}
     # top-20 holds the top-10
     assert rescored["nDCG@10"] == pytest.approx(metrics["nDCG@10"], abs=1e-12)
@@ -205,7 +206,7 @@ def test_reruns_other_settings_overwrite_copies_and_determinism(
             "cache_dir": str(tmp_path / "cache2"),
         }
     )
-    run_evaluate(replace(fresh, resources=ResourceConfig(workers=1)))
+    run_evaluate(replace(fresh, resources=ResourceConfig(workers=1)), executor=RayExecutor())
     assert _artefacts(tmp_path / "fresh") == _artefacts(Path(cfg.output))
 
     assert evaluate.main([*base, "--top-k", "20", "--overwrite"]) == 0
@@ -274,7 +275,7 @@ def test_small_input_in_the_driver_equals_the_actors(
         ray.data, "from_items", lambda *a, **k: pytest.fail("an encoder pool started")
     )
     here = replace(cfg, output=str(tmp_path / "driver"), cache_dir=str(tmp_path / "cache"))
-    metrics = run_evaluate(here).metrics
+    metrics = run_evaluate(here, executor=RayExecutor()).metrics
     assert decided == [True, True]  # the documents, the queries
     assert (
         metrics["cache"] == {"docs": False, "queries": False}
@@ -282,6 +283,23 @@ def test_small_input_in_the_driver_equals_the_actors(
     )
     # run.trec, per_query.tsv, metrics
     assert _artefacts(tmp_path / "driver") == _artefacts(Path(cfg.output))
+
+
+def test_the_in_process_executor_gives_the_actors_evaluation(
+    first_run: tuple[EvaluateConfig, dict], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same job on :class:`LocalExecutor`: Ray is never asked (no cluster, pool or actor), and
+    every artefact is the Ray run's byte for byte."""
+    cfg, _ = first_run
+    for name in ("connect", "placement", "require_reachable"):
+        monkeypatch.setattr(cluster, name, lambda *a, **k: pytest.fail("Ray was asked"))
+    monkeypatch.setattr(
+        ray.data, "from_items", lambda *a, **k: pytest.fail("an encoder pool started")
+    )
+    here = replace(cfg, output=str(tmp_path / "here"), cache_dir=str(tmp_path / "cache"))
+    metrics = run_evaluate(here, executor=LocalExecutor()).metrics
+    assert metrics["cache"] == {"docs": False, "queries": False}
+    assert _artefacts(tmp_path / "here") == _artefacts(Path(cfg.output))
 
 
 def test_a_dataset_whose_splits_have_their_own_corpus_never_serves_one_splits_encoding_to_another(
@@ -300,7 +318,7 @@ def test_a_dataset_whose_splits_have_their_own_corpus_never_serves_one_splits_en
     )
     test = replace(dev, split="test", output=str(tmp_path / "test"))
     alone = replace(test, output=str(tmp_path / "alone"), cache_dir=str(tmp_path / "own-cache"))
-    scores = [run_evaluate(cfg).metrics for cfg in (dev, test, alone)]
+    scores = [run_evaluate(cfg, executor=RayExecutor()).metrics for cfg in (dev, test, alone)]
     assert [m["unknown_qrels_docs"] for m in scores] == [0, 0, 0]
     assert scores[1]["cache"]["docs"] is False
     assert scores[1]["nDCG@10"] == scores[2]["nDCG@10"]
@@ -337,6 +355,6 @@ def test_the_health_figures_count_the_empty_vectors_the_encoder_gives(
     crafted = replace(
         cfg, model=str(silent), output=str(tmp_path / "out"), cache_dir=str(tmp_path / "cache")
     )
-    found = run_evaluate(crafted).metrics
+    found = run_evaluate(crafted, executor=RayExecutor()).metrics
     assert (found["empty_share_query"], found["empty_share_doc"]) == (1.0, 1.0)
     assert found["mean_active_dims_query"] == 0 and query_collapse(0.0) is not None

@@ -119,7 +119,7 @@ def undisturbed(
     from sembridge_ray.recipes.finetune.run import run_finetune
 
     out = tmp_path_factory.mktemp("ft") / "undisturbed"
-    run_finetune(_ft_cfg(fixtures_root, sick_beir, out))
+    run_finetune(_ft_cfg(fixtures_root, sick_beir, out), executor=RayExecutor())
     return out
 
 
@@ -163,7 +163,7 @@ def test_a_killed_train_worker_costs_at_most_checkpoint_every_steps(
     killer = threading.Thread(target=kill_after_a_checkpoint, daemon=True)
     killer.start()
     with caplog.at_level("WARNING"):
-        result = run_finetune(_ft_cfg(fixtures_root, sick_beir, out))
+        result = run_finetune(_ft_cfg(fixtures_root, sick_beir, out), executor=RayExecutor())
     killer.join(timeout=5)
     assert "step" in killed, "the run ended before a worker could be killed"
     restart = re.search(

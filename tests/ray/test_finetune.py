@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from sembridge_ray.distributed.executor import RayExecutor
 from sembridge_ray.recipes.evaluate.config import EvaluateConfig
 from sembridge_ray.recipes.finetune.config import FinetuneConfig, LossConfig, OptimConfig
 from sembridge_ray.runtime.outputs import is_complete
@@ -54,7 +55,7 @@ def test_two_worker_run_writes_a_sparse_encoder_and_per_step_metrics(
         optim=OptimConfig(batch_size=8, max_steps=4, lr=1e-4),
         loss=LossConfig(lambda_q=1e-3),
     )
-    result = run_finetune(cfg)
+    result = run_finetune(cfg, executor=RayExecutor())
     out = Path(result.output)
     assert result.ok and result.workers == 2 and result.steps == 4 and result.resumed_from is None
     metrics = _metrics(out)
@@ -77,7 +78,7 @@ def test_two_worker_run_writes_a_sparse_encoder_and_per_step_metrics(
         "step_00000002",
         "step_00000004",
     ]
-    again = run_finetune(cfg)
+    again = run_finetune(cfg, executor=RayExecutor())
     assert again.skipped and again.steps == 4
 
 
@@ -158,7 +159,7 @@ def test_a_cluster_that_fits_fewer_workers_than_asked_is_refused_before_the_outp
         resources=ResourceConfig(workers=3),
     )
     with pytest.raises(InputError, match="asks for 3 workers but the cluster fits 2"):
-        run_finetune(cfg)
+        run_finetune(cfg, executor=RayExecutor())
     assert not (tmp_path / "ft").exists()
     one, two = (
         cfg.identity("finetune", {})

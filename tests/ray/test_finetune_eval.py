@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from sembridge_ray.distributed import cluster, train_run
+from sembridge_ray.distributed.executor import RayExecutor
 from sembridge_ray.recipes.evaluate.config import EvaluateConfig
 from sembridge_ray.recipes.evaluate.run import run_evaluate
 from sembridge_ray.recipes.export.config import ExportConfig
@@ -62,7 +63,9 @@ def best_run(
     ray_cluster, fixtures_root: Path, sick_beir: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Path:
     out = tmp_path_factory.mktemp("eval") / "ft"
-    run_finetune(_cfg(fixtures_root, sick_beir, out, select="best", tensorboard=True))
+    run_finetune(
+        _cfg(fixtures_root, sick_beir, out, select="best", tensorboard=True), executor=RayExecutor()
+    )
     return out
 
 
@@ -76,7 +79,10 @@ def test_dev_scores_equal_an_evaluate_run_of_the_checkpoint_at_that_step(
     for step in (2, 4):
         model = tmp_path / f"step{step}"
         assert (
-            run_export(ExportConfig(checkpoint=str(checkpoints[step]), output=str(model))).step
+            run_export(
+                ExportConfig(checkpoint=str(checkpoints[step]), output=str(model)),
+                executor=RayExecutor(),
+            ).step
             == step
         )
         result = run_evaluate(
@@ -88,7 +94,8 @@ def test_dev_scores_equal_an_evaluate_run_of_the_checkpoint_at_that_step(
                 max_query_length=24,
                 max_doc_length=48,
                 resources=ResourceConfig(workers=1),
-            )
+            ),
+            executor=RayExecutor(),
         )
         scored = json.loads((Path(result.output) / "metrics.json").read_text())
         assert evaluated[step][DEV] == scored["nDCG@10"]
@@ -114,7 +121,10 @@ def test_select_best_publishes_the_best_steps_weights_byte_for_byte(
     # the input model itself won: its weights were never checkpointed, the model is the input's
     if step == 0:
         pytest.skip("the untrained model scored best on this run")
-    run_export(ExportConfig(checkpoint=str(checkpoints[step]), output=str(tmp_path / "best")))
+    run_export(
+        ExportConfig(checkpoint=str(checkpoints[step]), output=str(tmp_path / "best")),
+        executor=RayExecutor(),
+    )
     published = (best_run / "model" / "model.safetensors").read_bytes()
     assert published == (tmp_path / "best" / "model.safetensors").read_bytes()
 
@@ -144,7 +154,7 @@ def test_two_workers_score_the_untrained_model_as_one_does(
         eval_every=0,
         resources=ResourceConfig(workers=2, reserve_cpus=0),
     )
-    run_finetune(replace(cfg, optim=replace(cfg.optim, max_steps=2)))
+    run_finetune(replace(cfg, optim=replace(cfg.optim, max_steps=2)), executor=RayExecutor())
     one = next(m for m in _lines(best_run) if m["step"] == 0)
     two = next(m for m in _lines(out) if m["step"] == 0)
     assert {k: two[k] for k in (DEV, "dev_active_dims_q", "dev_active_dims_d")} == {

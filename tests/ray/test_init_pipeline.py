@@ -15,6 +15,7 @@ from safetensors.torch import load_file
 
 from jobs import init_embeddings
 from sembridge_ray.distributed import cluster
+from sembridge_ray.distributed.executor import RayExecutor
 from sembridge_ray.embed_init import bridge
 from sembridge_ray.embed_init.config import MethodName
 from sembridge_ray.recipes.init.config import InitConfig
@@ -60,7 +61,7 @@ def test_ray_pipeline_equals_in_process_bit_for_bit(
         cache_dir=str(tmp_path / "cache-ray"),
         resources=ResourceConfig(workers=2),
     ).with_settings(**options)
-    via_ray = run_init(replace(cfg, output=str(tmp_path / "ray")))
+    via_ray = run_init(replace(cfg, output=str(tmp_path / "ray")), executor=RayExecutor())
     local = initialise(
         replace(cfg, output=str(tmp_path / "local"), cache_dir=str(tmp_path / "cache-local"))
     )
@@ -73,7 +74,9 @@ def test_ray_pipeline_equals_in_process_bit_for_bit(
     assert pq.read_table(tmp_path / "ray" / "provenance.parquet").equals(
         pq.read_table(Path(local.output) / "provenance.parquet")
     )
-    assert run_init(replace(cfg, output=str(tmp_path / "ray"))).skipped  # complete: skipped
+    assert run_init(
+        replace(cfg, output=str(tmp_path / "ray")), executor=RayExecutor()
+    ).skipped  # complete: skipped
 
 
 @pytest.mark.parametrize("workers", [1, 2])
@@ -99,7 +102,8 @@ def test_stages_in_the_driver_equal_the_actor_pools(
     with monkeypatch.context() as mp:
         mp.setattr(cluster, "in_driver", lambda plan, rows: False)
         pools = run_init(
-            replace(cfg, output=str(tmp_path / "pools"), cache_dir=str(tmp_path / "c1"))
+            replace(cfg, output=str(tmp_path / "pools"), cache_dir=str(tmp_path / "c1")),
+            executor=RayExecutor(),
         )
     loaded: list[object] = []
     load = bridge.BridgeEncodeUDF.__init__
@@ -115,7 +119,10 @@ def test_stages_in_the_driver_equal_the_actor_pools(
     if workers == 1:
         # one worker on one node: the driver, whatever the size
         monkeypatch.setattr(cluster, "IN_DRIVER_ROWS", 0)
-    here = run_init(replace(cfg, output=str(tmp_path / "driver"), cache_dir=str(tmp_path / "c2")))
+    here = run_init(
+        replace(cfg, output=str(tmp_path / "driver"), cache_dir=str(tmp_path / "c2")),
+        executor=RayExecutor(),
+    )
     assert loaded == ["cpu"]  # once, for the source and the target vocabularies
     a, b = (load_file(Path(r.output) / "model" / "model.safetensors") for r in (pools, here))
     assert a.keys() == b.keys() and all(a[k].equal(b[k]) for k in a)

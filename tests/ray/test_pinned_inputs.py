@@ -36,7 +36,7 @@ def _evaluate(model: Path, dataset: Path, out: Path, cache: Path) -> float:
         max_query_length=16,
         max_doc_length=32,
     )
-    return float(evaluate_driver.run_evaluate(cfg).metrics["nDCG@10"])
+    return float(evaluate_driver.run_evaluate(cfg, executor=RayExecutor()).metrics["nDCG@10"])
 
 
 def _export(model: Path, dataset: Path, out: Path, cache: Path) -> float:
@@ -50,7 +50,7 @@ def _export(model: Path, dataset: Path, out: Path, cache: Path) -> float:
         max_doc_length=32,
         resources=ResourceConfig(workers=1),
     )
-    report = export_driver.run_export(cfg).report
+    report = export_driver.run_export(cfg, executor=RayExecutor()).report
     assert report is not None
     return float(report["ndcg@10_exact"] or 0.0)
 
@@ -139,5 +139,5 @@ def test_a_model_replaced_while_it_trains_fails_the_fine_tuning_unfinished(
     with pytest.raises(
         InputChanged, match=r"input model .*/a/model changed while this run was reading it"
     ):
-        finetune_driver.run_finetune(cfg)
+        finetune_driver.run_finetune(cfg, executor=RayExecutor())
     assert not (tmp_path / "ft" / SUCCESS).exists()

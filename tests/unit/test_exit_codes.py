@@ -13,9 +13,11 @@ from pathlib import Path
 import pytest
 
 from sembridge_ray import cli
+from sembridge_ray.distributed.executor import RayExecutor
 from sembridge_ray.recipes.reproduce import config as reproduce
 from sembridge_ray.recipes.reproduce.config import ReproduceConfig, ReproduceResult
 from sembridge_ray.runtime.errors import terminating
+from sembridge_ray.runtime.executor import Executor
 from sembridge_ray.runtime.locks import LOCK, OutputLock
 from tests.conftest import error_lines
 
@@ -34,8 +36,10 @@ def sigterm_handler() -> Iterator[None]:
 FAILURES: dict[str, str] = {}
 
 
-def fake_grid(cfg: ReproduceConfig) -> ReproduceResult:
-    """A grid driver whose cells end with :data:`FAILURES` (the CLI's mapping is under test)."""
+def fake_grid(cfg: ReproduceConfig, *, executor: Executor) -> ReproduceResult:
+    """A grid driver whose cells end with :data:`FAILURES` (the CLI's mapping is under test); the
+    command line hands it the Ray executor, as every driver."""
+    assert isinstance(executor, RayExecutor)
     Path(cfg.output, "results.md").write_text("# Results (nDCG@10)\n", encoding="utf-8")
     return ReproduceResult(output=cfg.output, cells=3, ran=3, failures=dict(FAILURES))
 

@@ -141,6 +141,7 @@ def test_the_export_keys_a_corpus_encoding_as_evaluate_does(
     from sembridge_ray.recipes.export.config import ExportConfig
     from sembridge_ray.retrieval import encode
     from sembridge_ray.retrieval.store import fingerprint
+    from sembridge_ray.runtime.executor import LocalExecutor
 
     def keyed(cfg: object, model: str, data: object, key: str, *args: object, **kw: object) -> None:
         raise _Keyed(key)
@@ -153,7 +154,7 @@ def test_the_export_keys_a_corpus_encoding_as_evaluate_does(
         )
         data = SimpleNamespace(split=split)
         with pytest.raises(_Keyed) as found:
-            driver._encoded(cfg, tmp_path, "m", "k", data, [], lambda: None)  # type: ignore[arg-type]
+            driver._encoded(cfg, tmp_path, "m", "k", data, [], lambda: None, LocalExecutor())  # type: ignore[arg-type]
         keys[split] = str(found.value)
     assert keys == (
         {s: fingerprint("k", s) for s in keys} if per_split else dict.fromkeys(keys, "k")

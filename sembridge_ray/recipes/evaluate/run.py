@@ -1,10 +1,10 @@
-"""Ray side of ``jobs.evaluate``: encode (Ray Data actor pool, cached:
+"""The evaluate job, written against the executor: encode (its pools, cached:
 :mod:`sembridge_ray.retrieval.encode`, shared with the export) -> exact sharded search -> run +
 metrics. Small inputs (``cluster.in_driver``: a few hundred texts, a small corpus) are encoded
 and searched in the driver by the same code, with the same results: an actor costs more to start
 than their work.
 
-    run_evaluate(cfg) -> EvaluateResult        (what the evaluate job and the reproduction driver call)
+    run_evaluate(cfg, executor=...) -> EvaluateResult   (what the command and the reproduction call)
 
 Outputs in ``cfg.output``: ``run.trec``, ``metrics.json``, ``per_query.tsv``, ``config.yaml``,
 ``identity.json`` and ``_SUCCESS`` last, under the output contract of :mod:`sembridge_ray.runtime.outputs`.
@@ -27,7 +27,6 @@ import pyarrow.compute as pc
 
 from sembridge_ray.data.registry import load_retrieval
 from sembridge_ray.data.retrieval import RetrievalData
-from sembridge_ray.distributed.executor import RayExecutor
 from sembridge_ray.publish import SCORED
 from sembridge_ray.recipes.evaluate.config import EvaluateConfig, EvaluateResult
 from sembridge_ray.retrieval.encode import encode_judged
@@ -75,13 +74,14 @@ RUN, CONFIG, PER_QUERY, EVAL_METRICS = (
 )
 
 
-def run_evaluate(cfg: EvaluateConfig, inputs: dict[str, str] | None = None) -> EvaluateResult:
+def run_evaluate(
+    cfg: EvaluateConfig, inputs: dict[str, str] | None = None, *, executor: Executor
+) -> EvaluateResult:
     """Encode, retrieve and score one (model, dataset, split); returns what ``metrics.json`` holds.
 
     Everything is resolved and checked before the output is touched; ``inputs`` (the model's and
     dataset's identities) may be given by a caller that planned them (``jobs.reproduce``)."""
     cfg.require_inputs()
-    executor = RayExecutor()
     executor.start()
     cfg = dataclasses.replace(cfg, precision=executor.precision(cfg.precision, cfg.resources))
     (model, model_id), (spec, data_id) = (

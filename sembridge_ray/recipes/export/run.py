@@ -1,8 +1,8 @@
-"""Ray side of ``jobs.export``: a checkpoint as a SparseEncoder directory (``--target
+"""The export job, written against the executor: a checkpoint as a SparseEncoder directory (``--target
 sentence-transformers``, :func:`sembridge_ray.recipes.export.checkpoint.checkpoint_model`), or a model exported
 to a target and checked there.
 
-    run_export(cfg) -> ExportResult
+    run_export(cfg, executor=...) -> ExportResult
 
 For a target: every input is checked before any encoding (the target's package, ``--url`` answering,
 the model and its tokenizer, the dataset's judged queries); the corpus and the queries are encoded
@@ -26,7 +26,6 @@ from typing import cast
 from sembridge_ray.data.registry import load_retrieval
 from sembridge_ray.data.retrieval import RetrievalData
 from sembridge_ray.data.schema import ID
-from sembridge_ray.distributed.executor import RayExecutor
 from sembridge_ray.export.base import (
     ExportJob,
     ExportTarget,
@@ -48,6 +47,7 @@ from sembridge_ray.retrieval.sources import resolve_dataset, resolve_model
 from sembridge_ray.retrieval.store import fingerprint, parquet_files, read_vectors
 from sembridge_ray.runtime.atomic import remove
 from sembridge_ray.runtime.errors import InputError
+from sembridge_ray.runtime.executor import Executor
 from sembridge_ray.runtime.identity import Pin, path_identity, pin
 from sembridge_ray.runtime.locks import LOCK
 from sembridge_ray.runtime.manifest import IDENTITY
@@ -58,12 +58,12 @@ log = logging.getLogger(__name__)
 REPORT = SCORED["export"]
 
 
-def run_export(cfg: ExportConfig) -> ExportResult:
+def run_export(cfg: ExportConfig, *, executor: Executor) -> ExportResult:
     cfg.require_inputs()
     if cfg.target == MODEL_DIRECTORY:  # the checkpoint as the SparseEncoder directory it publishes
         out = Path(cfg.output)
         return checkpoint_model(cfg, new_output=out)(out)
-    return run_target_export(cfg)
+    return run_target_export(cfg, executor)
 
 
 def check_target(cfg: ExportConfig) -> ExportTarget:
@@ -81,7 +81,7 @@ def check_target(cfg: ExportConfig) -> ExportTarget:
     return found
 
 
-def run_target_export(cfg: ExportConfig) -> ExportResult:
+def run_target_export(cfg: ExportConfig, executor: Executor) -> ExportResult:
     """Export to ``cfg.target`` under the output contract (:mod:`sembridge_ray.runtime.outputs`): a finished
     export with the same settings and inputs is skipped, an unfinished one is done again, another
     one is refused unless ``--overwrite``; ``_SUCCESS`` is written only when the target is within
@@ -100,7 +100,7 @@ def run_target_export(cfg: ExportConfig) -> ExportResult:
         inputs, named = {"model": model_id, "dataset": data_id}, {"model": model}
     read = {**named, "dataset": spec}
     _require_writes_apart(cfg, read)
-    RayExecutor().start()  # the cluster answers (RAY_ADDRESS), before the output is claimed
+    executor.start()  # the cluster answers (RAY_ADDRESS), before the output is claimed
     identity = cfg.identity("export", inputs)
     # what was read is what the identity names: checked before an encoding is cached (the cache is
     # shared with evaluate's) and before the report
@@ -117,7 +117,7 @@ def run_target_export(cfg: ExportConfig) -> ExportResult:
             model, model_id = resolve_model(str(work / "model"))
             require_tokenizer(model)
         key = fingerprint(model_id, data_id)
-        report = _export_into(work, found, cfg, model, key, data, qids, pinned)
+        report = _export_into(work, found, cfg, model, key, data, qids, pinned, executor)
         pinned()
         atomic_write_json(work / REPORT, report)
         if report["passed"]:
@@ -159,11 +159,12 @@ def _export_into(
     data: RetrievalData,
     qids: list[str],
     pinned: Pin,
+    executor: Executor,
 ) -> ExportReport:
     """Encode (cached), build the target in ``work``, search it and compare with the exact search:
     the report."""
     start = time.perf_counter()
-    docs, queries = _encoded(cfg, work, model, key, data, qids, pinned)
+    docs, queries = _encoded(cfg, work, model, key, data, qids, pinned, executor)
     encoded = time.perf_counter()
     log.info(
         "export: %d documents, %d queries encoded; building %s", len(docs), len(queries), found.name
@@ -262,10 +263,10 @@ def _encoded(
     data: RetrievalData,
     qids: list[str],
     pinned: Pin,
+    executor: Executor,
 ) -> tuple[Vectors, Vectors]:
     """The corpus and the judged queries, encoded as the evaluate job encodes them (and cached under
     its keys, pinned as it pins them)."""
-    executor = RayExecutor()
     settings = Encoding(
         dataset=cfg.dataset,
         max_query_length=cfg.max_query_length,

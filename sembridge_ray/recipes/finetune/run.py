@@ -25,7 +25,6 @@ from pathlib import Path
 from sembridge_ray.bundled import resolve
 from sembridge_ray.data.registry import dataset_identity
 from sembridge_ray.data.stream import StreamInfo, materialise_stream
-from sembridge_ray.distributed.executor import RayExecutor
 from sembridge_ray.publish import check_scores, publish
 from sembridge_ray.recipes.finetune.config import FinetuneConfig, FinetuneResult
 from sembridge_ray.recipes.finetune.final_model import MODEL_DIR, Exported, export_checkpoint
@@ -68,17 +67,17 @@ def with_eval_identity(cfg: FinetuneConfig, inputs: dict[str, str]) -> dict[str,
 
 
 def run_finetune(
-    cfg: FinetuneConfig, inputs: dict[str, str] | None = None, executor: Executor | None = None
+    cfg: FinetuneConfig, inputs: dict[str, str] | None = None, *, executor: Executor
 ) -> FinetuneResult:
     """Fine-tune ``cfg.model`` on ``cfg.train`` into ``cfg.output``; skip a finished output, resume
     a broken one; then push the model when ``push_to_hub`` is set (a finished output's too: a rerun
     publishes without training).
 
     ``inputs`` (identities of the model and the training data) may come from a caller that planned
-    them; ``executor`` runs the training (default: Ray's)."""
+    them; ``executor`` runs the training (the command line's: Ray's)."""
     if cfg.push_to_hub:
         check_push(cfg.push_to_hub)  # before any work: a push that cannot happen fails in a second
-    result = _run_finetune(cfg, inputs, executor or RayExecutor())
+    result = _run_finetune(cfg, inputs, executor)
     if not cfg.push_to_hub:
         return result
     return replace(

@@ -6,19 +6,22 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from sembridge_ray.distributed.executor import RayExecutor
 from sembridge_ray.embed_init.pipeline import pool_stages
 from sembridge_ray.recipes.init.config import InitConfig, InitResult
 from sembridge_ray.recipes.init.initialise import initialise
+from sembridge_ray.runtime.executor import Executor
 
 
 def run_init(
-    cfg: InitConfig, inputs: dict[str, str] | None = None, *, neutral_symbols: bool = True
+    cfg: InitConfig,
+    inputs: dict[str, str] | None = None,
+    *,
+    executor: Executor,
+    neutral_symbols: bool = True,
 ) -> InitResult:
-    """One initialisation through Ray (inputs checked in the driver first; a finished output is
+    """One initialisation on ``executor`` (inputs checked in the driver first; a finished output is
     skipped). ``neutral_symbols``: see :func:`~sembridge_ray.recipes.init.initialise.initialise` (an ablation,
     no config key)."""
-    executor = RayExecutor()
     executor.start()
     cfg = replace(cfg, precision=executor.precision(cfg.precision, cfg.resources))
     bridge = {

@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 from sembridge_ray import resources
-from sembridge_ray.distributed.executor import RayExecutor
 from sembridge_ray.recipes.malstm.config import MalstmConfig, MalstmResult
 from sembridge_ray.runtime.config import write_config
 from sembridge_ray.runtime.executor import Executor, Tasks
@@ -128,10 +127,9 @@ def run_local(cfg: MalstmConfig, work: Path) -> Path:
     return work
 
 
-def run_malstm(cfg: MalstmConfig) -> MalstmResult:
+def run_malstm(cfg: MalstmConfig, *, executor: Executor) -> MalstmResult:
     out = Path(cfg.output)
     identity = cfg.identity("malstm", input_identities(cfg))
-    executor = RayExecutor()
     executor.start()
     with claim_output(out, identity, cfg.overwrite) as claim:
         if claim.done:

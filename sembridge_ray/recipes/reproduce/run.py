@@ -20,7 +20,6 @@ import traceback
 from dataclasses import replace
 from pathlib import Path
 
-from sembridge_ray.distributed.executor import RayExecutor
 from sembridge_ray.recipes import registry
 from sembridge_ray.recipes.reproduce import cells as cellmod
 from sembridge_ray.recipes.reproduce import compare, demo, plots, protocol, results
@@ -83,12 +82,12 @@ TIMINGS = "timings.jsonl"
 skipped; ``benchmarks/grid_time.py`` reads where a grid's time went."""
 
 
-def run_stage(stage: Stage, cell: str = "", root: Path | None = None) -> None:
-    """Run one stage (skipped when finished); with ``root``, its wall time is appended to
-    ``root/timings.jsonl``."""
+def run_stage(stage: Stage, executor: Executor, cell: str = "", root: Path | None = None) -> None:
+    """Run one stage on ``executor`` (skipped when finished); with ``root``, its wall time is
+    appended to ``root/timings.jsonl``."""
     start = time.perf_counter()
     with progress.stage(log, f"{cell + '/' if cell else ''}{stage.name}") as note:
-        result = registry.run(stage.job, stage.cfg, stage.inputs)
+        result = registry.run(stage.job, stage.cfg, stage.inputs, executor)
         note["status"] = "skipped (finished before)" if result.skipped else "done"
     if root is not None:
         line = {
@@ -103,11 +102,13 @@ def run_stage(stage: Stage, cell: str = "", root: Path | None = None) -> None:
             fh.write(json.dumps(line) + "\n")
 
 
-def run_cell(cfg: ReproduceConfig, name: str, stages: list[Stage]) -> CellOutcome:
-    """All stages of one cell in order; finished ones are skipped. Rebuilds the results tables after
-    each."""
+def run_cell(
+    cfg: ReproduceConfig, name: str, stages: list[Stage], executor: Executor
+) -> CellOutcome:
+    """All stages of one cell in order, on ``executor``; finished ones are skipped. Rebuilds the
+    results tables after each."""
     for stage in stages:
-        run_stage(stage, name, Path(cfg.output))
+        run_stage(stage, executor, name, Path(cfg.output))
         if stage.job == "evaluate" or stage.name == "init":
             refresh(cfg)
     return CellOutcome(cell=name, ok=True)
@@ -147,18 +148,20 @@ def refresh(
     return rows
 
 
-def _guarded_stage(stage: Stage, root: Path) -> None:
+def _guarded_stage(stage: Stage, executor: Executor, root: Path) -> None:
     """A source model's development score, or a BM25 baseline: a reference line, so its failure is
     logged, not fatal (the cells whose fusions read a BM25 run record their own failure)."""
     try:
-        run_stage(stage, root=root)
+        run_stage(stage, executor, root=root)
     except Exception as err:  # the cells do not depend on it
         log.error("%s failed (its reference line is not drawn): %s", stage.name, err)
 
 
-def _guarded(cfg: ReproduceConfig, name: str, stages: list[Stage]) -> CellOutcome:
+def _guarded(
+    cfg: ReproduceConfig, name: str, stages: list[Stage], executor: Executor
+) -> CellOutcome:
     try:
-        return run_cell(cfg, name, stages)
+        return run_cell(cfg, name, stages, executor)
     except Exception as err:  # a failing cell is recorded and must not stop the others
         log.error("cell %s failed: %s", name, err)
         return CellOutcome(
@@ -169,11 +172,11 @@ def _guarded(cfg: ReproduceConfig, name: str, stages: list[Stage]) -> CellOutcom
         )
 
 
-def run_reproduce(cfg: ReproduceConfig) -> ReproduceResult:
-    """Plan and check every stage, then run every cell (skipping finished stages)."""
+def run_reproduce(cfg: ReproduceConfig, *, executor: Executor) -> ReproduceResult:
+    """Plan and check every stage, then run every cell (skipping finished stages), each stage on
+    ``executor``."""
     cfg.require_inputs()
     out = Path(cfg.output)
-    executor = RayExecutor()
     executor.start()
     out.mkdir(parents=True, exist_ok=True)
     with OutputLock(out):
@@ -188,11 +191,11 @@ def run_reproduce(cfg: ReproduceConfig) -> ReproduceResult:
         check_plan(cfg, planned)
         write_config(cfg, out / "config.yaml")
         for stage in planned.assets:
-            run_stage(stage, root=out)
+            run_stage(stage, executor, root=out)
         for stage in planned.sources:
-            _guarded_stage(stage, out)
+            _guarded_stage(stage, executor, out)
         for stage in planned.baselines:
-            _guarded_stage(stage, out)
+            _guarded_stage(stage, executor, out)
         todo = {
             c: s
             for c, s in planned.cells.items()
@@ -240,7 +243,7 @@ def _run_cells(
     """Cells as ``executor``'s tasks, at most ``width`` in flight (each drives its own actor pools
     and trainers); one at a time in this process when ``width`` is 1."""
     runner = executor if width > 1 else LocalExecutor()
-    calls = [(cfg, name, stages) for name, stages in cells]
+    calls = [(cfg, name, stages, executor) for name, stages in cells]
     done: list[CellOutcome] = []
     for outcome in runner.map_tasks(_guarded, calls, Tasks(cpus=0, width=width)):
         done.append(outcome)

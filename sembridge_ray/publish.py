@@ -15,17 +15,18 @@ from pathlib import Path
 from typing import Any, cast
 
 from sembridge_ray.bundled import resolve
-from sembridge_ray.export.report import ExportReport
+from sembridge_ray.export.report import REPORT, ExportReport
 from sembridge_ray.json_types import JSONObject
 from sembridge_ray.model_card import CARD, SHOWN_METRICS, key_of, render
 from sembridge_ray.provenance import Evaluation, ExportParity, Health, dataset_ref, read_provenance
+from sembridge_ray.retrieval.metrics import METRICS
 from sembridge_ray.runtime.errors import InputError
 from sembridge_ray.runtime.identity import RunIdentity, path_identity
 from sembridge_ray.runtime.manifest import is_complete
 from sembridge_ray.runtime.outputs import atomic_write_json, read_identity
 from sembridge_ray.sparse.convergence import query_collapse
 
-SCORED = {"evaluate": "metrics.json", "export": "export_report.json"}
+SCORED = {"evaluate": METRICS, "export": REPORT}
 """The file of each job's output that holds its scores."""
 PUSHED = "pushed.json"
 """Beside a finished output's manifest (not in it): every push of its model, newest last."""

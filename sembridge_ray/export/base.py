@@ -20,6 +20,7 @@ import numpy as np
 from sembridge_ray.data.schema import ID, TEXT
 from sembridge_ray.export.report import ExportReport
 from sembridge_ray.retrieval.index import SparseBatch
+from sembridge_ray.retrieval.store import parquet_files, read_vectors
 from sembridge_ray.runtime.errors import InputError, environment_errno
 from sembridge_ray.runtime.progress import Progress
 
@@ -49,6 +50,11 @@ class Vectors:
     def row(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         one = self.rows.slice(i, i + 1)
         return one.indices, one.values
+
+    @classmethod
+    def read(cls, directory: Path) -> Vectors:
+        """The vectors an encoding wrote in ``directory`` (:mod:`sembridge_ray.retrieval.store`)."""
+        return cls(*read_vectors(parquet_files(directory)))
 
     @classmethod
     def from_rows(

@@ -10,6 +10,7 @@ queries' judgements, each run ranked as it came back."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -18,10 +19,16 @@ import numpy as np
 import scipy.sparse as sp
 from ir_measures import nDCG
 
+from sembridge_ray.data.registry import load_retrieval
+from sembridge_ray.data.retrieval import RetrievalData
+from sembridge_ray.data.schema import ID
 from sembridge_ray.export.base import Hits, Vectors
 from sembridge_ray.export.report import ParityReport
 from sembridge_ray.retrieval.index import PAD, build_shard, rank_ids, shard_topk
 from sembridge_ray.retrieval.metrics import retrieval_metrics
+from sembridge_ray.runtime.errors import InputError
+
+log = logging.getLogger(__name__)
 
 K = 10
 RTOL = 1e-5
@@ -125,3 +132,38 @@ def ndcg(qrels: Mapping[str, Mapping[str, int]], qids: list[str], hits: Hits) ->
         q: {d: 1.0 / (r + 1) for r, d in enumerate(row)} for q, row in zip(qids, hits, strict=True)
     }
     return retrieval_metrics(qrels, run, [nDCG @ 10])[str(nDCG @ 10)]
+
+
+def judged(named: str, spec: str, split: str) -> tuple[RetrievalData, list[str]]:
+    """Split ``split`` of dataset ``spec`` (``named`` as the user gave it) and the queries a parity
+    is scored on: the judged ones with a text (none: refused), judged against documents at least
+    one of which is relevant and in the corpus (:func:`_require_relevant_in_corpus`)."""
+    data = load_retrieval(spec, split)
+    qids = sorted(q for q in data.qrels if data.queries.get(q, "").strip())
+    if not qids:
+        raise InputError(f"dataset {named!r}: split {data.split!r} has no judged query with a text")
+    _require_relevant_in_corpus(named, data, qids)
+    return data, qids
+
+
+def _require_relevant_in_corpus(dataset: str, data: RetrievalData, qids: list[str]) -> None:
+    """Refused when no document judged relevant (grade > 0) to the queries is in the corpus: nDCG@10
+    would be 0 for any ranking, and a target held to an nDCG tolerance would pass whatever it
+    returned. Some of them missing: a warning (both runs count them as never found)."""
+    relevant = {d for q in qids for d, grade in data.qrels[q].items() if grade > 0}
+    corpus = {d for batch in data.corpus.batches(100_000) for d in batch.column(ID).to_pylist()}
+    missing = relevant - corpus
+    if len(missing) == len(relevant):
+        why = f"none of the {len(relevant)} is in the corpus" if relevant else "every grade is 0"
+        raise InputError(
+            f"dataset {dataset!r}: split {data.split!r}: no document judged relevant to its "
+            f"{len(qids)} queries to score them with ({why}): nDCG@10 would be 0 whatever the "
+            "target returned"
+        )
+    if missing:
+        log.warning(
+            "%d of the %d documents judged relevant are not in the corpus: nDCG@10 counts them as "
+            "never found (the exact search's and the target's alike)",
+            len(missing),
+            len(relevant),
+        )

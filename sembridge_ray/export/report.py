@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from typing import TypedDict
 
+REPORT = "export_report.json"
+"""The file of an export's output that holds its report."""
+
 ParityReport = TypedDict(
     "ParityReport",
     {

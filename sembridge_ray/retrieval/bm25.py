@@ -25,6 +25,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from sembridge_ray.retrieval.metrics import (
+    METRICS,
+    PER_QUERY,
+    RUN,
     Qrels,
     Run,
     mean_metrics,
@@ -37,7 +40,6 @@ from sembridge_ray.runtime.outputs import atomic_write_json, atomic_write_text
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-RUN, METRICS, PER_QUERY = "run.trec", "metrics.json", "per_query.tsv"
 RRF_K = 60
 
 

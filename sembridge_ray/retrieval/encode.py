@@ -51,17 +51,17 @@ def encode_judged(
     model: str,
     data: RetrievalData,
     qids: list[str],
-    key: str,
+    identities: tuple[str, str],
     *,
     pinned: Pin,
     executor: Executor,
     lap: Callable[[str], object] = lambda step: None,
 ) -> tuple[tuple[Path, bool], tuple[Path, bool]]:
     """The corpus and the queries ``qids`` of ``data`` as (vectors dir, cache hit) each, encoded by
-    ``executor``'s pools and cached in ``cfg.cache_dir`` under ``key`` (the model's and dataset's
-    identities): the corpus per split where each split has its own (:func:`corpus_key`), the queries
-    per split; ``lap(step)`` after each step (``encode_docs``, ``encode_queries``)."""
-    cache, spec = Path(cfg.cache_dir), resolve(cfg.dataset)
+    ``executor``'s pools and cached in ``cfg.cache_dir`` under the model's and the dataset's
+    ``identities``: the corpus per split where each split has its own (:func:`corpus_key`), the
+    queries per split; ``lap(step)`` after each step (``encode_docs``, ``encode_queries``)."""
+    cache, spec, key = Path(cfg.cache_dir), resolve(cfg.dataset), fingerprint(*identities)
     docs = encode_corpus(
         cfg, model, data, corpus_key(key, spec, data.split), cache, pinned=pinned, executor=executor
     )

@@ -16,6 +16,10 @@ import ir_measures
 import numpy as np
 from ir_measures import RR, R, nDCG
 
+RUN, METRICS, PER_QUERY = "run.trec", "metrics.json", "per_query.tsv"
+"""The files of a scored run (an evaluation, a BM25 run, a fusion): the TREC run, the mean scores
+and the scores per query."""
+
 Qrels = Mapping[str, Mapping[str, int]]
 Run = Mapping[str, Mapping[str, float]]
 PRIMARY = nDCG @ 10

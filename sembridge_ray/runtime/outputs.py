@@ -282,6 +282,19 @@ class Claim:
             self._swap()
         return manifest
 
+    def restart(self, keep: tuple[str, ...] = ()) -> None:
+        """Build the run again in :attr:`path`: what an unfinished run of the same identity left
+        there (a crash, or a result the job refused to mark complete) goes, all but the lock, the
+        identity and ``keep``."""
+        _clear(self.path, (IDENTITY, *keep))
+
+
+def _clear(directory: Path, keep: tuple[str, ...] = ()) -> None:
+    """Everything in ``directory`` but its lock and ``keep``."""
+    for item in directory.iterdir():
+        if not item.name.startswith(LOCK) and item.name not in keep:
+            remove(item)
+
 
 def is_done(out_dir: Path, identity: RunIdentity) -> bool:
     """Complete, verified, and written by a run with this identity."""
@@ -486,9 +499,7 @@ def _stage(stage: Path, out_dir: Path, identity: RunIdentity, created: bool, rea
     old = read_identity(stage)
     if _entries(stage) and (old is None or old.fingerprint != identity.fingerprint):
         log.warning("%s: clearing a staged --overwrite with other settings", stage)
-        for item in stage.iterdir():
-            if not item.name.startswith(LOCK):
-                remove(item)
+        _clear(stage)
         created = True
     resumed = not created and old is not None
     log.warning(

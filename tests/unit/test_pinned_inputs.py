@@ -154,8 +154,11 @@ def test_the_export_keys_a_corpus_encoding_as_evaluate_does(
         )
         data = SimpleNamespace(split=split)
         with pytest.raises(_Keyed) as found:
-            driver._encoded(cfg, tmp_path, "m", "k", data, [], lambda: None, LocalExecutor())  # type: ignore[arg-type]
+            driver._encoded(
+                cfg, tmp_path, "m", ("m-id", "d-id"), data, [], lambda: None, LocalExecutor()
+            )  # type: ignore[arg-type]
         keys[split] = str(found.value)
+    key = fingerprint("m-id", "d-id")  # the model's and the dataset's identities
     assert keys == (
-        {s: fingerprint("k", s) for s in keys} if per_split else dict.fromkeys(keys, "k")
+        {s: fingerprint(key, s) for s in keys} if per_split else dict.fromkeys(keys, key)
     )

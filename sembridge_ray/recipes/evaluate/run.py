@@ -27,11 +27,13 @@ import pyarrow.compute as pc
 
 from sembridge_ray.data.registry import load_retrieval
 from sembridge_ray.data.retrieval import RetrievalData
-from sembridge_ray.publish import SCORED
 from sembridge_ray.recipes.evaluate.config import EvaluateConfig, EvaluateResult
 from sembridge_ray.retrieval.encode import encode_judged
 from sembridge_ray.retrieval.index import PAD, Shard, TopK, build_shard, rank_ids, shard_bounds
 from sembridge_ray.retrieval.metrics import (
+    METRICS,
+    PER_QUERY,
+    RUN,
     empty_rows,
     empty_shares,
     mean_metrics,
@@ -44,7 +46,6 @@ from sembridge_ray.retrieval.metrics import (
 from sembridge_ray.retrieval.sharded import ShardedIndex
 from sembridge_ray.retrieval.sources import resolve_dataset, resolve_model
 from sembridge_ray.retrieval.store import (
-    fingerprint,
     iter_row_ranges,
     parquet_files,
     read_ids,
@@ -66,12 +67,7 @@ from sembridge_ray.runtime.outputs import (
 from sembridge_ray.runtime.progress import Progress, duration
 
 log = logging.getLogger(__name__)
-RUN, CONFIG, PER_QUERY, EVAL_METRICS = (
-    "run.trec",
-    "config.yaml",
-    "per_query.tsv",
-    SCORED["evaluate"],
-)
+CONFIG = "config.yaml"
 
 
 def run_evaluate(
@@ -97,7 +93,7 @@ def run_evaluate(
     out = Path(cfg.output)
     with claim_output(out, identity, cfg.overwrite) as claim:
         if claim.done:
-            finished = json.loads((out / EVAL_METRICS).read_text(encoding="utf-8"))
+            finished = json.loads((out / METRICS).read_text(encoding="utf-8"))
             return EvaluateResult.from_metrics(str(out), finished, True)
         # the output, or its staging directory under --overwrite
         metrics = _evaluate_into(claim.path, cfg, model, data, identity, pinned, executor)
@@ -132,12 +128,18 @@ def _evaluate_into(
     and ``metrics.json``, which it returns."""
     write_config(cfg, work / CONFIG)
     clock = _Clock()
-    key = fingerprint(identity.inputs["model"], identity.inputs["dataset"])
     if not cfg.cache_dir:
         cfg = dataclasses.replace(cfg, cache_dir=str(work / "cache"))
     qids = sorted(q for q in data.qrels if q in data.queries)
     (docs, docs_hit), (queries, queries_hit) = encode_judged(
-        cfg.encoding(), model, data, qids, key, pinned=pinned, executor=executor, lap=clock.lap
+        cfg.encoding(),
+        model,
+        data,
+        qids,
+        (identity.inputs["model"], identity.inputs["dataset"]),
+        pinned=pinned,
+        executor=executor,
+        lap=clock.lap,
     )
     metrics = search_and_score(cfg, docs, queries, data, work / RUN, clock, executor)
     metrics |= {
@@ -148,7 +150,7 @@ def _evaluate_into(
         "split": data.split,
         "top_k": cfg.top_k,
     }
-    atomic_write_json(work / EVAL_METRICS, metrics)
+    atomic_write_json(work / METRICS, metrics)
     pinned()
     return metrics
 

@@ -23,9 +23,7 @@ import time
 from pathlib import Path
 from typing import cast
 
-from sembridge_ray.data.registry import load_retrieval
 from sembridge_ray.data.retrieval import RetrievalData
-from sembridge_ray.data.schema import ID
 from sembridge_ray.export.base import (
     ExportJob,
     ExportTarget,
@@ -35,27 +33,21 @@ from sembridge_ray.export.base import (
     require_tokenizer,
     size_on_disk,
 )
-from sembridge_ray.export.parity import K, exact_topk, parity
-from sembridge_ray.export.report import ExportReport
+from sembridge_ray.export.parity import K, exact_topk, judged, parity
+from sembridge_ray.export.report import REPORT, ExportReport
 from sembridge_ray.export.targets import MODEL_DIRECTORY, target
-from sembridge_ray.publish import SCORED
 from sembridge_ray.recipes.export.checkpoint import checkpoint_model
 from sembridge_ray.recipes.export.config import ExportConfig, ExportResult
 from sembridge_ray.retrieval.encode import encode_judged
 from sembridge_ray.retrieval.settings import Encoding
 from sembridge_ray.retrieval.sources import resolve_dataset, resolve_model
-from sembridge_ray.retrieval.store import fingerprint, parquet_files, read_vectors
-from sembridge_ray.runtime.atomic import remove
 from sembridge_ray.runtime.errors import InputError
 from sembridge_ray.runtime.executor import Executor
 from sembridge_ray.runtime.identity import Pin, path_identity, pin
-from sembridge_ray.runtime.locks import LOCK
-from sembridge_ray.runtime.manifest import IDENTITY
 from sembridge_ray.runtime.outputs import atomic_write_json, claim_output, require_apart
 from sembridge_ray.sparse.model import load_tokenizer
 
 log = logging.getLogger(__name__)
-REPORT = SCORED["export"]
 
 
 def run_export(cfg: ExportConfig, *, executor: Executor) -> ExportResult:
@@ -87,7 +79,8 @@ def run_target_export(cfg: ExportConfig, executor: Executor) -> ExportResult:
     one is refused unless ``--overwrite``; ``_SUCCESS`` is written only when the target is within
     its tolerance."""
     found = check_target(cfg)
-    data, spec, data_id, qids = _judged(cfg)
+    spec, data_id = resolve_dataset(cfg.dataset)
+    data, qids = judged(cfg.dataset, spec, cfg.split)
     if cfg.checkpoint:  # checked and read now; written as <output>/model once the output is held
         write_checkpoint = checkpoint_model(
             dataclasses.replace(cfg, target="sentence-transformers")
@@ -111,13 +104,14 @@ def run_target_export(cfg: ExportConfig, executor: Executor) -> ExportResult:
             report = cast(ExportReport, json.loads((out / REPORT).read_text(encoding="utf-8")))
             return ExportResult(output=str(out), target=found.name, report=report, skipped=True)
         work = claim.path  # the output, or its staging directory under --overwrite
-        _clear_unfinished(work)
+        claim.restart(keep=("cache",))  # an unfinished export is built again
         if cfg.checkpoint:
             write_checkpoint(work / "model")
             model, model_id = resolve_model(str(work / "model"))
             require_tokenizer(model)
-        key = fingerprint(model_id, data_id)
-        report = _export_into(work, found, cfg, model, key, data, qids, pinned, executor)
+        report = _export_into(
+            work, found, cfg, model, (model_id, data_id), data, qids, pinned, executor
+        )
         pinned()
         atomic_write_json(work / REPORT, report)
         if report["passed"]:
@@ -142,20 +136,12 @@ def _outside_tolerance(found: ExportTarget, report: ExportReport, where: Path) -
     )
 
 
-def _clear_unfinished(work: Path) -> None:
-    """What an unfinished export left in ``work`` (a crash, or a target outside its tolerance) is
-    built again: everything but the lock, the identity and the encoding cache goes."""
-    for item in work.iterdir():
-        if not item.name.startswith(LOCK) and item.name not in (IDENTITY, "cache"):
-            remove(item)
-
-
 def _export_into(
     work: Path,
     found: ExportTarget,
     cfg: ExportConfig,
     model: str,
-    key: str,
+    identities: tuple[str, str],
     data: RetrievalData,
     qids: list[str],
     pinned: Pin,
@@ -164,7 +150,7 @@ def _export_into(
     """Encode (cached), build the target in ``work``, search it and compare with the exact search:
     the report."""
     start = time.perf_counter()
-    docs, queries = _encoded(cfg, work, model, key, data, qids, pinned, executor)
+    docs, queries = _encoded(cfg, work, model, identities, data, qids, pinned, executor)
     encoded = time.perf_counter()
     log.info(
         "export: %d documents, %d queries encoded; building %s", len(docs), len(queries), found.name
@@ -218,48 +204,11 @@ def _job(
     )
 
 
-def _judged(cfg: ExportConfig) -> tuple[RetrievalData, str, str, list[str]]:
-    """The dataset's split, what was read, its identity and its judged query ids with a text (none:
-    refused)."""
-    spec, data_id = resolve_dataset(cfg.dataset)
-    data = load_retrieval(spec, cfg.split)
-    qids = sorted(q for q in data.qrels if data.queries.get(q, "").strip())
-    if not qids:
-        raise InputError(
-            f"dataset {cfg.dataset!r}: split {data.split!r} has no judged query with a text"
-        )
-    _require_relevant_in_corpus(cfg.dataset, data, qids)
-    return data, spec, data_id, qids
-
-
-def _require_relevant_in_corpus(dataset: str, data: RetrievalData, qids: list[str]) -> None:
-    """Refused when no document judged relevant (grade > 0) to the queries is in the corpus: nDCG@10
-    would be 0 for any ranking, and a target held to an nDCG tolerance would pass whatever it
-    returned. Some of them missing: a warning (both runs count them as never found)."""
-    relevant = {d for q in qids for d, grade in data.qrels[q].items() if grade > 0}
-    corpus = {d for batch in data.corpus.batches(100_000) for d in batch.column(ID).to_pylist()}
-    missing = relevant - corpus
-    if len(missing) == len(relevant):
-        why = f"none of the {len(relevant)} is in the corpus" if relevant else "every grade is 0"
-        raise InputError(
-            f"dataset {dataset!r}: split {data.split!r}: no document judged relevant to its "
-            f"{len(qids)} queries to score them with ({why}): nDCG@10 would be 0 whatever the "
-            "target returned"
-        )
-    if missing:
-        log.warning(
-            "%d of the %d documents judged relevant are not in the corpus: nDCG@10 counts them as "
-            "never found (the exact search's and the target's alike)",
-            len(missing),
-            len(relevant),
-        )
-
-
 def _encoded(
     cfg: ExportConfig,
     out: Path,
     model: str,
-    key: str,
+    identities: tuple[str, str],
     data: RetrievalData,
     qids: list[str],
     pinned: Pin,
@@ -276,7 +225,7 @@ def _encoded(
         precision=executor.precision("auto", cfg.resources),
     )
     (docs_dir, _), (queries_dir, _) = encode_judged(
-        settings, model, data, qids, key, pinned=pinned, executor=executor
+        settings, model, data, qids, identities, pinned=pinned, executor=executor
     )
-    docs, queries = (Vectors(*read_vectors(parquet_files(d))) for d in (docs_dir, queries_dir))
+    docs, queries = (Vectors.read(d) for d in (docs_dir, queries_dir))
     return docs, queries

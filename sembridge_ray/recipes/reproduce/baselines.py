@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from sembridge_ray.retrieval.bm25 import METRICS, RRF_K, RUN, bm25_run, pieces, rrf, write_scored
+from sembridge_ray.retrieval.bm25 import RRF_K, bm25_run, pieces, rrf, write_scored
+from sembridge_ray.retrieval.metrics import METRICS, RUN
 from sembridge_ray.retrieval.store import read_run
 from sembridge_ray.runtime.config import Config, require
 from sembridge_ray.runtime.errors import InputError

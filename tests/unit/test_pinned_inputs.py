@@ -10,6 +10,7 @@ import inspect
 import os
 import shutil
 from pathlib import Path
+from typing import cast
 
 import pyarrow as pa
 import pytest
@@ -137,6 +138,7 @@ def test_the_export_keys_a_corpus_encoding_as_evaluate_does(
     second split was served the first one's documents."""
     from types import SimpleNamespace
 
+    from sembridge_ray.data.retrieval import RetrievalData
     from sembridge_ray.recipes.export import run as driver
     from sembridge_ray.recipes.export.config import ExportConfig
     from sembridge_ray.retrieval import encode
@@ -152,11 +154,11 @@ def test_the_export_keys_a_corpus_encoding_as_evaluate_does(
         cfg = ExportConfig(
             target="qdrant", model="m", dataset=spec, output=str(tmp_path), split=split
         )
-        data = SimpleNamespace(split=split)
+        data = cast("RetrievalData", SimpleNamespace(split=split))
         with pytest.raises(_Keyed) as found:
             driver._encoded(
                 cfg, tmp_path, "m", ("m-id", "d-id"), data, [], lambda: None, LocalExecutor()
-            )  # type: ignore[arg-type]
+            )
         keys[split] = str(found.value)
     key = fingerprint("m-id", "d-id")  # the model's and the dataset's identities
     assert keys == (

@@ -1,5 +1,6 @@
-"""results.csv and results.md, rebuilt from the finished stage directories (so they are always
-consistent)."""
+"""The reproduction's tables, rebuilt from the finished stage directories (so they are always
+consistent): results.csv and results.md here; with them (:func:`rebuild`) the convergence protocol's
+(:mod:`.protocol`), the paired comparisons (:mod:`.compare`) and the plots (:mod:`.plots`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
+from sembridge_ray.recipes.reproduce import compare, plots, protocol
 from sembridge_ray.recipes.reproduce.cells import (
     BM25,
     FUSED,
@@ -20,6 +22,7 @@ from sembridge_ray.recipes.reproduce.cells import (
     CellPaths,
     bm25_path,
     cell_paths,
+    config_cells,
     source_test_path,
 )
 from sembridge_ray.runtime.outputs import atomic_write_text, is_complete
@@ -384,3 +387,35 @@ def reference_lines(output: Path, cfg: ReproduceConfig) -> str:
             f"nDCG@10 {ndcg:.3f} {where}.\n"
         )
     return text
+
+
+def rebuild(
+    cfg: ReproduceConfig, failures: dict[str, str] | None = None, final: bool = False
+) -> list[Row]:
+    """Rewrite results.csv / results.md (at the end also comparisons.csv and the plots) from the
+    finished stages."""
+    out = Path(cfg.output)
+    cells = config_cells(cfg)
+    if failures is None:
+        failures = (
+            json.loads((out / "failures.json").read_text())
+            if (out / "failures.json").is_file()
+            else {}
+        )
+    rows = collect(out, cells, cfg.datasets, cfg.eval_split)
+    write_csv(rows, out / "results.csv")
+    curves = protocol.protocol_rows(out, cells, cfg.datasets, cfg.finetune.eval_split)
+    write_csv(curves, out / "convergence.csv", protocol.COLUMNS)
+    text = markdown(rows, cfg.languages, failures) + protocol.markdown(curves, cfg.languages)
+    if final:
+        paired = compare.comparisons(out, cells, cfg.datasets, cfg.eval_split)
+        write_csv(paired, out / "comparisons.csv", compare.COLUMNS)
+        text += "\n" + compare.markdown(paired)
+        plots.before_after(out, cells, cfg.datasets, out / "plots")
+        plots.learning_curves(out, cells, cfg.datasets, out / "plots")
+        plots.convergence(out, cells, cfg.datasets, out / "plots")
+        plots.alpha_ablation(rows, out / "plots")
+        plots.support_histograms(out, cells, out / "plots")
+    text += reference_lines(out, cfg)
+    atomic_write_text(out / "results.md", text)
+    return rows

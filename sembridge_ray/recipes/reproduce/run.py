@@ -21,8 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from sembridge_ray.recipes import registry
-from sembridge_ray.recipes.reproduce import cells as cellmod
-from sembridge_ray.recipes.reproduce import compare, demo, plots, protocol, results
+from sembridge_ray.recipes.reproduce import demo, results
 from sembridge_ray.recipes.reproduce.config import CellOutcome, ReproduceConfig, ReproduceResult
 from sembridge_ray.recipes.reproduce.grid import Plan, plan, require_xling_inputs, xling_asset_names
 from sembridge_ray.recipes.reproduce.plan import concurrency
@@ -110,42 +109,8 @@ def run_cell(
     for stage in stages:
         run_stage(stage, executor, name, Path(cfg.output))
         if stage.job == "evaluate" or stage.name == "init":
-            refresh(cfg)
+            results.rebuild(cfg)
     return CellOutcome(cell=name, ok=True)
-
-
-def refresh(
-    cfg: ReproduceConfig, failures: dict[str, str] | None = None, final: bool = False
-) -> list[results.Row]:
-    """Rewrite results.csv / results.md (at the end also comparisons.csv and the plots) from the
-    finished stages."""
-    out = Path(cfg.output)
-    cells = cellmod.config_cells(cfg)
-    if failures is None:
-        failures = (
-            json.loads((out / "failures.json").read_text())
-            if (out / "failures.json").is_file()
-            else {}
-        )
-    rows = results.collect(out, cells, cfg.datasets, cfg.eval_split)
-    results.write_csv(rows, out / "results.csv")
-    curves = protocol.protocol_rows(out, cells, cfg.datasets, cfg.finetune.eval_split)
-    results.write_csv(curves, out / "convergence.csv", protocol.COLUMNS)
-    text = results.markdown(rows, cfg.languages, failures) + protocol.markdown(
-        curves, cfg.languages
-    )
-    if final:
-        paired = compare.comparisons(out, cells, cfg.datasets, cfg.eval_split)
-        results.write_csv(paired, out / "comparisons.csv", compare.COLUMNS)
-        text += "\n" + compare.markdown(paired)
-        plots.before_after(out, cells, cfg.datasets, out / "plots")
-        plots.learning_curves(out, cells, cfg.datasets, out / "plots")
-        plots.convergence(out, cells, cfg.datasets, out / "plots")
-        plots.alpha_ablation(rows, out / "plots")
-        plots.support_histograms(out, cells, out / "plots")
-    text += results.reference_lines(out, cfg)
-    atomic_write_text(out / "results.md", text)
-    return rows
 
 
 def _guarded_stage(stage: Stage, executor: Executor, root: Path) -> None:
@@ -214,7 +179,7 @@ def run_reproduce(cfg: ReproduceConfig, *, executor: Executor) -> ReproduceResul
         outcomes = _run_cells(cfg, items, width, cells, executor)
         cells.finish()
         failures = _record_failures(out, planned, outcomes)
-        refresh(cfg, failures, final=True)
+        results.rebuild(cfg, failures, final=True)
     return ReproduceResult(
         output=str(out),
         cells=len(planned.cells) + len(planned.failures),

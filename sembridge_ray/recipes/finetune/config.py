@@ -14,9 +14,10 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, ClassVar, Literal, get_args
 
+from sembridge_ray.bundled import resolve
 from sembridge_ray.recipes import OUTPUT, Flag, JobSpec, flags
 from sembridge_ray.runtime.config import Config, dotted_keys, require
 from sembridge_ray.runtime.errors import InputError
@@ -245,6 +246,16 @@ class FinetuneConfig(Config):
             self.eval_split,
             f"of {self.eval}: it is what evaluate scores as its test (MIRACL's test judgements are hidden, its dev "
             "ones are the test); choose recipes on other development data (e.g. a held-out part of MIRACL train)",
+        )
+
+    def resolved(self) -> FinetuneConfig:
+        """This config with bundled names (model, training and development data) materialised to
+        paths, for the workers."""
+        return replace(
+            self,
+            model=resolve(self.model),
+            train=resolve(self.train),
+            eval=resolve(self.eval) if self.eval else "",
         )
 
     def require_inputs(self) -> None:

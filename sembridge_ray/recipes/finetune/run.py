@@ -22,7 +22,6 @@ import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from sembridge_ray.bundled import resolve
 from sembridge_ray.data.registry import dataset_identity
 from sembridge_ray.data.stream import StreamInfo, materialise_stream
 from sembridge_ray.publish import check_scores, publish
@@ -31,17 +30,15 @@ from sembridge_ray.recipes.finetune.final_model import MODEL_DIR, Exported, expo
 from sembridge_ray.recipes.finetune.worker import (
     TENSORBOARD_DIR,
     Evaluation,
-    loop_config,
-    worker_body,
+    fine_tuning,
 )
 from sembridge_ray.retrieval.dev import DevSet, load_dev
 from sembridge_ray.runtime.config import write_config
 from sembridge_ray.runtime.errors import InputError
-from sembridge_ray.runtime.executor import Executor, LocalExecutor, Training, run_dir
+from sembridge_ray.runtime.executor import Executor, LocalExecutor
 from sembridge_ray.runtime.identity import RunIdentity, model_identity, require_unchanged
 from sembridge_ray.runtime.outputs import atomic_write_json, claim_output, preflight
 from sembridge_ray.runtime.placement import Placement
-from sembridge_ray.sparse.checkpoints import restore_point, set_aside_damaged
 from sembridge_ray.sparse.model import check_mlm, check_push
 from sembridge_ray.sparse.tracker import Tracker
 
@@ -91,13 +88,7 @@ def _run_finetune(
     """:func:`run_finetune` without the push: everything checked before the output is claimed, then
     the training."""
     named = cfg  # as the user named the inputs: what the model card shows
-    # bundled names: paths for the workers
-    cfg = replace(
-        cfg,
-        model=resolve(cfg.model),
-        train=resolve(cfg.train),
-        eval=resolve(cfg.eval) if cfg.eval else "",
-    )
+    cfg = cfg.resolved()
     executor.start()
     cfg = replace(cfg, precision=executor.precision(cfg.precision, cfg.resources, reserve=False))
     identity = cfg.identity(
@@ -166,7 +157,7 @@ def _train(
         )
     storage = cfg.storage or str((work / CHECKPOINT_DIR).resolve())
     ev = Evaluation(dev=dev, every=eval_steps(cfg, info.total_steps), work=work)
-    training = _training(cfg, stream, info.total_steps, plan, storage, run_name(identity), ev)
+    training = fine_tuning(cfg, stream, info.total_steps, plan, storage, run_name(identity), ev)
     resumed = executor.resume_step(training)
     if resumed is not None:
         log.info("resumed from step %d (run %s in %s)", resumed, training.name, storage)
@@ -194,33 +185,6 @@ def run_name(identity: RunIdentity) -> str:
     """The training's run name: the run's fingerprint, so the same settings and inputs resume the
     same run."""
     return f"finetune-{identity.fingerprint[:16]}"
-
-
-def _training(
-    cfg: FinetuneConfig,
-    stream: Path,
-    total_steps: int,
-    plan: Placement,
-    storage: str,
-    name: str,
-    ev: Evaluation,
-    tracked: bool = True,
-) -> Training:
-    """The fine-tuning as its executor runs it: every worker's :func:`worker_body`, checkpoints by
-    ``sparse.checkpoints``' rules (``tracked``: False for no TensorBoard, whatever ``cfg`` says)."""
-    return Training(
-        body=worker_body,
-        config=loop_config(cfg, total_steps, run_dir(storage, name), ev, tracked),
-        stream=stream,
-        plan=plan,
-        storage=storage,
-        name=name,
-        keep=cfg.keep_checkpoints,
-        max_failures=cfg.max_failures,
-        set_aside=set_aside_damaged,
-        newest=restore_point,
-        label=f"fine-tuning: {total_steps} steps",
-    )
 
 
 def _summary(
@@ -279,12 +243,7 @@ def run_local(cfg: FinetuneConfig, work: Path) -> Path:
     (``tests/unit/test_dead_settings.py``)."""
     cfg.require_inputs()
     named = cfg
-    cfg = replace(
-        cfg,
-        model=resolve(cfg.model),
-        train=resolve(cfg.train),
-        eval=resolve(cfg.eval) if cfg.eval else "",
-    )
+    cfg = cfg.resolved()
     executor = LocalExecutor()
     cfg = replace(cfg, precision=executor.precision(cfg.precision, cfg.resources, reserve=False))
     if cfg.resources.workers != 1:
@@ -294,7 +253,7 @@ def run_local(cfg: FinetuneConfig, work: Path) -> Path:
     ev = Evaluation(dev=dev, every=eval_steps(cfg, info.total_steps), work=work)
     plan = executor.placement(cfg.resources, reserve=False)
     storage = str(work / CHECKPOINT_DIR)
-    training = _training(cfg, stream, info.total_steps, plan, storage, "local", ev, tracked=False)
+    training = fine_tuning(cfg, stream, info.total_steps, plan, storage, "local", ev, tracked=False)
     with executor.train(training) as final:
         export_checkpoint(final, cfg, work, info.total_steps, training.run_dir, named)
     return work / MODEL_DIR

@@ -1,5 +1,6 @@
-"""A fine-tuning worker's whole run (:func:`worker_body`), the same code on a Ray Train worker and in
-one process (the executor's :class:`~sembridge_ray.runtime.executor.TrainContext` says which): the
+"""The fine-tuning as an executor runs it (:func:`fine_tuning`), and a worker's whole run in it
+(:func:`worker_body`), the same code on a Ray Train worker and in one process (the executor's
+:class:`~sembridge_ray.runtime.executor.TrainContext` says which): the
 model, AdamW and RNG restored or seeded, the steps of ``sparse.loop.train``, development
 evaluations, logs, TensorBoard, checkpoints and reports."""
 
@@ -22,8 +23,9 @@ from sembridge_ray.recipes.finetune.config import FinetuneConfig
 from sembridge_ray.recipes.finetune.dev_run import DevRun
 from sembridge_ray.retrieval.dev import DevSet
 from sembridge_ray.runtime.errors import InputError
-from sembridge_ray.runtime.executor import TrainContext, is_local
+from sembridge_ray.runtime.executor import TrainContext, Training, is_local, run_dir
 from sembridge_ray.runtime.logs import setup_logging
+from sembridge_ray.runtime.placement import Placement
 from sembridge_ray.runtime.progress import EVERY_S, duration
 from sembridge_ray.sparse import loop
 from sembridge_ray.sparse.checkpoints import (
@@ -32,6 +34,7 @@ from sembridge_ray.sparse.checkpoints import (
     load_best,
     load_part,
     restore_point,
+    set_aside_damaged,
     write_part,
 )
 from sembridge_ray.sparse.collective import LocalCollective, TorchCollective
@@ -84,6 +87,34 @@ def loop_config(
         "eval_every": ev.every,
         "tensorboard": str((ev.work / TENSORBOARD_DIR).resolve()) if tensorboard else "",
     }
+
+
+def fine_tuning(
+    cfg: FinetuneConfig,
+    stream: Path,
+    total_steps: int,
+    plan: Placement,
+    storage: str,
+    name: str,
+    ev: Evaluation,
+    tracked: bool = True,
+) -> Training:
+    """The fine-tuning as its executor runs it: every worker's :func:`worker_body`, checkpoints by
+    ``sparse.checkpoints``' rules, ``plan``'s workers, the checkpoints under ``storage/name``
+    (``tracked``: False for no TensorBoard, whatever ``cfg`` says)."""
+    return Training(
+        body=worker_body,
+        config=loop_config(cfg, total_steps, run_dir(storage, name), ev, tracked),
+        stream=stream,
+        plan=plan,
+        storage=storage,
+        name=name,
+        keep=cfg.keep_checkpoints,
+        max_failures=cfg.max_failures,
+        set_aside=set_aside_damaged,
+        newest=restore_point,
+        label=f"fine-tuning: {total_steps} steps",
+    )
 
 
 def evaluated(step: int, total: int, at: tuple[int, ...], every: int) -> bool:

@@ -63,12 +63,14 @@ class Transfer:
     tokenizer: PreTrainedTokenizerBase
     """The model's tokenizer now: the target one."""
     partition: Partition
+    """The target vocabulary split into copied, special and new tokens."""
     provenance: pa.Table
     """One row per target id: its kind, source ids and weights (``combine.provenance``)."""
     bridge: BridgeSide
     counterparts: dict[int, int]
     """Target id -> source id of the new tokens that have an exact source counterpart."""
     source_tokens: dict[int, str]
+    """Source id -> token (the report's samples name the sources)."""
 
 
 def input_identities(cfg: TransferSettings) -> dict[str, str]:

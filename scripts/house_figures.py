@@ -213,7 +213,7 @@ LIMITS = {
     "dict_str_any_share": 0.01,
     "largest_module": 600,
     "module_p90": 380,
-    "largest_fan_out": 25,
+    "largest_fan_out": 22,
     "glue_share": 0.46,
     "recipe_imports": 6,
 }

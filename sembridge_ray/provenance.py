@@ -99,8 +99,8 @@ class DevScores(TypedDict, total=False):
 
 
 class InitFacts(TypedDict, total=False):
-    """What the init job records (``init_job.card_facts``); ``base_model``: the hub id it is or was
-    built from."""
+    """What the init job records (``recipes.init.config.card_facts``); ``base_model``: the hub id
+    it is or was built from."""
 
     source_model: str
     target_tokenizer: str

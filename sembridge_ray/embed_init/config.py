@@ -1,10 +1,10 @@
-"""The weighting section of an init config (``InitConfig.weighting``): α and its candidates,
-WECHSEL's softmax, OMP's atoms, the position-aware rule and SemBridge+'s options. Each option
-declares next to itself when a run reads it and whether the init report shows it (:class:`Read`);
-the maths (``InitConfig.rule``), the init report and the ``does nothing`` warnings ask the
-declaration. The run's identity records every option, read or not. The section's keys are also
-accepted without their prefix (``alpha=4``, ``--alpha``, ``alpha: 4`` in a preset), as they always
-were."""
+"""What a transfer reads (:class:`TransferSettings`), and the weighting section of an init config
+(``InitConfig.weighting``): α and its candidates, WECHSEL's softmax, OMP's atoms, the position-aware
+rule and SemBridge+'s options. Each option declares next to itself when a run reads it and whether
+the init report shows it (:class:`Read`); the maths (``InitConfig.rule``), the init report and the
+``does nothing`` warnings ask the declaration. The run's identity records every option, read or
+not. The section's keys are also accepted without their prefix (``alpha=4``, ``--alpha``,
+``alpha: 4`` in a preset), as they always were."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from sembridge_ray.runtime.config import Config, require
+from sembridge_ray.runtime.placement import Precision
 
 MethodName = Literal[
     "sembridge",
@@ -296,3 +297,30 @@ class EntmaxOptions:
     """Divides the cosines first."""
     candidates: int | None = None
     """With α=1: the nearest source tokens kept (None: all, dense rows)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TransferSettings:
+    """What one transfer reads (``embed_init.transfer``): its inputs and the maths' settings, as an
+    init run resolved them (``InitConfig.transfer``: bundled names materialised, precision
+    resolved); none of the run's output, claims or publishing."""
+
+    source_model: str
+    target_tokenizer: str
+    bridge_model: str
+    bias_text: str
+    """The text whose token counts set the new tokens' decoder bias (``bias: frequency`` only)."""
+    trust_remote_code: bool
+    method: MethodName
+    weighting: WeightingConfig
+    """The section as ``method`` reads it (``InitConfig.rule``): no option it does not read."""
+    match: tuple[str, ...]
+    copy_overlap: bool
+    exclude_special_sources: bool
+    bias: str
+    seed: int
+    precision: Precision
+    cache_dir: str
+    """Where the bridge's vectors are cached."""
+    neutral_symbols: bool = True
+    """The position classes' rule (``position.position_class``): False only in an ablation."""

@@ -1,12 +1,12 @@
-"""The init job's reusable steps, without Ray and without the job's config: the bridge side
+"""The transfer's reusable steps, without Ray and without the job's config: the bridge side
 (strings, cache keys, position classes), the source's bridge vectors, and the hot stage (weights and
 composed rows of bridged tokens).
 
 The two heavy stages are injected (:class:`Stages`): in this process for tests and scripts
 (:func:`in_process_stages`), or as an executor's pools (:func:`pool_stages`: Ray Data actor pools
 in ``sembridge_ray.recipes.init.run``). Both call the same pure functions, so they agree bit for
-bit. The job itself (inputs, output claim,
-report, card) is ``sembridge_ray.recipes.init.initialise``."""
+bit. The transfer that runs them is ``sembridge_ray.embed_init.transfer``; the job around it
+(inputs, output claim, writing, card, push) is ``sembridge_ray.recipes.init.initialise``."""
 
 from __future__ import annotations
 

@@ -1,17 +1,66 @@
-"""init_report.json: counts, support sizes (overall and per position class), the exact counterparts
-that get no weight, timings, fingerprints, and the paper's Table 3 sample."""
+"""init_report.json (:func:`init_report`): counts, support sizes (overall and per position class),
+the exact counterparts that get no weight, timings, fingerprints, and the paper's Table 3 sample."""
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import pyarrow as pa
 
 from sembridge_ray.data.schema import KIND, SOURCE_IDS, TARGET_ID, TOKEN, WEIGHTS
+from sembridge_ray.embed_init.bridge import model_fingerprint
+from sembridge_ray.embed_init.config import TransferSettings, WeightingConfig
 from sembridge_ray.embed_init.position import CLASS_NAMES
-from sembridge_ray.embed_init.records import CounterpartStats, Counts, PositionStats, Sample
+from sembridge_ray.embed_init.records import CounterpartStats, Counts, Models, PositionStats, Sample
 from sembridge_ray.embed_init.vocab import Partition
+
+if TYPE_CHECKING:
+    from sembridge_ray.embed_init.records import InitReport
+    from sembridge_ray.embed_init.transfer import Transfer
+
+
+def init_report(
+    named: TransferSettings,
+    section: WeightingConfig,
+    done: Transfer,
+    samples: int,
+    timings: Mapping[str, float],
+) -> InitReport:
+    """The report of a transfer ``done``, in the order init_report.json has always had: its settings
+    (``named``: with the inputs as the user named them; the weighting ``section`` as configured,
+    each option saying whether and when the report carries it: ``embed_init.config.Read``), counts
+    and position statistics, ``timings``, fingerprints, the inputs, and ``samples`` bridged
+    tokens."""
+    prov, keys = done.provenance, done.bridge.keys
+    return cast(
+        "InitReport",
+        {
+            "method": named.method,
+            "alpha": section.alpha,
+            "bias": named.bias,
+            "match": list(named.match),
+            "copy_overlap": named.copy_overlap,
+            "exclude_special_sources": named.exclude_special_sources,
+            **section.reported(named.method),
+            **counts(done.partition, prov),
+            "support_histogram": support_histogram(prov),
+            "position": position_stats(prov, done.bridge.classes["target"], done.counterparts),
+            "timings": {k: round(v, 3) for k, v in timings.items()},
+            "fingerprints": {
+                "source_model": model_fingerprint(named.source_model),
+                "bridge_model": done.bridge.fingerprint,
+                # <bridge>-<tokenizer>[-<precision>]
+                "source_tokenizer": keys["source"].split("-")[1],
+                "target_tokenizer": keys["target"].split("-")[1],
+            },
+            # the inputs as named, with the keys Models declares, in its order
+            "models": {k: getattr(named, k) for k in Models.__annotations__},
+            "samples": sample_rows(prov, done.source_tokens, samples),
+        },
+    )
 
 
 def support_histogram(prov: pa.Table) -> dict[str, int]:

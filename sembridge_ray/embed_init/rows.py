@@ -1,15 +1,14 @@
 """The rows of the target tokens a transfer initialises (those without a source counterpart):
 by the method's explicit rule, bridged (the bridge's vectors, then ``Stages.rows``' weights and
 rows, then the weighting section's post-steps: ``random_blend``, ``norm_scale``,
-``confidence_gate``), or decomposed (fvt). The init job's run (``recipes.init.initialise``) calls
-:func:`new_rows` with the :class:`RowRule` of its config; the stages are in-process or Ray Data
-actor pools."""
+``confidence_gate``), or decomposed (fvt). :func:`~sembridge_ray.embed_init.transfer.transfer`
+calls :func:`new_rows` with its settings; the stages are in-process or Ray Data actor pools."""
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,7 +18,7 @@ import torch
 from sembridge_ray.embed_init import plus
 from sembridge_ray.embed_init.baselines import explicit_rows, require_codable
 from sembridge_ray.embed_init.combine import NewRows, weighted_rows
-from sembridge_ray.embed_init.config import MethodName, WeightingConfig
+from sembridge_ray.embed_init.config import TransferSettings, WeightingConfig
 from sembridge_ray.embed_init.crosslingual import (
     bridge_confidence,
     drop_rows,
@@ -35,7 +34,6 @@ from sembridge_ray.embed_init.pipeline import (
     source_vectors,
 )
 from sembridge_ray.embed_init.vocab import Partition
-from sembridge_ray.runtime.placement import Precision
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -43,21 +41,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, kw_only=True)
-class RowRule:
-    """The settings of an init run that shape its new rows (its config's, resolved)."""
-
-    method: MethodName
-    weighting: WeightingConfig
-    seed: int
-    precision: Precision
-    cache_dir: Path
-    """Where the bridge's vectors are cached."""
-    exclude_special_sources: bool
-
-
 def new_rows(
-    cfg: RowRule,
+    cfg: TransferSettings,
     part: Partition,
     matrices: tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None],
     toks: tuple[PreTrainedTokenizerBase, PreTrainedTokenizerBase],
@@ -102,11 +87,11 @@ def new_rows(
     timings["weights_s"] = time.perf_counter() - start
     # here, not in the actors: the random rows are the random method's, in `rest` order
     if w.random_blend > 0:
-        new = _blend_random(new, rest, e_in, e_out, cfg)
+        new = _blend_random(new, e_in, e_out, cfg)
     if w.norm_scale > 0:
         new = _rescale(new, e_in, e_out, w.norm_scale)
     if w.confidence_gate > 0:
-        targets = torch.from_numpy(bridge.vectors("target", cfg.cache_dir, stages.encode))
+        targets = torch.from_numpy(bridge.vectors("target", Path(cfg.cache_dir), stages.encode))
         sure = bridge_confidence(
             torch.from_numpy(new_vecs), src_vecs[candidates], targets, w.confidence
         )
@@ -121,7 +106,7 @@ def new_rows(
 
 
 def _bridge_vectors(
-    cfg: RowRule,
+    cfg: TransferSettings,
     stages: Stages,
     bridge: BridgeSide,
     source_tok: PreTrainedTokenizerBase,
@@ -131,7 +116,7 @@ def _bridge_vectors(
     """The bridge's vectors (cached, else from ``stages.encode``): every source token's, the
     candidate sources, and the vectors of the target tokens to initialise (``rest``), in its
     order."""
-    cache_dir = cfg.cache_dir
+    cache_dir = Path(cfg.cache_dir)
     src_vecs, candidates = source_vectors(
         bridge.strings["source"],
         bridge.vectors("source", cache_dir, stages.encode),
@@ -167,7 +152,7 @@ def _transform_space(
 
 
 def _rows_context(
-    cfg: RowRule,
+    cfg: TransferSettings,
     part: Partition,
     matrices: tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None],
     toks: tuple[PreTrainedTokenizerBase, PreTrainedTokenizerBase],
@@ -203,19 +188,17 @@ def _rows_context(
 
 
 def _blend_random(
-    new: NewRows, rest: np.ndarray, e_in: torch.Tensor, e_out: torch.Tensor | None, cfg: RowRule
+    new: NewRows, e_in: torch.Tensor, e_out: torch.Tensor | None, cfg: TransferSettings
 ) -> NewRows:
     """``random_blend`` of the bridged rows with the random method's (inputs, and outputs where
-    untied)."""
-    weight = cfg.weighting.random_blend
+    untied; seeded as its rows are, in ``rest`` order)."""
+    n, weight = len(new.target_ids), cfg.weighting.random_blend
     return replace(
         new,
-        inputs=_blend_rows(new.inputs, explicit_rows("random", len(rest), e_in, cfg.seed), weight),
+        inputs=_blend_rows(new.inputs, explicit_rows("random", n, e_in, cfg.seed), weight),
         outputs=None
         if e_out is None or new.outputs is None
-        else _blend_rows(
-            new.outputs, explicit_rows("random", len(rest), e_out, cfg.seed + 1), weight
-        ),
+        else _blend_rows(new.outputs, explicit_rows("random", n, e_out, cfg.seed + 1), weight),
     )
 
 

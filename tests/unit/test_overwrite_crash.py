@@ -23,6 +23,7 @@ from tests.unit.test_outputs import snapshot, unlocked
 CHILD = """
 import json, os, sys
 from sembridge_ray.runtime import outputs
+from sembridge_ray.embed_init import transfer
 from sembridge_ray.recipes.init import initialise as init_job
 from sembridge_ray.recipes.init.config import InitConfig
 
@@ -44,7 +45,7 @@ class DieAfterModel:
             die()
 
 if point == "compute":
-    init_job.composed_model = die  # the rows are computed, nothing of the model composed or written
+    transfer.composed_model = die  # the rows are computed, nothing of the model composed or written
 elif point == "model_written":
     init_job.atomic_path = DieAfterModel
 elif point == "before_swap":

@@ -14,15 +14,16 @@ from __future__ import annotations
 import dataclasses
 import typing
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Literal
 
-from sembridge_ray.embed_init.config import MethodName, WeightingConfig
+from sembridge_ray.embed_init.config import MethodName, TransferSettings, WeightingConfig
 from sembridge_ray.embed_init.methods import BRIDGE_SETTINGS, METHODS
 from sembridge_ray.embed_init.records import InitReport, Sample
 from sembridge_ray.embed_init.vocab import MATCH_RULES
 from sembridge_ray.recipes import OUTPUT, Flag, JobSpec, flags
 from sembridge_ray.runtime.config import Config, canonical_key, coerce, require
+from sembridge_ray.runtime.errors import InputError
 from sembridge_ray.runtime.placement import Precision, ResourceConfig
 from sembridge_ray.runtime.plans import PlanResult, render_plan
 
@@ -195,6 +196,18 @@ class InitConfig(Config):
         """The weighting section as this run reads it (every option its method does not read at its
         default): what the maths receives, so no option it does not read can reach it."""
         return self.weighting.for_method(self.method, METHODS[self.method].uses_bridge)
+
+    def transfer(self, neutral_symbols: bool = True) -> TransferSettings:
+        """What the transfer of this run reads: its keys of the same names, the weighting section as
+        the method reads it (:attr:`rule`); ``neutral_symbols``: an ablation, no config key."""
+        keys = {f.name for f in fields(TransferSettings)} - {"weighting", "neutral_symbols"}
+        own = {key: getattr(self, key) for key in keys}
+        return TransferSettings(**own, weighting=self.rule, neutral_symbols=neutral_symbols)
+
+    def require_inputs(self, note: str = "") -> None:
+        """Refuse a config without the inputs every run needs (flags the command line requires)."""
+        if not (self.source_model and self.target_tokenizer and self.output):
+            raise InputError(f"--model, --target-tokenizer and --output are required{note}")
 
     def check(self) -> None:
         require(

@@ -284,10 +284,5 @@ def init_dry_run(cfg: InitConfig) -> Plan:
 
 def init_dry_run_result(cfg: InitConfig) -> PlanResult:
     """The init job's dry run (pure: imports no Ray, contacts nothing, writes nothing)."""
-    if not cfg.source_model or not cfg.target_tokenizer or not cfg.output:
-        from sembridge_ray.runtime.errors import InputError
-
-        raise InputError(
-            "--model, --target-tokenizer and --output are required (also with --dry-run)"
-        )
+    cfg.require_inputs(" (also with --dry-run)")
     return PlanResult(plan=init_dry_run(cfg), json=cfg.json)

@@ -1,8 +1,8 @@
 """The fine-tuning as an executor runs it (:func:`fine_tuning`), and a worker's whole run in it
 (:func:`worker_body`), the same code on a Ray Train worker and in one process (the executor's
-:class:`~sembridge_ray.runtime.executor.TrainContext` says which): the
-model, AdamW and RNG restored or seeded, the steps of ``sparse.loop.train``, development
-evaluations, logs, TensorBoard, checkpoints and reports."""
+:class:`~sembridge_ray.runtime.executor.TrainContext` says which): the model, AdamW and RNG
+restored or seeded, the steps of ``sparse.loop.train``, development evaluations, logs,
+TensorBoard, checkpoints and reports."""
 
 from __future__ import annotations
 
@@ -73,22 +73,6 @@ class Evaluation:
     work: Path
 
 
-def loop_config(
-    cfg: FinetuneConfig, total_steps: int, run_dir: str, ev: Evaluation, tracked: bool = True
-) -> LoopConfig:
-    """The :class:`LoopConfig` of a run (``tracked``: False for no TensorBoard, whatever ``cfg``
-    says)."""
-    tensorboard = cfg.tensorboard and tracked
-    return {
-        "cfg": cfg.to_dict(),
-        "total_steps": total_steps,
-        "run_dir": run_dir,
-        "dev": ev.dev,
-        "eval_every": ev.every,
-        "tensorboard": str((ev.work / TENSORBOARD_DIR).resolve()) if tensorboard else "",
-    }
-
-
 def fine_tuning(
     cfg: FinetuneConfig,
     stream: Path,
@@ -102,9 +86,18 @@ def fine_tuning(
     """The fine-tuning as its executor runs it: every worker's :func:`worker_body`, checkpoints by
     ``sparse.checkpoints``' rules, ``plan``'s workers, the checkpoints under ``storage/name``
     (``tracked``: False for no TensorBoard, whatever ``cfg`` says)."""
+    tensorboard = str((ev.work / TENSORBOARD_DIR).resolve()) if cfg.tensorboard and tracked else ""
+    config: LoopConfig = {
+        "cfg": cfg.to_dict(),
+        "total_steps": total_steps,
+        "run_dir": run_dir(storage, name),
+        "dev": ev.dev,
+        "eval_every": ev.every,
+        "tensorboard": tensorboard,
+    }
     return Training(
         body=worker_body,
-        config=loop_config(cfg, total_steps, run_dir(storage, name), ev, tracked),
+        config=config,
         stream=stream,
         plan=plan,
         storage=storage,
@@ -213,13 +206,12 @@ def _restore_dir(ctx: TrainContext, run_dir: str) -> Iterator[Path | None]:
 def _loop_plan(cfg: FinetuneConfig, total: int) -> loop.LoopPlan:
     """What ``sparse.loop.train`` runs: the steps, the global batch, the loss, clipping, precision
     and logging."""
-    bf16 = cfg.precision == "bf16"  # resolved by the driver (run_finetune), never per worker
     return loop.LoopPlan(
         total_steps=total,
         global_batch=cfg.optim.batch_size,
         loss=cfg.loss,
         clip_norm=cfg.optim.clip_norm,
-        bf16=bf16,
+        bf16=cfg.precision == "bf16",  # resolved by the driver (run_finetune), never per worker
         log_every=cfg.log_every,
     )
 
@@ -275,7 +267,6 @@ class _Steps:
             history.append({"step": 0, **dev.evaluate(0)})
             if tracker is not None:
                 tracker.write(history[-1])
-        total = int(config["total_steps"])
         return cls(
             cfg=cfg,
             config=config,
@@ -285,7 +276,7 @@ class _Steps:
             dev=dev,
             tracker=tracker,
             start=start,
-            total=total,
+            total=int(config["total_steps"]),
         )
 
     def close(self) -> None:
@@ -357,9 +348,8 @@ class _Steps:
     def _checkpoint(self, step: int, metrics: dict[str, float] | None) -> None:
         """Every rank's checkpoint part of step ``step`` (its weights checked finite first)."""
         encoder, optimizer, scheduler = self.training
-        # Never a checkpoint of weights that diverged: the newest finite one stays the one a rerun
-        # resumes from. Every worker holds the same weights (DDP), so every worker stops here
-        # together.
+        # never a checkpoint of diverged weights (the newest finite one stays the one a rerun
+        # resumes from); every worker holds the same weights (DDP), so all stop here together
         require_finite(
             encoder.state_dict(), f"training diverged at step {step}", loop.DIVERGED_HINT
         )

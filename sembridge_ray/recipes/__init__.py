@@ -124,10 +124,12 @@ class JobSpec(Generic[C, R]):
         """Import the job's driver and run ``cfg`` through it on the Ray executor (a dry run,
         which starts nothing, without one)."""
         if self.dry_driver and getattr(cfg, "dry_run", False):
-            return _function(self.dry_driver)(cfg)
+            plan: Callable[[C], R] = _function(self.dry_driver)
+            return plan(cfg)
         from sembridge_ray.distributed.executor import RayExecutor  # Ray only when a job runs
 
-        return _function(self.driver)(cfg, executor=RayExecutor())
+        driver: Callable[..., R] = _function(self.driver)
+        return driver(cfg, executor=RayExecutor())
 
 
 def _function(target: str) -> Callable[..., Any]:

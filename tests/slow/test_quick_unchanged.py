@@ -7,7 +7,8 @@ numbers are compared to a relative 1e-6 (the tensors' statistics to 1e-5; counts
 zero to 1e-4, :data:`NONZERO`; attention key biases, which get no gradient, not at all,
 :data:`NO_GRADIENT`), not bit for bit, so the test does not hinge on the CPU's float kernels. On
 one machine the redesign's outputs were also byte-identical (the closing note of the redesign gives
-the sha256 comparison).
+the sha256 comparison). The same quick on the in-process executor, without Ray, computes the same
+record.
 
     python -m tests.slow.test_quick_unchanged record OUTPUT   # rewrite the record from a quick run
 """
@@ -17,7 +18,9 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -93,12 +96,8 @@ def _same_table(before: str, after: str) -> list[str]:
     return differ
 
 
-@pytest.mark.slow
-def test_the_quick_computes_what_it_computed_before(tmp_path: Path) -> None:
-    from jobs import reproduce
-
-    out = tmp_path / "quick"
-    assert reproduce.main(["--preset", "quick", "--output", str(out)]) == 0
+def assert_the_record(out: Path) -> None:
+    """The quick run in ``out`` computed what the record holds (to the tolerances above)."""
     before = json.loads(RECORD.read_text(encoding="utf-8"))
     after = figures(out)
     assert _same_table(str(before["results_md"]), str(after["results_md"])) == []
@@ -120,6 +119,50 @@ def test_the_quick_computes_what_it_computed_before(tmp_path: Path) -> None:
                 continue
             assert math.isclose(now[name][0], total, rel_tol=1e-5, abs_tol=1e-4), (model, name)
             assert math.isclose(now[name][1], norm, rel_tol=1e-5), (model, name)
+
+
+@pytest.mark.slow
+def test_the_quick_computes_what_it_computed_before(tmp_path: Path) -> None:
+    from jobs import reproduce
+
+    out = tmp_path / "quick"
+    assert reproduce.main(["--preset", "quick", "--output", str(out)]) == 0
+    assert_the_record(out)
+
+
+IN_PROCESS = """
+import sys
+from pathlib import Path
+
+from sembridge_ray.cli import parse_config
+from sembridge_ray.recipes.reproduce.config import JOB, ReproduceConfig
+from sembridge_ray.recipes.reproduce.run import run_reproduce
+from sembridge_ray.runtime.executor import LocalExecutor
+
+argv = ["--preset", "quick", "--output", sys.argv[1]]
+cfg, _ = parse_config(ReproduceConfig, argv, flags=JOB.flags, job="reproduce")
+result = run_reproduce(cfg, executor=LocalExecutor())
+assert not result.failures, result.failures
+assert "ray" not in sys.modules, "Ray was imported"
+"""
+
+
+@pytest.mark.slow
+def test_the_quick_in_this_process_computes_the_same_without_ray(tmp_path: Path) -> None:
+    """The whole reproduction on the in-process executor (every stage's pools, training and search
+    in one process): Ray is never imported, and it computes the record."""
+    out = tmp_path / "quick"
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    done = subprocess.run(
+        [sys.executable, "-c", IN_PROCESS, str(out)],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert_the_record(out)
 
 
 def test_the_table_comparison_allows_one_unit_of_the_last_digit_and_nothing_else() -> None:

@@ -20,6 +20,7 @@ import dataclasses
 import json
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import cast
 
@@ -109,9 +110,11 @@ def run_target_export(cfg: ExportConfig, executor: Executor) -> ExportResult:
             write_checkpoint(work / "model")
             model, model_id = resolve_model(str(work / "model"))
             require_tokenizer(model)
-        report = _export_into(
-            work, found, cfg, model, (model_id, data_id), data, qids, pinned, executor
-        )
+
+        def encode() -> tuple[Vectors, Vectors]:
+            return _encoded(cfg, work, model, (model_id, data_id), data, qids, pinned, executor)
+
+        report = _export_into(work, found, cfg, model, data, encode)
         pinned()
         atomic_write_json(work / REPORT, report)
         if report["passed"]:
@@ -141,16 +144,13 @@ def _export_into(
     found: ExportTarget,
     cfg: ExportConfig,
     model: str,
-    identities: tuple[str, str],
     data: RetrievalData,
-    qids: list[str],
-    pinned: Pin,
-    executor: Executor,
+    encode: Callable[[], tuple[Vectors, Vectors]],
 ) -> ExportReport:
-    """Encode (cached), build the target in ``work``, search it and compare with the exact search:
-    the report."""
+    """Encode (``encode``: cached), build the target in ``work``, search it and compare with the
+    exact search: the report."""
     start = time.perf_counter()
-    docs, queries = _encoded(cfg, work, model, identities, data, qids, pinned, executor)
+    docs, queries = encode()
     encoded = time.perf_counter()
     log.info(
         "export: %d documents, %d queries encoded; building %s", len(docs), len(queries), found.name

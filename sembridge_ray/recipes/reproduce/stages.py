@@ -127,7 +127,8 @@ def cell_stages(
     (``assets.bm25``) where there is one."""
     stages: list[Stage] = []
     for seed in range(cell.seeds):
-        s = _Seed(cfg, cell, cell_paths(Path(cfg.output), cell, seed), assets, gpus, identify)
+        paths = cell_paths(Path(cfg.output), cell, seed)
+        s = _Seed(cfg=cfg, cell=cell, paths=paths, assets=assets, gpus=gpus, identify=identify)
         own_init = seed == 0 or cell.init_seeded
         init = s.init()
         stages += [init] if own_init else []
@@ -150,7 +151,7 @@ def _named(name: str, seed: int) -> str:
     return name if seed == 0 else f"seed-{seed}/{name}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class _Seed:
     """One seed of a cell: what each of its stages is built from."""
 

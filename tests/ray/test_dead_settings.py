@@ -19,6 +19,7 @@ from sembridge_ray.recipes.finetune import run as finetune_driver
 from sembridge_ray.recipes.finetune.config import FinetuneConfig, OptimConfig
 from sembridge_ray.retrieval.sources import resolve_dataset, resolve_model
 from sembridge_ray.runtime.config import Config
+from sembridge_ray.runtime.executor import LocalExecutor
 from sembridge_ray.runtime.placement import ResourceConfig
 from tests.dead_settings import Harness, check, copy_input, every_key_is_covered, files_of
 from tests.unit.test_dead_settings import tiny_beir
@@ -91,9 +92,10 @@ def _weights(model: Path) -> dict[str, np.ndarray]:
 def test_one_ray_train_worker_is_the_local_run_and_two_train_apart(
     ray_cluster, fixtures_root: Path, tmp_path: Path
 ) -> None:
-    """``run_local`` (what the unit dead-setting check trains) is the job with one worker, to float
-    rounding (the worker's threads sum in another order); two workers train apart (each draws its
-    own dropout masks), which is why the worker count is in the identity."""
+    """The job on the in-process executor (what the unit dead-setting check trains) is the job with
+    one Ray Train worker, to float rounding (the worker's threads sum in another order); two workers
+    train apart (each draws its own dropout masks), which is why the worker count is in the
+    identity."""
     beir = tiny_beir(tmp_path / "beir")
     cfg = FinetuneConfig(
         model=str(fixtures_root / "bert-splade"),
@@ -104,7 +106,8 @@ def test_one_ray_train_worker_is_the_local_run_and_two_train_apart(
         optim=OptimConfig(batch_size=4, lr=1e-3),
         resources=ResourceConfig(workers=1),
     )
-    local = _weights(finetune_driver.run_local(replace(cfg, output="local"), tmp_path / "local"))
+    here = replace(cfg, output=str(tmp_path / "local"))
+    local = _weights(Path(finetune_driver.run_finetune(here, executor=LocalExecutor()).model))
     one = _weights(
         Path(
             finetune_driver.run_finetune(

@@ -1,8 +1,8 @@
 """Every setting does what it says (issue 33): on tiny fixtures, perturbing a key a run's identity
 records changes the job's output, and perturbing a key it leaves out does not
 (``tests/dead_settings.py`` says how). Here the jobs that run in one process without Ray: init (the
-job itself), fine-tuning (``run_local``: the job's worker body, checkpoints and export with one
-worker) and MaLSTM (``run_local``: its preparation, restarts and results).
+job itself), fine-tuning (the job itself, on the in-process executor) and MaLSTM (``run_local``: its
+preparation, restarts and results).
 ``tests/ray/test_dead_settings.py`` checks evaluate, and fine-tuning's worker count, on Ray."""
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from sembridge_ray.recipes.malstm import run as malstm_driver
 from sembridge_ray.recipes.malstm.config import MalstmConfig
 from sembridge_ray.resources import sick_dir, sts_dir
 from sembridge_ray.runtime.config import Config
+from sembridge_ray.runtime.executor import LocalExecutor
 from tests.dead_settings import Harness, check, copy_input, every_key_is_covered, files_of
 
 RAY_AND_RERUNS = {
@@ -168,8 +169,8 @@ def test_every_init_setting_does_what_its_identity_says(
 
 def run_finetune(cfg: Config, out: Path) -> dict[str, Any]:
     assert isinstance(cfg, FinetuneConfig)
-    model = finetune_driver.run_local(cfg, out)
-    found = files_of(model)
+    model = finetune_driver.run_finetune(replace(cfg, output=str(out)), executor=LocalExecutor())
+    found = files_of(Path(model.model))
     found["metrics.jsonl"] = files_of(out, skip=())["metrics.jsonl"]
     return found
 
@@ -187,7 +188,7 @@ def finetune_harness(fixtures_root: Path, tmp_path_factory: pytest.TempPathFacto
             "max_query_length": 12,
             "max_doc_length": 16,
             "log_every": 1,
-            "output": "out",  # required by the job; run_local writes into its own directory
+            "output": "out",  # each run writes into a fresh directory of its own
             "precision": "fp32",
             "resources": {"workers": 1},
             "optim": {"batch_size": 4, "lr": 1e-3},
@@ -202,7 +203,7 @@ def finetune_harness(fixtures_root: Path, tmp_path_factory: pytest.TempPathFacto
             **RAY_AND_RERUNS,
             "storage": "where checkpoints go (a path or s3://): tests/ray/test_finetune_resume.py",
             "tensorboard": "writes event files beside the output (tests/ray/test_finetune_eval.py)",
-            "output": "where the run writes: run_local writes into a fresh directory each time",
+            "output": "where the run writes: each run writes into a fresh directory",
         },
         values={
             "eval": str(beir),

@@ -35,7 +35,7 @@ from sembridge_ray.recipes.finetune.worker import (
 from sembridge_ray.retrieval.dev import DevSet, load_dev
 from sembridge_ray.runtime.config import write_config
 from sembridge_ray.runtime.errors import InputError
-from sembridge_ray.runtime.executor import Executor, LocalExecutor
+from sembridge_ray.runtime.executor import Executor
 from sembridge_ray.runtime.identity import RunIdentity, model_identity, require_unchanged
 from sembridge_ray.runtime.outputs import atomic_write_json, claim_output, preflight
 from sembridge_ray.runtime.placement import Placement
@@ -232,31 +232,6 @@ def stream_info(cfg: FinetuneConfig) -> StreamInfo:
         seed=cfg.seed,
         batch_sampler=cfg.batch_sampler,
     )
-
-
-def run_local(cfg: FinetuneConfig, work: Path) -> Path:
-    """The fine-tuning job's computation in this process, one worker, no Ray, into ``work``: the
-    same training stream, the same worker body, the same checkpoints and the same export of the
-    published weights (``select``) as :func:`run_finetune` with one worker; ``work/model`` and
-    ``work/metrics.jsonl`` as the job writes them (no claim, identity or ``_SUCCESS``: not an output
-    of the job). For tests and studies that train many tiny variants
-    (``tests/unit/test_dead_settings.py``)."""
-    cfg.require_inputs()
-    named = cfg
-    cfg = cfg.resolved()
-    executor = LocalExecutor()
-    cfg = replace(cfg, precision=executor.precision(cfg.precision, cfg.resources, reserve=False))
-    if cfg.resources.workers != 1:
-        raise InputError(f"run_local trains one worker, not {cfg.resources.workers}")
-    dev = load_dev(cfg.eval, cfg.eval_split, cfg.eval_max_queries) if cfg.eval else None
-    stream, info = materialise_stream(stream_info(cfg), work / DATA_DIR)
-    ev = Evaluation(dev=dev, every=eval_steps(cfg, info.total_steps), work=work)
-    plan = executor.placement(cfg.resources, reserve=False)
-    storage = str(work / CHECKPOINT_DIR)
-    training = fine_tuning(cfg, stream, info.total_steps, plan, storage, "local", ev, tracked=False)
-    with executor.train(training) as final:
-        export_checkpoint(final, cfg, work, info.total_steps, training.run_dir, named)
-    return work / MODEL_DIR
 
 
 def eval_steps(cfg: FinetuneConfig, total_steps: int) -> int:

@@ -81,12 +81,10 @@ def fine_tuning(
     storage: str,
     name: str,
     ev: Evaluation,
-    tracked: bool = True,
 ) -> Training:
     """The fine-tuning as its executor runs it: every worker's :func:`worker_body`, checkpoints by
-    ``sparse.checkpoints``' rules, ``plan``'s workers, the checkpoints under ``storage/name``
-    (``tracked``: False for no TensorBoard, whatever ``cfg`` says)."""
-    tensorboard = str((ev.work / TENSORBOARD_DIR).resolve()) if cfg.tensorboard and tracked else ""
+    ``sparse.checkpoints``' rules, ``plan``'s workers, the checkpoints under ``storage/name``."""
+    tensorboard = str((ev.work / TENSORBOARD_DIR).resolve()) if cfg.tensorboard else ""
     config: LoopConfig = {
         "cfg": cfg.to_dict(),
         "total_steps": total_steps,

@@ -130,7 +130,9 @@ def _resolved(cfg: InitConfig) -> InitConfig:
     resolved for this process (``run_init`` resolves it for the actors before building them)."""
     names = (cfg.source_model, cfg.target_tokenizer, cfg.bridge_model)
     source, target, bridge = map(resolve, names)
-    precision = local_precision(cfg.precision, use_gpu=pick_device() == "cuda")
+    precision = cfg.precision  # a set one as it is: no device is probed for it
+    if precision == "auto":
+        precision = local_precision(precision, use_gpu=pick_device() == "cuda")
     return replace(
         cfg, source_model=source, target_tokenizer=target, bridge_model=bridge, precision=precision
     )

@@ -30,7 +30,7 @@ from xling_diagnose import Inputs, dev_scores, parse_tokenizers
 
 from sembridge_ray.languages import CODES
 from sembridge_ray.recipes.init.config import InitConfig
-from sembridge_ray.recipes.init.initialise import initialise
+from sembridge_ray.recipes.init.run import initialise
 from sembridge_ray.recipes.reproduce.compare import paired_test
 from sembridge_ray.retrieval.dev import load_judged
 from sembridge_ray.runtime.config import coerce

@@ -124,7 +124,7 @@ def run_variant(
 ) -> dict[str, Any]:
     """Init, zero-shot score; with ``finetune`` (a FinetuneConfig) also fine-tune (Ray Train) and
     score again."""
-    from sembridge_ray.recipes.init.initialise import initialise
+    from sembridge_ray.recipes.init.run import initialise
 
     assets = Path(base.source_model).parent.parent  # ASSETS/minilm-splade/model
     overrides = {

@@ -6,7 +6,7 @@ The two heavy stages are injected (:class:`Stages`): in this process for tests a
 (:func:`in_process_stages`), or as an executor's pools (:func:`pool_stages`: Ray Data actor pools
 in ``sembridge_ray.recipes.init.run``). Both call the same pure functions, so they agree bit for
 bit. The transfer that runs them is ``sembridge_ray.embed_init.transfer``; the job around it
-(inputs, output claim, writing, card, push) is ``sembridge_ray.recipes.init.initialise``."""
+(inputs, output claim, writing, card, push) is ``sembridge_ray.recipes.init.run``."""
 
 from __future__ import annotations
 

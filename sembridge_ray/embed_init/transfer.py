@@ -9,7 +9,7 @@ complete, that the inputs are still those identified.
 
 Its settings are its own (:class:`~sembridge_ray.embed_init.config.TransferSettings`); the job's
 config, its output claim, the writing, the report, the card and the push are the init recipe's
-(``sembridge_ray.recipes.init.initialise``)."""
+(``sembridge_ray.recipes.init.run``)."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ from sembridge_ray.model_card import CARD, render
 from sembridge_ray.provenance import read_provenance
 from sembridge_ray.publish import scores_of
 from sembridge_ray.recipes.init.config import InitConfig
-from sembridge_ray.recipes.init.initialise import initialise
+from sembridge_ray.recipes.init.run import initialise
 from sembridge_ray.retrieval.store import parquet_files, read_vectors
 from sembridge_ray.runtime.identity import path_identity
 from sembridge_ray.runtime.manifest import is_complete, output_fingerprint

@@ -19,8 +19,7 @@ from sembridge_ray.distributed.executor import RayExecutor
 from sembridge_ray.embed_init import bridge
 from sembridge_ray.embed_init.config import MethodName
 from sembridge_ray.recipes.init.config import InitConfig
-from sembridge_ray.recipes.init.initialise import initialise
-from sembridge_ray.recipes.init.run import run_init
+from sembridge_ray.recipes.init.run import initialise, run_init
 from sembridge_ray.runtime.placement import ResourceConfig
 
 

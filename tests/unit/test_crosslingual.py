@@ -87,7 +87,7 @@ def test_dropped_rows_lose_their_weights_and_no_other_row_changes() -> None:
 
 def _init(fixtures_root: Path, out: Path, method: str, **weighting: object) -> Path:
     from sembridge_ray.recipes.init.config import InitConfig
-    from sembridge_ray.recipes.init.initialise import initialise
+    from sembridge_ray.recipes.init.run import initialise
 
     cfg = InitConfig(
         source_model=str(fixtures_root / "bert-mlm"),

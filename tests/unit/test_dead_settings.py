@@ -16,9 +16,9 @@ import pytest
 
 from sembridge_ray.recipes.finetune import run as finetune_driver
 from sembridge_ray.recipes.finetune.config import FinetuneConfig
-from sembridge_ray.recipes.init import initialise as init_job
+from sembridge_ray.recipes.init import run as init_job
 from sembridge_ray.recipes.init.config import InitConfig
-from sembridge_ray.recipes.init.initialise import initialise
+from sembridge_ray.recipes.init.run import initialise
 from sembridge_ray.recipes.malstm import run as malstm_driver
 from sembridge_ray.recipes.malstm.config import MalstmConfig
 from sembridge_ray.resources import sick_dir, sts_dir

@@ -19,7 +19,7 @@ from sentence_transformers import SentenceTransformer, SparseEncoder
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
 from sembridge_ray.recipes.init.config import InitConfig
-from sembridge_ray.recipes.init.initialise import initialise
+from sembridge_ray.recipes.init.run import initialise
 from sembridge_ray.runtime.errors import InputError
 from sembridge_ray.runtime.outputs import is_complete
 

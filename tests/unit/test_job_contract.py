@@ -22,7 +22,7 @@ from sembridge_ray.cli import run_job, user_error
 from sembridge_ray.recipes.evaluate.config import EvaluateConfig
 from sembridge_ray.recipes.finetune.config import FinetuneConfig, OptimConfig
 from sembridge_ray.recipes.init.config import InitConfig
-from sembridge_ray.recipes.init.initialise import initialise
+from sembridge_ray.recipes.init.run import initialise
 from sembridge_ray.recipes.malstm.config import MalstmConfig
 from sembridge_ray.recipes.reproduce.config import ReproduceConfig
 from sembridge_ray.runtime.config import ConfigError
@@ -291,7 +291,7 @@ def test_read_only_and_full_filesystems_are_one_line(
     )
     monkeypatch.undo()
 
-    import sembridge_ray.recipes.init.initialise as init_job
+    import sembridge_ray.recipes.init.run as init_job
 
     weights = Path(init_cfg.output) / "model" / "model.safetensors"
 

@@ -40,7 +40,7 @@ from sembridge_ray.publish import PUSHED, SCORED, evaluation, publish, scores_of
 from sembridge_ray.recipes.finetune.config import FinetuneConfig
 from sembridge_ray.recipes.finetune.final_model import card_provenance
 from sembridge_ray.recipes.init.config import InitConfig
-from sembridge_ray.recipes.init.initialise import initialise
+from sembridge_ray.recipes.init.run import initialise
 from sembridge_ray.recipes.reproduce import demo
 from sembridge_ray.recipes.reproduce.config import DemoSettings
 from sembridge_ray.resources import asset, sick_dir

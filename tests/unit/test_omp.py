@@ -22,7 +22,7 @@ from sembridge_ray.embed_init.config import WeightingConfig
 from sembridge_ray.embed_init.pipeline import RowsContext, compute_rows
 from sembridge_ray.embed_init.vocab import partition_vocab
 from sembridge_ray.recipes.init.config import InitConfig
-from sembridge_ray.recipes.init.initialise import initialise
+from sembridge_ray.recipes.init.run import initialise
 from sembridge_ray.runtime.config import ConfigError
 from sembridge_ray.runtime.errors import InputError
 from sembridge_ray.runtime.outputs import is_complete

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from sembridge_ray.recipes.init.config import InitConfig
-from sembridge_ray.recipes.init.initialise import initialise
+from sembridge_ray.recipes.init.run import initialise
 from sembridge_ray.runtime.outputs import LOCK, is_complete, staging_dir
 from tests.conftest import REPO
 from tests.unit.test_outputs import snapshot, unlocked
@@ -24,7 +24,7 @@ CHILD = """
 import json, os, sys
 from sembridge_ray.runtime import outputs
 from sembridge_ray.embed_init import transfer
-from sembridge_ray.recipes.init import initialise as init_job
+from sembridge_ray.recipes.init import run as init_job
 from sembridge_ray.recipes.init.config import InitConfig
 
 cfg, point = InitConfig.from_dict(json.loads(sys.argv[1])), sys.argv[2]

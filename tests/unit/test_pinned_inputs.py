@@ -17,7 +17,7 @@ import pytest
 
 from sembridge_ray.embed_init.pipeline import Stages
 from sembridge_ray.recipes.init.config import InitConfig
-from sembridge_ray.recipes.init.initialise import initialise, local_stages
+from sembridge_ray.recipes.init.run import initialise, local_stages
 from sembridge_ray.runtime.identity import InputChanged, path_identity, require_unchanged
 from sembridge_ray.runtime.outputs import SUCCESS
 

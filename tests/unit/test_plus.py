@@ -20,7 +20,7 @@ from sembridge_ray.embed_init import plus, weighting
 from sembridge_ray.embed_init.methods import SEMBRIDGE_PLUS
 from sembridge_ray.embed_init.vocab import VocabIndex, canonical, tokenizer_family
 from sembridge_ray.recipes.init.config import InitConfig
-from sembridge_ray.recipes.init.initialise import initialise
+from sembridge_ray.recipes.init.run import initialise
 from sembridge_ray.runtime.config import ConfigError
 from tests.unit.test_position import NGRAM_STAGES
 

@@ -37,7 +37,7 @@ from sembridge_ray.embed_init.records import InitReport
 from sembridge_ray.embed_init.report import position_stats
 from sembridge_ray.embed_init.weighting import bridge_weights
 from sembridge_ray.recipes.init.config import InitConfig
-from sembridge_ray.recipes.init.initialise import initialise
+from sembridge_ray.recipes.init.run import initialise
 
 W, C, N = INITIAL, CONTINUATION, NEUTRAL  # word-initial, continuation, neutral
 

@@ -54,7 +54,7 @@ from transformers import BertTokenizer, XLMRobertaTokenizer
 from sembridge_ray import testing
 from sembridge_ray.embed_init.bridge import vocab_strings
 from sembridge_ray.recipes.init.config import InitConfig
-from sembridge_ray.recipes.init.initialise import initialise
+from sembridge_ray.recipes.init.run import initialise
 from sembridge_ray.sparse.model import load_tokenizer
 
 DATA = Path(__file__).resolve().parent.parent / "data"

@@ -16,7 +16,7 @@ from jobs import finetune, init_embeddings
 from sembridge_ray.model_card import CARD
 from sembridge_ray.publish import PUSHED
 from sembridge_ray.recipes.init.config import InitConfig
-from sembridge_ray.recipes.init.initialise import initialise
+from sembridge_ray.recipes.init.run import initialise
 from sembridge_ray.sparse import model as sparse_model
 from tests.conftest import error_lines
 
@@ -100,7 +100,7 @@ def test_a_finished_output_is_pushed_by_a_rerun_without_recomputing(
         return f"https://hub/{repo}"
 
     monkeypatch.setattr(sparse_model, "push_model", push)
-    monkeypatch.setattr("sembridge_ray.recipes.init.initialise.check_push", lambda repo: None)
+    monkeypatch.setattr("sembridge_ray.recipes.init.run.check_push", lambda repo: None)
     stamp = (Path(first.output) / "_SUCCESS").stat().st_mtime_ns
     again = initialise(replace(cfg, push_to_hub="org/model"))
     assert again.skipped and again.pushed == "https://hub/org/model"
@@ -126,7 +126,7 @@ def test_scores_that_are_not_a_finished_evaluation_are_refused_before_any_work(
     """``--scores`` names outputs whose scores the pushed card shows: one that is not a finished
     evaluate or export output is one line (exit 2) before any work; without ``--push-to-hub`` the
     key is refused as unused."""
-    monkeypatch.setattr("sembridge_ray.recipes.init.initialise.check_push", lambda repo: None)
+    monkeypatch.setattr("sembridge_ray.recipes.init.run.check_push", lambda repo: None)
     half = tmp_path / "eval"
     half.mkdir()
     (half / "metrics.json").write_text("{}")
@@ -163,7 +163,7 @@ def test_scores_of_another_model_are_refused_before_the_run(
         write_success(out)
         return out
 
-    monkeypatch.setattr("sembridge_ray.recipes.init.initialise.check_push", lambda repo: None)
+    monkeypatch.setattr("sembridge_ray.recipes.init.run.check_push", lambda repo: None)
     other = evaluation_of("run:init:0123456789abcdef01234567/model", tmp_path / "other")
     argv = [*init_args(fixtures_root, tmp_path / "init", "org/model"), "--scores", str(other)]
     assert init_embeddings.main(argv) == 2

@@ -15,7 +15,7 @@ import pytest
 from sembridge_ray.data.sick import read_sick_split
 from sembridge_ray.recipes.evaluate.config import EvaluateConfig
 from sembridge_ray.recipes.init.config import InitConfig
-from sembridge_ray.recipes.init.initialise import initialise
+from sembridge_ray.recipes.init.run import initialise
 from sembridge_ray.resources import sick_dir
 from sembridge_ray.sparse.encode import encode_texts
 from sembridge_ray.sparse.model import load_sparse_encoder

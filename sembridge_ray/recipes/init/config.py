@@ -14,9 +14,10 @@ from __future__ import annotations
 import dataclasses
 import typing
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar, Literal
 
+from sembridge_ray.bundled import resolve
 from sembridge_ray.embed_init.config import MethodName, TransferSettings, WeightingConfig
 from sembridge_ray.embed_init.methods import BRIDGE_SETTINGS, METHODS
 from sembridge_ray.embed_init.records import InitReport, Sample
@@ -203,6 +204,13 @@ class InitConfig(Config):
         keys = {f.name for f in fields(TransferSettings)} - {"weighting", "neutral_symbols"}
         own = {key: getattr(self, key) for key in keys}
         return TransferSettings(**own, weighting=self.rule, neutral_symbols=neutral_symbols)
+
+    def resolved(self) -> InitConfig:
+        """This config with bundled names (source model, target tokenizer, bridge model)
+        materialised to paths, for the workers."""
+        names = (self.source_model, self.target_tokenizer, self.bridge_model)
+        source, target, bridge = map(resolve, names)
+        return replace(self, source_model=source, target_tokenizer=target, bridge_model=bridge)
 
     def require_inputs(self, note: str = "") -> None:
         """Refuse a config without the inputs every run needs (flags the command line requires)."""

@@ -29,7 +29,7 @@ import itertools
 import json
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -309,51 +309,51 @@ def load_arcd(lang: str, split: str, root: Path | None = None) -> RetrievalData:
     return load("arcd", lang, split, root)
 
 
+def _bundled(
+    name: str,
+    loader: SquadLoader,
+    licence: str,
+    file_names: Callable[[str], tuple[str, ...]],
+    *,
+    training: bool = False,
+) -> SquadSource:
+    """Source ``name``, bundled under ``data/<name>`` for the languages whose :mod:`languages` rows
+    list it, the languages it reads; ``training``: training data only (every article in
+    ``train``), with no ``@DIR``."""
+    here = bundled_in(name)
+    return SquadSource(
+        name=name,
+        loader=loader,
+        licence=licence,
+        languages=here,
+        bundled_languages=here,
+        bundled=f"data/{name}",
+        file_names=file_names,
+        split_rule=training_only if training else article_splits,
+        mirror=not training,
+    )
+
+
 SOURCES: Mapping[str, SquadSource] = {
-    "xquad": SquadSource(
-        name="xquad",
-        loader=load_xquad,
-        licence="CC BY-SA 4.0",
-        languages=None,
-        bundled_languages=("en", *bundled_in("xquad")),
-        bundled="data/xquad",
-        file_names=lambda lang: (f"xquad.{lang}.json",),
-        split_rule=article_splits,
-        mirror=True,
-    ),
-    "korquad": SquadSource(
-        name="korquad",
-        loader=load_korquad,
-        licence="CC BY-ND 2.0 KR",
-        languages=bundled_in("korquad"),
-        bundled_languages=bundled_in("korquad"),
-        bundled="data/korquad",
-        file_names=lambda lang: ("KorQuAD_v1.0_dev.json",),
-        split_rule=article_splits,
-        mirror=True,
-    ),
-    "cmrc2018": SquadSource(
-        name="cmrc2018",
-        loader=load_cmrc2018,
-        licence="CC BY-SA 4.0",
-        languages=bundled_in("cmrc2018"),
-        bundled_languages=bundled_in("cmrc2018"),
-        bundled="data/cmrc2018",
-        file_names=lambda lang: ("cmrc2018_dev.json", "cmrc2018_trial.json"),
-        split_rule=training_only,
-        mirror=False,
-    ),
-    "arcd": SquadSource(
-        name="arcd",
-        loader=load_arcd,
-        licence="MIT",
-        languages=bundled_in("arcd"),
-        bundled_languages=bundled_in("arcd"),
-        bundled="data/arcd",
-        file_names=lambda lang: ("arcd-train.json",),
-        split_rule=training_only,
-        mirror=False,
-    ),
+    source.name: source
+    for source in (
+        replace(
+            _bundled("xquad", load_xquad, "CC BY-SA 4.0", lambda lang: (f"xquad.{lang}.json",)),
+            languages=None,
+            bundled_languages=("en", *bundled_in("xquad")),
+        ),
+        _bundled(
+            "korquad", load_korquad, "CC BY-ND 2.0 KR", lambda lang: ("KorQuAD_v1.0_dev.json",)
+        ),
+        _bundled(
+            "cmrc2018",
+            load_cmrc2018,
+            "CC BY-SA 4.0",
+            lambda lang: ("cmrc2018_dev.json", "cmrc2018_trial.json"),
+            training=True,
+        ),
+        _bundled("arcd", load_arcd, "MIT", lambda lang: ("arcd-train.json",), training=True),
+    )
 }
 """Source name -> its loader, licence, languages and bundled files: read by the dataset registry
 (specs ``xquad:<lang>[@DIR]``, ``korquad:ko[@DIR]``, ``cmrc2018:zh``, ``arcd:ar``), with

@@ -183,12 +183,10 @@ def score_queries(
     dev: DevSet, encoded: dict[int, Rows], top_k: int = TOP_K
 ) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
     """:func:`score`'s figures and the per-query measures they average (ir-measures' names)."""
-    docs = [
-        (dev.chunks[n], encoded[n]) for n in sorted(encoded) if dev.chunks[n].role == "document"
-    ]
-    queries = [
-        (dev.chunks[n], encoded[n]) for n in sorted(encoded) if dev.chunks[n].role == "query"
-    ]
+    docs, queries = (
+        [(dev.chunks[n], encoded[n]) for n in sorted(encoded) if dev.chunks[n].role == role]
+        for role in ("document", "query")
+    )
     doc_ids, vectors = _rows(docs)
     ranks, sorted_ids = rank_ids(pa.array(doc_ids, pa.string()))
     shard = build_shard(vectors, ranks, int(vectors.indices.max(initial=-1)) + 1)

@@ -1,10 +1,9 @@
 """Cache entries that verify what they serve and appear whole or not at all, whatever runs beside
 them.
 
-An entry is a directory: the data files and ``_CACHE.json``, the sha256 of every file in it. A
-directory rather than a digest in each file's own metadata because it is one rule for every format
-(Parquet, npz, JSON), the digest covers every byte (a Parquet footer cannot hold the hash of the
-file it ends), and one rename publishes data and digests together.
+An entry is a directory: the data files and ``_CACHE.json``, the sha256 of every file in it. Not
+a digest in each file's metadata: one rule for every format, the digest covers every byte (a
+Parquet footer cannot hold the hash of the file it ends), and one rename publishes both.
 
 - **Writing** (:func:`publish`): ``build(tmp)`` writes into a temporary sibling
   ``.tmp-<name>@<host>-<pid>-<random>``, the manifest goes in last, and ``os.rename`` moves the
@@ -14,18 +13,15 @@ file it ends), and one rename publishes data and digests together.
   a power cut fails its digests and is rebuilt.
 - **Reading** (:func:`load`): every file is hashed before the value is served. Small files are read
   once, hashed and parsed from the same buffer (:meth:`Entry.read_bytes`); files that other
-  processes read by path are streamed through sha256 (:meth:`Entry.verified_path`). sha256 runs at
-  about 0.9 GB/s on one core here (hashlib with SHA-NI), about a tenth of the time pyarrow takes to
-  parse the same bytes of bridge vectors.
+  processes read by path are streamed through sha256 (:meth:`Entry.verify_rest`), at about 0.9 GB/s
+  on one core, a tenth of the time pyarrow takes to parse the same bytes of bridge vectors.
 - **A bad entry** (a digest that differs, a file missing or extra, no or an unreadable manifest,
   content that does not parse or is not what its key promises): one warning naming the file, the
   entry renamed to ``<name>.corrupt-<UTC time>`` beside it (kept for a person to look at), and
   recomputed. Never served, never a traceback.
-- **Shipped entries** (:func:`load_shipped`): entries the package ships, read-only, are verified the
-  same way and only ever refused (one warning), never moved or rewritten.
-- **Leftovers.** A temporary sibling whose writer is gone (same host, pid not running, nothing
-  written in it for :data:`QUIET_S`) is removed by the next writer of that entry.
-"""
+- **Shipped entries** (:func:`load_shipped`), read-only: verified the same way, only ever refused.
+- **Leftovers**: a temporary sibling whose writer is gone is removed by the next writer
+  (:func:`_abandoned`)."""
 
 from __future__ import annotations
 
@@ -44,6 +40,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
 
+import psutil
+
 from sembridge_ray.runtime.outputs import sha256_file
 
 log = logging.getLogger(__name__)
@@ -54,9 +52,8 @@ VERSION = 1
 TMP_PREFIX = ".tmp-"
 CORRUPT = ".corrupt-"
 QUIET_S = 600.0
-# What reading a damaged file raises: numpy's npz (BadZipFile, EOFError, KeyError), pyarrow
-# (ArrowInvalid is a ValueError, ArrowIOError an OSError), json (ValueError), a dataclass from bad
-# JSON (TypeError).
+# What reading a damaged file raises: npz (BadZipFile, EOFError, KeyError), pyarrow (ArrowInvalid is
+# a ValueError, ArrowIOError an OSError), json (ValueError), a dataclass from bad JSON (TypeError).
 UNREADABLE = (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile)
 # what rename says when the entry exists
 _TAKEN = (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR)
@@ -65,8 +62,7 @@ _NOT_OURS = (errno.EACCES, errno.EPERM)
 
 
 class Corrupt(Exception):
-    """An entry that must not be served: ``file`` is the file at fault, ``problem`` says why in a
-    few words."""
+    """An entry that must not be served: ``file`` is at fault, ``problem`` says why in a few words."""
 
     def __init__(self, file: Path, problem: str) -> None:
         super().__init__(f"{file}: {problem}")
@@ -83,22 +79,15 @@ class Entry:
         self._unread = set(self.digests)
 
     def read_bytes(self, name: str) -> bytes:
-        """The bytes of ``name`` (relative to the entry), read once and hashed: parse from them, not
-        the file."""
+        """``name``'s bytes (relative to the entry), read once and hashed: parse them, not the file."""
         data = self._file(name).read_bytes()
         self._check(name, hashlib.sha256(data).hexdigest())
         return data
 
-    def verified_path(self, name: str) -> Path:
-        """The path of ``name`` after streaming it through sha256, for files that are read by path
-        later."""
-        path = self._file(name)
-        self._check(name, sha256_file(path))
-        return path
-
     def verify_rest(self) -> None:
+        """Stream the files not read by :meth:`read_bytes` (those read by path) through sha256."""
         for name in sorted(self._unread):
-            self.verified_path(name)
+            self._check(name, sha256_file(self._file(name)))
 
     def _file(self, name: str) -> Path:
         self.current = self.path / name
@@ -112,25 +101,26 @@ class Entry:
         self._unread.discard(name)
 
 
-def _read_verified(path: Path, read: Callable[[Entry], T]) -> tuple[T | None, str]:
-    """(``read(entry)``, "") once every file of the entry at ``path`` verifies, else (None, "FILE:
-    problem")."""
+def _read_verified(path: Path, read: Callable[[Entry], T], bad: Callable[[str], None]) -> T | None:
+    """``read(entry)`` once every file of the entry at ``path`` verifies, else None after
+    ``bad("FILE: problem")``."""
     entry = None
     try:
         entry = Entry(path)
         value = read(entry)
         entry.verify_rest()
-        return value, ""
+        return value
     except Corrupt as err:
-        file, problem = err.file, err.problem
+        problem = f"{err.file}: {err.problem}"
     except UNREADABLE as err:
         if isinstance(err, OSError) and err.errno in _NOT_OURS:
             raise
-        file, problem = (
-            entry.current if entry is not None else path / MANIFEST,
-            f"unreadable ({_first_line(err)})",
-        )
-    return None, f"{file}: {problem}"
+        file = entry.current if entry is not None else path / MANIFEST
+        text = str(err).strip()
+        first = f"{type(err).__name__}: {text.splitlines()[0]}" if text else type(err).__name__
+        problem = f"{file}: unreadable ({first})"
+    bad(problem)
+    return None
 
 
 def load(path: Path, read: Callable[[Entry], T], what: str) -> T | None:
@@ -142,24 +132,16 @@ def load(path: Path, read: Callable[[Entry], T], what: str) -> T | None:
     if not path.exists() and not path.is_symlink():
         return None
     inode = _inode(path)
-    value, problem = _read_verified(path, read)
-    if problem:
-        set_aside(path, inode, f"{what} {problem}")
-    return value
+    return _read_verified(path, read, lambda problem: set_aside(path, inode, f"{what} {problem}"))
 
 
 def load_shipped(path: Path, read: Callable[[Entry], T], what: str) -> T | None:
-    """``read(entry)`` of an entry that is not this cache's own (shipped read-only with the package)
-    once every file in it verifies; None when there is none, or when it is bad: then one warning
-    names the file, and the entry is left as it is (never moved aside or rewritten: the caller
-    computes the value instead)."""
+    """:func:`load` of an entry shipped read-only with the package: a bad one gets one warning and is
+    left as it is (never moved aside or rewritten: the caller computes the value instead)."""
     path = Path(path)
     if not path.is_dir():
         return None
-    value, problem = _read_verified(path, read)
-    if problem:
-        log.warning("%s %s; not used", what, problem)
-    return value
+    return _read_verified(path, read, lambda problem: log.warning("%s %s; not used", what, problem))
 
 
 def publish(
@@ -206,17 +188,16 @@ def fetch(
 
 
 VERIFIED: dict[Path, str] = {}
-"""Model directories hashed in this process (:func:`model_directory`), each with its manifest's
-text: verified at most once, again after a rebuild (a new manifest: its time and digests)."""
+"""Model directories hashed in this process, each with its manifest's text: a rebuild (a new
+manifest) is hashed again."""
 
 
 def model_directory(
     entry: Path, build: Callable[[Path], Path], what: str, mark: Callable[[Path, bool], None]
 ) -> str:
-    """A bundled sentence-transformers directory ``entry``: built by ``build`` and published on
-    first use, else hashed against its manifest (once per process); a damaged one is set aside with
-    one warning and rebuilt. ``mark(entry, hit)`` marks it with its licence (``hit``: it was there
-    already)."""
+    """A bundled sentence-transformers directory ``entry``: :func:`fetch` with ``build``, hashed
+    once per process while its manifest is unchanged. ``mark(entry, hit)`` marks it with its licence
+    (``hit``: it was there already)."""
     if entry in VERIFIED and VERIFIED[entry] == _manifest_text(entry):
         return str(entry)
     _, hit = fetch(entry, _read_model, build, what)
@@ -255,8 +236,7 @@ def entries(directory: Path, prefix: str = "") -> list[Path]:
 
 
 def discard(path: Path) -> None:
-    """Remove an entry that is no longer needed: renamed away first, so it disappears at once for
-    readers."""
+    """Remove an entry no longer needed: renamed away first, so readers lose it at once."""
     # named like a writer's: if this process dies mid-removal, the sweep ends it
     gone = _temporary(Path(path))
     try:
@@ -268,21 +248,19 @@ def discard(path: Path) -> None:
 
 def set_aside(path: Path, inode: int | None, message: str) -> None:
     """Move the bad entry at ``path`` to ``<name>.corrupt-<UTC time>`` and log ``message`` once;
-    when the entry is no longer the one that was read (another run moved or replaced it), leave it
-    be."""
+    leave it be when it is no longer the one read (another run moved or replaced it)."""
     aside = path.with_name(f"{path.name}{CORRUPT}{datetime.now(UTC).strftime('%Y%m%dT%H%M%S.%fZ')}")
-    if _inode(path) != inode:
-        log.info("%s; another run has moved it aside already", message)
-        return
     try:
-        os.rename(path, aside)
+        if _inode(path) == inode:
+            os.rename(path, aside)
+            log.warning("%s; moved aside to %s; recomputing", message, aside.name)
+            return
     except FileNotFoundError:
-        log.info("%s; another run has moved it aside already", message)
-        return
+        pass
     except OSError as err:
         log.warning("%s; could not move it aside (%s); recomputing", message, err.strerror)
         return
-    log.warning("%s; moved aside to %s; recomputing", message, aside.name)
+    log.info("%s; another run has moved it aside already", message)
 
 
 def _manifest(path: Path) -> dict[str, str]:
@@ -309,11 +287,6 @@ def _manifest(path: Path) -> dict[str, str]:
     return files
 
 
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return f"{type(err).__name__}: {text.splitlines()[0]}" if text else type(err).__name__
-
-
 def _listing(path: Path) -> set[str]:
     return {
         str(p.relative_to(path)) for p in path.rglob("*") if p.is_file() and p != path / MANIFEST
@@ -323,14 +296,11 @@ def _listing(path: Path) -> set[str]:
 def _write_manifest(tmp: Path) -> None:
     if not tmp.is_dir():
         raise FileNotFoundError(errno.ENOENT, "the cache entry's build wrote nothing", str(tmp))
-    files = {name: sha256_file(tmp / name) for name in sorted(_listing(tmp))}
-    dirs = sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_dir())
-    written = datetime.now(UTC).isoformat(timespec="seconds")
     manifest = {
         "version": VERSION,
-        "files": files,
-        "dirs": dirs,
-        "written": written,
+        "files": {name: sha256_file(tmp / name) for name in sorted(_listing(tmp))},
+        "dirs": sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_dir()),
+        "written": datetime.now(UTC).isoformat(timespec="seconds"),
         "by": socket.gethostname(),
     }
     (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
@@ -352,26 +322,17 @@ def _sweep(path: Path) -> None:
 
 
 def _abandoned(tmp: Path, owner: str) -> bool:
-    """Same host, pid gone, and quiet: a pid alone could be a live writer in another container with
-    this hostname (another pid namespace) sharing the cache over NFS."""
+    """Same host, pid not running, nothing written for :data:`QUIET_S`: a pid alone could be a live
+    writer in another container with this hostname (another pid namespace) sharing the cache over
+    NFS."""
     host, pid, _ = [*owner.rsplit("-", 2), "", ""][:3]
-    if host != socket.gethostname() or not pid.isdigit() or _running(int(pid)):
+    if host != socket.gethostname() or not pid.isdigit() or psutil.pid_exists(int(pid)):
         return False
     try:
         newest = max(p.lstat().st_mtime for p in (tmp, *tmp.rglob("*")))
     except OSError:
         return False  # being removed or renamed by someone else
     return time.time() - newest > QUIET_S
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # someone else's live process
-    return True
 
 
 def _inode(path: Path) -> int | None:

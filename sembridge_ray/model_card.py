@@ -1,19 +1,14 @@
 """The model card of every model the init and fine-tuning jobs write (``model/README.md``),
-rendered from the provenance beside it (``sembridge.json``, :mod:`sembridge_ray.provenance`), and
-rendered again when the model is published, with the scores of the evaluate and export outputs the
-user names (:mod:`sembridge_ray.publish`).
+rendered from the provenance beside it (``sembridge.json``, :mod:`sembridge_ray.provenance`): on
+disk with, for a fine-tuned model, its run's development-set scores; again at publish time
+(:mod:`sembridge_ray.publish`) with the evaluations and exports named there (``--scores``) and, for
+a fine-tuned model, the evaluations of the model it started from (its zero-shot column).
 
 sentence-transformers' ``SparseEncoderModelCardData`` and the hub's ``ModelCard.from_template``
-render it: the metadata hub users expect (``library_name``, ``pipeline_tag``, ``tags``,
-``base_model``, ``language``, ``license``: the most restrictive of the inputs', ``datasets``,
-``model-index``) and the body. The project adds the transfer's provenance, the licence of every
-input, the scores table and the loss. sentence-transformers keeps the card when it loads and pushes
-the model again, putting the repository id into its usage snippet.
-
-**Scores**: a model's card on disk shows its provenance and, for a fine-tuned model, its run's
-development-set scores; the card pushed to the hub adds the evaluations and exports named at
-publish time (``--scores``), and for a fine-tuned model the evaluations of the model it started
-from (its zero-shot column)."""
+render the metadata (``library_name``, ``pipeline_tag``, ``tags``, ``base_model``, ``language``,
+``license``: the most restrictive of the inputs', ``datasets``, ``model-index``) and the body; the
+project adds the transfer's provenance, every input's licence, the scores table and the loss.
+sentence-transformers keeps the card when it loads and pushes the model again."""
 
 from __future__ import annotations
 
@@ -52,8 +47,6 @@ LICENCE_NAME = "terms-of-the-inputs"
 licence section)."""
 TEMPLATE = Path(resources.__file__).resolve().parent / "model_card_template.md"
 PRIMARY, SHOWN_METRICS = "nDCG@10", ("nDCG@10", "RR@10", "R@100")
-# ---- scores
-# ------------------------------------------------------------------------------------------------------
 
 
 def dev_scores(
@@ -88,9 +81,6 @@ def _health_row(item: Evaluation) -> list[str] | None:
         f"**yes**: {health['collapsed']}" if health.get("collapsed") else "no",
     ]
 
-
-# ---- rendering
-# ---------------------------------------------------------------------------------------------------
 
 METHODS = {
     "sembridge": "SemBridge",
@@ -167,12 +157,8 @@ def _eval_rows(
     rows = []
     for item in own:
         got = item.get("metrics", {})
-        values = (
-            [_num(base.get(key_of(item))), _num(got.get(PRIMARY))]
-            if tuned
-            else [_num(got.get(PRIMARY))]
-        )
-        rows.append([*key_of(item), *values, _num(got.get("RR@10")), _num(got.get("R@100"))])
+        zero = [_num(base.get(key_of(item)))] if tuned else []
+        rows.append([*key_of(item), *zero, *(_num(got.get(m)) for m in SHOWN_METRICS)])
     if tuned:
         rows += [
             [*k, _num(v), "not evaluated yet", "–", "–"]
@@ -181,16 +167,8 @@ def _eval_rows(
         ]
     if dev:
         name = f"{dev.get('dataset')} (fine-tuning's development set, step {dev.get('step')})"
-        rows.append(
-            [
-                name,
-                dev.get("split", ""),
-                _num(dev.get("zero_shot")),
-                _num(dev.get("fine_tuned")),
-                "–",
-                "–",
-            ]
-        )
+        scores = [_num(dev.get("zero_shot")), _num(dev.get("fine_tuned"))]
+        rows.append([name, dev.get("split", ""), *scores, "–", "–"])
     return rows
 
 
@@ -250,11 +228,8 @@ def _model_index(
 def _title(init: InitFacts, tune: FinetuneFacts, alpha: str) -> str:
     """A title from the facts: method (and α), language, source model, target vocabulary, training
     data."""
-    method, code, tokenizer = (
-        init.get("method", ""),
-        init.get("language", ""),
-        init.get("target_tokenizer", ""),
-    )
+    method, code = init.get("method", ""), init.get("language", "")
+    tokenizer = init.get("target_tokenizer", "")
     label = METHODS.get(method, method) + (f" (α = {alpha})" if alpha else "")
     title = f"{label + ' s' if label else 'S'}parse encoder{f' for {english_name(code)}' if code else ''}: "
     title += re.sub(r"/model$", "", init.get("source_model", "")) or "a sparse encoder"
@@ -293,10 +268,9 @@ def render(
     alpha = f"{init['alpha']:g}" if init.get("method") in ENTMAX_BRIDGES and "alpha" in init else ""
     hub, licence_name = combined_licence(licences)
     title = _title(init, tune, alpha)
-    train = {
-        "name": tune.get("train", ""),
-        **({"id": tune["train_id"]} if "train_id" in tune else {}),
-    }
+    train = {"name": tune.get("train", "")}
+    if "train_id" in tune:
+        train["id"] = tune["train_id"]
     card_data = _card_data_class()(
         language=[code] if code else [],
         license=hub,
@@ -327,25 +301,18 @@ def render(
             "unknown": sum(item["hub"] == "unknown" for item in licences),
             "version": __version__,
         },
-        facts=_serving_facts(init, tune),
+        facts={  # what the card says about using the model
+            "output_dimensionality": init.get("vocab_size"),
+            "similarity_fn_name": "Dot Product",
+            "query_length": tune.get("query_length") or init.get("query_length"),
+            "document_length": tune.get("document_length") or init.get("document_length"),
+        },
         model_index=_model_index(title, own, before, dev, bool(tune)),
         license_name=LICENCE_NAME if hub == "other" else None,
     )
     _set_hub_fields(card_data, init, tune, licences)
-    return (
-        ModelCard.from_template(card_data, template_path=str(TEMPLATE)).content.rstrip("\n") + "\n"
-    )
-
-
-def _serving_facts(init: InitFacts, tune: FinetuneFacts) -> dict[str, object]:
-    """What the card says about using the model: its dimension, similarity and the lengths it was
-    made for."""
-    return {
-        "output_dimensionality": init.get("vocab_size"),
-        "similarity_fn_name": "Dot Product",
-        "query_length": tune.get("query_length") or init.get("query_length"),
-        "document_length": tune.get("document_length") or init.get("document_length"),
-    }
+    card = ModelCard.from_template(card_data, template_path=str(TEMPLATE))
+    return card.content.rstrip("\n") + "\n"
 
 
 def _set_hub_fields(
@@ -355,18 +322,12 @@ def _set_hub_fields(
     base model."""
     card_data.pipeline_tag, card_data.model_type = "feature-extraction", "SPLADE Sparse Encoder"
     card_data.task_name = "semantic search and sparse retrieval"
-    ids = {item.get("hub_id", "") for item in licences if "data" in item["role"]} | {
-        tune.get("train_id", "")
-    }
-    card_data.datasets = sorted(ids - {""})
+    ids = {item.get("hub_id", "") for item in licences if "data" in item["role"]}
+    card_data.datasets = sorted((ids | {tune.get("train_id", "")}) - {""})
     # a provenance without base_model: the source, if a hub id
     source = init.get("source_model", "")
-    card_data.base_model = (
-        init.get(
-            "base_model", source if catalog.looks_like_hub(source) and not is_local(source) else ""
-        )
-        or None
-    )
+    hub_source = source if catalog.looks_like_hub(source) and not is_local(source) else ""
+    card_data.base_model = init.get("base_model", hub_source) or None
 
 
 def write_card(model_dir: Path, prov: Mapping[str, object]) -> None:

@@ -93,16 +93,13 @@ def compute_rows(
     ctx: RowsContext, target_ids: np.ndarray, new_vecs: np.ndarray, device: str | None = None
 ) -> NewRows:
     """Weights and composed rows for bridged target ids (the hot stage; shard it freely by rows)."""
+    ids = torch.as_tensor(target_ids, dtype=torch.long)
     classes = None
     if ctx.source_classes is not None and ctx.target_classes is not None:
-        classes = (
-            ctx.target_classes[torch.as_tensor(target_ids, dtype=torch.long)],
-            ctx.source_classes,
-        )
+        classes = (ctx.target_classes[ids], ctx.source_classes)
     prior = None
     if ctx.prior is not None and ctx.prior_ids is not None:
-        rows = torch.searchsorted(ctx.prior_ids, torch.as_tensor(target_ids, dtype=torch.long))
-        prior = plus.select_rows(ctx.prior, rows)
+        prior = plus.select_rows(ctx.prior, torch.searchsorted(ctx.prior_ids, ids))
     wc = ctx.weighting
     w = method_weights(
         ctx.method,
@@ -129,8 +126,7 @@ def compute_rows(
     )
 
 
-ROW_IDS, ROW_COLS, ROW_WEIGHTS, ROW_IN, ROW_OUT, ROW_BIAS = (
-    "id",
+ROW_COLS, ROW_WEIGHTS, ROW_IN, ROW_OUT, ROW_BIAS = (
     "source_ids",
     "weights",
     "inputs",
@@ -146,17 +142,15 @@ def rows_table(new: NewRows) -> pa.Table:
         raise ValueError("rows_table: only bridged rules (with weights) travel as row tables")
     cols, vals = csr_lists(new.weights)
     data = {
-        ROW_IDS: pa.array(new.target_ids.astype(np.int64)),
+        ID: pa.array(new.target_ids.astype(np.int64)),
         ROW_COLS: pa.array([c.tolist() for c in cols], pa.list_(pa.int32())),
         ROW_WEIGHTS: pa.array([v.tolist() for v in vals], pa.list_(pa.float32())),
-        ROW_IN: pa.array(
-            list(new.inputs.numpy()), pa.list_(pa.from_numpy_dtype(new.inputs.numpy().dtype))
-        ),
     }
-    if new.outputs is not None:
-        data[ROW_OUT] = pa.array(
-            list(new.outputs.numpy()), pa.list_(pa.from_numpy_dtype(new.outputs.numpy().dtype))
-        )
+    for name, rows in ((ROW_IN, new.inputs), (ROW_OUT, new.outputs)):
+        if rows is not None:
+            data[name] = pa.array(
+                list(rows.numpy()), pa.list_(pa.from_numpy_dtype(rows.numpy().dtype))
+            )
     if new.bias is not None:
         data[ROW_BIAS] = pa.array(new.bias.numpy())
     return pa.table(data)
@@ -164,7 +158,7 @@ def rows_table(new: NewRows) -> pa.Table:
 
 def rows_from_tables(tables: list[pa.Table], m: int) -> NewRows:
     """Batches of :func:`rows_table` (any order) -> one NewRows sorted by target id."""
-    table = pa.concat_tables(tables).sort_by(ROW_IDS)
+    table = pa.concat_tables(tables).sort_by(ID)
     sizes = np.array([len(c) for c in table.column(ROW_COLS).to_pylist()], dtype=np.int64)
     crow = torch.from_numpy(np.concatenate([[0], np.cumsum(sizes)]))
     weights = torch.sparse_csr_tensor(
@@ -176,7 +170,7 @@ def rows_from_tables(tables: list[pa.Table], m: int) -> NewRows:
     )
     names = table.column_names
     return NewRows(
-        target_ids=table.column(ROW_IDS).to_numpy(),
+        target_ids=table.column(ID).to_numpy(),
         inputs=_stack(table, ROW_IN),
         weights=weights,
         outputs=_stack(table, ROW_OUT) if ROW_OUT in names else None,
@@ -370,14 +364,8 @@ def no_new_rows(
     """The NewRows of an init with no target token left to initialise (a target vocabulary inside
     the source's)."""
     empty = torch.zeros((0, *e_in.shape[1:]), dtype=e_in.dtype)
-    weights = None
-    if bridged:
-        weights = torch.sparse_csr_tensor(
-            torch.zeros(1, dtype=torch.int64),
-            torch.zeros(0, dtype=torch.int64),
-            torch.zeros(0, dtype=torch.float32),
-            size=(0, len(e_in)),
-        )
+    # no rows: crow [0], no columns or values
+    weights = torch.zeros((0, len(e_in)), dtype=torch.float32).to_sparse_csr() if bridged else None
     out = None if e_out is None else torch.zeros((0, *e_out.shape[1:]), dtype=e_out.dtype)
     return NewRows(
         target_ids=np.zeros(0, np.int64),

@@ -11,16 +11,13 @@ Order is total and deterministic: score descending, then document id ascending. 
 ``ranks``: the position of each document's id in the sorted list of all ids (:func:`rank_ids`), so
 ties compare integers, and the merge of per-shard lists equals the top-k of the whole corpus. A
 document with score 0 (no shared term) is never returned; rows are padded with score 0 and rank -1
-(:data:`PAD`).
-
-Each (query, document) score sums the products over the query's terms in ascending term order,
-whichever shard holds the document, so a sharded search returns bit-identical scores to an unsharded
-one."""
+(:data:`PAD`). Scores are bit-identical whatever the sharding (:func:`accumulate`)."""
 
 from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -76,7 +73,7 @@ class Shard:
     docs: np.ndarray
     weights: np.ndarray
     ranks: np.ndarray
-    upper: np.ndarray | None = None
+    upper: np.ndarray
 
     @property
     def n_docs(self) -> int:
@@ -125,11 +122,10 @@ def term_upper_bounds(indptr: np.ndarray, weights: np.ndarray) -> np.ndarray:
 
 
 def score_batch(shard: Shard, queries: SparseBatch) -> np.ndarray:
-    """queries (B, V) sparse × shard (V, n) term-major -> scores (B, n) float32, exactly (the
-    reference path)."""
+    """queries (B, V) sparse × shard (V, n) -> scores (B, n) float32, exactly: the reference path."""
     scores = np.zeros((queries.rows, shard.n_docs), dtype=np.float32)
-    for row in range(queries.rows):
-        accumulate(scores[row], shard, queries.slice(row, row + 1))
+    for row, (terms, values) in enumerate(_query_terms(shard, queries)):
+        accumulate(scores[row], shard, terms, values)
     return scores
 
 
@@ -139,16 +135,11 @@ even for dense queries; a list longer than a quarter of this is scattered straig
 (no gather copy)."""
 
 
-def accumulate(acc: np.ndarray, shard: Shard, query: SparseBatch) -> None:
-    """acc (n,) += one query (1, V) × shard (V, n), term by term in ascending term order.
-
-    Consecutive short posting lists are gathered (up to :data:`GATHER` entries) into one
-    ``np.add.at``; a long list is scattered from its slice. ``np.add.at`` adds in the given order,
-    so every score sums its products in the query's term order whichever shard holds the document,
-    and whatever the grouping."""
-    terms, values = _canonical(query.indices), _canonical(query.values)
-    inside = terms < shard.vocab_size  # a term no document of this vocabulary has scores nothing
-    terms, values = terms[inside], values[inside]
+def accumulate(acc: np.ndarray, shard: Shard, terms: np.ndarray, values: np.ndarray) -> None:
+    """acc (n,) += one query (``terms``, ``values`` from :func:`_query_terms`) × shard (V, n), term
+    by term in ascending term order, grouped as :data:`GATHER` says. ``np.add.at`` adds in the given
+    order, so every score sums its products in the query's term order whichever shard holds the
+    document, and whatever the grouping."""
     starts, stops = shard.indptr[terms], shard.indptr[terms + 1]
     lengths = stops - starts
     long = lengths > GATHER // 4
@@ -164,6 +155,16 @@ def accumulate(acc: np.ndarray, shard: Shard, query: SparseBatch) -> None:
             size = lengths[lo:hi]
             pos = np.repeat(starts[lo:hi] - (np.cumsum(size) - size), size) + np.arange(size.sum())
             np.add.at(acc, docs[pos], weights[pos] * np.repeat(values[lo:hi], size))
+
+
+def _query_terms(shard: Shard, queries: SparseBatch) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Each query's (terms, values), less the terms outside the shard's vocabulary (they score
+    nothing)."""
+    for row in range(queries.rows):
+        query = queries.slice(row, row + 1)
+        terms, values = _canonical(query.indices), _canonical(query.values)
+        inside = terms < shard.vocab_size
+        yield terms[inside], values[inside]
 
 
 def _canonical(array: np.ndarray) -> np.ndarray:
@@ -205,9 +206,9 @@ def shard_topk(shard: Shard, queries: SparseBatch, k: int) -> TopK:
     in and read back from memory)."""
     acc = np.empty(shard.n_docs, dtype=np.float32)
     rows = []
-    for row in range(queries.rows):
+    for terms, values in _query_terms(shard, queries):
         acc.fill(0.0)
-        accumulate(acc, shard, queries.slice(row, row + 1))
+        accumulate(acc, shard, terms, values)
         rows.append(row_topk(acc, shard.ranks, k))
     return _stack(rows, queries.rows, min(k, shard.n_docs), k)
 
@@ -226,37 +227,24 @@ def maxscore_topk(shard: Shard, queries: SparseBatch, k: int) -> TopK:
     Σ bounds for m query terms), so no document that brute force ranks is ever dropped. A query
     whose bound cannot prune falls back to the plain scan.
 
-    Not the default search: measured against :func:`shard_topk` (``jobs.bench_peers --retrieval``,
-    200k documents, 500 queries, idle) it is 27x (synthetic) and 41x (encoder statistics) slower;
-    PISA's own MaxScore is slower than the scan there too (3.3x, 4.6x). SPLADE weights cut to a
-    document's top 128 lie in a narrow band (about 1-2.3 for the bundled encoder), so the bounds
-    skip few lists and nearly every document stays a candidate, while the scan's scatter-add costs a
-    few ns per posting. Kept, tested, for corpora with skewed weights (long lists of small weights),
-    where it prunes."""
-    upper = (
-        shard.upper if shard.upper is not None else term_upper_bounds(shard.indptr, shard.weights)
-    )
+    Not the default search: 27-41x slower than the scan on SPLADE corpora (docs/sembridge.md), whose
+    narrow band of weights leaves little to prune; kept, tested, for corpora with skewed weights."""
     acc = np.empty(shard.n_docs, dtype=np.float32)
-    rows = [
-        _maxscore_row(shard, upper, queries.slice(r, r + 1), k, acc) for r in range(queries.rows)
-    ]
+    rows = [_maxscore_row(shard, t, v, k, acc) for t, v in _query_terms(shard, queries)]
     return _stack(rows, queries.rows, min(k, shard.n_docs), k)
 
 
 def _maxscore_row(
-    shard: Shard, upper: np.ndarray, query: SparseBatch, k: int, acc: np.ndarray
+    shard: Shard, terms: np.ndarray, values: np.ndarray, k: int, acc: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    terms, values = _canonical(query.indices), _canonical(query.values)
-    inside = terms < shard.vocab_size
-    terms, values = terms[inside], values[inside]
     df = shard.indptr[terms + 1] - shard.indptr[terms]
     # q_t · max_w(t) >= any product of t
-    bound = upper[terms].astype(np.float64) * values.astype(np.float64)
+    bound = shard.upper[terms].astype(np.float64) * values.astype(np.float64)
     slack = 4 * (len(terms) + 1) * 2.0**-24 * float(bound.sum())
     by_cost = np.argsort(df, kind="stable")  # cheapest lists first
     first = by_cost[: max(1, int(np.searchsorted(np.cumsum(df[by_cost]), df.sum() / 8)))]
     acc.fill(0.0)
-    _accumulate_terms(acc, shard, terms[np.sort(first)], values[np.sort(first)])
+    accumulate(acc, shard, terms[np.sort(first)], values[np.sort(first)])
     seeds = np.argpartition(-acc, min(k, len(acc) - 1))[:k] if len(acc) > k else np.arange(len(acc))
     exact = exact_scores(shard, terms, values, np.sort(seeds))
     theta = float(np.sort(exact)[-k]) if len(exact) >= k else 0.0
@@ -269,19 +257,13 @@ def _maxscore_row(
     )
     if theta <= 0 or not len(skip):
         acc.fill(0.0)
-        accumulate(acc, shard, query)
+        accumulate(acc, shard, terms, values)
         return row_topk(acc, shard.ranks, k)
     essential = np.sort(rest[np.isin(rest, skip, invert=True)])
-    _accumulate_terms(acc, shard, terms[essential], values[essential])
+    accumulate(acc, shard, terms[essential], values[essential])
     cands = np.flatnonzero(acc >= theta - slack - float(bound[skip].sum()))
     scores = exact_scores(shard, terms, values, cands)
     return row_topk(scores, shard.ranks[cands], k)
-
-
-def _accumulate_terms(acc: np.ndarray, shard: Shard, terms: np.ndarray, values: np.ndarray) -> None:
-    indptr = np.zeros(2, dtype=np.int64)
-    indptr[1] = len(terms)
-    accumulate(acc, shard, SparseBatch(indptr, terms, values))
 
 
 def exact_scores(
@@ -304,7 +286,7 @@ def exact_scores(
 
 def _stack(rows: list[tuple[np.ndarray, np.ndarray]], b: int, keep: int, k: int) -> TopK:
     if keep == 0:
-        return _pad(np.zeros((b, 0), np.float32), np.zeros((b, 0), np.int64), k)
+        return _sort_pad(np.zeros((b, 0), np.float32), np.zeros((b, 0), np.int64), k)
     return _sort_pad(np.stack([s for s, _ in rows]), np.stack([r for _, r in rows]), k)
 
 
@@ -313,20 +295,10 @@ def _sort_pad(scores: np.ndarray, ranks: np.ndarray, k: int) -> TopK:
     order = np.lexsort((ranks, -scores), axis=1)[:, :k]
     scores, ranks = np.take_along_axis(scores, order, 1), np.take_along_axis(ranks, order, 1)
     empty = scores <= 0
-    return _pad(
-        np.where(empty, 0, scores).astype(np.float32),
-        np.where(empty, PAD, ranks).astype(np.int64),
-        k,
-    )
-
-
-def _pad(scores: np.ndarray, ranks: np.ndarray, k: int) -> TopK:
-    extra = k - scores.shape[1]
-    if extra <= 0:
-        return TopK(scores, ranks)
+    extra = ((0, 0), (0, k - scores.shape[1]))
     return TopK(
-        np.pad(scores, ((0, 0), (0, extra))),
-        np.pad(ranks, ((0, 0), (0, extra)), constant_values=PAD),
+        np.pad(np.where(empty, 0, scores).astype(np.float32), extra),
+        np.pad(np.where(empty, PAD, ranks).astype(np.int64), extra, constant_values=PAD),
     )
 
 

@@ -312,11 +312,8 @@ def draw_substitutions(
     cache: dict[tuple[str, str], float] = {}
     for p in range(passes):
         for s, k in enumerate(picks[p]):
-            token = (
-                pairs[slots[s][0]].a[slots[s][2]]
-                if slots[s][1] == 0
-                else pairs[slots[s][0]].b[slots[s][2]]
-            )
+            i, side, pos = slots[s]
+            token = (pairs[i].a, pairs[i].b)[side][pos]
             word = cands[s][k]
             if (token, word) not in cache:
                 cache[(token, word)] = similarity(token, word)

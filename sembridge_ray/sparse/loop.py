@@ -4,13 +4,12 @@ batches.
 ``train`` yields ``(step, metrics)`` after every optimiser step (``metrics`` on logged steps, else
 None). The caller owns checkpointing: ``capture_state`` / ``restore_state`` round-trip the model,
 AdamW, the schedule and the step; ``pair_batches(..., skip=step)`` puts the data stream at the same
-position, so a resumed run takes exactly the steps an uninterrupted one would have taken. A step
-whose loss is not finite on any worker stops the loop with
-:class:`~sembridge_ray.sparse.finite.NonFiniteError` before it updates the weights."""
+position, so a resumed run takes exactly the steps an uninterrupted one would have taken."""
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -77,36 +76,6 @@ class LoopPlan:
     log_every: int = 10
 
 
-def tokenize_pairs(
-    rows: Mapping[str, Sequence[object]],
-    tokenizer: Tokenize,
-    max_query_length: int,
-    max_doc_length: int,
-    device: str | torch.device = "cpu",
-) -> PairBatch:
-    """Columns ``query``, ``positive``, ``negative_1..k`` (equal-length sequences of texts) -> a
-    PairBatch."""
-
-    def encode(texts: Sequence[object], max_length: int) -> Features:
-        enc = tokenizer(
-            [str(t) for t in texts],
-            padding=True,
-            truncation=True,
-            max_length=max_length,
-            return_tensors="pt",
-        )
-        return {k: v.to(device) for k, v in enc.items()}
-
-    negatives = sorted(
-        (c for c in rows if c.startswith(NEGATIVE_PREFIX)), key=lambda c: int(c.rsplit("_", 1)[1])
-    )
-    docs = [
-        encode(rows[POSITIVE], max_doc_length),
-        *(encode(rows[c], max_doc_length) for c in negatives),
-    ]
-    return PairBatch(encode(rows[QUERY], max_query_length), docs)
-
-
 def worker_rows(rows: Mapping[str, Sequence[T]], rank: int, world: int) -> dict[str, Sequence[T]]:
     """Rows [rank · b, (rank + 1) · b) of a global batch of world · b rows: this worker's share."""
     size = len(next(iter(rows.values())))
@@ -127,16 +96,30 @@ def pair_batches(
     skip: int = 0,
     device: str | torch.device = "cpu",
 ) -> Iterator[PairBatch]:
-    """Global batches of raw text (in step order) -> this worker's tokenised batches, from global
-    batch ``skip``.
+    """Global batches of raw text (in step order; columns ``query``, ``positive``,
+    ``negative_1..k``) -> this worker's tokenised batches, from global batch ``skip``.
 
     Skipped batches are not tokenised. Every worker reads the same global batches and keeps its
     slice, so the batch of step s is the same for any number of workers and after any resume."""
-    for index, rows in enumerate(raw):
-        if index >= skip:
-            yield tokenize_pairs(
-                worker_rows(rows, rank, world), tokenizer, max_query_length, max_doc_length, device
-            )
+
+    def encode(texts: Sequence[object], max_length: int) -> Features:
+        enc = tokenizer(
+            [str(t) for t in texts],
+            padding=True,
+            truncation=True,
+            max_length=max_length,
+            return_tensors="pt",
+        )
+        return {k: v.to(device) for k, v in enc.items()}
+
+    for rows in itertools.islice(raw, skip, None):
+        mine = worker_rows(rows, rank, world)
+        negatives = sorted(
+            (c for c in mine if c.startswith(NEGATIVE_PREFIX)),
+            key=lambda c: int(c.rsplit("_", 1)[1]),
+        )
+        docs = [encode(mine[c], max_doc_length) for c in (POSITIVE, *negatives)]
+        yield PairBatch(encode(mine[QUERY], max_query_length), docs)
 
 
 def lr_factor(step: int, total_steps: int, warmup_ratio: float) -> float:
@@ -250,14 +233,10 @@ def _losses(
 ) -> dict[str, torch.Tensor]:
     """The step's loss parts: the forward pass (in bf16 autocast on device type ``autocast``), the
     loss in fp32."""
-    amp = (
-        torch.autocast(autocast, dtype=torch.bfloat16)
-        if autocast is not None
-        else contextlib.nullcontext()
-    )
-    with amp:
+    with torch.autocast(autocast, dtype=torch.bfloat16) if autocast else contextlib.nullcontext():
         reps = model(batch.query, *batch.docs)
-    reps = [_full_precision(r) for r in reps]  # the loss is never computed in bf16
+    # the loss is never computed in bf16
+    reps = [r.float() if r.dtype in (torch.bfloat16, torch.float16) else r for r in reps]
     return splade_objective(reps[0], reps[1:], weights, comm)
 
 
@@ -298,38 +277,29 @@ def _step_metrics(
     """A logged step's metrics: the loss parts averaged over workers (one collective), the weights,
     lr and speed."""
     means = comm.mean(torch.stack([v.detach().double() for v in parts.values()]))  # one collective
-    metrics = {
+    return {
         "step": step,
         **dict(zip(parts, means.tolist(), strict=True)),
         "lambda_q": weights.lambda_q,
         "lambda_d": weights.lambda_d,
         "lr": lr,
         "examples_per_s": speed,
+        **({} if grad_norm is None else {"grad_norm": float(grad_norm)}),
     }
-    if grad_norm is not None:
-        metrics["grad_norm"] = float(grad_norm)
-    return metrics
 
 
 def require_finite_loss(
     loss: torch.Tensor, step: int, lr: float | torch.Tensor, comm: Collective
 ) -> None:
     """Stop at a step whose loss is NaN or infinite on any worker: nothing trained after it can be
-    right.
-
-    Each worker's loss holds its own queries' InfoNCE, so one worker may diverge alone (a NaN from
-    its share of the data); the finiteness flags are averaged over workers (one scalar collective)
-    so every worker stops at the same step, and none waits for the others in the next collective.
-    """
+    right. One worker may diverge alone (a NaN from its share of the data), so the finiteness flags
+    are averaged over workers (one scalar collective): every worker stops at the same step, and none
+    waits for the others in the next collective."""
     everywhere = comm.mean(torch.isfinite(loss.detach()).to(torch.float32).reshape(1))
     if everywhere.item() != 1.0:
         raise NonFiniteError(
             f"training diverged at step {step}: the loss is not finite (learning rate {float(lr):.3g}); {DIVERGED_HINT}"
         )
-
-
-def _full_precision(tensor: torch.Tensor) -> torch.Tensor:
-    return tensor.float() if tensor.dtype in (torch.bfloat16, torch.float16) else tensor
 
 
 def capture_state(

@@ -184,7 +184,7 @@ def test_maxscore_equals_brute_force_bit_for_bit_ties_included(
 def test_term_upper_bounds_are_each_lists_largest_weight() -> None:
     docs = np.array([[0.0, 2.0, 1.0], [0.0, 0.5, 3.0], [0.0, 4.0, 0.0]], dtype=np.float32)
     shard = build_shard(batch(docs), np.arange(3), 4)
-    assert shard.upper is not None and shard.upper.tolist() == [0.0, 4.0, 3.0, 0.0]
+    assert shard.upper.tolist() == [0.0, 4.0, 3.0, 0.0]
 
 
 def test_query_batches_concatenate_to_the_whole_batchs_topk() -> None:

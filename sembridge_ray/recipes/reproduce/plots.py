@@ -9,7 +9,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import matplotlib
 import numpy as np
@@ -34,6 +34,7 @@ Curve = list[tuple[int, float]]
 """A dev curve: (step, dev nDCG@10) at each evaluated step, in step order."""
 Panel = tuple[str, str, str]
 """One setting of the convergence plot: (model, language, dataset)."""
+X = TypeVar("X", int, float)
 
 
 def _save(fig: Figure, path: Path) -> Path:
@@ -69,7 +70,6 @@ def learning_curves(
     for (model, lang), members in groups.items():
         for dataset in datasets:
             fig, ax = plt.subplots(figsize=(6, 4))
-            drawn = False
             for cell in members:
                 history = _steps(cell_paths(output, cell).finetune(dataset) / "metrics.jsonl")
                 # not step 0's line: dev scores before training
@@ -80,8 +80,7 @@ def learning_curves(
                         [h["loss"] for h in history],
                         label=_label(cell),
                     )
-                    drawn = True
-            if not drawn:
+            if not ax.lines:
                 plt.close(fig)
                 continue
             ax.set(
@@ -113,10 +112,12 @@ def dev_curves(
     return panels
 
 
-def band(curves: Sequence[Curve]) -> tuple[list[int], list[float], list[float], list[float]]:
-    """Every step any curve evaluated, with the mean, min and max over the curves that hold that
-    step."""
-    at: dict[int, list[float]] = defaultdict(list)
+def band(
+    curves: Sequence[Sequence[tuple[X, float]]],
+) -> tuple[list[X], list[float], list[float], list[float]]:
+    """Every step (or α) any curve evaluated, with the mean, min and max over the curves that hold
+    that step."""
+    at: dict[X, list[float]] = defaultdict(list)
     for curve in curves:
         for step, score in curve:
             at[step].append(score)
@@ -216,9 +217,7 @@ def before_after(
     languages that ran), each with its 95% bootstrap interval over queries; degenerate baselines
     listed off the scale."""
     written = []
-    labels = sorted(
-        {_label(c) for c in cells}, key=lambda label: [_label(c) for c in cells].index(label)
-    )
+    labels = list(dict.fromkeys(_label(c) for c in cells))  # in cell order
     for dataset in datasets:
         estimates = _stage_estimates(output, cells, labels, dataset)
         if not estimates:
@@ -309,21 +308,9 @@ def alpha_ablation(rows: Sequence[Mapping[str, str | float]], plots: Path) -> li
     # paper scale: per stage, the mean over (model, language, dataset) and the range, not 80 lines
     else:
         for stage in sorted({key[-1] for key in series}):
-            by_alpha: dict[float, list[float]] = defaultdict(list)
-            for key, points in series.items():
-                if key[-1] == stage:
-                    for alpha, value in points:
-                        by_alpha[alpha].append(value)
-            alphas = sorted(by_alpha)
-            ax.plot(
-                alphas, [np.mean(by_alpha[a]) for a in alphas], marker="o", label=f"{stage}: mean"
-            )
-            ax.fill_between(
-                alphas,
-                [min(by_alpha[a]) for a in alphas],
-                [max(by_alpha[a]) for a in alphas],
-                alpha=0.2,
-            )
+            alphas, mean, low, high = band([p for key, p in series.items() if key[-1] == stage])
+            ax.plot(alphas, mean, marker="o", label=f"{stage}: mean")
+            ax.fill_between(alphas, low, high, alpha=0.2)
     ax.set(title="SemBridge α ablation (α=1: softmax)", xlabel="α", ylabel="nDCG@10")
     ax.legend(fontsize=6)
     return [_save(fig, plots / "alpha_ablation.png")]

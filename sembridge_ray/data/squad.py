@@ -148,12 +148,6 @@ def article_splits(n: int) -> dict[str, range]:
     return {"train": range(first), "dev": range(first, second), "test": range(second, n)}
 
 
-def training_only(n: int) -> dict[str, range]:
-    """Every article in ``train``: for sources used only to make training pairs (CMRC 2018,
-    ARCD)."""
-    return {"train": range(n)}
-
-
 def squad_retrieval(
     name: str, split: str, articles: Sequence[Article], indices: range
 ) -> RetrievalData:
@@ -179,22 +173,19 @@ def squad_retrieval(
                     raise InputError(f"{name}: question id {q.qid!r} appears twice")
                 queries[q.qid] = q.text
                 qrels[q.qid] = {f"{a}-{p}-{s}": 1}
-    return RetrievalData(
-        name=name,
-        split=split,
-        queries=queries,
-        qrels=qrels,
-        corpus=Corpus(f"{name}/{split}", _batcher(ids, texts)),
-    )
 
-
-def _batcher(ids: list[str], texts: list[str]) -> Callable[[int], Iterator[pa.Table]]:
     def batches(n: int) -> Iterator[pa.Table]:
         step = max(1, n)
         for i in range(0, len(ids), step):
             yield pa.table({ID: ids[i : i + step], TEXT: texts[i : i + step]}, schema=CORPUS_SCHEMA)
 
-    return batches
+    return RetrievalData(
+        name=name,
+        split=split,
+        queries=queries,
+        qrels=qrels,
+        corpus=Corpus(f"{name}/{split}", batches),
+    )
 
 
 SquadLoader = Callable[[str, str, Path | None], RetrievalData]
@@ -243,12 +234,10 @@ class SquadSource:
             return [asset(self.bundled) / f for f in self.file_names(lang)]
         if not Path(root).is_dir():
             raise InputError(f"{self.name}: directory {root} not found")
-        missing = [
-            str(Path(root) / f) for f in self.file_names(lang) if not (Path(root) / f).is_file()
-        ]
-        if missing:
+        paths = [Path(root) / f for f in self.file_names(lang)]
+        if missing := [str(path) for path in paths if not path.is_file()]:
             raise InputError(f"{self.name}: {', '.join(missing)} not found")
-        return [Path(root) / f for f in self.file_names(lang)]
+        return paths
 
 
 def source_files(name: str, lang: str, root: Path | None = None) -> list[Path]:
@@ -329,7 +318,7 @@ def _bundled(
         bundled_languages=here,
         bundled=f"data/{name}",
         file_names=file_names,
-        split_rule=training_only if training else article_splits,
+        split_rule=(lambda n: {"train": range(n)}) if training else article_splits,
         mirror=not training,
     )
 

@@ -64,19 +64,12 @@ class Vectors:
         :class:`Vectors`."""
         indptr = np.zeros(len(indices) + 1, np.int64)
         np.cumsum([len(i) for i in indices], out=indptr[1:])
-        flat_i = (
-            np.concatenate([np.asarray(i, np.int32) for i in indices])
-            if indices
-            else np.zeros(0, np.int32)
+        # each flattened into its dtype; the empty first array lets an empty batch concatenate
+        flat_i, flat_v = (
+            np.concatenate([np.zeros(0, dtype), *(np.asarray(a, dtype) for a in arrays)])
+            for arrays, dtype in ((indices, np.int32), (values, np.float32))
         )
-        flat_v = (
-            np.concatenate([np.asarray(v, np.float32) for v in values])
-            if values
-            else np.zeros(0, np.float32)
-        )
-        return cls(
-            list(ids), SparseBatch(indptr, flat_i.astype(np.int32), flat_v.astype(np.float32))
-        )
+        return cls(list(ids), SparseBatch(indptr, flat_i, flat_v))
 
 
 Hits = list[list[str]]
@@ -186,14 +179,13 @@ def server_errors(url: str, schemes: Sequence[str] = ("http", "https")) -> Itera
 
 
 def _from_client(err: BaseException) -> bool:
-    """Whether ``err``, or what it wraps, is a connection error or comes from an engine's client."""
+    """Whether ``err``, or what it wraps, is a connection error (an OSError: refused, reset, timed
+    out, a URLError) or comes from an engine's client."""
     seen: set[int] = set()
     current: BaseException | None = err
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        if isinstance(current, OSError):  # refused, reset, timed out, a URLError
-            return True
-        if type(current).__module__.split(".")[0] in CLIENT_MODULES:
+        if isinstance(current, OSError) or type(current).__module__.split(".")[0] in CLIENT_MODULES:
             return True
         current = current.__cause__ or current.__context__
     return False
@@ -303,13 +295,11 @@ class ExportJob:
 
     def corpus_texts(self) -> dict[str, str]:
         """Document id -> text, for the whole corpus."""
-        return {
-            d: t
-            for batch in self.data.corpus.batches(10_000)
-            for d, t in zip(
-                batch.column(ID).to_pylist(), batch.column(TEXT).to_pylist(), strict=True
-            )
-        }
+        texts: dict[str, str] = {}
+        for batch in self.data.corpus.batches(10_000):
+            ids, bodies = batch.column(ID).to_pylist(), batch.column(TEXT).to_pylist()
+            texts.update(zip(ids, bodies, strict=True))
+        return texts
 
     @property
     def query_texts(self) -> Mapping[str, str]:

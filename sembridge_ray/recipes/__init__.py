@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from sembridge_ray.runtime.config import Config, load_preset
+from sembridge_ray.runtime.config import Config, load_preset, read_with
 
 C = TypeVar("C", bound=Config)
 R = TypeVar("R")
@@ -76,6 +76,12 @@ def flags(*items: str | Flag) -> tuple[Flag, ...]:
 
 OUTPUT = Flag(key="output", required=True)
 """The output every job but ``malstm`` requires."""
+SCORES = read_with(
+    "push_to_hub", "is read only with push_to_hub (the card pushed to the hub shows them)"
+)
+"""The metadata of a job's ``scores``, which only a pushed card shows."""
+FIGURES = read_with("dry_run", "is read by --dry-run's estimate only")
+"""The metadata of a job's ``figures``, which only the plan's estimate reads."""
 
 
 @dataclass(frozen=True, kw_only=True)

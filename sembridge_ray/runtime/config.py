@@ -224,6 +224,12 @@ def require(ok: bool, key: str, value: object, rule: str) -> None:
 
 
 @cache
+def read_with(key: str, rule: str) -> dict[str, object]:
+    """A field's metadata: setting the field while ``key`` is unset is refused (``rule`` says
+    why), before :meth:`Config.check`."""
+    return {"read_with": (key, rule)}
+
+
 def _literal_fields(cls: type) -> tuple[tuple[str, tuple[object, ...]], ...]:
     hints = typing.get_type_hints(cls)
     return tuple(
@@ -278,7 +284,7 @@ class Config:
     def __post_init__(self) -> None:
         # a class is hashable; mypy checks the instances' __hash__ (None for an eq dataclass)
         # instead
-        for name, choices in _literal_fields(type(self)):  # type: ignore[arg-type]
+        for name, choices in _literal_fields(type(self)):
             value = getattr(self, name)
             require(value in choices, name, value, f"must be one of {list(choices)}")
         for name in _float_fields(type(self)):  # type: ignore[arg-type]
@@ -286,6 +292,12 @@ class Config:
             ok = value is None or (isinstance(value, int | float) and math.isfinite(value))
             # inf and nan pass every range check
             require(ok, name, value, "must be a finite number")
+        for f in dataclasses.fields(self):
+            if "read_with" in f.metadata:  # a key read only with another (read_with)
+                key, rule = f.metadata["read_with"]
+                value = getattr(self, f.name)
+                shown = ",".join(value) if isinstance(value, tuple) else value
+                require(bool(getattr(self, key)) or not value, f.name, shown, rule)
         self.check()
 
     def check(self) -> None:

@@ -94,3 +94,25 @@ def test_yaml_preset_values_are_coerced_not_yaml_typed(tmp_path: Path) -> None:
 def test_configs_are_frozen() -> None:
     with pytest.raises(AttributeError):
         Job().steps = 3  # type: ignore[misc]
+
+
+def test_a_key_read_only_with_another_is_refused_alone_on_every_job() -> None:
+    """``scores`` (init, finetune) needs ``push_to_hub``; ``figures`` (init, reproduce) needs
+    ``dry_run``: one rule on the field, the same line from each job, and accepted with its key."""
+    from sembridge_ray.recipes.finetune.config import FinetuneConfig
+    from sembridge_ray.recipes.init.config import InitConfig
+    from sembridge_ray.recipes.reproduce.config import ReproduceConfig
+
+    cases = [
+        (InitConfig, "scores", ("a", "b"), "push_to_hub", "org/m", "read only with push_to_hub"),
+        (FinetuneConfig, "scores", ("a",), "push_to_hub", "org/m", "read only with push_to_hub"),
+        (InitConfig, "figures", "f.json", "dry_run", True, "--dry-run's estimate only"),
+        (ReproduceConfig, "figures", "f.json", "dry_run", True, "--dry-run's estimate only"),
+    ]
+    for cls, key, value, needed, given, rule in cases:
+        with pytest.raises(ConfigError) as err:
+            cls(**{key: value})  # type: ignore[arg-type]
+        shown = ",".join(value) if isinstance(value, tuple) else value
+        # the line each job wrote by hand before the rule moved onto the field
+        assert str(err.value).startswith(f"{key}={shown!r}: ") and rule in str(err.value)
+        assert getattr(cls(**{key: value, needed: given}), key) == value  # type: ignore[arg-type]

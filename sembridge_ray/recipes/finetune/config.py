@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, ClassVar, Literal, get_args
 
 from sembridge_ray.bundled import resolve
-from sembridge_ray.recipes import OUTPUT, Flag, JobSpec, flags
+from sembridge_ray.recipes import OUTPUT, SCORES, Flag, JobSpec, flags
 from sembridge_ray.runtime.config import Config, dotted_keys, require
 from sembridge_ray.runtime.errors import InputError
 from sembridge_ray.runtime.placement import Precision, ResourceConfig
@@ -77,7 +77,7 @@ class FinetuneConfig(Config):
     push_to_hub: str = ""
     """After a successful run, upload the model to this hub repository (``org/name``; needs a token
     and network)."""
-    scores: tuple[str, ...] = ()
+    scores: tuple[str, ...] = field(default=(), metadata=SCORES)
     """Finished evaluate and export outputs whose scores the pushed model card shows (with
     ``push_to_hub``): evaluations and exports of this model, and evaluations of the model it was
     fine-tuned from (its zero-shot column). Their scores stay in their own outputs; the model's
@@ -200,12 +200,6 @@ class FinetuneConfig(Config):
         return data
 
     def check(self) -> None:
-        require(
-            bool(self.push_to_hub) or not self.scores,
-            "scores",
-            ",".join(self.scores),
-            "is read only with push_to_hub (the card pushed to the hub shows them)",
-        )
         for key in (
             "max_query_length",
             "max_doc_length",

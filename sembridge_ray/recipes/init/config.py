@@ -11,7 +11,6 @@ Writes ``model/`` (a SentenceTransformers SparseEncoder with its model card),
 
 from __future__ import annotations
 
-import dataclasses
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -22,7 +21,7 @@ from sembridge_ray.embed_init.config import MethodName, TransferSettings, Weight
 from sembridge_ray.embed_init.methods import BRIDGE_SETTINGS, METHODS
 from sembridge_ray.embed_init.records import InitReport, Sample
 from sembridge_ray.embed_init.vocab import MATCH_RULES
-from sembridge_ray.recipes import OUTPUT, Flag, JobSpec, flags
+from sembridge_ray.recipes import FIGURES, OUTPUT, SCORES, Flag, JobSpec, flags
 from sembridge_ray.runtime.config import Config, canonical_key, coerce, require
 from sembridge_ray.runtime.errors import InputError
 from sembridge_ray.runtime.placement import Precision, ResourceConfig
@@ -93,7 +92,7 @@ class InitConfig(Config):
     run nothing: the schema of ``reproduce --dry-run``."""
     json: bool = False
     """With ``dry_run``: print the plan as JSON instead of the summary table."""
-    figures: str = ""
+    figures: str = field(default="", metadata=FIGURES)
     """With ``dry_run``: a figures file (JSON throughputs, as the GPU check or ``jobs.bench_peers``
     write them: ``sembridge_ray.recipes.reproduce.figures``) the GPU-hour estimate divides by; empty = the
     built-in rough figures."""
@@ -103,7 +102,7 @@ class InitConfig(Config):
     push_to_hub: str = ""
     """After a successful run, upload the model to this hub repository (``org/name``; needs a token
     and network)."""
-    scores: tuple[str, ...] = ()
+    scores: tuple[str, ...] = field(default=(), metadata=SCORES)
     """Finished evaluate and export outputs whose scores the pushed model card shows (with
     ``push_to_hub``): evaluations and exports of this model. Their scores stay in their own
     outputs; the model's output is not written to."""
@@ -182,7 +181,7 @@ class InitConfig(Config):
                     current == value, key, current, f"method {self.method} fixes it to {value!r}"
                 )
         if fill:
-            object.__setattr__(self, "weighting", dataclasses.replace(self.weighting, **fill))
+            object.__setattr__(self, "weighting", replace(self.weighting, **fill))
         super().__post_init__()
 
     @property
@@ -219,12 +218,6 @@ class InitConfig(Config):
 
     def check(self) -> None:
         require(
-            bool(self.push_to_hub) or not self.scores,
-            "scores",
-            ",".join(self.scores),
-            "is read only with push_to_hub (the card pushed to the hub shows them)",
-        )
-        require(
             not self.grid,
             "grid",
             self.grid,
@@ -234,12 +227,6 @@ class InitConfig(Config):
         for key in ("bridge_batch_size", "rows_batch_size", "query_length", "document_length"):
             require(getattr(self, key) >= 1, key, getattr(self, key), "must be >= 1")
         require(self.samples >= 0, "samples", self.samples, "must be >= 0")
-        require(
-            self.dry_run or not self.figures,
-            "figures",
-            self.figures,
-            "is read by --dry-run's estimate only",
-        )
         require(
             (self.bias == "frequency") == bool(self.bias_text),
             "bias_text",
@@ -259,7 +246,7 @@ class InitConfig(Config):
         entry = METHODS[self.method]
         unread = {
             f"weighting.{f.name}"
-            for f in dataclasses.fields(WeightingConfig)
+            for f in fields(WeightingConfig)
             if not self.weighting.reads(f.name, self.method, entry.uses_bridge)
         }
         if not entry.uses_bridge:

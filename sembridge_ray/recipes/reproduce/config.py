@@ -25,7 +25,7 @@ from sembridge_ray import catalog
 from sembridge_ray.embed_init.config import WeightingConfig
 from sembridge_ray.embed_init.methods import METHOD_NAMES, METHODS, parse_alpha, split_variant
 from sembridge_ray.languages import CODES, language
-from sembridge_ray.recipes import OUTPUT, Flag, JobSpec, flags
+from sembridge_ray.recipes import FIGURES, OUTPUT, Flag, JobSpec, flags
 from sembridge_ray.recipes.evaluate.config import EvaluateConfig
 from sembridge_ray.recipes.finetune.config import FinetuneConfig
 from sembridge_ray.recipes.init.config import InitConfig
@@ -148,7 +148,7 @@ class ReproduceConfig(Config):
     """Print the plan (every cell, its hub ids, a GPU-hour estimate) and run nothing."""
     json: bool = False
     """With ``dry_run``: print the plan as JSON (every field) instead of the summary table."""
-    figures: str = ""
+    figures: str = field(default="", metadata=FIGURES)
     """With ``dry_run``: a figures file (JSON throughputs, as the GPU check or ``jobs.bench_peers``
     write them: ``sembridge_ray.recipes.reproduce.figures``) the GPU-hour estimate divides by; empty = the
     built-in rough figures."""
@@ -340,12 +340,6 @@ class ReproduceConfig(Config):
         for entry in self.seed_methods:
             problem = variant_problem(entry)
             require(problem is None, "seed_methods", ",".join(self.seed_methods), problem or "")
-        require(
-            self.dry_run or not self.figures,
-            "figures",
-            self.figures,
-            "is read by --dry-run's estimate only",
-        )
 
     def seeds_of(self, entry: str) -> int:
         """How many seeds the cells of the ``methods`` entry ``entry`` run."""

@@ -212,7 +212,7 @@ LIMITS = {
     "bare_any_share": 0.02,
     "dict_str_any_share": 0.01,
     "largest_module": 600,
-    "module_p90": 380,
+    "module_p90": 350,
     "largest_fan_out": 15,
     "glue_share": 0.43,
     "recipe_imports": 6,

@@ -12,10 +12,9 @@
   :data:`CEILING_INGEST` as OpenSearch's default) are clipped to it here, as the engine would, and
   queries at the search ceiling.
 
-Weights are positive finite float32; both Lucene ``rank_features`` and Elasticsearch's
-``sparse_vector`` keep 9 significant bits of a weight (Lucene's ``FeatureField``: the float's bits
-shifted right by 15), which the parity without a server reproduces (:func:`stored`); with ``url``,
-the server's own answer is compared instead."""
+Weights are positive finite float32; the token-string targets keep 9 significant bits of a weight,
+which the parity without a server reproduces (:func:`stored`); with ``url``, the server's own answer
+is compared instead."""
 
 from __future__ import annotations
 
@@ -122,15 +121,6 @@ class TermIdKeys:
         }
 
 
-def feature_names(target: str, vocab: list[str]) -> list[str]:
-    """Term id -> the key the target's documents use for it."""
-    return files_target(target).keys.names(vocab)
-
-
-def mapping(target: str) -> dict[str, object]:
-    return files_target(target).mapping()
-
-
 def features(
     target: str, names: list[str], terms: np.ndarray, weights: np.ndarray, query: bool
 ) -> dict[str, float]:
@@ -144,12 +134,14 @@ def features(
     return {names[t]: float(v) for t, v in zip(terms[keep].tolist(), values.tolist(), strict=True)}
 
 
-def query_body(
-    target: str, names: list[str], terms: np.ndarray, weights: np.ndarray, k: int
-) -> dict[str, object]:
-    """The search request body for one query vector."""
-    vector = features(target, names, terms, weights, query=True)
-    return {"size": k, "_source": False, "query": files_target(target).query(vector, k)}
+def search_lines(
+    target: str, names: list[str], queries: Vectors, chosen: range, k: int, ensure_ascii: bool
+) -> Iterator[str]:
+    """The ``_msearch`` lines of the queries ``chosen``: a header, then the search body."""
+    for i in chosen:
+        vector = features(target, names, *queries.row(i), query=True)
+        body = {"size": k, "_source": False, "query": files_target(target).query(vector, k)}
+        yield f"{json.dumps({'index': INDEX})}\n{json.dumps(body, ensure_ascii=ensure_ascii)}\n"
 
 
 def bulk_lines(target: str, names: list[str], docs: Vectors) -> Iterator[str]:
@@ -164,23 +156,20 @@ def write(
 ) -> dict[str, object]:
     """mapping.json, bulk.ndjson (``_bulk``) and searches.ndjson (``_msearch``, one body per query)
     in ``out``."""
-    names = feature_names(target, vocab)
+    found = files_target(target)
+    names = found.keys.names(vocab)
     out.mkdir(parents=True, exist_ok=True)
-    (out / MAPPING).write_text(json.dumps(mapping(target), indent=2) + "\n", encoding="utf-8")
+    (out / MAPPING).write_text(json.dumps(found.mapping(), indent=2) + "\n", encoding="utf-8")
     with open(out / BULK, "w", encoding="utf-8") as fh:
         fh.writelines(bulk_lines(target, names, docs))
     with open(out / SEARCHES, "w", encoding="utf-8") as fh:
-        for i in range(len(queries)):
-            fh.write(json.dumps({"index": INDEX}) + "\n")
-            fh.write(
-                json.dumps(query_body(target, names, *queries.row(i), k), ensure_ascii=False) + "\n"
-            )
+        fh.writelines(search_lines(target, names, queries, range(len(queries)), k, False))
     details: dict[str, object] = {
         "index": INDEX,
         "field": FIELD,
         "files": [MAPPING, BULK, SEARCHES],
     }
-    return details | files_target(target).keys.details()
+    return details | found.keys.details()
 
 
 def validate(path: Path, target: str) -> list[str]:
@@ -215,24 +204,28 @@ def validate(path: Path, target: str) -> list[str]:
     return problems
 
 
-def read_bulk(path: Path, target: str, vocab: list[str]) -> Vectors:
-    """A bulk NDJSON file back to vectors (term ids ascending): the round trip of :func:`write`."""
-    lookup = {name: i for i, name in enumerate(feature_names(target, vocab))}
-    ids, indices, values = [], [], []
-    lines = path.read_text(encoding="utf-8").splitlines()
-    for n in range(0, len(lines), 2):
-        ids.append(json.loads(lines[n])["index"]["_id"])
-        vector = json.loads(lines[n + 1])[FIELD]
+def from_features(
+    ids: list[str], vectors: list[dict[str, float]], target: str, vocab: list[str]
+) -> Vectors:
+    """Key -> weight objects back to vectors (term ids ascending)."""
+    lookup = {name: i for i, name in enumerate(files_target(target).keys.names(vocab))}
+    indices, values = [], []
+    for vector in vectors:
         pairs = sorted((lookup[k], w) for k, w in vector.items())
         indices.append(np.array([t for t, _ in pairs], np.int32))
         values.append(np.array([w for _, w in pairs], np.float32))
     return Vectors.from_rows(ids, indices, values)
 
 
+def read_bulk(path: Path, target: str, vocab: list[str]) -> Vectors:
+    """A bulk NDJSON file back to vectors: the round trip of :func:`write`."""
+    lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    ids = [action["index"]["_id"] for action in lines[::2]]
+    return from_features(ids, [source[FIELD] for source in lines[1::2]], target, vocab)
+
+
 def stored(target: str, vectors: Vectors) -> Vectors:
-    """The vectors as the engine keeps them: Lucene ``FeatureField``'s 9 significant bits (the
-    float's bits with the low 15 cleared) for token-string targets; ``opensearch-sparse-vector``'s
-    clipped floats as written."""
+    """The vectors as the engine keeps them (``TokenKeys``/``TermIdKeys.stored``)."""
     return files_target(target).keys.stored(vectors)
 
 
@@ -244,20 +237,13 @@ class FilesEngine:
         self.docs, self.target, self.vocab = docs, target, vocab
 
     def search(self, queries: Vectors, k: int, tally: Tally = untallied) -> Hits:
-        names = feature_names(self.target, self.vocab)
-        lookup = {name: i for i, name in enumerate(names)}
-        rows = []
-        for i in range(len(queries)):  # the query as its body carries it
-            vector = features(self.target, names, *queries.row(i), query=True)
-            pairs = sorted((lookup[key], w) for key, w in vector.items())
-            rows.append(
-                (
-                    np.array([t for t, _ in pairs], np.int32),
-                    np.array([w for _, w in pairs], np.float32),
-                )
-            )
-        sent = Vectors.from_rows(queries.ids, [r[0] for r in rows], [r[1] for r in rows])
-        found = exact_topk(self.docs, sent, k)
+        names = files_target(self.target).keys.names(self.vocab)
+        bodies = [  # the queries as their bodies carry them
+            features(self.target, names, *queries.row(i), query=True) for i in range(len(queries))
+        ]
+        found = exact_topk(
+            self.docs, from_features(queries.ids, bodies, self.target, self.vocab), k
+        )
         tally(len(queries))
         return found
 
@@ -273,17 +259,11 @@ class ServerEngine:
         self.url, self.target, self.vocab = url.rstrip("/"), target, vocab
 
     def search(self, queries: Vectors, k: int, tally: Tally = untallied) -> Hits:
-        names = feature_names(self.target, self.vocab)
+        names = files_target(self.target).keys.names(self.vocab)
         out: Hits = []
         for start in range(0, len(queries), SEARCH_BATCH):
             chosen = range(start, min(start + SEARCH_BATCH, len(queries)))
-            body = "".join(
-                json.dumps({"index": INDEX})
-                + "\n"
-                + json.dumps(query_body(self.target, names, *queries.row(i), k))
-                + "\n"
-                for i in chosen
-            )
+            body = "".join(search_lines(self.target, names, queries, chosen, k, True))
             answer = request(self.url + "/_msearch", body, "application/x-ndjson")
             out += [
                 [str(h["_id"]) for h in r.get("hits", {}).get("hits", [])]
@@ -427,18 +407,6 @@ class FilesTarget:
         return Exported(hits=hits, details=details, files=job.out / self.name)
 
 
-def _sparse_vector_query(vector: dict[str, float], k: int) -> dict[str, object]:
-    return {"sparse_vector": {"field": FIELD, "query_vector": vector}}
-
-
-def _neural_sparse_query(vector: dict[str, float], k: int) -> dict[str, object]:
-    return {"neural_sparse": {FIELD: {"query_tokens": vector}}}
-
-
-def _seismic_query(vector: dict[str, float], k: int) -> dict[str, object]:
-    return {"neural_sparse": {FIELD: {"query_tokens": vector, "method_parameters": {"k": k}}}}
-
-
 _SEISMIC = {
     "name": "seismic",
     "parameters": {
@@ -455,7 +423,7 @@ TARGETS = (
         tolerance=Tolerance.within(min_overlap=0.97, max_ndcg_loss=0.01),
         keys=TokenKeys(),
         field={"type": "rank_features"},
-        query=_neural_sparse_query,
+        query=lambda vector, k: {"neural_sparse": {FIELD: {"query_tokens": vector}}},
     ),
     FilesTarget(
         name="opensearch-sparse-vector",
@@ -464,7 +432,9 @@ TARGETS = (
         tolerance=Tolerance.within(min_overlap=0.9, max_ndcg_loss=0.03),
         keys=TermIdKeys(),
         field={"type": "sparse_vector", "method": _SEISMIC},
-        query=_seismic_query,
+        query=lambda vector, k: {
+            "neural_sparse": {FIELD: {"query_tokens": vector, "method_parameters": {"k": k}}}
+        },
         settings={"index": {"sparse": True}},
     ),
     FilesTarget(
@@ -474,7 +444,7 @@ TARGETS = (
         tolerance=Tolerance.within(min_overlap=0.97, max_ndcg_loss=0.01),
         keys=TokenKeys(),
         field={"type": "sparse_vector"},
-        query=_sparse_vector_query,
+        query=lambda vector, k: {"sparse_vector": {"field": FIELD, "query_vector": vector}},
     ),
 )
 

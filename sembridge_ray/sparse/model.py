@@ -67,22 +67,15 @@ def load_tokenizer(name: str, trust_remote_code: bool = False) -> PreTrainedToke
     try:
         return AutoTokenizer.from_pretrained(name, trust_remote_code=trust_remote_code)
     except (OSError, ValueError, KeyError, TypeError) as err:
-        why = _not_a_tokenizer_file(Path(name) / "tokenizer.json") or _first_line(err)
+        why, path = _first_line(err), Path(name) / "tokenizer.json"
+        if path.is_file():  # the tokenizers library says why; transformers names one missing key
+            from tokenizers import Tokenizer
+
+            try:
+                Tokenizer.from_file(str(path))
+            except Exception as bad:  # the Rust library raises plain Exceptions
+                why = f"{path.name} is not a tokenizer file (the tokenizers library: {_first_line(bad)})"
         raise InputError(f"cannot load tokenizer {name!r}: {why}") from None
-
-
-def _not_a_tokenizer_file(path: Path) -> str:
-    """Why ``path`` is not a ``tokenizers`` file, as the tokenizers library reads it ("" when it is
-    one, or absent): transformers only names the first key it misses ("'added_tokens'")."""
-    if not path.is_file():
-        return ""
-    from tokenizers import Tokenizer
-
-    try:
-        Tokenizer.from_file(str(path))
-    except Exception as err:  # the Rust library raises plain Exceptions
-        return f"{path.name} is not a tokenizer file (the tokenizers library: {_first_line(err)})"
-    return ""
 
 
 def _first_line(err: BaseException) -> str:
@@ -119,32 +112,8 @@ def read_pooling(model_dir: str | Path) -> dict[str, str]:
                 )
             except (OSError, ValueError):
                 break
-            return {k: str(config[k]) for k in MAX_RELU if k in config} | {
-                k: v for k, v in MAX_RELU.items() if k not in config
-            }
+            return {k: str(config.get(k, v)) for k, v in MAX_RELU.items()}
     return dict(MAX_RELU)
-
-
-def build_sparse_encoder(
-    mlm_dir: Path, device: str = "cpu", serving: Serving | None = None, **kwargs: object
-) -> SparseEncoder:
-    """A ``SparseEncoder`` = fill-mask Transformer over ``mlm_dir`` + SpladePooling
-    (``serving.pooling``, by default max over tokens of log(1 + relu)) whose dimension is the
-    vocabulary's from the start, encoding queries and documents at ``serving``'s lengths."""
-    from sentence_transformers import SparseEncoder
-    from sentence_transformers.sparse_encoder.modules import SpladePooling, Transformer
-
-    serving = serving or Serving()
-    transformer = Transformer(
-        str(mlm_dir),
-        transformer_task="fill-mask",
-        query_length=serving.query_length,
-        document_length=serving.document_length,
-        **kwargs,
-    )
-    vocab = int(transformer.auto_model.config.vocab_size)
-    pooling = SpladePooling(**serving.pooling, embedding_dimension=vocab)  # type: ignore[arg-type]
-    return SparseEncoder(modules=[transformer, pooling], device=device)
 
 
 def save_sparse_encoder(
@@ -153,12 +122,17 @@ def save_sparse_encoder(
     out_dir: Path,
     serving: Serving | None = None,
 ) -> None:
-    """Write ``out_dir`` as a SparseEncoder directory that also loads with ``AutoModelForMaskedLM``.
+    """Write ``out_dir`` as a SparseEncoder directory that also loads with ``AutoModelForMaskedLM``:
+    a fill-mask Transformer + SpladePooling (``serving.pooling``) whose dimension is the
+    vocabulary's from the start.
 
-    ``serving`` sets what ``SparseEncoder(out_dir)`` encodes with: its ``document_length`` becomes
-    the tokenizer's ``model_max_length`` (sentence-transformers' ``max_seq_length``), capped at the
-    encoder's positions. ``out_dir`` should be a fresh (temporary) path; callers rename it into
-    place (see ``outputs.atomic_path``)."""
+    ``serving`` sets what ``SparseEncoder(out_dir)`` encodes with: queries and documents at its
+    lengths; its ``document_length`` also becomes the tokenizer's ``model_max_length``
+    (sentence-transformers' ``max_seq_length``), capped at the encoder's positions. ``out_dir``
+    should be a fresh (temporary) path; callers rename it into place (see ``outputs.atomic_path``)."""
+    from sentence_transformers import SparseEncoder
+    from sentence_transformers.sparse_encoder.modules import SpladePooling, Transformer
+
     if cast(torch.Tensor, model.get_input_embeddings().weight).shape[0] != model.config.vocab_size:
         raise ValueError("config.vocab_size must equal the number of embedding rows")
     serving = serving or Serving()
@@ -167,9 +141,16 @@ def save_sparse_encoder(
     with tempfile.TemporaryDirectory(dir=Path(out_dir).parent) as staging:
         model.save_pretrained(staging, safe_serialization=True)
         tokenizer.save_pretrained(staging)
-        build_sparse_encoder(Path(staging), serving=serving).save(
-            str(out_dir), safe_serialization=True
+        transformer = Transformer(
+            staging,
+            transformer_task="fill-mask",
+            query_length=serving.query_length,
+            document_length=serving.document_length,
         )
+        vocab = int(transformer.auto_model.config.vocab_size)
+        pooling = SpladePooling(**serving.pooling, embedding_dimension=vocab)  # type: ignore[arg-type]
+        encoder = SparseEncoder(modules=[transformer, pooling], device="cpu")
+        encoder.save(str(out_dir), safe_serialization=True)
 
 
 def max_positions(model: PreTrainedModel) -> int:
@@ -403,7 +384,7 @@ def sparse_encoder_problem(
     pooling; its masked LM's weights must hold the vocabulary head (``cls.*`` for BERT,
     ``lm_head.*`` for RoBERTa/XLM-R): read from the safetensors headers and an architecture built on
     the meta device, so no weight is loaded."""
-    modules = _module_types(path)
+    modules = [str(m.get("type", "")) for m in _modules(path)]
     if modules and not any(".sparse_encoder." in t for t in modules):
         shown = ", ".join(t.rsplit(".", 1)[-1] for t in modules)
         return f"its sentence-transformers modules ({shown}) make a dense embedding model"
@@ -417,7 +398,13 @@ def sparse_encoder_problem(
                 "convert them (transformers: from_pretrained(...).save_pretrained(DIR, safe_serialization=True))"
             )
         return "it holds no weights (no *.safetensors file)"
-    head = _mlm_head_prefix(config, trust_remote_code)
+    try:  # the masked-LM head's attribute, the architecture built on the meta device
+        with torch.device("meta"):
+            head = mlm_head_name(
+                AutoModelForMaskedLM.from_config(config, trust_remote_code=trust_remote_code)
+            )
+    except (ValueError, KeyError, TypeError):
+        head = None  # no masked-LM class for this config: loading names that itself
     if head is not None and not any(k.startswith(head + ".") for k in keys):
         found = ", ".join(getattr(config, "architectures", None) or [type(config).__name__])
         return (
@@ -441,10 +428,6 @@ def _modules(path: Path) -> list[dict[str, object]]:
     return [m for m in modules if isinstance(m, dict)] if isinstance(modules, list) else []
 
 
-def _module_types(path: Path) -> list[str]:
-    return [str(m.get("type", "")) for m in _modules(path)]
-
-
 def _weight_names(path: Path) -> set[str] | None:
     """Every tensor name in the directory's safetensors files (headers only), or None when there are
     none."""
@@ -461,14 +444,3 @@ def _weight_names(path: Path) -> set[str] | None:
         except Exception as err:  # safetensors raises its own error types for a damaged header
             raise InputError(f"model weights {file} cannot be read: {_first_line(err)}") from None
     return names
-
-
-def _mlm_head_prefix(config: PretrainedConfig, trust_remote_code: bool) -> str | None:
-    """The attribute name of the masked-LM head of ``config``'s architecture (built on the meta
-    device)."""
-    try:
-        with torch.device("meta"):
-            mlm = AutoModelForMaskedLM.from_config(config, trust_remote_code=trust_remote_code)
-    except (ValueError, KeyError, TypeError):
-        return None  # no masked-LM class for this config: loading names that itself
-    return mlm_head_name(mlm)

@@ -215,14 +215,10 @@ def mlm_embeddings(
     """(input embeddings (V, d), untied output embeddings (V, d) or None, decoder bias (V,) or
     None)."""
     inp = cast(torch.Tensor, model.get_input_embeddings().weight)
-    out_layer = model.get_output_embeddings()
-    out = (
-        None
-        if out_layer is None or out_layer.weight is inp
-        else cast(torch.Tensor, out_layer.weight)
-    )
-    bias = getattr(out_layer, "bias", None) if out_layer is not None else None
-    return inp, out, bias
+    out_layer = model.get_output_embeddings()  # None, or a layer with a weight (and a bias)
+    weight = getattr(out_layer, "weight", None)
+    out = None if weight is None or weight is inp else cast(torch.Tensor, weight)
+    return inp, out, getattr(out_layer, "bias", None)
 
 
 def load_sparse_encoder(

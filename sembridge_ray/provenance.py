@@ -181,7 +181,6 @@ def display_name(name: str) -> str:
 
 
 # ---- what an input declares: a bundled asset's marker, a README's front matter
-# ---------------------------------
 
 
 def _marker(path: Path) -> Path:
@@ -245,7 +244,6 @@ def declared(path: str | Path, key: str) -> tuple[str, str]:
 
 
 # ---- licences
-# ----------------------------------------------------------------------------------------------------
 
 _CC = re.compile(r"\bCC[- ]BY((?:-(?:NC|SA|ND))*)[- ](\d\.\d)\b", re.IGNORECASE)
 _APACHE = re.compile(r"\s*apache[- ]?(licen[cs]e[, ]*)?(version )?2(\.0)?\b", re.IGNORECASE)
@@ -344,13 +342,10 @@ def all_licences(prov: Mapping[str, object]) -> list[InputLicence]:
     if "licences" in init:
         found = list(init["licences"])
     else:
-        named = (
-            ("source model", "source_model"),
-            ("target tokenizer", "target_tokenizer"),
-            ("bridge model", "bridge_model"),
-        )
         found = [
-            item for role, key in named for item in input_licences(role, str(init.get(key, "")))
+            item
+            for key in ("source_model", "target_tokenizer", "bridge_model")
+            for item in input_licences(key.replace("_", " "), str(init.get(key, "")))
         ]
     if tune:
         found += (
@@ -362,7 +357,6 @@ def all_licences(prov: Mapping[str, object]) -> list[InputLicence]:
 
 
 # ---- what else a card says about an input
-# ------------------------------------------------------------------------
 
 
 def base_model(named: str, resolved: str = "") -> str:
@@ -385,11 +379,8 @@ def language_of(named: str, resolved: str = "") -> str:
         return code
     if (known := known_asset(named, resolved)) is not None:
         return known.language
-    return (
-        declared(resolved or named, "language")[0].split(" and ")[0]
-        if is_local(resolved or named)
-        else ""
-    )
+    path = resolved or named
+    return declared(path, "language")[0].split(" and ")[0] if is_local(path) else ""
 
 
 def dataset_ref(named: str, resolved: str = "") -> tuple[str, str]:

@@ -230,11 +230,8 @@ def declared(path: str | Path, key: str) -> tuple[str, str]:
     from huggingface_hub.repocard import metadata_load
 
     path = Path(path).expanduser()
-    readme, where = (
-        (path / README, f"its {README}")
-        if path.is_dir()
-        else (path.parent / README, "the README beside it")
-    )
+    readme = (path if path.is_dir() else path.parent) / README
+    where = f"its {README}" if path.is_dir() else "the README beside it"
     try:
         value = (metadata_load(readme) or {}).get(key) if readme.is_file() else None
     except Exception:  # front matter that is not YAML declares nothing
@@ -278,10 +275,8 @@ def combined_licence(licences: Sequence[InputLicence]) -> tuple[str, str]:
     rank = {i: (int("-nc" in i), int("-sa" in i or "-nd" in i)) for i in ids}
     strictest = [i for i in ids if rank[i] == max(rank.values())]
     if "other" in ids or (len(strictest) > 1 and rank[strictest[0]][1]):
-        return (
-            "other",
-            f"the terms of its inputs ({'; '.join(sorted({item['licence'] for item in licences}))})",
-        )
+        terms = "; ".join(sorted({item["licence"] for item in licences}))
+        return "other", f"the terms of its inputs ({terms})"
     return max(strictest, key=lambda i: ("apache" in i, i)), ""
 
 

@@ -268,9 +268,8 @@ class ReproduceConfig(Config):
                 if k in hints and coerce(v, hints[k], k) != defaults.get(k)
             }
             methods = coerce(data.get("methods", METHOD_NAMES), tuple[str, ...], "methods")
-            for name in {split_variant(str(m))[0] for m in cast(tuple[str, ...], methods)} & set(
-                METHOD_NAMES
-            ):
+            bases = {split_variant(m)[0] for m in cast(tuple[str, ...], methods)}
+            for name in bases & set(METHOD_NAMES):
                 try:
                     InitConfig.upgrade({"weighting": changed, "method": name})
                 except ConfigError as err:
@@ -280,7 +279,7 @@ class ReproduceConfig(Config):
     @property
     def preset(self) -> str:
         """The former name of ``assets`` (``paper`` / ``demo``), for code written against it."""
-        return {"bundled": "demo", "xling": "xling"}.get(self.assets, "paper")
+        return next(p for p, a in _ASSETS_OF_PRESET.items() if a == self.assets)
 
     def check(self) -> None:
         for key in self.PLANNED:
@@ -302,19 +301,10 @@ class ReproduceConfig(Config):
             try:
                 value = parse_alpha(alpha)
             except ValueError:
-                value = float("nan")
-            require(
-                value >= 1,
-                "alphas",
-                ",".join(self.alphas),
-                f"{alpha!r} is not a number >= 1 or 'softmax'",
-            )
-            require(
-                math.isfinite(value),
-                "alphas",
-                ",".join(self.alphas),
-                f"{alpha!r} is not a finite number",
-            )
+                value = math.nan
+            ok = value >= 1 and math.isfinite(value)
+            rule = "is not a finite number" if value >= 1 else "is not a number >= 1 or 'softmax'"
+            require(ok, "alphas", ",".join(self.alphas), f"{alpha!r} {rule}")
         named = [("languages", lang) for lang in self.languages]
         named += [
             ("target_tokenizers", item.partition("=")[0].strip()) for item in self.target_tokenizers

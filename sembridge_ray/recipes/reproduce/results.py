@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
+from sembridge_ray import catalog
 from sembridge_ray.recipes.reproduce import compare, plots, protocol
 from sembridge_ray.recipes.reproduce.cells import (
     BM25,
@@ -83,8 +84,7 @@ def _json(path: Path) -> dict[str, object]:
 
 
 def _value(record: Mapping[str, object], key: str, default: str | float = "") -> str | float:
-    """A number (or text) a stage's JSON records under ``key``: the evaluate job's metrics, the
-    fine-tuning's summary hold plain numbers there."""
+    """What a stage's JSON (metrics, fine-tuning summary) records under ``key``."""
     return cast("str | float", record.get(key, default))
 
 
@@ -106,80 +106,40 @@ def collect(
         for dataset in datasets:
             folder = bm25_path(output, language, dataset, split)
             if is_complete(folder):
-                metrics = _json(folder / "metrics.json")
-                for stage in STAGES:
-                    rows.append(_row(model, language, dataset, BM25, "", stage, metrics) | _blank())
+                rows += [_row(folder, model, language, dataset, BM25, "", s) for s in STAGES]
     return rows
 
 
 def _stage_rows(cell: Cell, seed: int, paths: CellPaths, dataset: str, stage: str) -> list[Row]:
     """The rows of one seed's stage: the model's, and its fusion with BM25's."""
-    folder = paths.eval(dataset, stage)
+    folder, fused = paths.eval(dataset, stage), paths.fusion(dataset, stage)
     if not is_complete(folder):
         return []
-    metrics = _json(folder / "metrics.json")
+    head = (cell.model, cell.language, dataset)
     train = _json(paths.finetune(dataset) / FINETUNE_SUMMARY) if stage == STAGES[1] else {}
-    found = _row(cell.model, cell.language, dataset, cell.variant, cell.alpha_label, stage, metrics)
+    found = _row(folder, *head, cell.variant, cell.alpha_label, stage, vectors=True)
+    dims = found["active_dims_q"]  # outside QUERY_DIMS_BAND: collapsed
     found |= {
         "train_seconds": _value(train, "train_seconds", _value(train, "seconds")),
         "train_steps": _value(train, "steps"),
         "cell": cell.name,
         **convergence_columns(train),
         "seed": seed,
-        "collapsed": _collapsed(metrics),
+        "collapsed": int(query_collapse(dims) is not None) if isinstance(dims, int | float) else "",
     }
-    rows = [found]
-    fused = paths.fusion(dataset, stage)
-    if is_complete(fused):
-        variant = cell.variant + FUSED
-        rows.append(
-            _row(
-                cell.model,
-                cell.language,
-                dataset,
-                variant,
-                cell.alpha_label,
-                stage,
-                _json(fused / "metrics.json"),
-            )
-            | _blank()
-            | {"cell": cell.name, "seed": seed}
-        )
-    return rows
+    if not is_complete(fused):
+        return [found]
+    fusion = _row(fused, *head, cell.variant + FUSED, cell.alpha_label, stage)
+    return [found, fusion | {"cell": cell.name, "seed": seed}]
 
 
-def _row(
-    model: str,
-    language: str,
-    dataset: str,
-    method: str,
-    alpha: str,
-    stage: str,
-    metrics: Mapping[str, object],
-) -> Row:
-    return {
-        "model": model,
-        "language": language,
-        "dataset": dataset,
-        "method": method,
-        "alpha": alpha,
-        "stage": stage,
-        **{col: _value(metrics, key) for col, key in METRIC_KEYS.items()},
-    }
-
-
-def _blank() -> Row:
-    """No model's vectors behind the row (BM25, a fusion): its vector figures are blank."""
-    return dict.fromkeys(MODEL_COLUMNS, "")
-
-
-def _collapsed(metrics: Mapping[str, object]) -> str | float:
-    """1 when the queries' mean active dimensions are outside ``QUERY_DIMS_BAND``, else 0 ("" when
-    not recorded)."""
-    dims = metrics.get("mean_active_dims_query")
-    if not isinstance(dims, int | float):
-        return ""
-    return 1 if query_collapse(float(dims)) is not None else 0
+def _row(folder: Path, *head: str, vectors: bool = False) -> Row:
+    """The columns ``model`` .. ``stage`` (``head``), then the figures of ``folder``'s metrics; the
+    figures of a model's vectors blank without one behind the row (BM25, a fusion)."""
+    metrics = _json(folder / "metrics.json")
+    row: Row = dict(zip(COLUMNS, head, strict=False))
+    row |= {col: _value(metrics, key) for col, key in METRIC_KEYS.items()}
+    return row if vectors else row | dict.fromkeys(MODEL_COLUMNS, "")
 
 
 def convergence_columns(summary: Mapping[str, object]) -> Row:
@@ -218,13 +178,26 @@ def _fmt(value: object) -> str:
     return f"{value:.3f}" if isinstance(value, float) and not math.isnan(value) else "–"
 
 
-def _label(method: str, alpha: str) -> str:
-    return f"{method} (α={alpha})" if alpha else method
+def _line(key: tuple[str, str, str], cells: Sequence[str]) -> str:
+    """A table's row: the model, the method (with its α), ``cells``."""
+    model, method, alpha = key
+    return "| " + " | ".join([model, f"{method} (α={alpha})" if alpha else method, *cells]) + " |"
 
 
-def _order(method: str) -> tuple[int, str]:
-    """Models first, then their fusions with BM25, then BM25."""
-    return (2 if method == BM25 else 1 if method.endswith(FUSED) else 0, method)
+def _head(level: str, dataset: str, stage: str, columns: Sequence[str], rule: str) -> list[str]:
+    """A (dataset, stage) table's heading, its header (model, method, ``columns``) and rule."""
+    return [
+        f"{level} {dataset} — {stage.replace('_', '-')}",
+        "",
+        _line(("model", "method", ""), columns),
+        "|---|---|" + rule * len(columns),
+    ]
+
+
+def _order(key: tuple[str, str, str]) -> tuple[str, int, str, str]:
+    """Per model: its methods first, then their fusions with BM25, then BM25."""
+    model, method, alpha = key
+    return model, 2 if method == BM25 else 1 if method.endswith(FUSED) else 0, method, alpha
 
 
 def _mean_sd(values: Sequence[float]) -> str:
@@ -262,18 +235,8 @@ def markdown(
     out = ["# Results (nDCG@10)", ""]
     seeded = any(str(r.get("seed", "")) not in ("", "0") for r in rows)
     for (dataset, stage), table in _tables(rows):
-        out += [
-            f"## {dataset} — {stage.replace('_', '-')}",
-            "",
-            "| model | method | " + " | ".join(languages) + " | avg |",
-            "|---|---|" + "---:|" * (len(languages) + 1),
-        ]
-        out += [
-            _score_row(key, by_lang, languages)
-            for key, by_lang in sorted(
-                table.items(), key=lambda kv: (kv[0][0], _order(kv[0][1]), kv[0][2])
-            )
-        ]
+        out += _head("##", dataset, stage, [*languages, "avg"], "---:|")
+        out += [_score_row(key, table[key], languages) for key in sorted(table, key=_order)]
         out.append("")
     if seeded:
         out += ["Several seeds: mean ± standard deviation over seeds (BM25 has none).", ""]
@@ -294,16 +257,15 @@ def _score_row(
 ) -> str:
     """One (model, method, α) row: per language the mean nDCG@10 over seeds (± sd), and the average
     of the means when every language has one."""
-    model, method, alpha = key
-    scores = {lang: [float(r["ndcg@10"]) for r in found] for lang, found in by_lang.items()}
-    means = [
-        sum(scores[lang]) / len(scores[lang]) if scores.get(lang) else math.nan
+    scores = {
+        lang: [float(r["ndcg@10"]) for r in by_lang[lang]]
         for lang in languages
-    ]
-    done = [v for v in means if not math.isnan(v)]
-    avg = sum(done) / len(done) if len(done) == len(means) else math.nan
-    shown = [_mean_sd(scores[lang]) if scores.get(lang) else "–" for lang in languages]
-    return f"| {model} | {_label(method, alpha)} | " + " | ".join(shown) + f" | {_fmt(avg)} |"
+        if by_lang.get(lang)
+    }
+    means = [sum(found) / len(found) for found in scores.values()]
+    avg = sum(means) / len(means) if len(means) == len(languages) else math.nan
+    shown = [_mean_sd(scores[lang]) if lang in scores else "–" for lang in languages]
+    return _line(key, [*shown, _fmt(avg)])
 
 
 def health_markdown(
@@ -324,18 +286,9 @@ def health_markdown(
         "",
     ]
     for (dataset, stage), table in _tables(models):
-        out += [
-            f"### {dataset} — {stage.replace('_', '-')}",
-            "",
-            "| model | method | " + " | ".join(languages) + " |",
-            "|---|---|" + "---|" * len(languages),
-        ]
-        for (model, method, alpha), by_lang in sorted(table.items()):
-            out.append(
-                f"| {model} | {_label(method, alpha)} | "
-                + " | ".join(_health_cell(by_lang.get(lang, [])) for lang in languages)
-                + " |"
-            )
+        out += _head("###", dataset, stage, languages, "---|")
+        for key, by_lang in sorted(table.items()):
+            out.append(_line(key, [_health_cell(by_lang.get(lang, [])) for lang in languages]))
         out.append("")
     return out
 
@@ -360,9 +313,6 @@ def _health_cell(found: Sequence[Mapping[str, str | float]]) -> str:
 def reference_lines(output: Path, cfg: ReproduceConfig) -> str:
     """results.md's closing lines: each source model with its own tokenizer (before the swap) on
     the test split and on the development set, and English BM25 (the cross-lingual miniature)."""
-    from sembridge_ray import catalog
-    from sembridge_ray.recipes.reproduce.plots import source_dev_score
-
     where = (
         "on English XQuAD test (the same questions, in English)"
         if cfg.assets == "xling"
@@ -377,7 +327,7 @@ def reference_lines(output: Path, cfg: ReproduceConfig) -> str:
                 f"\nSource {catalog.slug(model)} with its own tokenizer (before the swap) scores "
                 f"nDCG@10 {ndcg:.3f} {where}.\n"
             )
-        if (dev := source_dev_score(output, model)) is not None:
+        if (dev := plots.source_dev_score(output, model)) is not None:
             text += f"\nSource {catalog.slug(model)} on the development set (its own tokenizer): nDCG@10 {dev:.3f}.\n"
     english = bm25_path(output, "en", "xquad", cfg.eval_split)
     if cfg.assets == "xling" and is_complete(english):
@@ -397,11 +347,7 @@ def rebuild(
     out = Path(cfg.output)
     cells = config_cells(cfg)
     if failures is None:
-        failures = (
-            json.loads((out / "failures.json").read_text())
-            if (out / "failures.json").is_file()
-            else {}
-        )
+        failures = cast("dict[str, str]", _json(out / "failures.json"))
     rows = collect(out, cells, cfg.datasets, cfg.eval_split)
     write_csv(rows, out / "results.csv")
     curves = protocol.protocol_rows(out, cells, cfg.datasets, cfg.finetune.eval_split)

@@ -134,14 +134,12 @@ def cell_stages(
         stages += [init] if own_init else []
         model = f"{init.ref}/{MODEL}"
         for dataset in cfg.datasets:
-            zero, tuned = (s.evaluation(dataset, stage) for stage in STAGES)
-            zero = replace(zero, inputs={**zero.inputs, "model": model})
             if own_init:
+                zero = s.evaluation(dataset, STAGES[0], (str(paths.model), model))
                 stages += [zero, *s.fusion(dataset, zero)]
             finetune = s.finetune(dataset, model)
-            tuned_cfg = replace(tuned.cfg, model=f"{finetune.output}/{MODEL}")
-            inputs = {**tuned.inputs, "model": f"{finetune.ref}/{MODEL}"}
-            tuned = replace(tuned, cfg=tuned_cfg, inputs=inputs)
+            tuned_model = (f"{finetune.output}/{MODEL}", f"{finetune.ref}/{MODEL}")
+            tuned = s.evaluation(dataset, STAGES[1], tuned_model)
             stages += [finetune, tuned, *s.fusion(dataset, tuned)]
     return stages
 
@@ -162,29 +160,14 @@ class _Seed:
     gpus: float
     identify: Identify
 
-    def evaluation(self, dataset: str, stage: str) -> Stage:
-        """The evaluation of the cell's model at ``stage`` on ``dataset``'s evaluated split: the
-        init's model for the zero-shot stage (the caller names the fine-tuned one, and both model
-        inputs)."""
-        cfg, paths = self.cfg, self.paths
-        spec = self.assets.specs[(dataset, self.cell.language)][0]
-        evaluate = replace(
-            cfg.evaluate,
-            model=str(paths.model),
-            dataset=spec,
-            split=cfg.eval_split,
-            output=str(paths.eval(dataset, stage)),
-            overwrite=cfg.overwrite,
-            cache_dir=str(Path(cfg.output) / "cache" / "eval"),
-            resources=cell_resources(cfg, cfg.evaluate.resources, self.gpus),
-        )
-        seed = paths.init_seed if stage == STAGES[0] else paths.seed
-        return Stage(
-            name=_named(f"{dataset}/{stage}", seed),
-            job="evaluate",
-            cfg=evaluate,
-            inputs={"model": "", "dataset": self.identify("dataset", spec)},
-        )
+    def evaluation(self, dataset: str, stage: str, model: tuple[str, str]) -> Stage:
+        """The evaluation of ``model`` (its path, its stage ref) at ``stage`` on ``dataset``'s
+        evaluated split."""
+        paths, spec = self.paths, self.assets.specs[(dataset, self.cell.language)][0]
+        name = _named(f"{dataset}/{stage}", paths.init_seed if stage == STAGES[0] else paths.seed)
+        data = (spec, self.identify("dataset", spec))
+        output = paths.eval(dataset, stage)
+        return _evaluation(self.cfg, name, model, data, self.cfg.eval_split, output, self.gpus)
 
     def fusion(self, dataset: str, evaluated: Stage) -> list[Stage]:
         """The fusion of an evaluation's run with BM25's on the same queries (none without
@@ -274,30 +257,6 @@ def source_stages(
     (a training set spec), and its evaluation with its own tokenizer on ``beir`` (a dataset spec;
     the level a transfer would ideally recover)."""
     root = Path(cfg.output) / "assets"
-    finetune = _source_finetune(cfg, root, untrained, pairs, identify)
-    ev_cfg = replace(
-        cfg.evaluate,
-        model=f"{finetune.output}/{MODEL}",
-        dataset=str(beir),
-        split=cfg.eval_split,
-        output=str(root / "source-eval"),
-        cache_dir=str(Path(cfg.output) / "cache" / "eval"),
-        overwrite=cfg.overwrite,
-    )
-    evaluate = Stage(
-        name="assets/source-eval",
-        job="evaluate",
-        cfg=ev_cfg,
-        inputs={"model": f"{finetune.ref}/{MODEL}", "dataset": identify("dataset", str(beir))},
-    )
-    return finetune, evaluate
-
-
-def _source_finetune(
-    cfg: ReproduceConfig, root: Path, untrained: Path, pairs: str | Path, identify: Identify
-) -> Stage:
-    """The source's fine-tuning: the fixed ``demo.source_*`` recipe, last step kept, never scored on
-    dev."""
     optim = replace(
         cfg.finetune.optim,
         max_steps=cfg.demo.source_steps,
@@ -310,8 +269,8 @@ def _source_finetune(
         train=str(pairs),
         output=str(root / "minilm-splade"),
         optim=optim,
-        # the source's recipe is fixed (demo.source_*): it is scored on dev once, by
-        # source_dev_stage
+        # the source's recipe is fixed (demo.source_*), its last step kept: it is scored on dev
+        # once, by source_dev_stage
         eval="",
         select="last",
         # an ablation of the transfers' batches leaves the source as it is
@@ -320,15 +279,37 @@ def _source_finetune(
         query_length=cfg.evaluate.max_query_length,  # the written model encodes as it is scored
         document_length=cfg.evaluate.max_doc_length,
     )
-    return Stage(
-        name="assets/source",
-        job="finetune",
-        cfg=ft_cfg,
-        inputs={
-            "model": identify("model", str(untrained)),
-            "train": identify("dataset", str(pairs)),
-        },
+    inputs = {"model": identify("model", str(untrained)), "train": identify("dataset", str(pairs))}
+    finetune = Stage(name="assets/source", job="finetune", cfg=ft_cfg, inputs=inputs)
+    model = (f"{finetune.output}/{MODEL}", f"{finetune.ref}/{MODEL}")
+    data = (str(beir), identify("dataset", str(beir)))
+    name, output = "assets/source-eval", root / "source-eval"
+    return finetune, _evaluation(cfg, name, model, data, cfg.eval_split, output)
+
+
+def _evaluation(
+    cfg: ReproduceConfig,
+    name: str,
+    model: tuple[str, str],
+    data: tuple[str, str],
+    split: str,
+    output: Path,
+    gpus: float = 0.0,
+) -> Stage:
+    """The evaluate stage ``name``: ``model`` on ``data``'s ``split`` (each as its path or spec, and
+    its identity), written to ``output``."""
+    ev_cfg = replace(
+        cfg.evaluate,
+        model=model[0],
+        dataset=data[0],
+        split=split,
+        output=str(output),
+        cache_dir=str(Path(cfg.output) / "cache" / "eval"),
+        overwrite=cfg.overwrite,
+        resources=cell_resources(cfg, cfg.evaluate.resources, gpus),
     )
+    inputs = {"model": model[1], "dataset": data[1]}
+    return Stage(name=name, job="evaluate", cfg=ev_cfg, inputs=inputs)
 
 
 def source_dev_stage(
@@ -338,19 +319,11 @@ def source_dev_stage(
     scored once on the development set with its own tokenizer, under
     :func:`~sembridge_ray.recipes.reproduce.cells.source_dev_path`: the level the dev curves of its
     transfers are drawn against."""
-    ev_cfg = replace(
-        cfg.evaluate,
-        model=model,
-        dataset=dev.spec,
-        split=dev.split,
-        output=str(source_dev_path(Path(cfg.output), name)),
-        cache_dir=str(Path(cfg.output) / "cache" / "eval"),
-        overwrite=cfg.overwrite,
-        resources=cell_resources(cfg, cfg.evaluate.resources, gpus),
-    )
-    inputs = {"model": identify("model", model), "dataset": identify("dataset", dev.spec)}
-    return Stage(
-        name=f"sources/{catalog.slug(name)}/dev", job="evaluate", cfg=ev_cfg, inputs=inputs
+    output = source_dev_path(Path(cfg.output), name)
+    found = (model, identify("model", model))
+    data = (dev.spec, identify("dataset", dev.spec))
+    return _evaluation(
+        cfg, f"sources/{catalog.slug(name)}/dev", found, data, dev.split, output, gpus
     )
 
 
@@ -388,16 +361,8 @@ def source_test_stage(
 ) -> Stage:
     """The source model ``name`` (at ``model``, a path, bundled name or stage ref) scored with its
     own tokenizer on ``spec``'s test split: the level a transfer would ideally recover."""
-    ev_cfg = replace(
-        cfg.evaluate,
-        model=model,
-        dataset=spec,
-        split=cfg.eval_split,
-        output=str(source_test_path(Path(cfg.output), name)),
-        cache_dir=str(Path(cfg.output) / "cache" / "eval"),
-        overwrite=cfg.overwrite,
-    )
-    inputs = {"model": identify("model", model), "dataset": identify("dataset", spec)}
-    return Stage(
-        name=f"sources/{catalog.slug(name)}/test", job="evaluate", cfg=ev_cfg, inputs=inputs
+    output = source_test_path(Path(cfg.output), name)
+    found, data = (model, identify("model", model)), (spec, identify("dataset", spec))
+    return _evaluation(
+        cfg, f"sources/{catalog.slug(name)}/test", found, data, cfg.eval_split, output
     )

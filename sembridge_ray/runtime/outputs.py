@@ -41,7 +41,6 @@ from pathlib import Path
 
 from sembridge_ray.runtime.atomic import (
     atomic_path,
-    atomic_write_bytes,
     atomic_write_json,
     atomic_write_text,
     remove,
@@ -68,13 +67,11 @@ __all__ = [
     "SUCCESS",
     "Claim",
     "atomic_path",
-    "atomic_write_bytes",
     "atomic_write_json",
     "atomic_write_text",
     "claim_output",
     "is_complete",
     "output_fingerprint",
-    "read_manifest",
     "sha256_file",
     "write_success",
 ]
@@ -92,24 +89,19 @@ def read_identity(out_dir: Path) -> RunIdentity | None:
 # ---- claiming an output for a run
 # ---------------------------------------------------------------------------
 
-STAGING_SUFFIX = ".overwrite-staging"
-"""``<output>.overwrite-staging``: where ``--overwrite`` builds the new run beside the old
-output."""
-PREVIOUS_SUFFIX = ".overwrite-previous"
-"""``<output>.overwrite-previous``: the old output for the instant between the two renames of the
-swap."""
-
 
 class SettingsChanged(InputError):
     """The output holds a run with another identity."""
 
 
 def staging_dir(out_dir: Path) -> Path:
-    return Path(out_dir).with_name(Path(out_dir).name + STAGING_SUFFIX)
+    """``<output>.overwrite-staging``: where ``--overwrite`` builds the new run beside the old one."""
+    return Path(out_dir).with_name(Path(out_dir).name + ".overwrite-staging")
 
 
 def previous_dir(out_dir: Path) -> Path:
-    return Path(out_dir).with_name(Path(out_dir).name + PREVIOUS_SUFFIX)
+    """``<output>.overwrite-previous``: the old output between the two renames of the swap."""
+    return Path(out_dir).with_name(Path(out_dir).name + ".overwrite-previous")
 
 
 def check_output_path(out_dir: Path) -> None:
@@ -131,7 +123,10 @@ def check_output_path(out_dir: Path) -> None:
         existing = existing.parent
     if not existing.is_dir():
         raise InputError(f"output {out_dir}: {existing} is a file, not a directory")
-    if not os.access(existing, os.W_OK | os.X_OK) or _pseudo_filesystem(existing):
+    # /proc and /sys take no new directories whatever their permission bits say (root sees them
+    # writable)
+    pseudo = existing.resolve().parts[1:2] in (("proc",), ("sys",))
+    if not os.access(existing, os.W_OK | os.X_OK) or pseudo:
         readonly = os.statvfs(existing).f_flag & os.ST_RDONLY
         raise InputError(
             f"output {out_dir}: {existing} is not writable "
@@ -175,12 +170,6 @@ def followed(out_dir: Path, say: bool = True) -> Path:
             log.info("output %s is a link to %s: the run writes there", out_dir, target)
         return target
     return out_dir
-
-
-def _pseudo_filesystem(path: Path) -> bool:
-    """/proc and /sys take no new directories whatever their permission bits say (root sees them
-    writable)."""
-    return path.resolve().parts[1:2] in (("proc",), ("sys",))
 
 
 def _entries(out_dir: Path) -> set[str]:

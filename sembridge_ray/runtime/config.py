@@ -96,9 +96,7 @@ def _scalar(value: object, tp: object, key: str) -> object:
                 return value if isinstance(value, bool) else text.lower() in _TRUE
             raise ValueError(text)
         if tp is int:
-            return (
-                int(value) if isinstance(value, int) and not isinstance(value, bool) else int(text)
-            )
+            return int(text)  # a bool's text is no int
         if tp is float:
             return float(text)
         if tp is str:
@@ -147,19 +145,17 @@ def _build(cls: type[T], data: Mapping[str, object], prefix: str = "") -> T:
         raise
 
 
-def _section_keys(tp: type) -> set[str]:
-    return {f.name for f in dataclasses.fields(tp)} | set(getattr(tp, "ALIASES", {}))
-
-
 def _shorthand(cls: type, name: str) -> str | None:
     """The section of ``cls`` whose key ``name`` is when given without it (``SHORTHANDS``), else
     None."""
     if name in {f.name for f in dataclasses.fields(cls)}:
         return None
-    hints = typing.get_type_hints(cls)
-    return next(
-        (s for s in getattr(cls, "SHORTHANDS", ()) if name in _section_keys(hints[s])), None
-    )
+    shorthands: tuple[str, ...] = getattr(cls, "SHORTHANDS", ())
+    for section in shorthands:
+        tp = typing.get_type_hints(cls)[section]
+        if name in {f.name for f in dataclasses.fields(tp)} or name in getattr(tp, "ALIASES", {}):
+            return section
+    return None
 
 
 def canonical_key(cls: type, key: str) -> str:
@@ -170,11 +166,7 @@ def canonical_key(cls: type, key: str) -> str:
     section = _shorthand(cls, head)
     if section is not None:
         return f"{section}.{key}"
-    tp = (
-        typing.get_type_hints(cls).get(head)
-        if head in {f.name for f in dataclasses.fields(cls)}
-        else None
-    )
+    tp = typing.get_type_hints(cls).get(head)  # a field's type (a class's ClassVars are no type)
     return (
         f"{head}.{canonical_key(tp, rest)}"
         if dot and isinstance(tp, type) and dataclasses.is_dataclass(tp)
@@ -188,8 +180,7 @@ def canonical(cls: type, data: Mapping[str, object], prefix: str = "") -> dict[s
     be said to win)."""
     out = dict(data)
     hints = typing.get_type_hints(cls)
-    for name in [k for k in out if _shorthand(cls, k) is not None]:
-        section = cast(str, _shorthand(cls, name))
+    for name, section in [(k, s) for k in out if (s := _shorthand(cls, k)) is not None]:
         nested = out.get(section)
         inner = dict(nested) if isinstance(nested, Mapping) else {}
         if nested is not None and not isinstance(nested, Mapping):
@@ -230,22 +221,6 @@ def read_with(key: str, rule: str) -> dict[str, object]:
     return {"read_with": (key, rule)}
 
 
-def _literal_fields(cls: type) -> tuple[tuple[str, tuple[object, ...]], ...]:
-    hints = typing.get_type_hints(cls)
-    return tuple(
-        (f.name, typing.get_args(hints[f.name]))
-        for f in dataclasses.fields(cls)
-        if typing.get_origin(hints[f.name]) is Literal
-    )
-
-
-@cache
-def _float_fields(cls: type) -> tuple[str, ...]:
-    """The fields annotated ``float`` or ``float | None``."""
-    hints = typing.get_type_hints(cls)
-    return tuple(f.name for f in dataclasses.fields(cls) if hints[f.name] in (float, float | None))
-
-
 def suggestion(name: str, cls: type, prefix: str = "") -> str:
     """ "; did you mean X?" for an unknown key: a key of the same name in a section, else the
     closest key."""
@@ -282,17 +257,17 @@ class Config:
         return data
 
     def __post_init__(self) -> None:
-        # a class is hashable; mypy checks the instances' __hash__ (None for an eq dataclass)
-        # instead
-        for name, choices in _literal_fields(type(self)):
-            value = getattr(self, name)
-            require(value in choices, name, value, f"must be one of {list(choices)}")
-        for name in _float_fields(type(self)):  # type: ignore[arg-type]
-            value = getattr(self, name)
-            ok = value is None or (isinstance(value, int | float) and math.isfinite(value))
-            # inf and nan pass every range check
-            require(ok, name, value, "must be a finite number")
-        for f in dataclasses.fields(self):
+        hints, fields = typing.get_type_hints(type(self)), dataclasses.fields(self)
+        for f in fields:
+            if typing.get_origin(hints[f.name]) is Literal:
+                value, choices = getattr(self, f.name), typing.get_args(hints[f.name])
+                require(value in choices, f.name, value, f"must be one of {list(choices)}")
+        for f in fields:  # inf and nan pass every range check
+            if hints[f.name] in (float, float | None):
+                value = getattr(self, f.name)
+                ok = value is None or (isinstance(value, int | float) and math.isfinite(value))
+                require(ok, f.name, value, "must be a finite number")
+        for f in fields:
             if "read_with" in f.metadata:  # a key read only with another (read_with)
                 key, rule = f.metadata["read_with"]
                 value = getattr(self, f.name)
@@ -335,8 +310,7 @@ class Config:
     def to_dict(self) -> JSONObject:
         """The config as a JSON object (sections nested, tuples as lists): what workers receive and
         YAML holds."""
-        # the fields are JSON scalars, tuples of them and nested configs (coerce accepts nothing
-        # else)
+        # the fields are JSON scalars, tuples of them and nested configs (coerce accepts nothing else)
         return cast(JSONObject, _plain(dataclasses.asdict(self)))
 
     @classmethod
@@ -490,14 +464,6 @@ def attribute_docs(cls: type) -> dict[str, str]:
     return docs
 
 
-def choices_of(field: dataclasses.Field[object], tp: object) -> tuple[object, ...]:
-    """The allowed values of a field: a ``Literal``'s, or ``metadata={"choices": ...}`` (for tuples
-    of names)."""
-    if typing.get_origin(tp) is Literal:
-        return typing.get_args(tp)
-    return tuple(field.metadata.get("choices", ()))
-
-
 def field_info(cls: type, values: Mapping[str, object] | None = None) -> dict[str, FieldInfo]:
     """Dotted key -> its type, default (from ``values`` when given: a preset's effective values),
     docstring and choices, recursing into nested configs."""
@@ -520,8 +486,11 @@ def field_info(cls: type, values: Mapping[str, object] | None = None) -> dict[st
         else:
             default = None
         name = getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+        # a Literal's choices, or metadata={"choices": ...} (for tuples of names)
+        literal = typing.get_origin(tp) is Literal
+        choices = typing.get_args(tp) if literal else tuple(f.metadata.get("choices", ()))
         out[f.name] = FieldInfo(
-            type_name=name, default=default, doc=docs.get(f.name, ""), choices=choices_of(f, tp)
+            type_name=name, default=default, doc=docs.get(f.name, ""), choices=choices
         )
     return out
 

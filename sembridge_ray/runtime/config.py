@@ -34,11 +34,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 T = TypeVar("T", bound="DataclassInstance")
-_TRUE, _FALSE, _NONE = (
-    {"true", "yes", "on", "1"},
-    {"false", "no", "off", "0"},
-    {"null", "none", "~", ""},
-)
+_TRUE = {"true", "yes", "on", "1"}
+_FALSE = {"false", "no", "off", "0"}
+_NONE = {"null", "none", "~", ""}
 
 
 class ConfigError(InputError):
@@ -452,15 +450,10 @@ def attribute_docs(cls: type) -> dict[str, str]:
         return {}
     body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
     docs = {}
-    for node, following in itertools.pairwise(body):
-        if (
-            isinstance(node, ast.AnnAssign)
-            and isinstance(node.target, ast.Name)
-            and isinstance(following, ast.Expr)
-            and isinstance(following.value, ast.Constant)
-            and isinstance(following.value.value, str)
-        ):
-            docs[node.target.id] = inspect.cleandoc(following.value.value)
+    for pair in itertools.pairwise(body):
+        match pair:  # an annotated name, then a string
+            case ast.AnnAssign(target=ast.Name(id=name)), ast.Expr(ast.Constant(str(doc))):
+                docs[name] = inspect.cleandoc(doc)
     return docs
 
 

@@ -144,8 +144,7 @@ def _build(cls: type[T], data: Mapping[str, object], prefix: str = "") -> T:
 
 
 def _shorthand(cls: type, name: str) -> str | None:
-    """The section of ``cls`` whose key ``name`` is when given without it (``SHORTHANDS``), else
-    None."""
+    """The section of ``SHORTHANDS`` holding ``name`` (given without the section), or None."""
     if name in {f.name for f in dataclasses.fields(cls)}:
         return None
     shorthands: tuple[str, ...] = getattr(cls, "SHORTHANDS", ())
@@ -182,8 +181,7 @@ def canonical(cls: type, data: Mapping[str, object], prefix: str = "") -> dict[s
         nested = out.get(section)
         inner = dict(nested) if isinstance(nested, Mapping) else {}
         if nested is not None and not isinstance(nested, Mapping):
-            # a section given as a built config, or not a mapping: _build says what is wrong
-            continue
+            continue  # a built config, or not a mapping: _build says what is wrong
         value = out.pop(name)
         if name in inner and _differ(
             value, inner[name], typing.get_type_hints(hints[section]).get(name)
@@ -308,7 +306,7 @@ class Config:
     def to_dict(self) -> JSONObject:
         """The config as a JSON object (sections nested, tuples as lists): what workers receive and
         YAML holds."""
-        # the fields are JSON scalars, tuples of them and nested configs (coerce accepts nothing else)
+        # the fields are JSON scalars, tuples of them and nested configs (all that coerce accepts)
         return cast(JSONObject, _plain(dataclasses.asdict(self)))
 
     @classmethod
@@ -419,8 +417,7 @@ def merge(base: Mapping[str, object], delta: Mapping[str, object]) -> dict[str, 
 
 
 def write_config(cfg: Config, path: Path) -> None:
-    """Write the resolved config as YAML (strings that YAML would misread are quoted by
-    safe_dump)."""
+    """Write the resolved config as YAML (safe_dump quotes strings that YAML would misread)."""
     from sembridge_ray.runtime.outputs import atomic_write_text
 
     atomic_write_text(path, yaml.safe_dump(cfg.to_dict(), sort_keys=False, allow_unicode=True))

@@ -94,7 +94,7 @@ class SettingsChanged(InputError):
 
 
 def staging_dir(out_dir: Path) -> Path:
-    """``<output>.overwrite-staging``: where ``--overwrite`` builds the new run beside the old one."""
+    """``<output>.overwrite-staging``: where ``--overwrite`` builds the new run, beside the old."""
     return Path(out_dir).with_name(Path(out_dir).name + ".overwrite-staging")
 
 
@@ -122,8 +122,7 @@ def check_output_path(out_dir: Path) -> None:
         existing = existing.parent
     if not existing.is_dir():
         raise InputError(f"output {out_dir}: {existing} is a file, not a directory")
-    # /proc and /sys take no new directories whatever their permission bits say (root sees them
-    # writable)
+    # /proc and /sys take no new directories whatever their mode says (root sees them writable)
     pseudo = existing.resolve().parts[1:2] in (("proc",), ("sys",))
     if not os.access(existing, os.W_OK | os.X_OK) or pseudo:
         readonly = os.statvfs(existing).f_flag & os.ST_RDONLY
@@ -137,7 +136,7 @@ def require_apart(out_dir: Path, inputs: Mapping[str, str], what: str = "output"
     """InputError naming the output when it is, lies inside, or holds a local input the run reads
     (name -> path): writing there would change the input (an output inside a model makes it another
     model, and the run fails saying so at every rerun) or remove it (an unfinished run's leftovers
-    are cleared, ``--overwrite`` replaces the directory). Hub ids and dataset specs are not checked."""
+    are cleared, ``--overwrite`` replaces the directory). Hub ids, dataset specs: not checked."""
     out = Path(out_dir).expanduser().resolve()
     for name, spec in inputs.items():
         path = Path(spec).expanduser()
@@ -178,8 +177,7 @@ def _entries(out_dir: Path) -> set[str]:
 
 
 def _foreign(out_dir: Path) -> bool:
-    """A non-empty directory with none of this project's files: never written into, never
-    cleared."""
+    """A non-empty directory with none of this project's files: never written into or cleared."""
     names = _entries(out_dir)
     return bool(names) and not names & {IDENTITY, SUCCESS, "config.yaml"}
 
@@ -296,8 +294,7 @@ def preflight(out_dir: Path, identity: RunIdentity, overwrite: bool = False) -> 
 
 
 def _note_staging(out_dir: Path, identity: RunIdentity) -> None:
-    """One warning line about a staged ``--overwrite`` that this run does not finish (never silently
-    kept)."""
+    """One warning about a staged ``--overwrite`` this run does not finish (never silently kept)."""
     stage = staging_dir(out_dir)
     staged = read_identity(stage)
     if stage.is_dir() and (staged is None or staged.fingerprint != identity.fingerprint):

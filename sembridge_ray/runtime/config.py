@@ -34,11 +34,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 T = TypeVar("T", bound="DataclassInstance")
-_TRUE, _FALSE, _NONE = (
-    {"true", "yes", "on", "1"},
-    {"false", "no", "off", "0"},
-    {"null", "none", "~", ""},
-)
+_TRUE = {"true", "yes", "on", "1"}
+_FALSE = {"false", "no", "off", "0"}
+_NONE = {"null", "none", "~", ""}
 
 
 class ConfigError(InputError):
@@ -96,9 +94,7 @@ def _scalar(value: object, tp: object, key: str) -> object:
                 return value if isinstance(value, bool) else text.lower() in _TRUE
             raise ValueError(text)
         if tp is int:
-            return (
-                int(value) if isinstance(value, int) and not isinstance(value, bool) else int(text)
-            )
+            return int(text)  # a bool's text is no int
         if tp is float:
             return float(text)
         if tp is str:
@@ -147,19 +143,16 @@ def _build(cls: type[T], data: Mapping[str, object], prefix: str = "") -> T:
         raise
 
 
-def _section_keys(tp: type) -> set[str]:
-    return {f.name for f in dataclasses.fields(tp)} | set(getattr(tp, "ALIASES", {}))
-
-
 def _shorthand(cls: type, name: str) -> str | None:
-    """The section of ``cls`` whose key ``name`` is when given without it (``SHORTHANDS``), else
-    None."""
+    """The section of ``SHORTHANDS`` holding ``name`` (given without the section), or None."""
     if name in {f.name for f in dataclasses.fields(cls)}:
         return None
-    hints = typing.get_type_hints(cls)
-    return next(
-        (s for s in getattr(cls, "SHORTHANDS", ()) if name in _section_keys(hints[s])), None
-    )
+    shorthands: tuple[str, ...] = getattr(cls, "SHORTHANDS", ())
+    for section in shorthands:
+        tp = typing.get_type_hints(cls)[section]
+        if name in {f.name for f in dataclasses.fields(tp)} or name in getattr(tp, "ALIASES", {}):
+            return section
+    return None
 
 
 def canonical_key(cls: type, key: str) -> str:
@@ -170,11 +163,7 @@ def canonical_key(cls: type, key: str) -> str:
     section = _shorthand(cls, head)
     if section is not None:
         return f"{section}.{key}"
-    tp = (
-        typing.get_type_hints(cls).get(head)
-        if head in {f.name for f in dataclasses.fields(cls)}
-        else None
-    )
+    tp = typing.get_type_hints(cls).get(head)  # a field's type (a class's ClassVars are no type)
     return (
         f"{head}.{canonical_key(tp, rest)}"
         if dot and isinstance(tp, type) and dataclasses.is_dataclass(tp)
@@ -188,13 +177,11 @@ def canonical(cls: type, data: Mapping[str, object], prefix: str = "") -> dict[s
     be said to win)."""
     out = dict(data)
     hints = typing.get_type_hints(cls)
-    for name in [k for k in out if _shorthand(cls, k) is not None]:
-        section = cast(str, _shorthand(cls, name))
+    for name, section in [(k, s) for k in out if (s := _shorthand(cls, k)) is not None]:
         nested = out.get(section)
         inner = dict(nested) if isinstance(nested, Mapping) else {}
         if nested is not None and not isinstance(nested, Mapping):
-            # a section given as a built config, or not a mapping: _build says what is wrong
-            continue
+            continue  # a built config, or not a mapping: _build says what is wrong
         value = out.pop(name)
         if name in inner and _differ(
             value, inner[name], typing.get_type_hints(hints[section]).get(name)
@@ -228,22 +215,6 @@ def read_with(key: str, rule: str) -> dict[str, object]:
     """A field's metadata: setting the field while ``key`` is unset is refused (``rule`` says
     why), before :meth:`Config.check`."""
     return {"read_with": (key, rule)}
-
-
-def _literal_fields(cls: type) -> tuple[tuple[str, tuple[object, ...]], ...]:
-    hints = typing.get_type_hints(cls)
-    return tuple(
-        (f.name, typing.get_args(hints[f.name]))
-        for f in dataclasses.fields(cls)
-        if typing.get_origin(hints[f.name]) is Literal
-    )
-
-
-@cache
-def _float_fields(cls: type) -> tuple[str, ...]:
-    """The fields annotated ``float`` or ``float | None``."""
-    hints = typing.get_type_hints(cls)
-    return tuple(f.name for f in dataclasses.fields(cls) if hints[f.name] in (float, float | None))
 
 
 def suggestion(name: str, cls: type, prefix: str = "") -> str:
@@ -282,17 +253,17 @@ class Config:
         return data
 
     def __post_init__(self) -> None:
-        # a class is hashable; mypy checks the instances' __hash__ (None for an eq dataclass)
-        # instead
-        for name, choices in _literal_fields(type(self)):
-            value = getattr(self, name)
-            require(value in choices, name, value, f"must be one of {list(choices)}")
-        for name in _float_fields(type(self)):  # type: ignore[arg-type]
-            value = getattr(self, name)
-            ok = value is None or (isinstance(value, int | float) and math.isfinite(value))
-            # inf and nan pass every range check
-            require(ok, name, value, "must be a finite number")
-        for f in dataclasses.fields(self):
+        hints, fields = typing.get_type_hints(type(self)), dataclasses.fields(self)
+        for f in fields:
+            if typing.get_origin(hints[f.name]) is Literal:
+                value, choices = getattr(self, f.name), typing.get_args(hints[f.name])
+                require(value in choices, f.name, value, f"must be one of {list(choices)}")
+        for f in fields:  # inf and nan pass every range check
+            if hints[f.name] in (float, float | None):
+                value = getattr(self, f.name)
+                ok = value is None or (isinstance(value, int | float) and math.isfinite(value))
+                require(ok, f.name, value, "must be a finite number")
+        for f in fields:
             if "read_with" in f.metadata:  # a key read only with another (read_with)
                 key, rule = f.metadata["read_with"]
                 value = getattr(self, f.name)
@@ -335,8 +306,7 @@ class Config:
     def to_dict(self) -> JSONObject:
         """The config as a JSON object (sections nested, tuples as lists): what workers receive and
         YAML holds."""
-        # the fields are JSON scalars, tuples of them and nested configs (coerce accepts nothing
-        # else)
+        # the fields are JSON scalars, tuples of them and nested configs (all that coerce accepts)
         return cast(JSONObject, _plain(dataclasses.asdict(self)))
 
     @classmethod
@@ -447,8 +417,7 @@ def merge(base: Mapping[str, object], delta: Mapping[str, object]) -> dict[str, 
 
 
 def write_config(cfg: Config, path: Path) -> None:
-    """Write the resolved config as YAML (strings that YAML would misread are quoted by
-    safe_dump)."""
+    """Write the resolved config as YAML (safe_dump quotes strings that YAML would misread)."""
     from sembridge_ray.runtime.outputs import atomic_write_text
 
     atomic_write_text(path, yaml.safe_dump(cfg.to_dict(), sort_keys=False, allow_unicode=True))
@@ -478,24 +447,11 @@ def attribute_docs(cls: type) -> dict[str, str]:
         return {}
     body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
     docs = {}
-    for node, following in itertools.pairwise(body):
-        if (
-            isinstance(node, ast.AnnAssign)
-            and isinstance(node.target, ast.Name)
-            and isinstance(following, ast.Expr)
-            and isinstance(following.value, ast.Constant)
-            and isinstance(following.value.value, str)
-        ):
-            docs[node.target.id] = inspect.cleandoc(following.value.value)
+    for pair in itertools.pairwise(body):
+        match pair:  # an annotated name, then a string
+            case ast.AnnAssign(target=ast.Name(id=name)), ast.Expr(ast.Constant(str(doc))):
+                docs[name] = inspect.cleandoc(doc)
     return docs
-
-
-def choices_of(field: dataclasses.Field[object], tp: object) -> tuple[object, ...]:
-    """The allowed values of a field: a ``Literal``'s, or ``metadata={"choices": ...}`` (for tuples
-    of names)."""
-    if typing.get_origin(tp) is Literal:
-        return typing.get_args(tp)
-    return tuple(field.metadata.get("choices", ()))
 
 
 def field_info(cls: type, values: Mapping[str, object] | None = None) -> dict[str, FieldInfo]:
@@ -520,8 +476,11 @@ def field_info(cls: type, values: Mapping[str, object] | None = None) -> dict[st
         else:
             default = None
         name = getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+        # a Literal's choices, or metadata={"choices": ...} (for tuples of names)
+        literal = typing.get_origin(tp) is Literal
+        choices = typing.get_args(tp) if literal else tuple(f.metadata.get("choices", ()))
         out[f.name] = FieldInfo(
-            type_name=name, default=default, doc=docs.get(f.name, ""), choices=choices_of(f, tp)
+            type_name=name, default=default, doc=docs.get(f.name, ""), choices=choices
         )
     return out
 

@@ -1,7 +1,6 @@
 """The output contract every job and every stage of ``jobs.reproduce`` follows.
 
-- **Atomic artefacts.** Files and directories are written to a temporary sibling and renamed into
-  place.
+- **Atomic artefacts.** Files and directories are written to a temporary sibling, then renamed.
 - **A run's identity.** ``identity.json``, written when a run starts, holds its
   :class:`~sembridge_ray.runtime.identity.RunIdentity` (the settings and inputs that shape the result, and
   their fingerprint).
@@ -11,8 +10,8 @@
   unfinished run with the same fingerprint -> resume; other settings -> refuse, naming the keys that
   differ (old → new), and leave the directory untouched, unless ``overwrite``; an identity recorded
   in another format (:data:`~sembridge_ray.runtime.identity.FORMAT_VERSION`) -> refuse, naming both
-  versions, unless ``overwrite``. Paths are not part of
-  the identity, so a finished output that was moved or copied still skips.
+  versions, unless ``overwrite``. Paths are not part of the identity, so a finished output that was
+  moved or copied still skips.
 - **Atomic overwrite.** ``overwrite`` builds the new run in ``<output>.overwrite-staging`` (same
   parent, so the same filesystem; its own lock and identity) while the old output stays complete,
   verifiable and readable. Only after the new run's ``_SUCCESS`` do two renames swap it in (old ->
@@ -41,7 +40,6 @@ from pathlib import Path
 
 from sembridge_ray.runtime.atomic import (
     atomic_path,
-    atomic_write_bytes,
     atomic_write_json,
     atomic_write_text,
     remove,
@@ -68,13 +66,11 @@ __all__ = [
     "SUCCESS",
     "Claim",
     "atomic_path",
-    "atomic_write_bytes",
     "atomic_write_json",
     "atomic_write_text",
     "claim_output",
     "is_complete",
     "output_fingerprint",
-    "read_manifest",
     "sha256_file",
     "write_success",
 ]
@@ -92,24 +88,19 @@ def read_identity(out_dir: Path) -> RunIdentity | None:
 # ---- claiming an output for a run
 # ---------------------------------------------------------------------------
 
-STAGING_SUFFIX = ".overwrite-staging"
-"""``<output>.overwrite-staging``: where ``--overwrite`` builds the new run beside the old
-output."""
-PREVIOUS_SUFFIX = ".overwrite-previous"
-"""``<output>.overwrite-previous``: the old output for the instant between the two renames of the
-swap."""
-
 
 class SettingsChanged(InputError):
     """The output holds a run with another identity."""
 
 
 def staging_dir(out_dir: Path) -> Path:
-    return Path(out_dir).with_name(Path(out_dir).name + STAGING_SUFFIX)
+    """``<output>.overwrite-staging``: where ``--overwrite`` builds the new run, beside the old."""
+    return Path(out_dir).with_name(Path(out_dir).name + ".overwrite-staging")
 
 
 def previous_dir(out_dir: Path) -> Path:
-    return Path(out_dir).with_name(Path(out_dir).name + PREVIOUS_SUFFIX)
+    """``<output>.overwrite-previous``: the old output between the two renames of the swap."""
+    return Path(out_dir).with_name(Path(out_dir).name + ".overwrite-previous")
 
 
 def check_output_path(out_dir: Path) -> None:
@@ -131,7 +122,9 @@ def check_output_path(out_dir: Path) -> None:
         existing = existing.parent
     if not existing.is_dir():
         raise InputError(f"output {out_dir}: {existing} is a file, not a directory")
-    if not os.access(existing, os.W_OK | os.X_OK) or _pseudo_filesystem(existing):
+    # /proc and /sys take no new directories whatever their mode says (root sees them writable)
+    pseudo = existing.resolve().parts[1:2] in (("proc",), ("sys",))
+    if not os.access(existing, os.W_OK | os.X_OK) or pseudo:
         readonly = os.statvfs(existing).f_flag & os.ST_RDONLY
         raise InputError(
             f"output {out_dir}: {existing} is not writable "
@@ -140,11 +133,10 @@ def check_output_path(out_dir: Path) -> None:
 
 
 def require_apart(out_dir: Path, inputs: Mapping[str, str], what: str = "output") -> None:
-    """InputError naming the output when it is, or lies inside, a local input a run reads (name ->
-    path), or holds one: writing there would change the input's identity (an output inside a model
-    makes it another model, and the run then fails saying it changed, again at every rerun), or
-    remove it (an unfinished run's leftovers are cleared, an ``--overwrite`` replaces the
-    directory). Inputs that are not local paths (hub ids, dataset specs) are not checked."""
+    """InputError naming the output when it is, lies inside, or holds a local input the run reads
+    (name -> path): writing there would change the input (an output inside a model makes it another
+    model, and the run fails saying so at every rerun) or remove it (an unfinished run's leftovers
+    are cleared, ``--overwrite`` replaces the directory). Hub ids, dataset specs: not checked."""
     out = Path(out_dir).expanduser().resolve()
     for name, spec in inputs.items():
         path = Path(spec).expanduser()
@@ -177,24 +169,15 @@ def followed(out_dir: Path, say: bool = True) -> Path:
     return out_dir
 
 
-def _pseudo_filesystem(path: Path) -> bool:
-    """/proc and /sys take no new directories whatever their permission bits say (root sees them
-    writable)."""
-    return path.resolve().parts[1:2] in (("proc",), ("sys",))
-
-
 def _entries(out_dir: Path) -> set[str]:
     """The names in ``out_dir`` but its lock."""
-    return (
-        {p.name for p in out_dir.iterdir() if not p.name.startswith(LOCK)}
-        if out_dir.is_dir()
-        else set()
-    )
+    if not out_dir.is_dir():
+        return set()
+    return {p.name for p in out_dir.iterdir() if not p.name.startswith(LOCK)}
 
 
 def _foreign(out_dir: Path) -> bool:
-    """A non-empty directory with none of this project's files: never written into, never
-    cleared."""
+    """A non-empty directory with none of this project's files: never written into or cleared."""
     names = _entries(out_dir)
     return bool(names) and not names & {IDENTITY, SUCCESS, "config.yaml"}
 
@@ -214,18 +197,9 @@ def conflict(out_dir: Path, new: RunIdentity) -> str | None:
         return "no recorded identity: an older version wrote it"
     if change := new.format_change(old):
         return change
-    changes = new.differences(old)
-    if not changes:
+    if not (changes := new.differences(old)):
         return None
     return "; ".join(changes[:4]) + (f"; and {len(changes) - 4} more" if len(changes) > 4 else "")
-
-
-def state(out_dir: Path) -> str:
-    """``finished`` (a manifest that verifies), ``damaged`` (a manifest that no longer verifies) or
-    ``unfinished``."""
-    if read_manifest(out_dir) is None:
-        return "unfinished"
-    return "finished" if is_complete(out_dir) else "damaged"
 
 
 def refusal(out_dir: Path, new: RunIdentity) -> str | None:
@@ -240,18 +214,13 @@ def refusal(out_dir: Path, new: RunIdentity) -> str | None:
     if staged is not None and staged.fingerprint == new.fingerprint:
         hint = f"an interrupted --overwrite with these settings is staged in {staging_dir(out_dir)}; rerun with "
         hint += "--overwrite to finish it"
-    old = read_identity(out_dir)
-    # recorded in another format: its settings cannot be compared with these
-    other = (
-        "that this version cannot compare"
-        if old and new.format_change(old)
-        else "with other settings"
-    )
-    return f"output {out_dir} holds {_article(state(out_dir))} run {other} ({detail}); {hint}"
-
-
-def _article(word: str) -> str:
-    return f"{'an' if word[0] in 'aeiou' else 'a'} {word}"
+    other = "with other settings"
+    if (old := read_identity(out_dir)) and new.format_change(old):  # not comparable with these
+        other = "that this version cannot compare"
+    run = "an unfinished"
+    if read_manifest(out_dir) is not None:  # one that verifies, or one that no longer does
+        run = "a finished" if is_complete(out_dir) else "a damaged"
+    return f"output {out_dir} holds {run} run {other} ({detail}); {hint}"
 
 
 @dataclass(kw_only=True)
@@ -291,9 +260,8 @@ class Claim:
 
 def _clear(directory: Path, keep: tuple[str, ...] = ()) -> None:
     """Everything in ``directory`` but its lock and ``keep``."""
-    for item in directory.iterdir():
-        if not item.name.startswith(LOCK) and item.name not in keep:
-            remove(item)
+    for name in _entries(directory) - set(keep):
+        remove(directory / name)
 
 
 def is_done(out_dir: Path, identity: RunIdentity) -> bool:
@@ -326,8 +294,7 @@ def preflight(out_dir: Path, identity: RunIdentity, overwrite: bool = False) -> 
 
 
 def _note_staging(out_dir: Path, identity: RunIdentity) -> None:
-    """One warning line about a staged ``--overwrite`` that this run does not finish (never silently
-    kept)."""
+    """One warning about a staged ``--overwrite`` this run does not finish (never silently kept)."""
     stage = staging_dir(out_dir)
     staged = read_identity(stage)
     if stage.is_dir() and (staged is None or staged.fingerprint != identity.fingerprint):
@@ -451,12 +418,9 @@ def _environment_errors(out_dir: Path) -> Iterator[None]:
 def claim_output(out_dir: Path, identity: RunIdentity, overwrite: bool = False) -> Iterator[Claim]:
     """Hold ``out_dir`` for a run of ``identity`` (see the module docstring for the rules).
 
-    Everything that can refuse (path, lock, identity) is checked before anything is written. A
-    refusal is an :class:`InputError` and leaves the directory as it was. With ``overwrite`` over
-    another run, the new run is built in :func:`staging_dir` (its own lock and identity; resumed by
-    the same command after a crash) while the old output stays complete and readable;
-    :meth:`Claim.finish` swaps it in. A symbolic link to a directory is followed (:func:`followed`):
-    the link stays, its target takes the run."""
+    Everything that can refuse (path, lock, identity) is checked before anything is written; a
+    refusal is an :class:`InputError` and leaves the directory as it was. A symbolic link to a
+    directory is followed (:func:`followed`)."""
     if preflight(out_dir, identity, overwrite):
         yield Claim(path=Path(out_dir), identity=identity, output=Path(out_dir), done=True)
         return
@@ -469,12 +433,8 @@ def claim_output(out_dir: Path, identity: RunIdentity, overwrite: bool = False) 
         reason = refusal(out_dir, identity)
         if reason is None:
             _note_staging(out_dir, identity)
-            yield _record(
-                out_dir,
-                identity,
-                out_dir,
-                resumed=not created and read_identity(out_dir) is not None,
-            )
+            resumed = not created and read_identity(out_dir) is not None
+            yield _record(out_dir, identity, out_dir, resumed)
             return
         if not overwrite:
             raise SettingsChanged(reason)

@@ -195,11 +195,11 @@ def dataset_identity(spec: str) -> str:
     parts' joined. A bad spec or a missing input names itself."""
     found = []
     for part in parts(spec):
-        parsed = parse(part) if Path(part).expanduser().exists() or ":" in part else None
-        if parsed is None:
+        if not Path(part).expanduser().exists() and ":" not in part:
             raise InputError(
                 f"dataset {part!r} not found (neither a dataset spec nor a local path)"
             )
+        parsed = parse(part)
         if parsed.source in ("beir", "pairs"):
             found.append(_path_identity(Path(parsed.root)))
         else:
@@ -233,8 +233,7 @@ def is_test_split(spec: str, split: str) -> bool:
 
 def hub_id(spec: str) -> str:
     """The hub dataset a spec reads or stands for ("" for local data without one)."""
-    kind = spec.partition(":")[0]
-    source = SOURCES.get(kind)
+    source = SOURCES.get(spec.partition(":")[0])
     return source.hub_id if source is not None and "@" not in spec else ""
 
 

@@ -30,6 +30,7 @@ from sembridge_ray.data.retrieval import (
     load_webfaq,
 )
 from sembridge_ray.runtime.errors import InputError
+from sembridge_ray.runtime.identity import hub_identity, path_identity
 
 PARTS = "+"
 """Joins the training sets of one fine-tuning (``xquad:zh+cmrc2018:zh``)."""
@@ -75,15 +76,7 @@ class Source:
     every split."""
 
 
-def _path_identity(path: Path) -> str:
-    from sembridge_ray.runtime.identity import path_identity
-
-    return path_identity(path)
-
-
 def _hub_identity(*repos: str) -> str:
-    from sembridge_ray.runtime.identity import hub_identity
-
     return "+".join(hub_identity(repo, "dataset") for repo in repos)
 
 
@@ -93,11 +86,11 @@ def _miracl_identity(spec: Spec) -> str:
     base = Path(spec.root).expanduser() / spec.lang
     if not base.is_dir():
         raise InputError(f"MIRACL mirror {spec.root}: no {spec.lang} directory ({base})")
-    return f"miracl:{spec.lang}@{_path_identity(base)}"
+    return f"miracl:{spec.lang}@{path_identity(base)}"
 
 
 def _squad_identity(spec: Spec) -> str:
-    return f"{spec.source}:{spec.lang}@{_path_identity(squad.source_file(spec.source, spec.lang, _root(spec)))}"
+    return f"{spec.source}:{spec.lang}@{path_identity(squad.source_file(spec.source, spec.lang, _root(spec)))}"
 
 
 def _root(spec: Spec) -> Path | None:
@@ -195,13 +188,13 @@ def dataset_identity(spec: str) -> str:
     parts' joined. A bad spec or a missing input names itself."""
     found = []
     for part in parts(spec):
-        parsed = parse(part) if Path(part).expanduser().exists() or ":" in part else None
-        if parsed is None:
+        if not Path(part).expanduser().exists() and ":" not in part:
             raise InputError(
                 f"dataset {part!r} not found (neither a dataset spec nor a local path)"
             )
+        parsed = parse(part)
         if parsed.source in ("beir", "pairs"):
-            found.append(_path_identity(Path(parsed.root)))
+            found.append(path_identity(Path(parsed.root)))
         else:
             found.append(SOURCES[parsed.source].identity(parsed))
     return " + ".join(found)
@@ -233,8 +226,7 @@ def is_test_split(spec: str, split: str) -> bool:
 
 def hub_id(spec: str) -> str:
     """The hub dataset a spec reads or stands for ("" for local data without one)."""
-    kind = spec.partition(":")[0]
-    source = SOURCES.get(kind)
+    source = SOURCES.get(spec.partition(":")[0])
     return source.hub_id if source is not None and "@" not in spec else ""
 
 

@@ -146,11 +146,7 @@ def read_qrels(path: Path) -> Qrels:
             raise InputError(
                 f"{path}:{lineno}: expected 3 (BEIR) or 4 (TREC) columns, got {len(fields)}"
             )
-        qid, doc, rel = (
-            (fields[0], fields[1], fields[2])
-            if len(fields) == 3
-            else (fields[0], fields[2], fields[3])
-        )
+        qid, doc, rel = fields[0], fields[-2], fields[-1]  # TREC's second column is "Q0"
         try:
             qrels.setdefault(qid, {})[doc] = int(float(rel))
         except ValueError:
@@ -168,13 +164,12 @@ def load_beir(root: Path, split: str) -> RetrievalData:
         raise InputError(
             f"BEIR directory {root}: no qrels for split {split!r} ({qrels_path} not found)"
         )
-    corpus = Corpus(str(root), lambda n: jsonl_batches([root / "corpus.jsonl"], "_id", n))
     return RetrievalData(
         name=str(root),
         split=split,
         queries=read_jsonl_queries(root / "queries.jsonl"),
         qrels=read_qrels(qrels_path),
-        corpus=corpus,
+        corpus=Corpus(str(root), lambda n: jsonl_batches([root / "corpus.jsonl"], "_id", n)),
     )
 
 

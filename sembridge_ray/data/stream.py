@@ -20,7 +20,7 @@ import json
 import logging
 import math
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -48,6 +48,7 @@ class StreamInfo:
     max_steps: int | None
     seed: int
     batch_sampler: str = "no_duplicates"
+    # the settings end here (:func:`_settings`); the rest is counted while the stream is made
     pairs: int = 0
     steps_per_epoch: int = 0
     total_steps: int = 0
@@ -163,19 +164,8 @@ def _build_stream(request: StreamInfo, entry: Path, tmp: Path) -> tuple[Path, St
     return path, info
 
 
-_SETTINGS = (
-    "spec",
-    "split",
-    "hard_negatives",
-    "batch_size",
-    "epochs",
-    "max_steps",
-    "seed",
-    "batch_sampler",
-)
-"""The fields of a :class:`StreamInfo` the stream is made from (the rest is counted while it is
-made)."""
-
-
 def _settings(info: StreamInfo) -> tuple[object, ...]:
-    return tuple(getattr(info, key) for key in _SETTINGS)
+    """The fields of a :class:`StreamInfo` the stream is made from: those before ``pairs`` (the rest
+    is counted while it is made)."""
+    names = [f.name for f in fields(StreamInfo)]
+    return tuple(getattr(info, name) for name in names[: names.index("pairs")])

@@ -1,17 +1,7 @@
 """Where a job's parallel work runs, behind one interface: :class:`LocalExecutor` runs it in this
 process; :class:`sembridge_ray.distributed.executor.RayExecutor` on a Ray cluster (Ray Data actor
 pools, Ray tasks), handing inputs too small for a pool to a :class:`LocalExecutor`. A job's run is
-written against :class:`Executor` and never imports Ray.
-
-    executor.start()                                      before any output is touched
-    executor.gpus() -> float                              the GPUs there are for workers
-    executor.placement(resources) -> Placement            the workers the resources get
-    executor.precision(setting, resources) -> Precision   ``auto`` resolved for those workers
-    executor.map_blocks(pool, blocks, size, progress) -> output blocks, in any order
-    executor.map_tasks(fn, calls, tasks) -> fn(*call) for each call, as they finish
-    executor.hold(holder, objects, size, cpus) -> Held    a worker per object, asked all at once
-    executor.train(training) -> final checkpoint          data-parallel training with restarts
-    executor.resume_step(training) -> int | None          the step a training would resume from
+written against :class:`Executor` (whose methods say what each does) and never imports Ray.
 
 Both run the same callable classes on the same blocks with the same torch thread count, so a
 result is the same bit for bit whichever ran it; a training's body is the same function on a Ray
@@ -191,6 +181,8 @@ def is_local(path: str | Path) -> bool:
 
 
 class Executor(Protocol):
+    """What a job's run calls for its parallel work (:class:`LocalExecutor`, ``RayExecutor``)."""
+
     def start(self) -> None:
         """Fail with one line, before any output is touched, when the executor cannot run."""
 

@@ -141,10 +141,9 @@ class RunIdentity:
             ("inputs.", self.inputs, old.inputs),
         ):
             for key in sorted(set(new_map) | set(old_map)):
-                if new_map.get(key, _MISSING) != old_map.get(key, _MISSING):
-                    out.append(
-                        f"{prefix}{key}: {_show(old_map.get(key, _MISSING))} → {_show(new_map.get(key, _MISSING))}"
-                    )
+                was, now = old_map.get(key, _MISSING), new_map.get(key, _MISSING)
+                if now != was:
+                    out.append(f"{prefix}{key}: {_show(was)} → {_show(now)}")
         if self.job != old.job:
             out.insert(0, f"job: {old.job} → {self.job}")
         return out
@@ -168,9 +167,7 @@ _MISSING = object()
 def _show(value: object) -> str:
     if value is _MISSING:
         return "(unset)"
-    text = (
-        json.dumps(value, ensure_ascii=False, default=str) if not isinstance(value, str) else value
-    )
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
     return text if len(text) <= 60 else text[:57] + "..."
 
 

@@ -202,10 +202,9 @@ def check_unlocked(out_dir: Path) -> None:
     """Raise :class:`OutputLocked` naming the holder when a live run holds ``out_dir``'s lock
     (read-only)."""
     path = Path(out_dir) / LOCK
-    if path.exists():
-        holder = read_holder(path)
-        if not _stale(path, holder):
-            raise OutputLocked(_locked_message(out_dir, holder))
+    holder = read_holder(path)
+    if not _stale(path, holder):  # stale when there is none
+        raise OutputLocked(_locked_message(out_dir, holder))
 
 
 def _locked_message(out_dir: Path, holder: Holder | None) -> str:

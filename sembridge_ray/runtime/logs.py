@@ -31,7 +31,6 @@ from typing import TextIO
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
-# Third-party messages that say nothing a user of these jobs can act on.
 _QUIET_LOGGERS = (
     "transformers",
     "sentence_transformers",
@@ -110,13 +109,9 @@ ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 _ALARM = re.compile("|".join(f"(?:{a.pattern})" for a in FALSE_ALARMS if not a.logger))
 
 
-def strip_ansi(text: str) -> str:
-    return ANSI.sub("", text)
-
-
 def is_false_alarm(line: str) -> bool:
     """Whether ``line`` (colour codes or not) is one of :data:`FALSE_ALARMS`."""
-    return _ALARM.search(strip_ansi(line)) is not None
+    return _ALARM.search(ANSI.sub("", line)) is not None
 
 
 class AlarmFilter(logging.Filter):
@@ -247,7 +242,7 @@ def job_submit_line(line: str, address: str = "") -> str | None:
     one, which says which job runs and how to stop it; its warnings and errors kept, but for two
     about local.sh's own settings and the rules around its banners; colour codes removed; the job's
     output as it is."""
-    text = strip_ansi(line).rstrip("\r\n")
+    text = ANSI.sub("", line).rstrip("\r\n")
     if (found := _SUBMITTED.search(text)) is not None:
         where = f" --address {address}" if address else ""
         return f"[local.sh] submitted job {found[1]} (to stop it: ray job stop {found[1]}{where})"

@@ -23,7 +23,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Literal, Required, TypedDict, cast
+from typing import Required, TypedDict, cast
 
 import torch
 
@@ -75,14 +75,7 @@ class Registry(TypedDict, total=False):
     failed_validation_checkpoint_dir_names: list[str]
 
 
-NAME_LISTS: tuple[
-    Literal[
-        "validated_checkpoint_dir_names",
-        "timed_out_validation_checkpoint_dir_names",
-        "failed_validation_checkpoint_dir_names",
-    ],
-    ...,
-] = (
+NAME_LISTS = (
     "validated_checkpoint_dir_names",
     "timed_out_validation_checkpoint_dir_names",
     "failed_validation_checkpoint_dir_names",
@@ -157,11 +150,6 @@ def checkpoint_problem(directory: Path) -> str | None:
     return None
 
 
-def is_complete_checkpoint(directory: Path) -> bool:
-    """Every rank's manifest is present and every file it names has its checksum."""
-    return checkpoint_problem(directory) is None
-
-
 def checkpoint_dirs(run_dir: str | Path) -> list[tuple[int, Path]]:
     """(step, directory) of every checkpoint directory under ``run_dir``, complete or not, newest
     first; [] for a path that is not local or not there."""
@@ -181,7 +169,7 @@ def restore_point(run_dir: str | Path) -> tuple[int, Path] | None:
     is none (a new run) or the storage is not a local path. The driver's ``resumed from`` and every
     worker's restore use it. Checksums are read newest first, only until one checkpoint verifies."""
     return next(
-        ((step, d) for step, d in checkpoint_dirs(run_dir) if is_complete_checkpoint(d)), None
+        ((step, d) for step, d in checkpoint_dirs(run_dir) if checkpoint_problem(d) is None), None
     )
 
 
@@ -277,8 +265,8 @@ def without_checkpoints(snapshot: Mapping[str, object], names: set[str]) -> dict
     out["pending_training_results"] = [entry for entry, _ in pending_kept]
     out["pending_validation_specs"] = [spec for _, spec in pending_kept]
     for key in NAME_LISTS:
-        if key in registry:
-            out[key] = [name for name in registry[key] if name not in names]
+        if key in out:
+            out[key] = [name for name in cast(list[str], out[key]) if name not in names]
     return out
 
 

@@ -38,11 +38,9 @@ class DevRun:
     dev: DevSet
     encoder: SpladeEncoder
     model: SparseEncoder
-    lengths: tuple[int, int]
-    precision: str
+    cfg: FinetuneConfig
     rank: int
     world: int
-    vocab_size: int
     best: BestState | None = None
 
     @classmethod
@@ -80,12 +78,9 @@ class DevRun:
             dev=dev,
             encoder=encoder,
             model=model,
-            # the lengths the written model is scored with
-            lengths=(cfg.query_length, cfg.document_length),
-            precision=cfg.precision,
+            cfg=cfg,
             rank=rank,
             world=world,
-            vocab_size=int(encoder.mlm.config.vocab_size),
             best=best,
         )
 
@@ -95,8 +90,9 @@ class DevRun:
         began = time.perf_counter()
         transformer = next(m for m in self.model if hasattr(m, "auto_model"))
         cast(torch.nn.Module, transformer.auto_model).load_state_dict(self.encoder.mlm.state_dict())
+        lengths = (self.cfg.query_length, self.cfg.document_length)  # the written model's
         found = evaluate_dev(
-            self.model, self.dev, self.lengths, self.precision, self.rank, self.world, self._gather
+            self.model, self.dev, lengths, self.cfg.precision, self.rank, self.world, self._gather
         )
         figures = self._broadcast(found)
         figures["dev_seconds"] = round(time.perf_counter() - began, 3)
@@ -105,7 +101,8 @@ class DevRun:
         return figures
 
     def _keep(self, step: int, figures: dict[str, float]) -> None:
-        problem = collapse(figures[DEV_DIMS_Q], figures[DEV_DIMS_D], self.vocab_size)
+        vocab_size = int(self.encoder.mlm.config.vocab_size)
+        problem = collapse(figures[DEV_DIMS_Q], figures[DEV_DIMS_D], vocab_size)
         score = figures[DEV_PRIMARY]
         if problem is not None:
             log.warning(
@@ -137,10 +134,8 @@ class DevRun:
         return parts or []
 
     def _broadcast(self, figures: dict[str, float] | None) -> dict[str, float]:
-        if self.world == 1:
-            assert figures is not None
-            return figures
         box = [figures]
-        dist.broadcast_object_list(box, src=0)
+        if self.world > 1:
+            dist.broadcast_object_list(box, src=0)
         assert box[0] is not None
         return dict(box[0])

@@ -16,8 +16,6 @@ from sembridge_ray.bundled import resolve
 from sembridge_ray.model_card import dev_scores, write_card
 from sembridge_ray.provenance import (
     FinetuneFacts,
-    InitFacts,
-    InputLicence,
     Provenance,
     base_model,
     dataset_ref,
@@ -91,7 +89,18 @@ def export_checkpoint(
     state, history, kept = _final_checkpoint(checkpoint, total_steps, run_dir)
     mlm, tokenizer = load_mlm(cfg.model, cfg.trust_remote_code)
     exported = Exported(**read_evaluations(history, int(mlm.config.vocab_size), cfg.select))
-    weights = _published_weights(cfg, state, kept, exported)
+    weights = state["model"]  # select=last; select=best: the best kept, which the metrics name
+    if cfg.select == "best":
+        if kept is None or not exported.best:
+            raise InputError(
+                f"select=best: every evaluation on {cfg.eval!r} collapsed ({len(exported.collapsed)} steps), so "
+                "there is no model to publish; see metrics.jsonl"
+            )
+        if kept["step"] != exported.best["step"]:
+            raise RuntimeError(
+                f"the best weights kept are of step {kept['step']}, the metrics say {exported.best}"
+            )
+        weights = kept["model"]
     require_finite(
         weights, f"the {'best' if cfg.select == 'best' else 'final'} weights of {run_dir}"
     )
@@ -119,42 +128,19 @@ def _final_checkpoint(
     """(rank 0's state, the metrics, the best weights kept) of the run's final checkpoint: on a
     path, the one of step ``total_steps``, which must verify; on object storage, the one Ray Train
     reported."""
-    final_dir = Path(run_dir) / checkpoint_name(total_steps)
     if is_local(run_dir):
-        if (problem := checkpoint_problem(final_dir)) is not None:
-            raise RuntimeError(f"the final checkpoint {final_dir} does not verify ({problem})")
-        state, _, history = load_part(final_dir, 0)
-        kept = load_best(final_dir)
-    elif checkpoint is not None:
-        state, _, history = load_part(checkpoint, 0)
-        kept = load_best(checkpoint)
-    else:
+        checkpoint = Path(run_dir) / checkpoint_name(total_steps)
+        if (problem := checkpoint_problem(checkpoint)) is not None:
+            raise RuntimeError(f"the final checkpoint {checkpoint} does not verify ({problem})")
+    elif checkpoint is None:
         raise RuntimeError("the training run reported no checkpoint")
+    state, _, history = load_part(checkpoint, 0)
+    kept = load_best(checkpoint)
     if state["step"] != total_steps:
         raise RuntimeError(
             f"the latest checkpoint is at step {state['step']}, not the last step {total_steps}"
         )
     return state, history, kept
-
-
-def _published_weights(
-    cfg: FinetuneConfig, state: loop.TrainState, kept: BestState | None, exported: Exported
-) -> dict[str, torch.Tensor]:
-    """The weights ``cfg.select`` publishes: the final state's, or the best kept (which the metrics
-    must name)."""
-    weights = state["model"]
-    if cfg.select == "best":
-        if kept is None or not exported.best:
-            raise InputError(
-                f"select=best: every evaluation on {cfg.eval!r} collapsed ({len(exported.collapsed)} steps), so "
-                "there is no model to publish; see metrics.jsonl"
-            )
-        if kept["step"] != exported.best["step"]:
-            raise RuntimeError(
-                f"the best weights kept are of step {kept['step']}, the metrics say {exported.best}"
-            )
-        weights = kept["model"]
-    return weights
 
 
 def write_model(
@@ -191,10 +177,14 @@ def card_provenance(
     first step and at the ``published`` one (default: the last)."""
     model, train = resolve(cfg.model), resolve(cfg.train)
     prov = read_provenance(model)
-    earlier = prov.get("finetune", {})
     if "init" not in prov:  # a model this project did not make: what the card can say about it
-        prov["init"] = _foreign_init(cfg.model, model)
-    licences = under("earlier fine-tuning", earlier.get("licences", []))
+        prov["init"] = {
+            "source_model": display_name(cfg.model),
+            "base_model": base_model(cfg.model, model),
+            "language": language_of(cfg.model, model),
+            "licences": input_licences("starting model", cfg.model, model),
+        }
+    licences = under("earlier fine-tuning", prov.get("finetune", {}).get("licences", []))
     licences += input_licences("training data", cfg.train, train)
     train_name, train_id = dataset_ref(cfg.train, train)
     facts: FinetuneFacts = {
@@ -213,32 +203,14 @@ def card_provenance(
     }
     if train_id:
         facts["train_id"] = train_id
-    if cfg.eval:
-        licences += _record_dev(facts, cfg, history, steps if published is None else published)
+    if cfg.eval:  # its licences, name and nDCG@10 before the first step and at the published one
+        dev = resolve(cfg.eval)
+        licences += input_licences("development data", cfg.eval, dev)
+        dev_ref = dataset_ref(cfg.eval, dev)
+        facts["eval"] = dev_ref[0]
+        step = steps if published is None else published
+        if scores := dev_scores(history, step, dev_ref, cfg.eval_split):
+            facts["dev"] = scores
     facts["licences"] = licences
     prov["finetune"] = facts
     return prov
-
-
-def _foreign_init(named: str, path: str) -> InitFacts:
-    """What the card can say about a starting model this project did not make (``named`` as the user
-    gave it)."""
-    return {
-        "source_model": display_name(named),
-        "base_model": base_model(named, path),
-        "language": language_of(named, path),
-        "licences": input_licences("starting model", named, path),
-    }
-
-
-def _record_dev(
-    facts: FinetuneFacts, cfg: FinetuneConfig, history: Sequence[Mapping[str, float]], step: int
-) -> list[InputLicence]:
-    """Name the development set in ``facts``, with its nDCG@10 before the first step and at
-    ``step``; its licences."""
-    dev = resolve(cfg.eval)
-    licences = input_licences("development data", cfg.eval, dev)
-    facts["eval"] = dataset_ref(cfg.eval, dev)[0]
-    if scores := dev_scores(history, step, dataset_ref(cfg.eval, dev), cfg.eval_split):
-        facts["dev"] = scores
-    return licences

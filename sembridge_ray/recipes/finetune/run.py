@@ -26,7 +26,7 @@ from sembridge_ray.data.registry import dataset_identity
 from sembridge_ray.data.stream import StreamInfo, materialise_stream
 from sembridge_ray.publish import check_scores, publish
 from sembridge_ray.recipes.finetune.config import FinetuneConfig, FinetuneResult
-from sembridge_ray.recipes.finetune.final_model import MODEL_DIR, Exported, export_checkpoint
+from sembridge_ray.recipes.finetune.final_model import MODEL_DIR, export_checkpoint
 from sembridge_ray.recipes.finetune.worker import (
     TENSORBOARD_DIR,
     Evaluation,
@@ -167,15 +167,23 @@ def _train(
     # every worker (and the export) loaded the model, the stream was read: still the inputs the
     # identity names?
     require_unchanged(identity.inputs, {"model": cfg.model, "train": cfg.train, "eval": cfg.eval})
-    summary = _summary(
-        cfg,
-        info.total_steps,
-        training.name,
-        resumed,
-        plan.workers,
-        start,
-        exported,
-        dev is not None,
+    out = Path(cfg.output)
+    summary = FinetuneResult(
+        output=str(out),
+        model=str(out / MODEL_DIR),
+        steps=info.total_steps,
+        run_name=training.name,
+        # where they are once complete
+        storage=cfg.storage or str((out / CHECKPOINT_DIR).resolve()),
+        resumed_from=resumed,
+        workers=plan.workers,
+        seconds=round(time.perf_counter() - start, 2),
+        final=exported.final,
+        select=cfg.select,
+        best=exported.best,
+        collapsed=exported.collapsed,
+        convergence=dict(exported.convergence) if dev is not None else {},
+        eval_seconds=exported.eval_seconds,
     )
     atomic_write_json(work / SUMMARY, {**asdict(summary), "stream": asdict(info)})
     return summary
@@ -185,38 +193,6 @@ def run_name(identity: RunIdentity) -> str:
     """The training's run name: the run's fingerprint, so the same settings and inputs resume the
     same run."""
     return f"finetune-{identity.fingerprint[:16]}"
-
-
-def _summary(
-    cfg: FinetuneConfig,
-    steps: int,
-    name: str,
-    resumed: int | None,
-    workers: int,
-    start: float,
-    exported: Exported,
-    with_dev: bool,
-) -> FinetuneResult:
-    """What ``finetune.json`` says of the run (its seconds since ``start``, a ``perf_counter``
-    reading)."""
-    out = Path(cfg.output)
-    return FinetuneResult(
-        output=str(out),
-        model=str(out / MODEL_DIR),
-        steps=steps,
-        run_name=name,
-        # where they are once complete
-        storage=cfg.storage or str((out / CHECKPOINT_DIR).resolve()),
-        resumed_from=resumed,
-        workers=workers,
-        seconds=round(time.perf_counter() - start, 2),
-        final=exported.final,
-        select=cfg.select,
-        best=exported.best,
-        collapsed=exported.collapsed,
-        convergence=dict(exported.convergence) if with_dev else {},
-        eval_seconds=exported.eval_seconds,
-    )
 
 
 def stream_info(cfg: FinetuneConfig) -> StreamInfo:

@@ -6,14 +6,13 @@ TensorBoard, checkpoints and reports."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, TypedDict, cast
+from typing import TypedDict, cast
 
 import torch
 import torch.distributed as dist
@@ -41,9 +40,6 @@ from sembridge_ray.sparse.collective import LocalCollective, TorchCollective
 from sembridge_ray.sparse.finite import require_finite
 from sembridge_ray.sparse.model import SpladeEncoder, load_mlm
 from sembridge_ray.sparse.tracker import Tracker
-
-if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerBase
 
 # the job's logger, whichever module of it logs
 log = logging.getLogger("sembridge_ray.recipes.finetune.run")
@@ -128,21 +124,36 @@ def worker_body(config: Mapping[str, object], ctx: TrainContext) -> None:
     optimizer, scheduler = loop.build_optimizer(model, cfg.optim, total)
     torch.manual_seed(cfg.seed * 1_000_003 + rank)
     start, history, best = _restore(ctx, loop_cfg["run_dir"], encoder, optimizer, scheduler)
-    if start and rank == 0:
-        log.info("resumed from step %d of %d", start, total)
     if rank == 0:
+        if start:
+            log.info("resumed from step %d of %d", start, total)
         log.info("%d worker(s) ready on %s: steps %d to %d", world, device, start + 1, total)
     batches = step_batches(ctx, cfg, tokenizer, start)
     plan = _loop_plan(cfg, total)
     comm = TorchCollective() if world > 1 else LocalCollective()
-    steps = _Steps.open(
-        loop_cfg, cfg, ctx, (encoder, optimizer, scheduler), tokenizer, start, history, best
+    dev_set, tensorboard = loop_cfg["dev"], loop_cfg["tensorboard"]
+    dev = (
+        DevRun.start(dev_set, cfg, encoder, tokenizer, rank, world, str(device), best)
+        if dev_set
+        else None
+    )
+    steps = _Steps(
+        cfg=cfg,
+        config=loop_cfg,
+        ctx=ctx,
+        training=(encoder, optimizer, scheduler),
+        history=history,
+        dev=dev,
+        tracker=Tracker.open(tensorboard, start) if rank == 0 and tensorboard else None,
+        start=start,
+        total=total,
     )
     for step, metrics in loop.train(
         model, batches, optimizer, scheduler, plan, start=start, comm=comm
     ):
         steps.after(step, metrics)
-    steps.close()
+    if steps.tracker is not None:  # rank 0's TensorBoard events closed
+        steps.tracker.close()
 
 
 def step_batches(
@@ -170,9 +181,20 @@ def _restore(
     scheduler: torch.optim.lr_scheduler.LRScheduler,
 ) -> tuple[int, list[dict[str, float]], BestState | None]:
     """(the step, the metrics so far, rank 0's best weights) of the checkpoint this worker restores,
-    its state and RNG loaded into the live objects; (0, [], None) for a fresh run."""
+    its state and RNG loaded into the live objects; (0, [], None) for a fresh run. On a path, the
+    newest that verifies (``restore_point``, the driver's rule too), whether or not the executor
+    registered it; a registered checkpoint is never restored unverified. On object storage, which is
+    not verified (it would download every checkpoint), the one the executor registered."""
     start, history, best = 0, list[dict[str, float]](), None
-    with _restore_dir(ctx, run_dir) as ckpt:
+    with ctx.registered() as ckpt:
+        if is_local(run_dir):
+            point = restore_point(run_dir)
+            if point is None and ckpt is not None:
+                raise InputError(
+                    f"{ckpt}: Ray Train registered this checkpoint but no checkpoint under {run_dir} verifies "
+                    f"on node {ctx.node}; set storage= to storage every node sees"
+                )
+            ckpt = point[1] if point is not None else None
         if ckpt is not None:
             state, rng, history = load_part(ckpt, ctx.rank)
             start = loop.restore_state(state, encoder, optimizer, scheduler)
@@ -180,25 +202,6 @@ def _restore(
             if rng is not None:
                 loop.set_rng_state(rng)
     return start, history, best
-
-
-@contextlib.contextmanager
-def _restore_dir(ctx: TrainContext, run_dir: str) -> Iterator[Path | None]:
-    """The checkpoint this worker restores; None for a fresh run. On a path, the newest that
-    verifies (``restore_point``, the driver's rule too), whether or not the executor registered
-    it; a registered checkpoint is never restored unverified. On object storage, which is not
-    verified (it would download every checkpoint), the one the executor registered."""
-    with ctx.registered() as registered:
-        if not is_local(run_dir):
-            yield registered
-            return
-        point = restore_point(run_dir)
-        if point is None and registered is not None:
-            raise InputError(
-                f"{registered}: Ray Train registered this checkpoint but no checkpoint under {run_dir} verifies "
-                f"on node {ctx.node}; set storage= to storage every node sees"
-            )
-        yield point[1] if point is not None else None
 
 
 def _loop_plan(cfg: FinetuneConfig, total: int) -> loop.LoopPlan:
@@ -233,54 +236,12 @@ class _Steps:
     last_report: float = field(init=False)
 
     def __post_init__(self) -> None:
+        """Step 0 evaluated in a fresh run (its figures kept as a step's), then the clocks start."""
+        if self.dev is not None and self.start == 0:
+            self.history.append({"step": 0, **self.dev.evaluate(0)})
+            if self.tracker is not None:
+                self.tracker.write(self.history[-1])
         self.last_report = self.began = self.last_line = time.monotonic()
-
-    @classmethod
-    def open(
-        cls,
-        config: LoopConfig,
-        cfg: FinetuneConfig,
-        ctx: TrainContext,
-        training: tuple[SpladeEncoder, torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler],
-        tokenizer: PreTrainedTokenizerBase,
-        start: int,
-        history: list[dict[str, float]],
-        best: BestState | None,
-    ) -> _Steps:
-        """The development evaluation and rank 0's tracker started, and step 0 evaluated in a fresh
-        run."""
-        encoder, rank, world, device = training[0], ctx.rank, ctx.world, ctx.device
-        dev_set = config["dev"]
-        dev = (
-            DevRun.start(dev_set, cfg, encoder, tokenizer, rank, world, str(device), best)
-            if dev_set
-            else None
-        )
-        tracker = (
-            Tracker.open(config["tensorboard"], start)
-            if rank == 0 and config["tensorboard"]
-            else None
-        )
-        if dev is not None and start == 0:
-            history.append({"step": 0, **dev.evaluate(0)})
-            if tracker is not None:
-                tracker.write(history[-1])
-        return cls(
-            cfg=cfg,
-            config=config,
-            ctx=ctx,
-            training=training,
-            history=history,
-            dev=dev,
-            tracker=tracker,
-            start=start,
-            total=int(config["total_steps"]),
-        )
-
-    def close(self) -> None:
-        """The run's end: rank 0's TensorBoard events closed."""
-        if self.tracker is not None:
-            self.tracker.close()
 
     def after(self, step: int, metrics: dict[str, float] | None) -> None:
         """Step ``step`` done (``metrics``: None between two ``log_every`` steps): evaluate, log,

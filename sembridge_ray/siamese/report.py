@@ -16,7 +16,7 @@ from sembridge_ray.data.schema import CALIBRATED as CALIBRATED
 from sembridge_ray.data.schema import GOLD as GOLD
 from sembridge_ray.data.schema import PAIR_ID
 from sembridge_ray.data.schema import RAW as RAW
-from sembridge_ray.runtime.outputs import atomic_path, atomic_write_text
+from sembridge_ray.runtime.outputs import atomic_path
 from sembridge_ray.siamese.records import CalibrationRecord, Metrics, Report, SplitMetrics
 
 if TYPE_CHECKING:
@@ -218,7 +218,3 @@ def _save(fig: Figure, path: Path) -> None:
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png")
     plt.close(fig)
-
-
-def write_markdown(path: Path, report: Report) -> None:
-    atomic_write_text(path, render_markdown(report))

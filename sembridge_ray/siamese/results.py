@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 from statsmodels.nonparametric.kernel_regression import KernelReg
 
-from sembridge_ray.runtime.outputs import atomic_write_json
+from sembridge_ray.runtime.outputs import atomic_write_json, atomic_write_text
 from sembridge_ray.siamese import report as rep
 from sembridge_ray.siamese.calibration import calibrate, fit_calibrator, search_bandwidth
 from sembridge_ray.siamese.config import CalibrationConfig
@@ -71,9 +71,7 @@ def calibrated(
 def restart_record(r: RestartResult, data: Prepared, cfg: CalibrationConfig) -> RestartRecord:
     """One restart's line in report.json (its own calibration, fitted on its own validation
     predictions)."""
-    (_val_cal, test_cal), cal, _ = calibrated(
-        cfg, r.val_pred, data.val.score, r.val_pred, r.test_pred
-    )
+    (test_cal,), cal, _ = calibrated(cfg, r.val_pred, data.val.score, r.test_pred)
     return {
         "seed": r.seed,
         "val_mse": r.val_mse,
@@ -136,7 +134,9 @@ def write_results(
         "seconds": seconds,
     }
     _plot_best(out, data, best, test_cal, model)
-    _write_report(out, report, started)
+    seconds["total"] = round(time.perf_counter() - started, 1)  # dates the whole job
+    atomic_write_json(out / "report.json", report)
+    atomic_write_text(out / "report.md", rep.render_markdown(report))
     return report
 
 
@@ -197,13 +197,6 @@ def _plot_best(
         data.test.score,
         {rep.RAW: best.test_pred, **({rep.CALIBRATED: test_cal} if model is not None else {})},
     )
-
-
-def _write_report(out: Path, report: Report, started: float) -> None:
-    """Date the whole job (``seconds["total"]``), then write report.json and report.md."""
-    report["seconds"]["total"] = round(time.perf_counter() - started, 1)
-    atomic_write_json(out / "report.json", report)
-    rep.write_markdown(out / "report.md", report)
 
 
 def ensemble(

@@ -80,24 +80,14 @@ def fit(
     step."""
     params: list[torch.Tensor] = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.Adadelta(params, lr=cfg.lr, rho=cfg.rho, eps=cfg.eps)
-    averaged = _trainable_state(params) if cfg.weight_ema > 0 else None
+    averaged = [p.detach().clone() for p in params] if cfg.weight_ema > 0 else None
     pred = predict(model, val)
-    best = _Best(
-        state=_trainable_state(params),
-        loss=stopping_loss(pred, val.score, cfg.stop_on),
-        mse=mse(pred, val.score),
-    )
+    best = _Best.start(params, pred, val.score, cfg.stop_on)
     patience = _Patience(smooth=best.loss, best=best.loss)
     start, epoch = time.perf_counter(), 0
     for epoch in range(1, cfg.max_epochs + 1):
         train_epoch(model, params, opt, train, cfg, generator, averaged)
-        with _swapped(params, averaged):  # the evaluated weights become best when they beat it
-            pred = predict(model, val)
-            loss = stopping_loss(pred, val.score, cfg.stop_on)
-            if loss < best.loss:
-                best = _Best(
-                    state=_trainable_state(params), loss=loss, mse=mse(pred, val.score), epoch=epoch
-                )
+        loss = _validate(model, params, averaged, val, cfg.stop_on, best, epoch)
         patience.update(loss, cfg.smoothing, cfg.min_delta)
         if epoch % 10 == 0:
             log.info(
@@ -131,6 +121,17 @@ class _Best:
     mse: float
     epoch: int = 0
 
+    @classmethod
+    def start(
+        cls, params: list[torch.Tensor], pred: np.ndarray, gold: np.ndarray, metric: str
+    ) -> _Best:
+        """The starting weights (epoch 0), whose validation predictions are ``pred``."""
+        return cls(
+            state=_trainable_state(params),
+            loss=stopping_loss(pred, gold, metric),
+            mse=mse(pred, gold),
+        )
+
 
 @dataclass(kw_only=True)
 class _Patience:
@@ -151,6 +152,30 @@ class _Patience:
             self.best, self.since = self.smooth, 0
         else:
             self.since += 1
+
+
+def _validate(
+    model: MaLSTM,
+    params: list[torch.Tensor],
+    averaged: list[torch.Tensor] | None,
+    val: EncodedPairs,
+    metric: str,
+    best: _Best,
+    epoch: int,
+) -> float:
+    """The epoch's stopping loss on ``val`` under the evaluated weights, which become ``best`` when
+    they beat it."""
+    with _swapped(params, averaged):
+        pred = predict(model, val)
+        loss = stopping_loss(pred, val.score, metric)
+        if loss < best.loss:
+            best.state, best.loss, best.mse, best.epoch = (
+                _trainable_state(params),
+                loss,
+                mse(pred, val.score),
+                epoch,
+            )
+    return loss
 
 
 def stopping_loss(pred: np.ndarray, gold: np.ndarray, metric: str) -> float:

@@ -116,20 +116,7 @@ def write_results(
     (val_cal, test_cal), record, model = calibrated(
         calibration, best.val_pred, data.val.score, best.val_pred, best.test_pred
     )
-    validation = _written(
-        out / "val_predictions.tsv",
-        data.val.pair_ids,
-        {rep.GOLD: data.val.score, rep.RAW: best.val_pred},
-    )
-    test = _written(
-        out / "predictions.tsv",
-        data.test.pair_ids,
-        {rep.GOLD: data.test.score, rep.RAW: best.test_pred, rep.CALIBRATED: test_cal},
-    )
-    if not calibration.enabled:
-        test.pop(rep.CALIBRATED)
-    else:
-        validation[rep.CALIBRATED] = rep.metrics(val_cal, data.val.score)
+    validation, test = _best_metrics(out, data, best, val_cal, test_cal, calibration.enabled)
     seeds = [restart_record(r, data, calibration) for r in results]
     report: Report = {
         "test": test,
@@ -144,16 +131,7 @@ def write_results(
         "paper": rep.PAPER,
         "seconds": seconds,
     }
-    if model is not None:
-        grid = np.linspace(min(best.val_pred.min(), 1.0), max(best.val_pred.max(), 5.0), 200)
-        rep.plot_calibration(
-            out / "calibration.png", best.val_pred, data.val.score, grid, calibrate(model, grid)
-        )
-    rep.plot_scatter(
-        out / "scatter.png",
-        data.test.score,
-        {rep.RAW: best.test_pred, **({rep.CALIBRATED: test_cal} if model is not None else {})},
-    )
+    _plot_best(out, data, best, test_cal, model)
     seconds["total"] = round(time.perf_counter() - started, 1)  # dates the whole job
     atomic_write_json(out / "report.json", report)
     atomic_write_text(out / "report.md", rep.render_markdown(report))
@@ -164,6 +142,49 @@ def _written(path: Path, pair_ids: Sequence[str], columns: dict[str, np.ndarray]
     """Write ``columns`` to the TSV ``path``; their metrics, computed from the file as read back."""
     rep.write_tsv(path, pair_ids, columns)
     return rep.split_metrics(rep.read_tsv(path)[1])
+
+
+def _best_metrics(
+    out: Path,
+    data: Prepared,
+    best: RestartResult,
+    val_cal: np.ndarray,
+    test_cal: np.ndarray,
+    calibrated: bool,
+) -> tuple[SplitMetrics, SplitMetrics]:
+    """Write the best restart's val_predictions.tsv and predictions.tsv; (validation, test) metrics
+    read back."""
+    validation = _written(
+        out / "val_predictions.tsv",
+        data.val.pair_ids,
+        {rep.GOLD: data.val.score, rep.RAW: best.val_pred},
+    )
+    test = _written(
+        out / "predictions.tsv",
+        data.test.pair_ids,
+        {rep.GOLD: data.test.score, rep.RAW: best.test_pred, rep.CALIBRATED: test_cal},
+    )
+    if not calibrated:
+        test.pop(rep.CALIBRATED)
+    else:
+        validation[rep.CALIBRATED] = rep.metrics(val_cal, data.val.score)
+    return validation, test
+
+
+def _plot_best(
+    out: Path, data: Prepared, best: RestartResult, test_cal: np.ndarray, model: KernelReg | None
+) -> None:
+    """calibration.png (when calibrated) and scatter.png of the best restart."""
+    if model is not None:
+        grid = np.linspace(min(best.val_pred.min(), 1.0), max(best.val_pred.max(), 5.0), 200)
+        rep.plot_calibration(
+            out / "calibration.png", best.val_pred, data.val.score, grid, calibrate(model, grid)
+        )
+    rep.plot_scatter(
+        out / "scatter.png",
+        data.test.score,
+        {rep.RAW: best.test_pred, **({rep.CALIBRATED: test_cal} if model is not None else {})},
+    )
 
 
 def _seed_summary(seeds: Sequence[RestartRecord], kinds: Iterable[str]) -> dict[str, Metrics]:

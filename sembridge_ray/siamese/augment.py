@@ -247,11 +247,8 @@ def load_wordnet(extra_dir: str = "") -> object | None:
 
 def build_thesaurus(words: Iterable[str], wordnet: object) -> dict[str, list[str]]:
     """Lower-cased word -> its WordNet candidates, for every word that has some."""
-    out = {}
-    for word in dict.fromkeys(w.lower() for w in words):
-        if cands := wordnet_candidates(word, wordnet):
-            out[word] = cands
-    return out
+    lowered = dict.fromkeys(w.lower() for w in words)
+    return {w: cands for w in lowered if (cands := wordnet_candidates(w, wordnet))}
 
 
 def read_thesaurus(path: Path) -> dict[str, list[str]]:
@@ -266,13 +263,6 @@ def read_thesaurus(path: Path) -> dict[str, list[str]]:
                 raise InputError(f"{path}:{lineno}: expected word<TAB>candidates")
             out[word] = cands.split(" ")
     return out
-
-
-def format_thesaurus(thesaurus: Thesaurus, header: str) -> str:
-    lines = [f"# {h}" if h else "#" for h in header.splitlines()]
-    return (
-        "\n".join([*lines, *(f"{w}\t{' '.join(c)}" for w, c in sorted(thesaurus.items()))]) + "\n"
-    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -298,12 +288,13 @@ def draw_substitutions(
 ) -> Draws:
     """Pick one candidate uniformly for every eligible token in every pass (eligible: not a
     stopword, has candidates)."""
-    slots, cands = [], []
+    slots, tokens_at, cands = [], [], []
     for i, pair in enumerate(pairs):
         for side, tokens in enumerate((pair.a, pair.b)):
             for pos, token in enumerate(tokens):
                 if token.lower() not in STOPWORDS and (options := thesaurus.get(token.lower())):
                     slots.append((i, side, pos))
+                    tokens_at.append(token)
                     cands.append(options)
     counts = np.array([len(c) for c in cands], dtype=np.int64)
     picks = np.minimum((rng.random((passes, len(cands))) * counts).astype(np.int64), counts - 1)
@@ -312,9 +303,7 @@ def draw_substitutions(
     cache: dict[tuple[str, str], float] = {}
     for p in range(passes):
         for s, k in enumerate(picks[p]):
-            i, side, pos = slots[s]
-            token = (pairs[i].a, pairs[i].b)[side][pos]
-            word = cands[s][k]
+            token, word = tokens_at[s], cands[s][k]
             if (token, word) not in cache:
                 cache[(token, word)] = similarity(token, word)
             choice[p, s], cosine[p, s] = word, cache[(token, word)]
@@ -336,17 +325,15 @@ def apply_gate(pairs: Sequence[TokenPair], draws: Draws, gate: float) -> list[To
         for i, pair in enumerate(pairs):
             if (i, 0) not in edits or (i, 1) not in edits:
                 continue
-            a = _substitute(pair.a, edits[(i, 0)])
-            b = _substitute(pair.b, edits[(i, 1)])
+            a, b = (
+                tuple(edits[(i, side)].get(k, t) for k, t in enumerate(tokens))
+                for side, tokens in enumerate((pair.a, pair.b))
+            )
             if a == pair.a or b == pair.b or (a, b) in seen:
                 continue
             seen.add((a, b))
             out.append(replace(pair, pair_id=f"{pair.pair_id}~aug{p + 1}", a=a, b=b))
     return out
-
-
-def _substitute(tokens: tuple[str, ...], edits: Mapping[int, str]) -> tuple[str, ...]:
-    return tuple(edits.get(i, t) for i, t in enumerate(tokens))
 
 
 def choose_gate(
@@ -391,7 +378,9 @@ def write_bundled_thesaurus(sick_dir: Path, wordnet: object, path: Path | None =
         "order. Derived from WordNet 3.0,\nwhose licence follows and applies to this file.\n\n"
         + licence
     )
-    atomic_write_text(path, format_thesaurus(thesaurus, header))
+    lines = [f"# {h}" if h else "#" for h in header.splitlines()]
+    lines += (f"{w}\t{' '.join(c)}" for w, c in sorted(thesaurus.items()))
+    atomic_write_text(path, "\n".join(lines) + "\n")
     return len(thesaurus)
 
 

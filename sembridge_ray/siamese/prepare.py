@@ -114,8 +114,14 @@ def prepare(
         )
     counts["augmented"] = len(augmented)
     log.info("data: %s", counts)
-    return _encoded(
-        word_vecs.matrix, vocab, (train + augmented, val, test), (sts_train, sts_val), counts
+    return Prepared(
+        embeddings=word_vecs.matrix,
+        train=encode_pairs(train + augmented, vocab),
+        val=encode_pairs(val, vocab),
+        test=encode_pairs(test, vocab),
+        sts_train=encode_pairs(sts_train, vocab) if sts_train is not None else None,
+        sts_val=encode_pairs(sts_val, vocab) if sts_val is not None else None,
+        counts=counts,
     )
 
 
@@ -140,28 +146,6 @@ def _pretrain_pairs(
     counts["sts_pool"], counts["removed_by_leak_guard"] = len(pool), removed
     counts["pretrain_train"], counts["pretrain_validation"] = len(sts_train), len(sts_val)
     return sts_train, sts_val
-
-
-def _encoded(
-    embeddings: np.ndarray,
-    vocab: Vocabulary,
-    splits: tuple[list[TokenPair], list[TokenPair], list[TokenPair]],
-    sts: tuple[list[TokenPair] | None, list[TokenPair] | None],
-    counts: DataCounts,
-) -> Prepared:
-    """The (train, validation, test) and STS pairs as ids of ``vocab``, beside the embedding matrix
-    and counts."""
-    sts_train, sts_val = (encode_pairs(p, vocab) if p is not None else None for p in sts)
-    train, val, test = splits
-    return Prepared(
-        embeddings=embeddings,
-        train=encode_pairs(train, vocab),
-        val=encode_pairs(val, vocab),
-        test=encode_pairs(test, vocab),
-        sts_train=sts_train,
-        sts_val=sts_val,
-        counts=counts,
-    )
 
 
 def find_wordnet(cfg: AugmentConfig) -> object | None:
@@ -272,11 +256,9 @@ def augment_training(
     rng: np.random.Generator,
 ) -> tuple[list[TokenPair], float]:
     """New training pairs and the gate used (``cfg.min_cosine``, or the count-calibrated one)."""
-
-    def similarity(word: str, candidate: str) -> float:
-        return vectors.cosine(index[word], index[candidate])
-
-    draws = aug.draw_substitutions(train, thesaurus, similarity, cfg.passes, rng)
+    draws = aug.draw_substitutions(
+        train, thesaurus, lambda w, c: vectors.cosine(index[w], index[c]), cfg.passes, rng
+    )
     gate = (
         aug.choose_gate(train, draws, cfg.min_cosine, cfg.target_pairs)
         if cfg.target_pairs

@@ -16,8 +16,8 @@ from sembridge_ray.data.schema import CALIBRATED as CALIBRATED
 from sembridge_ray.data.schema import GOLD as GOLD
 from sembridge_ray.data.schema import PAIR_ID
 from sembridge_ray.data.schema import RAW as RAW
-from sembridge_ray.runtime.outputs import atomic_path, atomic_write_text
-from sembridge_ray.siamese.records import CalibrationRecord, Metrics, Report, SplitMetrics
+from sembridge_ray.runtime.outputs import atomic_path
+from sembridge_ray.siamese.records import Metrics, Report, SplitMetrics
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -45,10 +45,9 @@ def metrics(pred: np.ndarray, gold: np.ndarray) -> Metrics:
 def write_tsv(path: Path, pair_ids: Sequence[str], columns: Mapping[str, np.ndarray]) -> None:
     """``pair_ID`` then ``columns``; floats as ``repr`` (the shortest text that reads back as the
     same float64)."""
-    names = [PAIR_ID, *columns]
     with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8", newline="") as fh:
         writer = csv.writer(fh, delimiter="\t", lineterminator="\n")
-        writer.writerow(names)
+        writer.writerow([PAIR_ID, *columns])
         for i, pid in enumerate(pair_ids):
             writer.writerow([pid, *(repr(float(col[i])) for col in columns.values())])
 
@@ -95,7 +94,8 @@ def _row(name: str, m: Mapping[str, float]) -> str:
 
 
 def render_markdown(report: Report) -> str:
-    """report.md: this run's rows next to the paper's, then the data counts and the calibration."""
+    """report.md: this run's rows next to the paper's, then the data counts and the calibration (when
+    a calibrator was fitted)."""
     lines = [
         "# MaLSTM on SICK 2014 (test, 4,927 pairs)",
         "",
@@ -117,7 +117,17 @@ def render_markdown(report: Report) -> str:
     if report.get("vectors"):
         lines += ["## Word vectors", "", *(f"- {k}: {v}" for k, v in report["vectors"].items()), ""]
     lines += ["## Data", "", *(f"- {k}: {v}" for k, v in report["data"].items()), ""]
-    lines += _calibration_section(report["calibration"])
+    if (cal := report["calibration"]).get("bandwidth") is not None:
+        lines += [
+            "## Calibration",
+            "",
+            f"statsmodels KernelReg (local linear, Gaussian kernel) on {cal['n']} "
+            f"validation predictions; bandwidth {cal['bandwidth']:.5f} ({cal['method']}), leave-one-out MSE "
+            f"{cal['loo_mse']:.5f}; test predictions clipped to [1, 5].",
+            "",
+            "![calibration](calibration.png)",
+            "",
+        ]
     lines += ["![scatter](scatter.png)", ""]
     return "\n".join(lines)
 
@@ -149,22 +159,6 @@ def _run_rows(report: Report) -> list[str]:
             )
         )
     return lines
-
-
-def _calibration_section(cal: CalibrationRecord) -> list[str]:
-    """The Calibration section and its plot, when a calibrator was fitted (none otherwise)."""
-    if cal.get("bandwidth") is None:
-        return []
-    return [
-        "## Calibration",
-        "",
-        f"statsmodels KernelReg (local linear, Gaussian kernel) on {cal['n']} "
-        f"validation predictions; bandwidth {cal['bandwidth']:.5f} ({cal['method']}), leave-one-out MSE "
-        f"{cal['loo_mse']:.5f}; test predictions clipped to [1, 5].",
-        "",
-        "![calibration](calibration.png)",
-        "",
-    ]
 
 
 def plot_calibration(
@@ -218,7 +212,3 @@ def _save(fig: Figure, path: Path) -> None:
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png")
     plt.close(fig)
-
-
-def write_markdown(path: Path, report: Report) -> None:
-    atomic_write_text(path, render_markdown(report))

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 from statsmodels.nonparametric.kernel_regression import KernelReg
 
-from sembridge_ray.runtime.outputs import atomic_write_json
+from sembridge_ray.runtime.outputs import atomic_write_json, atomic_write_text
 from sembridge_ray.siamese import report as rep
 from sembridge_ray.siamese.calibration import calibrate, fit_calibrator, search_bandwidth
 from sembridge_ray.siamese.config import CalibrationConfig
@@ -71,9 +71,7 @@ def calibrated(
 def restart_record(r: RestartResult, data: Prepared, cfg: CalibrationConfig) -> RestartRecord:
     """One restart's line in report.json (its own calibration, fitted on its own validation
     predictions)."""
-    (_val_cal, test_cal), cal, _ = calibrated(
-        cfg, r.val_pred, data.val.score, r.val_pred, r.test_pred
-    )
+    (test_cal,), cal, _ = calibrated(cfg, r.val_pred, data.val.score, r.test_pred)
     return {
         "seed": r.seed,
         "val_mse": r.val_mse,
@@ -118,9 +116,7 @@ def write_results(
     (val_cal, test_cal), record, model = calibrated(
         calibration, best.val_pred, data.val.score, best.val_pred, best.test_pred
     )
-    validation, test = _best_metrics(
-        out, data, best, val_cal, test_cal, calibration_on=calibration.enabled
-    )
+    validation, test = _best_metrics(out, data, best, val_cal, test_cal, calibration.enabled)
     seeds = [restart_record(r, data, calibration) for r in results]
     report: Report = {
         "test": test,
@@ -136,8 +132,16 @@ def write_results(
         "seconds": seconds,
     }
     _plot_best(out, data, best, test_cal, model)
-    _write_report(out, report, started)
+    seconds["total"] = round(time.perf_counter() - started, 1)  # dates the whole job
+    atomic_write_json(out / "report.json", report)
+    atomic_write_text(out / "report.md", rep.render_markdown(report))
     return report
+
+
+def _written(path: Path, pair_ids: Sequence[str], columns: dict[str, np.ndarray]) -> SplitMetrics:
+    """Write ``columns`` to the TSV ``path``; their metrics, computed from the file as read back."""
+    rep.write_tsv(path, pair_ids, columns)
+    return rep.split_metrics(rep.read_tsv(path)[1])
 
 
 def _best_metrics(
@@ -146,41 +150,25 @@ def _best_metrics(
     best: RestartResult,
     val_cal: np.ndarray,
     test_cal: np.ndarray,
-    *,
-    calibration_on: bool,
+    calibrated: bool,
 ) -> tuple[SplitMetrics, SplitMetrics]:
     """Write the best restart's val_predictions.tsv and predictions.tsv; (validation, test) metrics
     read back."""
-    rep.write_tsv(
+    validation = _written(
         out / "val_predictions.tsv",
         data.val.pair_ids,
         {rep.GOLD: data.val.score, rep.RAW: best.val_pred},
     )
-    rep.write_tsv(
+    test = _written(
         out / "predictions.tsv",
         data.test.pair_ids,
         {rep.GOLD: data.test.score, rep.RAW: best.test_pred, rep.CALIBRATED: test_cal},
     )
-    _, test_cols = rep.read_tsv(out / "predictions.tsv")
-    _, val_cols = rep.read_tsv(out / "val_predictions.tsv")
-    validation = rep.split_metrics(val_cols)
-    test = rep.split_metrics(test_cols)
-    if not calibration_on:
+    if not calibrated:
         test.pop(rep.CALIBRATED)
     else:
         validation[rep.CALIBRATED] = rep.metrics(val_cal, data.val.score)
     return validation, test
-
-
-def _seed_summary(seeds: Sequence[RestartRecord], kinds: Iterable[str]) -> dict[str, Metrics]:
-    """``test_<kind>_<metric>`` and ``val_mse`` -> mean, std and n over the restarts."""
-    summary = {
-        f"test_{kind}_{m}": rep.mean_std([s["test"][kind][m] for s in seeds])
-        for kind in kinds
-        for m in ("pearson", "spearman", "mse")
-    }
-    summary["val_mse"] = rep.mean_std([s["val_mse"] for s in seeds])
-    return summary
 
 
 def _plot_best(
@@ -199,11 +187,15 @@ def _plot_best(
     )
 
 
-def _write_report(out: Path, report: Report, started: float) -> None:
-    """Date the whole job (``seconds["total"]``), then write report.json and report.md."""
-    report["seconds"]["total"] = round(time.perf_counter() - started, 1)
-    atomic_write_json(out / "report.json", report)
-    rep.write_markdown(out / "report.md", report)
+def _seed_summary(seeds: Sequence[RestartRecord], kinds: Iterable[str]) -> dict[str, Metrics]:
+    """``test_<kind>_<metric>`` and ``val_mse`` -> mean, std and n over the restarts."""
+    summary = {
+        f"test_{kind}_{m}": rep.mean_std([s["test"][kind][m] for s in seeds])
+        for kind in kinds
+        for m in ("pearson", "spearman", "mse")
+    }
+    summary["val_mse"] = rep.mean_std([s["val_mse"] for s in seeds])
+    return summary
 
 
 def ensemble(
@@ -214,15 +206,13 @@ def ensemble(
     val = np.mean([r.val_pred for r in results], axis=0)
     test = np.mean([r.test_pred for r in results], axis=0)
     (test_cal,), calibration, _ = calibrated(cfg, val, data.val.score, test)
-    rep.write_tsv(
-        out / "ensemble_predictions.tsv",
-        data.test.pair_ids,
-        {rep.GOLD: data.test.score, rep.RAW: test, rep.CALIBRATED: test_cal},
-    )
-    _, cols = rep.read_tsv(out / "ensemble_predictions.tsv")
     return {
         "restarts": len(results),
-        "test": rep.split_metrics(cols),
+        "test": _written(
+            out / "ensemble_predictions.tsv",
+            data.test.pair_ids,
+            {rep.GOLD: data.test.score, rep.RAW: test, rep.CALIBRATED: test_cal},
+        ),
         "validation": {"raw": rep.metrics(val, data.val.score)},
         "calibration": calibration,
     }

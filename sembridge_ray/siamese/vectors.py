@@ -202,10 +202,12 @@ def _fill_context_caches(
     alone = ctx.decontextualised(model, tokenizer, unseen)
     for pooling in ctx.POOLINGS:
         for layer in range(spec.layer + 1):
-            new: dict[str, np.ndarray | None] = {}
-            for word in words:
-                vec = pooled[pooling].get(word, alone[pooling].get(word))
-                new[word] = None if vec is None else vec[layer]
+            new = {
+                w: None
+                if (v := pooled[pooling].get(w, alone[pooling].get(w))) is None
+                else v[layer]
+                for w in words
+            }
             _write_cache(spec.cache_path(cache_dir, model_dir, layer, pooling), new)
 
 
@@ -265,7 +267,16 @@ def _write_cache(path: Path, new: dict[str, np.ndarray | None]) -> None:
 
 
 def _publish_part(path: Path, words: dict[str, np.ndarray | None]) -> Path:
-    data = _part_bytes(words)
+    dim = next((v.shape[0] for v in words.values() if v is not None), 1)
+    zero = np.zeros(dim, np.float32)
+    buffer = io.BytesIO()
+    np.savez(
+        buffer,
+        words=np.array(list(words)),
+        vectors=np.stack([v if v is not None else zero for v in words.values()]),
+        oov=np.array([v is None for v in words.values()]),
+    )
+    data = buffer.getvalue()
     part = path / f"{_PART}{hashlib.sha256(data).hexdigest()[:16]}"
 
     def build(tmp: Path) -> dict[str, np.ndarray | None]:
@@ -275,21 +286,6 @@ def _publish_part(path: Path, words: dict[str, np.ndarray | None]) -> Path:
 
     cache.publish(part, build, _part_words, "word-vector cache")
     return part
-
-
-def _part_bytes(known: dict[str, np.ndarray | None]) -> bytes:
-    dim = next((v.shape[0] for v in known.values() if v is not None), 1)
-    words = list(known)
-    zero = np.zeros(dim, np.float32)
-    vectors = np.stack([v if (v := known[w]) is not None else zero for w in words])
-    buffer = io.BytesIO()
-    np.savez(
-        buffer,
-        words=np.array(words),
-        vectors=vectors,
-        oov=np.array([known[w] is None for w in words]),
-    )
-    return buffer.getvalue()
 
 
 def _part_words(entry: cache.Entry) -> dict[str, np.ndarray | None]:

@@ -85,16 +85,12 @@ def _show(value: object) -> str:
     return "(none)" if value is None or value == "" else str(value)
 
 
-def _list_type(type_name: str) -> bool:
-    return type_name.startswith("tuple")
-
-
 def _metavar(flag: Flag, fi: FieldInfo) -> str:
     """``{a,b}`` for choices (the empty choice, "none", is the default's to show), ``NAME``
     otherwise; ``X[,X...]`` for a list key."""
     shown = [str(c) for c in fi.choices if c != ""]
     one = "{" + ",".join(shown) + "}" if shown else flag.name.lstrip("-").upper().replace("-", "_")
-    return f"{one}[,...]" if _list_type(fi.type_name) else one
+    return f"{one}[,...]" if fi.type_name.startswith("tuple") else one
 
 
 class _Parser(argparse.ArgumentParser):
@@ -149,26 +145,20 @@ def build_parser(
         fi = info[canonical_key(cls, flag.key)]
         group = required if flag.required and fi.default in ("", None, ()) else optional
         _add_flag(parser, group, flag, fi)
-    _add_run_flags(optional)
-    parser.add_argument(
-        "overrides", nargs="*", metavar="key=value", help="any config key (see below)"
-    )
-    return parser
-
-
-def _add_run_flags(group: argparse._ArgumentGroup) -> None:
-    """The flags every job has beside its config's: ``--print-config``, ``--log-level`` and
-    ``--version``."""
-    group.add_argument(
+    optional.add_argument(
         "--print-config", action="store_true", help="print the resolved config as YAML and exit"
     )
-    group.add_argument(
+    optional.add_argument(
         "--log-level",
         choices=LOG_LEVELS,
         default="INFO",
         help="this job's log level (default: INFO)",
     )
-    group.add_argument("--version", action="version", version=version_line())
+    optional.add_argument("--version", action="version", version=version_line())
+    parser.add_argument(
+        "overrides", nargs="*", metavar="key=value", help="any config key (see below)"
+    )
+    return parser
 
 
 def _epilog(cls: type[Config], info: Mapping[str, FieldInfo], preset: str | None) -> str:
@@ -200,19 +190,13 @@ def _add_flag(
     targets: list[tuple[str, argparse._ActionsContainer, str]] = [(flag.name, group, shown)]
     # older spellings: accepted, not shown
     targets += [(alias, parser, argparse.SUPPRESS) for alias in flag.aliases]
+    how: dict[str, Any] = (
+        {"action": argparse.BooleanOptionalAction}
+        if fi.type_name == "bool"
+        else {"metavar": _metavar(flag, fi)}
+    )
     for name, target, help_text in targets:
-        if fi.type_name == "bool":
-            target.add_argument(
-                name,
-                dest=flag.key,
-                action=argparse.BooleanOptionalAction,
-                default=None,
-                help=help_text,
-            )
-        else:
-            target.add_argument(
-                name, dest=flag.key, default=None, metavar=_metavar(flag, fi), help=help_text
-            )
+        target.add_argument(name, dest=flag.key, default=None, help=help_text, **how)
 
 
 def version_line() -> str:
@@ -364,9 +348,10 @@ def _flag_row(flag: Flag, fi: FieldInfo) -> str:
         name += " (required)"
     if flag.aliases:
         name += " (formerly " + ", ".join(f"`{a}`" for a in flag.aliases) + ")"
-    kind = "list" if _list_type(fi.type_name) else fi.type_name
+    listed = fi.type_name.startswith("tuple")
+    kind = "list" if listed else fi.type_name
     if fi.choices:
-        kind = ("list of " if _list_type(fi.type_name) else "") + " \\| ".join(
+        kind = ("list of " if listed else "") + " \\| ".join(
             f"`{c}`" for c in fi.choices if c != ""
         )
     keys = ", ".join(f"`{k}`" for k in flag.keys)
@@ -474,11 +459,10 @@ def _ending(err: BaseException) -> tuple[int | None, str]:
 
 def failed_cells(failures: Mapping[str, str]) -> list[str]:
     """One line per failed cell of a grid: its name and the first line of its error."""
-    lines = []
-    for cell, error in sorted(failures.items()):
-        first = (error.strip().splitlines() or ["(no message)"])[0]
-        lines.append(f"error: cell {cell} failed: {first}")
-    return lines
+    return [
+        f"error: cell {cell} failed: {(error.strip().splitlines() or ['(no message)'])[0]}"
+        for cell, error in sorted(failures.items())
+    ]
 
 
 def _level(argv: Sequence[str]) -> str:
@@ -496,8 +480,6 @@ def run(job: str, argv: Sequence[str] | None = None, prog: str | None = None) ->
     spec = job_spec(job)
     args = list(sys.argv[1:] if argv is None else argv)
     level = _level(args)
-    if level not in LOG_LEVELS:
-        level = "INFO"
 
     def body() -> int:
         cfg, options = parse_config(
@@ -521,7 +503,7 @@ def run(job: str, argv: Sequence[str] | None = None, prog: str | None = None) ->
             return EXIT_FAILED_CELLS
         return EXIT_DONE if getattr(result, "ok", True) else EXIT_BUG
 
-    return run_job(body, level)
+    return run_job(body, level if level in LOG_LEVELS else "INFO")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -172,10 +172,9 @@ def _epilog(cls: type[Config], info: Mapping[str, FieldInfo], preset: str | None
         if fi.choices:
             line += f" one of: {', '.join(map(str, fi.choices))}"
         keys.append(line)
-        if fi.doc:
-            keys += textwrap.wrap(
-                _first_paragraph(fi.doc), 110, initial_indent=" " * 6, subsequent_indent=" " * 6
-            )
+        keys += textwrap.wrap(  # nothing for a key without a doc
+            _first_paragraph(fi.doc), 110, initial_indent=" " * 6, subsequent_indent=" " * 6
+        )
     return "\n".join(keys)
 
 
@@ -185,8 +184,7 @@ def _add_flag(
     """Add ``flag`` to ``group``, shown with its help, and its older spellings to ``parser``,
     accepted but hidden."""
     text = _first_paragraph(fi.doc) or f"sets {flag.key}"
-    keys_text = ", ".join(flag.keys)
-    shown = f"{text} (key {keys_text}; default: {_show(fi.default)})"
+    shown = f"{text} (key {', '.join(flag.keys)}; default: {_show(fi.default)})"
     targets: list[tuple[str, argparse._ActionsContainer, str]] = [(flag.name, group, shown)]
     # older spellings: accepted, not shown
     targets += [(alias, parser, argparse.SUPPRESS) for alias in flag.aliases]
@@ -362,12 +360,9 @@ def _flag_row(flag: Flag, fi: FieldInfo) -> str:
 
 def _defaults(spec: JobSpec[Any, Any]) -> Mapping[str, object]:
     """The values a job's flags default to: its default preset's, else the dataclass defaults."""
-    data: Mapping[str, object] = spec.config().to_dict()
-    if not spec.default_preset:
-        return data
-    return merge(
-        data, canonical(spec.config, load_preset(resolve_preset(spec.default_preset, spec.name)))
-    )
+    preset = spec.default_preset
+    data = canonical(spec.config, load_preset(resolve_preset(preset, spec.name))) if preset else {}
+    return merge(spec.config().to_dict(), data)
 
 
 def dump_config(cfg: Config) -> str:
@@ -497,8 +492,7 @@ def run(job: str, argv: Sequence[str] | None = None, prog: str | None = None) ->
         result = spec.run(cfg)
         sys.stderr.flush()  # the log lines so far come out before the report
         print(spec.report(result), flush=True)
-        failures = getattr(result, "failures", None)
-        if failures:
+        if failures := getattr(result, "failures", None):
             print("\n".join(failed_cells(failures)), file=sys.stderr)
             return EXIT_FAILED_CELLS
         return EXIT_DONE if getattr(result, "ok", True) else EXIT_BUG

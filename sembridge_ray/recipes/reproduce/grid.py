@@ -59,12 +59,8 @@ class Plan:
 def input_identity(kind: str, name: str) -> str:
     """The identity of one input of a stage (see :mod:`sembridge_ray.runtime.identity`; bundled names are
     resolved here, at the job's boundary); a missing one is an InputError."""
-    name = bundled.resolve(name)
-    if kind == "dataset":
-        return dataset_identity(name)
-    if kind == "bridge":
-        return check_bridge(name)
-    return model_identity(name)
+    identify = {"dataset": dataset_identity, "bridge": check_bridge}.get(kind, model_identity)
+    return identify(bundled.resolve(name))
 
 
 class Identities:

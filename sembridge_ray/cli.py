@@ -85,16 +85,12 @@ def _show(value: object) -> str:
     return "(none)" if value is None or value == "" else str(value)
 
 
-def _list_type(type_name: str) -> bool:
-    return type_name.startswith("tuple")
-
-
 def _metavar(flag: Flag, fi: FieldInfo) -> str:
     """``{a,b}`` for choices (the empty choice, "none", is the default's to show), ``NAME``
     otherwise; ``X[,X...]`` for a list key."""
     shown = [str(c) for c in fi.choices if c != ""]
     one = "{" + ",".join(shown) + "}" if shown else flag.name.lstrip("-").upper().replace("-", "_")
-    return f"{one}[,...]" if _list_type(fi.type_name) else one
+    return f"{one}[,...]" if fi.type_name.startswith("tuple") else one
 
 
 class _Parser(argparse.ArgumentParser):
@@ -149,26 +145,20 @@ def build_parser(
         fi = info[canonical_key(cls, flag.key)]
         group = required if flag.required and fi.default in ("", None, ()) else optional
         _add_flag(parser, group, flag, fi)
-    _add_run_flags(optional)
-    parser.add_argument(
-        "overrides", nargs="*", metavar="key=value", help="any config key (see below)"
-    )
-    return parser
-
-
-def _add_run_flags(group: argparse._ArgumentGroup) -> None:
-    """The flags every job has beside its config's: ``--print-config``, ``--log-level`` and
-    ``--version``."""
-    group.add_argument(
+    optional.add_argument(
         "--print-config", action="store_true", help="print the resolved config as YAML and exit"
     )
-    group.add_argument(
+    optional.add_argument(
         "--log-level",
         choices=LOG_LEVELS,
         default="INFO",
         help="this job's log level (default: INFO)",
     )
-    group.add_argument("--version", action="version", version=version_line())
+    optional.add_argument("--version", action="version", version=version_line())
+    parser.add_argument(
+        "overrides", nargs="*", metavar="key=value", help="any config key (see below)"
+    )
+    return parser
 
 
 def _epilog(cls: type[Config], info: Mapping[str, FieldInfo], preset: str | None) -> str:
@@ -182,10 +172,9 @@ def _epilog(cls: type[Config], info: Mapping[str, FieldInfo], preset: str | None
         if fi.choices:
             line += f" one of: {', '.join(map(str, fi.choices))}"
         keys.append(line)
-        if fi.doc:
-            keys += textwrap.wrap(
-                _first_paragraph(fi.doc), 110, initial_indent=" " * 6, subsequent_indent=" " * 6
-            )
+        keys += textwrap.wrap(  # nothing for a key without a doc
+            _first_paragraph(fi.doc), 110, initial_indent=" " * 6, subsequent_indent=" " * 6
+        )
     return "\n".join(keys)
 
 
@@ -195,24 +184,17 @@ def _add_flag(
     """Add ``flag`` to ``group``, shown with its help, and its older spellings to ``parser``,
     accepted but hidden."""
     text = _first_paragraph(fi.doc) or f"sets {flag.key}"
-    keys_text = ", ".join(flag.keys)
-    shown = f"{text} (key {keys_text}; default: {_show(fi.default)})"
+    shown = f"{text} (key {', '.join(flag.keys)}; default: {_show(fi.default)})"
     targets: list[tuple[str, argparse._ActionsContainer, str]] = [(flag.name, group, shown)]
     # older spellings: accepted, not shown
     targets += [(alias, parser, argparse.SUPPRESS) for alias in flag.aliases]
+    how: dict[str, Any] = (
+        {"action": argparse.BooleanOptionalAction}
+        if fi.type_name == "bool"
+        else {"metavar": _metavar(flag, fi)}
+    )
     for name, target, help_text in targets:
-        if fi.type_name == "bool":
-            target.add_argument(
-                name,
-                dest=flag.key,
-                action=argparse.BooleanOptionalAction,
-                default=None,
-                help=help_text,
-            )
-        else:
-            target.add_argument(
-                name, dest=flag.key, default=None, metavar=_metavar(flag, fi), help=help_text
-            )
+        target.add_argument(name, dest=flag.key, default=None, help=help_text, **how)
 
 
 def version_line() -> str:
@@ -364,9 +346,10 @@ def _flag_row(flag: Flag, fi: FieldInfo) -> str:
         name += " (required)"
     if flag.aliases:
         name += " (formerly " + ", ".join(f"`{a}`" for a in flag.aliases) + ")"
-    kind = "list" if _list_type(fi.type_name) else fi.type_name
+    listed = fi.type_name.startswith("tuple")
+    kind = "list" if listed else fi.type_name
     if fi.choices:
-        kind = ("list of " if _list_type(fi.type_name) else "") + " \\| ".join(
+        kind = ("list of " if listed else "") + " \\| ".join(
             f"`{c}`" for c in fi.choices if c != ""
         )
     keys = ", ".join(f"`{k}`" for k in flag.keys)
@@ -377,12 +360,9 @@ def _flag_row(flag: Flag, fi: FieldInfo) -> str:
 
 def _defaults(spec: JobSpec[Any, Any]) -> Mapping[str, object]:
     """The values a job's flags default to: its default preset's, else the dataclass defaults."""
-    data: Mapping[str, object] = spec.config().to_dict()
-    if not spec.default_preset:
-        return data
-    return merge(
-        data, canonical(spec.config, load_preset(resolve_preset(spec.default_preset, spec.name)))
-    )
+    preset = spec.default_preset
+    data = canonical(spec.config, load_preset(resolve_preset(preset, spec.name))) if preset else {}
+    return merge(spec.config().to_dict(), data)
 
 
 def dump_config(cfg: Config) -> str:
@@ -474,11 +454,10 @@ def _ending(err: BaseException) -> tuple[int | None, str]:
 
 def failed_cells(failures: Mapping[str, str]) -> list[str]:
     """One line per failed cell of a grid: its name and the first line of its error."""
-    lines = []
-    for cell, error in sorted(failures.items()):
-        first = (error.strip().splitlines() or ["(no message)"])[0]
-        lines.append(f"error: cell {cell} failed: {first}")
-    return lines
+    return [
+        f"error: cell {cell} failed: {(error.strip().splitlines() or ['(no message)'])[0]}"
+        for cell, error in sorted(failures.items())
+    ]
 
 
 def _level(argv: Sequence[str]) -> str:
@@ -496,8 +475,6 @@ def run(job: str, argv: Sequence[str] | None = None, prog: str | None = None) ->
     spec = job_spec(job)
     args = list(sys.argv[1:] if argv is None else argv)
     level = _level(args)
-    if level not in LOG_LEVELS:
-        level = "INFO"
 
     def body() -> int:
         cfg, options = parse_config(
@@ -515,13 +492,12 @@ def run(job: str, argv: Sequence[str] | None = None, prog: str | None = None) ->
         result = spec.run(cfg)
         sys.stderr.flush()  # the log lines so far come out before the report
         print(spec.report(result), flush=True)
-        failures = getattr(result, "failures", None)
-        if failures:
+        if failures := getattr(result, "failures", None):
             print("\n".join(failed_cells(failures)), file=sys.stderr)
             return EXIT_FAILED_CELLS
         return EXIT_DONE if getattr(result, "ok", True) else EXIT_BUG
 
-    return run_job(body, level)
+    return run_job(body, level if level in LOG_LEVELS else "INFO")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -157,15 +157,17 @@ def comparisons(
             found = [
                 pair
                 for members in groups.values()
-                for pair in _against_reference(output, members, dataset, stage)
+                for pair in _against(output, members, dataset, stage)
             ]
             fused = [
                 pair
                 for (_, language), members in groups.items()
-                for pair in _against_bm25(output, members, language, dataset, stage, split)
+                for pair in _against(
+                    output, members, dataset, stage, bm25_path(output, language, dataset, split)
+                )
             ]
-            rows += [row for row, _, _ in found] + _pooled(found)
-            rows += [row for row, _, _ in fused] + _pooled(fused)
+            for pairs in (found, fused):
+                rows += [row for row, _, _ in pairs] + _pooled(pairs)
     return rows
 
 
@@ -205,68 +207,42 @@ def seed_folders(
     return [p.fusion(dataset, stage) if fused else p.eval(dataset, stage) for p in paths]
 
 
-def _row(
-    cell: Cell,
-    dataset: str,
-    stage: str,
-    reference: str,
-    method: np.ndarray,
-    ref: np.ndarray,
-    variant: str = "",
-) -> PairedRow:
-    return {
-        "model": cell.model,
-        "language": cell.language,
-        "dataset": dataset,
-        "stage": stage,
-        "method": variant or cell.variant,
-        "alpha": cell.alpha_label,
-        "reference": reference,
-        "n_queries": method.shape[1],
-        **paired_test(method, ref),
-        "seeds": len(method),
-        "reference_seeds": len(ref),
-    }
-
-
-def _against_reference(output: Path, members: list[Cell], dataset: str, stage: str) -> list[Pair]:
-    """Every cell of one (model, language) against :func:`reference_cell`, on one dataset and stage:
-    its row and both sides' scores."""
-    reference = reference_cell(members)
-    ref = (
-        None if reference is None else seed_scores(seed_folders(output, reference, dataset, stage))
-    )
-    if reference is None or ref is None:
+def _against(
+    output: Path, members: list[Cell], dataset: str, stage: str, bm25: Path | None = None
+) -> list[Pair]:
+    """Every cell of one (model, language) against :func:`reference_cell` on one dataset and stage,
+    or, given ``bm25`` (its evaluation), every cell's fusion with BM25 against BM25 alone (what a
+    BM25 user gains by adding the model): its row and both sides' scores, on the same queries."""
+    reference = reference_cell(members) if bm25 is None else None
+    folders = [bm25] if bm25 else reference and seed_folders(output, reference, dataset, stage)
+    ref = seed_scores(folders) if folders else None
+    if ref is None:
         return []
     qids = sorted(ref)
+    b = seed_matrix(ref, qids)
     found: list[Pair] = []
     for cell in members:
         other = (
-            None if cell == reference else seed_scores(seed_folders(output, cell, dataset, stage))
+            None
+            if cell == reference
+            else seed_scores(seed_folders(output, cell, dataset, stage, fused=bool(bm25)))
         )
         if other is None or sorted(other) != qids:  # unfinished, or other qrels: nothing to pair
             continue
-        a, b = seed_matrix(other, qids), seed_matrix(ref, qids)
-        found.append((_row(cell, dataset, stage, reference.name, a, b), a, b))
-    return found
-
-
-def _against_bm25(
-    output: Path, members: list[Cell], language: str, dataset: str, stage: str, split: str
-) -> list[Pair]:
-    """Every cell's fusion with BM25 against BM25 alone, on the same queries: what a BM25 user
-    gains by adding the model."""
-    bm25 = seed_scores([bm25_path(output, language, dataset, split)])
-    if bm25 is None:
-        return []
-    qids = sorted(bm25)
-    found: list[Pair] = []
-    for cell in members:
-        fused = seed_scores(seed_folders(output, cell, dataset, stage, fused=True))
-        if fused is None or sorted(fused) != qids:
-            continue
-        a, b = seed_matrix(fused, qids), seed_matrix(bm25, qids)
-        row = _row(cell, dataset, stage, BM25, a, b, variant=cell.variant + FUSED)
+        a = seed_matrix(other, qids)
+        row: PairedRow = {
+            "model": cell.model,
+            "language": cell.language,
+            "dataset": dataset,
+            "stage": stage,
+            "method": cell.variant + FUSED if bm25 else cell.variant,
+            "alpha": cell.alpha_label,
+            "reference": reference.name if reference else BM25,
+            "n_queries": a.shape[1],
+            **paired_test(a, b),
+            "seeds": len(a),
+            "reference_seeds": len(b),
+        }
         found.append((row, a, b))
     return found
 
@@ -276,9 +252,8 @@ def _pooled(found: list[Pair]) -> list[PairedRow]:
     of all of them (each against its own language's reference), seeds kept as they are."""
     by_variant: dict[tuple[str, str, str], list[Pair]] = {}
     for pair in found:
-        by_variant.setdefault((pair[0]["model"], pair[0]["method"], pair[0]["alpha"]), []).append(
-            pair
-        )
+        key = pair[0]["model"], pair[0]["method"], pair[0]["alpha"]
+        by_variant.setdefault(key, []).append(pair)
     pooled: list[PairedRow] = []
     for members in by_variant.values():
         if len(members) < 2:

@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 
 def sick_pairs(min_score: float = 4.0) -> list[tuple[str, str]]:
     """(sentence A, sentence B) of SICK train pairs with relatedness >= ``min_score``; SICK's trial
-    split is the development set (:func:`build_dev_set`), so nothing trains on it."""
+    split is the development set (asset ``"dev"``), so nothing trains on it."""
     return [(p.a, p.b) for p in read_sick_split(sick_dir(), "train") if p.score >= min_score]
 
 
@@ -56,18 +56,6 @@ def write_pairs(pairs: list[tuple[str, str]], out: Path) -> Path:
             pa.table({QUERY: [a for a, _ in pairs], POSITIVE: [b for _, b in pairs]}), tmp
         )
     return Path(out)
-
-
-def build_retrieval_set(out: Path, test_pairs: int) -> Path:
-    """SICK test as BEIR: queries A, documents B, relevance from relatedness >= 4 (graded)."""
-    return write_sick_beir(sick_dir(), Path(out), limit=test_pairs, splits=("test",))
-
-
-def build_dev_set(out: Path) -> Path:
-    """SICK trial as BEIR (split ``dev``, all 500 pairs, its own corpus): what fine-tuning is scored
-    on while it trains, and the source encoder once, so that recipes are chosen on data that is
-    neither trained on nor tested."""
-    return write_sick_beir(sick_dir(), Path(out), splits=("dev",))
 
 
 # ---- the miniature's built inputs, under <output>/assets, recorded with the settings they were
@@ -100,7 +88,8 @@ ASSETS = {
     "beir": Asset(
         path="sick-beir",
         settings=("test_pairs",),
-        build=lambda out, d: build_retrieval_set(out, d.test_pairs),
+        # queries A, documents B, relevance from relatedness >= 4 (graded)
+        build=lambda out, d: write_sick_beir(sick_dir(), out, limit=d.test_pairs, splits=("test",)),
         ready="corpus.jsonl",
         known="sick",
         what="SICK 2014 test pairs as a BEIR retrieval set, bundled",
@@ -108,7 +97,9 @@ ASSETS = {
     "dev": Asset(
         path="sick-dev-beir",
         settings=(),
-        build=lambda out, d: build_dev_set(out),
+        # split dev, all 500 pairs, its own corpus: what fine-tuning is scored on while it trains,
+        # and the source encoder once: recipes are chosen on data neither trained on nor tested
+        build=lambda out, d: write_sick_beir(sick_dir(), out, splits=("dev",)),
         ready="qrels/dev.tsv",
         known="sick",
         what="SICK 2014 trial pairs as a BEIR development set, bundled",

@@ -6,6 +6,7 @@ stages a run would refuse."""
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -51,20 +52,15 @@ class Plan:
     failures: dict[str, str] = field(default_factory=dict)
 
     def all_stages(self) -> list[tuple[str, Stage]]:
-        before = [("assets", s) for s in self.assets] + [("sources", s) for s in self.sources]
-        before += [("baselines", s) for s in self.baselines]
-        return before + [(c, s) for c, stages in self.cells.items() for s in stages]
+        named = [("assets", self.assets), ("sources", self.sources), ("baselines", self.baselines)]
+        return [(n, s) for n, stages in [*named, *self.cells.items()] for s in stages]
 
 
 def input_identity(kind: str, name: str) -> str:
     """The identity of one input of a stage (see :mod:`sembridge_ray.runtime.identity`; bundled names are
     resolved here, at the job's boundary); a missing one is an InputError."""
-    name = bundled.resolve(name)
-    if kind == "dataset":
-        return dataset_identity(name)
-    if kind == "bridge":
-        return check_bridge(name)
-    return model_identity(name)
+    identify = {"dataset": dataset_identity, "bridge": check_bridge}.get(kind, model_identity)
+    return identify(bundled.resolve(name))
 
 
 class Identities:
@@ -73,16 +69,11 @@ class Identities:
     source model) to their stage refs."""
 
     def __init__(self, compute: Callable[[str, str], str] = input_identity) -> None:
-        self.compute = compute
         self.known: dict[str, str] = {}
-        self._memo: dict[tuple[str, str], str] = {}
+        self._computed = functools.cache(compute)
 
     def __call__(self, kind: str, name: str) -> str:
-        if name in self.known:
-            return self.known[name]
-        if (kind, name) not in self._memo:
-            self._memo[(kind, name)] = self.compute(kind, name)
-        return self._memo[(kind, name)]
+        return self.known[name] if name in self.known else self._computed(kind, name)
 
 
 def paper_assets(cfg: ReproduceConfig) -> Assets:
@@ -205,7 +196,6 @@ def require_xling_inputs(cfg: ReproduceConfig) -> None:
     """Refuse, before any work, a cross-lingual grid whose language lacks its XQuAD-format file or
     whose target tokenizer does not load (one :class:`InputError` naming it): a cell without them
     could not run, and the grid would have scored its sources first for nothing."""
-    from sembridge_ray.data.registry import dataset_identity
     from sembridge_ray.sparse.model import load_tokenizer
 
     named = cfg.named_tokenizers()

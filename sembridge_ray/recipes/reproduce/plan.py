@@ -6,6 +6,7 @@ rough compute estimate of the rest. Contacts nothing; the estimate divides by th
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -109,8 +110,42 @@ def plan(
         found = {k: _state(p, planned.get(k), overwrite) for k, p in outputs(cell).items()}
         gpu_s = _todo_seconds(est, found) * gpus_per_cell
         total += gpu_s
-        rows.append(_planned_cell(cell, datasets, tokenizers, bridge, found, gpu_s))
-    return _plan_of(job, rows, total, gpus_per_cell, max_concurrent, figures)
+        rows.append(
+            {  # the cell's hub ids, its stages' states and refusals, and its estimate
+                "cell": cell.name,
+                "model": cell.model,
+                "language": cell.language,
+                "method": cell.variant,
+                "alpha": cell.alpha_label,
+                "target_tokenizer": tokenizers[cell.language],
+                "bridge_model": bridge if method(cell.method).uses_bridge else "",
+                "datasets": {d: catalog.dataset_hub_ids(d, cell.language) for d in datasets},
+                "stages": {k: state for k, (state, _) in found.items()},
+                "refusals": {k: why for k, (_, why) in found.items() if why},
+                "estimate_gpu_hours": round(gpu_s / 3600, 2),
+            }
+        )
+    concurrent = max(1, max_concurrent)
+    states = Counter(s for r in rows for s in r["stages"].values())
+    return {
+        "job": job,
+        "cells": rows,
+        "total_cells": len(rows),
+        "stages_done": states["done"],
+        "stages_todo": states["todo"],
+        "stages_refused": states["refused"],
+        "estimate_gpu_hours": round(total / 3600, 2),
+        "estimate_wall_hours_at_concurrency": {
+            str(concurrent): round(total / 3600 / concurrent / max(gpus_per_cell, 1e-9), 1)
+        },
+        "figures_source": figures.source,
+        "assumptions": {
+            "bridge_strings_per_s": round(figures.bridge_strings_per_s, 1),
+            "docs_per_s": round(figures.docs_per_s, 1),
+            "seconds_per_step": round(figures.seconds_per_step, 4),
+            "note": f"rough; {gpus_per_cell:g} GPU per cell",
+        },
+    }
 
 
 def _todo_seconds(est: dict[str, float], found: dict[str, tuple[StageState, str]]) -> float:
@@ -128,64 +163,6 @@ def _todo_seconds(est: dict[str, float], found: dict[str, tuple[StageState, str]
         + est["eval_s"] * todo(lambda k: k.endswith(STAGES))
         + est["finetune_s"] * todo(lambda k: k.endswith("/finetune"))
     )
-
-
-def _planned_cell(
-    cell: Cell,
-    datasets: Sequence[str],
-    tokenizers: dict[str, str],
-    bridge: str,
-    found: dict[str, tuple[StageState, str]],
-    gpu_s: float,
-) -> PlannedCell:
-    """One cell's row of the plan: its hub ids, its stages' states and refusals, and its
-    estimate."""
-    return {
-        "cell": cell.name,
-        "model": cell.model,
-        "language": cell.language,
-        "method": cell.variant,
-        "alpha": cell.alpha_label,
-        "target_tokenizer": tokenizers[cell.language],
-        "bridge_model": bridge if method(cell.method).uses_bridge else "",
-        "datasets": {d: catalog.dataset_hub_ids(d, cell.language) for d in datasets},
-        "stages": {k: state for k, (state, _) in found.items()},
-        "refusals": {k: why for k, (_, why) in found.items() if why},
-        "estimate_gpu_hours": round(gpu_s / 3600, 2),
-    }
-
-
-def _plan_of(
-    job: str,
-    rows: list[PlannedCell],
-    total: float,
-    gpus_per_cell: float,
-    max_concurrent: int,
-    figures: Figures,
-) -> Plan:
-    """The plan from its rows: the stage counts, the estimate (``total`` GPU-seconds) and its
-    assumptions."""
-    concurrent = max(1, max_concurrent)
-    done = sum(s == "done" for r in rows for s in r["stages"].values())
-    return {
-        "job": job,
-        "cells": rows,
-        "total_cells": len(rows),
-        "stages_done": done,
-        "stages_todo": sum(s == "todo" for r in rows for s in r["stages"].values()),
-        "stages_refused": sum(s == "refused" for r in rows for s in r["stages"].values()),
-        "estimate_gpu_hours": round(total / 3600, 2),
-        "estimate_wall_hours_at_concurrency": {
-            str(concurrent): round(total / 3600 / concurrent / max(gpus_per_cell, 1e-9), 1)
-        },
-        "figures_source": figures.source,
-        "assumptions": {
-            "bridge_strings_per_s": round(figures.bridge_strings_per_s, 1),
-            "docs_per_s": round(figures.docs_per_s, 1),
-            "seconds_per_step": round(figures.seconds_per_step, 4),
-            "note": f"rough; {gpus_per_cell:g} GPU per cell",
-        },
-    }
 
 
 def dry_run(cfg: ReproduceConfig) -> Plan:
@@ -227,11 +204,7 @@ def planned_identities(cfg: ReproduceConfig) -> Callable[[Cell], dict[str, RunId
     by_cell = {
         c: {s.name: s.cfg.identity(s.job, {}) for s in st} for c, st in planned.cells.items()
     }
-
-    def identities(cell: Cell) -> dict[str, RunIdentity]:
-        return by_cell.get(cell.name, {})
-
-    return identities
+    return lambda cell: by_cell.get(cell.name, {})
 
 
 def concurrency(cfg: ReproduceConfig, gpus: float) -> int:

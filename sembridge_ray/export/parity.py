@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -75,17 +74,13 @@ def width_of(*vectors: Vectors) -> int:
 
 def exact_topk(docs: Vectors, queries: Vectors, k: int = K) -> Hits:
     """The project's exact top-k document ids per query (positive scores only, ties by id)."""
-    ranks, sorted_ids = rank_ids(_ids(docs))
+    import pyarrow as pa
+
+    ranks, sorted_ids = rank_ids(pa.array(docs.ids, pa.string()))
     shard = build_shard(docs.rows, ranks, width_of(docs, queries))
     top = shard_topk(shard, queries.rows, k)
     names = sorted_ids.to_pylist()
     return [[names[r] for r in row if r != PAD] for row in top.ranks]
-
-
-def _ids(vectors: Vectors) -> Any:
-    import pyarrow as pa
-
-    return pa.array(vectors.ids, pa.string())
 
 
 def parity(
@@ -110,12 +105,11 @@ def parity(
         row = scores.getrow(q).toarray().ravel()
         have = [d for d in have[:k] if d in position and row[position[d]] > 0]
         overlap.append(len(set(want) & set(have)) / len(want) if want else float(not have))
-        a = np.sort([row[position[d]] for d in want])[::-1]
-        b = np.sort([row[position[d]] for d in have])[::-1]
+        a, b = (np.sort([row[position[d]] for d in ids])[::-1] for ids in (want, have))
         same.append(len(a) == len(b) and bool(np.allclose(a, b, rtol=RTOL, atol=0.0)))
-    ndcg_exact = ndcg_target = None
-    if qrels is not None:
-        ndcg_exact, ndcg_target = (ndcg(qrels, queries.ids, run) for run in (exact, got))
+    ndcg_exact, ndcg_target = (
+        None if qrels is None else ndcg(qrels, queries.ids, run) for run in (exact, got)
+    )
     return Parity(
         queries=len(exact),
         overlap_at_10=float(np.mean(overlap)) if overlap else 1.0,
@@ -137,26 +131,20 @@ def ndcg(qrels: Mapping[str, Mapping[str, int]], qids: list[str], hits: Hits) ->
 def judged(named: str, spec: str, split: str) -> tuple[RetrievalData, list[str]]:
     """Split ``split`` of dataset ``spec`` (``named`` as the user gave it) and the queries a parity
     is scored on: the judged ones with a text (none: refused), judged against documents at least
-    one of which is relevant and in the corpus (:func:`_require_relevant_in_corpus`)."""
+    one of which is relevant and in the corpus. None of those relevant (grade > 0) in the corpus:
+    refused, as nDCG@10 would be 0 for any ranking and a target held to an nDCG tolerance would pass
+    whatever it returned; some missing: a warning (both runs count them as never found)."""
     data = load_retrieval(spec, split)
     qids = sorted(q for q in data.qrels if data.queries.get(q, "").strip())
     if not qids:
         raise InputError(f"dataset {named!r}: split {data.split!r} has no judged query with a text")
-    _require_relevant_in_corpus(named, data, qids)
-    return data, qids
-
-
-def _require_relevant_in_corpus(dataset: str, data: RetrievalData, qids: list[str]) -> None:
-    """Refused when no document judged relevant (grade > 0) to the queries is in the corpus: nDCG@10
-    would be 0 for any ranking, and a target held to an nDCG tolerance would pass whatever it
-    returned. Some of them missing: a warning (both runs count them as never found)."""
     relevant = {d for q in qids for d, grade in data.qrels[q].items() if grade > 0}
     corpus = {d for batch in data.corpus.batches(100_000) for d in batch.column(ID).to_pylist()}
     missing = relevant - corpus
     if len(missing) == len(relevant):
         why = f"none of the {len(relevant)} is in the corpus" if relevant else "every grade is 0"
         raise InputError(
-            f"dataset {dataset!r}: split {data.split!r}: no document judged relevant to its "
+            f"dataset {named!r}: split {data.split!r}: no document judged relevant to its "
             f"{len(qids)} queries to score them with ({why}): nDCG@10 would be 0 whatever the "
             "target returned"
         )
@@ -167,3 +155,4 @@ def _require_relevant_in_corpus(dataset: str, data: RetrievalData, qids: list[st
             len(missing),
             len(relevant),
         )
+    return data, qids

@@ -33,7 +33,12 @@ def quiet() -> Iterator[None]:
     sys.stderr.flush()
     saved = [os.dup(fd) for fd in (1, 2)]
     with os.fdopen(os.dup(saved[1]), "w", encoding="utf-8", buffering=1) as err:
-        moved = _log_to(err)
+        moved = []  # (handler, its own stream) of each handler writing to descriptor 2
+        for logger in [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]:
+            for handler in getattr(logger, "handlers", ()):
+                if isinstance(handler, logging.StreamHandler) and _fileno(handler.stream) == 2:
+                    with contextlib.suppress(AttributeError):  # stderr's own (logging.lastResort)
+                        moved.append((handler, handler.setStream(err)))
         with open(os.devnull, "wb") as null:
             for fd in (1, 2):
                 os.dup2(null.fileno(), fd)
@@ -47,33 +52,11 @@ def quiet() -> Iterator[None]:
                 handler.setStream(stream)
 
 
-def _log_to(stream: Any) -> list[tuple[logging.StreamHandler[Any], Any]]:
-    """Every logging handler writing to descriptor 2 now writes to ``stream``: (handler, its own
-    stream) of each."""
-    moved = []
-    loggers = [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]
-    for logger in loggers:
-        for handler in getattr(logger, "handlers", ()):
-            if isinstance(handler, logging.StreamHandler) and _fileno(handler.stream) == 2:
-                with contextlib.suppress(AttributeError):  # stderr's own (logging.lastResort)
-                    moved.append((handler, handler.setStream(stream)))
-    return moved
-
-
 def _fileno(stream: Any) -> int:
     try:
         return int(stream.fileno())
     except (AttributeError, OSError, ValueError):  # pytest's capture, a closed stream
         return -1
-
-
-def terms_of(vectors: Vectors, i: int) -> tuple[np.ndarray, np.ndarray]:
-    import seismic
-
-    terms, weights = vectors.row(i)
-    return np.array(
-        [str(t) for t in terms.tolist()], dtype=seismic.get_seismic_string()
-    ), weights.astype(np.float32)
 
 
 LOCATION = "sembridge.index.seismic"
@@ -97,12 +80,12 @@ class SeismicEngine:
     def search(self, queries: Vectors, k: int, tally: Tally = untallied) -> Hits:
         import seismic
 
-        qids = np.array([str(i) for i in range(len(queries))], dtype=seismic.get_seismic_string())
-        parts = [terms_of(queries, i) for i in range(len(queries))]
+        string = seismic.get_seismic_string()
+        rows = [queries.row(i) for i in range(len(queries))]
         found = self.index.batch_search(
-            qids,
-            [p[0] for p in parts],
-            [p[1] for p in parts],
+            np.array([str(i) for i in range(len(queries))], dtype=string),
+            [np.array([str(t) for t in terms.tolist()], dtype=string) for terms, _ in rows],
+            [weights.astype(np.float32) for _, weights in rows],
             k=k,
             query_cut=QUERY_CUT,
             heap_factor=HEAP_FACTOR,

@@ -32,19 +32,24 @@ WHY_SLOW = (
 )
 
 
+def sparse(vectors: Vectors, i: int) -> Any:
+    """Row ``i`` as a Qdrant sparse vector."""
+    from qdrant_client import models
+
+    terms, weights = vectors.row(i)
+    return models.SparseVector(indices=terms.tolist(), values=weights.tolist())
+
+
 class QdrantEngine:
     def __init__(self, client: Any, collection: str = COLLECTION) -> None:
         self.client, self.collection = client, collection
 
     def search(self, queries: Vectors, k: int, tally: Tally = untallied) -> Hits:
-        from qdrant_client import models
-
         out: Hits = []
         for i in range(len(queries)):
-            terms, weights = queries.row(i)
             found = self.client.query_points(
                 self.collection,
-                query=models.SparseVector(indices=terms.tolist(), values=weights.tolist()),
+                query=sparse(queries, i),
                 using=FIELD,
                 limit=k,
                 with_payload=[DOC_ID],
@@ -57,30 +62,27 @@ class QdrantEngine:
         self.client.close()
 
 
-def connect(out: Path, url: str = "") -> Any:
-    from qdrant_client import QdrantClient
-
-    return QdrantClient(url=url, timeout=60) if url else QdrantClient(path=str(out / LOCATION))
-
-
 def build(
     out: Path, docs: Vectors, url: str = "", tally: Tally = untallied
 ) -> tuple[QdrantEngine, dict[str, object]]:
     """Index ``docs`` into a fresh collection; returns the engine and what the report says about
     it."""
-    engine = QdrantEngine(connect(out, url))
+    from qdrant_client import QdrantClient
+
+    engine = QdrantEngine(
+        QdrantClient(url=url, timeout=60) if url else QdrantClient(path=str(out / LOCATION))
+    )
     try:
         _fill(engine.client, docs, tally)
     except BaseException:  # the local mode's lock on its folder released before the error goes up
         with contextlib.suppress(Exception):  # the error that stopped the build is the one to see
             engine.close()
         raise
-    where = url or LOCATION  # under the output: the report names no absolute path
     return engine, {
         "collection": COLLECTION,
         "vector": FIELD,
         "payload_id": DOC_ID,
-        "location": where,
+        "location": url or LOCATION,  # under the output: the report names no absolute path
     }
 
 
@@ -94,13 +96,10 @@ def _fill(client: Any, docs: Vectors, tally: Tally) -> None:
         COLLECTION, vectors_config={}, sparse_vectors_config={FIELD: models.SparseVectorParams()}
     )
     for start in range(0, len(docs), BATCH):
-        points = []
-        for i in range(start, min(start + BATCH, len(docs))):
-            terms, weights = docs.row(i)
-            vector = models.SparseVector(indices=terms.tolist(), values=weights.tolist())
-            points.append(
-                models.PointStruct(id=i, vector={FIELD: vector}, payload={DOC_ID: docs.ids[i]})
-            )
+        points = [
+            models.PointStruct(id=i, vector={FIELD: sparse(docs, i)}, payload={DOC_ID: docs.ids[i]})
+            for i in range(start, min(start + BATCH, len(docs)))
+        ]
         client.upsert(COLLECTION, points=points, wait=True)
         tally(len(points))
 

@@ -13,6 +13,7 @@ parity tolerance; ``sembridge_export.json`` in the written directory says which 
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sembridge_ray.export.base import NOT_HELD, Exported, ExportJob, Package, Tolerance, Vectors
-from sembridge_ray.export.parity import exact_topk
+from sembridge_ray.export.parity import exact_topk, width_of
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -36,14 +37,11 @@ def idf(
     """(vocab_size,) float32 IDF of each token over ``texts`` (document frequency of the token's
     presence)."""
     df = np.zeros(vocab_size, np.int64)
-    n, chunk = 0, []
-    for text in [*texts, None]:
-        if text is not None:
-            chunk.append(text)
-        if chunk and (text is None or len(chunk) == batch):
-            for ids in tokenizer(chunk, add_special_tokens=False, truncation=False)["input_ids"]:
-                df[np.unique(np.asarray(ids, np.int64))] += 1
-            n, chunk = n + len(chunk), []
+    n, rest = 0, iter(texts)
+    while chunk := list(itertools.islice(rest, batch)):
+        for ids in tokenizer(chunk, add_special_tokens=False, truncation=False)["input_ids"]:
+            df[np.unique(np.asarray(ids, np.int64))] += 1
+        n += len(chunk)
     weights = np.log1p((n - df + 0.5) / (df + 0.5)).astype(np.float32)
     weights[[i for i in tokenizer.all_special_ids if i < vocab_size]] = 0.0
     return weights
@@ -101,7 +99,7 @@ class DocOnlyTarget:
         folder = job.out / "model-doc-only"
         docs, queries = job.docs, job.queries
         texts = job.corpus_texts()
-        width = max(job.tokenizer_size, int(docs.rows.indices.max(initial=-1)) + 1)
+        width = max(job.tokenizer_size, width_of(docs))
         weights = idf(load_tokenizer(job.model), (texts[d] for d in docs.ids), width)
         variant = write(job.model, folder, weights, job.dataset, job.max_doc_length)
         asked = variant.encode_query(

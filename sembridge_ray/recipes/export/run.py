@@ -16,11 +16,11 @@ outside its tolerance fails the job with one line (exit 2)."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import cast
 
@@ -83,17 +83,17 @@ def run_target_export(cfg: ExportConfig, executor: Executor) -> ExportResult:
     spec, data_id = resolve_dataset(cfg.dataset)
     data, qids = judged(cfg.dataset, spec, cfg.split)
     if cfg.checkpoint:  # checked and read now; written as <output>/model once the output is held
-        write_checkpoint = checkpoint_model(
-            dataclasses.replace(cfg, target="sentence-transformers")
-        )
+        write_checkpoint = checkpoint_model(cfg)  # reads only cfg.checkpoint and cfg.select
         inputs = {"checkpoint": path_identity(Path(cfg.checkpoint)), "dataset": data_id}
         named = {"checkpoint": cfg.checkpoint}
     else:
         model, model_id = resolve_model(cfg.model)
         require_tokenizer(model)
         inputs, named = {"model": model_id, "dataset": data_id}, {"model": model}
-    read = {**named, "dataset": spec}
-    _require_writes_apart(cfg, read)
+    read = {**named, "dataset": spec}  # the output and the encode cache are apart from it
+    require_apart(Path(cfg.output), read)
+    if cfg.cache_dir:
+        require_apart(Path(cfg.cache_dir), read, "cache_dir")
     executor.start()  # the cluster answers (RAY_ADDRESS), before the output is claimed
     identity = cfg.identity("export", inputs)
     # what was read is what the identity names: checked before an encoding is cached (the cache is
@@ -110,10 +110,9 @@ def run_target_export(cfg: ExportConfig, executor: Executor) -> ExportResult:
             write_checkpoint(work / "model")
             model, model_id = resolve_model(str(work / "model"))
             require_tokenizer(model)
-
-        def encode() -> tuple[Vectors, Vectors]:
-            return _encoded(cfg, work, model, (model_id, data_id), data, qids, pinned, executor)
-
+        encode = partial(
+            _encoded, cfg, work, model, (model_id, data_id), data, qids, pinned, executor
+        )
         report = _export_into(work, found, cfg, model, data, encode)
         pinned()
         atomic_write_json(work / REPORT, report)
@@ -122,13 +121,6 @@ def run_target_export(cfg: ExportConfig, executor: Executor) -> ExportResult:
     if not report["passed"]:
         raise _outside_tolerance(found, report, work / REPORT)
     return ExportResult(output=str(out), target=found.name, report=report)
-
-
-def _require_writes_apart(cfg: ExportConfig, read: dict[str, str]) -> None:
-    """The output and the encode cache are neither inside nor around what the export reads."""
-    require_apart(Path(cfg.output), read)
-    if cfg.cache_dir:
-        require_apart(Path(cfg.cache_dir), read, "cache_dir")
 
 
 def _outside_tolerance(found: ExportTarget, report: ExportReport, where: Path) -> InputError:
@@ -227,5 +219,4 @@ def _encoded(
     (docs_dir, _), (queries_dir, _) = encode_judged(
         settings, model, data, qids, identities, pinned=pinned, executor=executor
     )
-    docs, queries = (Vectors.read(d) for d in (docs_dir, queries_dir))
-    return docs, queries
+    return Vectors.read(docs_dir), Vectors.read(queries_dir)

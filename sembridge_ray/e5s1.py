@@ -115,9 +115,7 @@ def read_e5s1(path: Path) -> E5File:
     (eps,), _block = cur.take("f"), cur.take("i")
     n_pieces, bos, eos, pad, unk = (int(v) for v in cur.take("5i"))
     (blob_len,) = cur.take("Q")
-    offsets = np.frombuffer(data, "<u4", n_pieces + 1, cur.skip(4 * (n_pieces + 1))).astype(
-        np.int64
-    )
+    offsets = np.frombuffer(data, "<u4", n_pieces + 1, cur.skip(4 * (n_pieces + 1)))
     scores = np.frombuffer(data, "<f4", n_pieces, cur.skip(4 * n_pieces)).copy()
     start = cur.skip(int(blob_len))
     blob = data[start : start + int(blob_len)]
@@ -163,11 +161,10 @@ def bert_state_dict(file: E5File) -> dict[str, np.ndarray]:
     }
     for layer in range(file.header.layers):
         pre = f"encoder.layer.{layer}."
-        for ours, module in _LINEARS.items():
-            out[pre + module + ".weight"] = tensor(file, f"l{layer}.{ours}.w").reshape(shapes[ours])
-            out[pre + module + ".bias"] = tensor(file, f"l{layer}.{ours}.b")
-        for ours, module in _NORMS.items():
-            out[pre + module + ".weight"] = tensor(file, f"l{layer}.{ours}.w")
+        for ours, module in (_LINEARS | _NORMS).items():
+            out[pre + module + ".weight"] = tensor(file, f"l{layer}.{ours}.w").reshape(
+                shapes.get(ours, -1)
+            )
             out[pre + module + ".bias"] = tensor(file, f"l{layer}.{ours}.b")
     return out
 

@@ -170,8 +170,7 @@ OTHER_NAMES = {"de": "German", "en": "English", "es": "Spanish", "fr": "French",
 def language(code: str) -> Language:
     """The row of ``code``; an :class:`InputError` naming the codes there are (each row carries a
     bundled target tokenizer, so none is bundled for ``code``)."""
-    row = _BY_CODE.get(code)
-    if row is None:
+    if (row := _BY_CODE.get(code)) is None:
         raise InputError(f"no bundled target tokenizer for {code!r} (have: {', '.join(CODES)})")
     return row
 
@@ -184,14 +183,12 @@ def find(code: str) -> Language | None:
 def iso639_3(code: str) -> str:
     """ISO 639-3 of ``code`` as WebFAQ names its configs; any other code passes through
     unchanged."""
-    row = _BY_CODE.get(code)
-    return row.iso639_3 if row else OTHER_ISO639_3.get(code, code)
+    return row.iso639_3 if (row := _BY_CODE.get(code)) else OTHER_ISO639_3.get(code, code)
 
 
 def english_name(code: str) -> str:
     """``code``'s English name, or ``code`` itself when it has none here."""
-    row = _BY_CODE.get(code)
-    return row.name if row else OTHER_NAMES.get(code, code)
+    return row.name if (row := _BY_CODE.get(code)) else OTHER_NAMES.get(code, code)
 
 
 def bundled_in(source: str) -> tuple[str, ...]:
@@ -207,5 +204,4 @@ def of_hub_tokenizer(tokenizer: str) -> str:
 
 def dataset_size(dataset: str, code: str) -> DatasetSize:
     """Rough size of ``dataset`` in ``code`` (zeros when unknown)."""
-    row = _BY_CODE.get(code)
-    return row.sizes.get(dataset, DatasetSize(0, 0)) if row else DatasetSize(0, 0)
+    return (row.sizes if (row := _BY_CODE.get(code)) else {}).get(dataset, DatasetSize(0, 0))

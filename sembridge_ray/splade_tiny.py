@@ -110,14 +110,10 @@ def disagreement(built: Path, source: Path, texts: tuple[str, ...] = CHECK_TEXTS
     from sentence_transformers import SparseEncoder
 
     ours, theirs = SparseEncoder(str(built), device="cpu"), SparseEncoder(str(source), device="cpu")
-    worst = 0.0
+    worst, options = 0.0, {"convert_to_tensor": True, "show_progress_bar": False}
     for encode in ("encode_query", "encode_document"):
-        a = getattr(ours, encode)(
-            list(texts), convert_to_tensor=True, show_progress_bar=False
-        ).to_dense()
-        b = getattr(theirs, encode)(
-            list(texts), convert_to_tensor=True, show_progress_bar=False
-        ).to_dense()
+        a = getattr(ours, encode)(list(texts), **options).to_dense()
+        b = getattr(theirs, encode)(list(texts), **options).to_dense()
         if a.shape != b.shape:
             return float("inf")
         worst = max(worst, float((a - b).abs().max()))

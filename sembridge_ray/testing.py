@@ -189,23 +189,18 @@ def _save_bridge(out: Path, seed: int = 1) -> None:
         model.save(str(tmp))
 
 
-def _source_bert(out: Path) -> None:
-    tok = wordpiece_tokenizer(source_text(), 2000, lowercase=True)
-    _save_source(tok, tiny_bert_mlm(tok), out)
-
-
-def _sparse_bert(out: Path) -> None:
-    """The tiny BERT with its vocabulary bias lowered until about 1% of the logits of the source
-    text are positive: random weights otherwise activate nearly every dimension, which the
-    fine-tuning job calls a collapsed model."""
-    tok = wordpiece_tokenizer(source_text(), 2000, lowercase=True)
+def _source_bert(out: Path, sparse: bool = False) -> None:
+    """The tiny BERT; ``sparse``: with its vocabulary bias lowered until about 1% of the logits of
+    the source text are positive: random weights otherwise activate nearly every dimension, which
+    the fine-tuning job calls a collapsed model."""
+    text = source_text()
+    tok = wordpiece_tokenizer(text, 2000, lowercase=True)
     model = tiny_bert_mlm(tok)
-    with torch.no_grad():
-        enc = tok(
-            source_text()[:64], padding=True, truncation=True, max_length=32, return_tensors="pt"
-        )
-        logits = model(**enc).logits[enc["attention_mask"].bool()]
-        model.cls.predictions.bias -= torch.quantile(logits.flatten()[::7], 0.99)
+    if sparse:
+        with torch.no_grad():
+            enc = tok(text[:64], padding=True, truncation=True, max_length=32, return_tensors="pt")
+            logits = model(**enc).logits[enc["attention_mask"].bool()]
+            model.cls.predictions.bias -= torch.quantile(logits.flatten()[::7], 0.99)
     _save_source(tok, model, out)
 
 
@@ -216,7 +211,7 @@ def _source_roberta(out: Path) -> None:
 
 FIXTURES: dict[str, Callable[[Path], None]] = {
     "bert-mlm": _source_bert,
-    "bert-splade": _sparse_bert,
+    "bert-splade": lambda out: _source_bert(out, sparse=True),
     "roberta-mlm": _source_roberta,
     "tok-wordpiece": lambda out: _save_tokenizer(
         wordpiece_tokenizer(target_text(), 1500, lowercase=False), out

@@ -95,17 +95,14 @@ def run_bm25(cfg: BM25Config, inputs: dict[str, str]) -> RunResult:
         # the development sample is the one fine-tuning scores (the same seed and size)
         data = load_judged(cfg.dataset, cfg.split, cfg.max_queries)
         tokenizer = load_tokenizer(resolve(cfg.tokenizer))
-        docs = [c for c in data.chunks if c.role == "document"]
-        queries = [c for c in data.chunks if c.role == "query"]
-        run = bm25_run(
-            [i for c in docs for i in c.ids],
-            pieces(tokenizer, [t for c in docs for t in c.texts]),
-            [i for c in queries for i in c.ids],
-            pieces(tokenizer, [t for c in queries for t in c.texts]),
-            cfg.k1,
-            cfg.b,
-            cfg.top_k,
-        )
+
+        def side(role: str) -> tuple[list[str], list[list[str]]]:
+            chunks = [c for c in data.chunks if c.role == role]
+            return [i for c in chunks for i in c.ids], pieces(
+                tokenizer, [t for c in chunks for t in c.texts]
+            )
+
+        run = bm25_run(*side("document"), *side("query"), cfg.k1, cfg.b, cfg.top_k)
         metrics = write_scored(claim.path, run, data.qrels, "bm25")
         claim.finish()
     return RunResult(output=str(out), metrics=metrics)
@@ -121,8 +118,7 @@ def run_fusion(cfg: FusionConfig, inputs: dict[str, str]) -> RunResult:
     with claim_output(out, identity, cfg.overwrite) as claim:
         if claim.done:
             return RunResult(output=str(out), metrics=_metrics(out), skipped=True)
-        unfinished = [r for r in cfg.runs if not is_complete(Path(r))]
-        if unfinished:
+        if unfinished := [r for r in cfg.runs if not is_complete(Path(r))]:
             raise InputError(f"fusion of {unfinished[0]}: that run is not finished")
         data = load_retrieval(cfg.dataset, cfg.split)
         fused = rrf([read_run(Path(r) / RUN) for r in cfg.runs], cfg.k, cfg.top_k)

@@ -17,6 +17,7 @@ dataset) and method, from the seed-mean dev curve:
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import statistics
@@ -55,12 +56,8 @@ def log_auc(curve: Curve) -> float:
     if len(curve) == 1:
         return curve[0][1]
     xs = [math.log2(1 + step) for step, _ in curve]
-    area = sum(
-        (x1 - x0) * (a + b) / 2
-        for (x0, (_, a)), (x1, (_, b)) in zip(
-            zip(xs, curve, strict=True), zip(xs[1:], curve[1:], strict=True), strict=False
-        )
-    )
+    pairs = itertools.pairwise(zip(xs, (score for _, score in curve), strict=True))
+    area = sum((x1 - x0) * (a + b) / 2 for (x0, a), (x1, b) in pairs)
     return area / (xs[-1] - xs[0])
 
 

@@ -25,21 +25,13 @@ from sembridge_ray.recipes.reproduce import demo, results
 from sembridge_ray.recipes.reproduce.config import CellOutcome, ReproduceConfig, ReproduceResult
 from sembridge_ray.recipes.reproduce.grid import Plan, plan, require_xling_inputs, xling_asset_names
 from sembridge_ray.recipes.reproduce.plan import concurrency
-from sembridge_ray.recipes.reproduce.stages import (
-    Stage,
-    cell_resources,
-)
+from sembridge_ray.recipes.reproduce.stages import Stage, cell_resources
 from sembridge_ray.runtime import progress
 from sembridge_ray.runtime.config import write_config
 from sembridge_ray.runtime.errors import InputError
 from sembridge_ray.runtime.executor import Executor, LocalExecutor, Tasks
 from sembridge_ray.runtime.locks import OutputLock
-from sembridge_ray.runtime.outputs import (
-    atomic_write_json,
-    atomic_write_text,
-    conflict,
-    is_done,
-)
+from sembridge_ray.runtime.outputs import atomic_write_json, atomic_write_text, conflict, is_done
 
 log = logging.getLogger(__name__)
 SOURCE_EVAL = "source-eval"
@@ -59,11 +51,11 @@ def resolved_precisions(cfg: ReproduceConfig, gpus: float, executor: Executor) -
 def check_plan(cfg: ReproduceConfig, planned: Plan) -> None:
     """Refuse, listing them, when stages on disk were run with other settings (unless
     ``overwrite``)."""
-    changed = []
-    for cell, stage in planned.all_stages():
-        detail = conflict(stage.output, stage.identity)
-        if detail is not None:
-            changed.append(f"{cell}/{stage.name} ({detail})")
+    changed = [
+        f"{cell}/{stage.name} ({detail})"
+        for cell, stage in planned.all_stages()
+        if (detail := conflict(stage.output, stage.identity)) is not None
+    ]
     if changed and not cfg.overwrite:
         shown = "; ".join(changed[:6]) + (
             f"; and {len(changed) - 6} more" if len(changed) > 6 else ""
@@ -157,15 +149,13 @@ def run_reproduce(cfg: ReproduceConfig, *, executor: Executor) -> ReproduceResul
         write_config(cfg, out / "config.yaml")
         for stage in planned.assets:
             run_stage(stage, executor, root=out)
-        for stage in planned.sources:
+        for stage in planned.sources + planned.baselines:
             _guarded_stage(stage, executor, out)
-        for stage in planned.baselines:
-            _guarded_stage(stage, executor, out)
-        todo = {
-            c: s
+        todo = [
+            (c, s)
             for c, s in planned.cells.items()
             if not all(is_done(x.output, x.identity) for x in s)
-        }
+        ]
         width = concurrency(cfg, gpus)
         log.info(
             "%d cells (%d unfinished, %d not runnable), %d at a time",
@@ -174,9 +164,8 @@ def run_reproduce(cfg: ReproduceConfig, *, executor: Executor) -> ReproduceResul
             len(planned.failures),
             width,
         )
-        items = list(todo.items())
-        cells = progress.Progress(log, "cells", len(items), "finished", every_s=float("inf"))
-        outcomes = _run_cells(cfg, items, width, cells, executor)
+        cells = progress.Progress(log, "cells", len(todo), "finished", every_s=float("inf"))
+        outcomes = _run_cells(cfg, todo, width, cells, executor)
         cells.finish()
         failures = _record_failures(out, planned, outcomes)
         results.rebuild(cfg, failures, final=True)

@@ -10,7 +10,7 @@ skipped, with a warning."""
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import pyarrow as pa
@@ -50,25 +50,21 @@ def read_pairs(path: Path) -> pa.Table:
         POSITIVE,
         *sorted(c for c in table.column_names if c.startswith(NEGATIVE_PREFIX)),
     ]
+    # Parquet readers do not check that a string column's bytes are UTF-8: a bad one would fail
+    # later, in a training worker, with a traceback.
     for name in keep:
-        _check_text_column(path, name, table.column(name))
+        column = table.column(name)
+        if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+            raise InputError(
+                f"pairs file {path}: column {name!r} holds {column.type}, not text (string)"
+            )
+        try:
+            column.validate(full=True)
+        except pa.ArrowInvalid as err:
+            raise InputError(
+                f"pairs file {path}: column {name!r} is not valid UTF-8 text ({err})"
+            ) from None
     return table.select(keep)
-
-
-def _check_text_column(path: Path, name: str, column: pa.ChunkedArray) -> None:
-    """A pairs column must hold valid UTF-8 strings: Parquet readers do not check that the bytes of
-    a string column are UTF-8, and a bad one would fail later, in a training worker, with a
-    traceback."""
-    if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
-        raise InputError(
-            f"pairs file {path}: column {name!r} holds {column.type}, not text (string)"
-        )
-    try:
-        column.validate(full=True)
-    except pa.ArrowInvalid as err:
-        raise InputError(
-            f"pairs file {path}: column {name!r} is not valid UTF-8 text ({err})"
-        ) from None
 
 
 def pairs_from_retrieval(
@@ -165,17 +161,12 @@ def training_pairs(
     """Pairs for a dataset spec or a ``.parquet`` pairs file, or for several joined by ``+`` (their
     pairs one after the other: ``xquad:zh+cmrc2018:zh``); an empty result is an error naming the
     spec."""
-    tables, found = [], PairStats(rows=0)
-    for part in parts(spec):
-        table, stats = _part_pairs(part, split, hard_negatives)
-        tables.append(table)
-        found = PairStats(
-            rows=found.rows + stats.rows,
-            unknown_queries=found.unknown_queries + stats.unknown_queries,
-            unknown_docs=found.unknown_docs + stats.unknown_docs,
-            without_negatives=found.without_negatives + stats.without_negatives,
-        )
-    if len({t.column_names.__len__() for t in tables}) > 1:
+    done = [_part_pairs(part, split, hard_negatives) for part in parts(spec)]
+    tables = [table for table, _ in done]
+    found = PairStats(
+        **{f.name: sum(getattr(s, f.name) for _, s in done) for f in fields(PairStats)}
+    )
+    if len({t.num_columns for t in tables}) > 1:
         raise InputError(
             f"training set {spec!r}: its parts have different columns (hard negatives in some only)"
         )

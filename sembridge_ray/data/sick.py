@@ -124,12 +124,11 @@ def _write_beir(folder: Path, queries: dict[str, str], docs: dict[str, str], qre
     import json
 
     (folder / "qrels").mkdir(parents=True)
-    lines = [
-        json.dumps({"_id": i, "title": "", "text": t}, ensure_ascii=False) for t, i in docs.items()
-    ]
-    (folder / "corpus.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    lines = [json.dumps({"_id": i, "text": t}, ensure_ascii=False) for t, i in queries.items()]
-    (folder / "queries.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    for name, texts, title in (("corpus", docs, {"title": ""}), ("queries", queries, {})):
+        lines = [
+            json.dumps({"_id": i, **title, "text": t}, ensure_ascii=False) for t, i in texts.items()
+        ]
+        (folder / f"{name}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     for split, rows in qrels.items():
         body = "".join(f"{q}\t{d}\t{g}\n" for q, d, g in sorted(set(rows)))
         (folder / "qrels" / f"{split}.tsv").write_text(

@@ -17,7 +17,7 @@ def read_sts(path: Path) -> list[Pair]:
     path = Path(path)
     if not path.is_file():
         raise InputError(f"STS file not found: {path}")
-    pairs = []
+    pairs, name = [], f"{path.parent.name}/{path.name}"
     for lineno, line in text_lines(path):
         line = line.rstrip("\r\n")
         if not line.strip():
@@ -34,9 +34,7 @@ def read_sts(path: Path) -> list[Pair]:
             value = float(score)
         except ValueError:
             raise InputError(f"{path}:{lineno}: score {score!r} is not a number") from None
-        pairs.append(
-            Pair(pair_id=f"{path.parent.name}/{path.name}:{lineno}", a=a, b=b, score=value)
-        )
+        pairs.append(Pair(pair_id=f"{name}:{lineno}", a=a, b=b, score=value))
     return pairs
 
 

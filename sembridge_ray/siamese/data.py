@@ -54,9 +54,8 @@ def split_validation(
         )
     order = rng.permutation(len(pairs))
     val = set(order[:n_val].tolist())
-    return [p for i, p in enumerate(pairs) if i not in val], [
-        p for i, p in enumerate(pairs) if i in val
-    ]
+    train = [p for i, p in enumerate(pairs) if i not in val]
+    return train, [p for i, p in enumerate(pairs) if i in val]
 
 
 def read_sts_pool(sts_dir: Path, years: Sequence[int], limit: int = 0) -> list[Pair]:
@@ -70,11 +69,8 @@ def read_sts_pool(sts_dir: Path, years: Sequence[int], limit: int = 0) -> list[P
 
 
 def leak_guard(pool: Sequence[Pair], protected: Iterable[Pair]) -> tuple[list[Pair], int]:
-    """Drop every ``pool`` pair whose two normalised sentences match a ``protected`` pair in either
-    order.
-
-    Returns (kept pairs, number removed).
-    """
+    """(``pool`` pairs kept, number removed): drops every pair whose two normalised sentences match
+    a ``protected`` pair in either order."""
     keys = set()
     for p in protected:
         a, b = normalise(p.a), normalise(p.b)

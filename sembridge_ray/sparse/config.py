@@ -38,38 +38,25 @@ class OptimConfig(Config):
     multiple of lr."""
 
     def check(self) -> None:
-        require(self.lr > 0, "lr", self.lr, "must be > 0")
-        require(self.lr <= 1, "lr", self.lr, "must be <= 1 (AdamW diverges at once beyond)")
-        require(0 <= self.warmup_ratio < 1, "warmup_ratio", self.warmup_ratio, "must be in [0, 1)")
-        require(self.weight_decay >= 0, "weight_decay", self.weight_decay, "must be >= 0")
-        require(self.clip_norm >= 0, "clip_norm", self.clip_norm, "must be >= 0 (0 = off)")
-        require(self.batch_size >= 1, "batch_size", self.batch_size, "must be >= 1")
-        require(self.epochs >= 1, "epochs", self.epochs, "must be >= 1")
-        require(
-            self.max_steps is None or self.max_steps >= 1,
-            "max_steps",
-            self.max_steps,
-            "must be >= 1 or null",
-        )
-        require(
-            self.embedding_warmup_steps >= 0,
-            "embedding_warmup_steps",
-            self.embedding_warmup_steps,
-            "must be >= 0",
-        )
-        require(
-            self.embedding_warmup_lr_scale > 0,
-            "embedding_warmup_lr_scale",
-            self.embedding_warmup_lr_scale,
-            "must be > 0",
-        )
         warm_lr = self.lr * self.embedding_warmup_lr_scale
-        require(
-            not self.embedding_warmup_steps or warm_lr <= 1,
-            "embedding_warmup_lr_scale",
-            self.embedding_warmup_lr_scale,
-            f"with lr {self.lr:g} the warm-up's learning rate is {warm_lr:g}; lr x scale must be <= 1, as lr alone",
-        )
+        for key, ok, rule in (  # checked in this order: the first broken rule is the error
+            ("lr", self.lr > 0, "must be > 0"),
+            ("lr", self.lr <= 1, "must be <= 1 (AdamW diverges at once beyond)"),
+            ("warmup_ratio", 0 <= self.warmup_ratio < 1, "must be in [0, 1)"),
+            ("weight_decay", self.weight_decay >= 0, "must be >= 0"),
+            ("clip_norm", self.clip_norm >= 0, "must be >= 0 (0 = off)"),
+            ("batch_size", self.batch_size >= 1, "must be >= 1"),
+            ("epochs", self.epochs >= 1, "must be >= 1"),
+            ("max_steps", self.max_steps is None or self.max_steps >= 1, "must be >= 1 or null"),
+            ("embedding_warmup_steps", self.embedding_warmup_steps >= 0, "must be >= 0"),
+            ("embedding_warmup_lr_scale", self.embedding_warmup_lr_scale > 0, "must be > 0"),
+            (
+                "embedding_warmup_lr_scale",
+                not self.embedding_warmup_steps or warm_lr <= 1,
+                f"with lr {self.lr:g} the warm-up's learning rate is {warm_lr:g}; lr x scale must be <= 1, as lr alone",
+            ),
+        ):
+            require(ok, key, getattr(self, key), rule)
 
 
 RankingName = Literal["infonce", "infonce_symmetric"]

@@ -55,14 +55,10 @@ def convergence(curve: Sequence[tuple[int, float]], share: float = 0.95) -> Conv
     """The figures of a dev curve (see the module docstring)."""
     if not curve:
         return {"final": float("nan"), "steps_to_95": None, "auc": float("nan"), "evaluations": 0}
-    final = curve[-1][1]
+    (first, _), (last, final) = curve[0], curve[-1]
     reached = next(step for step, score in curve if score >= share * final)
-    last = curve[-1][0]
-    if len(curve) == 1 or last == curve[0][0]:
-        auc = final
-    else:
-        span = last - curve[0][0]
-        auc = sum((b - a) * (sa + sb) / 2 for (a, sa), (b, sb) in itertools.pairwise(curve)) / span
+    trapezoids = sum((b - a) * (sa + sb) / 2 for (a, sa), (b, sb) in itertools.pairwise(curve))
+    auc = trapezoids / (last - first) if last != first else final
     return {"final": final, "steps_to_95": reached, "auc": auc, "evaluations": len(curve)}
 
 
@@ -113,7 +109,6 @@ def read_evaluations(
     best: dict[str, object] = {}
     if candidates:
         top = max(candidates, key=lambda m: (m[DEV_PRIMARY], -m["step"]))
-        last = int(evaluated[-1]["step"])
         if select == "best":
             reason = f"the highest dev nDCG@10 of {len(evaluated)} evaluations" + (
                 f", {len(collapsed)} collapsed ones excluded" if collapsed else ""
@@ -124,7 +119,7 @@ def read_evaluations(
             "step": int(top["step"]),
             DEV_PRIMARY: top[DEV_PRIMARY],
             "reason": reason,
-            "last_step": last,
+            "last_step": int(evaluated[-1]["step"]),
         }
     return {
         "final": dict(final),

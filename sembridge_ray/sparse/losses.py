@@ -23,8 +23,7 @@ from sembridge_ray.sparse.regularizers import active_dims, anti_collapse, flops
 def infonce(
     queries: torch.Tensor, docs: Sequence[torch.Tensor], offset: int = 0, scale: float = 1.0
 ) -> torch.Tensor:
-    """queries (b, V), docs [positives (B, V), negatives_1 (B, V), …], offset -> scalar
-    cross-entropy.
+    """queries (b, V), docs [positives (B, V), negatives_1 (B, V), …], offset -> scalar loss.
 
     Query i's positive is row ``offset + i`` of ``docs[0]``; every other row of every ``docs``
     tensor is a negative. Scores are dot products times ``scale`` (1 for SPLADE). With ``b == B``
@@ -82,8 +81,7 @@ class LossWeights:
     lambda_d: float
     anti_collapse: float = 0.0
     scale: float = 1.0
-    """Multiplies InfoNCE's dot products (``LossConfig.scale``; sentence-transformers'
-    ``scale``)."""
+    """Multiplies InfoNCE's dot products (``LossConfig.scale``, sentence-transformers' ``scale``)."""
     ranking: str = "infonce"
     """A :data:`RANKING_LOSSES` name (``LossConfig.ranking``)."""
 
@@ -94,8 +92,7 @@ def splade_objective(
     weights: LossWeights,
     comm: Collective | None = None,
 ) -> dict[str, torch.Tensor]:
-    """queries (b, V), docs [positives (b, V), negatives… (b, V)] on this worker -> loss parts
-    (scalars).
+    """This worker's queries (b, V), docs [positives (b, V), negatives… (b, V)] -> scalar parts.
 
     ``loss`` = ranking + λq · flops_q + λd · flops_d [+ w · anti_collapse], the ranking loss under
     its :data:`RANKING_LOSSES` name (``infonce``); flops_d covers positives and hard negatives

@@ -13,7 +13,8 @@ the dense head backward); it stays for heads :func:`split_head` does not know.""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -31,8 +32,7 @@ tokens runs whole."""
 
 
 def splade_activation(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """logits (B, T, V), mask (B, T) -> log(1 + relu(logits)) with padded positions zeroed, (B, T,
-    V).
+    """logits (B, T, V), mask (B, T) -> (B, T, V) log(1 + relu(logits)), padded positions zeroed.
 
     The mask is applied before the relu, as sentence-transformers' ``SpladePooling`` does.
     """
@@ -40,8 +40,7 @@ def splade_activation(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 def splade_pool(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """splade_pool(logits (B, T, V), mask (B, T)) -> (B, V): max over tokens of log(1 +
-    relu(logits))."""
+    """logits (B, T, V), mask (B, T) -> (B, V): max over tokens of log(1 + relu(logits))."""
     # torch.max (not amax) routes each gradient to one token, as sentence-transformers'
     # SpladePooling does.
     return torch.max(splade_activation(logits, mask), dim=1).values
@@ -73,7 +72,6 @@ class SpladeMaxPool(torch.autograd.Function):
         step = (
             chunk if chunk > 0 else slice_tokens(batch, seq, weight.shape[0], feats.element_size())
         )
-        best = where = None
         for start in range(0, seq, step):
             # (B, t, V), no graph: inside forward
             logits = F.linear(feats[:, start : start + step], weight, bias)
@@ -81,17 +79,14 @@ class SpladeMaxPool(torch.autograd.Function):
             logits.mul_(mask[:, start : start + step, None].to(logits.dtype)).clamp_(min=0)
             # the first position among equal values, as torch.max over all T
             value, pos = logits.max(dim=1)
-            if best is None or where is None:
+            if start == 0:
                 best, where = value, pos
-            # strictly greater: an earlier slice keeps a tie, as one max over the whole sequence
-            # would
-            else:
+            else:  # strictly greater: an earlier slice keeps a tie, as one max over all T would
                 later = value > best
                 best, where = (
                     torch.where(later, value, best),
                     torch.where(later, pos + start, where),
                 )
-        assert best is not None and where is not None
         ctx.save_for_backward(feats, weight, where, best)
         ctx.has_bias = bias is not None
         return torch.log1p(best)
@@ -101,11 +96,8 @@ class SpladeMaxPool(torch.autograd.Function):
         feats, weight, where, best = ctx.saved_tensors
         batch, seq, hidden = feats.shape
         dtype = weight.dtype
-        # d log1p(relu(x)) / dx = 1 / (1 + x) where x > 0, else 0 (relu passes nothing at 0, as in
-        # autograd)
-        coef = torch.where(
-            best > 0, grad / (1 + best), torch.zeros((), dtype=grad.dtype, device=grad.device)
-        )
+        # d log1p(relu(x)) / dx = 1 / (1 + x) where x > 0, else 0 (as autograd's relu at 0)
+        coef = torch.where(best > 0, grad / (1 + best), 0.0)
         b, v = coef.nonzero(as_tuple=True)  # (b, v) ascending: b-major
         values = coef[b, v].to(dtype)
         # (nnz,) the token row of each entry in the flattened (B·T, V) gradient
@@ -145,10 +137,6 @@ def splade_max_pool(
     return pooled
 
 
-def _pool_slice(hidden: torch.Tensor, mask: torch.Tensor, head: Head) -> torch.Tensor:
-    return splade_pool(head(hidden), mask)
-
-
 def splade_pool_chunked(
     hidden: torch.Tensor, mask: torch.Tensor, head: Head, chunk: int
 ) -> torch.Tensor:
@@ -161,17 +149,15 @@ def splade_pool_chunked(
     seq = hidden.shape[1]
     if chunk <= 0 or chunk >= seq:
         return splade_pool(head(hidden), mask)
-    pooled: torch.Tensor | None = None
-    for start in range(0, seq, chunk):
-        part = checkpoint(
-            _pool_slice,
+    parts: Iterator[torch.Tensor] = (
+        checkpoint(  # non-reentrant: composes with DDP hooks and autocast
+            lambda h, m: splade_pool(head(h), m),
             hidden[:, start : start + chunk],
             mask[:, start : start + chunk],
-            head,
             use_reentrant=False,
-        )  # non-reentrant: composes with DDP hooks and autocast
-        # Ties across slices can only happen at 0, where relu passes no gradient, so maximum's split
-        # is moot.
-        pooled = part if pooled is None else torch.maximum(pooled, part)
-    assert pooled is not None
-    return pooled
+        )
+        for start in range(0, seq, chunk)
+    )
+    # Ties across slices can only happen at 0, where relu passes no gradient, so maximum's split is
+    # moot.
+    return functools.reduce(torch.maximum, parts)

@@ -47,8 +47,7 @@ def run_restarts(data: Prepared, cfg: MalstmConfig, executor: Executor) -> list[
     # a failed task is retried as often as Ray retries one by default
     tasks = Tasks(cpus=plan.cpus_per_worker, width=plan.workers, retries=3, shared=(data,))
     calls = [
-        (cfg.train, cfg.pretrain, seed, threads)
-        for seed in range(cfg.seed, cfg.seed + cfg.restarts)
+        (cfg.train, cfg.pretrain, s, threads) for s in range(cfg.seed, cfg.seed + cfg.restarts)
     ]
     progress = Progress(log, "restarts", cfg.restarts, "trained", every_s=0.0)
     done: list[RestartResult] = []
@@ -68,11 +67,8 @@ def input_identities(cfg: MalstmConfig) -> dict[str, str]:
     if cfg.pretrain.enabled:
         inputs["sts"] = path_identity(sts_dir(cfg))
     inputs["vectors"] = vectors_identity(cfg.vectors.source)
-    uses_wordnet = (
-        cfg.augment.enabled or cfg.vectors.retrofit > 0 or cfg.vectors.source == MINILM_CONTEXT
-    )
     # the thesaurus, and the context corpus's glosses, come from WordNet when nltk finds it
-    if uses_wordnet:
+    if cfg.augment.enabled or cfg.vectors.retrofit > 0 or cfg.vectors.source == MINILM_CONTEXT:
         wordnet = find_wordnet(cfg.augment)
         inputs["thesaurus"] = (
             "wordnet-3.0" if wordnet is not None else path_identity(aug.bundled_thesaurus())
@@ -113,13 +109,12 @@ def run_local(cfg: MalstmConfig, work: Path) -> Path:
         for seed in range(cfg.seed, cfg.seed + cfg.restarts)
     ]
     work.mkdir(parents=True, exist_ok=True)
-    source = cfg.vectors.source
     write_results(
         work,
         data,
         results,
         cfg.calibration,
-        source=source,
+        source=cfg.vectors.source,
         add_ensemble=cfg.ensemble,
         seconds={},
         started=0,

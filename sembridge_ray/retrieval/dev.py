@@ -35,6 +35,7 @@ from sembridge_ray.retrieval.index import (
     SparseBatch,
     TopK,
     build_shard,
+    concat_topk,
     merge_topk,
     rank_ids,
     shard_topk,
@@ -72,14 +73,6 @@ class DevSet:
     """The corpus's chunks in corpus order, then the queries' (sorted ids)."""
     qrels: dict[str, dict[str, int]]
     """The judgements scored: every judged query, or the ``eval_max_queries`` sample."""
-
-    @property
-    def queries(self) -> int:
-        return sum(len(c.ids) for c in self.chunks if c.role == "query")
-
-    @property
-    def documents(self) -> int:
-        return sum(len(c.ids) for c in self.chunks if c.role == "document")
 
 
 def load_dev(spec: str, split: str, max_queries: int = 0, seed: int = 0) -> DevSet:
@@ -129,6 +122,8 @@ def load_judged(spec: str, split: str, max_queries: int = 0, seed: int = 0) -> D
         for t in data.corpus.batches(rows)
         if t.num_rows
     ]
+    if not (documents := sum(len(c.ids) for c in chunks)):
+        raise InputError(f"development set {spec!r}: the corpus is empty")
     chunks += [
         DevChunk(
             role="query",
@@ -137,17 +132,10 @@ def load_judged(spec: str, split: str, max_queries: int = 0, seed: int = 0) -> D
         )
         for i in range(0, len(qids), rows)
     ]
-    dev = DevSet(name=spec, split=data.split, chunks=chunks, qrels=qrels)
-    if not dev.documents:
-        raise InputError(f"development set {spec!r}: the corpus is empty")
     log.info(
-        "development set %s (%s): %d queries, %d documents",
-        spec,
-        data.split,
-        dev.queries,
-        dev.documents,
+        "development set %s (%s): %d queries, %d documents", spec, data.split, len(qids), documents
     )
-    return dev
+    return DevSet(name=spec, split=data.split, chunks=chunks, qrels=qrels)
 
 
 Gather = Callable[[dict[int, Rows]], list[dict[int, Rows]]]
@@ -174,15 +162,11 @@ def encode_share(
     return mine
 
 
-def score(dev: DevSet, encoded: dict[int, Rows], top_k: int = TOP_K) -> dict[str, float]:
-    """nDCG@10 over ``dev.qrels`` and the mean active dimensions, from every chunk's rows."""
-    return score_queries(dev, encoded, top_k)[0]
-
-
 def score_queries(
     dev: DevSet, encoded: dict[int, Rows], top_k: int = TOP_K
 ) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
-    """:func:`score`'s figures and the per-query measures they average (ir-measures' names)."""
+    """nDCG@10 over ``dev.qrels`` and the mean active dimensions, from every chunk's rows, and the
+    per-query measures they average (ir-measures' names)."""
     docs, queries = (
         [(dev.chunks[n], encoded[n]) for n in sorted(encoded) if dev.chunks[n].role == role]
         for role in ("document", "query")
@@ -217,7 +201,7 @@ def evaluate_dev(
     parts = gather(encode_share(model, dev, lengths, precision, rank, world))
     if rank != 0:
         return None
-    return score(dev, {n: rows for part in parts for n, rows in part.items()})
+    return score_queries(dev, {n: rows for part in parts for n, rows in part.items()})[0]
 
 
 def _rows(chunks: Sequence[tuple[DevChunk, Rows]]) -> tuple[list[str], SparseBatch]:
@@ -236,6 +220,4 @@ def _search(shard: Shard, queries: SparseBatch, k: int, batch: int) -> TopK:
         merge_topk([shard_topk(shard, queries.slice(i, min(i + batch, queries.rows)), k)], k)
         for i in range(0, queries.rows, batch)
     ]
-    if not parts:
-        return TopK(np.zeros((0, k), np.float32), np.zeros((0, k), np.int64))
-    return TopK(np.concatenate([p.scores for p in parts]), np.concatenate([p.ranks for p in parts]))
+    return concat_topk(parts, k)

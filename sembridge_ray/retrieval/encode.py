@@ -179,8 +179,6 @@ def encode(
             udf=SparseEncodeUDF, kwargs=kwargs, plan=plan, threads=cfg.resources.threads_per_worker
         )
         blocks = [pa.table({PATH: [str(f)]}) for f in files]
-        executor.map_blocks(pool, blocks, total, progress, _rows_encoded)
-
-
-def _rows_encoded(done: pa.Table) -> int:
-    return int(pc.sum(done.column(ROWS)).as_py() or 0)
+        executor.map_blocks(
+            pool, blocks, total, progress, lambda done: int(pc.sum(done.column(ROWS)).as_py() or 0)
+        )

@@ -45,25 +45,21 @@ class ShardHolder:
         private (anon) vs shared (an actor's shard is in object-store pages), from /proc where the
         OS has it."""
         peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        fields = {"RssAnon:": "private_mb", "RssShmem:": "shared_mb"}
+        try:
+            lines = Path("/proc/self/status").read_text().splitlines()
+        except OSError:
+            lines = []
         return {
             "docs": self.shard.n_docs,
             "shard_mb": self.shard.nbytes / 2**20,
             "peak_rss_mb": peak_kib / 1024,
-            **_proc_memory(),
+            **{
+                fields[p[0]]: int(p[1]) / 1024
+                for p in map(str.split, lines)
+                if p and p[0] in fields
+            },
         }
-
-
-def _proc_memory() -> dict[str, float]:
-    fields = {"RssAnon:": "private_mb", "RssShmem:": "shared_mb"}
-    try:
-        lines = Path("/proc/self/status").read_text().splitlines()
-    except OSError:
-        return {}
-    return {
-        fields[p[0]]: int(p[1]) / 1024
-        for p in (line.split() for line in lines)
-        if p and p[0] in fields
-    }
 
 
 class ShardedIndex:

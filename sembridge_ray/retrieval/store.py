@@ -36,15 +36,9 @@ def sparse_batch(table: pa.Table) -> SparseBatch:
     lengths = pc.list_value_length(table.column(INDICES)).to_numpy(zero_copy_only=False)
     indptr = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=indptr[1:])
-    indices = (
-        pc.list_flatten(table.column(INDICES))
-        .to_numpy(zero_copy_only=False)
-        .astype(np.int32, copy=False)
-    )
-    values = (
-        pc.list_flatten(table.column(VALUES))
-        .to_numpy(zero_copy_only=False)
-        .astype(np.float32, copy=False)
+    indices, values = (
+        pc.list_flatten(table.column(name)).to_numpy(zero_copy_only=False).astype(dtype, copy=False)
+        for name, dtype in ((INDICES, np.int32), (VALUES, np.float32))
     )
     return SparseBatch(indptr, indices, values)
 

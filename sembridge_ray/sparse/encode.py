@@ -71,15 +71,11 @@ def fast_parts(
     if len(model) != 2 or getattr(model, "max_active_dims", None) or model.default_prompt_name:
         return None
     pooling, mlm = model[1], getattr(model[0], "auto_model", None)
-    if not isinstance(pooling, SpladePooling) or (
-        pooling.pooling_strategy,
-        pooling.activation_function,
-    ) != (
-        "max",
-        "relu",
-    ):
+    if not isinstance(pooling, SpladePooling) or mlm is None:
         return None
-    if mlm is None or any(model.prompts.get(name) for name in ROLE_PROMPTS[role]):
+    if (pooling.pooling_strategy, pooling.activation_function) != ("max", "relu") or any(
+        model.prompts.get(name) for name in ROLE_PROMPTS[role]
+    ):
         return None
     head = mlm_head_name(mlm)
     parts = split_head(getattr(mlm, head)) if head is not None else None

@@ -151,16 +151,18 @@ class EvaluateResult:
     def from_metrics(
         cls, output: str, metrics: dict[str, Any], skipped: bool = False
     ) -> EvaluateResult:
-        return cls(
-            output=output,
-            ndcg_at_10=metrics["nDCG@10"],
-            recall_at_100=metrics["R@100"],
-            rr_at_10=metrics["RR@10"],
-            num_queries=metrics["num_queries"],
-            num_docs=metrics["num_docs"],
-            metrics=metrics,
-            skipped=skipped,
-        )
+        scores = {field: metrics[key] for field, key in _SCORES.items()}
+        return cls(output=output, metrics=metrics, skipped=skipped, **scores)
+
+
+_SCORES = {
+    "ndcg_at_10": "nDCG@10",
+    "recall_at_100": "R@100",
+    "rr_at_10": "RR@10",
+    "num_queries": "num_queries",
+    "num_docs": "num_docs",
+}
+""":class:`EvaluateResult`'s score fields and the ``metrics.json`` keys they hold (the report's)."""
 
 
 FLAGS = flags(
@@ -178,8 +180,7 @@ FLAGS = flags(
 def report(result: EvaluateResult) -> str:
     from pathlib import Path
 
-    keys = ("nDCG@10", "R@100", "RR@10", "num_queries", "num_docs")
-    scores = json.dumps({k: result.metrics[k] for k in keys}, indent=2)
+    scores = json.dumps({k: result.metrics[k] for k in _SCORES.values()}, indent=2)
     return f"{scores}\nmetrics.json: {Path(result.output, 'metrics.json')}\nrun.trec: {Path(result.output, 'run.trec')}"
 
 

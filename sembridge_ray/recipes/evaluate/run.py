@@ -80,11 +80,17 @@ def run_evaluate(
     cfg.require_inputs()
     executor.start()
     cfg = dataclasses.replace(cfg, precision=executor.precision(cfg.precision, cfg.resources))
-    (model, model_id), (spec, data_id) = (
-        resolve_model(cfg.model, cfg.trust_remote_code),
-        resolve_dataset(cfg.dataset),
-    )
-    data = _judged_split(cfg, spec)
+    model, model_id = resolve_model(cfg.model, cfg.trust_remote_code)
+    spec, data_id = resolve_dataset(cfg.dataset)
+    # the split, refused when it has no qrels or none of its judged queries has a text
+    data = load_retrieval(spec, cfg.split)
+    if not data.qrels:
+        raise InputError(f"dataset {cfg.dataset!r}: split {data.split!r} has no qrels")
+    if not any(data.queries.get(q, "").strip() for q in data.qrels):
+        raise InputError(
+            f"dataset {cfg.dataset!r}: none of the {len(data.qrels)} queries judged in split {data.split!r} has a text "
+            f"({len(data.queries)} queries read)"
+        )
     require_apart(Path(cfg.output), {"model": model, "dataset": spec})
     identity = cfg.identity("evaluate", inputs or {"model": model_id, "dataset": data_id})
     # what was loaded is what the identity names: checked before an encoding is cached and before
@@ -99,20 +105,6 @@ def run_evaluate(
         metrics = _evaluate_into(claim.path, cfg, model, data, identity, pinned, executor)
         claim.finish(exclude=("cache",))
     return EvaluateResult.from_metrics(str(out), metrics)
-
-
-def _judged_split(cfg: EvaluateConfig, spec: str) -> RetrievalData:
-    """The split ``cfg.split`` of ``spec``, refused when it has no qrels or none of its judged
-    queries has a text."""
-    data = load_retrieval(spec, cfg.split)
-    if not data.qrels:
-        raise InputError(f"dataset {cfg.dataset!r}: split {data.split!r} has no qrels")
-    if not any(data.queries.get(q, "").strip() for q in data.qrels):
-        raise InputError(
-            f"dataset {cfg.dataset!r}: none of the {len(data.qrels)} queries judged in split {data.split!r} has a text "
-            f"({len(data.queries)} queries read)"
-        )
-    return data
 
 
 def _evaluate_into(
@@ -199,10 +191,8 @@ def search_and_score(
     )
     try:
         progress = Progress(log, "search", qvec.rows, "queries")
-        top, actors = (
-            index.search(qvec, cfg.top_k, cfg.query_batch_size, progress=progress),
-            index.stats(),
-        )
+        top = index.search(qvec, cfg.top_k, cfg.query_batch_size, progress=progress)
+        actors = index.stats()
         progress.finish()
     finally:
         index.shutdown()
@@ -241,14 +231,13 @@ class ShardStream:
         for (start, stop), rows in zip(
             self.bounds, iter_row_ranges(self.files, self.bounds), strict=True
         ):
-            self.doc_df = _add(self.doc_df, term_counts(rows.indices, 0))
+            counts = term_counts(rows.indices, 0)
+            size = max(len(self.doc_df), len(counts))
+            self.doc_df = np.pad(self.doc_df, (0, size - len(self.doc_df))) + np.pad(
+                counts, (0, size - len(counts))
+            )
             self.empty += empty_rows(rows.indptr)
             yield build_shard(rows, self.ranks[start:stop], int(rows.indices.max(initial=-1)) + 1)
-
-
-def _add(total: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    size = max(len(total), len(counts))
-    return np.pad(total, (0, size - len(total))) + np.pad(counts, (0, size - len(counts)))
 
 
 def _metrics(

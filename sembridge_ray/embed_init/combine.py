@@ -93,13 +93,10 @@ def provenance(part: Partition, new: NewRows, tokens: dict[int, str]) -> pa.Tabl
     kinds = ["random"] * part.size
     ids: list[np.ndarray] = [np.zeros(0, np.int32)] * part.size
     ws: list[np.ndarray] = [np.zeros(0, np.float32)] * part.size
+    one = np.array([1.0], np.float32)  # read only: shared by every copied row
     for kind, table in (("overlap", part.overlap), ("special", part.specials)):
         for tid, (sid, _) in table.items():
-            kinds[tid], ids[tid], ws[tid] = (
-                kind,
-                np.array([sid], np.int32),
-                np.array([1.0], np.float32),
-            )
+            kinds[tid], ids[tid], ws[tid] = kind, np.array([sid], np.int32), one
     if new.weights is not None:
         cols, vals = csr_lists(new.weights)
         for tid, c, v in zip(new.target_ids.tolist(), cols, vals, strict=True):

@@ -119,7 +119,5 @@ def least_confident(confidence: torch.Tensor, share: float) -> torch.Tensor:
     index, so the choice is deterministic)."""
     count = round(share * len(confidence))
     chosen = torch.zeros(len(confidence), dtype=torch.bool)
-    if count:
-        order = torch.sort(confidence, stable=True).indices
-        chosen[order[:count]] = True
+    chosen[torch.sort(confidence, stable=True).indices[:count]] = True
     return chosen

@@ -145,17 +145,14 @@ def class_weights(
 def stack_rows(parts: list[tuple[torch.Tensor, torch.Tensor]], n: int, m: int) -> torch.Tensor:
     """CSR blocks of rows (row ids (r,), CSR (r, M)) that together cover ``range(n)`` once -> one
     CSR (n, M)."""
-    rows, cols, vals = (
-        [torch.zeros(0, dtype=torch.int64)],
-        [torch.zeros(0, dtype=torch.int64)],
-        [torch.zeros(0)],
-    )
+    none = torch.zeros(0, dtype=torch.int64)
+    entries = [(none, none, none.float())]
     for ids, w in parts:
         crow = w.crow_indices()
-        rows.append(torch.repeat_interleave(ids.to(torch.int64), crow[1:] - crow[:-1]))
-        cols.append(w.col_indices().to(torch.int64))
-        vals.append(w.values().float())
-    return csr_from_entries(torch.cat(rows), torch.cat(cols), torch.cat(vals), n, m)
+        at = torch.repeat_interleave(ids.to(torch.int64), crow[1:] - crow[:-1])
+        entries.append((at, w.col_indices().to(torch.int64), w.values().float()))
+    rows, cols, vals = (torch.cat(c) for c in zip(*entries, strict=True))
+    return csr_from_entries(rows, cols, vals, n, m)
 
 
 def tokenizer_classes(
@@ -181,12 +178,6 @@ def exact_counterparts(
     folded = folded_index(index)  # an already lower-case form first, then the lowest id
     family = tokenizer_family(target)
     tokens = {i: t for t, i in target.get_vocab().items()}
-    out = {}
-    for tid in map(int, target_ids):
-        if tid not in tokens:
-            continue
-        canon = canonical(tokens[tid], family)
-        hit = index.exact.get(canon, folded.get(canon.lower()))
-        if hit is not None:
-            out[tid] = hit
-    return out
+    forms = {tid: canonical(tokens[tid], family) for tid in map(int, target_ids) if tid in tokens}
+    hits = {tid: index.exact.get(form, folded.get(form.lower())) for tid, form in forms.items()}
+    return {tid: hit for tid, hit in hits.items() if hit is not None}

@@ -86,11 +86,7 @@ def sample_rows(
     """``n`` bridged target tokens (seeded choice) with their top-3 source tokens and weights."""
     bridged = [i for i, k in enumerate(prov.column(KIND).to_pylist()) if k == "bridge"]
     rng = np.random.default_rng(seed)
-    chosen = (
-        sorted(rng.choice(bridged, size=min(n, len(bridged)), replace=False).tolist())
-        if bridged
-        else []
-    )
+    chosen = sorted(rng.choice(bridged, size=min(n, len(bridged)), replace=False).tolist())
     out: list[Sample] = []
     for row in chosen:
         ids = prov.column(SOURCE_IDS)[row].as_py()

@@ -161,11 +161,6 @@ def entmax_rows(scores: torch.Tensor, alpha: float) -> torch.Tensor:
     return entmax_bisect(scores, alpha=alpha, dim=-1, n_iter=60)
 
 
-def _threshold(scores: torch.Tensor, probs: torch.Tensor, alpha: float) -> torch.Tensor:
-    """τ from the top (always supported) entry: p_1^(α-1) = (α-1) s_1 - τ."""
-    return (alpha - 1) * scores[:, 0] - probs[:, 0] ** (alpha - 1)
-
-
 GROUP = 32
 """Columns per group in :func:`top_candidates`."""
 
@@ -279,7 +274,9 @@ def _certify(
     probs = entmax_rows(exact, alpha)
     if whole:
         return probs, idx, torch.ones(len(idx), dtype=torch.bool, device=idx.device)
-    margin = _threshold(exact, probs, alpha) - (alpha - 1) * (exact[:, -1] + slack)
+    # τ from the top (always supported) entry: p_1^(α-1) = (α-1) s_1 - τ
+    threshold = (alpha - 1) * exact[:, 0] - probs[:, 0] ** (alpha - 1)
+    margin = threshold - (alpha - 1) * (exact[:, -1] + slack)
     return probs, idx, (probs[:, -1] == 0) & (margin >= 0)
 
 
@@ -303,21 +300,18 @@ def _entmax_round(
     idx, exact = (torch.cat(col) for col in zip(*found, strict=True))
     with one_thread(idx.device):
         error = 2 * _screen_error(src, offsets)
-        if support is None:
-            probs, idx, ok = _certify(
-                exact / temperature, idx, alpha, error / temperature, whole=k == m
-            )
-            return _kept(rows[ok], idx[ok], probs[ok]), rows[~ok]
-        exact, order = exact.sort(dim=1, descending=True, stable=True)
-        sizes = support.clamp(max=k - 1)
-        temps = torch.ones(len(rows), dtype=torch.float64, device=exact.device)
-        if k > 1:  # one source row: weight 1 whatever the temperature
-            temps = support_temperature(exact, alpha, sizes)
-        probs, idx, ok = _certify(
-            exact / temps[:, None], idx.gather(1, order), alpha, error / temps, whole=k == m
-        )
+        scale: torch.Tensor | float = temperature
+        slack: torch.Tensor | float = error / temperature
+        if support is not None:
+            exact, order = exact.sort(dim=1, descending=True, stable=True)
+            idx, sizes = idx.gather(1, order), support.clamp(max=k - 1)
+            temps = torch.ones(len(rows), dtype=torch.float64, device=exact.device)
+            if k > 1:  # one source row: weight 1 whatever the temperature
+                temps = support_temperature(exact, alpha, sizes)
+            scale, slack = temps[:, None], error / temps
+        probs, idx, ok = _certify(exact / scale, idx, alpha, slack, whole=k == m)
         # the temperature comes from the top s + 1 scores: no column left out may be among them
-        if k < m:
+        if support is not None and k < m:
             ok &= exact.gather(1, sizes.unsqueeze(1)).squeeze(1) - exact[:, -1] >= error
         return _kept(rows[ok], idx[ok], probs[ok]), rows[~ok]
 
@@ -419,14 +413,27 @@ def _softmax_weights(
     offsets: torch.Tensor | None,
 ) -> torch.Tensor:
     """α = 1: every row's softmax over its ``top_k`` nearest source rows (all when None), chunk by
-    chunk."""
+    chunk: float64 cosines of the candidates an fp32 GEMM screens, or of every row by one float64
+    GEMM when rows are dense (not a (B, M, D) gather)."""
     n, m = len(new.raw), len(src.raw)
-    chunk = _row_chunk(m)
+    chunk, dev = _row_chunk(m), src.raw.device
     parts: list[Entries] = []
     for start in range(0, n, chunk):
-        rows, cols, vals = _softmax_rows(
-            new, slice(start, min(start + chunk, n)), src, temperature, top_k, offsets
-        )
+        stop = min(start + chunk, n)
+        new64 = new.unit64(torch.arange(start, stop, device=dev))
+        if top_k is None or top_k >= m:
+            idx = torch.arange(m, device=dev).expand(stop - start, m)
+            exact = (new64 @ src.raw64.T) / src.norm64
+        else:
+            scores32 = new.unit32[start:stop] @ src.unit32.T
+            if offsets is not None:
+                scores32 = scores32 + offsets.float()
+            idx = scores32.topk(top_k, dim=1).indices
+            exact = src.cosines(new64, idx)
+        if offsets is not None:
+            exact = exact + offsets[idx]
+        probs = torch.softmax(exact / temperature, dim=1)
+        rows, cols, vals = _kept(torch.arange(stop - start, device=dev), idx, probs)
         parts.append((rows.cpu() + start, cols.cpu(), vals.cpu()))
     return _to_csr(parts, n, m)
 
@@ -462,31 +469,6 @@ def _entmax_weights(
     return _to_csr(parts, n, m)
 
 
-def _softmax_rows(
-    new: PreparedRows,
-    rows: slice,
-    src: PreparedRows,
-    temperature: float,
-    top_k: int | None,
-    offsets: torch.Tensor | None = None,
-) -> Entries:
-    scores32 = new.unit32[rows] @ src.unit32.T
-    if offsets is not None:
-        scores32 = scores32 + offsets.float()
-    b, m = scores32.shape
-    new64 = new.unit64(torch.arange(rows.start, rows.stop, device=scores32.device))
-    if top_k is None or top_k >= m:  # dense rows: one float64 GEMM, not a (B, M, D) gather
-        idx = torch.arange(m, device=scores32.device).expand(b, m)
-        exact = (new64 @ src.raw.double().T) / src.norm64
-    else:
-        idx = scores32.topk(top_k, dim=1).indices
-        exact = src.cosines(new64, idx)
-    if offsets is not None:
-        exact = exact + offsets[idx]
-    probs = torch.softmax(exact / temperature, dim=1)
-    return _kept(torch.arange(len(scores32), device=scores32.device), idx, probs)
-
-
 def _source_rows(
     source_vecs: torch.Tensor | PreparedRows,
     device: torch.device,
@@ -509,12 +491,8 @@ def _source_rows(
 
 def _to_csr(parts: list[Entries], n: int, m: int) -> torch.Tensor:
     """Entries -> CSR with columns ascending in each row and each row renormalised to sum to 1."""
-    if parts:
-        rows, cols, vals = (torch.cat(col) for col in zip(*parts, strict=True))
-    else:
-        rows, cols, vals = (
-            torch.zeros(0, dtype=dt) for dt in (torch.int64, torch.int64, torch.float64)
-        )
+    none = torch.zeros(0, dtype=torch.int64)
+    rows, cols, vals = (torch.cat(c) for c in zip((none, none, none.double()), *parts, strict=True))
     rows, cols, vals = sort_entries(rows, cols, vals, m)
     # summed in the sorted order
     sums = torch.zeros(n, dtype=torch.float64).index_add_(0, rows, vals)

@@ -172,7 +172,6 @@ def model_fingerprint(name: str) -> str:
         for file in sorted(p for p in path.rglob("*") if p.is_file() and ".git" not in p.parts):
             digest.update(f"{file.relative_to(path)}:{sha256_file(file)}".encode())
         return digest.hexdigest()[:16]
-    revision = ""
     try:
         from huggingface_hub import snapshot_download
 

@@ -209,15 +209,9 @@ def in_process_stages(
         texts = table.column("text").to_pylist()
         # Batch boundaries fixed by position, as in the Ray stage: vectors must not depend on the
         # batching.
-        return np.concatenate(
-            [
-                encode_strings(
-                    model(), texts[i : i + batch_size], batch_size, bridge_model, precision
-                )
-                for i in range(0, len(texts), batch_size)
-            ]
-            or [np.zeros((0, 0), np.float32)]
-        )
+        batches = [texts[i : i + batch_size] for i in range(0, len(texts), batch_size)]
+        vecs = [encode_strings(model(), b, batch_size, bridge_model, precision) for b in batches]
+        return np.concatenate(vecs or [np.zeros((0, 0), np.float32)])
 
     return Stages(encode=encode, rows=compute_rows)
 

@@ -151,16 +151,9 @@ def vocab_strings(
 def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase, rule: str = RULE_VERSION) -> str:
     """Content hash of a tokenizer's vocabulary, family and special tokens (not of its file layout),
     and of the string ``rule`` (so the bridge caches of two rules never share a key)."""
-    payload = json.dumps(
-        [
-            sorted(tokenizer.get_vocab().items()),
-            tokenizer_family(tokenizer),
-            tokenizer.all_special_tokens,
-            rule,
-        ],
-        ensure_ascii=False,
-    )
-    return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:16]
+    vocab = sorted(tokenizer.get_vocab().items())
+    payload = [vocab, tokenizer_family(tokenizer), tokenizer.all_special_tokens, rule]
+    return hashlib.sha256(json.dumps(payload, ensure_ascii=False).encode("utf-8")).hexdigest()[:16]
 
 
 def model_fingerprint(name: str) -> str:

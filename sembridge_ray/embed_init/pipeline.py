@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
+import pyarrow.compute as pc
 import torch
 
 from sembridge_ray.data.schema import ID
@@ -239,8 +240,7 @@ def pool_stages(
         pool = Pool(udf=BridgeEncodeUDF, kwargs=bridge, plan=plan, threads=res.threads_per_worker)
         result = pa.concat_tables(executor.map_blocks(pool, blocks, table.num_rows, progress))
         # pools do not keep row order
-        order = {int(i): n for n, i in enumerate(result.column(ID).to_numpy())}
-        rows = [order[int(i)] for i in table.column(ID).to_numpy()]
+        rows = pc.index_in(table.column(ID), value_set=result.column(ID)).to_numpy()
         vectors = result.column(VECTOR).to_numpy(zero_copy_only=False)[rows]
         return np.stack(vectors).astype(np.float32)
 

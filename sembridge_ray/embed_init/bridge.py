@@ -79,12 +79,9 @@ def bridge_dimension(name: str) -> int | None:
     found = None
     for module in modules if isinstance(modules, list) else []:
         kind, where = str(module.get("type", "")), path / str(module.get("path", ""))
-        keys = (
-            ("out_features",)
-            if kind.endswith(".Dense")
-            else ("embedding_dimension", "word_embedding_dimension")
-        )
-        if kind.endswith((".Dense", ".Pooling")):
+        dense = kind.endswith(".Dense")
+        keys = ("out_features",) if dense else ("embedding_dimension", "word_embedding_dimension")
+        if dense or kind.endswith(".Pooling"):
             try:
                 config = json.loads((where / "config.json").read_text(encoding="utf-8"))
                 found = int(next(config[k] for k in keys if k in config))

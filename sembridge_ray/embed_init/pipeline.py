@@ -149,9 +149,8 @@ def rows_table(new: NewRows) -> pa.Table:
     }
     for name, rows in ((ROW_IN, new.inputs), (ROW_OUT, new.outputs)):
         if rows is not None:
-            data[name] = pa.array(
-                list(rows.numpy()), pa.list_(pa.from_numpy_dtype(rows.numpy().dtype))
-            )
+            array = rows.numpy()
+            data[name] = pa.array(list(array), pa.list_(pa.from_numpy_dtype(array.dtype)))
     if new.bias is not None:
         data[ROW_BIAS] = pa.array(new.bias.numpy())
     return pa.table(data)

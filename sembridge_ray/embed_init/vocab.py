@@ -137,8 +137,7 @@ class VocabIndex:
             if key:
                 # own canonical form equals the key first, then lowest id
                 rank = (canon != key, token_id)
-                if key not in fuzzy or rank < fuzzy[key]:
-                    fuzzy[key] = rank
+                fuzzy[key] = min(fuzzy.get(key, rank), rank)
         return cls(exact, {k: r[1] for k, r in fuzzy.items()})
 
     def lookup(self, canon: str, rule: str) -> int | None:

@@ -159,7 +159,7 @@ def rows_table(new: NewRows) -> pa.Table:
 def rows_from_tables(tables: list[pa.Table], m: int) -> NewRows:
     """Batches of :func:`rows_table` (any order) -> one NewRows sorted by target id."""
     table = pa.concat_tables(tables).sort_by(ID)
-    sizes = np.array([len(c) for c in table.column(ROW_COLS).to_pylist()], dtype=np.int64)
+    sizes = pc.list_value_length(table.column(ROW_COLS)).to_numpy().astype(np.int64)
     crow = torch.from_numpy(np.concatenate([[0], np.cumsum(sizes)]))
     weights = torch.sparse_csr_tensor(
         crow,
@@ -336,16 +336,15 @@ def bridge_side(
     fp = model_fingerprint(bridge_model)
     strings, keys = {}, {}
     marker = weighting.position_marker if weighting.position_aware else ""
+    # bf16 vectors are other vectors: their own cache entry (fp32 keeps the keys it always had)
+    suffix = "" if precision == "fp32" else f"-{precision}"
     for side, tok in toks.items():
         strings[side] = released = vocab_strings(tok)
         rule = RULE_VERSION
         if marker:
             strings[side] = vocab_strings(tok, classes[side], marker)
             rule = RULE_VERSION if strings[side].equals(released) else position.marked_rule(marker)
-        # bf16 vectors are other vectors: their own cache entry (fp32 keeps the keys it always had)
-        keys[side] = f"{fp}-{tokenizer_fingerprint(tok, rule)}" + (
-            "" if precision == "fp32" else f"-{precision}"
-        )
+        keys[side] = f"{fp}-{tokenizer_fingerprint(tok, rule)}{suffix}"
     return BridgeSide(
         fingerprint=fp, strings=strings, keys=keys, classes=classes, model=bridge_model
     )

@@ -79,12 +79,9 @@ def bridge_dimension(name: str) -> int | None:
     found = None
     for module in modules if isinstance(modules, list) else []:
         kind, where = str(module.get("type", "")), path / str(module.get("path", ""))
-        keys = (
-            ("out_features",)
-            if kind.endswith(".Dense")
-            else ("embedding_dimension", "word_embedding_dimension")
-        )
-        if kind.endswith((".Dense", ".Pooling")):
+        dense = kind.endswith(".Dense")
+        keys = ("out_features",) if dense else ("embedding_dimension", "word_embedding_dimension")
+        if dense or kind.endswith(".Pooling"):
             try:
                 config = json.loads((where / "config.json").read_text(encoding="utf-8"))
                 found = int(next(config[k] for k in keys if k in config))
@@ -151,16 +148,9 @@ def vocab_strings(
 def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase, rule: str = RULE_VERSION) -> str:
     """Content hash of a tokenizer's vocabulary, family and special tokens (not of its file layout),
     and of the string ``rule`` (so the bridge caches of two rules never share a key)."""
-    payload = json.dumps(
-        [
-            sorted(tokenizer.get_vocab().items()),
-            tokenizer_family(tokenizer),
-            tokenizer.all_special_tokens,
-            rule,
-        ],
-        ensure_ascii=False,
-    )
-    return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:16]
+    vocab = sorted(tokenizer.get_vocab().items())
+    payload = [vocab, tokenizer_family(tokenizer), tokenizer.all_special_tokens, rule]
+    return hashlib.sha256(json.dumps(payload, ensure_ascii=False).encode("utf-8")).hexdigest()[:16]
 
 
 def model_fingerprint(name: str) -> str:
@@ -172,7 +162,6 @@ def model_fingerprint(name: str) -> str:
         for file in sorted(p for p in path.rglob("*") if p.is_file() and ".git" not in p.parts):
             digest.update(f"{file.relative_to(path)}:{sha256_file(file)}".encode())
         return digest.hexdigest()[:16]
-    revision = ""
     try:
         from huggingface_hub import snapshot_download
 

@@ -201,13 +201,8 @@ class WeightingConfig(Config):
             self.alpha,
             "must be >= 1 (1 = softmax over the softmax_top_k nearest, 2 = sparsemax, 4 = the paper)",
         )
-        require(self.temperature > 0, "temperature", self.temperature, "must be > 0")
-        require(
-            self.wechsel_temperature > 0,
-            "wechsel_temperature",
-            self.wechsel_temperature,
-            "must be > 0",
-        )
+        for key in ("temperature", "wechsel_temperature"):
+            require(getattr(self, key) > 0, key, getattr(self, key), "must be > 0")
         for key in (
             "candidates",
             "wechsel_candidates",
@@ -221,8 +216,8 @@ class WeightingConfig(Config):
         )
         for key in ("fvt_weight", "random_blend", "confidence_gate"):
             require(0 <= getattr(self, key) <= 1, key, getattr(self, key), "must be in [0, 1]")
-        require(self.norm_scale >= 0, "norm_scale", self.norm_scale, "must be >= 0 (0 = off)")
-        require(self.lsq_ridge >= 0, "lsq_ridge", self.lsq_ridge, "must be >= 0 (0 = off)")
+        for key in ("norm_scale", "lsq_ridge"):
+            require(getattr(self, key) >= 0, key, getattr(self, key), "must be >= 0 (0 = off)")
 
     def check_method(self, method: MethodName) -> None:
         """The checks that need the method (it is the init config's, not this section's)."""
@@ -256,12 +251,6 @@ class WeightingConfig(Config):
             and (rule.when is None or rule.when(self, method))
         )
 
-    def _shown(self, key: str, method: str, bridge: bool) -> bool:
-        default = WeightingConfig.__dataclass_fields__[key].default
-        return self.reads(key, method, bridge) and not (
-            self.rule(key).on and getattr(self, key) == default
-        )
-
     def reported(self, method: str) -> dict[str, object]:
         """What ``init_report.json`` says of the section: the ``report`` options read (as by a
         bridge method), an ``on`` option only when not at its default; in the order of the
@@ -269,7 +258,9 @@ class WeightingConfig(Config):
         return {
             f.name: getattr(self, f.name)
             for f in dataclasses.fields(self)
-            if self.rule(f.name).report and self._shown(f.name, method, True)
+            if self.rule(f.name).report
+            and self.reads(f.name, method, True)
+            and not (self.rule(f.name).on and getattr(self, f.name) == f.default)
         }
 
     def for_method(self, method: str, bridge: bool) -> WeightingConfig:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
+import pyarrow.compute as pc
 import torch
 
 from sembridge_ray.data.schema import ID
@@ -148,9 +149,8 @@ def rows_table(new: NewRows) -> pa.Table:
     }
     for name, rows in ((ROW_IN, new.inputs), (ROW_OUT, new.outputs)):
         if rows is not None:
-            data[name] = pa.array(
-                list(rows.numpy()), pa.list_(pa.from_numpy_dtype(rows.numpy().dtype))
-            )
+            array = rows.numpy()
+            data[name] = pa.array(list(array), pa.list_(pa.from_numpy_dtype(array.dtype)))
     if new.bias is not None:
         data[ROW_BIAS] = pa.array(new.bias.numpy())
     return pa.table(data)
@@ -159,7 +159,7 @@ def rows_table(new: NewRows) -> pa.Table:
 def rows_from_tables(tables: list[pa.Table], m: int) -> NewRows:
     """Batches of :func:`rows_table` (any order) -> one NewRows sorted by target id."""
     table = pa.concat_tables(tables).sort_by(ID)
-    sizes = np.array([len(c) for c in table.column(ROW_COLS).to_pylist()], dtype=np.int64)
+    sizes = pc.list_value_length(table.column(ROW_COLS)).to_numpy().astype(np.int64)
     crow = torch.from_numpy(np.concatenate([[0], np.cumsum(sizes)]))
     weights = torch.sparse_csr_tensor(
         crow,
@@ -209,15 +209,9 @@ def in_process_stages(
         texts = table.column("text").to_pylist()
         # Batch boundaries fixed by position, as in the Ray stage: vectors must not depend on the
         # batching.
-        return np.concatenate(
-            [
-                encode_strings(
-                    model(), texts[i : i + batch_size], batch_size, bridge_model, precision
-                )
-                for i in range(0, len(texts), batch_size)
-            ]
-            or [np.zeros((0, 0), np.float32)]
-        )
+        batches = [texts[i : i + batch_size] for i in range(0, len(texts), batch_size)]
+        vecs = [encode_strings(model(), b, batch_size, bridge_model, precision) for b in batches]
+        return np.concatenate(vecs or [np.zeros((0, 0), np.float32)])
 
     return Stages(encode=encode, rows=compute_rows)
 
@@ -245,8 +239,7 @@ def pool_stages(
         pool = Pool(udf=BridgeEncodeUDF, kwargs=bridge, plan=plan, threads=res.threads_per_worker)
         result = pa.concat_tables(executor.map_blocks(pool, blocks, table.num_rows, progress))
         # pools do not keep row order
-        order = {int(i): n for n, i in enumerate(result.column(ID).to_numpy())}
-        rows = [order[int(i)] for i in table.column(ID).to_numpy()]
+        rows = pc.index_in(table.column(ID), value_set=result.column(ID)).to_numpy()
         vectors = result.column(VECTOR).to_numpy(zero_copy_only=False)[rows]
         return np.stack(vectors).astype(np.float32)
 
@@ -343,16 +336,15 @@ def bridge_side(
     fp = model_fingerprint(bridge_model)
     strings, keys = {}, {}
     marker = weighting.position_marker if weighting.position_aware else ""
+    # bf16 vectors are other vectors: their own cache entry (fp32 keeps the keys it always had)
+    suffix = "" if precision == "fp32" else f"-{precision}"
     for side, tok in toks.items():
         strings[side] = released = vocab_strings(tok)
         rule = RULE_VERSION
         if marker:
             strings[side] = vocab_strings(tok, classes[side], marker)
             rule = RULE_VERSION if strings[side].equals(released) else position.marked_rule(marker)
-        # bf16 vectors are other vectors: their own cache entry (fp32 keeps the keys it always had)
-        keys[side] = f"{fp}-{tokenizer_fingerprint(tok, rule)}" + (
-            "" if precision == "fp32" else f"-{precision}"
-        )
+        keys[side] = f"{fp}-{tokenizer_fingerprint(tok, rule)}{suffix}"
     return BridgeSide(
         fingerprint=fp, strings=strings, keys=keys, classes=classes, model=bridge_model
     )

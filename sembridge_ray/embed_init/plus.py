@@ -53,7 +53,9 @@ canonical forms keeps the word position for any pair of vocabulary families (``e
 
 from __future__ import annotations
 
+import itertools
 import typing
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
@@ -65,8 +67,6 @@ from sembridge_ray.embed_init.vocab import VocabIndex, canonical, tokenizer_fami
 from sembridge_ray.runtime.errors import InputError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
-
     from transformers import PreTrainedTokenizerBase
 
 BRIDGE_SPACES: tuple[str, ...] = typing.get_args(BridgeSpace)
@@ -180,9 +180,7 @@ def fvt_weights(
             if tid in tokens
             else []
         )
-        counts: dict[int, int] = {}
-        for sid in pieces:
-            counts[sid] = counts.get(sid, 0) + 1
+        counts = Counter(pieces)
         for sid in sorted(counts):
             rows.append(row)
             cols.append(sid)
@@ -277,22 +275,12 @@ def support_sizes(prior: torch.Tensor | None, n: int, mode: str, size: int) -> t
 
 def token_counts(tokenizer: PreTrainedTokenizerBase, texts: Iterable[str]) -> dict[int, int]:
     """How often ``tokenizer`` produces each id on ``texts`` (no specials)."""
-    counts: dict[int, int] = {}
-    batch: list[str] = []
-
-    def count() -> None:
+    counts: Counter[int] = Counter()
+    stream = iter(texts)
+    while batch := list(itertools.islice(stream, 1024)):  # tokenized 1024 texts at a time
         for row in tokenizer(batch, add_special_tokens=False)["input_ids"]:
-            for tid in row:
-                counts[tid] = counts.get(tid, 0) + 1
-        batch.clear()
-
-    for text in texts:
-        batch.append(text)
-        if len(batch) == 1024:
-            count()
-    if batch:
-        count()
-    return counts
+            counts.update(row)
+    return dict(counts)
 
 
 def log_frequencies(counts: Mapping[int, int], ids: np.ndarray) -> np.ndarray:

@@ -73,15 +73,46 @@ def new_rows(
             None if e_out is None else explicit_rows(cfg.method, len(rest), e_out, cfg.seed + 1)
         )
         return NewRows(target_ids=rest, inputs=rows, outputs=out_rows)
-    start = time.perf_counter()
-    src_vecs, candidates, new_vecs = _bridge_vectors(
-        cfg, stages, bridge, source_tok, len(e_in), rest
+    # the bridge's vectors (cached, else from stages.encode): every source token's, the candidate
+    # sources, and the vectors of the target tokens to initialise, in `rest` order
+    start, cache_dir = time.perf_counter(), Path(cfg.cache_dir)
+    src_vecs, candidates = source_vectors(
+        bridge.strings["source"],
+        bridge.vectors("source", cache_dir, stages.encode),
+        len(e_in),
+        source_tok,
+        cfg.exclude_special_sources,
     )
+    tgt_vecs = bridge.vectors("target", cache_dir, stages.encode)
+    row_of = {int(i): n for n, i in enumerate(bridge.strings["target"].column("id").to_numpy())}
+    new_vecs = tgt_vecs[[row_of[int(i)] for i in rest]]
     timings["bridge_encode_s"] = time.perf_counter() - start
     # one transform of the union of the candidates and the tokens to initialise
     if w.bridge_space != "raw":
         new_vecs = _transform_space(w, part, src_vecs, candidates, new_vecs)
-    ctx = _rows_context(cfg, part, matrices, toks, rest, (src_vecs, candidates), bridge)
+    # what stages.rows needs beside the new tokens' vectors; the position classes and the fvt
+    # prior where the rule uses them
+    decomposed = w.fvt_weight > 0 or w.adaptive_support == "fvt"
+    prior = plus.fvt_weights(source_tok, target_tok, rest, len(e_in)) if decomposed else None
+    classes = [
+        torch.from_numpy(bridge.classes[side]) if w.position_aware else None
+        for side in ("source", "target")
+    ]
+    ctx = RowsContext(
+        method=cfg.method,
+        weighting=w,
+        precision=cfg.precision,
+        source_vecs=src_vecs,
+        candidates=candidates,
+        overlap_sources=torch.tensor(part.anchors, dtype=torch.long),
+        inputs=e_in,
+        outputs=e_out,
+        bias=bias,
+        source_classes=classes[0],
+        target_classes=classes[1],
+        prior=prior,
+        prior_ids=torch.from_numpy(rest) if prior is not None else None,
+    )
     start = time.perf_counter()
     new = stages.rows(ctx, rest, new_vecs)
     timings["weights_s"] = time.perf_counter() - start
@@ -91,7 +122,7 @@ def new_rows(
     if w.norm_scale > 0:
         new = _rescale(new, e_in, e_out, w.norm_scale)
     if w.confidence_gate > 0:
-        targets = torch.from_numpy(bridge.vectors("target", Path(cfg.cache_dir), stages.encode))
+        targets = torch.from_numpy(bridge.vectors("target", cache_dir, stages.encode))
         sure = bridge_confidence(
             torch.from_numpy(new_vecs), src_vecs[candidates], targets, w.confidence
         )
@@ -103,30 +134,6 @@ def new_rows(
             len(rest),
         )
     return new
-
-
-def _bridge_vectors(
-    cfg: TransferSettings,
-    stages: Stages,
-    bridge: BridgeSide,
-    source_tok: PreTrainedTokenizerBase,
-    source_size: int,
-    rest: np.ndarray,
-) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
-    """The bridge's vectors (cached, else from ``stages.encode``): every source token's, the
-    candidate sources, and the vectors of the target tokens to initialise (``rest``), in its
-    order."""
-    cache_dir = Path(cfg.cache_dir)
-    src_vecs, candidates = source_vectors(
-        bridge.strings["source"],
-        bridge.vectors("source", cache_dir, stages.encode),
-        source_size,
-        source_tok,
-        cfg.exclude_special_sources,
-    )
-    tgt_vecs = bridge.vectors("target", cache_dir, stages.encode)
-    row_of = {int(i): n for n, i in enumerate(bridge.strings["target"].column("id").to_numpy())}
-    return src_vecs, candidates, tgt_vecs[[row_of[int(i)] for i in rest]]
 
 
 def _transform_space(
@@ -149,42 +156,6 @@ def _transform_space(
     )
     src_vecs[candidates] = plus.apply_transform(src_vecs[candidates], fitted)
     return plus.apply_transform(torch.from_numpy(new_vecs), fitted).numpy()
-
-
-def _rows_context(
-    cfg: TransferSettings,
-    part: Partition,
-    matrices: tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None],
-    toks: tuple[PreTrainedTokenizerBase, PreTrainedTokenizerBase],
-    rest: np.ndarray,
-    sources: tuple[torch.Tensor, torch.Tensor],
-    bridge: BridgeSide,
-) -> RowsContext:
-    """What ``stages.rows`` needs beside the new tokens' vectors: the rule, the source side
-    (``sources``: its vectors and candidates), the matrices, the position classes and the fvt prior
-    where the rule uses them."""
-    w = cfg.weighting
-    decomposed = w.fvt_weight > 0 or w.adaptive_support == "fvt"
-    prior = plus.fvt_weights(toks[0], toks[1], rest, len(matrices[0])) if decomposed else None
-    classes = [
-        torch.from_numpy(bridge.classes[side]) if w.position_aware else None
-        for side in ("source", "target")
-    ]
-    return RowsContext(
-        method=cfg.method,
-        weighting=w,
-        precision=cfg.precision,
-        source_vecs=sources[0],
-        candidates=sources[1],
-        overlap_sources=torch.tensor(part.anchors, dtype=torch.long),
-        inputs=matrices[0],
-        outputs=matrices[1],
-        bias=matrices[2],
-        source_classes=classes[0],
-        target_classes=classes[1],
-        prior=prior,
-        prior_ids=torch.from_numpy(rest) if prior is not None else None,
-    )
 
 
 def _blend_random(

@@ -40,18 +40,11 @@ _BRACKETED = re.compile(r"^\[.*\]$", re.DOTALL)
 @cache
 def _byte_decoder() -> dict[str, int]:
     """GPT-2's printable-character <-> byte table, inverted (``Ġ`` -> 0x20)."""
-    keep = (
-        list(range(ord("!"), ord("~") + 1))
-        + list(range(ord("¡"), ord("¬") + 1))
-        + list(range(ord("®"), 256))
-    )
-    chars, extra = list(keep), 0
-    for b in range(256):
-        if b not in keep:
-            keep.append(b)
-            chars.append(256 + extra)
-            extra += 1
-    return {chr(c): b for b, c in zip(keep, chars, strict=True)}
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1)]
+    printable += range(ord("®"), 256)
+    # the other bytes, in order, become the characters 256, 257, ...
+    others = [b for b in range(256) if b not in printable]
+    return {chr(b): b for b in printable} | {chr(256 + n): b for n, b in enumerate(others)}
 
 
 def tokenizer_family(tokenizer: PreTrainedTokenizerBase) -> Family:
@@ -109,12 +102,8 @@ def is_symbol(canon: str) -> bool:
 
 def role_ids(tokenizer: PreTrainedTokenizerBase) -> dict[str, int]:
     """Role -> token id, for the roles this tokenizer defines."""
-    out = {}
-    for role in ROLES:
-        token_id = getattr(tokenizer, f"{role}_token_id", None)
-        if token_id is not None:
-            out[role] = int(token_id)
-    return out
+    found = {role: getattr(tokenizer, f"{role}_token_id", None) for role in ROLES}
+    return {role: int(token_id) for role, token_id in found.items() if token_id is not None}
 
 
 def bridge_string(tokenizer: PreTrainedTokenizerBase, token_id: int, raw: str) -> str:
@@ -148,17 +137,12 @@ class VocabIndex:
             if key:
                 # own canonical form equals the key first, then lowest id
                 rank = (canon != key, token_id)
-                if key not in fuzzy or rank < fuzzy[key]:
-                    fuzzy[key] = rank
+                fuzzy[key] = min(fuzzy.get(key, rank), rank)
         return cls(exact, {k: r[1] for k, r in fuzzy.items()})
 
     def lookup(self, canon: str, rule: str) -> int | None:
-        if rule == "exact":
-            return self.exact.get(canon)
-        if rule == "fuzzy":
-            return self.fuzzy.get(fuzzy_key(canon))
-        found = self.exact.get(canon)  # symbols: exact, then fuzzy
-        return found if found is not None else self.fuzzy.get(fuzzy_key(canon))
+        found = None if rule == "fuzzy" else self.exact.get(canon)  # symbols: exact, then fuzzy
+        return found if found is not None or rule == "exact" else self.fuzzy.get(fuzzy_key(canon))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -19,7 +19,6 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -43,58 +42,32 @@ OPSET = 17
 
 def graph_name(variant: str) -> str:
     """The file the variant's runtime reads."""
-    return onnx_target(variant).graph
-
-
-def _plain_splade(model: Any) -> None:
-    """InputError unless ``model`` is a plain SPLADE encoder (Transformer + SpladePooling, no
-    Router, no prompts)."""
-    from sentence_transformers.sparse_encoder.modules import SpladePooling
-
-    if len(model) != 2 or not isinstance(model[1], SpladePooling) or any(model.prompts.values()):
-        raise InputError(
-            "the ONNX targets export a plain SPLADE encoder (an MLM + SpladePooling, no router/prompts)"
-        )
+    return _BY_NAME[variant].graph
 
 
 def export(
     model_dir: str, out: Path, variant: str, max_query_length: int, max_doc_length: int
 ) -> dict[str, object]:
     """Write the ONNX encoder of ``model_dir`` to ``out``; returns what the report says about it."""
+    import torch
+
     from sembridge_ray.sparse.model import load_sparse_encoder
 
     model = load_sparse_encoder(model_dir, device="cpu", max_length=max_doc_length)
-    _plain_splade(model)
+    from sentence_transformers.sparse_encoder.modules import SpladePooling
+
+    # a plain SPLADE encoder only: Transformer + SpladePooling, no Router, no prompts
+    if len(model) != 2 or not isinstance(model[1], SpladePooling) or any(model.prompts.values()):
+        raise InputError(
+            "the ONNX targets export a plain SPLADE encoder (an MLM + SpladePooling, no router/prompts)"
+        )
     example = model.preprocess(["an example", "another, longer example text"])
     names = [n for n in INPUTS if n in example]
-    found = onnx_target(variant)
+    found = _BY_NAME[variant]
     out.mkdir(parents=True, exist_ok=True)
     plain = out / (GRAPH if found.finish is None else "model.fp32.onnx")
-    _write_fp32(model, example, names, plain)
-    if found.finish is not None:  # the plain fp32 graph made the variant, then removed
-        found.finish(plain, out / found.graph)
-        plain.unlink()
-    model.tokenizer.save_pretrained(str(out))
-    config = {
-        "variant": variant,
-        "inputs": names,
-        "max_query_length": max_query_length,
-        "max_doc_length": max_doc_length,
-        "max_active_dims": getattr(model, "max_active_dims", None),
-        "vocab_size": len(model.tokenizer),
-        "pooling": "max over tokens of log1p(relu(MLM logits)), in the graph",
-        "opset": OPSET,
-        "graph": graph_name(variant),
-    }
-    (out / CONFIG).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-    return config
 
-
-def _write_fp32(model: Any, example: dict[str, object], names: list[str], path: Path) -> None:
-    """The model (token ids of ``names`` in, its SPLADE vector out) as one fp32 ONNX graph at
-    ``path``, traced on ``example``."""
-    import torch
-
+    # traced on `example`: token ids of `names` in, the SPLADE vector out
     class Graph(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
@@ -108,13 +81,30 @@ def _write_fp32(model: Any, example: dict[str, object], names: list[str], path: 
         torch.onnx.export(
             Graph().eval(),
             tuple(example[n] for n in names),
-            str(path),
+            str(plain),
             input_names=names,
             output_names=["vector"],
             dynamic_axes=axes,
             opset_version=OPSET,
             dynamo=False,
         )
+    if found.finish is not None:  # the plain fp32 graph made the variant, then removed
+        found.finish(plain, out / found.graph)
+        plain.unlink()
+    model.tokenizer.save_pretrained(str(out))
+    config = {
+        "variant": variant,
+        "inputs": names,
+        "max_query_length": max_query_length,
+        "max_doc_length": max_doc_length,
+        "max_active_dims": getattr(model, "max_active_dims", None),
+        "vocab_size": len(model.tokenizer),
+        "pooling": "max over tokens of log1p(relu(MLM logits)), in the graph",
+        "opset": OPSET,
+        "graph": found.graph,
+    }
+    (out / CONFIG).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    return config
 
 
 def optimised(plain: Path, graph: Path) -> None:
@@ -276,11 +266,4 @@ TARGETS = (
     ),
 )
 VARIANTS = tuple(found.name for found in TARGETS)
-
-
-def onnx_target(variant: str) -> OnnxTarget:
-    """The variant called ``variant``."""
-    return _BY_NAME[variant]
-
-
 _BY_NAME = {found.name: found for found in TARGETS}

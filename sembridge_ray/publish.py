@@ -107,31 +107,25 @@ def publish(out: Path, model: str, repo_id: str, scores: Sequence[str] = ()) -> 
     out, identity = Path(out), read_identity(Path(out))
     found = scores_of(path_identity(out / model), started_from(identity), scores)
     card = render(read_provenance(out / model), found.own, found.exports, found.before)
-    with tempfile.TemporaryDirectory(prefix="sembridge-publish-") as tmp:
-        url = sparse_model.push_model(_linked(out / model, Path(tmp), card), repo_id)
+    with tempfile.TemporaryDirectory(prefix="sembridge-publish-") as name:
+        linked = Path(name)  # links to the model's files, and the card as its README
+        for path in (out / model).rglob("*"):
+            if path.is_file() and (rel := path.relative_to(out / model)) != Path(CARD):
+                (linked / rel).parent.mkdir(parents=True, exist_ok=True)
+                (linked / rel).symlink_to(path.resolve())
+        (linked / CARD).write_text(card, encoding="utf-8")
+        url = sparse_model.push_model(linked, repo_id)
     try:
         pushes = json.loads((out / PUSHED).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         pushes = []
-    record = {"repo_id": repo_id, "url": url, "run": identity.fingerprint if identity else ""}
-    atomic_write_json(
-        out / PUSHED, [*pushes, {**record, "scores": list(scores), "at": time.time()}]
-    )
+    run = identity.fingerprint if identity else ""
+    push = {"repo_id": repo_id, "url": url, "run": run, "scores": list(scores), "at": time.time()}
+    atomic_write_json(out / PUSHED, [*pushes, push])
     return url
 
 
-def _linked(model_dir: Path, into: Path, card: str) -> Path:
-    """``into``, holding links to the files of ``model_dir`` and ``card`` as its README."""
-    for path in model_dir.rglob("*"):
-        if path.is_file() and (rel := path.relative_to(model_dir)) != Path(CARD):
-            (into / rel).parent.mkdir(parents=True, exist_ok=True)
-            (into / rel).symlink_to(path.resolve())
-    (into / CARD).write_text(card, encoding="utf-8")
-    return into
-
-
 # ---- what a card keeps of a job's scores
-# ------------------------------------------------------------------------------------------
 
 
 def evaluation(

@@ -73,13 +73,9 @@ def remove(path: Path) -> None:
         path.unlink()
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    with atomic_path(path) as tmp:
-        tmp.write_bytes(data)
-
-
 def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(text.encode("utf-8"))
 
 
 def atomic_write_json(path: Path, obj: object) -> None:
@@ -87,9 +83,6 @@ def atomic_write_json(path: Path, obj: object) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False, sort_keys=False) + "\n")
 
 
-def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
-    digest = hashlib.sha256()
+def sha256_file(path: Path) -> str:
     with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(fh, "sha256").hexdigest()

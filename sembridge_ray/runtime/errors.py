@@ -58,7 +58,6 @@ _OS_ERROR = re.compile(r"\(os error (\d+)\)|\[errno (\d+)\]|\bOs \{ code: (\d+)"
 _SQLITE = {sqlite3.SQLITE_FULL: errno.ENOSPC, sqlite3.SQLITE_READONLY: errno.EROFS}
 """SQLite's result codes for a full disk and a read-only database (Qdrant's local mode stores in
 SQLite), as errnos; its message for the first is fixed: "database or disk is full"."""
-_SQLITE_FULL_TEXT = "database or disk is full"
 
 
 def environment_errno(err: BaseException) -> int | None:
@@ -68,7 +67,7 @@ def environment_errno(err: BaseException) -> int | None:
         code = int(next(group for group in match.groups() if group))
     if code is None and isinstance(err, sqlite3.Error):
         found = getattr(err, "sqlite_errorcode", None)
-        full = str(err).strip() == _SQLITE_FULL_TEXT
+        full = str(err).strip() == "database or disk is full"
         code = errno.ENOSPC if full else _SQLITE.get(found & 0xFF if found is not None else -1)
     return code if code in ENVIRONMENT_ERRNOS else None
 

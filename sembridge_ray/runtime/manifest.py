@@ -8,6 +8,7 @@ this project."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -41,15 +42,11 @@ def _artefacts(out_dir: Path, exclude: tuple[str, ...]) -> list[Path]:
     files = []
     for path in sorted(out_dir.rglob("*")):
         rel = path.relative_to(out_dir)
-        if (
-            not path.is_file()
-            or rel.name == SUCCESS
-            or any(p.startswith(TMP_PREFIX) for p in rel.parts)
-        ):
-            continue
+        skipped = rel.name == SUCCESS or any(p.startswith(TMP_PREFIX) for p in rel.parts)
         if rel.parts[0] in exclude or rel.as_posix() in exclude or rel.parts[0].startswith(LOCK):
-            continue
-        files.append(path)
+            skipped = True
+        if path.is_file() and not skipped:
+            files.append(path)
     return files
 
 
@@ -88,9 +85,9 @@ def write_success(out_dir: Path, exclude: tuple[str, ...] = (), **extra: object)
     publish(out_dir, artefacts)
     files = {str(p.relative_to(out_dir)): sha256_file(p) for p in artefacts}
     manifest: Manifest = {"files": files, "exclude": list(exclude), "finished_at": time.time()}
-    identity = _identity_fields(out_dir)
-    if identity is not None:
-        manifest |= identity
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):  # no run identity
+        data = json.loads((out_dir / IDENTITY).read_text(encoding="utf-8"))
+        manifest |= {"job": str(data["job"]), "fingerprint": str(data["fingerprint"])}
     # a Manifest with the run's extra keys after its own
     written = cast(Manifest, {**manifest, **extra})
     atomic_write_json(out_dir / SUCCESS, written)
@@ -149,17 +146,3 @@ def output_fingerprint(path: Path) -> str | None:
                 f"/{sub}" if sub else ""
             )
     return None
-
-
-class _IdentityFields(TypedDict):
-    job: str
-    fingerprint: str
-
-
-def _identity_fields(out_dir: Path) -> _IdentityFields | None:
-    """``job`` and ``fingerprint`` of the run recorded in ``identity.json``, or None."""
-    try:
-        data = json.loads((Path(out_dir) / IDENTITY).read_text(encoding="utf-8"))
-        return {"job": str(data["job"]), "fingerprint": str(data["fingerprint"])}
-    except (OSError, ValueError, KeyError, TypeError):
-        return None

@@ -40,13 +40,8 @@ class ResourceConfig(Config):
             gpus,
             "must be >= 0 (or null: 1 when there are GPUs)",
         )
-        require(self.reserve_cpus >= 0, "reserve_cpus", self.reserve_cpus, "must be >= 0")
-        require(
-            self.threads_per_worker >= 0,
-            "threads_per_worker",
-            self.threads_per_worker,
-            "must be >= 0",
-        )
+        for key in ("reserve_cpus", "threads_per_worker"):
+            require(getattr(self, key) >= 0, key, getattr(self, key), "must be >= 0")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,11 +63,9 @@ def plan_placement(
 
     ``reserve`` holds ``res.reserve_cpus`` back (Ray Data pools need it; Ray Train needs none).
     """
-    gpus = (
-        res.gpus_per_worker
-        if res.gpus_per_worker is not None
-        else (1.0 if cluster_gpus >= 1 else 0.0)
-    )
+    gpus = res.gpus_per_worker
+    if gpus is None:
+        gpus = 1.0 if cluster_gpus >= 1 else 0.0
     if gpus > cluster_gpus:
         gpus = 0.0  # asked for GPUs the cluster does not have: fall back to CPU rather than hang
     if gpus > 0:

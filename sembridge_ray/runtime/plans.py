@@ -83,15 +83,9 @@ def plan_table(plan: Plan) -> str:
     rows = [["cell", "language", "method", "α", "stages done/todo", "GPU-h"]]
     for c in plan["cells"]:
         done = sum(state == "done" for state in c["stages"].values())
+        counts, hours = f"{done}/{len(c['stages']) - done}", f"{c['estimate_gpu_hours']:.2f}"
         rows.append(
-            [
-                c["cell"],
-                c["language"] or "-",
-                c["method"],
-                c["alpha"] or "-",
-                f"{done}/{len(c['stages']) - done}",
-                f"{c['estimate_gpu_hours']:.2f}",
-            ]
+            [c["cell"], c["language"] or "-", c["method"], c["alpha"] or "-", counts, hours]
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     left = 4  # text columns; the counts are right-aligned
@@ -124,7 +118,6 @@ def plan_table(plan: Plan) -> str:
             "a run would refuse (their outputs hold runs with other settings; --overwrite redoes them):",
         ]
         lines += [f"  {cell}/{stage}: {why}" for cell, stage, why in refused[:10]]
-        lines += (
-            [f"  and {len(refused) - 10} more (--json lists them)"] if len(refused) > 10 else []
-        )
+        if len(refused) > 10:
+            lines.append(f"  and {len(refused) - 10} more (--json lists them)")
     return "\n".join(lines)

@@ -53,8 +53,7 @@ def run_init(
     neutral_symbols: bool = True,
 ) -> InitResult:
     """One initialisation on ``executor`` (inputs checked in the driver first; a finished output is
-    skipped). ``neutral_symbols``: see :func:`initialise` (an ablation,
-    no config key)."""
+    skipped). ``neutral_symbols``: see :func:`initialise` (an ablation, no config key)."""
     executor.start()
     cfg = replace(cfg, precision=executor.precision(cfg.precision, cfg.resources))
     bridge = {
@@ -114,7 +113,12 @@ def _initialise(
 ) -> InitResult:
     # as the user named the inputs (bundled names, hub ids): what the report and the card show
     named = cfg
-    cfg = _resolved(cfg)
+    # bundled names materialised to paths (for the actors); ``precision: auto`` resolved for this
+    # process (run_init resolves the actors'), a set one kept as it is without probing a device
+    precision = cfg.precision
+    if precision == "auto":
+        precision = local_precision(precision, use_gpu=pick_device() == "cuda")
+    cfg = replace(cfg.resolved(), precision=precision)
     stages = stages or local_stages(cfg)
     identity = cfg.identity("init", inputs or input_identities(cfg))
     if cfg.push_to_hub:
@@ -141,24 +145,10 @@ def _initialise(
         atomic_write_json(claim.path / REPORT, rep)
         transfer.require_unchanged(settings, identity.inputs)
         claim.finish()
-        _log_written(out, done.provenance.num_rows, timings["compose_and_write_s"])
+        seconds = duration(timings["compose_and_write_s"])
+        tokens = done.provenance.num_rows
+        log.info("wrote %s: model, provenance of %d tokens, report (%s)", out, tokens, seconds)
     return InitResult.from_report(str(out), rep)
-
-
-def _log_written(out: Path, tokens: int, seconds: float) -> None:
-    """One log line: the output is complete."""
-    log.info(
-        "wrote %s: model, provenance of %d tokens, report (%s)", out, tokens, duration(seconds)
-    )
-
-
-def _resolved(cfg: InitConfig) -> InitConfig:
-    """``cfg`` with bundled names materialised to paths (for the actors) and ``precision: auto``
-    resolved for this process (``run_init`` resolves it for the actors before building them)."""
-    precision = cfg.precision  # a set one as it is: no device is probed for it
-    if precision == "auto":
-        precision = local_precision(precision, use_gpu=pick_device() == "cuda")
-    return replace(cfg.resolved(), precision=precision)
 
 
 def _skipped(out: Path) -> InitResult:

@@ -208,7 +208,7 @@ LINE_LIMIT = 100
 LONG_FUNCTION = 50
 LIMITS = {
     "long_lines_share": 0.03,
-    "functions_over_50": 6,
+    "functions_over_50": 5,
     "bare_any_share": 0.02,
     "dict_str_any_share": 0.01,
     "largest_module": 600,

@@ -250,17 +250,18 @@ def set_aside(path: Path, inode: int | None, message: str) -> None:
     """Move the bad entry at ``path`` to ``<name>.corrupt-<UTC time>`` and log ``message`` once;
     leave it be when it is no longer the one read (another run moved or replaced it)."""
     aside = path.with_name(f"{path.name}{CORRUPT}{datetime.now(UTC).strftime('%Y%m%dT%H%M%S.%fZ')}")
+    if _inode(path) != inode:
+        log.info("%s; another run has moved it aside already", message)
+        return
     try:
-        if _inode(path) == inode:
-            os.rename(path, aside)
-            log.warning("%s; moved aside to %s; recomputing", message, aside.name)
-            return
+        os.rename(path, aside)
     except FileNotFoundError:
-        pass
+        log.info("%s; another run has moved it aside already", message)
+        return
     except OSError as err:
         log.warning("%s; could not move it aside (%s); recomputing", message, err.strerror)
         return
-    log.info("%s; another run has moved it aside already", message)
+    log.warning("%s; moved aside to %s; recomputing", message, aside.name)
 
 
 def _manifest(path: Path) -> dict[str, str]:

@@ -56,14 +56,16 @@ class Progress:
         done in one call, such as a native index build)."""
         self.done = 0
         self.start = self.last = clock()
-        self._lock = threading.RLock()  # add() ticks while it holds it
+        self._lock = threading.Lock()
 
     def add(self, count: int = 1) -> None:
         """``count`` more units done; a line when the last one is ``every_s`` old and work is
         left."""
         with self._lock:
             self.done += count
-            self.tick()
+            now = self.clock()
+            if now - self.last >= self.every_s and self.done < self.total:
+                self._emit(now)
 
     def tick(self) -> None:
         """A heartbeat: a line when the last one is ``every_s`` old, even if nothing was counted
@@ -72,8 +74,11 @@ class Progress:
         with self._lock:
             now = self.clock()
             if now - self.last >= self.every_s and self.done < self.total:
-                self.last = now
-                self.log.info("%s", self.line(now))
+                self._emit(now)
+
+    def _emit(self, now: float) -> None:
+        self.last = now
+        self.log.info("%s", self.line(now))
 
     def line(self, now: float | None = None) -> str:
         elapsed = (self.clock() if now is None else now) - self.start

@@ -27,7 +27,7 @@ import yaml
 
 from sembridge_ray.json_types import JSONObject, JSONValue
 from sembridge_ray.runtime.errors import InputError
-from sembridge_ray.runtime.identity import RunIdentity, flatten, run_identity
+from sembridge_ray.runtime.identity import RunIdentity, flatten, run_identity, without
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -210,6 +210,13 @@ def require(ok: bool, key: str, value: object, rule: str) -> None:
         raise ConfigError(f"{key}={value!r}: {rule}")
 
 
+def require_at_least(cfg: object, minimum: int, keys: str) -> None:
+    """:func:`require` each of ``keys`` (field names, whitespace-separated) to be >= ``minimum``, in
+    order."""
+    for key in keys.split():
+        require(getattr(cfg, key) >= minimum, key, getattr(cfg, key), f"must be >= {minimum}")
+
+
 @cache
 def read_with(key: str, rule: str) -> dict[str, object]:
     """A field's metadata: setting the field while ``key`` is unset is refused (``rule`` says
@@ -285,14 +292,11 @@ class Config:
         and that are not at their default, which asks for nothing)."""
         unread = self.unread()
         defaults = flatten(type(self)().to_dict())
-        values = flatten(self.to_dict())
+        values = without(flatten(self.to_dict()), self.NOT_IDENTITY)
         return {
             key: self.why_unused(key)
             for key in sorted(given)
-            if key in values
-            and key in unread
-            and not any(key == e or key.startswith(e + ".") for e in self.NOT_IDENTITY)
-            and values[key] != defaults.get(key)
+            if key in values and key in unread and values[key] != defaults.get(key)
         }
 
     def why_unused(self, key: str) -> str:

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 from sembridge_ray.recipes import OUTPUT, Flag, JobSpec, flags
 from sembridge_ray.retrieval import settings
 from sembridge_ray.retrieval.settings import Encoding
-from sembridge_ray.runtime.config import Config, require
+from sembridge_ray.runtime.config import Config, require, require_at_least
 from sembridge_ray.runtime.errors import InputError
 from sembridge_ray.runtime.placement import Precision, ResourceConfig
 
@@ -96,15 +96,8 @@ class EvaluateConfig(Config):
     )
 
     def check(self) -> None:
-        for key in (
-            "top_k",
-            "max_query_length",
-            "max_doc_length",
-            "encode_batch_size",
-            "query_batch_size",
-            "stage_rows",
-        ):
-            require(getattr(self, key) >= 1, key, getattr(self, key), "must be >= 1")
+        require_at_least(self, 1, "top_k max_query_length max_doc_length encode_batch_size")
+        require_at_least(self, 1, "query_batch_size stage_rows")
         require(
             self.shard_size >= 0,
             "shard_size",

@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Literal, get_args
 
 from sembridge_ray.bundled import resolve
 from sembridge_ray.recipes import OUTPUT, SCORES, Flag, JobSpec, flags
-from sembridge_ray.runtime.config import Config, dotted_keys, require
+from sembridge_ray.runtime.config import Config, dotted_keys, require, require_at_least
 from sembridge_ray.runtime.errors import InputError
 from sembridge_ray.runtime.placement import Precision, ResourceConfig
 from sembridge_ray.sparse.config import LossConfig, OptimConfig, RankingName
@@ -200,25 +200,10 @@ class FinetuneConfig(Config):
         return data
 
     def check(self) -> None:
-        for key in (
-            "max_query_length",
-            "max_doc_length",
-            "query_length",
-            "document_length",
-            "checkpoint_every",
-            "log_every",
-            "keep_checkpoints",
-        ):
-            require(getattr(self, key) >= 1, key, getattr(self, key), "must be >= 1")
-        for key in (
-            "hard_negatives",
-            "pool_chunk",
-            "max_failures",
-            "report_every_s",
-            "eval_every",
-            "eval_max_queries",
-        ):
-            require(getattr(self, key) >= 0, key, getattr(self, key), "must be >= 0")
+        require_at_least(self, 1, "max_query_length max_doc_length query_length document_length")
+        require_at_least(self, 1, "checkpoint_every log_every keep_checkpoints")
+        require_at_least(self, 0, "hard_negatives pool_chunk max_failures report_every_s")
+        require_at_least(self, 0, "eval_every eval_max_queries")
         require(
             all(step >= 0 for step in self.eval_at),
             "eval_at",

@@ -22,7 +22,7 @@ from sembridge_ray.embed_init.methods import BRIDGE_SETTINGS, METHODS
 from sembridge_ray.embed_init.records import InitReport, Sample
 from sembridge_ray.embed_init.vocab import MATCH_RULES
 from sembridge_ray.recipes import FIGURES, OUTPUT, SCORES, Flag, JobSpec, flags
-from sembridge_ray.runtime.config import Config, canonical_key, coerce, require
+from sembridge_ray.runtime.config import Config, canonical_key, coerce, require, require_at_least
 from sembridge_ray.runtime.errors import InputError
 from sembridge_ray.runtime.placement import Precision, ResourceConfig
 from sembridge_ray.runtime.plans import PlanResult, render_plan
@@ -224,8 +224,7 @@ class InitConfig(Config):
             "init --grid is gone: the paper grid is `sembridge reproduce --preset paper` (--dry-run prints its plan)",
         )
         self.weighting.check_method(self.method)
-        for key in ("bridge_batch_size", "rows_batch_size", "query_length", "document_length"):
-            require(getattr(self, key) >= 1, key, getattr(self, key), "must be >= 1")
+        require_at_least(self, 1, "bridge_batch_size rows_batch_size query_length document_length")
         require(self.samples >= 0, "samples", self.samples, "must be >= 0")
         require(
             (self.bias == "frequency") == bool(self.bias_text),

@@ -91,12 +91,7 @@ class RunIdentity:
 
     @property
     def fingerprint(self) -> str:
-        payload = {
-            "format_version": self.format_version,
-            "job": self.job,
-            "settings": self.settings,
-            "inputs": self.inputs,
-        }
+        payload = {k: getattr(self, k) for k in ("format_version", "job", "settings", "inputs")}
         return hashlib.sha256(canonical_json(payload).encode("utf-8")).hexdigest()[:24]
 
     def to_dict(self) -> IdentityRecord:

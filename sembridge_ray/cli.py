@@ -132,14 +132,13 @@ def build_parser(
     )
     required = parser.add_argument_group("required flags (unless the preset sets them)")
     optional = parser.add_argument_group("flags")
-    known = presets(job)
     optional.add_argument(
         "--preset",
         "--config",
         dest="preset",
         metavar="NAME|YAML",
-        help=f"preset to start from: {', '.join(known) or 'none'}, or a YAML file (e.g. the output of "
-        f"--print-config); default: {preset or 'none'}",
+        help=f"preset to start from: {', '.join(presets(job)) or 'none'}, or a YAML file "
+        f"(e.g. the output of --print-config); default: {preset or 'none'}",
     )
     for flag in flags:
         fi = info[canonical_key(cls, flag.key)]
@@ -520,11 +519,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("\n".join(lines), file=sys.stdout if args[:1] in (["-h"], ["--help"]) else sys.stderr)
         if args and args[0] not in ("-h", "--help"):
             close = difflib.get_close_matches(args[0], JOBS, n=1)
-            print(
-                f"error: unknown job {args[0]!r}"
-                + (f"; did you mean {close[0]}?" if close else ""),
-                file=sys.stderr,
-            )
+            hint = f"; did you mean {close[0]}?" if close else ""
+            print(f"error: unknown job {args[0]!r}{hint}", file=sys.stderr)
         return 0 if args[:1] in (["-h"], ["--help"]) else 2
     return run(args[0], args[1:], prog=f"sembridge {args[0]}")
 

@@ -42,14 +42,13 @@ from typing import TypeVar
 
 import psutil
 
-from sembridge_ray.runtime.outputs import sha256_file
+# TMP_PREFIX: what an output's manifest skips (manifest._artefacts): an entry being built is none
+from sembridge_ray.runtime.atomic import TMP_PREFIX, sha256_file
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 MANIFEST = "_CACHE.json"
 VERSION = 1
-# the prefix an output's manifest skips (outputs._artefacts): an entry being built is none
-TMP_PREFIX = ".tmp-"
 CORRUPT = ".corrupt-"
 QUIET_S = 600.0
 # What reading a damaged file raises: npz (BadZipFile, EOFError, KeyError), pyarrow (ArrowInvalid is

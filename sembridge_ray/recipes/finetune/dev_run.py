@@ -75,13 +75,7 @@ class DevRun:
                 str(root), device=device, trust_remote_code=cfg.trust_remote_code
             )
         return cls(
-            dev=dev,
-            encoder=encoder,
-            model=model,
-            cfg=cfg,
-            rank=rank,
-            world=world,
-            best=best,
+            dev=dev, encoder=encoder, model=model, cfg=cfg, rank=rank, world=world, best=best
         )
 
     def evaluate(self, step: int) -> dict[str, float]:

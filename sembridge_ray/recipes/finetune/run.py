@@ -27,11 +27,7 @@ from sembridge_ray.data.stream import StreamInfo, materialise_stream
 from sembridge_ray.publish import check_scores, publish
 from sembridge_ray.recipes.finetune.config import FinetuneConfig, FinetuneResult
 from sembridge_ray.recipes.finetune.final_model import MODEL_DIR, export_checkpoint
-from sembridge_ray.recipes.finetune.worker import (
-    TENSORBOARD_DIR,
-    Evaluation,
-    fine_tuning,
-)
+from sembridge_ray.recipes.finetune.worker import TENSORBOARD_DIR, Evaluation, fine_tuning
 from sembridge_ray.retrieval.dev import DevSet, load_dev
 from sembridge_ray.runtime.config import write_config
 from sembridge_ray.runtime.errors import InputError

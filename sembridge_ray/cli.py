@@ -75,6 +75,11 @@ def resolve_preset(name: str, job: str) -> Path:
     )
 
 
+def _preset_values(cls: type[Config], preset: str | None, job: str) -> Mapping[str, object]:
+    """What ``preset`` (a name or a YAML file; None: none) sets, its keys as ``cls`` nests them."""
+    return canonical(cls, load_preset(resolve_preset(preset, job))) if preset else {}
+
+
 def _first_paragraph(doc: str) -> str:
     return " ".join(doc.split("\n\n", 1)[0].split())
 
@@ -231,9 +236,7 @@ def parse_config(
     # Only what the preset and the command line say: a value given there is explicit, even at its
     # default (a method's recipe refuses a conflicting explicit value, and fills in only what nobody
     # set).
-    data: Mapping[str, object] = (
-        canonical(cls, load_preset(resolve_preset(preset, job))) if preset else {}
-    )
+    data = _preset_values(cls, preset, job)
     parser = build_parser(
         cls,
         flags,
@@ -323,7 +326,9 @@ def flags_markdown() -> str:
 
 def _job_flags_markdown(spec: JobSpec[Any, Any]) -> list[str]:
     """One job's section of ``docs/cli.md``: its summary and the table of its flags."""
-    info = field_info(spec.config, _defaults(spec))
+    # the values its flags default to: its default preset's, else the dataclass defaults
+    values = _preset_values(spec.config, spec.default_preset, spec.name)
+    info = field_info(spec.config, merge(spec.config().to_dict(), values))
     lines = [
         "",
         f"## `sembridge {spec.name}` (`python -m jobs.{spec.entry}`)",
@@ -355,13 +360,6 @@ def _flag_row(flag: Flag, fi: FieldInfo) -> str:
     meaning = _first_paragraph(fi.doc).replace("|", "\\|")
     default = _show(fi.default).replace("|", "\\|")
     return f"| {name} | {keys} | {kind} | `{default}` | {meaning} |"
-
-
-def _defaults(spec: JobSpec[Any, Any]) -> Mapping[str, object]:
-    """The values a job's flags default to: its default preset's, else the dataclass defaults."""
-    preset = spec.default_preset
-    data = canonical(spec.config, load_preset(resolve_preset(preset, spec.name))) if preset else {}
-    return merge(spec.config().to_dict(), data)
 
 
 def dump_config(cfg: Config) -> str:

@@ -123,15 +123,9 @@ def _evaluate_into(
     if not cfg.cache_dir:
         cfg = dataclasses.replace(cfg, cache_dir=str(work / "cache"))
     qids = sorted(q for q in data.qrels if q in data.queries)
+    ids = (identity.inputs["model"], identity.inputs["dataset"])
     (docs, docs_hit), (queries, queries_hit) = encode_judged(
-        cfg.encoding(),
-        model,
-        data,
-        qids,
-        (identity.inputs["model"], identity.inputs["dataset"]),
-        pinned=pinned,
-        executor=executor,
-        lap=clock.lap,
+        cfg.encoding(), model, data, qids, ids, pinned=pinned, executor=executor, lap=clock.lap
     )
     metrics = search_and_score(cfg, docs, queries, data, work / RUN, clock, executor)
     metrics |= {
@@ -183,12 +177,8 @@ def search_and_score(
     # a line every EVERY_S seconds while the shards are built and their workers start
     with built.watch():
         index = ShardedIndex.start(executor, _counted(shards, built), len(ranks), cpus)
-    log.info(
-        "index: %d documents in %d shards (%s)",
-        len(ranks),
-        len(bounds),
-        duration(clock.lap("index")),
-    )
+    seconds = duration(clock.lap("index"))
+    log.info("index: %d documents in %d shards (%s)", len(ranks), len(bounds), seconds)
     try:
         progress = Progress(log, "search", qvec.rows, "queries")
         top = index.search(qvec, cfg.top_k, cfg.query_batch_size, progress=progress)

@@ -104,20 +104,9 @@ def export_checkpoint(
     require_finite(
         weights, f"the {'best' if cfg.select == 'best' else 'final'} weights of {run_dir}"
     )
-    write_model(
-        out / MODEL_DIR,
-        weights,
-        mlm,
-        tokenizer,
-        cfg,
-        card_provenance(
-            named or cfg,
-            total_steps,
-            exported.final,
-            history,
-            int(cast(int, exported.best["step"])) if cfg.select == "best" else total_steps,
-        ),
-    )
+    published = int(cast(int, exported.best["step"])) if cfg.select == "best" else total_steps
+    card = card_provenance(named or cfg, total_steps, exported.final, history, published)
+    write_model(out / MODEL_DIR, weights, mlm, tokenizer, cfg, card)
     atomic_write_text(out / TRAIN_METRICS, "".join(json.dumps(m) + "\n" for m in history))
     return exported
 

@@ -260,13 +260,8 @@ class _Steps:
             # between two log_every steps: where it is, by time (log_every is part of the run's
             # identity)
             per_step = self._per_step(step)
-            log.info(
-                "step %d/%d, %.2f s/step, ETA %s",
-                step,
-                self.total,
-                per_step,
-                self._eta(per_step, step),
-            )
+            eta = self._eta(per_step, step)
+            log.info("step %d/%d, %.2f s/step, ETA %s", step, self.total, per_step, eta)
             self.last_line = time.monotonic()
         if step % self.cfg.checkpoint_every == 0 or step == self.total:
             self._checkpoint(step, metrics)

@@ -342,12 +342,10 @@ def all_licences(prov: Mapping[str, object]) -> list[InputLicence]:
             for key in ("source_model", "target_tokenizer", "bridge_model")
             for item in input_licences(key.replace("_", " "), str(init.get(key, "")))
         ]
-    if tune:
-        found += (
-            tune["licences"]
-            if "licences" in tune
-            else input_licences("training data", tune.get("train", ""))
-        )
+    if "licences" in tune:
+        found += tune["licences"]
+    elif tune:
+        found += input_licences("training data", tune.get("train", ""))
     return found
 
 

@@ -103,13 +103,9 @@ def read_manifest(out_dir: Path) -> Manifest | None:
         return None
     # an empty list is no manifest: every job writes artefacts, so a _SUCCESS naming none vouches
     # for nothing
-    ok = (
-        isinstance(manifest, dict)
-        and isinstance(manifest.get("files"), dict)
-        and bool(manifest["files"])
-    )
-    # written by write_success; only its file list is relied on
-    return cast(Manifest, manifest) if ok else None
+    if isinstance(manifest, dict) and isinstance(manifest.get("files"), dict) and manifest["files"]:
+        return cast(Manifest, manifest)  # written by write_success; only its file list is relied on
+    return None
 
 
 def is_complete(out_dir: Path) -> bool:

@@ -73,9 +73,8 @@ def run_finetune(
     result = _run_finetune(cfg, inputs, executor)
     if not cfg.push_to_hub:
         return result
-    return replace(
-        result, pushed=publish(Path(result.output), MODEL_DIR, cfg.push_to_hub, cfg.scores)
-    )
+    url = publish(Path(result.output), MODEL_DIR, cfg.push_to_hub, cfg.scores)
+    return replace(result, pushed=url)
 
 
 def _run_finetune(

@@ -132,11 +132,9 @@ def worker_body(config: Mapping[str, object], ctx: TrainContext) -> None:
     plan = _loop_plan(cfg, total)
     comm = TorchCollective() if world > 1 else LocalCollective()
     dev_set, tensorboard = loop_cfg["dev"], loop_cfg["tensorboard"]
-    dev = (
-        DevRun.start(dev_set, cfg, encoder, tokenizer, rank, world, str(device), best)
-        if dev_set
-        else None
-    )
+    dev = None
+    if dev_set:
+        dev = DevRun.start(dev_set, cfg, encoder, tokenizer, rank, world, str(device), best)
     steps = _Steps(
         cfg=cfg,
         config=loop_cfg,

@@ -156,11 +156,8 @@ def save_sparse_encoder(
 def max_positions(model: PreTrainedModel) -> int:
     """Usable sequence length of the encoder (RoBERTa reserves padding_idx + 1 positions)."""
     positions = getattr(model.config, "max_position_embeddings", 512)
-    return (
-        positions - 2
-        if getattr(model.config, "model_type", "") in ("roberta", "xlm-roberta")
-        else positions
-    )
+    roberta = getattr(model.config, "model_type", "") in ("roberta", "xlm-roberta")
+    return positions - 2 if roberta else positions
 
 
 def check_push(repo_id: str) -> None:
@@ -342,12 +339,9 @@ class SpladeEncoder(torch.nn.Module):
             return splade_max_pool(
                 transform(hidden), decoder.weight, decoder.bias, mask, self.chunk
             )
-        head = getattr(self.mlm, self.head_name)
         vocab = self.mlm.config.vocab_size
-        chunk = self.chunk or slice_tokens(
-            hidden.shape[0], hidden.shape[1], vocab, hidden.element_size()
-        )
-        return splade_pool_chunked(hidden, mask, head, chunk)
+        chunk = self.chunk or slice_tokens(*hidden.shape[:2], vocab, hidden.element_size())
+        return splade_pool_chunked(hidden, mask, getattr(self.mlm, self.head_name), chunk)
 
     def forward(self, *features: dict[str, torch.Tensor]) -> list[torch.Tensor]:
         return [self.encode(f) for f in features]

@@ -69,9 +69,7 @@ class SpladeMaxPool(torch.autograd.Function):
         chunk: int,
     ) -> torch.Tensor:
         batch, seq, _ = feats.shape
-        step = (
-            chunk if chunk > 0 else slice_tokens(batch, seq, weight.shape[0], feats.element_size())
-        )
+        step = chunk if chunk > 0 else slice_tokens(batch, seq, len(weight), feats.element_size())
         for start in range(0, seq, step):
             # (B, t, V), no graph: inside forward
             logits = F.linear(feats[:, start : start + step], weight, bias)
@@ -83,10 +81,8 @@ class SpladeMaxPool(torch.autograd.Function):
                 best, where = value, pos
             else:  # strictly greater: an earlier slice keeps a tie, as one max over all T would
                 later = value > best
-                best, where = (
-                    torch.where(later, value, best),
-                    torch.where(later, pos + start, where),
-                )
+                best = torch.where(later, value, best)
+                where = torch.where(later, pos + start, where)
         ctx.save_for_backward(feats, weight, where, best)
         ctx.has_bias = bias is not None
         return torch.log1p(best)

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from sembridge_ray.sparse.csr import csr_from_sorted
+from sembridge_ray.sparse.csr import csr_from_entries
 
 Head = Callable[[torch.Tensor], torch.Tensor]
 
@@ -99,17 +99,11 @@ class SpladeMaxPool(torch.autograd.Function):
         # (nnz,) the token row of each entry in the flattened (B·T, V) gradient
         rows = b * seq + where[b, v]
         grad_feats = grad_weight = grad_bias = None
-        if ctx.needs_input_grad[0]:
-            order = torch.argsort(rows, stable=True)  # token-major, terms ascending within a token
-            grad_logits = csr_from_sorted(
-                rows[order], v[order], values[order], batch * seq, weight.shape[0]
-            )  # (B·T, V)
+        if ctx.needs_input_grad[0]:  # (B·T, V): token-major, terms ascending within a token
+            grad_logits = csr_from_entries(rows, v, values, batch * seq, weight.shape[0])
             grad_feats = (grad_logits @ weight).view(batch, seq, hidden).to(feats.dtype)
-        if ctx.needs_input_grad[1]:
-            order = torch.argsort(v, stable=True)  # term-major, rows ascending within a term
-            grad_logits_t = csr_from_sorted(
-                v[order], rows[order], values[order], weight.shape[0], batch * seq
-            )
+        if ctx.needs_input_grad[1]:  # (V, B·T): term-major, rows ascending within a term
+            grad_logits_t = csr_from_entries(v, rows, values, weight.shape[0], batch * seq)
             grad_weight = grad_logits_t @ feats.reshape(batch * seq, hidden).to(dtype)  # (V, H)
         if ctx.has_bias and ctx.needs_input_grad[2]:
             grad_bias = coef.sum(dim=0).to(dtype)

@@ -33,7 +33,7 @@ from sembridge_ray.sparse.loop import RngState, TrainState
 
 log = logging.getLogger(__name__)
 STATE, TRAIN_METRICS, PREFIX = "state.pt", "metrics.jsonl", "step_"
-BEST, RUN_CONFIG = "best.pt", "config.json"
+BEST, RUN_CONFIG, MANIFEST = "best.pt", "config.json", "complete-rank{}.json"
 # Ray Train V2's registry of a run's reported checkpoints (ray.train.v2._internal.constants); Ray
 # refuses to start a run whose registry names a directory that is gone
 # (CheckpointManagerInitializationError).
@@ -112,7 +112,7 @@ def write_part(
             torch.save(part, directory / name)
     files = [name for name, part in parts.items() if part is not None]
     manifest = {"world": world, "files": {name: sha256_file(directory / name) for name in files}}
-    (directory / f"complete-rank{rank}.json").write_text(json.dumps(manifest), encoding="utf-8")
+    (directory / MANIFEST.format(rank)).write_text(json.dumps(manifest), encoding="utf-8")
 
 
 def checkpoint_problem(directory: Path) -> str | None:
@@ -123,13 +123,9 @@ def checkpoint_problem(directory: Path) -> str | None:
     if not directory.is_dir():
         return "the directory is missing"
     try:
-        world = int(
-            json.loads((directory / "complete-rank0.json").read_text(encoding="utf-8"))["world"]
-        )
-        for rank in range(world):
-            manifest = json.loads(
-                (directory / f"complete-rank{rank}.json").read_text(encoding="utf-8")
-            )
+        world = json.loads((directory / MANIFEST.format(0)).read_text(encoding="utf-8"))["world"]
+        for rank in range(int(world)):
+            manifest = json.loads((directory / MANIFEST.format(rank)).read_text(encoding="utf-8"))
             for name, digest in manifest["files"].items():
                 if sha256_file(directory / name) != digest:
                     return f"{name} does not match its checksum"

@@ -286,8 +286,7 @@ class _RobertaTransform(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         head: Any = self.head[0]  # a RobertaLMHead: dense, then gelu, then layer_norm
-        normed: torch.Tensor = head.layer_norm(torch.nn.functional.gelu(head.dense(x)))
-        return normed
+        return cast(torch.Tensor, head.layer_norm(torch.nn.functional.gelu(head.dense(x))))
 
 
 @torch.no_grad()

@@ -115,11 +115,9 @@ def autocast_for(device: torch.device, precision: str) -> contextlib.AbstractCon
     """bf16 autocast on ``device`` when ``precision`` is bf16; nothing for fp32."""
     if precision not in ("fp32", "bf16"):
         raise ValueError(f"precision must be fp32 or bf16 once resolved, got {precision!r}")
-    return (
-        torch.autocast(device.type, dtype=torch.bfloat16)
-        if precision == "bf16"
-        else contextlib.nullcontext()
-    )
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=torch.bfloat16)
 
 
 def encode_texts(

@@ -106,10 +106,9 @@ def read_pooling(model_dir: str | Path) -> dict[str, str]:
     path = Path(model_dir)
     for module in _modules(path):
         if str(module.get("type", "")).endswith("SpladePooling"):
+            file = path / str(module.get("path", "")) / "config.json"
             try:
-                config = json.loads(
-                    (path / str(module.get("path", "")) / "config.json").read_text(encoding="utf-8")
-                )
+                config = json.loads(file.read_text(encoding="utf-8"))
             except (OSError, ValueError):
                 break
             return {k: str(config.get(k, v)) for k, v in MAX_RELU.items()}
@@ -339,7 +338,9 @@ class SpladeEncoder(torch.nn.Module):
                 transform(hidden), decoder.weight, decoder.bias, mask, self.chunk
             )
         vocab = self.mlm.config.vocab_size
-        chunk = self.chunk or slice_tokens(*hidden.shape[:2], vocab, hidden.element_size())
+        chunk = self.chunk or slice_tokens(
+            hidden.shape[0], hidden.shape[1], vocab, hidden.element_size()
+        )
         return splade_pool_chunked(hidden, mask, getattr(self.mlm, self.head_name), chunk)
 
     def forward(self, *features: dict[str, torch.Tensor]) -> list[torch.Tensor]:

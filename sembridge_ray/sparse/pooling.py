@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -123,8 +123,7 @@ def splade_max_pool(
     Values equal :func:`splade_pool`; so do the gradients (to feats, weight and bias), with ties
     between tokens going to the first position. ``chunk`` > 0 projects that many tokens at a time; 0
     sizes slices to :data:`POOL_BUDGET_BYTES` (the whole sequence when it fits)."""
-    pooled: torch.Tensor = SpladeMaxPool.apply(feats, weight, bias, mask, chunk)  # type: ignore[no-untyped-call]
-    return pooled
+    return cast(torch.Tensor, SpladeMaxPool.apply(feats, weight, bias, mask, chunk))  # type: ignore[no-untyped-call]
 
 
 def splade_pool_chunked(

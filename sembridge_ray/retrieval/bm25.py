@@ -47,10 +47,8 @@ def pieces(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str]) -> list[lis
     """Each text as the tokenizer's pieces (ids as strings: a piece is its id), no special tokens,
     whole (no truncation)."""
     # verbose=False: no warning that a text is longer than the model's positions (BM25 has none)
-    ids = tokenizer(list(texts), add_special_tokens=False, truncation=False, verbose=False)[
-        "input_ids"
-    ]
-    return [[str(i) for i in row] for row in ids]
+    encoded = tokenizer(list(texts), add_special_tokens=False, truncation=False, verbose=False)
+    return [[str(i) for i in row] for row in encoded["input_ids"]]
 
 
 def bm25_run(

@@ -112,14 +112,13 @@ def load_judged(spec: str, split: str, max_queries: int = 0, seed: int = 0) -> D
         raise InputError(
             f"development set {spec!r}: no judged query of split {data.split!r} has a text"
         )
-    rows = STAGE_ROWS
     chunks = [
         DevChunk(
             role="document",
             ids=[str(i) for i in t.column(ID).to_pylist()],
             texts=[str(x) for x in t.column(TEXT).to_pylist()],
         )
-        for t in data.corpus.batches(rows)
+        for t in data.corpus.batches(STAGE_ROWS)
         if t.num_rows
     ]
     if not (documents := sum(len(c.ids) for c in chunks)):
@@ -127,10 +126,10 @@ def load_judged(spec: str, split: str, max_queries: int = 0, seed: int = 0) -> D
     chunks += [
         DevChunk(
             role="query",
-            ids=qids[i : i + rows],
-            texts=[data.queries[q] for q in qids[i : i + rows]],
+            ids=qids[i : i + STAGE_ROWS],
+            texts=[data.queries[q] for q in qids[i : i + STAGE_ROWS]],
         )
-        for i in range(0, len(qids), rows)
+        for i in range(0, len(qids), STAGE_ROWS)
     ]
     log.info(
         "development set %s (%s): %d queries, %d documents", spec, data.split, len(qids), documents
@@ -178,9 +177,8 @@ def score_queries(
     top = _search(shard, qvec, top_k, QUERY_BATCH)
     run = parse_run(run_lines(qids, top, sorted_ids, RUN_TAG))
     per_query = per_query_metrics(dev.qrels, run)
-    metrics = mean_metrics(per_query)
     figures = {
-        DEV_PRIMARY: metrics["nDCG@10"],
+        DEV_PRIMARY: mean_metrics(per_query)["nDCG@10"],
         DEV_DIMS_Q: float(term_counts(qvec.indices, 0).sum() / len(qids)) if qids else 0.0,
         DEV_DIMS_D: float(term_counts(vectors.indices, 0).sum() / len(doc_ids)),
     }

@@ -88,16 +88,7 @@ def encode_corpus(
     ``executor``; ``pinned`` (required: the cache is shared between jobs, :func:`sembridge_ray.runtime.identity.pin`)
     raises when the model or dataset is no longer the one ``key`` names (then no entry is published
     under it)."""
-    entry = fingerprint(
-        "docs",
-        ENCODING_VERSION,
-        key,
-        cfg.max_doc_length,
-        cfg.doc_max_active_dims,
-        cfg.stage_rows,
-        cfg.encode_batch_size,
-        *([cfg.precision] if cfg.precision != "fp32" else []),  # fp32 entries keep their keys
-    )
+    entry = _entry(cfg, "docs", key, cfg.max_doc_length, cfg.doc_max_active_dims)
 
     def build(tmp: Path) -> dict[str, int]:
         files = stage_corpus(data.corpus.batches(cfg.stage_rows), tmp / "staged")
@@ -109,7 +100,7 @@ def encode_corpus(
         pinned()
         return {"rows": rows}
 
-    return cached(cache / f"docs-{entry}", build)
+    return cached(cache / entry, build)
 
 
 def encode_queries(
@@ -125,17 +116,7 @@ def encode_queries(
 ) -> tuple[Path, bool]:
     """The vectors of the qrels queries that have text (cached; ``pinned`` as for
     :func:`encode_corpus`)."""
-    entry = fingerprint(
-        "queries",
-        ENCODING_VERSION,
-        key,
-        cfg.max_query_length,
-        cfg.query_max_active_dims,
-        qids,
-        cfg.stage_rows,
-        cfg.encode_batch_size,
-        *([cfg.precision] if cfg.precision != "fp32" else []),
-    )
+    entry = _entry(cfg, "queries", key, cfg.max_query_length, cfg.query_max_active_dims, qids)
 
     def build(tmp: Path) -> dict[str, int]:
         if qids:
@@ -147,7 +128,15 @@ def encode_queries(
             pinned()
         return {"rows": len(qids)}
 
-    return cached(cache / f"queries-{entry}", build)
+    return cached(cache / entry, build)
+
+
+def _entry(cfg: Encoding, kind: str, *parts: object) -> str:
+    """The cache entry of ``kind``'s encoding: its fingerprint covers ``parts``, the staging and
+    batch sizes, and a precision other than fp32 (fp32 entries keep their keys)."""
+    precision = [cfg.precision] if cfg.precision != "fp32" else []
+    sizes = (cfg.stage_rows, cfg.encode_batch_size)
+    return f"{kind}-{fingerprint(kind, ENCODING_VERSION, *parts, *sizes, *precision)}"
 
 
 def encode(

@@ -250,11 +250,8 @@ def _maxscore_row(
     theta = float(np.sort(exact)[-k]) if len(exact) >= k else 0.0
     rest = by_cost[np.isin(by_cost, first, invert=True)][::-1]  # the rest, longest lists first
     spent = np.cumsum(bound[rest])
-    skip = (
-        rest[: int(np.searchsorted(spent, theta - slack, side="left"))]
-        if theta > slack
-        else rest[:0]
-    )
+    cut = int(np.searchsorted(spent, theta - slack, side="left")) if theta > slack else 0
+    skip = rest[:cut]
     if theta <= 0 or not len(skip):
         acc.fill(0.0)
         accumulate(acc, shard, terms, values)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Required, TypedDict, cast
 
@@ -32,13 +32,8 @@ from sembridge_ray.runtime.outputs import atomic_write_text, sha256_file
 from sembridge_ray.sparse.loop import RngState, TrainState
 
 log = logging.getLogger(__name__)
-STATE, TRAIN_METRICS, PREFIX, BEST, RUN_CONFIG = (
-    "state.pt",
-    "metrics.jsonl",
-    "step_",
-    "best.pt",
-    "config.json",
-)
+STATE, TRAIN_METRICS, PREFIX = "state.pt", "metrics.jsonl", "step_"
+BEST, RUN_CONFIG, MANIFEST = "best.pt", "config.json", "complete-rank{}.json"
 # Ray Train V2's registry of a run's reported checkpoints (ray.train.v2._internal.constants); Ray
 # refuses to start a run whose registry names a directory that is gone
 # (CheckpointManagerInitializationError).
@@ -108,21 +103,16 @@ def write_part(
     exportable alone). ``rng`` is a :class:`~sembridge_ray.sparse.loop.RngState`, ``state`` a
     ``TrainState``; all are saved as given."""
     directory = Path(directory)
-    files: dict[str, Callable[[Path], object]] = {
-        f"rng-rank{rank}.pt": lambda p: torch.save(rng, p)
-    }
-    if state is not None:
-        files[STATE] = lambda p: torch.save(state, p)
-    if best is not None:
-        files[BEST] = lambda p: torch.save(best, p)
-    if config_text is not None:
-        files[RUN_CONFIG] = lambda p: p.write_text(config_text, encoding="utf-8")
-    if metrics_text is not None:
-        files[TRAIN_METRICS] = lambda p: p.write_text(metrics_text, encoding="utf-8")
-    for name, write in files.items():
-        write(directory / name)
+    parts: dict[str, object] = {f"rng-rank{rank}.pt": rng, STATE: state, BEST: best}
+    parts |= {RUN_CONFIG: config_text, TRAIN_METRICS: metrics_text}
+    for name, part in parts.items():
+        if isinstance(part, str):  # the config and the metrics
+            (directory / name).write_text(part, encoding="utf-8")
+        elif part is not None:
+            torch.save(part, directory / name)
+    files = [name for name, part in parts.items() if part is not None]
     manifest = {"world": world, "files": {name: sha256_file(directory / name) for name in files}}
-    (directory / f"complete-rank{rank}.json").write_text(json.dumps(manifest), encoding="utf-8")
+    (directory / MANIFEST.format(rank)).write_text(json.dumps(manifest), encoding="utf-8")
 
 
 def checkpoint_problem(directory: Path) -> str | None:
@@ -133,13 +123,9 @@ def checkpoint_problem(directory: Path) -> str | None:
     if not directory.is_dir():
         return "the directory is missing"
     try:
-        world = int(
-            json.loads((directory / "complete-rank0.json").read_text(encoding="utf-8"))["world"]
-        )
-        for rank in range(world):
-            manifest = json.loads(
-                (directory / f"complete-rank{rank}.json").read_text(encoding="utf-8")
-            )
+        world = json.loads((directory / MANIFEST.format(0)).read_text(encoding="utf-8"))["world"]
+        for rank in range(int(world)):
+            manifest = json.loads((directory / MANIFEST.format(rank)).read_text(encoding="utf-8"))
             for name, digest in manifest["files"].items():
                 if sha256_file(directory / name) != digest:
                     return f"{name} does not match its checksum"
@@ -245,10 +231,8 @@ def without_checkpoints(snapshot: Mapping[str, object], names: set[str]) -> dict
 
     registry = cast(Registry, snapshot)  # Ray's layout, or a KeyError / TypeError
     out = dict(snapshot)
-    results = list(
-        zip(registry["checkpoint_results"], registry["checkpoint_report_indices"], strict=True)
-    )
-    results = [(entry, index) for entry, index in results if kept(entry)]
+    pairs = zip(registry["checkpoint_results"], registry["checkpoint_report_indices"], strict=True)
+    results = [(entry, index) for entry, index in pairs if kept(entry)]
     out["checkpoint_results"] = [entry for entry, _ in results]
     out["checkpoint_report_indices"] = [index for _, index in results]
     latest = registry.get("latest_checkpoint_result")
@@ -301,8 +285,6 @@ def load_best(directory: Path) -> BestState | None:
     """The best evaluated weights a checkpoint carries; None when it has none (no development set,
     or no evaluation that was not collapsed)."""
     path = Path(directory) / BEST
-    return (
-        cast(BestState, torch.load(path, map_location="cpu", weights_only=True))
-        if path.is_file()
-        else None
-    )
+    if not path.is_file():
+        return None
+    return cast(BestState, torch.load(path, map_location="cpu", weights_only=True))

@@ -19,12 +19,11 @@ import torch
 import torch.nn.functional as F
 
 from sembridge_ray.data.schema import ID, INDICES, SPARSE_SCHEMA, VALUES
+from sembridge_ray.sparse.pooling import POOL_BUDGET_BYTES, Head
 
 if TYPE_CHECKING:
     from sentence_transformers import SparseEncoder
     from transformers import PreTrainedModel
-
-    from sembridge_ray.sparse.pooling import Head
 
 
 def sparse_rows(
@@ -36,17 +35,7 @@ def sparse_rows(
     ``--doc-max-active-dims`` pruning.
     """
     dense = (emb.to_dense() if emb.is_sparse else emb).detach().float().cpu()
-    indices, values = [], []
-    for row in dense:
-        nz = torch.nonzero(row > 0).squeeze(1)
-        vals = row[nz]
-        if max_active_dims is not None and nz.numel() > max_active_dims:
-            # stable sort of -value keeps the lower index first among equal values
-            keep = torch.sort(torch.argsort(-vals, stable=True)[:max_active_dims]).values
-            nz, vals = nz[keep], vals[keep]
-        indices.append(nz.numpy().astype(np.int32))
-        values.append(vals.numpy().astype(np.float32))
-    return indices, values
+    return device_rows(dense, max_active_dims)
 
 
 Rows = tuple[list[np.ndarray], list[np.ndarray]]
@@ -54,8 +43,6 @@ ROLE_PROMPTS = {"query": ("query",), "document": ("document", "passage", "corpus
 """Prompt names ``SparseEncoder.encode_query``/``encode_document`` would use: a model with one takes
 ST's own path."""
 ENCODER_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
-# token logits held at once while pooling (fp32: ~2,100 tokens at V = 30,522)
-POOL_BUDGET_BYTES = 256 << 20
 
 
 def fast_parts(
@@ -119,19 +106,18 @@ def device_rows(pooled: torch.Tensor, max_active_dims: int | None = None) -> Row
     rows, cols = torch.nonzero(pooled > 0, as_tuple=True)
     values = pooled[rows, cols].float().cpu().numpy()
     cols_np = cols.to(torch.int32).cpu().numpy()
-    cuts = np.cumsum(torch.bincount(rows, minlength=pooled.shape[0]).cpu().numpy())[:-1]
-    return list(np.split(cols_np, cuts)), list(np.split(values, cuts))
+    # a cut after every row: the last piece is empty (and the only one for no row)
+    cuts = np.cumsum(torch.bincount(rows, minlength=pooled.shape[0]).cpu().numpy())
+    return np.split(cols_np, cuts)[:-1], np.split(values, cuts)[:-1]
 
 
 def autocast_for(device: torch.device, precision: str) -> contextlib.AbstractContextManager[Any]:
     """bf16 autocast on ``device`` when ``precision`` is bf16; nothing for fp32."""
     if precision not in ("fp32", "bf16"):
         raise ValueError(f"precision must be fp32 or bf16 once resolved, got {precision!r}")
-    return (
-        torch.autocast(device.type, dtype=torch.bfloat16)
-        if precision == "bf16"
-        else contextlib.nullcontext()
-    )
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=torch.bfloat16)
 
 
 def encode_texts(

@@ -57,12 +57,8 @@ class SparseEncodeUDF:
             max_length=max_length,
             trust_remote_code=trust_remote_code,
         )
-        self.max_active_dims, self.batch_size, self.precision = (
-            max_active_dims,
-            batch_size,
-            precision,
-        )
-        self.out_dir, self.role = Path(out_dir), role
+        self.max_active_dims, self.batch_size = max_active_dims, batch_size
+        self.precision, self.out_dir, self.role = precision, Path(out_dir), role
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         written, counts = [], []
@@ -70,10 +66,8 @@ class SparseEncodeUDF:
             table = pq.read_table(path, columns=[ID, TEXT])
             texts = [str(t) for t in table.column(TEXT).to_pylist()]
             # a staged file can take minutes: this actor says how far it is, every EVERY_S seconds
-            what = (
-                f"encoding {'queries' if self.role == 'query' else 'documents'} ({Path(path).name})"
-            )
-            progress = Progress(log, what, len(texts), "texts")
+            side = "queries" if self.role == "query" else "documents"
+            progress = Progress(log, f"encoding {side} ({Path(path).name})", len(texts), "texts")
             indices, values = encode_texts(
                 self.model,
                 texts,
@@ -83,12 +77,10 @@ class SparseEncodeUDF:
                 self.precision,
                 done=progress.add,
             )
+            ids = [str(i) for i in table.column(ID).to_pylist()]
             target = self.out_dir / Path(path).name
             with atomic_path(target) as tmp:
-                pq.write_table(
-                    sparse_table([str(i) for i in table.column(ID).to_pylist()], indices, values),
-                    tmp,
-                )
+                pq.write_table(sparse_table(ids, indices, values), tmp)
             written.append(str(target))
             counts.append(table.num_rows)
         return pa.table({PATH: written, ROWS: pa.array(counts, pa.int64())})

@@ -33,8 +33,7 @@ def nonfinite(tensors: Mapping[str, torch.Tensor]) -> list[str]:
 def require_finite(tensors: Mapping[str, torch.Tensor], what: str, hint: str = "") -> None:
     """Raise :class:`NonFiniteError` when a tensor of ``tensors`` is not finite: ``what`` says whose
     they are."""
-    bad = nonfinite(tensors)
-    if bad:
+    if bad := nonfinite(tensors):
         raise NonFiniteError(
             f"{what}: NaN or infinite values in {len(bad)} weight tensor(s) (first: {bad[0]})"
             + (f"; {hint}" if hint else "")

@@ -106,10 +106,9 @@ def read_pooling(model_dir: str | Path) -> dict[str, str]:
     path = Path(model_dir)
     for module in _modules(path):
         if str(module.get("type", "")).endswith("SpladePooling"):
+            file = path / str(module.get("path", "")) / "config.json"
             try:
-                config = json.loads(
-                    (path / str(module.get("path", "")) / "config.json").read_text(encoding="utf-8")
-                )
+                config = json.loads(file.read_text(encoding="utf-8"))
             except (OSError, ValueError):
                 break
             return {k: str(config.get(k, v)) for k, v in MAX_RELU.items()}
@@ -156,11 +155,8 @@ def save_sparse_encoder(
 def max_positions(model: PreTrainedModel) -> int:
     """Usable sequence length of the encoder (RoBERTa reserves padding_idx + 1 positions)."""
     positions = getattr(model.config, "max_position_embeddings", 512)
-    return (
-        positions - 2
-        if getattr(model.config, "model_type", "") in ("roberta", "xlm-roberta")
-        else positions
-    )
+    roberta = getattr(model.config, "model_type", "") in ("roberta", "xlm-roberta")
+    return positions - 2 if roberta else positions
 
 
 def check_push(repo_id: str) -> None:
@@ -289,8 +285,7 @@ class _RobertaTransform(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         head: Any = self.head[0]  # a RobertaLMHead: dense, then gelu, then layer_norm
-        normed: torch.Tensor = head.layer_norm(torch.nn.functional.gelu(head.dense(x)))
-        return normed
+        return cast(torch.Tensor, head.layer_norm(torch.nn.functional.gelu(head.dense(x))))
 
 
 @torch.no_grad()
@@ -342,12 +337,11 @@ class SpladeEncoder(torch.nn.Module):
             return splade_max_pool(
                 transform(hidden), decoder.weight, decoder.bias, mask, self.chunk
             )
-        head = getattr(self.mlm, self.head_name)
         vocab = self.mlm.config.vocab_size
         chunk = self.chunk or slice_tokens(
             hidden.shape[0], hidden.shape[1], vocab, hidden.element_size()
         )
-        return splade_pool_chunked(hidden, mask, head, chunk)
+        return splade_pool_chunked(hidden, mask, getattr(self.mlm, self.head_name), chunk)
 
     def forward(self, *features: dict[str, torch.Tensor]) -> list[torch.Tensor]:
         return [self.encode(f) for f in features]

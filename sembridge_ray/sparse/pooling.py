@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from sembridge_ray.sparse.csr import csr_from_sorted
+from sembridge_ray.sparse.csr import csr_from_entries
 
 Head = Callable[[torch.Tensor], torch.Tensor]
 
@@ -69,9 +69,7 @@ class SpladeMaxPool(torch.autograd.Function):
         chunk: int,
     ) -> torch.Tensor:
         batch, seq, _ = feats.shape
-        step = (
-            chunk if chunk > 0 else slice_tokens(batch, seq, weight.shape[0], feats.element_size())
-        )
+        step = chunk if chunk > 0 else slice_tokens(batch, seq, len(weight), feats.element_size())
         for start in range(0, seq, step):
             # (B, t, V), no graph: inside forward
             logits = F.linear(feats[:, start : start + step], weight, bias)
@@ -83,10 +81,8 @@ class SpladeMaxPool(torch.autograd.Function):
                 best, where = value, pos
             else:  # strictly greater: an earlier slice keeps a tie, as one max over all T would
                 later = value > best
-                best, where = (
-                    torch.where(later, value, best),
-                    torch.where(later, pos + start, where),
-                )
+                best = torch.where(later, value, best)
+                where = torch.where(later, pos + start, where)
         ctx.save_for_backward(feats, weight, where, best)
         ctx.has_bias = bias is not None
         return torch.log1p(best)
@@ -103,17 +99,11 @@ class SpladeMaxPool(torch.autograd.Function):
         # (nnz,) the token row of each entry in the flattened (B·T, V) gradient
         rows = b * seq + where[b, v]
         grad_feats = grad_weight = grad_bias = None
-        if ctx.needs_input_grad[0]:
-            order = torch.argsort(rows, stable=True)  # token-major, terms ascending within a token
-            grad_logits = csr_from_sorted(
-                rows[order], v[order], values[order], batch * seq, weight.shape[0]
-            )  # (B·T, V)
+        if ctx.needs_input_grad[0]:  # (B·T, V): token-major, terms ascending within a token
+            grad_logits = csr_from_entries(rows, v, values, batch * seq, weight.shape[0])
             grad_feats = (grad_logits @ weight).view(batch, seq, hidden).to(feats.dtype)
-        if ctx.needs_input_grad[1]:
-            order = torch.argsort(v, stable=True)  # term-major, rows ascending within a term
-            grad_logits_t = csr_from_sorted(
-                v[order], rows[order], values[order], weight.shape[0], batch * seq
-            )
+        if ctx.needs_input_grad[1]:  # (V, B·T): term-major, rows ascending within a term
+            grad_logits_t = csr_from_entries(v, rows, values, weight.shape[0], batch * seq)
             grad_weight = grad_logits_t @ feats.reshape(batch * seq, hidden).to(dtype)  # (V, H)
         if ctx.has_bias and ctx.needs_input_grad[2]:
             grad_bias = coef.sum(dim=0).to(dtype)
@@ -133,8 +123,7 @@ def splade_max_pool(
     Values equal :func:`splade_pool`; so do the gradients (to feats, weight and bias), with ties
     between tokens going to the first position. ``chunk`` > 0 projects that many tokens at a time; 0
     sizes slices to :data:`POOL_BUDGET_BYTES` (the whole sequence when it fits)."""
-    pooled: torch.Tensor = SpladeMaxPool.apply(feats, weight, bias, mask, chunk)  # type: ignore[no-untyped-call]
-    return pooled
+    return cast(torch.Tensor, SpladeMaxPool.apply(feats, weight, bias, mask, chunk))  # type: ignore[no-untyped-call]
 
 
 def splade_pool_chunked(

@@ -28,9 +28,7 @@ def quadratic_warmup(step: int, total_steps: int, fraction: float = 1 / 3) -> fl
     It reaches 1 at the end of the first ``fraction`` of training; ``fraction <= 0`` disables the
     warm-up."""
     span = fraction * total_steps
-    if span <= 0:
-        return 1.0
-    return min(1.0, (step / span) ** 2)
+    return 1.0 if span <= 0 else min(1.0, (step / span) ** 2)
 
 
 def anti_collapse(q_reps: torch.Tensor, d_reps: torch.Tensor) -> torch.Tensor:

@@ -127,13 +127,8 @@ def compute_rows(
     )
 
 
-ROW_COLS, ROW_WEIGHTS, ROW_IN, ROW_OUT, ROW_BIAS = (
-    "source_ids",
-    "weights",
-    "inputs",
-    "outputs",
-    "bias",
-)
+ROW_COLS, ROW_WEIGHTS = "source_ids", "weights"
+ROW_IN, ROW_OUT, ROW_BIAS = "inputs", "outputs", "bias"
 
 
 def rows_table(new: NewRows) -> pa.Table:

@@ -80,12 +80,10 @@ show the same tokens side by side (``seed`` shapes what the random rows are, nev
 report shows)."""
 
 
-def sample_rows(
-    prov: pa.Table, source_tokens: dict[int, str], n: int, seed: int = SAMPLE_SEED
-) -> list[Sample]:
+def sample_rows(prov: pa.Table, source_tokens: dict[int, str], n: int) -> list[Sample]:
     """``n`` bridged target tokens (seeded choice) with their top-3 source tokens and weights."""
     bridged = [i for i, k in enumerate(prov.column(KIND).to_pylist()) if k == "bridge"]
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(SAMPLE_SEED)
     chosen = sorted(rng.choice(bridged, size=min(n, len(bridged)), replace=False).tolist())
     out: list[Sample] = []
     for row in chosen:

@@ -65,13 +65,9 @@ def init_report(
 
 def support_histogram(prov: pa.Table) -> dict[str, int]:
     """Number of bridge rows per support size (non-zero weights)."""
-    kinds = prov.column(KIND).to_pylist()
-    sizes = [
-        len(s)
-        for s, k in zip(prov.column(SOURCE_IDS).to_pylist(), kinds, strict=True)
-        if k == "bridge"
-    ]
-    return {str(size): count for size, count in sorted(Counter(sizes).items())}
+    columns = (prov.column(c).to_pylist() for c in (SOURCE_IDS, KIND))
+    sizes = Counter(len(ids) for ids, kind in zip(*columns, strict=True) if kind == "bridge")
+    return {str(size): count for size, count in sorted(sizes.items())}
 
 
 SAMPLE_SEED = 0
@@ -151,11 +147,8 @@ def position_stats(
         "zero_weight": sum(s["zero_weight"] for s in stats.values()),
     }
     for entry in [*stats.values(), total]:
-        entry["zero_weight_share"] = (
-            round(entry["zero_weight"] / entry["with_counterpart"], 4)
-            if entry["with_counterpart"]
-            else None
-        )
+        found = entry["with_counterpart"]
+        entry["zero_weight_share"] = round(entry["zero_weight"] / found, 4) if found else None
     return {
         "exact_counterpart": {**stats, "all": total},
         "support_histogram": {

@@ -21,10 +21,9 @@ from sembridge_ray.runtime.errors import InputError
 def remap_columns(weights: torch.Tensor, columns: torch.Tensor, m: int) -> torch.Tensor:
     """CSR over a candidate subset -> CSR over all ``m`` source ids (``columns`` ascending keeps
     rows sorted)."""
-    cols = columns[weights.col_indices()]
     return torch.sparse_csr_tensor(
         weights.crow_indices(),
-        cols,
+        columns[weights.col_indices()],
         weights.values(),
         size=(weights.shape[0], m),
         check_invariants=False,
@@ -95,12 +94,11 @@ def method_weights(
         source_vecs[pool], "source_vecs", dev, screen_dtype_for(precision, dev)
     )
     rows = _pool_weights(new_vecs, pool_vecs, rule, dev, support)
-    if not (weighting.position_aware and classes is not None):
-        return remap_columns(rows(None, None), pool, m)
-    new_classes, source_classes = classes
-    return remap_columns(
-        class_weights(rows, new_classes, source_classes[pool], weighting.position_penalty), pool, m
-    )
+    if weighting.position_aware and classes is not None:
+        weights = class_weights(rows, classes[0], classes[1][pool], weighting.position_penalty)
+    else:
+        weights = rows(None, None)
+    return remap_columns(weights, pool, m)
 
 
 def _pool_weights(

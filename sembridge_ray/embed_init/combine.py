@@ -79,8 +79,7 @@ def compose_bias(part: Partition, new: NewRows, bias: torch.Tensor, policy: str)
         return torch.zeros(part.size, dtype=bias.dtype)
     if policy == "index":
         out = torch.zeros(part.size, dtype=bias.dtype)
-        n = min(part.size, len(bias))
-        out[:n] = bias[:n]
+        out[: len(bias)] = bias[: part.size]
         return out
     if policy not in ("remap", "frequency"):
         raise ValueError(f"unknown bias policy {policy!r}")

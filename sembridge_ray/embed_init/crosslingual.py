@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import torch
 
+from sembridge_ray.sparse.csr import csr_from_sorted
+
 NEIGHBOURS = 10
 """The neighbourhood of CSLS and of the ratio margin (Conneau et al. 2018 use 10)."""
 
@@ -55,11 +57,7 @@ def drop_rows(weights: torch.Tensor, dropped: torch.Tensor) -> torch.Tensor:
     """weights (n, S) CSR, dropped (n,) bool -> the CSR with the ``dropped`` rows emptied."""
     at, cols, vals = _entries(weights)
     kept = ~dropped[at]
-    counts = torch.bincount(at[kept], minlength=len(dropped))
-    crow = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
-    return torch.sparse_csr_tensor(
-        crow, cols[kept], vals[kept], tuple(weights.shape), check_invariants=True
-    )
+    return csr_from_sorted(at[kept], cols[kept], vals[kept], weights.shape[0], weights.shape[1])
 
 
 def _unit(x: torch.Tensor) -> torch.Tensor:

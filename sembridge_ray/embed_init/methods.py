@@ -114,13 +114,8 @@ class InitMethod:
     defaults, a conflicting value refused."""
 
     def __post_init__(self) -> None:
-        rules = (
-            self.similarity is not None,
-            self.anchor_code is not None,
-            self.rows is not None,
-            self.decomposes,
-        )
-        if sum(rules) != 1:
+        rules = (self.similarity, self.anchor_code, self.rows)
+        if sum(rule is not None for rule in rules) + self.decomposes != 1:
             raise ValueError(
                 f"init method {self.name!r} needs exactly one of a similarity rule, an anchor code, explicit rows or "
                 "decomposition"

@@ -127,13 +127,8 @@ def compute_rows(
     )
 
 
-ROW_COLS, ROW_WEIGHTS, ROW_IN, ROW_OUT, ROW_BIAS = (
-    "source_ids",
-    "weights",
-    "inputs",
-    "outputs",
-    "bias",
-)
+ROW_COLS, ROW_WEIGHTS = "source_ids", "weights"
+ROW_IN, ROW_OUT, ROW_BIAS = "inputs", "outputs", "bias"
 
 
 def rows_table(new: NewRows) -> pa.Table:
@@ -355,15 +350,13 @@ def no_new_rows(
 ) -> NewRows:
     """The NewRows of an init with no target token left to initialise (a target vocabulary inside
     the source's)."""
-    empty = torch.zeros((0, *e_in.shape[1:]), dtype=e_in.dtype)
     # no rows: crow [0], no columns or values
     weights = torch.zeros((0, len(e_in)), dtype=torch.float32).to_sparse_csr() if bridged else None
-    out = None if e_out is None else torch.zeros((0, *e_out.shape[1:]), dtype=e_out.dtype)
     return NewRows(
         target_ids=np.zeros(0, np.int64),
-        inputs=empty,
+        inputs=e_in[:0].clone(),
         weights=weights,
-        outputs=out,
+        outputs=None if e_out is None else e_out[:0].clone(),
         bias=None if bias is None else bias[:0].clone(),
     )
 

@@ -65,6 +65,7 @@ import torch
 from sembridge_ray.embed_init.config import BridgeSpace
 from sembridge_ray.embed_init.vocab import VocabIndex, canonical, tokenizer_family
 from sembridge_ray.runtime.errors import InputError
+from sembridge_ray.sparse.csr import csr_from_sorted
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -133,9 +134,7 @@ def decompose(canon: str, index: VocabIndex, folded: dict[str, int], longest: in
     while i < n:
         for j in range(min(n, i + longest), i, -1):
             piece = canon[i:j]
-            hit = index.exact.get(piece)
-            if hit is None:
-                hit = folded.get(piece.lower())
+            hit = index.exact.get(piece, folded.get(piece.lower()))
             if hit is not None:
                 out.append(hit)
                 i = j
@@ -175,19 +174,13 @@ def fvt_weights(
     cols: list[int] = []
     vals: list[float] = []
     for row, tid in enumerate(ids):
-        pieces = (
-            decompose(canonical(tokens[tid], family), index, folded, longest)
-            if tid in tokens
-            else []
-        )
-        counts = Counter(pieces)
-        for sid in sorted(counts):
+        form = canonical(tokens[tid], family) if tid in tokens else ""
+        pieces = decompose(form, index, folded, longest)
+        for sid, count in sorted(Counter(pieces).items()):
             rows.append(row)
             cols.append(sid)
-            vals.append(counts[sid] / len(pieces))
-    return _csr(
-        np.array(rows, np.int64), np.array(cols, np.int64), np.array(vals, np.float64), len(ids), m
-    )
+            vals.append(count / len(pieces))
+    return _csr(np.array(rows), np.array(cols), np.array(vals), len(ids), m)
 
 
 def select_rows(weights: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
@@ -228,7 +221,7 @@ def blend(bridge: torch.Tensor, prior: torch.Tensor, weight: float) -> torch.Ten
     keep = v > 0
     r, c, v = r[keep], c[keep], v[keep]
     sums = torch.zeros(n, dtype=torch.float64).index_add_(0, r, v)
-    return _csr(r.numpy(), c.numpy(), (v / sums[r]).numpy(), n, m)
+    return csr_from_sorted(r, c, (v / sums[r]).float(), n, m)
 
 
 def least_squares(
@@ -301,12 +294,5 @@ def frequency_bias(log_freq: np.ndarray, source_bias: torch.Tensor) -> torch.Ten
 
 def _csr(rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, n: int, m: int) -> torch.Tensor:
     """Entries sorted row-major without duplicates -> CSR float32."""
-    counts = np.bincount(rows, minlength=n) if n else np.zeros(0, np.int64)
-    crow = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    return torch.sparse_csr_tensor(
-        torch.from_numpy(crow),
-        torch.from_numpy(cols.astype(np.int64)),
-        torch.from_numpy(vals.astype(np.float32)),
-        size=(n, m),
-        check_invariants=False,
-    )
+    row_ids, col_ids = (torch.from_numpy(a.astype(np.int64)) for a in (rows, cols))
+    return csr_from_sorted(row_ids, col_ids, torch.from_numpy(vals.astype(np.float32)), n, m)

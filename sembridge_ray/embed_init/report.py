@@ -65,13 +65,9 @@ def init_report(
 
 def support_histogram(prov: pa.Table) -> dict[str, int]:
     """Number of bridge rows per support size (non-zero weights)."""
-    kinds = prov.column(KIND).to_pylist()
-    sizes = [
-        len(s)
-        for s, k in zip(prov.column(SOURCE_IDS).to_pylist(), kinds, strict=True)
-        if k == "bridge"
-    ]
-    return {str(size): count for size, count in sorted(Counter(sizes).items())}
+    columns = (prov.column(c).to_pylist() for c in (SOURCE_IDS, KIND))
+    sizes = Counter(len(ids) for ids, kind in zip(*columns, strict=True) if kind == "bridge")
+    return {str(size): count for size, count in sorted(sizes.items())}
 
 
 SAMPLE_SEED = 0
@@ -80,12 +76,10 @@ show the same tokens side by side (``seed`` shapes what the random rows are, nev
 report shows)."""
 
 
-def sample_rows(
-    prov: pa.Table, source_tokens: dict[int, str], n: int, seed: int = SAMPLE_SEED
-) -> list[Sample]:
+def sample_rows(prov: pa.Table, source_tokens: dict[int, str], n: int) -> list[Sample]:
     """``n`` bridged target tokens (seeded choice) with their top-3 source tokens and weights."""
     bridged = [i for i, k in enumerate(prov.column(KIND).to_pylist()) if k == "bridge"]
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(SAMPLE_SEED)
     chosen = sorted(rng.choice(bridged, size=min(n, len(bridged)), replace=False).tolist())
     out: list[Sample] = []
     for row in chosen:
@@ -153,11 +147,8 @@ def position_stats(
         "zero_weight": sum(s["zero_weight"] for s in stats.values()),
     }
     for entry in [*stats.values(), total]:
-        entry["zero_weight_share"] = (
-            round(entry["zero_weight"] / entry["with_counterpart"], 4)
-            if entry["with_counterpart"]
-            else None
-        )
+        found = entry["with_counterpart"]
+        entry["zero_weight_share"] = round(entry["zero_weight"] / found, 4) if found else None
     return {
         "exact_counterpart": {**stats, "all": total},
         "support_histogram": {

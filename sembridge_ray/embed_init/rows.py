@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -158,32 +159,44 @@ def _transform_space(
     return plus.apply_transform(torch.from_numpy(new_vecs), fitted).numpy()
 
 
+RowStep = Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]
+"""(bridged rows, the source matrix they mix, seed offset: 0 for the inputs, 1 for the outputs, as
+the random method seeds them) -> the rows after a post-step."""
+
+
+def _each_matrix(
+    new: NewRows, e_in: torch.Tensor, e_out: torch.Tensor | None, step: RowStep
+) -> NewRows:
+    """``new`` with ``step`` applied to its inputs, and to its outputs where untied."""
+    outputs = None if e_out is None or new.outputs is None else step(new.outputs, e_out, 1)
+    return replace(new, inputs=step(new.inputs, e_in, 0), outputs=outputs)
+
+
 def _blend_random(
     new: NewRows, e_in: torch.Tensor, e_out: torch.Tensor | None, cfg: TransferSettings
 ) -> NewRows:
     """``random_blend`` of the bridged rows with the random method's (inputs, and outputs where
-    untied; seeded as its rows are, in ``rest`` order)."""
+    untied; seeded as its rows are, in ``rest`` order): ``(1 - weight) bridged + weight random`` in
+    float64, in the bridged rows' dtype."""
     n, weight = len(new.target_ids), cfg.weighting.random_blend
-    return replace(
-        new,
-        inputs=_blend_rows(new.inputs, explicit_rows("random", n, e_in, cfg.seed), weight),
-        outputs=None
-        if e_out is None or new.outputs is None
-        else _blend_rows(new.outputs, explicit_rows("random", n, e_out, cfg.seed + 1), weight),
-    )
+
+    def blend(rows: torch.Tensor, matrix: torch.Tensor, offset: int) -> torch.Tensor:
+        other = explicit_rows("random", n, matrix, cfg.seed + offset).double()
+        return ((1 - weight) * rows.double() + weight * other).to(rows.dtype)
+
+    return _each_matrix(new, e_in, e_out, blend)
 
 
 def _rescale(new: NewRows, e_in: torch.Tensor, e_out: torch.Tensor | None, scale: float) -> NewRows:
     """``norm_scale``: each bridged row (inputs, and outputs where untied) at ``scale`` times the
     weighted mean norm of its sources' rows."""
-    assert new.weights is not None
-    return replace(
-        new,
-        inputs=rescale_to_sources(new.inputs, new.weights, e_in.norm(dim=1), scale),
-        outputs=None
-        if e_out is None or new.outputs is None
-        else rescale_to_sources(new.outputs, new.weights, e_out.norm(dim=1), scale),
-    )
+    weights = new.weights
+    assert weights is not None
+
+    def rescale(rows: torch.Tensor, matrix: torch.Tensor, offset: int) -> torch.Tensor:
+        return rescale_to_sources(rows, weights, matrix.norm(dim=1), scale)
+
+    return _each_matrix(new, e_in, e_out, rescale)
 
 
 def _gate(
@@ -198,22 +211,17 @@ def _gate(
     rows are, in ``rest`` order), their bias the source's mean (as random init gives them), their
     weights none (the provenance records no source for them)."""
     n = len(new.target_ids)
+
+    def gate(rows: torch.Tensor, matrix: torch.Tensor, offset: int) -> torch.Tensor:
+        return torch.where(gated[:, None], explicit_rows("random", n, matrix, seed + offset), rows)
+
     return replace(
-        new,
+        _each_matrix(new, e_in, e_out, gate),
         weights=None if new.weights is None else drop_rows(new.weights, gated),
-        inputs=torch.where(gated[:, None], explicit_rows("random", n, e_in, seed), new.inputs),
-        outputs=None
-        if e_out is None or new.outputs is None
-        else torch.where(gated[:, None], explicit_rows("random", n, e_out, seed + 1), new.outputs),
         bias=None
         if bias is None or new.bias is None
         else torch.where(gated, bias.double().mean().to(new.bias.dtype), new.bias),
     )
-
-
-def _blend_rows(bridged: torch.Tensor, other: torch.Tensor, weight: float) -> torch.Tensor:
-    """``(1 - weight) bridged + weight other`` in float64, in ``bridged``'s dtype."""
-    return ((1 - weight) * bridged.double() + weight * other.double()).to(bridged.dtype)
 
 
 def decomposed_rows(
@@ -225,21 +233,16 @@ def decomposed_rows(
     (and bias) where nothing covers the piece (its weights row is empty)."""
     covered = (weights.crow_indices()[1:] - weights.crow_indices()[:-1]) > 0
 
-    def rows(matrix: torch.Tensor | None) -> torch.Tensor | None:
-        if matrix is None:
-            return None
+    def rows(matrix: torch.Tensor) -> torch.Tensor:
         out = weighted_rows(weights, matrix)
         out[~covered] = matrix.double().mean(0).to(matrix.dtype)
         return out
 
     e_in, e_out, bias = matrices
-    inputs = rows(e_in)
-    assert inputs is not None
-    new_bias = rows(None if bias is None else bias.unsqueeze(1))
     return NewRows(
         target_ids=rest,
-        inputs=inputs,
+        inputs=rows(e_in),
         weights=weights,
-        outputs=rows(e_out),
-        bias=None if new_bias is None else new_bias.squeeze(1),
+        outputs=None if e_out is None else rows(e_out),
+        bias=None if bias is None else rows(bias.unsqueeze(1)).squeeze(1),
     )

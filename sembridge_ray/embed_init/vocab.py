@@ -64,16 +64,12 @@ def tokenizer_family(tokenizer: PreTrainedTokenizerBase) -> Family:
     return "raw"
 
 
-def canonical(token: str, family: Family, prefix: str = "##") -> str:
+def canonical(token: str, family: Family) -> str:
     """The token's canonical form (see the module docstring)."""
     if _BYTE_FALLBACK.match(token):
         return token
     if family == "wordpiece":
-        return (
-            token[len(prefix) :]
-            if token.startswith(prefix) and len(token) > len(prefix)
-            else WORD_START + token
-        )
+        return token[2:] if token.startswith("##") and len(token) > 2 else WORD_START + token
     if family == "bytebpe":
         table = _byte_decoder()
         try:
@@ -133,8 +129,7 @@ class VocabIndex:
                 continue
             canon = canonical(token, family)
             exact.setdefault(canon, token_id)  # ids ascending: the first is the lowest
-            key = fuzzy_key(canon)
-            if key:
+            if key := fuzzy_key(canon):
                 # own canonical form equals the key first, then lowest id
                 rank = (canon != key, token_id)
                 fuzzy[key] = min(fuzzy.get(key, rank), rank)
@@ -169,8 +164,7 @@ def partition_vocab(
     """Split the target vocabulary into specials, overlap and the rest. ``copy_overlap=False`` sends
     every non-special token through the bridge (the low-overlap setting of a cross-lingual
     transfer)."""
-    unknown = set(rules) - set(MATCH_RULES)
-    if unknown:
+    if unknown := set(rules) - set(MATCH_RULES):
         raise ValueError(
             f"unknown match rule(s): {sorted(unknown)} (known: {', '.join(MATCH_RULES)})"
         )
@@ -192,8 +186,7 @@ def partition_vocab(
     for token, tid in sorted(vocab.items(), key=lambda kv: kv[1]):
         if tid in specials:
             continue
-        canon = canonical(token, tgt_family)
-        hit = _match(index, canon, rules)
+        hit = _match(index, canonical(token, tgt_family), rules)
         if hit is not None:
             anchors.add(hit[0])
         if hit is None or not copy_overlap:

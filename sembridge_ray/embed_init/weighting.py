@@ -365,11 +365,19 @@ def _prepared_pair(
     screen: torch.dtype | None,
 ) -> tuple[PreparedRows, PreparedRows, torch.device]:
     """Both sides of :func:`bridge_weights` prepared, on one device and of one dimension, and the
-    device asked for."""
+    device asked for. The source side is prepared here, or as the caller prepared it (on ``device``,
+    in the screening dtype ``screen`` when the caller asked for one)."""
     if isinstance(source_vecs, PreparedRows) and device is None:
         device = source_vecs.raw.device
     dev = torch.device(device) if device is not None else new_vecs.device
-    src = _source_rows(source_vecs, dev, screen_dtype(screen), explicit=screen is not None)
+    asked, src = screen_dtype(screen), source_vecs
+    if not isinstance(src, PreparedRows):
+        src = PreparedRows.of(src, "source_vecs", dev, asked)
+    elif src.raw.device.type != dev.type or (screen is not None and src.screen.dtype != asked):
+        raise ValueError(
+            f"source_vecs were prepared on {src.raw.device} for {src.screen.dtype} screening, "
+            f"asked: {dev}, {asked}"
+        )
     new = PreparedRows.of(new_vecs, "new_vecs", src.raw.device, src.screen.dtype)
     if new.raw.shape[1] != src.raw.shape[1]:
         raise ValueError(
@@ -467,26 +475,6 @@ def _entmax_weights(
             failed.append(left)
         pending, k = torch.cat(failed), k * 4
     return _to_csr(parts, n, m)
-
-
-def _source_rows(
-    source_vecs: torch.Tensor | PreparedRows,
-    device: torch.device,
-    screen: torch.dtype,
-    explicit: bool,
-) -> PreparedRows:
-    """The source side of :func:`bridge_weights`: prepared here, or as the caller prepared it (on
-    ``device``, in the screening dtype ``screen`` when the caller asked for one)."""
-    if not isinstance(source_vecs, PreparedRows):
-        return PreparedRows.of(source_vecs, "source_vecs", device, screen)
-    if source_vecs.raw.device.type != device.type or (
-        explicit and source_vecs.screen.dtype != screen
-    ):
-        raise ValueError(
-            f"source_vecs were prepared on {source_vecs.raw.device} for {source_vecs.screen.dtype} screening, "
-            f"asked: {device}, {screen}"
-        )
-    return source_vecs
 
 
 def _to_csr(parts: list[Entries], n: int, m: int) -> torch.Tensor:

@@ -147,15 +147,12 @@ def tensor(file: E5File, name: str) -> np.ndarray:
 def bert_state_dict(file: E5File) -> dict[str, np.ndarray]:
     """``BertModel`` parameter name -> array of its shape (no pooler)."""
     h, ff, rows = file.header.hidden, file.header.intermediate, file.header.vocab_rows
+    positions, types = file.header.positions, file.header.token_types
     shapes = {"q": (h, h), "k": (h, h), "v": (h, h), "ao": (h, h), "fi": (ff, h), "fo": (h, ff)}
     out = {
         "embeddings.word_embeddings.weight": tensor(file, "emb.word").reshape(rows, h),
-        "embeddings.position_embeddings.weight": tensor(file, "emb.pos").reshape(
-            file.header.positions, h
-        ),
-        "embeddings.token_type_embeddings.weight": tensor(file, "emb.type").reshape(
-            file.header.token_types, h
-        ),
+        "embeddings.position_embeddings.weight": tensor(file, "emb.pos").reshape(positions, h),
+        "embeddings.token_type_embeddings.weight": tensor(file, "emb.type").reshape(types, h),
         "embeddings.LayerNorm.weight": tensor(file, "emb.ln.w"),
         "embeddings.LayerNorm.bias": tensor(file, "emb.ln.b"),
     }

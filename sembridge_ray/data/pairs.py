@@ -42,8 +42,7 @@ def read_pairs(path: Path) -> pa.Table:
         table = pq.read_table(path)
     except (OSError, pa.ArrowInvalid) as err:
         raise InputError(f"cannot read pairs Parquet {path}: {err}") from None
-    missing = [c for c in (QUERY, POSITIVE) if c not in table.column_names]
-    if missing:
+    if missing := [c for c in (QUERY, POSITIVE) if c not in table.column_names]:
         raise InputError(f"pairs file {path} lacks column(s) {', '.join(missing)}")
     keep = [
         QUERY,

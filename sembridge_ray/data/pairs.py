@@ -133,11 +133,8 @@ def _pair_rows(
 ) -> tuple[dict[str, list[str]], int, int]:
     """The pairs' columns, and how many were skipped: positive not in the corpus, too few negatives
     in it."""
-    rows: dict[str, list[str]] = {
-        QUERY: [],
-        POSITIVE: [],
-        **{c: [] for c in negative_columns(hard_negatives)},
-    }
+    negative_names = negative_columns(hard_negatives)
+    rows: dict[str, list[str]] = {QUERY: [], POSITIVE: [], **{c: [] for c in negative_names}}
     unknown_d = without_neg = 0
     for qid, positive, negs in plan:
         negs = [d for d in negs if d in texts]
@@ -149,7 +146,7 @@ def _pair_rows(
             continue
         rows[QUERY].append(data.queries[qid])
         rows[POSITIVE].append(texts[positive])
-        for col, doc in zip(negative_columns(hard_negatives), negs, strict=True):
+        for col, doc in zip(negative_names, negs, strict=True):
             rows[col].append(texts[doc])
     return rows, unknown_d, without_neg
 

@@ -95,11 +95,8 @@ def write_me5(out: Path, weights: Path, tokenizer_json: Path) -> None:
     save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
     bert_config(e5.header).save_pretrained(str(out))
     tok.save_pretrained(str(out))
-    modules = [
-        Transformer(str(out), max_seq_length=MAX_SEQ_LENGTH),
-        Pooling(hidden, "mean"),
-        Normalize(),
-    ]
+    transformer = Transformer(str(out), max_seq_length=MAX_SEQ_LENGTH)
+    modules = [transformer, Pooling(hidden, "mean"), Normalize()]
     SentenceTransformer(
         modules=modules, prompts=PROMPTS, default_prompt_name="query", device="cpu"
     ).save(str(out), create_model_card=False)

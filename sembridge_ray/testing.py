@@ -181,10 +181,9 @@ def _save_bridge(out: Path, seed: int = 1) -> None:
     with tempfile.TemporaryDirectory() as staging, atomic_path(out) as tmp:
         backbone.save_pretrained(staging)
         tok.save_pretrained(staging)
-        model = SentenceTransformer(
+        SentenceTransformer(
             modules=[Transformer(staging), Pooling(TINY["hidden_size"], "mean")], device="cpu"
-        )
-        model.save(str(tmp))
+        ).save(str(tmp))
 
 
 def _source_bert(out: Path, sparse: bool = False) -> None:

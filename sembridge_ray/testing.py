@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import logging
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -59,7 +58,6 @@ from sembridge_ray.resources import sick_dir, sts_dir
 from sembridge_ray.runtime.outputs import atomic_path
 from sembridge_ray.sparse.model import save_sparse_encoder
 
-log = logging.getLogger(__name__)
 BERT_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 TINY: dict[str, Any] = {
     "hidden_size": 32,
@@ -183,10 +181,9 @@ def _save_bridge(out: Path, seed: int = 1) -> None:
     with tempfile.TemporaryDirectory() as staging, atomic_path(out) as tmp:
         backbone.save_pretrained(staging)
         tok.save_pretrained(staging)
-        model = SentenceTransformer(
+        SentenceTransformer(
             modules=[Transformer(staging), Pooling(TINY["hidden_size"], "mean")], device="cpu"
-        )
-        model.save(str(tmp))
+        ).save(str(tmp))
 
 
 def _source_bert(out: Path, sparse: bool = False) -> None:

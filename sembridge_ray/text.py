@@ -12,17 +12,12 @@ import gzip
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
 
 from sembridge_ray.runtime.errors import InputError
 
 # What gzip raises on damaged input: a bad header or CRC (BadGzipFile), a bad deflate stream
 # (zlib.error), a truncated file (EOFError).
 GZIP_ERRORS = (gzip.BadGzipFile, zlib.error, EOFError)
-
-
-def _open(path: Path) -> BinaryIO:
-    return gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")  # type: ignore[return-value]
 
 
 def decode_line(raw: bytes, where: str) -> str:
@@ -44,7 +39,7 @@ def text_lines(path: Path) -> Iterator[tuple[int, str]]:
     path = Path(path)
     lineno = 0
     try:
-        with _open(path) as fh:
+        with gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb") as fh:
             for lineno, raw in enumerate(fh, start=1):
                 line = decode_line(raw, f"{path}:{lineno}")
                 yield lineno, line[:-2] + "\n" if line.endswith("\r\n") else line
@@ -53,3 +48,8 @@ def text_lines(path: Path) -> Iterator[tuple[int, str]]:
     except GZIP_ERRORS as err:
         where = f"after line {lineno}" if lineno else "at its start"
         raise InputError(f"{path}: damaged gzip data {where} ({err})") from None
+
+
+def nonblank_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """:func:`text_lines` without the lines that hold only whitespace."""
+    return ((lineno, line) for lineno, line in text_lines(path) if line.strip())

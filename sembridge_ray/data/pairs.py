@@ -42,8 +42,7 @@ def read_pairs(path: Path) -> pa.Table:
         table = pq.read_table(path)
     except (OSError, pa.ArrowInvalid) as err:
         raise InputError(f"cannot read pairs Parquet {path}: {err}") from None
-    missing = [c for c in (QUERY, POSITIVE) if c not in table.column_names]
-    if missing:
+    if missing := [c for c in (QUERY, POSITIVE) if c not in table.column_names]:
         raise InputError(f"pairs file {path} lacks column(s) {', '.join(missing)}")
     keep = [
         QUERY,
@@ -134,11 +133,8 @@ def _pair_rows(
 ) -> tuple[dict[str, list[str]], int, int]:
     """The pairs' columns, and how many were skipped: positive not in the corpus, too few negatives
     in it."""
-    rows: dict[str, list[str]] = {
-        QUERY: [],
-        POSITIVE: [],
-        **{c: [] for c in negative_columns(hard_negatives)},
-    }
+    negative_names = negative_columns(hard_negatives)
+    rows: dict[str, list[str]] = {QUERY: [], POSITIVE: [], **{c: [] for c in negative_names}}
     unknown_d = without_neg = 0
     for qid, positive, negs in plan:
         negs = [d for d in negs if d in texts]
@@ -150,7 +146,7 @@ def _pair_rows(
             continue
         rows[QUERY].append(data.queries[qid])
         rows[POSITIVE].append(texts[positive])
-        for col, doc in zip(negative_columns(hard_negatives), negs, strict=True):
+        for col, doc in zip(negative_names, negs, strict=True):
             rows[col].append(texts[doc])
     return rows, unknown_d, without_neg
 

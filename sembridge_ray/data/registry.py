@@ -200,14 +200,18 @@ def dataset_identity(spec: str) -> str:
     return " + ".join(found)
 
 
+def _parsed_source(spec: str) -> Source | None:
+    """The :class:`Source` of a spec; None for a directory, a file or a spec that does not parse."""
+    try:
+        return SOURCES.get(parse(spec).source)
+    except InputError:
+        return None
+
+
 def corpus_split(spec: str, split: str) -> str:
     """``split`` where the corpus ``spec`` searches in that split is its own (what an encoding of it
     is keyed by), "" where every split shares one corpus (a BEIR directory, WebFAQ, MIRACL)."""
-    try:
-        parsed = parse(spec)
-    except InputError:
-        return ""
-    source = SOURCES.get(parsed.source)
+    source = _parsed_source(spec)
     return split if source is not None and source.corpus_per_split else ""
 
 
@@ -216,11 +220,7 @@ def is_test_split(spec: str, split: str) -> bool:
     ``dev`` is)."""
     if split == "test":
         return True
-    try:
-        parsed = parse(spec)
-    except InputError:
-        return False
-    source = SOURCES.get(parsed.source)
+    source = _parsed_source(spec)
     return source is not None and split == source.test_split
 
 

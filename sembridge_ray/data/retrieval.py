@@ -17,7 +17,6 @@ MIRACL ru has 9.5M passages. Queries and qrels are small and held in memory."""
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,9 +27,8 @@ import pyarrow as pa
 from sembridge_ray.data.schema import ID, TEXT
 from sembridge_ray.languages import iso639_3
 from sembridge_ray.runtime.errors import InputError
-from sembridge_ray.text import text_lines
+from sembridge_ray.text import nonblank_lines, text_lines
 
-log = logging.getLogger(__name__)
 Qrels = dict[str, dict[str, int]]
 CORPUS_SCHEMA = pa.schema([(ID, pa.string()), (TEXT, pa.string())])
 MIRACL_CORPUS_FILES = {
@@ -82,9 +80,7 @@ def jsonl_batches(paths: list[Path], id_key: str, size: int) -> Iterator[pa.Tabl
     ids: list[str] = []
     texts: list[str] = []
     for path in paths:
-        for lineno, line in text_lines(path):
-            if not line.strip():
-                continue
+        for lineno, line in nonblank_lines(path):
             try:
                 row = json.loads(line)
                 ids.append(str(row[id_key]))
@@ -103,9 +99,7 @@ def jsonl_batches(paths: list[Path], id_key: str, size: int) -> Iterator[pa.Tabl
 def read_jsonl_queries(path: Path) -> dict[str, str]:
     """BEIR ``queries.jsonl``; a query id that appears twice is an error naming it."""
     queries: dict[str, str] = {}
-    for lineno, line in text_lines(path):
-        if not line.strip():
-            continue
+    for lineno, line in nonblank_lines(path):
         try:
             row = json.loads(line)
             qid, text = str(row["_id"]), str(row["text"])
@@ -124,9 +118,7 @@ def _add_query(queries: dict[str, str], qid: str, text: str, where: str) -> None
 def read_tsv_topics(path: Path) -> dict[str, str]:
     """Anserini topics: ``qid<TAB>text``, no header."""
     queries: dict[str, str] = {}
-    for lineno, line in text_lines(path):
-        if not line.strip():
-            continue
+    for lineno, line in nonblank_lines(path):
         qid, sep, text = line.rstrip("\r\n").partition("\t")
         if not sep:
             raise InputError(f"{path}:{lineno}: expected 'qid<TAB>text'")
@@ -173,14 +165,9 @@ def load_beir(root: Path, split: str) -> RetrievalData:
     )
 
 
-def miracl_split(split: str) -> str:
-    """MIRACL publishes train/dev judgements; its test sets are hidden, so ``test`` evaluates on
-    ``dev``."""
-    return "dev" if split == "test" else split
-
-
 def load_miracl(lang: str, split: str, mirror: Path | None = None) -> RetrievalData:
-    sp = miracl_split(split)
+    # MIRACL publishes train/dev judgements; its test sets are hidden, so test evaluates on dev
+    sp = "dev" if split == "test" else split
     topics = f"topics.miracl-v1.0-{lang}-{sp}.tsv"
     qrels = f"qrels.miracl-v1.0-{lang}-{sp}.tsv"
     if mirror is not None:

@@ -89,8 +89,7 @@ def write_sick_beir(
     picks which splits feed the corpus and qrels."""
     from sembridge_ray.runtime.outputs import atomic_path
 
-    unknown = [s for s in splits if s not in BEIR_SPLITS]
-    if unknown:
+    if unknown := [s for s in splits if s not in BEIR_SPLITS]:
         raise InputError(
             f"unknown SICK BEIR split {unknown[0]!r} (known: {', '.join(BEIR_SPLITS)})"
         )

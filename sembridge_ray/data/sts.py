@@ -8,7 +8,7 @@ from pathlib import Path
 
 from sembridge_ray.data.sick import Pair
 from sembridge_ray.runtime.errors import InputError
-from sembridge_ray.text import text_lines
+from sembridge_ray.text import nonblank_lines
 
 
 def read_sts(path: Path) -> list[Pair]:
@@ -18,11 +18,8 @@ def read_sts(path: Path) -> list[Pair]:
     if not path.is_file():
         raise InputError(f"STS file not found: {path}")
     pairs, name = [], f"{path.parent.name}/{path.name}"
-    for lineno, line in text_lines(path):
-        line = line.rstrip("\r\n")
-        if not line.strip():
-            continue
-        fields = line.split("\t")
+    for lineno, line in nonblank_lines(path):
+        fields = line.rstrip("\r\n").split("\t")
         if len(fields) != 3:
             raise InputError(
                 f"{path}:{lineno}: expected 3 tab-separated columns, got {len(fields)}"
@@ -52,5 +49,5 @@ def sts_files(sts_dir: Path, years: Sequence[int]) -> list[Path]:
 def read_sts_sentences(path: Path) -> list[str]:
     """Both sentences of every line of one STS file, scored or not (unlabeled text for word
     vectors)."""
-    rows = [line.rstrip("\r\n").split("\t") for _, line in text_lines(path) if line.strip()]
+    rows = [line.rstrip("\r\n").split("\t") for _, line in nonblank_lines(path)]
     return [s for fields in rows if len(fields) == 3 for s in fields[1:]]

@@ -9,6 +9,7 @@ install it (an :class:`~sembridge_ray.runtime.errors.InputError`, exit 2)."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.resources
 from pathlib import Path
 
@@ -25,12 +26,10 @@ INSTALL = "pip install -e ./assets in the checkout (bash cluster/local.sh setup 
 def assets_root() -> Path | None:
     """The ``sembridge_ray_assets`` package's folder: installed, else beside this package in a
     checkout; None when neither is there."""
-    try:
+    with contextlib.suppress(ModuleNotFoundError):
         root = importlib.resources.files(PACKAGE)
-    except ModuleNotFoundError:
-        root = None
-    if isinstance(root, Path):
-        return root
+        if isinstance(root, Path):
+            return root
     return CHECKOUT_ASSETS if (CHECKOUT_ASSETS / "__init__.py").is_file() else None
 
 

@@ -21,7 +21,6 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
 
 import psutil
 import ray
@@ -50,12 +49,6 @@ class ClusterInfo:
     nodes: int = 1
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def connect(num_cpus: int | None = None) -> ClusterInfo:
     """Join the cluster at ``RAY_ADDRESS``, or start a local one on 127.0.0.1 that this process
     owns."""
@@ -73,8 +66,15 @@ def connect(num_cpus: int | None = None) -> ClusterInfo:
             _start_local(num_cpus, setup, level)
         # before Ray's own: Ray Data is stopped first (see _stop_datasets)
         atexit.register(shutdown)
-        _restore_sigterm(sigterm)
-        quiet_ray()
+        # Put back a Python SIGTERM handler that ray.init replaced (cli.run_job's unwinds the job:
+        # lock released, exit 143). Without one (the default action), Ray's stays: it exits through
+        # atexit, which shuts the cluster down.
+        if callable(sigterm) and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, sigterm)
+        # Ray's own INFO chatter (dataset plans, "0/?" progress, report bookkeeping) demoted to
+        # WARNING; Ray Data's progress bars only on a terminal. ``--log-level DEBUG`` keeps all.
+        if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
+            quiet_ray_data(progress_bars=sys.stderr.isatty())
     return _cluster_info()
 
 
@@ -88,7 +88,9 @@ def _start_local(num_cpus: int | None, setup: dict[str, str], level: int) -> Non
     # default port. No port is given: Ray then binds the first free one from 8265 on itself. A port
     # picked here and handed over could be taken in between (by this cluster's own agents: CI saw
     # "address already in use", and Ray does not retry a port it was given).
-    port = _free_port()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
     previous = os.environ.get("RAY_GCS_SERVER_PORT")
     os.environ["RAY_GCS_SERVER_PORT"] = str(port)
     try:
@@ -102,7 +104,17 @@ def _start_local(num_cpus: int | None, setup: dict[str, str], level: int) -> Non
             log_to_driver=True,
         )
     except Exception as err:  # Ray's start-up failures come as Exception, TimeoutError, ...
-        _abandon_start(err)
+        # it could not start (Ray's own start-up timeouts, under heavy load): what it started is
+        # stopped, and one line says so (the traceback at DEBUG)
+        log.debug("the local Ray cluster did not start", exc_info=True)
+        with contextlib.suppress(Exception):
+            ray.shutdown()
+        _reap()
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise InputError(
+            f"the local Ray cluster did not start ({type(err).__name__}: {first}); the machine may "
+            "be overloaded: run again, or set RAY_ADDRESS to a running cluster"
+        ) from err
     finally:
         if previous is None:
             os.environ.pop("RAY_GCS_SERVER_PORT", None)
@@ -110,20 +122,6 @@ def _start_local(num_cpus: int | None, setup: dict[str, str], level: int) -> Non
             os.environ["RAY_GCS_SERVER_PORT"] = previous
     _owned = True
     _adopt_orphans()
-
-
-def _abandon_start(err: Exception) -> None:
-    """A local cluster that could not start (Ray's own start-up timeouts, under heavy load): what
-    it started is stopped, and one line says so (the traceback at DEBUG)."""
-    log.debug("the local Ray cluster did not start", exc_info=True)
-    with contextlib.suppress(Exception):
-        ray.shutdown()
-    _reap()
-    first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-    raise InputError(
-        f"the local Ray cluster did not start ({type(err).__name__}: {first}); the machine may be "
-        "overloaded: run again, or set RAY_ADDRESS to a running cluster"
-    ) from err
 
 
 def _cluster_info() -> ClusterInfo:
@@ -147,42 +145,23 @@ def _cluster_info() -> ClusterInfo:
     return info
 
 
-def _restore_sigterm(handler: Any) -> None:
-    """Put back a Python SIGTERM handler that ray.init replaced (cli.run_job's unwinds the job: lock
-    released, exit 143). Without one (the default action), Ray's stays: it exits through atexit,
-    which shuts the cluster down."""
-    if callable(handler) and threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, handler)
-
-
-def quiet_ray() -> None:
-    """Ray's own INFO chatter (dataset plans, "0/?" progress, report bookkeeping) demoted to
-    WARNING; Ray Data's progress bars only on a terminal. ``--log-level DEBUG`` keeps everything."""
-    if logging.getLogger().getEffectiveLevel() <= logging.DEBUG:
-        return
-    for name in ("ray", "ray.data", "ray.train", "ray.tune"):
-        logging.getLogger(name).setLevel(logging.WARNING)
-    quiet_ray_data()
-    ray.data.DataContext.get_current().enable_progress_bars = sys.stderr.isatty()
-
-
-def quiet_ray_data() -> None:
-    """Ray Data configures its own "ray.data" logger (INFO on the console: plans, "0/?" progress)
-    whenever it runs; its documented knob is RAY_DATA_LOGGING_CONFIG: the same config with the
-    console at WARNING."""
+def quiet_ray_data(progress_bars: bool) -> None:
+    """Ray's loggers at WARNING, and Ray Data's progress bars on or off. Ray Data configures its own
+    "ray.data" logger (INFO on the console: plans, "0/?" progress) whenever it runs; its documented
+    knob is RAY_DATA_LOGGING_CONFIG: the same config with the console at WARNING."""
     from importlib import resources
 
+    for name in ("ray", "ray.data", "ray.train", "ray.tune"):
+        logging.getLogger(name).setLevel(logging.WARNING)
     config = resources.files("sembridge_ray") / "resources" / "ray_data_logging.yaml"
     os.environ.setdefault("RAY_DATA_LOGGING_CONFIG", str(config))
-    try:
-        from ray.data._internal.logging import configure_logging
-        from ray.util.debug import log_once
+    from ray.data._internal.logging import configure_logging
+    from ray.util.debug import log_once
 
-        configure_logging()
-        # spend the once-only "progress bars disabled" warning
-        log_once("ray_data_progress_manager_disabled")
-    except ImportError:  # another Ray layout: its INFO lines stay
-        pass
+    configure_logging()
+    # spend the once-only "progress bars disabled" warning
+    log_once("ray_data_progress_manager_disabled")
+    ray.data.DataContext.get_current().enable_progress_bars = progress_bars
 
 
 def setup_worker() -> None:
@@ -198,8 +177,6 @@ def setup_worker() -> None:
     filter_false_alarm_records()
     # a Ray Data actor's root logger has no handler: its progress lines would be lost
     project_handler()
-    for name in ("ray", "ray.data", "ray.train", "ray.tune"):
-        logging.getLogger(name).setLevel(logging.WARNING)
     # Ray Train v2 logs every report (the whole metrics dict) at INFO, on a logger named by its file
     # path
     try:
@@ -209,8 +186,7 @@ def setup_worker() -> None:
     except ImportError:
         pass
     logging.getLogger("sembridge_ray").setLevel(logging.INFO)
-    quiet_ray_data()
-    ray.data.DataContext.get_current().enable_progress_bars = False
+    quiet_ray_data(progress_bars=False)
 
 
 QUICK_SHUTDOWN_S = 1.5
@@ -258,10 +234,8 @@ def _stop_datasets(timeout: float = 10.0) -> None:
     """Stop the Ray Data executions still running (a job stopped by SIGTERM or Ctrl-C in the middle
     of a dataset): their scheduling thread would call into Ray after the shutdown, which ends the
     process at once with exit code 1, before the cluster's processes are waited for."""
-    try:
-        from ray.data._internal.execution.streaming_executor import StreamingExecutor
-    except ImportError:  # another Ray layout: nothing to stop this way
-        return
+    from ray.data._internal.execution.streaming_executor import StreamingExecutor
+
     running = [
         t for t in threading.enumerate() if isinstance(t, StreamingExecutor) and t.is_alive()
     ]
@@ -276,7 +250,13 @@ def _reap(timeout: float = REAP_TIMEOUT_S) -> None:
     """Wait for the Ray processes below this one to exit (the exited ones re-parented here are
     collected by psutil's wait) and kill the ones still there after ``timeout``: they are this job's
     own cluster's. Other children of the process are left alone."""
-    procs = _ray_descendants()
+    # the live ones that are Ray's (GCS, raylet, dashboard, agents and workers all run code from
+    # Ray's package or carry a ``ray::`` title)
+    procs = []
+    for proc in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if proc.status() != psutil.STATUS_ZOMBIE and "ray" in " ".join(proc.cmdline()):
+                procs.append(proc)
     _, left = psutil.wait_procs(procs, timeout=timeout)
     for proc in left:
         with contextlib.suppress(psutil.Error):
@@ -286,17 +266,6 @@ def _reap(timeout: float = REAP_TIMEOUT_S) -> None:
     if left:  # expected after a SIGTERM (no time for a graceful end), a surprise otherwise
         level = logging.INFO if terminating.is_set() else logging.WARNING
         log.log(level, "killed %d Ray processes of this job that outlived the shutdown", len(left))
-
-
-def _ray_descendants() -> list[psutil.Process]:
-    """The live processes below this one that are Ray's (GCS, raylet, dashboard, agents and workers
-    all run code from Ray's package or carry a ``ray::`` title)."""
-    found = []
-    for proc in psutil.Process().children(recursive=True):
-        with contextlib.suppress(psutil.Error):
-            if proc.status() != psutil.STATUS_ZOMBIE and "ray" in " ".join(proc.cmdline()):
-                found.append(proc)
-    return found
 
 
 def require_reachable(timeout_s: float | None = None) -> None:
@@ -327,9 +296,7 @@ def require_reachable(timeout_s: float | None = None) -> None:
 def address_endpoint(address: str) -> tuple[str, int]:
     """``host:port``, ``ray://host:port`` or ``http(s)://host:port`` -> (host, port); the ports Ray
     defaults to (GCS 6379, client 10001, dashboard 8265) when none is given."""
-    scheme, sep, rest = address.partition("://")
-    if not sep:
-        scheme, rest = "", address
+    scheme, rest = address.split("://", 1) if "://" in address else ("", address)
     default = {"ray": 10001, "http": 8265, "https": 443}.get(scheme, 6379)
     hostport = rest.split("/", 1)[0]
     host, colon, port = hostport.rpartition(":")
@@ -397,9 +364,7 @@ def in_driver(plan: Placement, rows: int) -> bool:
     a Ray task beside others keeps its actors, whose CPUs Ray reserves). The driver runs the actors'
     code on the same batches with their torch thread count (``runtime.executor.worker_threads``), so the results
     are the actors' bit for bit."""
-    if plan.use_gpu:
-        return False
-    return rows <= IN_DRIVER_ROWS or driver_is_the_worker(plan)
+    return not plan.use_gpu and (rows <= IN_DRIVER_ROWS or driver_is_the_worker(plan))
 
 
 def driver_is_the_worker(plan: Placement) -> bool:

@@ -109,16 +109,11 @@ class RayExecutor:
     ) -> list[pa.Table]:
         if cluster.in_driver(pool.plan, size):
             return self.local.map_blocks(pool, blocks, size, progress, count)
+        udf: Any = pool.udf
+        kwargs: dict[str, Any] = dict(pool.kwargs)
         if pool.shared:
             shared = {k: [ray.put(v)] for k, v in pool.shared.items()}
-            udf: Any = _WithShared
-            kwargs: dict[str, Any] = {
-                "udf": pool.udf,
-                "kwargs": dict(pool.kwargs),
-                "shared": shared,
-            }
-        else:
-            udf, kwargs = pool.udf, dict(pool.kwargs)
+            udf, kwargs = _WithShared, {"udf": pool.udf, "kwargs": kwargs, "shared": shared}
         plan = pool.plan
         ds = ray.data.from_arrow(list(blocks)).map_batches(
             udf,

@@ -95,12 +95,11 @@ def fit(training: Training) -> contextlib.AbstractContextManager[Path | None]:
     would fail the same way, so it ends the run at once, its checkpoints kept for a later resume.
     Before every attempt, checkpoints that no longer verify are set aside (here only: the driver is
     the one process that renames them, and no worker is running)."""
-    plan = training.plan
     log.info(
         "%s on %d Ray Train worker(s) (%s); starting them",
         training.label,
-        plan.workers,
-        "GPU" if plan.use_gpu else "CPU",
+        training.plan.workers,
+        "GPU" if training.plan.use_gpu else "CPU",
     )
     # This loop, not FailureConfig(max_failures): probed on Ray 2.60 (a worker raising InputError,
     # max_failures=2), Ray Train's policy retries every worker error (3 attempts) and has no
@@ -112,8 +111,7 @@ def fit(training: Training) -> contextlib.AbstractContextManager[Path | None]:
     for attempt in range(training.max_failures + 1):
         training.set_aside(training.run_dir)
         try:
-            result = trainer(training).fit()
-            return _as_directory(result.checkpoint)
+            return _as_directory(trainer(training).fit().checkpoint)
         except ray.train.TrainingFailedError as err:
             _raise_unless_retried(err, training.storage, last=attempt == training.max_failures)
             resume = latest_step(training)
@@ -181,8 +179,7 @@ def trainer(training: Training) -> TorchTrainer:
 def _stream_dataset(stream: Path) -> ray.data.Dataset:
     """The training stream as a Ray dataset of its row groups, in order (Ray Data's progress bars
     off)."""
-    ctx = ray.data.DataContext.get_current()
-    ctx.enable_progress_bars = False
+    ray.data.DataContext.get_current().enable_progress_bars = False
     # One block per row group, kept in order: every worker reads the same global batches (see
     # data/stream.py). from_arrow needs no read tasks, which could not be scheduled when the workers
     # hold every CPU.

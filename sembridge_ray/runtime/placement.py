@@ -72,11 +72,7 @@ def plan_placement(
         fit = math.floor(cluster_gpus / gpus + 1e-9)
     else:
         spare = cluster_cpus - (res.reserve_cpus if reserve else 0)
-        fit = (
-            math.floor(spare / res.cpus_per_worker + 1e-9)
-            if res.cpus_per_worker > 0
-            else res.workers
-        )
+        fit = math.floor(spare / res.cpus_per_worker + 1e-9)  # cpus_per_worker > 0: check()
     return Placement(
         workers=max(1, min(res.workers, fit)),
         cpus_per_worker=res.cpus_per_worker,
@@ -105,11 +101,8 @@ def local_precision(setting: Precision, use_gpu: bool) -> Precision:
         return setting
     import torch
 
-    return (
-        "bf16"
-        if use_gpu and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-        else "fp32"
-    )
+    bf16 = use_gpu and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    return "bf16" if bf16 else "fp32"
 
 
 def native_bf16(device: torch.device) -> bool:

@@ -63,22 +63,20 @@ class Progress:
         left."""
         with self._lock:
             self.done += count
-            now = self.clock()
-            if now - self.last >= self.every_s and self.done < self.total:
-                self._emit(now)
+            self._emit_due()
 
     def tick(self) -> None:
         """A heartbeat: a line when the last one is ``every_s`` old, even if nothing was counted
         since (a unit of work can take longer than ``every_s``). Called by :meth:`watch`'s
         thread."""
         with self._lock:
-            now = self.clock()
-            if now - self.last >= self.every_s and self.done < self.total:
-                self._emit(now)
+            self._emit_due()
 
-    def _emit(self, now: float) -> None:
-        self.last = now
-        self.log.info("%s", self.line(now))
+    def _emit_due(self) -> None:
+        now = self.clock()
+        if now - self.last >= self.every_s and self.done < self.total:
+            self.last = now
+            self.log.info("%s", self.line(now))
 
     def line(self, now: float | None = None) -> str:
         elapsed = (self.clock() if now is None else now) - self.start

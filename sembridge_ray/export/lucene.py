@@ -40,7 +40,7 @@ from sembridge_ray.export.base import (
     server_errors,
     untallied,
 )
-from sembridge_ray.export.parity import exact_topk
+from sembridge_ray.export.parity import exact_topk, width_of
 from sembridge_ray.runtime.errors import InputError
 
 INDEX, FIELD = "sembridge", "sparse"
@@ -387,23 +387,16 @@ class FilesTarget:
 
     def export(self, job: ExportJob) -> Exported:
         docs, queries = job.docs, job.queries
-        width = max(
-            job.tokenizer_size,
-            max(int(v.rows.indices.max(initial=-1)) + 1 for v in (docs, queries)),
-        )
+        width = max(job.tokenizer_size, width_of(docs, queries))
         with server_errors(job.url, self.schemes):
             doing = "uploading" if job.url else "writing the files"
-            sent = job.progress(f"{self.name}: {doing}", len(docs), "documents")
-            with sent.watch():
+            with job.counted(f"{self.name}: {doing}", len(docs), "documents") as sent:
                 vocab = vocabulary(job.model, width)
                 files, details = build(
-                    job.out, self.name, docs, queries, vocab, job.k, job.url, sent.add
+                    job.out, self.name, docs, queries, vocab, job.k, job.url, sent
                 )
-            sent.finish()
-            searched = job.progress(f"{self.name}: searching", len(queries), "queries")
-            with searched.watch():
-                hits = files.search(queries, job.k, tally=searched.add)
-            searched.finish()
+            with job.counted(f"{self.name}: searching", len(queries), "queries") as searched:
+                hits = files.search(queries, job.k, tally=searched)
         return Exported(hits=hits, details=details, files=job.out / self.name)
 
 

@@ -9,7 +9,7 @@ import contextlib
 import importlib.util
 import logging
 import socket
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
@@ -133,9 +133,7 @@ def require_package(module: str, package: str, target: str) -> None:
         )
 
 
-def require_reachable(
-    url: str, schemes: Sequence[str] = ("http", "https"), timeout: float = 3.0
-) -> None:
+def require_reachable(url: str, schemes: Sequence[str]) -> None:
     """InputError naming ``url`` unless it is a URL of one of ``schemes`` (the target's client
     takes no other: a typo would fail only after the encoding) and a TCP connection to its host and
     port opens (before any encoding)."""
@@ -148,7 +146,7 @@ def require_reachable(
         forms = " or ".join(f"{scheme}://host:port" for scheme in schemes)
         raise InputError(f"--url {url!r}: not a URL this target takes ({forms})")
     try:
-        with socket.create_connection((parts.hostname, port), timeout=timeout):
+        with socket.create_connection((parts.hostname, port), timeout=3.0):
             pass
     except OSError as err:
         raise InputError(f"--url {url!r}: unreachable ({err.strerror or err})") from None
@@ -287,11 +285,16 @@ class ExportJob:
     k: int = 10
     log: logging.Logger = field(default_factory=lambda: logging.getLogger(__name__))
 
-    def progress(
+    @contextlib.contextmanager
+    def counted(
         self, what: str, total: int, unit: str, expected_s: float | None = None
-    ) -> Progress:
-        """A progress line of the job's (done / total, ETA)."""
-        return Progress(self.log, what, total, unit, expected_s=expected_s)
+    ) -> Iterator[Tally]:
+        """Progress lines of the job's (done / total, ETA) while inside, counted by the yielded
+        tally; the closing line once the block is done."""
+        progress = Progress(self.log, what, total, unit, expected_s=expected_s)
+        with progress.watch():
+            yield progress.add
+        progress.finish()
 
     def corpus_texts(self) -> dict[str, str]:
         """Document id -> text, for the whole corpus."""
@@ -300,10 +303,6 @@ class ExportJob:
             ids, bodies = batch.column(ID).to_pylist(), batch.column(TEXT).to_pylist()
             texts.update(zip(ids, bodies, strict=True))
         return texts
-
-    @property
-    def query_texts(self) -> Mapping[str, str]:
-        return self.data.queries
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -327,7 +326,6 @@ class ExportTarget(Protocol):
     @property
     def name(self) -> str:
         """The ``--target`` value."""
-        ...
 
     @property
     def summary(self) -> str: ...
@@ -335,16 +333,13 @@ class ExportTarget(Protocol):
     @property
     def package(self) -> Package | None:
         """The Python package it needs beyond the project's (None: none)."""
-        ...
 
     @property
     def schemes(self) -> tuple[str, ...]:
         """The URL schemes its client takes for ``--url`` (empty: no server, ``--url`` refused)."""
-        ...
 
     @property
     def tolerance(self) -> Tolerance: ...
 
     def export(self, job: ExportJob) -> Exported:
         """Build the target under ``job.out`` and search it with ``job.queries`` (top ``job.k``)."""
-        ...

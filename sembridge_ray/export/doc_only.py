@@ -103,7 +103,7 @@ class DocOnlyTarget:
         weights = idf(load_tokenizer(job.model), (texts[d] for d in docs.ids), width)
         variant = write(job.model, folder, weights, job.dataset, job.max_doc_length)
         asked = variant.encode_query(
-            [job.query_texts[q] for q in queries.ids], convert_to_tensor=True
+            [job.data.queries[q] for q in queries.ids], convert_to_tensor=True
         )
         static = Vectors.from_rows(queries.ids, *sparse_rows(asked))
         details: dict[str, object] = {"model": folder.name, "idf_corpus": job.dataset}

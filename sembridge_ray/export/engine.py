@@ -67,15 +67,11 @@ class EngineTarget:
         if self.rates is not None and not job.url:
             build_s, search_s = self.rates.seconds(docs, queries)
             notice_slow(job.log, self.name, self.why_slow, docs, queries, build_s, search_s)
-        built = job.progress(f"{self.name}: indexing", len(docs), "documents", build_s)
-        with built.watch():
-            engine, details = self.build(job.out, docs, job.url, tally=built.add)
-        built.finish()
+        with job.counted(f"{self.name}: indexing", len(docs), "documents", build_s) as built:
+            engine, details = self.build(job.out, docs, job.url, tally=built)
         try:
-            searched = job.progress(f"{self.name}: searching", len(queries), "queries", search_s)
-            with searched.watch():
-                hits = engine.search(queries, job.k, tally=searched.add)
-            searched.finish()
+            with job.counted(f"{self.name}: searching", len(queries), "queries", search_s) as done:
+                hits = engine.search(queries, job.k, tally=done)
         finally:
             engine.close()
         return hits, details

@@ -25,7 +25,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -40,7 +40,7 @@ from sembridge_ray.export.base import (
     server_errors,
     untallied,
 )
-from sembridge_ray.export.parity import exact_topk
+from sembridge_ray.export.parity import exact_topk, width_of
 from sembridge_ray.runtime.errors import InputError
 
 INDEX, FIELD = "sembridge", "sparse"
@@ -90,11 +90,10 @@ class TokenKeys:
         kept = ((bits >> 15) << 15).view(np.float32)
         return Vectors(vectors.ids, vectors.rows._replace(values=kept))
 
-    def details(self) -> dict[str, object]:
-        return {
-            "keys": "token strings, '%' -> '%25' then '.' -> '%2E'",
-            "precision": "9 significant bits",
-        }
+    details: ClassVar[dict[str, object]] = {
+        "keys": "token strings, '%' -> '%25' then '.' -> '%2E'",
+        "precision": "9 significant bits",
+    }
 
 
 class TermIdKeys:
@@ -113,12 +112,11 @@ class TermIdKeys:
     def stored(self, vectors: Vectors) -> Vectors:
         return vectors
 
-    def details(self) -> dict[str, object]:
-        return {
-            "keys": "term ids as strings",
-            "ceiling_ingest": self.ceiling_ingest,
-            "ceiling_search": self.ceiling_search,
-        }
+    details: ClassVar[dict[str, object]] = {
+        "keys": "term ids as strings",
+        "ceiling_ingest": CEILING_INGEST,
+        "ceiling_search": CEILING_SEARCH,
+    }
 
 
 def features(
@@ -126,7 +124,7 @@ def features(
 ) -> dict[str, float]:
     """One vector as the target's key -> weight object (weights below float32's smallest normal are
     left out: Lucene rejects them)."""
-    keys = files_target(target).keys
+    keys = _BY_NAME[target].keys
     keep = weights >= FLOAT_MIN_NORMAL
     values = np.minimum(
         weights[keep].astype(np.float64), keys.ceiling_search if query else keys.ceiling_ingest
@@ -140,7 +138,7 @@ def search_lines(
     """The ``_msearch`` lines of the queries ``chosen``: a header, then the search body."""
     for i in chosen:
         vector = features(target, names, *queries.row(i), query=True)
-        body = {"size": k, "_source": False, "query": files_target(target).query(vector, k)}
+        body = {"size": k, "_source": False, "query": _BY_NAME[target].query(vector, k)}
         yield f"{json.dumps({'index': INDEX})}\n{json.dumps(body, ensure_ascii=ensure_ascii)}\n"
 
 
@@ -156,7 +154,7 @@ def write(
 ) -> dict[str, object]:
     """mapping.json, bulk.ndjson (``_bulk``) and searches.ndjson (``_msearch``, one body per query)
     in ``out``."""
-    found = files_target(target)
+    found = _BY_NAME[target]
     names = found.keys.names(vocab)
     out.mkdir(parents=True, exist_ok=True)
     (out / MAPPING).write_text(json.dumps(found.mapping(), indent=2) + "\n", encoding="utf-8")
@@ -169,7 +167,7 @@ def write(
         "field": FIELD,
         "files": [MAPPING, BULK, SEARCHES],
     }
-    return details | found.keys.details()
+    return details | found.keys.details
 
 
 def validate(path: Path, target: str) -> list[str]:
@@ -177,7 +175,7 @@ def validate(path: Path, target: str) -> list[str]:
     pairs, keys non-empty (no ``.`` for token strings; decimal ids for
     ``opensearch-sparse-vector``), weights positive finite (at most the ingest ceiling for
     ``opensearch-sparse-vector``)."""
-    keys = files_target(target).keys
+    keys = _BY_NAME[target].keys
     problems: list[str] = []
     lines = path.read_text(encoding="utf-8").splitlines()
     if len(lines) % 2:
@@ -208,7 +206,7 @@ def from_features(
     ids: list[str], vectors: list[dict[str, float]], target: str, vocab: list[str]
 ) -> Vectors:
     """Key -> weight objects back to vectors (term ids ascending)."""
-    lookup = {name: i for i, name in enumerate(files_target(target).keys.names(vocab))}
+    lookup = {name: i for i, name in enumerate(_BY_NAME[target].keys.names(vocab))}
     indices, values = [], []
     for vector in vectors:
         pairs = sorted((lookup[k], w) for k, w in vector.items())
@@ -226,7 +224,7 @@ def read_bulk(path: Path, target: str, vocab: list[str]) -> Vectors:
 
 def stored(target: str, vectors: Vectors) -> Vectors:
     """The vectors as the engine keeps them (``TokenKeys``/``TermIdKeys.stored``)."""
-    return files_target(target).keys.stored(vectors)
+    return _BY_NAME[target].keys.stored(vectors)
 
 
 class FilesEngine:
@@ -237,13 +235,12 @@ class FilesEngine:
         self.docs, self.target, self.vocab = docs, target, vocab
 
     def search(self, queries: Vectors, k: int, tally: Tally = untallied) -> Hits:
-        names = files_target(self.target).keys.names(self.vocab)
+        names = _BY_NAME[self.target].keys.names(self.vocab)
         bodies = [  # the queries as their bodies carry them
             features(self.target, names, *queries.row(i), query=True) for i in range(len(queries))
         ]
-        found = exact_topk(
-            self.docs, from_features(queries.ids, bodies, self.target, self.vocab), k
-        )
+        asked = from_features(queries.ids, bodies, self.target, self.vocab)
+        found = exact_topk(self.docs, asked, k)
         tally(len(queries))
         return found
 
@@ -259,7 +256,7 @@ class ServerEngine:
         self.url, self.target, self.vocab = url.rstrip("/"), target, vocab
 
     def search(self, queries: Vectors, k: int, tally: Tally = untallied) -> Hits:
-        names = files_target(self.target).keys.names(self.vocab)
+        names = _BY_NAME[self.target].keys.names(self.vocab)
         out: Hits = []
         for start in range(0, len(queries), SEARCH_BATCH):
             chosen = range(start, min(start + SEARCH_BATCH, len(queries)))
@@ -387,23 +384,16 @@ class FilesTarget:
 
     def export(self, job: ExportJob) -> Exported:
         docs, queries = job.docs, job.queries
-        width = max(
-            job.tokenizer_size,
-            max(int(v.rows.indices.max(initial=-1)) + 1 for v in (docs, queries)),
-        )
+        width = max(job.tokenizer_size, width_of(docs, queries))
         with server_errors(job.url, self.schemes):
             doing = "uploading" if job.url else "writing the files"
-            sent = job.progress(f"{self.name}: {doing}", len(docs), "documents")
-            with sent.watch():
+            with job.counted(f"{self.name}: {doing}", len(docs), "documents") as sent:
                 vocab = vocabulary(job.model, width)
                 files, details = build(
-                    job.out, self.name, docs, queries, vocab, job.k, job.url, sent.add
+                    job.out, self.name, docs, queries, vocab, job.k, job.url, sent
                 )
-            sent.finish()
-            searched = job.progress(f"{self.name}: searching", len(queries), "queries")
-            with searched.watch():
-                hits = files.search(queries, job.k, tally=searched.add)
-            searched.finish()
+            with job.counted(f"{self.name}: searching", len(queries), "queries") as searched:
+                hits = files.search(queries, job.k, tally=searched)
         return Exported(hits=hits, details=details, files=job.out / self.name)
 
 
@@ -447,12 +437,6 @@ TARGETS = (
         query=lambda vector, k: {"sparse_vector": {"field": FIELD, "query_vector": vector}},
     ),
 )
-
-
-def files_target(name: str) -> FilesTarget:
-    """The server target ``name`` (``opensearch``, ``opensearch-sparse-vector``,
-    ``elasticsearch``)."""
-    return _BY_NAME[name]
 
 
 _BY_NAME = {found.name: found for found in TARGETS}

@@ -29,15 +29,18 @@ WHY_SLOW = (
 )
 
 
+def _sparse(vectors: Vectors, i: int) -> dict[int, float]:
+    """Row ``i`` as a Milvus sparse vector (term id -> weight)."""
+    terms, weights = vectors.row(i)
+    return dict(zip(terms.tolist(), weights.tolist(), strict=True))
+
+
 class MilvusEngine:
     def __init__(self, client: Any, lite_db: str = "", collection: str = COLLECTION) -> None:
         self.client, self.lite_db, self.collection = client, lite_db, collection
 
     def search(self, queries: Vectors, k: int, tally: Tally = untallied) -> Hits:
-        data = [
-            dict(zip(*(a.tolist() for a in queries.row(i)), strict=True))
-            for i in range(len(queries))
-        ]
+        data = [_sparse(queries, i) for i in range(len(queries))]
         out: Hits = []
         for start in range(0, len(data), 100):
             found = self.client.search(
@@ -103,11 +106,10 @@ def _fill(client: Any, docs: Vectors, tally: Tally) -> None:
     )
     client.create_collection(COLLECTION, schema=schema, index_params=index)
     for start in range(0, len(docs), BATCH):
-        rows = []
-        for i in range(start, min(start + BATCH, len(docs))):
-            terms, weights = docs.row(i)
-            sparse = dict(zip(terms.tolist(), weights.tolist(), strict=True))
-            rows.append({PK: i, DOC_ID: docs.ids[i], FIELD: sparse})
+        rows = [
+            {PK: i, DOC_ID: docs.ids[i], FIELD: _sparse(docs, i)}
+            for i in range(start, min(start + BATCH, len(docs)))
+        ]
         client.insert(COLLECTION, rows)
         tally(len(rows))
     client.flush(COLLECTION)

@@ -225,12 +225,10 @@ class OnnxTarget:
         encoded = []
         for role, vectors, text in (
             ("document", job.docs, texts),
-            ("query", job.queries, job.query_texts),
+            ("query", job.queries, job.data.queries),
         ):
-            progress = job.progress(f"{self.name}: encoding {role}s", len(vectors), "texts")
-            with progress.watch():
-                rows = encoder.encode([text[i] for i in vectors.ids], role, tally=progress.add)
-            progress.finish()
+            with job.counted(f"{self.name}: encoding {role}s", len(vectors), "texts") as tally:
+                rows = encoder.encode([text[i] for i in vectors.ids], role, tally=tally)
             encoded.append(Vectors.from_rows(vectors.ids, *rows))
         hits = exact_topk(encoded[0], encoded[1], job.k)
         return Exported(hits=hits, details=details, files=folder)
@@ -265,5 +263,4 @@ TARGETS = (
         finish=openvino_ir,
     ),
 )
-VARIANTS = tuple(found.name for found in TARGETS)
 _BY_NAME = {found.name: found for found in TARGETS}

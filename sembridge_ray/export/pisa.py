@@ -54,8 +54,7 @@ class PisaEngine:
             )
             found = retriever.transform(frame)
         tally(len(queries))
-        ranked = found.sort_values(["qid", "rank"])
-        by_query = ranked.groupby("qid")["docno"].apply(list).to_dict()
+        by_query = found.sort_values(["qid", "rank"]).groupby("qid")["docno"].apply(list).to_dict()
         return [[str(d) for d in by_query.get(str(i), [])] for i in range(len(queries))]
 
     def close(self) -> None:

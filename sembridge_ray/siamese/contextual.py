@@ -139,11 +139,12 @@ def decontextualised(
     """pooling -> word -> (L, D): each word alone (``[CLS] pieces [SEP]``); all-``[UNK]`` words are
     left out."""
     corpus = [[w] for w in words]
-    occ = {w: [(i, 0)] for i, w in enumerate(words) if _known(tokenizer, w)}
+    occ = {w: [(i, 0)] for i, w in enumerate(words) if in_vocabulary(tokenizer, w)}
     return aggregate_contexts(model, tokenizer, corpus, occ)
 
 
-def _known(tokenizer: PreTrainedTokenizerBase, word: str) -> bool:
+def in_vocabulary(tokenizer: PreTrainedTokenizerBase, word: str) -> bool:
+    """Whether ``word`` has word pieces that are not all ``[UNK]``."""
     pieces = tokenizer(word, add_special_tokens=False)["input_ids"]
     return bool(pieces) and any(p != tokenizer.unk_token_id for p in pieces)
 
@@ -157,7 +158,7 @@ def input_embeddings(
     out = {}
     for word in dict.fromkeys(words):
         text = word.replace("_", " ")
-        if _known(tokenizer, text):
+        if in_vocabulary(tokenizer, text):
             pieces = tokenizer(text, add_special_tokens=False)["input_ids"]
             out[word] = table[pieces].mean(dim=0).float().numpy()
     return out

@@ -82,7 +82,11 @@ def fit(
     opt = torch.optim.Adadelta(params, lr=cfg.lr, rho=cfg.rho, eps=cfg.eps)
     averaged = [p.detach().clone() for p in params] if cfg.weight_ema > 0 else None
     pred = predict(model, val)
-    best = _Best.start(params, pred, val.score, cfg.stop_on)
+    best = _Best(
+        state=_trainable_state(params),
+        loss=stopping_loss(pred, val.score, cfg.stop_on),
+        mse=mse(pred, val.score),
+    )
     patience = _Patience(smooth=best.loss, best=best.loss)
     start, epoch = time.perf_counter(), 0
     for epoch in range(1, cfg.max_epochs + 1):
@@ -121,17 +125,6 @@ class _Best:
     mse: float
     epoch: int = 0
 
-    @classmethod
-    def start(
-        cls, params: list[torch.Tensor], pred: np.ndarray, gold: np.ndarray, metric: str
-    ) -> _Best:
-        """The starting weights (epoch 0), whose validation predictions are ``pred``."""
-        return cls(
-            state=_trainable_state(params),
-            loss=stopping_loss(pred, gold, metric),
-            mse=mse(pred, gold),
-        )
-
 
 @dataclass(kw_only=True)
 class _Patience:
@@ -169,12 +162,8 @@ def _validate(
         pred = predict(model, val)
         loss = stopping_loss(pred, val.score, metric)
         if loss < best.loss:
-            best.state, best.loss, best.mse, best.epoch = (
-                _trainable_state(params),
-                loss,
-                mse(pred, val.score),
-                epoch,
-            )
+            best.state, best.loss, best.epoch = _trainable_state(params), loss, epoch
+            best.mse = mse(pred, val.score)
     return loss
 
 

@@ -214,11 +214,7 @@ def lookup_vectors(
     build["corpus_parts"] = ["sick-train", "sick-trial", "sts-all-years"] + (
         ["wordnet-3.0-glosses"] if wordnet else []
     )
-    build["words"], build["seen_in_context"], build["built_now"] = (
-        stats["words"],
-        stats["seen_in_context"],
-        stats["built_now"],
-    )
+    build.update(stats)
     return found, build
 
 

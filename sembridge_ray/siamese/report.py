@@ -135,15 +135,14 @@ def render_markdown(report: Report) -> str:
 def _run_rows(report: Report) -> list[str]:
     """This run's table rows: the best restart, the mean ± std over the restarts, the ensemble if
     any."""
-    lines: list[str] = []
     n_seeds = len(report["seeds"])
-    for kind, m in report["test"].items():
-        lines.append(
-            _row(
-                f"this run, {kind}: restart seed {report['best_seed']}, best of {n_seeds} by validation MSE",
-                m,
-            )
+    lines = [
+        _row(
+            f"this run, {kind}: restart seed {report['best_seed']}, best of {n_seeds} by validation MSE",
+            m,
         )
+        for kind, m in report["test"].items()
+    ]
     for kind in report["test"]:
         cells = [report["seed_summary"][f"test_{kind}_{k}"] for k in ("pearson", "spearman", "mse")]
         lines.append(

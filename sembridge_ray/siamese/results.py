@@ -52,10 +52,8 @@ def calibrated(
         h = float(abs(model.bw[0]))
         # statsmodels returns the objective as a 1-element array, which NumPy 2 no longer turns into
         # a float
-        loo, evaluations = (
-            float(np.ravel(model.cv_loo(np.array([h]), model._est_loc_linear))[0]),
-            None,
-        )
+        loo = float(np.ravel(model.cv_loo(np.array([h]), model._est_loc_linear))[0])
+        evaluations = None
     record: CalibrationRecord = {
         "enabled": True,
         "bandwidth": h,

@@ -126,13 +126,10 @@ def encode_minilm(
         vectors = model.encode(
             texts, batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False
         )
-        unk = model.tokenizer.unk_token_id
-        new: dict[str, np.ndarray | None] = {}
-        for word, text, vec in zip(missing, texts, vectors, strict=True):
-            pieces = model.tokenizer(text, add_special_tokens=False)["input_ids"]
-            new[word] = (
-                None if not pieces or all(p == unk for p in pieces) else vec.astype(np.float32)
-            )
+        new: dict[str, np.ndarray | None] = {
+            word: vec.astype(np.float32) if ctx.in_vocabulary(model.tokenizer, text) else None
+            for word, text, vec in zip(missing, texts, vectors, strict=True)
+        }
         _write_cache(path, new)
         known |= new
     return {w: v for w in words if (v := known[w]) is not None}

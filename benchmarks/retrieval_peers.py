@@ -4,8 +4,7 @@ repeats).
 Corpora: ``synthetic`` (:mod:`benchmarks.synthetic`: Zipf terms, uniform weights, adversarial for
 pruning) and ``encoder`` (:mod:`benchmarks.corpus`: resampled from the bundled MiniLM SPLADE's
 statistics, real queries). Sides: the project's term-major scan
-(:func:`~sembridge_ray.retrieval.index.shard_topk`) and its MaxScore
-(:func:`~sembridge_ray.retrieval.index.maxscore_topk`); Seismic's exact scan
+(:func:`~sembridge_ray.retrieval.index.shard_topk`); Seismic's exact scan
 (``SeismicDataset.batch_search``) and its approximate index (``SeismicIndex``, recall@10 against the
 exact answer printed); PISA through ``pyterrier-pisa`` (the ``bench`` extra): a learned-sparse index
 of the documents' weights quantised to integers (``toks_indexer``, scale 100, the PISA default for
@@ -25,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from sembridge_ray.export.seismic import quiet  # native code's progress lines off stdout
-from sembridge_ray.retrieval.index import SparseBatch, build_shard, maxscore_topk, shard_topk
+from sembridge_ray.retrieval.index import SparseBatch, build_shard, shard_topk
 
 Search = Callable[[], list[list[int]]]
 
@@ -47,17 +46,13 @@ def make_corpus(
     )
 
 
-def project_sides(
-    docs: SparseBatch, queries: SparseBatch, k: int, maxscore: bool = True
-) -> dict[str, Search]:
+def project_sides(docs: SparseBatch, queries: SparseBatch, k: int) -> dict[str, Search]:
     shard = build_shard(docs, np.arange(docs.rows, dtype=np.int64), 30522)
 
-    def run(fn: Callable[..., Any]) -> Search:
-        return lambda: [[int(r) for r in row if r >= 0] for row in fn(shard, queries, k).ranks]
+    def scan() -> list[list[int]]:
+        return [[int(r) for r in row if r >= 0] for row in shard_topk(shard, queries, k).ranks]
 
-    return {"project_scan": run(shard_topk)} | (
-        {"project_maxscore": run(maxscore_topk)} if maxscore else {}
-    )
+    return {"project_scan": scan}
 
 
 def seismic_sides(
@@ -172,7 +167,7 @@ def recall(got: list[list[int]], exact: list[list[int]]) -> float:
     )
 
 
-SIDES = ("project_scan", "project_maxscore", "seismic_exact", "seismic_approx", *PISA_ALGORITHMS)
+SIDES = ("project_scan", "seismic_exact", "seismic_approx", *PISA_ALGORITHMS)
 """Every side; the scan is the exact answer the others are checked against, so it cannot be
 skipped."""
 
@@ -194,11 +189,11 @@ def compare_corpus(
     skip: frozenset[str] = frozenset(),
 ) -> list[dict[str, Any]]:
     """One JSON-able line per peer on corpus ``name``: queries/s of both sides, ratio, recall@k of
-    approximate ones. ``skip``: sides left out (at 1M documents, the project's MaxScore and
-    Seismic's clustering take most of the time)."""
+    approximate ones. ``skip``: sides left out (at 1M documents, Seismic's clustering takes most
+    of the time)."""
     check_skip(skip)
     d, q = make_corpus(name, docs, queries)
-    sides = project_sides(d, q, k, maxscore="project_maxscore" not in skip)
+    sides = project_sides(d, q, k)
     notes = {}
     if importlib.util.find_spec("seismic") is not None:
         sides |= seismic_sides(
@@ -219,7 +214,7 @@ def compare_corpus(
         times, answers = _timed_sides(sides, repeats)
     qps = {s: queries / statistics.median(t) for s, t in times.items()}
     exact = answers["project_scan"]
-    best = max((s for s in ("project_scan", "project_maxscore") if s in qps), key=lambda s: qps[s])
+    best = "project_scan"
     lines = [
         {
             "comparison": f"retrieval_{name}_{side}",

@@ -2,9 +2,8 @@
 comparison.
 
     python -m jobs.bench_peers --train --encode --retrieval --init [--docs 1000000] [--measured PATH]
-Smoke (2 CPUs, ~5 min):  python -m jobs.bench_peers --encode --retrieval --docs 20000 --rounds 1 1M
-documents (2 CPUs, ~20 min):  python -m jobs.bench_peers --retrieval --skip
-project_maxscore,seismic_approx
+Smoke (2 CPUs, ~5 min):  python -m jobs.bench_peers --encode --retrieval --docs 20000 --rounds 1
+1M documents (2 CPUs, ~20 min):  python -m jobs.bench_peers --retrieval --skip seismic_approx
 
 Each line holds both sides' figures and the ratios (throughput project ÷ peer; peak memory project ÷
 peer). The project's throughputs, at the paper's shapes, go to ``--measured``, a figures file the

@@ -66,14 +66,12 @@ class Shard:
 
     ``indptr`` (V + 1,) int64, ``docs`` (nnz,) int32 local document numbers (ascending within a
     term), ``weights`` (nnz,) float32, ``ranks`` (n,) int64 the global tie-break key of each local
-    document, ``upper`` (V,) float32 the largest weight of each term (0 for an empty list):
-    MaxScore's per-term upper bound."""
+    document."""
 
     indptr: np.ndarray
     docs: np.ndarray
     weights: np.ndarray
     ranks: np.ndarray
-    upper: np.ndarray
 
     @property
     def n_docs(self) -> int:
@@ -98,27 +96,13 @@ def build_shard(docs: SparseBatch, ranks: np.ndarray, vocab_size: int) -> Shard:
         docs.indptr.astype(np.int32) if docs.indptr[-1] < np.iinfo(np.int32).max else docs.indptr
     )
     csc = sp.csr_matrix((docs.values, docs.indices, indptr), shape=(docs.rows, vocab_size)).tocsc()
-    # documents ascending within each posting list (MaxScore's candidate lookups rely on it)
-    csc.sort_indices()
-    weights = csc.data.astype(np.float32, copy=False)
-    indptr = csc.indptr.astype(np.int64)
+    csc.sort_indices()  # documents ascending within each posting list, as :class:`Shard` says
     return Shard(
-        indptr=indptr,
+        indptr=csc.indptr.astype(np.int64),
         docs=csc.indices.astype(np.int32, copy=False),
-        weights=weights,
+        weights=csc.data.astype(np.float32, copy=False),
         ranks=np.ascontiguousarray(ranks, dtype=np.int64),
-        upper=term_upper_bounds(indptr, weights),
     )
-
-
-def term_upper_bounds(indptr: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """indptr (V + 1,), weights (nnz,) term-major -> (V,) float32: each posting list's largest
-    weight (0 if empty)."""
-    upper = np.zeros(len(indptr) - 1, dtype=np.float32)
-    full = np.flatnonzero(np.diff(indptr) > 0)
-    if len(full):
-        upper[full] = np.maximum.reduceat(weights, indptr[full])
-    return upper
 
 
 def score_batch(shard: Shard, queries: SparseBatch) -> np.ndarray:
@@ -211,74 +195,6 @@ def shard_topk(shard: Shard, queries: SparseBatch, k: int) -> TopK:
         accumulate(acc, shard, terms, values)
         rows.append(row_topk(acc, shard.ranks, k))
     return _stack(rows, queries.rows, min(k, shard.n_docs), k)
-
-
-def maxscore_topk(shard: Shard, queries: SparseBatch, k: int) -> TopK:
-    """The same answer as :func:`shard_topk` (scores bit for bit, ties included), with MaxScore
-    pruning.
-
-    Per query: (1) the cheapest posting lists (about 1/8 of the query's postings) are scored, and
-    the exact scores of their k best documents give θ, a lower bound on the k-th best score; (2) the
-    longest lists whose upper bounds q_t · max_w(t) sum below θ (minus a rounding slack) are
-    *non-essential*: a document found in none of the other lists cannot reach θ; (3) the other lists
-    are scored, the documents whose partial score plus the non-essential bound reaches θ - slack are
-    rescored exactly (every term, in ascending term order, as :func:`accumulate` sums them), and the
-    top-k is taken among them. The slack covers fp32 rounding of every sum involved (4 (m + 1) 2^-24
-    Σ bounds for m query terms), so no document that brute force ranks is ever dropped. A query
-    whose bound cannot prune falls back to the plain scan.
-
-    Not the default search: 27-41x slower than the scan on SPLADE corpora (docs/sembridge.md), whose
-    narrow band of weights leaves little to prune; kept, tested, for corpora with skewed weights."""
-    acc = np.empty(shard.n_docs, dtype=np.float32)
-    rows = [_maxscore_row(shard, t, v, k, acc) for t, v in _query_terms(shard, queries)]
-    return _stack(rows, queries.rows, min(k, shard.n_docs), k)
-
-
-def _maxscore_row(
-    shard: Shard, terms: np.ndarray, values: np.ndarray, k: int, acc: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    df = shard.indptr[terms + 1] - shard.indptr[terms]
-    # q_t · max_w(t) >= any product of t
-    bound = shard.upper[terms].astype(np.float64) * values.astype(np.float64)
-    slack = 4 * (len(terms) + 1) * 2.0**-24 * float(bound.sum())
-    by_cost = np.argsort(df, kind="stable")  # cheapest lists first
-    first = by_cost[: max(1, int(np.searchsorted(np.cumsum(df[by_cost]), df.sum() / 8)))]
-    acc.fill(0.0)
-    accumulate(acc, shard, terms[np.sort(first)], values[np.sort(first)])
-    seeds = np.argpartition(-acc, min(k, len(acc) - 1))[:k] if len(acc) > k else np.arange(len(acc))
-    exact = exact_scores(shard, terms, values, np.sort(seeds))
-    theta = float(np.sort(exact)[-k]) if len(exact) >= k else 0.0
-    rest = by_cost[np.isin(by_cost, first, invert=True)][::-1]  # the rest, longest lists first
-    spent = np.cumsum(bound[rest])
-    cut = int(np.searchsorted(spent, theta - slack, side="left")) if theta > slack else 0
-    skip = rest[:cut]
-    if theta <= 0 or not len(skip):
-        acc.fill(0.0)
-        accumulate(acc, shard, terms, values)
-        return row_topk(acc, shard.ranks, k)
-    essential = np.sort(rest[np.isin(rest, skip, invert=True)])
-    accumulate(acc, shard, terms[essential], values[essential])
-    cands = np.flatnonzero(acc >= theta - slack - float(bound[skip].sum()))
-    scores = exact_scores(shard, terms, values, cands)
-    return row_topk(scores, shard.ranks[cands], k)
-
-
-def exact_scores(
-    shard: Shard, terms: np.ndarray, values: np.ndarray, cands: np.ndarray
-) -> np.ndarray:
-    """The scores of documents ``cands`` (ascending) for one query, summed exactly as
-    :func:`accumulate` does: fp32 products added in ascending term order. Each list is searched
-    (binary search) for the candidates."""
-    out = np.zeros(len(cands), dtype=np.float32)
-    docs, weights = _canonical(shard.docs), _canonical(shard.weights)
-    for term, value in zip(terms.tolist(), values, strict=True):
-        lo, hi = int(shard.indptr[term]), int(shard.indptr[term + 1])
-        if hi == lo:
-            continue
-        pos = np.minimum(np.searchsorted(docs[lo:hi], cands), hi - lo - 1)
-        hit = docs[lo + pos] == cands
-        out[hit] += weights[lo + pos[hit]] * value
-    return out
 
 
 def _stack(rows: list[tuple[np.ndarray, np.ndarray]], b: int, keep: int, k: int) -> TopK:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -129,62 +127,6 @@ def test_shard_bounds_cover_every_document_within_size() -> None:
     assert shard_bounds(10, 4, workers=2) == [(0, 3), (3, 6), (6, 10)]
     assert shard_bounds(10, 0, workers=2) == [(0, 5), (5, 10)]
     assert shard_bounds(1, 0, workers=4) == [(0, 1)]
-
-
-def skewed_corpus(rng: np.random.Generator, rows: int, vocab: int, grid: bool) -> np.ndarray:
-    """Frequent terms with small weights, rare terms with large ones (as in SPLADE): MaxScore can
-    prune."""
-    freq = 0.6 / np.arange(1, vocab + 1) ** 0.7
-    active = rng.random((rows, vocab)) < freq
-    scale = np.linspace(0.3, 3.0, vocab)
-    weights = (
-        np.round(rng.random((rows, vocab)) * scale * 2) / 2 + 0.5
-        if grid
-        else rng.random((rows, vocab)) * scale
-    )
-    return np.where(active, weights, 0.0).astype(np.float32)
-
-
-@pytest.mark.parametrize("grid", [True, False])
-@pytest.mark.parametrize("k", [1, 10, 50])
-def test_maxscore_equals_brute_force_bit_for_bit_ties_included(
-    monkeypatch, grid: bool, k: int
-) -> None:
-    rng = np.random.default_rng(k + 7 * grid)
-    docs = skewed_corpus(rng, 3000, 300, grid)
-    docs[100] = docs[2000]  # identical documents: a tie broken by rank
-    queries = skewed_corpus(rng, 25, 300, grid)
-    queries[3] = 0.0
-    ranks = rng.permutation(3000)
-    shard = build_shard(batch(docs), ranks, 300)
-    scanned: list[int] = []
-    plain_row_topk = index.row_topk
-
-    def row_topk(s: Any, r: Any, kk: int) -> Any:
-        scanned.append(len(s))
-        return plain_row_topk(s, r, kk)
-
-    monkeypatch.setattr(index, "row_topk", row_topk)
-    pruned = index.maxscore_topk(shard, batch(queries), k)
-    assert min(scanned) < 3000 / 4, "MaxScore should have pruned most documents for some query"
-    full = shard_topk(shard, batch(queries), k)
-    np.testing.assert_array_equal(pruned.ranks, full.ranks)
-    # bit for bit: the same summation order
-    np.testing.assert_array_equal(pruned.scores, full.scores)
-    if grid:  # sums of 0.5 multiples are exact: an order-free oracle
-        ids = [f"{r:05d}" for r in ranks]
-        expected = reference_topk(queries.astype(np.float64) @ docs.T.astype(np.float64), ids, k)
-        got = [
-            [(float(s), f"{r:05d}") for s, r in zip(sr, rr, strict=True) if r != PAD]
-            for sr, rr in zip(*pruned, strict=True)
-        ]
-        assert got == expected
-
-
-def test_term_upper_bounds_are_each_lists_largest_weight() -> None:
-    docs = np.array([[0.0, 2.0, 1.0], [0.0, 0.5, 3.0], [0.0, 4.0, 0.0]], dtype=np.float32)
-    shard = build_shard(batch(docs), np.arange(3), 4)
-    assert shard.upper.tolist() == [0.0, 4.0, 3.0, 0.0]
 
 
 def test_query_batches_concatenate_to_the_whole_batchs_topk() -> None:

@@ -88,8 +88,7 @@ def run_bm25(cfg: BM25Config, inputs: dict[str, str]) -> RunResult:
     from sembridge_ray.sparse.model import load_tokenizer
 
     out = Path(cfg.output)
-    identity = cfg.identity("bm25", inputs)
-    with claim_output(out, identity, cfg.overwrite) as claim:
+    with claim_output(out, cfg.identity("bm25", inputs), cfg.overwrite) as claim:
         if claim.done:
             return RunResult(output=str(out), metrics=_metrics(out), skipped=True)
         # the development sample is the one fine-tuning scores (the same seed and size)
@@ -114,8 +113,7 @@ def run_fusion(cfg: FusionConfig, inputs: dict[str, str]) -> RunResult:
     from sembridge_ray.data.registry import load_retrieval
 
     out = Path(cfg.output)
-    identity = cfg.identity("fusion", inputs)
-    with claim_output(out, identity, cfg.overwrite) as claim:
+    with claim_output(out, cfg.identity("fusion", inputs), cfg.overwrite) as claim:
         if claim.done:
             return RunResult(output=str(out), metrics=_metrics(out), skipped=True)
         if unfinished := [r for r in cfg.runs if not is_complete(Path(r))]:

@@ -38,8 +38,6 @@ class Cell:
     (``init_seeded``), else one init and one zero-shot evaluation serve every seed."""
     init_seeded: bool = field(default=False, compare=False)
     """Whether the cell's init reads its seed (the random rows of ``random``, ``random_blend``)."""
-    entry: str = field(default="", compare=False)
-    """The ``methods`` entry the cell comes from (``sembridge``, ``sembridge=2``)."""
 
     @property
     def variant(self) -> str:
@@ -89,7 +87,6 @@ def expand(
                             bridge=v.bridge,
                             seeds=seeds(entry),
                             init_seeded=init_seeded(method.name),
-                            entry=entry,
                         )
                     )
     return cells

@@ -154,19 +154,11 @@ def comparisons(
     rows: list[PairedRow] = []
     for dataset in datasets:
         for stage in STAGES:
-            found = [
-                pair
-                for members in groups.values()
-                for pair in _against(output, members, dataset, stage)
-            ]
-            fused = [
-                pair
-                for (_, language), members in groups.items()
-                for pair in _against(
-                    output, members, dataset, stage, bm25_path(output, language, dataset, split)
-                )
-            ]
-            for pairs in (found, fused):
+            for fused in (False, True):  # each cell against the reference, then fusions vs BM25
+                pairs: list[Pair] = []
+                for (_, language), members in groups.items():
+                    bm25 = bm25_path(output, language, dataset, split) if fused else None
+                    pairs += _against(output, members, dataset, stage, bm25)
                 rows += [row for row, _, _ in pairs] + _pooled(pairs)
     return rows
 
@@ -222,11 +214,9 @@ def _against(
     b = seed_matrix(ref, qids)
     found: list[Pair] = []
     for cell in members:
-        other = (
-            None
-            if cell == reference
-            else seed_scores(seed_folders(output, cell, dataset, stage, fused=bool(bm25)))
-        )
+        if cell == reference:
+            continue
+        other = seed_scores(seed_folders(output, cell, dataset, stage, fused=bool(bm25)))
         if other is None or sorted(other) != qids:  # unfinished, or other qrels: nothing to pair
             continue
         a = seed_matrix(other, qids)

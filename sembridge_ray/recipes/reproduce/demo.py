@@ -70,7 +70,7 @@ class Asset:
     its builder."""
 
     path: str
-    settings: tuple[str, ...]
+    settings: tuple[str, ...] = ()
     build: Callable[[Path, DemoSettings], Path]
     ready: str = ""
     """A file inside a directory asset that exists once it is built ("" for a file asset)."""
@@ -96,7 +96,6 @@ ASSETS = {
     ),
     "dev": Asset(
         path="sick-dev-beir",
-        settings=(),
         # split dev, all 500 pairs, its own corpus: what fine-tuning is scored on while it trains,
         # and the source encoder once: recipes are chosen on data neither trained on nor tested
         build=lambda out, d: write_sick_beir(sick_dir(), out, splits=("dev",)),
@@ -107,7 +106,6 @@ ASSETS = {
     # version 2: SICK train only (version 1 also held the trial pairs, now the development set)
     "sick_train": Asset(
         path="sick-train-pairs.parquet",
-        settings=(),
         build=lambda out, d: write_pairs(sick_pairs(), out),
         version=2,
         known="sick",
@@ -115,7 +113,6 @@ ASSETS = {
     ),
     "source_pairs": Asset(
         path="source-pairs.parquet",
-        settings=(),
         build=lambda out, d: write_pairs(sick_pairs() + sts_pairs(), out),
         version=2,
         known="sick+sts",

@@ -130,13 +130,17 @@ def band(
     )
 
 
-def source_dev_score(output: Path, model: str) -> float | None:
-    """The source model's own dev nDCG@10 (:func:`~sembridge_ray.recipes.reproduce.cells.source_dev_path`),
-    None until that evaluation has finished."""
-    folder = source_dev_path(output, model)
+def finished_ndcg(folder: Path) -> float | None:
+    """The nDCG@10 of the evaluation (or BM25 run) in ``folder``, None until it has finished."""
     if not is_complete(folder):
         return None
     return float(json.loads((folder / "metrics.json").read_text(encoding="utf-8"))["nDCG@10"])
+
+
+def source_dev_score(output: Path, model: str) -> float | None:
+    """The source model's own dev nDCG@10 (:func:`~sembridge_ray.recipes.reproduce.cells.source_dev_path`),
+    None until that evaluation has finished."""
+    return finished_ndcg(source_dev_path(output, model))
 
 
 def convergence(
@@ -277,15 +281,10 @@ def _stage_errorbars(
 ) -> None:
     """The ``k``-th stage's means and intervals, one point per shown method (offset within the
     method's slot)."""
-    xs: list[float] = []
-    ys: list[float] = []
-    errs: list[list[float]] = [[], []]
-    for i, label in enumerate(shown):
-        if (e := estimates.get((label, stage))) is not None:
-            xs.append(i + (k - 0.5) * 0.25)
-            ys.append(e.mean)
-            errs[0].append(e.mean - e.low)
-            errs[1].append(e.high - e.mean)
+    found = [(i, e) for i, label in enumerate(shown) if (e := estimates.get((label, stage)))]
+    xs = [i + (k - 0.5) * 0.25 for i, _ in found]
+    ys = [e.mean for _, e in found]
+    errs = [[e.mean - e.low for _, e in found], [e.high - e.mean for _, e in found]]
     ax.errorbar(xs, ys, yerr=errs, fmt="o", capsize=3, label=stage.replace("_", "-"))
 
 

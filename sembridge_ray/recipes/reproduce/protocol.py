@@ -18,15 +18,13 @@ dataset) and method, from the seed-mean dev curve:
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from sembridge_ray.recipes.reproduce.cells import Cell, bm25_path
-from sembridge_ray.recipes.reproduce.plots import Curve, band, dev_curves
-from sembridge_ray.runtime.outputs import is_complete
+from sembridge_ray.recipes.reproduce.plots import Curve, band, dev_curves, finished_ndcg
 
 SHARE = 0.95
 NEVER = "never"
@@ -57,8 +55,7 @@ def log_auc(curve: Curve) -> float:
         return curve[0][1]
     xs = [math.log2(1 + step) for step, _ in curve]
     pairs = itertools.pairwise(zip(xs, (score for _, score in curve), strict=True))
-    area = sum((x1 - x0) * (a + b) / 2 for (x0, a), (x1, b) in pairs)
-    return area / (xs[-1] - xs[0])
+    return sum((x1 - x0) * (a + b) / 2 for (x0, a), (x1, b) in pairs) / (xs[-1] - xs[0])
 
 
 def first_step(steps: Sequence[int], scores: Sequence[float], target: float) -> int | str:
@@ -79,7 +76,8 @@ def protocol_rows(
     for (model, language, dataset), methods in dev_curves(output, cells, datasets).items():
         means = {label: band(curves) for label, curves in methods.items()}
         target = SHARE * max(mean[-1] for _, mean, _, _ in means.values())
-        bm25 = bm25_dev_score(output, language, dev_split)
+        # BM25 on the language's development queries (the ones fine-tuning scores), once it has run
+        bm25 = finished_ndcg(bm25_path(output, language, "dev", dev_split))
         for label, curves in methods.items():
             steps, mean, _, _ = means[label]
             finals, areas = [c[-1][1] for c in curves], [log_auc(c) for c in curves]
@@ -103,15 +101,6 @@ def protocol_rows(
                 }
             )
     return rows
-
-
-def bm25_dev_score(output: Path, language: str, split: str) -> float | None:
-    """BM25's nDCG@10 on ``language``'s development queries (the ones fine-tuning scores), None
-    until it has run."""
-    folder = bm25_path(output, language, "dev", split)
-    if not is_complete(folder):
-        return None
-    return float(json.loads((folder / "metrics.json").read_text(encoding="utf-8"))["nDCG@10"])
 
 
 def markdown(rows: Sequence[Mapping[str, str | float | int]], languages: Sequence[str]) -> str:

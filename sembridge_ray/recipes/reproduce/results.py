@@ -101,8 +101,7 @@ def collect(
             for dataset in datasets:
                 for stage in STAGES:
                     rows += _stage_rows(cell, seed, paths, dataset, stage)
-    seen = sorted({(c.model, c.language) for c in cells})
-    for model, language in seen:
+    for model, language in sorted({(c.model, c.language) for c in cells}):
         for dataset in datasets:
             folder = bm25_path(output, language, dataset, split)
             if is_complete(folder):
@@ -242,11 +241,8 @@ def markdown(
         out += ["Several seeds: mean ± standard deviation over seeds (BM25 has none).", ""]
     out += health_markdown(rows, languages)
     if failures:
-        out += (
-            ["## Failed cells", ""]
-            + [f"- `{name}`: {err}" for name, err in sorted(failures.items())]
-            + [""]
-        )
+        out += ["## Failed cells", ""]
+        out += [f"- `{name}`: {err}" for name, err in sorted(failures.items())] + [""]
     return "\n".join(out)
 
 
@@ -357,9 +353,8 @@ def rebuild(
         paired = compare.comparisons(out, cells, cfg.datasets, cfg.eval_split)
         write_csv(paired, out / "comparisons.csv", compare.COLUMNS)
         text += "\n" + compare.markdown(paired)
-        plots.before_after(out, cells, cfg.datasets, out / "plots")
-        plots.learning_curves(out, cells, cfg.datasets, out / "plots")
-        plots.convergence(out, cells, cfg.datasets, out / "plots")
+        for draw in (plots.before_after, plots.learning_curves, plots.convergence):
+            draw(out, cells, cfg.datasets, out / "plots")
         plots.alpha_ablation(rows, out / "plots")
         plots.support_histograms(out, cells, out / "plots")
     text += reference_lines(out, cfg)

@@ -34,7 +34,6 @@ from sembridge_ray.runtime.locks import OutputLock
 from sembridge_ray.runtime.outputs import atomic_write_json, atomic_write_text, conflict, is_done
 
 log = logging.getLogger(__name__)
-SOURCE_EVAL = "source-eval"
 
 
 def resolved_precisions(cfg: ReproduceConfig, gpus: float, executor: Executor) -> ReproduceConfig:
@@ -73,24 +72,23 @@ TIMINGS = "timings.jsonl"
 skipped; ``benchmarks/grid_time.py`` reads where a grid's time went."""
 
 
-def run_stage(stage: Stage, executor: Executor, cell: str = "", root: Path | None = None) -> None:
-    """Run one stage on ``executor`` (skipped when finished); with ``root``, its wall time is
-    appended to ``root/timings.jsonl``."""
+def run_stage(stage: Stage, executor: Executor, root: Path, cell: str = "") -> None:
+    """Run one stage on ``executor`` (skipped when finished); its wall time is appended to
+    ``root/timings.jsonl``."""
     start = time.perf_counter()
     with progress.stage(log, f"{cell + '/' if cell else ''}{stage.name}") as note:
         result = registry.run(stage.job, stage.cfg, stage.inputs, executor)
         note["status"] = "skipped (finished before)" if result.skipped else "done"
-    if root is not None:
-        line = {
-            "cell": cell,
-            "stage": stage.name,
-            "job": stage.job,
-            "seconds": round(time.perf_counter() - start, 2),
-            "skipped": bool(result.skipped),
-        }
-        # one short append per stage: whole lines even from cells running as parallel tasks
-        with open(root / TIMINGS, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(line) + "\n")
+    line = {
+        "cell": cell,
+        "stage": stage.name,
+        "job": stage.job,
+        "seconds": round(time.perf_counter() - start, 2),
+        "skipped": bool(result.skipped),
+    }
+    # one short append per stage: whole lines even from cells running as parallel tasks
+    with open(root / TIMINGS, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(line) + "\n")
 
 
 def run_cell(
@@ -99,7 +97,7 @@ def run_cell(
     """All stages of one cell in order, on ``executor``; finished ones are skipped. Rebuilds the
     results tables after each."""
     for stage in stages:
-        run_stage(stage, executor, name, Path(cfg.output))
+        run_stage(stage, executor, Path(cfg.output), name)
         if stage.job == "evaluate" or stage.name == "init":
             results.rebuild(cfg)
     return CellOutcome(cell=name, ok=True)
@@ -109,7 +107,7 @@ def _guarded_stage(stage: Stage, executor: Executor, root: Path) -> None:
     """A source model's development score, or a BM25 baseline: a reference line, so its failure is
     logged, not fatal (the cells whose fusions read a BM25 run record their own failure)."""
     try:
-        run_stage(stage, executor, root=root)
+        run_stage(stage, executor, root)
     except Exception as err:  # the cells do not depend on it
         log.error("%s failed (its reference line is not drawn): %s", stage.name, err)
 
@@ -148,7 +146,7 @@ def run_reproduce(cfg: ReproduceConfig, *, executor: Executor) -> ReproduceResul
         check_plan(cfg, planned)
         write_config(cfg, out / "config.yaml")
         for stage in planned.assets:
-            run_stage(stage, executor, root=out)
+            run_stage(stage, executor, out)
         for stage in planned.sources + planned.baselines:
             _guarded_stage(stage, executor, out)
         todo = [

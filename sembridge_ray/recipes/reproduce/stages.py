@@ -186,14 +186,8 @@ class _Seed:
             top_k=cfg.evaluate.top_k,
             overwrite=cfg.overwrite,
         )
-        return [
-            Stage(
-                name=evaluated.name + FUSED,
-                job="fusion",
-                cfg=fused,
-                inputs={"model_run": evaluated.ref, "bm25_run": bm25.ref},
-            )
-        ]
+        inputs = {"model_run": evaluated.ref, "bm25_run": bm25.ref}
+        return [Stage(name=evaluated.name + FUSED, job="fusion", cfg=fused, inputs=inputs)]
 
     def init(self) -> Stage:
         """The cell's init: its source model through its language's tokenizer, by its method."""
@@ -320,8 +314,7 @@ def source_dev_stage(
     :func:`~sembridge_ray.recipes.reproduce.cells.source_dev_path`: the level the dev curves of its
     transfers are drawn against."""
     output = source_dev_path(Path(cfg.output), name)
-    found = (model, identify("model", model))
-    data = (dev.spec, identify("dataset", dev.spec))
+    found, data = (model, identify("model", model)), (dev.spec, identify("dataset", dev.spec))
     return _evaluation(
         cfg, f"sources/{catalog.slug(name)}/dev", found, data, dev.split, output, gpus
     )
@@ -339,12 +332,11 @@ def bm25_stage(
 ) -> Stage:
     """BM25 over ``language``'s target ``tokenizer`` on ``spec``'s ``split`` (``max_queries``: the
     development sample fine-tuning scores), under :func:`~sembridge_ray.recipes.reproduce.cells.bm25_path`."""
-    out = bm25_path(Path(cfg.output), language, dataset, split)
     bm25 = BM25Config(
         tokenizer=tokenizer,
         dataset=spec,
         split=split,
-        output=str(out),
+        output=str(bm25_path(Path(cfg.output), language, dataset, split)),
         k1=cfg.bm25.k1,
         b=cfg.bm25.b,
         top_k=cfg.evaluate.top_k,

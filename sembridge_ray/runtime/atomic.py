@@ -52,15 +52,14 @@ def atomic_new_path(path: Path) -> Iterator[Path]:
             if err.filename is None or TMP_PREFIX not in str(err.filename):
                 raise
             raise type(err)(err.errno, f"writing {path}: {err.strerror or err}", str(path)) from err
+        taken = FileExistsError(errno.EEXIST, "written meanwhile by another run", str(path))
         if path.exists() and not (path.is_dir() and not any(path.iterdir())):
-            raise FileExistsError(errno.EEXIST, "written meanwhile by another run", str(path))
+            raise taken
         try:
             os.rename(tmp, path)
         except OSError as err:
             if err.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
-                raise FileExistsError(
-                    errno.EEXIST, "written meanwhile by another run", str(path)
-                ) from None
+                raise taken from None
             raise
     finally:
         remove(tmp)

@@ -20,7 +20,6 @@ Ray's own output is handled where it is made (see ``docs/operations.md``, "Logs"
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import re
@@ -194,9 +193,7 @@ def project_handler(stream: TextIO | None = None) -> None:
 
 def terminal_output() -> bool:
     """Whether both stdout and stderr are terminals (only then do colour codes belong in them)."""
-    with contextlib.suppress(OSError, ValueError):
-        return os.isatty(1) and os.isatty(2)
-    return False
+    return os.isatty(1) and os.isatty(2)
 
 
 def ray_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
@@ -253,22 +250,18 @@ def job_submit_line(line: str, address: str = "") -> str | None:
         or not text[record.end() :].strip("- ")  # a banner's rule
     ):
         return None
-    if text.startswith("Running entrypoint for job raysubmit_"):
-        return None
-    return text
+    return None if text.startswith("Running entrypoint for job raysubmit_") else text
 
 
-def main(argv: list[str] | None = None) -> int:
+def main() -> int:
     """``python -m sembridge_ray.runtime.logs ray-job-submit``: stdin through :func:`job_submit_line` to
     stdout, a line at a time (``cluster/local.sh`` pipes ``ray job submit`` through it)."""
-    args = sys.argv[1:] if argv is None else argv
-    if args != ["ray-job-submit"]:
+    if sys.argv[1:] != ["ray-job-submit"]:
         print("usage: python -m sembridge_ray.runtime.logs ray-job-submit", file=sys.stderr)
         return 2
     address = os.environ.get("RAY_ADDRESS", "")
     for line in sys.stdin:
-        shown = job_submit_line(line, address)
-        if shown is not None:
+        if (shown := job_submit_line(line, address)) is not None:
             print(shown, flush=True)
     return 0
 

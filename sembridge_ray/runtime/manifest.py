@@ -130,11 +130,10 @@ def output_fingerprint(path: Path) -> str | None:
     """``run:<job>:<fingerprint>[/<sub>]`` when ``path`` is a complete output of this project or a
     folder listed in one (an init output's ``model/``); None otherwise."""
     path = Path(path)
-    for root in (path, path.parent):
+    for root, sub in ((path, ""), (path.parent, path.name)):
         manifest = read_manifest(root)
         if not manifest or "fingerprint" not in manifest:
             continue
-        sub = "" if root == path else path.name
         if sub and not any(f.startswith(sub + "/") for f in manifest["files"]):
             continue
         if is_complete(root):

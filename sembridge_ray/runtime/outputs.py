@@ -204,8 +204,7 @@ def conflict(out_dir: Path, new: RunIdentity) -> str | None:
 
 def refusal(out_dir: Path, new: RunIdentity) -> str | None:
     """The one-line error for :func:`conflict`, or None."""
-    detail = conflict(out_dir, new)
-    if detail is None:
+    if (detail := conflict(out_dir, new)) is None:
         return None
     if _foreign(Path(out_dir)):
         return f"output {out_dir} is {detail}; choose an empty or new directory"

@@ -109,13 +109,6 @@ def _card_data_class() -> type[Any]:
         model_index: list[dict[str, Any]] = field(default_factory=list)
         license_name: str | None = None
 
-        # it encodes with a loaded model: the template shows a fixed example
-        def run_usage_snippet(self) -> None:
-            return None
-
-        def generate_usage_snippet(self) -> str:
-            return ""
-
         def get_model_specific_metadata(self) -> dict[str, Any]:
             return dict(self.facts)
 

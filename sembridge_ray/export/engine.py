@@ -4,7 +4,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -75,6 +77,17 @@ class EngineTarget:
         finally:
             engine.close()
         return hits, details
+
+
+def close_on_error(engine: Engine, fill: Callable[[], object]) -> None:
+    """``fill()``, the build's indexing into ``engine``; should it fail, ``engine`` closed (an
+    embedded engine's file closed, its lock released) before the error goes up."""
+    try:
+        fill()
+    except BaseException:
+        with contextlib.suppress(Exception):  # the error that stopped the build is the one to see
+            engine.close()
+        raise
 
 
 def notice_slow(

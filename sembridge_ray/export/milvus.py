@@ -7,12 +7,11 @@ URI (the collection is replaced)."""
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 from typing import Any
 
 from sembridge_ray.export.base import Hits, Package, Rates, Tally, Vectors, untallied
-from sembridge_ray.export.engine import EngineTarget
+from sembridge_ray.export.engine import EngineTarget, close_on_error
 
 COLLECTION, FIELD, DOC_ID, PK = "sembridge", "sparse", "doc_id", "pk"
 BATCH = 1000
@@ -73,12 +72,8 @@ def build(
 
     uri = url or str(out / LOCATION)
     engine = MilvusEngine(MilvusClient(uri), "" if url else uri)
-    try:
-        _fill(engine.client, docs, tally)
-    except BaseException:  # the embedded server stopped, its file closed, before the error goes up
-        with contextlib.suppress(Exception):  # the error that stopped the build is the one to see
-            engine.close()
-        raise
+    # the embedded server stopped, its file closed, should the build fail
+    close_on_error(engine, lambda: _fill(engine.client, docs, tally))
     return engine, {
         "collection": COLLECTION,
         "vector": FIELD,

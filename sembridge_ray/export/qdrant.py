@@ -8,12 +8,11 @@ later ``QdrantClient(path=...)`` opens; ``url``: a Qdrant server (the collection
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 from typing import Any
 
 from sembridge_ray.export.base import Hits, Package, Rates, Tally, Vectors, untallied
-from sembridge_ray.export.engine import EngineTarget
+from sembridge_ray.export.engine import EngineTarget, close_on_error
 
 COLLECTION, FIELD, DOC_ID = "sembridge", "sparse", "doc_id"
 BATCH = 256
@@ -72,12 +71,8 @@ def build(
     engine = QdrantEngine(
         QdrantClient(url=url, timeout=60) if url else QdrantClient(path=str(out / LOCATION))
     )
-    try:
-        _fill(engine.client, docs, tally)
-    except BaseException:  # the local mode's lock on its folder released before the error goes up
-        with contextlib.suppress(Exception):  # the error that stopped the build is the one to see
-            engine.close()
-        raise
+    # the local mode's lock on its folder released should the build fail
+    close_on_error(engine, lambda: _fill(engine.client, docs, tally))
     return engine, {
         "collection": COLLECTION,
         "vector": FIELD,

@@ -116,15 +116,11 @@ class JobSpec(Generic[C, R]):
     def __post_init__(self) -> None:
         module = self.config.__module__
         name = self.name or module.removeprefix(f"{__name__}.").removesuffix(".config")
-        derived = {
-            "name": name,
-            "entry": name,
-            "driver": f"{__name__}.{name}.run:run_{name}",
-            "description": sys.modules[module].__doc__ or "",
-        }
-        for field, value in derived.items():
-            if not getattr(self, field):
-                object.__setattr__(self, field, value)
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "entry", self.entry or name)
+        object.__setattr__(self, "driver", self.driver or f"{__name__}.{name}.run:run_{name}")
+        description = self.description or sys.modules[module].__doc__ or ""
+        object.__setattr__(self, "description", description)
 
     def run(self, cfg: C) -> R:
         """Import the job's driver and run ``cfg`` through it on the Ray executor (a dry run,

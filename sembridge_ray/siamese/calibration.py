@@ -82,9 +82,7 @@ class LooObjective:
             if i != j:
                 moments[bj] += k.T @ self.bases[(j, i)]
         moments *= 1.0 / (_SQRT_2PI * (self.n - 1) * h)
-        u = self.x - np.concatenate(
-            [np.full(b.stop - b.start, c) for b, c in zip(self.blocks, self.centres, strict=True)]
-        )
+        u = self.x - np.repeat(self.centres, [b.stop - b.start for b in self.blocks])
         a0, a1, a2, y0, y1 = moments.T
         s0, s1, s2 = a0, u * a0 - a1, u * u * a0 - 2 * u * a1 + a2  # Σw, Σwd, Σwd²
         t0, t1 = y0, u * y0 - y1  # Σwy, Σwdy
@@ -214,13 +212,12 @@ def _refine(f: Callable[[float], float], triple: tuple[float, float, float], xto
 def fit_calibrator(pred: np.ndarray, gold: np.ndarray, h: float | None = None) -> KernelReg:
     """statsmodels ``KernelReg(gold ~ pred, var_type='c', reg_type='ll')``, with bandwidth ``h``
     (``None``: its own cv_ls search)."""
-    bw: object = "cv_ls" if h is None else [h]
     return KernelReg(
         endog=np.asarray(gold, float),
         exog=np.asarray(pred, float),
         var_type="c",
         reg_type="ll",
-        bw=bw,
+        bw="cv_ls" if h is None else [h],
         rng=0,
     )
 

@@ -30,19 +30,6 @@ from sembridge_ray.siamese.config import (
 )
 from sembridge_ray.siamese.records import Report, SplitMetrics
 
-__all__ = [
-    "FLAGS",
-    "JOB",
-    "AugmentConfig",
-    "CalibrationConfig",
-    "MalstmConfig",
-    "MalstmResult",
-    "PretrainConfig",
-    "TrainConfig",
-    "VectorConfig",
-    "report",
-]
-
 
 @dataclass(frozen=True, kw_only=True)
 class MalstmConfig(Config):

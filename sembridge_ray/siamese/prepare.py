@@ -214,7 +214,8 @@ def lookup_vectors(
     build["corpus_parts"] = ["sick-train", "sick-trial", "sts-all-years"] + (
         ["wordnet-3.0-glosses"] if wordnet else []
     )
-    build.update(stats)
+    for key in ("words", "seen_in_context", "built_now"):
+        build[key] = stats[key]
     return found, build
 
 

@@ -134,7 +134,9 @@ def decompose(canon: str, index: VocabIndex, folded: dict[str, int], longest: in
     while i < n:
         for j in range(min(n, i + longest), i, -1):
             piece = canon[i:j]
-            hit = index.exact.get(piece, folded.get(piece.lower()))
+            hit = index.exact.get(piece)
+            if hit is None:  # the case-folded lookup only on a miss
+                hit = folded.get(piece.lower())
             if hit is not None:
                 out.append(hit)
                 i = j

@@ -39,10 +39,11 @@ def target_model(
             cast(torch.Tensor, head.weight).copy_(outputs)
         if bias is not None:
             # BERT/RoBERTa tie `cls.predictions.bias`/`lm_head.bias` to the decoder's bias; update
-            # every vocabulary-sized bias, whether or not a given architecture ties them (a tied one
-            # is listed under each name: copied again, the same values).
+            # every vocabulary-sized bias once, whether or not a given architecture ties them.
+            seen: set[int] = set()
             for name, tensor in model.state_dict(keep_vars=True).items():
-                if name.endswith("bias") and tensor.shape == (size,):
+                if name.endswith("bias") and tensor.shape == (size,) and id(tensor) not in seen:
+                    seen.add(id(tensor))
                     tensor.data.copy_(bias)
     for role in ("pad", "bos", "eos", "sep", "cls", "mask", "unk"):
         if hasattr(model.config, f"{role}_token_id"):
